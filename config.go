@@ -1,0 +1,190 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Kind selects how a limit grants tokens.
+//
+// The zero Kind is invalid, so that a Config must say which kind it means.
+type Kind uint8
+
+const (
+	// FixedWindow grants Rate tokens at the start of every window of length
+	// Period, capped at Capacity; unused tokens roll over up to the cap.
+	FixedWindow Kind = 1
+	// TokenBucket refills continuously at Rate tokens per Period, capped at
+	// Capacity.
+	TokenBucket Kind = 2
+)
+
+// String returns "fixed window", "token bucket", or "Kind(n)" for an invalid
+// value.
+func (k Kind) String() string {
+	switch k {
+	case FixedWindow:
+		return "fixed window"
+	case TokenBucket:
+		return "token bucket"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// MarshalText encodes the kind as "fixed window" or "token bucket", the
+// spelling used by configuration files.
+func (k Kind) MarshalText() ([]byte, error) {
+	if k != FixedWindow && k != TokenBucket {
+		return nil, fmt.Errorf("ratelimit: cannot encode %v: use FixedWindow or TokenBucket", k)
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText decodes "fixed window" or "token bucket" (also accepted:
+// "fixed_window", "fixedwindow", "token_bucket", "tokenbucket", any case).
+func (k *Kind) UnmarshalText(b []byte) error {
+	switch normalizeKind(string(b)) {
+	case "fixedwindow":
+		*k = FixedWindow
+	case "tokenbucket":
+		*k = TokenBucket
+	default:
+		return fmt.Errorf("ratelimit: unknown kind %q: write \"fixed window\" or \"token bucket\"", b)
+	}
+	return nil
+}
+
+func normalizeKind(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '_' || c == '-':
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
+
+// Config describes one named limit.
+//
+// The zero values of Capacity, MaxReserved, Shards and Start mean "default":
+// Capacity = Rate, no bound on reservations, one record, and a per-key phase
+// derived from a hash of the limit's name and key.
+type Config struct {
+	// Kind is FixedWindow or TokenBucket. Required.
+	Kind Kind
+	// Rate is the number of tokens granted per Period. Finite and > 0;
+	// fractions are allowed.
+	Rate float64
+	// Period is the window length (fixed window) or the time in which Rate
+	// tokens are refilled (token bucket). At least 1 ms, a whole number of
+	// milliseconds.
+	Period time.Duration
+	// Capacity is the most tokens a bucket holds; grants beyond it are lost.
+	// 0 means Rate.
+	Capacity float64
+	// MaxReserved is the most tokens a bucket may owe through reservations.
+	// 0 means unlimited.
+	MaxReserved float64
+	// Shards splits a hot limit into that many independent records, each
+	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards. 0 or 1
+	// means one record.
+	Shards int
+	// Start fixes the phase of a fixed window: windows begin at
+	// Start + k·Period for every integer k. The zero time.Time means a phase
+	// derived per key, so that clients of different keys do not all retry at
+	// the same instant; time.UnixMilli(0) aligns windows to the epoch. Only
+	// for FixedWindow.
+	Start time.Time
+}
+
+// Limits maps limit names to their configs, as given to New.
+type Limits map[string]Config
+
+// Validate reports whether c is a valid config. The error is a
+// *ConfigError that names the field and the rule, and matches
+// ErrInvalidConfig with errors.Is.
+func (c Config) Validate() error { return c.validate("") }
+
+func (c Config) validate(name string) error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
+	switch c.Kind {
+	case FixedWindow, TokenBucket:
+	case 0:
+		return bad("Kind", "is not set: use ratelimit.FixedWindow or ratelimit.TokenBucket")
+	default:
+		return bad("Kind", "is %v: use ratelimit.FixedWindow or ratelimit.TokenBucket", c.Kind)
+	}
+	if !finitePositive(c.Rate) {
+		return bad("Rate", "is %v: it must be a finite number of tokens > 0", c.Rate)
+	}
+	if c.Period < time.Millisecond {
+		return bad("Period", "is %v: it must be at least 1ms", c.Period)
+	}
+	if c.Period%time.Millisecond != 0 {
+		return bad("Period", "is %v: it must be a whole number of milliseconds", c.Period)
+	}
+	if c.Capacity != 0 && !finitePositive(c.Capacity) {
+		return bad("Capacity", "is %v: it must be a finite number of tokens > 0, or 0 for Rate", c.Capacity)
+	}
+	if c.MaxReserved != 0 && !finitePositive(c.MaxReserved) {
+		return bad("MaxReserved", "is %v: it must be a finite number of tokens > 0, or 0 for unlimited", c.MaxReserved)
+	}
+	if c.Shards < 0 {
+		return bad("Shards", "is %d: it must be 0 or 1 for one record, or at least 2", c.Shards)
+	}
+	if c.Shards > MaxShards {
+		return bad("Shards", "is %d: at most %d shards are supported", c.Shards, MaxShards)
+	}
+	if !c.Start.IsZero() && c.Kind != FixedWindow {
+		return bad("Start", "is set on a token bucket, which has no windows: remove Start")
+	}
+	return nil
+}
+
+func finitePositive(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+
+// capacity returns the effective capacity.
+func (c Config) capacity() float64 {
+	if c.Capacity == 0 {
+		return c.Rate
+	}
+	return c.Capacity
+}
+
+// shards returns the effective number of records.
+func (c Config) shards() int {
+	if c.Shards <= 1 {
+		return 1
+	}
+	return c.Shards
+}
+
+// MaxShards is the largest Config.Shards accepted.
+const MaxShards = 1024
+
+// params returns one shard's share of c, without its phase, in the units
+// of the transition.
+func (c Config) params() Params {
+	n := float64(c.shards())
+	p := Params{
+		Kind:        c.Kind,
+		Rate:        c.Rate,
+		Period:      c.Period.Milliseconds(),
+		Capacity:    c.capacity(),
+		MaxReserved: c.MaxReserved,
+	}
+	if n > 1 {
+		p.Rate /= n
+		p.Capacity /= n
+		p.MaxReserved /= n
+	}
+	return p
+}

@@ -1,0 +1,75 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrLimited is matched (errors.Is) by the error of a denied call, as
+	// returned by Result.Err.
+	ErrLimited = errors.New("ratelimit: rate limited")
+	// ErrUnknownLimit means a call named a limit that was not declared in
+	// New and came without WithConfig.
+	ErrUnknownLimit = errors.New("ratelimit: unknown limit")
+	// ErrInvalidConfig is matched by every *ConfigError.
+	ErrInvalidConfig = errors.New("ratelimit: invalid config")
+	// ErrInvalidCount is matched by every *CountError.
+	ErrInvalidCount = errors.New("ratelimit: invalid count")
+	// ErrClosed is returned by a store used after Close.
+	ErrClosed = errors.New("ratelimit: store is closed")
+)
+
+// LimitError is the error of a denied call: the limit's name and key, and
+// how long to wait before the same call would succeed. It matches
+// ErrLimited with errors.Is.
+type LimitError struct {
+	Name       string
+	Key        string
+	Count      float64
+	RetryAfter time.Duration
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("ratelimit: limit %q exceeded for key %q: retry after %v", e.Name, e.Key, e.RetryAfter)
+}
+
+// Is reports whether target is ErrLimited.
+func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+
+// ConfigError describes an invalid Config: the limit's name (empty for
+// Config.Validate), the field and what is wrong with it. It matches
+// ErrInvalidConfig with errors.Is.
+type ConfigError struct {
+	Name    string
+	Field   string
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.Field, e.Problem)
+	}
+	return fmt.Sprintf("ratelimit: limit %q: %s %s", e.Name, e.Field, e.Problem)
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// CountError describes a count that a call may not ask for: not a finite
+// number ≥ 0, or more than the limit could ever grant (Max). It matches
+// ErrInvalidCount with errors.Is.
+type CountError struct {
+	Name    string
+	Count   float64
+	Max     float64 // the largest count the call could ask for; 0 if the count is not a number ≥ 0
+	Problem string
+}
+
+func (e *CountError) Error() string {
+	return fmt.Sprintf("ratelimit: limit %q: count %v %s", e.Name, e.Count, e.Problem)
+}
+
+// Is reports whether target is ErrInvalidCount.
+func (e *CountError) Is(target error) bool { return target == ErrInvalidCount }

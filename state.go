@@ -1,0 +1,417 @@
+package ratelimit
+
+import "math"
+
+// This file is the one definition of the semantics (docs/model.md). Every
+// store runs Evaluate or, where it has a native port (Lua, SQL), is proved
+// equal to it by the differential tests of package storetest. Everything
+// here is pure: time is a parameter, nothing is read or written.
+//
+// Arithmetic follows a fixed order so that Go, Lua and SQL agree to the last
+// bit: multiply before dividing, left to right, every operation rounded to
+// float64. Explicit float64(...) conversions around products forbid the
+// compiler from fusing a multiply and an add into one instruction.
+
+// noise is the float noise below which a negative amount counts as zero.
+const noise = 1e-9
+
+// MaxRetryAfter is the longest retry-after, in milliseconds, that a
+// decision reports; longer waits are clamped to it. It still converts to a
+// time.Duration without overflow (about 292 years).
+const MaxRetryAfter int64 = math.MaxInt64 / 1_000_000
+
+// Params is one record's share of a limit, in the units of the transition:
+// milliseconds and tokens. Config.Params computes it for a shard.
+type Params struct {
+	Kind Kind
+	// Rate is the tokens granted per Period.
+	Rate float64
+	// Period is the window or refill period in milliseconds, ≥ 1.
+	Period int64
+	// Capacity is the most tokens the record may hold.
+	Capacity float64
+	// MaxReserved is the most tokens the record may owe; 0 is unlimited.
+	MaxReserved float64
+	// Phase places the windows of a fixed window: they begin at
+	// Phase + k·Period. In [0, Period). Unused by a token bucket.
+	Phase int64
+}
+
+// State is what a store keeps for one record.
+type State struct {
+	// Value is the tokens in the bucket at TS; negative while it owes
+	// reserved tokens.
+	Value float64
+	// TS is a Unix time in milliseconds: the start of the current window
+	// (fixed window) or the time of the last update (token bucket).
+	TS int64
+}
+
+// Record is a stored state as a store reads it. A missing record is
+// Record{} (Found false) and means a full bucket.
+type Record struct {
+	State State
+	Found bool
+}
+
+// Update is what a store must do with one record after Evaluate: write
+// State when Write is set, otherwise leave the record as it is.
+type Update struct {
+	State State
+	Write bool
+}
+
+// Decision is the answer for one item of an Op.
+type Decision struct {
+	// OK is true when the item is allowed or reserved.
+	OK bool
+	// RetryAfter is in whole milliseconds, rounded up: for a reserved item
+	// the wait until its tokens have been granted, for a denied one the wait
+	// until the same call would succeed; 0 when allowed outright.
+	RetryAfter int64
+	// Remaining is the tokens left after an OK item (negative: debt), or the
+	// tokens available now after a denied one. For a sharded limit it counts
+	// the two shards the call evaluated.
+	Remaining float64
+	// Charged holds the tokens taken from each of the item's shards, in the
+	// order of Item.Shards; a reservation hands them back on cancel.
+	Charged [2]float64
+}
+
+// Fresh returns the state of a missing record at now: a full bucket whose
+// window (fixed window) or refill (token bucket) starts now.
+func Fresh(p Params, now int64) State {
+	if p.Kind == FixedWindow {
+		return State{Value: p.Capacity, TS: WindowStart(p, now)}
+	}
+	return State{Value: p.Capacity, TS: now}
+}
+
+// WindowStart returns the start of the fixed window containing t: the
+// largest Phase + k·Period ≤ t.
+func WindowStart(p Params, t int64) int64 {
+	off := (t - p.Phase) % p.Period
+	if off < 0 {
+		off += p.Period
+	}
+	return t - off
+}
+
+// Refresh returns s advanced to now: the grants of every window started
+// (fixed window) or the refill (token bucket) since s.TS, capped at
+// Capacity. A now before s.TS (a clock stepping back) changes nothing.
+func Refresh(p Params, s State, now int64) State {
+	t := max(now, s.TS)
+	switch p.Kind {
+	case FixedWindow:
+		k := (t - s.TS) / p.Period
+		if k > 0 {
+			s.Value = math.Min(s.Value+float64(p.Rate*float64(k)), p.Capacity)
+			s.TS += k * p.Period
+		}
+	case TokenBucket:
+		s.Value = math.Min(s.Value+float64(t-s.TS)*p.Rate/float64(p.Period), p.Capacity)
+		s.TS = t
+	}
+	return s
+}
+
+// load is the state of rec at now: refreshed if found, fresh if missing.
+func load(p Params, rec Record, now int64) State {
+	if rec.Found {
+		return Refresh(p, rec.State, now)
+	}
+	return Fresh(p, now)
+}
+
+// Wait returns the milliseconds from now until d more tokens have been
+// granted to s, a state already refreshed to now. Not rounded.
+func Wait(p Params, s State, now int64, d float64) float64 {
+	if p.Kind == FixedWindow {
+		return float64(float64(p.Period)*math.Ceil(d/p.Rate)) + float64(s.TS-now)
+	}
+	return float64(max(now, s.TS)-now) + d*float64(p.Period)/p.Rate
+}
+
+// retryMillis rounds a wait up to whole milliseconds, within
+// [0, MaxRetryAfter].
+func retryMillis(w float64) int64 {
+	w = math.Ceil(w)
+	switch {
+	case !(w > 0): // also NaN
+		return 0
+	case w >= float64(MaxRetryAfter):
+		return MaxRetryAfter
+	}
+	return int64(w)
+}
+
+// denoise maps float noise just below zero to exactly zero.
+func denoise(v float64) float64 {
+	if v < 0 && v > -noise {
+		return 0
+	}
+	return v
+}
+
+// fitsDebt reports whether a value may be written by a reservation.
+func fitsDebt(p Params, v float64) bool {
+	return p.MaxReserved == 0 || -v <= p.MaxReserved
+}
+
+// Transition decides one call on one record: given the limit's params, the
+// record as stored (found false for a missing record), the time now in Unix
+// milliseconds, the count of tokens asked for and whether the call may
+// reserve, it returns the record's next state and the decision. The next
+// state must be stored only when the decision is OK and count > 0.
+//
+// Transition does not validate its inputs: the Limiter rejects invalid
+// configs and counts before any store sees them.
+func Transition(p Params, prev State, found bool, now int64, count float64, reserve bool) (State, Decision) {
+	s := load(p, Record{State: prev, Found: found}, now)
+	v := denoise(s.Value - count)
+	var d Decision
+	switch {
+	case v >= 0:
+		d.OK = true
+	case reserve && fitsDebt(p, v):
+		d.OK = true
+		d.RetryAfter = retryMillis(Wait(p, s, now, -v))
+	default:
+		deficit := -v
+		if reserve {
+			deficit -= p.MaxReserved
+		}
+		d.RetryAfter = retryMillis(Wait(p, s, now, deficit))
+		d.Remaining = s.Value
+		return s, d
+	}
+	d.Remaining = v
+	d.Charged[0] = count
+	s.Value = v
+	return s, d
+}
+
+// Mode is what an Op asks of a store.
+type Mode uint8
+
+const (
+	// ModeLimit decides and, when every item is OK, writes.
+	ModeLimit Mode = iota
+	// ModeCheck decides and writes nothing.
+	ModeCheck
+	// ModeRefund hands tokens back: each item has one shard, and its Count
+	// tokens are added to that record, capped at Capacity.
+	ModeRefund
+)
+
+// Op is one atomic call against a store: one or more items, decided
+// together. In ModeLimit either every item is OK and all their updates are
+// written, or nothing is written.
+type Op struct {
+	Mode Mode
+	// Now is the time of the call in Unix milliseconds.
+	Now int64
+	// Reserve lets the items take tokens they cannot have yet.
+	Reserve bool
+	// Items are the limits decided. Two items never name the same record.
+	Items []Item
+}
+
+// Item is one limit of an Op: the tokens asked of one (name, key) and the
+// records that may grant them.
+type Item struct {
+	Name  string
+	Key   string
+	Count float64
+	// Shards holds one record, or two for a sharded limit (power of two
+	// choices: the call may be granted by either or by both together).
+	Shards []Shard
+}
+
+// Shard is one record of an Item and its params.
+type Shard struct {
+	Index  int
+	Params Params
+}
+
+// RecordID names one record: a (limit name, key, shard). Two different
+// RecordIDs never share a record in any store.
+type RecordID struct {
+	Name  string
+	Key   string
+	Shard int
+}
+
+// NumRecords returns how many records op touches.
+func (op *Op) NumRecords() int {
+	n := 0
+	for i := range op.Items {
+		n += len(op.Items[i].Shards)
+	}
+	return n
+}
+
+// AppendRecordIDs appends the records op touches to dst, item by item and
+// shard by shard: the order of Evaluate's prev and next.
+func (op *Op) AppendRecordIDs(dst []RecordID) []RecordID {
+	for i := range op.Items {
+		it := &op.Items[i]
+		for _, sh := range it.Shards {
+			dst = append(dst, RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
+		}
+	}
+	return dst
+}
+
+// Evaluate decides op over the records it touches. prev holds them as
+// stored, in the order of AppendRecordIDs; Evaluate fills out (one Decision
+// per item) and next (one Update per record) and reports whether every
+// item is OK. A store that runs Evaluate reads prev, calls it, and writes
+// the updates marked Write, all atomically.
+func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
+	all := true
+	r := 0
+	for i := range op.Items {
+		it := &op.Items[i]
+		n := len(it.Shards)
+		switch {
+		case op.Mode == ModeRefund:
+			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.Count)
+		case n == 1:
+			out[i], next[r] = single(it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
+		default:
+			out[i], next[r], next[r+1] = pair(it.Shards[0].Params, it.Shards[1].Params,
+				prev[r], prev[r+1], op.Now, it.Count, op.Reserve)
+		}
+		all = all && out[i].OK
+		r += n
+	}
+	if op.Mode == ModeCheck || (op.Mode == ModeLimit && !all) {
+		for j := range next[:r] {
+			next[j].Write = false
+		}
+	}
+	return all
+}
+
+func single(p Params, rec Record, now int64, count float64, reserve bool) (Decision, Update) {
+	s, d := Transition(p, rec.State, rec.Found, now, count, reserve)
+	return d, Update{State: s, Write: d.OK && count > 0}
+}
+
+func refund(p Params, rec Record, now int64, count float64) (Decision, Update) {
+	if !rec.Found {
+		return Decision{OK: true, Remaining: p.Capacity}, Update{}
+	}
+	s := Refresh(p, rec.State, now)
+	s.Value = math.Min(s.Value+count, p.Capacity)
+	return Decision{OK: true, Remaining: s.Value}, Update{State: s, Write: true}
+}
+
+// pair decides a call on two shards of one limit (power of two choices):
+// the shard that grants it alone (the one left with more tokens if both
+// do); otherwise both together, debited so that they end with equal values
+// (water-filling: a shard already below that level is not charged);
+// otherwise denied with the larger of the two shards' waits.
+func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) (Decision, Update, Update) {
+	sa, sb := load(pa, ra, now), load(pb, rb, now)
+	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
+	var d Decision
+	ua, ub := Update{State: sa}, Update{State: sb}
+	if va >= 0 || vb >= 0 {
+		d.OK = true
+		if va >= vb {
+			ua.State.Value, ua.Write, d.Charged[0] = va, count > 0, count
+			d.Remaining = va + sb.Value
+		} else {
+			ub.State.Value, ub.Write, d.Charged[1] = vb, count > 0, count
+			d.Remaining = sa.Value + vb
+		}
+		return d, ua, ub
+	}
+	// Neither alone: spread the call so that both end at one level x, or,
+	// when one shard is already below x, charge the other alone.
+	na, nb := sa.Value, sb.Value
+	x := denoise((sa.Value + sb.Value - count) / 2)
+	switch {
+	case x <= sa.Value && x <= sb.Value:
+		na, nb = x, x
+	case sa.Value >= sb.Value:
+		na = va
+	default:
+		nb = vb
+	}
+	ok := na >= 0 && nb >= 0
+	if !ok && reserve {
+		ok = fitsDebt(pa, na) && fitsDebt(pb, nb)
+	}
+	if !ok {
+		da, db := count-sa.Value, count-sb.Value
+		if reserve {
+			da -= pa.MaxReserved
+			db -= pb.MaxReserved
+		}
+		d.RetryAfter = retryMillis(max(Wait(pa, sa, now, da), Wait(pb, sb, now, db)))
+		d.Remaining = sa.Value + sb.Value
+		return d, ua, ub
+	}
+	d.OK = true
+	d.Charged = [2]float64{sa.Value - na, sb.Value - nb}
+	var w float64
+	if na < 0 {
+		w = Wait(pa, sa, now, -na)
+	}
+	if nb < 0 {
+		w = max(w, Wait(pb, sb, now, -nb))
+	}
+	d.RetryAfter = retryMillis(w)
+	d.Remaining = na + nb
+	ua.State.Value, ua.Write = na, d.Charged[0] > 0
+	ub.State.Value, ub.Write = nb, d.Charged[1] > 0
+	return d, ua, ub
+}
+
+// FullAt returns the earliest Unix millisecond at which the record s would
+// be a full bucket again, so that a store may drop it from then on and
+// re-create it, by Fresh, exactly as it would have been.
+func FullAt(p Params, s State) int64 {
+	if s.Value >= p.Capacity {
+		return s.TS
+	}
+	short := p.Capacity - s.Value
+	if p.Kind == FixedWindow {
+		k := math.Ceil(short / p.Rate)
+		for range fullAtTries {
+			if s.Value+float64(p.Rate*k) >= p.Capacity {
+				return addMillis(s.TS, float64(p.Period)*k)
+			}
+			k++ // rounding left the grant a hair short
+		}
+		return Never
+	}
+	dt := math.Ceil(short * float64(p.Period) / p.Rate)
+	for range fullAtTries {
+		if s.Value+dt*p.Rate/float64(p.Period) >= p.Capacity {
+			return addMillis(s.TS, dt)
+		}
+		dt++
+	}
+	return Never
+}
+
+// Never is the FullAt of a record whose refill is too slow to compute:
+// keep it.
+const Never int64 = math.MaxInt64
+
+// fullAtTries bounds the search past a rounding shortfall; beyond it the
+// increments are below float precision and FullAt gives up (Never).
+const fullAtTries = 3
+
+// addMillis adds a float number of milliseconds to t, saturating.
+func addMillis(t int64, ms float64) int64 {
+	if ms >= float64(Never-t) {
+		return Never
+	}
+	return t + int64(ms)
+}

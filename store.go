@@ -1,0 +1,32 @@
+package ratelimit
+
+import "context"
+
+// Store keeps the state records of a Limiter. The Limiter decides what to
+// ask; a Store reads, decides (by Evaluate, or by a native port of it
+// proved equal by package storetest) and writes, atomically.
+//
+// Implementations must be safe for concurrent use by many goroutines and,
+// for shared stores, by many processes: under any interleaving, no more
+// tokens are granted than the semantics allow. Records of different
+// RecordIDs must never be confused, whatever bytes the names and keys hold.
+type Store interface {
+	// Apply decides op as Evaluate does over the records op touches, and
+	// writes the updates Evaluate marks, all in one atomic step. It fills
+	// out, which has one element per op item.
+	Apply(ctx context.Context, op *Op, out []Decision) error
+	// Load reads the records ids into out (same length); a missing record
+	// is Record{}. A store may report as missing a record whose bucket is
+	// full again (see FullAt).
+	Load(ctx context.Context, ids []RecordID, out []Record) error
+	// Delete removes the records ids; a missing one is not an error.
+	Delete(ctx context.Context, ids []RecordID) error
+}
+
+// TimeSource is implemented by a store configured to take the time from
+// its own clock (a server's) rather than from the Limiter's. Apply then
+// ignores Op.Now, and the Limiter asks Now when it needs the time itself.
+type TimeSource interface {
+	// Now returns the store's current time in Unix milliseconds.
+	Now(ctx context.Context) (int64, error)
+}

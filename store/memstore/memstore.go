@@ -1,0 +1,210 @@
+// Package memstore is an in-memory ratelimit.Store for a single process.
+//
+// Records live in maps split into stripes, each under its own mutex, so
+// that calls on different keys rarely contend; a call that touches several
+// records locks their stripes in a fixed order. A record is forgotten once
+// its bucket would be full again (ratelimit.FullAt): it then reads as
+// missing, which is the same full bucket, and every write also probes a
+// couple of records of its stripe and drops those that have expired, so
+// memory follows the keys active recently, not every key ever seen.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+const (
+	stripes = 64 // a power of two
+	// probes is how many records a write examines for expiry.
+	probes = 2
+)
+
+// Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
+// value is not usable: call New.
+type Store struct {
+	seed    maphash.Seed
+	stripes [stripes]stripe
+}
+
+type stripe struct {
+	mu   sync.Mutex
+	recs map[ratelimit.RecordID]entry
+	_    [40]byte // keep stripes on separate cache lines
+}
+
+type entry struct {
+	state   ratelimit.State
+	expires int64 // Unix ms from which the record reads as missing
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns an empty in-memory store.
+func New() *Store {
+	s := &Store{seed: maphash.MakeSeed()}
+	for i := range s.stripes {
+		s.stripes[i].recs = make(map[ratelimit.RecordID]entry)
+	}
+	return s
+}
+
+func (s *Store) stripeOf(id ratelimit.RecordID) int {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(id.Name)
+	h.WriteByte(0)
+	h.WriteString(id.Key)
+	return int((h.Sum64() + uint64(id.Shard)) & (stripes - 1))
+}
+
+// lock locks the stripes of ids (idx holds each id's stripe) in ascending
+// order, once each, and returns the function that unlocks them.
+func (s *Store) lock(idx []int) (unlock func()) {
+	if len(idx) == 1 { // the common case, without sorting
+		mu := &s.stripes[idx[0]].mu
+		mu.Lock()
+		return mu.Unlock
+	}
+	order := slices.Compact(slices.Sorted(slices.Values(idx)))
+	for _, i := range order {
+		s.stripes[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range order {
+			s.stripes[i].mu.Unlock()
+		}
+	}
+}
+
+// Apply implements ratelimit.Store.
+func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var (
+		idBuf   [4]ratelimit.RecordID
+		idxBuf  [4]int
+		prevBuf [4]ratelimit.Record
+		nextBuf [4]ratelimit.Update
+		parBuf  [4]ratelimit.Params
+	)
+	ids := op.AppendRecordIDs(idBuf[:0])
+	params := parBuf[:0]
+	for i := range op.Items {
+		for _, sh := range op.Items[i].Shards {
+			params = append(params, sh.Params)
+		}
+	}
+	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
+	next := append(nextBuf[:0], make([]ratelimit.Update, len(ids))...)
+	idx := idxBuf[:0]
+	for _, id := range ids {
+		idx = append(idx, s.stripeOf(id))
+	}
+	defer s.lock(idx)()
+	for i, id := range ids {
+		prev[i] = s.stripes[idx[i]].get(id, op.Now)
+	}
+	ratelimit.Evaluate(op, prev, out, next)
+	for i, u := range next {
+		if u.Write {
+			st := &s.stripes[idx[i]]
+			st.recs[ids[i]] = entry{state: u.State, expires: ratelimit.FullAt(params[i], u.State)}
+			st.sweep(op.Now)
+		}
+	}
+	return nil
+}
+
+func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
+	e, ok := st.recs[id]
+	if !ok || e.expires <= now {
+		return ratelimit.Record{}
+	}
+	return ratelimit.Record{State: e.state, Found: true}
+}
+
+// sweep examines a few records (map iteration starts at random) and drops
+// those that have expired.
+func (st *stripe) sweep(now int64) {
+	n := 0
+	for id, e := range st.recs {
+		if e.expires <= now {
+			delete(st.recs, id)
+		}
+		if n++; n == probes {
+			return
+		}
+	}
+}
+
+// Load implements ratelimit.Store. Records whose bucket is full again by
+// the time of the last write are reported as missing only once swept; the
+// Limiter refreshes what Load returns, so either answer is the same.
+func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		st := &s.stripes[s.stripeOf(id)]
+		st.mu.Lock()
+		e, ok := st.recs[id]
+		st.mu.Unlock()
+		out[i] = ratelimit.Record{State: e.state, Found: ok}
+	}
+	return nil
+}
+
+// Delete implements ratelimit.Store.
+func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		st := &s.stripes[s.stripeOf(id)]
+		st.mu.Lock()
+		delete(st.recs, id)
+		st.mu.Unlock()
+	}
+	return nil
+}
+
+// DeleteExpired drops every record whose bucket is full again at now and
+// returns how many it dropped. Writes already drop expired records a few
+// at a time; call this to reclaim memory at once, e.g. after a burst of
+// one-off keys.
+func (s *Store) DeleteExpired(now time.Time) int {
+	ms := now.UnixMilli()
+	n := 0
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		for id, e := range st.recs {
+			if e.expires <= ms {
+				delete(st.recs, id)
+				n++
+			}
+		}
+		st.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns how many records the store holds, expired ones included
+// until they are dropped.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		n += len(st.recs)
+		st.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,300 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/stretchr/testify/require"
+)
+
+// The differential tests drive the store under test and Model with the
+// same random sequence and require the same answers, bit for bit. A store
+// with a native port of the transition (Lua, SQL) is proved equal to the Go
+// function this way.
+
+var (
+	rates   = []float64{1, 2.5, 0.1, 7, 1000, 1.0 / 3}
+	periods = []int64{1, 7, 1000, 3000, 60_000, 3_600_000}
+)
+
+// randomParams draws one limit's params (without phase).
+func randomParams(rng *rand.Rand) ratelimit.Params {
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
+	if rng.IntN(2) == 0 {
+		p.Kind = ratelimit.TokenBucket
+	}
+	switch rng.IntN(3) {
+	case 0:
+		p.Capacity = p.Rate
+	case 1:
+		p.Capacity = p.Rate * 3
+	default:
+		p.Capacity = p.Rate * (0.5 + rng.Float64()*4)
+	}
+	switch rng.IntN(3) {
+	case 1:
+		p.MaxReserved = p.Capacity / 2
+	case 2:
+		p.MaxReserved = p.Capacity * 2.5
+	}
+	return p
+}
+
+// randomCount draws a count a call may ask of p (reaching up to two
+// records' capacity).
+func randomCount(rng *rand.Rand, p ratelimit.Params, reach float64) float64 {
+	switch rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return 1
+	case 2:
+		return math.Floor(rng.Float64() * p.Capacity * reach)
+	default:
+		return rng.Float64() * p.Capacity * reach
+	}
+}
+
+// randomStep moves now forward by a random amount, sometimes not at all,
+// sometimes far. The clock never steps back here: a store may drop a record
+// once its bucket is full, and after a step back past that moment a dropped
+// record (a full bucket) and Model's kept one (not quite full) differ, both
+// within the semantics. testClockBackwards covers steps back.
+func randomStep(rng *rand.Rand, period int64) int64 {
+	switch rng.IntN(8) {
+	case 0, 1:
+		return 0
+	case 2:
+		return period * rng.Int64N(5)
+	case 3:
+		return rng.Int64N(period*20 + 1)
+	default:
+		return rng.Int64N(period/2 + 2)
+	}
+}
+
+type universe struct {
+	names  []string
+	keys   []string
+	params map[string]ratelimit.Params
+	phases map[ratelimit.RecordID]int64
+}
+
+func newUniverse(rng *rand.Rand) *universe {
+	u := &universe{names: []string{"x", "y", "z"}, keys: []string{"k", "k2"},
+		params: map[string]ratelimit.Params{}, phases: map[ratelimit.RecordID]int64{}}
+	for _, n := range u.names {
+		u.params[n] = randomParams(rng)
+	}
+	return u
+}
+
+func (u *universe) shard(rng *rand.Rand, name, key string, idx int) ratelimit.Shard {
+	p := u.params[name]
+	id := ratelimit.RecordID{Name: name, Key: key, Shard: idx}
+	ph, ok := u.phases[id]
+	if !ok {
+		ph = rng.Int64N(p.Period)
+		u.phases[id] = ph
+	}
+	p.Phase = ph
+	return ratelimit.Shard{Index: idx, Params: p}
+}
+
+// randomOp draws an op over distinct records of the universe.
+func (u *universe) randomOp(rng *rand.Rand, now int64) *ratelimit.Op {
+	op := &ratelimit.Op{Now: now, Reserve: rng.IntN(3) == 0}
+	switch rng.IntN(6) {
+	case 0:
+		op.Mode = ratelimit.ModeCheck
+	case 1:
+		op.Mode = ratelimit.ModeRefund
+	}
+	used := map[ratelimit.RecordID]bool{}
+	for range 1 + rng.IntN(3) {
+		name, key := u.names[rng.IntN(len(u.names))], u.keys[rng.IntN(len(u.keys))]
+		n := 1
+		if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
+			n = 2
+		}
+		a := rng.IntN(3)
+		idx := []int{a, (a + 1 + rng.IntN(2)) % 3}[:n]
+		clash := false
+		for _, i := range idx {
+			clash = clash || used[ratelimit.RecordID{Name: name, Key: key, Shard: i}]
+		}
+		if clash {
+			continue
+		}
+		it := ratelimit.Item{Name: name, Key: key}
+		for _, i := range idx {
+			used[ratelimit.RecordID{Name: name, Key: key, Shard: i}] = true
+			it.Shards = append(it.Shards, u.shard(rng, name, key, i))
+		}
+		p := u.params[name]
+		it.Count = randomCount(rng, p, float64(n))
+		if !op.Reserve && it.Count > p.Capacity*float64(n) {
+			it.Count = p.Capacity * float64(n)
+		}
+		op.Items = append(op.Items, it)
+	}
+	return op
+}
+
+func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	for seed := range s.diffSeeds {
+		store, model := newStore(t), NewModel()
+		rng := rand.New(rand.NewPCG(uint64(seed), 0xd1ff))
+		u := newUniverse(rng)
+		now := epoch.UnixMilli()
+		for step := range s.diffSteps {
+			now += randomStep(rng, periods[rng.IntN(len(periods))])
+			op := u.randomOp(rng, now)
+			if len(op.Items) == 0 {
+				continue
+			}
+			got := make([]ratelimit.Decision, len(op.Items))
+			want := make([]ratelimit.Decision, len(op.Items))
+			require.NoError(t, model.Apply(ctx, op, want))
+			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
+			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+			if rng.IntN(4) == 0 {
+				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
+			}
+			if rng.IntN(25) == 0 {
+				ids := []ratelimit.RecordID{{Name: u.names[rng.IntN(3)], Key: u.keys[rng.IntN(2)], Shard: rng.IntN(3)}}
+				require.NoError(t, store.Delete(ctx, ids))
+				require.NoError(t, model.Delete(ctx, ids))
+			}
+		}
+		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
+	}
+}
+
+// compareRecords requires every record of the universe to read the same,
+// refreshed to now, from both stores (a store may have dropped a record
+// whose bucket is full again: it reads as the same full bucket).
+func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.Store, u *universe, now int64, where string) {
+	t.Helper()
+	var ids []ratelimit.RecordID
+	for _, n := range u.names {
+		for _, k := range u.keys {
+			for sh := range 3 {
+				ids = append(ids, ratelimit.RecordID{Name: n, Key: k, Shard: sh})
+			}
+		}
+	}
+	got := make([]ratelimit.Record, len(ids))
+	want := make([]ratelimit.Record, len(ids))
+	require.NoError(t, store.Load(ctx, ids, got), where)
+	require.NoError(t, model.Load(ctx, ids, want), where)
+	for i, id := range ids {
+		p := u.params[id.Name]
+		p.Phase = u.phases[id]
+		g := refreshed(p, got[i], now)
+		w := refreshed(p, want[i], now)
+		require.Equal(t, w, g, "%s: record %+v", where, id)
+	}
+}
+
+func refreshed(p ratelimit.Params, r ratelimit.Record, now int64) ratelimit.State {
+	if !r.Found {
+		return ratelimit.Fresh(p, now)
+	}
+	return ratelimit.Refresh(p, r.State, now)
+}
+
+func describe(op *ratelimit.Op) string {
+	s := fmt.Sprintf("mode %d now %d reserve %v:", op.Mode, op.Now, op.Reserve)
+	for _, it := range op.Items {
+		s += fmt.Sprintf(" [%s/%s count %v", it.Name, it.Key, it.Count)
+		for _, sh := range it.Shards {
+			s += fmt.Sprintf(" shard %d %+v", sh.Index, sh.Params)
+		}
+		s += "]"
+	}
+	return s
+}
+
+// testLimiterDifferential drives two Limiters, one over the store and one
+// over Model, with the same clock, shard choices and random calls of
+// Limit, Check, Reset and Value.
+func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	for seed := range s.diffSeeds {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x11))
+		cfg := randomConfig(rng)
+		mock := &stepClock{Mock: clock.NewMock(), now: epoch}
+		limits := ratelimit.Limits{"L": cfg}
+		got, err := ratelimit.New(newStore(t), limits, ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(uint64(seed), 1)))
+		require.NoError(t, err)
+		want, err := ratelimit.New(NewModel(), limits, ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(uint64(seed), 1)))
+		require.NoError(t, err)
+		p := ratelimit.Params{Capacity: cfg.Capacity, Period: cfg.Period.Milliseconds()}
+		if p.Capacity == 0 {
+			p.Capacity = cfg.Rate
+		}
+		for step := range s.diffSteps {
+			where := fmt.Sprintf("seed %d step %d config %+v", seed, step, cfg)
+			mock.now = mock.now.Add(time.Duration(randomStep(rng, p.Period)) * time.Millisecond)
+			key := []string{"a", "b"}[rng.IntN(2)]
+			var opts []ratelimit.CallOption
+			if rng.IntN(3) == 0 {
+				opts = append(opts, ratelimit.Reserve())
+			}
+			opts = append(opts, ratelimit.Count(randomCount(rng, p, 1.2)))
+			switch rng.IntN(10) {
+			case 0:
+				require.NoError(t, got.Reset(ctx, "L", key), where)
+				require.NoError(t, want.Reset(ctx, "L", key), where)
+			case 1, 2:
+				g, gerr := got.Value(ctx, "L", key)
+				w, werr := want.Value(ctx, "L", key)
+				require.Equal(t, werr, gerr, where)
+				require.Equal(t, w.Tokens, g.Tokens, where)
+				require.Equal(t, w.NextGrant, g.NextGrant, where)
+			case 3, 4:
+				g, gerr := got.Check(ctx, "L", key, opts...)
+				w, werr := want.Check(ctx, "L", key, opts...)
+				require.Equal(t, werr, gerr, where)
+				require.Equal(t, w, g, where)
+			default:
+				g, gerr := got.Limit(ctx, "L", key, opts...)
+				w, werr := want.Limit(ctx, "L", key, opts...)
+				require.Equal(t, werr, gerr, where)
+				require.Equal(t, w, g, where)
+			}
+		}
+	}
+}
+
+func randomConfig(rng *rand.Rand) ratelimit.Config {
+	p := randomParams(rng)
+	c := ratelimit.Config{Kind: p.Kind, Rate: p.Rate, Period: time.Duration(p.Period) * time.Millisecond, MaxReserved: p.MaxReserved}
+	if rng.IntN(2) == 0 {
+		c.Capacity = p.Capacity
+	}
+	if c.Kind == ratelimit.FixedWindow && rng.IntN(2) == 0 {
+		c.Start = epoch.Add(time.Duration(rng.Int64N(1e12)-5e11) * time.Millisecond)
+	}
+	if rng.IntN(3) == 0 {
+		c.Shards = 2 + rng.IntN(3)
+	}
+	return c
+}
+
+// stepClock is a clock for one goroutine whose Now is moved by hand
+// without the millisecond pause that clock.Mock takes on every move.
+type stepClock struct {
+	*clock.Mock
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time { return c.now }

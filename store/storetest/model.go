@@ -1,0 +1,71 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Model is the oracle of the suite: a store that keeps every record in a
+// map under one mutex and runs ratelimit.Evaluate, the one definition of
+// the semantics, with nothing else in the way. It never forgets a record.
+type Model struct {
+	mu   sync.Mutex
+	recs map[ratelimit.RecordID]ratelimit.State
+}
+
+var _ ratelimit.Store = (*Model)(nil)
+
+// NewModel returns an empty Model.
+func NewModel() *Model { return &Model{recs: make(map[ratelimit.RecordID]ratelimit.State)} }
+
+// Apply implements ratelimit.Store.
+func (m *Model) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := op.AppendRecordIDs(nil)
+	prev := make([]ratelimit.Record, len(ids))
+	next := make([]ratelimit.Update, len(ids))
+	for i, id := range ids {
+		s, ok := m.recs[id]
+		prev[i] = ratelimit.Record{State: s, Found: ok}
+	}
+	ratelimit.Evaluate(op, prev, out, next)
+	for i, u := range next {
+		if u.Write {
+			m.recs[ids[i]] = u.State
+		}
+	}
+	return nil
+}
+
+// Load implements ratelimit.Store.
+func (m *Model) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, id := range ids {
+		s, ok := m.recs[id]
+		out[i] = ratelimit.Record{State: s, Found: ok}
+	}
+	return nil
+}
+
+// Delete implements ratelimit.Store.
+func (m *Model) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		delete(m.recs, id)
+	}
+	return nil
+}

@@ -1,0 +1,464 @@
+// Package storetest is the conformance suite of ratelimit.Store: every store
+// of this project runs it, and so can a store written elsewhere, in a few
+// lines:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) ratelimit.Store { return mystore.New(...) })
+//	}
+//
+// The suite runs the project's golden vectors (computed by the reference
+// implementation of the semantics) through the public API; compares the
+// store step by step, to the last bit, with Model, which runs the pure
+// transition ratelimit.Evaluate; checks exactness under 64 goroutines;
+// checks that (name, key) pairs a naive encoding would confuse stay apart;
+// and checks Reset, Value, expiry, sharding and the all-or-nothing Op.
+package storetest
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// NewStore returns a fresh, empty store for one test. It may register
+// cleanups with t.Cleanup.
+type NewStore func(t *testing.T) ratelimit.Store
+
+// Option adjusts the suite.
+type Option func(*suite)
+
+type suite struct {
+	diffSeeds int
+	diffSteps int
+}
+
+// DifferentialRuns sets how many random sequences (seeds) and steps per
+// sequence the differential tests run. The defaults (40 × 150) take well
+// under a second on an in-memory store; a store with a slow medium may
+// lower them, never to zero.
+func DifferentialRuns(seeds, steps int) Option {
+	return func(s *suite) { s.diffSeeds, s.diffSteps = max(seeds, 1), max(steps, 1) }
+}
+
+// Run runs the whole suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore, opts ...Option) {
+	s := suite{diffSeeds: 40, diffSteps: 150}
+	for _, o := range opts {
+		o(&s)
+	}
+	t.Run("Vectors", func(t *testing.T) { TestVectors(t, newStore) })
+	t.Run("ApplyDifferential", func(t *testing.T) { testApplyDifferential(t, newStore, s) })
+	t.Run("LimiterDifferential", func(t *testing.T) { testLimiterDifferential(t, newStore, s) })
+	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
+	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
+	t.Run("Sharded", func(t *testing.T) { testSharded(t, newStore) })
+	t.Run("Confusable", func(t *testing.T) { testConfusable(t, newStore) })
+	t.Run("ResetValueExpiry", func(t *testing.T) { testResetValueExpiry(t, newStore) })
+	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
+	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
+	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
+}
+
+// epoch is where the suite's mock clocks start (2023-11-14T22:13:20Z).
+var epoch = time.UnixMilli(1_700_000_000_000)
+
+func newMock(at time.Time) *clock.Mock {
+	m := clock.NewMock()
+	m.Set(at)
+	return m
+}
+
+// TestVectors runs every golden scenario through the public API on fresh
+// stores made by newStore.
+func TestVectors(t *testing.T, newStore NewStore) {
+	scenarios, err := Scenarios()
+	require.NoError(t, err)
+	require.NotEmpty(t, scenarios)
+	ctx := context.Background()
+	for _, sc := range scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			cfg, err := sc.Config.Config()
+			require.NoError(t, err)
+			mock := newMock(time.UnixMilli(sc.Steps[0].NowMS))
+			lim, err := ratelimit.New(newStore(t), ratelimit.Limits{"vector": cfg}, ratelimit.WithClock(mock))
+			require.NoError(t, err)
+			for i, st := range sc.Steps {
+				mock.Set(time.UnixMilli(st.NowMS))
+				opts := []ratelimit.CallOption{ratelimit.Count(st.Count)}
+				if st.Reserve {
+					opts = append(opts, ratelimit.Reserve())
+				}
+				var res ratelimit.Result
+				switch st.Op {
+				case "reset":
+					require.NoError(t, lim.Reset(ctx, "vector", "key"), "step %d", i)
+					continue
+				case "check":
+					res, err = lim.Check(ctx, "vector", "key", opts...)
+				default:
+					res, err = lim.Limit(ctx, "vector", "key", opts...)
+				}
+				if st.Expect.Error != nil {
+					require.Error(t, err, "step %d: the reference rejects this call", i)
+					require.ErrorIs(t, err, ratelimit.ErrInvalidCount, "step %d", i)
+					continue
+				}
+				require.NoError(t, err, "step %d", i)
+				require.NotNil(t, st.Expect.OK, "step %d", i)
+				assert.Equal(t, *st.Expect.OK, res.OK, "step %d: ok", i)
+				assert.Equal(t, wantRetry(st.Expect.RetryAfter), res.RetryAfter, "step %d: retry-after", i)
+				if res.OK && st.Expect.Computed != nil {
+					assert.InDelta(t, st.Expect.Computed.Value, res.Remaining, 1e-9, "step %d: remaining", i)
+				}
+			}
+		})
+	}
+}
+
+// wantRetry converts the reference's retry-after to this library's:
+// rounded up to a whole millisecond. The reference divides where this
+// library multiplies first, which leaves it float noise of about 1e-9 ms
+// above a whole number (3600000.0000000005); that noise is not a wait.
+func wantRetry(ref *float64) time.Duration {
+	if ref == nil {
+		return 0
+	}
+	return time.Duration(math.Ceil(*ref-1e-6)) * time.Millisecond
+}
+
+// Hammer makes calls calls of Limit(name, key) from each of goroutines
+// goroutines at once, and returns how many were OK.
+func Hammer(ctx context.Context, lim *ratelimit.Limiter, name, key string, goroutines, calls int, opts ...ratelimit.CallOption) (granted int, err error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			n := 0
+			for range calls {
+				res, err := lim.Limit(ctx, name, key, opts...)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				if res.OK {
+					n++
+				}
+			}
+			mu.Lock()
+			granted += n
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		return granted, errs[0]
+	}
+	return granted, nil
+}
+
+func testContention(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 50, Period: time.Second, Capacity: 80, Start: time.UnixMilli(0)},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 60, Period: time.Minute, Capacity: 30},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+
+	// Fixed window: the first window grants the capacity, every later one
+	// exactly the rate, since each window is drained.
+	for w := range 4 {
+		mock.Set(epoch.Add(time.Duration(w) * time.Second))
+		granted, err := Hammer(ctx, lim, "fw", "hot", 64, 3)
+		require.NoError(t, err)
+		want := 50
+		if w == 0 {
+			want = 80
+		}
+		require.Equal(t, want, granted, "window %d", w)
+	}
+	// Token bucket, half-token counts: 30 tokens grant 60 calls, then 7s
+	// refill 7 tokens, 14 calls.
+	mock.Set(epoch)
+	granted, err := Hammer(ctx, lim, "tb", "hot", 64, 2, ratelimit.Count(0.5))
+	require.NoError(t, err)
+	require.Equal(t, 60, granted)
+	mock.Add(7 * time.Second)
+	granted, err = Hammer(ctx, lim, "tb", "hot", 64, 2, ratelimit.Count(0.5))
+	require.NoError(t, err)
+	require.Equal(t, 14, granted)
+}
+
+func testShardedContention(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 40, Period: time.Second, Shards: 4, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	total := 0
+	for w := range 6 {
+		mock.Set(epoch.Add(time.Duration(w) * time.Second))
+		granted, err := Hammer(ctx, lim, "fw", "hot", 32, 4, ratelimit.Count(1))
+		require.NoError(t, err)
+		require.LessOrEqual(t, granted, 40, "window %d: a sharded limit granted more than the unsharded one", w)
+		total += granted
+	}
+	// Power of two choices leaves little stranded: most of the 240 tokens
+	// of six windows are granted.
+	require.GreaterOrEqual(t, total, 200)
+}
+
+func testSharded(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+		"s": {Kind: ratelimit.FixedWindow, Rate: 40, Period: time.Minute, Shards: 4, Start: time.UnixMilli(0)},
+		"t": {Kind: ratelimit.TokenBucket, Rate: 20, Period: time.Minute, Shards: 2},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+
+	// One shard holds 10; a fresh sharded limit grants 15 from two shards.
+	res, err := lim.Limit(ctx, "s", "k", ratelimit.Count(15))
+	require.NoError(t, err)
+	require.True(t, res.OK, "a fresh sharded limit must grant a count above one shard's share")
+	st, err := lim.Value(ctx, "s", "k")
+	require.NoError(t, err)
+	require.InDelta(t, 25, st.Tokens, 1e-9)
+	require.Len(t, st.Shards, 4)
+	// Two shards of a 2-shard token bucket hold the whole capacity.
+	res, err = lim.Limit(ctx, "t", "k", ratelimit.Count(20))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "t", "k", ratelimit.Count(1))
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	_, err = lim.Limit(ctx, "s", "k", ratelimit.Count(21))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	require.NoError(t, lim.Reset(ctx, "s", "k"))
+	st, err = lim.Value(ctx, "s", "k")
+	require.NoError(t, err)
+	require.InDelta(t, 40, st.Tokens, 1e-9)
+}
+
+// Confusable returns (name, key) pairs that a store joining name and key
+// naively would map to the same record.
+func Confusable() [][2]string {
+	big := string(make([]byte, 1<<20))
+	bigX := big[:len(big)-1] + "x"
+	return [][2]string{
+		{"a:b", "c"}, {"a", "b:c"}, {"a", "b\x00c"}, {"a\x00b", "c"},
+		{"a", "{b}"}, {"{a}", "b"}, {"a", "b}"}, {"a", "{b"},
+		{"a", ""}, {"a", "\x00"}, {"a", "\xff\xfe"},
+		{"a", `b"c`}, {"a", "b'c"}, {"a'", "bc"},
+		{"a", big}, {"a", bigX},
+	}
+}
+
+func testConfusable(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(newStore(t), nil, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	cfg := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Hour, Start: time.UnixMilli(0)})
+	pairs := Confusable()
+	for i, p := range pairs {
+		res, err := lim.Limit(ctx, p[0], p[1], cfg, ratelimit.Count(3))
+		require.NoError(t, err)
+		require.True(t, res.OK, "pair %d (%.20q, %.20q) was charged by another pair", i, p[0], p[1])
+		for j, q := range pairs[i+1:] {
+			st, err := lim.Value(ctx, q[0], q[1], cfg)
+			require.NoError(t, err)
+			require.Equal(t, 3.0, st.Tokens, "charging pair %d (%.20q, %.20q) changed pair %d (%.20q, %.20q)",
+				i, p[0], p[1], i+1+j, q[0], q[1])
+		}
+	}
+}
+
+func testResetValueExpiry(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	start := epoch.Add(-15 * time.Second)
+	lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Capacity: 25, Start: start},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 6, Period: time.Minute, MaxReserved: 12},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+
+	st, err := lim.Value(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.Equal(t, 25.0, st.Tokens, "a missing record is a full bucket")
+	require.Equal(t, start.UnixMilli(), st.WindowStart.UnixMilli())
+	require.Equal(t, start.Add(time.Minute).UnixMilli(), st.NextGrant.UnixMilli())
+
+	res, err := lim.Limit(ctx, "fw", "k", ratelimit.Count(25))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Check(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Equal(t, 45*time.Second, res.RetryAfter)
+	st, err = lim.Value(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.Equal(t, 0.0, st.Tokens, "Check must not spend")
+
+	// Two windows later 20 tokens have been granted; three later, the cap.
+	mock.Add(2 * time.Minute)
+	st, err = lim.Value(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.Equal(t, 20.0, st.Tokens)
+	mock.Add(time.Minute)
+	st, err = lim.Value(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.Equal(t, 25.0, st.Tokens)
+	res, err = lim.Limit(ctx, "fw", "k", ratelimit.Count(25))
+	require.NoError(t, err)
+	require.True(t, res.OK, "a bucket full again (record expired or not) grants the capacity")
+
+	require.NoError(t, lim.Reset(ctx, "fw", "k"))
+	st, err = lim.Value(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.Equal(t, 25.0, st.Tokens, "reset gives a full bucket")
+	require.Equal(t, start.Add(3*time.Minute).UnixMilli(), st.WindowStart.UnixMilli(), "reset keeps the phase")
+	require.NoError(t, lim.Reset(ctx, "fw", "never-used"), "resetting a missing record is no error")
+
+	// A token bucket in debt: Value is negative, and it recovers with time.
+	res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(12), ratelimit.Reserve())
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.Equal(t, time.Minute, res.RetryAfter)
+	st, err = lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.Equal(t, -6.0, st.Tokens)
+	require.True(t, st.WindowStart.IsZero())
+	mock.Add(30 * time.Second)
+	st, err = lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.Equal(t, -3.0, st.Tokens)
+	mock.Add(time.Hour)
+	st, err = lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.Equal(t, 6.0, st.Tokens)
+}
+
+// opOf builds a one-record ModeLimit op.
+func itemOf(name, key string, count float64, p ratelimit.Params) ratelimit.Item {
+	return ratelimit.Item{Name: name, Key: key, Count: count, Shards: []ratelimit.Shard{{Index: 0, Params: p}}}
+}
+
+func loadOne(t *testing.T, s ratelimit.Store, p ratelimit.Params, id ratelimit.RecordID, now int64) float64 {
+	t.Helper()
+	out := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(context.Background(), []ratelimit.RecordID{id}, out))
+	if !out[0].Found {
+		return ratelimit.Fresh(p, now).Value
+	}
+	return ratelimit.Refresh(p, out[0].State, now).Value
+}
+
+func testAllOrNothing(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	s := newStore(t)
+	now := epoch.UnixMilli()
+	hour := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 2000, Period: 3_600_000, Capacity: 2000}
+	minute := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 33, Period: 60_000, Capacity: 33}
+	op := &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{
+		itemOf("hour", "k", 30, hour), itemOf("minute", "k", 30, minute)}}
+	out := make([]ratelimit.Decision, 2)
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.True(t, out[0].OK && out[1].OK)
+	// 30 more: the hour grants, the minute refuses, so neither is charged.
+	op.Now += 1000
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.True(t, out[0].OK)
+	require.False(t, out[1].OK)
+	require.Equal(t, 1970.0, loadOne(t, s, hour, ratelimit.RecordID{Name: "hour", Key: "k"}, op.Now),
+		"an item granted in a refused op must not be charged")
+	require.Equal(t, 3.0, loadOne(t, s, minute, ratelimit.RecordID{Name: "minute", Key: "k"}, op.Now))
+}
+
+func testRefund(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	s := newStore(t)
+	now := epoch.UnixMilli()
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	id := ratelimit.RecordID{Name: "r", Key: "k"}
+	out := make([]ratelimit.Decision, 1)
+	op := &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Reserve: true, Items: []ratelimit.Item{itemOf("r", "k", 14, p)}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.True(t, out[0].OK)
+	require.Equal(t, int64(24_000), out[0].RetryAfter)
+	require.Equal(t, -4.0, loadOne(t, s, p, id, now))
+	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: now, Items: []ratelimit.Item{itemOf("r", "k", 14, p)}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, 10.0, out[0].Remaining)
+	require.Equal(t, 10.0, loadOne(t, s, p, id, now))
+	// A refund never lifts a bucket above its capacity.
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, 10.0, loadOne(t, s, p, id, now))
+}
+
+func testContextCanceled(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	op := &ratelimit.Op{Now: epoch.UnixMilli(), Items: []ratelimit.Item{itemOf("c", "k", 1, p)}}
+	err := s.Apply(ctx, op, make([]ratelimit.Decision, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 10.0, loadOne(t, s, p, ratelimit.RecordID{Name: "c", Key: "k"}, op.Now),
+		"a canceled Apply must not have written")
+}
+
+// testClockBackwards checks that a clock stepping back neither mints nor
+// removes tokens: the state is judged at its own latest time.
+func testClockBackwards(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	for _, name := range []string{"fw", "tb"} {
+		res, err := lim.Limit(ctx, name, "k", ratelimit.Count(10))
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		mock.Add(2 * time.Minute)
+		res, err = lim.Limit(ctx, name, "k", ratelimit.Count(4))
+		require.NoError(t, err)
+		require.True(t, res.OK, name)
+		require.Equal(t, 6.0, res.Remaining, name)
+		mock.Add(-90 * time.Second) // back, into an earlier window
+		st, err := lim.Value(ctx, name, "k")
+		require.NoError(t, err)
+		require.Equal(t, 6.0, st.Tokens, "%s: a step back must not remove tokens", name)
+		res, err = lim.Limit(ctx, name, "k", ratelimit.Count(6))
+		require.NoError(t, err)
+		require.True(t, res.OK, name)
+		res, err = lim.Limit(ctx, name, "k", ratelimit.Count(1))
+		require.NoError(t, err)
+		require.False(t, res.OK, "%s: a step back must not mint tokens", name)
+		require.Greater(t, res.RetryAfter, time.Duration(0), name)
+		mock.Add(90 * time.Second)
+	}
+}
