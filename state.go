@@ -214,7 +214,9 @@ type Op struct {
 	Now int64
 	// Reserve lets the items take tokens they cannot have yet.
 	Reserve bool
-	// Items are the limits decided. Two items never name the same record.
+	// Items are the limits decided. They all have the same Key (so that a
+	// store may keep all records of one key together, e.g. in one Redis
+	// Cluster slot), and two items never name the same record.
 	Items []Item
 }
 

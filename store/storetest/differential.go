@@ -117,8 +117,9 @@ func (u *universe) randomOp(rng *rand.Rand, now int64) *ratelimit.Op {
 		op.Mode = ratelimit.ModeRefund
 	}
 	used := map[ratelimit.RecordID]bool{}
+	key := u.keys[rng.IntN(len(u.keys))] // an op's items share one key
 	for range 1 + rng.IntN(3) {
-		name, key := u.names[rng.IntN(len(u.names))], u.keys[rng.IntN(len(u.keys))]
+		name := u.names[rng.IntN(len(u.names))]
 		n := 1
 		if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
 			n = 2
