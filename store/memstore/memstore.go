@@ -14,6 +14,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -22,7 +23,7 @@ import (
 const (
 	stripes = 64 // a power of two
 	// probes is how many records a write examines for expiry.
-	probes = 2
+	probes = 4
 )
 
 // Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
@@ -30,6 +31,7 @@ const (
 type Store struct {
 	seed    maphash.Seed
 	stripes [stripes]stripe
+	sweeps  atomic.Uint32 // which stripe the next write sweeps
 }
 
 type stripe struct {
@@ -112,14 +114,34 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		prev[i] = s.stripes[idx[i]].get(id, op.Now)
 	}
 	ratelimit.Evaluate(op, prev, out, next)
+	wrote := false
 	for i, u := range next {
 		if u.Write {
-			st := &s.stripes[idx[i]]
-			st.recs[ids[i]] = entry{state: u.State, expires: ratelimit.FullAt(params[i], u.State)}
-			st.sweep(op.Now)
+			s.stripes[idx[i]].recs[ids[i]] = entry{state: u.State, expires: ratelimit.FullAt(params[i], u.State)}
+			wrote = true
 		}
 	}
+	if wrote {
+		s.sweep(op.Now, idx)
+	}
 	return nil
+}
+
+// sweep examines a few records of the next stripe in turn (map iteration
+// starts at random) and drops those that have expired. locked holds the
+// stripes the caller has locked; another stripe is swept only if its lock
+// is free, so that a write never waits for a sweep.
+func (s *Store) sweep(now int64, locked []int) {
+	i := int(s.sweeps.Add(1) & (stripes - 1))
+	st := &s.stripes[i]
+	if slices.Contains(locked, i) {
+		st.sweep(now)
+		return
+	}
+	if st.mu.TryLock() {
+		st.sweep(now)
+		st.mu.Unlock()
+	}
 }
 
 func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
@@ -130,8 +152,6 @@ func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
 	return ratelimit.Record{State: e.state, Found: true}
 }
 
-// sweep examines a few records (map iteration starts at random) and drops
-// those that have expired.
 func (st *stripe) sweep(now int64) {
 	n := 0
 	for id, e := range st.recs {

@@ -1,0 +1,276 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newMock() *clock.Mock {
+	m := clock.NewMock()
+	m.Set(t0)
+	return m
+}
+
+func TestNewRejectsInvalidConfigs(t *testing.T) {
+	valid := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}
+	tests := []struct {
+		name  string
+		edit  func(*ratelimit.Config)
+		field string
+	}{
+		{"zero kind", func(c *ratelimit.Config) { c.Kind = 0 }, "Kind"},
+		{"unknown kind", func(c *ratelimit.Config) { c.Kind = 9 }, "Kind"},
+		{"zero rate", func(c *ratelimit.Config) { c.Rate = 0 }, "Rate"},
+		{"negative rate", func(c *ratelimit.Config) { c.Rate = -1 }, "Rate"},
+		{"NaN rate", func(c *ratelimit.Config) { c.Rate = math.NaN() }, "Rate"},
+		{"infinite rate", func(c *ratelimit.Config) { c.Rate = math.Inf(1) }, "Rate"},
+		{"period under 1ms", func(c *ratelimit.Config) { c.Period = time.Microsecond }, "Period"},
+		{"period not whole ms", func(c *ratelimit.Config) { c.Period = 1500 * time.Microsecond }, "Period"},
+		{"negative capacity", func(c *ratelimit.Config) { c.Capacity = -3 }, "Capacity"},
+		{"NaN capacity", func(c *ratelimit.Config) { c.Capacity = math.NaN() }, "Capacity"},
+		{"infinite max reserved", func(c *ratelimit.Config) { c.MaxReserved = math.Inf(1) }, "MaxReserved"},
+		{"negative shards", func(c *ratelimit.Config) { c.Shards = -2 }, "Shards"},
+		{"start on a token bucket", func(c *ratelimit.Config) { c.Kind = ratelimit.TokenBucket; c.Start = t0 }, "Start"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid
+			tt.edit(&c)
+			_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"signup": c})
+			require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+			var ce *ratelimit.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, "signup", ce.Name)
+			assert.Equal(t, tt.field, ce.Field)
+			assert.Contains(t, err.Error(), `limit "signup"`)
+		})
+	}
+	_, err := ratelimit.New(nil, nil)
+	require.Error(t, err)
+}
+
+func TestBadCallsChangeNothing(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"fw":      {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
+		"bounded": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, MaxReserved: 5},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+
+	for _, count := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300} {
+		_, err := lim.Limit(ctx, "fw", "k", ratelimit.Count(count))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidCount, "count %v", count)
+	}
+	_, err = lim.Limit(ctx, "fw", "k", ratelimit.Count(10.5))
+	var ce *ratelimit.CountError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 10.0, ce.Max)
+	assert.Contains(t, err.Error(), "Reserve()")
+	_, err = lim.Limit(ctx, "bounded", "k", ratelimit.Count(15.5), ratelimit.Reserve())
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	res, err := lim.Limit(ctx, "bounded", "k", ratelimit.Count(15), ratelimit.Reserve())
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.NoError(t, lim.Reset(ctx, "bounded", "k"))
+
+	_, err = lim.Limit(ctx, "nope", "k")
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	assert.Contains(t, err.Error(), "WithConfig")
+	_, err = lim.Limit(ctx, "fw", "k", ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 99, Period: time.Minute}))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "an inline config may not redefine a declared limit")
+	_, err = lim.Limit(ctx, "inline", "k", ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: -1, Period: time.Minute}))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = lim.Limit(canceled, "fw", "k")
+	require.ErrorIs(t, err, context.Canceled)
+
+	for _, name := range []string{"fw", "bounded"} {
+		st, err := lim.Value(ctx, name, "k")
+		require.NoError(t, err)
+		assert.Equal(t, 10.0, st.Tokens, "%s: a rejected call must not spend", name)
+	}
+}
+
+func TestInlineConfig(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(memstore.New(), nil, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	cfg := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second})
+	for i := range 3 {
+		res, err := lim.Limit(ctx, "adhoc", "k", cfg)
+		require.NoError(t, err)
+		assert.Equal(t, i < 2, res.OK, "call %d", i)
+	}
+}
+
+func TestResultErr(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"sendMessage": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 1},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "sendMessage", "alice")
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	res, err = lim.Limit(ctx, "sendMessage", "alice")
+	require.NoError(t, err)
+	err = res.Err()
+	require.ErrorIs(t, err, ratelimit.ErrLimited)
+	var le *ratelimit.LimitError
+	require.ErrorAs(t, fmt.Errorf("send: %w", err), &le)
+	assert.Equal(t, "sendMessage", le.Name)
+	assert.Equal(t, "alice", le.Key)
+	assert.Equal(t, 6*time.Second, le.RetryAfter)
+}
+
+func TestDerivedPhase(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"h": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	starts := map[int64]bool{}
+	for i := range 200 {
+		st, err := lim.Value(ctx, "h", fmt.Sprint("user", i))
+		require.NoError(t, err)
+		starts[st.WindowStart.UnixMilli()] = true
+		// stable: the same key always has the same windows
+		again, err := lim.Value(ctx, "h", fmt.Sprint("user", i))
+		require.NoError(t, err)
+		require.Equal(t, st.WindowStart, again.WindowStart)
+	}
+	assert.Greater(t, len(starts), 190, "phases must spread across keys")
+
+	other, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"h": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+	}, ratelimit.WithClock(mock), ratelimit.WithPhaseSeed(42))
+	require.NoError(t, err)
+	a, _ := lim.Value(ctx, "h", "user0")
+	b, _ := other.Value(ctx, "h", "user0")
+	assert.NotEqual(t, a.WindowStart, b.WindowStart, "a seed moves the phases")
+}
+
+func TestFutureStartFixesOnlyThePhase(t *testing.T) {
+	ctx := context.Background()
+	start := t0.Add(90*24*time.Hour + 17*time.Minute)
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"launch": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: start},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "launch", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	require.True(t, res.OK, "a future Start must not keep the limit closed")
+	st, err := lim.Value(ctx, "launch", "k")
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(-43*time.Minute), st.WindowStart.UTC())
+}
+
+func TestShardChoiceIsInjectable(t *testing.T) {
+	ctx := context.Background()
+	run := func() []float64 {
+		lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+			"s": {Kind: ratelimit.FixedWindow, Rate: 80, Period: time.Minute, Shards: 8, Start: t0},
+		}, ratelimit.WithClock(newMock()), ratelimit.WithRand(rand.NewPCG(1, 2)))
+		require.NoError(t, err)
+		granted := 0
+		for range 20 {
+			res, err := lim.Limit(ctx, "s", "k", ratelimit.Count(3))
+			require.NoError(t, err)
+			if res.OK {
+				granted++
+			}
+		}
+		st, err := lim.Value(ctx, "s", "k")
+		require.NoError(t, err)
+		var per []float64
+		for _, sh := range st.Shards {
+			per = append(per, sh.Tokens)
+		}
+		assert.InDelta(t, 80-3*float64(granted), st.Tokens, 1e-9)
+		return per
+	}
+	assert.Equal(t, run(), run(), "the same source must choose the same shards")
+}
+
+func TestShardedCountValidation(t *testing.T) {
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"s": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 10},
+	})
+	require.NoError(t, err)
+	res, err := lim.Limit(context.Background(), "s", "k", ratelimit.Count(20))
+	require.NoError(t, err)
+	require.True(t, res.OK, "two fresh shards grant their 2×10 together")
+	_, err = lim.Limit(context.Background(), "s", "k", ratelimit.Count(21))
+	var ce *ratelimit.CountError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 20.0, ce.Max)
+	assert.Contains(t, err.Error(), "use at most 9 shards")
+}
+
+func TestKindText(t *testing.T) {
+	for _, in := range []string{"fixed window", "Fixed_Window", "fixedwindow"} {
+		var k ratelimit.Kind
+		require.NoError(t, k.UnmarshalText([]byte(in)))
+		assert.Equal(t, ratelimit.FixedWindow, k)
+	}
+	var k ratelimit.Kind
+	require.Error(t, k.UnmarshalText([]byte("leaky bucket")))
+	b, err := ratelimit.TokenBucket.MarshalText()
+	require.NoError(t, err)
+	assert.Equal(t, "token bucket", string(b))
+	_, err = ratelimit.Kind(0).MarshalText()
+	require.Error(t, err)
+}
+
+func TestMemstoreForgetsFullBuckets(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := memstore.New()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"tb":  {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"big": {Kind: ratelimit.TokenBucket, Rate: 1e6, Period: time.Second},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	for i := range 1000 {
+		_, err := lim.Limit(ctx, "tb", fmt.Sprint("one-off-", i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1000, store.Len())
+	mock.Add(99 * time.Millisecond) // one token refilled by 100 ms: not yet
+	assert.Equal(t, 0, store.DeleteExpired(mock.Now()))
+	mock.Add(time.Millisecond)
+	// Writes (of any limit and key) drop expired records a few at a time.
+	for i := range 300 {
+		res, err := lim.Limit(ctx, "big", fmt.Sprint("steady-", i%3))
+		require.NoError(t, err)
+		require.True(t, res.OK)
+	}
+	assert.Less(t, store.Len(), 1000-200, "writes must drop expired records as they go")
+	assert.Equal(t, store.Len()-3, store.DeleteExpired(mock.Now()))
+	assert.Equal(t, 3, store.Len())
+}
+
+func TestErrorsAreDistinct(t *testing.T) {
+	all := []error{ratelimit.ErrLimited, ratelimit.ErrUnknownLimit, ratelimit.ErrInvalidConfig, ratelimit.ErrInvalidCount}
+	for i, a := range all {
+		for j, b := range all {
+			assert.Equal(t, i == j, errors.Is(a, b))
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package ratelimit
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// t0 is the start of the timelines below (a whole minute, so that windows
+// of the fixed-window params, phase 0, start there).
+const t0 int64 = 1_700_000_040_000
+
+type step struct {
+	at      int64 // ms after t0
+	count   float64
+	reserve bool
+	ok      bool
+	retry   int64   // ms
+	remain  float64 // Remaining
+}
+
+func runTimeline(t *testing.T, p Params, steps []step) {
+	t.Helper()
+	var s State
+	found := false
+	for i, st := range steps {
+		next, d := Transition(p, s, found, t0+st.at, st.count, st.reserve)
+		assert.Equal(t, st.ok, d.OK, "step %d: ok", i)
+		assert.Equal(t, st.retry, d.RetryAfter, "step %d: retry-after", i)
+		assert.InDelta(t, st.remain, d.Remaining, 1e-12, "step %d: remaining", i)
+		if d.OK && st.count > 0 {
+			s, found = next, true
+		}
+	}
+}
+
+func TestTransitionFixedWindow(t *testing.T) {
+	p := Params{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 15}
+	runTimeline(t, p, []step{
+		{at: 0, count: 12, ok: true, remain: 3},            // fresh: full at capacity 15
+		{at: 10_000, count: 4, ok: false, retry: 50_000, remain: 3}, // one window grants 10
+		{at: 10_000, count: 3, ok: true, remain: 0},
+		{at: 60_000, count: 0, ok: true, remain: 10},                 // next window: +10
+		{at: 185_000, count: 15, ok: true, remain: 0},                // two more windows, capped at 15
+		{at: 186_000, count: 25, reserve: true, ok: true, retry: 174_000, remain: -25}, // 3 windows
+		{at: 187_000, count: 0, ok: false, retry: 173_000, remain: -25},                // owing
+	})
+}
+
+func TestTransitionTokenBucket(t *testing.T) {
+	p := Params{Kind: TokenBucket, Rate: 10, Period: 60_000, Capacity: 3, MaxReserved: 5}
+	runTimeline(t, p, []step{
+		{at: 0, count: 3, ok: true, remain: 0},
+		{at: 1_000, count: 1, ok: false, retry: 5_000, remain: 10.0 / 60},
+		{at: 6_000, count: 1, ok: true, remain: 0},
+		{at: 6_000, count: 5, reserve: true, ok: true, retry: 30_000, remain: -5},
+		{at: 6_000, count: 1, reserve: true, ok: false, retry: 6_000, remain: -5}, // until the debt fits MaxReserved
+		{at: 12_000, count: 1, reserve: true, ok: true, retry: 30_000, remain: -5},
+	})
+}
+
+func TestTransitionClockBackwards(t *testing.T) {
+	for _, p := range []Params{
+		{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 10},
+		{Kind: TokenBucket, Rate: 10, Period: 60_000, Capacity: 10},
+	} {
+		s, d := Transition(p, State{}, false, t0+120_000, 4, false)
+		require.True(t, d.OK)
+		// 30 s back: no tokens removed, ts not moved back, none minted.
+		back, d := Transition(p, s, true, t0+90_000, 6, false)
+		require.True(t, d.OK, p.Kind)
+		assert.Equal(t, s.TS, back.TS, p.Kind)
+		assert.Equal(t, 0.0, back.Value, p.Kind)
+		_, d = Transition(p, back, true, t0+90_000, 1, false)
+		assert.False(t, d.OK, p.Kind)
+		// the wait counts from the real now, past the stored time
+		assert.Greater(t, d.RetryAfter, int64(30_000), p.Kind)
+	}
+}
+
+func TestTransitionNoise(t *testing.T) {
+	// 0.1 + 0.2 - 0.3 leaves 5.6e-17 of float noise; it is no debt.
+	p := Params{Kind: TokenBucket, Rate: 1, Period: 1000, Capacity: 0.3}
+	s, d := Transition(p, State{Value: 0.1 + 0.2, TS: t0}, true, t0, 0.3, false)
+	require.True(t, d.OK)
+	assert.Equal(t, 0.0, s.Value)
+}
+
+func TestWindowStartAndPhase(t *testing.T) {
+	p := Params{Kind: FixedWindow, Period: 60_000, Phase: 7_000}
+	assert.Equal(t, int64(1_020_007_000-60_000*0), WindowStart(p, 1_020_007_000))
+	assert.Equal(t, int64(967_000), WindowStart(p, 1_000_000))
+	assert.Equal(t, int64(-53_000), WindowStart(p, -1)) // before the epoch: floor, not truncation
+	assert.Equal(t, int64(7_000), WindowStart(p, 7_000))
+}
+
+func TestFullAt(t *testing.T) {
+	fw := Params{Kind: FixedWindow, Rate: 0.1, Period: 1000, Capacity: 0.3}
+	tb := Params{Kind: TokenBucket, Rate: 0.1, Period: 1000, Capacity: 0.3}
+	for _, p := range []Params{fw, tb} {
+		for _, v := range []float64{-1.7, 0, 0.1, 0.2, 0.29999999999999993} {
+			s := State{Value: v, TS: t0}
+			at := FullAt(p, s)
+			require.GreaterOrEqual(t, at, s.TS)
+			// Full at FullAt, exactly as a fresh record would be...
+			assert.Equal(t, p.Capacity, Refresh(p, s, at).Value, "%v from %v", p.Kind, v)
+			// ...and not a millisecond (fixed window: a window) earlier.
+			before := at - 1
+			if p.Kind == FixedWindow {
+				before = at - p.Period
+			}
+			assert.Less(t, Refresh(p, s, before).Value, p.Capacity, "%v from %v", p.Kind, v)
+		}
+	}
+	assert.Equal(t, int64(t0), FullAt(fw, State{Value: 0.3, TS: t0}))
+	// A refill too slow to compute never expires.
+	assert.Equal(t, Never, FullAt(Params{Kind: TokenBucket, Rate: 1e-300, Period: 1, Capacity: 1}, State{TS: t0}))
+}
+
+func TestRetryMillis(t *testing.T) {
+	assert.Equal(t, int64(0), retryMillis(math.NaN()))
+	assert.Equal(t, int64(0), retryMillis(-3))
+	assert.Equal(t, int64(167), retryMillis(166.00000001))
+	assert.Equal(t, MaxRetryAfter, retryMillis(math.Inf(1)))
+}
+
+func TestEvaluatePair(t *testing.T) {
+	p := Params{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	op := func(count float64, reserve bool) *Op {
+		return &Op{Now: t0, Reserve: reserve, Items: []Item{{Name: "n", Key: "k", Count: count,
+			Shards: []Shard{{Index: 0, Params: p}, {Index: 1, Params: p}}}}}
+	}
+	out := make([]Decision, 1)
+	next := make([]Update, 2)
+	prev := []Record{{State: State{Value: 4, TS: t0}, Found: true}, {State: State{Value: 7, TS: t0}, Found: true}}
+
+	// One shard suffices: the one left with more tokens.
+	require.True(t, Evaluate(op(3, false), prev, out, next))
+	assert.False(t, next[0].Write)
+	assert.Equal(t, Update{State: State{Value: 4, TS: t0}, Write: true}, next[1])
+	assert.Equal(t, [2]float64{0, 3}, out[0].Charged)
+
+	// Neither alone, both together: debited to equal values.
+	require.True(t, Evaluate(op(9, false), prev, out, next))
+	assert.Equal(t, 1.0, next[0].State.Value)
+	assert.Equal(t, 1.0, next[1].State.Value)
+	assert.Equal(t, [2]float64{3, 6}, out[0].Charged)
+	assert.Equal(t, 2.0, out[0].Remaining)
+
+	// Not even together: denied, the larger wait, nothing written.
+	require.False(t, Evaluate(op(12, false), prev, out, next))
+	assert.False(t, next[0].Write || next[1].Write)
+	assert.Equal(t, int64(60_000), out[0].RetryAfter)
+
+	// A reservation: a shard in debt is not charged to lift the other.
+	prev[0].State.Value = -5
+	require.True(t, Evaluate(op(9, true), prev, out, next))
+	assert.False(t, next[0].Write)
+	assert.Equal(t, -2.0, next[1].State.Value)
+	assert.Equal(t, int64(60_000), out[0].RetryAfter)
+}
+
+func TestEvaluateAllOrNothingAndCheck(t *testing.T) {
+	p := Params{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	op := &Op{Now: t0, Items: []Item{
+		{Name: "a", Key: "k", Count: 5, Shards: []Shard{{Params: p}}},
+		{Name: "b", Key: "k", Count: 11, Shards: []Shard{{Params: Params{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: 20}}}},
+	}}
+	prev := []Record{{}, {State: State{Value: 3, TS: t0}, Found: true}}
+	out := make([]Decision, 2)
+	next := make([]Update, 2)
+	assert.False(t, Evaluate(op, prev, out, next))
+	assert.True(t, out[0].OK)
+	assert.False(t, out[1].OK)
+	assert.False(t, next[0].Write || next[1].Write, "a refused op writes nothing")
+	op.Items[1].Count = 2
+	op.Mode = ModeCheck
+	assert.True(t, Evaluate(op, prev, out, next))
+	assert.False(t, next[0].Write || next[1].Write, "a check writes nothing")
+	op.Mode = ModeLimit
+	assert.True(t, Evaluate(op, prev, out, next))
+	assert.True(t, next[0].Write && next[1].Write)
+}
