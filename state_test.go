@@ -39,11 +39,11 @@ func runTimeline(t *testing.T, p Params, steps []step) {
 func TestTransitionFixedWindow(t *testing.T) {
 	p := Params{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 15}
 	runTimeline(t, p, []step{
-		{at: 0, count: 12, ok: true, remain: 3},            // fresh: full at capacity 15
+		{at: 0, count: 12, ok: true, remain: 3},                     // fresh: full at capacity 15
 		{at: 10_000, count: 4, ok: false, retry: 50_000, remain: 3}, // one window grants 10
 		{at: 10_000, count: 3, ok: true, remain: 0},
-		{at: 60_000, count: 0, ok: true, remain: 10},                 // next window: +10
-		{at: 185_000, count: 15, ok: true, remain: 0},                // two more windows, capped at 15
+		{at: 60_000, count: 0, ok: true, remain: 10},                                   // next window: +10
+		{at: 185_000, count: 15, ok: true, remain: 0},                                  // two more windows, capped at 15
 		{at: 186_000, count: 25, reserve: true, ok: true, retry: 174_000, remain: -25}, // 3 windows
 		{at: 187_000, count: 0, ok: false, retry: 173_000, remain: -25},                // owing
 	})
