@@ -1,0 +1,139 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+)
+
+// The README's quick start: named limits declared once, calls by name and
+// key. (A mock clock makes the output repeatable; production leaves
+// WithClock out.)
+func Example() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	mock.Set(time.Date(2024, 1, 1, 9, 0, 0, 0, time.UTC))
+
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"freeTrialSignUp": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
+		"sendMessage":     {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	for i := range 4 {
+		res, err := lim.Limit(ctx, "sendMessage", "user-42")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("message %d: ok=%v remaining=%v retryAfter=%v\n", i+1, res.OK, res.Remaining, res.RetryAfter)
+	}
+	// Output:
+	// message 1: ok=true remaining=2 retryAfter=0s
+	// message 2: ok=true remaining=1 retryAfter=0s
+	// message 3: ok=true remaining=0 retryAfter=0s
+	// message 4: ok=false remaining=0 retryAfter=6s
+}
+
+// Rollover: a fixed window grants Rate tokens at the start of each window,
+// and what is left over rolls over, up to Capacity.
+func Example_rollover() {
+	ctx := context.Background()
+	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	mock := clock.NewMock()
+	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Capacity: 150, Start: start},
+	}, ratelimit.WithClock(mock))
+
+	for _, call := range []struct {
+		at    time.Duration
+		count float64
+	}{{30 * time.Minute, 15}, {45 * time.Minute, 15}, {90 * time.Minute, 30}, {150 * time.Minute, 150}} {
+		mock.Set(start.Add(call.at))
+		res, _ := lim.Limit(ctx, "api", "team-1", ratelimit.Count(call.count))
+		fmt.Printf("%v: use %v → ok=%v, %v left\n", call.at, call.count, res.OK, res.Remaining)
+	}
+	// Output:
+	// 30m0s: use 15 → ok=true, 135 left
+	// 45m0s: use 15 → ok=true, 120 left
+	// 1h30m0s: use 30 → ok=true, 120 left
+	// 2h30m0s: use 150 → ok=true, 0 left
+}
+
+// Reserving capacity: a job that must run, not be refused, takes tokens it
+// cannot have yet and learns when it may run. A reservation that would owe
+// more than MaxReserved is refused with the wait until it would fit.
+func Example_reserve() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"llm": {Kind: ratelimit.TokenBucket, Rate: 40000, Period: time.Minute, MaxReserved: 20000},
+	}, ratelimit.WithClock(mock))
+
+	for _, tokens := range []float64{30000, 20000, 25000} {
+		res, _ := lim.Limit(ctx, "llm", "", ratelimit.Count(tokens), ratelimit.Reserve())
+		fmt.Printf("%v tokens: ok=%v reserved=%v retryAfter=%v\n", tokens, res.OK, res.Reserved(), res.RetryAfter)
+	}
+	// Output:
+	// 30000 tokens: ok=true reserved=false retryAfter=0s
+	// 20000 tokens: ok=true reserved=true retryAfter=15s
+	// 25000 tokens: ok=false reserved=false retryAfter=22.5s
+}
+
+// Callers who prefer errors use Result.Err: errors.Is matches ErrLimited,
+// errors.As gives the name, key and retry-after.
+func ExampleResult_Err() {
+	ctx := context.Background()
+	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"login": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(clock.NewMock()))
+
+	for range 2 {
+		res, err := lim.Limit(ctx, "login", "alice@example.com")
+		if err != nil {
+			panic(err)
+		}
+		var le *ratelimit.LimitError
+		if err := res.Err(); errors.As(err, &le) {
+			fmt.Printf("limited: %v; %q may retry in %v\n", errors.Is(err, ratelimit.ErrLimited), le.Key, le.RetryAfter)
+		} else {
+			fmt.Println("logged in")
+		}
+	}
+	// Output:
+	// logged in
+	// limited: true; "alice@example.com" may retry in 1m0s
+}
+
+// Value reports the tokens available now without spending any.
+func ExampleLimiter_Value() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"export": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(mock))
+	mock.Add(20 * time.Minute)
+	_, _ = lim.Limit(ctx, "export", "acme", ratelimit.Count(2))
+	st, _ := lim.Value(ctx, "export", "acme")
+	fmt.Printf("%v tokens, next grant at %s\n", st.Tokens, st.NextGrant.UTC().Format("15:04"))
+	// Output:
+	// 3 tokens, next grant at 01:00
+}
+
+// An invalid config is refused when the limiter is built, with an error
+// that names the limit and the field.
+func ExampleNew_invalidConfig() {
+	_, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"search": {Kind: ratelimit.TokenBucket, Rate: 0, Period: time.Second},
+	})
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, ratelimit.ErrInvalidConfig))
+	// Output:
+	// ratelimit: limit "search": Rate is 0: it must be a finite number of tokens > 0
+	// true
+}
