@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -233,14 +234,14 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("ratelimit: limit %q: %w", name, err)
 	}
-	var shards [2]Shard
-	item := Item{Name: name, Key: key, Count: c.count, Shards: l.pickShards(lim, key, shards[:0])}
-	op := Op{Mode: mode, Now: l.clock.Now().UnixMilli(), Reserve: c.reserve, Items: []Item{item}}
-	var out [1]Decision
-	if err := l.store.Apply(ctx, &op, out[:]); err != nil {
+	b := opBufs.Get().(*opBuf)
+	defer b.release()
+	b.items[0] = Item{Name: name, Key: key, Count: c.count, Shards: l.pickShards(lim, key, b.shards[:0])}
+	b.op = Op{Mode: mode, Now: l.clock.Now().UnixMilli(), Reserve: c.reserve, Items: b.items[:]}
+	if err := l.store.Apply(ctx, &b.op, b.out[:]); err != nil {
 		return Result{}, fmt.Errorf("ratelimit: limit %q: store: %w", name, err)
 	}
-	d := out[0]
+	d := b.out[0]
 	return Result{
 		OK:         d.OK,
 		RetryAfter: time.Duration(d.RetryAfter) * time.Millisecond,
@@ -249,6 +250,22 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 		Key:        key,
 		Count:      c.count,
 	}, nil
+}
+
+// opBuf holds the op of one single-limit call, reused across calls so
+// that the hot path does not allocate it.
+type opBuf struct {
+	op     Op
+	items  [1]Item
+	shards [2]Shard
+	out    [1]Decision
+}
+
+var opBufs = sync.Pool{New: func() any { return new(opBuf) }}
+
+func (b *opBuf) release() {
+	*b = opBuf{} // drop references to names and keys
+	opBufs.Put(b)
 }
 
 // pickShards appends the shard(s) a call on (lim, key) evaluates.

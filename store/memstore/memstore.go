@@ -65,22 +65,23 @@ func (s *Store) stripeOf(id ratelimit.RecordID) int {
 	return int((h.Sum64() + uint64(id.Shard)) & (stripes - 1))
 }
 
-// lock locks the stripes of ids (idx holds each id's stripe) in ascending
-// order, once each, and returns the function that unlocks them.
-func (s *Store) lock(idx []int) (unlock func()) {
-	if len(idx) == 1 { // the common case, without sorting
-		mu := &s.stripes[idx[0]].mu
-		mu.Lock()
-		return mu.Unlock
+// lock locks the stripes idx (each record's stripe) in ascending order,
+// once each, and returns the stripes locked, for unlock.
+func (s *Store) lock(idx, order []int) []int {
+	order = append(order, idx...)
+	if len(order) > 1 {
+		slices.Sort(order)
+		order = slices.Compact(order)
 	}
-	order := slices.Compact(slices.Sorted(slices.Values(idx)))
 	for _, i := range order {
 		s.stripes[i].mu.Lock()
 	}
-	return func() {
-		for _, i := range order {
-			s.stripes[i].mu.Unlock()
-		}
+	return order
+}
+
+func (s *Store) unlock(order []int) {
+	for _, i := range order {
+		s.stripes[i].mu.Unlock()
 	}
 }
 
@@ -92,6 +93,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	var (
 		idBuf   [4]ratelimit.RecordID
 		idxBuf  [4]int
+		ordBuf  [4]int
 		prevBuf [4]ratelimit.Record
 		nextBuf [4]ratelimit.Update
 		parBuf  [4]ratelimit.Params
@@ -109,7 +111,8 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	for _, id := range ids {
 		idx = append(idx, s.stripeOf(id))
 	}
-	defer s.lock(idx)()
+	order := s.lock(idx, ordBuf[:0])
+	defer s.unlock(order)
 	for i, id := range ids {
 		prev[i] = s.stripes[idx[i]].get(id, op.Now)
 	}

@@ -1,0 +1,65 @@
+// Package ratelimit is a token-granting rate limiter with named limits and
+// pluggable stores.
+//
+// Limits are declared once, by name, and called by name and key:
+//
+//	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+//		"freeTrialSignUp": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
+//		"sendMessage":     {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
+//	})
+//	res, err := lim.Limit(ctx, "sendMessage", userID)
+//	if !res.OK {
+//		// refuse, and tell the client to come back after res.RetryAfter
+//	}
+//
+// # Fixed windows and rollover
+//
+// A FixedWindow limit grants Rate tokens at the start of every window of
+// length Period, capped at Capacity (Rate by default). Tokens not spent in
+// one window roll over into the next, up to the cap: with Rate 100 and
+// Capacity 150, a quiet hour lets the next one spend 150. A call spends
+// Count tokens (1 by default) and is allowed when that many are there.
+//
+// # Token buckets
+//
+// A TokenBucket limit refills continuously, Rate tokens per Period, capped
+// at Capacity; a call waits only as long as its missing tokens take to
+// refill.
+//
+// # Phase
+//
+// Windows begin at Start + k·Period. Without Start, each key gets its own
+// phase, derived from a hash of the limit's name and the key, so that the
+// clients of many keys do not all retry at one instant; every process
+// agrees on it without a read. A Start in the future only fixes the phase.
+//
+// # Reservations
+//
+// A call with Reserve may take tokens the bucket does not have yet: it is
+// OK with a RetryAfter that says when they will have been granted, and the
+// bucket owes them (MaxReserved bounds the debt). Later calls see the debt.
+//
+// # Results and errors
+//
+// Being rate limited is not an error: Limit returns a Result whose OK is
+// false and whose RetryAfter says how long until the same call would
+// succeed. Result.Err turns it into a *LimitError for callers who prefer
+// errors. Errors are for bad input (ErrUnknownLimit, ErrInvalidConfig,
+// ErrInvalidCount), done contexts and store failures.
+//
+// # Stores
+//
+// The state of each (name, key) lives in a Store: store/memstore in
+// memory, store/boltstore in an embedded file, store/redisstore and
+// store/pgstore on servers shared by a fleet. The semantics are defined
+// once, by the pure functions of state.go (Transition, Evaluate); every
+// store runs them or a native port proved equal to them by the
+// store/storetest suite.
+//
+// # Time
+//
+// The Limiter reads time from an injected clock (WithClock); tests use a
+// mock clock and never sleep. Inside the state, times are Unix
+// milliseconds, and a clock that steps backwards neither mints nor removes
+// tokens.
+package ratelimit
