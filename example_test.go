@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -136,4 +137,45 @@ func ExampleNew_invalidConfig() {
 	// Output:
 	// ratelimit: limit "search": Rate is 0: it must be a finite number of tokens > 0
 	// true
+}
+
+// Scheduling a batch: 50 jobs against a limit of 10 per second. Each job
+// reserves its token and runs when the token has been granted, instead of
+// being refused.
+func ExampleLimiter_Reserve() {
+	ctx := context.Background()
+	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	mock := clock.NewMock()
+	mock.Set(start)
+	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"email": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Start: start},
+	}, ratelimit.WithClock(mock))
+
+	var mu sync.Mutex
+	ranAt := make([]time.Duration, 50)
+	var wg sync.WaitGroup
+	for job := range 50 {
+		r, err := lim.Reserve(ctx, "email", "newsletter")
+		if err != nil || !r.OK() {
+			panic(fmt.Sprint("not reserved: ", err))
+		}
+		wg.Add(1)
+		r.AfterFunc(func() {
+			defer wg.Done()
+			mu.Lock()
+			ranAt[job] = mock.Now().Sub(start)
+			mu.Unlock()
+		})
+	}
+	mock.Add(5 * time.Second) // the mock clock fires the jobs in time order
+	wg.Wait()
+	for first := 0; first < 50; first += 10 {
+		fmt.Printf("jobs %2d-%2d ran at %v\n", first+1, first+10, ranAt[first:first+10])
+	}
+	// Output:
+	// jobs  1-10 ran at [0s 0s 0s 0s 0s 0s 0s 0s 0s 0s]
+	// jobs 11-20 ran at [1s 1s 1s 1s 1s 1s 1s 1s 1s 1s]
+	// jobs 21-30 ran at [2s 2s 2s 2s 2s 2s 2s 2s 2s 2s]
+	// jobs 31-40 ran at [3s 3s 3s 3s 3s 3s 3s 3s 3s 3s]
+	// jobs 41-50 ran at [4s 4s 4s 4s 4s 4s 4s 4s 4s 4s]
 }

@@ -224,24 +224,43 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 	for _, o := range opts {
 		o(&c)
 	}
+	res, _, err := l.do(ctx, mode, name, key, c)
+	return res, err
+}
+
+// charge records which shards an OK call charged, and how much, so that a
+// reservation can hand the tokens back.
+type charge struct {
+	shards [2]Shard
+	amount [2]float64
+	n      int
+}
+
+// do decides one call of one limit.
+func (l *Limiter) do(ctx context.Context, mode Mode, name, key string, c call) (Result, charge, error) {
+	var ch charge
 	lim, err := l.resolve(name, c.cfg)
 	if err != nil {
-		return Result{}, err
+		return Result{}, ch, err
 	}
 	if err := lim.checkCount(c.count, c.reserve); err != nil {
-		return Result{}, err
+		return Result{}, ch, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("ratelimit: limit %q: %w", name, err)
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", name, err)
 	}
 	b := opBufs.Get().(*opBuf)
 	defer b.release()
 	b.items[0] = Item{Name: name, Key: key, Count: c.count, Shards: l.pickShards(lim, key, b.shards[:0])}
 	b.op = Op{Mode: mode, Now: l.clock.Now().UnixMilli(), Reserve: c.reserve, Items: b.items[:]}
 	if err := l.store.Apply(ctx, &b.op, b.out[:]); err != nil {
-		return Result{}, fmt.Errorf("ratelimit: limit %q: store: %w", name, err)
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: store: %w", name, err)
 	}
 	d := b.out[0]
+	if d.OK {
+		ch.n = copy(ch.shards[:], b.items[0].Shards)
+		ch.amount = d.Charged
+	}
 	return Result{
 		OK:         d.OK,
 		RetryAfter: time.Duration(d.RetryAfter) * time.Millisecond,
@@ -249,7 +268,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 		Name:       name,
 		Key:        key,
 		Count:      c.count,
-	}, nil
+	}, ch, nil
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so

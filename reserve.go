@@ -1,0 +1,161 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Reservation is capacity taken for a job that may have to wait for it:
+// the answer to Limiter.Reserve. When OK, the tokens are the job's, and
+// Time says when the job may run; the job's owner waits for that moment
+// (Wait), has a function run then (AfterFunc), or hands the tokens back
+// (Cancel) when the job will not run. A Reservation is safe for
+// concurrent use.
+type Reservation struct {
+	lim    *Limiter
+	res    Result
+	at     time.Time
+	charge charge
+
+	mu       sync.Mutex
+	canceled bool
+}
+
+// Reserve takes Count tokens (default 1) of the named limit for key, for a
+// job that may run once they have been granted: now if they are there,
+// later if the bucket may owe them (up to MaxReserved). A reservation
+// refused by MaxReserved is not OK, and its RetryAfter says how long until
+// it would fit. The error is for bad input, a done context or a store
+// failure, as for Limit.
+func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOption) (*Reservation, error) {
+	c := call{count: 1}
+	for _, o := range opts {
+		o(&c)
+	}
+	c.reserve = true
+	now := l.clock.Now()
+	res, ch, err := l.do(ctx, ModeLimit, name, key, c)
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{lim: l, res: res, at: now.Add(res.RetryAfter), charge: ch}, nil
+}
+
+// OK reports whether the reservation was granted.
+func (r *Reservation) OK() bool { return r.res.OK }
+
+// Result returns the decision behind the reservation.
+func (r *Reservation) Result() Result { return r.res }
+
+// Time returns when the job may run: the time of the reservation plus its
+// RetryAfter. For a refused reservation, when the same reservation would
+// have fit.
+func (r *Reservation) Time() time.Time { return r.at }
+
+// Delay returns how long from now, on the Limiter's clock, until the job
+// may run; 0 when it may run now.
+func (r *Reservation) Delay() time.Duration {
+	return max(r.at.Sub(r.lim.clock.Now()), 0)
+}
+
+// ErrReservationCanceled is returned by Wait on a canceled reservation.
+var ErrReservationCanceled = fmt.Errorf("ratelimit: reservation canceled")
+
+// Wait blocks until the job may run, on the Limiter's clock. It returns at
+// once with an error, and hands the tokens back, when the reservation was
+// refused (a *LimitError), was canceled, or the context's deadline comes
+// before the job's time (an error matching context.DeadlineExceeded); if
+// the context is done while waiting, the tokens are handed back and its
+// error returned. Use a context made by the Limiter's clock
+// (clock.WithTimeout) when that clock is a mock.
+func (r *Reservation) Wait(ctx context.Context) error {
+	if !r.res.OK {
+		return r.res.Err()
+	}
+	if r.isCanceled() {
+		return ErrReservationCanceled
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
+		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
+			r.res.Name, r.at, dl, context.DeadlineExceeded)
+		return r.cancelWith(ctx, err)
+	}
+	d := r.Delay()
+	if d == 0 {
+		return ctx.Err()
+	}
+	t := r.lim.clock.Timer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return r.cancelWith(context.WithoutCancel(ctx), ctx.Err())
+	}
+}
+
+// cancelWith hands the tokens back and returns err, joined with the
+// refund's failure if any.
+func (r *Reservation) cancelWith(ctx context.Context, err error) error {
+	if cerr := r.Cancel(ctx); cerr != nil {
+		return fmt.Errorf("%w (and the tokens could not be handed back: %v)", err, cerr)
+	}
+	return err
+}
+
+// AfterFunc runs fn in its own goroutine when the job may run (at once if
+// it may run now), and returns a function that stops it: stop reports
+// whether it stopped fn before it ran, and then hands the tokens back. A
+// refused reservation never runs fn, and AfterFunc then returns a stop that
+// reports false.
+func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
+	if !r.res.OK {
+		return func(context.Context) bool { return false }
+	}
+	t := r.lim.clock.AfterFunc(r.Delay(), fn)
+	return func(ctx context.Context) bool {
+		if !t.Stop() {
+			return false
+		}
+		_ = r.Cancel(ctx)
+		return true
+	}
+}
+
+func (r *Reservation) isCanceled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.canceled
+}
+
+// Cancel hands the reservation's tokens back to the shards that were
+// charged, capped at their capacity, when the job will not run. Only the
+// first Cancel hands anything back; a refused reservation has nothing to
+// hand back. A failed refund (a store error) may be retried.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	if !r.res.OK {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.canceled {
+		return nil
+	}
+	op := Op{Mode: ModeRefund, Now: r.lim.clock.Now().UnixMilli()}
+	for i := range r.charge.n {
+		if r.charge.amount[i] > 0 {
+			op.Items = append(op.Items, Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
+				Shards: []Shard{r.charge.shards[i]}})
+		}
+	}
+	if len(op.Items) > 0 {
+		out := make([]Decision, len(op.Items))
+		if err := r.lim.store.Apply(ctx, &op, out); err != nil {
+			return fmt.Errorf("ratelimit: cancel reservation of limit %q: store: %w", r.res.Name, err)
+		}
+	}
+	r.canceled = true
+	return nil
+}

@@ -1,0 +1,203 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newReserveLimiter(t *testing.T, cfg ratelimit.Config) (*ratelimit.Limiter, *clock.Mock) {
+	t.Helper()
+	mock := newMock()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	return lim, mock
+}
+
+// advanceUntil moves the mock clock forward in steps until done is closed
+// (or the clock has moved by limit), and returns the clock's time then.
+func advanceUntil(t *testing.T, mock *clock.Mock, done <-chan struct{}, step, limit time.Duration) time.Time {
+	t.Helper()
+	end := mock.Now().Add(limit)
+	for {
+		select {
+		case <-done:
+			return mock.Now()
+		default:
+		}
+		if !mock.Now().Before(end) {
+			t.Fatalf("still waiting after the clock moved by %v", limit)
+		}
+		mock.Add(step)
+	}
+}
+
+func TestReservationWait(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Start: t0})
+
+	first, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.True(t, first.OK())
+	assert.Equal(t, time.Duration(0), first.Delay())
+	require.NoError(t, first.Wait(ctx), "a job whose tokens are there runs at once")
+
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	assert.Equal(t, t0.Add(time.Second), r.Time())
+	assert.True(t, r.Result().Reserved())
+
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = r.Wait(ctx); close(done) }()
+	at := advanceUntil(t, mock, done, 50*time.Millisecond, 5*time.Second)
+	require.NoError(t, waitErr)
+	assert.False(t, at.Before(r.Time()), "Wait returned at %v, before the job's time %v", at, r.Time())
+}
+
+func TestReservationAfterFunc(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second, Capacity: 2})
+	_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Millisecond, r.Result().RetryAfter)
+	ran := make(chan time.Time, 1)
+	r.AfterFunc(func() { ran <- mock.Now() })
+	mock.Add(1499 * time.Millisecond)
+	select {
+	case <-ran:
+		t.Fatal("the job ran before its time")
+	default:
+	}
+	mock.Add(time.Millisecond)
+	assert.Equal(t, t0.Add(1500*time.Millisecond), <-ran)
+
+	// A stopped job hands its tokens back.
+	r2, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(1))
+	require.NoError(t, err)
+	stop := r2.AfterFunc(func() { t.Error("a stopped job ran") })
+	before, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+	after, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, before.Tokens+1, after.Tokens)
+	assert.False(t, stop(ctx), "a job stops once")
+	mock.Add(time.Minute)
+}
+
+func TestReservationCancel(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(9))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.Equal(t, -3.0, st.Tokens)
+
+	require.NoError(t, r.Cancel(ctx))
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Tokens, "cancel hands the 9 tokens back")
+	require.NoError(t, r.Cancel(ctx))
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Tokens, "only once")
+	assert.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+
+	// Capped at capacity: a refund after the bucket refilled adds nothing
+	// beyond it.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(6))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "jobs", "k", ratelimit.Count(0))
+	require.NoError(t, err)
+	require.NoError(t, lim.Reset(ctx, "jobs", "k"))
+	require.NoError(t, r.Cancel(ctx))
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 10.0, st.Tokens)
+}
+
+func TestReservationShardedCancel(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 40, Period: time.Minute, Shards: 4, Start: t0})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(16)) // more than one shard holds
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.Equal(t, 24.0, st.Tokens)
+	require.NoError(t, r.Cancel(ctx))
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 40.0, st.Tokens)
+	for _, sh := range st.Shards {
+		assert.Equal(t, 10.0, sh.Tokens, "shard %d gets back what it gave", sh.Index)
+	}
+}
+
+func TestReservationDeadline(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1})
+	_, err := lim.Limit(ctx, "jobs", "k")
+	require.NoError(t, err)
+
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(5)) // runs in 5 s
+	require.NoError(t, err)
+	dctx, cancel := mock.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = r.Wait(dctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, t0, mock.Now(), "Wait returns at once when the deadline comes first")
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, st.Tokens, "and the tokens are handed back")
+
+	// Canceled while waiting: tokens handed back too.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	cctx, cancelWait := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Wait(cctx) }()
+	cancelWait()
+	require.ErrorIs(t, <-done, context.Canceled)
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, st.Tokens)
+}
+
+func TestReservationRefusedPastMaxReserved(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, MaxReserved: 20})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(30)) // 10 now, 20 owed
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	assert.Equal(t, 2*time.Second, r.Delay())
+
+	refused, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	require.False(t, refused.OK())
+	assert.Equal(t, 500*time.Millisecond, refused.Result().RetryAfter, "the wait until 5 more fit in MaxReserved")
+	err = refused.Wait(ctx)
+	require.ErrorIs(t, err, ratelimit.ErrLimited)
+	var le *ratelimit.LimitError
+	require.True(t, errors.As(err, &le))
+	require.NoError(t, refused.Cancel(ctx), "nothing to hand back")
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, -20.0, st.Tokens)
+}
