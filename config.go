@@ -101,6 +101,13 @@ type Config struct {
 	// the same instant; time.UnixMilli(0) aligns windows to the epoch. Only
 	// for FixedWindow.
 	Start time.Time
+	// FailOpen is the failure policy: when the store cannot be asked, a
+	// call is allowed if FailOpen is true, and refused if it is false (the
+	// default). Fail closed when exceeding the limit costs more than
+	// refusing some calls during an outage (signups, paid APIs, LLM spend);
+	// fail open when the limit is a courtesy and availability comes first.
+	// See docs/production.md.
+	FailOpen bool
 }
 
 // Limits maps limit names to their configs, as given to New.

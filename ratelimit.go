@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,11 +16,15 @@ import (
 // Limiter decides calls against named limits, keeping their state in a
 // Store. It is safe for concurrent use; build it with New.
 type Limiter struct {
-	store  Store
-	limits map[string]*limit
-	clock  clock.Clock
-	seed   uint64
-	picker picker
+	store    Store
+	limits   map[string]*limit
+	clock    clock.Clock
+	seed     uint64
+	picker   picker
+	breaker  breaker
+	deny     *denyCache
+	observer Observer
+	logger   *slog.Logger
 }
 
 // Option configures a Limiter in New.
@@ -33,6 +39,10 @@ func WithClock(c clock.Clock) Option { return func(l *Limiter) { l.clock = c } }
 // Start. Every process sharing a store must use the same seed.
 func WithPhaseSeed(seed uint64) Option { return func(l *Limiter) { l.seed = seed } }
 
+// WithLogger sets a logger for store failures and for the breaker opening
+// and closing. Keys are not logged.
+func WithLogger(logger *slog.Logger) Option { return func(l *Limiter) { l.logger = logger } }
+
 // WithRand sets the source of randomness that chooses the two shards of a
 // sharded limit, so that tests can make the choice deterministic. The
 // source is used under a lock. The default is the runtime's fast,
@@ -46,9 +56,13 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratelimit: New needs a Store: pass memstore.New() or another store")
 	}
-	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: clock.New()}
+	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: clock.New(),
+		breaker: breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
 	for _, o := range opts {
 		o(l)
+	}
+	if _, ok := store.(TimeSource); ok {
+		l.deny = nil // its clock is the store's, which cannot be read locally
 	}
 	for name, c := range limits {
 		lim, err := compile(name, c)
@@ -186,10 +200,19 @@ type Result struct {
 	// reservations), or the tokens available now after a denied one. For a
 	// sharded limit it counts the two shards the call evaluated.
 	Remaining float64
-	// Name, Key and Count repeat the call.
+	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
+	// that decided the answer: the one with the longest wait.
 	Name  string
 	Key   string
 	Count float64
+	// Degraded is true when the store could not decide and the limit's
+	// failure policy did (Config.FailOpen); the call's error says why.
+	Degraded bool
+	// Local is true when the deny cache refused the call without asking
+	// the store (WithDenyCache).
+	Local bool
+	// All holds, for LimitAll, each limit's own answer in the order named.
+	All []Result
 }
 
 // Reserved reports whether the call was OK only by reserving tokens that
@@ -224,7 +247,34 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 	for _, o := range opts {
 		o(&c)
 	}
-	res, _, err := l.do(ctx, mode, name, key, c)
+	res, _, err := l.do(ctx, mode, []string{name}, key, c)
+	return res, err
+}
+
+// LimitAll decides several named limits for one key all or nothing: either
+// every limit grants the count (or reserves it, with Reserve) and all are
+// charged, or none is charged and the Result is refused with the longest
+// wait and the name of the limit that imposed it. Stacking windows this
+// way (say 2,000 per hour and 33 per minute) smooths the bursts a single
+// fixed window allows. Result.All holds each limit's own answer. WithConfig
+// is not accepted: every name must be declared in New.
+func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts ...CallOption) (Result, error) {
+	c := call{count: 1}
+	for _, o := range opts {
+		o(&c)
+	}
+	switch {
+	case len(names) == 0:
+		return Result{}, fmt.Errorf("ratelimit: LimitAll needs at least one limit name: %w", ErrUnknownLimit)
+	case c.cfg != nil:
+		return Result{}, fmt.Errorf("ratelimit: LimitAll takes declared limits only: drop WithConfig: %w", ErrInvalidConfig)
+	}
+	for i, n := range names {
+		if slices.Contains(names[:i], n) {
+			return Result{}, fmt.Errorf("ratelimit: LimitAll names limit %q twice: name it once: %w", n, ErrInvalidConfig)
+		}
+	}
+	res, _, err := l.do(ctx, ModeLimit, names, key, c)
 	return res, err
 }
 
@@ -236,31 +286,107 @@ type charge struct {
 	n      int
 }
 
-// do decides one call of one limit.
-func (l *Limiter) do(ctx context.Context, mode Mode, name, key string, c call) (Result, charge, error) {
+// do decides one call of one or more limits.
+func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string, c call) (Result, charge, error) {
 	var ch charge
-	lim, err := l.resolve(name, c.cfg)
-	if err != nil {
-		return Result{}, ch, err
-	}
-	if err := lim.checkCount(c.count, c.reserve); err != nil {
-		return Result{}, ch, err
+	start := l.clock.Now()
+	lims := make([]*limit, len(names))
+	for i, name := range names {
+		lim, err := l.resolve(name, c.cfg)
+		if err != nil {
+			return Result{}, ch, err
+		}
+		if err := lim.checkCount(c.count, c.reserve); err != nil {
+			return Result{}, ch, err
+		}
+		lims[i] = lim
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", name, err)
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
+	now := start.UnixMilli()
+	single := len(lims) == 1 && lims[0].shards == 1
+	if single && l.deny != nil {
+		p := lims[0].params(l.seed, key, 0)
+		if d, ok := l.deny.refuse(names[0], key, p, now, c.count, c.reserve); ok {
+			res := l.result(names[0], key, c, d)
+			res.Local = true
+			l.observe(ctx, mode, res, start, nil)
+			return res, ch, nil
+		}
+	}
+	if ok, until := l.breaker.allow(start); !ok {
+		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Until: until})
+	}
+
 	b := opBufs.Get().(*opBuf)
 	defer b.release()
-	b.items[0] = Item{Name: name, Key: key, Count: c.count, Shards: l.pickShards(lim, key, b.shards[:0])}
-	b.op = Op{Mode: mode, Now: l.clock.Now().UnixMilli(), Reserve: c.reserve, Items: b.items[:]}
-	if err := l.store.Apply(ctx, &b.op, b.out[:]); err != nil {
-		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: store: %w", name, err)
+	items, out := b.items[:], b.out[:]
+	if len(lims) > 1 {
+		items, out = make([]Item, len(lims)), make([]Decision, len(lims))
 	}
-	d := b.out[0]
-	if d.OK {
-		ch.n = copy(ch.shards[:], b.items[0].Shards)
-		ch.amount = d.Charged
+	for i, lim := range lims {
+		var shards []Shard
+		if len(lims) == 1 {
+			shards = b.shards[:0]
+		}
+		items[i] = Item{Name: names[i], Key: key, Count: c.count, Shards: l.pickShards(lim, key, shards)}
 	}
+	b.op = Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
+	if err := l.store.Apply(ctx, &b.op, out); err != nil {
+		if callerGaveUp(ctx, err) {
+			return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
+		}
+		l.storeFailed(names[0], err)
+		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Err: err})
+	}
+	if l.breaker.success() && l.logger != nil {
+		l.logger.Info("ratelimit: store answers again; the breaker is closed")
+	}
+
+	if len(lims) == 1 {
+		res := l.result(names[0], key, c, out[0])
+		if out[0].OK {
+			ch.n = copy(ch.shards[:], items[0].Shards)
+			ch.amount = out[0].Charged
+		} else if single && l.deny != nil {
+			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
+		}
+		l.observe(ctx, mode, res, start, nil)
+		return res, ch, nil
+	}
+	all := make([]Result, len(lims))
+	ok := true
+	for i := range lims {
+		all[i] = l.result(names[i], key, c, out[i])
+		ok = ok && all[i].OK
+	}
+	// The answer is the binding limit's: the longest wait among the refused
+	// (or, when all are OK, among the reserved), then the fewest tokens left.
+	pick := -1
+	for i, r := range all {
+		if r.OK != ok {
+			continue
+		}
+		if pick < 0 || r.RetryAfter > all[pick].RetryAfter ||
+			(r.RetryAfter == all[pick].RetryAfter && r.Remaining < all[pick].Remaining) {
+			pick = i
+		}
+	}
+	res := all[pick]
+	res.OK = ok
+	res.All = all
+	for i := range all {
+		if !ok && all[i].OK {
+			// Granted alone but not charged: report the tokens as they are.
+			all[i].Remaining += c.count
+		}
+		l.observe(ctx, mode, all[i], start, nil)
+	}
+	return res, ch, nil
+}
+
+func (l *Limiter) result(name, key string, c call, d Decision) Result {
 	return Result{
 		OK:         d.OK,
 		RetryAfter: time.Duration(d.RetryAfter) * time.Millisecond,
@@ -268,7 +394,52 @@ func (l *Limiter) do(ctx context.Context, mode Mode, name, key string, c call) (
 		Name:       name,
 		Key:        key,
 		Count:      c.count,
-	}, ch, nil
+	}
+}
+
+// degraded answers a call the store could not decide, by the failure
+// policy: allowed only if every limit named fails open.
+func (l *Limiter) degraded(ctx context.Context, mode Mode, lims []*limit, key string, c call, start time.Time, serr *StoreError) (Result, charge, error) {
+	open := true
+	for _, lim := range lims {
+		open = open && lim.cfg.FailOpen
+	}
+	var retry time.Duration
+	if !open {
+		retry = max(l.breaker.cooldown, time.Millisecond)
+		if !serr.Until.IsZero() {
+			retry = max(serr.Until.Sub(start), time.Millisecond)
+		}
+	}
+	res := Result{OK: open, RetryAfter: retry, Name: lims[0].name, Key: key, Count: c.count, Degraded: true}
+	for _, lim := range lims {
+		r := res
+		r.Name, r.OK = lim.name, lim.cfg.FailOpen
+		l.observe(ctx, mode, r, start, serr)
+	}
+	return res, charge{}, serr
+}
+
+func (l *Limiter) storeFailed(name string, err error) {
+	opened := l.breaker.failure(l.clock.Now())
+	if l.logger == nil {
+		return
+	}
+	l.logger.Warn("ratelimit: store failed; the failure policy decides", "limit", name, "err", err)
+	if opened {
+		l.logger.Error("ratelimit: store failing repeatedly; not asking it during the cool-down",
+			"failures", l.breaker.threshold, "cooldown", l.breaker.cooldown)
+	}
+}
+
+func (l *Limiter) observe(ctx context.Context, mode Mode, res Result, start time.Time, err error) {
+	if l.observer == nil {
+		return
+	}
+	l.observer.Observe(ctx, Event{
+		Name: res.Name, Key: res.Key, Check: mode == ModeCheck, Count: res.Count,
+		Outcome: outcomeOf(res, err != nil), Result: res, Latency: l.clock.Since(start), Err: err, Local: res.Local,
+	})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so
@@ -314,7 +485,16 @@ func (l *Limiter) resolve(name string, inline *Config) (*limit, error) {
 
 func sameConfig(a, b Config) bool {
 	return a.Kind == b.Kind && a.Rate == b.Rate && a.Period == b.Period && a.Capacity == b.Capacity &&
-		a.MaxReserved == b.MaxReserved && a.Shards == b.Shards && a.Start.Equal(b.Start)
+		a.MaxReserved == b.MaxReserved && a.Shards == b.Shards && a.Start.Equal(b.Start) && a.FailOpen == b.FailOpen
+}
+
+// Config returns the config of the limit declared as name in New.
+func (l *Limiter) Config(name string) (Config, bool) {
+	lim, ok := l.limits[name]
+	if !ok {
+		return Config{}, false
+	}
+	return lim.cfg, true
 }
 
 // Reset forgets the state of (name, key) in every shard: the next call
@@ -323,6 +503,9 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 	lim, err := l.resolveOpts(name, opts)
 	if err != nil {
 		return err
+	}
+	if l.deny != nil {
+		l.deny.forget(name, key)
 	}
 	if err := l.store.Delete(ctx, lim.ids(key, nil)); err != nil {
 		return fmt.Errorf("ratelimit: reset limit %q: store: %w", name, err)

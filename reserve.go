@@ -36,8 +36,8 @@ func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOpt
 	}
 	c.reserve = true
 	now := l.clock.Now()
-	res, ch, err := l.do(ctx, ModeLimit, name, key, c)
-	if err != nil {
+	res, ch, err := l.do(ctx, ModeLimit, []string{name}, key, c)
+	if err != nil && !res.Degraded {
 		return nil, err
 	}
 	return &Reservation{lim: l, res: res, at: now.Add(res.RetryAfter), charge: ch}, nil
@@ -155,6 +155,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		if err := r.lim.store.Apply(ctx, &op, out); err != nil {
 			return fmt.Errorf("ratelimit: cancel reservation of limit %q: store: %w", r.res.Name, err)
 		}
+	}
+	if r.lim.deny != nil {
+		r.lim.deny.forget(r.res.Name, r.res.Key)
 	}
 	r.canceled = true
 	return nil

@@ -1,0 +1,112 @@
+package ratelimit
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+)
+
+// The deny cache (WithDenyCache) spares the store the calls of a key under
+// attack. When the store refuses a call of an unsharded limit, the Limiter
+// reads the record as stored and keeps it; later calls on that (name, key)
+// run the transition locally on that record, exactly as the store would,
+// and are refused without a round trip while it refuses them. The first
+// call it would allow drops the entry and goes to the store. Calls of this
+// process that the store allowed in between cannot exist (they would have
+// dropped the entry), and other processes can only have spent more, so a
+// local refusal is one the store would make — unless another process reset
+// the key or cancelled a reservation, which only this process's own Reset
+// and Cancel invalidate.
+
+// WithDenyCache enables the local deny cache, holding at most size keys
+// (when full, an arbitrary entry makes room). It applies to unsharded
+// limits called one at a time, and is ignored with a store that keeps its
+// own time (TimeSource), whose clock the Limiter cannot read locally.
+func WithDenyCache(size int) Option {
+	return func(l *Limiter) {
+		if size > 0 {
+			l.deny = newDenyCache(size)
+		}
+	}
+}
+
+const denyStripes = 16
+
+type denyKey struct{ name, key string }
+
+type denyEntry struct {
+	p   Params
+	rec Record
+}
+
+type denyCache struct {
+	seed    maphash.Seed
+	perPart int
+	parts   [denyStripes]struct {
+		mu sync.Mutex
+		m  map[denyKey]denyEntry
+	}
+}
+
+func newDenyCache(size int) *denyCache {
+	c := &denyCache{seed: maphash.MakeSeed(), perPart: max(size/denyStripes, 1)}
+	for i := range c.parts {
+		c.parts[i].m = make(map[denyKey]denyEntry)
+	}
+	return c
+}
+
+func (c *denyCache) part(k denyKey) int {
+	return int(maphash.Comparable(c.seed, k) % denyStripes)
+}
+
+// refuse decides a call locally: ok reports a local refusal, with its
+// decision; otherwise the call must go to the store.
+func (c *denyCache) refuse(name, key string, p Params, now int64, count float64, reserve bool) (Decision, bool) {
+	k := denyKey{name, key}
+	pt := &c.parts[c.part(k)]
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	e, ok := pt.m[k]
+	if !ok {
+		return Decision{}, false
+	}
+	if e.p != p {
+		delete(pt.m, k)
+		return Decision{}, false
+	}
+	_, d := Transition(p, e.rec.State, e.rec.Found, now, count, reserve)
+	if d.OK {
+		delete(pt.m, k) // the store may grant it now
+		return Decision{}, false
+	}
+	return d, true
+}
+
+// learn reads the record of a call the store just refused and keeps it.
+func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p Params) {
+	ids := [1]RecordID{{Name: name, Key: key}}
+	var recs [1]Record
+	if store.Load(ctx, ids[:], recs[:]) != nil || !recs[0].Found {
+		return // nothing to learn; the store is asked again next time
+	}
+	k := denyKey{name, key}
+	pt := &c.parts[c.part(k)]
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if _, ok := pt.m[k]; !ok && len(pt.m) >= c.perPart {
+		for victim := range pt.m {
+			delete(pt.m, victim)
+			break
+		}
+	}
+	pt.m[k] = denyEntry{p: p, rec: recs[0]}
+}
+
+func (c *denyCache) forget(name, key string) {
+	k := denyKey{name, key}
+	pt := &c.parts[c.part(k)]
+	pt.mu.Lock()
+	delete(pt.m, k)
+	pt.mu.Unlock()
+}

@@ -1,0 +1,91 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// Observer sees every decision of a Limiter, so that metrics, traces and
+// logs can be fed without the library depending on any of them. Observe is
+// called synchronously on the caller's goroutine, once per limit decided
+// (LimitAll reports each of its limits); keep it fast and non-blocking.
+//
+// Label metrics by Event.Name and Event.Outcome, never by Event.Key: keys
+// are unbounded (one per user or IP), and a metric labelled by them grows
+// without limit.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Outcome is what became of a call, as an Event reports it.
+type Outcome uint8
+
+const (
+	// Allowed: the tokens were there and were taken (or, for Check, would be).
+	Allowed Outcome = iota + 1
+	// Reserved: OK, with tokens owed until RetryAfter.
+	Reserved
+	// Denied: refused; nothing was taken.
+	Denied
+	// Failed: the store could not decide; the failure policy did (see
+	// Event.Result.OK).
+	Failed
+)
+
+// String returns "allowed", "reserved", "denied" or "failed".
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Reserved:
+		return "reserved"
+	case Denied:
+		return "denied"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Event describes one decision.
+type Event struct {
+	// Name is the limit; Key the key it was called for (do not label
+	// metrics by it).
+	Name string
+	Key  string
+	// Check is true for Check, which spends nothing.
+	Check bool
+	// Count is the tokens asked for.
+	Count   float64
+	Outcome Outcome
+	// Result is the limit's own answer.
+	Result Result
+	// Latency is the time the decision took, on the Limiter's clock.
+	Latency time.Duration
+	// Err is the store's error for Failed.
+	Err error
+	// Local is true when the deny cache refused the call without asking
+	// the store.
+	Local bool
+}
+
+// WithObserver sets the Observer that sees every decision.
+func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
+
+func outcomeOf(r Result, failed bool) Outcome {
+	switch {
+	case failed:
+		return Failed
+	case !r.OK:
+		return Denied
+	case r.RetryAfter > 0:
+		return Reserved
+	}
+	return Allowed
+}
