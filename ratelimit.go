@@ -3,8 +3,8 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
