@@ -1,0 +1,157 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The deny cache must answer exactly as the store would: a limiter with it
+// and one without, driven by the same calls, give the same results, while
+// the one with it asks the store far less.
+func TestDenyCacheIsExact(t *testing.T) {
+	ctx := context.Background()
+	configs := []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Second},
+		{Kind: ratelimit.FixedWindow, Rate: 0.7, Period: 300 * time.Millisecond, Capacity: 2.1, MaxReserved: 1.3},
+		{Kind: ratelimit.TokenBucket, Rate: 7, Period: 3 * time.Second, Capacity: 5},
+		{Kind: ratelimit.TokenBucket, Rate: 1.0 / 3, Period: 100 * time.Millisecond, Capacity: 1, MaxReserved: 2},
+	}
+	for ci, cfg := range configs {
+		for seed := range 10 {
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(ci)))
+			mock := &stepClock{Mock: newMock(), now: t0}
+			cached := &flakyStore{Store: memstore.New()}
+			plain := &flakyStore{Store: memstore.New()}
+			limits := ratelimit.Limits{"l": cfg}
+			withCache, err := ratelimit.New(cached, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			require.NoError(t, err)
+			without, err := ratelimit.New(plain, limits, ratelimit.WithClock(mock))
+			require.NoError(t, err)
+			capacity := cfg.Capacity
+			if capacity == 0 {
+				capacity = cfg.Rate
+			}
+			local := 0
+			for step := range 400 {
+				mock.now = mock.now.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+				key := []string{"attacker", "other"}[rng.IntN(4)/3]
+				opts := []ratelimit.CallOption{ratelimit.Count([]float64{0, 1, 0.5, capacity, rng.Float64() * capacity}[rng.IntN(5)])}
+				if rng.IntN(4) == 0 {
+					opts = append(opts, ratelimit.Reserve())
+				}
+				where := fmt.Sprintf("config %d seed %d step %d", ci, seed, step)
+				var got, want ratelimit.Result
+				var gerr, werr error
+				switch rng.IntN(20) {
+				case 0:
+					require.NoError(t, withCache.Reset(ctx, "l", key))
+					require.NoError(t, without.Reset(ctx, "l", key))
+					continue
+				case 1, 2:
+					got, gerr = withCache.Check(ctx, "l", key, opts...)
+					want, werr = without.Check(ctx, "l", key, opts...)
+				default:
+					got, gerr = withCache.Limit(ctx, "l", key, opts...)
+					want, werr = without.Limit(ctx, "l", key, opts...)
+				}
+				require.Equal(t, werr, gerr, where)
+				if got.Local {
+					local++
+				}
+				got.Local = false
+				require.Equal(t, want, got, where)
+			}
+			require.Positive(t, local, "config %d seed %d: the cache never answered", ci, seed)
+			require.Less(t, cached.calls.Load(), plain.calls.Load())
+		}
+	}
+}
+
+func TestDenyCacheInvalidation(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: memstore.New()}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Minute},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(10))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "l", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.False(t, res.Local)
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.Local, "the second refusal is local")
+
+	require.NoError(t, r.Cancel(ctx))
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	assert.True(t, res.OK, "cancel hands tokens back and invalidates the cache")
+
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	for range 2 {
+		_, err = lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+	}
+	require.NoError(t, lim.Reset(ctx, "l", "k"))
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	assert.True(t, res.OK, "reset invalidates the cache")
+}
+
+// BenchmarkDenyCacheUnderAttack reports the store round trips per call of
+// a key under attack (one token per second, called flat out), with and
+// without the deny cache.
+//
+//	go test -bench DenyCache -run ^$ .
+func BenchmarkDenyCacheUnderAttack(b *testing.B) {
+	for _, size := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
+			store := &flakyStore{Store: memstore.New()}
+			mock := newMock()
+			opts := []ratelimit.Option{ratelimit.WithClock(mock)}
+			if size > 0 {
+				opts = append(opts, ratelimit.WithDenyCache(size))
+			}
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"login": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second},
+			}, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if n++; n%1000 == 0 {
+					mock.Set(mock.Now().Add(10 * time.Millisecond)) // 10 s of attack per 1e6 calls
+				}
+				if _, err := lim.Limit(ctx, "login", "203.0.113.9"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(store.calls.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+
+// stepClock is a clock for one goroutine whose Now is moved by hand,
+// without the millisecond pause clock.Mock takes on every move.
+type stepClock struct {
+	*clock.Mock
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time                  { return c.now }
+func (c *stepClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }

@@ -1,0 +1,160 @@
+package ratelimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flakyStore wraps a store, fails on demand, and counts the calls that
+// reached it.
+type flakyStore struct {
+	ratelimit.Store
+	fail  atomic.Bool
+	calls atomic.Int64
+}
+
+var errDown = errors.New("connection refused")
+
+func (s *flakyStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	s.calls.Add(1)
+	if s.fail.Load() {
+		return errDown
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+func (s *flakyStore) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+	s.calls.Add(1)
+	if s.fail.Load() {
+		return errDown
+	}
+	return s.Store.Load(ctx, ids, out)
+}
+
+func TestFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: memstore.New()}
+	var logs bytes.Buffer
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"closed": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"open":   {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(0, 0),
+		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	store.fail.Store(true)
+
+	res, err := lim.Limit(ctx, "closed", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.ErrorIs(t, err, errDown, "the store's error stays visible")
+	var se *ratelimit.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "closed", se.Name)
+	assert.False(t, res.OK)
+	assert.True(t, res.Degraded)
+	assert.Greater(t, res.RetryAfter, time.Duration(0))
+
+	res, err = lim.Limit(ctx, "open", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.True(t, res.OK)
+	assert.True(t, res.Degraded)
+
+	res, err = lim.LimitAll(ctx, "k", []string{"open", "closed"})
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.False(t, res.OK, "several limits fail open only if all do")
+
+	assert.Contains(t, logs.String(), "store failed")
+	assert.NotContains(t, logs.String(), `"k"`, "keys are not logged")
+
+	store.fail.Store(false)
+	res, err = lim.Limit(ctx, "closed", "k")
+	require.NoError(t, err)
+	assert.True(t, res.OK)
+	assert.False(t, res.Degraded)
+}
+
+func TestBreaker(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: memstore.New()}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
+	require.NoError(t, err)
+	store.fail.Store(true)
+
+	for range 3 {
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+	}
+	require.EqualValues(t, 3, store.calls.Load())
+	// Open: calls are decided by the policy without asking the store.
+	for range 10 {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		var se *ratelimit.StoreError
+		require.ErrorAs(t, err, &se)
+		assert.Nil(t, se.Err)
+		assert.Equal(t, mock.Now().Add(5*time.Second), se.Until)
+		assert.False(t, res.OK)
+		assert.Equal(t, 5*time.Second, res.RetryAfter, "a refusal during the cool-down lasts until the probe")
+	}
+	require.EqualValues(t, 3, store.calls.Load(), "an open breaker does not ask the store")
+
+	// After the cool-down one probe goes through; it fails: open again.
+	mock.Add(5 * time.Second)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown)
+	require.EqualValues(t, 4, store.calls.Load())
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.EqualValues(t, 4, store.calls.Load())
+
+	// The store recovers: the next probe closes the breaker.
+	store.fail.Store(false)
+	mock.Add(5 * time.Second)
+	for range 3 {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		assert.True(t, res.OK)
+	}
+	require.EqualValues(t, 7, store.calls.Load())
+}
+
+func TestCallerCancelIsNoStoreFailure(t *testing.T) {
+	store := &flakyStore{Store: canceler{}}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithBreaker(1, time.Hour))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	store.Store = canceler{cancel: cancel}
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	store.Store = memstore.New()
+	res, err := lim.Limit(context.Background(), "l", "k")
+	require.NoError(t, err, "a caller giving up must not open the breaker")
+	assert.True(t, res.OK)
+}
+
+// canceler cancels the caller's context while the call is in the store.
+type canceler struct {
+	ratelimit.Store
+	cancel context.CancelFunc
+}
+
+func (c canceler) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Decision) error {
+	c.cancel()
+	<-ctx.Done()
+	return ctx.Err()
+}
