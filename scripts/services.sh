@@ -3,13 +3,16 @@
 #   Redis       127.0.0.1:6379
 #   PostgreSQL  127.0.0.1:5432 (trust auth, database "test")
 #   a three-node Redis Cluster on 127.0.0.1:7101-7103
+#   for the failure tests, which stop and restart them: a second Redis on
+#   127.0.0.1:6390 and a second PostgreSQL cluster "ratelimit_failover" on
+#   127.0.0.1:5490 (database "test")
 # Installs redis-server or postgresql with apt-get where missing, starts what
 # is down, and waits until each answers. Safe to run again: what is up is
 # left alone. Usage: scripts/services.sh [redis|postgres|cluster ...]
 set -euo pipefail
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(redis postgres cluster)
+[ ${#want[@]} -gt 0 ] || want=(redis postgres cluster failover)
 
 log() { echo "services: $*" >&2; }
 
@@ -91,13 +94,43 @@ cluster() {
 	wait_for "redis cluster" sh -c "redis-cli -h 127.0.0.1 -p ${CLUSTER_PORTS[0]} cluster info | grep -q cluster_state:ok"
 }
 
+FAILOVER_REDIS_PORT=6390
+FAILOVER_PG_PORT=5490
+FAILOVER_PG_NAME=ratelimit_failover
+
+failover() {
+	command -v redis-server >/dev/null || apt_install redis-server
+	command -v pg_ctlcluster >/dev/null || apt_install postgresql
+	if ! redis-cli -h 127.0.0.1 -p "$FAILOVER_REDIS_PORT" ping >/dev/null 2>&1; then
+		log "starting the failover redis on 127.0.0.1:$FAILOVER_REDIS_PORT"
+		redis-server --daemonize yes --bind 127.0.0.1 --port "$FAILOVER_REDIS_PORT" --save "" --appendonly no \
+			--dir /tmp --logfile /tmp/ratelimit-failover-redis.log >&2
+	fi
+	wait_for "failover redis" redis-cli -h 127.0.0.1 -p "$FAILOVER_REDIS_PORT" ping
+	local v
+	v=$(ls /etc/postgresql | sort -V | tail -n 1)
+	if [ ! -d "/etc/postgresql/$v/$FAILOVER_PG_NAME" ]; then
+		log "creating the failover postgresql cluster $FAILOVER_PG_NAME on port $FAILOVER_PG_PORT"
+		pg_createcluster "$v" "$FAILOVER_PG_NAME" -p "$FAILOVER_PG_PORT" -- --auth=trust >&2
+		echo "listen_addresses = '127.0.0.1'" >>"/etc/postgresql/$v/$FAILOVER_PG_NAME/postgresql.conf"
+	fi
+	if ! pg_isready -h 127.0.0.1 -p "$FAILOVER_PG_PORT" >/dev/null 2>&1; then
+		pg_ctlcluster --skip-systemctl-redirect "$v" "$FAILOVER_PG_NAME" start >&2 || true
+	fi
+	wait_for "failover postgresql" pg_isready -h 127.0.0.1 -p "$FAILOVER_PG_PORT"
+	if [ "$(psql -h 127.0.0.1 -p "$FAILOVER_PG_PORT" -U postgres -d postgres -Atc "select 1 from pg_database where datname='test'")" != 1 ]; then
+		psql -h 127.0.0.1 -p "$FAILOVER_PG_PORT" -U postgres -d postgres -qc 'create database test' >&2
+	fi
+}
+
 for w in "${want[@]}"; do
 	case "$w" in
 	redis) redis ;;
 	postgres) postgres ;;
 	cluster) cluster ;;
+	failover) failover ;;
 	*)
-		log "unknown service $w: use redis, postgres or cluster"
+		log "unknown service $w: use redis, postgres, cluster or failover"
 		exit 2
 		;;
 	esac
