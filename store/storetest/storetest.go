@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
 	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
+	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
 }
 
@@ -461,4 +462,29 @@ func testClockBackwards(t *testing.T, newStore NewStore) {
 		require.Greater(t, res.RetryAfter, time.Duration(0), name)
 		mock.Add(90 * time.Second)
 	}
+}
+
+// testDebtOutlivesLimiter checks that a reservation's debt lives in the
+// record: a new Limiter on the same store (a restarted process) sees it.
+func testDebtOutlivesLimiter(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	mock := newMock(epoch)
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, MaxReserved: 50}}
+	before, err := ratelimit.New(store, limits, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	r, err := before.Reserve(ctx, "jobs", "batch", ratelimit.Count(40))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	require.Equal(t, 3*time.Minute, r.Delay())
+
+	after, err := ratelimit.New(store, limits, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	st, err := after.Value(ctx, "jobs", "batch")
+	require.NoError(t, err)
+	require.Equal(t, -30.0, st.Tokens)
+	res, err := after.Limit(ctx, "jobs", "batch")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Equal(t, 186*time.Second, res.RetryAfter, "a new call queues behind the reserved debt")
 }
