@@ -61,7 +61,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o(l)
 	}
-	if _, ok := store.(TimeSource); ok {
+	if ownClock(store) != nil {
 		l.deny = nil // its clock is the store's, which cannot be read locally
 	}
 	for name, c := range limits {
@@ -561,7 +561,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
 	}
 	now := l.clock.Now().UnixMilli()
-	if ts, ok := l.store.(TimeSource); ok {
+	if ts := ownClock(l.store); ts != nil {
 		if now, err = ts.Now(ctx); err != nil {
 			return Status{}, fmt.Errorf("ratelimit: value of limit %q: store time: %w", name, err)
 		}

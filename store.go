@@ -23,10 +23,23 @@ type Store interface {
 	Delete(ctx context.Context, ids []RecordID) error
 }
 
-// TimeSource is implemented by a store configured to take the time from
-// its own clock (a server's) rather than from the Limiter's. Apply then
-// ignores Op.Now, and the Limiter asks Now when it needs the time itself.
+// TimeSource is implemented by a store that can take the time from its own
+// clock (a server's) rather than from the Limiter's. When OwnClock reports
+// true, Apply ignores Op.Now, and the Limiter asks Now when it needs the
+// time itself (Value); when false, the store uses Op.Now like any other.
 type TimeSource interface {
+	// OwnClock reports whether the store is configured to use its own
+	// clock. It must not change during the store's life.
+	OwnClock() bool
 	// Now returns the store's current time in Unix milliseconds.
 	Now(ctx context.Context) (int64, error)
+}
+
+// ownClock returns the store's TimeSource when it uses its own clock, and
+// nil otherwise.
+func ownClock(s Store) TimeSource {
+	if ts, ok := s.(TimeSource); ok && ts.OwnClock() {
+		return ts
+	}
+	return nil
 }
