@@ -274,3 +274,55 @@ func TestErrorsAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// clockStore is a memstore whose records are judged at its own time when
+// own is set, as a store with a server clock (TimeSource) would be.
+type clockStore struct {
+	*memstore.Store
+	own bool
+	now time.Time
+}
+
+func (s *clockStore) OwnClock() bool { return s.own }
+
+func (s *clockStore) Now(context.Context) (int64, error) { return s.now.UnixMilli(), nil }
+
+func (s *clockStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if s.own {
+		op.Now = s.now.UnixMilli()
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+func TestStoreClock(t *testing.T) {
+	ctx := context.Background()
+	limits := ratelimit.Limits{"tb": {Kind: ratelimit.TokenBucket, Rate: 60, Period: time.Minute}}
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprint("own=", own), func(t *testing.T) {
+			mock := newMock()
+			store := &clockStore{Store: memstore.New(), own: own, now: t0}
+			lim, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(16))
+			require.NoError(t, err)
+			res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(60))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			// The Limiter's clock moves 30s; the store's stays.
+			mock.Add(30 * time.Second)
+			st, err := lim.Value(ctx, "tb", "k")
+			require.NoError(t, err)
+			want := 30.0
+			if own {
+				want = 0 // judged at the store's time, not the Limiter's
+			}
+			require.Equal(t, want, st.Tokens)
+			// Denied calls: with the store's clock the deny cache must not
+			// refuse locally, since the Limiter cannot read that clock.
+			for range 2 {
+				res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(45))
+				require.NoError(t, err)
+				require.False(t, res.OK)
+			}
+			require.Equal(t, !own, res.Local, "the second refusal is local only on the Limiter's clock")
+		})
+	}
+}
