@@ -167,7 +167,20 @@ func (lim *limit) ids(key string, dst []RecordID) []RecordID {
 }
 
 // CallOption modifies one call of Limit, Check or Reserve.
-type CallOption func(*call)
+// It is a value, so that options cost no allocation.
+type CallOption struct {
+	set   callField
+	count float64
+	cfg   *Config
+}
+
+type callField uint8
+
+const (
+	setCount callField = iota + 1
+	setReserve
+	setConfig
+)
 
 type call struct {
 	count   float64
@@ -177,16 +190,32 @@ type call struct {
 
 // Count sets how many tokens the call asks for (default 1). It must be a
 // finite number ≥ 0; 0 asks whether any capacity is left.
-func Count(n float64) CallOption { return func(c *call) { c.count = n } }
+func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
 
 // Reserve lets the call take tokens it cannot have yet: it is OK with a
 // RetryAfter that says when the tokens will have been granted, up to the
 // limit's MaxReserved.
-func Reserve() CallOption { return func(c *call) { c.reserve = true } }
+func Reserve() CallOption { return CallOption{set: setReserve} }
 
 // WithConfig gives the config of a limit not declared in New. Using it with
 // a declared name is an error unless the configs are equal.
-func WithConfig(cfg Config) CallOption { return func(c *call) { c.cfg = &cfg } }
+func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
+
+// newCall returns the call that opts describe.
+func newCall(opts []CallOption) call {
+	c := call{count: 1}
+	for _, o := range opts {
+		switch o.set {
+		case setCount:
+			c.count = o.count
+		case setReserve:
+			c.reserve = true
+		case setConfig:
+			c.cfg = o.cfg
+		}
+	}
+	return c
+}
 
 // Result is the answer to Limit or Check.
 type Result struct {
@@ -243,11 +272,9 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 }
 
 func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption) (Result, error) {
-	c := call{count: 1}
-	for _, o := range opts {
-		o(&c)
-	}
-	res, _, err := l.do(ctx, mode, []string{name}, key, c)
+	c := newCall(opts)
+	names := [1]string{name}
+	res, _, err := l.do(ctx, mode, names[:], key, c)
 	return res, err
 }
 
@@ -259,10 +286,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 // fixed window allows. Result.All holds each limit's own answer. WithConfig
 // is not accepted: every name must be declared in New.
 func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts ...CallOption) (Result, error) {
-	c := call{count: 1}
-	for _, o := range opts {
-		o(&c)
-	}
+	c := newCall(opts)
 	switch {
 	case len(names) == 0:
 		return Result{}, fmt.Errorf("ratelimit: LimitAll needs at least one limit name: %w", ErrUnknownLimit)
@@ -290,7 +314,11 @@ type charge struct {
 func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string, c call) (Result, charge, error) {
 	var ch charge
 	start := l.clock.Now()
-	lims := make([]*limit, len(names))
+	var one [1]*limit
+	lims := one[:]
+	if len(names) > 1 {
+		lims = make([]*limit, len(names))
+	}
 	for i, name := range names {
 		lim, err := l.resolve(name, c.cfg)
 		if err != nil {
@@ -514,11 +542,7 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 }
 
 func (l *Limiter) resolveOpts(name string, opts []CallOption) (*limit, error) {
-	var c call
-	for _, o := range opts {
-		o(&c)
-	}
-	return l.resolve(name, c.cfg)
+	return l.resolve(name, newCall(opts).cfg)
 }
 
 // Status describes the state of (name, key) now, as Value reports it.

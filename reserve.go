@@ -30,13 +30,11 @@ type Reservation struct {
 // it would fit. The error is for bad input, a done context or a store
 // failure, as for Limit.
 func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOption) (*Reservation, error) {
-	c := call{count: 1}
-	for _, o := range opts {
-		o(&c)
-	}
+	c := newCall(opts)
 	c.reserve = true
 	now := l.clock.Now()
-	res, ch, err := l.do(ctx, ModeLimit, []string{name}, key, c)
+	names := [1]string{name}
+	res, ch, err := l.do(ctx, ModeLimit, names[:], key, c)
 	if err != nil && !res.Degraded {
 		return nil, err
 	}
