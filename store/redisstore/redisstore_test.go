@@ -1,0 +1,243 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.UnixMilli(1_700_000_000_000)
+
+func newMock(at time.Time) *clock.Mock {
+	m := clock.NewMock()
+	m.Set(at)
+	return m
+}
+
+// client returns a client of the local Redis server, closed at cleanup.
+func client(t testing.TB) *redis.Client {
+	opt, err := redis.ParseURL(testserver.RedisURL(t))
+	require.NoError(t, err)
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// uniquePrefix returns a prefix of its own for one test, and deletes its
+// keys at cleanup.
+func uniquePrefix(t testing.TB, c redis.UniversalClient) string {
+	prefix := fmt.Sprintf("ratelimit-test:%d:", time.Now().UnixNano())
+	t.Cleanup(func() { deletePrefix(c, prefix) })
+	return prefix
+}
+
+func deletePrefix(c redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	scan := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			n.Del(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, scan)
+		return
+	}
+	_ = scan(ctx, c.(*redis.Client))
+}
+
+func TestConformance(t *testing.T) {
+	c := client(t)
+	storetest.Run(t, func(t *testing.T) ratelimit.Store {
+		return redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)))
+	}, storetest.DifferentialRuns(20, 120))
+}
+
+func TestClusterConformance(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.Ping(context.Background()).Err())
+	storetest.Run(t, func(t *testing.T) ratelimit.Store {
+		return redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)))
+	}, storetest.DifferentialRuns(10, 100))
+}
+
+func TestMultiProcess(t *testing.T) {
+	storetest.MultiProcess(t, func(t *testing.T) ratelimit.Store {
+		return redisstore.New(client(t), redisstore.WithPrefix("ratelimit-test:multiprocess:"))
+	}, 4)
+}
+
+// counter counts what a client sends: commands alone and pipelines.
+type counter struct {
+	cmds  atomic.Int64
+	names []string
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.cmds.Add(1)
+		c.names = append(c.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.cmds.Add(1)
+		c.names = append(c.names, "pipeline")
+		return next(ctx, cmds)
+	}
+}
+
+func TestOneRoundTripPerLimit(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	cnt := &counter{}
+	c.AddHook(cnt)
+	lim, err := ratelimit.New(redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c))), ratelimit.Limits{
+		"one":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
+		"two":   {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Minute},
+		"shard": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 8},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "one", "warm-up") // may load the script: EVALSHA, then EVAL
+	require.NoError(t, err)
+
+	calls := []func() error{
+		func() error { _, err := lim.Limit(ctx, "one", "k"); return err },
+		func() error { _, err := lim.Check(ctx, "one", "k"); return err },
+		func() error { _, err := lim.Limit(ctx, "shard", "k", ratelimit.Count(20)); return err },
+		func() error { _, err := lim.LimitAll(ctx, "k", []string{"one", "two", "shard"}); return err },
+	}
+	for i, call := range calls {
+		cnt.cmds.Store(0)
+		cnt.names = nil
+		require.NoError(t, call())
+		require.Equal(t, int64(1), cnt.cmds.Load(), "call %d sent %v", i, cnt.names)
+		require.Equal(t, []string{"evalsha"}, cnt.names, "call %d", i)
+	}
+
+	// A server that forgot the script: EVALSHA fails with NOSCRIPT and
+	// the store falls back to EVAL, once.
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	cnt.names = nil
+	res, err := lim.Limit(ctx, "one", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.Equal(t, []string{"evalsha", "eval"}, cnt.names)
+}
+
+func TestExpiry(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	prefix := uniquePrefix(t, c)
+	margin := 5 * time.Second
+	s := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithExpiryMargin(margin))
+	mock := newMock(t0)
+	lim, err := ratelimit.New(s, ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Capacity: 30, Start: time.UnixMilli(0)},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	pttl := func(name string) time.Duration {
+		d, err := c.PTTL(ctx, s.Key(ratelimit.RecordID{Name: name, Key: "k"})).Result()
+		require.NoError(t, err)
+		return d
+	}
+	windowStart := time.UnixMilli(t0.UnixMilli() / 3_600_000 * 3_600_000)
+
+	// 25 of 30 spent: three grants of 10 are needed, so the bucket is full
+	// again at the start of the third window from now.
+	_, err = lim.Limit(ctx, "fw", "k", ratelimit.Count(25))
+	require.NoError(t, err)
+	full := windowStart.Add(3 * time.Hour)
+	require.InDelta(t, full.Sub(mock.Now())+margin, pttl("fw"), float64(time.Second))
+
+	// A token bucket 4 tokens short is full 24 minutes later.
+	_, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	require.InDelta(t, 24*time.Minute+margin, pttl("tb"), float64(time.Second))
+
+	// Every later write moves the expiry with the state.
+	mock.Add(10 * time.Minute)
+	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.InDelta(t, 6+10.0/6-5, res.Remaining, 1e-9)
+	require.InDelta(t, time.Duration(float64(time.Hour)*(10-res.Remaining)/10)+margin, pttl("tb"), float64(time.Second))
+
+	// Reset drops the records.
+	require.NoError(t, lim.Reset(ctx, "tb", "k"))
+	require.Equal(t, time.Duration(-2), pttl("tb"), "no key after reset")
+}
+
+func TestServerTime(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)), redisstore.WithServerTime())
+	require.True(t, s.OwnClock())
+	server, err := s.Now(ctx)
+	require.NoError(t, err)
+	require.InDelta(t, time.Now().UnixMilli(), server, float64(time.Hour.Milliseconds()), "the local server's clock")
+
+	// The Limiter's clock is a year off; the server's decides.
+	lim, err := ratelimit.New(s, ratelimit.Limits{"tb": {Kind: ratelimit.TokenBucket, Rate: 1, Period: 24 * time.Hour, Capacity: 2}},
+		ratelimit.WithClock(newMock(time.Now().AddDate(-1, 0, 0))))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	raw, err := c.Get(ctx, s.Key(ratelimit.RecordID{Name: "tb", Key: "k"})).Result()
+	require.NoError(t, err)
+	var value float64
+	var ts int64
+	_, err = fmt.Sscanf(raw, "%g %d", &value, &ts)
+	require.NoError(t, err)
+	require.InDelta(t, server, ts, float64(time.Minute.Milliseconds()), "the record is stamped with the server's time")
+	st, err := lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.InDelta(t, 0, st.Tokens, 0.01, "Value is judged at the server's time too")
+
+	require.False(t, redisstore.New(c).OwnClock())
+}
+
+func TestBadOptions(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	for _, s := range []*redisstore.Store{
+		redisstore.New(nil),
+		redisstore.New(c, redisstore.WithPrefix("app{1}:")),
+		redisstore.New(c, redisstore.WithExpiryMargin(-time.Second)),
+	} {
+		lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}})
+		require.NoError(t, err)
+		_, err = lim.Limit(ctx, "l", "k")
+		require.Error(t, err)
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+}
+
+func TestKeysShareASlot(t *testing.T) {
+	s := redisstore.New(nil)
+	key := "user:{42}"
+	a := s.Key(ratelimit.RecordID{Name: "perHour", Key: key})
+	b := s.Key(ratelimit.RecordID{Name: "perMinute", Key: key, Shard: 7})
+	tag := func(k string) string { return k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')] }
+	require.Equal(t, tag(a), tag(b))
+	require.NotEqual(t, tag(a), tag(s.Key(ratelimit.RecordID{Name: "perHour", Key: "user:{43}"})))
+}
