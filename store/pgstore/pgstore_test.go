@@ -1,0 +1,227 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.UnixMilli(1_700_000_000_000)
+
+func newMock(at time.Time) *clock.Mock {
+	m := clock.NewMock()
+	m.Set(at)
+	return m
+}
+
+// newPool returns a pool on the local test database, with tracer if not
+// nil, closed at cleanup.
+func newPool(t testing.TB, url string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 70
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// uniqueTable returns a table name of its own for one test, dropped (with
+// its function) at cleanup.
+func uniqueTable(t testing.TB, pool *pgxpool.Pool) string {
+	name := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	t.Cleanup(func() { dropTable(pool, name) })
+	return name
+}
+
+func dropTable(pool *pgxpool.Pool, name string) {
+	ctx := context.Background()
+	pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_apply"}.Sanitize())
+}
+
+func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
+	opts = append([]pgstore.Option{pgstore.WithTable(uniqueTable(t, pool))}, opts...)
+	s, err := pgstore.New(context.Background(), pool, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(t, pool) },
+		storetest.DifferentialRuns(20, 120))
+}
+
+func TestMultiProcess(t *testing.T) {
+	storetest.MultiProcess(t, func(t *testing.T) ratelimit.Store {
+		s, err := pgstore.New(context.Background(), newPool(t, testserver.PostgresURL(t), nil),
+			pgstore.WithTable("ratelimit_test_multiprocess"))
+		require.NoError(t, err)
+		return s
+	}, 4)
+}
+
+// tracer counts the statements sent.
+type tracer struct {
+	n   atomic.Int64
+	sql []string
+	mu  sync.Mutex
+}
+
+func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	tr.n.Add(1)
+	tr.mu.Lock()
+	tr.sql = append(tr.sql, d.SQL)
+	tr.mu.Unlock()
+	return ctx
+}
+
+func (tr *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestOneStatementPerCall(t *testing.T) {
+	ctx := context.Background()
+	tr := &tracer{}
+	pool := newPool(t, testserver.PostgresURL(t), tr)
+	lim, err := ratelimit.New(newStore(t, pool), ratelimit.Limits{
+		"one":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
+		"two":   {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Minute},
+		"shard": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 8},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	calls := []func() error{
+		func() error { _, err := lim.Limit(ctx, "one", "k"); return err },
+		func() error { _, err := lim.Limit(ctx, "one", "k"); return err },
+		func() error { _, err := lim.Check(ctx, "one", "k"); return err },
+		func() error { _, err := lim.Limit(ctx, "shard", "k", ratelimit.Count(20)); return err },
+		func() error { _, err := lim.LimitAll(ctx, "k", []string{"one", "two", "shard"}); return err },
+	}
+	for i, call := range calls {
+		tr.n.Store(0)
+		tr.sql = nil
+		require.NoError(t, call())
+		require.Equal(t, int64(1), tr.n.Load(), "call %d sent %q", i, tr.sql)
+	}
+}
+
+// TestNoDeadlock runs calls that lock overlapping records in every order
+// at once: LimitAll over several limits of one key, in shuffled orders,
+// and a sharded limit. PostgreSQL would abort a deadlocked call with
+// SQLSTATE 40P01, which would surface as an error here.
+func TestNoDeadlock(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	names := []string{"a", "b", "c", "d"}
+	limits := ratelimit.Limits{"s": {Kind: ratelimit.TokenBucket, Rate: 1e9, Period: time.Second, Shards: 3}}
+	for _, n := range names {
+		limits[n] = ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1e9, Period: time.Second}
+	}
+	lim, err := ratelimit.New(newStore(t, pool), limits, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range 40 {
+				order := append([]string(nil), names...)
+				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				key := fmt.Sprint("k", i%3)
+				var err error
+				if g%4 == 0 {
+					_, err = lim.Limit(ctx, "s", key)
+				} else {
+					_, err = lim.LimitAll(ctx, key, order[:2+rng.IntN(3)])
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestServerTime(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	s := newStore(t, pool, pgstore.WithServerTime())
+	require.True(t, s.OwnClock())
+	server, err := s.Now(ctx)
+	require.NoError(t, err)
+	require.InDelta(t, time.Now().UnixMilli(), server, float64(time.Hour.Milliseconds()), "the local server's clock")
+
+	// The Limiter's clock is a year off; the server's decides.
+	lim, err := ratelimit.New(s, ratelimit.Limits{"tb": {Kind: ratelimit.TokenBucket, Rate: 1, Period: 24 * time.Hour, Capacity: 2}},
+		ratelimit.WithClock(newMock(time.Now().AddDate(-1, 0, 0))))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	st, err := lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.True(t, st.Shards[0].Stored)
+	require.InDelta(t, 0, st.Tokens, 0.01, "judged at the server's time, not a year earlier")
+}
+
+func TestDeleteExpiredAndOddTableNames(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := fmt.Sprintf(`weird "name"; drop table x; %d`, time.Now().UnixNano())
+	t.Cleanup(func() { dropTable(pool, name) })
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err, "New is idempotent")
+
+	mock := newMock(t0)
+	lim, err := ratelimit.New(s, ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := lim.Limit(ctx, "fw", fmt.Sprint("user-", i), ratelimit.Count(5))
+		require.NoError(t, err)
+	}
+	_, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	n, err := s.DeleteExpired(ctx, mock.Now())
+	require.NoError(t, err)
+	require.Zero(t, n, "no bucket is full yet")
+	n, err = s.DeleteExpired(ctx, time.UnixMilli(t0.UnixMilli()/60_000*60_000+60_000))
+	require.NoError(t, err)
+	require.Equal(t, int64(20), n, "the fixed windows are full at the next window")
+	n, err = s.DeleteExpired(ctx, mock.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	st, err := lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.False(t, st.Shards[0].Stored)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable("schema."))
+	require.Error(t, err)
+	_, err = pgstore.New(ctx, nil)
+	require.Error(t, err)
+}
