@@ -261,6 +261,12 @@ func TestMemstoreForgetsFullBuckets(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.OK)
 	}
+	assert.Equal(t, 0, store.DeleteExpired(mock.Now()), "full, but not for ExpiryGrace yet")
+	mock.Add(time.Duration(ratelimit.ExpiryGrace) * time.Millisecond)
+	for i := range 300 {
+		_, err := lim.Limit(ctx, "big", fmt.Sprint("steady-", i%3))
+		require.NoError(t, err)
+	}
 	assert.Less(t, store.Len(), 1000-200, "writes must drop expired records as they go")
 	assert.Equal(t, store.Len()-3, store.DeleteExpired(mock.Now()))
 	assert.Equal(t, 3, store.Len())

@@ -402,6 +402,16 @@ func FullAt(p Params, s State) int64 {
 	return Never
 }
 
+// ExpiryGrace is how long, in milliseconds, a store keeps a record past
+// its FullAt before deleting it. Reading a record past FullAt as missing is
+// always exact: at that call's now the bucket is full either way. Deleting
+// it is exact only for calls judged at FullAt or later, and concurrent
+// calls are judged at times read a moment apart: a call whose now was read
+// just before FullAt, arriving after the deletion, would find a full bucket
+// while the record says otherwise. The grace covers how far the nows of
+// calls in flight may lag behind the deleter's.
+const ExpiryGrace int64 = 60_000
+
 // Never is the FullAt of a record whose refill is too slow to compute:
 // keep it.
 const Never int64 = math.MaxInt64

@@ -301,8 +301,10 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
-// DeleteExpired removes every record whose bucket is full again at now,
-// and returns how many it removed. Such records read as a full bucket
+// DeleteExpired removes every record whose bucket has been full again for
+// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
+// removed. The grace keeps exact the calls in flight, judged at a now read
+// a moment before. Such records read as a full bucket
 // whether kept or not; removing them keeps the file's size proportional
 // to the keys active recently. It scans the bucket in one write
 // transaction: call it periodically (say every few minutes) from one
@@ -321,7 +323,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		}
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; {
-			if _, expires, ok := decodeValue(v); ok && expires > ms {
+			if _, expires, ok := decodeValue(v); ok && expires > ms-ratelimit.ExpiryGrace {
 				k, v = c.Next()
 				continue
 			}

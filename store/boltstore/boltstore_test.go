@@ -159,13 +159,18 @@ func TestDeleteExpired(t *testing.T) {
 	require.Zero(t, n)
 	// The fixed windows refill at the next window start; the bucket 60s
 	// after its call.
-	n, err = s.DeleteExpired(ctx, time.UnixMilli(t0.UnixMilli()/60_000*60_000+60_000))
+	grace := time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
+	nextWindow := time.UnixMilli(t0.UnixMilli()/60_000*60_000 + 60_000)
+	n, err = s.DeleteExpired(ctx, nextWindow)
+	require.NoError(t, err)
+	require.Zero(t, n, "full again, but not for ExpiryGrace yet")
+	n, err = s.DeleteExpired(ctx, nextWindow.Add(grace))
 	require.NoError(t, err)
 	require.Equal(t, 50, n)
 	st, err := lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
 	require.True(t, st.Shards[0].Stored)
-	n, err = s.DeleteExpired(ctx, mock.Now().Add(time.Minute))
+	n, err = s.DeleteExpired(ctx, mock.Now().Add(time.Minute+grace))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	st, err = lim.Value(ctx, "tb", "k")

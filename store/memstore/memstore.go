@@ -2,11 +2,11 @@
 //
 // Records live in maps split into stripes, each under its own mutex, so
 // that calls on different keys rarely contend; a call that touches several
-// records locks their stripes in a fixed order. A record is forgotten once
-// its bucket would be full again (ratelimit.FullAt): it then reads as
-// missing, which is the same full bucket, and every write also probes a
-// couple of records of its stripe and drops those that have expired, so
-// memory follows the keys active recently, not every key ever seen.
+// records locks their stripes in a fixed order. A record reads as missing
+// once its bucket would be full again (ratelimit.FullAt), which is the same
+// full bucket, and every write also probes a couple of records of a stripe
+// and drops those full for longer than ratelimit.ExpiryGrace, so memory
+// follows the keys active recently, not every key ever seen.
 package memstore
 
 import (
@@ -158,7 +158,7 @@ func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
 func (st *stripe) sweep(now int64) {
 	n := 0
 	for id, e := range st.recs {
-		if e.expires <= now {
+		if deletable(e, now) {
 			delete(st.recs, id)
 		}
 		if n++; n == probes {
@@ -198,8 +198,15 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
-// DeleteExpired drops every record whose bucket is full again at now and
-// returns how many it dropped. Writes already drop expired records a few
+// deletable reports whether e may be deleted at now: full again for
+// longer than ratelimit.ExpiryGrace.
+func deletable(e entry, now int64) bool {
+	return e.expires <= now-ratelimit.ExpiryGrace
+}
+
+// DeleteExpired drops every record whose bucket has been full again for
+// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
+// dropped. Writes already drop expired records a few
 // at a time; call this to reclaim memory at once, e.g. after a burst of
 // one-off keys.
 func (s *Store) DeleteExpired(now time.Time) int {
@@ -209,7 +216,7 @@ func (s *Store) DeleteExpired(now time.Time) int {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		for id, e := range st.recs {
-			if e.expires <= ms {
+			if deletable(e, ms) {
 				delete(st.recs, id)
 				n++
 			}

@@ -259,14 +259,15 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
-// DeleteExpired removes the records whose bucket is full again at now
-// (and placeholders left by refused calls), and returns how many it
-// removed. Such records read as a full bucket whether kept or not;
+// DeleteExpired removes the records whose bucket has been full again for
+// ratelimit.ExpiryGrace (a minute) at now (and placeholders left by
+// refused calls), and returns how many it removed. The grace keeps exact
+// the calls in flight, judged at a now read a moment before. Such records read as a full bucket whether kept or not;
 // removing them keeps the table proportional to the keys active recently.
 // It uses the index on expires: call it periodically, say every minute,
 // from one process or several.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.expiredSQL, now.UnixMilli())
+	tag, err := s.pool.Exec(ctx, s.expiredSQL, now.UnixMilli()-ratelimit.ExpiryGrace)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete expired: %w", err)
 	}

@@ -38,8 +38,9 @@ var applyScript = redis.NewScript(applyLua)
 const DefaultPrefix = "ratelimit:"
 
 // DefaultExpiryMargin is how long a record is kept past the moment its
-// bucket is full again, unless WithExpiryMargin gives another.
-const DefaultExpiryMargin = time.Minute
+// bucket is full again, unless WithExpiryMargin gives another: as long as
+// ratelimit.ExpiryGrace.
+const DefaultExpiryMargin = time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
 
 // Store is a ratelimit.Store on Redis, safe for concurrent use. Build it
 // with New.
@@ -74,8 +75,9 @@ func WithServerTime() Option { return func(s *Store) { s.serverTime = true } }
 // WithExpiryMargin sets how long a record is kept past the moment its
 // bucket is full again (default DefaultExpiryMargin). Redis expires keys
 // on its own clock; the margin covers how far it may run ahead of the
-// application's, so that no record is dropped while, by the Limiter's
-// clock, its bucket is not yet full.
+// application's, and how far the nows of calls in flight may lag (see
+// ratelimit.ExpiryGrace), so that no record is dropped while, by the
+// Limiter's clock, its bucket is not yet full.
 func WithExpiryMargin(d time.Duration) Option {
 	return func(s *Store) { s.margin = d.Milliseconds() }
 }
