@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/spf13/cobra"
+)
+
+// target is a (name, key) in a real store.
+type target struct {
+	lf  limitFlags
+	sf  storeFlags
+	key string
+}
+
+func (t *target) register(cmd *cobra.Command) {
+	t.lf.register(cmd.Flags())
+	t.sf.register(cmd.Flags())
+	cmd.Flags().StringVar(&t.key, "key", "", "the key (a user, an IP, an API key); may be empty")
+}
+
+// limiter opens the store and returns a Limiter on it with the selected
+// limit, and its name.
+func (t *target) limiter(cmd *cobra.Command) (*ratelimit.Limiter, string, func(), error) {
+	name, cfg, err := t.lf.limit()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	store, closeStore, err := t.sf.open(cmd.Context())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg})
+	if err != nil {
+		closeStore()
+		return nil, "", nil, usageError{err}
+	}
+	return lim, name, closeStore, nil
+}
+
+func newInspect() *cobra.Command {
+	var t target
+	cmd := &cobra.Command{
+		Use:   "inspect",
+		Short: "Show the state of a (name, key) in a store: tokens, window, next grant, debt, per shard",
+		Example: `  ratelimit inspect --store redis://127.0.0.1:6379/0 --limits limits.json --name sendMessage --key user-42
+  ratelimit inspect --store bolt://limits.db --kind "fixed window" --rate 100 --period 1h --name signup --key 203.0.113.9`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lim, name, closeStore, err := t.limiter(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			st, err := lim.Value(cmd.Context(), name, t.key)
+			if err != nil {
+				return err
+			}
+			cfg, _ := lim.Config(name)
+			printStatus(cmd.OutOrStdout(), name, t.key, cfg, st)
+			return nil
+		},
+	}
+	t.register(cmd)
+	return cmd
+}
+
+func printStatus(out io.Writer, name, key string, cfg ratelimit.Config, st ratelimit.Status) {
+	fmt.Fprintln(out, describe(name, cfg))
+	fmt.Fprintf(out, "key %q at %s\n\n", key, time.Now().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shard\tstored\ttokens\tdebt\twindow start\tnext grant\t")
+	for _, sh := range st.Shards {
+		fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t%s\t\n", sh.Index, sh.Stored, num(sh.Tokens), num(max(-sh.Tokens, 0)),
+			stamp(sh.WindowStart), stamp(sh.NextGrant))
+	}
+	if len(st.Shards) > 1 {
+		fmt.Fprintf(tw, "all\t\t%s\t%s\t%s\t%s\t\n", num(st.Tokens), num(max(-st.Tokens, 0)), stamp(st.WindowStart), stamp(st.NextGrant))
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\ntokens now %s of capacity %s\n", num(st.Tokens), num(st.Capacity))
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func newReset() *cobra.Command {
+	var t target
+	cmd := &cobra.Command{
+		Use:     "reset",
+		Short:   "Forget the state of a (name, key) in a store: the next call finds a full bucket",
+		Example: `  ratelimit reset --store postgres://postgres@127.0.0.1:5432/test --limits limits.yaml --name signup --key 203.0.113.9`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lim, name, closeStore, err := t.limiter(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			if err := lim.Reset(cmd.Context(), name, t.key); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "reset %s for key %q\n", name, t.key)
+			return nil
+		},
+	}
+	t.register(cmd)
+	return cmd
+}

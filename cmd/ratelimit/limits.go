@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// limitFlags select one limit: from a limits file (--limits, --name) or
+// given inline (--kind, --rate, ...).
+type limitFlags struct {
+	file, name               string
+	kind                     string
+	rate, capacity, reserved float64
+	period                   time.Duration
+	shards                   int
+	start                    string
+}
+
+func (f *limitFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.file, "limits", "", "a limits file, JSON or YAML (.json, .yaml, .yml)")
+	fs.StringVar(&f.name, "name", "", "the limit's name (in the limits file, or for an inline limit)")
+	fs.StringVar(&f.kind, "kind", "", `inline limit: "fixed window" or "token bucket"`)
+	fs.Float64Var(&f.rate, "rate", 0, "inline limit: tokens granted per period")
+	fs.DurationVar(&f.period, "period", 0, "inline limit: window length or refill period (e.g. 1m, 1h)")
+	fs.Float64Var(&f.capacity, "capacity", 0, "inline limit: most tokens held (default: rate)")
+	fs.Float64Var(&f.reserved, "max-reserved", 0, "inline limit: most tokens owed by reservations (default: unlimited)")
+	fs.IntVar(&f.shards, "shards", 0, "inline limit: records the limit is split into")
+	fs.StringVar(&f.start, "start", "", "inline fixed window: RFC 3339 time its windows are aligned to")
+}
+
+// limit returns the selected limit's name and config, validated.
+func (f *limitFlags) limit() (string, ratelimit.Config, error) {
+	if f.file != "" {
+		if f.kind != "" || f.rate != 0 || f.period != 0 {
+			return "", ratelimit.Config{}, usagef("give a limit either by --limits and --name or inline (--kind, --rate, --period), not both")
+		}
+		limits, err := loadLimits(f.file)
+		if err != nil {
+			return "", ratelimit.Config{}, err
+		}
+		cfg, ok := limits[f.name]
+		if !ok {
+			names := make([]string, 0, len(limits))
+			for n := range limits {
+				names = append(names, n)
+			}
+			return "", ratelimit.Config{}, usagef("limit %q is not in %s: pass --name, one of %q", f.name, f.file, names)
+		}
+		return f.name, cfg, nil
+	}
+	if f.kind == "" {
+		return "", ratelimit.Config{}, usagef("give a limit: --limits FILE --name NAME, or --kind, --rate and --period")
+	}
+	cfg := ratelimit.Config{Rate: f.rate, Period: f.period, Capacity: f.capacity, MaxReserved: f.reserved, Shards: f.shards}
+	if err := cfg.Kind.UnmarshalText([]byte(f.kind)); err != nil {
+		return "", cfg, usageError{err}
+	}
+	if f.start != "" {
+		t, err := time.Parse(time.RFC3339, f.start)
+		if err != nil {
+			return "", cfg, usagef("--start %q: write an RFC 3339 time such as 2024-01-01T00:00:00Z", f.start)
+		}
+		cfg.Start = t
+	}
+	if err := cfg.Validate(); err != nil {
+		return "", cfg, usageError{err}
+	}
+	name := f.name
+	if name == "" {
+		name = "limit"
+	}
+	return name, cfg, nil
+}
+
+// loadLimits reads a limits file: JSON, or YAML of the same shape.
+func loadLimits(path string) (ratelimit.Limits, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json":
+	case ".yaml", ".yml":
+		var doc map[string]any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if data, err = json.Marshal(doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	default:
+		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
+	}
+	limits, err := ratelimit.ParseLimits(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return limits, nil
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/stretchr/testify/require"
+)
+
+// exec runs the command line and returns its exit code and output.
+func exec(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// rows returns the table rows of out, each split into its columns.
+func rows(out string) [][]string {
+	var rs [][]string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.Count(f[0], ":") == 2 {
+			rs = append(rs, f)
+		}
+	}
+	return rs
+}
+
+func TestSimulateRollover(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "rollover.svg")
+	code, out, errOut := exec("simulate", "--kind", "fixed window", "--rate", "100", "--period", "1h", "--capacity", "150",
+		"--at", "00:30=15,00:45=15,01:30=30,01:40=125,01:50=1", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	// time, window, before, count, result, after, retry after
+	require.Equal(t, [][]string{
+		{"00:30:00", "00:00:00-01:00:00", "150", "15", "allowed", "135", "0s"},
+		{"00:45:00", "00:00:00-01:00:00", "135", "15", "allowed", "120", "0s"},
+		// A new window granted 100, capped at 150: unused tokens rolled over.
+		{"01:30:00", "01:00:00-02:00:00", "150", "30", "allowed", "120", "0s"},
+		{"01:40:00", "01:00:00-02:00:00", "120", "125", "denied", "120", "20m0s"},
+		{"01:50:00", "01:00:00-02:00:00", "120", "1", "allowed", "119", "0s"},
+	}, rows(out), out)
+
+	// The chart is well-formed SVG with the expected parts.
+	f, err := os.Open(svg)
+	require.NoError(t, err)
+	defer f.Close()
+	counts := map[string]int{}
+	dec := xml.NewDecoder(f)
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if se, ok := tok.(xml.StartElement); ok {
+			counts[se.Name.Local]++
+			for _, a := range se.Attr {
+				if a.Name.Local == "class" {
+					counts["."+a.Value]++
+				}
+			}
+		}
+	}
+	require.Equal(t, 1, counts["svg"])
+	require.Equal(t, 1, counts[".tokens"])
+	require.Equal(t, 1, counts[".capacity"])
+	require.Equal(t, 5, counts[".request"])
+	require.Equal(t, 2, counts[".window"], "boundaries at 01:00 and 02:00 within the chart")
+}
+
+func TestSimulateTokenBucketAndReserve(t *testing.T) {
+	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3",
+		"--max-reserved", "6", "--at", "0s=3,1s=1,2s=5r,3s=2r")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, [][]string{
+		{"00:00:00", "-", "3", "3", "allowed", "0", "0s"},
+		{"00:00:01", "-", "0.167", "1", "denied", "0.167", "5s"},
+		{"00:00:02", "-", "0.333", "5", "(reserve)", "reserved", "-4.667", "28s"},
+		{"00:00:03", "-", "-4.5", "2", "(reserve)", "denied", "-4.5", "3s"},
+	}, rows(out), out)
+}
+
+func TestSimulateSteadyPattern(t *testing.T) {
+	code, out, errOut := exec("simulate", "--kind", "fixed window", "--rate", "2", "--period", "10s", "--every", "4s", "--for", "20s")
+	require.Equal(t, 0, code, errOut)
+	var results []string
+	for _, r := range rows(out) {
+		results = append(results, r[4])
+	}
+	// Windows 0-10s, 10-20s, 20-30s: two calls each, a third denied.
+	require.Equal(t, []string{"allowed", "allowed", "denied", "allowed", "allowed", "allowed"}, results, out)
+}
+
+func TestLimitsFiles(t *testing.T) {
+	dir := t.TempDir()
+	js := filepath.Join(dir, "limits.json")
+	require.NoError(t, os.WriteFile(js, []byte(`{"send": {"kind": "token bucket", "rate": 10, "period": "1m", "capacity": 3}}`), 0o600))
+	yml := filepath.Join(dir, "limits.yaml")
+	require.NoError(t, os.WriteFile(yml, []byte("send:\n  kind: token bucket\n  rate: 10\n  period: 1m\n  capacity: 3\n"), 0o600))
+	var outs []string
+	for _, f := range []string{js, yml} {
+		code, out, errOut := exec("simulate", "--limits", f, "--name", "send", "--at", "0s=1,0s=1,0s=1,0s=1")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "send: token bucket, rate 10 per 1m0s, capacity 3")
+		require.Contains(t, out, "denied")
+		outs = append(outs, out)
+	}
+	require.Equal(t, outs[0], outs[1], "JSON and YAML describe the same limit")
+
+	code, _, errOut := exec("simulate", "--limits", js, "--name", "nope", "--at", "0s=1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `limit "nope" is not in`)
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("x:\n  kind: fixed window\n  rate: 0\n  period: 1m\n"), 0o600))
+	code, _, errOut = exec("simulate", "--limits", bad, "--name", "x", "--at", "0s=1")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "Rate")
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"simulate", "--at", "0s=1"},
+		{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "soon=1"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s"},
+		{"simulate", "--bogus"},
+		{"inspect", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--store", "ftp://x"},
+		{"bench", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--store", "mem:", "--keys", "0"},
+	} {
+		code, _, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.Contains(t, errOut, "ratelimit:")
+	}
+}
+
+// inspectReset checks inspect and reset against a store given by URL.
+func inspectReset(t *testing.T, storeArgs ...string) {
+	ctx := context.Background()
+	key := fmt.Sprint("cli-", time.Now().UnixNano())
+	limit := []string{"--kind", "fixed window", "--rate", "10", "--period", "1h", "--shards", "2", "--name", "cli"}
+	args := func(cmd string) []string {
+		return append(append(append([]string{cmd}, storeArgs...), limit...), "--key", key)
+	}
+	code, out, errOut := exec(args("inspect")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tokens now 10 of capacity 10")
+
+	// Spend through the library on the same store, then look.
+	sf := storeFlags{url: storeArgs[1]}
+	for i := 2; i+1 < len(storeArgs); i += 2 {
+		switch storeArgs[i] {
+		case "--prefix":
+			sf.prefix = storeArgs[i+1]
+		case "--table":
+			sf.table = storeArgs[i+1]
+		}
+	}
+	if sf.prefix == "" {
+		sf.prefix = "ratelimit:"
+	}
+	if sf.table == "" {
+		sf.table = "ratelimit"
+	}
+	store, closeStore, err := sf.open(ctx)
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Shards: 2}})
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "cli", key, ratelimit.Count(7))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	closeStore()
+
+	code, out, errOut = exec(args("inspect")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tokens now 3 of capacity 10")
+	require.Contains(t, out, "true", "a shard is stored")
+
+	code, out, errOut = exec(args("reset")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "reset cli")
+	code, out, _ = exec(args("inspect")...)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "tokens now 10 of capacity 10")
+}
+
+func TestInspectResetBolt(t *testing.T) {
+	inspectReset(t, "--store", "bolt://"+filepath.Join(t.TempDir(), "limits.db"))
+}
+
+func TestInspectResetRedis(t *testing.T) {
+	inspectReset(t, "--store", testserver.RedisURL(t), "--prefix", "ratelimit-cli-test:")
+}
+
+func TestInspectResetPostgres(t *testing.T) {
+	inspectReset(t, "--store", testserver.PostgresURL(t), "--table", "ratelimit_cli_test")
+}
+
+func TestBench(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bench.db")
+	for _, store := range []string{"mem:", "bolt://" + path} {
+		code, out, errOut := exec("bench", "--store", store, "--kind", "fixed window", "--rate", "50", "--period", "100ms",
+			"--keys", "3", "--goroutines", "8", "--duration", "300ms", "--quiet")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "decisions")
+		require.Contains(t, out, "latency    p50")
+		require.Contains(t, out, "check      ok")
+	}
+}
+
+func TestVerifyCatchesExcess(t *testing.T) {
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Second}
+	at := time.UnixMilli(1_000_000)
+	var gs []grant
+	for i := range 5 { // 5 grants within 100 ms: at most 2 + 2 allowed
+		g := at.Add(time.Duration(i) * 20 * time.Millisecond)
+		gs = append(gs, grant{from: g, to: g})
+	}
+	require.Contains(t, verify(cfg, gs, 1, 1), "5 tokens granted")
+	require.Empty(t, verify(cfg, gs[:4], 1, 1))
+	tb := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second}
+	require.Contains(t, verify(tb, gs[:3], 1, 1), "3 tokens granted")
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/spf13/cobra"
+)
+
+// simStart is the simulation's time zero.
+var simStart = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// request is one call of a simulation.
+type request struct {
+	at      time.Duration
+	count   float64
+	reserve bool
+}
+
+// step is what became of one request.
+type step struct {
+	request
+	before, after float64
+	window        [2]time.Duration // fixed window: the window the call fell in
+	res           ratelimit.Result
+}
+
+func newSimulate() *cobra.Command {
+	var (
+		lf              limitFlags
+		at, svg         string
+		every, duration time.Duration
+		count           float64
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Run a limit on a timeline of requests and print what it decides",
+		Long: `Simulate runs a limit on the default store (an embedded bbolt file, in a temporary
+directory) with a simulated clock starting at 00:00:00, and prints, for each request, the
+window it falls in, the tokens before and after, and the decision.
+
+A fixed window without --start is aligned to 00:00:00 so that windows read plainly.`,
+		Example: `  ratelimit simulate --kind "fixed window" --rate 100 --period 1h --capacity 150 --at 00:30=15,00:45=15,01:30=30
+  ratelimit simulate --kind "token bucket" --rate 10 --period 1m --capacity 3 --every 5s --count 1 --for 1m
+  ratelimit simulate --limits limits.yaml --name llm --at 0s=30000,10s=20000r --svg llm.svg`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			name, cfg, err := lf.limit()
+			if err != nil {
+				return err
+			}
+			if cfg.Kind == ratelimit.FixedWindow && cfg.Start.IsZero() {
+				cfg.Start = simStart
+			}
+			reqs, err := parsePattern(at)
+			if err != nil {
+				return err
+			}
+			if every > 0 {
+				if duration <= 0 {
+					return usagef("--every needs --for, the length of the steady pattern")
+				}
+				for t := time.Duration(0); t <= duration; t += every {
+					reqs = append(reqs, request{at: t, count: count})
+				}
+			}
+			if len(reqs) == 0 {
+				return usagef("give requests: --at 00:30=15,01:30=30 or --every 1m --for 1h")
+			}
+			slices.SortStableFunc(reqs, func(a, b request) int { return int(a.at - b.at) })
+			return simulate(cmd.Context(), cmd.OutOrStdout(), name, cfg, reqs, svg)
+		},
+	}
+	lf.register(cmd.Flags())
+	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as [hh:]mm:ss, hh:mm or a duration (90s); a trailing r reserves (01:30=30r)")
+	cmd.Flags().DurationVar(&every, "every", 0, "a steady pattern: one request every so often")
+	cmd.Flags().DurationVar(&duration, "for", 0, "a steady pattern: for so long")
+	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
+	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
+	return cmd
+}
+
+// parsePattern reads "00:30=15,00:45=15,01:30=30r".
+func parsePattern(s string) ([]request, error) {
+	var reqs []request
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		at, n, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, usagef("--at %q: write TIME=COUNT, e.g. 00:30=15", part)
+		}
+		r := request{}
+		var err error
+		if r.at, err = parseOffset(at); err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(n, "r") {
+			r.reserve, n = true, strings.TrimSuffix(n, "r")
+		}
+		if r.count, err = strconv.ParseFloat(n, 64); err != nil {
+			return nil, usagef("--at %q: the count %q is not a number", part, n)
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs, nil
+}
+
+// parseOffset reads hh:mm, hh:mm:ss or a Go duration.
+func parseOffset(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
+	}
+	units := []time.Duration{time.Hour, time.Minute, time.Second}
+	var d time.Duration
+	for i, p := range parts {
+		n, err := strconv.ParseFloat(p, 64)
+		if err != nil || n < 0 {
+			return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
+		}
+		d += time.Duration(n * float64(units[i]))
+	}
+	return d, nil
+}
+
+// sample is the tokens of the limit at one moment, for the chart.
+type sample struct {
+	at     time.Duration
+	tokens float64
+}
+
+func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	dir, err := os.MkdirTemp("", "ratelimit-simulate-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	store, err := boltstore.Open(filepath.Join(dir, "simulate.db"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	mock := clock.NewMock()
+	mock.Set(simStart)
+	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg}, ratelimit.WithClock(mock))
+	if err != nil {
+		return usageError{err}
+	}
+	const key = "simulated"
+	value := func(at time.Duration) (ratelimit.Status, error) {
+		mock.Set(simStart.Add(at))
+		return lim.Value(ctx, name, key)
+	}
+
+	end := reqs[len(reqs)-1].at
+	end += max(end/10, cfg.Period/2)
+	// Sample the tokens for the chart: evenly, and on both sides of every
+	// window boundary, so that the grants show as steps.
+	var times []time.Duration
+	for i := range 400 {
+		times = append(times, end*time.Duration(i)/400)
+	}
+	if cfg.Kind == ratelimit.FixedWindow {
+		for w := time.Duration(0); w <= end; w += cfg.Period {
+			if w > 0 {
+				times = append(times, w-time.Millisecond)
+			}
+			times = append(times, w)
+		}
+	}
+	times = append(times, end)
+	slices.Sort(times)
+
+	var (
+		steps   []step
+		samples []sample
+	)
+	ti := 0
+	for _, r := range reqs {
+		for ; ti < len(times) && times[ti] < r.at; ti++ {
+			st, err := value(times[ti])
+			if err != nil {
+				return err
+			}
+			samples = append(samples, sample{times[ti], st.Tokens})
+		}
+		before, err := value(r.at)
+		if err != nil {
+			return err
+		}
+		opts := []ratelimit.CallOption{ratelimit.Count(r.count)}
+		if r.reserve {
+			opts = append(opts, ratelimit.Reserve())
+		}
+		res, err := lim.Limit(ctx, name, key, opts...)
+		if err != nil {
+			return err
+		}
+		after, err := value(r.at)
+		if err != nil {
+			return err
+		}
+		s := step{request: r, before: before.Tokens, after: after.Tokens, res: res}
+		if cfg.Kind == ratelimit.FixedWindow {
+			s.window = [2]time.Duration{before.WindowStart.Sub(simStart), before.NextGrant.Sub(simStart)}
+		}
+		steps = append(steps, s)
+		samples = append(samples, sample{r.at, before.Tokens}, sample{r.at, after.Tokens})
+	}
+	for ; ti < len(times); ti++ {
+		st, err := value(times[ti])
+		if err != nil {
+			return err
+		}
+		samples = append(samples, sample{times[ti], st.Tokens})
+	}
+
+	printSteps(out, name, cfg, steps)
+	if svgPath != "" {
+		f, err := os.Create(svgPath)
+		if err != nil {
+			return err
+		}
+		if err := writeSVG(f, name, cfg, steps, samples, end); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nchart: %s\n", svgPath)
+	}
+	return nil
+}
+
+func describe(name string, cfg ratelimit.Config) string {
+	s := fmt.Sprintf("%s: %v, rate %v per %v", name, cfg.Kind, cfg.Rate, cfg.Period)
+	if cfg.Capacity != 0 {
+		s += fmt.Sprintf(", capacity %v", cfg.Capacity)
+	}
+	if cfg.MaxReserved != 0 {
+		s += fmt.Sprintf(", max reserved %v", cfg.MaxReserved)
+	}
+	if cfg.Shards > 1 {
+		s += fmt.Sprintf(", %d shards", cfg.Shards)
+	}
+	return s
+}
+
+func printSteps(out io.Writer, name string, cfg ratelimit.Config, steps []step) {
+	fmt.Fprintln(out, describe(name, cfg))
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "time\twindow\tbefore\tcount\tresult\tafter\tretry after\t")
+	for _, s := range steps {
+		window := "-"
+		if cfg.Kind == ratelimit.FixedWindow {
+			window = clockTime(s.window[0]) + "-" + clockTime(s.window[1])
+		}
+		count := num(s.count)
+		if s.reserve {
+			count += " (reserve)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t\n", clockTime(s.at), window, num(s.before), count,
+			outcome(s.res), num(s.after), s.res.RetryAfter)
+	}
+	tw.Flush()
+}
+
+func outcome(r ratelimit.Result) string {
+	switch {
+	case !r.OK:
+		return "denied"
+	case r.RetryAfter > 0:
+		return "reserved"
+	}
+	return "allowed"
+}
+
+// clockTime formats an offset from the simulation's start as hh:mm:ss,
+// with milliseconds when there are any.
+func clockTime(d time.Duration) string {
+	neg := ""
+	if d < 0 {
+		neg, d = "-", -d
+	}
+	s := fmt.Sprintf("%s%02d:%02d:%02d", neg, int(d/time.Hour), int(d/time.Minute)%60, int(d/time.Second)%60)
+	if ms := d % time.Second; ms != 0 {
+		s += fmt.Sprintf(".%03d", ms/time.Millisecond)
+	}
+	return s
+}
+
+// num formats tokens with at most three decimals.
+func num(x float64) string {
+	return strconv.FormatFloat(float64(int64(x*1000+copysignHalf(x)))/1000, 'f', -1, 64)
+}
+
+func copysignHalf(x float64) float64 {
+	if x < 0 {
+		return -0.5
+	}
+	return 0.5
+}
