@@ -229,6 +229,12 @@ type Result struct {
 	// reservations), or the tokens available now after a denied one. For a
 	// sharded limit it counts the two shards the call evaluated.
 	Remaining float64
+	// Reset is how long until the limit next replenishes: for a fixed
+	// window, until its next window starts (for a sharded one, the window
+	// of the first shard evaluated); for a token bucket, until it is full
+	// again. It feeds the "t" of the IETF RateLimit header (package
+	// httplimit). Whole milliseconds, rounded up.
+	Reset time.Duration
 	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
 	// that decided the answer: the one with the longest wait.
 	Name  string
@@ -338,6 +344,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		p := lims[0].params(l.seed, key, 0)
 		if d, ok := l.deny.refuse(names[0], key, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
+			res.Reset = resetAfter(p, 1, now, res.Remaining)
 			res.Local = true
 			l.observe(ctx, mode, res, start, nil)
 			return res, ch, nil
@@ -374,6 +381,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 
 	if len(lims) == 1 {
 		res := l.result(names[0], key, c, out[0])
+		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), now, res.Remaining)
 		if out[0].OK {
 			ch.n = copy(ch.shards[:], items[0].Shards)
 			ch.amount = out[0].Charged
@@ -387,6 +395,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	ok := true
 	for i := range lims {
 		all[i] = l.result(names[i], key, c, out[i])
+		all[i].Reset = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), now, all[i].Remaining)
 		ok = ok && all[i].OK
 	}
 	// The answer is the binding limit's: the longest wait among the refused
@@ -412,6 +421,19 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		l.observe(ctx, mode, all[i], start, nil)
 	}
 	return res, ch, nil
+}
+
+// resetAfter computes Result.Reset for a limit of n shards of params p,
+// with remaining tokens left in the shards a call evaluated.
+func resetAfter(p Params, n int, now int64, remaining float64) time.Duration {
+	var ms float64
+	if p.Kind == FixedWindow {
+		ms = float64(WindowStart(p, now) + p.Period - now)
+	} else {
+		capacity := p.Capacity * float64(min(n, 2))
+		ms = math.Max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+	}
+	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
 
 func (l *Limiter) result(name, key string, c call, d Decision) Result {

@@ -332,3 +332,28 @@ func TestStoreClock(t *testing.T) {
 		})
 	}
 }
+
+func TestResultReset(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: t0},
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	mock.Add(15 * time.Minute)
+	res, err := lim.Limit(ctx, "fw", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Minute, res.Reset, "the next window starts at 01:00")
+	res, err = lim.Limit(ctx, "fw", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Equal(t, 45*time.Minute, res.Reset)
+	res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Second, res.Reset, "4 tokens refill in 24s")
+	res, err = lim.LimitAll(ctx, "k2", []string{"fw", "tb"}, ratelimit.Count(1))
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Minute, res.All[0].Reset)
+	require.Equal(t, 6*time.Second, res.All[1].Reset)
+}
