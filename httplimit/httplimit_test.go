@@ -1,0 +1,289 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func limiter(t *testing.T, limits ratelimit.Limits, store ratelimit.Store) (*ratelimit.Limiter, *clock.Mock) {
+	mock := clock.NewMock()
+	mock.Set(t0)
+	if store == nil {
+		store = memstore.New()
+	}
+	lim, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	return lim, mock
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+
+func serve(h http.Handler, remote string, headers ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestAllowThenRefuse(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Start: t0},
+	}, nil)
+	mw, err := httplimit.New(lim, []string{"api"})
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	mock.Add(20*time.Second + 500*time.Millisecond)
+
+	w := serve(h, "192.0.2.1:5555")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, `"api";q=2;w=60`, w.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"api";r=1;t=40`, w.Header().Get("RateLimit"), "39.5 s to the next window, rounded up")
+	w = serve(h, "192.0.2.1:5556")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, `"api";r=0;t=40`, w.Header().Get("RateLimit"))
+
+	w = serve(h, "192.0.2.1:5557")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, "40", w.Header().Get("Retry-After"), "whole seconds, rounded up")
+	require.Equal(t, `"api";r=0;t=40`, w.Header().Get("RateLimit"))
+	require.Equal(t, `"api";q=2;w=60`, w.Header().Get("RateLimit-Policy"))
+
+	// Another client has its own key.
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.2:5555").Code)
+	// The next window grants again.
+	mock.Add(40 * time.Second)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:5555").Code)
+}
+
+func TestRetryAfterRoundsUp(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 1, Period: 1500 * time.Millisecond},
+	}, nil)
+	mw, err := httplimit.New(lim, []string{"tb"})
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+	mock.Add(1400 * time.Millisecond)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, "1", w.Header().Get("Retry-After"), "100 ms left: never 0")
+}
+
+func TestTrustedProxies(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	key := httplimit.ClientIP(trusted...)
+	tests := []struct {
+		name, remote string
+		headers      []string
+		want         string
+	}{
+		{"no proxy", "203.0.113.7:4000", nil, "203.0.113.7"},
+		{"spoofed header from an untrusted peer", "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
+		{"behind a trusted proxy", "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"client prepends a lie", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1"}, "198.51.100.1"},
+		{"two trusted hops", "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, 10.0.0.9"}, "198.51.100.1"},
+		{"several header lines", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1", "X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"Forwarded with quoted IPv6 and port", "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::17"},
+		{"Forwarded chain", "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
+		{"Forwarded wins over X-Forwarded-For", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
+		{"obfuscated hop", "10.0.0.2:80", []string{"Forwarded", "for=_hidden"}, "10.0.0.2"},
+		{"garbage", "10.0.0.2:80", []string{"X-Forwarded-For", "\x00not an ip"}, "10.0.0.2"},
+		{"all hops trusted", "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9"}, "10.9.9.9"},
+		{"IPv6 peer", "[2001:db8::5]:443", nil, "2001:db8::5"},
+		{"IPv4-mapped IPv6 peer", "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tt.remote
+			for i := 0; i+1 < len(tt.headers); i += 2 {
+				r.Header.Add(tt.headers[i], tt.headers[i+1])
+			}
+			got, err := key(r)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "[2001:db8:1:2:3:4:5:6]:1"
+	got, err := httplimit.ClientIPv6Prefix(64)(r)
+	require.NoError(t, err)
+	require.Equal(t, "2001:db8:1:2::/64", got)
+	r.RemoteAddr = "not-an-address"
+	_, err = key(r)
+	require.ErrorIs(t, err, httplimit.ErrNoKey)
+}
+
+func TestHeaderAndPathKeysAndCost(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour}}, nil)
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("X-API-Key")),
+		httplimit.WithCost(func(r *http.Request) (float64, error) {
+			if c := r.URL.Query().Get("cost"); c != "" {
+				return strconv.ParseFloat(c, 64)
+			}
+			return 1, nil
+		}))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	do := func(target, apiKey string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", target, nil)
+		if apiKey != "" {
+			r.Header.Set("X-API-Key", apiKey)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	require.Equal(t, http.StatusBadRequest, do("/", "").Code, "no key")
+	w := do("/?cost=7", "k1")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Contains(t, w.Header().Get("RateLimit"), "r=3")
+	require.Equal(t, http.StatusTooManyRequests, do("/?cost=4", "k1").Code)
+	require.Equal(t, http.StatusOK, do("/?cost=4", "k2").Code)
+	require.Equal(t, http.StatusBadRequest, do("/?cost=-1", "k2").Code, "a negative cost is bad input")
+	require.Equal(t, http.StatusBadRequest, do("/?cost=11", "k2").Code, "a cost above capacity can never be granted")
+	require.Equal(t, http.StatusInternalServerError, do("/?cost=x", "k2").Code, "a failing cost function")
+
+	// Path values: through a ServeMux pattern.
+	pm, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.PathValue("tenant")))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/t/{tenant}/", pm.Wrap(ok))
+	for i := range 11 {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", "/t/acme/x", nil))
+		want := http.StatusOK
+		if i == 10 {
+			want = http.StatusTooManyRequests
+		}
+		require.Equal(t, want, w.Code, "request %d", i)
+	}
+}
+
+func TestSeveralLimitsAllOrNothing(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"perHour":   {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: t0},
+		"perMinute": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Start: t0},
+	}, nil)
+	mw, err := httplimit.New(lim, []string{"perHour", "perMinute"})
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, `"perHour";q=5;w=3600, "perMinute";q=2;w=60`, w.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"perHour";r=3;t=3600, "perMinute";r=0;t=60`, w.Header().Get("RateLimit"))
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, "60", w.Header().Get("Retry-After"))
+	// The hour was not charged by the refused request.
+	require.Equal(t, `"perHour";r=3;t=3600, "perMinute";r=0;t=60`, w.Header().Get("RateLimit"))
+}
+
+// downStore fails every call, as an unreachable server would.
+type downStore struct{}
+
+var errDown = errors.New("connection refused")
+
+func (downStore) Apply(context.Context, *ratelimit.Op, []ratelimit.Decision) error { return errDown }
+func (downStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+	return errDown
+}
+func (downStore) Delete(context.Context, []ratelimit.RecordID) error { return errDown }
+
+func TestStoreFailureFollowsPolicy(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"open":   {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, FailOpen: true},
+		"closed": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
+	}, downStore{})
+	var seen []error
+	for _, name := range []string{"open", "closed"} {
+		mw, err := httplimit.New(lim, []string{name}, httplimit.OnStoreFailure(func(_ *http.Request, err error) { seen = append(seen, err) }))
+		require.NoError(t, err)
+		w := serve(mw.Wrap(ok), "192.0.2.1:1")
+		if name == "open" {
+			require.Equal(t, http.StatusOK, w.Code)
+		} else {
+			require.Equal(t, http.StatusServiceUnavailable, w.Code)
+		}
+	}
+	require.Len(t, seen, 2)
+	for _, err := range seen {
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		require.ErrorIs(t, err, errDown)
+	}
+}
+
+func TestCustomResponsesAndNoHeaders(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, nil)
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithoutHeaders(),
+		httplimit.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
+			w.WriteHeader(http.StatusTeapot)
+			io.WriteString(w, res.Name)
+		}))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	w := serve(h, "192.0.2.1:1")
+	require.Empty(t, w.Header().Get("RateLimit"))
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTeapot, w.Code)
+	require.Equal(t, "api", w.Body.String())
+
+	_, err = httplimit.New(nil, []string{"api"})
+	require.Error(t, err)
+	_, err = httplimit.New(lim, nil)
+	require.Error(t, err)
+	_, err = httplimit.New(lim, []string{"nope"})
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	_, err = httplimit.New(lim, []string{"api"}, httplimit.WithKey(nil))
+	require.Error(t, err)
+}
+
+// TestRealServer runs the middleware in a real http.Server on loopback.
+func TestRealServer(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Minute, Start: t0}}, nil)
+	mw, err := httplimit.New(lim, []string{"api"})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mw.Wrap(ok), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String() + "/"
+	var codes []int
+	for range 5 {
+		req, err := http.NewRequest("GET", url, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Forwarded-For", "198.51.100.1") // ignored: no trusted proxy
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			require.Equal(t, "60", resp.Header.Get("Retry-After"))
+		}
+		require.NotEmpty(t, resp.Header.Get("RateLimit"))
+	}
+	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+}
