@@ -12,6 +12,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -356,4 +357,23 @@ func TestResultReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 45*time.Minute, res.All[0].Reset)
 	require.Equal(t, 6*time.Second, res.All[1].Reset)
+}
+
+func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
+	seen := map[string]ratelimit.RecordID{}
+	for _, p := range storetest.Confusable() {
+		for shard := range 3 {
+			id := ratelimit.RecordID{Name: p[0], Key: p[1], Shard: shard}
+			k := string(id.AppendKey(nil))
+			if other, ok := seen[k]; ok {
+				t.Fatalf("(%.30q, %.30q, %d) and (%.30q, %.30q, %d) share the encoding",
+					other.Name, other.Key, other.Shard, id.Name, id.Key, id.Shard)
+			}
+			seen[k] = id
+		}
+	}
+	// Shard numbers past one byte of uvarint stay apart from key bytes.
+	a := ratelimit.RecordID{Name: "n", Key: "\x01", Shard: 200}
+	b := ratelimit.RecordID{Name: "n", Key: "\x01\x01", Shard: 72}
+	require.NotEqual(t, a.AppendKey(nil), b.AppendKey(nil))
 }

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // This file is the one definition of the semantics (docs/model.md). Every
 // store runs Evaluate or, where it has a native port (Lua, SQL), is proved
@@ -243,6 +246,17 @@ type RecordID struct {
 	Name  string
 	Key   string
 	Shard int
+}
+
+// AppendKey appends an encoding of id to dst that no other RecordID
+// shares, whatever bytes the name and key hold: the uvarint length of the
+// name, the name, the uvarint shard, then the key. Stores use it (or a
+// digest of it) as the record's key.
+func (id RecordID) AppendKey(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(id.Name)))
+	dst = append(dst, id.Name...)
+	dst = binary.AppendUvarint(dst, uint64(id.Shard))
+	return append(dst, id.Key...)
 }
 
 // NumRecords returns how many records op touches.

@@ -343,11 +343,10 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
-// Key encoding. A RecordID becomes the uvarint length of the name, the
-// name, the uvarint shard and the key: no two ids share an encoding,
-// whatever bytes they hold. bbolt keys are at most 32 KiB, so an encoding
-// longer than maxRawKey is replaced by its SHA-256 digest; a tag byte keeps
-// raw and digested keys apart.
+// Key encoding: a tag byte, then ratelimit.RecordID.AppendKey, which no
+// two ids share. bbolt keys are at most 32 KiB, so an encoding longer than
+// maxRawKey is replaced by its SHA-256 digest; the tag keeps raw and
+// digested keys apart.
 const (
 	maxRawKey = 512
 	tagRaw    = 0
@@ -357,10 +356,7 @@ const (
 func recordKey(id ratelimit.RecordID) []byte {
 	raw := make([]byte, 1, 1+2*binary.MaxVarintLen64+len(id.Name)+len(id.Key))
 	raw[0] = tagRaw
-	raw = binary.AppendUvarint(raw, uint64(len(id.Name)))
-	raw = append(raw, id.Name...)
-	raw = binary.AppendUvarint(raw, uint64(id.Shard))
-	raw = append(raw, id.Key...)
+	raw = id.AppendKey(raw)
 	if len(raw) <= maxRawKey {
 		return raw
 	}

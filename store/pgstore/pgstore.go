@@ -133,17 +133,11 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 	return ms, nil
 }
 
-// recordID returns the primary key of a record: the SHA-256 digest of the
-// uvarint length of the name, the name, the uvarint shard and the key, an
-// encoding no two records share. A digest keeps index entries small
-// whatever the key's length.
+// recordID returns the primary key of a record: the SHA-256 digest of
+// ratelimit.RecordID.AppendKey, an encoding no two records share. A
+// digest keeps index entries small whatever the key's length.
 func recordID(id ratelimit.RecordID) []byte {
-	b := make([]byte, 0, 2*binary.MaxVarintLen64+len(id.Name)+len(id.Key))
-	b = binary.AppendUvarint(b, uint64(len(id.Name)))
-	b = append(b, id.Name...)
-	b = binary.AppendUvarint(b, uint64(id.Shard))
-	b = append(b, id.Key...)
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(id.AppendKey(make([]byte, 0, 2*binary.MaxVarintLen64+len(id.Name)+len(id.Key))))
 	return sum[:]
 }
 
