@@ -88,3 +88,26 @@ func Unreachable(t testing.TB, service, addr string, err error) {
 	}
 	t.Skipf(msg, service, addr, err, service)
 }
+
+// Reachable reports whether a TCP server answers at addr.
+func Reachable(addr string) bool { return dial(addr) == nil }
+
+// RequireReachable fails or skips the test, as Unreachable does, unless a
+// server answers at addr.
+func RequireReachable(t testing.TB, service, addr string) {
+	t.Helper()
+	Unreachable(t, service, addr, dial(addr))
+}
+
+// WaitReachable polls addr until a server answers there (up) or no longer
+// does (!up), for at most ten seconds, and fails the test otherwise.
+func WaitReachable(t testing.TB, addr string, up bool) {
+	t.Helper()
+	for range 200 {
+		if Reachable(addr) == up {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the server at %s did not become reachable=%v", addr, up)
+}

@@ -2,13 +2,10 @@ package pgstore_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -29,25 +26,6 @@ func failoverURL() string {
 	return "postgres://postgres@" + failoverAddr + "/test?sslmode=disable&connect_timeout=2"
 }
 
-func reachable() bool {
-	c, err := net.DialTimeout("tcp", failoverAddr, time.Second)
-	if err == nil {
-		c.Close()
-	}
-	return err == nil
-}
-
-// waitFor polls, boundedly, until the server is reachable or not.
-func waitFor(t *testing.T, up bool) {
-	for range 200 {
-		if reachable() == up {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("the failover postgresql did not become reachable=%v", up)
-}
-
 func pgctl(t *testing.T, action string, args ...string) {
 	versions, err := os.ReadDir("/etc/postgresql")
 	require.NoError(t, err)
@@ -61,24 +39,20 @@ func pgctl(t *testing.T, action string, args ...string) {
 
 func stopFailover(t *testing.T) {
 	pgctl(t, "stop", "-m", "immediate")
-	waitFor(t, false)
+	testserver.WaitReachable(t, failoverAddr, false)
 }
 
 func startFailover(t *testing.T) {
-	if reachable() {
+	if testserver.Reachable(failoverAddr) {
 		return
 	}
 	pgctl(t, "start")
-	waitFor(t, true)
+	testserver.WaitReachable(t, failoverAddr, true)
 }
 
 func TestStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	var dialErr error
-	if !reachable() {
-		dialErr = errors.New("connection refused")
-	}
-	testserver.Unreachable(t, "failover", failoverAddr, dialErr)
+	testserver.RequireReachable(t, "failover", failoverAddr)
 	cfg, err := pgxpool.ParseConfig(failoverURL())
 	require.NoError(t, err)
 	cfg.MaxConns = 2

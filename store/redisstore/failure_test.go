@@ -1,8 +1,6 @@
 package redisstore_test
 
 import (
-	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -26,48 +24,25 @@ func failoverURL() string {
 	return "redis://" + failoverAddr + "/0"
 }
 
-func reachable() bool {
-	c, err := net.DialTimeout("tcp", failoverAddr, time.Second)
-	if err == nil {
-		c.Close()
-	}
-	return err == nil
-}
-
-// waitFor polls, boundedly, until the server is reachable or not.
-func waitFor(t *testing.T, up bool) {
-	for range 200 {
-		if reachable() == up {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("the failover redis did not become reachable=%v", up)
-}
-
 func stopFailover(t *testing.T) {
 	// A server that shuts down closes the connection, which redis-cli may
 	// report as an error: what counts is that it is down.
 	_ = exec.Command("redis-cli", "-h", "127.0.0.1", "-p", "6390", "shutdown", "nosave").Run()
-	waitFor(t, false)
+	testserver.WaitReachable(t, failoverAddr, false)
 }
 
 func startFailover(t *testing.T) {
-	if reachable() {
+	if testserver.Reachable(failoverAddr) {
 		return
 	}
 	out, err := exec.Command("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6390",
 		"--save", "", "--appendonly", "no", "--dir", "/tmp", "--logfile", "/tmp/ratelimit-failover-redis.log").CombinedOutput()
 	require.NoError(t, err, "restarting the failover redis: %s", out)
-	waitFor(t, true)
+	testserver.WaitReachable(t, failoverAddr, true)
 }
 
 func TestStoreFailure(t *testing.T) {
-	var dialErr error
-	if !reachable() {
-		dialErr = errors.New("connection refused")
-	}
-	testserver.Unreachable(t, "failover", failoverAddr, dialErr)
+	testserver.RequireReachable(t, "failover", failoverAddr)
 	opt, err := redis.ParseURL(failoverURL())
 	require.NoError(t, err)
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
