@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -199,11 +203,56 @@ func TestInspectResetBolt(t *testing.T) {
 }
 
 func TestInspectResetRedis(t *testing.T) {
-	inspectReset(t, "--store", testserver.RedisURL(t), "--prefix", "ratelimit-cli-test:")
+	url := testserver.RedisURL(t)
+	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
+	opt, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	cleanRedis(t, redis.NewClient(opt), prefix)
+	inspectReset(t, "--store", url, "--prefix", prefix)
+}
+
+func TestInspectResetRedisCluster(t *testing.T) {
+	addrs := testserver.ClusterAddrs(t)
+	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
+	cleanRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")}), prefix)
+	inspectReset(t, "--store", "redis+cluster://"+addrs, "--prefix", prefix)
+}
+
+// cleanRedis deletes the test's keys when it ends, and closes the client.
+func cleanRedis(t *testing.T, c redis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		defer c.Close()
+		ctx := context.Background()
+		del := func(ctx context.Context, node *redis.Client) error {
+			iter := node.Scan(ctx, 0, prefix+"*", 100).Iterator()
+			for iter.Next(ctx) {
+				if err := node.Del(ctx, iter.Val()).Err(); err != nil {
+					return err
+				}
+			}
+			return iter.Err()
+		}
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			assert.NoError(t, c.ForEachMaster(ctx, del))
+		case *redis.Client:
+			assert.NoError(t, del(ctx, c))
+		}
+	})
 }
 
 func TestInspectResetPostgres(t *testing.T) {
-	inspectReset(t, "--store", testserver.PostgresURL(t), "--table", "ratelimit_cli_test")
+	url := testserver.PostgresURL(t)
+	table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		pool, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		defer pool.Close()
+		_, err = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		assert.NoError(t, err)
+	})
+	inspectReset(t, "--store", url, "--table", table)
 }
 
 func TestBench(t *testing.T) {
@@ -230,4 +279,33 @@ func TestVerifyCatchesExcess(t *testing.T) {
 	require.Empty(t, verify(cfg, gs[:4], 1, 1))
 	tb := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second}
 	require.Contains(t, verify(tb, gs[:3], 1, 1), "3 tokens granted")
+}
+
+// BenchmarkSimulate runs the rollover story end to end on the default
+// store: a temporary bbolt file, the table and the chart's samples.
+func BenchmarkSimulate(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "100", "--period", "1h", "--capacity", "150",
+			"--at", "00:30=15,00:45=15,01:30=30"); code != 0 {
+			b.Fatal(errOut)
+		}
+	}
+}
+
+// BenchmarkVerify checks 100,000 grants on one key against a fixed window.
+func BenchmarkVerify(b *testing.B) {
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10_000, Period: time.Second}
+	at := time.UnixMilli(1_000_000)
+	gs := make([]grant, 100_000)
+	for i := range gs {
+		t := at.Add(time.Duration(i) * 100 * time.Microsecond)
+		gs[i] = grant{from: t, to: t.Add(50 * time.Microsecond)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := verify(cfg, gs, 1, 1); v != "" {
+			b.Fatal(v)
+		}
+	}
 }

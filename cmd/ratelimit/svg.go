@@ -17,7 +17,7 @@ import (
 // when allowed, amber when reserved, red when denied.
 const (
 	chartW, chartH            = 900.0, 420.0
-	padL, padR, padT, padB    = 70.0, 20.0, 50.0, 60.0
+	padL, padR, padT, padB    = 70.0, 45.0, 50.0, 60.0
 	plotW, plotH              = chartW - padL - padR, chartH - padT - padB
 	colorAllowed, colorDenied = "#2e7d32", "#c62828"
 	colorReserved             = "#ef8f00"
