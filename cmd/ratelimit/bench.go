@@ -46,7 +46,11 @@ keys would spend tokens it cannot see.`,
 			defer closeStore()
 			cfg, _ := lim.Config(name)
 			show := !quiet && isTerminal(os.Stderr)
-			rep, err := bench(cmd.Context(), lim, name, cfg, keys, goroutines, duration, count, show, cmd.ErrOrStderr())
+			// The windows' phase is known in this machine's time unless the
+			// store judges by its own clock.
+			ts, ok := t.store.(ratelimit.TimeSource)
+			localClock := !ok || !ts.OwnClock()
+			rep, err := bench(cmd.Context(), lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -87,7 +91,7 @@ type report struct {
 }
 
 func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelimit.Config, keys, goroutines int,
-	duration time.Duration, count float64, show bool, progress io.Writer) (*report, error) {
+	duration time.Duration, count float64, localClock bool, show bool, progress io.Writer) (*report, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -167,13 +171,30 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	rep.calls = rep.allowed + rep.denied
 	slices.Sort(latency)
 	rep.latency = latency
-	rep.violation = verify(cfg, grants, count, keys)
+	// An unsharded fixed window on this machine's clock: its windows are
+	// known, and each is checked on its own.
+	var phases []int64
+	if localClock && cfg.Kind == ratelimit.FixedWindow && cfg.Shards <= 1 {
+		phases = make([]int64, keys)
+		for k, key := range keyNames {
+			st, err := lim.Value(ctx, name, key)
+			if err != nil {
+				return nil, err
+			}
+			phases[k] = st.WindowStart.UnixMilli()
+		}
+	}
+	rep.violation = verify(cfg, grants, count, keys, phases)
 	return rep, nil
 }
 
 // verify checks every key's grants against the most the limit allows,
-// and returns a description of the first excess, or "".
-func verify(cfg ratelimit.Config, grants []grant, count float64, keys int) string {
+// and returns a description of the first excess, or "". A grant was
+// judged at some moment between its call and its answer; every bound
+// below holds whatever that moment was, so the check never errs against
+// the store. phases, when not nil, holds a window start of each key of an
+// unsharded fixed window on this machine's clock.
+func verify(cfg ratelimit.Config, grants []grant, count float64, keys int, phases []int64) string {
 	capacity := cfg.Capacity
 	if capacity == 0 {
 		capacity = cfg.Rate
@@ -183,37 +204,109 @@ func verify(cfg ratelimit.Config, grants []grant, count float64, keys int) strin
 		per[g.key] = append(per[g.key], g)
 	}
 	period := cfg.Period.Milliseconds()
+	perMs := cfg.Rate / float64(period) // tokens granted per millisecond, on average
+	const eps = 1e-9
 	for k, gs := range per {
 		if len(gs) == 0 {
 			continue
 		}
-		// The first i+1 grants by start time were all judged between the
-		// first start and the latest answer among them: a span no shorter
-		// than the true one, so the bound below never errs against the
-		// store.
 		slices.SortFunc(gs, func(a, b grant) int { return a.from.Compare(b.from) })
+
+		// From the first grant: the first i+1 grants by call time were all
+		// judged between the first call and the latest answer among them.
 		first := gs[0].from.UnixMilli()
-		var last int64
+		var last, latency int64
 		for i, g := range gs {
 			granted := float64(i+1) * count
 			last = max(last, g.to.UnixMilli()+1)
+			latency = max(latency, g.to.UnixMilli()+1-g.from.UnixMilli())
 			span := last - first
 			var most float64
 			if cfg.Kind == ratelimit.FixedWindow {
-				// Windows of any phase: at most span/period + 1 window
-				// starts fall after the first grant, up to this one.
-				starts := math.Floor(float64(span)/float64(period)) + 1
-				most = capacity + cfg.Rate*starts
+				// Windows of any phase (shards have their own): at most
+				// span/period + 1 window starts fall within the span.
+				most = capacity + cfg.Rate*math.Floor(float64(span)/float64(period)+1)
 			} else {
-				most = capacity + cfg.Rate*float64(span)/float64(period)
+				most = capacity + perMs*float64(span)
 			}
-			if granted > most+1e-9 {
+			if granted > most+eps {
 				return fmt.Sprintf("key %d: %v tokens granted within %v, but the limit allows at most %v",
 					k, granted, time.Duration(span)*time.Millisecond, most)
 			}
 		}
+
+		// Between any two grants: grants i..j were judged within
+		// from[j] - from[i] plus the slowest answer. Kadane's scan finds
+		// the worst i for every j: best = max over i of
+		// (j-i+1)·count - perMs·(from[j] - from[i]).
+		slack := capacity + perMs*float64(latency)
+		if cfg.Kind == ratelimit.FixedWindow {
+			slack += cfg.Rate // one window start more than the span's share
+		}
+		best := 0.0
+		for j, g := range gs {
+			if j > 0 {
+				best -= perMs * float64(g.from.UnixMilli()-gs[j-1].from.UnixMilli())
+			}
+			best = max(best, 0) + count
+			if best > slack+eps {
+				return fmt.Sprintf("key %d: a run of grants up to %s exceeds the limit's refill: %v tokens over what it allows",
+					k, clockOf(g.from.UnixMilli()), best-slack+capacity)
+			}
+		}
+
+		if phases == nil {
+			continue
+		}
+		// Window by window: a window grants at most what its bucket held
+		// when it began (at most the capacity), and windows j..m together
+		// at most the capacity plus the rate for every start after j.
+		// A grant whose call and answer fall in different windows is
+		// counted in neither.
+		phase := phases[k]
+		window := func(t time.Time) int64 { return floorDiv(t.UnixMilli()-phase, period) }
+		var (
+			prev, from int64   // the last window with grants; where the worst run starts
+			run        float64 // max over j of windows j..prev's grants less Rate per start after j
+			tokens     float64 // the grants of that run
+			started    bool
+		)
+		for _, g := range gs {
+			w := window(g.from)
+			if window(g.to) != w {
+				continue
+			}
+			switch {
+			case !started:
+				started, from = true, w
+			case w != prev:
+				run -= cfg.Rate * float64(w-prev)
+				if run <= 0 {
+					run, tokens, from = 0, 0, w
+				}
+			}
+			prev = w
+			run += count
+			tokens += count
+			if run > capacity+eps {
+				return fmt.Sprintf("key %d: %v tokens granted in the windows from %s to %s, but the limit allows at most %v",
+					k, tokens, clockOf(phase+from*period), clockOf(phase+(w+1)*period), capacity+cfg.Rate*float64(w-from))
+			}
+		}
 	}
 	return ""
+}
+
+// clockOf formats Unix milliseconds as a UTC time of day.
+func clockOf(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") }
+
+// floorDiv returns a/b rounded down.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
 
 func (r *report) print(out io.Writer) {

@@ -12,9 +12,10 @@ import (
 
 // target is a (name, key) in a real store.
 type target struct {
-	lf  limitFlags
-	sf  storeFlags
-	key string
+	lf    limitFlags
+	sf    storeFlags
+	key   string
+	store ratelimit.Store // set by limiter
 }
 
 func (t *target) register(cmd *cobra.Command) {
@@ -39,6 +40,7 @@ func (t *target) limiter(cmd *cobra.Command) (*ratelimit.Limiter, string, func()
 		closeStore()
 		return nil, "", nil, usageError{err}
 	}
+	t.store = store
 	return lim, name, closeStore, nil
 }
 

@@ -275,10 +275,37 @@ func TestVerifyCatchesExcess(t *testing.T) {
 		g := at.Add(time.Duration(i) * 20 * time.Millisecond)
 		gs = append(gs, grant{from: g, to: g})
 	}
-	require.Contains(t, verify(cfg, gs, 1, 1), "5 tokens granted")
-	require.Empty(t, verify(cfg, gs[:4], 1, 1))
+	require.Contains(t, verify(cfg, gs, 1, 1, nil), "5 tokens granted")
+	require.Empty(t, verify(cfg, gs[:4], 1, 1, nil))
 	tb := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second}
-	require.Contains(t, verify(tb, gs[:3], 1, 1), "3 tokens granted")
+	require.Contains(t, verify(tb, gs[:3], 1, 1, nil), "3 tokens granted")
+
+	// Windows known: 3 grants in one window of capacity 2 is too many,
+	// though a window start of unknown phase could have been among them.
+	require.Contains(t, verify(cfg, gs[:3], 1, 1, []int64{at.UnixMilli()}), "3 tokens granted in the windows from 00:16:40.000 to 00:16:41.000, but the limit allows at most 2")
+	// A grant whose call and answer straddle a window start counts in
+	// neither window.
+	straddle := []grant{gs[0], gs[1], {from: at.Add(990 * time.Millisecond), to: at.Add(1010 * time.Millisecond)}}
+	require.Empty(t, verify(cfg, straddle, 1, 1, []int64{at.UnixMilli()}))
+	// Rollover: capacity 3, rate 2 per window, windows full of grants.
+	roll := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Capacity: 3, Period: time.Second}
+	grantsAt := func(ms ...int) []grant {
+		var gs []grant
+		for _, m := range ms {
+			g := at.Add(time.Duration(m) * time.Millisecond)
+			gs = append(gs, grant{from: g, to: g})
+		}
+		return gs
+	}
+	require.Empty(t, verify(roll, grantsAt(0, 1, 2, 1000, 1001, 2000, 2001), 1, 1, []int64{at.UnixMilli()}))
+	require.Contains(t, verify(roll, grantsAt(0, 1, 2, 1000, 1001, 2000, 2001, 2002), 1, 1, []int64{at.UnixMilli()}),
+		"8 tokens granted in the windows from 00:16:40.000 to 00:16:43.000, but the limit allows at most 7")
+
+	// Idle hours do not pile up: a burst late in the run is judged
+	// against the bucket's capacity, not the refill since the first grant.
+	late := append(grantsAt(0), grantsAt(10_000, 10_001, 10_002, 10_003, 10_004)...)
+	require.Empty(t, verify(tb, late[:3], 1, 1, nil))
+	require.Contains(t, verify(tb, late, 1, 1, nil), "a run of grants")
 }
 
 // BenchmarkSimulate runs the rollover story end to end on the default
@@ -304,7 +331,7 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if v := verify(cfg, gs, 1, 1); v != "" {
+		if v := verify(cfg, gs, 1, 1, nil); v != "" {
 			b.Fatal(v)
 		}
 	}
