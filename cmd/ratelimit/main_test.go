@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -306,6 +308,48 @@ func TestVerifyCatchesExcess(t *testing.T) {
 	late := append(grantsAt(0), grantsAt(10_000, 10_001, 10_002, 10_003, 10_004)...)
 	require.Empty(t, verify(tb, late[:3], 1, 1, nil))
 	require.Contains(t, verify(tb, late, 1, 1, nil), "a run of grants")
+}
+
+// forgetful is a broken store: every tenth Apply first forgets the records
+// it touches, so their buckets start full again.
+type forgetful struct {
+	*memstore.Store
+	calls atomic.Int64
+}
+
+func (f *forgetful) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if f.calls.Add(1)%10 == 0 {
+		for _, it := range op.Items {
+			for _, sh := range it.Shards {
+				if err := f.Delete(ctx, []ratelimit.RecordID{{Name: it.Name, Key: it.Key, Shard: sh.Index}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return f.Store.Apply(ctx, op, out)
+}
+
+func TestBenchCatchesBrokenStore(t *testing.T) {
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 20, Period: time.Second},
+		{Kind: ratelimit.FixedWindow, Rate: 20, Period: time.Second, Shards: 2},
+		{Kind: ratelimit.TokenBucket, Rate: 20, Period: time.Second},
+	} {
+		lim, err := ratelimit.New(&forgetful{Store: memstore.New()}, ratelimit.Limits{"x": cfg})
+		require.NoError(t, err)
+		// A run needs a few hundred calls for the store to break the
+		// limit: on a slow machine, run again until one had them.
+		var rep *report
+		for rep == nil || rep.calls < 300 {
+			rep, err = bench(context.Background(), lim, "x", cfg, 2, 4, 100*time.Millisecond, 1, true, false, io.Discard)
+			require.NoError(t, err)
+		}
+		require.NotEmpty(t, rep.violation, "%+v", cfg)
+		var out bytes.Buffer
+		rep.print(&out)
+		require.Contains(t, out.String(), "check      FAILED: key")
+	}
 }
 
 // BenchmarkSimulate runs the rollover story end to end on the default
