@@ -30,10 +30,12 @@ func newBench() *cobra.Command {
 		Short: "Drive a store with load, then report throughput and latency and check that no window granted more than the limit",
 		Long: `Bench calls the limit from many goroutines for a while, on keys of its own, then prints
 decisions per second, allowed and denied counts and latency percentiles, and checks every key's
-grants against the limit: no fixed window grants more than what the bucket could hold plus what
-the windows since granted, and no token bucket more than its capacity plus its refill. It exits
-with status 1 if a check fails. Run it alone against its keys: calls from elsewhere on the same
-keys would spend tokens it cannot see.`,
+grants against the limit. Each grant is placed between its call and its answer on this machine's
+clock. No run of grants may exceed the capacity plus the refill over its span (a token bucket), or
+plus the rate for every window start the span can hold (a fixed window); an unsharded fixed window
+is also checked window by window at its own phase. Bench exits with status 1 if a check fails.
+Run it alone against its keys: calls from elsewhere on the same keys would spend tokens it cannot
+see.`,
 		Example: `  ratelimit bench --store redis://127.0.0.1:6379/0 --kind "fixed window" --rate 1000 --period 1s --keys 100 --goroutines 64 --duration 10s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keys < 1 || goroutines < 1 || duration <= 0 {
@@ -61,7 +63,7 @@ keys would spend tokens it cannot see.`,
 			return nil
 		},
 	}
-	t.register(cmd)
+	t.register(cmd, false)
 	cmd.Flags().IntVar(&keys, "keys", 1, "how many keys to spread the calls over")
 	cmd.Flags().IntVar(&goroutines, "goroutines", 16, "how many goroutines call at once")
 	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")

@@ -18,10 +18,12 @@ type target struct {
 	store ratelimit.Store // set by limiter
 }
 
-func (t *target) register(cmd *cobra.Command) {
+func (t *target) register(cmd *cobra.Command, withKey bool) {
 	t.lf.register(cmd.Flags())
 	t.sf.register(cmd.Flags())
-	cmd.Flags().StringVar(&t.key, "key", "", "the key (a user, an IP, an API key); may be empty")
+	if withKey {
+		cmd.Flags().StringVar(&t.key, "key", "", "the key (a user, an IP, an API key); may be empty")
+	}
 }
 
 // limiter opens the store and returns a Limiter on it with the selected
@@ -66,7 +68,7 @@ func newInspect() *cobra.Command {
 			return nil
 		},
 	}
-	t.register(cmd)
+	t.register(cmd, true)
 	return cmd
 }
 
@@ -112,6 +114,6 @@ func newReset() *cobra.Command {
 			return nil
 		},
 	}
-	t.register(cmd)
+	t.register(cmd, true)
 	return cmd
 }

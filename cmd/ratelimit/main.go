@@ -47,10 +47,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "ratelimit",
-		Short:         "Simulate, inspect, reset and load-test rate limits",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:               "ratelimit",
+		Short:             "Simulate, inspect, reset and load-test rate limits",
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimulate(), newInspect(), newReset(), newBench())
