@@ -117,3 +117,44 @@ func newReset() *cobra.Command {
 	t.register(cmd, true)
 	return cmd
 }
+
+func newLimit() *cobra.Command {
+	var (
+		t       target
+		count   float64
+		reserve bool
+		check   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "limit",
+		Short: "Take tokens from a (name, key) in a store, as the application would, and print the decision",
+		Example: `  ratelimit limit --store redis://127.0.0.1:6379/0 --limits limits.yaml --name signup --key 203.0.113.9 --count 60
+  ratelimit limit --store bolt://limits.db --limits limits.yaml --name sendMessage --key user-42 --check`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lim, name, closeStore, err := t.limiter(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			opts := []ratelimit.CallOption{ratelimit.Count(count)}
+			if reserve {
+				opts = append(opts, ratelimit.Reserve())
+			}
+			call := lim.Limit
+			if check {
+				call = lim.Check
+			}
+			res, err := call(cmd.Context(), name, t.key, opts...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), name, t.key, res.RetryAfter)
+			return nil
+		},
+	}
+	t.register(cmd, true)
+	cmd.Flags().Float64Var(&count, "count", 1, "tokens to take")
+	cmd.Flags().BoolVar(&reserve, "reserve", false, "reserve the tokens if they are not there yet")
+	cmd.Flags().BoolVar(&check, "check", false, "only check: decide without taking anything")
+	return cmd
+}

@@ -192,6 +192,20 @@ func inspectReset(t *testing.T, storeArgs ...string) {
 	require.Contains(t, out, "tokens now 3 of capacity 10")
 	require.Contains(t, out, "true", "a shard is stored")
 
+	// Take tokens through the command.
+	code, out, errOut = exec(append(args("limit"), "--count", "2", "--check")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "allowed 2 of cli")
+	code, out, errOut = exec(append(args("limit"), "--count", "2")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "allowed 2 of cli")
+	code, out, errOut = exec(append(args("limit"), "--count", "2")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "denied 2 of cli")
+	code, out, _ = exec(args("inspect")...)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "tokens now 1 of capacity 10")
+
 	code, out, errOut = exec(args("reset")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "reset cli")
