@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 			for n := range limits {
 				names = append(names, n)
 			}
+			slices.Sort(names)
 			return "", ratelimit.Config{}, usagef("limit %q is not in %s: pass --name, one of %q", f.name, f.file, names)
 		}
 		return f.name, cfg, nil

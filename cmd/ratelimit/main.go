@@ -32,14 +32,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintln(stderr, "ratelimit:", err)
 	var u usageError
 	if errors.As(err, &u) {
-		fmt.Fprintln(stderr, "Run 'ratelimit --help' for usage.")
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return 2
 	}
 	return 1

@@ -17,7 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -163,7 +166,7 @@ func inspectReset(t *testing.T, storeArgs ...string) {
 	require.Contains(t, out, "tokens now 10 of capacity 10")
 
 	// Spend through the library on the same store, then look.
-	sf := storeFlags{url: storeArgs[1]}
+	sf := storeFlags{url: storeArgs[1], prefix: redisstore.DefaultPrefix, table: pgstore.DefaultTable, bucket: boltstore.DefaultBucket}
 	for i := 2; i+1 < len(storeArgs); i += 2 {
 		switch storeArgs[i] {
 		case "--prefix":
@@ -171,12 +174,6 @@ func inspectReset(t *testing.T, storeArgs ...string) {
 		case "--table":
 			sf.table = storeArgs[i+1]
 		}
-	}
-	if sf.prefix == "" {
-		sf.prefix = "ratelimit:"
-	}
-	if sf.table == "" {
-		sf.table = "ratelimit"
 	}
 	store, closeStore, err := sf.open(ctx)
 	require.NoError(t, err)

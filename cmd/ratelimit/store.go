@@ -15,15 +15,26 @@ import (
 	"github.com/spf13/pflag"
 )
 
+func init() {
+	// The pool's own log lines would repeat the error the command reports.
+	redis.SetLogger(quietLogger{})
+}
+
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 // storeFlags select a store by URL.
 type storeFlags struct {
-	url, prefix, table string
+	url, prefix, table, bucket string
 }
 
 func (f *storeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://H1:P1,H2:P2, postgres://..., or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
+	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
 }
 
 // open opens the store; close releases what it opened.
@@ -40,7 +51,7 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		if path == "" {
 			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", u)
 		}
-		b, err := boltstore.Open(path)
+		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -53,7 +64,7 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		c := redis.NewClient(opt)
 		if err := c.Ping(ctx).Err(); err != nil {
 			c.Close()
-			return nil, nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+			return nil, nil, fmt.Errorf("redis at %s: %w (is the server up? check --store)", opt.Addr, err)
 		}
 		return redisstore.New(c, redisstore.WithPrefix(f.prefix)), func() { c.Close() }, nil
 	case "redis+cluster":
@@ -61,13 +72,17 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		if err := c.Ping(ctx).Err(); err != nil {
 			c.Close()
-			return nil, nil, fmt.Errorf("redis cluster at %v: %w", addrs, err)
+			return nil, nil, fmt.Errorf("redis cluster at %v: %w (are the nodes up? check --store)", addrs, err)
 		}
 		return redisstore.New(c, redisstore.WithPrefix(f.prefix)), func() { c.Close() }, nil
 	case "postgres", "postgresql":
 		pool, err := pgxpool.New(ctx, u)
 		if err != nil {
 			return nil, nil, usagef("--store: %v", err)
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("postgres: %w (is the server up? check --store)", err)
 		}
 		p, err := pgstore.New(ctx, pool, pgstore.WithTable(f.table))
 		if err != nil {
