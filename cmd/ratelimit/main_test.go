@@ -391,3 +391,19 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+func TestParsePattern(t *testing.T) {
+	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
+	require.NoError(t, err)
+	require.Equal(t, []request{
+		{at: 30 * time.Minute, count: 15},
+		{at: 90 * time.Minute, count: 30, reserve: true},
+		{at: 5 * time.Second, count: 1},
+		{at: 90 * time.Second, count: 2.5},
+		{at: time.Hour + 2*time.Minute, count: 1},
+	}, reqs)
+	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1"} {
+		_, err := parsePattern(bad)
+		require.Error(t, err, bad)
+	}
+}

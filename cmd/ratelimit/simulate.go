@@ -82,7 +82,7 @@ A fixed window without --start is aligned to 00:00:00 so that windows read plain
 		},
 	}
 	lf.register(cmd.Flags())
-	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as [hh:]mm:ss, hh:mm or a duration (90s); a trailing r reserves (01:30=30r)")
+	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s); a trailing r reserves (01:30=30r)")
 	cmd.Flags().DurationVar(&every, "every", 0, "a steady pattern: one request every so often")
 	cmd.Flags().DurationVar(&duration, "for", 0, "a steady pattern: for so long")
 	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
@@ -121,6 +121,9 @@ func parsePattern(s string) ([]request, error) {
 // parseOffset reads hh:mm, hh:mm:ss or a Go duration.
 func parseOffset(s string) (time.Duration, error) {
 	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return 0, usagef("time %q: requests come at or after the start, 0s", s)
+		}
 		return d, nil
 	}
 	parts := strings.Split(s, ":")
