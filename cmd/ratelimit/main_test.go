@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -405,5 +406,39 @@ func TestParsePattern(t *testing.T) {
 	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1"} {
 		_, err := parsePattern(bad)
 		require.Error(t, err, bad)
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	for i := range 1 << 16 {
+		v := uint64(i)
+		idx := histIndex(v)
+		if v > histUpper(idx) || idx > 0 && v <= histUpper(idx-1) {
+			t.Fatalf("bucket %d holds %d, but it ends at %d and the one before at %d", idx, v, histUpper(idx), histUpper(idx-1))
+		}
+	}
+	require.Equal(t, uint64(math.MaxUint64), histUpper(histIndex(math.MaxUint64)))
+	require.Less(t, histIndex(math.MaxUint64), len(histogram{}.counts))
+
+	// Quantiles within 1/64 of the exact ones.
+	var h, h2 histogram
+	var exact []time.Duration
+	for i := range 10_000 {
+		d := time.Duration(i*i) * time.Nanosecond
+		exact = append(exact, d)
+		if i%2 == 0 {
+			h.add(d)
+		} else {
+			h2.add(d)
+		}
+	}
+	h.merge(&h2)
+	require.Equal(t, uint64(10_000), h.n)
+	require.Equal(t, exact[len(exact)-1], h.max)
+	for _, p := range []float64{0, 0.5, 0.9, 0.99, 1} {
+		want := exact[min(len(exact)-1, int(p*float64(len(exact))))]
+		got := h.quantile(p)
+		require.GreaterOrEqual(t, got, want, "p%v", p)
+		require.LessOrEqual(t, float64(got), float64(want)*(1+1.0/64)+1, "p%v", p)
 	}
 }
