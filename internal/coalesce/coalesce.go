@@ -1,0 +1,268 @@
+// Package coalesce gathers concurrent calls to one destination into
+// batches, the way a database's group commit does.
+//
+// A call that arrives while fewer than MaxInFlight batches are in flight
+// goes at once, alone, on its caller's goroutine: a lone caller waits for
+// nobody. A call that arrives while the destination is busy waits in a
+// queue; when a batch in flight completes, everything queued (up to
+// MaxBatch calls, in arrival order) goes together in the next one. Many
+// callers then share a few round trips, and a round trip's cost is spread
+// over the calls it carries.
+//
+// A caller whose context ends while its call is queued leaves, and the
+// call is never sent. Once sent, a call may take effect even if its caller
+// has left: the caller gets its context's error at once, and the batch's
+// answer for it is dropped.
+package coalesce
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBatch    = 128
+	DefaultMaxInFlight = 1
+)
+
+// Options bounds a Batcher. The zero value takes the defaults.
+type Options struct {
+	// MaxBatch is the most calls one batch carries (default
+	// DefaultMaxBatch). 1 turns coalescing off: every call is sent alone,
+	// at once, on its caller's goroutine, with no bound on concurrency.
+	MaxBatch int
+	// MaxInFlight is the most batches sent at once (default
+	// DefaultMaxInFlight). A call that finds fewer in flight goes at once.
+	MaxInFlight int
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	return o
+}
+
+// Off is the Options that turns coalescing off.
+var Off = Options{MaxBatch: 1}
+
+// SendFunc sends one batch: reqs in arrival order. It fills res, which
+// has the same length, and returns nil, or an error that fails every call
+// of the batch. It must not keep reqs or res after it returns.
+//
+// A batch of one is sent with its caller's context; a larger batch with a
+// context that keeps the first caller's values, ends at the latest of the
+// callers' deadlines (if they all have one), and is canceled once every
+// caller of the batch has left.
+type SendFunc[Req, Res any] func(ctx context.Context, reqs []Req, res []Res) error
+
+// Batcher coalesces the calls to one destination. It is safe for
+// concurrent use; build it with New.
+type Batcher[Req, Res any] struct {
+	send SendFunc[Req, Res]
+	opts Options
+
+	mu       sync.Mutex
+	queue    []*call[Req, Res]
+	inflight int
+}
+
+// call is one queued call.
+type call[Req, Res any] struct {
+	ctx  context.Context
+	req  Req
+	res  Res
+	err  error
+	done chan struct{} // closed once res and err are set
+
+	// Guarded by Batcher.mu.
+	batch *batch // nil while queued
+	left  bool   // the caller has gone
+}
+
+// batch tracks the callers of one batch sent in the background, so that
+// its context ends when the last of them leaves.
+type batch struct {
+	waiting int
+	cancel  context.CancelFunc
+}
+
+// New returns a Batcher that sends batches with send.
+func New[Req, Res any](send SendFunc[Req, Res], opts Options) *Batcher[Req, Res] {
+	return &Batcher[Req, Res]{send: send, opts: opts.withDefaults()}
+}
+
+// Do sends req, alone or with others, and returns its result. It returns
+// ctx's error when ctx ends first: before the call was sent (then it was
+// not), or while it was in flight (then it may have taken effect).
+func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	var zero Res
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if b.opts.MaxBatch == 1 {
+		return b.sendOne(ctx, req)
+	}
+	b.mu.Lock()
+	if b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		res, err := b.sendOne(ctx, req)
+		b.mu.Lock()
+		b.inflight--
+		b.next() // unlocks
+		return res, err
+	}
+	c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	select {
+	case <-c.done: // answered while we took the lock
+		b.mu.Unlock()
+		return c.res, c.err
+	default:
+	}
+	c.left = true
+	if c.batch == nil {
+		b.remove(c)
+	} else if c.batch.waiting--; c.batch.waiting == 0 {
+		c.batch.cancel()
+	}
+	b.mu.Unlock()
+	return zero, ctx.Err()
+}
+
+func (b *Batcher[Req, Res]) sendOne(ctx context.Context, req Req) (Res, error) {
+	var res [1]Res
+	reqs := [1]Req{req}
+	err := b.send(ctx, reqs[:], res[:])
+	return res[0], err
+}
+
+// remove takes a queued call out of the queue. b.mu is held.
+func (b *Batcher[Req, Res]) remove(c *call[Req, Res]) {
+	for i, q := range b.queue {
+		if q == c {
+			copy(b.queue[i:], b.queue[i+1:])
+			b.queue[len(b.queue)-1] = nil
+			b.queue = b.queue[:len(b.queue)-1]
+			return
+		}
+	}
+}
+
+// next starts the next batch in the background if calls are queued and a
+// slot is free. b.mu is held; next unlocks it.
+func (b *Batcher[Req, Res]) next() {
+	if len(b.queue) == 0 || b.inflight >= b.opts.MaxInFlight {
+		b.mu.Unlock()
+		return
+	}
+	calls, bt, ctx := b.take()
+	b.inflight++
+	b.mu.Unlock()
+	go b.run(calls, bt, ctx)
+}
+
+// take removes up to MaxBatch calls from the head of the queue and marks
+// them sent. b.mu is held.
+func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) {
+	n := min(len(b.queue), b.opts.MaxBatch)
+	calls := make([]*call[Req, Res], n)
+	copy(calls, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+
+	ctx := context.WithoutCancel(calls[0].ctx)
+	var latest time.Time
+	for _, c := range calls {
+		dl, ok := c.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if dl.After(latest) {
+			latest = dl
+		}
+	}
+	var cancel context.CancelFunc
+	if latest.IsZero() {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, latest)
+	}
+	bt := &batch{waiting: n, cancel: cancel}
+	for _, c := range calls {
+		c.batch = bt
+	}
+	return calls, bt, ctx
+}
+
+// run sends batches in the background, one after another, while calls
+// keep arriving.
+func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.Context) {
+	for {
+		reqs := make([]Req, len(calls))
+		res := make([]Res, len(calls))
+		for i, c := range calls {
+			reqs[i] = c.req
+		}
+		err := b.send(ctx, reqs, res)
+		bt.cancel()
+		for i, c := range calls {
+			c.res, c.err = res[i], err
+			close(c.done)
+		}
+
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inflight--
+			b.mu.Unlock()
+			return
+		}
+		calls, bt, ctx = b.take()
+		b.mu.Unlock()
+	}
+}
+
+// Group keeps one Batcher per destination, made on first use.
+type Group[K comparable, Req, Res any] struct {
+	send func(ctx context.Context, dest K, reqs []Req, res []Res) error
+	opts Options
+
+	mu       sync.Mutex
+	batchers map[K]*Batcher[Req, Res]
+}
+
+// NewGroup returns a Group whose batches to dest are sent by send.
+func NewGroup[K comparable, Req, Res any](send func(ctx context.Context, dest K, reqs []Req, res []Res) error, opts Options) *Group[K, Req, Res] {
+	return &Group[K, Req, Res]{send: send, opts: opts, batchers: make(map[K]*Batcher[Req, Res])}
+}
+
+// Do sends req to dest, alone or with other calls to dest, as
+// Batcher.Do does.
+func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, error) {
+	g.mu.Lock()
+	b, ok := g.batchers[dest]
+	if !ok {
+		b = New(func(ctx context.Context, reqs []Req, res []Res) error {
+			return g.send(ctx, dest, reqs, res)
+		}, g.opts)
+		g.batchers[dest] = b
+	}
+	g.mu.Unlock()
+	return b.Do(ctx, req)
+}

@@ -1,0 +1,372 @@
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gate is a destination whose sends block until released, and which
+// records every batch it was sent.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	entered chan []int    // each batch, as it is sent
+	release chan struct{} // one receive lets one send finish
+	err     error
+	active  atomic.Int32
+	peak    atomic.Int32
+}
+
+func newGate() *gate {
+	return &gate{entered: make(chan []int, 100), release: make(chan struct{})}
+}
+
+func (g *gate) send(ctx context.Context, reqs []int, res []int) error {
+	n := g.active.Add(1)
+	defer g.active.Add(-1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	batch := append([]int(nil), reqs...)
+	g.mu.Lock()
+	g.batches = append(g.batches, batch)
+	g.mu.Unlock()
+	g.entered <- batch
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for i, r := range reqs {
+		res[i] = r * 10
+	}
+	return g.err
+}
+
+// waitQueued waits until n calls are queued in b.
+func waitQueued(t *testing.T, b *Batcher[int, int], n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queue) == n
+	}, 5*time.Second, time.Millisecond)
+}
+
+type answer struct {
+	res int
+	err error
+}
+
+func doAsync(b *Batcher[int, int], ctx context.Context, req int) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := b.Do(ctx, req)
+		ch <- answer{res, err}
+	}()
+	return ch
+}
+
+func TestLoneCallGoesAtOnceOnItsGoroutine(t *testing.T) {
+	var sawCtx context.Context
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		sawCtx = ctx
+		require.Equal(t, []int{7}, reqs)
+		res[0] = 70
+		return nil
+	}, Options{})
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, "caller")
+	res, err := b.Do(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, 70, res)
+	// Sent with the caller's own context, on the caller's goroutine (the
+	// assignment above is race-free only if so).
+	require.Equal(t, ctx, sawCtx)
+}
+
+func TestCallsArrivingWhileBusyGoTogetherInArrivalOrder(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{})
+	ctx := context.Background()
+	first := doAsync(b, ctx, 1)
+	require.Equal(t, []int{1}, <-g.entered)
+	var later []<-chan answer
+	for i := 2; i <= 6; i++ {
+		later = append(later, doAsync(b, ctx, i))
+		waitQueued(t, b, i-1) // one at a time, so that arrival order is known
+	}
+	g.release <- struct{}{}
+	require.Equal(t, answer{10, nil}, <-first)
+	require.Equal(t, []int{2, 3, 4, 5, 6}, <-g.entered)
+	g.release <- struct{}{}
+	for i, ch := range later {
+		require.Equal(t, answer{(i + 2) * 10, nil}, <-ch)
+	}
+	require.Len(t, g.batches, 2)
+}
+
+func TestMaxBatchSplitsTheQueue(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{MaxBatch: 3})
+	ctx := context.Background()
+	first := doAsync(b, ctx, 0)
+	<-g.entered
+	var rest []<-chan answer
+	for i := 1; i <= 7; i++ {
+		rest = append(rest, doAsync(b, ctx, i))
+		waitQueued(t, b, i)
+	}
+	go func() {
+		for range 4 {
+			g.release <- struct{}{}
+		}
+	}()
+	<-first
+	for _, ch := range rest {
+		a := <-ch
+		require.NoError(t, a.err)
+	}
+	require.Equal(t, [][]int{{0}, {1, 2, 3}, {4, 5, 6}, {7}}, g.batches)
+}
+
+func TestMaxInFlightBoundsConcurrentSends(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{MaxInFlight: 2})
+	ctx := context.Background()
+	a1 := doAsync(b, ctx, 1)
+	a2 := doAsync(b, ctx, 2)
+	<-g.entered
+	<-g.entered // two alone, at once
+	a3 := doAsync(b, ctx, 3)
+	a4 := doAsync(b, ctx, 4)
+	waitQueued(t, b, 2)
+	assert.Equal(t, int32(2), g.active.Load())
+	g.release <- struct{}{} // one finishes: the queue goes as one batch
+	batch := <-g.entered
+	assert.ElementsMatch(t, []int{3, 4}, batch)
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	for _, ch := range []<-chan answer{a1, a2, a3, a4} {
+		require.NoError(t, (<-ch).err)
+	}
+	require.Equal(t, int32(2), g.peak.Load())
+}
+
+func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-g.entered
+	ctx, cancel := context.WithCancel(bg)
+	gone := doAsync(b, ctx, 2)
+	waitQueued(t, b, 1)
+	stays := doAsync(b, bg, 3)
+	waitQueued(t, b, 2)
+	cancel()
+	require.ErrorIs(t, (<-gone).err, context.Canceled)
+	waitQueued(t, b, 1)
+	g.release <- struct{}{}
+	<-first
+	require.Equal(t, []int{3}, <-g.entered)
+	g.release <- struct{}{}
+	require.Equal(t, answer{30, nil}, <-stays)
+	for _, batch := range g.batches {
+		require.NotContains(t, batch, 2, "a call whose caller left the queue was sent")
+	}
+}
+
+func TestCallerLeavingAfterSendReturnsAtOnce(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-g.entered
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	waiting := doAsync(b, ctx, 2)
+	waitQueued(t, b, 1)
+	other := doAsync(b, bg, 3)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	<-first
+	require.Equal(t, []int{2, 3}, <-g.entered)
+	// The batch is in flight and stays there; the caller with a deadline
+	// returns when its deadline passes, without waiting for it.
+	select {
+	case a := <-waiting:
+		require.ErrorIs(t, a.err, context.DeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller waited for a batch in flight past its deadline")
+	}
+	g.release <- struct{}{}
+	require.Equal(t, answer{30, nil}, <-other)
+}
+
+func TestBatchContextEndsWhenEveryCallerHasLeft(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-g.entered
+	ctx, cancel := context.WithCancel(bg)
+	a := doAsync(b, ctx, 2)
+	c := doAsync(b, ctx, 3)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	<-first
+	<-g.entered
+	cancel()
+	require.ErrorIs(t, (<-a).err, context.Canceled)
+	require.ErrorIs(t, (<-c).err, context.Canceled)
+	// The gate's send returns when its context ends; the batcher is free.
+	require.Eventually(t, func() bool { return g.active.Load() == 0 }, 5*time.Second, time.Millisecond)
+	go func() { g.release <- struct{}{} }()
+	res, err := b.Do(bg, 4)
+	require.NoError(t, err)
+	require.Equal(t, 40, res)
+}
+
+func TestBatchContextHasTheLatestDeadline(t *testing.T) {
+	var got []time.Time
+	var mu sync.Mutex
+	release := make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		dl, _ := ctx.Deadline()
+		mu.Lock()
+		got = append(got, dl)
+		mu.Unlock()
+		if reqs[0] == 0 {
+			<-release
+		}
+		return nil
+	}, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 0)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 }, 5*time.Second, time.Millisecond)
+	d1 := time.Now().Add(time.Hour)
+	d2 := time.Now().Add(2 * time.Hour)
+	c1, cancel1 := context.WithDeadline(bg, d1)
+	defer cancel1()
+	c2, cancel2 := context.WithDeadline(bg, d2)
+	defer cancel2()
+	a1 := doAsync(b, c1, 1)
+	waitQueued(t, b, 1)
+	a2 := doAsync(b, c2, 2)
+	waitQueued(t, b, 2)
+	close(release)
+	<-first
+	<-a1
+	<-a2
+	require.Len(t, got, 2)
+	require.True(t, got[1].Equal(d2), "batch deadline %v, want %v", got[1], d2)
+}
+
+func TestSendErrorFailsTheWholeBatch(t *testing.T) {
+	g := newGate()
+	g.err = errors.New("server gone")
+	b := New(g.send, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-g.entered
+	a := doAsync(b, bg, 2)
+	c := doAsync(b, bg, 3)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	<-g.entered
+	g.release <- struct{}{}
+	require.EqualError(t, (<-first).err, "server gone")
+	require.EqualError(t, (<-a).err, "server gone")
+	require.EqualError(t, (<-c).err, "server gone")
+}
+
+func TestOffSendsEveryCallAloneAtOnce(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Off)
+	bg := context.Background()
+	var answers []<-chan answer
+	for i := range 5 {
+		answers = append(answers, doAsync(b, bg, i))
+	}
+	for range 5 {
+		require.Len(t, <-g.entered, 1)
+	}
+	require.Equal(t, int32(5), g.active.Load(), "all five in flight at once")
+	for range 5 {
+		g.release <- struct{}{}
+	}
+	for _, ch := range answers {
+		require.NoError(t, (<-ch).err)
+	}
+}
+
+func TestDoneContextIsRefusedBeforeSending(t *testing.T) {
+	sent := false
+	b := New(func(context.Context, []int, []int) error { sent = true; return nil }, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Do(ctx, 1)
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, sent)
+}
+
+// Under load, every call gets its own answer, and the calls share far
+// fewer sends than there are calls.
+func TestManyCallersShareFewSends(t *testing.T) {
+	var sends, calls atomic.Int64
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		sends.Add(1)
+		calls.Add(int64(len(reqs)))
+		time.Sleep(200 * time.Microsecond) // a round trip
+		for i, r := range reqs {
+			res[i] = r + 1
+		}
+		return nil
+	}, Options{MaxBatch: 16})
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				req := g*1000 + i
+				res, err := b.Do(context.Background(), req)
+				assert.NoError(t, err)
+				assert.Equal(t, req+1, res)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(64*50), calls.Load())
+	require.Less(t, sends.Load(), int64(64*50/4), "calls per send: %v", float64(calls.Load())/float64(sends.Load()))
+}
+
+func TestGroupBatchesPerDestination(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	g := NewGroup(func(ctx context.Context, dest string, reqs, res []int) error {
+		mu.Lock()
+		seen[dest] = append(seen[dest], reqs...)
+		mu.Unlock()
+		return nil
+	}, Options{})
+	ctx := context.Background()
+	_, err := g.Do(ctx, "a", 1)
+	require.NoError(t, err)
+	_, err = g.Do(ctx, "b", 2)
+	require.NoError(t, err)
+	_, err = g.Do(ctx, "a", 3)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]int{"a": {1, 3}, "b": {2}}, seen)
+}
