@@ -43,3 +43,16 @@ func ownClock(s Store) TimeSource {
 	}
 	return nil
 }
+
+// BatchApplier is implemented by a store that can decide several ops in
+// one round trip; stores that coalesce concurrent calls send their batches
+// through it, and package storetest proves it equal to Apply called once
+// per op. It is optional: the Limiter only ever calls Apply.
+type BatchApplier interface {
+	// ApplyBatch decides ops[0], ops[1], … one after another, exactly as
+	// that many calls of Apply in that order would, each op atomic, and
+	// fills outs[i] (one Decision per item of ops[i]). On an error, any op
+	// of the batch may or may not have taken effect, as for any call over
+	// a network.
+	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
+}

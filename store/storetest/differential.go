@@ -299,3 +299,42 @@ type stepClock struct {
 }
 
 func (c *stepClock) Now() time.Time { return c.now }
+
+// testBatchDifferential drives ApplyBatch of a store that implements
+// ratelimit.BatchApplier with random batches of mixed ops (limit, check,
+// refund, reserving or not, several limits, two-shard items, the same
+// records several times in one batch, nows a few milliseconds apart and
+// out of order, as concurrent callers read them) and requires the answers
+// of Model applying the same ops one after another, bit for bit.
+func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	for seed := range s.diffSeeds {
+		store, model := newStore(t), NewModel()
+		batcher := store.(ratelimit.BatchApplier)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0xba7c))
+		u := newUniverse(rng)
+		now := epoch.UnixMilli()
+		for step := 0; step < s.diffSteps; step += 8 {
+			now += randomStep(rng, periods[rng.IntN(len(periods))])
+			var ops []*ratelimit.Op
+			for range 1 + rng.IntN(24) {
+				op := u.randomOp(rng, now+rng.Int64N(7)-3)
+				if len(op.Items) > 0 {
+					ops = append(ops, op)
+				}
+			}
+			got := make([][]ratelimit.Decision, len(ops))
+			want := make([][]ratelimit.Decision, len(ops))
+			for i, op := range ops {
+				got[i] = make([]ratelimit.Decision, len(op.Items))
+				want[i] = make([]ratelimit.Decision, len(op.Items))
+				require.NoError(t, model.Apply(ctx, op, want[i]))
+			}
+			require.NoError(t, batcher.ApplyBatch(ctx, ops, got), "seed %d step %d", seed, step)
+			for i, op := range ops {
+				require.Equal(t, want[i], got[i], "seed %d step %d op %d of %d: %s", seed, step, i, len(ops), describe(op))
+			}
+			compareRecords(t, ctx, store, model, u, now+3, fmt.Sprintf("seed %d step %d", seed, step))
+		}
+	}
+}

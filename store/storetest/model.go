@@ -15,7 +15,10 @@ type Model struct {
 	recs map[ratelimit.RecordID]ratelimit.State
 }
 
-var _ ratelimit.Store = (*Model)(nil)
+var (
+	_ ratelimit.Store        = (*Model)(nil)
+	_ ratelimit.BatchApplier = (*Model)(nil)
+)
 
 // NewModel returns an empty Model.
 func NewModel() *Model { return &Model{recs: make(map[ratelimit.RecordID]ratelimit.State)} }
@@ -66,6 +69,16 @@ func (m *Model) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	defer m.mu.Unlock()
 	for _, id := range ids {
 		delete(m.recs, id)
+	}
+	return nil
+}
+
+// ApplyBatch implements ratelimit.BatchApplier: Apply, op after op.
+func (m *Model) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	for i, op := range ops {
+		if err := m.Apply(ctx, op, outs[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("Vectors", func(t *testing.T) { TestVectors(t, newStore) })
 	t.Run("ApplyDifferential", func(t *testing.T) { testApplyDifferential(t, newStore, s) })
 	t.Run("LimiterDifferential", func(t *testing.T) { testLimiterDifferential(t, newStore, s) })
+	if _, ok := newStore(t).(ratelimit.BatchApplier); ok {
+		t.Run("BatchDifferential", func(t *testing.T) { testBatchDifferential(t, newStore, s) })
+	}
 	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
 	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
 	t.Run("Sharded", func(t *testing.T) { testSharded(t, newStore) })
