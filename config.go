@@ -89,7 +89,7 @@ type Config struct {
 	// 0 means Rate.
 	Capacity float64
 	// MaxReserved is the most tokens a bucket may owe through reservations.
-	// 0 means unlimited.
+	// 0 means as many as MaxTokens, which no real limit reaches.
 	MaxReserved float64
 	// Shards splits a hot limit into that many independent records, each
 	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards. 0 or 1
@@ -129,8 +129,8 @@ func (c Config) validate(name string) error {
 	default:
 		return bad("Kind", "is %v: use ratelimit.FixedWindow or ratelimit.TokenBucket", c.Kind)
 	}
-	if !finitePositive(c.Rate) {
-		return bad("Rate", "is %v: it must be a finite number of tokens > 0", c.Rate)
+	if !finitePositive(c.Rate) || c.Rate < minRate || c.Rate > MaxTokens {
+		return bad("Rate", "is %v: it must be a number of tokens from %v to %v", c.Rate, minRate, MaxTokens)
 	}
 	if c.Period < time.Millisecond {
 		return bad("Period", "is %v: it must be at least 1ms", c.Period)
@@ -138,11 +138,14 @@ func (c Config) validate(name string) error {
 	if c.Period%time.Millisecond != 0 {
 		return bad("Period", "is %v: it must be a whole number of milliseconds", c.Period)
 	}
-	if c.Capacity != 0 && !finitePositive(c.Capacity) {
-		return bad("Capacity", "is %v: it must be a finite number of tokens > 0, or 0 for Rate", c.Capacity)
+	if c.Period > MaxPeriod {
+		return bad("Period", "is %v: it must be at most %v (100 years)", c.Period, MaxPeriod)
 	}
-	if c.MaxReserved != 0 && !finitePositive(c.MaxReserved) {
-		return bad("MaxReserved", "is %v: it must be a finite number of tokens > 0, or 0 for unlimited", c.MaxReserved)
+	if c.Capacity != 0 && (!finitePositive(c.Capacity) || c.Capacity > MaxTokens) {
+		return bad("Capacity", "is %v: it must be a number of tokens > 0 and at most %v, or 0 for Rate", c.Capacity, MaxTokens)
+	}
+	if c.MaxReserved != 0 && (!finitePositive(c.MaxReserved) || c.MaxReserved > MaxTokens) {
+		return bad("MaxReserved", "is %v: it must be a number of tokens > 0 and at most %v, or 0 for as many as %v", c.MaxReserved, MaxTokens, MaxTokens)
 	}
 	if c.Shards < 0 {
 		return bad("Shards", "is %d: it must be 0 or 1 for one record, or at least 2", c.Shards)
@@ -177,6 +180,20 @@ func (c Config) shards() int {
 // MaxShards is the largest Config.Shards accepted.
 const MaxShards = 1024
 
+// Bounds of the config space: within them every store, whatever its
+// arithmetic (Go, Lua, SQL), computes every decision exactly and alike.
+const (
+	// MaxTokens bounds Rate, Capacity, MaxReserved, the count of one call,
+	// and the debt a record may hold when MaxReserved is 0: whole numbers
+	// of tokens stay exact in a float64 far beyond it.
+	MaxTokens = 1e15
+	// MaxPeriod is the longest Period: 100 years.
+	MaxPeriod = 36524 * 24 * time.Hour
+	// minRate is the smallest Rate: waits and refills of slower limits
+	// would overflow.
+	minRate = 1e-9
+)
+
 // params returns one shard's share of c, without its phase, in the units
 // of the transition.
 func (c Config) params() Params {
@@ -187,6 +204,9 @@ func (c Config) params() Params {
 		Period:      c.Period.Milliseconds(),
 		Capacity:    c.capacity(),
 		MaxReserved: c.MaxReserved,
+	}
+	if p.MaxReserved == 0 {
+		p.MaxReserved = MaxTokens // "unlimited", within what is exact
 	}
 	if n > 1 {
 		p.Rate /= n

@@ -75,7 +75,8 @@ func (c *denyCache) refuse(name, key string, p Params, now int64, count float64,
 		delete(pt.m, k)
 		return Decision{}, false
 	}
-	_, d := Transition(p, e.rec.State, e.rec.Found, now, count, reserve)
+	s, d := Transition(p, e.rec.State, e.rec.Found, now, count, reserve)
+	d.Now, d.TS = now, s.TS
 	if d.OK {
 		delete(pt.m, k) // the store may grant it now
 		return Decision{}, false

@@ -19,6 +19,15 @@ var (
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
 	// ErrClosed is returned by a store used after Close.
 	ErrClosed = errors.New("ratelimit: store is closed")
+	// ErrTimeRange is matched by the error of a call made while the
+	// Limiter's clock reads a time beyond ±MaxTime.
+	ErrTimeRange = errors.New("ratelimit: time out of range")
+	// ErrReservationCanceled is returned by Reservation.Wait on a canceled
+	// reservation.
+	ErrReservationCanceled = errors.New("ratelimit: reservation canceled")
+	// ErrReservationUsed is returned by Reservation.Cancel once the job was
+	// let run: its tokens were spent and nothing is handed back.
+	ErrReservationUsed = errors.New("ratelimit: reservation already used: the job was let run")
 )
 
 // LimitError is the error of a denied call: the limit's name and key, and

@@ -135,7 +135,7 @@ func ExampleNew_invalidConfig() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, ratelimit.ErrInvalidConfig))
 	// Output:
-	// ratelimit: limit "search": Rate is 0: it must be a finite number of tokens > 0
+	// ratelimit: limit "search": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15
 	// true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,6 +65,11 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = failures, cooldown }
 }
 
+// breakerSlowCall is how long a call cut short by its caller's deadline
+// must have waited for the store, with no other call answered meanwhile,
+// to count as a store failure.
+const breakerSlowCall = 250 * time.Millisecond
+
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
@@ -72,27 +78,35 @@ type breaker struct {
 	fails   int
 	until   time.Time // open until then
 	probing bool      // a probe is under way
+
+	lastAnswer atomic.Int64 // Unix ms, on the Limiter's clock, of the latest answer
 }
 
-// allow reports whether a call may ask the store now; when not, until says
+// allow reports whether a call may ask the store now, and whether it is
+// the probe that decides whether the breaker closes; when not, until says
 // when a probe will be let through.
-func (b *breaker) allow(now time.Time) (ok bool, until time.Time) {
+func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	if b.threshold <= 0 {
-		return true, time.Time{}
+		return true, false, time.Time{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.fails < b.threshold:
-		return true, time.Time{}
+		return true, false, time.Time{}
 	case now.Before(b.until) || b.probing:
-		return false, b.until
+		return false, false, b.until
 	}
 	b.probing = true
-	return true, time.Time{}
+	return true, true, time.Time{}
 }
 
-func (b *breaker) success() (closed bool) {
+// success records that the store answered at now; it reports whether the
+// answer closed an open breaker.
+func (b *breaker) success(now time.Time) (closed bool) {
+	if ms := now.UnixMilli(); b.lastAnswer.Load() < ms {
+		b.lastAnswer.Store(ms)
+	}
 	if b.threshold <= 0 {
 		return false
 	}
@@ -103,6 +117,8 @@ func (b *breaker) success() (closed bool) {
 	return closed
 }
 
+// failure records that the store failed at now; it reports whether the
+// failure opened the breaker.
 func (b *breaker) failure(now time.Time) (opened bool) {
 	if b.threshold <= 0 {
 		return false
@@ -118,8 +134,42 @@ func (b *breaker) failure(now time.Time) (opened bool) {
 	return false
 }
 
-// callerGaveUp reports whether err comes from the caller's own context
-// being canceled, which says nothing about the store's health.
-func callerGaveUp(ctx context.Context, err error) bool {
-	return errors.Is(err, context.Canceled) && ctx.Err() != nil
+// abandon records that a call left without learning anything of the
+// store: if it was the probe, the next call may probe instead.
+func (b *breaker) abandon(probe bool) {
+	if !probe {
+		return
+	}
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
+// callerGaveUp reports whether a call that failed at now, having started
+// at start, failed because its caller's context ended rather than because
+// of the store. A canceled caller says nothing of the store. A caller
+// whose deadline passed says the store is slow only if it gave the store
+// breakerSlowCall at least and the store answered no other call
+// meanwhile: otherwise the caller's own deadline was too short, and the
+// store is healthy for everyone else.
+func (b *breaker) callerGaveUp(ctx context.Context, start, now time.Time) bool {
+	switch ctx.Err() {
+	case nil:
+		return false
+	case context.DeadlineExceeded:
+		slow := now.Sub(start) >= breakerSlowCall
+		answered := b.lastAnswer.Load() >= start.UnixMilli()
+		return !slow || answered
+	}
+	return true
+}
+
+// callerError is the error of a call whose caller gave up: the context's
+// error, and the store's if it said something else.
+func callerError(ctx context.Context, name string, err error) error {
+	cerr := ctx.Err()
+	if errors.Is(err, cerr) {
+		return fmt.Errorf("ratelimit: limit %q: %w", name, err)
+	}
+	return fmt.Errorf("ratelimit: limit %q: %w (store: %v)", name, cerr, err)
 }

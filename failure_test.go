@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -157,4 +158,151 @@ func (c canceler) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Deci
 	c.cancel()
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// hookStore runs a function of the test in place of the store's Apply.
+type hookStore struct {
+	ratelimit.Store
+	calls atomic.Int64
+	apply func(ctx context.Context) error // nil: the wrapped store decides
+}
+
+func (s *hookStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	s.calls.Add(1)
+	if s.apply != nil {
+		if err := s.apply(ctx); err != nil {
+			return err
+		}
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+// A probe whose caller hangs up leaves the breaker to the next call: it
+// used to stay marked in flight, so that no call asked the store again.
+func TestBreakerCanceledProbe(t *testing.T) {
+	ctx := context.Background()
+	store := &hookStore{Store: memstore.New()}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Second))
+	require.NoError(t, err)
+	store.apply = func(context.Context) error { return errDown }
+	for range 3 {
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+	}
+	mock.Add(time.Second)
+	// The store is back, but the probe's caller leaves first.
+	probeCtx, cancel := context.WithCancel(ctx)
+	store.apply = func(context.Context) error { cancel(); return context.Canceled }
+	_, err = lim.Limit(probeCtx, "l", "k")
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	store.apply = nil
+	asked := store.calls.Load()
+	for i := range 100 {
+		res, err := lim.Limit(ctx, "l", fmt.Sprint("fresh-", i))
+		require.NoError(t, err)
+		require.False(t, res.Degraded)
+	}
+	require.Equal(t, asked+100, store.calls.Load(), "every call after recovery is decided by the store")
+}
+
+// A caller's own short deadline says nothing of the store: a handful of
+// them must not open the breaker for everyone. A 1-per-minute fail-open
+// limit used to grant 1,000 of 1,000 calls after five of them.
+func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	store := &hookStore{Store: memstore.New()}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, FailOpen: true},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(5, time.Minute))
+	require.NoError(t, err)
+	// The store takes a few milliseconds; the callers give it one.
+	store.apply = func(ctx context.Context) error {
+		mock.Add(time.Millisecond)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for range 10 {
+		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		_, err := lim.Limit(dctx, "l", "k")
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	store.apply = nil
+	granted := 0
+	for range 1000 {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		require.False(t, res.Degraded)
+		if res.OK {
+			granted++
+		}
+	}
+	require.Equal(t, 1, granted, "the store decides: one call per minute")
+}
+
+// A store slow for everyone still opens the breaker, deadlines or not:
+// calls that waited for it long, while it answered nobody, are failures.
+func TestSlowStoreOpensTheBreaker(t *testing.T) {
+	ctx := context.Background()
+	store := &hookStore{Store: memstore.New()}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
+	require.NoError(t, err)
+	store.apply = func(ctx context.Context) error {
+		mock.Add(time.Second) // stalled
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	call := func() error {
+		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		_, err := lim.Limit(dctx, "l", "k")
+		return err
+	}
+	for range 3 {
+		require.ErrorIs(t, call(), ratelimit.ErrStoreUnavailable)
+	}
+	asked := store.calls.Load()
+	res, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.True(t, res.Degraded)
+	require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
+
+	// A call that waited long while the store answered others is the
+	// caller's own: it does not count.
+	store.apply = nil
+	mock.Add(time.Minute)
+	res, err = lim.Limit(ctx, "l", "k") // the probe closes the breaker
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	var stall func(ctx context.Context) error
+	stall = func(ctx context.Context) error {
+		mock.Add(time.Second)
+		store.apply = nil // meanwhile, the store answers another caller
+		_, err := lim.Limit(context.Background(), "l", "other")
+		require.NoError(t, err)
+		store.apply = stall
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	store.apply = stall
+	for range 5 {
+		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		_, err = lim.Limit(dctx, "l", "k")
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	store.apply = nil
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, res.Degraded)
 }

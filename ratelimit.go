@@ -83,7 +83,7 @@ type limit struct {
 	start    int64 // Start in Unix ms; used when hasStart
 	hasStart bool
 	maxPlain float64 // largest count a plain call may ask
-	maxDebt  float64 // largest count a reserving call may ask; +Inf when unbounded
+	maxDebt  float64 // largest count a reserving call may ask
 }
 
 func compile(name string, c Config) (*limit, error) {
@@ -98,11 +98,8 @@ func compile(name string, c Config) (*limit, error) {
 	if lim.shards > 1 {
 		reach = 2
 	}
-	lim.maxPlain = reach * lim.base.Capacity
-	lim.maxDebt = math.Inf(1)
-	if c.MaxReserved > 0 {
-		lim.maxDebt = reach * (lim.base.Capacity + lim.base.MaxReserved)
-	}
+	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
+	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
 	return lim, nil
 }
 
@@ -124,7 +121,11 @@ func (lim *limit) checkCount(count float64, reserve bool) error {
 		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
 	}
 	if reserve {
-		if count > lim.maxDebt {
+		switch {
+		case count > lim.maxDebt && lim.maxDebt == MaxTokens:
+			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
+				Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
+		case count > lim.maxDebt:
 			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
 				Problem: fmt.Sprintf("exceeds %v, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
 					lim.maxDebt, lim.shardNote())}
@@ -314,6 +315,7 @@ type charge struct {
 	shards [2]Shard
 	amount [2]float64
 	n      int
+	at     int64 // when the store judged the call (Decision.Now)
 }
 
 // do decides one call of one or more limits.
@@ -339,18 +341,22 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
 	now := start.UnixMilli()
+	if err := checkTime(now); err != nil {
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
+	}
 	single := len(lims) == 1 && lims[0].shards == 1
 	if single && l.deny != nil {
 		p := lims[0].params(l.seed, key, 0)
 		if d, ok := l.deny.refuse(names[0], key, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
-			res.Reset = resetAfter(p, 1, now, res.Remaining)
+			res.Reset = resetAfter(p, 1, d)
 			res.Local = true
 			l.observe(ctx, mode, res, start, nil)
 			return res, ch, nil
 		}
 	}
-	if ok, until := l.breaker.allow(start); !ok {
+	ok, probe, until := l.breaker.allow(start)
+	if !ok {
 		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Until: until})
 	}
 
@@ -369,22 +375,23 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	}
 	b.op = Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	if err := l.store.Apply(ctx, &b.op, out); err != nil {
-		if callerGaveUp(ctx, err) {
-			return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
+		if l.breaker.callerGaveUp(ctx, start, l.clock.Now()) {
+			l.breaker.abandon(probe)
+			return Result{}, ch, callerError(ctx, names[0], err)
 		}
 		l.storeFailed(names[0], err)
 		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Err: err})
 	}
-	if l.breaker.success() && l.logger != nil {
+	if l.breaker.success(start) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
 
 	if len(lims) == 1 {
 		res := l.result(names[0], key, c, out[0])
-		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), now, res.Remaining)
+		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
 			ch.n = copy(ch.shards[:], items[0].Shards)
-			ch.amount = out[0].Charged
+			ch.amount, ch.at = out[0].Charged, out[0].Now
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
 		}
@@ -392,10 +399,10 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		return res, ch, nil
 	}
 	all := make([]Result, len(lims))
-	ok := true
+	ok = true
 	for i := range lims {
 		all[i] = l.result(names[i], key, c, out[i])
-		all[i].Reset = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), now, all[i].Remaining)
+		all[i].Reset = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), out[i])
 		ok = ok && all[i].OK
 	}
 	// The answer is the binding limit's: the longest wait among the refused
@@ -423,15 +430,18 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	return res, ch, nil
 }
 
-// resetAfter computes Result.Reset for a limit of n shards of params p,
-// with remaining tokens left in the shards a call evaluated.
-func resetAfter(p Params, n int, now int64, remaining float64) time.Duration {
+// resetAfter computes Result.Reset for a limit of n shards of params p
+// from the decision d: for a fixed window, until the next window of the
+// record as the store holds it (its phase may predate a change of Start
+// or of the phase seed); for a token bucket, until the shards the call
+// evaluated are full again.
+func resetAfter(p Params, n int, d Decision) time.Duration {
 	var ms float64
 	if p.Kind == FixedWindow {
-		ms = float64(WindowStart(p, now) + p.Period - now)
+		ms = float64(d.TS + p.Period - d.Now)
 	} else {
 		capacity := p.Capacity * float64(min(n, 2))
-		ms = math.Max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+		ms = math.Max(capacity-d.Remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
 	}
 	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
@@ -456,10 +466,12 @@ func (l *Limiter) degraded(ctx context.Context, mode Mode, lims []*limit, key st
 	}
 	var retry time.Duration
 	if !open {
-		retry = max(l.breaker.cooldown, time.Millisecond)
+		retry = l.breaker.cooldown
 		if !serr.Until.IsZero() {
-			retry = max(serr.Until.Sub(start), time.Millisecond)
+			retry = serr.Until.Sub(start)
 		}
+		// Whole milliseconds, rounded up, as every RetryAfter.
+		retry = max((retry + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
 	}
 	res := Result{OK: open, RetryAfter: retry, Name: lims[0].name, Key: key, Count: c.count, Degraded: true}
 	for _, lim := range lims {
@@ -517,6 +529,20 @@ func (l *Limiter) pickShards(lim *limit, key string, dst []Shard) []Shard {
 	return append(dst,
 		Shard{Index: a, Params: lim.params(l.seed, key, a)},
 		Shard{Index: b, Params: lim.params(l.seed, key, b)})
+}
+
+// MaxTime bounds the clock, in Unix milliseconds either side of 1970
+// (about 142,000 years): within it, times and the windows around them
+// stay exact in the arithmetic of every store.
+const MaxTime int64 = 1 << 52
+
+// checkTime reports a clock reading outside ±MaxTime.
+func checkTime(ms int64) error {
+	if ms < -MaxTime || ms > MaxTime {
+		return fmt.Errorf("the clock reads %d ms since 1970, beyond ±%d that every store computes exactly: check the clock given to WithClock: %w",
+			ms, MaxTime, ErrTimeRange)
+	}
+	return nil
 }
 
 // resolve finds the limit called name: declared in New, or given inline.
@@ -607,6 +633,9 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
 	}
 	now := l.clock.Now().UnixMilli()
+	if err := checkTime(now); err != nil {
+		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
+	}
 	if ts := ownClock(l.store); ts != nil {
 		if now, err = ts.Now(ctx); err != nil {
 			return Status{}, fmt.Errorf("ratelimit: value of limit %q: store time: %w", name, err)

@@ -242,7 +242,7 @@ func TestKindText(t *testing.T) {
 func TestMemstoreForgetsFullBuckets(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	store := memstore.New()
+	store := memstore.New(memstore.WithClock(mock))
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"tb":  {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
 		"big": {Kind: ratelimit.TokenBucket, Rate: 1e6, Period: time.Second},
@@ -376,4 +376,138 @@ func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
 	a := ratelimit.RecordID{Name: "n", Key: "\x01", Shard: 200}
 	b := ratelimit.RecordID{Name: "n", Key: "\x01\x01", Shard: 72}
 	require.NotEqual(t, a.AppendKey(nil), b.AppendKey(nil))
+}
+
+// A limit changed from one record to shards reuses the old record as
+// shard 0; it must not keep more tokens than a shard may hold (it kept 93
+// over a shard capacity of 50, so the window granted 143 of 100).
+func TestShardingALimitCapsItsOldRecord(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := memstore.New()
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Start: t0}
+	before, err := ratelimit.New(store, ratelimit.Limits{"l": cfg}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	_, err = before.Limit(ctx, "l", "k", ratelimit.Count(7))
+	require.NoError(t, err)
+
+	cfg.Shards = 2
+	after, err := ratelimit.New(store, ratelimit.Limits{"l": cfg}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	st, err := after.Value(ctx, "l", "k")
+	require.NoError(t, err)
+	for _, sh := range st.Shards {
+		assert.LessOrEqual(t, sh.Tokens, 50.0, "shard %d", sh.Index)
+	}
+	granted := 0
+	for range 1000 {
+		res, err := after.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		if res.OK {
+			granted++
+		}
+	}
+	assert.LessOrEqual(t, granted, 100)
+}
+
+// Result.Reset follows the window of the record the store decided on:
+// after Start moves, a record keeps the windows it was written with until
+// it is full again (Reset said 20m while the next grant was 50m away).
+func TestResetFollowsTheStoredRecord(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := memstore.New()
+	hour := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: t0}
+	old, err := ratelimit.New(store, ratelimit.Limits{"l": hour}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	mock.Set(t0.Add(10 * time.Minute))
+	res, err := old.Limit(ctx, "l", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.Equal(t, 50*time.Minute, res.Reset)
+
+	hour.Start = t0.Add(30 * time.Minute)
+	moved, err := ratelimit.New(store, ratelimit.Limits{"l": hour}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err = moved.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	assert.Equal(t, 50*time.Minute, res.RetryAfter)
+	assert.Equal(t, 50*time.Minute, res.Reset, "the next grant of the record as stored")
+}
+
+// A call decided by the failure policy gets a RetryAfter in whole
+// milliseconds, rounded up, like every other (it said 999.95267ms).
+func TestDegradedRetryAfterIsWholeMilliseconds(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: memstore.New()}
+	mock := newMock()
+	cooldown := 999952670 * time.Nanosecond
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, cooldown))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	for range 3 {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		assert.Equal(t, time.Second, res.RetryAfter)
+		mock.Add(time.Microsecond)
+	}
+}
+
+// Configs, counts and clocks outside what every store computes exactly
+// are clear errors, never NaN, infinities or overflows in a store.
+func TestExtremeValuesAreClearErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		cfg   ratelimit.Config
+		field string
+	}{
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1e308, Period: time.Second}, "Rate"},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1e-12, Period: time.Second}, "Rate"},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Capacity: 1e300, Period: time.Second}, "Capacity"},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, MaxReserved: 1e16, Period: time.Second}, "MaxReserved"},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: 101 * 365 * 24 * time.Hour}, "Period"},
+	} {
+		_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"l": c.cfg})
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
+		assert.Equal(t, c.field, ce.Field)
+	}
+
+	// The bounds themselves work: a 100-year window, the largest rate.
+	mock := newMock()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"century": {Kind: ratelimit.FixedWindow, Rate: 3, Period: ratelimit.MaxPeriod},
+		"huge":    {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Millisecond},
+		"debt":    {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "century", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "century", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	assert.LessOrEqual(t, res.RetryAfter, ratelimit.MaxPeriod)
+	res, err = lim.Limit(ctx, "huge", "k", ratelimit.Count(ratelimit.MaxTokens))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	// Debt beyond MaxTokens, even with MaxReserved unset: refused, finite.
+	_, err = lim.Limit(ctx, "debt", "k", ratelimit.Reserve(), ratelimit.Count(1e308))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	for range 2 {
+		res, err = lim.Limit(ctx, "debt", "k", ratelimit.Reserve(), ratelimit.Count(ratelimit.MaxTokens))
+		require.NoError(t, err)
+	}
+	require.False(t, res.OK, "the second would owe twice MaxTokens")
+	st, err := lim.Value(ctx, "debt", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 1-ratelimit.MaxTokens, st.Tokens)
+
+	// A clock beyond the range is an error, not a disagreement of stores.
+	mock.Set(time.UnixMilli(ratelimit.MaxTime + 1))
+	_, err = lim.Limit(ctx, "debt", "k")
+	require.ErrorIs(t, err, ratelimit.ErrTimeRange)
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,7 +21,8 @@ type Reservation struct {
 	charge charge
 
 	mu       sync.Mutex
-	canceled bool
+	canceled bool // its tokens were handed back
+	used     bool // the job was let run: Wait returned nil, or AfterFunc ran fn
 }
 
 // Reserve takes Count tokens (default 1) of the named limit for key, for a
@@ -28,7 +30,9 @@ type Reservation struct {
 // later if the bucket may owe them (up to MaxReserved). A reservation
 // refused by MaxReserved is not OK, and its RetryAfter says how long until
 // it would fit. The error is for bad input, a done context or a store
-// failure, as for Limit.
+// failure, as for Limit: when the store failed, the Reservation is
+// returned beside the error, decided by the limit's failure policy
+// (Result.Degraded), and holds no tokens.
 func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOption) (*Reservation, error) {
 	c := newCall(opts)
 	c.reserve = true
@@ -38,7 +42,7 @@ func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOpt
 	if err != nil && !res.Degraded {
 		return nil, err
 	}
-	return &Reservation{lim: l, res: res, at: now.Add(res.RetryAfter), charge: ch}, nil
+	return &Reservation{lim: l, res: res, at: now.Add(res.RetryAfter), charge: ch}, err
 }
 
 // OK reports whether the reservation was granted.
@@ -58,61 +62,78 @@ func (r *Reservation) Delay() time.Duration {
 	return max(r.at.Sub(r.lim.clock.Now()), 0)
 }
 
-// ErrReservationCanceled is returned by Wait on a canceled reservation.
-var ErrReservationCanceled = fmt.Errorf("ratelimit: reservation canceled")
-
-// Wait blocks until the job may run, on the Limiter's clock. It returns at
-// once with an error, and hands the tokens back, when the reservation was
-// refused (a *LimitError), was canceled, or the context's deadline comes
-// before the job's time (an error matching context.DeadlineExceeded); if
-// the context is done while waiting, the tokens are handed back and its
-// error returned. Use a context made by the Limiter's clock
-// (clock.WithTimeout) when that clock is a mock.
+// Wait blocks until the job may run, on the Limiter's clock, and then
+// marks the reservation used: the job runs, and Cancel hands nothing back.
+// It returns at once with an error, and hands the tokens back, when the
+// reservation was refused (a *LimitError), was canceled
+// (ErrReservationCanceled), or the context's deadline comes before the
+// job's time (an error matching context.DeadlineExceeded); if the context
+// is done while waiting, the tokens are handed back and its error
+// returned. Use a context made by the Limiter's clock (clock.WithTimeout)
+// when that clock is a mock.
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.res.OK {
 		return r.res.Err()
 	}
-	if r.isCanceled() {
-		return ErrReservationCanceled
+	r.mu.Lock()
+	canceled := r.canceled
+	r.mu.Unlock()
+	if canceled {
+		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
 	}
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
 		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
 			r.res.Name, r.at, dl, context.DeadlineExceeded)
 		return r.cancelWith(ctx, err)
 	}
-	d := r.Delay()
-	if d == 0 {
-		return ctx.Err()
+	if d := r.Delay(); d > 0 {
+		t := r.lim.clock.Timer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return r.cancelWith(context.WithoutCancel(ctx), ctx.Err())
+		}
+	} else if err := ctx.Err(); err != nil {
+		return r.cancelWith(context.WithoutCancel(ctx), err)
 	}
-	t := r.lim.clock.Timer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return r.cancelWith(context.WithoutCancel(ctx), ctx.Err())
+	return r.use()
+}
+
+// use marks the reservation used, unless it was canceled.
+func (r *Reservation) use() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.canceled {
+		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
 	}
+	r.used = true
+	return nil
 }
 
 // cancelWith hands the tokens back and returns err, joined with the
 // refund's failure if any.
 func (r *Reservation) cancelWith(ctx context.Context, err error) error {
-	if cerr := r.Cancel(ctx); cerr != nil {
+	if cerr := r.Cancel(ctx); cerr != nil && !errors.Is(cerr, ErrReservationUsed) {
 		return fmt.Errorf("%w (and the tokens could not be handed back: %v)", err, cerr)
 	}
 	return err
 }
 
 // AfterFunc runs fn in its own goroutine when the job may run (at once if
-// it may run now), and returns a function that stops it: stop reports
-// whether it stopped fn before it ran, and then hands the tokens back. A
-// refused reservation never runs fn, and AfterFunc then returns a stop that
-// reports false.
+// it may run now), marking the reservation used, and returns a function
+// that stops it: stop reports whether it stopped fn before it ran, and
+// then hands the tokens back. A refused or canceled reservation never
+// runs fn, and AfterFunc then returns a stop that reports false.
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
 	if !r.res.OK {
 		return func(context.Context) bool { return false }
 	}
-	t := r.lim.clock.AfterFunc(r.Delay(), fn)
+	t := r.lim.clock.AfterFunc(r.Delay(), func() {
+		if r.use() == nil {
+			fn()
+		}
+	})
 	return func(ctx context.Context) bool {
 		if !t.Stop() {
 			return false
@@ -122,30 +143,33 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 	}
 }
 
-func (r *Reservation) isCanceled() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.canceled
-}
-
 // Cancel hands the reservation's tokens back to the shards that were
-// charged, capped at their capacity, when the job will not run. Only the
-// first Cancel hands anything back; a refused reservation has nothing to
-// hand back. A failed refund (a store error) may be retried.
+// charged, when the job will not run. It gives back the tokens charged,
+// less what the limit has granted since the reservation was made (all of
+// them within the window it was made in), capped at the capacity: a late
+// cancel never lets a window serve its own grant and the refund too
+// (docs/reservations.md). Only the first Cancel hands anything back; a
+// refused reservation has nothing to hand back. Once the job was let run
+// (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
+// back and returns an error matching ErrReservationUsed. A failed refund
+// (a store error) may be retried.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.res.OK {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.canceled {
+	switch {
+	case r.used:
+		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+	case r.canceled:
 		return nil
 	}
 	op := Op{Mode: ModeRefund, Now: r.lim.clock.Now().UnixMilli()}
 	for i := range r.charge.n {
 		if r.charge.amount[i] > 0 {
 			op.Items = append(op.Items, Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
-				Shards: []Shard{r.charge.shards[i]}})
+				At: r.charge.at, Shards: []Shard{r.charge.shards[i]}})
 		}
 	}
 	if len(op.Items) > 0 {

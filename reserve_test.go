@@ -201,3 +201,96 @@ func TestReservationRefusedPastMaxReserved(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, -20.0, st.Tokens)
 }
+
+// Once a job was let run, its tokens are spent: Cancel hands nothing
+// back and says so. It used to refund them (6 → 10 tokens), so that a
+// job could run and have its tokens back.
+func TestCancelAfterTheJobRan(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	require.NoError(t, r.Wait(ctx), "may run now")
+	err = r.Cancel(ctx)
+	require.ErrorIs(t, err, ratelimit.ErrReservationUsed)
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Tokens, "nothing handed back after Wait let the job run")
+
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	ran := make(chan struct{})
+	stop := r.AfterFunc(func() { close(ran) })
+	mock.Add(time.Millisecond)
+	<-ran
+	assert.False(t, stop(ctx), "already ran")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+	st, err = lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 4.0, st.Tokens, "nothing handed back after AfterFunc ran the job")
+
+	// Canceled first: the job never runs.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(1))
+	require.NoError(t, err)
+	require.NoError(t, r.Cancel(ctx))
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+}
+
+// A cancel after the reservation's tokens were granted gives back only
+// what the grants since could not have covered: the window that paid for
+// the job cannot also serve the refund. With a limit of 10 per minute,
+// the second window here served 7 plain calls and the reservation's 3; a
+// late refund of all 9 tokens used to let it serve 9 more.
+func TestLateCancelDoesNotServeAWindowTwice(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(9)) // 6 now, 3 of the next window
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, r.Delay())
+
+	mock.Add(time.Minute + time.Second)
+	res, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(7))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.NoError(t, r.Cancel(ctx), "the job was never let run")
+	served := 7.0
+	for {
+		res, err := lim.Limit(ctx, "jobs", "k")
+		require.NoError(t, err)
+		if !res.OK {
+			break
+		}
+		served++
+	}
+	assert.LessOrEqual(t, served, 10.0, "the window's grant is 10")
+
+	// Within its own window, a cancel gives everything back.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	before, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.NoError(t, r.Cancel(ctx))
+	after, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, before.Tokens+5, after.Tokens)
+}
+
+// Reserve reports a store failure as Limit does; the reservation it
+// returns beside the error is the failure policy's and holds nothing.
+func TestReserveReportsStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: memstore.New()}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.NotNil(t, r)
+	assert.False(t, r.OK())
+	assert.True(t, r.Result().Degraded)
+}

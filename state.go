@@ -77,8 +77,18 @@ type Decision struct {
 	// the two shards the call evaluated.
 	Remaining float64
 	// Charged holds the tokens taken from each of the item's shards, in the
-	// order of Item.Shards; a reservation hands them back on cancel.
+	// order of Item.Shards (negative: handed back by a refund); a
+	// reservation hands them back on cancel.
 	Charged [2]float64
+	// Now is the time (Unix ms) the item was judged at: Op.Now, or the
+	// store's own clock (TimeSource). A refund of the charge names it in
+	// Item.At.
+	Now int64
+	// TS is the time of the item's first record after the call: for a
+	// fixed window the start of its current window, as the record holds it
+	// (its next grant is at TS + Period); for a token bucket the time of
+	// its last refill.
+	TS int64
 }
 
 // Fresh returns the state of a missing record at now: a full bucket whose
@@ -102,20 +112,24 @@ func WindowStart(p Params, t int64) int64 {
 
 // Refresh returns s advanced to now: the grants of every window started
 // (fixed window) or the refill (token bucket) since s.TS, capped at
-// Capacity. A now before s.TS (a clock stepping back) changes nothing.
+// Capacity. A now before s.TS (a clock stepping back) changes nothing. A
+// record written under a larger capacity (a limit lowered, or split into
+// shards) is cut to this one: a record never holds more than its params
+// allow.
 func Refresh(p Params, s State, now int64) State {
 	t := max(now, s.TS)
 	switch p.Kind {
 	case FixedWindow:
 		k := (t - s.TS) / p.Period
 		if k > 0 {
-			s.Value = math.Min(s.Value+float64(p.Rate*float64(k)), p.Capacity)
+			s.Value += float64(p.Rate * float64(k))
 			s.TS += k * p.Period
 		}
 	case TokenBucket:
-		s.Value = math.Min(s.Value+float64(t-s.TS)*p.Rate/float64(p.Period), p.Capacity)
+		s.Value += float64(t-s.TS) * p.Rate / float64(p.Period)
 		s.TS = t
 	}
+	s.Value = math.Min(s.Value, p.Capacity)
 	return s
 }
 
@@ -203,8 +217,9 @@ const (
 	ModeLimit Mode = iota
 	// ModeCheck decides and writes nothing.
 	ModeCheck
-	// ModeRefund hands tokens back: each item has one shard, and its Count
-	// tokens are added to that record, capped at Capacity.
+	// ModeRefund hands tokens back: each item has one shard, and gives back
+	// the Count tokens it was charged at Item.At, less what the limit has
+	// granted the record since (see Refund), capped at Capacity.
 	ModeRefund
 )
 
@@ -229,6 +244,9 @@ type Item struct {
 	Name  string
 	Key   string
 	Count float64
+	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
+	// charged: Decision.Now of the call that took them.
+	At int64
 	// Shards holds one record, or two for a sharded limit (power of two
 	// choices: the call may be granted by either or by both together).
 	Shards []Shard
@@ -293,13 +311,14 @@ func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
 		n := len(it.Shards)
 		switch {
 		case op.Mode == ModeRefund:
-			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.Count)
+			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.At, it.Count)
 		case n == 1:
 			out[i], next[r] = single(it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
 		default:
 			out[i], next[r], next[r+1] = pair(it.Shards[0].Params, it.Shards[1].Params,
 				prev[r], prev[r+1], op.Now, it.Count, op.Reserve)
 		}
+		out[i].Now, out[i].TS = op.Now, next[r].State.TS
 		all = all && out[i].OK
 		r += n
 	}
@@ -316,39 +335,108 @@ func single(p Params, rec Record, now int64, count float64, reserve bool) (Decis
 	return d, Update{State: s, Write: d.OK && count > 0}
 }
 
-func refund(p Params, rec Record, now int64, count float64) (Decision, Update) {
+// refund hands back count tokens charged at `at`, as far as the record
+// would have them had it not been charged: count, less what the limit has
+// granted the record since (the grants of every window started since, or
+// the refill), floored at zero, then capped at Capacity.
+//
+// Tokens handed back this way never let the limit grant more than it
+// would have without the charge: a charge lowers the record by count, and
+// of the grants since, the record without the charge would have lost at
+// most what it gained, when its capacity cut a grant short. Within the
+// window of the charge (or the same millisecond of a token bucket) the
+// whole count comes back; a cancel after the tokens of a reservation have
+// been granted gives back nothing more than the grants since could not
+// have covered, so one window cannot serve both its own grants and a late
+// refund (docs/reservations.md).
+func refund(p Params, rec Record, now, at int64, count float64) (Decision, Update) {
 	if !rec.Found {
-		return Decision{OK: true, Remaining: p.Capacity}, Update{}
+		return Decision{OK: true, Remaining: p.Capacity}, Update{State: Fresh(p, now)}
 	}
 	s := Refresh(p, rec.State, now)
-	s.Value = math.Min(s.Value+count, p.Capacity)
-	return Decision{OK: true, Remaining: s.Value}, Update{State: s, Write: true}
+	back := denoise(count - granted(p, s, at))
+	d := Decision{OK: true, Remaining: s.Value}
+	if back <= 0 {
+		return d, Update{State: s}
+	}
+	s.Value = math.Min(s.Value+back, p.Capacity)
+	d.Remaining = s.Value
+	d.Charged[0] = -back
+	return d, Update{State: s, Write: true}
 }
 
-// pair decides a call on two shards of one limit (power of two choices):
-// the shard that grants it alone (the one left with more tokens if both
-// do); otherwise both together, debited so that they end with equal values
-// (water-filling: a shard already below that level is not charged);
-// otherwise denied with the larger of the two shards' waits.
+// granted returns the tokens the record s, refreshed, has been granted
+// since the time from, before its capacity cut them: Rate for every window
+// of the record started in (from, s.TS] (a fixed window's record keeps the
+// windows it was written with), or the refill from `from` to s.TS.
+func granted(p Params, s State, from int64) float64 {
+	if s.TS <= from {
+		return 0
+	}
+	if p.Kind == FixedWindow {
+		k := (s.TS - from + p.Period - 1) / p.Period
+		return float64(p.Rate * float64(k))
+	}
+	return float64(s.TS-from) * p.Rate / float64(p.Period)
+}
+
+// pair decides a call on two shards of one limit (power of two choices),
+// preferring, in order:
+//
+//   - one shard that grants it alone: the one left with more tokens;
+//   - both together: debited so that they end with equal values
+//     (water-filling: a shard already below that level is not charged);
+//   - for a reservation, one shard that owes it alone: the one whose debt
+//     is granted first. Only a count that no shard could ever owe alone
+//     (more than its Capacity plus MaxReserved) is spread as debt over both.
+//     A debt spread over two shards would leave fractions of tokens on
+//     each, and the jobs that later take them would run in the next window
+//     with tokens of this one: more jobs in that window than the limit
+//     allows (docs/sharding.md).
+//
+// A refused call is told the least wait after which the same call on the
+// same two shards would succeed (pairWait). The wait of a reservation is
+// that of the shards it charged.
 func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) (Decision, Update, Update) {
 	sa, sb := load(pa, ra, now), load(pb, rb, now)
-	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
 	var d Decision
 	ua, ub := Update{State: sa}, Update{State: sb}
-	if va >= 0 || vb >= 0 {
-		d.OK = true
-		if va >= vb {
-			ua.State.Value, ua.Write, d.Charged[0] = va, count > 0, count
-			d.Remaining = va + sb.Value
-		} else {
-			ub.State.Value, ub.Write, d.Charged[1] = vb, count > 0, count
-			d.Remaining = sa.Value + vb
-		}
+	na, nb, ok := split(pa, pb, sa, sb, now, count, reserve)
+	if !ok {
+		d.RetryAfter = retryMillis(pairWait(pa, pb, ra, rb, now, count, reserve))
+		d.Remaining = sa.Value + sb.Value
 		return d, ua, ub
 	}
-	// Neither alone: spread the call so that both end at one level x, or,
-	// when one shard is already below x, charge the other alone.
-	na, nb := sa.Value, sb.Value
+	d.OK = true
+	d.Charged = [2]float64{sa.Value - na, sb.Value - nb}
+	if count == 0 {
+		d.Charged = [2]float64{}
+	}
+	var w float64
+	if na < 0 && d.Charged[0] > 0 {
+		w = Wait(pa, sa, now, -na)
+	}
+	if nb < 0 && d.Charged[1] > 0 {
+		w = max(w, Wait(pb, sb, now, -nb))
+	}
+	d.RetryAfter = retryMillis(w)
+	d.Remaining = na + nb
+	ua.State.Value, ua.Write = na, d.Charged[0] > 0
+	ub.State.Value, ub.Write = nb, d.Charged[1] > 0
+	return d, ua, ub
+}
+
+// split returns the values two shards, refreshed to now, would hold after
+// a call of count as pair decides it, and whether the call is OK.
+func split(pa, pb Params, sa, sb State, now int64, count float64, reserve bool) (na, nb float64, ok bool) {
+	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
+	if va >= 0 || vb >= 0 {
+		if va >= vb {
+			return va, sb.Value, true
+		}
+		return sa.Value, vb, true
+	}
+	na, nb = sa.Value, sb.Value
 	x := denoise((sa.Value + sb.Value - count) / 2)
 	switch {
 	case x <= sa.Value && x <= sb.Value:
@@ -358,34 +446,151 @@ func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) 
 	default:
 		nb = vb
 	}
-	ok := na >= 0 && nb >= 0
-	if !ok && reserve {
-		ok = fitsDebt(pa, na) && fitsDebt(pb, nb)
+	if na >= 0 && nb >= 0 {
+		return na, nb, true
 	}
-	if !ok {
-		da, db := count-sa.Value, count-sb.Value
-		if reserve {
-			da -= pa.MaxReserved
-			db -= pb.MaxReserved
+	if !reserve {
+		return na, nb, false
+	}
+	fa, fb := fitsDebt(pa, va), fitsDebt(pb, vb)
+	switch {
+	case fa && (!fb || Wait(pa, sa, now, -va) <= Wait(pb, sb, now, -vb)):
+		return va, sb.Value, true
+	case fb:
+		return sa.Value, vb, true
+	case count > pa.Capacity+pa.MaxReserved || count > pb.Capacity+pb.MaxReserved:
+		return na, nb, fitsDebt(pa, na) && fitsDebt(pb, nb)
+	}
+	return na, nb, false
+}
+
+// pairTries bounds how many candidate times past an estimate pairWait
+// tries before it settles for the estimate, which is never later than the
+// least wait.
+const pairTries = 4
+
+// pairWait returns the least wait, in milliseconds from now, after which a
+// call refused on two shards would succeed on the same shards if nothing
+// else happened meanwhile: the earliest of the times at which either shard
+// alone, or both together, could grant it. Each estimate is never later
+// than its true time (it ignores the other shard, or a shard's capacity,
+// or rounds down); candidate times from it on are tried with split until
+// one succeeds. Should none of pairTries succeed, the estimate stands: the
+// wait is then shorter than needed, never longer.
+func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) float64 {
+	sa, sb := load(pa, ra, now), load(pb, rb, now)
+	okAt := func(t int64) bool {
+		_, _, ok := split(pa, pb, load(pa, ra, t), load(pb, rb, t), t, count, reserve)
+		return ok
+	}
+	// next returns the first time after t at which a shard gains tokens.
+	next := func(t int64) int64 {
+		if pa.Kind == FixedWindow {
+			return min(WindowStart(pa, t)+pa.Period, WindowStart(pb, t)+pb.Period)
 		}
-		d.RetryAfter = retryMillis(max(Wait(pa, sa, now, da), Wait(pb, sb, now, db)))
-		d.Remaining = sa.Value + sb.Value
-		return d, ua, ub
+		return t + 1
 	}
-	d.OK = true
-	d.Charged = [2]float64{sa.Value - na, sb.Value - nb}
-	var w float64
-	if na < 0 {
-		w = Wait(pa, sa, now, -na)
+	best := int64(Never)
+	try := func(est float64) {
+		if !(est < float64(best-now)) {
+			return
+		}
+		t := now + int64(math.Ceil(est))
+		for range pairTries {
+			if t >= best {
+				return
+			}
+			if okAt(t) {
+				best = t
+				return
+			}
+			t = next(t)
+		}
+		best = min(best, now+int64(math.Ceil(est)))
 	}
-	if nb < 0 {
-		w = max(w, Wait(pb, sb, now, -nb))
+	// One shard alone: it needs count tokens, less its debt allowance.
+	single := func(p Params, s State) {
+		need := count
+		if reserve {
+			need -= p.MaxReserved
+		}
+		if need <= p.Capacity {
+			try(Wait(p, s, now, need-s.Value))
+		}
 	}
-	d.RetryAfter = retryMillis(w)
-	d.Remaining = na + nb
-	ua.State.Value, ua.Write = na, d.Charged[0] > 0
-	ub.State.Value, ub.Write = nb, d.Charged[1] > 0
-	return d, ua, ub
+	single(pa, sa)
+	single(pb, sb)
+	// Both together: they need count tokens between them, or, for a count
+	// no shard could owe alone, count less both debt allowances.
+	need := count
+	if reserve && (count > pa.Capacity+pa.MaxReserved || count > pb.Capacity+pb.MaxReserved) {
+		need -= 2 * min(pa.MaxReserved, pb.MaxReserved)
+	}
+	if need <= pa.Capacity+pb.Capacity {
+		try(sumWait(pa, pb, sa, sb, now, need))
+	}
+	if best == Never {
+		return float64(MaxRetryAfter)
+	}
+	return float64(best - now)
+}
+
+// sumWait estimates the milliseconds from now until two shards hold need
+// tokens between them, never later than the true time: grants that a
+// shard's capacity would cut count in full until the other shard must
+// make up the rest alone.
+func sumWait(pa, pb Params, sa, sb State, now int64, need float64) float64 {
+	short := need - sa.Value - sb.Value
+	if short <= 0 {
+		return 0
+	}
+	if pa.Kind == FixedWindow {
+		// Grants come one shard at a time, at the windows' starts: the
+		// j-th grant after now is the shard first in turn's when j is odd.
+		r := max(pa.Rate, pb.Rate)
+		fa, fb := sa.TS+pa.Period, sb.TS+pb.Period
+		grantAt := func(j float64) float64 { // j ≥ 1
+			first, second := fa, fb
+			if fb < fa {
+				first, second = fb, fa
+			}
+			if math.Mod(j, 2) == 1 {
+				return float64(first) + float64(pa.Period)*((j-1)/2)
+			}
+			return float64(second) + float64(pa.Period)*(j/2-1)
+		}
+		j := math.Max(math.Ceil(short/r-noise), 1)
+		ka, kb := math.Ceil(j/2), math.Floor(j/2)
+		if fb < fa {
+			ka, kb = kb, ka
+		}
+		at := grantAt(j)
+		// A shard full by then makes the other make up the rest alone.
+		if sa.Value+float64(pa.Rate*ka) > pa.Capacity {
+			if k := math.Ceil((need-pa.Capacity-sb.Value)/pb.Rate - noise); k >= 1 {
+				at = math.Max(at, float64(fb)+float64(pb.Period)*(k-1))
+			}
+		} else if sb.Value+float64(pb.Rate*kb) > pb.Capacity {
+			if k := math.Ceil((need-pb.Capacity-sa.Value)/pa.Rate - noise); k >= 1 {
+				at = math.Max(at, float64(fa)+float64(pa.Period)*(k-1))
+			}
+		}
+		return at - float64(now)
+	}
+	// Token buckets refill together, from the later of now and each
+	// shard's time; until one is full, they gain twice one's rate.
+	from := float64(max(sa.TS, sb.TS) - now)
+	both := short * float64(pa.Period) / (pa.Rate + pb.Rate)
+	at := from + both
+	fullA := float64(sa.TS-now) + (pa.Capacity-sa.Value)*float64(pa.Period)/pa.Rate
+	fullB := float64(sb.TS-now) + (pb.Capacity-sb.Value)*float64(pb.Period)/pb.Rate
+	switch {
+	case fullA < at: // a full first: b makes up the rest alone
+		at = math.Max(at, float64(sb.TS-now)+(need-pa.Capacity-sb.Value)*float64(pb.Period)/pb.Rate)
+	case fullB < at:
+		at = math.Max(at, float64(sa.TS-now)+(need-pb.Capacity-sa.Value)*float64(pa.Period)/pa.Rate)
+	}
+	return math.Max(math.Floor(at), 0)
 }
 
 // FullAt returns the earliest Unix millisecond at which the record s would

@@ -7,6 +7,11 @@
 // full bucket, and every write also probes a couple of records of a stripe
 // and drops those full for longer than ratelimit.ExpiryGrace, so memory
 // follows the keys active recently, not every key ever seen.
+//
+// Those drops follow the store's own clock (the real one by default, see
+// WithClock) as well as the calls' times: a call's clock that jumps
+// forward, then back, cannot make the store forget a drained record and
+// hand out a full bucket for it.
 package memstore
 
 import (
@@ -17,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 )
 
@@ -32,7 +38,23 @@ type Store struct {
 	seed    maphash.Seed
 	stripes [stripes]stripe
 	sweeps  atomic.Uint32 // which stripe the next write sweeps
+
+	clock  clock.Clock
+	anchor sync.Once
+	// The first call's time and the store's clock then: a write's sweep
+	// judges records at the earlier of its call's time and the time that
+	// has passed since on the store's clock.
+	anchorNow  int64
+	anchorReal time.Time
 }
+
+// Option configures a Store in New.
+type Option func(*Store)
+
+// WithClock sets the clock by which the store's own sweeps judge how much
+// time has passed (default: the real clock). Tests that move a mock clock
+// by hand and want records swept pass that clock.
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
 type stripe struct {
 	mu   sync.Mutex
@@ -48,12 +70,24 @@ type entry struct {
 var _ ratelimit.Store = (*Store)(nil)
 
 // New returns an empty in-memory store.
-func New() *Store {
-	s := &Store{seed: maphash.MakeSeed()}
+func New(opts ...Option) *Store {
+	s := &Store{seed: maphash.MakeSeed(), clock: clock.New()}
+	for _, o := range opts {
+		o(s)
+	}
 	for i := range s.stripes {
 		s.stripes[i].recs = make(map[ratelimit.RecordID]entry)
 	}
 	return s
+}
+
+// sweepTime returns the time at which a sweep during a call at now may
+// judge records: now, unless more of it has passed on the calls' clock
+// than on the store's since the first call (the calls' clock jumped
+// ahead, and may come back).
+func (s *Store) sweepTime(now int64) int64 {
+	s.anchor.Do(func() { s.anchorNow, s.anchorReal = now, s.clock.Now() })
+	return min(now, s.anchorNow+s.clock.Since(s.anchorReal).Milliseconds())
 }
 
 func (s *Store) stripeOf(id ratelimit.RecordID) int {
@@ -125,7 +159,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		}
 	}
 	if wrote {
-		s.sweep(op.Now, idx)
+		s.sweep(s.sweepTime(op.Now), idx)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package memstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -37,4 +39,38 @@ func TestLateCallAfterDeletion(t *testing.T) {
 	// Once the grace has passed, the record goes.
 	s.DeleteExpired(time.UnixMilli(6_000 + ratelimit.ExpiryGrace))
 	require.Zero(t, s.Len())
+}
+
+// A calls' clock that steps forward, then back, must not mint tokens:
+// sweeps made by other keys at the forward time used to drop a drained
+// record, and after the clock came back the key was full again (10
+// grants where none were due; the other stores granted none).
+func TestClockStepForwardAndBackMintsNothing(t *testing.T) {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	start := time.UnixMilli(1_700_000_040_000)
+	mock.Set(start)
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "drained", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	mock.Set(start.Add(3 * time.Hour))
+	for i := range 5000 {
+		_, err := lim.Limit(ctx, "l", fmt.Sprint("other-", i))
+		require.NoError(t, err)
+	}
+	mock.Set(start.Add(time.Second))
+	granted := 0
+	for range 10 {
+		res, err := lim.Limit(ctx, "l", "drained")
+		require.NoError(t, err)
+		if res.OK {
+			granted++
+		}
+	}
+	require.Zero(t, granted, "the window was drained before the clock jumped")
 }

@@ -411,14 +411,55 @@ func testRefund(t *testing.T, newStore NewStore) {
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.True(t, out[0].OK)
 	require.Equal(t, int64(24_000), out[0].RetryAfter)
+	require.Equal(t, now, out[0].Now)
 	require.Equal(t, -4.0, loadOne(t, s, p, id, now))
-	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: now, Items: []ratelimit.Item{itemOf("r", "k", 14, p)}}
+	refund := itemOf("r", "k", 14, p)
+	refund.At = out[0].Now
+	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: now, Items: []ratelimit.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 10.0, out[0].Remaining)
+	require.Equal(t, -14.0, out[0].Charged[0], "handed back")
 	require.Equal(t, 10.0, loadOne(t, s, p, id, now))
 	// A refund never lifts a bucket above its capacity.
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 10.0, loadOne(t, s, p, id, now))
+
+	// A refund gives back the count less what the limit granted since the
+	// charge: 10 taken, 5 reserved, 18 s later (3 granted) only 2 come back.
+	op = &ratelimit.Op{Now: now, Reserve: true, Items: []ratelimit.Item{itemOf("r", "k", 10, p)}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	op.Items[0].Count = 5
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, -5.0, loadOne(t, s, p, id, now))
+	refund = itemOf("r", "k", 5, p)
+	refund.At = now
+	later := now + 18_000
+	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: later, Items: []ratelimit.Item{refund}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, 0.0, loadOne(t, s, p, id, later))
+
+	// A fixed window: a reservation's tokens granted at the next window,
+	// canceled late, give nothing back: that window's grant went to it.
+	fw := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	fid := ratelimit.RecordID{Name: "f", Key: "k"}
+	start := (epoch.UnixMilli()/60_000 + 1) * 60_000 // a window start
+	op = &ratelimit.Op{Now: start, Reserve: true, Items: []ratelimit.Item{itemOf("f", "k", 10, fw)}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, int64(60_000), out[0].RetryAfter)
+	refund = itemOf("f", "k", 10, fw)
+	refund.At = start
+	late := start + 61_000
+	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: late, Items: []ratelimit.Item{refund}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late), "a late refund would let the window serve its grant twice")
+	// Within the window of the charge the whole count comes back.
+	op = &ratelimit.Op{Now: late, Reserve: true, Items: []ratelimit.Item{itemOf("f", "k", 4, fw)}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	refund.Count, refund.At = 4, out[0].Now
+	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: late + 1_000, Items: []ratelimit.Item{refund}}
+	require.NoError(t, s.Apply(ctx, op, out))
+	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late+1_000))
 }
 
 func testContextCanceled(t *testing.T, newStore NewStore) {

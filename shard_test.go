@@ -1,0 +1,159 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// applyPair decides one call on two records of a sharded limit, as a
+// store would, and writes the updates.
+func applyPair(recs []Record, p Params, a, b int, now int64, count float64, reserve bool) Decision {
+	op := &Op{Now: now, Reserve: reserve, Items: []Item{{Count: count, Shards: []Shard{{a, p}, {b, p}}}}}
+	prev := []Record{recs[a], recs[b]}
+	out := make([]Decision, 1)
+	next := make([]Update, 2)
+	Evaluate(op, prev, out, next)
+	if next[0].Write {
+		recs[a] = Record{State: next[0].State, Found: true}
+	}
+	if next[1].Write {
+		recs[b] = Record{State: next[1].State, Found: true}
+	}
+	return out[0]
+}
+
+// Reservations on a sharded fixed window schedule no more jobs into a
+// window than the unsharded limit would: 100 per window for a limit of 100
+// split over shards whose shares are whole tokens. A debt spread over two
+// shards left half tokens on each, and jobs that later took them ran in
+// the next window with tokens of this one: 101–103 jobs in a window.
+func TestShardedReservationsKeepEveryWindowWithinTheLimit(t *testing.T) {
+	for _, shards := range []int{2, 4, 5} {
+		for _, maxReserved := range []float64{50, 200} {
+			t.Run(fmt.Sprintf("shards=%d/maxReserved=%v", shards, maxReserved), func(t *testing.T) {
+				cfg := Config{Kind: FixedWindow, Rate: 100, Period: time.Second, MaxReserved: maxReserved, Shards: shards}
+				p := cfg.params() // Start shared: phase 0
+				rng := rand.New(rand.NewPCG(uint64(shards), uint64(maxReserved)))
+				recs := make([]Record, shards)
+				jobs := map[int64]int{}
+				now := t0
+				for range 20_000 {
+					now += rng.Int64N(12)
+					a := rng.IntN(shards)
+					b := (a + 1 + rng.IntN(shards-1)) % shards
+					d := applyPair(recs, p, a, b, now, 1, true)
+					if d.OK {
+						jobs[(now+d.RetryAfter)/1000]++
+					}
+				}
+				for w, n := range jobs {
+					require.LessOrEqual(t, n, 100, "window %d: %d jobs", w, n)
+				}
+			})
+		}
+	}
+}
+
+// okAt reports whether a call of count on shards a and b, judged at t,
+// would be OK: the oracle of the least-wait tests.
+func okAt(recs []Record, p, q Params, t int64, count float64, reserve bool) bool {
+	_, _, ok := split(p, q, load(p, recs[0], t), load(q, recs[1], t), t, count, reserve)
+	return ok
+}
+
+// A refused sharded call is told the least wait after which the same call
+// on the same two shards succeeds, found here by trying every candidate
+// time: each window start of either shard, or every millisecond of a
+// token bucket.
+func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	exact, refused := 0, 0
+	for i := range 4000 {
+		kind := FixedWindow
+		if i%3 == 2 {
+			kind = TokenBucket
+		}
+		shards := 2 + rng.IntN(4)
+		cfg := Config{Kind: kind, Rate: []float64{100, 10, 7, 2.5}[rng.IntN(4)], Period: time.Duration(1+rng.IntN(3)) * time.Second, Shards: shards}
+		if rng.IntN(2) == 0 {
+			cfg.Capacity = cfg.Rate * (1 + 2*rng.Float64())
+		}
+		if rng.IntN(2) == 0 {
+			cfg.MaxReserved = cfg.Rate * rng.Float64() * 2
+		}
+		p, q := cfg.params(), cfg.params()
+		if kind == FixedWindow && rng.IntN(2) == 0 { // derived phases differ per shard
+			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
+		}
+		// Two records somewhere between their debt bound and full.
+		low := -p.Capacity
+		if cfg.MaxReserved > 0 {
+			low = -p.MaxReserved
+		}
+		now := t0 + rng.Int64N(p.Period)
+		recs := make([]Record, 2)
+		for j, pr := range []Params{p, q} {
+			v := low + rng.Float64()*(pr.Capacity-low)
+			recs[j] = Record{State: Fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+			recs[j].State.Value = v
+		}
+		reserve := rng.IntN(3) == 0
+		reach := 2 * p.Capacity
+		if reserve && cfg.MaxReserved > 0 {
+			reach = 2 * (p.Capacity + p.MaxReserved)
+		}
+		count := rng.Float64() * reach
+		if rng.IntN(3) == 0 {
+			count = float64(int(count))
+		}
+		d, _, _ := pair(p, q, recs[0], recs[1], now, count, reserve)
+		if d.OK {
+			continue
+		}
+		refused++
+		where := fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v: retry %d", i, p, q, recs, now, count, reserve, d.RetryAfter)
+		// Never longer: no earlier candidate succeeds.
+		horizon := now + d.RetryAfter
+		if kind == FixedWindow {
+			for _, pr := range []Params{p, q} {
+				for w := WindowStart(pr, now) + pr.Period; w < horizon && w < now+1000*pr.Period; w += pr.Period {
+					require.False(t, okAt(recs, p, q, w, count, reserve), "%s: OK already at %d", where, w)
+				}
+			}
+		} else {
+			for tt := now; tt < horizon && tt < now+20*p.Period; tt++ {
+				require.False(t, okAt(recs, p, q, tt, count, reserve), "%s: OK already at %d", where, tt)
+			}
+		}
+		if okAt(recs, p, q, horizon, count, reserve) {
+			exact++
+		}
+	}
+	t.Logf("%d refused calls, %d told exactly the least wait", refused, exact)
+	require.Greater(t, refused, 500)
+	require.Equal(t, refused, exact, "every refused call is told exactly when it would succeed")
+}
+
+// The case of the report: a 4-shard limit of 100 per hour whose shards
+// share one Start, count 30 at 00:30. Every pair is full again at 01:00,
+// when the call succeeds on any two shards; it used to be told 1h30m.
+func TestShardedRetryAfterSharedStart(t *testing.T) {
+	cfg := Config{Kind: FixedWindow, Rate: 100, Period: time.Hour, Shards: 4, Start: time.UnixMilli(0)}
+	p := cfg.params()
+	hour := int64(3_600_000)
+	start := (t0 / hour) * hour
+	for _, vals := range [][2]float64{{10, 5}, {0, 0}, {25, 4}, {14.5, 15}, {1, 28.9 - 25}} {
+		recs := []Record{
+			{State: State{Value: vals[0], TS: start}, Found: true},
+			{State: State{Value: vals[1], TS: start}, Found: true},
+		}
+		d, _, _ := pair(p, p, recs[0], recs[1], start+hour/2, 30, false)
+		require.False(t, d.OK, "%v", vals)
+		assert.Equal(t, hour/2, d.RetryAfter, "shards holding %v: retry-after", vals)
+	}
+}
