@@ -24,7 +24,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.ClientIP()))
+	mw, err := httplimit.New(lim, []string{"api"})
 	if err != nil {
 		panic(err)
 	}

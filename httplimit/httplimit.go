@@ -1,7 +1,7 @@
 // Package httplimit puts named limits of a ratelimit.Limiter in front of a
 // net/http handler.
 //
-//	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.ClientIP()))
+//	mw, err := httplimit.New(lim, []string{"api"})
 //	if err != nil { ... }
 //	http.Handle("/api/", mw.Wrap(apiHandler))
 //
@@ -54,7 +54,7 @@ type Middleware struct {
 type Option func(*Middleware)
 
 // WithKey sets how a request's key is found (default: ClientIP with no
-// trusted proxies).
+// options, the connection's peer address).
 func WithKey(f KeyFunc) Option { return func(m *Middleware) { m.key = f } }
 
 // WithCost sets how many tokens a request costs (default 1).
@@ -89,12 +89,12 @@ func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } 
 // of lim, which must all be declared in ratelimit.New.
 func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, error) {
 	if lim == nil {
-		return nil, errors.New("httplimit: New needs a *ratelimit.Limiter")
+		return nil, fmt.Errorf("httplimit: New needs a *ratelimit.Limiter: %w", ErrInvalidOption)
 	}
 	if len(names) == 0 {
-		return nil, errors.New("httplimit: New needs at least one limit name")
+		return nil, fmt.Errorf("httplimit: New needs at least one limit name: %w", ErrInvalidOption)
 	}
-	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: ClientIP(), headers: true,
+	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key, headers: true,
 		denied: tooManyRequests, failed: badRequest}
 	var policy []string
 	for _, n := range names {
@@ -106,10 +106,13 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	}
 	m.policy = strings.Join(policy, ", ")
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("httplimit: New was given a nil option: %w", ErrInvalidOption)
+		}
 		o(m)
 	}
 	if m.key == nil || m.denied == nil || m.failed == nil {
-		return nil, errors.New("httplimit: an option was given a nil function")
+		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
 	}
 	return m, nil
 }
