@@ -10,13 +10,15 @@
 // named limits all or nothing. A refused request gets 429 Too Many Requests
 // with Retry-After; every response carries the RateLimit-Policy and
 // RateLimit header fields of the IETF draft
-// draft-ietf-httpapi-ratelimit-headers-10. See docs/http.md.
+// draft-ietf-httpapi-ratelimit-headers-10 (September 2025): a policy is a
+// whole quota over whole seconds stating a limit's rate, and "t" the
+// seconds until additional quota is made available (for a token bucket,
+// its next token). See docs/http.md.
 package httplimit
 
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,7 +43,9 @@ var ErrNoKey = errors.New("httplimit: the request carries no key")
 type Middleware struct {
 	lim          *ratelimit.Limiter
 	names        []string
-	policy       string // the RateLimit-Policy value
+	cfgs         []ratelimit.Config // the limits' configs, in the order of names
+	quoted       []string           // the names as structured-field strings
+	policy       string             // the RateLimit-Policy value
 	key          KeyFunc
 	cost         CostFunc
 	denied       func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)
@@ -87,6 +91,9 @@ func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } 
 
 // New returns a middleware that decides every request by the named limits
 // of lim, which must all be declared in ratelimit.New.
+//
+// Without WithCost a request costs one token, so New refuses a limit that
+// can never grant one (a Capacity, or a Rate standing for it, below 1).
 func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, error) {
 	if lim == nil {
 		return nil, fmt.Errorf("httplimit: New needs a *ratelimit.Limiter: %w", ErrInvalidOption)
@@ -96,13 +103,15 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	}
 	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key, headers: true,
 		denied: tooManyRequests, failed: badRequest}
-	var policy []string
-	for _, n := range names {
+	policy := make([]string, len(names))
+	for i, n := range names {
 		cfg, ok := lim.Config(n)
 		if !ok {
 			return nil, fmt.Errorf("httplimit: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", n, ratelimit.ErrUnknownLimit)
 		}
-		policy = append(policy, policyItem(n, cfg))
+		m.cfgs = append(m.cfgs, cfg)
+		m.quoted = append(m.quoted, quote(n))
+		policy[i] = policyItem(m.quoted[i], cfg)
 	}
 	m.policy = strings.Join(policy, ", ")
 	for _, o := range opts {
@@ -114,7 +123,29 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	if m.key == nil || m.denied == nil || m.failed == nil {
 		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
 	}
+	if m.cost == nil {
+		for i, cfg := range m.cfgs {
+			if most := mostAtOnce(cfg); most < 1 {
+				return nil, fmt.Errorf("httplimit: limit %q can never grant a request: a request costs 1 token and the limit grants at most %v at once: "+
+					"set its Capacity to 1 or more, or give WithCost: %w", names[i], most, ratelimit.ErrInvalidConfig)
+			}
+		}
+	}
 	return m, nil
+}
+
+// mostAtOnce is the largest count one call of a limit may ask for: its
+// capacity, or for a sharded limit the share of the two shards a call
+// draws on.
+func mostAtOnce(cfg ratelimit.Config) float64 {
+	c := cfg.Capacity
+	if c == 0 {
+		c = cfg.Rate
+	}
+	if n := cfg.Shards; n > 1 {
+		return 2 * c / float64(n)
+	}
+	return c
 }
 
 // Policy returns the RateLimit-Policy header value the middleware sends.
@@ -168,58 +199,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// setHeaders sets RateLimit-Policy and RateLimit: for every limit, its
-// tokens left (floored, never negative) and the seconds until it next
-// replenishes, or, for a refused request, until the same request would
-// succeed.
-func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
-	h.Set("RateLimit-Policy", m.policy)
-	parts := res.All
-	if len(parts) == 0 {
-		parts = []ratelimit.Result{res}
-	}
-	items := make([]string, len(parts))
-	for i, p := range parts {
-		t := p.Reset
-		if !p.OK {
-			t = p.RetryAfter
-		}
-		items[i] = fmt.Sprintf("%s;r=%d;t=%d", quote(p.Name), int64(math.Max(math.Floor(p.Remaining), 0)), seconds(t))
-	}
-	h.Set("RateLimit", strings.Join(items, ", "))
-}
-
-// policyItem describes a limit for RateLimit-Policy: its quota q, the Rate
-// granted per window, and the window w, its Period in seconds (for a token
-// bucket, the time in which Rate tokens refill).
-func policyItem(name string, cfg ratelimit.Config) string {
-	return fmt.Sprintf("%s;q=%d;w=%d", quote(name), int64(cfg.Rate), seconds(cfg.Period))
-}
-
-// quote writes a name as a structured-field string.
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, c := range []byte(s) {
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_') // not representable in a structured-field string
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 func retryAfter(w http.ResponseWriter, d time.Duration) {

@@ -243,3 +243,82 @@ func TestRealServer(t *testing.T) {
 	}
 	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
 }
+
+// Issue 16: a fractional rate was announced as q=0;w=1.
+func TestPolicyStatesFractionalRates(t *testing.T) {
+	tests := []struct {
+		cfg  ratelimit.Config
+		want string
+	}{
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second, Capacity: 1}, `"l";q=1;w=2`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 0.5, Period: time.Second, Capacity: 1}, `"l";q=1;w=2`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: 100 * time.Millisecond}, `"l";q=10;w=1`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1500 * time.Millisecond}, `"l";q=2;w=3`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2.5, Period: time.Minute}, `"l";q=5;w=120`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1.0 / 3, Period: time.Second, Capacity: 1}, `"l";q=1;w=3`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour}, `"l";q=100;w=3600`},
+	}
+	for _, tt := range tests {
+		lim, _ := limiter(t, ratelimit.Limits{"l": tt.cfg}, nil)
+		mw, err := httplimit.New(lim, []string{"l"})
+		require.NoError(t, err)
+		require.Equal(t, tt.want, mw.Policy(), "%+v", tt.cfg)
+	}
+}
+
+// A limit no request of cost 1 can pass is refused at New, instead of
+// answering every request with an error.
+func TestNewRefusesALimitNoRequestCanPass(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"half":    {Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second},
+		"sharded": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Second, Shards: 8},
+	}, nil)
+	for _, name := range []string{"half", "sharded"} {
+		_, err := httplimit.New(lim, []string{name})
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+		require.ErrorContains(t, err, "set its Capacity to 1 or more, or give WithCost")
+	}
+	_, err := httplimit.New(lim, []string{"half"}, httplimit.WithCost(func(*http.Request) (float64, error) { return 0.5, nil }))
+	require.NoError(t, err, "a cost function says what a request costs")
+}
+
+// Issue 16: the t of a token bucket was the time until full; the draft's
+// t is the time until additional quota is made available.
+func TestTokenBucketResetIsTheNextToken(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"tb":   {Kind: ratelimit.TokenBucket, Rate: 10, Period: 10 * time.Second},
+		"slow": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, Capacity: 5},
+	}, nil)
+	cost := 1.0
+	tb, err := httplimit.New(lim, []string{"tb"}, httplimit.WithCost(func(*http.Request) (float64, error) { return cost, nil }))
+	require.NoError(t, err)
+	h := tb.Wrap(ok)
+	var w *httptest.ResponseRecorder
+	for range 5 {
+		w = serve(h, "192.0.2.1:1")
+	}
+	require.Equal(t, `"tb";r=5;t=1`, w.Header().Get("RateLimit"), "one token a second; full in 5")
+	mock.Add(1500 * time.Millisecond) // 6.5 tokens
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"tb";r=5;t=1`, w.Header().Get("RateLimit"), "5.5 left: the 6th in 0.5 s, rounded up")
+	cost = 0
+	mock.Add(time.Minute)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"tb";r=10`, w.Header().Get("RateLimit"), "a full bucket makes no more quota: no t")
+
+	slow, err := httplimit.New(lim, []string{"slow"})
+	require.NoError(t, err)
+	h = slow.Wrap(ok)
+	serve(h, "192.0.2.1:1")
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"slow";r=3;t=60`, w.Header().Get("RateLimit"), "the next token in a minute, not full in two")
+	require.Equal(t, `"slow";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
+	for range 3 {
+		serve(h, "192.0.2.1:1")
+	}
+	mock.Add(15 * time.Second)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, `"slow";r=0;t=45`, w.Header().Get("RateLimit"))
+	require.Equal(t, "45", w.Header().Get("Retry-After"))
+}

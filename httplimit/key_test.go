@@ -1,10 +1,12 @@
 package httplimit
 
 import (
+	"math"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -168,5 +170,51 @@ func TestForwardedSyntax(t *testing.T) {
 			}
 		}
 		require.Equal(t, tt.want, got, "%s", tt.line)
+	}
+}
+
+func TestQuota(t *testing.T) {
+	tests := []struct {
+		rate   float64
+		period time.Duration
+		q, w   int64
+	}{
+		{2, time.Minute, 2, 60},
+		{0.5, time.Second, 1, 2},
+		{1, 100 * time.Millisecond, 10, 1},
+		{1, 1500 * time.Millisecond, 2, 3},
+		{1.0 / 3, time.Second, 1, 3},
+		{0.1, time.Second, 1, 10},
+		{0.3, time.Second, 3, 10},
+		{2000, time.Hour, 2000, 3600},
+		{1, 1001 * time.Millisecond, 1000, 1001},
+		{0.5, 7 * 24 * time.Hour, 1, 14 * 24 * 3600},
+		{1e-6, time.Second, 1, 1_000_000},
+		{1e18, time.Second, maxSFInteger, 1},
+	}
+	for _, tt := range tests {
+		q, w := quota(tt.rate, tt.period)
+		require.Equal(t, [2]int64{tt.q, tt.w}, [2]int64{q, w}, "rate %v per %v", tt.rate, tt.period)
+	}
+	// No whole quota states π per second within a day: rounded down.
+	q, w := quota(math.Pi, time.Second)
+	require.LessOrEqual(t, float64(q)/float64(w), math.Pi)
+	require.Greater(t, float64(q)/float64(w), math.Pi*0.9999)
+}
+
+// TestQuotaNeverPromisesMore checks the announcement of many rates and
+// periods: a whole quota ≥ 1 over whole seconds ≥ 1, never above the rate.
+func TestQuotaNeverPromisesMore(t *testing.T) {
+	rates := []float64{1e-7, 0.001, 0.013, 0.25, 0.7, 1, 1.1, math.E, 7, 33.3, 1000, 123456.789}
+	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, 250 * time.Millisecond, 999 * time.Millisecond,
+		time.Second, 1001 * time.Millisecond, time.Minute, 97 * time.Second, time.Hour, 24 * time.Hour, 365 * 24 * time.Hour}
+	for _, rate := range rates {
+		for _, period := range periods {
+			q, w := quota(rate, period)
+			perSecond := rate / period.Seconds()
+			require.GreaterOrEqual(t, q, int64(1), "rate %v per %v", rate, period)
+			require.GreaterOrEqual(t, w, int64(1), "rate %v per %v", rate, period)
+			require.LessOrEqual(t, float64(q)/float64(w), perSecond*(1+1e-9), "rate %v per %v: q=%d w=%d", rate, period, q, w)
+		}
 	}
 }
