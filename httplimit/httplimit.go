@@ -17,8 +17,14 @@
 package httplimit
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,6 +44,11 @@ type CostFunc func(r *http.Request) (float64, error)
 // as a missing header.
 var ErrNoKey = errors.New("httplimit: the request carries no key")
 
+// StatusClientClosedRequest is the status the default error handler
+// records for a request whose client went away before it was decided
+// (nginx's 499): nobody reads the response, and it is not a server error.
+const StatusClientClosedRequest = 499
+
 // Middleware limits the requests of the handlers it wraps. Build it with
 // New; it is safe for concurrent use.
 type Middleware struct {
@@ -51,7 +62,9 @@ type Middleware struct {
 	denied       func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)
 	failed       func(w http.ResponseWriter, r *http.Request, err error)
 	storeFailure func(r *http.Request, err error)
+	logger       *slog.Logger // nil: slog.Default() at the time of logging
 	headers      bool
+	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
 }
 
 // Option configures a Middleware in New.
@@ -65,18 +78,27 @@ func WithKey(f KeyFunc) Option { return func(m *Middleware) { m.key = f } }
 func WithCost(f CostFunc) Option { return func(m *Middleware) { m.cost = f } }
 
 // WithDeniedHandler replaces the response to a refused request (by
-// default 429 with Retry-After and a short text body). The RateLimit
-// headers are already set when it runs.
+// default 429 with Retry-After and a short body). The RateLimit headers
+// are already set when it runs.
 func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)) Option {
 	return func(m *Middleware) { m.denied = f }
 }
 
 // WithErrorHandler replaces the response to a request that could not be
-// decided: a KeyFunc or CostFunc error, or a bad count (by default 400 for
-// ErrNoKey and ratelimit.ErrInvalidCount, 500 otherwise).
+// decided: a KeyFunc or CostFunc error, a bad count, a request whose
+// client went away. The middleware has logged the error when f runs; f
+// writes the response, and must not send err's text to the client: it may
+// name limits, their configuration and internal addresses.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.failed = f }
 }
+
+// WithLogger sets where the middleware logs the requests it could not
+// decide (default: slog.Default()). Keys are never logged in clear: a log
+// record names a key by key_id, an HMAC under a secret of the Middleware,
+// the same for one key for the Middleware's life. To log nothing, give
+// slog.New(slog.DiscardHandler).
+func WithLogger(l *slog.Logger) Option { return func(m *Middleware) { m.logger = l } }
 
 // OnStoreFailure sets a function told of every store failure (an error
 // matching ratelimit.ErrStoreUnavailable), e.g. to log it. The request is
@@ -101,8 +123,11 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	if len(names) == 0 {
 		return nil, fmt.Errorf("httplimit: New needs at least one limit name: %w", ErrInvalidOption)
 	}
-	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key, headers: true,
-		denied: tooManyRequests, failed: badRequest}
+	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key,
+		headers: true, keyMAC: make([]byte, 32)}
+	m.denied = m.tooManyRequests
+	m.failed = m.writeError
+	rand.Read(m.keyMAC) // never fails (crypto/rand)
 	policy := make([]string, len(names))
 	for i, n := range names {
 		cfg, ok := lim.Config(n)
@@ -156,13 +181,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := m.key(r)
 		if err != nil {
-			m.failed(w, r, err)
+			m.fail(w, r, "", err)
 			return
 		}
 		cost := 1.0
 		if m.cost != nil {
 			if cost, err = m.cost(r); err != nil {
-				m.failed(w, r, err)
+				m.fail(w, r, key, err)
 				return
 			}
 		}
@@ -181,13 +206,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				// The limits fail closed: the service cannot decide, which
 				// is its failure, not the client's excess.
 				retryAfter(w, res.RetryAfter)
-				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+				m.writeStatus(w, http.StatusServiceUnavailable)
 				return
 			}
 			next.ServeHTTP(w, r)
 			return
 		case err != nil:
-			m.failed(w, r, err)
+			m.fail(w, r, key, err)
 			return
 		}
 		if m.headers {
@@ -201,21 +226,82 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// fail logs a request that could not be decided, then lets the error
+// handler answer it.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
+	status, level := errorStatus(r, err)
+	logger := m.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if logger.Enabled(ctx, level) {
+		attrs := []slog.Attr{slog.Int("status", status), slog.String("error", err.Error()), slog.String("method", r.Method)}
+		if r.Pattern != "" {
+			attrs = append(attrs, slog.String("pattern", r.Pattern)) // the route, not the path: a path may hold the key
+		}
+		if key != "" {
+			attrs = append(attrs, slog.String("key_id", m.keyID(key)))
+		}
+		logger.LogAttrs(ctx, level, "httplimit: request not decided", attrs...)
+	}
+	m.failed(w, r, err)
+}
+
+// keyID names a key in logs without revealing it.
+func (m *Middleware) keyID(key string) string {
+	h := hmac.New(sha256.New, m.keyMAC)
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// errorStatus is the status the default error handler answers err with,
+// and the level the middleware logs it at:
+//
+//   - the request's client went away (its context canceled):
+//     StatusClientClosedRequest, debug;
+//   - the request's deadline passed: 503, warn;
+//   - ErrNoKey: 400, debug (routine: a request without its API key);
+//   - ratelimit.ErrInvalidCount (a cost no limit can grant): 400, info;
+//   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
+func errorStatus(r *http.Request, err error) (int, slog.Level) {
+	switch ctxErr := r.Context().Err(); {
+	case ctxErr != nil && errors.Is(err, context.Canceled):
+		return StatusClientClosedRequest, slog.LevelDebug
+	case ctxErr != nil && errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, slog.LevelWarn
+	case errors.Is(err, ErrNoKey):
+		return http.StatusBadRequest, slog.LevelDebug
+	case errors.Is(err, ratelimit.ErrInvalidCount):
+		return http.StatusBadRequest, slog.LevelInfo
+	}
+	return http.StatusInternalServerError, slog.LevelError
+}
+
+// writeError is the default error handler: a status and its generic text,
+// never the error's own words.
+func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := errorStatus(r, err)
+	if status == StatusClientClosedRequest {
+		w.WriteHeader(status) // for access logs and metrics; nobody reads it
+		return
+	}
+	m.writeStatus(w, status)
+}
+
+// writeStatus answers with status and its text.
+func (m *Middleware) writeStatus(w http.ResponseWriter, status int) {
+	http.Error(w, http.StatusText(status), status)
+}
+
 func retryAfter(w http.ResponseWriter, d time.Duration) {
 	if d > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(seconds(d), 10))
 	}
 }
 
-func tooManyRequests(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
+// tooManyRequests is the default response to a refused request.
+func (m *Middleware) tooManyRequests(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 	retryAfter(w, res.RetryAfter)
 	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
-}
-
-func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
-	if errors.Is(err, ErrNoKey) || errors.Is(err, ratelimit.ErrInvalidCount) {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	http.Error(w, "rate limiter error", http.StatusInternalServerError)
 }

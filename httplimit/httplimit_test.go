@@ -1,13 +1,17 @@
 package httplimit_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,4 +325,132 @@ func TestTokenBucketResetIsTheNextToken(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	require.Equal(t, `"slow";r=0;t=45`, w.Header().Get("RateLimit"))
 	require.Equal(t, "45", w.Header().Get("Retry-After"))
+}
+
+// logged collects the records of a slog.Logger.
+type logged struct {
+	buf bytes.Buffer
+}
+
+func (l *logged) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(&l.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (l *logged) records(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for line := range strings.Lines(l.buf.String()) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Issue 16: a bad count answered 400 with the library's own message (the
+// limit's name, capacity and advice) in the body.
+func TestErrorsSayOnlyTheStatus(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"secret-limit": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour}}, nil)
+	var log logged
+	mw, err := httplimit.New(lim, []string{"secret-limit"}, httplimit.WithKey(httplimit.Header("X-API-Key")), httplimit.WithLogger(log.logger()),
+		httplimit.WithCost(func(r *http.Request) (float64, error) {
+			if c := r.URL.Query().Get("cost"); c != "" {
+				return strconv.ParseFloat(c, 64)
+			}
+			return 1, nil
+		}))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/items/{id}", mw.Wrap(ok))
+	do := func(target string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", target, nil)
+		r.Header.Set("X-API-Key", "key-of-a-customer")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w
+	}
+	for _, tt := range []struct {
+		target, body string
+		code         int
+		level        string
+	}{
+		{"/items/1?cost=11", "Bad Request\n", 400, "INFO"},
+		{"/items/1?cost=-1", "Bad Request\n", 400, "INFO"},
+		{"/items/1?cost=x", "Internal Server Error\n", 500, "ERROR"},
+	} {
+		log.buf.Reset()
+		w := do(tt.target)
+		require.Equal(t, tt.code, w.Code, tt.target)
+		require.Equal(t, tt.body, w.Body.String(), tt.target)
+		recs := log.records(t)
+		require.Len(t, recs, 1)
+		rec := recs[0]
+		require.Equal(t, tt.level, rec["level"])
+		require.Equal(t, "httplimit: request not decided", rec["msg"])
+		require.EqualValues(t, tt.code, rec["status"])
+		require.Equal(t, "/items/{id}", rec["pattern"])
+		require.Len(t, rec["key_id"], 16)
+		require.NotContains(t, log.buf.String(), "key-of-a-customer", "the key in clear")
+		require.NotEmpty(t, rec["error"])
+	}
+	require.Contains(t, log.buf.String(), "strconv.ParseFloat", "the detail is in the log")
+
+	// A request without its key: 400, logged at debug.
+	log.buf.Reset()
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "/items/1", nil))
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "Bad Request\n", w.Body.String())
+	require.Equal(t, "DEBUG", log.records(t)[0]["level"])
+
+	// The same key has the same key_id; another has another.
+	id := func() any { log.buf.Reset(); do("/items/1?cost=x"); return log.records(t)[0]["key_id"] }
+	first := id()
+	require.Equal(t, first, id())
+	r := httptest.NewRequest("GET", "/items/1?cost=x", nil)
+	r.Header.Set("X-API-Key", "another")
+	log.buf.Reset()
+	mux.ServeHTTP(httptest.NewRecorder(), r)
+	require.NotEqual(t, first, log.records(t)[0]["key_id"])
+}
+
+// blockingStore waits for the caller's context, as a stalled server would.
+type blockingStore struct{ started chan struct{} }
+
+func (s blockingStore) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Decision) error {
+	close(s.started)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (blockingStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+	return nil
+}
+func (blockingStore) Delete(context.Context, []ratelimit.RecordID) error { return nil }
+
+// Issue 16: a client that hung up got 500, counted as a server error.
+func TestClientGoneAway(t *testing.T) {
+	store := blockingStore{started: make(chan struct{})}
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, store)
+	var log logged
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithLogger(log.logger()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+	go func() { <-store.started; cancel() }()
+	w := httptest.NewRecorder()
+	mw.Wrap(ok).ServeHTTP(w, r)
+	require.Equal(t, httplimit.StatusClientClosedRequest, w.Code)
+	require.Empty(t, w.Body.String())
+	recs := log.records(t)
+	require.Len(t, recs, 1)
+	require.Equal(t, "DEBUG", recs[0]["level"])
+	require.Contains(t, recs[0]["error"], "context canceled")
+
+	// A request whose deadline passed: the service could not decide in time.
+	log.buf.Reset()
+	dctx, dcancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer dcancel()
+	w = httptest.NewRecorder()
+	mw.Wrap(ok).ServeHTTP(w, httptest.NewRequestWithContext(dctx, "GET", "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Equal(t, "WARN", log.records(t)[0]["level"])
 }
