@@ -64,6 +64,7 @@ type Middleware struct {
 	storeFailure func(r *http.Request, err error)
 	logger       *slog.Logger // nil: slog.Default() at the time of logging
 	headers      bool
+	problem      bool
 	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
 }
 
@@ -99,6 +100,14 @@ func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error))
 // the same for one key for the Middleware's life. To log nothing, give
 // slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) Option { return func(m *Middleware) { m.logger = l } }
+
+// WithProblemDetails makes the responses the middleware writes itself
+// application/problem+json (RFC 9457): a refused request gets 429 with the
+// problem type quota-exceeded of draft-ietf-httpapi-ratelimit-headers-10
+// and the names of the limits that refused it in "violated-policies";
+// other errors get "about:blank" with their status. Retry-After is sent as
+// without it.
+func WithProblemDetails() Option { return func(m *Middleware) { m.problem = true } }
 
 // OnStoreFailure sets a function told of every store failure (an error
 // matching ratelimit.ErrStoreUnavailable), e.g. to log it. The request is
@@ -289,8 +298,12 @@ func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, err erro
 	m.writeStatus(w, status)
 }
 
-// writeStatus answers with status and its text.
+// writeStatus answers with status and its text, or its problem details.
 func (m *Middleware) writeStatus(w http.ResponseWriter, status int) {
+	if m.problem {
+		writeProblem(w, problem{Type: "about:blank", Title: http.StatusText(status), Status: status})
+		return
+	}
 	http.Error(w, http.StatusText(status), status)
 }
 
@@ -303,5 +316,9 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 // tooManyRequests is the default response to a refused request.
 func (m *Middleware) tooManyRequests(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 	retryAfter(w, res.RetryAfter)
-	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+	if !m.problem {
+		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+		return
+	}
+	writeProblem(w, quotaExceeded(res))
 }

@@ -454,3 +454,57 @@ func TestClientGoneAway(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	require.Equal(t, "WARN", log.records(t)[0]["level"])
 }
+
+func TestProblemDetails(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"perHour":   {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: t0},
+		"perMinute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: t0},
+	}, nil)
+	mw, err := httplimit.New(lim, []string{"perHour", "perMinute"}, httplimit.WithProblemDetails(),
+		httplimit.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	require.Equal(t, "60", w.Header().Get("Retry-After"))
+	require.JSONEq(t, `{
+		"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+		"title": "Quota Exceeded",
+		"status": 429,
+		"detail": "Retry after 60 seconds.",
+		"violated-policies": ["perMinute"]
+	}`, w.Body.String())
+	require.Equal(t, `"perHour";r=4;t=3600, "perMinute";r=0;t=60`, w.Header().Get("RateLimit"))
+
+	// Errors: about:blank with the status.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "@" // not an IP address: no key
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	require.JSONEq(t, `{"type": "about:blank", "title": "Bad Request", "status": 400}`, w.Body.String())
+
+	// Fail closed: 503.
+	down, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, downStore{})
+	dm, err := httplimit.New(down, []string{"api"}, httplimit.WithProblemDetails())
+	require.NoError(t, err)
+	w = serve(dm.Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.JSONEq(t, `{"type": "about:blank", "title": "Service Unavailable", "status": 503}`, w.Body.String())
+
+	// A name a structured-field string cannot hold reads the same in both.
+	odd, _ := limiter(t, ratelimit.Limits{"per\tmin\"ute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: t0}}, nil)
+	om, err := httplimit.New(odd, []string{"per\tmin\"ute"}, httplimit.WithProblemDetails())
+	require.NoError(t, err)
+	serve(om.Wrap(ok), "192.0.2.1:1")
+	w = serve(om.Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, `"per_min\"ute";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
+	var p struct {
+		Violated []string `json:"violated-policies"`
+	}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+	require.Equal(t, []string{`per_min"ute`}, p.Violated)
+}
