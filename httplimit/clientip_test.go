@@ -175,7 +175,7 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 		{"twice", []httplimit.IPOption{httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.TrustProxies(httplimit.Forwarded, lbs...)}, "given twice"},
 		{"IPv6 prefix 0", []httplimit.IPOption{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", []httplimit.IPOption{httplimit.IPv6Prefix(129)}, "1 to 128"},
-		{"a nil option", []httplimit.IPOption{nil}, "nil option"},
+		{"a zero option", []httplimit.IPOption{{}}, "zero IPOption"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

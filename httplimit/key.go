@@ -61,8 +61,10 @@ func SingleIPHeader(name string) ProxyHeader {
 // String returns the header's name.
 func (h ProxyHeader) String() string { return h.name }
 
-// IPOption configures ClientIP.
-type IPOption func(*clientIP) error
+// IPOption configures ClientIP: TrustProxies, IPv6Prefix.
+type IPOption struct {
+	apply func(*clientIP) error
+}
 
 // TrustProxies makes ClientIP read header, but only from the proxies at
 // the trusted prefixes, and only what they wrote: when the connection's
@@ -76,7 +78,7 @@ type IPOption func(*clientIP) error
 // Prefixes that trust every address (0.0.0.0/0, ::/0) are refused: they
 // would let any client choose its key.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
-	return func(c *clientIP) error {
+	return IPOption{func(c *clientIP) error {
 		switch header.kind {
 		case xffList, forwardedList:
 		case singleIP:
@@ -111,19 +113,19 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 		}
 		c.header = header
 		return nil
-	}
+	}}
 }
 
 // IPv6Prefix keys an IPv6 client by its network of the given prefix length
 // (1 to 128) instead of DefaultIPv6Prefix; 128 keys every address apart.
 func IPv6Prefix(bits int) IPOption {
-	return func(c *clientIP) error {
+	return IPOption{func(c *clientIP) error {
 		if bits < 1 || bits > 128 {
 			return fmt.Errorf("httplimit: IPv6Prefix(%d): the prefix length must be 1 to 128: %w", bits, ErrInvalidOption)
 		}
 		c.v6bits = bits
 		return nil
-	}
+	}}
 }
 
 // ClientIP returns a KeyFunc that keys a request by its client's IP
@@ -141,10 +143,10 @@ func IPv6Prefix(bits int) IPOption {
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := &clientIP{v6bits: DefaultIPv6Prefix}
 	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("httplimit: ClientIP was given a nil option: %w", ErrInvalidOption)
+		if o.apply == nil {
+			return nil, fmt.Errorf("httplimit: ClientIP was given a zero IPOption: %w", ErrInvalidOption)
 		}
-		if err := o(c); err != nil {
+		if err := o.apply(c); err != nil {
 			return nil, err
 		}
 	}
