@@ -1,19 +1,3 @@
-// Package httplimit puts named limits of a ratelimit.Limiter in front of a
-// net/http handler.
-//
-//	mw, err := httplimit.New(lim, []string{"api"})
-//	if err != nil { ... }
-//	http.Handle("/api/", mw.Wrap(apiHandler))
-//
-// Each request is keyed by a function of the request (the client's IP by
-// default), costs a number of tokens (1 by default), and is decided by the
-// named limits all or nothing. A refused request gets 429 Too Many Requests
-// with Retry-After; every response carries the RateLimit-Policy and
-// RateLimit header fields of the IETF draft
-// draft-ietf-httpapi-ratelimit-headers-10 (September 2025): a policy is a
-// whole quota over whole seconds stating a limit's rate, and "t" the
-// seconds until additional quota is made available (for a token bucket,
-// its next token). See docs/http.md.
 package httplimit
 
 import (
