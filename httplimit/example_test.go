@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -24,7 +25,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.ClientIP()))
+	mw, err := httplimit.New(lim, []string{"api"})
 	if err != nil {
 		panic(err)
 	}
@@ -45,4 +46,94 @@ func Example() {
 	// 2: 200 RateLimit: "api";r=0;t=45 Retry-After: ""
 	// 3: 429 RateLimit: "api";r=0;t=45 Retry-After: "45"
 	// RateLimit-Policy: "api";q=2;w=60
+}
+
+// Behind load balancers at 10.0.0.0/16 that append to X-Forwarded-For, a
+// client that writes its own X-Forwarded-For (or Forwarded) is still keyed
+// by the address the load balancer saw.
+func ExampleTrustProxies() {
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	key, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, netip.MustParsePrefix("10.0.0.0/16")))
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(key))
+	if err != nil {
+		panic(err)
+	}
+	handler := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+
+	for i := range 3 {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "10.0.3.4:41000" // the load balancer
+		forged := fmt.Sprintf("198.51.100.%d", i)
+		req.Header.Set("Forwarded", "for="+forged)
+		req.Header.Set("X-Forwarded-For", forged+", 203.0.113.7") // the load balancer appended 203.0.113.7
+		k, _ := key(req)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Printf("forged %s: key %s, %d\n", forged, k, rec.Code)
+	}
+	// Output:
+	// forged 198.51.100.0: key 203.0.113.7, 200
+	// forged 198.51.100.1: key 203.0.113.7, 200
+	// forged 198.51.100.2: key 203.0.113.7, 429
+}
+
+// A limit's policy is a whole quota over whole seconds, even when its rate
+// is a fraction; a token bucket's t is the time until its next token.
+func ExampleMiddleware_Policy() {
+	mock := clock.NewMock()
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"half":   {Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second, Capacity: 1},
+		"burst":  {Kind: ratelimit.TokenBucket, Rate: 1, Period: 100 * time.Millisecond, Capacity: 20},
+		"minute": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, Capacity: 5},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	for _, name := range []string{"half", "burst", "minute"} {
+		mw, err := httplimit.New(lim, []string{name})
+		if err != nil {
+			panic(err)
+		}
+		req := httptest.NewRequest("GET", "/", nil)
+		rec := httptest.NewRecorder()
+		mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, req)
+		fmt.Printf("%-30s %s\n", mw.Policy(), rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// "half";q=1;w=2                 "half";r=0;t=2
+	// "burst";q=10;w=1               "burst";r=19;t=1
+	// "minute";q=1;w=60              "minute";r=4;t=60
+}
+
+// WithProblemDetails answers a refused request in application/problem+json.
+func ExampleWithProblemDetails() {
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"perMinute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: time.Unix(0, 0)},
+	}, ratelimit.WithClock(clock.NewMock()))
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.New(lim, []string{"perMinute"}, httplimit.WithProblemDetails())
+	if err != nil {
+		panic(err)
+	}
+	handler := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var rec *httptest.ResponseRecorder
+	for range 2 {
+		rec = httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	}
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"), "Retry-After:", rec.Header().Get("Retry-After"))
+	fmt.Print(rec.Body.String())
+	// Output:
+	// 429 application/problem+json Retry-After: 60
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Retry after 60 seconds.","violated-policies":["perMinute"]}
 }

@@ -1,22 +1,14 @@
-// Package httplimit puts named limits of a ratelimit.Limiter in front of a
-// net/http handler.
-//
-//	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.ClientIP()))
-//	if err != nil { ... }
-//	http.Handle("/api/", mw.Wrap(apiHandler))
-//
-// Each request is keyed by a function of the request (the client's IP by
-// default), costs a number of tokens (1 by default), and is decided by the
-// named limits all or nothing. A refused request gets 429 Too Many Requests
-// with Retry-After; every response carries the RateLimit-Policy and
-// RateLimit header fields of the IETF draft
-// draft-ietf-httpapi-ratelimit-headers-10. See docs/http.md.
 package httplimit
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,43 +28,70 @@ type CostFunc func(r *http.Request) (float64, error)
 // as a missing header.
 var ErrNoKey = errors.New("httplimit: the request carries no key")
 
+// StatusClientClosedRequest is the status the default error handler
+// records for a request whose client went away before it was decided
+// (nginx's 499): nobody reads the response, and it is not a server error.
+const StatusClientClosedRequest = 499
+
 // Middleware limits the requests of the handlers it wraps. Build it with
 // New; it is safe for concurrent use.
 type Middleware struct {
 	lim          *ratelimit.Limiter
 	names        []string
-	policy       string // the RateLimit-Policy value
+	cfgs         []ratelimit.Config // the limits' configs, in the order of names
+	quoted       []string           // the names as structured-field strings
+	policy       string             // the RateLimit-Policy value
 	key          KeyFunc
 	cost         CostFunc
 	denied       func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)
 	failed       func(w http.ResponseWriter, r *http.Request, err error)
 	storeFailure func(r *http.Request, err error)
+	logger       *slog.Logger // nil: slog.Default() at the time of logging
 	headers      bool
+	problem      bool
+	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
 }
 
 // Option configures a Middleware in New.
 type Option func(*Middleware)
 
 // WithKey sets how a request's key is found (default: ClientIP with no
-// trusted proxies).
+// options, the connection's peer address).
 func WithKey(f KeyFunc) Option { return func(m *Middleware) { m.key = f } }
 
 // WithCost sets how many tokens a request costs (default 1).
 func WithCost(f CostFunc) Option { return func(m *Middleware) { m.cost = f } }
 
 // WithDeniedHandler replaces the response to a refused request (by
-// default 429 with Retry-After and a short text body). The RateLimit
-// headers are already set when it runs.
+// default 429 with Retry-After and a short body). The RateLimit headers
+// are already set when it runs.
 func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)) Option {
 	return func(m *Middleware) { m.denied = f }
 }
 
 // WithErrorHandler replaces the response to a request that could not be
-// decided: a KeyFunc or CostFunc error, or a bad count (by default 400 for
-// ErrNoKey and ratelimit.ErrInvalidCount, 500 otherwise).
+// decided: a KeyFunc or CostFunc error, a bad count, a request whose
+// client went away. The middleware has logged the error when f runs; f
+// writes the response, and must not send err's text to the client: it may
+// name limits, their configuration and internal addresses.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.failed = f }
 }
+
+// WithLogger sets where the middleware logs the requests it could not
+// decide (default: slog.Default()). Keys are never logged in clear: a log
+// record names a key by key_id, an HMAC under a secret of the Middleware,
+// the same for one key for the Middleware's life. To log nothing, give
+// slog.New(slog.DiscardHandler).
+func WithLogger(l *slog.Logger) Option { return func(m *Middleware) { m.logger = l } }
+
+// WithProblemDetails makes the responses the middleware writes itself
+// application/problem+json (RFC 9457): a refused request gets 429 with the
+// problem type quota-exceeded of draft-ietf-httpapi-ratelimit-headers-10
+// and the names of the limits that refused it in "violated-policies";
+// other errors get "about:blank" with their status. Retry-After is sent as
+// without it.
+func WithProblemDetails() Option { return func(m *Middleware) { m.problem = true } }
 
 // OnStoreFailure sets a function told of every store failure (an error
 // matching ratelimit.ErrStoreUnavailable), e.g. to log it. The request is
@@ -87,31 +106,64 @@ func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } 
 
 // New returns a middleware that decides every request by the named limits
 // of lim, which must all be declared in ratelimit.New.
+//
+// Without WithCost a request costs one token, so New refuses a limit that
+// can never grant one (a Capacity, or a Rate standing for it, below 1).
 func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, error) {
 	if lim == nil {
-		return nil, errors.New("httplimit: New needs a *ratelimit.Limiter")
+		return nil, fmt.Errorf("httplimit: New needs a *ratelimit.Limiter: %w", ErrInvalidOption)
 	}
 	if len(names) == 0 {
-		return nil, errors.New("httplimit: New needs at least one limit name")
+		return nil, fmt.Errorf("httplimit: New needs at least one limit name: %w", ErrInvalidOption)
 	}
-	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: ClientIP(), headers: true,
-		denied: tooManyRequests, failed: badRequest}
-	var policy []string
-	for _, n := range names {
+	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key,
+		headers: true, keyMAC: make([]byte, 32)}
+	m.denied = m.tooManyRequests
+	m.failed = m.writeError
+	rand.Read(m.keyMAC) // never fails (crypto/rand)
+	policy := make([]string, len(names))
+	for i, n := range names {
 		cfg, ok := lim.Config(n)
 		if !ok {
 			return nil, fmt.Errorf("httplimit: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", n, ratelimit.ErrUnknownLimit)
 		}
-		policy = append(policy, policyItem(n, cfg))
+		m.cfgs = append(m.cfgs, cfg)
+		m.quoted = append(m.quoted, quote(n))
+		policy[i] = policyItem(m.quoted[i], cfg)
 	}
 	m.policy = strings.Join(policy, ", ")
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("httplimit: New was given a nil option: %w", ErrInvalidOption)
+		}
 		o(m)
 	}
 	if m.key == nil || m.denied == nil || m.failed == nil {
-		return nil, errors.New("httplimit: an option was given a nil function")
+		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
+	}
+	if m.cost == nil {
+		for i, cfg := range m.cfgs {
+			if most := mostAtOnce(cfg); most < 1 {
+				return nil, fmt.Errorf("httplimit: limit %q can never grant a request: a request costs 1 token and the limit grants at most %v at once: "+
+					"set its Capacity to 1 or more, or give WithCost: %w", names[i], most, ratelimit.ErrInvalidConfig)
+			}
+		}
 	}
 	return m, nil
+}
+
+// mostAtOnce is the largest count one call of a limit may ask for: its
+// capacity, or for a sharded limit the share of the two shards a call
+// draws on.
+func mostAtOnce(cfg ratelimit.Config) float64 {
+	c := cfg.Capacity
+	if c == 0 {
+		c = cfg.Rate
+	}
+	if n := cfg.Shards; n > 1 {
+		return 2 * c / float64(n)
+	}
+	return c
 }
 
 // Policy returns the RateLimit-Policy header value the middleware sends.
@@ -122,13 +174,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := m.key(r)
 		if err != nil {
-			m.failed(w, r, err)
+			m.fail(w, r, "", err)
 			return
 		}
 		cost := 1.0
 		if m.cost != nil {
 			if cost, err = m.cost(r); err != nil {
-				m.failed(w, r, err)
+				m.fail(w, r, key, err)
 				return
 			}
 		}
@@ -147,13 +199,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				// The limits fail closed: the service cannot decide, which
 				// is its failure, not the client's excess.
 				retryAfter(w, res.RetryAfter)
-				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+				m.writeStatus(w, http.StatusServiceUnavailable)
 				return
 			}
 			next.ServeHTTP(w, r)
 			return
 		case err != nil:
-			m.failed(w, r, err)
+			m.fail(w, r, key, err)
 			return
 		}
 		if m.headers {
@@ -167,56 +219,76 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// setHeaders sets RateLimit-Policy and RateLimit: for every limit, its
-// tokens left (floored, never negative) and the seconds until it next
-// replenishes, or, for a refused request, until the same request would
-// succeed.
-func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
-	h.Set("RateLimit-Policy", m.policy)
-	parts := res.All
-	if len(parts) == 0 {
-		parts = []ratelimit.Result{res}
+// fail logs a request that could not be decided, then lets the error
+// handler answer it.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
+	status, level := errorStatus(r, err)
+	logger := m.logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	items := make([]string, len(parts))
-	for i, p := range parts {
-		t := p.Reset
-		if !p.OK {
-			t = p.RetryAfter
+	ctx := context.WithoutCancel(r.Context())
+	if logger.Enabled(ctx, level) {
+		attrs := []slog.Attr{slog.Int("status", status), slog.String("error", err.Error()), slog.String("method", r.Method)}
+		if r.Pattern != "" {
+			attrs = append(attrs, slog.String("pattern", r.Pattern)) // the route, not the path: a path may hold the key
 		}
-		items[i] = fmt.Sprintf("%s;r=%d;t=%d", quote(p.Name), int64(math.Max(math.Floor(p.Remaining), 0)), seconds(t))
-	}
-	h.Set("RateLimit", strings.Join(items, ", "))
-}
-
-// policyItem describes a limit for RateLimit-Policy: its quota q, the Rate
-// granted per window, and the window w, its Period in seconds (for a token
-// bucket, the time in which Rate tokens refill).
-func policyItem(name string, cfg ratelimit.Config) string {
-	return fmt.Sprintf("%s;q=%d;w=%d", quote(name), int64(cfg.Rate), seconds(cfg.Period))
-}
-
-// quote writes a name as a structured-field string.
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, c := range []byte(s) {
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_') // not representable in a structured-field string
-		default:
-			b.WriteByte(c)
+		if key != "" {
+			attrs = append(attrs, slog.String("key_id", m.keyID(key)))
 		}
+		logger.LogAttrs(ctx, level, "httplimit: request not decided", attrs...)
 	}
-	b.WriteByte('"')
-	return b.String()
+	m.failed(w, r, err)
 }
 
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+// keyID names a key in logs without revealing it.
+func (m *Middleware) keyID(key string) string {
+	h := hmac.New(sha256.New, m.keyMAC)
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// errorStatus is the status the default error handler answers err with,
+// and the level the middleware logs it at:
+//
+//   - the request's client went away (its context canceled):
+//     StatusClientClosedRequest, debug;
+//   - the request's deadline passed: 503, warn;
+//   - ErrNoKey: 400, debug (routine: a request without its API key);
+//   - ratelimit.ErrInvalidCount (a cost no limit can grant): 400, info;
+//   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
+func errorStatus(r *http.Request, err error) (int, slog.Level) {
+	switch ctxErr := r.Context().Err(); {
+	case ctxErr != nil && errors.Is(err, context.Canceled):
+		return StatusClientClosedRequest, slog.LevelDebug
+	case ctxErr != nil && errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, slog.LevelWarn
+	case errors.Is(err, ErrNoKey):
+		return http.StatusBadRequest, slog.LevelDebug
+	case errors.Is(err, ratelimit.ErrInvalidCount):
+		return http.StatusBadRequest, slog.LevelInfo
+	}
+	return http.StatusInternalServerError, slog.LevelError
+}
+
+// writeError is the default error handler: a status and its generic text,
+// never the error's own words.
+func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := errorStatus(r, err)
+	if status == StatusClientClosedRequest {
+		w.WriteHeader(status) // for access logs and metrics; nobody reads it
+		return
+	}
+	m.writeStatus(w, status)
+}
+
+// writeStatus answers with status and its text, or its problem details.
+func (m *Middleware) writeStatus(w http.ResponseWriter, status int) {
+	if m.problem {
+		writeProblem(w, problem{Type: "about:blank", Title: http.StatusText(status), Status: status})
+		return
+	}
+	http.Error(w, http.StatusText(status), status)
 }
 
 func retryAfter(w http.ResponseWriter, d time.Duration) {
@@ -225,15 +297,12 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 	}
 }
 
-func tooManyRequests(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
+// tooManyRequests is the default response to a refused request.
+func (m *Middleware) tooManyRequests(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 	retryAfter(w, res.RetryAfter)
-	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
-}
-
-func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
-	if errors.Is(err, ErrNoKey) || errors.Is(err, ratelimit.ErrInvalidCount) {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	if !m.problem {
+		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 		return
 	}
-	http.Error(w, "rate limiter error", http.StatusInternalServerError)
+	writeProblem(w, quotaExceeded(res))
 }

@@ -1,14 +1,17 @@
 package httplimit_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,51 +90,6 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 	w := serve(h, "192.0.2.1:1")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	require.Equal(t, "1", w.Header().Get("Retry-After"), "100 ms left: never 0")
-}
-
-func TestTrustedProxies(t *testing.T) {
-	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
-	key := httplimit.ClientIP(trusted...)
-	tests := []struct {
-		name, remote string
-		headers      []string
-		want         string
-	}{
-		{"no proxy", "203.0.113.7:4000", nil, "203.0.113.7"},
-		{"spoofed header from an untrusted peer", "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
-		{"behind a trusted proxy", "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"client prepends a lie", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1"}, "198.51.100.1"},
-		{"two trusted hops", "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, 10.0.0.9"}, "198.51.100.1"},
-		{"several header lines", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1", "X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"Forwarded with quoted IPv6 and port", "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::17"},
-		{"Forwarded chain", "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
-		{"Forwarded wins over X-Forwarded-For", "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
-		{"obfuscated hop", "10.0.0.2:80", []string{"Forwarded", "for=_hidden"}, "10.0.0.2"},
-		{"garbage", "10.0.0.2:80", []string{"X-Forwarded-For", "\x00not an ip"}, "10.0.0.2"},
-		{"all hops trusted", "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9"}, "10.9.9.9"},
-		{"IPv6 peer", "[2001:db8::5]:443", nil, "2001:db8::5"},
-		{"IPv4-mapped IPv6 peer", "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := httptest.NewRequest("GET", "/", nil)
-			r.RemoteAddr = tt.remote
-			for i := 0; i+1 < len(tt.headers); i += 2 {
-				r.Header.Add(tt.headers[i], tt.headers[i+1])
-			}
-			got, err := key(r)
-			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
-		})
-	}
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = "[2001:db8:1:2:3:4:5:6]:1"
-	got, err := httplimit.ClientIPv6Prefix(64)(r)
-	require.NoError(t, err)
-	require.Equal(t, "2001:db8:1:2::/64", got)
-	r.RemoteAddr = "not-an-address"
-	_, err = key(r)
-	require.ErrorIs(t, err, httplimit.ErrNoKey)
 }
 
 func TestHeaderAndPathKeysAndCost(t *testing.T) {
@@ -250,13 +208,15 @@ func TestCustomResponsesAndNoHeaders(t *testing.T) {
 	require.Equal(t, "api", w.Body.String())
 
 	_, err = httplimit.New(nil, []string{"api"})
-	require.Error(t, err)
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
 	_, err = httplimit.New(lim, nil)
-	require.Error(t, err)
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
 	_, err = httplimit.New(lim, []string{"nope"})
 	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
 	_, err = httplimit.New(lim, []string{"api"}, httplimit.WithKey(nil))
-	require.Error(t, err)
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+	_, err = httplimit.New(lim, []string{"api"}, nil)
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
 }
 
 // TestRealServer runs the middleware in a real http.Server on loopback.
@@ -286,4 +246,265 @@ func TestRealServer(t *testing.T) {
 		require.NotEmpty(t, resp.Header.Get("RateLimit"))
 	}
 	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+}
+
+// Issue 16: a fractional rate was announced as q=0;w=1.
+func TestPolicyStatesFractionalRates(t *testing.T) {
+	tests := []struct {
+		cfg  ratelimit.Config
+		want string
+	}{
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second, Capacity: 1}, `"l";q=1;w=2`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 0.5, Period: time.Second, Capacity: 1}, `"l";q=1;w=2`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: 100 * time.Millisecond}, `"l";q=10;w=1`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1500 * time.Millisecond}, `"l";q=2;w=3`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2.5, Period: time.Minute}, `"l";q=5;w=120`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1.0 / 3, Period: time.Second, Capacity: 1}, `"l";q=1;w=3`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour}, `"l";q=100;w=3600`},
+	}
+	for _, tt := range tests {
+		lim, _ := limiter(t, ratelimit.Limits{"l": tt.cfg}, nil)
+		mw, err := httplimit.New(lim, []string{"l"})
+		require.NoError(t, err)
+		require.Equal(t, tt.want, mw.Policy(), "%+v", tt.cfg)
+	}
+}
+
+// A limit no request of cost 1 can pass is refused at New, instead of
+// answering every request with an error.
+func TestNewRefusesALimitNoRequestCanPass(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"half":    {Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second},
+		"sharded": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Second, Shards: 8},
+	}, nil)
+	for _, name := range []string{"half", "sharded"} {
+		_, err := httplimit.New(lim, []string{name})
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+		require.ErrorContains(t, err, "set its Capacity to 1 or more, or give WithCost")
+	}
+	_, err := httplimit.New(lim, []string{"half"}, httplimit.WithCost(func(*http.Request) (float64, error) { return 0.5, nil }))
+	require.NoError(t, err, "a cost function says what a request costs")
+}
+
+// Issue 16: the t of a token bucket was the time until full; the draft's
+// t is the time until additional quota is made available.
+func TestTokenBucketResetIsTheNextToken(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"tb":   {Kind: ratelimit.TokenBucket, Rate: 10, Period: 10 * time.Second},
+		"slow": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, Capacity: 5},
+	}, nil)
+	cost := 1.0
+	tb, err := httplimit.New(lim, []string{"tb"}, httplimit.WithCost(func(*http.Request) (float64, error) { return cost, nil }))
+	require.NoError(t, err)
+	h := tb.Wrap(ok)
+	var w *httptest.ResponseRecorder
+	for range 5 {
+		w = serve(h, "192.0.2.1:1")
+	}
+	require.Equal(t, `"tb";r=5;t=1`, w.Header().Get("RateLimit"), "one token a second; full in 5")
+	mock.Add(1500 * time.Millisecond) // 6.5 tokens
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"tb";r=5;t=1`, w.Header().Get("RateLimit"), "5.5 left: the 6th in 0.5 s, rounded up")
+	cost = 0
+	mock.Add(time.Minute)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"tb";r=10`, w.Header().Get("RateLimit"), "a full bucket makes no more quota: no t")
+
+	slow, err := httplimit.New(lim, []string{"slow"})
+	require.NoError(t, err)
+	h = slow.Wrap(ok)
+	serve(h, "192.0.2.1:1")
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"slow";r=3;t=60`, w.Header().Get("RateLimit"), "the next token in a minute, not full in two")
+	require.Equal(t, `"slow";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
+	for range 3 {
+		serve(h, "192.0.2.1:1")
+	}
+	mock.Add(15 * time.Second)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, `"slow";r=0;t=45`, w.Header().Get("RateLimit"))
+	require.Equal(t, "45", w.Header().Get("Retry-After"))
+}
+
+// logged collects the records of a slog.Logger.
+type logged struct {
+	buf bytes.Buffer
+}
+
+func (l *logged) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(&l.buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (l *logged) records(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for line := range strings.Lines(l.buf.String()) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Issue 16: a bad count answered 400 with the library's own message (the
+// limit's name, capacity and advice) in the body.
+func TestErrorsSayOnlyTheStatus(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"secret-limit": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour}}, nil)
+	var log logged
+	mw, err := httplimit.New(lim, []string{"secret-limit"}, httplimit.WithKey(httplimit.Header("X-API-Key")), httplimit.WithLogger(log.logger()),
+		httplimit.WithCost(func(r *http.Request) (float64, error) {
+			if c := r.URL.Query().Get("cost"); c != "" {
+				return strconv.ParseFloat(c, 64)
+			}
+			return 1, nil
+		}))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/items/{id}", mw.Wrap(ok))
+	do := func(target string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", target, nil)
+		r.Header.Set("X-API-Key", "key-of-a-customer")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w
+	}
+	for _, tt := range []struct {
+		target, body string
+		code         int
+		level        string
+	}{
+		{"/items/1?cost=11", "Bad Request\n", 400, "INFO"},
+		{"/items/1?cost=-1", "Bad Request\n", 400, "INFO"},
+		{"/items/1?cost=x", "Internal Server Error\n", 500, "ERROR"},
+	} {
+		log.buf.Reset()
+		w := do(tt.target)
+		require.Equal(t, tt.code, w.Code, tt.target)
+		require.Equal(t, tt.body, w.Body.String(), tt.target)
+		recs := log.records(t)
+		require.Len(t, recs, 1)
+		rec := recs[0]
+		require.Equal(t, tt.level, rec["level"])
+		require.Equal(t, "httplimit: request not decided", rec["msg"])
+		require.EqualValues(t, tt.code, rec["status"])
+		require.Equal(t, "/items/{id}", rec["pattern"])
+		require.Len(t, rec["key_id"], 16)
+		require.NotContains(t, log.buf.String(), "key-of-a-customer", "the key in clear")
+		require.NotEmpty(t, rec["error"])
+	}
+	require.Contains(t, log.buf.String(), "strconv.ParseFloat", "the detail is in the log")
+
+	// A request without its key: 400, logged at debug.
+	log.buf.Reset()
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "/items/1", nil))
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "Bad Request\n", w.Body.String())
+	require.Equal(t, "DEBUG", log.records(t)[0]["level"])
+
+	// The same key has the same key_id; another has another.
+	id := func() any { log.buf.Reset(); do("/items/1?cost=x"); return log.records(t)[0]["key_id"] }
+	first := id()
+	require.Equal(t, first, id())
+	r := httptest.NewRequest("GET", "/items/1?cost=x", nil)
+	r.Header.Set("X-API-Key", "another")
+	log.buf.Reset()
+	mux.ServeHTTP(httptest.NewRecorder(), r)
+	require.NotEqual(t, first, log.records(t)[0]["key_id"])
+}
+
+// blockingStore waits for the caller's context, as a stalled server would.
+type blockingStore struct{ started chan struct{} }
+
+func (s blockingStore) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Decision) error {
+	close(s.started)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (blockingStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+	return nil
+}
+func (blockingStore) Delete(context.Context, []ratelimit.RecordID) error { return nil }
+
+// Issue 16: a client that hung up got 500, counted as a server error.
+func TestClientGoneAway(t *testing.T) {
+	store := blockingStore{started: make(chan struct{})}
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, store)
+	var log logged
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithLogger(log.logger()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+	go func() { <-store.started; cancel() }()
+	w := httptest.NewRecorder()
+	mw.Wrap(ok).ServeHTTP(w, r)
+	require.Equal(t, httplimit.StatusClientClosedRequest, w.Code)
+	require.Empty(t, w.Body.String())
+	recs := log.records(t)
+	require.Len(t, recs, 1)
+	require.Equal(t, "DEBUG", recs[0]["level"])
+	require.Contains(t, recs[0]["error"], "context canceled")
+
+	// A request whose deadline passed: the service could not decide in time.
+	log.buf.Reset()
+	dctx, dcancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer dcancel()
+	w = httptest.NewRecorder()
+	mw.Wrap(ok).ServeHTTP(w, httptest.NewRequestWithContext(dctx, "GET", "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Equal(t, "WARN", log.records(t)[0]["level"])
+}
+
+func TestProblemDetails(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"perHour":   {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: t0},
+		"perMinute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: t0},
+	}, nil)
+	mw, err := httplimit.New(lim, []string{"perHour", "perMinute"}, httplimit.WithProblemDetails(),
+		httplimit.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	require.Equal(t, "60", w.Header().Get("Retry-After"))
+	require.JSONEq(t, `{
+		"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+		"title": "Quota Exceeded",
+		"status": 429,
+		"detail": "Retry after 60 seconds.",
+		"violated-policies": ["perMinute"]
+	}`, w.Body.String())
+	require.Equal(t, `"perHour";r=4;t=3600, "perMinute";r=0;t=60`, w.Header().Get("RateLimit"))
+
+	// Errors: about:blank with the status.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "@" // not an IP address: no key
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	require.JSONEq(t, `{"type": "about:blank", "title": "Bad Request", "status": 400}`, w.Body.String())
+
+	// Fail closed: 503.
+	down, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, downStore{})
+	dm, err := httplimit.New(down, []string{"api"}, httplimit.WithProblemDetails())
+	require.NoError(t, err)
+	w = serve(dm.Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.JSONEq(t, `{"type": "about:blank", "title": "Service Unavailable", "status": 503}`, w.Body.String())
+
+	// A name a structured-field string cannot hold reads the same in both.
+	odd, _ := limiter(t, ratelimit.Limits{"per\tmin\"ute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: t0}}, nil)
+	om, err := httplimit.New(odd, []string{"per\tmin\"ute"}, httplimit.WithProblemDetails())
+	require.NoError(t, err)
+	serve(om.Wrap(ok), "192.0.2.1:1")
+	w = serve(om.Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, `"per_min\"ute";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
+	var p struct {
+		Violated []string `json:"violated-policies"`
+	}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+	require.Equal(t, []string{`per_min"ute`}, p.Violated)
 }

@@ -1,0 +1,48 @@
+// Package httplimit puts named limits of a ratelimit.Limiter in front of a
+// net/http handler.
+//
+//	mw, err := httplimit.New(lim, []string{"api"})
+//	if err != nil { ... }
+//	http.Handle("/api/", mw.Wrap(apiHandler))
+//
+// Each request is keyed by a function of the request, costs a number of
+// tokens (1 by default), and is decided by the named limits all or
+// nothing. A refused request gets 429 Too Many Requests with Retry-After.
+// See docs/http.md.
+//
+// # Keys
+//
+// The default key is the client's IP address, as ClientIP with no options
+// finds it: the connection's peer, an IPv6 client by its /64 network. No
+// header is read unless TrustProxies names both the header the
+// deployment's proxies write and the addresses of those proxies:
+//
+//	key, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor,
+//		netip.MustParsePrefix("10.0.0.0/16"))) // the load balancers
+//	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(key))
+//
+// The header is then read from the right, past the trusted proxies, so
+// that what a client writes into it can never be taken for what the
+// proxies appended. Header and PathValue key by an API key or a tenant.
+//
+// # Headers
+//
+// Every decided response carries the RateLimit-Policy and RateLimit header
+// fields of the IETF draft draft-ietf-httpapi-ratelimit-headers-10
+// (September 2025). A limit's policy is a whole quota over a whole number
+// of seconds stating its rate ("api";q=100;w=60; a Rate of 0.5 per second
+// is q=1;w=2). Its RateLimit item has r, the tokens left, and t, the
+// seconds until additional quota is made available: the next window of a
+// fixed window; for a token bucket, the next whole token (no t when the
+// bucket holds all the whole tokens it can).
+//
+// # Errors
+//
+// A request that cannot be decided (no key, a cost no limit can grant, a
+// failing CostFunc) is logged with the detail (WithLogger; keys are never
+// logged in clear) and answered with a bare status: 400 or 500 and its
+// status text, never the error's words. A request whose client went away
+// is logged at debug level and recorded as StatusClientClosedRequest.
+// WithProblemDetails answers in application/problem+json (RFC 9457), a
+// refusal with the draft's quota-exceeded problem type.
+package httplimit

@@ -1,0 +1,168 @@
+package httplimit
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Bounds of the RateLimit-Policy announcement.
+const (
+	// maxSFInteger is the largest Integer a structured field may hold
+	// (RFC 9651, section 3.3.1).
+	maxSFInteger = 999_999_999_999_999
+	// maxExactWindow is the longest window, in seconds, searched for a
+	// whole quota that states a limit's rate exactly (unless the limit's
+	// own period is longer).
+	maxExactWindow = 86400
+)
+
+// setHeaders sets RateLimit-Policy and RateLimit: for every limit its
+// tokens left (floored, never negative) and, where more will come, the
+// seconds until the next quota unit is made available.
+func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
+	h.Set("RateLimit-Policy", m.policy)
+	parts := res.All
+	if len(parts) == 0 {
+		parts = []ratelimit.Result{res}
+	}
+	b := make([]byte, 0, 32*len(parts))
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, m.quoted[i]...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, int64(math.Max(math.Floor(p.Remaining), 0)), 10)
+		if t, ok := resetSeconds(p, m.cfgs[i]); ok {
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, t, 10)
+		}
+	}
+	h.Set("RateLimit", string(b))
+}
+
+// resetSeconds is the "t" of a limit's RateLimit item: in the words of
+// draft-ietf-httpapi-ratelimit-headers-10, the seconds until additional
+// quota is made available, rounded up. For a fixed window that is its next
+// window (Result.Reset). A token bucket refills continuously, and its quota
+// unit is one token: t is the time until the floored tokens left ("r") grow
+// by one. A bucket that holds as many whole tokens as it ever will has no
+// such time, and ok is false: the item carries no t.
+func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool) {
+	if cfg.Kind != ratelimit.TokenBucket {
+		return seconds(res.Reset), true
+	}
+	// A sharded call evaluates two shards (or its one): their share of
+	// the capacity and the rate, as Result.Remaining counts them.
+	n := float64(max(cfg.Shards, 1))
+	k := math.Min(n, 2)
+	capacity := cfg.Capacity
+	if capacity == 0 {
+		capacity = cfg.Rate
+	}
+	capacity *= k / n
+	rate := cfg.Rate * k / n // tokens per Period
+	next := math.Max(math.Floor(res.Remaining), 0) + 1
+	if next > capacity {
+		return 0, false
+	}
+	ms := (next - res.Remaining) * float64(cfg.Period.Milliseconds()) / rate
+	return int64(math.Ceil(ms / 1000)), true
+}
+
+// policyItem describes a limit for RateLimit-Policy: a whole quota q per
+// window of w seconds that states its rate (see quota).
+func policyItem(quotedName string, cfg ratelimit.Config) string {
+	q, w := quota(cfg.Rate, cfg.Period)
+	return quotedName + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)
+}
+
+// quota states rate tokens per period as a whole quota q over a whole
+// number of seconds w, as RateLimit-Policy needs them.
+//
+// The window is a whole number of periods, so that a fixed window's
+// announced window holds whole windows. Among those that are whole seconds
+// and hold a whole number of tokens, the shortest is chosen (Rate 2 per
+// minute stays q=2;w=60; Rate 0.5 per second is q=1;w=2; Rate 1 per
+// 100 ms is q=10;w=1), searched up to a day or the period if longer. A
+// rate that no such window states exactly (Rate π per second) is rounded
+// down: the window of that range whose floored quota comes closest to the
+// rate without exceeding it, or else the shortest whole-second window that
+// holds one token. The announcement never promises more than the limit
+// grants.
+func quota(rate float64, period time.Duration) (q, w int64) {
+	ms := period.Milliseconds()
+	stepMs := ms / gcd(ms, 1000) * 1000 // the shortest window of whole periods and whole seconds
+	k1 := stepMs / ms                   // periods in that window
+	step := stepMs / 1000               // seconds in that window
+
+	limit := max(int64(maxExactWindow), step)
+	bestQ, bestW := int64(0), int64(0)
+	for m := int64(1); m*step <= limit; m++ {
+		x := rate * float64(k1*m)
+		if x > maxSFInteger {
+			if bestW == 0 {
+				return maxSFInteger, m * step // below the rate: the most a field holds
+			}
+			break
+		}
+		r := math.Round(x)
+		if r >= 1 && math.Abs(x-r) <= 1e-9*x {
+			return int64(r), m * step
+		}
+		// The best from below so far: the floored quota whose rate comes
+		// closest to the limit's.
+		if f := math.Floor(x); f >= 1 && (bestW == 0 || f/float64(m*step) > float64(bestQ)/float64(bestW)) {
+			bestQ, bestW = int64(f), m*step
+		}
+	}
+	if bestW > 0 {
+		return bestQ, bestW
+	}
+	// Less than one token in the whole range: the shortest whole-second
+	// window that holds one.
+	perSecond := rate * 1000 / float64(ms)
+	return 1, min(int64(math.Ceil(1/perSecond)), maxSFInteger)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// quote writes a name as a structured-field string.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, c := range []byte(policyName(s)) {
+		if c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// policyName is a limit's name as the headers and problem details carry
+// it: bytes a structured-field string cannot hold become "_".
+func policyName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
