@@ -153,6 +153,17 @@ func (c Config) validate(name string) error {
 	if c.Shards > MaxShards {
 		return bad("Shards", "is %d: at most %d shards are supported", c.Shards, MaxShards)
 	}
+	if reach := c.reach(); reach < 1 && c.Capacity == 0 {
+		// Set explicitly, a capacity below 1 serves calls of fractional
+		// counts; left to default to a Rate below 1, it is a mistake.
+		what := fmt.Sprintf("is %v and Capacity is unset (so also %v)", c.Rate, c.Rate)
+		if c.shards() > 1 {
+			what += fmt.Sprintf(", over %d shards", c.shards())
+		}
+		need := max(1, float64(c.shards())/2) // two shards of n hold 2/n of it
+		return bad("Rate", "%s: one call can take at most %v tokens, so no call of the default count 1 can ever pass: set Capacity to at least %v (a bucket may hold more than one period's Rate), or explicitly below 1 for calls of fractional counts",
+			what, reach, need)
+	}
 	if !c.Start.IsZero() && c.Kind != FixedWindow {
 		return bad("Start", "is set on a token bucket, which has no windows: remove Start")
 	}
@@ -167,6 +178,15 @@ func (c Config) capacity() float64 {
 		return c.Rate
 	}
 	return c.Capacity
+}
+
+// reach returns the most tokens one call may take without reserving: the
+// capacity, or two shards' share of it.
+func (c Config) reach() float64 {
+	if n := c.shards(); n > 1 {
+		return 2 * c.capacity() / float64(n)
+	}
+	return c.capacity()
 }
 
 // shards returns the effective number of records.

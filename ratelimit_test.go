@@ -511,3 +511,31 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 	_, err = lim.Limit(ctx, "debt", "k")
 	require.ErrorIs(t, err, ratelimit.ErrTimeRange)
 }
+
+// A limit no call of the default count can pass is refused at New, with
+// what to set: Rate 0.5 without Capacity used to pass New, then fail
+// every call.
+func TestNewRefusesLimitsNoCallCanPass(t *testing.T) {
+	for _, c := range []struct {
+		cfg   ratelimit.Config
+		field string
+		hint  string
+	}{
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second}, "Rate", "at least 1"},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Shards: 32}, "Rate", "at least 16"},
+	} {
+		_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"l": c.cfg})
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
+		assert.Equal(t, c.field, ce.Field)
+		assert.Contains(t, err.Error(), c.hint)
+	}
+	_, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 1, Period: time.Second},
+	})
+	require.NoError(t, err, "one call every two seconds")
+	_, err = ratelimit.New(memstore.New(), ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 0.5, Period: time.Second},
+	})
+	require.NoError(t, err, "set explicitly, for calls of fractional counts")
+}

@@ -271,11 +271,13 @@ func TestPolicyStatesFractionalRates(t *testing.T) {
 }
 
 // A limit no request of cost 1 can pass is refused at New, instead of
-// answering every request with an error.
+// answering every request with an error. (ratelimit.New already refuses
+// such a limit when its Capacity is left to a Rate below 1; set
+// explicitly, a capacity below 1 serves fractional counts.)
 func TestNewRefusesALimitNoRequestCanPass(t *testing.T) {
 	lim, _ := limiter(t, ratelimit.Limits{
-		"half":    {Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second},
-		"sharded": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Second, Shards: 8},
+		"half":    {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 0.5, Period: time.Second},
+		"sharded": {Kind: ratelimit.FixedWindow, Rate: 3, Capacity: 3, Period: time.Second, Shards: 8},
 	}, nil)
 	for _, name := range []string{"half", "sharded"} {
 		_, err := httplimit.New(lim, []string{name})

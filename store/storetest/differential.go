@@ -279,8 +279,8 @@ func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
 func randomConfig(rng *rand.Rand) ratelimit.Config {
 	p := randomParams(rng)
 	c := ratelimit.Config{Kind: p.Kind, Rate: p.Rate, Period: time.Duration(p.Period) * time.Millisecond, MaxReserved: p.MaxReserved}
-	if rng.IntN(2) == 0 {
-		c.Capacity = p.Capacity
+	if rng.IntN(2) == 0 || c.Rate < 1 {
+		c.Capacity = p.Capacity // left unset, a capacity below 1 is refused
 	}
 	if c.Kind == ratelimit.FixedWindow && rng.IntN(2) == 0 {
 		c.Start = epoch.Add(time.Duration(rng.Int64N(1e12)-5e11) * time.Millisecond)
