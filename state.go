@@ -189,6 +189,11 @@ func Transition(p Params, prev State, found bool, now int64, count float64, rese
 	v := denoise(s.Value - count)
 	var d Decision
 	switch {
+	case v >= 0 && reserve:
+		// A reservation's time is when its tokens were granted: for a
+		// caller whose clock lags the record's, that is still ahead.
+		d.OK = true
+		d.RetryAfter = retryMillis(float64(s.TS - now))
 	case v >= 0:
 		d.OK = true
 	case reserve && fitsDebt(p, v):
@@ -412,12 +417,22 @@ func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) 
 	if count == 0 {
 		d.Charged = [2]float64{}
 	}
+	// A reservation runs once the tokens it took from each shard were
+	// granted: debts, or, for a caller whose clock lags a record's, that
+	// record's time.
 	var w float64
-	if na < 0 && d.Charged[0] > 0 {
-		w = Wait(pa, sa, now, -na)
-	}
-	if nb < 0 && d.Charged[1] > 0 {
-		w = max(w, Wait(pb, sb, now, -nb))
+	for i, sh := range [2]struct {
+		p Params
+		s State
+		n float64
+	}{{pa, sa, na}, {pb, sb, nb}} {
+		switch {
+		case d.Charged[i] <= 0:
+		case sh.n < 0:
+			w = max(w, Wait(sh.p, sh.s, now, -sh.n))
+		case reserve:
+			w = max(w, float64(sh.s.TS-now))
+		}
 	}
 	d.RetryAfter = retryMillis(w)
 	d.Remaining = na + nb

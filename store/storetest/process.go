@@ -11,9 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/stretchr/testify/require"
 )
@@ -31,7 +34,15 @@ type childOrders struct {
 	Goroutines int    `json:"goroutines"`
 	Calls      int    `json:"calls"`
 	StartAtNS  int64  `json:"startAt"` // wall clock, so that the children overlap
+	// Reserve runs reserveRun instead of Hammer, with calls StepUS
+	// microseconds apart.
+	Reserve bool  `json:"reserve,omitempty"`
+	StepUS  int64 `json:"step,omitempty"`
 }
+
+// jobsLine prefixes the line a reserving child prints with its jobs per
+// window, as JSON.
+const jobsLine = "storetest-jobs "
 
 // multiProcessLimits is the limit every process of MultiProcess calls.
 var multiProcessLimits = ratelimit.Limits{
@@ -93,11 +104,129 @@ func MultiProcess(t *testing.T, open NewStore, procs int) {
 	st, err := lim.Value(ctx, "mp", key)
 	require.NoError(t, err)
 	require.Equal(t, 0.0, st.Tokens)
+
+	// Sharded reservations from every process: no window may have more
+	// jobs scheduled into it than the limit grants.
+	// 160 calls a second together (the limit grants 100), for 12 s.
+	orders := childOrders{Key: key + "-reserve", NowMS: epoch.UnixMilli(), Goroutines: 8, Calls: 240 / procs,
+		StartAtNS: time.Now().Add(700 * time.Millisecond).UnixNano(), Reserve: true, StepUS: 6250 * int64(procs)}
+	js, err := json.Marshal(orders)
+	require.NoError(t, err)
+	children := make([]*exec.Cmd, procs)
+	outs := make([]*bytes.Buffer, procs)
+	for i := range children {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+		outs[i] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		require.NoError(t, cmd.Start())
+		children[i] = cmd
+	}
+	jobs := map[int64]int{}
+	for i, cmd := range children {
+		require.NoError(t, cmd.Wait(), "child %d failed:\n%s", i, outs[i])
+		got, ok := parseJobs(outs[i].Bytes())
+		require.True(t, ok, "child %d printed no jobs:\n%s", i, outs[i])
+		for w, n := range got {
+			jobs[w] += n
+		}
+	}
+	checkJobs(t, jobs, fmt.Sprintf("%d processes", procs))
+}
+
+// reservationLimits is the limit of the sharded reservation tests: 100
+// per second over 4 shards of 25, up to 200 owed.
+var reservationLimits = ratelimit.Limits{
+	"res": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Second, Shards: 4, MaxReserved: 200, Start: time.UnixMilli(0)},
+}
+
+// reserveRun makes calls reservations of one token from each of
+// goroutines goroutines, and returns how many jobs were scheduled into each
+// window (by the time the job may run). Each goroutine is a client with a
+// clock of its own; every call takes a ticket, and is made at start plus
+// its ticket times every, so that the calls' times advance together, a
+// little out of order as concurrent callers' are.
+func reserveRun(ctx context.Context, store ratelimit.Store, key string, start time.Time, goroutines, calls int, every time.Duration) (map[int64]int, error) {
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		errs    []error
+		tickets atomic.Int64
+		jobs    = map[int64]int{}
+	)
+	for range goroutines {
+		clk := &stepClock{Mock: clock.NewMock(), now: start}
+		lim, err := ratelimit.New(store, reservationLimits, ratelimit.WithClock(clk))
+		if err != nil {
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := map[int64]int{}
+			for range calls {
+				clk.now = start.Add(time.Duration(tickets.Add(1)) * every)
+				r, err := lim.Reserve(ctx, "res", key)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				if r.OK() {
+					mine[r.Time().UnixMilli()/1000]++
+				}
+			}
+			mu.Lock()
+			for w, n := range mine {
+				jobs[w] += n
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return jobs, errs[0]
+	}
+	return jobs, nil
+}
+
+// checkJobs requires every window to hold at most the limit's 100 jobs,
+// and the run to have scheduled enough to mean something.
+func checkJobs(t *testing.T, jobs map[int64]int, who string) {
+	t.Helper()
+	total := 0
+	for w, n := range jobs {
+		require.LessOrEqual(t, n, 100, "window %d: %d jobs scheduled into a window of a limit of 100 (%s)", w, n, who)
+		total += n
+	}
+	require.Greater(t, total, 500, "too few jobs to mean anything (%s)", who)
+}
+
+func parseJobs(out []byte) (map[int64]int, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), jobsLine); ok {
+			var jobs map[int64]int
+			return jobs, json.Unmarshal([]byte(rest), &jobs) == nil
+		}
+	}
+	return nil, false
 }
 
 func runChild(t *testing.T, open NewStore, js string) {
 	var o childOrders
 	require.NoError(t, json.Unmarshal([]byte(js), &o))
+	if o.Reserve {
+		store := open(t)
+		time.Sleep(time.Until(time.Unix(0, o.StartAtNS)))
+		jobs, err := reserveRun(context.Background(), store, o.Key, time.UnixMilli(o.NowMS), o.Goroutines, o.Calls, time.Duration(o.StepUS)*time.Microsecond)
+		require.NoError(t, err)
+		b, err := json.Marshal(jobs)
+		require.NoError(t, err)
+		fmt.Printf("\n%s%s\n", jobsLine, b)
+		return
+	}
 	lim, err := ratelimit.New(open(t), multiProcessLimits, ratelimit.WithClock(newMock(time.UnixMilli(o.NowMS))))
 	require.NoError(t, err)
 	time.Sleep(time.Until(time.Unix(0, o.StartAtNS))) // start together with the other children

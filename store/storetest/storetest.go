@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	}
 	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
 	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
+	t.Run("ShardedReservations", func(t *testing.T) { testShardedReservations(t, newStore) })
 	t.Run("Sharded", func(t *testing.T) { testSharded(t, newStore) })
 	t.Run("Confusable", func(t *testing.T) { testConfusable(t, newStore) })
 	t.Run("ResetValueExpiry", func(t *testing.T) { testResetValueExpiry(t, newStore) })
@@ -230,6 +231,16 @@ func testShardedContention(t *testing.T, newStore NewStore) {
 	// Power of two choices leaves little stranded: most of the 240 tokens
 	// of six windows are granted.
 	require.GreaterOrEqual(t, total, 200)
+}
+
+// testShardedReservations makes sharded reservations from 32 goroutines,
+// each a client with a clock of its own, 160 a second (the limit grants
+// 100) for 12 s, and requires no window to have more jobs scheduled into
+// it than the limit grants.
+func testShardedReservations(t *testing.T, newStore NewStore) {
+	jobs, err := reserveRun(context.Background(), newStore(t), "hot", epoch, 32, 60, 6250*time.Microsecond)
+	require.NoError(t, err)
+	checkJobs(t, jobs, "32 goroutines")
 }
 
 func testSharded(t *testing.T, newStore NewStore) {
