@@ -1,0 +1,140 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/bench/compare"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	throttledmem "github.com/throttled/throttled/v2/store/memstore"
+	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
+)
+
+// cd bench && go test -run '^$' -bench . -benchmem
+//
+// Each benchmark calls one in-process limiter, set up as the comparison
+// command sets it up, from one goroutine (serial) or from GOMAXPROCS
+// goroutines under b.RunParallel (parallel), on one hot key or on 10,000
+// keys. The benchmarks of a run are the figures of issue 11's ratios.
+
+// inProcess lists the in-process limiters: each returns a function that
+// takes one token of a key.
+var inProcess = []struct {
+	name string
+	new  func(b *testing.B, l compare.Limit) (func(ctx context.Context, key string) bool, error)
+}{
+	{"ratelimit", func(b *testing.B, l compare.Limit) (func(context.Context, string) bool, error) {
+		lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+			"bench": {Kind: l.Kind, Rate: float64(l.Rate), Period: l.Period},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, key string) bool {
+			res, err := lim.Limit(ctx, "bench", key)
+			return err == nil && res.OK
+		}, nil
+	}},
+	{"sethvargo", func(b *testing.B, l compare.Limit) (func(context.Context, string) bool, error) {
+		s, err := compare.NewSethvargo(l)
+		if err != nil {
+			return nil, err
+		}
+		b.Cleanup(func() { s.Close() }) // its sweeper
+		return func(ctx context.Context, key string) bool { ok, _ := s.Take(ctx, key); return ok }, nil
+	}},
+	{"xrate", func(b *testing.B, l compare.Limit) (func(context.Context, string) bool, error) {
+		x := compare.NewXRate(l)
+		return func(ctx context.Context, key string) bool { ok, _ := x.Take(ctx, key); return ok }, nil
+	}},
+	{"ulule", func(b *testing.B, l compare.Limit) (func(context.Context, string) bool, error) {
+		u := compare.NewUlule(ululemem.NewStore(), l)
+		return func(ctx context.Context, key string) bool { ok, _ := u.Take(ctx, key); return ok }, nil
+	}},
+	{"throttled", func(b *testing.B, l compare.Limit) (func(context.Context, string) bool, error) {
+		st, err := throttledmem.NewCtx(65536)
+		if err != nil {
+			return nil, err
+		}
+		t, err := compare.NewThrottled(st, l)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, key string) bool { ok, _ := t.Take(ctx, key); return ok }, nil
+	}},
+}
+
+// BenchmarkGranted measures the path of a granted call: the limit (10^9
+// per second, as large a burst) is far above what any limiter here can
+// decide, so every call takes a token and writes its key's state.
+func BenchmarkGranted(b *testing.B) {
+	l := compare.Limit{Rate: 1_000_000_000, Period: time.Second, Kind: ratelimit.TokenBucket}
+	for _, keys := range []int{1, 10_000} {
+		benchmarkInProcess(b, l, keys, true)
+	}
+}
+
+// BenchmarkRefused measures the path of a refused call: one hot key under
+// the comparison's limit (100 per second, a burst of 100), so that all but
+// about 100 calls a second are refused.
+func BenchmarkRefused(b *testing.B) {
+	l := compare.Limit{Rate: 100, Period: time.Second, Kind: ratelimit.TokenBucket}
+	benchmarkInProcess(b, l, 1, false)
+}
+
+func benchmarkInProcess(b *testing.B, l compare.Limit, keys int, mustGrant bool) {
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprint("user-", i)
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, c := range inProcess {
+			b.Run(fmt.Sprintf("keys=%d/%s/limiter=%s", keys, mode, c.name), func(b *testing.B) {
+				take, err := c.new(b, l)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				var granted atomic.Int64
+				b.ReportAllocs()
+				if mode == "serial" {
+					n, i := int64(0), rand.IntN(keys)
+					for b.Loop() {
+						if take(ctx, names[i]) {
+							n++
+						} else if mustGrant {
+							b.Fatalf("%s refused a call of a limit it should grant", c.name)
+						}
+						if i++; i == keys {
+							i = 0
+						}
+					}
+					granted.Add(n)
+				} else {
+					b.ResetTimer() // b.Loop does it for the serial case
+					b.RunParallel(func(pb *testing.PB) {
+						n, i := int64(0), rand.IntN(keys)
+						for pb.Next() {
+							if take(ctx, names[i]) {
+								n++
+							} else if mustGrant {
+								b.Errorf("%s refused a call of a limit it should grant", c.name)
+								return
+							}
+							if i++; i == keys {
+								i = 0
+							}
+						}
+						granted.Add(n)
+					})
+				}
+				b.ReportMetric(float64(granted.Load())/float64(b.N), "granted/op")
+			})
+		}
+	}
+}
