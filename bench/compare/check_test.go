@@ -206,3 +206,30 @@ func TestCheckMillisecondClock(t *testing.T) {
 	c := check(libraryBound(l), gs, []string{"k"})
 	assert.False(t, c.Violated(), c.Worst)
 }
+
+// TestXRateOutOfOrderTimes shows why x/time/rate may fail its check when
+// goroutines share a limiter: Allow reads the time before it takes the
+// limiter's lock, and a granted call whose time is older than the last
+// one moves the limiter's clock back, so the next call is credited again
+// for time already credited. The checker reports it.
+func TestXRateOutOfOrderTimes(t *testing.T) {
+	l := Limit{Rate: 100, Period: time.Second}
+	lim := rate.NewLimiter(rate.Limit(l.PerSecond()), l.Rate)
+	at := func(ms int64) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	var gs []grant
+	take := func(ms int64, n int) {
+		for range n {
+			if lim.AllowN(at(ms), 1) {
+				gs = append(gs, grant{from: ms * int64(time.Millisecond)})
+			}
+		}
+	}
+	take(1000, 100) // empties the bucket
+	take(1300, 29)  // 30 tokens refilled: 1 left
+	take(1000, 1)   // a call whose time was read at 1000 and lock taken at 1300: granted, last moves back
+	take(1300, 30)  // credited the same 300 ms again
+	require.Len(t, gs, 160)
+	c := check(xrateBound(l), gs, []string{"k"})
+	assert.True(t, c.Violated())
+	assert.Contains(t, c.Worst, "160 grants")
+}

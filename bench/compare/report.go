@@ -130,7 +130,11 @@ func writeRatios(p *printer, m *MediumReport) {
 // writeBounds lists what each contender was checked against.
 func writeBounds(p *printer, r *Report) {
 	p.f("### Bounds checked\n\n")
-	p.f("The most a contender may grant one key within any span S of its clock:\n\n")
+	p.f("Granted is the share of the counted calls that were granted. Every grant of a cell, warm-up included, " +
+		"is checked key by key: no run of grants may exceed what the contender's algorithm allows over the span " +
+		"the run could have been decided in (from the first call to the last answer, widened by 1 ms and 0.1%% " +
+		"for clocks of whole milliseconds and clock rates). The margin is how far, in tokens, the worst run stayed " +
+		"below its bound. The most a contender may grant one key within any span S of its clock:\n\n")
 	seen := map[string]bool{}
 	for _, m := range r.Media {
 		for _, c := range m.Contenders {
@@ -232,7 +236,7 @@ func verdict(c Check) string {
 	case c.Violated():
 		return fmt.Sprintf("**VIOLATED** by %.2f", c.Excess)
 	}
-	return fmt.Sprintf("ok (margin %.2f)", -c.Excess)
+	return fmt.Sprintf("ok (margin %.2f)", max(-c.Excess, 0)) // not "-0.00"
 }
 
 // String names the cell: "8 goroutines, 10,000 keys".
