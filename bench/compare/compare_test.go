@@ -34,10 +34,10 @@ var cheater = Contender{
 	},
 }
 
-// requireRan checks that every contender of every cell made calls, and
-// that only the contenders named in mayViolate granted beyond their
-// bound.
-func requireRan(t *testing.T, rep *Report, mayViolate ...string) {
+// requireRan checks that every contender of every cell made calls and
+// granted some, and that the library and the bare baselines failed no call
+// and granted nothing beyond their bound.
+func requireRan(t *testing.T, rep *Report) {
 	t.Helper()
 	for _, m := range rep.Media {
 		require.Empty(t, m.Skipped, m.Name)
@@ -48,24 +48,26 @@ func requireRan(t *testing.T, rep *Report, mayViolate ...string) {
 			for _, res := range c.Results {
 				name := res.Contender.Name
 				assert.Positivef(t, res.Calls, "%s, %s: no calls", m.Name, name)
-				assert.Zerof(t, res.Errors, "%s, %s: %v", m.Name, name, res.Err)
+				if res.Contender.Role != Peer {
+					// A peer may fail calls under contention (throttled
+					// gives up after 10 compare-and-swaps); ours may not.
+					assert.Zerof(t, res.Errors, "%s, %s: %v", m.Name, name, res.Err)
+				}
 				assert.Positivef(t, res.Median, "%s, %s", m.Name, name)
 				assert.Positivef(t, res.Check.Grants, "%s, %s: no grants", m.Name, name)
-				if res.Check.Violated() && !contains(mayViolate, name) {
-					t.Errorf("%s, %d goroutines, %d keys, %s: %s", m.Name, c.Goroutines, c.Keys, name, res.Check.Worst)
+				switch {
+				case !res.Check.Violated():
+				case res.Contender.Role == Peer:
+					// Not ours to fix (x/time/rate does, see
+					// TestXRateOutOfOrderTimes); the checker's soundness
+					// is the business of check_test.go.
+					t.Logf("%s, %s, %s: %s", m.Name, c, name, res.Check.Worst)
+				default:
+					t.Errorf("%s, %s, %s: %s", m.Name, c, name, res.Check.Worst)
 				}
 			}
 		}
 	}
-}
-
-func contains(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 func TestRunInProcess(t *testing.T) {
@@ -74,10 +76,7 @@ func TestRunInProcess(t *testing.T) {
 	o.extra = map[string][]Contender{"memory": {cheater}}
 	rep, err := Run(context.Background(), o)
 	require.NoError(t, err)
-	// x/time/rate may grant a little more than its bucket when goroutines
-	// share a limiter (see docs/performance.md); it is reported, not
-	// asserted either way.
-	requireRan(t, rep, "cheater", "x/time/rate in a sync.Map")
+	requireRan(t, rep)
 
 	// The cheater is caught in every cell with a hot key.
 	for _, c := range rep.Media[0].Cells {
