@@ -119,7 +119,7 @@ func (r *Report) Violations() []*Result {
 // MediumReport is one medium's part of a run.
 type MediumReport struct {
 	Name string
-	// Addr is the server it ran on, or what held its files.
+	// Addr says where the medium ran: "On Redis 7.0.15 at 127.0.0.1:6379".
 	Addr string
 	// Skipped says why the medium did not run; empty when it ran.
 	Skipped string

@@ -30,7 +30,7 @@ type medium struct {
 var media = map[string]medium{
 	"memory": {
 		contenders: memoryContenders,
-		open:       func(context.Context, *Options, *env) (string, error) { return "this process", nil },
+		open:       func(context.Context, *Options, *env) (string, error) { return "In this process", nil },
 		close:      func(context.Context, *env) error { return nil },
 	},
 	"bolt":    {contenders: boltContenders, open: openBolt, close: closeBolt},
@@ -57,7 +57,7 @@ func openBolt(_ context.Context, _ *Options, e *env) (string, error) {
 	if e.boltBatch, err = openBareBolt(filepath.Join(dir, "batch.db")); err != nil {
 		return "", errors.Join(err, closeBolt(context.Background(), e))
 	}
-	return "files in " + dir, nil
+	return "On files in " + dir, nil
 }
 
 func closeBolt(_ context.Context, e *env) error {
@@ -89,7 +89,7 @@ func openRedis(ctx context.Context, o *Options, e *env) (string, error) {
 		c.Close()
 		return "", fmt.Errorf("Redis at %s cannot be reached: %w", o.RedisAddr, err)
 	}
-	return "Redis " + serverVersion(ctx, c) + " at " + o.RedisAddr, nil
+	return "On Redis " + serverVersion(ctx, c) + " at " + o.RedisAddr, nil
 }
 
 func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
@@ -112,7 +112,7 @@ func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
 		c.Close()
 		return "", fmt.Errorf("Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
 	}
-	return "Redis Cluster " + serverVersion(ctx, c) + " at " + strings.Join(o.ClusterAddrs, ","), nil
+	return "On a Redis Cluster " + serverVersion(ctx, c) + " at " + strings.Join(o.ClusterAddrs, ","), nil
 }
 
 // dial fails fast when nothing listens at addr, before a client retries.
@@ -191,7 +191,7 @@ func openPG(ctx context.Context, o *Options, e *env) (string, error) {
 	if f := strings.Fields(version); len(f) > 0 {
 		version = f[0] // "15.20 (Debian …)"
 	}
-	return fmt.Sprintf("PostgreSQL %s at %s:%d, a pool of %d", version, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.MaxConns), nil
+	return fmt.Sprintf("On PostgreSQL %s at %s:%d, a pool of %d", version, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.MaxConns), nil
 }
 
 func closePG(ctx context.Context, e *env) error {

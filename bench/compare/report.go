@@ -33,7 +33,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p.f("Skipped: %s.\n\n", m.Skipped)
 			continue
 		}
-		p.f("On %s. Decisions per second: the median of the rounds, ± half their range.\n\n", m.Addr)
+		p.f("%s. Decisions per second: the median of the rounds, ± half their range.\n\n", m.Addr)
 		p.f("| goroutines | keys | contender | decisions/s | ± | p50 | p99 | granted | errors | check |\n")
 		p.f("|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, c := range m.Cells {
@@ -52,7 +52,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for _, c := range m.Cells {
 			for _, res := range c.Results {
 				if res.Err != nil {
-					p.f("- %s, %s: %s errors, the first: %v\n", res.Contender.Name, c, commas(res.Errors), res.Err)
+					p.f("- %s, %s: %s, the first: %v\n", res.Contender.Name, c, plural64(res.Errors, "error"), res.Err)
 				}
 			}
 		}
@@ -244,9 +244,11 @@ func (c *Cell) String() string {
 	return plural(c.Goroutines, "goroutine") + ", " + plural(c.Keys, "key")
 }
 
-func plural(n int, noun string) string {
+func plural(n int, noun string) string { return plural64(int64(n), noun) }
+
+func plural64(n int64, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
-	return commas(int64(n)) + " " + noun + "s"
+	return commas(n) + " " + noun + "s"
 }
