@@ -93,6 +93,7 @@ func TestRunInProcess(t *testing.T) {
 	t.Log("\n" + out.String())
 
 	// The bbolt files are gone.
+	require.Contains(t, rep.Media[1].Addr, filepath.Join(os.TempDir(), rep.Prefix))
 	left, err := filepath.Glob(filepath.Join(os.TempDir(), rep.Prefix+"*"))
 	require.NoError(t, err)
 	assert.Empty(t, left)

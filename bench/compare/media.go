@@ -43,7 +43,7 @@ var media = map[string]medium{
 const reachTimeout = 3 * time.Second
 
 func openBolt(_ context.Context, _ *Options, e *env) (string, error) {
-	dir, err := os.MkdirTemp("", "rlcompare-")
+	dir, err := os.MkdirTemp("", e.prefix) // named after the run
 	if err != nil {
 		return "", err
 	}
