@@ -130,8 +130,8 @@ func TestRunSkipsUnreachable(t *testing.T) {
 	rep, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	require.Len(t, rep.Media, 2)
-	assert.Contains(t, rep.Media[0].Skipped, "Redis at 127.0.0.1:1 cannot be reached")
-	assert.Contains(t, rep.Media[1].Skipped, "PostgreSQL at 127.0.0.1:1 cannot be reached")
+	assert.Contains(t, rep.Media[0].Skipped, "the Redis server at 127.0.0.1:1 cannot be reached")
+	assert.Contains(t, rep.Media[1].Skipped, "the PostgreSQL server at 127.0.0.1:1 cannot be reached")
 	assert.Empty(t, rep.Violations())
 }
 

@@ -81,13 +81,13 @@ func openRedis(ctx context.Context, o *Options, e *env) (string, error) {
 		return "", err
 	}
 	if err := dial(o.RedisAddr); err != nil {
-		return "", fmt.Errorf("Redis at %s cannot be reached: %w", o.RedisAddr, err)
+		return "", fmt.Errorf("the Redis server at %s cannot be reached: %w", o.RedisAddr, err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: o.RedisAddr, PoolSize: o.RedisPool})
 	e.redis = c
 	if err := ping(ctx, c); err != nil {
 		c.Close()
-		return "", fmt.Errorf("Redis at %s cannot be reached: %w", o.RedisAddr, err)
+		return "", fmt.Errorf("the Redis server at %s cannot be reached: %w", o.RedisAddr, err)
 	}
 	return "On Redis " + serverVersion(ctx, c) + " at " + o.RedisAddr, nil
 }
@@ -99,7 +99,7 @@ func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
 		}
 	}
 	if err := dial(o.ClusterAddrs[0]); err != nil {
-		return "", fmt.Errorf("Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
+		return "", fmt.Errorf("the Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.ClusterAddrs, PoolSize: o.RedisPool})
 	e.redis = c
@@ -110,7 +110,7 @@ func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
 	}
 	if err != nil {
 		c.Close()
-		return "", fmt.Errorf("Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
+		return "", fmt.Errorf("the Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
 	}
 	return "On a Redis Cluster " + serverVersion(ctx, c) + " at " + strings.Join(o.ClusterAddrs, ","), nil
 }
@@ -163,7 +163,7 @@ func openPG(ctx context.Context, o *Options, e *env) (string, error) {
 	}
 	if !strings.HasPrefix(cfg.ConnConfig.Host, "/") {
 		if err := dial(addr); err != nil {
-			return "", fmt.Errorf("PostgreSQL at %s cannot be reached: %w", addr, err)
+			return "", fmt.Errorf("the PostgreSQL server at %s cannot be reached: %w", addr, err)
 		}
 	}
 	cfg.MaxConns = int32(o.PGConns)
@@ -180,7 +180,7 @@ func openPG(ctx context.Context, o *Options, e *env) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("PostgreSQL at %s:%d cannot be reached: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return "", fmt.Errorf("the PostgreSQL server at %s:%d cannot be reached: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	e.pg = pool
 	var version string
