@@ -1,0 +1,132 @@
+// Command compare runs ratelimit beside other Go rate limiters and bare
+// baselines, interleaved in one run on the local servers, prints Markdown
+// tables of decisions per second, latencies and the library's ratios, and
+// checks that no contender granted more than its algorithm allows. It
+// exits with status 1 when a check fails (with -fail library, only when
+// one of ratelimit's does), 2 on a usage or setup error.
+//
+//	cd bench && go run ./cmd/compare -medium redis,pg,bolt,memory -goroutines 1,8,64 -keys 1,10000 -rounds 5 -slice 200ms
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/bench/compare"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	o := compare.DefaultOptions()
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: compare [flags]\n\n"+
+			"Runs ratelimit beside other Go rate limiters and bare baselines on the local servers,\n"+
+			"prints Markdown tables, and checks every grant against each limiter's own bound.\n\n")
+		fs.PrintDefaults()
+	}
+	var (
+		mediaFlag  = fs.String("medium", strings.Join(o.Media, ","), "media to run, comma-separated: "+strings.Join(compare.AllMedia, ", "))
+		goroutines = fs.String("goroutines", "1,8,64", "goroutine counts, comma-separated")
+		keys       = fs.String("keys", "1,10000", "key counts, comma-separated")
+		kind       = fs.String("kind", "token bucket", `the library's kind of limit: "token bucket" or "fixed window"`)
+		match      = fs.String("match", "", "run only the contenders whose name matches this regular expression")
+		cluster    = fs.String("cluster", strings.Join(o.ClusterAddrs, ","), "Redis Cluster nodes, comma-separated")
+	)
+	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds counted per cell, after one warm-up round")
+	fs.DurationVar(&o.Slice, "slice", o.Slice, "how long each contender runs in each round")
+	fs.IntVar(&o.Limit.Rate, "rate", o.Limit.Rate, "tokens per period per key, and the burst")
+	fs.DurationVar(&o.Limit.Period, "period", o.Limit.Period, "the limit's period")
+	fs.StringVar(&o.RedisAddr, "redis", o.RedisAddr, "Redis server (host:port, loopback)")
+	fs.StringVar(&o.PostgresURL, "pg", o.PostgresURL, "PostgreSQL URL (loopback)")
+	fs.IntVar(&o.RedisPool, "redis-pool", 0, "connections per Redis node (0: go-redis's default, 10 per CPU)")
+	fs.IntVar(&o.PGConns, "pg-conns", 20, "connections in the PostgreSQL pool")
+	quiet := fs.Bool("quiet", false, "no progress on standard error")
+	fail := fs.String("fail", "any", `exit with status 1 when "any" contender's check fails, or only when "library" (ratelimit's) does`)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	usage := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "compare: "+format+"\n", args...)
+		return 2
+	}
+	o.Media = split(*mediaFlag)
+	if o.Goroutines, err = ints(*goroutines); err != nil {
+		return usage("-goroutines: %v", err)
+	}
+	if o.Keys, err = ints(*keys); err != nil {
+		return usage("-keys: %v", err)
+	}
+	if err := o.Limit.Kind.UnmarshalText([]byte(*kind)); err != nil {
+		return usage("-kind: %v", err)
+	}
+	if *match != "" {
+		if o.Match, err = regexp.Compile(*match); err != nil {
+			return usage("-match: %v", err)
+		}
+	}
+	if *fail != "any" && *fail != "library" {
+		return usage(`-fail: %q: choose "any" or "library"`, *fail)
+	}
+	o.ClusterAddrs = split(*cluster)
+	if !*quiet {
+		o.Progress = os.Stderr
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	rep, err := compare.Run(ctx, o)
+	if rep != nil {
+		if werr := rep.WriteMarkdown(os.Stdout); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return usage("%v (after %v)", err, time.Since(start).Round(time.Millisecond))
+	}
+	failed := 0
+	for _, v := range rep.Violations() {
+		fmt.Fprintf(os.Stderr, "compare: check FAILED: %s (%s, %s) granted more than its bound allows\n", v.Contender.Name, v.Medium, v.Cell)
+		if *fail == "any" || v.Contender.Role == compare.Library {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func split(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range split(s) {
+		n, err := strconv.Atoi(strings.ReplaceAll(f, "_", ""))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

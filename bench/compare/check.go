@@ -1,0 +1,191 @@
+package compare
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Bound is what a limiter promises one key: the most tokens it may grant
+// within any span of time S on its own clock. Two shapes cover every
+// contender:
+//
+//   - a bucket (a token bucket, or GCRA, which is one): Base + PerSecond·S,
+//     the bucket full at the start of the span plus its refill;
+//   - windows of length Period, each granting at most PerWindow:
+//     Base + PerWindow·⌈S/Period⌉. A fixed window with rollover starts the
+//     span with at most its capacity (Base) and gains PerWindow at each
+//     window start inside it; a plain counter of windows (one that resets
+//     when its window ends, the window starting at its first call or on a
+//     grid) may see the end of the window the span starts in (Base =
+//     PerWindow) and one more window per Period.
+type Bound struct {
+	// Algorithm names the promise in the report.
+	Algorithm string
+	// Base is the most granted in a span of length zero.
+	Base float64
+	// PerSecond is a bucket's refill; 0 for windows.
+	PerSecond float64
+	// PerWindow and Period describe windows; 0 for a bucket.
+	PerWindow float64
+	Period    time.Duration
+}
+
+// BucketBound is the bound of a token bucket of the given capacity,
+// refilled at perSecond tokens a second.
+func BucketBound(algorithm string, capacity, perSecond float64) Bound {
+	return Bound{Algorithm: algorithm, Base: capacity, PerSecond: perSecond}
+}
+
+// WindowBound is the bound of windows of length period granting at most
+// perWindow each, base being the most granted in a span of length zero.
+func WindowBound(algorithm string, base, perWindow float64, period time.Duration) Bound {
+	return Bound{Algorithm: algorithm, Base: base, PerWindow: perWindow, Period: period}
+}
+
+// Allows returns the most tokens b allows within a span of length s.
+func (b Bound) Allows(s time.Duration) float64 {
+	if b.Period > 0 {
+		return b.Base + b.PerWindow*math.Ceil(float64(s)/float64(b.Period))
+	}
+	return b.Base + b.PerSecond*s.Seconds()
+}
+
+func (b Bound) String() string {
+	if b.Period > 0 {
+		return fmt.Sprintf("%s: %g + %g·⌈S/%v⌉", b.Algorithm, b.Base, b.PerWindow, b.Period)
+	}
+	return fmt.Sprintf("%s: %g + %g/s·S", b.Algorithm, b.Base, b.PerSecond)
+}
+
+// The checker never knows the moment a limiter decided a call, only that it
+// lies between the call and its answer on this machine's monotonic clock.
+// Every span is widened before it is judged, so that the check never
+// blames a limiter for a moment it cannot know:
+//
+//   - clockGrain covers clocks that count whole milliseconds (the
+//     library's, a counter's window number): two moments S apart may read
+//     up to 1 ms further apart;
+//   - clockRate covers clocks that run at a slightly different rate from
+//     this machine's monotonic one (wall clocks under NTP slew, at most
+//     0.05%; a server's clock).
+const (
+	clockGrain = time.Millisecond
+	clockRate  = 1e-3
+)
+
+// widen returns the longest span, on the limiter's clock, of moments
+// within a span s of the monotonic clock.
+func widen(s int64) float64 { return float64(s)*(1+clockRate) + float64(clockGrain) }
+
+// grant is one granted call, for the key of index key: made from
+// nanoseconds after the cell's start and answered within lat
+// microseconds (rounded up, so never placed earlier than it came).
+type grant struct {
+	from int64
+	key  int32
+	lat  uint32
+}
+
+// to returns when g was answered, in nanoseconds after the cell's start.
+func (g grant) to() int64 { return g.from + int64(g.lat)*int64(time.Microsecond) }
+
+// Check is the verdict on one contender's grants in one cell.
+type Check struct {
+	// Grants and Keys count the grants checked and the keys they were for.
+	Grants, Keys int
+	// Excess is the worst run found: its grants less what the bound allows
+	// over its span. Negative is headroom; above zero a violation.
+	Excess float64
+	// Worst describes that run: key, grants, span and bound.
+	Worst string
+}
+
+// Violated reports whether a run of grants exceeded the bound.
+func (c Check) Violated() bool { return c.Excess > 1e-9 }
+
+// check judges grants (of keys keys) against b. It sorts grants.
+func check(b Bound, grants []grant, keys []string) Check {
+	c := Check{Grants: len(grants), Excess: math.Inf(-1)}
+	slices.SortFunc(grants, func(x, y grant) int {
+		if x.key != y.key {
+			return int(x.key - y.key)
+		}
+		switch {
+		case x.from < y.from:
+			return -1
+		case x.from > y.from:
+			return 1
+		}
+		return 0
+	})
+	for lo := 0; lo < len(grants); {
+		hi := lo + 1
+		for hi < len(grants) && grants[hi].key == grants[lo].key {
+			hi++
+		}
+		c.Keys++
+		checkKey(b, grants[lo:hi], keys[grants[lo].key], &c)
+		lo = hi
+	}
+	return c
+}
+
+// checkKey judges one key's grants, sorted by call time, and records its
+// worst run in c.
+//
+// Grants i..j (in call order) were decided within [from_i, M_j], M_j the
+// latest answer among grants 0..j, so within a span of at most
+// widen(M_j - from_i). Two scans find the worst run in linear time:
+//
+//   - for every bound, the linear bound Base' + r·S (Base' = Base for a
+//     bucket; Base + PerWindow for windows, as ⌈x⌉ < x + 1): the run
+//     i..j exceeds it by (j-i+1) - Base' - r·widen(M_j - from_i), and the
+//     best i for each j is kept as a running maximum of r'·from_i - i;
+//   - for windows, runs whose widened span is at most one Period: at most
+//     Base + PerWindow. The earliest such i only moves forward with j.
+func checkKey(b Bound, gs []grant, key string, c *Check) {
+	note := func(excess float64, i, j int, span int64, allows float64) {
+		if excess > c.Excess {
+			c.Excess = excess
+			c.Worst = fmt.Sprintf("key %q: %d grants within %v, where %s allows %.2f",
+				key, j-i+1, time.Duration(widen(span)).Round(time.Microsecond), b, allows)
+		}
+	}
+	base, perNs := b.Base, b.PerSecond/1e9
+	if b.Period > 0 {
+		base, perNs = b.Base+b.PerWindow, b.PerWindow/float64(b.Period)
+	}
+	var (
+		latest  int64          // M_j
+		best    = math.Inf(-1) // max over i ≤ j of perNs·(1+clockRate)·from_i - i
+		bestI   int            // its i
+		stretch = perNs * (1 + clockRate)
+		first   int // the short scan's i
+		short   = b.Period > 0
+	)
+	for j, g := range gs {
+		latest = max(latest, g.to())
+		if v := stretch*float64(g.from) - float64(j); v > best {
+			best, bestI = v, j
+		}
+		excess := float64(j+1) - base - stretch*float64(latest) - perNs*float64(clockGrain) + best
+		if excess > c.Excess {
+			span := latest - gs[bestI].from
+			note(excess, bestI, j, span, base+perNs*widen(span))
+		}
+		if short {
+			// A single slow answer may leave no run short enough.
+			for first <= j && widen(latest-gs[first].from) > float64(b.Period) {
+				first++
+			}
+			if first <= j {
+				allows := b.Base + b.PerWindow
+				if excess := float64(j-first+1) - allows; excess > c.Excess {
+					note(excess, first, j, latest-gs[first].from, allows)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,462 @@
+// Package compare runs this library beside other Go rate limiters and bare
+// baselines on the same media (memory, bbolt, Redis, a Redis Cluster,
+// PostgreSQL), interleaved in one run, and checks that no contender
+// granted more than its own algorithm allows.
+//
+// # The matrix
+//
+// For every medium, every cell of the matrix (a number of goroutines, a
+// number of keys) runs all the medium's contenders in short slices,
+// rotated round-robin over several rounds, so that noise on the machine
+// falls on all of them alike. A first round warms connections and caches
+// and is not counted. Each call of a slice picks a key at random.
+//
+// # The check
+//
+// Every granted call is recorded with the moment it was made and the
+// moment it was answered. After a cell, each contender's grants are
+// checked, key by key, against the bound its own algorithm promises
+// (Bound): no run of grants may exceed it over the span the run could
+// have been decided in.
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/redis/go-redis/v9"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Options are the matrix, the limit and the servers of a run.
+type Options struct {
+	// Media to run, in order: memory, bolt, redis, cluster, pg.
+	Media []string
+	// Goroutines and Keys are the matrix: every pair is a cell.
+	Goroutines []int
+	Keys       []int
+	// Rounds is how many rounds are counted, after one warm-up round.
+	Rounds int
+	// Slice is how long a contender runs in each round.
+	Slice time.Duration
+	// Limit is every contender's limit.
+	Limit Limit
+	// Match, when not nil, keeps only the contenders whose name matches.
+	Match *regexp.Regexp
+	// The servers; they must be on this machine (loopback).
+	RedisAddr    string
+	ClusterAddrs []string
+	PostgresURL  string
+	// RedisPool and PGConns size the clients' pools; 0 means go-redis's
+	// default (10 per CPU) and 20.
+	RedisPool, PGConns int
+	// Progress, when not nil, receives a line per cell.
+	Progress io.Writer
+
+	// extra adds contenders to a medium (tests).
+	extra map[string][]Contender
+}
+
+// AllMedia lists the media a run may name, in the order they run.
+var AllMedia = []string{"memory", "bolt", "redis", "cluster", "pg"}
+
+// DefaultOptions returns a run of every medium over 1, 8 and 64
+// goroutines, one hot key and 10,000 keys, 5 rounds of 200 ms slices, and
+// a limit of 100 per second per key (the library as a token bucket).
+func DefaultOptions() Options {
+	return Options{
+		Media:        AllMedia,
+		Goroutines:   []int{1, 8, 64},
+		Keys:         []int{1, 10_000},
+		Rounds:       5,
+		Slice:        200 * time.Millisecond,
+		Limit:        Limit{Rate: 100, Period: time.Second, Kind: ratelimit.TokenBucket},
+		RedisAddr:    "127.0.0.1:6379",
+		ClusterAddrs: []string{"127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"},
+		PostgresURL:  "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+	}
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Options Options
+	// Prefix starts every key, table and file name the run made.
+	Prefix  string
+	Started time.Time
+	Elapsed time.Duration
+	Media   []*MediumReport
+}
+
+// Violations returns every check that failed.
+func (r *Report) Violations() []*Result {
+	var out []*Result
+	for _, m := range r.Media {
+		for _, c := range m.Cells {
+			for _, res := range c.Results {
+				if res.Check.Violated() {
+					out = append(out, res)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// MediumReport is one medium's part of a run.
+type MediumReport struct {
+	Name string
+	// Addr says where the medium ran: "On Redis 7.0.15 at 127.0.0.1:6379".
+	Addr string
+	// Skipped says why the medium did not run; empty when it ran.
+	Skipped string
+	// Contenders are the medium's, in the order of every cell's Results.
+	Contenders []Contender
+	Cells      []*Cell
+	// Cleanup is the error of removing the run's keys, tables or files.
+	Cleanup error
+}
+
+// Cell is one cell of the matrix on one medium.
+type Cell struct {
+	Goroutines, Keys int
+	Results          []*Result
+}
+
+// Result is one contender's outcome in one cell.
+type Result struct {
+	Contender *Contender
+	Medium    string
+	Cell      *Cell
+	// PerRound holds the decisions per second of each counted round.
+	PerRound []float64
+	// Median, Min and Max summarize PerRound.
+	Median, Min, Max float64
+	// P50 and P99 are latencies over the counted rounds.
+	P50, P99 time.Duration
+	// Calls, Granted and Errors count the calls of the counted rounds.
+	Calls, Granted, Errors int64
+	// Err is the first error a call of the counted rounds returned.
+	Err error
+	// Check is the verdict on every grant of the cell, warm-up included.
+	Check Check
+}
+
+// env is what a medium's contenders share: its connections, and names
+// unique to the run.
+type env struct {
+	prefix string // starts every key the run writes
+
+	redis redis.UniversalClient
+
+	pg        *pgxpool.Pool
+	pgSchema  string
+	pgStore   *pgstore.Store
+	upsertSQL string
+
+	dir                   string
+	boltStore             *boltstore.Store
+	boltUpdate, boltBatch *bolt.DB
+}
+
+// Run runs the matrix of o and checks every grant. A medium whose server
+// cannot be reached is skipped, with the reason in its MediumReport. Run
+// deletes the keys, tables and files it made before it returns.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	id := strconv.FormatInt(time.Now().UnixNano(), 36)
+	rep := &Report{Options: o, Prefix: "rlcompare-" + id, Started: time.Now()}
+	defer func() { rep.Elapsed = time.Since(rep.Started) }()
+	for _, name := range o.Media {
+		m := media[name]
+		mr := &MediumReport{Name: name}
+		rep.Media = append(rep.Media, mr)
+		for _, c := range append(slices.Clone(m.contenders), o.extra[name]...) {
+			if o.Match == nil || o.Match.MatchString(c.Name) {
+				mr.Contenders = append(mr.Contenders, c)
+			}
+		}
+		if len(mr.Contenders) == 0 {
+			mr.Skipped = "no contender matches"
+			continue
+		}
+		e := &env{prefix: rep.Prefix + "-", pgSchema: strings.ReplaceAll(rep.Prefix, "-", "_")}
+		addr, err := m.open(ctx, &o, e)
+		if err != nil {
+			mr.Skipped = err.Error()
+			o.progressf("%s: skipped: %v\n", name, err)
+			continue
+		}
+		mr.Addr = addr
+		err = runMedium(ctx, &o, e, mr)
+		// Clean up even when the run was interrupted.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		mr.Cleanup = m.close(cctx, e)
+		cancel()
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (o *Options) validate() error {
+	if len(o.Media) == 0 || len(o.Goroutines) == 0 || len(o.Keys) == 0 {
+		return errors.New("compare: name at least one medium, goroutine count and key count")
+	}
+	for _, m := range o.Media {
+		if _, ok := media[m]; !ok {
+			return fmt.Errorf("compare: unknown medium %q: choose among %v", m, AllMedia)
+		}
+	}
+	for _, g := range o.Goroutines {
+		if g < 1 || g > 10_000 {
+			return fmt.Errorf("compare: %d goroutines: choose 1 to 10000", g)
+		}
+	}
+	for _, k := range o.Keys {
+		if k < 1 || k > math.MaxInt32 {
+			return fmt.Errorf("compare: %d keys: choose at least 1", k)
+		}
+	}
+	if slices.Contains(o.Media, "cluster") && len(o.ClusterAddrs) == 0 {
+		return errors.New("compare: name the Redis Cluster's nodes")
+	}
+	if o.Rounds < 1 || o.Slice <= 0 {
+		return fmt.Errorf("compare: %d rounds of %v: choose at least one round of a positive slice", o.Rounds, o.Slice)
+	}
+	if o.Limit.Rate < 1 || o.Limit.Period < time.Millisecond || o.Limit.Period%time.Millisecond != 0 {
+		return fmt.Errorf("compare: limit of %d per %v: choose a rate ≥ 1 and a period of whole milliseconds", o.Limit.Rate, o.Limit.Period)
+	}
+	if o.Limit.Kind != ratelimit.FixedWindow && o.Limit.Kind != ratelimit.TokenBucket {
+		return fmt.Errorf("compare: limit kind %v: choose a fixed window or a token bucket", o.Limit.Kind)
+	}
+	return nil
+}
+
+func (o *Options) progressf(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format, args...)
+	}
+}
+
+func runMedium(ctx context.Context, o *Options, e *env, mr *MediumReport) error {
+	for _, g := range o.Goroutines {
+		for _, k := range o.Keys {
+			cell := &Cell{Goroutines: g, Keys: k}
+			mr.Cells = append(mr.Cells, cell)
+			start := time.Now()
+			if err := runCell(ctx, o, e, mr, cell, len(mr.Cells)); err != nil {
+				return fmt.Errorf("%s, %s: %w", mr.Name, cell, err)
+			}
+			o.progressf("%s, %s: %v\n", mr.Name, cell, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// contenderRun is one contender's state during a cell.
+type contenderRun struct {
+	taker  Taker
+	keys   []string
+	res    *Result
+	hist   histogram
+	grants [][]grant
+}
+
+func runCell(ctx context.Context, o *Options, e *env, mr *MediumReport, cell *Cell, index int) error {
+	runs := make([]*contenderRun, len(mr.Contenders))
+	defer func() {
+		for _, r := range runs {
+			if r == nil {
+				continue
+			}
+			if c, ok := r.taker.(io.Closer); ok {
+				c.Close()
+			}
+		}
+	}()
+	for i := range mr.Contenders {
+		c := &mr.Contenders[i]
+		t, err := c.New(ctx, e, o.Limit)
+		if err != nil {
+			return fmt.Errorf("setting up %s: %w", c.Name, err)
+		}
+		keys := make([]string, cell.Keys)
+		for k := range keys {
+			keys[k] = e.prefix + c.Code + "-" + strconv.Itoa(index) + "-" + strconv.Itoa(k)
+		}
+		res := &Result{Contender: c, Medium: mr.Name, Cell: cell}
+		cell.Results = append(cell.Results, res)
+		runs[i] = &contenderRun{taker: t, keys: keys, res: res}
+	}
+	base := time.Now()
+	for round := 0; round <= o.Rounds; round++ {
+		for n := range runs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			// Rotate who goes first, so that no contender always follows
+			// the same one.
+			r := runs[(n+round)%len(runs)]
+			seed := uint64(index)<<40 ^ uint64(round)<<20 ^ uint64(n)
+			runSlice(ctx, r, cell.Goroutines, o.Slice, base, round > 0, seed)
+		}
+	}
+	for _, r := range runs {
+		res := r.res
+		res.P50, res.P99 = r.hist.quantile(0.50), r.hist.quantile(0.99)
+		sorted := slices.Sorted(slices.Values(res.PerRound))
+		res.Min, res.Max = sorted[0], sorted[len(sorted)-1]
+		res.Median = median(sorted)
+		n := 0
+		for _, g := range r.grants {
+			n += len(g)
+		}
+		all := make([]grant, 0, n)
+		for i, g := range r.grants {
+			all = append(all, g...)
+			r.grants[i] = nil
+		}
+		res.Check = check(res.Contender.Bound(o.Limit), all, r.keys)
+	}
+	return nil
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// worker is one goroutine's share of a slice.
+type worker struct {
+	calls, granted, errors int64
+	err                    error
+	last                   time.Duration
+	hist                   histogram
+	grants                 []grant
+}
+
+// runSlice runs r from goroutines goroutines for about d: each goroutine
+// calls until a call ends after the deadline. A counted slice adds its
+// decisions per second (calls over the time from the start to the last
+// answer) and latencies to r's result; every slice's grants are kept for
+// the check.
+func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Duration, base time.Time, counted bool, seed uint64) {
+	workers := make([]worker, goroutines)
+	start := time.Since(base)
+	deadline := start + d
+	done := ctx.Done()
+	var wg sync.WaitGroup
+	for g := range workers {
+		w := &workers[g]
+		wg.Go(func() {
+			rng := seed ^ uint64(g+1)*0x9e3779b97f4a7c15
+			keys := r.keys
+			n := uint64(len(keys))
+			for i := 0; ; i++ {
+				k := 0
+				if n > 1 {
+					rng += 0x9e3779b97f4a7c15
+					k = int(splitmix(rng) % n)
+				}
+				t0 := time.Since(base)
+				ok, err := r.taker.Take(ctx, keys[k])
+				t1 := time.Since(base)
+				w.calls++
+				if counted {
+					w.hist.add(uint64(t1 - t0))
+				}
+				switch {
+				case err != nil:
+					w.errors++
+					if w.err == nil {
+						w.err = err
+					}
+				case ok:
+					w.granted++
+					// Latency in whole microseconds, rounded up: the
+					// answer is never placed earlier than it came.
+					lat := min((t1-t0+time.Microsecond-1)/time.Microsecond, math.MaxUint32)
+					w.grants = append(w.grants, grant{from: int64(t0), key: int32(k), lat: uint32(lat)})
+				}
+				w.last = t1
+				if t1 >= deadline {
+					return
+				}
+				if i&63 == 63 {
+					select {
+					case <-done:
+						return
+					default:
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var last time.Duration
+	var calls int64
+	res := r.res
+	for i := range workers {
+		w := &workers[i]
+		last = max(last, w.last)
+		r.grants = append(r.grants, w.grants)
+		if !counted {
+			continue
+		}
+		if w.err != nil && res.Err == nil {
+			res.Err = w.err
+		}
+		calls += w.calls
+		res.Calls += w.calls
+		res.Granted += w.granted
+		res.Errors += w.errors
+		r.hist.merge(&w.hist)
+	}
+	if counted {
+		res.PerRound = append(res.PerRound, float64(calls)/(last-start).Seconds())
+	}
+}
+
+// splitmix is the output function of SplitMix64, whose state steps by
+// 0x9e3779b97f4a7c15.
+func splitmix(x uint64) uint64 {
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// loopback checks that addr (host:port) names this machine: the run
+// writes and deletes keys and tables, and only on local servers.
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%s is not a loopback address: the comparison writes and deletes keys and tables, so it only talks to servers on this machine", addr)
+	}
+	return nil
+}
