@@ -70,44 +70,46 @@ func normalizeKind(s string) string {
 	return string(out)
 }
 
-// Config describes one named limit.
+// Config describes one named limit. In YAML and JSON its fields are
+// written kind, rate, period ("1m"), capacity, maxReserved, shards, start
+// and failOpen (ParseLimits).
 //
 // The zero values of Capacity, MaxReserved, Shards and Start mean "default":
 // Capacity = Rate, no bound on reservations, one record, and a per-key phase
 // derived from a hash of the limit's name and key.
 type Config struct {
 	// Kind is FixedWindow or TokenBucket. Required.
-	Kind Kind
+	Kind Kind `json:"kind" yaml:"kind"`
 	// Rate is the number of tokens granted per Period. Finite and > 0;
 	// fractions are allowed.
-	Rate float64
+	Rate float64 `json:"rate" yaml:"rate"`
 	// Period is the window length (fixed window) or the time in which Rate
 	// tokens are refilled (token bucket). At least 1 ms, a whole number of
 	// milliseconds.
-	Period time.Duration
+	Period time.Duration `json:"period" yaml:"period"`
 	// Capacity is the most tokens a bucket holds; grants beyond it are lost.
 	// 0 means Rate.
-	Capacity float64
+	Capacity float64 `json:"capacity,omitempty" yaml:"capacity,omitempty"`
 	// MaxReserved is the most tokens a bucket may owe through reservations.
 	// 0 means as many as MaxTokens, which no real limit reaches.
-	MaxReserved float64
+	MaxReserved float64 `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
 	// Shards splits a hot limit into that many independent records, each
 	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards. 0 or 1
 	// means one record.
-	Shards int
+	Shards int `json:"shards,omitempty" yaml:"shards,omitempty"`
 	// Start fixes the phase of a fixed window: windows begin at
 	// Start + k·Period for every integer k. The zero time.Time means a phase
 	// derived per key, so that clients of different keys do not all retry at
 	// the same instant; time.UnixMilli(0) aligns windows to the epoch. Only
 	// for FixedWindow.
-	Start time.Time
+	Start time.Time `json:"start,omitzero" yaml:"start,omitempty"`
 	// FailOpen is the failure policy: when the store cannot be asked, a
 	// call is allowed if FailOpen is true, and refused if it is false (the
 	// default). Fail closed when exceeding the limit costs more than
 	// refusing some calls during an outage (signups, paid APIs, LLM spend);
 	// fail open when the limit is a courtesy and availability comes first.
 	// See docs/production.md.
-	FailOpen bool
+	FailOpen bool `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
 }
 
 // Limits maps limit names to their configs, as given to New.

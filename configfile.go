@@ -3,82 +3,230 @@ package ratelimit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
-// Limits can be written in JSON, the format the command-line tool reads
-// (YAML files are converted to the same shape):
+// Limits can be written in YAML or JSON, for ParseLimits, for the
+// command-line tool, or for yaml.Unmarshal and json.Unmarshal of a Config
+// (or of Limits) in an application's own configuration:
 //
-//	{
-//	  "sendMessage": {"kind": "token bucket", "rate": 10, "period": "1m", "capacity": 3},
-//	  "signup":      {"kind": "fixed window", "rate": 100, "period": "1h", "start": "2024-01-01T00:00:00Z"}
-//	}
+//	sendMessage:
+//	  kind: token bucket
+//	  rate: 10
+//	  period: 1m
+//	  capacity: 3
+//	signup:
+//	  kind: fixed window
+//	  rate: 100
+//	  period: 1h
+//	  start: 2024-01-01T00:00:00Z
+//	  failOpen: true
 //
-// Durations are Go durations ("1h", "90s"), kinds "fixed window" or "token
-// bucket", start an RFC 3339 time; omitted fields take their zero values.
+// or, in JSON, {"sendMessage": {"kind": "token bucket", "rate": 10,
+// "period": "1m", "capacity": 3}, ...}.
+//
+// The fields are kind ("fixed window" or "token bucket"), rate, period (a
+// Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
+// 3339 time) and failOpen; omitted fields take their zero values. An
+// unknown field is an error, so that a misspelt one is not silently
+// ignored; errors name the line and the field as written here.
 
-type configJSON struct {
-	Kind        Kind       `json:"kind"`
-	Rate        float64    `json:"rate"`
-	Period      string     `json:"period"`
-	Capacity    float64    `json:"capacity,omitempty"`
-	MaxReserved float64    `json:"maxReserved,omitempty"`
-	Shards      int        `json:"shards,omitempty"`
-	Start       *time.Time `json:"start,omitempty"`
-	FailOpen    bool       `json:"failOpen,omitempty"`
+// configFile is a Config as files write it.
+type configFile struct {
+	Kind        Kind       `json:"kind" yaml:"kind"`
+	Rate        float64    `json:"rate" yaml:"rate"`
+	Period      string     `json:"period" yaml:"period"`
+	Capacity    float64    `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	MaxReserved float64    `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
+	Shards      int        `json:"shards,omitempty" yaml:"shards,omitempty"`
+	Start       *time.Time `json:"start,omitempty" yaml:"start,omitempty"`
+	FailOpen    bool       `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
 }
 
-// MarshalJSON writes c in the configuration file format.
-func (c Config) MarshalJSON() ([]byte, error) {
-	j := configJSON{Kind: c.Kind, Rate: c.Rate, Period: c.Period.String(), Capacity: c.Capacity,
+func (c Config) file() configFile {
+	f := configFile{Kind: c.Kind, Rate: c.Rate, Period: c.Period.String(), Capacity: c.Capacity,
 		MaxReserved: c.MaxReserved, Shards: c.Shards, FailOpen: c.FailOpen}
 	if !c.Start.IsZero() {
 		start := c.Start.UTC()
-		j.Start = &start
+		f.Start = &start
 	}
-	return json.Marshal(j)
+	return f
 }
 
-// UnmarshalJSON reads c from the configuration file format. Unknown fields
-// are an error, so that a misspelt field is not silently ignored. It does
-// not validate: ParseLimits and New do.
+// MarshalJSON writes c in the configuration file format.
+func (c Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
+
+// MarshalYAML writes c in the configuration file format.
+func (c Config) MarshalYAML() (any, error) { return c.file(), nil }
+
+// UnmarshalJSON reads c from the configuration file format. It does not
+// validate: ParseLimits and New do.
 func (c *Config) UnmarshalJSON(b []byte) error {
-	var j configJSON
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&j); err != nil {
-		return err
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("limit config: %w", err)
 	}
-	period, err := time.ParseDuration(j.Period)
-	if err != nil {
-		return fmt.Errorf("period %q: write a duration such as \"1m\" or \"1h30m\"", j.Period)
+	if n.Kind != yaml.DocumentNode || len(n.Content) != 1 {
+		return errors.New("limit config: write one object of fields (kind, rate, period, ...)")
 	}
-	*c = Config{Kind: j.Kind, Rate: j.Rate, Period: period, Capacity: j.Capacity,
-		MaxReserved: j.MaxReserved, Shards: j.Shards, FailOpen: j.FailOpen}
-	if j.Start != nil {
-		c.Start = *j.Start
+	return c.UnmarshalYAML(n.Content[0])
+}
+
+// configFields are the fields of the file format, and how each is read.
+var configFields = []struct {
+	name string
+	read func(c *Config, n *yaml.Node) error
+}{
+	{"kind", func(c *Config, n *yaml.Node) error {
+		if n.Kind != yaml.ScalarNode {
+			return errors.New(`write "fixed window" or "token bucket"`)
+		}
+		return c.Kind.UnmarshalText([]byte(n.Value))
+	}},
+	{"rate", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.Rate) }},
+	{"period", func(c *Config, n *yaml.Node) error {
+		d, err := time.ParseDuration(n.Value)
+		if n.Kind != yaml.ScalarNode || err != nil {
+			return fmt.Errorf("%q is not a duration: write one such as \"1m\" or \"1h30m\"", n.Value)
+		}
+		c.Period = d
+		return nil
+	}},
+	{"capacity", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.Capacity) }},
+	{"maxReserved", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.MaxReserved) }},
+	{"shards", func(c *Config, n *yaml.Node) error {
+		var f float64
+		if err := readNumber(n, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > MaxShards*2 {
+			return fmt.Errorf("%q is not a whole number of shards", n.Value)
+		}
+		c.Shards = int(f)
+		return nil
+	}},
+	{"start", func(c *Config, n *yaml.Node) error {
+		t, err := time.Parse(time.RFC3339Nano, n.Value)
+		if n.Kind != yaml.ScalarNode || err != nil {
+			return fmt.Errorf("%q is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", n.Value)
+		}
+		c.Start = t
+		return nil
+	}},
+	{"failOpen", func(c *Config, n *yaml.Node) error {
+		var b bool
+		if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+			return fmt.Errorf("%q is not true or false", n.Value)
+		}
+		c.FailOpen = b
+		return nil
+	}},
+}
+
+func readNumber(n *yaml.Node, x *float64) error {
+	if n.Kind != yaml.ScalarNode || n.Decode(x) != nil {
+		return fmt.Errorf("%q is not a number", n.Value)
 	}
 	return nil
 }
 
-// ParseLimits reads named limits from JSON (an object of name to config,
-// as above) and validates every one.
+// fieldNames lists the file format's fields, for messages.
+func fieldNames() string {
+	names := make([]string, len(configFields))
+	for i, f := range configFields {
+		names[i] = f.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// UnmarshalYAML reads c from the configuration file format. It does not
+// validate: ParseLimits and New do.
+func (c *Config) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a limit is a mapping of fields (%s)", n.Line, fieldNames())
+	}
+	*c = Config{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		j := fieldIndex(key.Value)
+		switch {
+		case j < 0:
+			return fmt.Errorf("line %d: unknown field %q%s: the fields are %s", key.Line, key.Value, didYouMean(key.Value), fieldNames())
+		case seen[key.Value]:
+			return fmt.Errorf("line %d: field %s given twice", key.Line, key.Value)
+		}
+		seen[key.Value] = true
+		if err := configFields[j].read(c, val); err != nil {
+			return fmt.Errorf("line %d: %s: %w", val.Line, key.Value, err)
+		}
+	}
+	return nil
+}
+
+func fieldIndex(name string) int {
+	for i, f := range configFields {
+		if f.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// didYouMean suggests the field a misspelt name stands for, written in
+// another case or with separators ("max_reserved", "FailOpen").
+func didYouMean(name string) string {
+	fold := func(s string) string { return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s)) }
+	for _, f := range configFields {
+		if fold(f.name) == fold(name) {
+			return fmt.Sprintf(" (did you mean %q?)", f.name)
+		}
+	}
+	return ""
+}
+
+// ParseLimits reads named limits from YAML or JSON (a mapping of name to
+// config, as above) and validates every one. An error names the line, and
+// the limit and field as written.
 func ParseLimits(data []byte) (Limits, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
-	limits := make(Limits, len(raw))
-	for name, msg := range raw {
+	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, errors.New("ratelimit: limits file: write a mapping of limit names to their fields")
+	}
+	m := doc.Content[0]
+	limits := make(Limits, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		name := m.Content[i].Value
+		if _, dup := limits[name]; dup {
+			return nil, fmt.Errorf("ratelimit: limits file: line %d: limit %q given twice", m.Content[i].Line, name)
+		}
 		var c Config
-		if err := json.Unmarshal(msg, &c); err != nil {
+		if err := c.UnmarshalYAML(m.Content[i+1]); err != nil {
 			return nil, fmt.Errorf("ratelimit: limits file: limit %q: %w", name, err)
 		}
 		if err := c.validate(name); err != nil {
-			return nil, err
+			return nil, &lineError{line: m.Content[i].Line, err: err}
 		}
 		limits[name] = c
 	}
 	return limits, nil
 }
+
+// lineError is a validation error of a limits file, with its line. It
+// unwraps to the *ConfigError.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string {
+	return fmt.Sprintf("ratelimit: limits file: line %d: %s", e.line, strings.TrimPrefix(e.err.Error(), "ratelimit: "))
+}
+
+func (e *lineError) Unwrap() error { return e.err }

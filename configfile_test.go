@@ -2,12 +2,14 @@ package ratelimit_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParseLimits(t *testing.T) {
@@ -35,7 +37,7 @@ func TestParseLimits(t *testing.T) {
 	}
 
 	for _, bad := range []struct{ in, want string }{
-		{`{"a": {"kind": "fixed window", "rate": 1, "period": "an hour"}}`, `period "an hour"`},
+		{`{"a": {"kind": "fixed window", "rate": 1, "period": "an hour"}}`, `period: "an hour" is not a duration`},
 		{`{"a": {"kind": "leaky", "rate": 1, "period": "1h"}}`, `unknown kind`},
 		{`{"a": {"kind": "fixed window", "rate": 1, "period": "1h", "capcity": 3}}`, `unknown field "capcity"`},
 		{`{"a": {"kind": "fixed window", "rate": 0, "period": "1h"}}`, `limit "a": Rate is 0`},
@@ -45,4 +47,51 @@ func TestParseLimits(t *testing.T) {
 		require.Error(t, err, bad.in)
 		assert.Contains(t, err.Error(), bad.want)
 	}
+}
+
+// yaml.Unmarshal of a Config keeps every field (maxReserved and failOpen
+// used to be dropped), refuses unknown ones, and says which line and
+// field, as the file writes them, never Go type names.
+func TestConfigYAML(t *testing.T) {
+	var limits ratelimit.Limits
+	require.NoError(t, yaml.Unmarshal([]byte(`
+llm:
+  kind: fixed window
+  rate: 40000
+  period: 1m
+  maxReserved: 20000
+  shards: 4
+  failOpen: true
+  start: 2024-01-01T00:00:00Z
+`), &limits))
+	want := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 40000, Period: time.Minute, MaxReserved: 20000,
+		Shards: 4, FailOpen: true, Start: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)}
+	assert.Equal(t, want, limits["llm"])
+
+	// A round trip through YAML.
+	b, err := yaml.Marshal(limits)
+	require.NoError(t, err)
+	again, err := ratelimit.ParseLimits(b)
+	require.NoError(t, err)
+	assert.True(t, again["llm"].Start.Equal(want.Start))
+
+	for _, bad := range []struct{ in, want string }{
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  max_reserved: 3\n", `line 5: unknown field "max_reserved" (did you mean "maxReserved"?)`},
+		{"a:\n  kind: fixed window\n  rate: lots\n  period: 1h\n", `line 3: rate: "lots" is not a number`},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 60\n", `line 4: period: "60" is not a duration`},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: sometimes\n", `line 5: failOpen: "sometimes" is not true or false`},
+		{"a:\n  kind: fixed window\n  rate: 0\n  period: 1h\n", `line 1: limit "a": Rate is 0`},
+		{"a: 3\n", `line 1: a limit is a mapping`},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(bad.in))
+		require.Error(t, err, bad.in)
+		assert.Contains(t, err.Error(), bad.want)
+		assert.NotContains(t, err.Error(), "ratelimit.", "no Go names")
+		assert.NotContains(t, err.Error(), "float64")
+		assert.Equal(t, 1, strings.Count(err.Error(), "ratelimit:"), "the prefix once: %v", err)
+	}
+	var ce *ratelimit.ConfigError
+	_, err = ratelimit.ParseLimits([]byte("a:\n  kind: token bucket\n  rate: 0\n  period: 1h\n"))
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 }

@@ -155,3 +155,48 @@ type stepClock struct {
 
 func (c *stepClock) Now() time.Time                  { return c.now }
 func (c *stepClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
+
+// With another process spending the same key, a local refusal is still
+// one the store would make, and its retry-after is never longer than the
+// store's, only shorter; retrying then reaches the store.
+func TestDenyCacheRetryAfterWithAnotherProcess(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := memstore.New()
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Second, Start: t0}}
+	cached, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(10))
+	require.NoError(t, err)
+	other, err := ratelimit.New(store, limits, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+
+	for range 5 {
+		res, err := cached.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		require.True(t, res.OK)
+	}
+	res, err := cached.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.False(t, res.Local, "the store refused, and the cache learned the record")
+
+	// Another process reserves 12 tokens: the key now owes them.
+	res, err = other.Limit(ctx, "l", "k", ratelimit.Reserve(), ratelimit.Count(12))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	local, err := cached.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, local.Local)
+	require.False(t, local.OK)
+	stored, err := other.Check(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, stored.OK, "the store refuses too")
+	assert.Less(t, local.RetryAfter, stored.RetryAfter, "shorter: the cached record does not know the reservation")
+
+	mock.Add(local.RetryAfter)
+	res, err = cached.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.False(t, res.Local, "a retry at the local wait goes to the store")
+	require.False(t, res.OK)
+	assert.Equal(t, stored.RetryAfter-local.RetryAfter, res.RetryAfter, "and learns the store's wait")
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/spf13/pflag"
-	"go.yaml.in/yaml/v3"
 )
 
 // limitFlags select one limit: from a limits file (--limits, --name) or
@@ -82,24 +80,16 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	return name, cfg, nil
 }
 
-// loadLimits reads a limits file: JSON, or YAML of the same shape.
+// loadLimits reads a limits file: YAML, or JSON of the same shape.
 func loadLimits(path string) (ratelimit.Limits, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json", ".yaml", ".yml":
+	default:
+		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
-	}
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json":
-	case ".yaml", ".yml":
-		var doc map[string]any
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if data, err = json.Marshal(doc); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-	default:
-		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
 	}
 	limits, err := ratelimit.ParseLimits(data)
 	if err != nil {
