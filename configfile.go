@@ -179,7 +179,9 @@ func fieldIndex(name string) int {
 // didYouMean suggests the field a misspelt name stands for, written in
 // another case or with separators ("max_reserved", "FailOpen").
 func didYouMean(name string) string {
-	fold := func(s string) string { return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s)) }
+	fold := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
+	}
 	for _, f := range configFields {
 		if fold(f.name) == fold(name) {
 			return fmt.Sprintf(" (did you mean %q?)", f.name)
