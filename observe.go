@@ -10,9 +10,9 @@ import (
 // called synchronously on the caller's goroutine, once per limit decided
 // (LimitAll reports each of its limits); keep it fast and non-blocking.
 //
-// Label metrics by Event.Name and Event.Outcome, never by Event.Key: keys
-// are unbounded (one per user or IP), and a metric labelled by them grows
-// without limit.
+// Label metrics by the limit's name (Event.Result.Name) and Event.Outcome,
+// never by the key (Event.Result.Key): keys are unbounded (one per user or
+// IP), and a metric labelled by them grows without limit.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -33,12 +33,12 @@ const (
 	Reserved
 	// Denied: refused; nothing was taken.
 	Denied
-	// Failed: the store could not decide; the failure policy did (see
-	// Event.Result.OK).
-	Failed
+	// Degraded: the store could not decide; the failure policy did (see
+	// Event.Result.OK and Event.Err).
+	Degraded
 )
 
-// String returns "allowed", "reserved", "denied" or "failed".
+// String returns "allowed", "reserved", "denied" or "degraded".
 func (o Outcome) String() string {
 	switch o {
 	case Allowed:
@@ -47,32 +47,26 @@ func (o Outcome) String() string {
 		return "reserved"
 	case Denied:
 		return "denied"
-	case Failed:
-		return "failed"
+	case Degraded:
+		return "degraded"
 	}
 	return "unknown"
 }
 
-// Event describes one decision.
+// Event describes one decision of one limit.
 type Event struct {
-	// Name is the limit; Key the key it was called for (do not label
-	// metrics by it).
-	Name string
-	Key  string
+	// Result is the limit's own answer: its Name, Key (never a metric
+	// label), Count, OK, RetryAfter, and whether the failure policy
+	// (Degraded) or the deny cache (Local) decided it.
+	Result Result
+	// Outcome sums the answer up.
+	Outcome Outcome
 	// Check is true for Check, which spends nothing.
 	Check bool
-	// Count is the tokens asked for.
-	Count   float64
-	Outcome Outcome
-	// Result is the limit's own answer.
-	Result Result
 	// Latency is the time the decision took, on the Limiter's clock.
 	Latency time.Duration
-	// Err is the store's error for Failed.
+	// Err is the store's error when the Outcome is Degraded.
 	Err error
-	// Local is true when the deny cache refused the call without asking
-	// the store.
-	Local bool
 }
 
 // WithObserver sets the Observer that sees every decision.
@@ -81,7 +75,7 @@ func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o 
 func outcomeOf(r Result, failed bool) Outcome {
 	switch {
 	case failed:
-		return Failed
+		return Degraded
 	case !r.OK:
 		return Denied
 	case r.RetryAfter > 0:

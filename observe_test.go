@@ -72,14 +72,14 @@ func TestObserver(t *testing.T) {
 	require.Len(t, events, 5)
 	var got []string
 	for _, e := range events {
-		got = append(got, fmt.Sprintf("%s/%v/local=%v/check=%v/err=%v", e.Name, e.Outcome, e.Local, e.Check, e.Err != nil))
+		got = append(got, fmt.Sprintf("%s/%v/local=%v/check=%v/err=%v", e.Result.Name, e.Outcome, e.Result.Local, e.Check, e.Err != nil))
 	}
 	assert.Equal(t, []string{
 		"l/allowed/local=false/check=false/err=false",
 		"l/reserved/local=false/check=false/err=false",
 		"l/denied/local=false/check=false/err=false",
 		"l/denied/local=true/check=true/err=false",
-		"l/failed/local=false/check=false/err=true",
+		"l/degraded/local=false/check=false/err=true",
 	}, got)
 }
 
@@ -102,7 +102,7 @@ func ExampleWithObserver() {
 	ctx := context.Background()
 	decisions := &counterVec{n: map[string]int{}}
 	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
-		decisions.inc(fmt.Sprintf(`limit=%q,outcome=%q`, e.Name, e.Outcome))
+		decisions.inc(fmt.Sprintf(`limit=%q,outcome=%q`, e.Result.Name, e.Outcome))
 	})
 	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
 		"search": {Kind: ratelimit.TokenBucket, Rate: 3, Period: time.Minute},

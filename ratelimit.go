@@ -498,10 +498,8 @@ func (l *Limiter) observe(ctx context.Context, mode Mode, res Result, start time
 	if l.observer == nil {
 		return
 	}
-	l.observer.Observe(ctx, Event{
-		Name: res.Name, Key: res.Key, Check: mode == ModeCheck, Count: res.Count,
-		Outcome: outcomeOf(res, err != nil), Result: res, Latency: l.clock.Since(start), Err: err, Local: res.Local,
-	})
+	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == ModeCheck,
+		Latency: l.clock.Since(start), Err: err})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so
