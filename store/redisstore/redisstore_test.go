@@ -104,7 +104,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-func TestOneRoundTripPerLimit(t *testing.T) {
+func TestOneRoundTripPerCall(t *testing.T) {
 	ctx := context.Background()
 	c := client(t)
 	cnt := &counter{}
@@ -115,7 +115,7 @@ func TestOneRoundTripPerLimit(t *testing.T) {
 		"shard": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 8},
 	}, ratelimit.WithClock(newMock(t0)))
 	require.NoError(t, err)
-	_, err = lim.Limit(ctx, "one", "warm-up") // may load the script: EVALSHA, then EVAL
+	_, err = lim.Limit(ctx, "one", "warm-up") // may load the library: FCALL, FUNCTION LOAD, FCALL
 	require.NoError(t, err)
 
 	calls := []func() error{
@@ -129,17 +129,18 @@ func TestOneRoundTripPerLimit(t *testing.T) {
 		cnt.names = nil
 		require.NoError(t, call())
 		require.Equal(t, int64(1), cnt.cmds.Load(), "call %d sent %v", i, cnt.names)
-		require.Equal(t, []string{"evalsha"}, cnt.names, "call %d", i)
+		require.Equal(t, []string{"fcall"}, cnt.names, "call %d", i)
 	}
 
-	// A server that forgot the script: EVALSHA fails with NOSCRIPT and
-	// the store falls back to EVAL, once.
-	require.NoError(t, c.ScriptFlush(ctx).Err())
+	// A server that forgot the library (a restart without persistence, a
+	// FUNCTION FLUSH): FCALL fails, the store loads the library, once, and
+	// calls again.
+	require.NoError(t, c.FunctionDelete(ctx, redisstore.FunctionLibrary()).Err())
 	cnt.names = nil
 	res, err := lim.Limit(ctx, "one", "k")
 	require.NoError(t, err)
 	require.True(t, res.OK)
-	require.Equal(t, []string{"evalsha", "eval"}, cnt.names)
+	require.Equal(t, []string{"fcall", "function", "fcall"}, cnt.names)
 }
 
 func TestExpiry(t *testing.T) {
@@ -202,13 +203,10 @@ func TestServerTime(t *testing.T) {
 	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(2))
 	require.NoError(t, err)
 	require.True(t, res.OK)
-	raw, err := c.Get(ctx, s.Key(ratelimit.RecordID{Name: "tb", Key: "k"})).Result()
-	require.NoError(t, err)
-	var value float64
-	var ts int64
-	_, err = fmt.Sscanf(raw, "%g %d", &value, &ts)
-	require.NoError(t, err)
-	require.InDelta(t, server, ts, float64(time.Minute.Milliseconds()), "the record is stamped with the server's time")
+	rec := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "tb", Key: "k"}}, rec))
+	require.True(t, rec[0].Found)
+	require.InDelta(t, server, rec[0].State.TS, float64(time.Minute.Milliseconds()), "the record is stamped with the server's time")
 	st, err := lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
 	require.InDelta(t, 0, st.Tokens, 0.01, "Value is judged at the server's time too")

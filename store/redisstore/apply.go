@@ -1,0 +1,492 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed ratelimit.lua
+var luaSource string
+
+// library is ratelimit.lua as a Redis Function library and as a script.
+type library struct {
+	// name names the library and its one function: "ratelimit_" and a
+	// digest of the code, so that processes running different versions
+	// of the store against one server each find their own.
+	name   string
+	code   string        // FUNCTION LOAD's argument
+	script *redis.Script // for servers without Functions
+}
+
+var lib = newLibrary(luaSource)
+
+func newLibrary(src string) library {
+	sum := sha1.Sum([]byte(src))
+	name := "ratelimit_" + hex.EncodeToString(sum[:8])
+	return library{
+		name:   name,
+		code:   "#!lua name=" + name + "\n" + src + "\nredis.register_function('" + name + "', apply)\n",
+		script: redis.NewScript(src + "\nreturn apply(KEYS, ARGV)\n"),
+	}
+}
+
+// FunctionLibrary returns the name of the Redis Function library the store
+// loads (FUNCTION LOAD) on first use, and calls (FCALL). The name carries a
+// digest of the code: a store of another version loads a library of its
+// own beside it. Remove the libraries of versions no longer deployed with
+// FUNCTION DELETE.
+func FunctionLibrary() string { return lib.name }
+
+// limit is the part of ratelimit.Params that the records of one limit
+// share: it travels once per batch, whatever the number of records.
+type limit struct {
+	kind                        ratelimit.Kind
+	rate, capacity, maxReserved float64
+	period                      int64
+}
+
+// same reports whether l and m are the same bits.
+func (l limit) same(m limit) bool {
+	return l.kind == m.kind && l.period == m.period && math.Float64bits(l.rate) == math.Float64bits(m.rate) &&
+		math.Float64bits(l.capacity) == math.Float64bits(m.capacity) && math.Float64bits(l.maxReserved) == math.Float64bits(m.maxReserved)
+}
+
+func limitOf(p ratelimit.Params) limit {
+	return limit{kind: p.Kind, rate: p.Rate, period: p.Period, capacity: p.Capacity, maxReserved: p.MaxReserved}
+}
+
+// request is one op, copied out of the caller's memory into the store's
+// in the caller's goroutine (the Limiter reuses its ops once Apply
+// returns, and a caller may leave while its op is in flight), with the
+// decisions the batch that carries it writes back.
+type request struct {
+	mode    ratelimit.Mode
+	reserve bool
+	now     int64
+	items   []item
+	keys    []string // the Redis keys of its records, item by item, shard by shard
+	out     []ratelimit.Decision
+}
+
+type item struct {
+	count  float64
+	n      int // shards: 1 or 2
+	shards [2]shard
+}
+
+type shard struct {
+	lim   limit
+	phase int64
+}
+
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// newRequest copies op into a request of the store's.
+func (s *Store) newRequest(op *ratelimit.Op) (*request, error) {
+	r := requests.Get().(*request)
+	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
+	r.items, r.keys = r.items[:0], r.keys[:0]
+	for i := range op.Items {
+		it := &op.Items[i]
+		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == ratelimit.ModeRefund) {
+			release(r)
+			return nil, fmt.Errorf("redisstore: item %q of the op has %d shards: an item has one or two, a refund one", it.Name, n)
+		}
+		ri := item{count: it.Count, n: len(it.Shards)}
+		for j, sh := range it.Shards {
+			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
+			r.keys = append(r.keys, s.Key(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
+		}
+		r.items = append(r.items, ri)
+	}
+	r.out = slices.Grow(r.out[:0], len(op.Items))[:len(op.Items)]
+	return r, nil
+}
+
+// release returns r to the pool. Only a request that no batch in flight
+// holds may be released.
+func release(r *request) {
+	clear(r.keys) // drop the strings
+	requests.Put(r)
+}
+
+// tag returns the hash tag of the request's records (all share it).
+func (r *request) tag() string {
+	k := r.keys[0]
+	i := strings.IndexByte(k, '{')
+	j := strings.IndexByte(k, '}')
+	return k[i+1 : j]
+}
+
+// Apply implements ratelimit.Store. The op goes at once when no round trip
+// to its Redis server is in flight; otherwise it waits for that round trip
+// and goes with the other ops that arrived meanwhile, in one call of the
+// function.
+func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	r, err := s.newRequest(op)
+	if err != nil {
+		return err
+	}
+	dest, err := s.destination(ctx, r)
+	if err != nil {
+		release(r)
+		return fmt.Errorf("redisstore: apply: %w", err)
+	}
+	res, err := s.batches.Do(ctx, dest, r)
+	if err == nil {
+		err = res
+	}
+	if err != nil {
+		// r may still be in a batch in flight: leave it to the collector.
+		return fmt.Errorf("redisstore: apply: %w", err)
+	}
+	copy(out, r.out)
+	release(r)
+	return nil
+}
+
+// ApplyBatch implements ratelimit.BatchApplier: the ops in one round trip
+// (on a Cluster, one per node), decided in order, each op atomic.
+func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	reqs := make([]*request, len(ops))
+	for i, op := range ops {
+		r, err := s.newRequest(op)
+		if err != nil {
+			return err
+		}
+		reqs[i] = r
+	}
+	errs := make([]error, len(ops))
+	if err := s.send(ctx, "", reqs, errs); err != nil {
+		return fmt.Errorf("redisstore: apply batch: %w", err)
+	}
+	for i, r := range reqs {
+		if errs[i] != nil {
+			return fmt.Errorf("redisstore: apply batch: op %d: %w", i, errs[i])
+		}
+		copy(outs[i], r.out)
+		release(r)
+	}
+	return nil
+}
+
+// destination returns the server an op goes to: on a Cluster, the address
+// of the master of its slot; elsewhere there is one.
+func (s *Store) destination(ctx context.Context, r *request) (string, error) {
+	if s.cluster == nil {
+		return "", nil
+	}
+	node, err := s.cluster.MasterForKey(ctx, r.keys[0])
+	if err != nil {
+		return "", err
+	}
+	return node.Options().Addr, nil
+}
+
+// send decides reqs, in order, filling errs (one per request). On a single
+// server, or Sentinel, they go in one call of the function; elsewhere, in
+// one call per hash tag (so that each call's keys share a Cluster slot),
+// pipelined: the client sends one pipeline per node and follows MOVED and
+// ASK redirections.
+func (s *Store) send(ctx context.Context, _ string, reqs []*request, errs []error) error {
+	if s.single {
+		c := &fcall{reqs: reqs}
+		s.run(ctx, []*fcall{c})
+		if c.err != nil {
+			return c.err
+		}
+		return nil
+	}
+	calls := groupByTag(reqs)
+	s.run(ctx, calls)
+	for _, c := range calls {
+		for _, r := range c.reqs {
+			errs[slices.Index(reqs, r)] = c.err
+		}
+	}
+	return nil
+}
+
+// groupByTag splits reqs into one call per hash tag, keeping the order of
+// arrival within each.
+func groupByTag(reqs []*request) []*fcall {
+	var calls []*fcall
+	byTag := make(map[string]*fcall, len(reqs))
+	for _, r := range reqs {
+		t := r.tag()
+		c := byTag[t]
+		if c == nil {
+			c = &fcall{}
+			byTag[t] = c
+			calls = append(calls, c)
+		}
+		c.reqs = append(c.reqs, r)
+	}
+	return calls
+}
+
+// fcall is one call of the function over requests that share a slot.
+type fcall struct {
+	reqs []*request
+	enc  *encoder
+	cmd  *redis.Cmd
+	err  error
+}
+
+// run makes the calls, one pipeline for several, and decodes their replies
+// into their requests. A server that lost the library (a restart without
+// persistence, FUNCTION FLUSH, a new node) is given it again, and the calls
+// that failed for it are made once more; a server without Functions (Redis
+// before 7) is sent the script instead, from then on.
+func (s *Store) run(ctx context.Context, calls []*fcall) {
+	for _, c := range calls {
+		c.enc = encoders.Get().(*encoder)
+		c.enc.encode(c.reqs, s.serverTime, s.margin)
+	}
+	defer func() {
+		for _, c := range calls {
+			encoders.Put(c.enc)
+			c.enc, c.cmd = nil, nil
+		}
+	}()
+	pending := calls
+	for attempt := 0; len(pending) > 0; attempt++ {
+		s.issue(ctx, pending)
+		var again []*fcall
+		reload := false
+		for _, c := range pending {
+			c.err = c.cmd.Err()
+			switch {
+			case c.err == nil:
+				c.err = decode(c.cmd, c.reqs)
+			case attempt == 0 && isFunctionMissing(c.err):
+				reload = true
+				again = append(again, c)
+			case attempt == 0 && !s.scripts.Load() && isUnknownFCall(c.err):
+				s.scripts.Store(true)
+				again = append(again, c)
+			}
+		}
+		if reload {
+			if err := s.loadLibrary(ctx); err != nil {
+				for _, c := range again {
+					c.err = err
+				}
+				return
+			}
+		}
+		pending = again
+	}
+}
+
+// issue sends the calls: one alone, several in a pipeline.
+func (s *Store) issue(ctx context.Context, calls []*fcall) {
+	if len(calls) == 1 {
+		calls[0].cmd = s.call(ctx, s.client, calls[0].enc)
+		return
+	}
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			c.cmd = s.call(ctx, p, c.enc)
+		}
+		return nil
+	})
+	// A script missing from a server (NOSCRIPT) is sent whole, once.
+	var retry []*fcall
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range retry {
+				c.cmd = lib.script.Eval(ctx, p, c.enc.keys, c.enc.buf)
+			}
+			return nil
+		})
+	}
+}
+
+// call calls the function, or the script on a server without Functions;
+// c is the client or a pipeline.
+func (s *Store) call(ctx context.Context, c redis.Cmdable, e *encoder) *redis.Cmd {
+	if !s.scripts.Load() {
+		return c.FCall(ctx, lib.name, e.keys, e.buf)
+	}
+	if p, ok := c.(redis.Pipeliner); ok {
+		return lib.script.EvalSha(ctx, p, e.keys, e.buf)
+	}
+	return lib.script.Run(ctx, c.(redis.Scripter), e.keys, e.buf)
+}
+
+// loadLibrary loads the library on the server, or on every master of a
+// Cluster. A library of this name already there is this very code.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
+		err := c.FunctionLoad(ctx, lib.code).Err()
+		switch {
+		case err != nil && strings.Contains(err.Error(), "already exists"):
+			err = nil
+		case err != nil && redis.HasErrorPrefix(err, "NOPERM"):
+			// Not allowed to load functions: scripts may be.
+			s.scripts.Store(true)
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("loading the function library %s: %w", lib.name, err)
+		}
+		return nil
+	}
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, s.client)
+}
+
+func isFunctionMissing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+func isUnknownFCall(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") && strings.Contains(msg, "fcall")
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// decode reads the reply of one call into its requests' decisions.
+func decode(cmd *redis.Cmd, reqs []*request) error {
+	reply, err := cmd.Text()
+	if err != nil {
+		return fmt.Errorf("bad reply: %w", err)
+	}
+	n := 0
+	for _, r := range reqs {
+		n += len(r.out)
+	}
+	if len(reply) != n*decisionSize {
+		return fmt.Errorf("the function answered %d bytes for %d decisions of %d: is another library loaded under the name %s?", len(reply), n, decisionSize, lib.name)
+	}
+	for _, r := range reqs {
+		for i := range r.out {
+			d := reply[:decisionSize]
+			reply = reply[decisionSize:]
+			r.out[i] = ratelimit.Decision{
+				OK:         d[0] == 1,
+				RetryAfter: int64(f64(d[1:])),
+				Remaining:  f64(d[9:]),
+				Charged:    [2]float64{f64(d[17:]), f64(d[25:])},
+			}
+		}
+	}
+	return nil
+}
+
+// decisionSize is the bytes of one decision in the reply: ok, retry after,
+// remaining, charged to each shard.
+const decisionSize = 1 + 4*8
+
+// f64 reads a little-endian double.
+func f64(b string) float64 {
+	_ = b[7]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+}
+
+// encoder builds the keys and the argument of one call of the function
+// (ratelimit.lua says the layout).
+type encoder struct {
+	buf    []byte
+	keys   []string
+	limits []limit
+	refs   []uint32 // per shard, in order: its limit, 1-based
+}
+
+var encoders = sync.Pool{New: func() any { return new(encoder) }}
+
+func (e *encoder) encode(reqs []*request, serverTime bool, margin int64) {
+	e.keys, e.limits, e.refs = e.keys[:0], e.limits[:0], e.refs[:0]
+	for _, r := range reqs {
+		e.keys = append(e.keys, r.keys...)
+		for i := range r.items {
+			it := &r.items[i]
+			for j := range it.n {
+				e.refs = append(e.refs, e.ref(it.shards[j].lim))
+			}
+		}
+	}
+	var flags byte
+	if serverTime {
+		flags = 1
+	}
+	b := append(e.buf[:0], flags)
+	b = appendF64(b, float64(margin))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.limits)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(reqs)))
+	for _, l := range e.limits {
+		b = append(b, byte(l.kind))
+		b = appendF64(b, l.rate)
+		b = appendF64(b, float64(l.period))
+		b = appendF64(b, l.capacity)
+		b = appendF64(b, l.maxReserved)
+	}
+	refs := e.refs
+	for _, r := range reqs {
+		var reserve byte
+		if r.reserve {
+			reserve = 1
+		}
+		b = append(b, byte(r.mode), reserve)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.items)))
+		b = appendF64(b, float64(r.now))
+		for i := range r.items {
+			it := &r.items[i]
+			b = appendF64(b, it.count)
+			b = append(b, byte(it.n))
+			for j := range it.n {
+				b = binary.LittleEndian.AppendUint32(b, refs[0])
+				refs = refs[1:]
+				b = appendF64(b, float64(it.shards[j].phase))
+			}
+		}
+	}
+	e.buf = b
+}
+
+// ref returns the 1-based index of l among the batch's limits, adding it.
+func (e *encoder) ref(l limit) uint32 {
+	for i, have := range e.limits {
+		if have.same(l) {
+			return uint32(i + 1)
+		}
+	}
+	e.limits = append(e.limits, l)
+	return uint32(len(e.limits))
+}
+
+func appendF64(b []byte, x float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+}
