@@ -438,16 +438,22 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64) {
 			}
 		}
 	}
-	var flags byte
+	var flags float64
 	if serverTime {
 		flags = 1
 	}
-	b := append(e.buf[:0], flags)
+	b := appendF64(e.buf[:0], flags)
 	b = appendF64(b, float64(margin))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.limits)))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(reqs)))
+	nops := 0
+	for _, r := range reqs {
+		if len(r.items) > 0 {
+			nops++
+		}
+	}
+	b = appendF64(b, float64(len(e.limits)))
+	b = appendF64(b, float64(nops))
 	for _, l := range e.limits {
-		b = append(b, byte(l.kind))
+		b = appendF64(b, float64(l.kind))
 		b = appendF64(b, l.rate)
 		b = appendF64(b, float64(l.period))
 		b = appendF64(b, l.capacity)
@@ -455,19 +461,23 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64) {
 	}
 	refs := e.refs
 	for _, r := range reqs {
-		var reserve byte
+		if len(r.items) == 0 {
+			continue // nothing to decide or write
+		}
+		var reserve float64
 		if r.reserve {
 			reserve = 1
 		}
-		b = append(b, byte(r.mode), reserve)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.items)))
+		b = appendF64(b, float64(r.mode))
+		b = appendF64(b, reserve)
+		b = appendF64(b, float64(len(r.items)))
 		b = appendF64(b, float64(r.now))
 		for i := range r.items {
 			it := &r.items[i]
 			b = appendF64(b, it.count)
-			b = append(b, byte(it.n))
+			b = appendF64(b, float64(it.n))
 			for j := range it.n {
-				b = binary.LittleEndian.AppendUint32(b, refs[0])
+				b = appendF64(b, float64(refs[0]))
 				refs = refs[1:]
 				b = appendF64(b, float64(it.shards[j].phase))
 			}

@@ -14,30 +14,32 @@
 --
 -- keys: the records of the batch's ops, op by op, item by item, shard by
 -- shard (ratelimit.Op.AppendRecordIDs); a record may appear several times.
--- args[1]: the batch, little-endian:
---   header  B flags (1: judge every op at the server's TIME), d expiry
---           margin (ms), I4 number of limits, I4 number of ops
---   limits  B kind (1 fixed window, 2 token bucket), d rate, d period,
---           d capacity, d max reserved; one per limit of the batch
---   ops     B mode (0 limit, 1 check, 2 refund), B reserve, I4 items,
---           d now (Unix ms); then per item: d count, B shards; then per
---           shard: I4 limit (1-based, into limits), d phase
--- The reply is one string: per item of every op, in order, B ok, d retry
--- after (ms), d remaining, d charged to the first and to the second shard.
+-- args[1]: the batch, as little-endian doubles:
+--   header  flags (1: judge every op at the server's TIME), expiry margin
+--           (ms), number of limits, number of ops
+--   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
+--           max reserved; one per limit of the batch
+--   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0), items
+--           (at least one), now (Unix ms); then per item: count, shards;
+--           then per shard: its limit (1-based), phase
+-- The reply is one string: per item of every op, in order, a byte ok and
+-- the doubles retry after (ms), remaining, charged to the first and to the
+-- second shard.
 --
--- A record is the string "\1" followed by two doubles, value and ts; the
--- text "<value> <ts>" of earlier versions is still read. Every record the
--- batch touches is read once and, if an op changed it, written once at the
--- end, with the expiry of its last write: the same outcome as the ops run
--- one after another.
+-- A record is the string "\1" followed by three doubles: value and ts (the
+-- ratelimit.State), and the server time (ms) at which Redis expires the
+-- key. The text "<value> <ts>" of earlier versions is still read. Every
+-- record the batch touches is read once and, if an op changed it, written
+-- once at the end: the same outcome as the ops run one after another.
 
 -- Set by apply: the code that loads a library may not read globals.
-local floor, ceil, min, unpack, pack, call
+local floor, ceil, min, sunpack, pack, call, lunpack
 
 local NOISE = 1e-9
 local MAX_RETRY = 9223372036854 -- ratelimit.MaxRetryAfter
 local FIXED = 1
 local MODE_LIMIT, MODE_REFUND = 0, 2
+local INF = 1 / 0
 
 -- floor division of integers held in doubles, exact below 2^53: the
 -- quotient of a float division, corrected by exact products.
@@ -78,9 +80,9 @@ local function refresh(p, v, ts, now)
 end
 
 -- load: refreshed if found, Fresh if missing
-local function load(p, phase, r, now)
-  if r.found then
-    return refresh(p, r.v, r.ts, now)
+local function load(p, phase, found, v, ts, now)
+  if found then
+    return refresh(p, v, ts, now)
   end
   if p[1] == FIXED then
     return p[4], window_start(p, phase, now)
@@ -136,8 +138,8 @@ end
 
 -- single (Transition): returns ok, retry, remaining, charged, and the
 -- state to write (nil: no write).
-local function single(p, phase, r, now, count, reserve)
-  local v0, ts = load(p, phase, r, now)
+local function single(p, phase, found, v0, ts, now, count, reserve)
+  v0, ts = load(p, phase, found, v0, ts, now)
   local v = denoise(v0 - count)
   local retry = 0
   if v >= 0 then
@@ -159,9 +161,9 @@ end
 
 -- pair: returns ok, retry, remaining, charged a, charged b, and the states
 -- to write (nil: no write).
-local function pair(pa, pb, pha, phb, ra, rb, now, count, reserve)
-  local sa, tsa = load(pa, pha, ra, now)
-  local sb, tsb = load(pb, phb, rb, now)
+local function pair(pa, pb, pha, phb, fa, sa, tsa, fb, sb, tsb, now, count, reserve)
+  sa, tsa = load(pa, pha, fa, sa, tsa, now)
+  sb, tsb = load(pb, phb, fb, sb, tsb, now)
   local va, vb = denoise(sa - count), denoise(sb - count)
   if va >= 0 or vb >= 0 then
     local w = nil
@@ -239,70 +241,133 @@ local function full_at(p, v, ts)
   return nil
 end
 
--- read returns the record of key, reading it from Redis on first use in
--- the batch.
-local function read(recs, key)
-  local r = recs[key]
-  if r then
-    return r
+-- The tables below live as long as the library and are reused by every
+-- call, so that a call leaves little garbage for Lua's collector.
+
+-- The records of the batch, numbered in order of first use: the key, the
+-- state read (or written by an earlier op of the batch), the expiry read
+-- (false: none known), and, once written, the limit and now of the last
+-- write (false: not written).
+local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
+local nrec = 0
+
+local at = {}   -- the record of each key of the call
+local names = {} -- the distinct keys, in order
+
+-- readall reads every record of the call, each once, with MGET.
+local function readall(keys)
+  for i = 1, nrec do
+    slot[rkey[i]] = nil
   end
-  local raw = call('GET', key)
-  if not raw then
-    r = { found = false, key = key }
-  elseif string.byte(raw, 1) == 1 then
-    local _, v, ts = unpack('<Bdd', raw)
-    r = { found = true, v = v, ts = ts, key = key }
-  else
-    local v, ts = string.match(raw, '^(%S+) (%S+)$')
-    r = { found = true, v = tonumber(v), ts = tonumber(ts), key = key }
+  nrec = 0
+  for k = 1, #keys do
+    local key = keys[k]
+    local i = slot[key]
+    if not i then
+      nrec = nrec + 1
+      i = nrec
+      slot[key], rkey[i] = i, key
+    end
+    at[k] = i
   end
-  recs[key] = r
-  return r
+  local done = 0
+  while done < nrec do
+    local m = min(nrec - done, 1000)
+    local raws = call('MGET', lunpack(rkey, done + 1, done + m))
+    for j = 1, m do
+      local i, raw = done + j, raws[j]
+      rp[i], rnow[i], rdl[i] = false, false, false
+      if not raw then
+        rfound[i] = false
+      elseif string.byte(raw, 1) == 1 then
+        local _
+        _, rv[i], rts[i], rdl[i] = sunpack('<Bddd', raw)
+        rfound[i] = true
+      else
+        local v, ts = string.match(raw, '^(%S+) (%S+)$')
+        rfound[i], rv[i], rts[i] = true, tonumber(v), tonumber(ts)
+      end
+    end
+    done = done + m
+  end
 end
 
-local function apply(keys, args)
-  floor, ceil, min = math.floor, math.ceil, math.min
-  unpack, pack, call = struct.unpack, struct.pack, redis.call
-  local b = args[1]
-  local flags, margin, nlimits, nops, pos = unpack('<Bdi4i4', b)
-  local limits = {}
-  for i = 1, nlimits do
-    local kind, rate, period, capacity, maxr
-    kind, rate, period, capacity, maxr, pos = unpack('<Bdddd', b, pos)
-    limits[i] = { kind, rate, period, capacity, maxr }
-  end
-  local tnow
-  if flags % 2 == 1 then
+local limits = {}              -- the batch's limits
+local wr, wv, wts, wp = {}, {}, {}, {} -- the writes of the op being decided
+local dirty = {}               -- the records to write at the end, in order
+local out = {}                 -- the reply's numbers, five per item
+local formats = {}             -- n -> the pack format of n items
+local tnow                     -- the server's time, once read
+
+local function servertime()
+  if not tnow then
     local t = call('TIME')
     tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
   end
+  return tnow
+end
 
-  local recs = {}   -- key -> {key, found, v, ts; once written: p, now, dirty}
-  local dirty = {}  -- the records to write at the end, in order
-  local reply = {}
-  local k = 1       -- next key
-  -- the updates of the current op, applied when it commits
-  local wr, wv, wts, wp = {}, {}, {}, {}
+-- reply packs the n items of out.
+local function reply(n)
+  local parts = {}
+  local i = 0
+  while i < n do
+    local m = min(n - i, 1000)
+    local f = formats[m]
+    if not f then
+      f = '<' .. string.rep('Bdddd', m)
+      formats[m] = f
+    end
+    parts[#parts + 1] = pack(f, lunpack(out, 5 * i + 1, 5 * (i + m)))
+    i = i + m
+  end
+  return table.concat(parts)
+end
 
+local function apply(keys, args)
+  floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
+  sunpack, pack, call = struct.unpack, struct.pack, redis.call
+  tnow = nil
+  readall(keys)
+
+  local b = args[1]
+  local flags, margin, nlimits, nops, pos = sunpack('<dddd', b)
+  for i = 1, nlimits do
+    local l = limits[i]
+    if not l then
+      l = {}
+      limits[i] = l
+    end
+    l[1], l[2], l[3], l[4], l[5], pos = sunpack('<ddddd', b, pos)
+  end
+  local own = flags % 2 == 1
+  if own then
+    servertime()
+  end
+
+  local nd, no = 0, 0 -- dirty records, numbers in out
+  local k = 1         -- next key
   for _ = 1, nops do
-    local mode, reserve, nitems, now
-    mode, reserve, nitems, now, pos = unpack('<BBi4d', b, pos)
-    if tnow then
+    -- an op and its first item in one read: every op has one
+    local mode, reserve, nitems, now, count, nshards, li, phase
+    mode, reserve, nitems, now, count, nshards, li, phase, pos = sunpack('<dddddddd', b, pos)
+    reserve = reserve == 1
+    if own then
       now = tnow
     end
-    reserve = reserve == 1
     local nw = 0
     local all = true
-    for _ = 1, nitems do
-      local count, nshards, li, phase
-      count, nshards, li, phase, pos = unpack('<dBi4d', b, pos)
+    for item = 1, nitems do
+      if item > 1 then
+        count, nshards, li, phase, pos = sunpack('<dddd', b, pos)
+      end
       local p = limits[li]
-      local r = read(recs, keys[k])
+      local r = at[k]
       local ok, retry, rem, c0, c1 = true, 0, 0, 0, 0
       if mode == MODE_REFUND then
         -- refund
-        if r.found then
-          local v, ts = refresh(p, r.v, r.ts, now)
+        if rfound[r] then
+          local v, ts = refresh(p, rv[r], rts[r], now)
           v = min(v + count, p[4])
           rem = v
           nw = nw + 1
@@ -313,7 +378,7 @@ local function apply(keys, args)
         k = k + 1
       elseif nshards == 1 then
         local v, ts
-        ok, retry, rem, c0, v, ts = single(p, phase, r, now, count, reserve)
+        ok, retry, rem, c0, v, ts = single(p, phase, rfound[r], rv[r], rts[r], now, count, reserve)
         if v then
           nw = nw + 1
           wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
@@ -321,11 +386,12 @@ local function apply(keys, args)
         k = k + 1
       else
         local lb, phb
-        lb, phb, pos = unpack('<i4d', b, pos)
+        lb, phb, pos = sunpack('<dd', b, pos)
         local pb = limits[lb]
-        local rb = read(recs, keys[k + 1])
+        local rb = at[k + 1]
         local va, tsa, vb, tsb
-        ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb, r, rb, now, count, reserve)
+        ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb,
+          rfound[r], rv[r], rts[r], rfound[rb], rv[rb], rts[rb], now, count, reserve)
         if va then
           nw = nw + 1
           wr[nw], wv[nw], wts[nw], wp[nw] = r, va, tsa, p
@@ -337,36 +403,46 @@ local function apply(keys, args)
         k = k + 2
       end
       all = all and ok
-      reply[#reply + 1] = pack('<Bdddd', ok and 1 or 0, retry, rem, c0, c1)
+      out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
+      no = no + 5
     end
     if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
       for i = 1, nw do
         local r = wr[i]
-        r.found, r.v, r.ts, r.p, r.now = true, wv[i], wts[i], wp[i], now
-        if not r.dirty then
-          r.dirty = true
-          dirty[#dirty + 1] = r
+        if not rnow[r] then
+          nd = nd + 1
+          dirty[nd] = r
         end
+        rfound[r], rv[r], rts[r], rp[r], rnow[r] = true, wv[i], wts[i], wp[i], now
       end
     end
   end
 
-  for i = 1, #dirty do
+  for i = 1, nd do
     local r = dirty[i]
-    local val = pack('<Bdd', 1, r.v, r.ts)
-    local full = full_at(r.p, r.v, r.ts)
-    -- Kept until full again by the clock of the op that wrote it last,
-    -- plus the margin for the server's clock disagreeing with it; far
-    -- futures are kept for good.
-    if full and full - r.now < 1e15 then
-      local px = full - r.now + margin
-      if px < 1 then
-        px = 1
+    local v, ts, now, dl = rv[r], rts[r], rnow[r], rdl[r]
+    local full = full_at(rp[r], v, ts)
+    -- Redis expires the key on its own clock: past the moment the bucket
+    -- is full again by the clock of the op that wrote it last, plus the
+    -- margin for the clocks disagreeing (far futures: never). The
+    -- deadline set is kept while it suffices, and a new one set with a
+    -- margin's slack, so that most writes leave the key's expiry alone.
+    if full and full - now < 1e15 then
+      local need = servertime() + (full - now) + margin
+      if dl and dl >= need and dl ~= INF then
+        call('SET', rkey[r], pack('<Bddd', 1, v, ts, dl), 'KEEPTTL')
+      else
+        dl = need + margin
+        if dl < tnow + 1 then
+          dl = tnow + 1
+        end
+        call('SET', rkey[r], pack('<Bddd', 1, v, ts, dl), 'PXAT', dl)
       end
-      call('SET', r.key, val, 'PX', px)
+    elseif dl == INF then
+      call('SET', rkey[r], pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
     else
-      call('SET', r.key, val)
+      call('SET', rkey[r], pack('<Bddd', 1, v, ts, INF))
     end
   end
-  return table.concat(reply)
+  return reply(no / 5)
 end

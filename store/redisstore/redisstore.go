@@ -224,12 +224,13 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 	return nil
 }
 
-// parseState reads a record: "\x01" and two little-endian doubles, value
-// and ts; or, as earlier versions wrote it, the text "<value> <ts>".
+// parseState reads a record: "\x01" and three little-endian doubles,
+// value, ts and the key's expiry; or, as earlier versions wrote it, the
+// text "<value> <ts>".
 func parseState(raw string) (ratelimit.State, error) {
 	if len(raw) > 0 && raw[0] == 1 {
-		if len(raw) != 17 {
-			return ratelimit.State{}, fmt.Errorf("record %q is not 17 bytes", raw)
+		if len(raw) != recordSize {
+			return ratelimit.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
 		}
 		return ratelimit.State{Value: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
 	}
@@ -244,6 +245,9 @@ func parseState(raw string) (ratelimit.State, error) {
 	}
 	return ratelimit.State{Value: value, TS: int64(t)}, nil
 }
+
+// recordSize is the bytes of a record: a version byte and three doubles.
+const recordSize = 1 + 3*8
 
 // Delete implements ratelimit.Store: one pipeline of DELs.
 func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
