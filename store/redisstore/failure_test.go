@@ -1,15 +1,19 @@
 package redisstore_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,4 +55,107 @@ func TestStoreFailure(t *testing.T) {
 	defer c.Close()
 	t.Cleanup(func() { startFailover(t) })
 	storetest.StoreFailure(t, redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c))), stopFailover, startFailover)
+}
+
+// sentHook signals each FCALL as the client sends it.
+type sentHook struct{ sent chan string }
+
+func (h sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" {
+			select {
+			case h.sent <- cmd.Name():
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestStalledServer stalls the server (CLIENT PAUSE) and requires every
+// call to return when its context ends, by deadline or by cancel, alone
+// or queued behind a call in flight, with coalescing on or off, on a
+// client built with go-redis's defaults as docs/stores/redis.md shows.
+func TestStalledServer(t *testing.T) {
+	testserver.RequireReachable(t, "failover", failoverAddr)
+	ctx := context.Background()
+	hook := sentHook{sent: make(chan string, 1)}
+	c := redis.NewClient(&redis.Options{Addr: failoverAddr})
+	c.AddHook(hook)
+	defer c.Close()
+	prefix := uniquePrefix(t, c)
+	newLimiter := func(opts ...redisstore.Option) *ratelimit.Limiter {
+		store := redisstore.New(c, append(opts, redisstore.WithPrefix(prefix))...)
+		lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute}},
+			ratelimit.WithBreaker(0, 0))
+		require.NoError(t, err)
+		_, err = lim.Limit(ctx, "l", "warm-up") // the library is loaded
+		require.NoError(t, err)
+		return lim
+	}
+	type call struct {
+		name   string
+		lim    *ratelimit.Limiter
+		cancel bool // cancel the call rather than give it a deadline
+	}
+	queue := newLimiter()
+	calls := []call{
+		{"alone, deadline", newLimiter(), false},
+		{"alone, canceled", newLimiter(), true},
+		{"uncoalesced, deadline", newLimiter(redisstore.WithMaxBatch(1)), false},
+		{"uncoalesced, canceled", newLimiter(redisstore.WithMaxBatch(1)), true},
+		{"queued, deadline", queue, false},
+		{"queued, canceled", queue, true},
+	}
+	for len(hook.sent) > 0 {
+		<-hook.sent
+	}
+
+	const pause, wait = 3 * time.Second, 200 * time.Millisecond
+	require.NoError(t, c.Do(ctx, "client", "pause", pause.Milliseconds(), "all").Err())
+	// A call that holds the queue's round trip in flight, stalled with the
+	// server: the queued calls wait behind it.
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := queue.Limit(ctx, "l", "k")
+		blocked <- err
+	}()
+	<-hook.sent
+
+	var wg sync.WaitGroup
+	for _, cl := range calls {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Hour)
+			if !cl.cancel {
+				cctx, cancel = context.WithTimeout(ctx, wait)
+			} else {
+				time.AfterFunc(wait, cancel)
+			}
+			defer cancel()
+			start := time.Now()
+			_, err := cl.lim.Limit(cctx, "l", "k")
+			took := time.Since(start)
+			want := context.DeadlineExceeded
+			if cl.cancel {
+				want = context.Canceled
+			}
+			assert.ErrorIs(t, err, want, cl.name)
+			assert.Less(t, took, pause-time.Second, "%s: returned after %v, not when its context ended", cl.name, took)
+		})
+	}
+	wg.Wait()
+
+	// Once the server answers again, so does the store.
+	require.NoError(t, <-blocked)
+	for _, cl := range calls {
+		res, err := cl.lim.Limit(ctx, "l", "after")
+		require.NoError(t, err, cl.name)
+		require.True(t, res.OK, cl.name)
+	}
 }
