@@ -156,6 +156,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	}
 	copy(out, r.out)
 	release(r)
+	s.warnOnce()
 	return nil
 }
 
@@ -184,6 +185,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ra
 		copy(outs[i], r.out)
 		release(r)
 	}
+	s.warnOnce()
 	return nil
 }
 

@@ -36,7 +36,7 @@ func BenchmarkLimitUncoalesced(b *testing.B) {
 
 func benchmarkLimit(b *testing.B, opts ...redisstore.Option) {
 	c := client(b)
-	store := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(uniquePrefix(b, c))}, opts...)...)
+	store := newStore(c, uniquePrefix(b, c), opts...)
 	lim, err := ratelimit.New(store, ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})
 	if err != nil {
 		b.Fatal(err)
@@ -96,7 +96,7 @@ func BenchmarkBareCounter(b *testing.B) {
 // and reports the server's time per decision.
 func BenchmarkServerTime(b *testing.B) {
 	c := client(b)
-	s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(b, c)))
+	s := newStore(c, uniquePrefix(b, c))
 	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1e12, Period: 1000, Capacity: 1e12}
 	for _, keys := range []int{1, 10_000} {
 		names := make([]string, keys)

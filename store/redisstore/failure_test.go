@@ -54,7 +54,7 @@ func TestStoreFailure(t *testing.T) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	t.Cleanup(func() { startFailover(t) })
-	storetest.StoreFailure(t, redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c))), stopFailover, startFailover)
+	storetest.StoreFailure(t, newStore(c, uniquePrefix(t, c)), stopFailover, startFailover)
 }
 
 // sentHook signals each FCALL as the client sends it.
@@ -91,7 +91,7 @@ func TestStalledServer(t *testing.T) {
 	defer c.Close()
 	prefix := uniquePrefix(t, c)
 	newLimiter := func(opts ...redisstore.Option) *ratelimit.Limiter {
-		store := redisstore.New(c, append(opts, redisstore.WithPrefix(prefix))...)
+		store := newStore(c, prefix, opts...)
 		lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute}},
 			ratelimit.WithBreaker(0, 0))
 		require.NoError(t, err)

@@ -32,8 +32,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +75,9 @@ type Store struct {
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
 	batches *coalesce.Group[string, *request, error]
+
+	logger    *slog.Logger
+	checkOnce sync.Once
 }
 
 var (
@@ -116,7 +121,8 @@ func WithMaxBatch(n int) Option { return func(s *Store) { s.maxBatch = n } }
 // failover client, or a *redis.ClusterClient. The store does not own the
 // client; close it yourself.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch}
+	s := &Store{client: client, prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
+		logger: slog.Default()}
 	for _, o := range opts {
 		o(s)
 	}

@@ -58,10 +58,17 @@ func deletePrefix(c redis.UniversalClient, prefix string) {
 	_ = scan(ctx, c.(*redis.Client))
 }
 
+// newStore returns a store on c with its keys under prefix, which does
+// not log the server's settings (the local test servers keep nothing on
+// disk, and the tests make many stores).
+func newStore(c redis.UniversalClient, prefix string, opts ...redisstore.Option) *redisstore.Store {
+	return redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithLogger(nil)}, opts...)...)
+}
+
 func TestConformance(t *testing.T) {
 	c := client(t)
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
-		return redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)))
+		return newStore(c, uniquePrefix(t, c))
 	}, storetest.DifferentialRuns(20, 120))
 }
 
@@ -70,13 +77,13 @@ func TestClusterConformance(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	require.NoError(t, c.Ping(context.Background()).Err())
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
-		return redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)))
+		return newStore(c, uniquePrefix(t, c))
 	}, storetest.DifferentialRuns(10, 100))
 }
 
 func TestMultiProcess(t *testing.T) {
 	storetest.MultiProcess(t, func(t *testing.T) ratelimit.Store {
-		return redisstore.New(client(t), redisstore.WithPrefix("ratelimit-test:multiprocess:"))
+		return newStore(client(t), "ratelimit-test:multiprocess:")
 	}, 4)
 }
 
@@ -109,7 +116,7 @@ func TestOneRoundTripPerCall(t *testing.T) {
 	c := client(t)
 	cnt := &counter{}
 	c.AddHook(cnt)
-	lim, err := ratelimit.New(redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c))), ratelimit.Limits{
+	lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), ratelimit.Limits{
 		"one":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
 		"two":   {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Minute},
 		"shard": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 8},
@@ -148,7 +155,7 @@ func TestExpiry(t *testing.T) {
 	c := client(t)
 	prefix := uniquePrefix(t, c)
 	margin := 5 * time.Second
-	s := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithExpiryMargin(margin))
+	s := newStore(c, prefix, redisstore.WithExpiryMargin(margin))
 	mock := newMock(t0)
 	lim, err := ratelimit.New(s, ratelimit.Limits{
 		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Capacity: 30, Start: time.UnixMilli(0)},
@@ -206,7 +213,7 @@ func TestExpiry(t *testing.T) {
 func TestServerTime(t *testing.T) {
 	ctx := context.Background()
 	c := client(t)
-	s := redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)), redisstore.WithServerTime())
+	s := newStore(c, uniquePrefix(t, c), redisstore.WithServerTime())
 	require.True(t, s.OwnClock())
 	server, err := s.Now(ctx)
 	require.NoError(t, err)
