@@ -141,10 +141,10 @@ func TestCheckServerCluster(t *testing.T) {
 // records is a slog.Handler that hands each record to a channel.
 type records chan slog.Record
 
-func (r records) Enabled(context.Context, slog.Level) bool       { return true }
+func (r records) Enabled(context.Context, slog.Level) bool        { return true }
 func (r records) Handle(_ context.Context, rec slog.Record) error { r <- rec; return nil }
-func (r records) WithAttrs([]slog.Attr) slog.Handler             { return r }
-func (r records) WithGroup(string) slog.Handler                  { return r }
+func (r records) WithAttrs([]slog.Attr) slog.Handler              { return r }
+func (r records) WithGroup(string) slog.Handler                   { return r }
 
 func TestStoreWarnsOnItsLogger(t *testing.T) {
 	testserver.RequireReachable(t, "failover", failoverAddr)
