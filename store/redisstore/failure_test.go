@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -158,4 +159,44 @@ func TestStalledServer(t *testing.T) {
 		require.NoError(t, err, cl.name)
 		require.True(t, res.OK, cl.name)
 	}
+}
+
+// TestWithoutFunctions runs the store on a server without Redis Functions,
+// as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
+// the store sends the same code as a script (EVALSHA), and passes the
+// conformance suite there.
+func TestWithoutFunctions(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testserver.Unreachable(t, "redis-server", "PATH", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, port, _ := net.SplitHostPort(addr)
+	server := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--rename-command", "FCALL", "", "--rename-command", "FCALL_RO", "", "--rename-command", "FUNCTION", "")
+	require.NoError(t, server.Start())
+	t.Cleanup(func() {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+	})
+	testserver.WaitReachable(t, addr, true)
+
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(c, uniquePrefix(t, c)) }, storetest.DifferentialRuns(5, 60))
+
+	cnt := &counter{}
+	c.AddHook(cnt)
+	s := newStore(c, uniquePrefix(t, c))
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Limit(ctx, "l", "k") // finds out, FCALL then EVALSHA
+	require.NoError(t, err)
+	cnt.names = nil
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha"}, cnt.names)
 }
