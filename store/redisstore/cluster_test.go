@@ -1,0 +1,184 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// master is one master of the local Cluster.
+type master struct {
+	id     string
+	addr   string
+	client *redis.Client
+}
+
+// TestClusterSlotMoves moves the slot of a ratelimit key to another
+// master while the store uses it, as resharding does: half-way first (the
+// slot MIGRATING, its records moved: the old master answers ASK), then for
+// good (MOVED), on a master that lacks the function library. Every
+// decision must continue the records exactly. The slot chosen holds no
+// other key, and is given back at the end.
+func TestClusterSlotMoves(t *testing.T) {
+	ctx := context.Background()
+	addrs := strings.Split(testserver.ClusterAddrs(t), ",")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	var masters []master
+	for _, addr := range addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { n.Close() })
+		id, err := n.ClusterMyID(ctx).Result()
+		require.NoError(t, err)
+		masters = append(masters, master{id: id, addr: addr, client: n})
+	}
+	require.GreaterOrEqual(t, len(masters), 2)
+	owner := func(slot int) master {
+		slots, err := c.ClusterSlots(ctx).Result()
+		require.NoError(t, err)
+		for _, r := range slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, m := range masters {
+					if m.addr == r.Nodes[0].Addr || m.id == r.Nodes[0].ID {
+						return m
+					}
+				}
+			}
+		}
+		t.Fatalf("no master serves slot %d", slot)
+		return master{}
+	}
+
+	prefix := uniquePrefix(t, c)
+	store := newStore(c, prefix)
+	// A key whose slot holds nothing yet: moving it disturbs no one.
+	var key string
+	var slot int
+	var src master
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprint("moving-", i)
+		s, err := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result()
+		require.NoError(t, err)
+		m := owner(int(s))
+		if n, err := m.client.ClusterCountKeysInSlot(ctx, int(s)).Result(); err == nil && n == 0 {
+			key, slot, src = k, int(s), m
+		}
+	}
+	dst := masters[0]
+	if dst.id == src.id {
+		dst = masters[1]
+	}
+	// move migrates the slot's keys (ours only) from one master to
+	// another and hands it over; half stops once the keys have moved.
+	move := func(from, to master, half bool) {
+		t.Helper()
+		require.NoError(t, to.client.Do(ctx, "cluster", "setslot", slot, "importing", from.id).Err())
+		require.NoError(t, from.client.Do(ctx, "cluster", "setslot", slot, "migrating", to.id).Err())
+		keys, err := from.client.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+		require.NoError(t, err)
+		host, port, _ := net.SplitHostPort(to.addr)
+		for _, k := range keys {
+			require.True(t, strings.HasPrefix(k, prefix), "slot %d holds a key of someone else: %q", slot, k)
+			require.NoError(t, from.client.Migrate(ctx, host, port, k, 0, 5*time.Second).Err())
+		}
+		if half {
+			return
+		}
+		for _, m := range append([]master{to, from}, masters...) {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "node", to.id).Err())
+		}
+	}
+	t.Cleanup(func() {
+		// Give the slot back to its master, emptied of the test's keys,
+		// by the same protocol: its master's SETSLOT NODE first, which
+		// bumps that master's epoch so that its claim wins.
+		for _, m := range masters {
+			for _, k := range m.client.ClusterGetKeysInSlot(ctx, slot, 1000).Val() {
+				if strings.HasPrefix(k, prefix) {
+					_, _ = m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+						p.Do(ctx, "asking")
+						p.Del(ctx, k)
+						return nil
+					})
+				}
+			}
+		}
+		if cur := owner(slot); cur.id != src.id {
+			require.NoError(t, src.client.Do(ctx, "cluster", "setslot", slot, "importing", cur.id).Err())
+			require.NoError(t, cur.client.Do(ctx, "cluster", "setslot", slot, "migrating", src.id).Err())
+		}
+		for _, m := range append([]master{src}, masters...) {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "node", src.id).Err())
+		}
+		for _, m := range masters {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "stable").Err())
+		}
+		for _, m := range masters {
+			slots, err := m.client.ClusterSlots(ctx).Result()
+			require.NoError(t, err)
+			for _, r := range slots {
+				if r.Start <= slot && slot <= r.End {
+					require.Equal(t, src.id, r.Nodes[0].ID, "%s: slot %d is back on its master", m.addr, slot)
+				}
+			}
+		}
+	})
+
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l":     {Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour},
+		"other": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Hour, Shards: 4},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	spent := 0.0
+	limit := func(where string, n float64, names ...string) {
+		t.Helper()
+		res, err := lim.LimitAll(ctx, key, names, ratelimit.Count(n))
+		require.NoError(t, err, where)
+		require.True(t, res.OK, where)
+		spent += n
+		if len(res.All) > 0 {
+			res = res.All[0]
+		}
+		require.Equal(t, 1000-spent, res.Remaining, "%s: the record of l carried over", where)
+	}
+	limit("before", 10, "l", "other")
+	// The new master lacks the library.
+	if err := dst.client.FunctionDelete(ctx, redisstore.FunctionLibrary()).Err(); err != nil {
+		require.ErrorContains(t, err, "Library not found")
+	}
+
+	// Half-way, an op whose records have all moved follows ASK. (One
+	// whose records are partly on each side, or not yet created, is
+	// refused with TRYAGAIN until the move completes, as Redis refuses any
+	// command on several keys then.)
+	move(src, dst, true)
+	limit("migrating (ASK)", 20, "l")
+	move(src, dst, false)
+	limit("moved (MOVED)", 30, "l", "other")
+
+	// Many callers at once, coalesced, on the slot's new master.
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			res, err := lim.Limit(ctx, "l", key)
+			require.NoError(t, err)
+			require.True(t, res.OK)
+		})
+	}
+	wg.Wait()
+	spent += 40
+	st, err := lim.Value(ctx, "l", key)
+	require.NoError(t, err)
+	require.Equal(t, 1000-spent, st.Tokens)
+	require.Equal(t, dst.id, owner(slot).id)
+}
