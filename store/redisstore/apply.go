@@ -24,9 +24,10 @@ type library struct {
 	// name names the library and its one function: "ratelimit_" and a
 	// digest of the code, so that processes running different versions
 	// of the store against one server each find their own.
-	name   string
-	code   string        // FUNCTION LOAD's argument
-	script *redis.Script // for servers without Functions
+	name string
+	code string // FUNCTION LOAD's argument
+	// For servers without Functions: the script and its SHA-1 (EVALSHA).
+	script, sha string
 }
 
 var lib = newLibrary(luaSource)
@@ -34,10 +35,13 @@ var lib = newLibrary(luaSource)
 func newLibrary(src string) library {
 	sum := sha1.Sum([]byte(src))
 	name := "ratelimit_" + hex.EncodeToString(sum[:8])
+	script := src + "\nreturn apply(KEYS, ARGV)\n"
+	sha := sha1.Sum([]byte(script))
 	return library{
 		name:   name,
 		code:   "#!lua name=" + name + "\n" + src + "\nredis.register_function('" + name + "', apply)\n",
-		script: redis.NewScript(src + "\nreturn apply(KEYS, ARGV)\n"),
+		script: script,
+		sha:    hex.EncodeToString(sha[:]),
 	}
 }
 
@@ -137,6 +141,9 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
+	if len(op.Items) == 0 {
+		return nil // nothing to decide or write
+	}
 	r, err := s.newRequest(op)
 	if err != nil {
 		return err
@@ -166,23 +173,31 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ra
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	reqs := make([]*request, len(ops))
+	reqs := make([]*request, 0, len(ops))
+	at := make([]int, 0, len(ops)) // the op of each request
 	for i, op := range ops {
+		if len(op.Items) == 0 {
+			continue
+		}
 		r, err := s.newRequest(op)
 		if err != nil {
 			return err
 		}
-		reqs[i] = r
+		reqs = append(reqs, r)
+		at = append(at, i)
 	}
-	errs := make([]error, len(ops))
+	if len(reqs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(reqs))
 	if err := s.send(ctx, "", reqs, errs); err != nil {
 		return fmt.Errorf("redisstore: apply batch: %w", err)
 	}
-	for i, r := range reqs {
-		if errs[i] != nil {
-			return fmt.Errorf("redisstore: apply batch: op %d: %w", i, errs[i])
+	for j, r := range reqs {
+		if errs[j] != nil {
+			return fmt.Errorf("redisstore: apply batch: op %d: %w", at[j], errs[j])
 		}
-		copy(outs[i], r.out)
+		copy(outs[at[j]], r.out)
 		release(r)
 	}
 	s.warnOnce()
@@ -248,7 +263,7 @@ func groupByTag(reqs []*request) []*fcall {
 type fcall struct {
 	reqs []*request
 	enc  *encoder
-	cmd  *redis.Cmd
+	cmd  redis.Cmder
 	err  error
 }
 
@@ -300,17 +315,11 @@ func (s *Store) run(ctx context.Context, calls []*fcall) {
 
 // issue sends the calls: one alone, several in a pipeline.
 func (s *Store) issue(ctx context.Context, calls []*fcall) {
-	if len(calls) == 1 {
-		calls[0].cmd = s.call(ctx, s.client, calls[0].enc)
+	s.sendCalls(ctx, calls, false)
+	if !s.scripts.Load() {
 		return
 	}
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range calls {
-			c.cmd = s.call(ctx, p, c.enc)
-		}
-		return nil
-	})
-	// A script missing from a server (NOSCRIPT) is sent whole, once.
+	// A server that does not know the script (NOSCRIPT) is sent it whole.
 	var retry []*fcall
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
@@ -318,26 +327,63 @@ func (s *Store) issue(ctx context.Context, calls []*fcall) {
 		}
 	}
 	if len(retry) > 0 {
-		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range retry {
-				c.cmd = lib.script.Eval(ctx, p, c.enc.keys, c.enc.buf)
-			}
-			return nil
-		})
+		s.sendCalls(ctx, retry, true)
 	}
 }
 
-// call calls the function, or the script on a server without Functions;
-// c is the client or a pipeline.
-func (s *Store) call(ctx context.Context, c redis.Cmdable, e *encoder) *redis.Cmd {
-	if !s.scripts.Load() {
-		return c.FCall(ctx, lib.name, e.keys, e.buf)
+func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
+	for _, c := range calls {
+		c.cmd = s.command(ctx, c, eval)
 	}
-	if p, ok := c.(redis.Pipeliner); ok {
-		return lib.script.EvalSha(ctx, p, e.keys, e.buf)
+	if len(calls) == 1 {
+		_ = s.client.Process(ctx, calls[0].cmd)
+		return
 	}
-	return lib.script.Run(ctx, c.(redis.Scripter), e.keys, e.buf)
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			_ = p.Process(ctx, c.cmd)
+		}
+		return nil
+	})
 }
+
+// command is a call of the function (or of the script, on a server
+// without Functions; eval: with its source). One that carries a refund
+// is never sent twice: go-redis sends a command again after a network
+// error, when it may have run already, and a refund that runs twice hands
+// its tokens back twice. (A limit that runs twice charges twice: it may
+// refuse more, never grant more.)
+func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
+	e := c.enc
+	args := make([]any, 0, 4+len(e.keys))
+	switch {
+	case !s.scripts.Load():
+		args = append(args, "fcall", lib.name)
+	case eval:
+		args = append(args, "eval", lib.script)
+	default:
+		args = append(args, "evalsha", lib.sha)
+	}
+	args = append(args, len(e.keys))
+	for _, k := range e.keys {
+		args = append(args, k)
+	}
+	args = append(args, e.buf)
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	for _, r := range c.reqs {
+		if r.mode == ratelimit.ModeRefund {
+			return onceCmd{cmd}
+		}
+	}
+	return cmd
+}
+
+// onceCmd is a command go-redis must not send again.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (onceCmd) NoRetry() bool { return true }
 
 // loadLibrary loads the library on the server, or on every master of a
 // Cluster. A library of this name already there is this very code.
@@ -380,8 +426,15 @@ func isNoScript(err error) bool {
 }
 
 // decode reads the reply of one call into its requests' decisions.
-func decode(cmd *redis.Cmd, reqs []*request) error {
-	reply, err := cmd.Text()
+func decode(cmd redis.Cmder, reqs []*request) error {
+	var reply string
+	var err error
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		reply, err = c.Text()
+	case onceCmd:
+		reply, err = c.Text()
+	}
 	if err != nil {
 		return fmt.Errorf("bad reply: %w", err)
 	}

@@ -1,11 +1,14 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,4 +202,79 @@ func TestWithoutFunctions(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.NoError(t, err)
 	require.Equal(t, []string{"evalsha"}, cnt.names)
+}
+
+// cutter loses, once armed, the reply to the next call of the function a
+// connection sends: the server runs the call, the client sees the
+// connection drop, as when a network fails at the worst moment.
+type cutter struct{ armed atomic.Bool }
+
+func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	return &cutConn{Conn: conn, c: c}, err
+}
+
+type cutConn struct {
+	net.Conn
+	c   *cutter
+	cut bool
+}
+
+func (cc *cutConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("fcall")) && cc.c.armed.CompareAndSwap(true, false) {
+		cc.cut = true
+	}
+	return cc.Conn.Write(b)
+}
+
+func (cc *cutConn) Read(b []byte) (int, error) {
+	if !cc.cut {
+		return cc.Conn.Read(b)
+	}
+	_, _ = cc.Conn.Read(b) // the server has run the call: drop its reply
+	cc.Conn.Close()
+	return 0, io.EOF
+}
+
+// TestRefundIsNeverSentTwice: go-redis sends a command again after a
+// network error (MaxRetries), when it may have run already. A limit that
+// runs twice charges twice (it may refuse more, never grant more); a
+// refund that ran twice would hand its tokens back twice, so the store
+// forbids sending it again.
+func TestRefundIsNeverSentTwice(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testserver.RedisURL(t))
+	require.NoError(t, err)
+	cut := &cutter{}
+	opt.Dialer = cut.dial
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	s := newStore(c, uniquePrefix(t, c))
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	apply := func(mode ratelimit.Mode, count float64) (ratelimit.Decision, error) {
+		op := &ratelimit.Op{Mode: mode, Now: now, Items: []ratelimit.Item{{Name: "l", Key: "k", Count: count, Shards: []ratelimit.Shard{{Params: p}}}}}
+		out := make([]ratelimit.Decision, 1)
+		err := s.Apply(ctx, op, out)
+		return out[0], err
+	}
+	value := func() float64 {
+		recs := make([]ratelimit.Record, 1)
+		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}}, recs))
+		return recs[0].State.Value
+	}
+	d, err := apply(ratelimit.ModeLimit, 10)
+	require.NoError(t, err)
+	require.Equal(t, 90.0, d.Remaining)
+
+	cut.armed.Store(true)
+	_, err = apply(ratelimit.ModeRefund, 5)
+	require.Error(t, err, "the refund's reply was lost, and it was not sent again")
+	require.False(t, cut.armed.Load(), "the cut happened")
+	require.Equal(t, 95.0, value(), "the refund ran once")
+
+	cut.armed.Store(true)
+	d, err = apply(ratelimit.ModeLimit, 1)
+	require.NoError(t, err, "a limit is sent again")
+	require.Equal(t, 93.0, d.Remaining, "and ran twice")
 }
