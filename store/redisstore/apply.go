@@ -234,8 +234,8 @@ func (s *Store) send(ctx context.Context, _ string, reqs []*request, errs []erro
 	calls := groupByTag(reqs)
 	s.run(ctx, calls)
 	for _, c := range calls {
-		for _, r := range c.reqs {
-			errs[slices.Index(reqs, r)] = c.err
+		for _, i := range c.at {
+			errs[i] = c.err
 		}
 	}
 	return nil
@@ -246,7 +246,7 @@ func (s *Store) send(ctx context.Context, _ string, reqs []*request, errs []erro
 func groupByTag(reqs []*request) []*fcall {
 	var calls []*fcall
 	byTag := make(map[string]*fcall, len(reqs))
-	for _, r := range reqs {
+	for i, r := range reqs {
 		t := r.tag()
 		c := byTag[t]
 		if c == nil {
@@ -255,6 +255,7 @@ func groupByTag(reqs []*request) []*fcall {
 			calls = append(calls, c)
 		}
 		c.reqs = append(c.reqs, r)
+		c.at = append(c.at, i)
 	}
 	return calls
 }
@@ -262,6 +263,7 @@ func groupByTag(reqs []*request) []*fcall {
 // fcall is one call of the function over requests that share a slot.
 type fcall struct {
 	reqs []*request
+	at   []int // the index of each request in the batch
 	enc  *encoder
 	cmd  redis.Cmder
 	err  error
