@@ -251,6 +251,21 @@ end
 local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
 local nrec = 0
 
+-- decode sets record i from its stored string raw (false: missing).
+local function decode(i, raw)
+  rp[i], rnow[i], rdl[i] = false, false, false
+  if not raw then
+    rfound[i] = false
+  elseif string.byte(raw, 1) == 1 then
+    local _
+    _, rv[i], rts[i], rdl[i] = sunpack('<Bddd', raw)
+    rfound[i] = true
+  else
+    local v, ts = string.match(raw, '^(%S+) (%S+)$')
+    rfound[i], rv[i], rts[i] = true, tonumber(v), tonumber(ts)
+  end
+end
+
 local at = {}   -- the record of each key of the call
 local names = {} -- the distinct keys, in order
 
@@ -270,23 +285,16 @@ local function readall(keys)
     end
     at[k] = i
   end
+  if nrec == 1 then
+    decode(1, call('GET', rkey[1]))
+    return
+  end
   local done = 0
   while done < nrec do
     local m = min(nrec - done, 1000)
     local raws = call('MGET', lunpack(rkey, done + 1, done + m))
     for j = 1, m do
-      local i, raw = done + j, raws[j]
-      rp[i], rnow[i], rdl[i] = false, false, false
-      if not raw then
-        rfound[i] = false
-      elseif string.byte(raw, 1) == 1 then
-        local _
-        _, rv[i], rts[i], rdl[i] = sunpack('<Bddd', raw)
-        rfound[i] = true
-      else
-        local v, ts = string.match(raw, '^(%S+) (%S+)$')
-        rfound[i], rv[i], rts[i] = true, tonumber(v), tonumber(ts)
-      end
+      decode(done + j, raws[j])
     end
     done = done + m
   end
@@ -309,6 +317,14 @@ end
 
 -- reply packs the n items of out.
 local function reply(n)
+  if n <= 1000 then
+    local f = formats[n]
+    if not f then
+      f = '<' .. string.rep('Bdddd', n)
+      formats[n] = f
+    end
+    return pack(f, lunpack(out, 1, 5 * n))
+  end
   local parts = {}
   local i = 0
   while i < n do
@@ -325,8 +341,10 @@ local function reply(n)
 end
 
 local function apply(keys, args)
-  floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
-  sunpack, pack, call = struct.unpack, struct.pack, redis.call
+  if not call then
+    floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
+    sunpack, pack, call = struct.unpack, struct.pack, redis.call
+  end
   tnow = nil
   readall(keys)
 
