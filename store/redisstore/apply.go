@@ -148,12 +148,17 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	if err != nil {
 		return err
 	}
-	dest, err := s.destination(ctx, r)
-	if err != nil {
-		release(r)
-		return fmt.Errorf("redisstore: apply: %w", err)
+	var res error
+	if s.cluster == nil {
+		res, err = s.one.Do(ctx, r)
+	} else {
+		var node string
+		if node, err = s.master(ctx, r); err != nil {
+			release(r)
+			return fmt.Errorf("redisstore: apply: %w", err)
+		}
+		res, err = s.nodes.Do(ctx, node, r)
 	}
-	res, err := s.batches.Do(ctx, dest, r)
 	if err == nil {
 		err = res
 	}
@@ -204,12 +209,8 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ra
 	return nil
 }
 
-// destination returns the server an op goes to: on a Cluster, the address
-// of the master of its slot; elsewhere there is one.
-func (s *Store) destination(ctx context.Context, r *request) (string, error) {
-	if s.cluster == nil {
-		return "", nil
-	}
+// master returns the address of the Cluster master that serves r's slot.
+func (s *Store) master(ctx context.Context, r *request) (string, error) {
 	node, err := s.cluster.MasterForKey(ctx, r.keys[0])
 	if err != nil {
 		return "", err

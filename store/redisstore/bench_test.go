@@ -34,6 +34,29 @@ func BenchmarkLimitUncoalesced(b *testing.B) {
 	benchmarkLimit(b, redisstore.WithMaxBatch(1))
 }
 
+// BenchmarkLimitDeadline is BenchmarkLimit on one key with a deadline on
+// every call, as a server's requests have: a call that goes at once is then
+// sent from a goroutine of its own, so that its caller can leave on time.
+func BenchmarkLimitDeadline(b *testing.B) {
+	c := client(b)
+	lim, err := ratelimit.New(newStore(c, uniquePrefix(b, c)), ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, par := range []int{1, 64} {
+		b.Run(fmt.Sprintf("keys=1/goroutines=%d", par), func(b *testing.B) {
+			before := commandStats(b, c, "fcall")
+			storetest.BenchmarkParallel(b, par, func(ctx context.Context, i int) error {
+				ctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				_, err := lim.Limit(ctx, "bench", "bench-0")
+				return err
+			})
+			reportServerTime(b, before, commandStats(b, c, "fcall"), b.N)
+		})
+	}
+}
+
 func benchmarkLimit(b *testing.B, opts ...redisstore.Option) {
 	c := client(b)
 	store := newStore(c, uniquePrefix(b, c), opts...)

@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -74,7 +73,10 @@ type Store struct {
 	err        error // a bad option, reported by every call
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
-	batches *coalesce.Group[string, *request, error]
+	// The calls coalesce per server: on a Cluster per master (nodes), on
+	// others in one batcher (one).
+	nodes *coalesce.Group[string, *request, error]
+	one   *coalesce.Batcher[*request, error]
 
 	logger    *slog.Logger
 	checkOnce sync.Once
@@ -146,7 +148,14 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	// caller's context, unless ContextTimeoutEnabled (and never by a
 	// cancel); a call sent on a goroutine of its own lets its caller leave
 	// on time from a stalled server.
-	s.batches = coalesce.NewGroup(s.send, coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true})
+	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true}
+	if s.cluster != nil {
+		s.nodes = coalesce.NewGroup(s.send, co)
+	} else {
+		s.one = coalesce.New(func(ctx context.Context, reqs []*request, errs []error) error {
+			return s.send(ctx, "", reqs, errs)
+		}, co)
+	}
 	return s
 }
 
@@ -171,23 +180,33 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // Cluster slot; the name is length-prefixed, so that no two records share
 // a Redis key whatever bytes their names and keys hold.
 func (s *Store) Key(id ratelimit.RecordID) string {
-	h := fnv.New64a()
-	h.Write([]byte(id.Key))
+	h := uint64(fnvOffset) // FNV-1a, as hash/fnv's New64a, without its allocations
+	for i := 0; i < len(id.Key); i++ {
+		h ^= uint64(id.Key[i])
+		h *= fnvPrime
+	}
+	var num [20]byte
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 40 + len(id.Name) + len(id.Key))
+	b.Grow(len(s.prefix) + 48 + len(id.Name) + len(id.Key))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
-	b.WriteString(strconv.FormatUint(h.Sum64(), 16))
+	b.Write(strconv.AppendUint(num[:0], h, 16))
 	b.WriteByte('}')
-	b.WriteString(strconv.Itoa(len(id.Name)))
+	b.Write(strconv.AppendInt(num[:0], int64(len(id.Name)), 10))
 	b.WriteByte(':')
 	b.WriteString(id.Name)
 	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(id.Shard))
+	b.Write(strconv.AppendInt(num[:0], int64(id.Shard), 10))
 	b.WriteByte(':')
 	b.WriteString(id.Key)
 	return b.String()
 }
+
+// The 64-bit FNV-1a parameters.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
 
 func (s *Store) usable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

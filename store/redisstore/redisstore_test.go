@@ -253,6 +253,15 @@ func TestBadOptions(t *testing.T) {
 	}
 }
 
+// The layout of the keys must not change from one version to the next: a
+// store that looked elsewhere would find every limit full again.
+func TestKeyLayout(t *testing.T) {
+	require.Equal(t, "ratelimit:{32c6d7a54d35dacb}9:sendEmail:0:user-42",
+		redisstore.New(nil).Key(ratelimit.RecordID{Name: "sendEmail", Key: "user-42"}))
+	require.Equal(t, "app:{cbf29ce484222325}1:n:3:",
+		redisstore.New(nil, redisstore.WithPrefix("app:")).Key(ratelimit.RecordID{Name: "n", Key: "", Shard: 3}))
+}
+
 func TestKeysShareASlot(t *testing.T) {
 	s := redisstore.New(nil)
 	key := "user:{42}"
