@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -38,8 +39,9 @@ func newLibrary(src string) library {
 	script := src + "\nreturn apply(KEYS, ARGV)\n"
 	sha := sha1.Sum([]byte(script))
 	return library{
-		name:   name,
-		code:   "#!lua name=" + name + "\n" + src + "\nredis.register_function('" + name + "', apply)\n",
+		name: name,
+		code: "#!lua name=" + name + "\n" + src + "\nredis.register_function{function_name='" + name +
+			"', callback=apply, flags={'allow-cross-slot-keys'}}\n",
 		script: script,
 		sha:    hex.EncodeToString(sha[:]),
 	}
@@ -219,22 +221,25 @@ func (s *Store) master(ctx context.Context, r *request) (string, error) {
 }
 
 // send decides reqs, in order, filling errs (one per request). On a single
-// server, or Sentinel, they go in one call of the function; elsewhere, in
-// one call per hash tag (so that each call's keys share a Cluster slot),
-// pipelined: the client sends one pipeline per node and follows MOVED and
-// ASK redirections.
-func (s *Store) send(ctx context.Context, _ string, reqs []*request, errs []error) error {
+// server, or Sentinel, they go in one call of the function. On a Cluster,
+// in one call per master (dest, if known): the function may read and
+// write keys of several slots of its node; when a slot has moved (or is
+// moving, or the Cluster is down), Redis refuses such a call before it
+// writes anything, and its ops go again in one call per hash tag (their
+// records share a slot), pipelined, which the client routes and
+// redirects by itself. Elsewhere (a Ring, or a server without Functions),
+// in one call per hash tag.
+func (s *Store) send(ctx context.Context, dest string, reqs []*request, errs []error) error {
 	if s.single {
 		c := &fcall{reqs: reqs}
 		s.run(ctx, []*fcall{c})
-		if c.err != nil {
-			return c.err
-		}
-		return nil
+		return c.err
 	}
 	calls := groupByTag(reqs)
-	s.run(ctx, calls)
-	for _, c := range calls {
+	if s.cluster != nil && !s.scripts.Load() && len(calls) > 1 {
+		calls = s.byMaster(ctx, dest, calls)
+	}
+	for _, c := range s.run(ctx, calls) {
 		for _, i := range c.at {
 			errs[i] = c.err
 		}
@@ -261,33 +266,78 @@ func groupByTag(reqs []*request) []*fcall {
 	return calls
 }
 
-// fcall is one call of the function over requests that share a slot.
+// byMaster merges the calls (one per hash tag) that go to one master into
+// one call over several slots, which keeps them as its parts.
+func (s *Store) byMaster(ctx context.Context, dest string, tags []*fcall) []*fcall {
+	var calls []*fcall
+	byNode := make(map[string]*fcall)
+	for _, t := range tags {
+		node := dest
+		if node == "" {
+			var err error
+			if node, err = s.master(ctx, t.reqs[0]); err != nil {
+				calls = append(calls, t) // the client will find its way
+				continue
+			}
+		}
+		c := byNode[node]
+		if c == nil {
+			c = &fcall{slots: true}
+			byNode[node] = c
+			calls = append(calls, c)
+		}
+		c.reqs = append(c.reqs, t.reqs...)
+		c.at = append(c.at, t.at...)
+		c.parts = append(c.parts, t)
+	}
+	for i, c := range calls {
+		if len(c.parts) == 1 {
+			calls[i] = c.parts[0]
+		}
+	}
+	return calls
+}
+
+// fcall is one call of the function over requests that share a slot or,
+// with slots, over the slots of one Cluster master.
 type fcall struct {
-	reqs []*request
-	at   []int // the index of each request in the batch
-	enc  *encoder
-	cmd  redis.Cmder
-	err  error
+	reqs  []*request
+	at    []int // the index of each request in the batch
+	slots bool  // its keys lie in several slots: they travel as arguments
+	parts []*fcall
+	enc   *encoder
+	cmd   redis.Cmder
+	err   error
 }
 
 // run makes the calls, one pipeline for several, and decodes their replies
-// into their requests. A server that lost the library (a restart without
-// persistence, FUNCTION FLUSH, a new node) is given it again, and the calls
-// that failed for it are made once more; a server without Functions (Redis
-// before 7) is sent the script instead, from then on.
-func (s *Store) run(ctx context.Context, calls []*fcall) {
-	for _, c := range calls {
-		c.enc = encoders.Get().(*encoder)
-		c.enc.encode(c.reqs, s.serverTime, s.margin)
-	}
+// into their requests. It returns the calls that carry the requests in
+// the end: a call over several slots that Redis refused for a slot on the
+// move is replaced by its parts, made once more. A server that lost the
+// library (a restart without persistence, FUNCTION FLUSH, a new node) is
+// given it again, and the calls that failed for it are made once more; a
+// server without Functions (Redis before 7) is sent the script instead,
+// from then on.
+func (s *Store) run(ctx context.Context, calls []*fcall) []*fcall {
+	var encoded []*encoder
 	defer func() {
+		for _, e := range encoded {
+			encoders.Put(e)
+		}
 		for _, c := range calls {
-			encoders.Put(c.enc)
 			c.enc, c.cmd = nil, nil
 		}
 	}()
+	done := make([]*fcall, 0, len(calls))
 	pending := calls
 	for attempt := 0; len(pending) > 0; attempt++ {
+		for _, c := range pending {
+			if c.enc == nil {
+				c.enc = encoders.Get().(*encoder)
+				c.enc.encode(c.reqs, s.serverTime, s.margin, c.slots)
+				encoded = append(encoded, c.enc)
+			}
+		}
 		s.issue(ctx, pending)
 		var again []*fcall
 		reload := false
@@ -296,24 +346,32 @@ func (s *Store) run(ctx context.Context, calls []*fcall) {
 			switch {
 			case c.err == nil:
 				c.err = decode(c.cmd, c.reqs)
-			case attempt == 0 && isFunctionMissing(c.err):
+			case attempt < 2 && c.slots && isRouting(c.err):
+				again = append(again, c.parts...)
+				calls = append(calls, c.parts...)
+				continue
+			case attempt < 2 && isFunctionMissing(c.err):
 				reload = true
 				again = append(again, c)
-			case attempt == 0 && !s.scripts.Load() && isUnknownFCall(c.err):
+				continue
+			case attempt < 2 && !s.scripts.Load() && isUnknownFCall(c.err):
 				s.scripts.Store(true)
 				again = append(again, c)
+				continue
 			}
+			done = append(done, c)
 		}
 		if reload {
 			if err := s.loadLibrary(ctx); err != nil {
 				for _, c := range again {
 					c.err = err
 				}
-				return
+				return append(done, again...)
 			}
 		}
 		pending = again
 	}
+	return done
 }
 
 // issue sends the calls: one alone, several in a pipeline.
@@ -358,7 +416,7 @@ func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
 // refuse more, never grant more.)
 func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	e := c.enc
-	args := make([]any, 0, 4+len(e.keys))
+	args := make([]any, 0, 5+len(e.keys))
 	switch {
 	case !s.scripts.Load():
 		args = append(args, "fcall", lib.name)
@@ -367,11 +425,19 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	default:
 		args = append(args, "evalsha", lib.sha)
 	}
-	args = append(args, len(e.keys))
-	for _, k := range e.keys {
-		args = append(args, k)
+	if c.slots {
+		// The first key routes the call; all follow the batch.
+		args = append(args, 1, e.keys[0], e.buf)
+		for _, k := range e.keys {
+			args = append(args, k)
+		}
+	} else {
+		args = append(args, len(e.keys))
+		for _, k := range e.keys {
+			args = append(args, k)
+		}
+		args = append(args, e.buf)
 	}
-	args = append(args, e.buf)
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	for _, r := range c.reqs {
@@ -410,6 +476,24 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	}
 	return load(ctx, s.client)
+}
+
+// isRouting reports whether err is Redis refusing a call for where its
+// keys are: a slot moved or moving, keys of several slots, a Cluster
+// down. Redis refuses such a call before it runs, or, for a call over
+// several slots, when it reads a key not on the node, before any write.
+func isRouting(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false // not Redis's answer: a call that may have run
+	}
+	msg := err.Error()
+	for _, m := range []string{"non local key", "MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 func isFunctionMissing(err error) bool {
@@ -485,7 +569,7 @@ type encoder struct {
 
 var encoders = sync.Pool{New: func() any { return new(encoder) }}
 
-func (e *encoder) encode(reqs []*request, serverTime bool, margin int64) {
+func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots bool) {
 	e.keys, e.limits, e.refs = e.keys[:0], e.limits[:0], e.refs[:0]
 	for _, r := range reqs {
 		e.keys = append(e.keys, r.keys...)
@@ -498,7 +582,10 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64) {
 	}
 	var flags float64
 	if serverTime {
-		flags = 1
+		flags++
+	}
+	if slots {
+		flags += 2
 	}
 	b := appendF64(e.buf[:0], flags)
 	b = appendF64(b, float64(margin))

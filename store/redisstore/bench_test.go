@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
@@ -57,9 +58,48 @@ func BenchmarkLimitDeadline(b *testing.B) {
 	}
 }
 
+// BenchmarkClusterLimit is BenchmarkLimit on the local Redis Cluster
+// (server time not reported: it is spread over the nodes).
+func BenchmarkClusterLimit(b *testing.B) {
+	c := clusterClient(b)
+	runLimit(b, c, newStore(c, uniquePrefix(b, c)))
+}
+
+// BenchmarkClusterBareCounter is BenchmarkBareCounter on the local Redis
+// Cluster.
+func BenchmarkClusterBareCounter(b *testing.B) {
+	c := clusterClient(b)
+	prefix := uniquePrefix(b, c)
+	for _, keys := range []int{1, 10_000} {
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = fmt.Sprint(prefix, "bare-", i)
+		}
+		for _, par := range []int{1, 64} {
+			b.Run(fmt.Sprintf("keys=%d/goroutines=%d", keys, par), func(b *testing.B) {
+				storetest.BenchmarkParallel(b, par, func(ctx context.Context, i int) error {
+					return bareCounter.Run(ctx, c, []string{names[i%keys]}, time.Minute.Milliseconds()).Err()
+				})
+			})
+		}
+	}
+}
+
+func clusterClient(b *testing.B) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(b), ",")})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
 func benchmarkLimit(b *testing.B, opts ...redisstore.Option) {
 	c := client(b)
-	store := newStore(c, uniquePrefix(b, c), opts...)
+	runLimit(b, c, newStore(c, uniquePrefix(b, c), opts...))
+}
+
+// runLimit runs the matrix of BenchmarkLimit on store; with a single
+// server, it reports the server's time per decision and the decisions per
+// round trip.
+func runLimit(b *testing.B, c redis.UniversalClient, store *redisstore.Store) {
 	lim, err := ratelimit.New(store, ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})
 	if err != nil {
 		b.Fatal(err)
@@ -71,7 +111,11 @@ func benchmarkLimit(b *testing.B, opts ...redisstore.Option) {
 		}
 		for _, par := range []int{1, 64} {
 			b.Run(fmt.Sprintf("keys=%d/goroutines=%d", keys, par), func(b *testing.B) {
-				before := commandStats(b, c, "fcall")
+				single, _ := c.(*redis.Client)
+				var before cmdStat
+				if single != nil {
+					before = commandStats(b, single, "fcall")
+				}
 				storetest.BenchmarkParallel(b, par, func(ctx context.Context, i int) error {
 					res, err := lim.Limit(ctx, "bench", names[i%keys])
 					if err == nil && !res.OK {
@@ -79,7 +123,9 @@ func benchmarkLimit(b *testing.B, opts ...redisstore.Option) {
 					}
 					return err
 				})
-				reportServerTime(b, before, commandStats(b, c, "fcall"), b.N)
+				if single != nil {
+					reportServerTime(b, before, commandStats(b, single, "fcall"), b.N)
+				}
 			})
 		}
 	}

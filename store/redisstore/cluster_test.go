@@ -12,9 +12,104 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
+
+// fcalls records the function calls a client sends and their errors.
+type fcalls struct {
+	mu   sync.Mutex
+	n    int
+	errs []string
+}
+
+func (f *fcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *fcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		f.record(cmd)
+		return err
+	}
+}
+
+func (f *fcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			f.record(cmd)
+		}
+		return err
+	}
+}
+
+func (f *fcalls) record(cmd redis.Cmder) {
+	if cmd.Name() != "fcall" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if err := cmd.Err(); err != nil {
+		f.errs = append(f.errs, err.Error())
+	}
+}
+
+func (f *fcalls) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n, f.errs = 0, nil
+}
+
+func (f *fcalls) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func (f *fcalls) errors() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.errs, "\n")
+}
+
+// TestClusterOneCallPerMaster: a batch over many keys makes one call of
+// the function per master, not one per key, and decides as Model does.
+func TestClusterOneCallPerMaster(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	model := storetest.NewModel()
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	masters := map[string]bool{}
+	var ops []*ratelimit.Op
+	for i := range 40 {
+		key := fmt.Sprint("k-", i%30) // some keys twice
+		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: key}))
+		require.NoError(t, err)
+		masters[node.Options().Addr] = true
+		ops = append(ops, &ratelimit.Op{Now: t0.UnixMilli() + int64(i), Items: []ratelimit.Item{
+			{Name: "l", Key: key, Count: float64(1 + i%7), Shards: []ratelimit.Shard{{Params: p}}}}})
+	}
+	require.NoError(t, store.ApplyBatch(ctx, ops[:1], [][]ratelimit.Decision{make([]ratelimit.Decision, 1)})) // the library is loaded
+	require.NoError(t, model.Apply(ctx, ops[0], make([]ratelimit.Decision, 1)))
+	calls := &fcalls{}
+	c.AddHook(calls)
+	got := make([][]ratelimit.Decision, len(ops))
+	for i := range got {
+		got[i] = make([]ratelimit.Decision, 1)
+	}
+	require.NoError(t, store.ApplyBatch(ctx, ops, got))
+	require.Equal(t, len(masters), calls.count(), "one call per master")
+	require.Empty(t, calls.errors())
+	for i, op := range ops {
+		want := make([]ratelimit.Decision, 1)
+		require.NoError(t, model.Apply(ctx, op, want))
+		require.Equal(t, want, got[i], "op %d", i)
+	}
+}
 
 // master is one master of the local Cluster.
 type master struct {
@@ -164,6 +259,35 @@ func TestClusterSlotMoves(t *testing.T) {
 		require.ErrorContains(t, err, "Library not found")
 	}
 
+	// Before the client has learned of the move: a batch over the moved
+	// slot and another of the old master goes as one call there, which
+	// Redis refuses, unchanged, at the moved key; its ops go again one
+	// call per key, routed anew.
+	var other string
+	for i := 0; other == ""; i++ {
+		k := fmt.Sprint("other-", i)
+		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k}))
+		require.NoError(t, err)
+		if s, _ := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result(); node.Options().Addr == src.addr && int(s) != slot {
+			other = k
+		}
+	}
+	calls := &fcalls{}
+	c.AddHook(calls)
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour.Milliseconds(), Capacity: 1000,
+		Phase: t0.UnixMilli() % time.Hour.Milliseconds()}
+	batch := func(where string) {
+		t.Helper()
+		ops := []*ratelimit.Op{
+			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: other, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}},
+			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: key, Count: 5, Shards: []ratelimit.Shard{{Params: p}}}}},
+		}
+		outs := [][]ratelimit.Decision{make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)}
+		require.NoError(t, store.ApplyBatch(ctx, ops, outs), where)
+		spent += 5
+		require.Equal(t, 1000-spent, outs[1][0].Remaining, where)
+	}
+
 	// Half-way, an op whose records have all moved follows ASK. (One
 	// whose records are partly on each side, or not yet created, is
 	// refused with TRYAGAIN until the move completes, as Redis refuses any
@@ -171,6 +295,9 @@ func TestClusterSlotMoves(t *testing.T) {
 	move(src, dst, true)
 	limit("migrating (ASK)", 20, "l")
 	move(src, dst, false)
+	calls.reset()
+	batch("moved, the client unaware")
+	require.Contains(t, calls.errors(), "non local key", "the call over two slots was refused")
 	limit("moved (MOVED)", 30, "l", "other")
 
 	// Many callers at once, coalesced, on the slot's new master.

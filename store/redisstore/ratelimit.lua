@@ -15,8 +15,10 @@
 -- keys: the records of the batch's ops, op by op, item by item, shard by
 -- shard (ratelimit.Op.AppendRecordIDs); a record may appear several times.
 -- args[1]: the batch, as little-endian doubles:
---   header  flags (1: judge every op at the server's TIME), expiry margin
---           (ms), number of limits, number of ops
+--   header  flags (+1: judge every op at the server's TIME; +2: the keys
+--           lie in several slots of this node, and follow in args[2],
+--           args[3], ...: keys holds only the first), expiry margin (ms),
+--           number of limits, number of ops
 --   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
 --           max reserved; one per limit of the batch
 --   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0), items
@@ -269,14 +271,18 @@ end
 local at = {}   -- the record of each key of the call
 local names = {} -- the distinct keys, in order
 
--- readall reads every record of the call, each once, with MGET.
-local function readall(keys)
+-- readall reads every record of the call, each once: list[off + 1],
+-- list[off + 2], ... are the keys. With MGET, or, when the keys may lie in
+-- several slots (each command must keep to one), with one GET each.
+-- Every read comes before any write: a call refused a key (not on this
+-- node) has changed nothing.
+local function readall(list, off, slots)
   for i = 1, nrec do
     slot[rkey[i]] = nil
   end
   nrec = 0
-  for k = 1, #keys do
-    local key = keys[k]
+  for k = 1, #list - off do
+    local key = list[off + k]
     local i = slot[key]
     if not i then
       nrec = nrec + 1
@@ -285,8 +291,10 @@ local function readall(keys)
     end
     at[k] = i
   end
-  if nrec == 1 then
-    decode(1, call('GET', rkey[1]))
+  if nrec == 1 or slots then
+    for i = 1, nrec do
+      decode(i, call('GET', rkey[i]))
+    end
     return
   end
   local done = 0
@@ -346,10 +354,15 @@ local function apply(keys, args)
     sunpack, pack, call = struct.unpack, struct.pack, redis.call
   end
   tnow = nil
-  readall(keys)
-
   local b = args[1]
   local flags, margin, nlimits, nops, pos = sunpack('<dddd', b)
+  if flags % 4 >= 2 then
+    -- The keys of several slots of this node follow the batch in args
+    -- (keys holds only the first, which routes the call).
+    readall(args, 1, true)
+  else
+    readall(keys, 0, false)
+  end
   for i = 1, nlimits do
     local l = limits[i]
     if not l then
