@@ -20,11 +20,18 @@
 //
 // Every record is one Redis key. All records of one ratelimit key, whatever
 // the limit's name or shard, share a hash tag derived from the key, so
-// they live in one Cluster slot and one call may touch them all (an op's
-// items share one key). On a Cluster, the ops of a batch go to their
-// slot's master, one call per hash tag, pipelined per node. Records expire
-// once their bucket would be full again, plus a margin for the server's
-// clock disagreeing with the application's.
+// they live in one Cluster slot (an op's items share one key). On a
+// Cluster, calls coalesce per master, and a batch is one call of the
+// function over the slots of its master; when a slot moves, its ops go
+// again one call per key, which the client routes. Records expire once
+// their bucket would be full again, plus a margin for the server's clock
+// disagreeing with the application's.
+//
+// # What the server must keep
+//
+// A record Redis forgets reads as a full bucket. Run Redis with
+// persistence and without eviction of the limiter's keys; CheckServer
+// says where it does not, and the store logs it once (WithLogger).
 package redisstore
 
 import (
