@@ -231,20 +231,37 @@ func (s *Store) master(ctx context.Context, r *request) (string, error) {
 // in one call per hash tag.
 func (s *Store) send(ctx context.Context, dest string, reqs []*request, errs []error) error {
 	if s.single {
-		c := &fcall{reqs: reqs}
-		s.run(ctx, []*fcall{c})
-		return c.err
+		c := &fcall{reqs: reqs, at: s.indexes(len(reqs))}
+		s.run(ctx, []*fcall{c}, errs)
+		return nil
 	}
 	calls := groupByTag(reqs)
 	if s.cluster != nil && !s.scripts.Load() && len(calls) > 1 {
 		calls = s.byMaster(ctx, dest, calls)
 	}
-	for _, c := range s.run(ctx, calls) {
-		for _, i := range c.at {
-			errs[i] = c.err
-		}
-	}
+	s.run(ctx, calls, errs)
 	return nil
+}
+
+// upTo holds 0, 1, 2, …: the indexes of a batch's requests.
+var upTo = func() []int {
+	is := make([]int, 1024)
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}()
+
+// indexes returns 0, 1, …, n-1; callers must not change it.
+func (s *Store) indexes(n int) []int {
+	if n <= len(upTo) {
+		return upTo[:n:n]
+	}
+	is := make([]int, n)
+	for i := range is {
+		is[i] = i
+	}
+	return is
 }
 
 // groupByTag splits reqs into one call per hash tag, keeping the order of
@@ -310,32 +327,21 @@ type fcall struct {
 	err   error
 }
 
-// run makes the calls, one pipeline for several, and decodes their replies
-// into their requests. It returns the calls that carry the requests in
-// the end: a call over several slots that Redis refused for a slot on the
-// move is replaced by its parts, made once more. A server that lost the
-// library (a restart without persistence, FUNCTION FLUSH, a new node) is
-// given it again, and the calls that failed for it are made once more; a
-// server without Functions (Redis before 7) is sent the script instead,
-// from then on.
-func (s *Store) run(ctx context.Context, calls []*fcall) []*fcall {
-	var encoded []*encoder
-	defer func() {
-		for _, e := range encoded {
-			encoders.Put(e)
-		}
-		for _, c := range calls {
-			c.enc, c.cmd = nil, nil
-		}
-	}()
-	done := make([]*fcall, 0, len(calls))
+// run makes the calls, one pipeline for several, decodes their replies
+// into their requests, and sets errs (one per request of the batch). A
+// call over several slots that Redis refused for a slot on the move is
+// replaced by its parts, made once more. A server that lost the library
+// (a restart without persistence, FUNCTION FLUSH, a new node) is given it
+// again, and the calls that failed for it are made once more; a server
+// without Functions (Redis before 7) is sent the script instead, from then
+// on.
+func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
 	for attempt := 0; len(pending) > 0; attempt++ {
 		for _, c := range pending {
 			if c.enc == nil {
 				c.enc = encoders.Get().(*encoder)
 				c.enc.encode(c.reqs, s.serverTime, s.margin, c.slots)
-				encoded = append(encoded, c.enc)
 			}
 		}
 		s.issue(ctx, pending)
@@ -359,19 +365,28 @@ func (s *Store) run(ctx context.Context, calls []*fcall) []*fcall {
 				again = append(again, c)
 				continue
 			}
-			done = append(done, c)
+			for _, i := range c.at {
+				errs[i] = c.err
+			}
 		}
 		if reload {
 			if err := s.loadLibrary(ctx); err != nil {
 				for _, c := range again {
-					c.err = err
+					for _, i := range c.at {
+						errs[i] = err
+					}
 				}
-				return append(done, again...)
+				break
 			}
 		}
 		pending = again
 	}
-	return done
+	for _, c := range calls {
+		if c.enc != nil {
+			encoders.Put(c.enc)
+		}
+		c.enc, c.cmd = nil, nil
+	}
 }
 
 // issue sends the calls: one alone, several in a pipeline.
