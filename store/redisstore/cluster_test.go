@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -108,6 +109,98 @@ func TestClusterOneCallPerMaster(t *testing.T) {
 		want := make([]ratelimit.Decision, 1)
 		require.NoError(t, model.Apply(ctx, op, want))
 		require.Equal(t, want, got[i], "op %d", i)
+	}
+}
+
+// TestClusterSlotsDifferential drives batches of random mixed ops (limit,
+// check, refund, reserving or not, several limits, two-shard items, the
+// same records several times) over keys of several slots of one master,
+// which go as one call of the function, and requires Model's answers and
+// records, bit for bit.
+func TestClusterSlotsDifferential(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	// Five keys of different slots on the master of the first.
+	var keys []string
+	var master string
+	slots := map[int64]bool{}
+	for i := 0; len(keys) < 5; i++ {
+		k := fmt.Sprint("d-", i)
+		rk := store.Key(ratelimit.RecordID{Name: "a", Key: k})
+		node, err := c.MasterForKey(ctx, rk)
+		require.NoError(t, err)
+		slot, err := c.ClusterKeySlot(ctx, rk).Result()
+		require.NoError(t, err)
+		if master == "" {
+			master = node.Options().Addr
+		}
+		if node.Options().Addr == master && !slots[slot] {
+			slots[slot] = true
+			keys = append(keys, k)
+		}
+	}
+	calls := &fcalls{}
+	c.AddHook(calls)
+	for seed := range 8 {
+		model := storetest.NewModel()
+		prefix := uniquePrefix(t, c)
+		store := newStore(c, prefix)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5107))
+		limits := map[string]ratelimit.Params{}
+		for _, name := range []string{"a", "b", "c"} {
+			p := ratelimit.Params{Kind: ratelimit.Kind(1 + rng.IntN(2)), Rate: []float64{1, 2.5, 1.0 / 3, 7}[rng.IntN(4)],
+				Period: []int64{7, 1000, 60_000}[rng.IntN(3)]}
+			p.Capacity = p.Rate * (1 + rng.Float64()*3)
+			if rng.IntN(2) == 0 {
+				p.MaxReserved = p.Capacity * 2
+			}
+			limits[name] = p
+		}
+		now := t0.UnixMilli()
+		for step := range 12 {
+			now += rng.Int64N(3000)
+			var ops []*ratelimit.Op
+			for range 1 + rng.IntN(30) {
+				op := &ratelimit.Op{Now: now + rng.Int64N(7) - 3, Reserve: rng.IntN(3) == 0, Mode: ratelimit.Mode(rng.IntN(4) % 3)}
+				key := keys[rng.IntN(len(keys))]
+				for _, name := range []string{"a", "b", "c"}[:1+rng.IntN(3)] {
+					p := limits[name]
+					p.Phase = int64(len(key)+len(name)) % p.Period
+					it := ratelimit.Item{Name: name, Key: key, Count: rng.Float64() * p.Capacity * 1.5,
+						Shards: []ratelimit.Shard{{Index: 0, Params: p}}}
+					if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
+						it.Shards = append(it.Shards, ratelimit.Shard{Index: 1, Params: p})
+					}
+					op.Items = append(op.Items, it)
+				}
+				ops = append(ops, op)
+			}
+			got := make([][]ratelimit.Decision, len(ops))
+			for i, op := range ops {
+				got[i] = make([]ratelimit.Decision, len(op.Items))
+			}
+			calls.reset()
+			require.NoError(t, store.ApplyBatch(ctx, ops, got))
+			require.Equal(t, 1, calls.count(), "seed %d step %d: one call", seed, step)
+			for i, op := range ops {
+				want := make([]ratelimit.Decision, len(op.Items))
+				require.NoError(t, model.Apply(ctx, op, want))
+				require.Equal(t, want, got[i], "seed %d step %d op %d", seed, step, i)
+			}
+		}
+		var ids []ratelimit.RecordID
+		for _, k := range keys {
+			for _, name := range []string{"a", "b", "c"} {
+				ids = append(ids, ratelimit.RecordID{Name: name, Key: k}, ratelimit.RecordID{Name: name, Key: k, Shard: 1})
+			}
+		}
+		gotRecs := make([]ratelimit.Record, len(ids))
+		wantRecs := make([]ratelimit.Record, len(ids))
+		require.NoError(t, store.Load(ctx, ids, gotRecs))
+		require.NoError(t, model.Load(ctx, ids, wantRecs))
+		require.Equal(t, wantRecs, gotRecs, "seed %d: records", seed)
 	}
 }
 
