@@ -231,7 +231,7 @@ func (s *Store) master(ctx context.Context, r *request) (string, error) {
 // in one call per hash tag.
 func (s *Store) send(ctx context.Context, dest string, reqs []*request, errs []error) error {
 	if s.single {
-		c := &fcall{reqs: reqs, at: s.indexes(len(reqs))}
+		c := &fcall{reqs: reqs, at: indexes(len(reqs))}
 		s.run(ctx, []*fcall{c}, errs)
 		return nil
 	}
@@ -253,7 +253,7 @@ var upTo = func() []int {
 }()
 
 // indexes returns 0, 1, …, n-1; callers must not change it.
-func (s *Store) indexes(n int) []int {
+func indexes(n int) []int {
 	if n <= len(upTo) {
 		return upTo[:n:n]
 	}

@@ -268,14 +268,13 @@ local function decode(i, raw)
   end
 end
 
-local at = {}   -- the record of each key of the call
-local names = {} -- the distinct keys, in order
+local at = {} -- the record of each key of the call
 
 -- readall reads every record of the call, each once: list[off + 1],
 -- list[off + 2], ... are the keys. With MGET, or, when the keys may lie in
 -- several slots (each command must keep to one), with one GET each.
--- Every read comes before any write: a call refused a key (not on this
--- node) has changed nothing.
+-- Every read comes before any write: a call refused for a key (not on
+-- this node) has changed nothing.
 local function readall(list, off, slots)
   for i = 1, nrec do
     slot[rkey[i]] = nil
