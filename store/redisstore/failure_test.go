@@ -56,7 +56,7 @@ func TestStoreFailure(t *testing.T) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 	opt.MaxRetries = -1
 	c := redis.NewClient(opt)
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // last: the test's keys are deleted first
 	t.Cleanup(func() { startFailover(t) })
 	storetest.StoreFailure(t, newStore(c, uniquePrefix(t, c)), stopFailover, startFailover)
 }
@@ -92,7 +92,7 @@ func TestStalledServer(t *testing.T) {
 	hook := sentHook{sent: make(chan string, 1)}
 	c := redis.NewClient(&redis.Options{Addr: failoverAddr})
 	c.AddHook(hook)
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // last: the test's keys are deleted first
 	prefix := uniquePrefix(t, c)
 	newLimiter := func(opts ...redisstore.Option) *ratelimit.Limiter {
 		store := newStore(c, prefix, opts...)
