@@ -12,7 +12,10 @@
 // A caller whose context ends while its call is queued leaves, and the
 // call is never sent. Once sent, a call may take effect even if its caller
 // has left: the caller gets its context's error at once, and the batch's
-// answer for it is dropped.
+// answer for it is dropped. A lone call sent on its caller's goroutine
+// returns when its send does; with Options.Detach it is sent on a goroutine
+// of its own, so that its caller can leave on time even when the send
+// does not watch the context.
 package coalesce
 
 import (
@@ -36,6 +39,14 @@ type Options struct {
 	// MaxInFlight is the most batches sent at once (default
 	// DefaultMaxInFlight). A call that finds fewer in flight goes at once.
 	MaxInFlight int
+	// Detach sends a call that goes at once (a lone call, or every call
+	// when coalescing is off) on a goroutine of its own, as a batch of one,
+	// when its context can end; its caller waits as a queued caller does
+	// and leaves when its context ends, while the send finishes in the
+	// background (and still counts as in flight). Choose it when send may
+	// block past its context's end, e.g. on a client that bounds a stalled
+	// read by its own timeout only. It costs a goroutine per such call.
+	Detach bool
 }
 
 func (o Options) withDefaults() Options {
@@ -105,12 +116,21 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if b.opts.MaxBatch == 1 {
+	detach := b.opts.Detach && ctx.Done() != nil
+	if b.opts.MaxBatch == 1 && !detach {
 		return b.sendOne(ctx, req)
 	}
 	b.mu.Lock()
-	if b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 {
+	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0) {
 		b.inflight++
+		if detach {
+			c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
+			calls := []*call[Req, Res]{c}
+			bt, bctx := b.start(calls)
+			b.mu.Unlock()
+			go b.run(calls, bt, bctx)
+			return b.wait(ctx, c)
+		}
 		b.mu.Unlock()
 		res, err := b.sendOne(ctx, req)
 		b.mu.Lock()
@@ -121,7 +141,12 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
+	return b.wait(ctx, c)
+}
 
+// wait waits for the answer to c, queued or sent, or for ctx to end.
+func (b *Batcher[Req, Res]) wait(ctx context.Context, c *call[Req, Res]) (Res, error) {
+	var zero Res
 	select {
 	case <-c.done:
 		return c.res, c.err
@@ -185,7 +210,13 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
+	bt, ctx := b.start(calls)
+	return calls, bt, ctx
+}
 
+// start marks calls sent together and returns their batch and its
+// context. b.mu is held.
+func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Context) {
 	ctx := context.WithoutCancel(calls[0].ctx)
 	var latest time.Time
 	for _, c := range calls {
@@ -204,11 +235,11 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 	} else {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 	}
-	bt := &batch{waiting: n, cancel: cancel}
+	bt := &batch{waiting: len(calls), cancel: cancel}
 	for _, c := range calls {
 		c.batch = bt
 	}
-	return calls, bt, ctx
+	return bt, ctx
 }
 
 // run sends batches in the background, one after another, while calls

@@ -311,6 +311,118 @@ func TestOffSendsEveryCallAloneAtOnce(t *testing.T) {
 	}
 }
 
+// stuck is a send that ignores its context, as a network client that
+// bounds a read by its own timeout only: it returns when released.
+type stuck struct {
+	entered chan sent
+	release chan struct{}
+	done    chan struct{} // one value per send that returned
+}
+
+type sent struct {
+	ctx  context.Context
+	reqs []int
+}
+
+func newStuck() *stuck {
+	return &stuck{entered: make(chan sent, 10), release: make(chan struct{}), done: make(chan struct{}, 10)}
+}
+
+func (s *stuck) send(ctx context.Context, reqs, res []int) error {
+	s.entered <- sent{ctx, append([]int(nil), reqs...)}
+	<-s.release
+	for i, r := range reqs {
+		res[i] = r * 10
+	}
+	s.done <- struct{}{}
+	return nil
+}
+
+// leaves requires the answer on ch to be err, in time: the caller left
+// without waiting for a send that is still blocked.
+func leaves(t *testing.T, ch <-chan answer, err error) {
+	t.Helper()
+	select {
+	case a := <-ch:
+		require.ErrorIs(t, a.err, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller waited for its send past its context's end")
+	}
+}
+
+func TestDetachedLoneCallerLeavesOnTime(t *testing.T) {
+	s := newStuck()
+	b := New(s.send, Options{Detach: true})
+	bg := context.Background()
+
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	lone := doAsync(b, ctx, 1)
+	first := <-s.entered
+	require.Equal(t, []int{1}, first.reqs)
+	sendCtx := first.ctx
+	require.NotEqual(t, ctx, sendCtx, "sent on a goroutine of its own, with a context of its own")
+	dl, ok := sendCtx.Deadline()
+	want, _ := ctx.Deadline()
+	require.True(t, ok && dl.Equal(want), "the send has the caller's deadline")
+	leaves(t, lone, context.DeadlineExceeded)
+	require.Error(t, sendCtx.Err(), "the send's context ends once its caller has left")
+
+	// The abandoned send is still in flight: a new call waits for it.
+	c2, cancel2 := context.WithCancel(bg)
+	next := doAsync(b, c2, 2)
+	waitQueued(t, b, 1)
+	s.release <- struct{}{}
+	<-s.done
+	require.Equal(t, []int{2}, (<-s.entered).reqs)
+	s.release <- struct{}{}
+	require.Equal(t, answer{20, nil}, <-next)
+	cancel2()
+
+	// A cancel, rather than a deadline, lets the caller leave too.
+	c3, cancel3 := context.WithCancel(bg)
+	canceled := doAsync(b, c3, 3)
+	<-s.entered
+	cancel3()
+	leaves(t, canceled, context.Canceled)
+	s.release <- struct{}{}
+	<-s.done
+}
+
+func TestDetachKeepsContextFreeCallsOnTheirGoroutine(t *testing.T) {
+	var sawCtx context.Context
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		sawCtx = ctx
+		res[0] = reqs[0] * 10
+		return nil
+	}, Options{Detach: true})
+	ctx := context.Background() // cannot end: nothing to leave for
+	res, err := b.Do(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, 70, res)
+	require.Equal(t, ctx, sawCtx, "sent on the caller's goroutine, with its context")
+}
+
+func TestDetachWithCoalescingOff(t *testing.T) {
+	s := newStuck()
+	b := New(s.send, Options{MaxBatch: 1, Detach: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	a := doAsync(b, ctx, 1)
+	c := doAsync(b, ctx, 2)
+	<-s.entered
+	<-s.entered // both in flight at once: no coalescing, no bound
+	cancel()
+	leaves(t, a, context.Canceled)
+	leaves(t, c, context.Canceled)
+	s.release <- struct{}{}
+	s.release <- struct{}{}
+	<-s.done
+	<-s.done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Zero(t, b.inflight)
+}
+
 func TestDoneContextIsRefusedBeforeSending(t *testing.T) {
 	sent := false
 	b := New(func(context.Context, []int, []int) error { sent = true; return nil }, Options{})

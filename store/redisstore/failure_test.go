@@ -1,15 +1,23 @@
 package redisstore_test
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"net"
 	"os"
 	"os/exec"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,7 +56,225 @@ func TestStoreFailure(t *testing.T) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 	opt.MaxRetries = -1
 	c := redis.NewClient(opt)
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // last: the test's keys are deleted first
 	t.Cleanup(func() { startFailover(t) })
-	storetest.StoreFailure(t, redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c))), stopFailover, startFailover)
+	storetest.StoreFailure(t, newStore(c, uniquePrefix(t, c)), stopFailover, startFailover)
+}
+
+// sentHook signals each FCALL as the client sends it.
+type sentHook struct{ sent chan string }
+
+func (h sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" {
+			select {
+			case h.sent <- cmd.Name():
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestStalledServer stalls the server (CLIENT PAUSE) and requires every
+// call to return when its context ends, by deadline or by cancel, alone
+// or queued behind a call in flight, with coalescing on or off, on a
+// client built with go-redis's defaults as docs/stores/redis.md shows.
+func TestStalledServer(t *testing.T) {
+	testserver.RequireReachable(t, "failover", failoverAddr)
+	ctx := context.Background()
+	hook := sentHook{sent: make(chan string, 1)}
+	c := redis.NewClient(&redis.Options{Addr: failoverAddr})
+	c.AddHook(hook)
+	t.Cleanup(func() { c.Close() }) // last: the test's keys are deleted first
+	prefix := uniquePrefix(t, c)
+	newLimiter := func(opts ...redisstore.Option) *ratelimit.Limiter {
+		store := newStore(c, prefix, opts...)
+		lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute}},
+			ratelimit.WithBreaker(0, 0))
+		require.NoError(t, err)
+		_, err = lim.Limit(ctx, "l", "warm-up") // the library is loaded
+		require.NoError(t, err)
+		return lim
+	}
+	type call struct {
+		name   string
+		lim    *ratelimit.Limiter
+		cancel bool // cancel the call rather than give it a deadline
+	}
+	queue := newLimiter()
+	calls := []call{
+		{"alone, deadline", newLimiter(), false},
+		{"alone, canceled", newLimiter(), true},
+		{"uncoalesced, deadline", newLimiter(redisstore.WithMaxBatch(1)), false},
+		{"uncoalesced, canceled", newLimiter(redisstore.WithMaxBatch(1)), true},
+		{"queued, deadline", queue, false},
+		{"queued, canceled", queue, true},
+	}
+	for len(hook.sent) > 0 {
+		<-hook.sent
+	}
+
+	const pause, wait = 3 * time.Second, 200 * time.Millisecond
+	require.NoError(t, c.Do(ctx, "client", "pause", pause.Milliseconds(), "all").Err())
+	// A call that holds the queue's round trip in flight, stalled with the
+	// server: the queued calls wait behind it.
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := queue.Limit(ctx, "l", "k")
+		blocked <- err
+	}()
+	<-hook.sent
+
+	var wg sync.WaitGroup
+	for _, cl := range calls {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Hour)
+			if !cl.cancel {
+				cctx, cancel = context.WithTimeout(ctx, wait)
+			} else {
+				time.AfterFunc(wait, cancel)
+			}
+			defer cancel()
+			start := time.Now()
+			_, err := cl.lim.Limit(cctx, "l", "k")
+			took := time.Since(start)
+			want := context.DeadlineExceeded
+			if cl.cancel {
+				want = context.Canceled
+			}
+			assert.ErrorIs(t, err, want, cl.name)
+			assert.Less(t, took, pause-time.Second, "%s: returned after %v, not when its context ended", cl.name, took)
+		})
+	}
+	wg.Wait()
+
+	// Once the server answers again, so does the store.
+	require.NoError(t, <-blocked)
+	for _, cl := range calls {
+		res, err := cl.lim.Limit(ctx, "l", "after")
+		require.NoError(t, err, cl.name)
+		require.True(t, res.OK, cl.name)
+	}
+}
+
+// TestWithoutFunctions runs the store on a server without Redis Functions,
+// as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
+// the store sends the same code as a script (EVALSHA), and passes the
+// conformance suite there.
+func TestWithoutFunctions(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testserver.Unreachable(t, "redis-server", "PATH", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, port, _ := net.SplitHostPort(addr)
+	server := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--rename-command", "FCALL", "", "--rename-command", "FCALL_RO", "", "--rename-command", "FUNCTION", "")
+	require.NoError(t, server.Start())
+	t.Cleanup(func() {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+	})
+	testserver.WaitReachable(t, addr, true)
+
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(c, uniquePrefix(t, c)) }, storetest.DifferentialRuns(5, 60))
+
+	cnt := &counter{}
+	c.AddHook(cnt)
+	s := newStore(c, uniquePrefix(t, c))
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Limit(ctx, "l", "k") // finds out, FCALL then EVALSHA
+	require.NoError(t, err)
+	cnt.names = nil
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha"}, cnt.names)
+}
+
+// cutter loses, once armed, the reply to the next call of the function a
+// connection sends: the server runs the call, the client sees the
+// connection drop, as when a network fails at the worst moment.
+type cutter struct{ armed atomic.Bool }
+
+func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	return &cutConn{Conn: conn, c: c}, err
+}
+
+type cutConn struct {
+	net.Conn
+	c   *cutter
+	cut bool
+}
+
+func (cc *cutConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("fcall")) && cc.c.armed.CompareAndSwap(true, false) {
+		cc.cut = true
+	}
+	return cc.Conn.Write(b)
+}
+
+func (cc *cutConn) Read(b []byte) (int, error) {
+	if !cc.cut {
+		return cc.Conn.Read(b)
+	}
+	_, _ = cc.Conn.Read(b) // the server has run the call: drop its reply
+	cc.Conn.Close()
+	return 0, io.EOF
+}
+
+// TestRefundIsNeverSentTwice: go-redis sends a command again after a
+// network error (MaxRetries), when it may have run already. A limit that
+// runs twice charges twice (it may refuse more, never grant more); a
+// refund that ran twice would hand its tokens back twice, so the store
+// forbids sending it again.
+func TestRefundIsNeverSentTwice(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testserver.RedisURL(t))
+	require.NoError(t, err)
+	cut := &cutter{}
+	opt.Dialer = cut.dial
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	s := newStore(c, uniquePrefix(t, c))
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	apply := func(mode ratelimit.Mode, count float64) (ratelimit.Decision, error) {
+		op := &ratelimit.Op{Mode: mode, Now: now, Items: []ratelimit.Item{{Name: "l", Key: "k", Count: count, Shards: []ratelimit.Shard{{Params: p}}}}}
+		out := make([]ratelimit.Decision, 1)
+		err := s.Apply(ctx, op, out)
+		return out[0], err
+	}
+	value := func() float64 {
+		recs := make([]ratelimit.Record, 1)
+		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}}, recs))
+		return recs[0].State.Value
+	}
+	d, err := apply(ratelimit.ModeLimit, 10)
+	require.NoError(t, err)
+	require.Equal(t, 90.0, d.Remaining)
+
+	cut.armed.Store(true)
+	_, err = apply(ratelimit.ModeRefund, 5)
+	require.Error(t, err, "the refund's reply was lost, and it was not sent again")
+	require.False(t, cut.armed.Load(), "the cut happened")
+	require.Equal(t, 95.0, value(), "the refund ran once")
+
+	cut.armed.Store(true)
+	d, err = apply(ratelimit.ModeLimit, 1)
+	require.NoError(t, err, "a limit is sent again")
+	require.Equal(t, 93.0, d.Remaining, "and ran twice")
 }

@@ -1,37 +1,54 @@
 // Package redisstore is a ratelimit.Store on Redis, for a fleet of
 // processes sharing limits: a single server, Sentinel, or a Redis Cluster.
 //
-// Each Apply is one network round trip: the whole transition
-// (ratelimit.Evaluate) runs server-side in a Lua script (apply.lua),
-// which Redis runs atomically. The script is loaded once and called by its
-// digest (EVALSHA), falling back to EVAL when the server does not know it.
+// # One call decides a batch
+//
+// The whole transition (ratelimit.Evaluate) runs server-side, in a Redis
+// Function (ratelimit.lua, loaded once with FUNCTION LOAD and called with
+// FCALL; on servers without Functions, Redis before 7, the same code runs
+// as a script with EVALSHA). Redis runs it atomically.
+//
+// Concurrent calls are coalesced, as a database's group commit does: a call
+// that arrives while no round trip to its server is in flight goes at once,
+// on its caller's goroutine; calls that arrive while one is in flight wait
+// for it and then go together, in one call of the function that decides
+// them in order of arrival, each as if alone. A lone caller waits for
+// nobody; 64 callers share a few round trips. WithMaxBatch bounds a batch
+// and turns coalescing off.
+//
+// # Keys
 //
 // Every record is one Redis key. All records of one ratelimit key, whatever
 // the limit's name or shard, share a hash tag derived from the key, so
-// they live in one Cluster slot and one script may touch them all (an op's
-// items share one key). Records expire once their bucket would be full
-// again, plus a margin for the server's clock disagreeing with the
-// application's.
+// they live in one Cluster slot (an op's items share one key). On a
+// Cluster, calls coalesce per master, and a batch is one call of the
+// function over the slots of its master; when a slot moves, its ops go
+// again one call per key, which the client routes. Records expire once
+// their bucket would be full again, plus a margin for the server's clock
+// disagreeing with the application's.
+//
+// # What the server must keep
+//
+// A record Redis forgets reads as a full bucket. Run Redis with
+// persistence and without eviction of the limiter's keys; CheckServer
+// says where it does not, and the store logs it once (WithLogger).
 package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed apply.lua
-var applyLua string
-
-var applyScript = redis.NewScript(applyLua)
 
 // DefaultPrefix starts every key the store writes, unless WithPrefix
 // gives another.
@@ -42,19 +59,40 @@ const DefaultPrefix = "ratelimit:"
 // ratelimit.ExpiryGrace.
 const DefaultExpiryMargin = time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
 
+// DefaultMaxBatch is the most calls one round trip carries, unless
+// WithMaxBatch says otherwise.
+const DefaultMaxBatch = 128
+
+// maxInFlight is the most round trips in flight at once to one server;
+// more calls wait and go together. Measured: see docs/performance.md.
+const maxInFlight = 1
+
 // Store is a ratelimit.Store on Redis, safe for concurrent use. Build it
 // with New.
 type Store struct {
 	client     redis.UniversalClient
+	cluster    *redis.ClusterClient // when client is one
+	single     bool                 // one server: a batch is one call
 	prefix     string
 	serverTime bool
 	margin     int64 // ms
+	maxBatch   int
 	err        error // a bad option, reported by every call
+
+	scripts atomic.Bool // the server has no Functions: use EVALSHA
+	// The calls coalesce per server: on a Cluster per master (nodes), on
+	// others in one batcher (one).
+	nodes *coalesce.Group[string, *request, error]
+	one   *coalesce.Batcher[*request, error]
+
+	logger    *slog.Logger
+	checkOnce sync.Once
 }
 
 var (
-	_ ratelimit.Store      = (*Store)(nil)
-	_ ratelimit.TimeSource = (*Store)(nil)
+	_ ratelimit.Store        = (*Store)(nil)
+	_ ratelimit.TimeSource   = (*Store)(nil)
+	_ ratelimit.BatchApplier = (*Store)(nil)
 )
 
 // Option configures a Store in New.
@@ -82,13 +120,26 @@ func WithExpiryMargin(d time.Duration) Option {
 	return func(s *Store) { s.margin = d.Milliseconds() }
 }
 
+// WithMaxBatch sets the most calls one round trip carries (default
+// DefaultMaxBatch). 1 turns coalescing off: every call is sent alone, at
+// once, however many are in flight. Larger batches share a round trip
+// among more calls but hold the server longer in one call.
+func WithMaxBatch(n int) Option { return func(s *Store) { s.maxBatch = n } }
+
 // New returns a store on client: a *redis.Client, a Sentinel-backed
 // failover client, or a *redis.ClusterClient. The store does not own the
 // client; close it yourself.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds()}
+	s := &Store{client: client, prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
+		logger: slog.Default()}
 	for _, o := range opts {
 		o(s)
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		s.single = true
+	case *redis.ClusterClient:
+		s.cluster = c
 	}
 	switch {
 	case client == nil:
@@ -97,6 +148,20 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.err = fmt.Errorf("redisstore: prefix %q contains a brace, which would change the Cluster hash tag: remove it", s.prefix)
 	case s.margin < 0:
 		s.err = fmt.Errorf("redisstore: expiry margin %dms is negative: pass 0 or more", s.margin)
+	case s.maxBatch < 1:
+		s.err = fmt.Errorf("redisstore: max batch %d is below 1: pass 1 (no coalescing) or more", s.maxBatch)
+	}
+	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
+	// caller's context, unless ContextTimeoutEnabled (and never by a
+	// cancel); a call sent on a goroutine of its own lets its caller leave
+	// on time from a stalled server.
+	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true}
+	if s.cluster != nil {
+		s.nodes = coalesce.NewGroup(s.send, co)
+	} else {
+		s.one = coalesce.New(func(ctx context.Context, reqs []*request, errs []error) error {
+			return s.send(ctx, "", reqs, errs)
+		}, co)
 	}
 	return s
 }
@@ -122,85 +187,39 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // Cluster slot; the name is length-prefixed, so that no two records share
 // a Redis key whatever bytes their names and keys hold.
 func (s *Store) Key(id ratelimit.RecordID) string {
-	h := fnv.New64a()
-	h.Write([]byte(id.Key))
+	h := uint64(fnvOffset) // FNV-1a, as hash/fnv's New64a, without its allocations
+	for i := 0; i < len(id.Key); i++ {
+		h ^= uint64(id.Key[i])
+		h *= fnvPrime
+	}
+	var num [20]byte
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 40 + len(id.Name) + len(id.Key))
+	b.Grow(len(s.prefix) + 48 + len(id.Name) + len(id.Key))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
-	b.WriteString(strconv.FormatUint(h.Sum64(), 16))
+	b.Write(strconv.AppendUint(num[:0], h, 16))
 	b.WriteByte('}')
-	b.WriteString(strconv.Itoa(len(id.Name)))
+	b.Write(strconv.AppendInt(num[:0], int64(len(id.Name)), 10))
 	b.WriteByte(':')
 	b.WriteString(id.Name)
 	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(id.Shard))
+	b.Write(strconv.AppendInt(num[:0], int64(id.Shard), 10))
 	b.WriteByte(':')
 	b.WriteString(id.Key)
 	return b.String()
 }
+
+// The 64-bit FNV-1a parameters.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
 
 func (s *Store) usable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return s.err
-}
-
-func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-
-// Apply implements ratelimit.Store: one script call.
-func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
-	if err := s.usable(ctx); err != nil {
-		return err
-	}
-	ids := op.AppendRecordIDs(make([]ratelimit.RecordID, 0, 4))
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = s.Key(id)
-	}
-	now := strconv.FormatInt(op.Now, 10)
-	if s.serverTime {
-		now = ""
-	}
-	reserve := "0"
-	if op.Reserve {
-		reserve = "1"
-	}
-	args := make([]any, 0, 5+len(op.Items)*2+len(ids)*6)
-	args = append(args, strconv.Itoa(int(op.Mode)), now, reserve, strconv.FormatInt(s.margin, 10), strconv.Itoa(len(op.Items)))
-	for i := range op.Items {
-		it := &op.Items[i]
-		args = append(args, formatFloat(it.Count), strconv.Itoa(len(it.Shards)))
-		for _, sh := range it.Shards {
-			p := sh.Params
-			args = append(args, strconv.Itoa(int(p.Kind)), formatFloat(p.Rate), strconv.FormatInt(p.Period, 10),
-				formatFloat(p.Capacity), formatFloat(p.MaxReserved), strconv.FormatInt(p.Phase, 10))
-		}
-	}
-	reply, err := applyScript.Run(ctx, s.client, keys, args...).StringSlice()
-	if err != nil {
-		return fmt.Errorf("redisstore: apply: %w", err)
-	}
-	if len(reply) != 5*len(op.Items) {
-		return fmt.Errorf("redisstore: apply: the script answered %d values for %d items: is another apply.lua loaded under this digest?", len(reply), len(op.Items))
-	}
-	for i := range op.Items {
-		r := reply[5*i:]
-		var d ratelimit.Decision
-		d.OK = r[0] == "1"
-		retry, err1 := strconv.ParseFloat(r[1], 64)
-		d.RetryAfter = int64(retry)
-		var err2, err3, err4 error
-		d.Remaining, err2 = strconv.ParseFloat(r[2], 64)
-		d.Charged[0], err3 = strconv.ParseFloat(r[3], 64)
-		d.Charged[1], err4 = strconv.ParseFloat(r[4], 64)
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return fmt.Errorf("redisstore: apply: bad reply %q: %w", r[:5], err)
-		}
-		out[i] = d
-	}
-	return nil
 }
 
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
@@ -237,7 +256,16 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 	return nil
 }
 
+// parseState reads a record: "\x01" and three little-endian doubles,
+// value, ts and the key's expiry; or, as earlier versions wrote it, the
+// text "<value> <ts>".
 func parseState(raw string) (ratelimit.State, error) {
+	if len(raw) > 0 && raw[0] == 1 {
+		if len(raw) != recordSize {
+			return ratelimit.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
+		}
+		return ratelimit.State{Value: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
+	}
 	v, ts, ok := strings.Cut(raw, " ")
 	if !ok {
 		return ratelimit.State{}, fmt.Errorf("record %q is not \"<value> <ts>\"", raw)
@@ -249,6 +277,9 @@ func parseState(raw string) (ratelimit.State, error) {
 	}
 	return ratelimit.State{Value: value, TS: int64(t)}, nil
 }
+
+// recordSize is the bytes of a record: a version byte and three doubles.
+const recordSize = 1 + 3*8
 
 // Delete implements ratelimit.Store: one pipeline of DELs.
 func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {

@@ -1,0 +1,662 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed ratelimit.lua
+var luaSource string
+
+// library is ratelimit.lua as a Redis Function library and as a script.
+type library struct {
+	// name names the library and its one function: "ratelimit_" and a
+	// digest of the code, so that processes running different versions
+	// of the store against one server each find their own.
+	name string
+	code string // FUNCTION LOAD's argument
+	// For servers without Functions: the script and its SHA-1 (EVALSHA).
+	script, sha string
+}
+
+var lib = newLibrary(luaSource)
+
+func newLibrary(src string) library {
+	sum := sha1.Sum([]byte(src))
+	name := "ratelimit_" + hex.EncodeToString(sum[:8])
+	script := src + "\nreturn apply(KEYS, ARGV)\n"
+	sha := sha1.Sum([]byte(script))
+	return library{
+		name: name,
+		code: "#!lua name=" + name + "\n" + src + "\nredis.register_function{function_name='" + name +
+			"', callback=apply, flags={'allow-cross-slot-keys'}}\n",
+		script: script,
+		sha:    hex.EncodeToString(sha[:]),
+	}
+}
+
+// FunctionLibrary returns the name of the Redis Function library the store
+// loads (FUNCTION LOAD) on first use, and calls (FCALL). The name carries a
+// digest of the code: a store of another version loads a library of its
+// own beside it. Remove the libraries of versions no longer deployed with
+// FUNCTION DELETE.
+func FunctionLibrary() string { return lib.name }
+
+// limit is the part of ratelimit.Params that the records of one limit
+// share: it travels once per batch, whatever the number of records.
+type limit struct {
+	kind                        ratelimit.Kind
+	rate, capacity, maxReserved float64
+	period                      int64
+}
+
+// same reports whether l and m are the same bits.
+func (l limit) same(m limit) bool {
+	return l.kind == m.kind && l.period == m.period && math.Float64bits(l.rate) == math.Float64bits(m.rate) &&
+		math.Float64bits(l.capacity) == math.Float64bits(m.capacity) && math.Float64bits(l.maxReserved) == math.Float64bits(m.maxReserved)
+}
+
+func limitOf(p ratelimit.Params) limit {
+	return limit{kind: p.Kind, rate: p.Rate, period: p.Period, capacity: p.Capacity, maxReserved: p.MaxReserved}
+}
+
+// request is one op, copied out of the caller's memory into the store's
+// in the caller's goroutine (the Limiter reuses its ops once Apply
+// returns, and a caller may leave while its op is in flight), with the
+// decisions the batch that carries it writes back.
+type request struct {
+	mode    ratelimit.Mode
+	reserve bool
+	now     int64
+	items   []item
+	keys    []string // the Redis keys of its records, item by item, shard by shard
+	out     []ratelimit.Decision
+}
+
+type item struct {
+	count  float64
+	n      int // shards: 1 or 2
+	shards [2]shard
+}
+
+type shard struct {
+	lim   limit
+	phase int64
+}
+
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// newRequest copies op into a request of the store's.
+func (s *Store) newRequest(op *ratelimit.Op) (*request, error) {
+	r := requests.Get().(*request)
+	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
+	r.items, r.keys = r.items[:0], r.keys[:0]
+	for i := range op.Items {
+		it := &op.Items[i]
+		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == ratelimit.ModeRefund) {
+			release(r)
+			return nil, fmt.Errorf("redisstore: item %q of the op has %d shards: an item has one or two, a refund one", it.Name, n)
+		}
+		ri := item{count: it.Count, n: len(it.Shards)}
+		for j, sh := range it.Shards {
+			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
+			r.keys = append(r.keys, s.Key(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
+		}
+		r.items = append(r.items, ri)
+	}
+	r.out = slices.Grow(r.out[:0], len(op.Items))[:len(op.Items)]
+	return r, nil
+}
+
+// release returns r to the pool. Only a request that no batch in flight
+// holds may be released.
+func release(r *request) {
+	clear(r.keys) // drop the strings
+	requests.Put(r)
+}
+
+// tag returns the hash tag of the request's records (all share it).
+func (r *request) tag() string {
+	k := r.keys[0]
+	i := strings.IndexByte(k, '{')
+	j := strings.IndexByte(k, '}')
+	return k[i+1 : j]
+}
+
+// Apply implements ratelimit.Store. The op goes at once when no round trip
+// to its Redis server is in flight; otherwise it waits for that round trip
+// and goes with the other ops that arrived meanwhile, in one call of the
+// function.
+func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if len(op.Items) == 0 {
+		return nil // nothing to decide or write
+	}
+	r, err := s.newRequest(op)
+	if err != nil {
+		return err
+	}
+	var res error
+	if s.cluster == nil {
+		res, err = s.one.Do(ctx, r)
+	} else {
+		var node string
+		if node, err = s.master(ctx, r); err != nil {
+			release(r)
+			return fmt.Errorf("redisstore: apply: %w", err)
+		}
+		res, err = s.nodes.Do(ctx, node, r)
+	}
+	if err == nil {
+		err = res
+	}
+	if err != nil {
+		// r may still be in a batch in flight: leave it to the collector.
+		return fmt.Errorf("redisstore: apply: %w", err)
+	}
+	copy(out, r.out)
+	release(r)
+	s.warnOnce()
+	return nil
+}
+
+// ApplyBatch implements ratelimit.BatchApplier: the ops in one round trip
+// (on a Cluster, one per node), decided in order, each op atomic.
+func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	reqs := make([]*request, 0, len(ops))
+	at := make([]int, 0, len(ops)) // the op of each request
+	for i, op := range ops {
+		if len(op.Items) == 0 {
+			continue
+		}
+		r, err := s.newRequest(op)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+		at = append(at, i)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(reqs))
+	if err := s.send(ctx, "", reqs, errs); err != nil {
+		return fmt.Errorf("redisstore: apply batch: %w", err)
+	}
+	for j, r := range reqs {
+		if errs[j] != nil {
+			return fmt.Errorf("redisstore: apply batch: op %d: %w", at[j], errs[j])
+		}
+		copy(outs[at[j]], r.out)
+		release(r)
+	}
+	s.warnOnce()
+	return nil
+}
+
+// master returns the address of the Cluster master that serves r's slot.
+func (s *Store) master(ctx context.Context, r *request) (string, error) {
+	node, err := s.cluster.MasterForKey(ctx, r.keys[0])
+	if err != nil {
+		return "", err
+	}
+	return node.Options().Addr, nil
+}
+
+// send decides reqs, in order, filling errs (one per request). On a single
+// server, or Sentinel, they go in one call of the function. On a Cluster,
+// in one call per master (dest, if known): the function may read and
+// write keys of several slots of its node; when a slot has moved (or is
+// moving, or the Cluster is down), Redis refuses such a call before it
+// writes anything, and its ops go again in one call per hash tag (their
+// records share a slot), pipelined, which the client routes and
+// redirects by itself. Elsewhere (a Ring, or a server without Functions),
+// in one call per hash tag.
+func (s *Store) send(ctx context.Context, dest string, reqs []*request, errs []error) error {
+	if s.single {
+		c := &fcall{reqs: reqs, at: indexes(len(reqs))}
+		s.run(ctx, []*fcall{c}, errs)
+		return nil
+	}
+	calls := groupByTag(reqs)
+	if s.cluster != nil && !s.scripts.Load() && len(calls) > 1 {
+		calls = s.byMaster(ctx, dest, calls)
+	}
+	s.run(ctx, calls, errs)
+	return nil
+}
+
+// upTo holds 0, 1, 2, …: the indexes of a batch's requests.
+var upTo = func() []int {
+	is := make([]int, 1024)
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}()
+
+// indexes returns 0, 1, …, n-1; callers must not change it.
+func indexes(n int) []int {
+	if n <= len(upTo) {
+		return upTo[:n:n]
+	}
+	is := make([]int, n)
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}
+
+// groupByTag splits reqs into one call per hash tag, keeping the order of
+// arrival within each.
+func groupByTag(reqs []*request) []*fcall {
+	var calls []*fcall
+	byTag := make(map[string]*fcall, len(reqs))
+	for i, r := range reqs {
+		t := r.tag()
+		c := byTag[t]
+		if c == nil {
+			c = &fcall{}
+			byTag[t] = c
+			calls = append(calls, c)
+		}
+		c.reqs = append(c.reqs, r)
+		c.at = append(c.at, i)
+	}
+	return calls
+}
+
+// byMaster merges the calls (one per hash tag) that go to one master into
+// one call over several slots, which keeps them as its parts.
+func (s *Store) byMaster(ctx context.Context, dest string, tags []*fcall) []*fcall {
+	var calls []*fcall
+	byNode := make(map[string]*fcall)
+	for _, t := range tags {
+		node := dest
+		if node == "" {
+			var err error
+			if node, err = s.master(ctx, t.reqs[0]); err != nil {
+				calls = append(calls, t) // the client will find its way
+				continue
+			}
+		}
+		c := byNode[node]
+		if c == nil {
+			c = &fcall{slots: true}
+			byNode[node] = c
+			calls = append(calls, c)
+		}
+		c.reqs = append(c.reqs, t.reqs...)
+		c.at = append(c.at, t.at...)
+		c.parts = append(c.parts, t)
+	}
+	for i, c := range calls {
+		if len(c.parts) == 1 {
+			calls[i] = c.parts[0]
+		}
+	}
+	return calls
+}
+
+// fcall is one call of the function over requests that share a slot or,
+// with slots, over the slots of one Cluster master.
+type fcall struct {
+	reqs  []*request
+	at    []int // the index of each request in the batch
+	slots bool  // its keys lie in several slots: they travel as arguments
+	parts []*fcall
+	enc   *encoder
+	cmd   redis.Cmder
+	err   error
+}
+
+// run makes the calls, one pipeline for several, decodes their replies
+// into their requests, and sets errs (one per request of the batch). A
+// call over several slots that Redis refused for a slot on the move is
+// replaced by its parts, made once more. A server that lost the library
+// (a restart without persistence, FUNCTION FLUSH, a new node) is given it
+// again, and the calls that failed for it are made once more; a server
+// without Functions (Redis before 7) is sent the script instead, from then
+// on.
+func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
+	pending := calls
+	for attempt := 0; len(pending) > 0; attempt++ {
+		for _, c := range pending {
+			if c.enc == nil {
+				c.enc = encoders.Get().(*encoder)
+				c.enc.encode(c.reqs, s.serverTime, s.margin, c.slots)
+			}
+		}
+		s.issue(ctx, pending)
+		var again []*fcall
+		reload := false
+		for _, c := range pending {
+			c.err = c.cmd.Err()
+			switch {
+			case c.err == nil:
+				c.err = decode(c.cmd, c.reqs)
+			case attempt < 2 && c.slots && isRouting(c.err):
+				again = append(again, c.parts...)
+				calls = append(calls, c.parts...)
+				continue
+			case attempt < 2 && isFunctionMissing(c.err):
+				reload = true
+				again = append(again, c)
+				continue
+			case attempt < 2 && !s.scripts.Load() && isUnknownFCall(c.err):
+				s.scripts.Store(true)
+				again = append(again, c)
+				continue
+			}
+			for _, i := range c.at {
+				errs[i] = c.err
+			}
+		}
+		if reload {
+			if err := s.loadLibrary(ctx); err != nil {
+				for _, c := range again {
+					for _, i := range c.at {
+						errs[i] = err
+					}
+				}
+				break
+			}
+		}
+		pending = again
+	}
+	for _, c := range calls {
+		if c.enc != nil {
+			encoders.Put(c.enc)
+		}
+		c.enc, c.cmd = nil, nil
+	}
+}
+
+// issue sends the calls: one alone, several in a pipeline.
+func (s *Store) issue(ctx context.Context, calls []*fcall) {
+	s.sendCalls(ctx, calls, false)
+	if !s.scripts.Load() {
+		return
+	}
+	// A server that does not know the script (NOSCRIPT) is sent it whole.
+	var retry []*fcall
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		s.sendCalls(ctx, retry, true)
+	}
+}
+
+func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
+	for _, c := range calls {
+		c.cmd = s.command(ctx, c, eval)
+	}
+	if len(calls) == 1 {
+		_ = s.client.Process(ctx, calls[0].cmd)
+		return
+	}
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			_ = p.Process(ctx, c.cmd)
+		}
+		return nil
+	})
+}
+
+// command is a call of the function (or of the script, on a server
+// without Functions; eval: with its source). One that carries a refund
+// is never sent twice: go-redis sends a command again after a network
+// error, when it may have run already, and a refund that runs twice hands
+// its tokens back twice. (A limit that runs twice charges twice: it may
+// refuse more, never grant more.)
+func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
+	e := c.enc
+	args := make([]any, 0, 5+len(e.keys))
+	switch {
+	case !s.scripts.Load():
+		args = append(args, "fcall", lib.name)
+	case eval:
+		args = append(args, "eval", lib.script)
+	default:
+		args = append(args, "evalsha", lib.sha)
+	}
+	if c.slots {
+		// The first key routes the call; all follow the batch.
+		args = append(args, 1, e.keys[0], e.buf)
+		for _, k := range e.keys {
+			args = append(args, k)
+		}
+	} else {
+		args = append(args, len(e.keys))
+		for _, k := range e.keys {
+			args = append(args, k)
+		}
+		args = append(args, e.buf)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	for _, r := range c.reqs {
+		if r.mode == ratelimit.ModeRefund {
+			return onceCmd{cmd}
+		}
+	}
+	return cmd
+}
+
+// onceCmd is a command go-redis must not send again.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (onceCmd) NoRetry() bool { return true }
+
+// loadLibrary loads the library on the server, or on every master of a
+// Cluster. A library of this name already there is this very code.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
+		err := c.FunctionLoad(ctx, lib.code).Err()
+		switch {
+		case err != nil && strings.Contains(err.Error(), "already exists"):
+			err = nil
+		case err != nil && redis.HasErrorPrefix(err, "NOPERM"):
+			// Not allowed to load functions: scripts may be.
+			s.scripts.Store(true)
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("loading the function library %s: %w", lib.name, err)
+		}
+		return nil
+	}
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, s.client)
+}
+
+// isRouting reports whether err is Redis refusing a call for where its
+// keys are: a slot moved or moving, keys of several slots, a Cluster
+// down. Redis refuses such a call before it runs, or, for a call over
+// several slots, when it reads a key not on the node, before any write.
+func isRouting(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false // not Redis's answer: a call that may have run
+	}
+	msg := err.Error()
+	for _, m := range []string{"non local key", "MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+func isFunctionMissing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+func isUnknownFCall(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") && strings.Contains(msg, "fcall")
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// decode reads the reply of one call into its requests' decisions.
+func decode(cmd redis.Cmder, reqs []*request) error {
+	var reply string
+	var err error
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		reply, err = c.Text()
+	case onceCmd:
+		reply, err = c.Text()
+	}
+	if err != nil {
+		return fmt.Errorf("bad reply: %w", err)
+	}
+	n := 0
+	for _, r := range reqs {
+		n += len(r.out)
+	}
+	if len(reply) != n*decisionSize {
+		return fmt.Errorf("the function answered %d bytes for %d decisions of %d: is another library loaded under the name %s?", len(reply), n, decisionSize, lib.name)
+	}
+	for _, r := range reqs {
+		for i := range r.out {
+			d := reply[:decisionSize]
+			reply = reply[decisionSize:]
+			r.out[i] = ratelimit.Decision{
+				OK:         d[0] == 1,
+				RetryAfter: int64(f64(d[1:])),
+				Remaining:  f64(d[9:]),
+				Charged:    [2]float64{f64(d[17:]), f64(d[25:])},
+			}
+		}
+	}
+	return nil
+}
+
+// decisionSize is the bytes of one decision in the reply: ok, retry after,
+// remaining, charged to each shard.
+const decisionSize = 1 + 4*8
+
+// f64 reads a little-endian double.
+func f64(b string) float64 {
+	_ = b[7]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+}
+
+// encoder builds the keys and the argument of one call of the function
+// (ratelimit.lua says the layout).
+type encoder struct {
+	buf    []byte
+	keys   []string
+	limits []limit
+	refs   []uint32 // per shard, in order: its limit, 1-based
+}
+
+var encoders = sync.Pool{New: func() any { return new(encoder) }}
+
+func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots bool) {
+	e.keys, e.limits, e.refs = e.keys[:0], e.limits[:0], e.refs[:0]
+	for _, r := range reqs {
+		e.keys = append(e.keys, r.keys...)
+		for i := range r.items {
+			it := &r.items[i]
+			for j := range it.n {
+				e.refs = append(e.refs, e.ref(it.shards[j].lim))
+			}
+		}
+	}
+	var flags float64
+	if serverTime {
+		flags++
+	}
+	if slots {
+		flags += 2
+	}
+	b := appendF64(e.buf[:0], flags)
+	b = appendF64(b, float64(margin))
+	nops := 0
+	for _, r := range reqs {
+		if len(r.items) > 0 {
+			nops++
+		}
+	}
+	b = appendF64(b, float64(len(e.limits)))
+	b = appendF64(b, float64(nops))
+	for _, l := range e.limits {
+		b = appendF64(b, float64(l.kind))
+		b = appendF64(b, l.rate)
+		b = appendF64(b, float64(l.period))
+		b = appendF64(b, l.capacity)
+		b = appendF64(b, l.maxReserved)
+	}
+	refs := e.refs
+	for _, r := range reqs {
+		if len(r.items) == 0 {
+			continue // nothing to decide or write
+		}
+		var reserve float64
+		if r.reserve {
+			reserve = 1
+		}
+		b = appendF64(b, float64(r.mode))
+		b = appendF64(b, reserve)
+		b = appendF64(b, float64(len(r.items)))
+		b = appendF64(b, float64(r.now))
+		for i := range r.items {
+			it := &r.items[i]
+			b = appendF64(b, it.count)
+			b = appendF64(b, float64(it.n))
+			for j := range it.n {
+				b = appendF64(b, float64(refs[0]))
+				refs = refs[1:]
+				b = appendF64(b, float64(it.shards[j].phase))
+			}
+		}
+	}
+	e.buf = b
+}
+
+// ref returns the 1-based index of l among the batch's limits, adding it.
+func (e *encoder) ref(l limit) uint32 {
+	for i, have := range e.limits {
+		if have.same(l) {
+			return uint32(i + 1)
+		}
+	}
+	e.limits = append(e.limits, l)
+	return uint32(len(e.limits))
+}
+
+func appendF64(b []byte, x float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+}

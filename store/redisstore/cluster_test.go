@@ -1,0 +1,411 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// fcalls records the function calls a client sends and their errors.
+type fcalls struct {
+	mu   sync.Mutex
+	n    int
+	errs []string
+}
+
+func (f *fcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *fcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		f.record(cmd)
+		return err
+	}
+}
+
+func (f *fcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			f.record(cmd)
+		}
+		return err
+	}
+}
+
+func (f *fcalls) record(cmd redis.Cmder) {
+	if cmd.Name() != "fcall" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if err := cmd.Err(); err != nil {
+		f.errs = append(f.errs, err.Error())
+	}
+}
+
+func (f *fcalls) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n, f.errs = 0, nil
+}
+
+func (f *fcalls) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func (f *fcalls) errors() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.errs, "\n")
+}
+
+// TestClusterOneCallPerMaster: a batch over many keys makes one call of
+// the function per master, not one per key, and decides as Model does.
+func TestClusterOneCallPerMaster(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	model := storetest.NewModel()
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	masters := map[string]bool{}
+	var ops []*ratelimit.Op
+	for i := range 40 {
+		key := fmt.Sprint("k-", i%30) // some keys twice
+		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: key}))
+		require.NoError(t, err)
+		masters[node.Options().Addr] = true
+		ops = append(ops, &ratelimit.Op{Now: t0.UnixMilli() + int64(i), Items: []ratelimit.Item{
+			{Name: "l", Key: key, Count: float64(1 + i%7), Shards: []ratelimit.Shard{{Params: p}}}}})
+	}
+	require.NoError(t, store.ApplyBatch(ctx, ops[:1], [][]ratelimit.Decision{make([]ratelimit.Decision, 1)})) // the library is loaded
+	require.NoError(t, model.Apply(ctx, ops[0], make([]ratelimit.Decision, 1)))
+	calls := &fcalls{}
+	c.AddHook(calls)
+	got := make([][]ratelimit.Decision, len(ops))
+	for i := range got {
+		got[i] = make([]ratelimit.Decision, 1)
+	}
+	require.NoError(t, store.ApplyBatch(ctx, ops, got))
+	require.Equal(t, len(masters), calls.count(), "one call per master")
+	require.Empty(t, calls.errors())
+	for i, op := range ops {
+		want := make([]ratelimit.Decision, 1)
+		require.NoError(t, model.Apply(ctx, op, want))
+		require.Equal(t, want, got[i], "op %d", i)
+	}
+}
+
+// TestClusterSlotsDifferential drives batches of random mixed ops (limit,
+// check, refund, reserving or not, several limits, two-shard items, the
+// same records several times) over keys of several slots of one master,
+// which go as one call of the function, and requires Model's answers and
+// records, bit for bit.
+func TestClusterSlotsDifferential(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	// Five keys of different slots on the master of the first.
+	var keys []string
+	var master string
+	slots := map[int64]bool{}
+	for i := 0; len(keys) < 5; i++ {
+		k := fmt.Sprint("d-", i)
+		rk := store.Key(ratelimit.RecordID{Name: "a", Key: k})
+		node, err := c.MasterForKey(ctx, rk)
+		require.NoError(t, err)
+		slot, err := c.ClusterKeySlot(ctx, rk).Result()
+		require.NoError(t, err)
+		if master == "" {
+			master = node.Options().Addr
+		}
+		if node.Options().Addr == master && !slots[slot] {
+			slots[slot] = true
+			keys = append(keys, k)
+		}
+	}
+	calls := &fcalls{}
+	c.AddHook(calls)
+	for seed := range 8 {
+		model := storetest.NewModel()
+		prefix := uniquePrefix(t, c)
+		store := newStore(c, prefix)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5107))
+		limits := map[string]ratelimit.Params{}
+		for _, name := range []string{"a", "b", "c"} {
+			p := ratelimit.Params{Kind: ratelimit.Kind(1 + rng.IntN(2)), Rate: []float64{1, 2.5, 1.0 / 3, 7}[rng.IntN(4)],
+				Period: []int64{7, 1000, 60_000}[rng.IntN(3)]}
+			p.Capacity = p.Rate * (1 + rng.Float64()*3)
+			if rng.IntN(2) == 0 {
+				p.MaxReserved = p.Capacity * 2
+			}
+			limits[name] = p
+		}
+		now := t0.UnixMilli()
+		for step := range 12 {
+			now += rng.Int64N(3000)
+			var ops []*ratelimit.Op
+			for range 1 + rng.IntN(30) {
+				op := &ratelimit.Op{Now: now + rng.Int64N(7) - 3, Reserve: rng.IntN(3) == 0, Mode: ratelimit.Mode(rng.IntN(4) % 3)}
+				key := keys[rng.IntN(len(keys))]
+				for _, name := range []string{"a", "b", "c"}[:1+rng.IntN(3)] {
+					p := limits[name]
+					p.Phase = int64(len(key)+len(name)) % p.Period
+					it := ratelimit.Item{Name: name, Key: key, Count: rng.Float64() * p.Capacity * 1.5,
+						Shards: []ratelimit.Shard{{Index: 0, Params: p}}}
+					if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
+						it.Shards = append(it.Shards, ratelimit.Shard{Index: 1, Params: p})
+					}
+					op.Items = append(op.Items, it)
+				}
+				ops = append(ops, op)
+			}
+			got := make([][]ratelimit.Decision, len(ops))
+			for i, op := range ops {
+				got[i] = make([]ratelimit.Decision, len(op.Items))
+			}
+			calls.reset()
+			require.NoError(t, store.ApplyBatch(ctx, ops, got))
+			require.Equal(t, 1, calls.count(), "seed %d step %d: one call", seed, step)
+			for i, op := range ops {
+				want := make([]ratelimit.Decision, len(op.Items))
+				require.NoError(t, model.Apply(ctx, op, want))
+				require.Equal(t, want, got[i], "seed %d step %d op %d", seed, step, i)
+			}
+		}
+		var ids []ratelimit.RecordID
+		for _, k := range keys {
+			for _, name := range []string{"a", "b", "c"} {
+				ids = append(ids, ratelimit.RecordID{Name: name, Key: k}, ratelimit.RecordID{Name: name, Key: k, Shard: 1})
+			}
+		}
+		gotRecs := make([]ratelimit.Record, len(ids))
+		wantRecs := make([]ratelimit.Record, len(ids))
+		require.NoError(t, store.Load(ctx, ids, gotRecs))
+		require.NoError(t, model.Load(ctx, ids, wantRecs))
+		require.Equal(t, wantRecs, gotRecs, "seed %d: records", seed)
+	}
+}
+
+// master is one master of the local Cluster.
+type master struct {
+	id     string
+	addr   string
+	client *redis.Client
+}
+
+// TestClusterSlotMoves moves the slot of a ratelimit key to another
+// master while the store uses it, as resharding does: half-way first (the
+// slot MIGRATING, its records moved: the old master answers ASK), then for
+// good (MOVED), on a master that lacks the function library. Every
+// decision must continue the records exactly. The slot chosen holds no
+// other key, and is given back at the end.
+func TestClusterSlotMoves(t *testing.T) {
+	ctx := context.Background()
+	addrs := strings.Split(testserver.ClusterAddrs(t), ",")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	var masters []master
+	for _, addr := range addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { n.Close() })
+		id, err := n.ClusterMyID(ctx).Result()
+		require.NoError(t, err)
+		masters = append(masters, master{id: id, addr: addr, client: n})
+	}
+	require.GreaterOrEqual(t, len(masters), 2)
+	// ownerID returns the master that n says serves slot.
+	ownerID := func(n redis.Cmdable, slot int) string {
+		shards, err := n.ClusterShards(ctx).Result()
+		require.NoError(t, err)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= int64(slot) && int64(slot) <= r.End {
+					for _, nd := range sh.Nodes {
+						if nd.Role == "master" {
+							return nd.ID
+						}
+					}
+				}
+			}
+		}
+		t.Fatalf("no master serves slot %d", slot)
+		return ""
+	}
+	owner := func(slot int) master {
+		id := ownerID(c, slot)
+		for _, m := range masters {
+			if m.id == id {
+				return m
+			}
+		}
+		t.Fatalf("slot %d is on %s, not one of %s", slot, id, addrs)
+		return master{}
+	}
+
+	prefix := uniquePrefix(t, c)
+	store := newStore(c, prefix)
+	// A key whose slot holds nothing yet: moving it disturbs no one.
+	var key string
+	var slot int
+	var src master
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprint("moving-", i)
+		s, err := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result()
+		require.NoError(t, err)
+		m := owner(int(s))
+		if n, err := m.client.ClusterCountKeysInSlot(ctx, int(s)).Result(); err == nil && n == 0 {
+			key, slot, src = k, int(s), m
+		}
+	}
+	dst := masters[0]
+	if dst.id == src.id {
+		dst = masters[1]
+	}
+	// move migrates the slot's keys (ours only) from one master to
+	// another and hands it over; half stops once the keys have moved.
+	move := func(from, to master, half bool) {
+		t.Helper()
+		require.NoError(t, to.client.Do(ctx, "cluster", "setslot", slot, "importing", from.id).Err())
+		require.NoError(t, from.client.Do(ctx, "cluster", "setslot", slot, "migrating", to.id).Err())
+		keys, err := from.client.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+		require.NoError(t, err)
+		host, port, _ := net.SplitHostPort(to.addr)
+		for _, k := range keys {
+			require.True(t, strings.HasPrefix(k, prefix), "slot %d holds a key of someone else: %q", slot, k)
+			require.NoError(t, from.client.Migrate(ctx, host, port, k, 0, 5*time.Second).Err())
+		}
+		if half {
+			return
+		}
+		for _, m := range append([]master{to, from}, masters...) {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "node", to.id).Err())
+		}
+	}
+	t.Cleanup(func() {
+		// Give the slot back to its master, emptied of the test's keys,
+		// by the same protocol: its master's SETSLOT NODE first, which
+		// bumps that master's epoch so that its claim wins.
+		for _, m := range masters {
+			for _, k := range m.client.ClusterGetKeysInSlot(ctx, slot, 1000).Val() {
+				if strings.HasPrefix(k, prefix) {
+					_, _ = m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+						p.Do(ctx, "asking")
+						p.Del(ctx, k)
+						return nil
+					})
+				}
+			}
+		}
+		if cur := owner(slot); cur.id != src.id {
+			require.NoError(t, src.client.Do(ctx, "cluster", "setslot", slot, "importing", cur.id).Err())
+			require.NoError(t, cur.client.Do(ctx, "cluster", "setslot", slot, "migrating", src.id).Err())
+		}
+		for _, m := range append([]master{src}, masters...) {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "node", src.id).Err())
+		}
+		for _, m := range masters {
+			require.NoError(t, m.client.Do(ctx, "cluster", "setslot", slot, "stable").Err())
+		}
+		for _, m := range masters {
+			require.Equal(t, src.id, ownerID(m.client, slot), "%s: slot %d is back on its master", m.addr, slot)
+		}
+	})
+
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l":     {Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour},
+		"other": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Hour, Shards: 4},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	spent := 0.0
+	limit := func(where string, n float64, names ...string) {
+		t.Helper()
+		res, err := lim.LimitAll(ctx, key, names, ratelimit.Count(n))
+		require.NoError(t, err, where)
+		require.True(t, res.OK, where)
+		spent += n
+		if len(res.All) > 0 {
+			res = res.All[0]
+		}
+		require.Equal(t, 1000-spent, res.Remaining, "%s: the record of l carried over", where)
+	}
+	limit("before", 10, "l", "other")
+	// The new master lacks the library.
+	if err := dst.client.FunctionDelete(ctx, redisstore.FunctionLibrary()).Err(); err != nil {
+		require.ErrorContains(t, err, "Library not found")
+	}
+
+	// Before the client has learned of the move: a batch over the moved
+	// slot and another of the old master goes as one call there, which
+	// Redis refuses, unchanged, at the moved key; its ops go again one
+	// call per key, routed anew.
+	var other string
+	for i := 0; other == ""; i++ {
+		k := fmt.Sprint("other-", i)
+		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k}))
+		require.NoError(t, err)
+		if s, _ := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result(); node.Options().Addr == src.addr && int(s) != slot {
+			other = k
+		}
+	}
+	calls := &fcalls{}
+	c.AddHook(calls)
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour.Milliseconds(), Capacity: 1000,
+		Phase: t0.UnixMilli() % time.Hour.Milliseconds()}
+	batch := func(where string) {
+		t.Helper()
+		ops := []*ratelimit.Op{
+			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: other, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}},
+			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: key, Count: 5, Shards: []ratelimit.Shard{{Params: p}}}}},
+		}
+		outs := [][]ratelimit.Decision{make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)}
+		require.NoError(t, store.ApplyBatch(ctx, ops, outs), where)
+		spent += 5
+		require.Equal(t, 1000-spent, outs[1][0].Remaining, where)
+	}
+
+	// Half-way, an op whose records have all moved follows ASK. (One
+	// whose records are partly on each side, or not yet created, is
+	// refused with TRYAGAIN until the move completes, as Redis refuses any
+	// command on several keys then.)
+	move(src, dst, true)
+	limit("migrating (ASK)", 20, "l")
+	move(src, dst, false)
+	calls.reset()
+	batch("moved, the client unaware")
+	require.Contains(t, calls.errors(), "non local key", "the call over two slots was refused")
+	limit("moved (MOVED)", 30, "l", "other")
+
+	// Many callers at once, coalesced, on the slot's new master.
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			res, err := lim.Limit(ctx, "l", key)
+			require.NoError(t, err)
+			require.True(t, res.OK)
+		})
+	}
+	wg.Wait()
+	spent += 40
+	st, err := lim.Value(ctx, "l", key)
+	require.NoError(t, err)
+	require.Equal(t, 1000-spent, st.Tokens)
+	require.Equal(t, dst.id, owner(slot).id)
+}

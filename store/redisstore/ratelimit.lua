@@ -1,0 +1,478 @@
+-- ratelimit.lua: ratelimit.Evaluate, ported to run inside Redis, deciding a
+-- whole batch of ops in one call.
+--
+-- The arithmetic follows state.go operation for operation (multiply before
+-- dividing, left to right), so that Lua's doubles give the Go function's
+-- results to the last bit; the differential tests of store/storetest
+-- check that they do. Numbers travel and rest as IEEE 754 doubles packed
+-- with Redis's struct library, so no decimal conversion can round them.
+--
+-- The store loads this file as a Redis Function library (FUNCTION LOAD,
+-- then FCALL) or, on servers without Functions, runs it as a script
+-- (EVALSHA); either way the entry point is apply(keys, args), which the
+-- store registers or calls in a line it appends.
+--
+-- keys: the records of the batch's ops, op by op, item by item, shard by
+-- shard (ratelimit.Op.AppendRecordIDs); a record may appear several times.
+-- args[1]: the batch, as little-endian doubles:
+--   header  flags (+1: judge every op at the server's TIME; +2: the keys
+--           lie in several slots of this node, and follow in args[2],
+--           args[3], ...: keys holds only the first), expiry margin (ms),
+--           number of limits, number of ops
+--   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
+--           max reserved; one per limit of the batch
+--   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0), items
+--           (at least one), now (Unix ms); then per item: count, shards;
+--           then per shard: its limit (1-based), phase
+-- The reply is one string: per item of every op, in order, a byte ok and
+-- the doubles retry after (ms), remaining, charged to the first and to the
+-- second shard.
+--
+-- A record is the string "\1" followed by three doubles: value and ts (the
+-- ratelimit.State), and the server time (ms) at which Redis expires the
+-- key. The text "<value> <ts>" of earlier versions is still read. Every
+-- record the batch touches is read once and, if an op changed it, written
+-- once at the end: the same outcome as the ops run one after another.
+
+-- Set by apply: the code that loads a library may not read globals.
+local floor, ceil, min, sunpack, pack, call, lunpack
+
+local NOISE = 1e-9
+local MAX_RETRY = 9223372036854 -- ratelimit.MaxRetryAfter
+local FIXED = 1
+local MODE_LIMIT, MODE_REFUND = 0, 2
+local INF = 1 / 0
+
+-- floor division of integers held in doubles, exact below 2^53: the
+-- quotient of a float division, corrected by exact products.
+local function idiv(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+-- A limit p is a table {kind, rate, period, capacity, maxr}; a state is
+-- the pair (v, ts) of ratelimit.State; a record's phase travels apart.
+
+local function window_start(p, phase, t)
+  local d = t - phase
+  return t - (d - idiv(d, p[3]) * p[3])
+end
+
+-- Refresh
+local function refresh(p, v, ts, now)
+  local t = now
+  if ts > t then
+    t = ts
+  end
+  if p[1] == FIXED then
+    local k = idiv(t - ts, p[3])
+    if k > 0 then
+      v = min(v + p[2] * k, p[4])
+      ts = ts + k * p[3]
+    end
+    return v, ts
+  end
+  return min(v + (t - ts) * p[2] / p[3], p[4]), t
+end
+
+-- load: refreshed if found, Fresh if missing
+local function load(p, phase, found, v, ts, now)
+  if found then
+    return refresh(p, v, ts, now)
+  end
+  if p[1] == FIXED then
+    return p[4], window_start(p, phase, now)
+  end
+  return p[4], now
+end
+
+-- Wait
+local function wait(p, ts, now, d)
+  if p[1] == FIXED then
+    return p[3] * ceil(d / p[2]) + (ts - now)
+  end
+  local t = now
+  if ts > t then
+    t = ts
+  end
+  return (t - now) + d * p[3] / p[2]
+end
+
+-- retryMillis
+local function retry_ms(w)
+  w = ceil(w)
+  if not (w > 0) then
+    return 0
+  end
+  if w >= MAX_RETRY then
+    return MAX_RETRY
+  end
+  return w
+end
+
+-- Go's max: NaN if either is.
+local function max(a, b)
+  if a ~= a or b ~= b then
+    return a + b
+  end
+  if b > a then
+    return b
+  end
+  return a
+end
+
+local function denoise(v)
+  if v < 0 and v > -NOISE then
+    return 0
+  end
+  return v
+end
+
+local function fits_debt(p, v)
+  return p[5] == 0 or -v <= p[5]
+end
+
+-- single (Transition): returns ok, retry, remaining, charged, and the
+-- state to write (nil: no write).
+local function single(p, phase, found, v0, ts, now, count, reserve)
+  v0, ts = load(p, phase, found, v0, ts, now)
+  local v = denoise(v0 - count)
+  local retry = 0
+  if v >= 0 then
+    -- allowed
+  elseif reserve and fits_debt(p, v) then
+    retry = retry_ms(wait(p, ts, now, -v))
+  else
+    local deficit = -v
+    if reserve then
+      deficit = deficit - p[5]
+    end
+    return false, retry_ms(wait(p, ts, now, deficit)), v0, 0, nil, ts
+  end
+  if count > 0 then
+    return true, retry, v, count, v, ts
+  end
+  return true, retry, v, count, nil, ts
+end
+
+-- pair: returns ok, retry, remaining, charged a, charged b, and the states
+-- to write (nil: no write).
+local function pair(pa, pb, pha, phb, fa, sa, tsa, fb, sb, tsb, now, count, reserve)
+  sa, tsa = load(pa, pha, fa, sa, tsa, now)
+  sb, tsb = load(pb, phb, fb, sb, tsb, now)
+  local va, vb = denoise(sa - count), denoise(sb - count)
+  if va >= 0 or vb >= 0 then
+    local w = nil
+    if count > 0 then
+      w = true
+    end
+    if va >= vb then
+      return true, 0, va + sb, count, 0, w and va, tsa, nil, tsb
+    end
+    return true, 0, sa + vb, 0, count, nil, tsa, w and vb, tsb
+  end
+  local na, nb = sa, sb
+  local x = denoise((sa + sb - count) / 2)
+  if x <= sa and x <= sb then
+    na, nb = x, x
+  elseif sa >= sb then
+    na = va
+  else
+    nb = vb
+  end
+  local ok = na >= 0 and nb >= 0
+  if not ok and reserve then
+    ok = fits_debt(pa, na) and fits_debt(pb, nb)
+  end
+  if not ok then
+    local da, db = count - sa, count - sb
+    if reserve then
+      da = da - pa[5]
+      db = db - pb[5]
+    end
+    return false, retry_ms(max(wait(pa, tsa, now, da), wait(pb, tsb, now, db))), sa + sb, 0, 0, nil, tsa, nil, tsb
+  end
+  local ca, cb = sa - na, sb - nb
+  local w = 0
+  if na < 0 then
+    w = wait(pa, tsa, now, -na)
+  end
+  if nb < 0 then
+    w = max(w, wait(pb, tsb, now, -nb))
+  end
+  local wa, wb = nil, nil
+  if ca > 0 then
+    wa = na
+  end
+  if cb > 0 then
+    wb = nb
+  end
+  return true, retry_ms(w), na + nb, ca, cb, wa, tsa, wb, tsb
+end
+
+-- FullAt: the first ms at which the record is a full bucket again; nil for
+-- never.
+local function full_at(p, v, ts)
+  if v >= p[4] then
+    return ts
+  end
+  local short = p[4] - v
+  if p[1] == FIXED then
+    local k = ceil(short / p[2])
+    for _ = 1, 3 do
+      if v + p[2] * k >= p[4] then
+        return ts + p[3] * k
+      end
+      k = k + 1
+    end
+    return nil
+  end
+  local dt = ceil(short * p[3] / p[2])
+  for _ = 1, 3 do
+    if v + dt * p[2] / p[3] >= p[4] then
+      return ts + dt
+    end
+    dt = dt + 1
+  end
+  return nil
+end
+
+-- The tables below live as long as the library and are reused by every
+-- call, so that a call leaves little garbage for Lua's collector.
+
+-- The records of the batch, numbered in order of first use: the key, the
+-- state read (or written by an earlier op of the batch), the expiry read
+-- (false: none known), and, once written, the limit and now of the last
+-- write (false: not written).
+local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
+local nrec = 0
+
+-- decode sets record i from its stored string raw (false: missing).
+local function decode(i, raw)
+  rp[i], rnow[i], rdl[i] = false, false, false
+  if not raw then
+    rfound[i] = false
+  elseif string.byte(raw, 1) == 1 then
+    local _
+    _, rv[i], rts[i], rdl[i] = sunpack('<Bddd', raw)
+    rfound[i] = true
+  else
+    local v, ts = string.match(raw, '^(%S+) (%S+)$')
+    rfound[i], rv[i], rts[i] = true, tonumber(v), tonumber(ts)
+  end
+end
+
+local at = {} -- the record of each key of the call
+
+-- readall reads every record of the call, each once: list[off + 1],
+-- list[off + 2], ... are the keys. With MGET, or, when the keys may lie in
+-- several slots (each command must keep to one), with one GET each.
+-- Every read comes before any write: a call refused for a key (not on
+-- this node) has changed nothing.
+local function readall(list, off, slots)
+  for i = 1, nrec do
+    slot[rkey[i]] = nil
+  end
+  nrec = 0
+  for k = 1, #list - off do
+    local key = list[off + k]
+    local i = slot[key]
+    if not i then
+      nrec = nrec + 1
+      i = nrec
+      slot[key], rkey[i] = i, key
+    end
+    at[k] = i
+  end
+  if nrec == 1 or slots then
+    for i = 1, nrec do
+      decode(i, call('GET', rkey[i]))
+    end
+    return
+  end
+  local done = 0
+  while done < nrec do
+    local m = min(nrec - done, 1000)
+    local raws = call('MGET', lunpack(rkey, done + 1, done + m))
+    for j = 1, m do
+      decode(done + j, raws[j])
+    end
+    done = done + m
+  end
+end
+
+local limits = {}              -- the batch's limits
+local wr, wv, wts, wp = {}, {}, {}, {} -- the writes of the op being decided
+local dirty = {}               -- the records to write at the end, in order
+local out = {}                 -- the reply's numbers, five per item
+local formats = {}             -- n -> the pack format of n items
+local tnow                     -- the server's time, once read
+
+local function servertime()
+  if not tnow then
+    local t = call('TIME')
+    tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  end
+  return tnow
+end
+
+-- reply packs the n items of out.
+local function reply(n)
+  if n <= 1000 then
+    local f = formats[n]
+    if not f then
+      f = '<' .. string.rep('Bdddd', n)
+      formats[n] = f
+    end
+    return pack(f, lunpack(out, 1, 5 * n))
+  end
+  local parts = {}
+  local i = 0
+  while i < n do
+    local m = min(n - i, 1000)
+    local f = formats[m]
+    if not f then
+      f = '<' .. string.rep('Bdddd', m)
+      formats[m] = f
+    end
+    parts[#parts + 1] = pack(f, lunpack(out, 5 * i + 1, 5 * (i + m)))
+    i = i + m
+  end
+  return table.concat(parts)
+end
+
+local function apply(keys, args)
+  if not call then
+    floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
+    sunpack, pack, call = struct.unpack, struct.pack, redis.call
+  end
+  tnow = nil
+  local b = args[1]
+  local flags, margin, nlimits, nops, pos = sunpack('<dddd', b)
+  if flags % 4 >= 2 then
+    -- The keys of several slots of this node follow the batch in args
+    -- (keys holds only the first, which routes the call).
+    readall(args, 1, true)
+  else
+    readall(keys, 0, false)
+  end
+  for i = 1, nlimits do
+    local l = limits[i]
+    if not l then
+      l = {}
+      limits[i] = l
+    end
+    l[1], l[2], l[3], l[4], l[5], pos = sunpack('<ddddd', b, pos)
+  end
+  local own = flags % 2 == 1
+  if own then
+    servertime()
+  end
+
+  local nd, no = 0, 0 -- dirty records, numbers in out
+  local k = 1         -- next key
+  for _ = 1, nops do
+    -- an op and its first item in one read: every op has one
+    local mode, reserve, nitems, now, count, nshards, li, phase
+    mode, reserve, nitems, now, count, nshards, li, phase, pos = sunpack('<dddddddd', b, pos)
+    reserve = reserve == 1
+    if own then
+      now = tnow
+    end
+    local nw = 0
+    local all = true
+    for item = 1, nitems do
+      if item > 1 then
+        count, nshards, li, phase, pos = sunpack('<dddd', b, pos)
+      end
+      local p = limits[li]
+      local r = at[k]
+      local ok, retry, rem, c0, c1 = true, 0, 0, 0, 0
+      if mode == MODE_REFUND then
+        -- refund
+        if rfound[r] then
+          local v, ts = refresh(p, rv[r], rts[r], now)
+          v = min(v + count, p[4])
+          rem = v
+          nw = nw + 1
+          wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+        else
+          rem = p[4]
+        end
+        k = k + 1
+      elseif nshards == 1 then
+        local v, ts
+        ok, retry, rem, c0, v, ts = single(p, phase, rfound[r], rv[r], rts[r], now, count, reserve)
+        if v then
+          nw = nw + 1
+          wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+        end
+        k = k + 1
+      else
+        local lb, phb
+        lb, phb, pos = sunpack('<dd', b, pos)
+        local pb = limits[lb]
+        local rb = at[k + 1]
+        local va, tsa, vb, tsb
+        ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb,
+          rfound[r], rv[r], rts[r], rfound[rb], rv[rb], rts[rb], now, count, reserve)
+        if va then
+          nw = nw + 1
+          wr[nw], wv[nw], wts[nw], wp[nw] = r, va, tsa, p
+        end
+        if vb then
+          nw = nw + 1
+          wr[nw], wv[nw], wts[nw], wp[nw] = rb, vb, tsb, pb
+        end
+        k = k + 2
+      end
+      all = all and ok
+      out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
+      no = no + 5
+    end
+    if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
+      for i = 1, nw do
+        local r = wr[i]
+        if not rnow[r] then
+          nd = nd + 1
+          dirty[nd] = r
+        end
+        rfound[r], rv[r], rts[r], rp[r], rnow[r] = true, wv[i], wts[i], wp[i], now
+      end
+    end
+  end
+
+  for i = 1, nd do
+    local r = dirty[i]
+    local v, ts, now, dl = rv[r], rts[r], rnow[r], rdl[r]
+    local full = full_at(rp[r], v, ts)
+    -- Redis expires the key on its own clock: past the moment the bucket
+    -- is full again by the clock of the op that wrote it last, plus the
+    -- margin for the clocks disagreeing (far futures: never). The
+    -- deadline set is kept while it suffices, and a new one set with a
+    -- margin's slack, so that most writes leave the key's expiry alone.
+    if full and full - now < 1e15 then
+      local need = servertime() + (full - now) + margin
+      if dl and dl >= need and dl ~= INF then
+        call('SET', rkey[r], pack('<Bddd', 1, v, ts, dl), 'KEEPTTL')
+      else
+        dl = need + margin
+        if dl < tnow + 1 then
+          dl = tnow + 1
+        end
+        call('SET', rkey[r], pack('<Bddd', 1, v, ts, dl), 'PXAT', dl)
+      end
+    elseif dl == INF then
+      call('SET', rkey[r], pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
+    else
+      call('SET', rkey[r], pack('<Bddd', 1, v, ts, INF))
+    end
+  end
+  return reply(no / 5)
+end
