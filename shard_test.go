@@ -62,7 +62,7 @@ func TestShardedReservationsKeepEveryWindowWithinTheLimit(t *testing.T) {
 // okAt reports whether a call of count on shards a and b, judged at t,
 // would be OK: the oracle of the least-wait tests.
 func okAt(recs []Record, p, q Params, t int64, count float64, reserve bool) bool {
-	_, _, ok := split(p, q, load(p, recs[0], t), load(q, recs[1], t), t, count, reserve)
+	_, _, _, _, ok := split(p, q, load(p, recs[0], t), load(q, recs[1], t), t, count, reserve)
 	return ok
 }
 

@@ -406,50 +406,50 @@ func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) 
 	sa, sb := load(pa, ra, now), load(pb, rb, now)
 	var d Decision
 	ua, ub := Update{State: sa}, Update{State: sb}
-	na, nb, ok := split(pa, pb, sa, sb, now, count, reserve)
+	na, nb, ca, cb, ok := split(pa, pb, sa, sb, now, count, reserve)
 	if !ok {
 		d.RetryAfter = retryMillis(pairWait(pa, pb, ra, rb, now, count, reserve))
 		d.Remaining = sa.Value + sb.Value
 		return d, ua, ub
 	}
 	d.OK = true
-	d.Charged = [2]float64{sa.Value - na, sb.Value - nb}
-	if count == 0 {
-		d.Charged = [2]float64{}
-	}
+	d.Charged = [2]float64{ca, cb}
 	// A reservation runs once the tokens it took from each shard were
 	// granted: debts, or, for a caller whose clock lags a record's, that
 	// record's time.
 	var w float64
-	for i, sh := range [2]struct {
-		p Params
-		s State
-		n float64
-	}{{pa, sa, na}, {pb, sb, nb}} {
-		switch {
-		case d.Charged[i] <= 0:
-		case sh.n < 0:
-			w = max(w, Wait(sh.p, sh.s, now, -sh.n))
-		case reserve:
-			w = max(w, float64(sh.s.TS-now))
+	if ca > 0 {
+		if na < 0 {
+			w = max(w, Wait(pa, sa, now, -na))
+		} else if reserve {
+			w = max(w, float64(sa.TS-now))
+		}
+	}
+	if cb > 0 {
+		if nb < 0 {
+			w = max(w, Wait(pb, sb, now, -nb))
+		} else if reserve {
+			w = max(w, float64(sb.TS-now))
 		}
 	}
 	d.RetryAfter = retryMillis(w)
 	d.Remaining = na + nb
-	ua.State.Value, ua.Write = na, d.Charged[0] > 0
-	ub.State.Value, ub.Write = nb, d.Charged[1] > 0
+	ua.State.Value, ua.Write = na, ca > 0
+	ub.State.Value, ub.Write = nb, cb > 0
 	return d, ua, ub
 }
 
 // split returns the values two shards, refreshed to now, would hold after
-// a call of count as pair decides it, and whether the call is OK.
-func split(pa, pb Params, sa, sb State, now int64, count float64, reserve bool) (na, nb float64, ok bool) {
+// a call of count as pair decides it, the tokens charged to each, and
+// whether the call is OK. A shard that takes the call alone is charged the
+// count itself.
+func split(pa, pb Params, sa, sb State, now int64, count float64, reserve bool) (na, nb, ca, cb float64, ok bool) {
 	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
 	if va >= 0 || vb >= 0 {
 		if va >= vb {
-			return va, sb.Value, true
+			return va, sb.Value, count, 0, true
 		}
-		return sa.Value, vb, true
+		return sa.Value, vb, 0, count, true
 	}
 	na, nb = sa.Value, sb.Value
 	x := denoise((sa.Value + sb.Value - count) / 2)
@@ -462,21 +462,23 @@ func split(pa, pb Params, sa, sb State, now int64, count float64, reserve bool) 
 		nb = vb
 	}
 	if na >= 0 && nb >= 0 {
-		return na, nb, true
+		return na, nb, sa.Value - na, sb.Value - nb, true
 	}
 	if !reserve {
-		return na, nb, false
+		return na, nb, 0, 0, false
 	}
 	fa, fb := fitsDebt(pa, va), fitsDebt(pb, vb)
 	switch {
 	case fa && (!fb || Wait(pa, sa, now, -va) <= Wait(pb, sb, now, -vb)):
-		return va, sb.Value, true
+		return va, sb.Value, count, 0, true
 	case fb:
-		return sa.Value, vb, true
+		return sa.Value, vb, 0, count, true
 	case count > pa.Capacity+pa.MaxReserved || count > pb.Capacity+pb.MaxReserved:
-		return na, nb, fitsDebt(pa, na) && fitsDebt(pb, nb)
+		if fitsDebt(pa, na) && fitsDebt(pb, nb) {
+			return na, nb, sa.Value - na, sb.Value - nb, true
+		}
 	}
-	return na, nb, false
+	return na, nb, 0, 0, false
 }
 
 // pairTries bounds how many candidate times past an estimate pairWait
@@ -491,11 +493,11 @@ const pairTries = 4
 // than its true time (it ignores the other shard, or a shard's capacity,
 // or rounds down); candidate times from it on are tried with split until
 // one succeeds. Should none of pairTries succeed, the estimate stands: the
-// wait is then shorter than needed, never longer.
+// wait is then shorter than needed, never longer. At most MaxRetryAfter.
 func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) float64 {
 	sa, sb := load(pa, ra, now), load(pb, rb, now)
 	okAt := func(t int64) bool {
-		_, _, ok := split(pa, pb, load(pa, ra, t), load(pb, rb, t), t, count, reserve)
+		_, _, _, _, ok := split(pa, pb, load(pa, ra, t), load(pb, rb, t), t, count, reserve)
 		return ok
 	}
 	// next returns the first time after t at which a shard gains tokens.
@@ -505,23 +507,23 @@ func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bo
 		}
 		return t + 1
 	}
-	best := int64(Never)
+	best := float64(MaxRetryAfter)
 	try := func(est float64) {
-		if !(est < float64(best-now)) {
+		if !(est < best) {
 			return
 		}
 		t := now + int64(math.Ceil(est))
 		for range pairTries {
-			if t >= best {
+			if !(float64(t-now) < best) {
 				return
 			}
 			if okAt(t) {
-				best = t
+				best = float64(t - now)
 				return
 			}
 			t = next(t)
 		}
-		best = min(best, now+int64(math.Ceil(est)))
+		best = math.Min(best, math.Ceil(est))
 	}
 	// One shard alone: it needs count tokens, less its debt allowance.
 	single := func(p Params, s State) {
@@ -539,15 +541,12 @@ func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bo
 	// no shard could owe alone, count less both debt allowances.
 	need := count
 	if reserve && (count > pa.Capacity+pa.MaxReserved || count > pb.Capacity+pb.MaxReserved) {
-		need -= 2 * min(pa.MaxReserved, pb.MaxReserved)
+		need -= 2 * math.Min(pa.MaxReserved, pb.MaxReserved)
 	}
 	if need <= pa.Capacity+pb.Capacity {
 		try(sumWait(pa, pb, sa, sb, now, need))
 	}
-	if best == Never {
-		return float64(MaxRetryAfter)
-	}
-	return float64(best - now)
+	return best
 }
 
 // sumWait estimates the milliseconds from now until two shards hold need
@@ -562,41 +561,36 @@ func sumWait(pa, pb Params, sa, sb State, now int64, need float64) float64 {
 	if pa.Kind == FixedWindow {
 		// Grants come one shard at a time, at the windows' starts: the
 		// j-th grant after now is the shard first in turn's when j is odd.
-		r := max(pa.Rate, pb.Rate)
+		r := math.Max(pa.Rate, pb.Rate)
 		fa, fb := sa.TS+pa.Period, sb.TS+pb.Period
-		grantAt := func(j float64) float64 { // j ≥ 1
-			first, second := fa, fb
-			if fb < fa {
-				first, second = fb, fa
-			}
-			if math.Mod(j, 2) == 1 {
-				return float64(first) + float64(pa.Period)*((j-1)/2)
-			}
-			return float64(second) + float64(pa.Period)*(j/2-1)
+		first, second := fa, fb
+		if fb < fa {
+			first, second = fb, fa
 		}
 		j := math.Max(math.Ceil(short/r-noise), 1)
+		at := float64(second) + float64(float64(pa.Period)*(j/2-1))
+		if math.Mod(j, 2) == 1 {
+			at = float64(first) + float64(float64(pa.Period)*((j-1)/2))
+		}
 		ka, kb := math.Ceil(j/2), math.Floor(j/2)
 		if fb < fa {
 			ka, kb = kb, ka
 		}
-		at := grantAt(j)
 		// A shard full by then makes the other make up the rest alone.
 		if sa.Value+float64(pa.Rate*ka) > pa.Capacity {
 			if k := math.Ceil((need-pa.Capacity-sb.Value)/pb.Rate - noise); k >= 1 {
-				at = math.Max(at, float64(fb)+float64(pb.Period)*(k-1))
+				at = math.Max(at, float64(fb)+float64(float64(pb.Period)*(k-1)))
 			}
 		} else if sb.Value+float64(pb.Rate*kb) > pb.Capacity {
 			if k := math.Ceil((need-pb.Capacity-sa.Value)/pa.Rate - noise); k >= 1 {
-				at = math.Max(at, float64(fa)+float64(pa.Period)*(k-1))
+				at = math.Max(at, float64(fa)+float64(float64(pa.Period)*(k-1)))
 			}
 		}
 		return at - float64(now)
 	}
 	// Token buckets refill together, from the later of now and each
-	// shard's time; until one is full, they gain twice one's rate.
-	from := float64(max(sa.TS, sb.TS) - now)
-	both := short * float64(pa.Period) / (pa.Rate + pb.Rate)
-	at := from + both
+	// shard's time; until one is full, they gain both rates at once.
+	at := float64(max(sa.TS, sb.TS)-now) + short*float64(pa.Period)/(pa.Rate+pb.Rate)
 	fullA := float64(sa.TS-now) + (pa.Capacity-sa.Value)*float64(pa.Period)/pa.Rate
 	fullB := float64(sb.TS-now) + (pb.Capacity-sb.Value)*float64(pb.Period)/pb.Rate
 	switch {

@@ -87,7 +87,8 @@ type request struct {
 
 type item struct {
 	count  float64
-	n      int // shards: 1 or 2
+	at     int64 // a refund: when the tokens were charged
+	n      int   // shards: 1 or 2
 	shards [2]shard
 }
 
@@ -109,7 +110,7 @@ func (s *Store) newRequest(op *ratelimit.Op) (*request, error) {
 			release(r)
 			return nil, fmt.Errorf("redisstore: item %q of the op has %d shards: an item has one or two, a refund one", it.Name, n)
 		}
-		ri := item{count: it.Count, n: len(it.Shards)}
+		ri := item{count: it.Count, at: it.At, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
 			r.keys = append(r.keys, s.Key(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
@@ -556,6 +557,8 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 				RetryAfter: int64(f64(d[1:])),
 				Remaining:  f64(d[9:]),
 				Charged:    [2]float64{f64(d[17:]), f64(d[25:])},
+				Now:        int64(f64(d[33:])),
+				TS:         int64(f64(d[41:])),
 			}
 		}
 	}
@@ -563,8 +566,8 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 }
 
 // decisionSize is the bytes of one decision in the reply: ok, retry after,
-// remaining, charged to each shard.
-const decisionSize = 1 + 4*8
+// remaining, charged to each shard, now, the first record's time.
+const decisionSize = 1 + 6*8
 
 // f64 reads a little-endian double.
 func f64(b string) float64 {
@@ -635,6 +638,7 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots b
 		for i := range r.items {
 			it := &r.items[i]
 			b = appendF64(b, it.count)
+			b = appendF64(b, float64(it.at))
 			b = appendF64(b, float64(it.n))
 			for j := range it.n {
 				b = appendF64(b, float64(refs[0]))

@@ -253,7 +253,7 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
 	apply := func(mode ratelimit.Mode, count float64) (ratelimit.Decision, error) {
-		op := &ratelimit.Op{Mode: mode, Now: now, Items: []ratelimit.Item{{Name: "l", Key: "k", Count: count, Shards: []ratelimit.Shard{{Params: p}}}}}
+		op := &ratelimit.Op{Mode: mode, Now: now, Items: []ratelimit.Item{{Name: "l", Key: "k", Count: count, At: now, Shards: []ratelimit.Shard{{Params: p}}}}}
 		out := make([]ratelimit.Decision, 1)
 		err := s.Apply(ctx, op, out)
 		return out[0], err

@@ -22,11 +22,13 @@
 --   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
 --           max reserved; one per limit of the batch
 --   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0), items
---           (at least one), now (Unix ms); then per item: count, shards;
---           then per shard: its limit (1-based), phase
+--           (at least one), now (Unix ms); then per item: count, at (for a
+--           refund: when the tokens were charged), shards; then per shard:
+--           its limit (1-based), phase
 -- The reply is one string: per item of every op, in order, a byte ok and
 -- the doubles retry after (ms), remaining, charged to the first and to the
--- second shard.
+-- second shard, now (the time the op was judged at) and the first
+-- record's time after the op (ratelimit.Decision).
 --
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
@@ -73,10 +75,10 @@ local function refresh(p, v, ts, now)
   if p[1] == FIXED then
     local k = idiv(t - ts, p[3])
     if k > 0 then
-      v = min(v + p[2] * k, p[4])
+      v = v + p[2] * k
       ts = ts + k * p[3]
     end
-    return v, ts
+    return min(v, p[4]), ts
   end
   return min(v + (t - ts) * p[2] / p[3], p[4]), t
 end
@@ -144,7 +146,10 @@ local function single(p, phase, found, v0, ts, now, count, reserve)
   v0, ts = load(p, phase, found, v0, ts, now)
   local v = denoise(v0 - count)
   local retry = 0
-  if v >= 0 then
+  if v >= 0 and reserve then
+    -- a reservation's time is when its tokens were granted
+    retry = retry_ms(ts - now)
+  elseif v >= 0 then
     -- allowed
   elseif reserve and fits_debt(p, v) then
     retry = retry_ms(wait(p, ts, now, -v))
@@ -161,21 +166,15 @@ local function single(p, phase, found, v0, ts, now, count, reserve)
   return true, retry, v, count, nil, ts
 end
 
--- pair: returns ok, retry, remaining, charged a, charged b, and the states
--- to write (nil: no write).
-local function pair(pa, pb, pha, phb, fa, sa, tsa, fb, sb, tsb, now, count, reserve)
-  sa, tsa = load(pa, pha, fa, sa, tsa, now)
-  sb, tsb = load(pb, phb, fb, sb, tsb, now)
+-- split: the values of two refreshed shards after a call, the tokens
+-- charged to each, and whether the call is OK.
+local function split(pa, pb, sa, tsa, sb, tsb, now, count, reserve)
   local va, vb = denoise(sa - count), denoise(sb - count)
   if va >= 0 or vb >= 0 then
-    local w = nil
-    if count > 0 then
-      w = true
-    end
     if va >= vb then
-      return true, 0, va + sb, count, 0, w and va, tsa, nil, tsb
+      return va, sb, count, 0, true
     end
-    return true, 0, sa + vb, 0, count, nil, tsa, w and vb, tsb
+    return sa, vb, 0, count, true
   end
   local na, nb = sa, sb
   local x = denoise((sa + sb - count) / 2)
@@ -186,25 +185,172 @@ local function pair(pa, pb, pha, phb, fa, sa, tsa, fb, sb, tsb, now, count, rese
   else
     nb = vb
   end
-  local ok = na >= 0 and nb >= 0
-  if not ok and reserve then
-    ok = fits_debt(pa, na) and fits_debt(pb, nb)
+  if na >= 0 and nb >= 0 then
+    return na, nb, sa - na, sb - nb, true
   end
-  if not ok then
-    local da, db = count - sa, count - sb
-    if reserve then
-      da = da - pa[5]
-      db = db - pb[5]
+  if not reserve then
+    return na, nb, 0, 0, false
+  end
+  local fa, fb = fits_debt(pa, va), fits_debt(pb, vb)
+  if fa and (not fb or wait(pa, tsa, now, -va) <= wait(pb, tsb, now, -vb)) then
+    return va, sb, count, 0, true
+  end
+  if fb then
+    return sa, vb, 0, count, true
+  end
+  if count > pa[4] + pa[5] or count > pb[4] + pb[5] then
+    if fits_debt(pa, na) and fits_debt(pb, nb) then
+      return na, nb, sa - na, sb - nb, true
     end
-    return false, retry_ms(max(wait(pa, tsa, now, da), wait(pb, tsb, now, db))), sa + sb, 0, 0, nil, tsa, nil, tsb
   end
-  local ca, cb = sa - na, sb - nb
+  return na, nb, 0, 0, false
+end
+
+-- sumWait: ms from now, never late, until two shards hold need tokens.
+local function sum_wait(pa, pb, sa, tsa, sb, tsb, now, need)
+  local short = need - sa - sb
+  if short <= 0 then
+    return 0
+  end
+  if pa[1] == FIXED then
+    local r = pa[2]
+    if pb[2] > r then
+      r = pb[2]
+    end
+    local fa, fb = tsa + pa[3], tsb + pb[3]
+    local first, second = fa, fb
+    if fb < fa then
+      first, second = fb, fa
+    end
+    local j = ceil(short / r - NOISE)
+    if j < 1 then
+      j = 1
+    end
+    local at = second + pa[3] * (j / 2 - 1)
+    if j % 2 == 1 then
+      at = first + pa[3] * ((j - 1) / 2)
+    end
+    local ka, kb = ceil(j / 2), floor(j / 2)
+    if fb < fa then
+      ka, kb = kb, ka
+    end
+    if sa + pa[2] * ka > pa[4] then
+      local k = ceil((need - pa[4] - sb) / pb[2] - NOISE)
+      if k >= 1 then
+        at = max(at, fb + pb[3] * (k - 1))
+      end
+    elseif sb + pb[2] * kb > pb[4] then
+      local k = ceil((need - pb[4] - sa) / pa[2] - NOISE)
+      if k >= 1 then
+        at = max(at, fa + pa[3] * (k - 1))
+      end
+    end
+    return at - now
+  end
+  local from = tsa
+  if tsb > from then
+    from = tsb
+  end
+  local at = (from - now) + short * pa[3] / (pa[2] + pb[2])
+  local full_a = (tsa - now) + (pa[4] - sa) * pa[3] / pa[2]
+  local full_b = (tsb - now) + (pb[4] - sb) * pb[3] / pb[2]
+  if full_a < at then
+    at = max(at, (tsb - now) + (need - pa[4] - sb) * pb[3] / pb[2])
+  elseif full_b < at then
+    at = max(at, (tsa - now) + (need - pb[4] - sa) * pa[3] / pa[2])
+  end
+  at = floor(at)
+  if at < 0 then
+    at = 0
+  end
+  return at
+end
+
+local PAIR_TRIES = 4
+
+-- pairWait: the least wait after which a refused call on two shards would
+-- succeed on them (fa, sa0, tsa0 and fb, sb0, tsb0: the records as read).
+local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa, sb, tsb, now, count, reserve)
+  local function ok_at(t)
+    local a, ta = load(pa, pha, fa, sa0, tsa0, t)
+    local b, tb = load(pb, phb, fb, sb0, tsb0, t)
+    local _, _, _, _, ok = split(pa, pb, a, ta, b, tb, t, count, reserve)
+    return ok
+  end
+  local function next_at(t)
+    if pa[1] == FIXED then
+      local a = window_start(pa, pha, t) + pa[3]
+      local b = window_start(pb, phb, t) + pb[3]
+      if b < a then
+        return b
+      end
+      return a
+    end
+    return t + 1
+  end
+  local best = MAX_RETRY
+  local function try(est)
+    if not (est < best) then
+      return
+    end
+    local t = now + ceil(est)
+    for _ = 1, PAIR_TRIES do
+      if not (t - now < best) then
+        return
+      end
+      if ok_at(t) then
+        best = t - now
+        return
+      end
+      t = next_at(t)
+    end
+    best = min(best, ceil(est))
+  end
+  local function single_at(p, v, ts)
+    local need = count
+    if reserve then
+      need = need - p[5]
+    end
+    if need <= p[4] then
+      try(wait(p, ts, now, need - v))
+    end
+  end
+  single_at(pa, sa, tsa)
+  single_at(pb, sb, tsb)
+  local need = count
+  if reserve and (count > pa[4] + pa[5] or count > pb[4] + pb[5]) then
+    need = need - 2 * min(pa[5], pb[5])
+  end
+  if need <= pa[4] + pb[4] then
+    try(sum_wait(pa, pb, sa, tsa, sb, tsb, now, need))
+  end
+  return best
+end
+
+-- pair: returns ok, retry, remaining, charged a, charged b, and the states
+-- to write (nil: no write).
+local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, reserve)
+  local sa, tsa = load(pa, pha, fa, sa0, tsa0, now)
+  local sb, tsb = load(pb, phb, fb, sb0, tsb0, now)
+  local na, nb, ca, cb, ok = split(pa, pb, sa, tsa, sb, tsb, now, count, reserve)
+  if not ok then
+    local w = pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa, sb, tsb, now, count, reserve)
+    return false, retry_ms(w), sa + sb, 0, 0, nil, tsa, nil, tsb
+  end
   local w = 0
-  if na < 0 then
-    w = wait(pa, tsa, now, -na)
+  if ca > 0 then
+    if na < 0 then
+      w = max(w, wait(pa, tsa, now, -na))
+    elseif reserve then
+      w = max(w, tsa - now)
+    end
   end
-  if nb < 0 then
-    w = max(w, wait(pb, tsb, now, -nb))
+  if cb > 0 then
+    if nb < 0 then
+      w = max(w, wait(pb, tsb, now, -nb))
+    elseif reserve then
+      w = max(w, tsb - now)
+    end
   end
   local wa, wb = nil, nil
   if ca > 0 then
@@ -214,6 +360,18 @@ local function pair(pa, pb, pha, phb, fa, sa, tsa, fb, sb, tsb, now, count, rese
     wb = nb
   end
   return true, retry_ms(w), na + nb, ca, cb, wa, tsa, wb, tsb
+end
+
+-- granted: the tokens a refreshed record (v, ts) has been granted since
+-- from, before its capacity cut them.
+local function granted(p, ts, from)
+  if ts <= from then
+    return 0
+  end
+  if p[1] == FIXED then
+    return p[2] * idiv(ts - from + p[3] - 1, p[3])
+  end
+  return (ts - from) * p[2] / p[3]
 end
 
 -- FullAt: the first ms at which the record is a full bucket again; nil for
@@ -310,7 +468,7 @@ end
 local limits = {}              -- the batch's limits
 local wr, wv, wts, wp = {}, {}, {}, {} -- the writes of the op being decided
 local dirty = {}               -- the records to write at the end, in order
-local out = {}                 -- the reply's numbers, five per item
+local out = {}                 -- the reply's numbers, seven per item
 local formats = {}             -- n -> the pack format of n items
 local tnow                     -- the server's time, once read
 
@@ -327,10 +485,10 @@ local function reply(n)
   if n <= 1000 then
     local f = formats[n]
     if not f then
-      f = '<' .. string.rep('Bdddd', n)
+      f = '<' .. string.rep('Bdddddd', n)
       formats[n] = f
     end
-    return pack(f, lunpack(out, 1, 5 * n))
+    return pack(f, lunpack(out, 1, 7 * n))
   end
   local parts = {}
   local i = 0
@@ -338,10 +496,10 @@ local function reply(n)
     local m = min(n - i, 1000)
     local f = formats[m]
     if not f then
-      f = '<' .. string.rep('Bdddd', m)
+      f = '<' .. string.rep('Bdddddd', m)
       formats[m] = f
     end
-    parts[#parts + 1] = pack(f, lunpack(out, 5 * i + 1, 5 * (i + m)))
+    parts[#parts + 1] = pack(f, lunpack(out, 7 * i + 1, 7 * (i + m)))
     i = i + m
   end
   return table.concat(parts)
@@ -379,8 +537,8 @@ local function apply(keys, args)
   local k = 1         -- next key
   for _ = 1, nops do
     -- an op and its first item in one read: every op has one
-    local mode, reserve, nitems, now, count, nshards, li, phase
-    mode, reserve, nitems, now, count, nshards, li, phase, pos = sunpack('<dddddddd', b, pos)
+    local mode, reserve, nitems, now, count, since, nshards, li, phase
+    mode, reserve, nitems, now, count, since, nshards, li, phase, pos = sunpack('<ddddddddd', b, pos)
     reserve = reserve == 1
     if own then
       now = tnow
@@ -389,26 +547,33 @@ local function apply(keys, args)
     local all = true
     for item = 1, nitems do
       if item > 1 then
-        count, nshards, li, phase, pos = sunpack('<dddd', b, pos)
+        count, since, nshards, li, phase, pos = sunpack('<ddddd', b, pos)
       end
       local p = limits[li]
       local r = at[k]
-      local ok, retry, rem, c0, c1 = true, 0, 0, 0, 0
+      local ok, retry, rem, c0, c1, ts0 = true, 0, 0, 0, 0, 0
       if mode == MODE_REFUND then
-        -- refund
+        -- refund: the count less what the record was granted since
         if rfound[r] then
           local v, ts = refresh(p, rv[r], rts[r], now)
-          v = min(v + count, p[4])
+          ts0 = ts
+          local back = denoise(count - granted(p, ts, since))
+          if back > 0 then
+            v = min(v + back, p[4])
+            c0 = -back
+            nw = nw + 1
+            wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+          end
           rem = v
-          nw = nw + 1
-          wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
         else
-          rem = p[4]
+          local _
+          rem, ts0 = load(p, phase, false, 0, 0, now)
         end
         k = k + 1
       elseif nshards == 1 then
         local v, ts
         ok, retry, rem, c0, v, ts = single(p, phase, rfound[r], rv[r], rts[r], now, count, reserve)
+        ts0 = ts
         if v then
           nw = nw + 1
           wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
@@ -422,6 +587,7 @@ local function apply(keys, args)
         local va, tsa, vb, tsb
         ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb,
           rfound[r], rv[r], rts[r], rfound[rb], rv[rb], rts[rb], now, count, reserve)
+        ts0 = tsa
         if va then
           nw = nw + 1
           wr[nw], wv[nw], wts[nw], wp[nw] = r, va, tsa, p
@@ -434,7 +600,8 @@ local function apply(keys, args)
       end
       all = all and ok
       out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
-      no = no + 5
+      out[no + 6], out[no + 7] = now, ts0
+      no = no + 7
     end
     if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
       for i = 1, nw do
@@ -474,5 +641,5 @@ local function apply(keys, args)
       call('SET', rkey[r], pack('<Bddd', 1, v, ts, INF))
     end
   end
-  return reply(no / 5)
+  return reply(no / 7)
 end
