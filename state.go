@@ -364,9 +364,12 @@ func refund(p Params, rec Record, now, at int64, count float64) (Decision, Updat
 	if back <= 0 {
 		return d, Update{State: s}
 	}
-	s.Value = math.Min(s.Value+back, p.Capacity)
-	d.Remaining = s.Value
-	d.Charged[0] = -back
+	v := math.Min(s.Value+back, p.Capacity)
+	if !(v > s.Value) {
+		return d, Update{State: s} // full already: nothing comes back
+	}
+	d.Charged[0] = s.Value - v // what came back, negative
+	s.Value, d.Remaining = v, v
 	return d, Update{State: s, Write: true}
 }
 

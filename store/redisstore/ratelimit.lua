@@ -559,10 +559,13 @@ local function apply(keys, args)
           ts0 = ts
           local back = denoise(count - granted(p, ts, since))
           if back > 0 then
-            v = min(v + back, p[4])
-            c0 = -back
-            nw = nw + 1
-            wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+            local nv = min(v + back, p[4])
+            if nv > v then
+              c0 = v - nv
+              v = nv
+              nw = nw + 1
+              wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+            end
           end
           rem = v
         else

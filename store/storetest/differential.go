@@ -338,3 +338,85 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 		}
 	}
 }
+
+// edgeParams are limits at the bounds of the config space (ratelimit.New
+// accepts them; see MaxTokens, MaxPeriod): the largest and smallest rates,
+// the longest period, the largest capacities and debts.
+func edgeParams(rng *rand.Rand) ratelimit.Params {
+	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
+	all := []ratelimit.Params{
+		{Kind: ratelimit.FixedWindow, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: ratelimit.MaxTokens},
+		{Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: maxPeriod, Capacity: 1, MaxReserved: ratelimit.MaxTokens},
+		{Kind: ratelimit.FixedWindow, Rate: 3, Period: maxPeriod, Capacity: 3, MaxReserved: 2},
+		{Kind: ratelimit.FixedWindow, Rate: 7, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: 1e-9},
+		{Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: ratelimit.MaxTokens},
+		{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: maxPeriod, Capacity: 1, MaxReserved: ratelimit.MaxTokens},
+		{Kind: ratelimit.TokenBucket, Rate: 1, Period: maxPeriod, Capacity: ratelimit.MaxTokens, MaxReserved: 1},
+		{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: 1, Capacity: 1e-9, MaxReserved: ratelimit.MaxTokens},
+	}
+	return all[rng.IntN(len(all))]
+}
+
+// testEdgeDifferential is the differential test at the edges: limits at
+// the bounds of the config space, counts up to what they may owe, clocks
+// near ±ratelimit.MaxTime and near zero, steps from a millisecond to a
+// century. Every store must compute them as the Go function does.
+func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
+	for seed := range max(s.diffSeeds/4, 1) {
+		store, model := newStore(t), NewModel()
+		rng := rand.New(rand.NewPCG(uint64(seed), 0xed6e))
+		u := &universe{names: []string{"x", "y", "z"}, keys: []string{"k", "k2"},
+			params: map[string]ratelimit.Params{}, phases: map[ratelimit.RecordID]int64{}}
+		for _, n := range u.names {
+			u.params[n] = edgeParams(rng)
+		}
+		starts := []int64{ratelimit.MaxTime - 2*maxPeriod, -ratelimit.MaxTime, 0, epoch.UnixMilli()}
+		now := starts[rng.IntN(len(starts))]
+		for step := range s.diffSteps {
+			switch rng.IntN(6) {
+			case 0:
+				now += rng.Int64N(maxPeriod/2 + 1)
+			case 1, 2:
+				now += rng.Int64N(3)
+			default:
+				now += rng.Int64N(1000)
+			}
+			if now > ratelimit.MaxTime {
+				now = ratelimit.MaxTime
+			}
+			op := u.randomOp(rng, now)
+			if len(op.Items) == 0 {
+				continue
+			}
+			for i := range op.Items {
+				it := &op.Items[i]
+				p := u.params[it.Name]
+				reach := p.Capacity * float64(len(it.Shards))
+				if op.Reserve {
+					reach = math.Min(reach+p.MaxReserved*float64(len(it.Shards)), ratelimit.MaxTokens)
+				}
+				switch rng.IntN(4) {
+				case 0:
+					it.Count = reach
+				case 1:
+					it.Count = math.Min(1, reach)
+				default:
+					it.Count = rng.Float64() * reach
+				}
+				if op.Mode == ratelimit.ModeRefund {
+					it.At = now - rng.Int64N(maxPeriod)
+				}
+			}
+			got := make([]ratelimit.Decision, len(op.Items))
+			want := make([]ratelimit.Decision, len(op.Items))
+			require.NoError(t, model.Apply(ctx, op, want))
+			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
+			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+			if rng.IntN(4) == 0 {
+				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
+			}
+		}
+	}
+}

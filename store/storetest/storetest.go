@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("Vectors", func(t *testing.T) { TestVectors(t, newStore) })
 	t.Run("ApplyDifferential", func(t *testing.T) { testApplyDifferential(t, newStore, s) })
 	t.Run("LimiterDifferential", func(t *testing.T) { testLimiterDifferential(t, newStore, s) })
+	t.Run("EdgeDifferential", func(t *testing.T) { testEdgeDifferential(t, newStore, s) })
 	if _, ok := newStore(t).(ratelimit.BatchApplier); ok {
 		t.Run("BatchDifferential", func(t *testing.T) { testBatchDifferential(t, newStore, s) })
 	}
@@ -429,7 +430,7 @@ func testRefund(t *testing.T, newStore NewStore) {
 	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: now, Items: []ratelimit.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 10.0, out[0].Remaining)
-	require.Equal(t, -14.0, out[0].Charged[0], "handed back")
+	require.Equal(t, -14.0, out[0].Charged[0], "handed back: -4 to 10")
 	require.Equal(t, 10.0, loadOne(t, s, p, id, now))
 	// A refund never lifts a bucket above its capacity.
 	require.NoError(t, s.Apply(ctx, op, out))
