@@ -3,6 +3,7 @@ package ratelimitotel
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -85,7 +86,9 @@ func (o *Observer) measure(k setKey) *measure {
 	// the last, and the decision's own must win.
 	attrs := make([]attribute.KeyValue, 0, len(o.attrs)+4)
 	attrs = append(attrs, o.attrs...)
-	set := attribute.NewSet(append(attrs, LimitKey.String(k.name), OutcomeKey.String(k.outcome.String()),
+	// A limit's name may be any string; exporters (OTLP's protobuf) need
+	// UTF-8.
+	set := attribute.NewSet(append(attrs, LimitKey.String(strings.ToValidUTF8(k.name, "\uFFFD")), OutcomeKey.String(k.outcome.String()),
 		CheckKey.Bool(k.check), LocalKey.Bool(k.local))...)
 	m = &measure{add: []metric.AddOption{metric.WithAttributeSet(set)},
 		record: []metric.RecordOption{metric.WithAttributeSet(set)}}

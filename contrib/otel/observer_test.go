@@ -289,3 +289,13 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// A limit's name is any string; OTLP needs UTF-8 attribute values. The
+// name is recorded with the bad bytes replaced.
+func TestObserverNameNotUTF8(t *testing.T) {
+	reader, mp := newReader(t)
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
+	require.NoError(t, err)
+	obs.Observe(context.Background(), ratelimit.Event{Result: ratelimit.Result{Name: "api\xff"}, Outcome: ratelimit.Allowed})
+	assert.Equal(t, map[string]int64{"api\ufffd allowed false false": 1}, counts(t, collect(t, reader)))
+}

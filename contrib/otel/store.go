@@ -3,6 +3,7 @@ package ratelimitotel
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -289,6 +290,7 @@ func idNames(ids []ratelimit.RecordID) attribute.KeyValue {
 }
 
 func appendNew(names []string, name string) []string {
+	name = strings.ToValidUTF8(name, "\uFFFD") // exporters need UTF-8
 	for _, n := range names {
 		if n == name {
 			return names
