@@ -1,0 +1,120 @@
+package ratelimitgrpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultMaxWait is the longest delay UnaryClientInterceptor waits out
+// unless MaxWait says otherwise.
+const DefaultMaxWait = 10 * time.Second
+
+type clientConfig struct {
+	all     bool
+	maxWait time.Duration
+	clock   clock.Clock
+}
+
+// ClientOption configures UnaryClientInterceptor.
+type ClientOption func(*clientConfig)
+
+// RetryAll makes every call wait out a refusal and retry, as if given
+// WaitRetry.
+func RetryAll() ClientOption { return func(c *clientConfig) { c.all = true } }
+
+// MaxWait sets the longest delay the interceptor waits out (default
+// DefaultMaxWait); a refusal asking for longer is returned at once.
+func MaxWait(d time.Duration) ClientOption { return func(c *clientConfig) { c.maxWait = d } }
+
+// WithClock sets the clock the interceptor waits on (default: the real
+// one). Tests pass a mock.
+func WithClock(c clock.Clock) ClientOption {
+	return func(cc *clientConfig) {
+		if c != nil {
+			cc.clock = c
+		}
+	}
+}
+
+// waitRetry is the CallOption of WaitRetry; it passes through the invoker
+// unchanged.
+type waitRetry struct{ grpc.EmptyCallOption }
+
+// WaitRetry asks UnaryClientInterceptor to wait out a refusal of this call
+// and retry it once.
+func WaitRetry() grpc.CallOption { return waitRetry{} }
+
+// UnaryClientInterceptor returns a client interceptor that retries a call
+// refused for a while: when a call given WaitRetry (every call, with
+// RetryAll) fails with ResourceExhausted or Unavailable and a
+// google.rpc.RetryInfo detail, as Interceptor answers, it waits the
+// detail's delay and makes the call once more, and returns that second
+// answer. It waits only when the call's deadline leaves time for the
+// retry after the delay, and the delay is at most MaxWait; otherwise, or
+// without RetryInfo, it returns the refusal at once.
+//
+// Retry only calls that may run twice: the server refused the first
+// before running it when the refusal is the Interceptor's, but a
+// RetryInfo may come from elsewhere. gRPC's own retry policy honours the
+// pushback trailer (PushbackTrailer) as well: use one or the other.
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c := clientConfig{maxWait: DefaultMaxWait, clock: clock.New()}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil || !(c.all || asked(opts)) {
+			return err
+		}
+		wait, ok := retryDelay(err)
+		if !ok || wait > c.maxWait {
+			return err
+		}
+		if deadline, has := ctx.Deadline(); has && time.Until(deadline) <= wait {
+			return err // the retry could not finish in time
+		}
+		if wait > 0 {
+			t := c.clock.Timer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return status.FromContextError(ctx.Err()).Err()
+			case <-t.C:
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+func asked(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		if _, ok := o.(waitRetry); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// retryDelay returns the delay of the RetryInfo detail of a refusal:
+// ResourceExhausted or Unavailable.
+func retryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().IsValid() {
+			return max(ri.GetRetryDelay().AsDuration(), 0), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,100 @@
+package ratelimitgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	mwratelimit "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// A server whose calls are limited by the caller's IP address, and the
+// refusal a client gets. (The mock clock makes the output repeatable;
+// production leaves WithClock out.)
+func Example() {
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+	}, ratelimit.WithClock(clock.NewMock()))
+	if err != nil {
+		panic(err)
+	}
+	ic, err := ratelimitgrpc.New(lim, []string{"api"})
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	for i := range 3 {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		st := status.Convert(err)
+		fmt.Printf("call %d: %v %q", i+1, st.Code(), st.Message())
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				fmt.Printf(" RetryInfo %v", ri.GetRetryDelay().AsDuration())
+			}
+		}
+		fmt.Println()
+	}
+	// Output:
+	// call 1: OK ""
+	// call 2: OK ""
+	// call 3: ResourceExhausted "rate limit exceeded: retry after 30s" RetryInfo 30s
+}
+
+// The Interceptor as the Limiter of go-grpc-middleware's rate-limit
+// interceptors, in a chain built with that module.
+func ExampleInterceptor_Limit() {
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata("x-api-key")))
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(mwratelimit.UnaryServerInterceptor(ic)),
+		grpc.ChainStreamInterceptor(mwratelimit.StreamServerInterceptor(ic)),
+	)
+	defer srv.Stop()
+}
+
+// A client that waits out a refusal and retries once, when a call asks.
+func ExampleUnaryClientInterceptor() {
+	conn, err := grpc.NewClient("127.0.0.1:50051",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(ratelimitgrpc.MaxWait(5*time.Second))))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, ratelimitgrpc.WaitRetry())
+}

@@ -1,0 +1,76 @@
+package ratelimitgrpc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	mwratelimit "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// An *Interceptor is the Limiter of go-grpc-middleware's rate-limit
+// interceptors.
+var _ mwratelimit.Limiter = (*ratelimitgrpc.Interceptor)(nil)
+
+func TestGoGRPCMiddlewareServer(t *testing.T) {
+	ctx := context.Background()
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
+		"api":     twoPerMinute,
+		"streams": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
+	})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithMethod(watchMethod, "streams"))
+	require.NoError(t, err)
+	client, served := serve(t, []grpc.UnaryServerInterceptor{mwratelimit.UnaryServerInterceptor(ic)},
+		[]grpc.StreamServerInterceptor{mwratelimit.StreamServerInterceptor(ic)})
+
+	for range 2 {
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+	}
+	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	assert.Equal(t, codes.ResourceExhausted, st.Code())
+	assert.Contains(t, st.Message(), "rate limit exceeded: retry after 30s")
+	assert.NotContains(t, st.Message(), "127.0.0.1")
+
+	// The stream's own limit: the method comes from the call's context.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = first.Recv()
+	require.NoError(t, err)
+	second, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = second.Recv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "retry after 1m0s")
+	assert.Equal(t, int64(3), served.calls.Load())
+}
+
+// On a client the Interceptor throttles the calls it sends: the default
+// limits, keyed by a fixed key.
+func TestGoGRPCMiddlewareClient(t *testing.T) {
+	ctx := context.Background()
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"outgoing": twoPerMinute})
+	ic, err := ratelimitgrpc.New(lim, []string{"outgoing"},
+		ratelimitgrpc.WithKey(func(context.Context) (string, error) { return "billing-service", nil }))
+	require.NoError(t, err)
+	client, served := serve(t, nil, nil, grpc.WithUnaryInterceptor(mwratelimit.UnaryClientInterceptor(ic)))
+	for range 2 {
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+	}
+	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, int64(2), served.calls.Load(), "the third call was never sent")
+}

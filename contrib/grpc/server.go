@@ -1,0 +1,287 @@
+package ratelimitgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// PushbackTrailer is the trailer in which a refused call also carries its
+// retry delay, in whole milliseconds: gRPC's own retry policy (a service
+// config retryPolicy whose retryableStatusCodes include the code) waits
+// that long before its next attempt.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// Interceptor limits the calls of a gRPC server. Build it with New, and
+// install Unary and Stream; it is safe for concurrent use.
+type Interceptor struct {
+	lim      *ratelimit.Limiter
+	defaults []string
+	methods  map[string][]string
+	key      KeyFunc
+	logger   *slog.Logger // nil: slog.Default() at the time of logging
+}
+
+// Option configures an Interceptor in New.
+type Option func(*Interceptor) error
+
+// WithKey sets how a call's key is found (default: PeerIP with no options,
+// the peer's IP address).
+func WithKey(f KeyFunc) Option {
+	return func(i *Interceptor) error {
+		if f == nil {
+			return fmt.Errorf("ratelimitgrpc: WithKey was given a nil KeyFunc: %w", ErrInvalidOption)
+		}
+		i.key = f
+		return nil
+	}
+}
+
+// WithMethod decides the calls of one method by the named limits instead
+// of the default ones. fullMethod is as gRPC names it,
+// "/package.Service/Method". With no names, the method is not limited (a
+// health check, say).
+func WithMethod(fullMethod string, names ...string) Option {
+	return func(i *Interceptor) error {
+		if !validMethod(fullMethod) {
+			return fmt.Errorf("ratelimitgrpc: WithMethod(%q): a method is named \"/package.Service/Method\": %w", fullMethod, ErrInvalidOption)
+		}
+		if _, dup := i.methods[fullMethod]; dup {
+			return fmt.Errorf("ratelimitgrpc: WithMethod(%q) is given twice: name its limits once: %w", fullMethod, ErrInvalidOption)
+		}
+		i.methods[fullMethod] = slices.Clone(names)
+		return nil
+	}
+}
+
+// WithLogger sets where the interceptor logs the calls it could not
+// decide (default: slog.Default()). Keys are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(i *Interceptor) error {
+		if l == nil {
+			return fmt.Errorf("ratelimitgrpc: WithLogger was given a nil logger: %w", ErrInvalidOption)
+		}
+		i.logger = l
+		return nil
+	}
+}
+
+// New returns an Interceptor that decides every call by the named limits
+// of lim (all or nothing, as Limiter.LimitAll), except the methods that
+// WithMethod names. Every limit must be declared in ratelimit.New and able
+// to grant one token. With no names, only the methods WithMethod names are
+// limited.
+func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, error) {
+	if lim == nil {
+		return nil, fmt.Errorf("ratelimitgrpc: New needs a *ratelimit.Limiter: %w", ErrInvalidOption)
+	}
+	key, _ := PeerIP()
+	i := &Interceptor{lim: lim, defaults: slices.Clone(names), methods: make(map[string][]string), key: key}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("ratelimitgrpc: New was given a nil option: %w", ErrInvalidOption)
+		}
+		if err := o(i); err != nil {
+			return nil, err
+		}
+	}
+	if err := i.check("the default limits", i.defaults); err != nil {
+		return nil, err
+	}
+	limited := len(i.defaults) > 0
+	for m, ns := range i.methods {
+		if err := i.check("method "+m, ns); err != nil {
+			return nil, err
+		}
+		limited = limited || len(ns) > 0
+	}
+	if !limited {
+		return nil, fmt.Errorf("ratelimitgrpc: New limits nothing: name default limits or give WithMethod with limits: %w", ErrInvalidOption)
+	}
+	return i, nil
+}
+
+// check validates the limits of one method: declared, named once, and
+// able to grant the one token a call costs.
+func (i *Interceptor) check(what string, names []string) error {
+	for k, n := range names {
+		if slices.Contains(names[:k], n) {
+			return fmt.Errorf("ratelimitgrpc: %s name limit %q twice: name it once: %w", what, n, ratelimit.ErrInvalidConfig)
+		}
+		cfg, ok := i.lim.Config(n)
+		if !ok {
+			return fmt.Errorf("ratelimitgrpc: %s: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", what, n, ratelimit.ErrUnknownLimit)
+		}
+		if most := mostAtOnce(cfg); most < 1 {
+			return fmt.Errorf("ratelimitgrpc: %s: limit %q can never grant a call: a call costs 1 token and the limit grants at most %v at once: "+
+				"set its Capacity to 1 or more: %w", what, n, most, ratelimit.ErrInvalidConfig)
+		}
+	}
+	return nil
+}
+
+// mostAtOnce is the largest count one call of a limit may ask for: its
+// capacity, or for a sharded limit the share of the two shards a call
+// draws on.
+func mostAtOnce(cfg ratelimit.Config) float64 {
+	c := cfg.Capacity
+	if c == 0 {
+		c = cfg.Rate
+	}
+	if n := cfg.Shards; n > 1 {
+		return 2 * c / float64(n)
+	}
+	return c
+}
+
+func validMethod(m string) bool {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	return strings.HasPrefix(m, "/") && ok && svc != "" && method != "" && !strings.Contains(method, "/")
+}
+
+// Unary returns the unary server interceptor.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if st, pushback := i.decide(ctx, info.FullMethod); st != nil {
+			if pushback != nil {
+				_ = grpc.SetTrailer(ctx, pushback) // fails only outside a server call
+			}
+			return nil, st.Err()
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor. A stream is decided once,
+// when it opens, as one call.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if st, pushback := i.decide(ss.Context(), info.FullMethod); st != nil {
+			if pushback != nil {
+				ss.SetTrailer(pushback)
+			}
+			return st.Err()
+		}
+		return handler(srv, ss)
+	}
+}
+
+// Limit decides one call, for the rate-limit interceptors of
+// github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit,
+// whose Limiter interface it implements: it returns nil when the call may
+// go on, and otherwise an error those interceptors answer with
+// ResourceExhausted, their text and the error's (which names no key and no
+// internal detail). The error's GRPCStatus is the status Unary would have
+// answered, with its RetryInfo, for a caller that uses it directly.
+//
+// The method is the server call's (grpc.Method); on a client, where there
+// is none, the default limits decide, and the KeyFunc must not need a
+// peer (WithKey).
+func (i *Interceptor) Limit(ctx context.Context) error {
+	method, _ := grpc.Method(ctx)
+	if st, _ := i.decide(ctx, method); st != nil {
+		return &limitError{st: st}
+	}
+	return nil
+}
+
+// limitError is the error of Limit: the status's message as its text.
+type limitError struct{ st *status.Status }
+
+func (e *limitError) Error() string { return e.st.Message() }
+
+// GRPCStatus returns the status the interceptors answer.
+func (e *limitError) GRPCStatus() *status.Status { return e.st }
+
+// decide decides one call of method. It returns nil when the call may go
+// on, and otherwise the status to answer with and, for a wait, the
+// pushback trailer.
+func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status, metadata.MD) {
+	names, ok := i.methods[method]
+	if !ok {
+		names = i.defaults
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	key, err := i.key(ctx)
+	if err != nil {
+		return i.fail(ctx, method, err), nil
+	}
+	var res ratelimit.Result
+	if len(names) == 1 {
+		res, err = i.lim.Limit(ctx, names[0], key)
+	} else {
+		res, err = i.lim.LimitAll(ctx, key, names)
+	}
+	switch {
+	case errors.Is(err, ratelimit.ErrStoreUnavailable):
+		if res.OK {
+			return nil, nil // the limits fail open
+		}
+		// They fail closed: the service cannot decide, which is its
+		// failure, not the client's excess.
+		i.log(ctx, slog.LevelWarn, "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed", method, codes.Unavailable, err)
+		return refusal(codes.Unavailable, "rate limit unavailable", res.RetryAfter)
+	case err != nil:
+		return i.fail(ctx, method, err), nil
+	case !res.OK:
+		return refusal(codes.ResourceExhausted, "rate limit exceeded", res.RetryAfter)
+	}
+	return nil, nil
+}
+
+// refusal is the status of a refused call, with a RetryInfo detail and a
+// pushback trailer when there is a wait.
+func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, metadata.MD) {
+	if wait <= 0 {
+		return status.New(code, msg), nil
+	}
+	st := status.New(code, msg+": retry after "+wait.String())
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+		st = withInfo // cannot fail: RetryInfo marshals
+	}
+	ms := (wait + time.Millisecond - 1) / time.Millisecond
+	return st, metadata.Pairs(PushbackTrailer, strconv.FormatInt(int64(ms), 10))
+}
+
+// fail answers a call that could not be decided: it logs the error and
+// returns a status that carries none of its words (they may name limits,
+// their configuration and internal addresses).
+func (i *Interceptor) fail(ctx context.Context, method string, err error) *status.Status {
+	code, msg, level := codes.Internal, "rate limit: internal error", slog.LevelError
+	switch ctxErr := ctx.Err(); {
+	case ctxErr != nil && errors.Is(err, context.Canceled):
+		code, msg, level = codes.Canceled, "call canceled", slog.LevelDebug
+	case ctxErr != nil && errors.Is(err, context.DeadlineExceeded):
+		code, msg, level = codes.DeadlineExceeded, "deadline exceeded", slog.LevelWarn
+	case errors.Is(err, ErrNoKey):
+		code, msg, level = codes.InvalidArgument, "rate limit: the call carries no key", slog.LevelDebug
+	}
+	i.log(ctx, level, "ratelimitgrpc: call not decided", method, code, err)
+	return status.New(code, msg)
+}
+
+func (i *Interceptor) log(ctx context.Context, level slog.Level, msg, method string, code codes.Code, err error) {
+	logger := i.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx = context.WithoutCancel(ctx)
+	if logger.Enabled(ctx, level) {
+		logger.LogAttrs(ctx, level, msg, slog.String("method", method), slog.String("code", code.String()), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,42 @@
+// Package ratelimitotel records the decisions of a ratelimit.Limiter as
+// OpenTelemetry metrics, and traces the calls a Limiter makes to its
+// Store.
+//
+//	obs, err := ratelimitotel.NewObserver() // the global MeterProvider
+//	if err != nil { ... }
+//	lim, err := ratelimit.New(ratelimitotel.WrapStore(store), limits, ratelimit.WithObserver(obs))
+//
+// # Metrics
+//
+// The Observer records two instruments, both with the attributes
+// ratelimit.limit (the limit's name), ratelimit.outcome (allowed, reserved,
+// denied or degraded), ratelimit.check (true for Check, which spends
+// nothing) and ratelimit.local (true when the deny cache answered without
+// asking the store):
+//
+//   - ratelimit.decisions, a counter of decisions ({decision});
+//   - ratelimit.decision.duration, a histogram of the time a decision took,
+//     in seconds, on the Limiter's clock.
+//
+// The key a call was limited by is never an attribute: keys are unbounded
+// (one per user or address), and a metric labelled by them grows without
+// limit. A call of LimitAll records one decision per limit.
+//
+// # Traces
+//
+// WrapStore returns a Store that starts a span around every call to the
+// store it wraps (ratelimit.store.apply, ratelimit.store.load, ...),
+// with the names of the limits the call touches but never their keys, and
+// the error recorded on the span when the store fails. The wrapper keeps
+// the optional capabilities of the store visible, so that a Limiter treats
+// it exactly as the store: ratelimit.BatchApplier and DeleteExpired are
+// implemented when the wrapped store implements them, and
+// ratelimit.TimeSource always, its OwnClock reporting the wrapped store's
+// answer (false for a store that keeps no clock of its own).
+//
+// # Providers
+//
+// Both use the global MeterProvider and TracerProvider of package otel
+// unless WithMeterProvider or WithTracerProvider names another. The
+// instrumentation scope is ScopeName, the module's path.
+package ratelimitotel

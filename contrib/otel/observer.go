@@ -1,0 +1,101 @@
+package ratelimitotel
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/ratelimit-go/ratelimit"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Observer records the decisions of a Limiter as metrics: give it to
+// ratelimit.WithObserver. Build it with NewObserver; it is safe for
+// concurrent use.
+type Observer struct {
+	decisions metric.Int64Counter
+	duration  metric.Float64Histogram
+	attrs     []attribute.KeyValue
+
+	mu   sync.RWMutex
+	sets map[setKey]*measure
+}
+
+var _ ratelimit.Observer = (*Observer)(nil)
+
+// setKey is what tells the attribute sets of two decisions apart.
+type setKey struct {
+	name         string
+	outcome      ratelimit.Outcome
+	check, local bool
+}
+
+// measure holds the options of one attribute set, built once, so that
+// recording a decision allocates nothing.
+type measure struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+// maxSets bounds the attribute sets the Observer keeps built. Limit names
+// are few; past the bound (names made up per call, which the metrics
+// themselves should not have either) each decision builds its own.
+const maxSets = 1024
+
+// NewObserver returns an Observer that records on a meter of the
+// MeterProvider (WithMeterProvider; the global one by default) named
+// ScopeName. The error is the meter's, when it cannot create an instrument.
+func NewObserver(opts ...Option) (*Observer, error) {
+	c := newConfig(opts)
+	meter := c.mp.Meter(ScopeName)
+	decisions, err := meter.Int64Counter("ratelimit.decisions",
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions of rate limits, by limit and outcome."))
+	if err != nil {
+		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.decisions counter: %w", err)
+	}
+	duration, err := meter.Float64Histogram("ratelimit.decision.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Time a rate limit decision took, on the Limiter's clock."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	if err != nil {
+		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.decision.duration histogram: %w", err)
+	}
+	return &Observer{decisions: decisions, duration: duration, attrs: c.attrs, sets: make(map[setKey]*measure)}, nil
+}
+
+// Observe records one decision: it adds one to ratelimit.decisions and
+// records its latency in ratelimit.decision.duration, with the limit's
+// name and the outcome, never the key.
+func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
+	m := o.measure(setKey{name: e.Result.Name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	o.decisions.Add(ctx, 1, m.add...)
+	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
+}
+
+func (o *Observer) measure(k setKey) *measure {
+	o.mu.RLock()
+	m, ok := o.sets[k]
+	o.mu.RUnlock()
+	if ok {
+		return m
+	}
+	// The extra attributes first: of two with the same key, NewSet keeps
+	// the last, and the decision's own must win.
+	attrs := make([]attribute.KeyValue, 0, len(o.attrs)+4)
+	attrs = append(attrs, o.attrs...)
+	// A limit's name may be any string; exporters (OTLP's protobuf) need
+	// UTF-8.
+	set := attribute.NewSet(append(attrs, LimitKey.String(strings.ToValidUTF8(k.name, "\uFFFD")), OutcomeKey.String(k.outcome.String()),
+		CheckKey.Bool(k.check), LocalKey.Bool(k.local))...)
+	m = &measure{add: []metric.AddOption{metric.WithAttributeSet(set)},
+		record: []metric.RecordOption{metric.WithAttributeSet(set)}}
+	o.mu.Lock()
+	if len(o.sets) < maxSets {
+		o.sets[k] = m
+	}
+	o.mu.Unlock()
+	return m
+}

@@ -1,0 +1,100 @@
+package ratelimitotel
+
+import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the meters and tracers this
+// package creates: the module's path.
+const ScopeName = "github.com/ratelimit-go/ratelimit/contrib/otel"
+
+// The attributes of the metrics and spans.
+const (
+	// LimitKey is the name of the limit decided.
+	LimitKey = attribute.Key("ratelimit.limit")
+	// OutcomeKey is what became of the call: allowed, reserved, denied or
+	// degraded (ratelimit.Outcome.String).
+	OutcomeKey = attribute.Key("ratelimit.outcome")
+	// CheckKey is true for a call of Check, which spends nothing.
+	CheckKey = attribute.Key("ratelimit.check")
+	// LocalKey is true when the deny cache refused the call without asking
+	// the store.
+	LocalKey = attribute.Key("ratelimit.local")
+	// LimitsKey lists, on a span, the names of the limits a store call
+	// touches, once each.
+	LimitsKey = attribute.Key("ratelimit.limits")
+	// ModeKey is, on an apply span, what the call asks of the store:
+	// limit, check or refund.
+	ModeKey = attribute.Key("ratelimit.mode")
+	// ReserveKey is, on an apply span, true for a call that may reserve.
+	ReserveKey = attribute.Key("ratelimit.reserve")
+	// OKKey is, on an apply span, true when the store granted every item.
+	OKKey = attribute.Key("ratelimit.ok")
+	// RecordsKey is, on a load or delete span, how many records the call
+	// reads or removes; on a delete_expired span, how many it removed.
+	RecordsKey = attribute.Key("ratelimit.records")
+	// OpsKey is, on an apply_batch span, how many ops the batch holds.
+	OpsKey = attribute.Key("ratelimit.ops")
+)
+
+// durationBuckets are the bucket boundaries, in seconds, the decision
+// duration histogram advises: from 10 µs (an in-memory store) to 2.5 s (a
+// store timing out). A View of the MeterProvider may change them.
+var durationBuckets = []float64{
+	0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+}
+
+type config struct {
+	mp    metric.MeterProvider
+	tp    trace.TracerProvider
+	attrs []attribute.KeyValue
+}
+
+func newConfig(opts []Option) config {
+	c := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// Option configures NewObserver and WrapStore.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithMeterProvider sets the MeterProvider the Observer creates its meter
+// from. By default, or given nil, it is the global one (otel.GetMeterProvider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.mp = mp
+		}
+	})
+}
+
+// WithTracerProvider sets the TracerProvider the wrapped store creates its
+// tracer from. By default, or given nil, it is the global one
+// (otel.GetTracerProvider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tp = tp
+		}
+	})
+}
+
+// WithAttributes adds attributes to every measurement and span, such as
+// the name of the store or of the service. They must not depend on the
+// call: a key among them would make every metric unbounded.
+func WithAttributes(attrs ...attribute.KeyValue) Option {
+	return optionFunc(func(c *config) { c.attrs = append(c.attrs, attrs...) })
+}

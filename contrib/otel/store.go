@@ -1,0 +1,300 @@
+package ratelimitotel
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The names of the spans around store calls.
+const (
+	SpanApply         = "ratelimit.store.apply"
+	SpanApplyBatch    = "ratelimit.store.apply_batch"
+	SpanLoad          = "ratelimit.store.load"
+	SpanDelete        = "ratelimit.store.delete"
+	SpanDeleteExpired = "ratelimit.store.delete_expired"
+	SpanNow           = "ratelimit.store.now"
+)
+
+// errNoClock is returned by Now of a wrapped store that keeps no clock of
+// its own; a Limiter never asks, since OwnClock reports false.
+var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of its own (OwnClock is false): use the Limiter's clock")
+
+// The DeleteExpired methods stores have: a janitor finds them by type
+// assertion on the wrapper as on the store.
+type (
+	expirer interface {
+		DeleteExpired(ctx context.Context, now time.Time) (int, error)
+	}
+	expirer64 interface {
+		DeleteExpired(ctx context.Context, now time.Time) (int64, error)
+	}
+	memExpirer interface {
+		DeleteExpired(now time.Time) int
+	}
+)
+
+// WrapStore returns a Store that calls s inside a span for each call:
+// Apply, Load, Delete, and, when s has them, ApplyBatch, DeleteExpired and
+// Now. Spans are named SpanApply and so on, start on a tracer of the
+// TracerProvider (WithTracerProvider; the global one by default) named
+// ScopeName, carry the names of the limits the call touches (never the
+// keys), and record the store's error.
+//
+// The Store returned implements ratelimit.BatchApplier and DeleteExpired
+// (with s's signature) when s does, and ratelimit.TimeSource always:
+// OwnClock reports s's answer, false when s is no TimeSource, so that a
+// Limiter treats the wrapper exactly as it would s. Unwrap returns s.
+func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
+	if s == nil {
+		return nil
+	}
+	c := newConfig(opts)
+	t := &tracedStore{next: s, tracer: c.tp.Tracer(ScopeName), attrs: c.attrs}
+	t.clock, _ = s.(ratelimit.TimeSource)
+	b, isBatch := s.(ratelimit.BatchApplier)
+	switch e := s.(type) {
+	case expirer:
+		if isBatch {
+			return &struct {
+				*tracedStore
+				batch
+				expire
+			}{t, batch{t, b}, expire{t, e}}
+		}
+		return &struct {
+			*tracedStore
+			expire
+		}{t, expire{t, e}}
+	case expirer64:
+		if isBatch {
+			return &struct {
+				*tracedStore
+				batch
+				expire64
+			}{t, batch{t, b}, expire64{t, e}}
+		}
+		return &struct {
+			*tracedStore
+			expire64
+		}{t, expire64{t, e}}
+	case memExpirer:
+		if isBatch {
+			return &struct {
+				*tracedStore
+				batch
+				memExpire
+			}{t, batch{t, b}, memExpire{e}}
+		}
+		return &struct {
+			*tracedStore
+			memExpire
+		}{t, memExpire{e}}
+	}
+	if isBatch {
+		return &struct {
+			*tracedStore
+			batch
+		}{t, batch{t, b}}
+	}
+	return t
+}
+
+// tracedStore is the part of a wrapped store every store has; WrapStore returns
+// it, or a type that embeds it with the wrapped store's other methods.
+type tracedStore struct {
+	next   ratelimit.Store
+	clock  ratelimit.TimeSource // nil when next keeps no clock
+	tracer trace.Tracer
+	attrs  []attribute.KeyValue
+}
+
+var _ ratelimit.TimeSource = (*tracedStore)(nil)
+
+// start starts the span of a store call, and reports whether it records,
+// so that attributes are built only for a span that keeps them.
+func (s *tracedStore) start(ctx context.Context, name string) (context.Context, trace.Span, bool) {
+	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	rec := span.IsRecording()
+	if rec && len(s.attrs) > 0 {
+		span.SetAttributes(s.attrs...)
+	}
+	return ctx, span, rec
+}
+
+// end records err, if any, and ends span.
+func end(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// Apply calls the wrapped store's Apply in a span named SpanApply.
+func (s *tracedStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	ctx, span, rec := s.start(ctx, SpanApply)
+	if rec {
+		span.SetAttributes(ModeKey.String(modeName(op.Mode)), ReserveKey.Bool(op.Reserve), itemNames(op.Items))
+	}
+	err := s.next.Apply(ctx, op, out)
+	if rec && err == nil {
+		ok := true
+		for _, d := range out {
+			ok = ok && d.OK
+		}
+		span.SetAttributes(OKKey.Bool(ok))
+	}
+	end(span, err)
+	return err
+}
+
+// Load calls the wrapped store's Load in a span named SpanLoad.
+func (s *tracedStore) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+	ctx, span, rec := s.start(ctx, SpanLoad)
+	if rec {
+		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
+	}
+	err := s.next.Load(ctx, ids, out)
+	end(span, err)
+	return err
+}
+
+// Delete calls the wrapped store's Delete in a span named SpanDelete.
+func (s *tracedStore) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+	ctx, span, rec := s.start(ctx, SpanDelete)
+	if rec {
+		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
+	}
+	err := s.next.Delete(ctx, ids)
+	end(span, err)
+	return err
+}
+
+// OwnClock reports whether the wrapped store takes the time from its own
+// clock: false when it is no ratelimit.TimeSource.
+func (s *tracedStore) OwnClock() bool { return s.clock != nil && s.clock.OwnClock() }
+
+// Now calls the wrapped store's Now in a span named SpanNow. A store that
+// is no ratelimit.TimeSource has no time to give: Now returns an error,
+// and OwnClock false tells a Limiter not to ask.
+func (s *tracedStore) Now(ctx context.Context) (int64, error) {
+	if s.clock == nil {
+		return 0, errNoClock
+	}
+	ctx, span, _ := s.start(ctx, SpanNow)
+	now, err := s.clock.Now(ctx)
+	end(span, err)
+	return now, err
+}
+
+// Unwrap returns the wrapped store.
+func (s *tracedStore) Unwrap() ratelimit.Store { return s.next }
+
+type batch struct {
+	s    *tracedStore
+	next ratelimit.BatchApplier
+}
+
+// ApplyBatch calls the wrapped store's ApplyBatch in a span named
+// SpanApplyBatch.
+func (b batch) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	ctx, span, rec := b.s.start(ctx, SpanApplyBatch)
+	if rec {
+		var items []ratelimit.Item
+		for _, op := range ops {
+			items = append(items, op.Items...)
+		}
+		span.SetAttributes(OpsKey.Int(len(ops)), itemNames(items))
+	}
+	err := b.next.ApplyBatch(ctx, ops, outs)
+	end(span, err)
+	return err
+}
+
+type expire struct {
+	s    *tracedStore
+	next expirer
+}
+
+// DeleteExpired calls the wrapped store's DeleteExpired in a span named
+// SpanDeleteExpired.
+func (e expire) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	ctx, span, rec := e.s.start(ctx, SpanDeleteExpired)
+	n, err := e.next.DeleteExpired(ctx, now)
+	if rec {
+		span.SetAttributes(RecordsKey.Int(n))
+	}
+	end(span, err)
+	return n, err
+}
+
+type expire64 struct {
+	s    *tracedStore
+	next expirer64
+}
+
+// DeleteExpired calls the wrapped store's DeleteExpired in a span named
+// SpanDeleteExpired.
+func (e expire64) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
+	ctx, span, rec := e.s.start(ctx, SpanDeleteExpired)
+	n, err := e.next.DeleteExpired(ctx, now)
+	if rec {
+		span.SetAttributes(RecordsKey.Int64(n))
+	}
+	end(span, err)
+	return n, err
+}
+
+// memExpire forwards a DeleteExpired without a context (memstore's): it
+// is not traced, having no context to put a span in, and does no I/O.
+type memExpire struct{ next memExpirer }
+
+// DeleteExpired calls the wrapped store's DeleteExpired.
+func (e memExpire) DeleteExpired(now time.Time) int { return e.next.DeleteExpired(now) }
+
+func modeName(m ratelimit.Mode) string {
+	switch m {
+	case ratelimit.ModeLimit:
+		return "limit"
+	case ratelimit.ModeCheck:
+		return "check"
+	case ratelimit.ModeRefund:
+		return "refund"
+	}
+	return "unknown"
+}
+
+// itemNames is the LimitsKey attribute of items: their names, once each.
+func itemNames(items []ratelimit.Item) attribute.KeyValue {
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		names = appendNew(names, it.Name)
+	}
+	return LimitsKey.StringSlice(names)
+}
+
+// idNames is the LimitsKey attribute of ids: their names, once each.
+func idNames(ids []ratelimit.RecordID) attribute.KeyValue {
+	names := make([]string, 0, 1)
+	for _, id := range ids {
+		names = appendNew(names, id.Name)
+	}
+	return LimitsKey.StringSlice(names)
+}
+
+func appendNew(names []string, name string) []string {
+	name = strings.ToValidUTF8(name, "\uFFFD") // exporters need UTF-8
+	for _, n := range names {
+		if n == name {
+			return names
+		}
+	}
+	return append(names, name)
+}

@@ -1,0 +1,365 @@
+package ratelimitotel_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func newTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	t.Helper()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return spans, tp
+}
+
+// attrs reads a span's attributes as strings.
+func attrs(s tracetest.SpanStub) map[attribute.Key]string {
+	m := make(map[attribute.Key]string)
+	for _, kv := range s.Attributes {
+		m[kv.Key] = kv.Value.String()
+	}
+	return m
+}
+
+func TestWrapStoreSpans(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	store := ratelimitotel.WrapStore(memstore.New(), ratelimitotel.WithTracerProvider(tp),
+		ratelimitotel.WithAttributes(attribute.String("ratelimit.store", "memory")))
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api":   {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
+		"burst": {Kind: ratelimit.TokenBucket, Rate: 5, Period: time.Second, Shards: 4},
+	}, ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+
+	// A parent span: the store's spans are its children.
+	ctx, parent := tp.Tracer("test").Start(ctx, "request")
+	_, err = lim.Limit(ctx, "api", secretKey)
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "api", secretKey, ratelimit.Reserve())
+	require.NoError(t, err)
+	_, err = lim.Check(ctx, "api", secretKey)
+	require.NoError(t, err)
+	_, err = lim.LimitAll(ctx, secretKey, []string{"api", "burst"})
+	require.NoError(t, err)
+	_, err = lim.Value(ctx, "burst", secretKey)
+	require.NoError(t, err)
+	require.NoError(t, lim.Reset(ctx, "burst", secretKey))
+	parent.End()
+
+	got := spans.GetSpans()
+	require.Len(t, got, 7)
+	want := []struct {
+		name  string
+		attrs map[attribute.Key]string
+	}{
+		{ratelimitotel.SpanApply, map[attribute.Key]string{"ratelimit.mode": "limit", "ratelimit.reserve": "false", "ratelimit.limits": `["api"]`, "ratelimit.ok": "true"}},
+		{ratelimitotel.SpanApply, map[attribute.Key]string{"ratelimit.mode": "limit", "ratelimit.reserve": "true", "ratelimit.limits": `["api"]`, "ratelimit.ok": "true"}},
+		{ratelimitotel.SpanApply, map[attribute.Key]string{"ratelimit.mode": "check", "ratelimit.reserve": "false", "ratelimit.limits": `["api"]`, "ratelimit.ok": "false"}},
+		{ratelimitotel.SpanApply, map[attribute.Key]string{"ratelimit.mode": "limit", "ratelimit.reserve": "false", "ratelimit.limits": `["api","burst"]`, "ratelimit.ok": "false"}},
+		{ratelimitotel.SpanLoad, map[attribute.Key]string{"ratelimit.limits": `["burst"]`, "ratelimit.records": "4"}},
+		{ratelimitotel.SpanDelete, map[attribute.Key]string{"ratelimit.limits": `["burst"]`, "ratelimit.records": "4"}},
+	}
+	for i, w := range want {
+		s := got[i]
+		assert.Equal(t, w.name, s.Name, "span %d", i)
+		assert.Equal(t, ratelimitotel.ScopeName, s.InstrumentationScope.Name, "span %d", i)
+		assert.Equal(t, trace.SpanKindInternal, s.SpanKind, "span %d", i)
+		assert.Equal(t, parent.SpanContext().SpanID(), s.Parent.SpanID(), "span %d: a child of the caller's span", i)
+		assert.Equal(t, codes.Unset, s.Status.Code, "span %d", i)
+		w.attrs["ratelimit.store"] = "memory"
+		assert.Equal(t, w.attrs, attrs(s), "span %d", i)
+	}
+	for _, s := range got {
+		for _, kv := range s.Attributes {
+			assert.NotContains(t, kv.Value.String(), secretKey, "span %s attribute %s", s.Name, kv.Key)
+		}
+	}
+}
+
+// failStore fails every call.
+type failStore struct{ ratelimit.Store }
+
+func (failStore) Apply(context.Context, *ratelimit.Op, []ratelimit.Decision) error {
+	return errStoreDown
+}
+func (failStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+	return errStoreDown
+}
+func (failStore) Delete(context.Context, []ratelimit.RecordID) error { return errStoreDown }
+
+func TestWrapStoreRecordsErrors(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	store := ratelimitotel.WrapStore(failStore{}, ratelimitotel.WithTracerProvider(tp))
+	lim, err := ratelimit.New(store, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}},
+		ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+
+	_, err = lim.Limit(ctx, "api", secretKey)
+	require.ErrorIs(t, err, errStoreDown, "the wrapper returns the store's error as it is")
+	_, err = lim.Value(ctx, "api", secretKey)
+	require.ErrorIs(t, err, errStoreDown)
+	require.ErrorIs(t, lim.Reset(ctx, "api", secretKey), errStoreDown)
+
+	got := spans.GetSpans()
+	require.Len(t, got, 3)
+	for _, s := range got {
+		assert.Equal(t, codes.Error, s.Status.Code, s.Name)
+		assert.Equal(t, "store down", s.Status.Description, s.Name)
+		require.Len(t, s.Events, 1, s.Name)
+		assert.Equal(t, "exception", s.Events[0].Name, s.Name)
+		assert.NotContains(t, attrs(s), ratelimitotel.OKKey, "no answer, no ok")
+	}
+}
+
+// The stores' optional methods, in every combination the wrapper must
+// mirror: each capability apart, then stores made of them.
+type (
+	batchCap struct{ s ratelimit.Store }
+	clockCap struct{ own bool }
+	expCap   struct{}
+	exp64Cap struct{}
+	memCap   struct{}
+)
+
+func (c batchCap) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	for i, op := range ops {
+		if err := c.s.Apply(ctx, op, outs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (c clockCap) OwnClock() bool                                    { return c.own }
+func (clockCap) Now(context.Context) (int64, error)                  { return 1_700_000_000_000, nil }
+func (expCap) DeleteExpired(context.Context, time.Time) (int, error) { return 3, nil }
+func (exp64Cap) DeleteExpired(context.Context, time.Time) (int64, error) {
+	return 4, nil
+}
+func (memCap) DeleteExpired(time.Time) int { return 5 }
+
+type (
+	batchStore struct {
+		ratelimit.Store
+		batchCap
+	}
+	clockStore struct {
+		ratelimit.Store
+		clockCap
+	}
+	expStore struct {
+		ratelimit.Store
+		expCap
+	}
+	exp64Store struct {
+		ratelimit.Store
+		exp64Cap
+	}
+	memExpStore struct {
+		ratelimit.Store
+		memCap
+	}
+	batchExpStore struct {
+		ratelimit.Store
+		batchCap
+		expCap
+	}
+	batchExp64Store struct {
+		ratelimit.Store
+		batchCap
+		exp64Cap
+	}
+	batchMemExpStore struct {
+		ratelimit.Store
+		batchCap
+		memCap
+	}
+	clockBatchExp64Store struct {
+		ratelimit.Store
+		clockCap
+		batchCap
+		exp64Cap
+	}
+)
+
+type (
+	expirer interface {
+		DeleteExpired(ctx context.Context, now time.Time) (int, error)
+	}
+	expirer64 interface {
+		DeleteExpired(ctx context.Context, now time.Time) (int64, error)
+	}
+	memExpirer interface{ DeleteExpired(now time.Time) int }
+)
+
+func TestWrapStoreKeepsCapabilities(t *testing.T) {
+	ctx := context.Background()
+	base := memstore.New()
+	batch := batchCap{base}
+	for _, s := range []ratelimit.Store{
+		base,
+		batchStore{base, batch},
+		expStore{base, expCap{}},
+		exp64Store{base, exp64Cap{}},
+		memExpStore{base, memCap{}},
+		batchExpStore{base, batch, expCap{}},
+		batchExp64Store{base, batch, exp64Cap{}},
+		batchMemExpStore{base, batch, memCap{}},
+		clockStore{base, clockCap{true}},
+		clockStore{base, clockCap{false}},
+		clockBatchExp64Store{base, clockCap{true}, batch, exp64Cap{}},
+	} {
+		t.Run(typeName(s), func(t *testing.T) {
+			spans, tp := newTracer(t)
+			w := ratelimitotel.WrapStore(s, ratelimitotel.WithTracerProvider(tp))
+			require.Equal(t, s, w.(interface{ Unwrap() ratelimit.Store }).Unwrap())
+			var names []string
+
+			_, isBatch := s.(ratelimit.BatchApplier)
+			wb, ok := w.(ratelimit.BatchApplier)
+			require.Equal(t, isBatch, ok, "BatchApplier")
+			if ok {
+				out := [][]ratelimit.Decision{make([]ratelimit.Decision, 1)}
+				op := &ratelimit.Op{Now: 1000, Items: []ratelimit.Item{{Name: "api", Key: secretKey, Count: 1,
+					Shards: []ratelimit.Shard{{Params: ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 1, Period: 1000, Capacity: 1}}}}}}
+				require.NoError(t, wb.ApplyBatch(ctx, []*ratelimit.Op{op}, out))
+				names = append(names, ratelimitotel.SpanApplyBatch)
+			}
+
+			ts, isClock := s.(ratelimit.TimeSource)
+			wts, ok := w.(ratelimit.TimeSource)
+			require.True(t, ok, "a wrapped store is always a TimeSource")
+			assert.Equal(t, isClock && ts.OwnClock(), wts.OwnClock(), "OwnClock")
+			now, err := wts.Now(ctx)
+			if isClock {
+				require.NoError(t, err)
+				assert.Equal(t, int64(1_700_000_000_000), now)
+				names = append(names, ratelimitotel.SpanNow)
+			} else {
+				require.Error(t, err)
+			}
+
+			_, isExp := s.(expirer)
+			if e, ok := w.(expirer); assert.Equal(t, isExp, ok, "DeleteExpired (int, error)") && ok {
+				n, err := e.DeleteExpired(ctx, time.Now())
+				require.NoError(t, err)
+				assert.Equal(t, 3, n)
+				names = append(names, ratelimitotel.SpanDeleteExpired)
+			}
+			_, isExp64 := s.(expirer64)
+			if e, ok := w.(expirer64); assert.Equal(t, isExp64, ok, "DeleteExpired (int64, error)") && ok {
+				n, err := e.DeleteExpired(ctx, time.Now())
+				require.NoError(t, err)
+				assert.Equal(t, int64(4), n)
+				names = append(names, ratelimitotel.SpanDeleteExpired)
+			}
+			_, isMem := s.(memExpirer)
+			if e, ok := w.(memExpirer); assert.Equal(t, isMem, ok, "DeleteExpired int") && ok && s != ratelimit.Store(base) {
+				assert.Equal(t, 5, e.DeleteExpired(time.Now()))
+			}
+
+			var got []string
+			for _, sp := range spans.GetSpans() {
+				got = append(got, sp.Name)
+			}
+			assert.Equal(t, names, got)
+		})
+	}
+}
+
+func typeName(s ratelimit.Store) string {
+	n := fmt.Sprintf("%T", s)
+	return n[strings.LastIndex(n, ".")+1:]
+}
+
+// A Limiter on a wrapped store that keeps its own clock follows that clock
+// as it would the store's: the Limiter asks the wrapper's Now.
+func TestWrapStoreOwnClock(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	lim, err := ratelimit.New(ratelimitotel.WrapStore(clockStore{memstore.New(), clockCap{true}}, ratelimitotel.WithTracerProvider(tp)),
+		ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}})
+	require.NoError(t, err)
+	st, err := lim.Value(ctx, "api", secretKey)
+	require.NoError(t, err)
+	storeNow := time.UnixMilli(1_700_000_000_000)
+	assert.False(t, st.WindowStart.After(storeNow), "window start %v after the store's now", st.WindowStart)
+	assert.True(t, st.NextGrant.After(storeNow), "next grant %v not after the store's now", st.NextGrant)
+	assert.Less(t, st.NextGrant.Sub(storeNow), time.Minute+time.Millisecond, "the window follows the store's clock")
+	var names []string
+	for _, sp := range spans.GetSpans() {
+		names = append(names, sp.Name)
+	}
+	assert.Equal(t, []string{ratelimitotel.SpanLoad, ratelimitotel.SpanNow}, names)
+}
+
+func TestWrapStoreGlobalTracerProvider(t *testing.T) {
+	spans, tp := newTracer(t)
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	w := ratelimitotel.WrapStore(memstore.New())
+	require.NoError(t, w.Delete(context.Background(), []ratelimit.RecordID{{Name: "api", Key: secretKey}}))
+	require.Len(t, spans.GetSpans(), 1)
+	assert.Equal(t, ratelimitotel.SpanDelete, spans.GetSpans()[0].Name)
+}
+
+func TestWrapStoreNil(t *testing.T) {
+	assert.Nil(t, ratelimitotel.WrapStore(nil))
+}
+
+// The wrapper passes the conformance suite of stores: it changes nothing
+// of what the store decides, with spans recorded (and dropped).
+func TestConformance(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	t.Run("memstore", func(t *testing.T) {
+		storetest.Run(t, func(*testing.T) ratelimit.Store {
+			return ratelimitotel.WrapStore(memstore.New(), ratelimitotel.WithTracerProvider(tp))
+		})
+	})
+	t.Run("model", func(t *testing.T) { // a BatchApplier
+		storetest.Run(t, func(*testing.T) ratelimit.Store {
+			return ratelimitotel.WrapStore(storetest.NewModel(), ratelimitotel.WithTracerProvider(tp))
+		})
+	})
+}
+
+// A real store with DeleteExpired: boltstore's, traced through the wrapper.
+func TestWrapStoreBolt(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "limits.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bs.Close() })
+	w := ratelimitotel.WrapStore(bs, ratelimitotel.WithTracerProvider(tp))
+	e, ok := w.(expirer)
+	require.True(t, ok, "boltstore's DeleteExpired is visible through the wrapper")
+	n, err := e.DeleteExpired(ctx, time.Now())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	require.Len(t, spans.GetSpans(), 1)
+	assert.Equal(t, map[attribute.Key]string{"ratelimit.records": "0"}, attrs(spans.GetSpans()[0]))
+}

@@ -1,0 +1,212 @@
+// Package ratelimitprom exports the decisions of a ratelimit.Limiter as
+// Prometheus metrics.
+//
+//	c, err := ratelimitprom.NewCollector()
+//	if err != nil { ... }
+//	prometheus.MustRegister(c)
+//	lim, err := ratelimit.New(store, limits, ratelimit.WithObserver(c))
+//
+// A Collector is both a prometheus.Collector and a ratelimit.Observer. It
+// exports two metrics, both labelled by limit (the limit's name), outcome
+// (allowed, reserved, denied or degraded), check ("true" for Check, which
+// spends nothing) and local ("true" when the deny cache answered without
+// asking the store):
+//
+//	ratelimit_decisions_total             counter of decisions
+//	ratelimit_decision_duration_seconds   histogram of the time a decision took
+//
+// The key a call was limited by is never a label: keys are unbounded (one
+// per user or address), and a metric labelled by them grows without limit.
+// A call of LimitAll counts one decision per limit. WithNamespace and
+// WithSubsystem change the prefix, WithConstLabels adds labels of the
+// process, WithBuckets changes the histogram's buckets.
+package ratelimitprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// DefaultNamespace is the metrics' prefix unless WithNamespace changes it.
+const DefaultNamespace = "ratelimit"
+
+// The labels of both metrics.
+const (
+	LabelLimit   = "limit"
+	LabelOutcome = "outcome"
+	LabelCheck   = "check"
+	LabelLocal   = "local"
+)
+
+// DefaultBuckets returns the histogram's default buckets, in seconds: from
+// 10 µs (an in-memory store) to 2.5 s (a store timing out).
+func DefaultBuckets() []float64 {
+	return []float64{
+		0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+	}
+}
+
+type options struct {
+	namespace, subsystem string
+	constLabels          prometheus.Labels
+	buckets              []float64
+}
+
+// Option configures NewCollector.
+type Option func(*options)
+
+// WithNamespace sets the metrics' namespace, the first part of their
+// names (default DefaultNamespace, "ratelimit"). An empty namespace leaves
+// the names decisions_total and decision_duration_seconds, after the
+// subsystem if any.
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithSubsystem sets the part of the metrics' names between the namespace
+// and the name (default none).
+func WithSubsystem(s string) Option { return func(o *options) { o.subsystem = s } }
+
+// WithConstLabels adds labels with fixed values to both metrics, such as
+// the store's or the service's name. A label named as one of the
+// Collector's own is refused when the Collector is registered.
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(o *options) {
+		if o.constLabels == nil {
+			o.constLabels = make(prometheus.Labels, len(l))
+		}
+		for k, v := range l {
+			o.constLabels[k] = v
+		}
+	}
+}
+
+// WithBuckets sets the upper bounds, in seconds and increasing, of the
+// duration histogram's buckets (default DefaultBuckets).
+func WithBuckets(b []float64) Option {
+	return func(o *options) { o.buckets = append([]float64(nil), b...) }
+}
+
+// Collector counts the decisions of a Limiter and times them: it is a
+// ratelimit.Observer to give to ratelimit.WithObserver, and a
+// prometheus.Collector to register. Build it with NewCollector; it is safe
+// for concurrent use.
+type Collector struct {
+	decisions *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+
+	mu     sync.RWMutex
+	series map[seriesKey]series
+}
+
+var (
+	_ ratelimit.Observer   = (*Collector)(nil)
+	_ prometheus.Collector = (*Collector)(nil)
+)
+
+type seriesKey struct {
+	name         string
+	outcome      ratelimit.Outcome
+	check, local bool
+}
+
+// series holds the counter and histogram of one label set, found once, so
+// that observing a decision does not look them up by label values again.
+type series struct {
+	decisions prometheus.Counter
+	duration  prometheus.Observer
+}
+
+// maxSeries bounds the series the Collector keeps found. Limit names are
+// few; past the bound (names made up per call, which the metrics should
+// not have either) each decision looks its series up.
+const maxSeries = 1024
+
+// ErrInvalidOption is matched by the error of NewCollector given an
+// invalid option.
+var ErrInvalidOption = errors.New("ratelimitprom: invalid option")
+
+// NewCollector returns a Collector, or an error matching ErrInvalidOption
+// for an option Prometheus would refuse: a namespace, subsystem or const
+// label that is not a valid name, a const label named as one of the
+// Collector's own labels, buckets that do not increase.
+func NewCollector(opts ...Option) (*Collector, error) {
+	o := options{namespace: DefaultNamespace, buckets: DefaultBuckets()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	for i, b := range o.buckets {
+		if math.IsNaN(b) || (i > 0 && b <= o.buckets[i-1]) {
+			return nil, fmt.Errorf("ratelimitprom: histogram buckets %v do not increase at %v: give increasing upper bounds: %w",
+				o.buckets, b, ErrInvalidOption)
+		}
+	}
+	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal}
+	c := &Collector{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.namespace, Subsystem: o.subsystem, Name: "decisions_total",
+			Help:        "Decisions of rate limits, by limit and outcome.",
+			ConstLabels: o.constLabels,
+		}, labels),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: o.namespace, Subsystem: o.subsystem, Name: "decision_duration_seconds",
+			Help:        "Time a rate limit decision took, on the Limiter's clock.",
+			ConstLabels: o.constLabels,
+			Buckets:     o.buckets,
+		}, labels),
+		series: make(map[seriesKey]series),
+	}
+	// The descriptions carry the errors of names and labels; a registry
+	// reports them.
+	if err := prometheus.NewRegistry().Register(c); err != nil {
+		return nil, fmt.Errorf("ratelimitprom: %w: %w", ErrInvalidOption, err)
+	}
+	return c, nil
+}
+
+// Describe sends the descriptions of both metrics.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.decisions.Describe(ch)
+	c.duration.Describe(ch)
+}
+
+// Collect sends the current values of both metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.decisions.Collect(ch)
+	c.duration.Collect(ch)
+}
+
+// Observe counts one decision and records how long it took, labelled by
+// the limit's name and the outcome, never the key.
+func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
+	s := c.find(seriesKey{name: e.Result.Name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	s.decisions.Inc()
+	s.duration.Observe(e.Latency.Seconds())
+}
+
+func (c *Collector) find(k seriesKey) series {
+	c.mu.RLock()
+	s, ok := c.series[k]
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	// A label value must be UTF-8; a limit's name may be any string.
+	values := []string{strings.ToValidUTF8(k.name, "\uFFFD"), k.outcome.String(), strconv.FormatBool(k.check), strconv.FormatBool(k.local)}
+	s = series{decisions: c.decisions.WithLabelValues(values...), duration: c.duration.WithLabelValues(values...)}
+	c.mu.Lock()
+	if len(c.series) < maxSeries {
+		c.series[k] = s
+	}
+	c.mu.Unlock()
+	return s
+}

@@ -1,0 +1,228 @@
+package ratelimitprom_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitprom "github.com/ratelimit-go/ratelimit/contrib/prometheus"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The key every test limits: it must never appear in a metric.
+const secretKey = "user-7f3a@example.com"
+
+// slowStore advances the mock clock by delay during each Apply, so that a
+// decision takes a known time; with fail set, Apply fails instead.
+type slowStore struct {
+	ratelimit.Store
+	mock  *clock.Mock
+	delay time.Duration
+	fail  bool
+}
+
+func (s *slowStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+	s.mock.Add(s.delay)
+	if s.fail {
+		return errors.New("store down")
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+func newCollector(t *testing.T, opts ...ratelimitprom.Option) (*ratelimitprom.Collector, *prometheus.Registry) {
+	t.Helper()
+	c, err := ratelimitprom.NewCollector(opts...)
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	return c, reg
+}
+
+// noKey fails if any exported label value holds the key.
+func noKey(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				assert.NotContains(t, l.GetValue(), secretKey, "%s label %s", mf.GetName(), l.GetName())
+			}
+		}
+	}
+}
+
+func TestCollectorOutcomes(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	mock := clock.NewMock()
+	store := &slowStore{Store: memstore.New(), mock: mock}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api":    {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, MaxReserved: 1},
+		"login":  {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
+		"search": {Kind: ratelimit.TokenBucket, Rate: 5, Period: time.Minute, FailOpen: true},
+	}, ratelimit.WithObserver(c), ratelimit.WithClock(mock), ratelimit.WithDenyCache(16), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+
+	for _, call := range []struct {
+		name string
+		opts []ratelimit.CallOption
+		ok   bool
+	}{
+		{"api", nil, true},
+		{"api", nil, true},
+		{"api", []ratelimit.CallOption{ratelimit.Reserve()}, true},
+		{"api", nil, false}, // the store refuses
+		{"api", nil, false}, // the deny cache refuses
+	} {
+		res, err := lim.Limit(ctx, call.name, secretKey, call.opts...)
+		require.NoError(t, err)
+		assert.Equal(t, call.ok, res.OK)
+	}
+	_, err = lim.Check(ctx, "login", secretKey)
+	require.NoError(t, err)
+	store.fail = true
+	for _, name := range []string{"login", "search"} {
+		_, err := lim.Limit(ctx, name, secretKey)
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 2
+ratelimit_decisions_total{check="false",limit="api",local="false",outcome="reserved"} 1
+ratelimit_decisions_total{check="false",limit="api",local="false",outcome="denied"} 1
+ratelimit_decisions_total{check="false",limit="api",local="true",outcome="denied"} 1
+ratelimit_decisions_total{check="true",limit="login",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{check="false",limit="login",local="false",outcome="degraded"} 1
+ratelimit_decisions_total{check="false",limit="search",local="false",outcome="degraded"} 1
+`), "ratelimit_decisions_total"))
+	noKey(t, reg)
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems, "metric names and help follow Prometheus' conventions")
+}
+
+func TestCollectorDuration(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t, ratelimitprom.WithBuckets([]float64{0.001, 0.01, 0.1}))
+	mock := clock.NewMock()
+	store := &slowStore{Store: memstore.New(), mock: mock, delay: 3 * time.Millisecond}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
+	}, ratelimit.WithObserver(c), ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	for _, d := range []time.Duration{3 * time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond} {
+		store.delay = d
+		_, err := lim.Limit(ctx, "api", secretKey)
+		require.NoError(t, err)
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_decision_duration_seconds Time a rate limit decision took, on the Limiter's clock.
+# TYPE ratelimit_decision_duration_seconds histogram
+ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.001"} 0
+ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.01"} 2
+ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.1"} 3
+ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="+Inf"} 3
+ratelimit_decision_duration_seconds_sum{check="false",limit="api",local="false",outcome="allowed"} 0.056
+ratelimit_decision_duration_seconds_count{check="false",limit="api",local="false",outcome="allowed"} 3
+`), "ratelimit_decision_duration_seconds"))
+}
+
+func TestCollectorNames(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t, ratelimitprom.WithNamespace("shop"), ratelimitprom.WithSubsystem("edge"),
+		ratelimitprom.WithConstLabels(prometheus.Labels{"store": "redis"}), ratelimitprom.WithConstLabels(prometheus.Labels{"region": "eu"}))
+	c.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.Denied})
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP shop_edge_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE shop_edge_decisions_total counter
+shop_edge_decisions_total{check="false",limit="api",local="false",outcome="denied",region="eu",store="redis"} 1
+`), "shop_edge_decisions_total"))
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "shop_edge_decision_duration_seconds"))
+
+	c, _ = newCollector(t, ratelimitprom.WithNamespace(""))
+	c.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: "api"}, Outcome: ratelimit.Allowed})
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "decisions_total"))
+}
+
+func TestCollectorInvalidOptions(t *testing.T) {
+	for name, opts := range map[string][]ratelimitprom.Option{
+		"bad namespace":        {ratelimitprom.WithNamespace("rate\xfflimit")},
+		"reserved const label": {ratelimitprom.WithConstLabels(prometheus.Labels{"__store": "x"})},
+		"const label clashes":  {ratelimitprom.WithConstLabels(prometheus.Labels{"limit": "x"})},
+		"buckets not sorted":   {ratelimitprom.WithBuckets([]float64{0.1, 0.01})},
+		"buckets repeated":     {ratelimitprom.WithBuckets([]float64{0.1, 0.1})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := ratelimitprom.NewCollector(opts...)
+			require.ErrorIs(t, err, ratelimitprom.ErrInvalidOption)
+			assert.Nil(t, c)
+		})
+	}
+}
+
+// A limit's name is any string; a label value must be UTF-8. The name is
+// exported with the bad bytes replaced, rather than making Observe panic.
+func TestCollectorNameNotUTF8(t *testing.T) {
+	c, _ := newCollector(t)
+	c.Observe(context.Background(), ratelimit.Event{Result: ratelimit.Result{Name: "api\xff"}, Outcome: ratelimit.Allowed})
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="api�",local="false",outcome="allowed"} 1
+`), "ratelimit_decisions_total"))
+}
+
+func TestCollectorLimitAll(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		"hour":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
+		"minute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
+	}, ratelimit.WithObserver(c), ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := lim.LimitAll(ctx, secretKey, []string{"hour", "minute"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="hour",local="false",outcome="allowed"} 2
+ratelimit_decisions_total{check="false",limit="minute",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{check="false",limit="minute",local="false",outcome="denied"} 1
+`), "ratelimit_decisions_total"))
+	noKey(t, reg)
+}
+
+// Observing a decision whose series was seen before allocates nothing.
+func TestCollectorAllocs(t *testing.T) {
+	c, _ := newCollector(t)
+	ctx := context.Background()
+	e := ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey, OK: true}, Outcome: ratelimit.Allowed, Latency: time.Millisecond}
+	c.Observe(ctx, e)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.Observe(ctx, e) }))
+}
+
+func BenchmarkObserve(b *testing.B) {
+	c, err := ratelimitprom.NewCollector()
+	require.NoError(b, err)
+	ctx := context.Background()
+	e := ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey, OK: true}, Outcome: ratelimit.Allowed, Latency: time.Millisecond}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Observe(ctx, e)
+		}
+	})
+}
