@@ -51,8 +51,18 @@ func uniqueTable(t testing.TB, pool *pgxpool.Pool) string {
 func dropTable(pool *pgxpool.Pool, name string) {
 	ctx := context.Background()
 	pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_apply"}.Sanitize())
+	fn := pgx.Identifier{name + "_apply"}.Sanitize()
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgs)
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgsV1)
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_one"}.Sanitize()+oneArgs)
 }
+
+// The arguments of the function of this release and of version 1's.
+const (
+	applyArgs   = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer)"
+	oneArgs     = "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
+	applyArgsV1 = "(integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[])"
+)
 
 func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
 	opts = append([]pgstore.Option{pgstore.WithTable(uniqueTable(t, pool))}, opts...)
