@@ -280,7 +280,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 			"d AS (DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM l) AND expires <= $3 RETURNING 1) " +
 			"SELECT (SELECT id FROM c ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)",
 	}
-	if err := s.installSchema(ctx, n, o.noDDL); err != nil {
+	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
 	}
 	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight}
@@ -293,11 +293,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 
 // schemaState reads what the database holds of n's schema: the table's
 // comment (empty if none), and whether the table and the function exist.
-func schemaState(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, n names) (comment string, table, fn bool, err error) {
+func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
 	var apply, one bool
-	err = q.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
+	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
 		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL",
 		n.table, n.applySig, n.oneSig).Scan(&comment, &table, &apply, &one)
 	return comment, table, apply && one, err
@@ -305,18 +303,18 @@ func schemaState(ctx context.Context, q interface {
 
 // installSchema creates or upgrades n's schema unless it is this
 // release's; with check only, it says what is missing instead.
-func (s *Store) installSchema(ctx context.Context, n names, check bool) error {
-	comment, table, fn, err := schemaState(ctx, s.pool, n)
+func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
+	comment, exists, fn, err := s.schemaState(ctx, n)
 	if err != nil {
 		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
 	}
-	if table && fn && comment == schemaVersion {
+	if exists && fn && comment == schemaVersion {
 		return nil
 	}
 	if check {
-		apply := fmt.Sprintf("apply the SQL of pgstore.Schema (`ratelimit schema --table '%s'`), or let New install it (without WithoutDDL)", strings.ReplaceAll(unquoteTable(n.table), "'", `'\''`))
+		apply := fmt.Sprintf("apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it), or let New install it (without WithoutDDL)", shellQuote(table))
 		switch {
-		case !table:
+		case !exists:
 			return fmt.Errorf("pgstore: table %s does not exist: %s: %w", n.table, apply, ErrSchema)
 		case comment != schemaVersion:
 			was := "an earlier release"
@@ -341,14 +339,12 @@ func (s *Store) installSchema(ctx context.Context, n names, check bool) error {
 	return nil
 }
 
-// unquoteTable returns the WithTable form of a quoted table name, for
-// messages.
-func unquoteTable(quoted string) string {
-	var parts []string
-	for _, p := range strings.Split(quoted, `"."`) {
-		parts = append(parts, strings.ReplaceAll(strings.Trim(p, `"`), `""`, `"`))
+// shellQuote quotes s for a shell command line, if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == "" {
+		return s
 	}
-	return strings.Join(parts, ".")
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // OwnClock implements ratelimit.TimeSource: it reports whether the store
