@@ -49,7 +49,7 @@ func TestTableNamesPostgresWouldCut(t *testing.T) {
 	require.ErrorContains(t, errA, "use at most 57 bytes")
 
 	for _, name := range []string{
-		long,                      // the table fits, its function would not
+		long, // the table fits, its function would not
 		base + strings.Repeat("x", 58-len(base)),
 		strings.Repeat("s", 64) + ".limits", // the schema
 		"rate\x00limit",
