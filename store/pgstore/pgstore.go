@@ -600,10 +600,12 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 }
 
 // lockWait returns how long, in ms, the statement of a call with ctx may
-// wait for a lock (0: no bound): a little longer than ctx leaves, so that
-// a statement whose caller has gone (pgx returns when ctx ends) gives up
-// soon after on the server too and frees its locks and its connection,
-// rather than waiting on a stalled lock holder for as long as it holds.
+// wait for a lock (0: no bound): a little longer than ctx leaves. pgx
+// returns when ctx ends and asks the server to cancel the statement; if
+// that request does not get through (the network is what failed), the
+// statement still gives up soon after, and frees its locks and its
+// connection, rather than wait on a stalled lock holder for as long as it
+// holds.
 func lockWait(ctx context.Context) int32 {
 	dl, ok := ctx.Deadline()
 	if !ok {
