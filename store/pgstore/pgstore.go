@@ -46,6 +46,10 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 )
 
+// schemaSQL is the schema, with {{table}}, {{apply}} and {{one}} to be
+// replaced by quoted identifiers, {{old_index}} by the name of version 1's
+// index, and {{q}} by a dollar-quote tag that none of them holds.
+//
 //go:embed schema.sql
 var schemaSQL string
 

@@ -1,14 +1,13 @@
--- The schema of pgstore, version 2: one table of records, a function that
--- decides a batch of ops over them in one statement, and one that decides
--- a single op. {{table}}, {{apply}} and {{one}} are replaced by quoted
--- identifiers, {{old_index}} by the name
--- of version 1's index, and {{q}} by a dollar-quote tag that none of them
--- contains. The script is idempotent and upgrades a table of version 1.
+-- The schema of pgstore (github.com/ratelimit-go/ratelimit/store/pgstore),
+-- version 2: the table of records, a function that decides a batch of ops
+-- over them in one statement, and one that decides a single op. The script
+-- is idempotent and upgrades a table of version 1. pgstore.New runs it
+-- unless given WithoutDDL; `ratelimit schema` prints it.
 --
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
--- the function gives the Go functions' results to the last bit; the
--- differential tests of store/storetest check that it does.
+-- the functions give the Go functions' results to the last bit; the
+-- differential tests of store/storetest check that they do.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
