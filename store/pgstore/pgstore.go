@@ -37,6 +37,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -107,6 +108,10 @@ type Store struct {
 	pool       *pgxpool.Pool
 	serverTime bool
 	batcher    *coalesce.Batcher[*request, struct{}]
+	// fresh is set while batches find records missing: the next batch
+	// then locks its records with an insert at once, rather than first try
+	// (and undo) locking them as rows that exist.
+	fresh atomic.Bool
 
 	applySQL, oneSQL, loadSQL, deleteSQL, expiredSQL string
 }
@@ -198,7 +203,7 @@ func tableNames(table string) (names, error) {
 		return id.Sanitize()
 	}
 	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), oldIndex: ident("_expires_idx")}
-	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer)"
+	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
 	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 	return n, nil
 }
@@ -267,7 +272,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	s := &Store{
 		pool:       pool,
 		serverTime: o.serverTime,
-		applySQL:   "SELECT ok, retry, num FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 		oneSQL:     "SELECT ok, retry, remaining, charged FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
@@ -560,12 +565,14 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 		oks     []bool
 		retries []int64
 		nums    []float64
+		fresh   bool
 	)
-	err := s.pool.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt, lockWait(ctx)).
-		Scan(&oks, &retries, &nums)
+	err := s.pool.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
+		lockWait(ctx), s.fresh.Load()).Scan(&oks, &retries, &nums, &fresh)
 	if err != nil {
 		return err
 	}
+	s.fresh.Store(fresh)
 	n := len(e.counts)
 	if len(oks) != n || len(retries) != n || len(nums) != 3*n {
 		return fmt.Errorf("the function answered %d items for %d: is another version installed?", len(oks), n)

@@ -59,7 +59,7 @@ func dropTable(pool *pgxpool.Pool, name string) {
 
 // The arguments of the function of this release and of version 1's.
 const (
-	applyArgs   = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer)"
+	applyArgs   = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
 	oneArgs     = "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 	applyArgsV1 = "(integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[])"
 )

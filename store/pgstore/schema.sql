@@ -45,8 +45,11 @@ ALTER TABLE {{table}} SET (fillfactor = 70);
 --   p_wait    how long, in ms, the caller waits for the answer (0: no
 --             bound): the longest the function waits for a lock, so that
 --             it gives up, and releases its locks, soon after its caller
+--   p_fresh   whether records are likely missing (the last batch found
+--             some): then lock them with the insert at once
 -- It returns, per item of every op in order: ok, retry (ms), and in num
--- 3 per item: remaining, charged to the first shard, to the second.
+-- 3 per item: remaining, charged to the first shard, to the second; and
+-- in fresh whether a record was missing.
 --
 -- Locks: the records an op may write are locked first, all at once, in
 -- ascending id order, so that every batch (and every process) takes its
@@ -56,13 +59,14 @@ ALTER TABLE {{table}} SET (fillfactor = 70);
 -- subtransaction: locking the others and then inserting the missing one
 -- would break the order) and an INSERT of placeholders takes them all in
 -- order, inserted or existing alike: its ON CONFLICT locks the rows that
--- exist (a row is locked even when the DO UPDATE's WHERE skips it).
--- Records only checked are read without locks.
+-- exist (a row is locked even when the DO UPDATE's WHERE skips it). After
+-- a batch that found a record missing, the next (p_fresh) goes to the
+-- INSERT at once. Records only checked are read without locks.
 CREATE OR REPLACE FUNCTION {{apply}}(
 	p_ops bigint[], p_counts float8[], p_refs integer[],
 	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
-	p_pint bigint[], p_pflt float8[], p_wait integer,
-	OUT ok boolean[], OUT retry bigint[], OUT num float8[]
+	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean,
+	OUT ok boolean[], OUT retry bigint[], OUT num float8[], OUT fresh boolean
 ) LANGUAGE plpgsql VOLATILE
 -- Plans made once per connection, whatever the batch, and that reach the
 -- records through the primary key (or their row's address) even while the
@@ -103,6 +107,7 @@ BEGIN
 	IF p_wait > 0 THEN
 		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
 	END IF;
+	fresh := false;
 	ok := array_fill(false, ARRAY[nitems]);
 	retry := array_fill(0::bigint, ARRAY[nitems]);
 	num := array_fill(0::float8, ARRAY[3 * nitems]);
@@ -119,32 +124,42 @@ BEGIN
 	-- rows' addresses (ctid) stay valid until the update below: the rows
 	-- are locked, and nothing else in this function writes them.
 	IF p_nlock > 0 THEN
-		BEGIN
-			-- The aggregates take the rows in the order the subquery
-			-- locked them; the ids they return prove it, and that none
-			-- is missing.
-			SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
-				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
-				INTO got_ids, sf, sv, sts, tids
-				FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
-					WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id FOR NO KEY UPDATE) x;
-			IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
-				RAISE SQLSTATE 'RLMIS';
-			END IF;
-		EXCEPTION WHEN SQLSTATE 'RLMIS' THEN
+		IF NOT p_fresh THEN
+			BEGIN
+				-- The aggregates take the rows in the order the subquery
+				-- locked them; the ids they return prove it, and that none
+				-- is missing.
+				SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+					array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
+					INTO got_ids, sf, sv, sts, tids
+					FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
+						WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id FOR NO KEY UPDATE) x;
+				IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+					RAISE SQLSTATE 'RLMIS';
+				END IF;
+			EXCEPTION WHEN SQLSTATE 'RLMIS' THEN
+				fresh := true;
+			END;
+		END IF;
+		IF p_fresh OR fresh THEN
 			INSERT INTO {{table}} AS t (id, name, key, shard, value, ts, expires)
 				SELECT u.id, u.name, u.key, u.shard, NULL, NULL, 0
 				FROM unnest(p_id[1:p_nlock], p_name[1:p_nlock], p_key[1:p_nlock], p_shard[1:p_nlock])
 					AS u(id, name, key, shard)
 				ORDER BY u.id
 				ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard WHERE false;
+			GET DIAGNOSTICS n = ROW_COUNT; -- the rows inserted
+			fresh := fresh OR n > 0;
 			-- A new statement, a new snapshot: it sees every row, locked.
-			SELECT array_agg(t.value IS NOT NULL ORDER BY t.id),
-				array_agg(coalesce(t.value, 0) ORDER BY t.id), array_agg(coalesce(t.ts, 0) ORDER BY t.id),
-				array_agg(t.ctid ORDER BY t.id)
-				INTO sf, sv, sts, tids
-				FROM {{table}} t WHERE t.id = ANY (p_id[1:p_nlock]);
-		END;
+			SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
+				INTO got_ids, sf, sv, sts, tids
+				FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
+					WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id) x;
+			IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+				RAISE 'pgstore: records locked but not read in order: % of %', got_ids, p_id[1:p_nlock];
+			END IF;
+		END IF;
 	END IF;
 	-- Read the records only checked, without locks.
 	IF nrec > p_nlock THEN
@@ -434,7 +449,8 @@ BEGIN
 			END IF;
 			sexp[r] := fullat;
 		END LOOP;
-		-- Only records an op may write are dirty: the first p_nlock.
+		-- Only records an op may write are dirty: the first p_nlock. The
+		-- rows are found by address.
 		UPDATE {{table}} AS t SET value = u.value, ts = u.ts, expires = u.expires
 			FROM unnest(tids, sv[1:p_nlock], sts[1:p_nlock], sexp[1:p_nlock], dirty[1:p_nlock]) AS u(tid, value, ts, expires, dirty)
 			WHERE u.dirty AND t.ctid = u.tid;
