@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -236,17 +235,13 @@ func Schema(table string) (string, error) {
 }
 
 func (n names) schema() string {
-	sql := fullAtCall.ReplaceAllStringFunc(schemaSQL, func(call string) string {
-		a := fullAtCall.FindStringSubmatch(call)
-		return fullAtSQL(a[1], a[2], a[3], a[4], a[5], a[6])
-	})
-	sql = strings.NewReplacer(
+	sql := strings.NewReplacer(
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
-	).Replace(sql)
+	).Replace(schemaSQL)
 	// A dollar-quote tag that the script does not hold (names may), so
 	// that the function's body ends where it should whatever the names.
 	tag := "$fn$"
@@ -257,37 +252,6 @@ func (n names) schema() string {
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// fullAtCall matches {{fullat v ts kind rate period cap}} in schema.sql.
-var fullAtCall = regexp.MustCompile(`\{\{fullat ([^ }]+) ([^ }]+) ([^ }]+) ([^ }]+) ([^ }]+) ([^ }]+)\}\}`)
-
-// fullAtSQL is ratelimit.FullAt as a SQL expression: the first Unix ms at
-// which a record of value v at time ts is a full bucket again, for a limit
-// of that kind, rate, period and capacity, or Never. It follows state.go
-// operation for operation, trying the first count of windows (or ms) that
-// should refill it and the next two, as FullAt does.
-func fullAtSQL(v, ts, kind, rate, period, cap string) string {
-	const never = "9223372036854775807"
-	addMillis := func(ms string) string {
-		return "CASE WHEN " + ms + " >= (" + never + " - " + ts + ")::float8 THEN " + never +
-			" ELSE " + ts + " + (" + ms + ")::bigint END"
-	}
-	var b strings.Builder
-	b.WriteString("CASE WHEN " + v + " >= " + cap + " THEN " + ts + " WHEN " + kind + " = 1 THEN CASE")
-	k := "ceil((" + cap + " - " + v + ") / " + rate + ")"
-	for range 3 { // fixed window: k windows, then k+1, k+2
-		b.WriteString(" WHEN " + v + " + " + rate + " * " + k + " >= " + cap + " THEN " + addMillis(period+"::float8 * "+k))
-		k = "(" + k + " + 1)"
-	}
-	b.WriteString(" ELSE " + never + " END ELSE CASE")
-	dt := "ceil((" + cap + " - " + v + ") * " + period + "::float8 / " + rate + ")"
-	for range 3 { // token bucket: dt ms, then dt+1, dt+2
-		b.WriteString(" WHEN " + v + " + " + dt + " * " + rate + " / " + period + "::float8 >= " + cap + " THEN " + addMillis(dt))
-		dt = "(" + dt + " + 1)"
-	}
-	b.WriteString(" ELSE " + never + " END END")
-	return b.String()
-}
 
 // New returns a store on pool. It creates or upgrades the table and the
 // function if they are not this release's (safe to run from several

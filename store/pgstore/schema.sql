@@ -7,8 +7,7 @@
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
 -- the functions give the Go functions' results to the last bit; the
--- differential tests of store/storetest check that they do. The expires
--- written is ratelimit.FullAt, computed in the UPDATE or INSERT itself.
+-- differential tests of store/storetest check that they do.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -87,7 +86,7 @@ DECLARE
 	-- whether to write it, with which limit's params, and its expires.
 	sf boolean[]; sv float8[]; sts bigint[]; tids tid[]; got_ids bytea[];
 	cf boolean[]; cv float8[]; cts bigint[];
-	dirty boolean[]; wpar integer[];
+	dirty boolean[]; wpar integer[]; sexp bigint[];
 	-- Per item of the current op, the state to write to its shards if the
 	-- op is OK: value, ts, write.
 	nva float8[]; nta bigint[]; wa boolean[];
@@ -95,7 +94,7 @@ DECLARE
 	srv bigint;
 	now bigint; flags bigint; mode bigint; reserve boolean; n integer; it integer := 0;
 	all_ok boolean; ok_ boolean;
-	i integer; o integer; r integer; q integer;
+	i integer; j integer; o integer; r integer; q integer;
 	cnt float8; rt float8; rem float8; c0 float8; c1 float8;
 	ra integer; qa integer; rb integer; qb integer;
 	ka bigint; pa bigint; pha bigint; rta float8; ca float8; ma float8;
@@ -103,6 +102,7 @@ DECLARE
 	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
 	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
 	da float8; db float8; w float8; wv float8;
+	short float8; kk float8; dt float8; fullat bigint;
 BEGIN
 	IF p_wait > 0 THEN
 		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
@@ -409,12 +409,50 @@ BEGIN
 		it := it + n;
 	END LOOP;
 
-	-- Write each changed record once, with its FullAt, by address. Only
-	-- records an op may write are dirty: the first p_nlock.
+	-- Write each changed record once, with its FullAt: the first ms at
+	-- which its bucket is full again.
 	IF true = ANY (dirty) THEN
-		UPDATE {{table}} AS t SET value = u.v, ts = u.ts,
-			expires = {{fullat u.v u.ts p_pint[3*u.q-2] p_pflt[3*u.q-2] p_pint[3*u.q-1] p_pflt[3*u.q-1]}}
-			FROM unnest(tids, sv[1:p_nlock], sts[1:p_nlock], dirty[1:p_nlock], wpar[1:p_nlock]) AS u(tid, v, ts, dirty, q)
+		sexp := array_fill(0::bigint, ARRAY[nrec]);
+		FOR r IN 1 .. nrec LOOP
+			CONTINUE WHEN NOT dirty[r];
+			q := wpar[r];
+			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
+			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
+			IF sv[r] >= ca THEN
+				fullat := sts[r];
+			ELSE
+				fullat := never;
+				short := ca - sv[r];
+				IF ka = 1 THEN
+					kk := ceil(short / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + rta * kk >= ca THEN
+							IF pa::float8 * kk < (never - sts[r])::float8 THEN
+								fullat := sts[r] + (pa::float8 * kk)::bigint;
+							END IF;
+							EXIT;
+						END IF;
+						kk := kk + 1;
+					END LOOP;
+				ELSE
+					dt := ceil(short * pa::float8 / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + dt * rta / pa::float8 >= ca THEN
+							IF dt < (never - sts[r])::float8 THEN
+								fullat := sts[r] + dt::bigint;
+							END IF;
+							EXIT;
+						END IF;
+						dt := dt + 1;
+					END LOOP;
+				END IF;
+			END IF;
+			sexp[r] := fullat;
+		END LOOP;
+		-- Only records an op may write are dirty: the first p_nlock. The
+		-- rows are found by address.
+		UPDATE {{table}} AS t SET value = u.value, ts = u.ts, expires = u.expires
+			FROM unnest(tids, sv[1:p_nlock], sts[1:p_nlock], sexp[1:p_nlock], dirty[1:p_nlock]) AS u(tid, value, ts, expires, dirty)
 			WHERE u.dirty AND t.ctid = u.tid;
 	END IF;
 END
@@ -450,6 +488,7 @@ DECLARE
 	reserve  boolean := p_flags & 4 <> 0;
 	ov float8; ots bigint; tid tid; present boolean;
 	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8;
+	short float8; kk float8; dt float8; fullat bigint; j integer;
 BEGIN
 	IF p_wait > 0 THEN
 		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
@@ -510,13 +549,41 @@ BEGIN
 		-- Only a limit that is OK and takes tokens writes.
 		EXIT WHEN NOT ok OR p_count <= 0 OR p_flags & 3 <> 0;
 
+		IF va >= p_cap THEN
+			fullat := sts;
+		ELSE
+			fullat := never;
+			short := p_cap - va;
+			IF p_kind = 1 THEN
+				kk := ceil(short / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + p_rate * kk >= p_cap THEN
+						IF p_period::float8 * kk < (never - sts)::float8 THEN
+							fullat := sts + (p_period::float8 * kk)::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					kk := kk + 1;
+				END LOOP;
+			ELSE
+				dt := ceil(short * p_period::float8 / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + dt * p_rate / p_period::float8 >= p_cap THEN
+						IF dt < (never - sts)::float8 THEN
+							fullat := sts + dt::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					dt := dt + 1;
+				END LOOP;
+			END IF;
+		END IF;
 		IF present THEN
-			UPDATE {{table}} AS t SET value = va, ts = sts,
-				expires = {{fullat va sts p_kind p_rate p_period p_cap}}
+			UPDATE {{table}} AS t SET value = va, ts = sts, expires = fullat
 				WHERE t.ctid = tid AND t.value IS NOT DISTINCT FROM ov AND t.ts IS NOT DISTINCT FROM ots;
 		ELSE
 			INSERT INTO {{table}} (id, name, key, shard, value, ts, expires)
-				VALUES (p_id, p_name, p_key, p_shard, va, sts, {{fullat va sts p_kind p_rate p_period p_cap}})
+				VALUES (p_id, p_name, p_key, p_shard, va, sts, fullat)
 				ON CONFLICT (id) DO NOTHING;
 		END IF;
 		EXIT WHEN FOUND;
