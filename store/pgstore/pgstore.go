@@ -454,6 +454,8 @@ type encoder struct {
 	list   []*record
 	lock   []bool // per record of list
 	order  []int32
+	pos    []int32
+	buf    []byte
 	params map[ratelimit.Params]int32
 }
 
@@ -518,13 +520,27 @@ func (e *encoder) finish() {
 		}
 		return bytes.Compare(e.list[a].id[:], e.list[b].id[:])
 	})
-	pos := make([]int32, len(e.list)) // arrival index → 1-based position
+	// The names and keys as bytes, copied into one buffer sized first, so
+	// that its slices stay valid.
+	size := 0
+	for _, rec := range e.list {
+		size += len(rec.name) + len(rec.key)
+	}
+	if e.buf == nil || cap(e.buf) < size { // never nil: a nil key would be NULL
+		e.buf = make([]byte, 0, max(size, 256))
+	}
+	buf := e.buf[:0]
+	e.pos = slices.Grow(e.pos[:0], len(e.list))[:len(e.list)] // arrival index → 1-based position
 	for p, i := range e.order {
 		rec := e.list[i]
-		pos[i] = int32(p + 1)
+		e.pos[i] = int32(p + 1)
 		e.ids = append(e.ids, rec.id[:])
-		e.names = append(e.names, []byte(rec.name))
-		e.keys = append(e.keys, []byte(rec.key))
+		n := len(buf)
+		buf = append(buf, rec.name...)
+		e.names = append(e.names, buf[n:len(buf):len(buf)])
+		n = len(buf)
+		buf = append(buf, rec.key...)
+		e.keys = append(e.keys, buf[n:len(buf):len(buf)])
 		e.shards = append(e.shards, rec.shard)
 		if e.lock[i] {
 			e.nlock++
@@ -532,7 +548,7 @@ func (e *encoder) finish() {
 	}
 	for j := 0; j < len(e.refs); j += 2 {
 		if e.refs[j] != 0 {
-			e.refs[j] = pos[e.refs[j]-1]
+			e.refs[j] = e.pos[e.refs[j]-1]
 		}
 	}
 }
