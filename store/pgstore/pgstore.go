@@ -74,7 +74,7 @@ const (
 	DefaultMaxBatch = 128
 	// DefaultMaxInFlight is how many statements a store has in flight at
 	// once unless WithMaxInFlight sets another number.
-	DefaultMaxInFlight = 2
+	DefaultMaxInFlight = 1
 )
 
 // maxIdent is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1
