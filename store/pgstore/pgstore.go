@@ -1,26 +1,27 @@
 // Package pgstore is a ratelimit.Store on PostgreSQL (pgx v5), for a fleet
 // of processes that already shares a database.
 //
-// # One statement per batch
+// # One statement per call, or per batch
 //
-// A PL/pgSQL function, installed with the schema, decides ops: it locks the
-// records an op may write, reads them, runs the transition (a port of
-// ratelimit.Evaluate) and writes each changed record once, all in one
-// statement and so in one transaction and one commit. Calls that arrive
-// while a statement is in flight wait for it and then go together in the
-// next one (group commit); a call that arrives when nothing is in flight
-// goes at once. A lone caller waits for nobody, and many callers share a
-// commit, so that even one hot key is no longer bound to one commit per
-// decision. WithMaxBatch bounds a batch, or turns coalescing off.
+// A call that finds no other in flight goes at once, alone, in one
+// statement. Calls that arrive while a statement is in flight wait for it
+// and then go together in the next one (group commit): one statement, one
+// transaction and one commit for the batch, whose ops are decided one after
+// another in arrival order. A lone caller waits for nobody, and many
+// callers share a commit, so that even one hot key is no longer bound to
+// one commit per decision. WithMaxBatch bounds a batch, or turns
+// coalescing off.
 //
-// The function locks a batch's records all at once, in ascending order of
-// their primary key, so that no interleaving of batches, from one process
-// or many, can deadlock. Records whose bucket is full again are removed by
-// DeleteExpired.
+// Two PL/pgSQL functions, installed with the schema, run the transition (a
+// port of ratelimit.Evaluate, equal to it to the last bit): one decides a
+// batch, one the common lone call. The batch function locks a batch's
+// records all at once, in ascending order of their primary key, so that no
+// interleaving of batches, from one process or many, can deadlock. Records
+// whose bucket is full again are removed by DeleteExpired.
 //
 // # The schema
 //
-// New creates or upgrades the table and the function (Schema returns the
+// New creates or upgrades the table and the functions (Schema returns the
 // SQL). With WithoutDDL it only checks that they are there, for
 // deployments that apply schema changes with a migration tool.
 package pgstore
@@ -134,8 +135,8 @@ type options struct {
 }
 
 // WithTable sets the table that holds the records (default DefaultTable).
-// A dot separates a schema: "limits.records". The function that applies
-// ops is named after the table, with the suffix "_apply". Names are quoted,
+// A dot separates a schema: "limits.records". The functions are named after
+// the table, with the suffixes "_apply" and "_one". Names are quoted,
 // so any characters are safe, but PostgreSQL keeps at most 63 bytes of a
 // name: New refuses a table name longer than 57 bytes (63 with the
 // function's suffix), a schema name longer than 63, and NUL bytes, rather
@@ -165,8 +166,10 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // WithMaxInFlight sets how many statements the store sends at once before
 // calls start to wait for the next batch (default DefaultMaxInFlight). A
-// call that finds fewer in flight goes at once. More statements in flight
-// use more of the pool's connections and of the server's cores.
+// call that finds fewer in flight goes at once. Statements on one record
+// wait for each other's row locks, so a hot key only gets smaller batches
+// from more; calls on many keys may gain, on a server with cores to spare.
+// Each statement in flight holds one of the pool's connections.
 func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
 
 // names are the quoted identifiers of a table and its function.
