@@ -292,12 +292,14 @@ func TestSchema(t *testing.T) {
 	url := testserver.PostgresURL(t)
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
-	defer pool.Close()
 	table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
 	t.Cleanup(func() {
-		pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		defer pool.Close()
+		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		assert.NoError(t, err)
 		for _, fn := range []string{"_apply", "_one"} {
-			pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
+			_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
+			assert.NoError(t, err)
 		}
 	})
 	code, out, errOut = exec("schema", "--table", table)
