@@ -193,6 +193,24 @@ func TestServerTime(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Shards[0].Stored)
 	require.InDelta(t, 0, st.Tokens, 0.01, "judged at the server's time, not a year earlier")
+
+	// A batch too, one now for all its ops.
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 86_400_000, Capacity: 2}
+	yearAgo := time.Now().AddDate(-1, 0, 0).UnixMilli()
+	var ops []*ratelimit.Op
+	var outs [][]ratelimit.Decision
+	for range 3 {
+		ops = append(ops, &ratelimit.Op{Now: yearAgo, Items: []ratelimit.Item{{Name: "tb", Key: "batch", Count: 1,
+			Shards: []ratelimit.Shard{{Params: p}}}}})
+		outs = append(outs, make([]ratelimit.Decision, 1))
+	}
+	require.NoError(t, s.ApplyBatch(ctx, ops, outs))
+	require.True(t, outs[0][0].OK)
+	require.True(t, outs[1][0].OK)
+	require.False(t, outs[2][0].OK)
+	got := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "tb", Key: "batch"}}, got))
+	require.InDelta(t, time.Now().UnixMilli(), got[0].State.TS, float64(time.Hour.Milliseconds()), "written at the server's time")
 }
 
 func TestDeleteExpiredAndOddTableNames(t *testing.T) {
