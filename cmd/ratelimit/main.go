@@ -54,7 +54,7 @@ func newRoot() *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench())
+	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema())
 	for _, c := range root.Commands() {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {

@@ -265,8 +265,54 @@ func TestInspectResetPostgres(t *testing.T) {
 		defer pool.Close()
 		_, err = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
 		assert.NoError(t, err)
+		for _, fn := range []string{"_apply", "_one"} {
+			_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
+			assert.NoError(t, err)
+		}
 	})
 	inspectReset(t, "--store", url, "--table", table)
+}
+
+func TestSchema(t *testing.T) {
+	code, out, errOut := exec("schema")
+	require.Equal(t, 0, code, errOut)
+	want, err := pgstore.Schema(pgstore.DefaultTable)
+	require.NoError(t, err)
+	require.Equal(t, want, out)
+
+	code, _, errOut = exec("schema", "--table", strings.Repeat("x", 58))
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "ratelimit: --table: pgstore: table name")
+	require.Contains(t, errOut, "use at most 57 bytes")
+	require.Contains(t, errOut, "Run 'ratelimit schema --help' for usage.")
+
+	// What it prints is what a migration tool applies: then the store
+	// needs no DDL of its own.
+	ctx := context.Background()
+	url := testserver.PostgresURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		defer pool.Close()
+		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		assert.NoError(t, err)
+		for _, fn := range []string{"_apply", "_one"} {
+			_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
+			assert.NoError(t, err)
+		}
+	})
+	code, out, errOut = exec("schema", "--table", table)
+	require.Equal(t, 0, code, errOut)
+	_, err = pool.Exec(ctx, out)
+	require.NoError(t, err)
+	store, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithoutDDL())
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}})
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
 }
 
 func TestBench(t *testing.T) {

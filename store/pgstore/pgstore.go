@@ -1,66 +1,146 @@
 // Package pgstore is a ratelimit.Store on PostgreSQL (pgx v5), for a fleet
 // of processes that already shares a database.
 //
-// Each Apply is one statement: a PL/pgSQL function, installed with the
-// schema, reads the op's records, runs the transition (a port of
-// ratelimit.Evaluate) and writes them, in the statement's transaction. It
-// locks the records one at a time in one fixed order, so no interleaving
-// of calls can deadlock. Records whose bucket is full again are removed by
-// DeleteExpired.
+// # One statement per call, or per batch
+//
+// A call that finds no other in flight goes at once, alone, in one
+// statement. Calls that arrive while a statement is in flight wait for it
+// and then go together in the next one (group commit): one statement, one
+// transaction and one commit for the batch, whose ops are decided one after
+// another in arrival order. A lone caller waits for nobody, and many
+// callers share a commit, so that even one hot key is no longer bound to
+// one commit per decision. WithMaxBatch bounds a batch, or turns
+// coalescing off.
+//
+// Two PL/pgSQL functions, installed with the schema, run the transition (a
+// port of ratelimit.Evaluate, equal to it to the last bit): one decides a
+// batch, one the common lone call. The batch function locks a batch's
+// records all at once, in ascending order of their primary key, so that no
+// interleaving of batches, from one process or many, can deadlock. Records
+// whose bucket is full again are removed by DeleteExpired.
+//
+// # The schema
+//
+// New creates or upgrades the table and the functions (Schema returns the
+// SQL). With WithoutDDL it only checks that they are there, for
+// deployments that apply schema changes with a migration tool.
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	_ "embed"
-	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 )
 
+// schemaSQL is the schema, with {{table}}, {{apply}} and {{one}} to be
+// replaced by quoted identifiers, {{old_index}} by the name of version 1's
+// index, and {{q}} by a dollar-quote tag that none of them holds.
+//
 //go:embed schema.sql
 var schemaSQL string
+
+// schemaVersion marks a table whose schema is this release's: New writes it
+// as the table's comment, last, and reads it to know whether the schema
+// must be installed or upgraded. It changes with every change of
+// schema.sql.
+var schemaVersion = func() string {
+	sum := sha256.Sum256([]byte(schemaSQL))
+	return "ratelimit pgstore schema 2 " + hex.EncodeToString(sum[:6])
+}()
 
 // DefaultTable is the table that holds the records unless WithTable names
 // another.
 const DefaultTable = "ratelimit"
 
+// Defaults of the coalescing of calls.
+const (
+	// DefaultMaxBatch is the most calls one statement carries unless
+	// WithMaxBatch sets another bound.
+	DefaultMaxBatch = 128
+	// DefaultMaxInFlight is how many statements a store has in flight at
+	// once unless WithMaxInFlight sets another number.
+	DefaultMaxInFlight = 1
+)
+
+// maxIdent is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1
+// bytes); it truncates longer ones, so that two names differing only
+// beyond it would name one table.
+const maxIdent = 63
+
+// Suffixes of the functions' names, after the table's; applySuffix is the
+// longest name derived from the table's.
+const (
+	applySuffix = "_apply"
+	oneSuffix   = "_one"
+)
+
 // schemaLock is the advisory lock key under which New installs the schema,
 // so that processes starting together do not race on the DDL.
 const schemaLock = 0x7261_7465_6c69_6d74 // "ratelimt"
+
+var (
+	// ErrTableName is matched (errors.Is) by the error of a table name
+	// that PostgreSQL cannot keep as given.
+	ErrTableName = errors.New("pgstore: invalid table name")
+	// ErrSchema is matched by the error of New WithoutDDL when the table or
+	// the function is missing or from another release.
+	ErrSchema = errors.New("pgstore: schema missing or out of date")
+)
 
 // Store is a ratelimit.Store on PostgreSQL, safe for concurrent use. Build
 // it with New.
 type Store struct {
 	pool       *pgxpool.Pool
 	serverTime bool
+	batcher    *coalesce.Batcher[*request, struct{}]
+	// fresh is set while batches find records missing: the next batch
+	// then locks its records with an insert at once, rather than first try
+	// (and undo) locking them as rows that exist.
+	fresh atomic.Bool
 
-	applySQL, loadSQL, deleteSQL, expiredSQL string
+	applySQL, oneSQL, loadSQL, deleteSQL, expiredSQL string
 }
 
 var (
-	_ ratelimit.Store      = (*Store)(nil)
-	_ ratelimit.TimeSource = (*Store)(nil)
+	_ ratelimit.Store        = (*Store)(nil)
+	_ ratelimit.TimeSource   = (*Store)(nil)
+	_ ratelimit.BatchApplier = (*Store)(nil)
 )
 
 // Option configures a Store in New.
 type Option func(*options)
 
 type options struct {
-	table      string
-	serverTime bool
+	table       string
+	serverTime  bool
+	noDDL       bool
+	maxBatch    int
+	maxInFlight int
 }
 
 // WithTable sets the table that holds the records (default DefaultTable).
-// A dot separates a schema: "limits.records". The function that applies
-// ops is named after the table, with the suffix "_apply". Names are quoted,
-// so any characters are safe.
+// A dot separates a schema: "limits.records". The functions are named after
+// the table, with the suffixes "_apply" and "_one". Names are quoted,
+// so any characters are safe, but PostgreSQL keeps at most 63 bytes of a
+// name: New refuses a table name longer than 57 bytes (63 with the
+// function's suffix), a schema name longer than 63, and NUL bytes, rather
+// than let two long names share one table.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -70,53 +150,213 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 // that drive the Limiter's clock by hand cannot use it.
 func WithServerTime() Option { return func(o *options) { o.serverTime = true } }
 
-// New returns a store on pool, creating its table and function if they do
-// not exist (safe to run from several processes at once). The store does
+// WithoutDDL makes New create and change nothing in the database: it
+// checks that the table and the function of this release are there, and
+// returns an error matching ErrSchema that says what is missing otherwise.
+// Choose it when schema changes go through a migration tool, or when the
+// application's database user may not run DDL; apply the SQL that Schema
+// returns (or `ratelimit schema --table NAME` prints) beforehand.
+func WithoutDDL() Option { return func(o *options) { o.noDDL = true } }
+
+// WithMaxBatch sets the most calls one statement carries (default
+// DefaultMaxBatch). Calls that arrive while statements are in flight wait
+// and go together in the next one, sharing its commit. 1 turns coalescing
+// off: every call is sent alone, at once, however many are in flight.
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// WithMaxInFlight sets how many statements the store sends at once before
+// calls start to wait for the next batch (default DefaultMaxInFlight). A
+// call that finds fewer in flight goes at once. Statements on one record
+// wait for each other's row locks, so a hot key only gets smaller batches
+// from more; calls on many keys may gain, on a server with cores to spare.
+// Each statement in flight holds one of the pool's connections.
+func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
+
+// names are the quoted identifiers of a table and its function.
+type names struct {
+	table    string // quoted, schema-qualified if given
+	apply    string
+	one      string
+	oldIndex string // version 1's index on expires
+	applySig string // the functions' regprocedures, for to_regprocedure
+	oneSig   string
+}
+
+// tableNames checks a WithTable name and returns its identifiers.
+func tableNames(table string) (names, error) {
+	if table == "" || strings.HasPrefix(table, ".") || strings.HasSuffix(table, ".") {
+		return names{}, fmt.Errorf("pgstore: table name %q is empty or has an empty part: write \"table\" or \"schema.table\": %w", table, ErrTableName)
+	}
+	if strings.IndexByte(table, 0) >= 0 {
+		return names{}, fmt.Errorf("pgstore: table name %q holds a NUL byte, which PostgreSQL names cannot: %w", table, ErrTableName)
+	}
+	parts := strings.SplitN(table, ".", 2)
+	last := len(parts) - 1
+	if len(parts) == 2 && len(parts[0]) > maxIdent {
+		return names{}, fmt.Errorf("pgstore: schema name %q is %d bytes: PostgreSQL keeps %d and would cut it, so that schemas differing only beyond would be one: use a shorter name: %w",
+			parts[0], len(parts[0]), maxIdent, ErrTableName)
+	}
+	if n := len(parts[last]) + len(applySuffix); n > maxIdent {
+		return names{}, fmt.Errorf("pgstore: table name %q is %d bytes: PostgreSQL keeps %d bytes of a name and would cut its function's, %q, so that tables differing only beyond would share records: use at most %d bytes: %w",
+			parts[last], len(parts[last]), maxIdent, parts[last]+applySuffix, maxIdent-len(applySuffix), ErrTableName)
+	}
+	ident := func(suffix string) string {
+		id := append(pgx.Identifier(nil), parts...)
+		id[last] = truncate(id[last] + suffix)
+		return id.Sanitize()
+	}
+	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), oldIndex: ident("_expires_idx")}
+	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
+	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
+	return n, nil
+}
+
+// truncate cuts name to the bytes PostgreSQL keeps of it, at a character
+// boundary, as it does: the name version 1 gave its index on a long table
+// name, which this release drops.
+func truncate(name string) string {
+	if len(name) <= maxIdent {
+		return name
+	}
+	n := maxIdent
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
+}
+
+// Schema returns the SQL that creates the table named table (as WithTable
+// takes it) and its function, or upgrades them from an earlier release:
+// what New runs unless WithoutDDL is given, for migration tools. It is
+// idempotent. The command `ratelimit schema --table NAME` prints it.
+func Schema(table string) (string, error) {
+	n, err := tableNames(table)
+	if err != nil {
+		return "", err
+	}
+	return n.schema(), nil
+}
+
+func (n names) schema() string {
+	sql := strings.NewReplacer(
+		"{{table}}", n.table,
+		"{{apply}}", n.apply,
+		"{{one}}", n.one,
+		"{{old_index}}", n.oldIndex,
+		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
+	).Replace(schemaSQL)
+	// A dollar-quote tag that the script does not hold (names may), so
+	// that the function's body ends where it should whatever the names.
+	tag := "$fn$"
+	for i := 0; strings.Contains(sql, tag); i++ {
+		tag = fmt.Sprintf("$fn%d$", i)
+	}
+	return strings.ReplaceAll(sql, "{{q}}", tag)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// New returns a store on pool. It creates or upgrades the table and the
+// function if they are not this release's (safe to run from several
+// processes at once), or, WithoutDDL, checks that they are. The store does
 // not own the pool; close it yourself.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
-	o := options{table: DefaultTable}
+	o := options{table: DefaultTable, maxBatch: DefaultMaxBatch, maxInFlight: DefaultMaxInFlight}
 	for _, f := range opts {
 		f(&o)
 	}
 	if pool == nil {
 		return nil, errors.New("pgstore: New needs a pool: pass pgxpool.New(ctx, url)")
 	}
-	if o.table == "" || strings.HasPrefix(o.table, ".") || strings.HasSuffix(o.table, ".") {
-		return nil, fmt.Errorf("pgstore: table name %q is empty or has an empty part: write \"table\" or \"schema.table\"", o.table)
+	n, err := tableNames(o.table)
+	if err != nil {
+		return nil, err
 	}
-	parts := strings.SplitN(o.table, ".", 2)
-	last := len(parts) - 1
-	ident := func(suffix string) string {
-		id := append(pgx.Identifier(nil), parts...)
-		id[last] += suffix
-		return id.Sanitize()
-	}
-	table := ident("")
 	s := &Store{
 		pool:       pool,
 		serverTime: o.serverTime,
-		applySQL: "SELECT ok, retry, remaining, charged0, charged1 FROM " + ident("_apply") +
-			"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-		loadSQL:    "SELECT id, value, ts FROM " + table + " WHERE id = ANY($1) AND value IS NOT NULL",
-		deleteSQL:  "DELETE FROM " + table + " WHERE id = ANY($1)",
-		expiredSQL: "DELETE FROM " + table + " WHERE expires <= $1",
+		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		oneSQL:     "SELECT ok, retry, remaining, charged FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
+		// Lock in the order of the primary key, as the function does, so
+		// that a delete and a batch cannot wait on each other.
+		deleteSQL: "DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM " + n.table +
+			" WHERE id = ANY($1) ORDER BY id FOR UPDATE)",
+		// One chunk of the primary key: the rows after $1, at most $2, of
+		// which those expired at $3 and not locked by a call in flight are
+		// deleted; it returns the chunk's last id and size and how many
+		// went. Skipping locked rows, it never waits for a call, so it
+		// cannot deadlock with one; a row skipped goes at the next sweep.
+		expiredSQL: "WITH c AS (SELECT id FROM " + n.table + " WHERE id > $1 ORDER BY id LIMIT $2), " +
+			"l AS (SELECT id FROM " + n.table + " WHERE id IN (SELECT id FROM c) AND expires <= $3 FOR UPDATE SKIP LOCKED), " +
+			"d AS (DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM l) AND expires <= $3 RETURNING 1) " +
+			"SELECT (SELECT id FROM c ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)",
 	}
-	schema := strings.NewReplacer(
-		"{{table}}", table,
-		"{{index}}", pgx.Identifier{parts[last] + "_expires_idx"}.Sanitize(),
-		"{{apply}}", ident("_apply"),
-	).Replace(schemaSQL)
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
+		return nil, err
+	}
+	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight}
+	if o.maxBatch == 1 {
+		opt = coalesce.Off
+	}
+	s.batcher = coalesce.New(s.send, opt)
+	return s, nil
+}
+
+// schemaState reads what the database holds of n's schema: the table's
+// comment (empty if none), and whether the table and the function exist.
+func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
+	var apply, one bool
+	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
+		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL",
+		n.table, n.applySig, n.oneSig).Scan(&comment, &table, &apply, &one)
+	return comment, table, apply && one, err
+}
+
+// installSchema creates or upgrades n's schema unless it is this
+// release's; with check only, it says what is missing instead.
+func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
+	comment, exists, fn, err := s.schemaState(ctx, n)
+	if err != nil {
+		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
+	}
+	if exists && fn && comment == schemaVersion {
+		return nil
+	}
+	if check {
+		apply := fmt.Sprintf("apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it), or let New install it (without WithoutDDL)", shellQuote(table))
+		switch {
+		case !exists:
+			return fmt.Errorf("pgstore: table %s does not exist: %s: %w", n.table, apply, ErrSchema)
+		case comment != schemaVersion:
+			was := "an earlier release"
+			if comment != "" {
+				was = fmt.Sprintf("another release (%q)", comment)
+			}
+			return fmt.Errorf("pgstore: table %s has the schema of %s, not this release's (%q): %s: %w", n.table, was, schemaVersion, apply, ErrSchema)
+		default:
+			return fmt.Errorf("pgstore: function %s or %s does not exist: %s: %w", n.applySig, n.oneSig, apply, ErrSchema)
+		}
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, schema)
+		_, err := tx.Exec(ctx, n.schema())
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: create table %s and its function: %w", table, err)
+		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)
 	}
-	return s, nil
+	return nil
+}
+
+// shellQuote quotes s for a shell command line, if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // OwnClock implements ratelimit.TimeSource: it reports whether the store
@@ -136,69 +376,308 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // recordID returns the primary key of a record: the SHA-256 digest of
 // ratelimit.RecordID.AppendKey, an encoding no two records share. A
 // digest keeps index entries small whatever the key's length.
-func recordID(id ratelimit.RecordID) []byte {
-	sum := sha256.Sum256(id.AppendKey(make([]byte, 0, 2*binary.MaxVarintLen64+len(id.Name)+len(id.Key))))
-	return sum[:]
+func recordID(id ratelimit.RecordID) [sha256.Size]byte {
+	var buf [64]byte
+	return sha256.Sum256(id.AppendKey(buf[:0]))
 }
 
-// Apply implements ratelimit.Store: one statement.
+// Op flags, as the function reads them.
+const (
+	flagReserve    = 4
+	flagServerTime = 8
+)
+
+// request is one op, copied from the caller's so that a batch sent after
+// the caller has left (and its Op been reused) reads nothing of it; the
+// statement's answer is copied into out, which the caller copies back.
+type request struct {
+	flags  int64
+	now    int64
+	items  []item
+	out    []ratelimit.Decision
+	one    [1]item // items of a one-limit op, without another allocation
+	outOne [1]ratelimit.Decision
+}
+
+type item struct {
+	count float64
+	n     int // shards: 1 or 2
+	recs  [2]record
+}
+
+type record struct {
+	id     [sha256.Size]byte
+	name   string
+	key    string
+	shard  int32
+	params ratelimit.Params
+}
+
+func (s *Store) newRequest(op *ratelimit.Op) *request {
+	r := &request{flags: int64(op.Mode), now: op.Now}
+	if op.Reserve {
+		r.flags |= flagReserve
+	}
+	if s.serverTime {
+		r.flags |= flagServerTime
+	}
+	if len(op.Items) == 1 {
+		r.items, r.out = r.one[:], r.outOne[:]
+	} else {
+		r.items, r.out = make([]item, len(op.Items)), make([]ratelimit.Decision, len(op.Items))
+	}
+	for i := range op.Items {
+		it := &op.Items[i]
+		r.items[i] = item{count: it.Count, n: len(it.Shards)}
+		for j, sh := range it.Shards {
+			r.items[i].recs[j] = record{
+				id:   recordID(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}),
+				name: it.Name, key: it.Key, shard: int32(sh.Index), params: sh.Params,
+			}
+		}
+	}
+	return r
+}
+
+// encoder lays a batch out as the function's arrays, each record and each
+// limit once.
+type encoder struct {
+	ops    []int64
+	counts []float64
+	refs   []int32
+	ids    [][]byte
+	names  [][]byte
+	keys   [][]byte
+	shards []int32
+	nlock  int32
+	pint   []int64
+	pflt   []float64
+
+	recs   map[[sha256.Size]byte]int32 // 1-based index in list
+	list   []*record
+	lock   []bool // per record of list
+	order  []int32
+	pos    []int32
+	buf    []byte
+	params map[ratelimit.Params]int32
+}
+
+var encoders = sync.Pool{New: func() any {
+	return &encoder{recs: make(map[[sha256.Size]byte]int32), params: make(map[ratelimit.Params]int32)}
+}}
+
+func (e *encoder) reset() {
+	e.ops, e.counts, e.refs = e.ops[:0], e.counts[:0], e.refs[:0]
+	clear(e.ids)
+	clear(e.names)
+	clear(e.keys)
+	clear(e.list)
+	e.ids, e.names, e.keys, e.list = e.ids[:0], e.names[:0], e.keys[:0], e.list[:0]
+	e.shards, e.lock, e.order, e.pint, e.pflt = e.shards[:0], e.lock[:0], e.order[:0], e.pint[:0], e.pflt[:0]
+	e.nlock = 0
+	clear(e.recs)
+	clear(e.params)
+}
+
+func (e *encoder) add(r *request) {
+	e.ops = append(e.ops, r.flags, r.now, int64(len(r.items)))
+	write := ratelimit.Mode(r.flags&3) != ratelimit.ModeCheck
+	for i := range r.items {
+		it := &r.items[i]
+		e.counts = append(e.counts, it.count)
+		var refs [4]int32
+		for j := range it.recs[:it.n] {
+			refs[2*j], refs[2*j+1] = e.record(&it.recs[j], write), e.limit(it.recs[j].params)
+		}
+		e.refs = append(e.refs, refs[:]...)
+	}
+}
+
+// record returns the 1-based index of rec among the batch's records as
+// they arrive; finish renumbers them.
+func (e *encoder) record(rec *record, write bool) int32 {
+	if i, ok := e.recs[rec.id]; ok {
+		e.lock[i-1] = e.lock[i-1] || write
+		return i
+	}
+	e.list = append(e.list, rec)
+	e.lock = append(e.lock, write)
+	i := int32(len(e.list))
+	e.recs[rec.id] = i
+	return i
+}
+
+// finish lays the records out as the function takes them: first those an
+// op may write, in ascending order of id (the order of their locks), then
+// those only checked; and points the items' references at them.
+func (e *encoder) finish() {
+	for i := range e.list {
+		e.order = append(e.order, int32(i))
+	}
+	slices.SortFunc(e.order, func(a, b int32) int {
+		if e.lock[a] != e.lock[b] {
+			if e.lock[a] {
+				return -1
+			}
+			return 1
+		}
+		return bytes.Compare(e.list[a].id[:], e.list[b].id[:])
+	})
+	// The names and keys as bytes, copied into one buffer sized first, so
+	// that its slices stay valid.
+	size := 0
+	for _, rec := range e.list {
+		size += len(rec.name) + len(rec.key)
+	}
+	if e.buf == nil || cap(e.buf) < size { // never nil: a nil key would be NULL
+		e.buf = make([]byte, 0, max(size, 256))
+	}
+	buf := e.buf[:0]
+	e.pos = slices.Grow(e.pos[:0], len(e.list))[:len(e.list)] // arrival index → 1-based position
+	for p, i := range e.order {
+		rec := e.list[i]
+		e.pos[i] = int32(p + 1)
+		e.ids = append(e.ids, rec.id[:])
+		n := len(buf)
+		buf = append(buf, rec.name...)
+		e.names = append(e.names, buf[n:len(buf):len(buf)])
+		n = len(buf)
+		buf = append(buf, rec.key...)
+		e.keys = append(e.keys, buf[n:len(buf):len(buf)])
+		e.shards = append(e.shards, rec.shard)
+		if e.lock[i] {
+			e.nlock++
+		}
+	}
+	for j := 0; j < len(e.refs); j += 2 {
+		if e.refs[j] != 0 {
+			e.refs[j] = e.pos[e.refs[j]-1]
+		}
+	}
+}
+
+// limit returns the 1-based index of p among the batch's limits.
+func (e *encoder) limit(p ratelimit.Params) int32 {
+	if i, ok := e.params[p]; ok {
+		return i
+	}
+	e.pint = append(e.pint, int64(p.Kind), p.Period, p.Phase)
+	e.pflt = append(e.pflt, p.Rate, p.Capacity, p.MaxReserved)
+	i := int32(len(e.pint) / 3)
+	e.params[p] = i
+	return i
+}
+
+// send decides a batch in one statement. It is the Batcher's SendFunc.
+func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
+	if len(reqs) == 1 && reqs[0].single() {
+		return s.sendOne(ctx, reqs[0])
+	}
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.reset()
+	for _, r := range reqs {
+		e.add(r) // the ids point into the requests, alive until send returns
+	}
+	e.finish()
+	var (
+		oks     []bool
+		retries []int64
+		nums    []float64
+		fresh   bool
+	)
+	err := s.pool.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
+		lockWait(ctx), s.fresh.Load()).Scan(&oks, &retries, &nums, &fresh)
+	if err != nil {
+		return err
+	}
+	s.fresh.Store(fresh)
+	n := len(e.counts)
+	if len(oks) != n || len(retries) != n || len(nums) != 3*n {
+		return fmt.Errorf("the function answered %d items for %d: is another version installed?", len(oks), n)
+	}
+	i := 0
+	for _, r := range reqs {
+		for j := range r.out {
+			r.out[j] = ratelimit.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: nums[3*i],
+				Charged: [2]float64{nums[3*i+1], nums[3*i+2]}}
+			i++
+		}
+	}
+	return nil
+}
+
+// single reports whether r is one limit or check of one item on one
+// record: what the function _one decides.
+func (r *request) single() bool {
+	return len(r.items) == 1 && r.items[0].n == 1 && ratelimit.Mode(r.flags&3) != ratelimit.ModeRefund
+}
+
+// sendOne decides a single request (see single) with the function made
+// for it.
+func (s *Store) sendOne(ctx context.Context, r *request) error {
+	it := &r.items[0]
+	rec := &it.recs[0]
+	p := rec.params
+	var now *int64
+	if r.flags&flagServerTime == 0 {
+		now = &r.now
+	}
+	d := &r.out[0]
+	return s.pool.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
+		int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), lockWait(ctx)).
+		Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0])
+}
+
+// lockWait returns how long, in ms, the statement of a call with ctx may
+// wait for a lock (0: no bound): a little longer than ctx leaves. pgx
+// returns when ctx ends and asks the server to cancel the statement; if
+// that request does not get through (the network is what failed), the
+// statement still gives up soon after, and frees its locks and its
+// connection, rather than wait on a stalled lock holder for as long as it
+// holds.
+func lockWait(ctx context.Context) int32 {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	left := time.Until(dl)
+	ms := (left + left/8 + 50*time.Millisecond).Milliseconds()
+	return int32(min(max(ms, 1), math.MaxInt32))
+}
+
+// Apply implements ratelimit.Store. The op goes in one statement, alone or
+// with the ops of other calls in flight at the same time. A call whose
+// context ends while it waits for a batch leaves undecided; one whose
+// statement was sent may have been decided and charged, as for any call
+// over a network.
 func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	nrec := op.NumRecords()
-	var (
-		counts   = make([]float64, len(op.Items))
-		nshards  = make([]int32, len(op.Items))
-		ids      = make([][]byte, 0, nrec)
-		names    = make([][]byte, 0, nrec)
-		keys     = make([][]byte, 0, nrec)
-		shards   = make([]int32, 0, nrec)
-		kinds    = make([]int32, 0, nrec)
-		rates    = make([]float64, 0, nrec)
-		periods  = make([]int64, 0, nrec)
-		capacity = make([]float64, 0, nrec)
-		maxr     = make([]float64, 0, nrec)
-		phases   = make([]int64, 0, nrec)
-	)
-	for i := range op.Items {
-		it := &op.Items[i]
-		counts[i], nshards[i] = it.Count, int32(len(it.Shards))
-		for _, sh := range it.Shards {
-			p := sh.Params
-			ids = append(ids, recordID(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
-			names, keys, shards = append(names, []byte(it.Name)), append(keys, []byte(it.Key)), append(shards, int32(sh.Index))
-			kinds, rates, periods = append(kinds, int32(p.Kind)), append(rates, p.Rate), append(periods, p.Period)
-			capacity, maxr, phases = append(capacity, p.Capacity), append(maxr, p.MaxReserved), append(phases, p.Phase)
-		}
-	}
-	var now *int64
-	if !s.serverTime {
-		now = &op.Now
-	}
-	rows, err := s.pool.Query(ctx, s.applySQL, int32(op.Mode), now, op.Reserve, counts, nshards,
-		ids, names, keys, shards, kinds, rates, periods, capacity, maxr, phases)
-	if err != nil {
+	r := s.newRequest(op)
+	if _, err := s.batcher.Do(ctx, r); err != nil {
 		return fmt.Errorf("pgstore: apply: %w", err)
 	}
-	defer rows.Close()
-	i := 0
-	for rows.Next() {
-		if i >= len(out) {
-			return fmt.Errorf("pgstore: apply: the function returned more than %d rows: is another version installed?", len(out))
-		}
-		var d ratelimit.Decision
-		if err := rows.Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Charged[1]); err != nil {
-			return fmt.Errorf("pgstore: apply: %w", err)
-		}
-		out[i] = d
-		i++
+	copy(out, r.out)
+	return nil
+}
+
+// ApplyBatch implements ratelimit.BatchApplier: ops decided one after
+// another, in one statement.
+func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if err := rows.Err(); err != nil {
+	reqs := make([]*request, len(ops))
+	for i, op := range ops {
+		reqs[i] = s.newRequest(op)
+	}
+	if err := s.send(ctx, reqs, nil); err != nil {
 		return fmt.Errorf("pgstore: apply: %w", err)
 	}
-	if i != len(out) {
-		return fmt.Errorf("pgstore: apply: the function returned %d rows for %d items", i, len(out))
+	for i, r := range reqs {
+		copy(outs[i], r.out)
 	}
 	return nil
 }
@@ -209,10 +688,11 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		return err
 	}
 	keys := make([][]byte, len(ids))
-	index := make(map[string]int, len(ids))
+	index := make(map[[sha256.Size]byte]int, len(ids))
 	for i, id := range ids {
-		keys[i] = recordID(id)
-		index[string(keys[i])] = i
+		k := recordID(id)
+		keys[i] = k[:]
+		index[k] = i
 		out[i] = ratelimit.Record{}
 	}
 	rows, err := s.pool.Query(ctx, s.loadSQL, keys)
@@ -228,7 +708,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		if err := rows.Scan(&id, &st.Value, &st.TS); err != nil {
 			return fmt.Errorf("pgstore: load: %w", err)
 		}
-		if i, ok := index[string(id)]; ok {
+		if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
 			out[i] = ratelimit.Record{State: st, Found: true}
 		}
 	}
@@ -245,7 +725,8 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	}
 	keys := make([][]byte, len(ids))
 	for i, id := range ids {
-		keys[i] = recordID(id)
+		k := recordID(id)
+		keys[i] = k[:]
 	}
 	if _, err := s.pool.Exec(ctx, s.deleteSQL, keys); err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)
@@ -253,17 +734,43 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
+// expiredChunk is how many rows of the primary key one transaction of
+// DeleteExpired walks.
+var expiredChunk = 1000
+
 // DeleteExpired removes the records whose bucket has been full again for
 // ratelimit.ExpiryGrace (a minute) at now (and placeholders left by
 // refused calls), and returns how many it removed. The grace keeps exact
-// the calls in flight, judged at a now read a moment before. Such records read as a full bucket whether kept or not;
-// removing them keeps the table proportional to the keys active recently.
-// It uses the index on expires: call it periodically, say every minute,
-// from one process or several.
+// the calls in flight, judged at a now read a moment before. Such records
+// read as a full bucket whether kept or not; removing them keeps the table
+// proportional to the keys active recently.
+//
+// It walks the table along its primary key in small transactions of a
+// thousand rows, each of which holds its rows for a moment only, and
+// skips the rows that calls in flight hold (they go at the next sweep), so
+// that it never makes a call wait for long and cannot deadlock with one.
+// Call it periodically, say every minute, from one process or several; it
+// returns ctx's error, and what it removed so far, when ctx ends.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.expiredSQL, now.UnixMilli()-ratelimit.ExpiryGrace)
-	if err != nil {
-		return 0, fmt.Errorf("pgstore: delete expired: %w", err)
+	cutoff := now.UnixMilli() - ratelimit.ExpiryGrace
+	var (
+		after   = []byte{}
+		deleted int64
+	)
+	for {
+		var (
+			last    []byte
+			scanned int64
+			gone    int64
+		)
+		err := s.pool.QueryRow(ctx, s.expiredSQL, after, expiredChunk, cutoff).Scan(&last, &scanned, &gone)
+		if err != nil {
+			return deleted, fmt.Errorf("pgstore: delete expired: %w", err)
+		}
+		deleted += gone
+		if scanned < int64(expiredChunk) {
+			return deleted, nil
+		}
+		after = last
 	}
-	return tag.RowsAffected(), nil
 }

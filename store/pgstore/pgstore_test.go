@@ -51,8 +51,18 @@ func uniqueTable(t testing.TB, pool *pgxpool.Pool) string {
 func dropTable(pool *pgxpool.Pool, name string) {
 	ctx := context.Background()
 	pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_apply"}.Sanitize())
+	fn := pgx.Identifier{name + "_apply"}.Sanitize()
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgs)
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgsV1)
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_one"}.Sanitize()+oneArgs)
 }
+
+// The arguments of the function of this release and of version 1's.
+const (
+	applyArgs   = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
+	oneArgs     = "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
+	applyArgsV1 = "(integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[])"
+)
 
 func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
 	opts = append([]pgstore.Option{pgstore.WithTable(uniqueTable(t, pool))}, opts...)
@@ -183,6 +193,24 @@ func TestServerTime(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Shards[0].Stored)
 	require.InDelta(t, 0, st.Tokens, 0.01, "judged at the server's time, not a year earlier")
+
+	// A batch too, one now for all its ops.
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 86_400_000, Capacity: 2}
+	yearAgo := time.Now().AddDate(-1, 0, 0).UnixMilli()
+	var ops []*ratelimit.Op
+	var outs [][]ratelimit.Decision
+	for range 3 {
+		ops = append(ops, &ratelimit.Op{Now: yearAgo, Items: []ratelimit.Item{{Name: "tb", Key: "batch", Count: 1,
+			Shards: []ratelimit.Shard{{Params: p}}}}})
+		outs = append(outs, make([]ratelimit.Decision, 1))
+	}
+	require.NoError(t, s.ApplyBatch(ctx, ops, outs))
+	require.True(t, outs[0][0].OK)
+	require.True(t, outs[1][0].OK)
+	require.False(t, outs[2][0].OK)
+	got := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "tb", Key: "batch"}}, got))
+	require.InDelta(t, time.Now().UnixMilli(), got[0].State.TS, float64(time.Hour.Milliseconds()), "written at the server's time")
 }
 
 func TestDeleteExpiredAndOddTableNames(t *testing.T) {

@@ -1,11 +1,13 @@
--- The schema of pgstore: one table of records and one function that runs
--- ratelimit.Evaluate over them in one statement. {{table}}, {{index}} and
--- {{apply}} are replaced by quoted identifiers before this runs.
+-- The schema of pgstore (github.com/ratelimit-go/ratelimit/store/pgstore),
+-- version 2: the table of records, a function that decides a batch of ops
+-- over them in one statement, and one that decides a single op. The script
+-- is idempotent and upgrades a table of version 1. pgstore.New runs it
+-- unless given WithoutDDL; `ratelimit schema` prints it.
 --
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
--- the function gives the Go function's results to the last bit; the
--- differential tests of store/storetest check that it does.
+-- the functions give the Go functions' results to the last bit; the
+-- differential tests of store/storetest check that they do.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -15,261 +17,429 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	value   double precision,  -- NULL: a placeholder, which reads as missing
 	ts      bigint,
 	expires bigint NOT NULL    -- Unix ms from which the bucket is full again
-);
+) WITH (fillfactor = 70);
 
-CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (expires);
+-- Only the primary key is indexed, so that an update, which changes
+-- value, ts and expires, is a HOT update: written beside the old row on
+-- its page (kept with room to spare by the fillfactor), with no index entry
+-- to add. Version 1 indexed expires; DeleteExpired walks the primary key
+-- instead.
+DROP INDEX IF EXISTS {{old_index}};
+ALTER TABLE {{table}} SET (fillfactor = 70);
 
+-- {{apply}} decides a batch of ops, one after another, in arrival order,
+-- exactly as that many calls deciding one op each would.
+--
+-- Ops, items, records and limits arrive as flat arrays:
+--   p_ops     3 per op: flags (mode: 0 limit, 1 check, 2 refund; +4 reserve;
+--             +8 the server's clock), the time in Unix ms, its item count
+--   p_counts  1 per item: the tokens asked
+--   p_refs    4 per item: record and limit of its first shard, record and
+--             limit of its second (0, 0: none); 1-based
+--   p_id, p_name, p_key, p_shard
+--             1 per record, each record once: its primary key, name, key and
+--             shard; first the p_nlock records that an op may write (a limit
+--             or a refund), in ascending order of id, then those only checked
+--   p_pint    3 per limit: kind (1 fixed window, 2 token bucket), period, phase
+--   p_pflt    3 per limit: rate, capacity, max reserved
+--   p_wait    how long, in ms, the caller waits for the answer (0: no
+--             bound): the longest the function waits for a lock, so that
+--             it gives up, and releases its locks, soon after its caller
+--   p_fresh   whether records are likely missing (the last batch found
+--             some): then lock them with the insert at once
+-- It returns, per item of every op in order: ok, retry (ms), and in num
+-- 3 per item: remaining, charged to the first shard, to the second; and
+-- in fresh whether a record was missing.
+--
+-- Locks: the records an op may write are locked first, all at once, in
+-- ascending id order, so that every batch (and every process) takes its
+-- locks in one global order and no cycle of waits can form. When they all
+-- exist, one SELECT ... FOR NO KEY UPDATE locks and reads them. When one
+-- is missing, that statement's locks are undone (it runs in a
+-- subtransaction: locking the others and then inserting the missing one
+-- would break the order) and an INSERT of placeholders takes them all in
+-- order, inserted or existing alike: its ON CONFLICT locks the rows that
+-- exist (a row is locked even when the DO UPDATE's WHERE skips it). After
+-- a batch that found a record missing, the next (p_fresh) goes to the
+-- INSERT at once. Records only checked are read without locks.
 CREATE OR REPLACE FUNCTION {{apply}}(
-	p_mode integer,        -- 0 limit, 1 check, 2 refund
-	p_now bigint,          -- Unix ms; NULL: the server's clock
-	p_reserve boolean,
-	p_count float8[],      -- per item
-	p_nshards integer[],   -- per item: 1 or 2
-	p_id bytea[],          -- per record, in the order of Op.AppendRecordIDs
-	p_name bytea[],
-	p_key bytea[],
-	p_shard integer[],
-	p_kind integer[],      -- 1 fixed window, 2 token bucket
-	p_rate float8[],
-	p_period bigint[],
-	p_capacity float8[],
-	p_maxr float8[],
-	p_phase bigint[]
-) RETURNS TABLE (ok boolean, retry bigint, remaining float8, charged0 float8, charged1 float8)
-LANGUAGE plpgsql VOLATILE AS $fn$
+	p_ops bigint[], p_counts float8[], p_refs integer[],
+	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
+	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean,
+	OUT ok boolean[], OUT retry bigint[], OUT num float8[], OUT fresh boolean
+) LANGUAGE plpgsql VOLATILE
+-- Plans made once per connection, whatever the batch, and that reach the
+-- records through the primary key (or their row's address) even while the
+-- table is small, so that they stay cheap as it grows.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS {{q}}
 DECLARE
 	noise    CONSTANT float8 := 1e-9;
-	maxretry CONSTANT float8 := 9223372036854;       -- ratelimit.MaxRetryAfter
-	never    CONSTANT bigint := 9223372036854775807; -- ratelimit.Never
-	now      bigint := p_now;
-	nrec     integer := coalesce(array_length(p_id, 1), 0);
-	nitem    integer := coalesce(array_length(p_count, 1), 0);
-	fnd      boolean[] := array_fill(false, ARRAY[greatest(nrec, 1)]);
-	val      float8[] := array_fill(0::float8, ARRAY[greatest(nrec, 1)]);
-	tss      bigint[] := array_fill(0::bigint, ARRAY[greatest(nrec, 1)]);
-	nval     float8[] := array_fill(0::float8, ARRAY[greatest(nrec, 1)]);
-	nts      bigint[] := array_fill(0::bigint, ARRAY[greatest(nrec, 1)]);
-	wr       boolean[] := array_fill(false, ARRAY[greatest(nrec, 1)]);
-	o_ok     boolean[] := '{}';
-	o_retry  bigint[] := '{}';
-	o_rem    float8[] := '{}';
-	o_c0     float8[] := '{}';
-	o_c1     float8[] := '{}';
-	rec      record;
-	r        integer;
-	i        integer;
-	j        integer;
-	n        integer;
-	cnt      float8;
-	ok_      boolean;
-	all_ok   boolean := true;
-	-- per shard, a and b
-	ka integer; ra float8; pa bigint; ca float8; ma float8; pha bigint;
-	kb integer; rb float8; pb bigint; cb float8; mb float8; phb bigint;
-	sva float8; sta bigint; svb float8; stb bigint;
-	va float8; vb float8; na float8; nb float8; x float8;
-	da float8; db float8; w float8; wb float8;
-	t bigint; k bigint; off bigint; rem float8; c0 float8; c1 float8; rt float8;
+	maxretry CONSTANT float8 := 9223372036854;                -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := 9223372036854775807;          -- ratelimit.Never
+	nops     integer := cardinality(p_ops) / 3;
+	nitems   integer := cardinality(p_counts);
+	nrec     integer := cardinality(p_id);
+	-- Per record, the state as the batch has left it: found, value, ts;
+	-- whether to write it, with which limit's params, and its expires.
+	sf boolean[]; sv float8[]; sts bigint[]; tids tid[]; got_ids bytea[];
+	cf boolean[]; cv float8[]; cts bigint[];
+	dirty boolean[]; wpar integer[]; sexp bigint[];
+	-- Per item of the current op, the state to write to its shards if the
+	-- op is OK: value, ts, write.
+	nva float8[]; nta bigint[]; wa boolean[];
+	nvb float8[]; ntb bigint[]; wb boolean[];
+	srv bigint;
+	now bigint; flags bigint; mode bigint; reserve boolean; n integer; it integer := 0;
+	all_ok boolean; ok_ boolean;
+	i integer; j integer; o integer; r integer; q integer;
+	cnt float8; rt float8; rem float8; c0 float8; c1 float8;
+	ra integer; qa integer; rb integer; qb integer;
+	ka bigint; pa bigint; pha bigint; rta float8; ca float8; ma float8;
+	kb bigint; pb bigint; phb bigint; rtb float8; cb float8; mb float8;
+	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
+	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
+	da float8; db float8; w float8; wv float8;
 	short float8; kk float8; dt float8; fullat bigint;
 BEGIN
-	IF now IS NULL THEN
-		now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+	IF p_wait > 0 THEN
+		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
+	END IF;
+	fresh := false;
+	ok := array_fill(false, ARRAY[nitems]);
+	retry := array_fill(0::bigint, ARRAY[nitems]);
+	num := array_fill(0::float8, ARRAY[3 * nitems]);
+	dirty := array_fill(false, ARRAY[nrec]);
+	wpar := array_fill(0, ARRAY[nrec]);
+	IF nops > 0 AND p_ops[1] & 8 <> 0 THEN -- the store's own clock: one now for the batch
+		srv := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 	END IF;
 
-	-- Read the records. Limit and refund lock them one at a time in one
-	-- order, by id, so that no two calls can wait on each other in a
-	-- cycle; a missing record is first inserted as a placeholder (a lock
-	-- on its id from then on) by a limit, which may write it. Check reads
-	-- without locks.
-	FOR rec IN SELECT u.id, u.ord FROM unnest(p_id) WITH ORDINALITY AS u(id, ord) ORDER BY u.id LOOP
-		r := rec.ord;
-		IF p_mode = 1 THEN
-			SELECT t_.value, t_.ts, t_.expires INTO sva, sta, fullat FROM {{table}} t_ WHERE t_.id = rec.id;
-		ELSE
-			SELECT t_.value, t_.ts, t_.expires INTO sva, sta, fullat FROM {{table}} t_ WHERE t_.id = rec.id FOR UPDATE;
-			IF NOT FOUND AND p_mode = 0 THEN
-				INSERT INTO {{table}} (id, name, key, shard, value, ts, expires)
-					VALUES (rec.id, p_name[r], p_key[r], p_shard[r], NULL, NULL, 0)
-					ON CONFLICT (id) DO NOTHING;
-				SELECT t_.value, t_.ts, t_.expires INTO sva, sta, fullat FROM {{table}} t_ WHERE t_.id = rec.id FOR UPDATE;
+	-- Lock and read the records an op may write. The rows come in id
+	-- order, that of p_id[1:p_nlock]. A record is found if it has a value:
+	-- a placeholder reads as missing; one past its expires is found too,
+	-- full again by its own refresh, as the Go transition sees it. The
+	-- rows' addresses (ctid) stay valid until the update below: the rows
+	-- are locked, and nothing else in this function writes them.
+	IF p_nlock > 0 THEN
+		IF NOT p_fresh THEN
+			BEGIN
+				-- The aggregates take the rows in the order the subquery
+				-- locked them; the ids they return prove it, and that none
+				-- is missing.
+				SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+					array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
+					INTO got_ids, sf, sv, sts, tids
+					FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
+						WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id FOR NO KEY UPDATE) x;
+				IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+					RAISE SQLSTATE 'RLMIS';
+				END IF;
+			EXCEPTION WHEN SQLSTATE 'RLMIS' THEN
+				fresh := true;
+			END;
+		END IF;
+		IF p_fresh OR fresh THEN
+			INSERT INTO {{table}} AS t (id, name, key, shard, value, ts, expires)
+				SELECT u.id, u.name, u.key, u.shard, NULL, NULL, 0
+				FROM unnest(p_id[1:p_nlock], p_name[1:p_nlock], p_key[1:p_nlock], p_shard[1:p_nlock])
+					AS u(id, name, key, shard)
+				ORDER BY u.id
+				ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard WHERE false;
+			GET DIAGNOSTICS n = ROW_COUNT; -- the rows inserted
+			fresh := fresh OR n > 0;
+			-- A new statement, a new snapshot: it sees every row, locked.
+			SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
+				INTO got_ids, sf, sv, sts, tids
+				FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
+					WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id) x;
+			IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+				RAISE 'pgstore: records locked but not read in order: % of %', got_ids, p_id[1:p_nlock];
 			END IF;
 		END IF;
-		IF FOUND AND sva IS NOT NULL AND fullat > now THEN
-			fnd[r] := true;
-			val[r] := sva;
-			tss[r] := sta;
-		END IF;
-	END LOOP;
+	END IF;
+	-- Read the records only checked, without locks.
+	IF nrec > p_nlock THEN
+		SELECT array_agg(t.value IS NOT NULL ORDER BY u.o),
+			array_agg(coalesce(t.value, 0) ORDER BY u.o), array_agg(coalesce(t.ts, 0) ORDER BY u.o)
+			INTO cf, cv, cts
+			FROM unnest(p_id[p_nlock + 1:nrec]) WITH ORDINALITY AS u(id, o)
+			LEFT JOIN LATERAL (SELECT r.value, r.ts FROM {{table}} r WHERE r.id = u.id LIMIT 1) t ON true;
+		sf := coalesce(sf, '{}') || cf; sv := coalesce(sv, '{}') || cv; sts := coalesce(sts, '{}') || cts;
+	END IF;
 
-	-- Load each record as the transition sees it: refreshed if found,
-	-- fresh if missing.
-	FOR r IN 1..nrec LOOP
-		t := greatest(now, tss[r]);
-		IF NOT fnd[r] THEN
-			nval[r] := p_capacity[r];
-			IF p_kind[r] = 1 THEN
-				off := (now - p_phase[r]) % p_period[r];
-				IF off < 0 THEN off := off + p_period[r]; END IF;
-				nts[r] := now - off;
+	FOR o IN 0 .. nops - 1 LOOP
+		flags := p_ops[3 * o + 1];
+		now := coalesce(srv, p_ops[3 * o + 2]);
+		n := p_ops[3 * o + 3];
+		IF n = 1 AND p_refs[4 * it + 3] = 0 AND flags & 3 <> 2 THEN
+			-- The common op, one item on one record, a limit or a check:
+			-- decided and kept here with as few steps as can be.
+			it := it + 1;
+			r := p_refs[4 * it - 3]; q := p_refs[4 * it - 2];
+			cnt := p_counts[it];
+			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
+			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
+			IF NOT sf[r] THEN
+				sva := ca;
+				IF ka = 1 THEN
+					off := (now - p_pint[3 * q]) % pa;
+					IF off < 0 THEN off := off + pa; END IF;
+					sta := now - off;
+				ELSE
+					sta := now;
+				END IF;
+			ELSIF ka = 1 THEN
+				sva := sv[r]; sta := sts[r];
+				k := (greatest(now, sta) - sta) / pa;
+				IF k > 0 THEN
+					sva := least(sva + rta * k::float8, ca);
+					sta := sta + k * pa;
+				END IF;
 			ELSE
-				nts[r] := now;
+				sta := greatest(now, sts[r]);
+				sva := least(sv[r] + (sta - sts[r])::float8 * rta / pa::float8, ca);
 			END IF;
-		ELSIF p_kind[r] = 1 THEN
-			k := (t - tss[r]) / p_period[r];
-			nval[r] := val[r];
-			nts[r] := tss[r];
-			IF k > 0 THEN
-				nval[r] := least(val[r] + p_rate[r] * k::float8, p_capacity[r]);
-				nts[r] := tss[r] + k * p_period[r];
-			END IF;
-		ELSE
-			nval[r] := least(val[r] + (t - tss[r])::float8 * p_rate[r] / p_period[r]::float8, p_capacity[r]);
-			nts[r] := t;
-		END IF;
-	END LOOP;
-
-	r := 1;
-	FOR i IN 1..nitem LOOP
-		cnt := p_count[i];
-		n := p_nshards[i];
-		ka := p_kind[r]; ra := p_rate[r]; pa := p_period[r]; ca := p_capacity[r]; ma := p_maxr[r];
-		sva := nval[r]; sta := nts[r];
-		ok_ := false; rt := 0; rem := 0; c0 := 0; c1 := 0;
-		IF p_mode = 2 THEN
-			-- Refund: hand tokens back, capped at capacity.
-			ok_ := true;
-			IF fnd[r] THEN
-				nval[r] := least(sva + cnt, ca);
-				wr[r] := true;
-				rem := nval[r];
-			ELSE
-				rem := ca;
-			END IF;
-		ELSIF n = 1 THEN
 			va := sva - cnt;
 			IF va < 0 AND va > -noise THEN va := 0; END IF;
 			IF va >= 0 THEN
-				ok_ := true;
-			ELSIF p_reserve AND (ma = 0 OR -va <= ma) THEN
-				ok_ := true;
-				IF ka = 1 THEN w := pa::float8 * ceil(-va / ra) + (sta - now)::float8;
-				ELSE w := (greatest(now, sta) - now)::float8 + -va * pa::float8 / ra; END IF;
-				rt := w;
+				ok[it] := true;
+				num[3 * it - 2] := va; num[3 * it - 1] := cnt;
 			ELSE
-				da := -va;
-				IF p_reserve THEN da := da - ma; END IF;
-				IF ka = 1 THEN w := pa::float8 * ceil(da / ra) + (sta - now)::float8;
-				ELSE w := (greatest(now, sta) - now)::float8 + da * pa::float8 / ra; END IF;
-				rt := w;
-				rem := sva;
-			END IF;
-			IF ok_ THEN
-				rem := va;
-				c0 := cnt;
-				nval[r] := va;
-				wr[r] := cnt > 0;
-			END IF;
-		ELSE
-			-- Two shards (power of two choices), as state.go's pair.
-			kb := p_kind[r + 1]; rb := p_rate[r + 1]; pb := p_period[r + 1]; cb := p_capacity[r + 1]; mb := p_maxr[r + 1];
-			svb := nval[r + 1]; stb := nts[r + 1];
-			va := sva - cnt;
-			IF va < 0 AND va > -noise THEN va := 0; END IF;
-			vb := svb - cnt;
-			IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
-			IF va >= 0 OR vb >= 0 THEN
-				ok_ := true;
-				IF va >= vb THEN
-					nval[r] := va; wr[r] := cnt > 0; c0 := cnt;
-					rem := va + svb;
+				reserve := flags & 4 <> 0;
+				ma := p_pflt[3 * q];
+				IF reserve AND (ma = 0 OR -va <= ma) THEN
+					ok[it] := true;
+					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
+					num[3 * it - 2] := va; num[3 * it - 1] := cnt;
 				ELSE
-					nval[r + 1] := vb; wr[r + 1] := cnt > 0; c1 := cnt;
-					rem := sva + vb;
+					da := -va;
+					IF reserve THEN da := da - ma; END IF;
+					IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
+					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
+					num[3 * it - 2] := sva;
 				END IF;
-			ELSE
-				na := sva; nb := svb;
-				x := (sva + svb - cnt) / 2;
-				IF x < 0 AND x > -noise THEN x := 0; END IF;
-				IF x <= sva AND x <= svb THEN
-					na := x; nb := x;
-				ELSIF sva >= svb THEN
-					na := va;
-				ELSE
-					nb := vb;
-				END IF;
-				ok_ := na >= 0 AND nb >= 0;
-				IF NOT ok_ AND p_reserve THEN
-					ok_ := (ma = 0 OR -na <= ma) AND (mb = 0 OR -nb <= mb);
-				END IF;
-				IF NOT ok_ THEN
-					da := cnt - sva; db := cnt - svb;
-					IF p_reserve THEN da := da - ma; db := db - mb; END IF;
-					IF ka = 1 THEN w := pa::float8 * ceil(da / ra) + (sta - now)::float8;
-					ELSE w := (greatest(now, sta) - now)::float8 + da * pa::float8 / ra; END IF;
-					IF kb = 1 THEN wb := pb::float8 * ceil(db / rb) + (stb - now)::float8;
-					ELSE wb := (greatest(now, stb) - now)::float8 + db * pb::float8 / rb; END IF;
-					rt := greatest(w, wb);
-					rem := sva + svb;
-				ELSE
-					c0 := sva - na; c1 := svb - nb;
-					w := 0;
-					IF na < 0 THEN
-						IF ka = 1 THEN w := pa::float8 * ceil(-na / ra) + (sta - now)::float8;
-						ELSE w := (greatest(now, sta) - now)::float8 + -na * pa::float8 / ra; END IF;
-					END IF;
-					IF nb < 0 THEN
-						IF kb = 1 THEN wb := pb::float8 * ceil(-nb / rb) + (stb - now)::float8;
-						ELSE wb := (greatest(now, stb) - now)::float8 + -nb * pb::float8 / rb; END IF;
-						w := greatest(w, wb);
-					END IF;
-					rt := w;
-					rem := na + nb;
-					nval[r] := na; wr[r] := c0 > 0;
-					nval[r + 1] := nb; wr[r + 1] := c1 > 0;
-				END IF;
+				rt := ceil(rt);
+				IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+				ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+				retry[it] := rt::bigint;
 			END IF;
+			IF ok[it] AND cnt > 0 AND flags & 3 = 0 THEN
+				sf[r] := true; sv[r] := va; sts[r] := sta;
+				dirty[r] := true; wpar[r] := q;
+			END IF;
+			CONTINUE;
 		END IF;
-		-- Retry-after: rounded up to whole ms, within [0, MaxRetryAfter].
-		rt := ceil(rt);
-		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
-		ELSIF rt >= maxretry THEN rt := maxretry; END IF;
-		o_ok := o_ok || ok_;
-		o_retry := o_retry || rt::bigint;
-		o_rem := o_rem || rem;
-		o_c0 := o_c0 || c0;
-		o_c1 := o_c1 || c1;
-		all_ok := all_ok AND ok_;
-		r := r + n;
+
+		IF nva IS NULL THEN
+			nva := array_fill(0::float8, ARRAY[nitems]); nta := array_fill(0::bigint, ARRAY[nitems]); wa := array_fill(false, ARRAY[nitems]);
+			nvb := array_fill(0::float8, ARRAY[nitems]); ntb := array_fill(0::bigint, ARRAY[nitems]); wb := array_fill(false, ARRAY[nitems]);
+		END IF;
+		mode := flags & 3;
+		reserve := flags & 4 <> 0;
+		all_ok := true;
+		FOR i IN it + 1 .. it + n LOOP
+			cnt := p_counts[i];
+			ra := p_refs[4 * i - 3]; qa := p_refs[4 * i - 2];
+			rb := p_refs[4 * i - 1]; qb := p_refs[4 * i];
+			ka := p_pint[3 * qa - 2]; pa := p_pint[3 * qa - 1]; pha := p_pint[3 * qa];
+			rta := p_pflt[3 * qa - 2]; ca := p_pflt[3 * qa - 1]; ma := p_pflt[3 * qa];
+			-- Load shard a as the transition sees it: refreshed if found,
+			-- fresh if missing.
+			fa := sf[ra];
+			IF NOT fa THEN
+				sva := ca;
+				IF ka = 1 THEN
+					off := (now - pha) % pa;
+					IF off < 0 THEN off := off + pa; END IF;
+					sta := now - off;
+				ELSE
+					sta := now;
+				END IF;
+			ELSIF ka = 1 THEN
+				sva := sv[ra]; sta := sts[ra];
+				k := (greatest(now, sta) - sta) / pa;
+				IF k > 0 THEN
+					sva := least(sva + rta * k::float8, ca);
+					sta := sta + k * pa;
+				END IF;
+			ELSE
+				sta := greatest(now, sts[ra]);
+				sva := least(sv[ra] + (sta - sts[ra])::float8 * rta / pa::float8, ca);
+			END IF;
+			ok_ := false; rt := 0; rem := 0; c0 := 0; c1 := 0;
+			wa[i] := false; wb[i] := false;
+			IF mode = 2 THEN
+				-- Refund: hand tokens back, capped at capacity.
+				ok_ := true;
+				IF fa THEN
+					nva[i] := least(sva + cnt, ca); nta[i] := sta; wa[i] := true;
+					rem := nva[i];
+				ELSE
+					rem := ca;
+				END IF;
+			ELSIF rb = 0 THEN
+				va := sva - cnt;
+				IF va < 0 AND va > -noise THEN va := 0; END IF;
+				IF va >= 0 THEN
+					ok_ := true;
+				ELSIF reserve AND (ma = 0 OR -va <= ma) THEN
+					ok_ := true;
+					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
+				ELSE
+					da := -va;
+					IF reserve THEN da := da - ma; END IF;
+					IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
+					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
+					rem := sva;
+				END IF;
+				IF ok_ THEN
+					rem := va; c0 := cnt;
+					nva[i] := va; nta[i] := sta; wa[i] := cnt > 0;
+				END IF;
+			ELSE
+				-- Two shards (power of two choices), as state.go's pair.
+				kb := p_pint[3 * qb - 2]; pb := p_pint[3 * qb - 1]; phb := p_pint[3 * qb];
+				rtb := p_pflt[3 * qb - 2]; cb := p_pflt[3 * qb - 1]; mb := p_pflt[3 * qb];
+				IF NOT sf[rb] THEN
+					svb := cb;
+					IF kb = 1 THEN
+						off := (now - phb) % pb;
+						IF off < 0 THEN off := off + pb; END IF;
+						stb := now - off;
+					ELSE
+						stb := now;
+					END IF;
+				ELSIF kb = 1 THEN
+					svb := sv[rb]; stb := sts[rb];
+					k := (greatest(now, stb) - stb) / pb;
+					IF k > 0 THEN
+						svb := least(svb + rtb * k::float8, cb);
+						stb := stb + k * pb;
+					END IF;
+				ELSE
+					stb := greatest(now, sts[rb]);
+					svb := least(sv[rb] + (stb - sts[rb])::float8 * rtb / pb::float8, cb);
+				END IF;
+				nva[i] := sva; nta[i] := sta; nvb[i] := svb; ntb[i] := stb;
+				va := sva - cnt;
+				IF va < 0 AND va > -noise THEN va := 0; END IF;
+				vb := svb - cnt;
+				IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
+				IF va >= 0 OR vb >= 0 THEN
+					ok_ := true;
+					IF va >= vb THEN
+						nva[i] := va; wa[i] := cnt > 0; c0 := cnt;
+						rem := va + svb;
+					ELSE
+						nvb[i] := vb; wb[i] := cnt > 0; c1 := cnt;
+						rem := sva + vb;
+					END IF;
+				ELSE
+					na := sva; nb := svb;
+					x := (sva + svb - cnt) / 2;
+					IF x < 0 AND x > -noise THEN x := 0; END IF;
+					IF x <= sva AND x <= svb THEN
+						na := x; nb := x;
+					ELSIF sva >= svb THEN
+						na := va;
+					ELSE
+						nb := vb;
+					END IF;
+					ok_ := na >= 0 AND nb >= 0;
+					IF NOT ok_ AND reserve THEN
+						ok_ := (ma = 0 OR -na <= ma) AND (mb = 0 OR -nb <= mb);
+					END IF;
+					IF NOT ok_ THEN
+						da := cnt - sva; db := cnt - svb;
+						IF reserve THEN da := da - ma; db := db - mb; END IF;
+						IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
+						ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
+						IF kb = 1 THEN wv := pb::float8 * ceil(db / rtb) + (stb - now)::float8;
+						ELSE wv := (greatest(now, stb) - now)::float8 + db * pb::float8 / rtb; END IF;
+						rt := greatest(rt, wv);
+						rem := sva + svb;
+					ELSE
+						c0 := sva - na; c1 := svb - nb;
+						IF na < 0 THEN
+							IF ka = 1 THEN rt := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
+							ELSE rt := (greatest(now, sta) - now)::float8 + -na * pa::float8 / rta; END IF;
+						END IF;
+						IF nb < 0 THEN
+							IF kb = 1 THEN wv := pb::float8 * ceil(-nb / rtb) + (stb - now)::float8;
+							ELSE wv := (greatest(now, stb) - now)::float8 + -nb * pb::float8 / rtb; END IF;
+							rt := greatest(rt, wv);
+						END IF;
+						rem := na + nb;
+						nva[i] := na; wa[i] := c0 > 0;
+						nvb[i] := nb; wb[i] := c1 > 0;
+					END IF;
+				END IF;
+			END IF;
+			-- Retry-after: rounded up to whole ms, within [0, MaxRetryAfter].
+			rt := ceil(rt);
+			IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+			ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+			ok[i] := ok_;
+			retry[i] := rt::bigint;
+			num[3 * i - 2] := rem; num[3 * i - 1] := c0; num[3 * i] := c1;
+			all_ok := all_ok AND ok_;
+		END LOOP;
+		-- Keep the marked states: every one of a refund, or of a limit
+		-- whose items are all OK; a check keeps nothing.
+		IF mode = 2 OR (mode = 0 AND all_ok) THEN
+			FOR i IN it + 1 .. it + n LOOP
+				IF wa[i] THEN
+					r := p_refs[4 * i - 3];
+					sf[r] := true; sv[r] := nva[i]; sts[r] := nta[i];
+					dirty[r] := true; wpar[r] := p_refs[4 * i - 2];
+				END IF;
+				IF wb[i] THEN
+					r := p_refs[4 * i - 1];
+					sf[r] := true; sv[r] := nvb[i]; sts[r] := ntb[i];
+					dirty[r] := true; wpar[r] := p_refs[4 * i];
+				END IF;
+			END LOOP;
+		END IF;
+		it := it + n;
 	END LOOP;
 
-	-- Write: every marked record of a refund, or of a limit whose items
-	-- are all OK; a check writes nothing.
-	IF p_mode = 2 OR (p_mode = 0 AND all_ok) THEN
-		FOR r IN 1..nrec LOOP
-			CONTINUE WHEN NOT wr[r];
-			-- FullAt: the first ms at which the bucket is full again.
-			IF nval[r] >= p_capacity[r] THEN
-				fullat := nts[r];
+	-- Write each changed record once, with its FullAt: the first ms at
+	-- which its bucket is full again.
+	IF true = ANY (dirty) THEN
+		sexp := array_fill(0::bigint, ARRAY[nrec]);
+		FOR r IN 1 .. nrec LOOP
+			CONTINUE WHEN NOT dirty[r];
+			q := wpar[r];
+			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
+			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
+			IF sv[r] >= ca THEN
+				fullat := sts[r];
 			ELSE
 				fullat := never;
-				short := p_capacity[r] - nval[r];
-				IF p_kind[r] = 1 THEN
-					kk := ceil(short / p_rate[r]);
-					FOR j IN 1..3 LOOP
-						IF nval[r] + p_rate[r] * kk >= p_capacity[r] THEN
-							IF p_period[r]::float8 * kk < (never - nts[r])::float8 THEN
-								fullat := nts[r] + (p_period[r]::float8 * kk)::bigint;
+				short := ca - sv[r];
+				IF ka = 1 THEN
+					kk := ceil(short / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + rta * kk >= ca THEN
+							IF pa::float8 * kk < (never - sts[r])::float8 THEN
+								fullat := sts[r] + (pa::float8 * kk)::bigint;
 							END IF;
 							EXIT;
 						END IF;
 						kk := kk + 1;
 					END LOOP;
 				ELSE
-					dt := ceil(short * p_period[r]::float8 / p_rate[r]);
-					FOR j IN 1..3 LOOP
-						IF nval[r] + dt * p_rate[r] / p_period[r]::float8 >= p_capacity[r] THEN
-							IF dt < (never - nts[r])::float8 THEN
-								fullat := nts[r] + dt::bigint;
+					dt := ceil(short * pa::float8 / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + dt * rta / pa::float8 >= ca THEN
+							IF dt < (never - sts[r])::float8 THEN
+								fullat := sts[r] + dt::bigint;
 							END IF;
 							EXIT;
 						END IF;
@@ -277,10 +447,155 @@ BEGIN
 					END LOOP;
 				END IF;
 			END IF;
-			UPDATE {{table}} SET value = nval[r], ts = nts[r], expires = fullat WHERE id = p_id[r];
+			sexp[r] := fullat;
 		END LOOP;
+		-- Only records an op may write are dirty: the first p_nlock. The
+		-- rows are found by address.
+		UPDATE {{table}} AS t SET value = u.value, ts = u.ts, expires = u.expires
+			FROM unnest(tids, sv[1:p_nlock], sts[1:p_nlock], sexp[1:p_nlock], dirty[1:p_nlock]) AS u(tid, value, ts, expires, dirty)
+			WHERE u.dirty AND t.ctid = u.tid;
 	END IF;
-
-	RETURN QUERY SELECT * FROM unnest(o_ok, o_retry, o_rem, o_c0, o_c1);
 END
-$fn$;
+{{q}};
+
+-- {{one}} decides one op of one item on one record, a limit or a check:
+-- the case of every call that finds no other in flight, which the batch
+-- function above would decide at twice the cost (it prepares more
+-- expressions, each anew in every transaction, and runs more statements).
+--
+-- It reads the record without a lock, decides, and writes only if the
+-- record is still as read: an UPDATE of the row read whose value and ts
+-- are unchanged, or an INSERT that finds no row. A decision that writes
+-- nothing holds at the read (a refused call commits nothing, so it waits
+-- for no disk). If the write finds the record changed, the function locks
+-- it (inserting a placeholder if missing), reads it again and decides
+-- again. It waits for at most one row and holds no other, so it cannot
+-- take part in a deadlock.
+CREATE OR REPLACE FUNCTION {{one}}(
+	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
+	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
+	p_now bigint, p_count float8, p_flags integer, p_wait integer,
+	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8
+) LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS {{q}}
+DECLARE
+	noise    CONSTANT float8 := 1e-9;
+	maxretry CONSTANT float8 := 9223372036854;                -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := 9223372036854775807;          -- ratelimit.Never
+	now      bigint := p_now;
+	reserve  boolean := p_flags & 4 <> 0;
+	ov float8; ots bigint; tid tid; present boolean;
+	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8;
+	short float8; kk float8; dt float8; fullat bigint; j integer;
+BEGIN
+	IF p_wait > 0 THEN
+		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
+	END IF;
+	IF p_flags & 8 <> 0 THEN
+		now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+	END IF;
+	SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM {{table}} t WHERE t.id = p_id;
+	present := FOUND;
+	LOOP
+		-- Load the record as the transition sees it: refreshed if found,
+		-- fresh if missing (a placeholder, with no value, reads as missing).
+		IF ov IS NULL THEN
+			sv := p_cap;
+			IF p_kind = 1 THEN
+				off := (now - p_phase) % p_period;
+				IF off < 0 THEN off := off + p_period; END IF;
+				sts := now - off;
+			ELSE
+				sts := now;
+			END IF;
+		ELSIF p_kind = 1 THEN
+			sv := ov; sts := ots;
+			k := (greatest(now, sts) - sts) / p_period;
+			IF k > 0 THEN
+				sv := least(sv + p_rate * k::float8, p_cap);
+				sts := sts + k * p_period;
+			END IF;
+		ELSE
+			sts := greatest(now, ots);
+			sv := least(ov + (sts - ots)::float8 * p_rate / p_period::float8, p_cap);
+		END IF;
+		va := sv - p_count;
+		IF va < 0 AND va > -noise THEN va := 0; END IF;
+		rt := 0;
+		IF va >= 0 THEN
+			ok := true;
+		ELSIF reserve AND (p_maxr = 0 OR -va <= p_maxr) THEN
+			ok := true;
+			IF p_kind = 1 THEN rt := p_period::float8 * ceil(-va / p_rate) + (sts - now)::float8;
+			ELSE rt := (greatest(now, sts) - now)::float8 + -va * p_period::float8 / p_rate; END IF;
+		ELSE
+			ok := false;
+			d := -va;
+			IF reserve THEN d := d - p_maxr; END IF;
+			IF p_kind = 1 THEN rt := p_period::float8 * ceil(d / p_rate) + (sts - now)::float8;
+			ELSE rt := (greatest(now, sts) - now)::float8 + d * p_period::float8 / p_rate; END IF;
+		END IF;
+		rt := ceil(rt);
+		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+		ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+		retry := rt::bigint;
+		IF ok THEN
+			remaining := va; charged := p_count;
+		ELSE
+			remaining := sv; charged := 0;
+		END IF;
+		-- Only a limit that is OK and takes tokens writes.
+		EXIT WHEN NOT ok OR p_count <= 0 OR p_flags & 3 <> 0;
+
+		IF va >= p_cap THEN
+			fullat := sts;
+		ELSE
+			fullat := never;
+			short := p_cap - va;
+			IF p_kind = 1 THEN
+				kk := ceil(short / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + p_rate * kk >= p_cap THEN
+						IF p_period::float8 * kk < (never - sts)::float8 THEN
+							fullat := sts + (p_period::float8 * kk)::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					kk := kk + 1;
+				END LOOP;
+			ELSE
+				dt := ceil(short * p_period::float8 / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + dt * p_rate / p_period::float8 >= p_cap THEN
+						IF dt < (never - sts)::float8 THEN
+							fullat := sts + dt::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					dt := dt + 1;
+				END LOOP;
+			END IF;
+		END IF;
+		IF present THEN
+			UPDATE {{table}} AS t SET value = va, ts = sts, expires = fullat
+				WHERE t.ctid = tid AND t.value IS NOT DISTINCT FROM ov AND t.ts IS NOT DISTINCT FROM ots;
+		ELSE
+			INSERT INTO {{table}} (id, name, key, shard, value, ts, expires)
+				VALUES (p_id, p_name, p_key, p_shard, va, sts, fullat)
+				ON CONFLICT (id) DO NOTHING;
+		END IF;
+		EXIT WHEN FOUND;
+		-- The record changed since it was read: lock it, read it again
+		-- (a new statement sees it as locked) and decide again.
+		INSERT INTO {{table}} AS t (id, name, key, shard, value, ts, expires)
+			VALUES (p_id, p_name, p_key, p_shard, NULL, NULL, 0)
+			ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard WHERE false;
+		SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM {{table}} t WHERE t.id = p_id;
+		present := true;
+	END LOOP;
+END
+{{q}};
+
+COMMENT ON TABLE {{table}} IS 'ratelimit pgstore schema 2';

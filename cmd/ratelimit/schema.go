@@ -1,0 +1,34 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/spf13/cobra"
+)
+
+func newSchema() *cobra.Command {
+	var table string
+	cmd := &cobra.Command{
+		Use:   "schema",
+		Short: "Print the SQL that creates or upgrades the PostgreSQL store's table and functions, for migration tools",
+		Long: `Print the SQL that creates or upgrades the PostgreSQL store's table and functions.
+
+The application's pgstore.New runs the same SQL at start unless it is given
+pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
+SQL is idempotent, and upgrades a table of an earlier release. It connects to
+nothing.`,
+		Example: `  ratelimit schema > migrations/0042_ratelimit.up.sql
+  ratelimit schema --table limits.records | psql "$DATABASE_URL"`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sql, err := pgstore.Schema(table)
+			if err != nil {
+				return usageError{fmt.Errorf("--table: %w", err)}
+			}
+			fmt.Fprint(cmd.OutOrStdout(), sql)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&table, "table", pgstore.DefaultTable, `the store's table, as pgstore.WithTable takes it: "table" or "schema.table"`)
+	return cmd
+}

@@ -1,0 +1,261 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests hold rows or the table in a transaction of their own, as a
+// stalled or slow client of the database would, and check what calls do
+// meanwhile.
+
+var tenPerHour = ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 3_600_000, Capacity: 10}
+
+func limitOp(key string, count float64) *ratelimit.Op {
+	return &ratelimit.Op{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: key, Count: count,
+		Shards: []ratelimit.Shard{{Index: 0, Params: tenPerHour}}}}}
+}
+
+func rowID(key string) []byte {
+	sum := sha256.Sum256(ratelimit.RecordID{Name: "l", Key: key}.AppendKey(nil))
+	return sum[:]
+}
+
+// waitForLockWaiters waits until n statements on table wait for a lock.
+func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, table string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "+
+			"AND datname = current_database() AND position($1 in query) > 0", table).Scan(&waiting)
+		require.NoError(t, err)
+		return waiting == n
+	}, 20*time.Second, 5*time.Millisecond, "%d statements waiting for a lock on %s", n, table)
+}
+
+type applied struct {
+	out []ratelimit.Decision
+	err error
+}
+
+func applyAsync(ctx context.Context, s ratelimit.Store, op *ratelimit.Op) <-chan applied {
+	ch := make(chan applied, 1)
+	go func() {
+		out := make([]ratelimit.Decision, len(op.Items))
+		err := s.Apply(ctx, op, out)
+		ch <- applied{out, err}
+	}()
+	return ch
+}
+
+// receive waits for a call that must return by itself: the test releases
+// what stalls it only afterwards.
+func receive(t *testing.T, ch <-chan applied) applied {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not return while the server stalled it")
+		return applied{}
+	}
+}
+
+// A call returns when its context ends, though the row it writes is held
+// by another transaction; its statement gives up on the server soon after,
+// rather than keep a connection and wait for as long as the row is held.
+func TestDeadlineWithRowHeld(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+	require.NoError(t, err)
+
+	callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	a := receive(t, applyAsync(callCtx, s, limitOp("k", 1)))
+	require.ErrorIs(t, a.err, context.DeadlineExceeded)
+	waitForLockWaiters(t, pool, table, 0) // the statement gave up on the server too
+
+	require.NoError(t, tx.Rollback(ctx))
+	got := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}}, got))
+	require.Equal(t, 9.0, got[0].State.Value, "the call that gave up was not charged")
+}
+
+// A call queued behind a stalled statement leaves when its context ends,
+// and is never sent.
+func TestDeadlineWhileQueued(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxInFlight(1))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+	require.NoError(t, err)
+
+	inFlight := applyAsync(ctx, s, limitOp("k", 1)) // no deadline: waits for the row
+	waitForLockWaiters(t, pool, table, 1)
+	callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	a := receive(t, applyAsync(callCtx, s, limitOp("other", 1)))
+	require.ErrorIs(t, a.err, context.DeadlineExceeded)
+
+	require.NoError(t, tx.Commit(ctx))
+	a = receive(t, inFlight)
+	require.NoError(t, a.err)
+	require.True(t, a.out[0].OK)
+	got := make([]ratelimit.Record, 2)
+	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}, {Name: "l", Key: "other"}}, got))
+	require.Equal(t, 8.0, got[0].State.Value)
+	require.False(t, got[1].Found, "the queued call was never sent")
+}
+
+// A lone call reads its record without a lock and writes it only if it is
+// unchanged. Here another transaction spends the tokens between the read
+// and the write: the call must decide again on what is there, and refuse.
+func TestLoneCallDecidesAgainOnAChangedRecord(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("k"))
+	require.NoError(t, err)
+
+	call := applyAsync(ctx, s, limitOp("k", 5)) // reads 9 tokens: the update is not committed
+	waitForLockWaiters(t, pool, table, 1)       // its write waits for the row
+	require.NoError(t, tx.Commit(ctx))
+	a := receive(t, call)
+	require.NoError(t, a.err)
+	require.False(t, a.out[0].OK, "granted 5 tokens of a record left with 0")
+	require.Equal(t, 0.0, a.out[0].Remaining)
+}
+
+// A batch locks its records before it reads them: it decides on what the
+// transaction that held them left.
+func TestBatchDecidesOnLockedRecords(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	for _, k := range []string{"k", "k2"} { // both exist: the batch locks and reads in one statement
+		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]ratelimit.Decision, 1)))
+	}
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 4 WHERE id = $1", rowID("k"))
+	require.NoError(t, err)
+
+	ops := []*ratelimit.Op{limitOp("k", 3), limitOp("k", 3), limitOp("k2", 1)}
+	outs := [][]ratelimit.Decision{make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)}
+	done := make(chan error, 1)
+	go func() { done <- s.ApplyBatch(ctx, ops, outs) }()
+	waitForLockWaiters(t, pool, table, 1)
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the batch did not return")
+	}
+	require.True(t, outs[0][0].OK)
+	require.Equal(t, 1.0, outs[0][0].Remaining, "decided on the 4 tokens committed, not the 9 read before")
+	require.False(t, outs[1][0].OK)
+	require.True(t, outs[2][0].OK)
+}
+
+// DeleteExpired walks the table in small transactions and skips the rows
+// that calls in flight hold: it never waits for them.
+func TestDeleteExpiredInChunksSkipsHeldRows(t *testing.T) {
+	defer pgstore.SetExpiredChunk(4)()
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"}
+	for _, k := range keys {
+		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]ratelimit.Decision, 1)))
+	}
+	later := t0.Add(2 * time.Hour)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("h"))
+	require.NoError(t, err)
+
+	n, err := s.DeleteExpired(ctx, t0.Add(30*time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, n, "none is full again yet")
+	n, err = s.DeleteExpired(ctx, later)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(keys)-1), n, "every record but the one held")
+
+	require.NoError(t, tx.Rollback(ctx))
+	n, err = s.DeleteExpired(ctx, later)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&left))
+	require.Zero(t, left)
+}
+
+// pgx asks the server to cancel the statement of a call whose context has
+// ended, but a request that does not get through (the network is what
+// failed) would leave it waiting for the row for as long as it is held.
+// The functions therefore bound their own lock waits by the caller's
+// deadline (a little after it).
+func TestLockWaitEndsOnTheServer(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+	require.NoError(t, err)
+
+	// The function of a lone call, as Apply calls it with a deadline 200
+	// ms away, but from a context that never ends.
+	_, err = pool.Exec(ctx, "SELECT * FROM "+pgx.Identifier{table + "_one"}.Sanitize()+
+		"($1, 'l', 'k', 0, 1, 10, 3600000, 10, 0, 0, $2, 1, 0, 200)", rowID("k"), t0.UnixMilli())
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
+}
