@@ -1,11 +1,20 @@
 package boltstore_test
 
 import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
+	bolt "go.etcd.io/bbolt"
 )
 
 // go test -run '^$' -bench . ./store/boltstore
@@ -17,4 +26,120 @@ func BenchmarkLimit(b *testing.B) {
 	}
 	defer s.Close()
 	storetest.BenchmarkLimit(b, s)
+}
+
+var versusRounds = flag.Int("versus.rounds", 1, "rounds of BenchmarkVersus")
+
+// BenchmarkVersus runs the store beside two bare baselines on the same
+// medium, interleaved: for each of one hot key and 10,000 keys, from 1 and
+// from 64 goroutines, the store's Limit, then a bare bbolt Update that
+// increments a counter key, then the same in bbolt's Batch (bbolt's
+// defaults: 10 ms delay, 1,000 calls a batch). Each runs on a fresh file of
+// its own. With -versus.rounds n the whole matrix runs n times, and the
+// benchmark logs, per cell, the median ns/op of the rounds with the
+// spread (± half the range) and the store's speed over each baseline's:
+//
+//	go test -run '^$' -bench Versus -benchtime 1s ./store/boltstore -args -versus.rounds 5
+func BenchmarkVersus(b *testing.B) {
+	type cell struct{ keys, goroutines int }
+	cells := []cell{{1, 1}, {1, 64}, {10_000, 1}, {10_000, 64}}
+	impls := []string{"boltstore", "update", "batch"}
+	ns := map[string][]float64{} // "keys/goroutines/impl" -> ns/op of each round
+	for round := 1; round <= *versusRounds; round++ {
+		for _, c := range cells {
+			for _, impl := range impls {
+				id := fmt.Sprintf("keys=%d/goroutines=%d/%s", c.keys, c.goroutines, impl)
+				var last float64
+				b.Run(fmt.Sprintf("round=%d/%s", round, id), func(b *testing.B) {
+					call := versusCall(b, impl, c.keys)
+					storetest.BenchmarkParallel(b, c.goroutines, call)
+					last = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				})
+				ns[id] = append(ns[id], last)
+			}
+		}
+	}
+	if *versusRounds < 2 {
+		return
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "medians of %d rounds, ns/op (± half the range); speed of boltstore over each baseline:\n", *versusRounds)
+	for _, c := range cells {
+		pre := fmt.Sprintf("keys=%d/goroutines=%d", c.keys, c.goroutines)
+		med := map[string]float64{}
+		for _, impl := range impls {
+			m, half := medianSpread(ns[pre+"/"+impl])
+			med[impl] = m
+			fmt.Fprintf(&sb, "  %-28s %-9s %12.0f ± %.0f\n", pre, impl, m, half)
+		}
+		fmt.Fprintf(&sb, "  %-28s ×update %.2f   ×batch %.2f\n", pre, med["update"]/med["boltstore"], med["batch"]/med["boltstore"])
+	}
+	b.Log(sb.String())
+}
+
+// versusCall returns the call one implementation makes, on a fresh file.
+func versusCall(b *testing.B, impl string, keys int) func(context.Context, int) error {
+	path := filepath.Join(b.TempDir(), impl+".db")
+	if impl == "boltstore" {
+		s, err := boltstore.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		lim, err := ratelimit.New(s, ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = fmt.Sprint("bench-", i)
+		}
+		return func(ctx context.Context, i int) error {
+			res, err := lim.Limit(ctx, "bench", names[i%keys])
+			if err == nil && !res.OK {
+				err = fmt.Errorf("refused: %+v", res)
+			}
+			return err
+		}
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	bucket := []byte("bench")
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucket); return err }); err != nil {
+		b.Fatal(err)
+	}
+	names := make([][]byte, keys)
+	for i := range names {
+		names[i] = fmt.Append(nil, "bench-", i)
+	}
+	write := db.Update
+	if impl == "batch" {
+		write = db.Batch
+	}
+	return func(_ context.Context, i int) error {
+		k := names[i%keys]
+		return write(func(tx *bolt.Tx) error {
+			bk := tx.Bucket(bucket)
+			var n uint64
+			if v := bk.Get(k); len(v) == 8 {
+				n = binary.BigEndian.Uint64(v)
+			}
+			return bk.Put(k, binary.BigEndian.AppendUint64(nil, n+1))
+		})
+	}
+}
+
+// medianSpread returns the median of xs and half their range.
+func medianSpread(xs []float64) (median, half float64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	median = s[n/2]
+	if n%2 == 0 {
+		median = (s[n/2-1] + s[n/2]) / 2
+	}
+	return median, (s[n-1] - s[0]) / 2
 }
