@@ -148,7 +148,7 @@ func TestOpenTwiceInOneProcess(t *testing.T) {
 		_, err := boltstore.Open(spelling, boltstore.WithTimeout(time.Second))
 		require.ErrorIs(t, err, boltstore.ErrAlreadyOpen, spelling)
 		require.ErrorContains(t, err, "this process already has the file open (as "+path+")")
-		require.ErrorContains(t, err, "share that one Store")
+		require.ErrorContains(t, err, "share that Store")
 	}
 	// Another file in the same directory is not the same file.
 	other := open(t, filepath.Join(dir, "other.db"))

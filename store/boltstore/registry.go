@@ -45,7 +45,7 @@ func register(path string) (*openEntry, error) {
 	defer registry.Unlock()
 	for _, e := range registry.files {
 		if os.SameFile(e.info, info) {
-			return nil, fmt.Errorf("boltstore: open %s: this process already has the file open (as %s) through a Store not yet closed: share that one Store (for a bucket of its own, pass its DB to New with WithBucket): %w", path, e.path, ErrAlreadyOpen)
+			return nil, fmt.Errorf("boltstore: open %s: this process already has the file open (as %s): share that Store, or pass its DB to New with WithBucket for a bucket of its own: %w", path, e.path, ErrAlreadyOpen)
 		}
 	}
 	e := &openEntry{path: path, info: info}
