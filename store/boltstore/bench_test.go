@@ -32,28 +32,37 @@ var versusRounds = flag.Int("versus.rounds", 1, "rounds of BenchmarkVersus")
 
 // BenchmarkVersus runs the store beside two bare baselines on the same
 // medium, interleaved: for each of one hot key and 10,000 keys, from 1 and
-// from 64 goroutines, the store's Limit, then a bare bbolt Update that
-// increments a counter key, then the same in bbolt's Batch (bbolt's
-// defaults: 10 ms delay, 1,000 calls a batch). Each runs on a fresh file of
-// its own. With -versus.rounds n the whole matrix runs n times, and the
-// benchmark logs, per cell, the median ns/op of the rounds with the
-// spread (± half the range) and the store's speed over each baseline's:
+// from 64 goroutines, the store's Limit, a bare bbolt Update that
+// increments a counter key, and the same in bbolt's Batch (bbolt's
+// defaults: 10 ms delay, 1,000 calls a batch), in an order that turns
+// from cell to cell. Each runs on a fresh file of its own, and reports
+// its calls per commit. With -versus.rounds n the whole matrix runs n
+// times (a multiple of 3 gives each implementation each place in the
+// order equally), and the benchmark prints, per cell, the median ns/op of
+// the rounds with the spread (± half the range), and the median over the
+// rounds of the store's speed over each baseline in that round:
 //
-//	go test -run '^$' -bench Versus -benchtime 1s ./store/boltstore -args -versus.rounds 5
+//	go test -run '^$' -bench Versus -benchtime 1s ./store/boltstore -args -versus.rounds 6
 func BenchmarkVersus(b *testing.B) {
 	type cell struct{ keys, goroutines int }
 	cells := []cell{{1, 1}, {1, 64}, {10_000, 1}, {10_000, 64}}
 	impls := []string{"boltstore", "update", "batch"}
 	ns := map[string][]float64{} // "keys/goroutines/impl" -> ns/op of each round
 	for round := 1; round <= *versusRounds; round++ {
-		for _, c := range cells {
-			for _, impl := range impls {
+		for ci, c := range cells {
+			// The order of the three turns from cell to cell and round to
+			// round: the first of a cell follows the removal of the last
+			// cell's files, which the file system may still be paying for.
+			for j := range impls {
+				impl := impls[(j+ci+round)%len(impls)]
 				id := fmt.Sprintf("keys=%d/goroutines=%d/%s", c.keys, c.goroutines, impl)
 				var last float64
 				b.Run(fmt.Sprintf("round=%d/%s", round, id), func(b *testing.B) {
-					call := versusCall(b, impl, c.keys)
+					call, db := versusCall(b, impl, c.keys)
+					before := lastCommit(b, db)
 					storetest.BenchmarkParallel(b, c.goroutines, call)
 					last = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+					b.ReportMetric(float64(b.N)/float64(lastCommit(b, db)-before), "calls/commit")
 				})
 				ns[id] = append(ns[id], last)
 			}
@@ -64,26 +73,50 @@ func BenchmarkVersus(b *testing.B) {
 	}
 	// Printed, not logged: a benchmark with sub-benchmarks shows its log
 	// only with -v.
-	fmt.Printf("BenchmarkVersus: medians of %d rounds, ns/op (± half the range); boltstore's speed over each baseline:\n", *versusRounds)
+	fmt.Printf("BenchmarkVersus, %d rounds: median ns/op (± half the range); boltstore's speed over each baseline, the median of the rounds' [their range]\n", *versusRounds)
 	for _, c := range cells {
 		pre := fmt.Sprintf("keys=%d/goroutines=%d", c.keys, c.goroutines)
-		med := map[string]float64{}
-		for _, impl := range impls {
-			if len(ns[pre+"/"+impl]) < *versusRounds || slices.Contains(ns[pre+"/"+impl], 0) {
-				continue // filtered out by -bench
+		round := func(impl string) []float64 {
+			xs := ns[pre+"/"+impl]
+			if len(xs) < *versusRounds || slices.Contains(xs, 0) {
+				return nil // filtered out by -bench
 			}
-			m, half := medianSpread(ns[pre+"/"+impl])
-			med[impl] = m
-			fmt.Printf("  %-28s %-9s %12.0f ± %.0f\n", pre, impl, m, half)
+			return xs
 		}
-		if med["boltstore"] > 0 && med["update"] > 0 && med["batch"] > 0 {
-			fmt.Printf("  %-28s ×update %.2f  ×batch %.2f\n", pre, med["update"]/med["boltstore"], med["batch"]/med["boltstore"])
+		for _, impl := range impls {
+			if xs := round(impl); xs != nil {
+				m, half := medianSpread(xs)
+				fmt.Printf("  %-26s %-9s %10.0f ± %.0f\n", pre, impl, m, half)
+			}
+		}
+		store := round("boltstore")
+		for _, base := range impls[1:] {
+			xs := round(base)
+			if store == nil || xs == nil {
+				continue
+			}
+			speed := make([]float64, len(xs))
+			for i := range xs {
+				speed[i] = xs[i] / store[i]
+			}
+			m, _ := medianSpread(speed)
+			fmt.Printf("  %-26s ×%-8s %10.2f [%.2f–%.2f]\n", pre, base, m, slices.Min(speed), slices.Max(speed))
 		}
 	}
 }
 
-// versusCall returns the call one implementation makes, on a fresh file.
-func versusCall(b *testing.B, impl string, keys int) func(context.Context, int) error {
+// lastCommit returns the id of db's last write transaction.
+func lastCommit(b *testing.B, db *bolt.DB) int {
+	var id int
+	if err := db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil }); err != nil {
+		b.Fatal(err)
+	}
+	return id
+}
+
+// versusCall returns the call one implementation makes, on a fresh file,
+// and the file's database.
+func versusCall(b *testing.B, impl string, keys int) (func(context.Context, int) error, *bolt.DB) {
 	path := filepath.Join(b.TempDir(), impl+".db")
 	if impl == "boltstore" {
 		s, err := boltstore.Open(path)
@@ -105,7 +138,7 @@ func versusCall(b *testing.B, impl string, keys int) func(context.Context, int) 
 				err = fmt.Errorf("refused: %+v", res)
 			}
 			return err
-		}
+		}, s.DB()
 	}
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -134,7 +167,7 @@ func versusCall(b *testing.B, impl string, keys int) func(context.Context, int) 
 			}
 			return bk.Put(k, binary.BigEndian.AppendUint64(nil, n+1))
 		})
-	}
+	}, db
 }
 
 // medianSpread returns the median of xs and half their range.
