@@ -143,7 +143,9 @@ func newOptions(opts []Option) options {
 }
 
 // Open opens the bbolt file at path, creating it if needed, and returns a
-// store that owns it: Close releases the file. A file that this process
+// store that owns it: Close releases the file. Its commits do not write
+// bbolt's list of free pages, which Open rebuilds by reading the file
+// when the last process to write it did not (about 30 ms for 150 MB). A file that this process
 // already has open through another Store is refused at once with
 // ErrAlreadyOpen: share that Store, or give another user a bucket of its
 // own in the same file with New(store.DB(), WithBucket(name)).
@@ -156,7 +158,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout})
+	// Commits do not write bbolt's list of free pages (one page or more
+	// per commit); Open rebuilds it by reading the file instead.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout, NoFreelistSync: true})
 	if err != nil {
 		entry.release()
 		if errors.Is(err, berrors.ErrTimeout) {

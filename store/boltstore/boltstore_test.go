@@ -271,6 +271,36 @@ func TestDebtSurvivesReopen(t *testing.T) {
 	require.Equal(t, -30.0, st.Tokens, "the debt is in the file")
 }
 
+// Open does not keep bbolt's free-page list in the file; the file still
+// opens with bbolt's defaults, through New, and back through Open.
+func TestFileOpensWithBboltDefaults(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "limits.db")
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}}
+	mock := newMock(t0)
+	take := func(s *boltstore.Store, want float64) {
+		t.Helper()
+		lim, err := ratelimit.New(s, limits, ratelimit.WithClock(mock))
+		require.NoError(t, err)
+		res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(2))
+		require.NoError(t, err)
+		require.Equal(t, want, res.Remaining)
+	}
+	s, err := boltstore.Open(path)
+	require.NoError(t, err)
+	take(s, 8)
+	require.NoError(t, s.Close())
+
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	s, err = boltstore.New(db)
+	require.NoError(t, err)
+	take(s, 6)
+	require.NoError(t, db.Close())
+
+	take(open(t, path), 4)
+}
+
 // Crash safety: a child process hammers a file and prints a line for each
 // grant it has been told of; it is killed mid-run. The file must open, and
 // hold every grant printed and no more than those plus the ones under way.
