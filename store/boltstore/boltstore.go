@@ -5,19 +5,19 @@
 //
 // Every record is one key of one bbolt bucket. Apply reads the records an
 // op touches, runs ratelimit.Evaluate and writes the updates in one write
-// transaction, so it is atomic and, bbolt's file being copy-on-write with
-// an fsync per commit, durable: a process killed in the middle of a write
+// transaction, so it is atomic and, bbolt's file being copy-on-write and
+// synced at every commit, durable: a process killed in the middle of a write
 // leaves a file that opens with the last committed state, holding no grant
 // that was not made.
 //
 // # Group commit
 //
-// bbolt has a single writer, and each commit pays an fsync. A call that
+// bbolt has a single writer, and each commit pays two fsyncs. A call that
 // finds no write transaction under way runs its own at once, on its
 // caller's goroutine: a caller alone waits for nobody. Calls that arrive
 // while a transaction is under way wait for it, then go together in the
 // next one (at most WithMaxBatch of them), decided one after another in
-// their order of arrival: many callers share one transaction and one fsync,
+// their order of arrival: many callers share one transaction and one commit,
 // with no timer. The store also implements ratelimit.BatchApplier.
 //
 // # Deadlines
@@ -65,7 +65,7 @@ const DefaultTimeout = 5 * time.Second
 
 // DefaultMaxBatch is the most calls one write transaction decides unless
 // WithMaxBatch says otherwise.
-const DefaultMaxBatch = coalesce.DefaultMaxBatch
+const DefaultMaxBatch = 128
 
 // ErrAlreadyOpen is returned by Open for a file that this process already
 // has open through another Store.
