@@ -186,7 +186,8 @@ func medianSpread(xs []float64) (median, half float64) {
 // be removed, then runs DeleteExpired over them while one goroutine calls
 // Limit, one call after another, each with a 50 ms deadline. It reports
 // the sweep's time, how many calls ran during it, the slowest call and
-// how many missed their deadline:
+// how many missed their deadline; then the same calls for as long again
+// without a sweep, as the disk's own share (the -alone metrics):
 //
 //	go test -run '^$' -bench SweepUnderLoad -benchtime 1x ./store/boltstore
 func BenchmarkSweepUnderLoad(b *testing.B) {
@@ -201,6 +202,31 @@ func BenchmarkSweepUnderLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	type stats struct {
+		calls, missed int
+		slowest       time.Duration
+	}
+	// calls calls Limit until done is closed.
+	calls := func(done <-chan struct{}) stats {
+		var st stats
+		for {
+			select {
+			case <-done:
+				return st
+			default:
+			}
+			dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			start := time.Now()
+			_, err := lim.Limit(dctx, "new", "k")
+			took := time.Since(start)
+			cancel()
+			st.calls++
+			st.slowest = max(st.slowest, took)
+			if err != nil || took > 50*time.Millisecond {
+				st.missed++
+			}
+		}
+	}
 	now := time.Now()
 	for b.Loop() {
 		b.StopTimer()
@@ -208,32 +234,8 @@ func BenchmarkSweepUnderLoad(b *testing.B) {
 		b.StartTimer()
 
 		done := make(chan struct{})
-		type stats struct {
-			calls, missed int
-			slowest       time.Duration
-		}
 		got := make(chan stats)
-		go func() {
-			var st stats
-			for {
-				select {
-				case <-done:
-					got <- st
-					return
-				default:
-				}
-				dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-				start := time.Now()
-				_, err := lim.Limit(dctx, "new", "k")
-				took := time.Since(start)
-				cancel()
-				st.calls++
-				st.slowest = max(st.slowest, took)
-				if err != nil || took > 50*time.Millisecond {
-					st.missed++
-				}
-			}
-		}()
+		go func() { got <- calls(done) }()
 		start := time.Now()
 		n, err := s.DeleteExpired(ctx, now)
 		sweep := time.Since(start)
@@ -242,10 +244,20 @@ func BenchmarkSweepUnderLoad(b *testing.B) {
 		if err != nil || n != records {
 			b.Fatalf("DeleteExpired: %d, %v", n, err)
 		}
+
+		b.StopTimer()
+		stop := make(chan struct{})
+		time.AfterFunc(sweep, func() { close(stop) })
+		alone := calls(stop)
+		b.StartTimer()
+
 		b.ReportMetric(float64(sweep.Milliseconds()), "sweep-ms")
 		b.ReportMetric(float64(st.calls), "calls")
 		b.ReportMetric(float64(st.slowest.Microseconds())/1000, "slowest-call-ms")
 		b.ReportMetric(float64(st.missed), "missed-deadlines")
+		b.ReportMetric(float64(alone.calls), "calls-alone")
+		b.ReportMetric(float64(alone.slowest.Microseconds())/1000, "slowest-call-alone-ms")
+		b.ReportMetric(float64(alone.missed), "missed-deadlines-alone")
 	}
 }
 
