@@ -1,20 +1,41 @@
 // Package boltstore is a ratelimit.Store in an embedded bbolt file: the
 // persistent default that needs no server.
 //
+// # Records and transactions
+//
 // Every record is one key of one bbolt bucket. Apply reads the records an
 // op touches, runs ratelimit.Evaluate and writes the updates in one write
-// transaction, so it is atomic and, bbolt's file being copy-on-write with
-// an fsync per commit, durable: a process killed in the middle of a write
+// transaction, so it is atomic and, bbolt's file being copy-on-write and
+// synced at every commit, durable: a process killed in the middle of a write
 // leaves a file that opens with the last committed state, holding no grant
 // that was not made.
 //
-// bbolt has a single writer, and each commit pays an fsync. Concurrent
-// callers are therefore coalesced into shared transactions (bbolt's
-// DB.Batch), while a caller alone runs its own transaction at once, so
-// that it does not wait for the batching delay.
+// # Group commit
 //
-// A bbolt file is opened by one process at a time. For a fleet of
-// processes sharing limits, use store/redisstore or store/pgstore.
+// bbolt has a single writer, and each commit pays two fsyncs. A call that
+// finds no write transaction under way runs its own at once, on its
+// caller's goroutine: a caller alone waits for nobody. Calls that arrive
+// while a transaction is under way wait for it, then go together in the
+// next one (at most WithMaxBatch of them), decided one after another in
+// their order of arrival: many callers share one transaction and one commit,
+// with no timer. The store also implements ratelimit.BatchApplier.
+//
+// # Deadlines
+//
+// A call whose context ends while it waits, queued for the next
+// transaction or for the writer, leaves at once and is not decided. A call
+// whose context ends before its op is decided in a transaction is not
+// decided either; once decided, its op is committed with the others of its
+// transaction (its caller, gone, hears the context's error), so it may
+// have been charged, as for any call over a network. A caller alone in its
+// transaction whose context ends before the commit rolls it back; the
+// commit itself (two fsyncs) is not interrupted.
+//
+// # One process at a time
+//
+// A bbolt file is opened by one process at a time, and once per process:
+// Open says so at once if this process already holds the file. For a fleet
+// of processes sharing limits, use store/redisstore or store/pgstore.
 package boltstore
 
 import (
@@ -29,6 +50,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -41,35 +63,61 @@ const DefaultBucket = "ratelimit"
 // file's lock.
 const DefaultTimeout = 5 * time.Second
 
-// DefaultBatchDelay is the MaxBatchDelay that Open gives its database:
-// how long a batch of concurrent writes waits for more callers before it
-// commits. bbolt's own default, 10 ms, is tuned for throughput of large
-// batches; a rate limiter sits on request paths, where 1 ms keeps most
-// of the saving (64 callers: 26 µs a call instead of 174 µs at 10 ms) at a
-// tenth of the wait. New leaves a caller's database as it is.
-const DefaultBatchDelay = time.Millisecond
+// DefaultMaxBatch is the most calls one write transaction decides unless
+// WithMaxBatch says otherwise.
+const DefaultMaxBatch = 128
+
+// ErrAlreadyOpen is returned by Open for a file that this process already
+// has open through another Store.
+var ErrAlreadyOpen = errors.New("boltstore: the file is already open in this process")
 
 // Store is a ratelimit.Store in a bbolt database, safe for concurrent use.
 // Build it with Open or New.
 type Store struct {
 	db     *bolt.DB
 	bucket []byte
-	owned  bool // Close closes db
+	owned  bool       // Close closes db
+	file   *openEntry // the file's entry in this process's registry (Open)
 
-	inflight  atomic.Int32 // Applies under way, to choose Update or Batch
+	batcher *coalesce.Batcher[*request, error]
+
+	// writer is the store's writer lock, held by every write transaction
+	// the store runs: unlike bbolt's own, a caller waiting for it leaves
+	// when its context ends.
+	writer chan struct{}
+	// Scratch of the write transaction under way, guarded by writer.
+	prev []ratelimit.Record
+	next []ratelimit.Update
+	vals []byte
+
+	sweepBatch int // the most keys one transaction of DeleteExpired visits
+	hooks      hooks
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+// hooks let the package's tests watch and steer the store; all nil in use.
+type hooks struct {
+	waitWriter func()                       // a writer finds the writer lock held
+	inWrite    func(tx *bolt.Tx)            // in a batch's transaction, before its ops
+	inSweep    func(tx *bolt.Tx)            // in a sweep's transaction, before its deletes
+	failOp     func(op *ratelimit.Op) error // an op fails on its own, after its writes
+}
+
+var (
+	_ ratelimit.Store        = (*Store)(nil)
+	_ ratelimit.BatchApplier = (*Store)(nil)
+)
 
 // Option configures a Store in Open or New.
 type Option func(*options)
 
 type options struct {
-	bucket  string
-	timeout time.Duration
+	bucket   string
+	timeout  time.Duration
+	maxBatch int
 }
 
 // WithBucket sets the bucket that holds the records (default
@@ -80,8 +128,14 @@ func WithBucket(name string) Option { return func(o *options) { o.bucket = name 
 // process holds it (default DefaultTimeout).
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
+// WithMaxBatch sets the most calls one write transaction decides (default
+// DefaultMaxBatch). Calls that arrive while a transaction is under way wait
+// and go together in the next one, sharing its commit. 1 turns coalescing
+// off: every call runs its own transaction, one after another.
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
 func newOptions(opts []Option) options {
-	o := options{bucket: DefaultBucket, timeout: DefaultTimeout}
+	o := options{bucket: DefaultBucket, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -89,11 +143,26 @@ func newOptions(opts []Option) options {
 }
 
 // Open opens the bbolt file at path, creating it if needed, and returns a
-// store that owns it: Close releases the file.
+// store that owns it: Close releases the file. Its commits do not write
+// bbolt's list of free pages, which Open rebuilds by reading the file
+// when the last process to write it did not (about 30 ms for 150 MB). A file that this process
+// already has open through another Store is refused at once with
+// ErrAlreadyOpen: share that Store, or give another user a bucket of its
+// own in the same file with New(store.DB(), WithBucket(name)).
 func Open(path string, opts ...Option) (*Store, error) {
 	o := newOptions(opts)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout})
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	entry, err := register(path)
 	if err != nil {
+		return nil, err
+	}
+	// Commits do not write bbolt's list of free pages (one page or more
+	// per commit); Open rebuilds it by reading the file instead.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout, NoFreelistSync: true})
+	if err != nil {
+		entry.release()
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("boltstore: open %s: another process holds the file; a bbolt file serves one process at a time (use redisstore or pgstore for a fleet): %w", path, err)
 		}
@@ -102,27 +171,40 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s, err := newStore(db, o)
 	if err != nil {
 		db.Close()
+		entry.release()
 		return nil, err
 	}
-	s.owned = true
-	db.MaxBatchDelay = DefaultBatchDelay
+	s.owned, s.file = true, entry
 	return s, nil
 }
 
 // New returns a store in db, a database the caller already has and keeps
-// owning: Close does not close it.
+// owning: Close does not close it. The store's calls wait for the
+// application's own write transactions on db as bbolt makes every writer
+// wait, whatever their contexts say.
 func New(db *bolt.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("boltstore: New needs a *bbolt.DB: pass an open database, or use Open")
 	}
-	return newStore(db, newOptions(opts))
+	o := newOptions(opts)
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	return newStore(db, o)
+}
+
+func (o options) check() error {
+	if o.bucket == "" {
+		return errors.New("boltstore: the bucket name is empty: pass a name to WithBucket")
+	}
+	if o.maxBatch < 1 {
+		return fmt.Errorf("boltstore: WithMaxBatch(%d): the most calls a transaction decides must be at least 1 (1 turns coalescing off)", o.maxBatch)
+	}
+	return nil
 }
 
 func newStore(db *bolt.DB, o options) (*Store, error) {
-	if o.bucket == "" {
-		return nil, errors.New("boltstore: the bucket name is empty: pass a name to WithBucket")
-	}
-	s := &Store{db: db, bucket: []byte(o.bucket)}
+	s := &Store{db: db, bucket: []byte(o.bucket), writer: make(chan struct{}, 1), sweepBatch: defaultSweepBatch}
 	err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(s.bucket)
 		return err
@@ -130,16 +212,25 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", o.bucket, err)
 	}
+	co := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: 1}
+	if o.maxBatch == 1 {
+		co = coalesce.Off
+	}
+	s.batcher = coalesce.New(s.send, co)
 	return s, nil
 }
 
-// Close releases the file when the store owns it (Open). It is idempotent;
-// the store's methods return ratelimit.ErrClosed afterwards.
+// Close releases the file when the store owns it (Open), after the write
+// transaction under way, if any. It is idempotent; the store's methods
+// return ratelimit.ErrClosed afterwards.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.writer <- struct{}{}
 		s.closed.Store(true)
+		<-s.writer
 		if s.owned {
 			s.closeErr = s.db.Close()
+			s.file.release()
 		}
 	})
 	return s.closeErr
@@ -153,42 +244,103 @@ func (s *Store) usable(ctx context.Context) error {
 		return err
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("boltstore: %w", ratelimit.ErrClosed)
+		return errClosed
 	}
 	return nil
 }
 
-// write runs fn in a write transaction: its own when the caller is alone,
-// a shared batch when others are writing too. fn may run more than once.
-func (s *Store) write(fn func(*bolt.Tx) error) error {
-	defer s.inflight.Add(-1)
-	if s.inflight.Add(1) == 1 {
-		return s.db.Update(fn)
+var errClosed = fmt.Errorf("boltstore: %w", ratelimit.ErrClosed)
+
+// wrap adds the package to err, and says ErrClosed for a database closed
+// under a call.
+func wrap(err error) error {
+	if errors.Is(err, ratelimit.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return errClosed
 	}
-	return s.db.Batch(fn)
+	return fmt.Errorf("boltstore: %w", err)
+}
+
+// lock takes the writer lock, or returns ctx's error if ctx ends first,
+// or ErrClosed once the store is closed.
+func (s *Store) lock(ctx context.Context) error {
+	select {
+	case s.writer <- struct{}{}:
+	default:
+		if s.hooks.waitWriter != nil {
+			s.hooks.waitWriter()
+		}
+		select {
+		case s.writer <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.closed.Load() {
+		<-s.writer
+		return errClosed
+	}
+	return nil
+}
+
+func (s *Store) unlock() { <-s.writer }
+
+// update runs fn in a write transaction under the writer lock; fn's
+// changes are rolled back if ctx ends before the commit.
+func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return ctx.Err()
+	})
 }
 
 func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 	b := tx.Bucket(s.bucket)
 	if b == nil {
-		return nil, fmt.Errorf("boltstore: bucket %q is missing: was it deleted behind the store's back?", s.bucket)
+		return nil, fmt.Errorf("bucket %q is missing: was it deleted behind the store's back?", s.bucket)
 	}
 	return b, nil
 }
 
-// Apply implements ratelimit.Store.
+// Apply implements ratelimit.Store. A check runs in a read transaction,
+// beside any writer; other ops go to the next write transaction, alone or
+// with the calls of other goroutines.
 func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	ids := op.AppendRecordIDs(nil)
-	keys := make([][]byte, len(ids))
-	for i, id := range ids {
-		keys[i] = recordKey(id)
+	if op.Mode == ratelimit.ModeCheck {
+		return s.check(op, out)
 	}
-	prev := make([]ratelimit.Record, len(ids))
-	next := make([]ratelimit.Update, len(ids))
-	decide := func(tx *bolt.Tx) error {
+	// The request is the call's own copy: the caller may leave (its context
+	// ended) while its request is still in a transaction, and reuse op.
+	req := newRequest(ctx, op, true)
+	opErr, err := s.batcher.Do(ctx, req)
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return err
+		}
+		return wrap(err)
+	}
+	copy(out, req.out)
+	return nil
+}
+
+// check decides a ModeCheck op in a read transaction.
+func (s *Store) check(op *ratelimit.Op, out []ratelimit.Decision) error {
+	n := op.NumRecords()
+	prev := make([]ratelimit.Record, n)
+	next := make([]ratelimit.Update, n)
+	keys := appendKeys(nil, make([]byte, 0, keysLen(op)), op)
+	err := s.db.View(func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {
 			return err
@@ -198,45 +350,11 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		}
 		ratelimit.Evaluate(op, prev, out, next)
 		return nil
-	}
-	if op.Mode == ratelimit.ModeCheck {
-		if err := s.db.View(decide); err != nil {
-			return fmt.Errorf("boltstore: %w", err)
-		}
-		return nil
-	}
-	params := opParams(op)
-	err := s.write(func(tx *bolt.Tx) error {
-		if err := decide(tx); err != nil {
-			return err
-		}
-		b := tx.Bucket(s.bucket)
-		for i, u := range next {
-			if !u.Write {
-				continue
-			}
-			if err := b.Put(keys[i], encodeValue(u.State, ratelimit.FullAt(params[i], u.State))); err != nil {
-				return err
-			}
-		}
-		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boltstore: %w", err)
+		return wrap(err)
 	}
 	return nil
-}
-
-// opParams lists the params of op's records, in the order of
-// AppendRecordIDs.
-func opParams(op *ratelimit.Op) []ratelimit.Params {
-	ps := make([]ratelimit.Params, 0, op.NumRecords())
-	for i := range op.Items {
-		for _, sh := range op.Items[i].Shards {
-			ps = append(ps, sh.Params)
-		}
-	}
-	return ps
 }
 
 // get reads a record; one whose bucket is full again by now reads as
@@ -263,13 +381,15 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		if err != nil {
 			return err
 		}
+		var k []byte
 		for i, id := range ids {
-			out[i] = get(b, recordKey(id), math.MinInt64)
+			k = appendRecordKey(k[:0], id)
+			out[i] = get(b, k, math.MinInt64)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boltstore: %w", err)
+		return wrap(err)
 	}
 	return nil
 }
@@ -281,9 +401,9 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	}
 	keys := make([][]byte, len(ids))
 	for i, id := range ids {
-		keys[i] = recordKey(id)
+		keys[i] = appendRecordKey(nil, id)
 	}
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {
 			return err
@@ -296,51 +416,12 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boltstore: %w", err)
-	}
-	return nil
-}
-
-// DeleteExpired removes every record whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
-// removed. The grace keeps exact the calls in flight, judged at a now read
-// a moment before. Such records read as a full bucket
-// whether kept or not; removing them keeps the file's size proportional
-// to the keys active recently. It scans the bucket in one write
-// transaction: call it periodically (say every few minutes) from one
-// goroutine.
-func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	if err := s.usable(ctx); err != nil {
-		return 0, err
-	}
-	ms := now.UnixMilli()
-	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		n = 0
-		b, err := s.bucketOf(tx)
-		if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return err
 		}
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; {
-			if _, expires, ok := decodeValue(v); ok && expires > ms-ratelimit.ExpiryGrace {
-				k, v = c.Next()
-				continue
-			}
-			k = append([]byte(nil), k...)
-			if err := c.Delete(); err != nil {
-				return err
-			}
-			n++
-			// Seek to the deleted key lands on the one after it.
-			k, v = c.Seek(k)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("boltstore: delete expired: %w", err)
+		return wrap(err)
 	}
-	return n, nil
+	return nil
 }
 
 // Key encoding: a tag byte, then ratelimit.RecordID.AppendKey, which no
@@ -353,27 +434,54 @@ const (
 	tagDigest = 1
 )
 
-func recordKey(id ratelimit.RecordID) []byte {
-	raw := make([]byte, 1, 1+2*binary.MaxVarintLen64+len(id.Name)+len(id.Key))
-	raw[0] = tagRaw
-	raw = id.AppendKey(raw)
-	if len(raw) <= maxRawKey {
-		return raw
+// appendRecordKey appends the bbolt key of id to dst.
+func appendRecordKey(dst []byte, id ratelimit.RecordID) []byte {
+	start := len(dst)
+	dst = append(dst, tagRaw)
+	dst = id.AppendKey(dst)
+	if len(dst)-start <= maxRawKey {
+		return dst
 	}
-	sum := sha256.Sum256(raw[1:])
-	return append([]byte{tagDigest}, sum[:]...)
+	sum := sha256.Sum256(dst[start+1:])
+	return append(append(dst[:start], tagDigest), sum[:]...)
+}
+
+// keyLen bounds the length of the bbolt key of one record of it.
+func keyLen(it *ratelimit.Item) int {
+	return 1 + 2*binary.MaxVarintLen64 + len(it.Name) + len(it.Key)
+}
+
+// keysLen bounds the length of the bbolt keys of op's records.
+func keysLen(op *ratelimit.Op) int {
+	n := 0
+	for i := range op.Items {
+		n += len(op.Items[i].Shards) * keyLen(&op.Items[i])
+	}
+	return n
+}
+
+// appendKeys appends to keys the bbolt keys of op's records, in the order
+// of AppendRecordIDs, laid out in buf; buf must have the capacity keysLen.
+func appendKeys(keys [][]byte, buf []byte, op *ratelimit.Op) [][]byte {
+	for i := range op.Items {
+		it := &op.Items[i]
+		for _, sh := range it.Shards {
+			start := len(buf)
+			buf = appendRecordKey(buf, ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
+			keys = append(keys, buf[start:len(buf):len(buf)])
+		}
+	}
+	return keys
 }
 
 // Value encoding: value (float64 bits), ts, expires (Unix ms from which
 // the bucket is full again), each 8 bytes big-endian.
 const valueLen = 24
 
-func encodeValue(st ratelimit.State, expires int64) []byte {
-	v := make([]byte, valueLen)
-	binary.BigEndian.PutUint64(v[0:], math.Float64bits(st.Value))
-	binary.BigEndian.PutUint64(v[8:], uint64(st.TS))
-	binary.BigEndian.PutUint64(v[16:], uint64(expires))
-	return v
+func appendValue(dst []byte, st ratelimit.State, expires int64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(st.Value))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(st.TS))
+	return binary.BigEndian.AppendUint64(dst, uint64(expires))
 }
 
 func decodeValue(v []byte) (st ratelimit.State, expires int64, ok bool) {

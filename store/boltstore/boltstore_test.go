@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,12 +82,92 @@ func TestNewOnCallersDB(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestOpenLockedFile(t *testing.T) {
+// A file held by another process: Open waits WithTimeout for its lock,
+// then says so.
+const holdEnv = "BOLTSTORE_HOLD_CHILD"
+
+func TestOpenHeldByAnotherProcess(t *testing.T) {
+	if path := os.Getenv(holdEnv); path != "" {
+		s, err := boltstore.Open(path)
+		require.NoError(t, err)
+		fmt.Println("open")
+		_, _ = io.Copy(io.Discard, os.Stdin) // hold the file until the parent closes stdin
+		require.NoError(t, s.Close())
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
 	path := filepath.Join(t.TempDir(), "limits.db")
-	open(t, path)
-	_, err := boltstore.Open(path, boltstore.WithTimeout(50*time.Millisecond))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenHeldByAnotherProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), holdEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	require.True(t, sc.Scan(), "the child opens the file")
+	require.Equal(t, "open", sc.Text())
+
+	_, err = boltstore.Open(path, boltstore.WithTimeout(50*time.Millisecond))
 	require.ErrorIs(t, err, berrors.ErrTimeout)
-	require.ErrorContains(t, err, "one process at a time")
+	require.NotErrorIs(t, err, boltstore.ErrAlreadyOpen)
+	require.ErrorContains(t, err, "another process holds the file")
+
+	require.NoError(t, stdin.Close())
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	require.NoError(t, cmd.Wait())
+	open(t, path) // the failed Open left nothing behind
+}
+
+// A file this process already has open: Open says so at once, however the
+// path is spelled, and opens it again once the first store is closed.
+func TestOpenTwiceInOneProcess(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.db")
+	first, err := boltstore.Open(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Link(path, filepath.Join(dir, "hard.db")))
+	require.NoError(t, os.Symlink(path, filepath.Join(dir, "soft.db")))
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, path)
+	require.NoError(t, err)
+	for _, spelling := range []string{
+		path,
+		dir + "/./limits.db",
+		dir + "//limits.db",
+		rel,
+		filepath.Join(dir, "hard.db"),
+		filepath.Join(dir, "soft.db"),
+	} {
+		// Without the registry, Open would wait out the timeout for the
+		// lock and blame another process.
+		_, err := boltstore.Open(spelling, boltstore.WithTimeout(time.Second))
+		require.ErrorIs(t, err, boltstore.ErrAlreadyOpen, spelling)
+		require.ErrorContains(t, err, "this process already has the file open (as "+path+")")
+		require.ErrorContains(t, err, "share that Store")
+	}
+	// Another file in the same directory is not the same file.
+	other := open(t, filepath.Join(dir, "other.db"))
+	require.NoError(t, other.Close())
+
+	require.NoError(t, first.Close())
+	second := open(t, filepath.Join(dir, "hard.db"))
+	require.NoError(t, second.Close())
+	third := open(t, path)
+	require.NoError(t, third.Close())
+
+	// A failed Open leaves the file out of the registry.
+	bad := filepath.Join(dir, "bad.db")
+	require.NoError(t, os.WriteFile(bad, []byte("not a bbolt file, but long enough to be read as one, or nearly"), 0o600))
+	_, err = boltstore.Open(bad)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, boltstore.ErrAlreadyOpen)
+	_, err = boltstore.Open(bad)
+	require.NotErrorIs(t, err, boltstore.ErrAlreadyOpen)
 }
 
 // lastTx returns the id of the last committed write transaction.
@@ -96,30 +177,18 @@ func lastTx(t *testing.T, db *bolt.DB) int {
 	return id
 }
 
-func TestLoneCallerIsNotBatched(t *testing.T) {
+func TestLoneCallerCommitsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	// A batch would wait ten minutes for company; a lone caller must not.
-	s.DB().MaxBatchDelay = 10 * time.Minute
-	s.DB().MaxBatchSize = 1 << 20
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second}},
 		ratelimit.WithClock(newMock(t0)))
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		for range 3 {
-			if _, err := lim.Limit(ctx, "l", "k"); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	select {
-	case err := <-done:
+	for i := range 3 {
+		before := lastTx(t, s.DB())
+		res, err := lim.Limit(ctx, "l", "k")
 		require.NoError(t, err)
-	case <-time.After(time.Minute): // a hang guard, far beyond any machine's speed
-		t.Fatal("a lone caller waited for the batching delay")
+		require.True(t, res.OK)
+		require.Equal(t, before+1, lastTx(t, s.DB()), "call %d: a lone call commits its own transaction before it returns", i)
 	}
 }
 
@@ -200,6 +269,36 @@ func TestDebtSurvivesReopen(t *testing.T) {
 	st, err := lim.Value(ctx, "jobs", "batch")
 	require.NoError(t, err)
 	require.Equal(t, -30.0, st.Tokens, "the debt is in the file")
+}
+
+// Open does not keep bbolt's free-page list in the file; the file still
+// opens with bbolt's defaults, through New, and back through Open.
+func TestFileOpensWithBboltDefaults(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "limits.db")
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}}
+	mock := newMock(t0)
+	take := func(s *boltstore.Store, want float64) {
+		t.Helper()
+		lim, err := ratelimit.New(s, limits, ratelimit.WithClock(mock))
+		require.NoError(t, err)
+		res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(2))
+		require.NoError(t, err)
+		require.Equal(t, want, res.Remaining)
+	}
+	s, err := boltstore.Open(path)
+	require.NoError(t, err)
+	take(s, 8)
+	require.NoError(t, s.Close())
+
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	s, err = boltstore.New(db)
+	require.NoError(t, err)
+	take(s, 6)
+	require.NoError(t, db.Close())
+
+	take(open(t, path), 4)
 }
 
 // Crash safety: a child process hammers a file and prints a line for each

@@ -1,0 +1,185 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ratelimit-go/ratelimit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// request is one op on its way to a write transaction, with the bbolt keys
+// of its records and room for its decisions.
+type request struct {
+	ctx  context.Context // the caller's: once it ends, the op is not decided
+	op   ratelimit.Op
+	out  []ratelimit.Decision
+	keys [][]byte
+
+	// Room for the common op, of one item of one or two records, so that
+	// its request is two allocations (this and the keys' bytes).
+	item   [1]ratelimit.Item
+	shards [2]ratelimit.Shard
+	dec    [1]ratelimit.Decision
+	key    [2][]byte
+}
+
+// newRequest returns the request of op. With own, the request holds
+// copies of the op's slices and decides into its own out: the caller may
+// leave while it is in a transaction, and the Limiter then reuses the
+// memory of op; without, it refers to op and decides into out.
+func newRequest(ctx context.Context, op *ratelimit.Op, own bool) *request {
+	r := &request{ctx: ctx, op: *op}
+	if own {
+		if len(op.Items) == 1 && len(op.Items[0].Shards) <= len(r.shards) {
+			r.item[0] = op.Items[0]
+			r.item[0].Shards = append(r.shards[:0], op.Items[0].Shards...)
+			r.op.Items, r.out = r.item[:], r.dec[:]
+		} else {
+			r.op.Items = slices.Clone(op.Items)
+			for i := range r.op.Items {
+				r.op.Items[i].Shards = slices.Clone(r.op.Items[i].Shards)
+			}
+			r.out = make([]ratelimit.Decision, len(op.Items))
+		}
+	}
+	keys := r.key[:0]
+	if n := op.NumRecords(); n > len(r.key) {
+		keys = make([][]byte, 0, n)
+	}
+	r.keys = appendKeys(keys, make([]byte, 0, keysLen(op)), op)
+	return r
+}
+
+// OpError is the error of one op of a batch that failed on its own, in
+// the error of ApplyBatch. The other ops of the batch were decided and
+// committed without it.
+type OpError struct {
+	Index int // the op's index in the batch
+	Err   error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("boltstore: op %d of the batch: %v", e.Index, e.Err)
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// ApplyBatch implements ratelimit.BatchApplier: it decides ops one after
+// another, in one write transaction, and fills outs[i] (one Decision per
+// item of ops[i]). An op that fails on its own (none does: the decisions
+// are pure) is left out: the others are decided and committed without it,
+// and the error joins an *OpError for each op left out. Any other error
+// means that nothing was written.
+func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+	if len(outs) != len(ops) {
+		return fmt.Errorf("boltstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
+	}
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	reqs := make([]*request, len(ops))
+	for i, op := range ops {
+		reqs[i] = newRequest(ctx, op, false)
+		reqs[i].out = outs[i]
+	}
+	res := make([]error, len(ops))
+	if err := s.send(ctx, reqs, res); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return err
+		}
+		return wrap(err)
+	}
+	var errs []error
+	for i, err := range res {
+		if err != nil {
+			errs = append(errs, &OpError{Index: i, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// errRetry rolls back a transaction in which an op failed on its own, to
+// decide the batch again without it.
+var errRetry = errors.New("an op failed: again without it")
+
+// send decides reqs, in order, in one write transaction, and commits. It
+// sets res[i] for an op that is not decided: its caller's context ended
+// first, or it failed on its own. It returns an error when nothing was
+// written: ctx ended (every caller of the batch has gone) before the
+// commit, or the transaction failed.
+func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	for {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			b, err := s.bucketOf(tx)
+			if err != nil {
+				return err
+			}
+			if s.hooks.inWrite != nil {
+				s.hooks.inWrite(tx)
+			}
+			s.vals = s.vals[:0]
+			for i, r := range reqs {
+				if res[i] != nil {
+					continue
+				}
+				if err := r.ctx.Err(); err != nil {
+					res[i] = err
+					continue
+				}
+				if err := s.decide(b, r); err != nil {
+					res[i] = err
+					return errRetry
+				}
+			}
+			return ctx.Err()
+		})
+		if err != errRetry {
+			return err
+		}
+	}
+}
+
+// decide reads r's records, decides r's op and writes its updates. The
+// writer lock is held.
+func (s *Store) decide(b *bolt.Bucket, r *request) error {
+	op := &r.op
+	n := len(r.keys)
+	prev, next := s.prev[:0], s.next[:0]
+	if cap(prev) < n {
+		prev, next = make([]ratelimit.Record, n), make([]ratelimit.Update, n)
+		s.prev, s.next = prev, next
+	}
+	prev, next = prev[:n], next[:n]
+	for i, k := range r.keys {
+		prev[i] = get(b, k, op.Now)
+	}
+	ratelimit.Evaluate(op, prev, r.out, next)
+	i := 0
+	for j := range op.Items {
+		for _, sh := range op.Items[j].Shards {
+			if u := next[i]; u.Write {
+				// bbolt keeps the value until the commit: each its own bytes.
+				if cap(s.vals)-len(s.vals) < valueLen {
+					s.vals = make([]byte, 0, max(64*valueLen, 2*cap(s.vals)))
+				}
+				start := len(s.vals)
+				s.vals = appendValue(s.vals, u.State, ratelimit.FullAt(sh.Params, u.State))
+				if err := b.Put(r.keys[i], s.vals[start:len(s.vals):len(s.vals)]); err != nil {
+					return err
+				}
+			}
+			i++
+		}
+	}
+	if s.hooks.failOp != nil {
+		return s.hooks.failOp(op)
+	}
+	return nil
+}

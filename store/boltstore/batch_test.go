@@ -1,0 +1,214 @@
+package boltstore_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Coalescing off: every call runs its own transaction, one after another,
+// and the store is as exact as with coalescing on.
+func TestConformanceCoalescingOff(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) ratelimit.Store {
+		return open(t, filepath.Join(t.TempDir(), "limits.db"), boltstore.WithMaxBatch(1))
+	}, storetest.DifferentialRuns(5, 60))
+}
+
+func TestMaxBatchOption(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{0, -1} {
+		_, err := boltstore.Open(filepath.Join(dir, "limits.db"), boltstore.WithMaxBatch(n))
+		require.ErrorContains(t, err, "must be at least 1", "WithMaxBatch(%d)", n)
+	}
+	db, err := bolt.Open(filepath.Join(dir, "app.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = boltstore.New(db, boltstore.WithMaxBatch(0))
+	require.ErrorContains(t, err, "must be at least 1")
+
+	// 64 goroutines, batches of at most 4 calls.
+	ctx := context.Background()
+	s := open(t, filepath.Join(dir, "small.db"), boltstore.WithMaxBatch(4))
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 500, Period: time.Hour, Start: time.UnixMilli(0)}},
+		ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	before := lastTx(t, s.DB())
+	granted, err := storetest.Hammer(ctx, lim, "l", "hot", 64, 10)
+	require.NoError(t, err)
+	require.Equal(t, 500, granted)
+	require.GreaterOrEqual(t, lastTx(t, s.DB())-before, 640/4, "a transaction decides at most 4 calls")
+}
+
+// tb is a token bucket of 10 tokens refilled over a minute.
+var tb = ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+
+// takeOp takes count tokens of (name, key) in a one-record op at now.
+func takeOp(name, key string, count float64, now int64) *ratelimit.Op {
+	return &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{
+		{Name: name, Key: key, Count: count, Shards: []ratelimit.Shard{{Params: tb}}},
+	}}
+}
+
+// stored reads (name, key)'s record, shard 0.
+func stored(t *testing.T, s *boltstore.Store, name, key string) ratelimit.Record {
+	t.Helper()
+	recs := make([]ratelimit.Record, 1)
+	require.NoError(t, s.Load(context.Background(), []ratelimit.RecordID{{Name: name, Key: key}}, recs))
+	return recs[0]
+}
+
+// An op that fails on its own in a batch fails alone: the others are
+// decided, in order, and committed without it, and its writes are rolled
+// back.
+func TestApplyBatchOpFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	broken := errors.New("broken")
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *ratelimit.Op) error {
+		if op.Items[0].Key == "bad" {
+			return broken
+		}
+		return nil
+	}})
+	now := t0.UnixMilli()
+	ops := []*ratelimit.Op{
+		takeOp("l", "a", 4, now),
+		takeOp("l", "bad", 3, now),
+		takeOp("l", "a", 4, now), // sees the first op's write
+		{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{ // two items, the second failing
+			{Name: "l", Key: "b", Count: 1, Shards: []ratelimit.Shard{{Params: tb}}},
+			{Name: "m", Key: "bad", Count: 1, Shards: []ratelimit.Shard{{Params: tb}}},
+		}},
+		takeOp("l", "a", 4, now), // refused: 2 left
+	}
+	outs := make([][]ratelimit.Decision, len(ops))
+	for i, op := range ops {
+		outs[i] = make([]ratelimit.Decision, len(op.Items))
+	}
+	err := s.ApplyBatch(ctx, ops, outs)
+	require.ErrorIs(t, err, broken)
+	var failed []int
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var oe *boltstore.OpError
+		require.ErrorAs(t, e, &oe)
+		failed = append(failed, oe.Index)
+	}
+	require.Equal(t, []int{1}, failed, "the op that failed, alone (the fourth's first item is 'b')")
+
+	require.True(t, outs[0][0].OK)
+	require.Equal(t, 6.0, outs[0][0].Remaining)
+	require.True(t, outs[2][0].OK)
+	require.Equal(t, 2.0, outs[2][0].Remaining)
+	require.True(t, outs[3][0].OK)
+	require.False(t, outs[4][0].OK)
+	require.Equal(t, 2.0, stored(t, s, "l", "a").State.Value)
+	require.False(t, stored(t, s, "l", "bad").Found, "the failed op's write is rolled back")
+	require.Equal(t, 9.0, stored(t, s, "l", "b").State.Value)
+}
+
+// Through Apply, an op that fails on its own fails its call only.
+func TestApplyOpFailure(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	broken := errors.New("broken")
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *ratelimit.Op) error {
+		if op.Items[0].Key == "bad" {
+			return broken
+		}
+		return nil
+	}})
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}},
+		ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "bad")
+	require.ErrorIs(t, err, broken)
+	res, err := lim.Limit(ctx, "l", "good")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.False(t, stored(t, s, "l", "bad").Found)
+}
+
+func TestApplyBatchArguments(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	err := s.ApplyBatch(ctx, []*ratelimit.Op{takeOp("l", "a", 1, t0.UnixMilli())}, nil)
+	require.ErrorContains(t, err, "1 ops and 0 outs")
+	require.NoError(t, s.ApplyBatch(ctx, nil, nil))
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	err = s.ApplyBatch(canceled, []*ratelimit.Op{takeOp("l", "a", 1, t0.UnixMilli())}, make([][]ratelimit.Decision, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, s.Close())
+	err = s.ApplyBatch(ctx, nil, nil)
+	require.ErrorIs(t, err, ratelimit.ErrClosed)
+}
+
+// doneCtx is a context that says when its Done is first asked for: the
+// store's caller has checked its context and waits on it.
+type doneCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *doneCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// A call queued for the next transaction leaves when its context ends,
+// and its op is never decided.
+func TestQueuedCallLeaves(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	now := t0.UnixMilli()
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	boltstore.SetHooks(s, boltstore.Hooks{InWrite: func(*bolt.Tx) {
+		once.Do(func() { close(inFirst); <-release })
+	}})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Apply(ctx, takeOp("l", "first", 1, now), make([]ratelimit.Decision, 1))
+	}()
+	<-inFirst // the first call's transaction is under way, and holds on
+
+	cctx, cancel := context.WithCancel(ctx)
+	qctx := &doneCtx{Context: cctx, waiting: make(chan struct{})}
+	queued := make(chan error, 1)
+	go func() {
+		queued <- s.Apply(qctx, takeOp("l", "queued", 1, now), make([]ratelimit.Decision, 1))
+	}()
+	<-qctx.waiting // queued behind the first
+	cancel()
+	require.ErrorIs(t, <-queued, context.Canceled, "the queued call left while the transaction was under way")
+
+	close(release)
+	require.NoError(t, <-first)
+	// Another call, which would have shared a transaction with the queued
+	// one had it stayed.
+	require.NoError(t, s.Apply(ctx, takeOp("l", "after", 1, now), make([]ratelimit.Decision, 1)))
+	require.True(t, stored(t, s, "l", "first").Found)
+	require.True(t, stored(t, s, "l", "after").Found)
+	require.False(t, stored(t, s, "l", "queued").Found, "the call that left was not decided")
+}
+
+// A lone call whose context ends before its transaction commits rolls it
+// back: nothing is charged.
+func TestLoneCallRollsBackWhenContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	boltstore.SetHooks(s, boltstore.Hooks{InWrite: func(*bolt.Tx) { cancel() }})
+	err := s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]ratelimit.Decision, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, stored(t, s, "l", "k").Found)
+}

@@ -1,0 +1,25 @@
+package boltstore
+
+import (
+	"github.com/ratelimit-go/ratelimit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Hooks let the tests watch and steer a store.
+type Hooks struct {
+	WaitWriter func()                       // a writer finds the writer lock held
+	InWrite    func(tx *bolt.Tx)            // in a batch's transaction, before its ops
+	InSweep    func(tx *bolt.Tx)            // in a sweep's transaction, before its deletes
+	FailOp     func(op *ratelimit.Op) error // an op fails on its own, after its writes
+}
+
+// SetHooks sets s's hooks; call it before s is used.
+func SetHooks(s *Store, h Hooks) {
+	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, failOp: h.FailOp}
+}
+
+// SetSweepBatch sets the most keys a transaction of DeleteExpired visits.
+func SetSweepBatch(s *Store, n int) { s.sweepBatch = n }
+
+// RecordKey is the bbolt key of id.
+func RecordKey(id ratelimit.RecordID) []byte { return appendRecordKey(nil, id) }

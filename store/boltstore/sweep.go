@@ -1,0 +1,137 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// defaultSweepBatch is the most keys one transaction of DeleteExpired
+// visits: a call that waits for the writer behind a sweep waits for one
+// such transaction at most.
+const defaultSweepBatch = 1000
+
+// DeleteExpired removes every record whose bucket has been full again for
+// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
+// removed. The grace keeps exact the calls in flight, judged at a now read
+// a moment before. Such records read as a full bucket whether kept or not;
+// removing them keeps the file's size proportional to the keys active
+// recently. Call it periodically (say every few minutes) from one
+// goroutine.
+//
+// It sweeps the bucket in small steps, resuming where the last stopped:
+// each reads a thousand keys in a read transaction, then removes those
+// expired in a write transaction of their own, so that a call waits at
+// most one small transaction for the writer, however large the bucket.
+// When ctx ends, it stops between steps and returns what it removed with
+// ctx's error.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	if err := s.usable(ctx); err != nil {
+		return 0, err
+	}
+	cutoff := now.UnixMilli() - ratelimit.ExpiryGrace
+	var after []byte // the last key visited
+	n := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("boltstore: delete expired: stopped after %d records: %w", n, err)
+		}
+		expired, last, err := s.scan(after, cutoff)
+		if err == nil && len(expired) > 0 {
+			var d int
+			d, err = s.deleteExpired(ctx, expired, cutoff)
+			n += d
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return n, fmt.Errorf("boltstore: delete expired: stopped after %d records: %w", n, err)
+		case errors.Is(err, ratelimit.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen):
+			return n, errClosed
+		default:
+			return n, fmt.Errorf("boltstore: delete expired: %w", err)
+		}
+		if last == nil {
+			return n, nil
+		}
+		after = last
+	}
+}
+
+// expiredAt reports whether a record's value says it may be removed at
+// cutoff (now less ExpiryGrace); one that does not decode may.
+func expiredAt(v []byte, cutoff int64) bool {
+	_, expires, ok := decodeValue(v)
+	return !ok || expires <= cutoff
+}
+
+// scan reads up to sweepBatch keys after after (from the first if nil),
+// and returns copies of those expired at cutoff, and the last key read;
+// nil when it read to the end of the bucket.
+func (s *Store) scan(after []byte, cutoff int64) (expired [][]byte, last []byte, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b, err := s.bucketOf(tx)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		k, v := c.First()
+		if after != nil {
+			k, v = c.Seek(after)
+			if bytes.Equal(k, after) {
+				k, v = c.Next()
+			}
+		}
+		for i := 0; k != nil && i < s.sweepBatch; i++ {
+			// v is nil for a nested bucket, which is none of the store's.
+			if v != nil && expiredAt(v, cutoff) {
+				expired = append(expired, bytes.Clone(k))
+			}
+			last = k
+			k, v = c.Next()
+		}
+		if k == nil {
+			last = nil
+		} else {
+			last = bytes.Clone(last)
+		}
+		return nil
+	})
+	return expired, last, err
+}
+
+// deleteExpired removes, in one write transaction, those of keys still
+// expired at cutoff: a call may have written one since it was read.
+func (s *Store) deleteExpired(ctx context.Context, keys [][]byte, cutoff int64) (int, error) {
+	n := 0
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		n = 0
+		b, err := s.bucketOf(tx)
+		if err != nil {
+			return err
+		}
+		if s.hooks.inSweep != nil {
+			s.hooks.inSweep(tx)
+		}
+		for _, k := range keys {
+			if v := b.Get(k); v == nil || !expiredAt(v, cutoff) {
+				continue
+			}
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
