@@ -651,9 +651,11 @@ const Never int64 = math.MaxInt64
 // increments are below float precision and FullAt gives up (Never).
 const fullAtTries = 3
 
-// addMillis adds a float number of milliseconds to t, saturating.
+// addMillis adds a float number of milliseconds to t, a time within
+// ±MaxTime: Never when the sum would lie beyond Never − MaxTime (some
+// 290 million years ahead), so that no valid time overflows.
 func addMillis(t int64, ms float64) int64 {
-	if ms >= float64(Never-t) {
+	if !(ms < float64(Never-MaxTime)) {
 		return Never
 	}
 	return t + int64(ms)

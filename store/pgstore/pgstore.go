@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,8 @@ const maxIdent = 63
 const (
 	applySuffix = "_apply"
 	oneSuffix   = "_one"
+	splitSuffix = "_split" // helpers of _apply, for two shards
+	waitSuffix  = "_pwait"
 )
 
 // schemaLock is the advisory lock key under which New installs the schema,
@@ -177,6 +180,8 @@ type names struct {
 	table    string // quoted, schema-qualified if given
 	apply    string
 	one      string
+	split    string
+	pwait    string
 	oldIndex string // version 1's index on expires
 	applySig string // the functions' regprocedures, for to_regprocedure
 	oneSig   string
@@ -205,7 +210,8 @@ func tableNames(table string) (names, error) {
 		id[last] = truncate(id[last] + suffix)
 		return id.Sanitize()
 	}
-	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), oldIndex: ident("_expires_idx")}
+	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), split: ident(splitSuffix),
+		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
 	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
 	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 	return n, nil
@@ -242,6 +248,13 @@ func (n names) schema() string {
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
+		"{{split}}", n.split,
+		"{{pwait}}", n.pwait,
+		"{{noise}}", "1e-9",
+		"{{max_retry}}", strconv.FormatInt(ratelimit.MaxRetryAfter, 10),
+		"{{never}}", strconv.FormatInt(ratelimit.Never, 10),
+		"{{never_span}}", strconv.FormatInt(ratelimit.Never-ratelimit.MaxTime, 10),
+		"{{pair_tries}}", "4",
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	).Replace(schemaSQL)
@@ -276,7 +289,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		pool:       pool,
 		serverTime: o.serverTime,
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-		oneSQL:     "SELECT ok, retry, remaining, charged FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
 		// that a delete and a batch cannot wait on each other.
@@ -401,6 +414,7 @@ type request struct {
 
 type item struct {
 	count float64
+	at    int64 // a refund: when the tokens were charged
 	n     int // shards: 1 or 2
 	recs  [2]record
 }
@@ -428,7 +442,7 @@ func (s *Store) newRequest(op *ratelimit.Op) *request {
 	}
 	for i := range op.Items {
 		it := &op.Items[i]
-		r.items[i] = item{count: it.Count, n: len(it.Shards)}
+		r.items[i] = item{count: it.Count, at: it.At, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			r.items[i].recs[j] = record{
 				id:   recordID(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}),
@@ -484,7 +498,7 @@ func (e *encoder) add(r *request) {
 	write := ratelimit.Mode(r.flags&3) != ratelimit.ModeCheck
 	for i := range r.items {
 		it := &r.items[i]
-		e.counts = append(e.counts, it.count)
+		e.counts = append(e.counts, it.count, float64(it.at))
 		var refs [4]int32
 		for j := range it.recs[:it.n] {
 			refs[2*j], refs[2*j+1] = e.record(&it.recs[j], write), e.limit(it.recs[j].params)
@@ -592,15 +606,16 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 		return err
 	}
 	s.fresh.Store(fresh)
-	n := len(e.counts)
-	if len(oks) != n || len(retries) != n || len(nums) != 3*n {
+	n := len(e.counts) / 2
+	if len(oks) != n || len(retries) != n || len(nums) != 5*n {
 		return fmt.Errorf("the function answered %d items for %d: is another version installed?", len(oks), n)
 	}
 	i := 0
 	for _, r := range reqs {
 		for j := range r.out {
-			r.out[j] = ratelimit.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: nums[3*i],
-				Charged: [2]float64{nums[3*i+1], nums[3*i+2]}}
+			num := nums[5*i:]
+			r.out[j] = ratelimit.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: num[0],
+				Charged: [2]float64{num[1], num[2]}, Now: int64(num[3]), TS: int64(num[4])}
 			i++
 		}
 	}
@@ -626,7 +641,7 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 	d := &r.out[0]
 	return s.pool.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
 		int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), lockWait(ctx)).
-		Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0])
+		Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Now, &d.TS)
 }
 
 // lockWait returns how long, in ms, the statement of a call with ctx may

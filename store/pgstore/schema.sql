@@ -27,13 +27,220 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 DROP INDEX IF EXISTS {{old_index}};
 ALTER TABLE {{table}} SET (fillfactor = 70);
 
+-- {{split}} is state.go's split: the values two refreshed shards (a, b)
+-- would hold after a call of cnt, the tokens charged to each, and whether
+-- the call is OK. Each shard's limit is kind, rate, period, capacity, max
+-- reserved.
+CREATE OR REPLACE FUNCTION {{split}}(
+	ka bigint, rta float8, pa bigint, ca float8, ma float8,
+	kb bigint, rtb float8, pb bigint, cb float8, mb float8,
+	sva float8, sta bigint, svb float8, stb bigint, now bigint, cnt float8, reserve boolean,
+	OUT na float8, OUT nb float8, OUT c0 float8, OUT c1 float8, OUT ok boolean
+) LANGUAGE plpgsql IMMUTABLE
+AS {{q}}
+DECLARE
+	noise CONSTANT float8 := {{noise}};
+	va float8; vb float8; x float8; wa float8; wb float8;
+BEGIN
+	va := sva - cnt;
+	IF va < 0 AND va > -noise THEN va := 0; END IF;
+	vb := svb - cnt;
+	IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
+	IF va >= 0 OR vb >= 0 THEN
+		IF va >= vb THEN
+			na := va; nb := svb; c0 := cnt; c1 := 0;
+		ELSE
+			na := sva; nb := vb; c0 := 0; c1 := cnt;
+		END IF;
+		ok := true;
+		RETURN;
+	END IF;
+	-- Neither alone: both down to one level x, or the other alone.
+	na := sva; nb := svb;
+	x := (sva + svb - cnt) / 2;
+	IF x < 0 AND x > -noise THEN x := 0; END IF;
+	IF x <= sva AND x <= svb THEN
+		na := x; nb := x;
+	ELSIF sva >= svb THEN
+		na := va;
+	ELSE
+		nb := vb;
+	END IF;
+	IF na >= 0 AND nb >= 0 THEN
+		c0 := sva - na; c1 := svb - nb; ok := true;
+		RETURN;
+	END IF;
+	c0 := 0; c1 := 0; ok := false;
+	IF NOT reserve THEN
+		RETURN;
+	END IF;
+	-- A reservation's debt on one shard, the one whose debt is granted first.
+	IF ma = 0 OR -va <= ma THEN
+		IF NOT (mb = 0 OR -vb <= mb) THEN
+			na := va; nb := svb; c0 := cnt; ok := true;
+			RETURN;
+		END IF;
+		IF ka = 1 THEN wa := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+		ELSE wa := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
+		IF kb = 1 THEN wb := pb::float8 * ceil(-vb / rtb) + (stb - now)::float8;
+		ELSE wb := (greatest(now, stb) - now)::float8 + -vb * pb::float8 / rtb; END IF;
+		IF wa <= wb THEN
+			na := va; nb := svb; c0 := cnt; ok := true;
+			RETURN;
+		END IF;
+	END IF;
+	IF mb = 0 OR -vb <= mb THEN
+		na := sva; nb := vb; c1 := cnt; ok := true;
+		RETURN;
+	END IF;
+	-- Only a count no shard could owe alone is spread as debt over both.
+	IF (cnt > ca + ma OR cnt > cb + mb) AND (ma = 0 OR -na <= ma) AND (mb = 0 OR -nb <= mb) THEN
+		c0 := sva - na; c1 := svb - nb; ok := true;
+	END IF;
+END
+{{q}};
+
+-- {{pwait}} is state.go's pairWait (with sumWait): the least wait, in ms,
+-- after which a call refused on two shards would succeed on them. The
+-- shards come as their limit, phase and record as stored (found, value,
+-- ts), then refreshed to now (value, ts).
+CREATE OR REPLACE FUNCTION {{pwait}}(
+	ka bigint, rta float8, pa bigint, ca float8, ma float8, pha bigint, fa boolean, va0 float8, ta0 bigint,
+	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
+	sva float8, sta bigint, svb float8, stb bigint, now bigint, cnt float8, reserve boolean
+) RETURNS float8 LANGUAGE plpgsql IMMUTABLE
+AS {{q}}
+DECLARE
+	noise    CONSTANT float8 := {{noise}};
+	maxretry CONSTANT float8 := {{max_retry}};
+	tries    CONSTANT integer := {{pair_tries}};
+	best float8 := maxretry;
+	est float8; need float8; t bigint; e integer; i integer; ok boolean;
+	s integer; kk bigint[]; rt float8[]; pp bigint[]; cc float8[]; ph bigint[];
+	fnd boolean[]; v0 float8[]; t0 bigint[]; lv float8[]; lt bigint[];
+	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
+	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
+BEGIN
+	kk := ARRAY[ka, kb]; rt := ARRAY[rta, rtb]; pp := ARRAY[pa, pb]; cc := ARRAY[ca, cb]; ph := ARRAY[pha, phb];
+	fnd := ARRAY[fa, fb]; v0 := ARRAY[va0, vb0]; t0 := ARRAY[ta0, tb0];
+	lv := ARRAY[0, 0]::float8[]; lt := ARRAY[0, 0]::bigint[];
+	FOR e IN 1 .. 3 LOOP
+		-- The estimates: shard a alone, shard b alone, both together.
+		est := NULL;
+		IF e < 3 THEN
+			need := cnt;
+			IF reserve THEN need := need - CASE e WHEN 1 THEN ma ELSE mb END; END IF;
+			IF need <= cc[e] THEN
+				x := CASE e WHEN 1 THEN sva ELSE svb END;
+				y := CASE e WHEN 1 THEN sta ELSE stb END;
+				IF kk[e] = 1 THEN est := pp[e]::float8 * ceil((need - x) / rt[e]) + (y::bigint - now)::float8;
+				ELSE est := (greatest(now, y::bigint) - now)::float8 + (need - x) * pp[e]::float8 / rt[e]; END IF;
+			END IF;
+		ELSE
+			need := cnt;
+			IF reserve AND (cnt > ca + ma OR cnt > cb + mb) THEN need := need - 2 * least(ma, mb); END IF;
+			IF need <= ca + cb THEN
+				short := need - sva - svb;
+				IF short <= 0 THEN
+					est := 0;
+				ELSIF ka = 1 THEN
+					r := greatest(rta, rtb);
+					f1 := sta + pa; f2 := stb + pb;
+					first := f1; second := f2;
+					IF f2 < f1 THEN first := f2; second := f1; END IF;
+					j := greatest(ceil(short / r - noise), 1);
+					at := second::float8 + pa::float8 * (j / 2 - 1);
+					IF j - 2 * floor(j / 2) = 1 THEN at := first::float8 + pa::float8 * ((j - 1) / 2); END IF;
+					x := ceil(j / 2); y := floor(j / 2);
+					IF f2 < f1 THEN x := floor(j / 2); y := ceil(j / 2); END IF;
+					IF sva + rta * x > ca THEN
+						x := ceil((need - ca - svb) / rtb - noise);
+						IF x >= 1 THEN at := greatest(at, f2::float8 + pb::float8 * (x - 1)); END IF;
+					ELSIF svb + rtb * y > cb THEN
+						x := ceil((need - cb - sva) / rta - noise);
+						IF x >= 1 THEN at := greatest(at, f1::float8 + pa::float8 * (x - 1)); END IF;
+					END IF;
+					est := at - now::float8;
+				ELSE
+					at := (greatest(sta, stb) - now)::float8 + short * pa::float8 / (rta + rtb);
+					fulla := (sta - now)::float8 + (ca - sva) * pa::float8 / rta;
+					fullb := (stb - now)::float8 + (cb - svb) * pb::float8 / rtb;
+					IF fulla < at THEN
+						at := greatest(at, (stb - now)::float8 + (need - ca - svb) * pb::float8 / rtb);
+					ELSIF fullb < at THEN
+						at := greatest(at, (sta - now)::float8 + (need - cb - sva) * pa::float8 / rta);
+					END IF;
+					est := greatest(floor(at), 0);
+				END IF;
+			END IF;
+		END IF;
+		CONTINUE WHEN est IS NULL OR NOT (est < best);
+		-- Try the candidate times from the estimate on.
+		t := now + ceil(est)::bigint;
+		settled := false;
+		FOR i IN 1 .. tries LOOP
+			IF NOT ((t - now)::float8 < best) THEN
+				settled := true;
+				EXIT;
+			END IF;
+			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
+				IF NOT fnd[s] THEN
+					lv[s] := cc[s];
+					IF kk[s] = 1 THEN
+						off := (t - ph[s]) % pp[s];
+						IF off < 0 THEN off := off + pp[s]; END IF;
+						lt[s] := t - off;
+					ELSE
+						lt[s] := t;
+					END IF;
+				ELSIF kk[s] = 1 THEN
+					lv[s] := v0[s]; lt[s] := t0[s];
+					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
+					IF k > 0 THEN
+						lv[s] := lv[s] + rt[s] * k::float8;
+						lt[s] := t0[s] + k * pp[s];
+					END IF;
+					lv[s] := least(lv[s], cc[s]);
+				ELSE
+					lt[s] := greatest(t, t0[s]);
+					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
+				END IF;
+			END LOOP;
+			SELECT z.ok INTO ok FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
+				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			IF ok THEN
+				best := (t - now)::float8;
+				settled := true;
+				EXIT;
+			END IF;
+			-- The next time a shard gains tokens.
+			IF ka = 1 THEN
+				off := (t - pha) % pa;
+				IF off < 0 THEN off := off + pa; END IF;
+				k := t - off + pa;
+				off := (t - phb) % pb;
+				IF off < 0 THEN off := off + pb; END IF;
+				t := least(k, t - off + pb);
+			ELSE
+				t := t + 1;
+			END IF;
+		END LOOP;
+		IF NOT settled THEN
+			best := least(best, ceil(est));
+		END IF;
+	END LOOP;
+	RETURN best;
+END
+{{q}};
+
 -- {{apply}} decides a batch of ops, one after another, in arrival order,
 -- exactly as that many calls deciding one op each would.
 --
 -- Ops, items, records and limits arrive as flat arrays:
 --   p_ops     3 per op: flags (mode: 0 limit, 1 check, 2 refund; +4 reserve;
 --             +8 the server's clock), the time in Unix ms, its item count
---   p_counts  1 per item: the tokens asked
+--   p_counts  2 per item: the tokens asked, and for a refund the time (Unix
+--             ms) they were charged
 --   p_refs    4 per item: record and limit of its first shard, record and
 --             limit of its second (0, 0: none); 1-based
 --   p_id, p_name, p_key, p_shard
@@ -48,8 +255,9 @@ ALTER TABLE {{table}} SET (fillfactor = 70);
 --   p_fresh   whether records are likely missing (the last batch found
 --             some): then lock them with the insert at once
 -- It returns, per item of every op in order: ok, retry (ms), and in num
--- 3 per item: remaining, charged to the first shard, to the second; and
--- in fresh whether a record was missing.
+-- 5 per item: remaining, charged to the first shard, to the second, the
+-- time the op was judged at, the first record's time after the op
+-- (ratelimit.Decision); and in fresh whether a record was missing.
 --
 -- Locks: the records an op may write are locked first, all at once, in
 -- ascending id order, so that every batch (and every process) takes its
@@ -77,10 +285,10 @@ SET enable_bitmapscan = off
 AS {{q}}
 DECLARE
 	noise    CONSTANT float8 := 1e-9;
-	maxretry CONSTANT float8 := 9223372036854;                -- ratelimit.MaxRetryAfter
-	never    CONSTANT bigint := 9223372036854775807;          -- ratelimit.Never
+	maxretry CONSTANT float8 := {{max_retry}};  -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := {{never}};      -- ratelimit.Never
 	nops     integer := cardinality(p_ops) / 3;
-	nitems   integer := cardinality(p_counts);
+	nitems   integer := cardinality(p_counts) / 2;
 	nrec     integer := cardinality(p_id);
 	-- Per record, the state as the batch has left it: found, value, ts;
 	-- whether to write it, with which limit's params, and its expires.
@@ -101,7 +309,7 @@ DECLARE
 	kb bigint; pb bigint; phb bigint; rtb float8; cb float8; mb float8;
 	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
 	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
-	da float8; db float8; w float8; wv float8;
+	da float8; db float8; w float8; wv float8; back float8;
 	short float8; kk float8; dt float8; fullat bigint;
 BEGIN
 	IF p_wait > 0 THEN
@@ -110,7 +318,7 @@ BEGIN
 	fresh := false;
 	ok := array_fill(false, ARRAY[nitems]);
 	retry := array_fill(0::bigint, ARRAY[nitems]);
-	num := array_fill(0::float8, ARRAY[3 * nitems]);
+	num := array_fill(0::float8, ARRAY[5 * nitems]);
 	dirty := array_fill(false, ARRAY[nrec]);
 	wpar := array_fill(0, ARRAY[nrec]);
 	IF nops > 0 AND p_ops[1] & 8 <> 0 THEN -- the store's own clock: one now for the batch
@@ -180,7 +388,7 @@ BEGIN
 			-- decided and kept here with as few steps as can be.
 			it := it + 1;
 			r := p_refs[4 * it - 3]; q := p_refs[4 * it - 2];
-			cnt := p_counts[it];
+			cnt := p_counts[2 * it - 1];
 			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
 			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
 			IF NOT sf[r] THEN
@@ -196,18 +404,25 @@ BEGIN
 				sva := sv[r]; sta := sts[r];
 				k := (greatest(now, sta) - sta) / pa;
 				IF k > 0 THEN
-					sva := least(sva + rta * k::float8, ca);
+					sva := sva + rta * k::float8;
 					sta := sta + k * pa;
 				END IF;
+				sva := least(sva, ca);
 			ELSE
 				sta := greatest(now, sts[r]);
 				sva := least(sv[r] + (sta - sts[r])::float8 * rta / pa::float8, ca);
 			END IF;
 			va := sva - cnt;
 			IF va < 0 AND va > -noise THEN va := 0; END IF;
+			num[5 * it - 1] := now; num[5 * it] := sta;
 			IF va >= 0 THEN
 				ok[it] := true;
-				num[3 * it - 2] := va; num[3 * it - 1] := cnt;
+				num[5 * it - 4] := va; num[5 * it - 3] := cnt;
+				IF flags & 4 <> 0 THEN -- a reservation waits for its record's time
+					rt := ceil((sta - now)::float8);
+					IF NOT (rt > 0) THEN rt := 0; END IF;
+					retry[it] := rt::bigint;
+				END IF;
 			ELSE
 				reserve := flags & 4 <> 0;
 				ma := p_pflt[3 * q];
@@ -215,13 +430,13 @@ BEGIN
 					ok[it] := true;
 					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
-					num[3 * it - 2] := va; num[3 * it - 1] := cnt;
+					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
 				ELSE
 					da := -va;
 					IF reserve THEN da := da - ma; END IF;
 					IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
-					num[3 * it - 2] := sva;
+					num[5 * it - 4] := sva;
 				END IF;
 				rt := ceil(rt);
 				IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
@@ -243,7 +458,7 @@ BEGIN
 		reserve := flags & 4 <> 0;
 		all_ok := true;
 		FOR i IN it + 1 .. it + n LOOP
-			cnt := p_counts[i];
+			cnt := p_counts[2 * i - 1];
 			ra := p_refs[4 * i - 3]; qa := p_refs[4 * i - 2];
 			rb := p_refs[4 * i - 1]; qb := p_refs[4 * i];
 			ka := p_pint[3 * qa - 2]; pa := p_pint[3 * qa - 1]; pha := p_pint[3 * qa];
@@ -264,9 +479,10 @@ BEGIN
 				sva := sv[ra]; sta := sts[ra];
 				k := (greatest(now, sta) - sta) / pa;
 				IF k > 0 THEN
-					sva := least(sva + rta * k::float8, ca);
+					sva := sva + rta * k::float8;
 					sta := sta + k * pa;
 				END IF;
+				sva := least(sva, ca);
 			ELSE
 				sta := greatest(now, sts[ra]);
 				sva := least(sv[ra] + (sta - sts[ra])::float8 * rta / pa::float8, ca);
@@ -274,19 +490,31 @@ BEGIN
 			ok_ := false; rt := 0; rem := 0; c0 := 0; c1 := 0;
 			wa[i] := false; wb[i] := false;
 			IF mode = 2 THEN
-				-- Refund: hand tokens back, capped at capacity.
+				-- Refund: the count less what the record was granted since
+				-- it was charged, capped at capacity.
 				ok_ := true;
+				rem := sva;
 				IF fa THEN
-					nva[i] := least(sva + cnt, ca); nta[i] := sta; wa[i] := true;
-					rem := nva[i];
-				ELSE
-					rem := ca;
+					IF sta <= p_counts[2 * i]::bigint THEN
+						back := cnt;
+					ELSIF ka = 1 THEN
+						back := cnt - rta * ((sta - p_counts[2 * i]::bigint + pa - 1) / pa)::float8;
+					ELSE
+						back := cnt - (sta - p_counts[2 * i]::bigint)::float8 * rta / pa::float8;
+					END IF;
+					IF back < 0 AND back > -noise THEN back := 0; END IF;
+					IF back > 0 AND least(sva + back, ca) > sva THEN
+						nva[i] := least(sva + back, ca); nta[i] := sta; wa[i] := true;
+						c0 := sva - nva[i];
+						rem := nva[i];
+					END IF;
 				END IF;
 			ELSIF rb = 0 THEN
 				va := sva - cnt;
 				IF va < 0 AND va > -noise THEN va := 0; END IF;
 				IF va >= 0 THEN
 					ok_ := true;
+					IF reserve THEN rt := (sta - now)::float8; END IF;
 				ELSIF reserve AND (ma = 0 OR -va <= ma) THEN
 					ok_ := true;
 					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
@@ -319,66 +547,47 @@ BEGIN
 					svb := sv[rb]; stb := sts[rb];
 					k := (greatest(now, stb) - stb) / pb;
 					IF k > 0 THEN
-						svb := least(svb + rtb * k::float8, cb);
+						svb := svb + rtb * k::float8;
 						stb := stb + k * pb;
 					END IF;
+					svb := least(svb, cb);
 				ELSE
 					stb := greatest(now, sts[rb]);
 					svb := least(sv[rb] + (stb - sts[rb])::float8 * rtb / pb::float8, cb);
 				END IF;
 				nva[i] := sva; nta[i] := sta; nvb[i] := svb; ntb[i] := stb;
-				va := sva - cnt;
-				IF va < 0 AND va > -noise THEN va := 0; END IF;
-				vb := svb - cnt;
-				IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
-				IF va >= 0 OR vb >= 0 THEN
-					ok_ := true;
-					IF va >= vb THEN
-						nva[i] := va; wa[i] := cnt > 0; c0 := cnt;
-						rem := va + svb;
-					ELSE
-						nvb[i] := vb; wb[i] := cnt > 0; c1 := cnt;
-						rem := sva + vb;
-					END IF;
+				SELECT z.na, z.nb, z.c0, z.c1, z.ok INTO na, nb, c0, c1, ok_
+					FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb, sva, sta, svb, stb, now, cnt, reserve) z;
+				IF NOT ok_ THEN
+					rt := {{pwait}}(ka, rta, pa, ca, ma, pha, sf[ra], sv[ra], sts[ra],
+						kb, rtb, pb, cb, mb, phb, sf[rb], sv[rb], sts[rb], sva, sta, svb, stb, now, cnt, reserve);
+					rem := sva + svb;
 				ELSE
-					na := sva; nb := svb;
-					x := (sva + svb - cnt) / 2;
-					IF x < 0 AND x > -noise THEN x := 0; END IF;
-					IF x <= sva AND x <= svb THEN
-						na := x; nb := x;
-					ELSIF sva >= svb THEN
-						na := va;
-					ELSE
-						nb := vb;
-					END IF;
-					ok_ := na >= 0 AND nb >= 0;
-					IF NOT ok_ AND reserve THEN
-						ok_ := (ma = 0 OR -na <= ma) AND (mb = 0 OR -nb <= mb);
-					END IF;
-					IF NOT ok_ THEN
-						da := cnt - sva; db := cnt - svb;
-						IF reserve THEN da := da - ma; db := db - mb; END IF;
-						IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
-						ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
-						IF kb = 1 THEN wv := pb::float8 * ceil(db / rtb) + (stb - now)::float8;
-						ELSE wv := (greatest(now, stb) - now)::float8 + db * pb::float8 / rtb; END IF;
-						rt := greatest(rt, wv);
-						rem := sva + svb;
-					ELSE
-						c0 := sva - na; c1 := svb - nb;
+					-- A reservation runs once the tokens it took from each
+					-- shard were granted: debts, or a lagging caller's wait
+					-- for the record's time.
+					rt := 0;
+					IF c0 > 0 THEN
 						IF na < 0 THEN
-							IF ka = 1 THEN rt := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
-							ELSE rt := (greatest(now, sta) - now)::float8 + -na * pa::float8 / rta; END IF;
+							IF ka = 1 THEN wv := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
+							ELSE wv := (greatest(now, sta) - now)::float8 + -na * pa::float8 / rta; END IF;
+							rt := greatest(rt, wv);
+						ELSIF reserve THEN
+							rt := greatest(rt, (sta - now)::float8);
 						END IF;
+					END IF;
+					IF c1 > 0 THEN
 						IF nb < 0 THEN
 							IF kb = 1 THEN wv := pb::float8 * ceil(-nb / rtb) + (stb - now)::float8;
 							ELSE wv := (greatest(now, stb) - now)::float8 + -nb * pb::float8 / rtb; END IF;
 							rt := greatest(rt, wv);
+						ELSIF reserve THEN
+							rt := greatest(rt, (stb - now)::float8);
 						END IF;
-						rem := na + nb;
-						nva[i] := na; wa[i] := c0 > 0;
-						nvb[i] := nb; wb[i] := c1 > 0;
 					END IF;
+					rem := na + nb;
+					nva[i] := na; wa[i] := c0 > 0;
+					nvb[i] := nb; wb[i] := c1 > 0;
 				END IF;
 			END IF;
 			-- Retry-after: rounded up to whole ms, within [0, MaxRetryAfter].
@@ -387,7 +596,8 @@ BEGIN
 			ELSIF rt >= maxretry THEN rt := maxretry; END IF;
 			ok[i] := ok_;
 			retry[i] := rt::bigint;
-			num[3 * i - 2] := rem; num[3 * i - 1] := c0; num[3 * i] := c1;
+			num[5 * i - 4] := rem; num[5 * i - 3] := c0; num[5 * i - 2] := c1;
+			num[5 * i - 1] := now; num[5 * i] := sta;
 			all_ok := all_ok AND ok_;
 		END LOOP;
 		-- Keep the marked states: every one of a refund, or of a limit
@@ -427,7 +637,7 @@ BEGIN
 					kk := ceil(short / rta);
 					FOR j IN 1 .. 3 LOOP
 						IF sv[r] + rta * kk >= ca THEN
-							IF pa::float8 * kk < (never - sts[r])::float8 THEN
+							IF pa::float8 * kk < {{never_span}}::float8 THEN
 								fullat := sts[r] + (pa::float8 * kk)::bigint;
 							END IF;
 							EXIT;
@@ -438,7 +648,7 @@ BEGIN
 					dt := ceil(short * pa::float8 / rta);
 					FOR j IN 1 .. 3 LOOP
 						IF sv[r] + dt * rta / pa::float8 >= ca THEN
-							IF dt < (never - sts[r])::float8 THEN
+							IF dt < {{never_span}}::float8 THEN
 								fullat := sts[r] + dt::bigint;
 							END IF;
 							EXIT;
@@ -471,19 +681,22 @@ END
 -- it (inserting a placeholder if missing), reads it again and decides
 -- again. It waits for at most one row and holds no other, so it cannot
 -- take part in a deadlock.
+-- Version 2 of this release's development returned fewer columns: a
+-- function's result cannot change in place.
+DROP FUNCTION IF EXISTS {{one}}(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer);
 CREATE OR REPLACE FUNCTION {{one}}(
 	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
 	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
 	p_now bigint, p_count float8, p_flags integer, p_wait integer,
-	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8
+	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint
 ) LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS {{q}}
 DECLARE
 	noise    CONSTANT float8 := 1e-9;
-	maxretry CONSTANT float8 := 9223372036854;                -- ratelimit.MaxRetryAfter
-	never    CONSTANT bigint := 9223372036854775807;          -- ratelimit.Never
+	maxretry CONSTANT float8 := {{max_retry}};  -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := {{never}};      -- ratelimit.Never
 	now      bigint := p_now;
 	reserve  boolean := p_flags & 4 <> 0;
 	ov float8; ots bigint; tid tid; present boolean;
@@ -514,9 +727,10 @@ BEGIN
 			sv := ov; sts := ots;
 			k := (greatest(now, sts) - sts) / p_period;
 			IF k > 0 THEN
-				sv := least(sv + p_rate * k::float8, p_cap);
+				sv := sv + p_rate * k::float8;
 				sts := sts + k * p_period;
 			END IF;
+			sv := least(sv, p_cap);
 		ELSE
 			sts := greatest(now, ots);
 			sv := least(ov + (sts - ots)::float8 * p_rate / p_period::float8, p_cap);
@@ -524,8 +738,10 @@ BEGIN
 		va := sv - p_count;
 		IF va < 0 AND va > -noise THEN va := 0; END IF;
 		rt := 0;
+		at := now; ts := sts;
 		IF va >= 0 THEN
 			ok := true;
+			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
 		ELSIF reserve AND (p_maxr = 0 OR -va <= p_maxr) THEN
 			ok := true;
 			IF p_kind = 1 THEN rt := p_period::float8 * ceil(-va / p_rate) + (sts - now)::float8;
@@ -558,7 +774,7 @@ BEGIN
 				kk := ceil(short / p_rate);
 				FOR j IN 1 .. 3 LOOP
 					IF va + p_rate * kk >= p_cap THEN
-						IF p_period::float8 * kk < (never - sts)::float8 THEN
+						IF p_period::float8 * kk < {{never_span}}::float8 THEN
 							fullat := sts + (p_period::float8 * kk)::bigint;
 						END IF;
 						EXIT;
@@ -569,7 +785,7 @@ BEGIN
 				dt := ceil(short * p_period::float8 / p_rate);
 				FOR j IN 1 .. 3 LOOP
 					IF va + dt * p_rate / p_period::float8 >= p_cap THEN
-						IF dt < (never - sts)::float8 THEN
+						IF dt < {{never_span}}::float8 THEN
 							fullat := sts + dt::bigint;
 						END IF;
 						EXIT;
