@@ -415,7 +415,7 @@ type request struct {
 type item struct {
 	count float64
 	at    int64 // a refund: when the tokens were charged
-	n     int // shards: 1 or 2
+	n     int   // shards: 1 or 2
 	recs  [2]record
 }
 
