@@ -74,8 +74,10 @@ type breaker struct {
 	threshold int
 	cooldown  time.Duration
 
+	// fails is read without mu on every call, so that a healthy store
+	// costs no lock; it is written under mu.
+	fails   atomic.Int64
 	mu      sync.Mutex
-	fails   int
 	until   time.Time // open until then
 	probing bool      // a probe is under way
 
@@ -86,13 +88,13 @@ type breaker struct {
 // the probe that decides whether the breaker closes; when not, until says
 // when a probe will be let through.
 func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
-	if b.threshold <= 0 {
+	if b.threshold <= 0 || b.fails.Load() < int64(b.threshold) {
 		return true, false, time.Time{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.fails < b.threshold:
+	case b.fails.Load() < int64(b.threshold):
 		return true, false, time.Time{}
 	case now.Before(b.until) || b.probing:
 		return false, false, b.until
@@ -107,13 +109,14 @@ func (b *breaker) success(now time.Time) (closed bool) {
 	if ms := now.UnixMilli(); b.lastAnswer.Load() < ms {
 		b.lastAnswer.Store(ms)
 	}
-	if b.threshold <= 0 {
-		return false
+	if b.threshold <= 0 || b.fails.Load() == 0 {
+		return false // no failure counted, so no probe either
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	closed = b.fails >= b.threshold
-	b.fails, b.probing = 0, false
+	closed = b.fails.Load() >= int64(b.threshold)
+	b.fails.Store(0)
+	b.probing = false
 	return closed
 }
 
@@ -125,9 +128,9 @@ func (b *breaker) failure(now time.Time) (opened bool) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fails++
+	fails := b.fails.Add(1)
 	b.probing = false
-	if b.fails >= b.threshold {
+	if fails >= int64(b.threshold) {
 		b.until = now.Add(b.cooldown)
 		return true
 	}
