@@ -19,6 +19,7 @@ type Limiter struct {
 	store    Store
 	limits   map[string]*limit
 	clock    clock.Clock
+	wall     bool // clock is the real one: read time.Now without the interface
 	seed     uint64
 	picker   picker
 	breaker  breaker
@@ -56,22 +57,39 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratelimit: New needs a Store: pass memstore.New() or another store")
 	}
-	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: clock.New(),
+	wall := clock.New()
+	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: wall,
 		breaker: breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
 	for _, o := range opts {
 		o(l)
 	}
+	l.wall = l.clock == wall
+	binder, _ := store.(Binder)
 	if ownClock(store) != nil {
 		l.deny = nil // its clock is the store's, which cannot be read locally
+		binder = nil // a Verdict does not carry the store's time
 	}
 	for name, c := range limits {
 		lim, err := compile(name, c)
 		if err != nil {
 			return nil, err
 		}
+		if binder != nil && lim.shards == 1 {
+			if b := binder.Bind(name, lim.base, lim.phaseFunc(l.seed)); b != nil && b.Store() == store {
+				lim.bound = b
+			}
+		}
 		l.limits[name] = lim
 	}
 	return l, nil
+}
+
+// now reads the Limiter's clock.
+func (l *Limiter) now() time.Time {
+	if l.wall {
+		return time.Now()
+	}
+	return l.clock.Now()
 }
 
 // limit is a validated config, ready for calls.
@@ -84,6 +102,9 @@ type limit struct {
 	hasStart bool
 	maxPlain float64 // largest count a plain call may ask
 	maxDebt  float64 // largest count a reserving call may ask
+	// bound decides the single calls of a declared, unsharded limit when
+	// the store is a Binder; nil otherwise.
+	bound BoundLimit
 }
 
 func compile(name string, c Config) (*limit, error) {
@@ -101,6 +122,19 @@ func compile(name string, c Config) (*limit, error) {
 	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
 	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
 	return lim, nil
+}
+
+// phaseFunc returns the phase of the limit's records (shard 0) by key, as
+// params sets it, for Binder.Bind.
+func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
+	if lim.base.Kind != FixedWindow {
+		return func(string) int64 { return 0 }
+	}
+	if lim.hasStart {
+		phase := floorMod(lim.start, lim.base.Period)
+		return func(string) int64 { return phase }
+	}
+	return func(key string) int64 { return phaseHash(seed, lim.name, key, 0, lim.base.Period) }
 }
 
 // params returns the params of one shard of the limit for key.
@@ -280,6 +314,11 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 
 func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption) (Result, error) {
 	c := newCall(opts)
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+		var res Result
+		err := l.doBound(ctx, mode, lim, key, c, &res, nil)
+		return res, err
+	}
 	names := [1]string{name}
 	res, _, err := l.do(ctx, mode, names[:], key, c)
 	return res, err
@@ -312,16 +351,88 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 // charge records which shards an OK call charged, and how much, so that a
 // reservation can hand the tokens back.
 type charge struct {
-	shards [2]Shard
+	lim    *limit
+	shards [2]int // shard indexes
 	amount [2]float64
 	n      int
-	at     int64 // when the store judged the call (Decision.Now)
+	at     int64     // when the store judged the call (Decision.Now)
+	start  time.Time // when the Limiter read its clock for the call
+}
+
+// doBound decides one call of a declared, unsharded limit through its
+// BoundLimit: what do does for such a call, without an Op. It fills *res,
+// and *ch when ch is not nil (Reserve).
+func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) error {
+	if err := lim.checkCount(c.count, c.reserve); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+	}
+	start := l.now()
+	if ch != nil {
+		ch.start = start
+	}
+	now := start.UnixMilli()
+	if err := checkTime(now); err != nil {
+		return fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+	}
+	if l.deny != nil {
+		p := lim.params(l.seed, key, 0)
+		if d, ok := l.deny.refuse(lim.name, key, p, now, c.count, c.reserve); ok {
+			*res = l.result(lim.name, key, c, d)
+			res.Reset = resetAfter(p, 1, d)
+			res.Local = true
+			l.observe(ctx, mode, *res, start, nil)
+			return nil
+		}
+	}
+	ok, probe, until := l.breaker.allow(start)
+	if !ok {
+		lims := [1]*limit{lim}
+		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Until: until})
+		*res = r
+		return err
+	}
+	v, err := lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
+	if err != nil {
+		if l.breaker.callerGaveUp(ctx, start, l.now()) {
+			l.breaker.abandon(probe)
+			return callerError(ctx, lim.name, err)
+		}
+		l.storeFailed(lim.name, err)
+		lims := [1]*limit{lim}
+		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Err: err})
+		*res = r
+		return err
+	}
+	if l.breaker.success(start) && l.logger != nil {
+		l.logger.Info("ratelimit: store answers again; the breaker is closed")
+	}
+	// Field by field: a composite literal would be built aside and copied.
+	res.OK = v.OK
+	res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+	res.Remaining = v.Remaining
+	res.Reset = resetMillis(&lim.base, 1, v.Remaining, now, v.TS)
+	res.Name, res.Key, res.Count = lim.name, key, c.count
+	res.Degraded, res.Local, res.All = false, false, nil
+	if v.OK {
+		if ch != nil {
+			ch.lim, ch.n, ch.amount[0], ch.at = lim, 1, c.count, now
+		}
+	} else if l.deny != nil {
+		l.deny.learn(ctx, l.store, lim.name, key, lim.params(l.seed, key, 0))
+	}
+	if l.observer != nil {
+		l.observe(ctx, mode, *res, start, nil)
+	}
+	return nil
 }
 
 // do decides one call of one or more limits.
 func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string, c call) (Result, charge, error) {
-	var ch charge
-	start := l.clock.Now()
+	start := l.now()
+	ch := charge{start: start}
 	var one [1]*limit
 	lims := one[:]
 	if len(names) > 1 {
@@ -375,7 +486,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	}
 	b.op = Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	if err := l.store.Apply(ctx, &b.op, out); err != nil {
-		if l.breaker.callerGaveUp(ctx, start, l.clock.Now()) {
+		if l.breaker.callerGaveUp(ctx, start, l.now()) {
 			l.breaker.abandon(probe)
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
@@ -390,7 +501,10 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		res := l.result(names[0], key, c, out[0])
 		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
-			ch.n = copy(ch.shards[:], items[0].Shards)
+			ch.lim, ch.n = lims[0], len(items[0].Shards)
+			for i, sh := range items[0].Shards {
+				ch.shards[i] = sh.Index
+			}
 			ch.amount, ch.at = out[0].Charged, out[0].Now
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
@@ -436,12 +550,17 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 // or of the phase seed); for a token bucket, until the shards the call
 // evaluated are full again.
 func resetAfter(p Params, n int, d Decision) time.Duration {
+	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
+}
+
+// resetMillis is resetAfter of a decision's Remaining, Now and TS.
+func resetMillis(p *Params, n int, remaining float64, now, ts int64) time.Duration {
 	var ms float64
 	if p.Kind == FixedWindow {
-		ms = float64(d.TS + p.Period - d.Now)
+		ms = float64(ts + p.Period - now)
 	} else {
 		capacity := p.Capacity * float64(min(n, 2))
-		ms = math.Max(capacity-d.Remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
 	}
 	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
@@ -479,11 +598,11 @@ func (l *Limiter) degraded(ctx context.Context, mode Mode, lims []*limit, key st
 		r.Name, r.OK = lim.name, lim.cfg.FailOpen
 		l.observe(ctx, mode, r, start, serr)
 	}
-	return res, charge{}, serr
+	return res, charge{start: start}, serr
 }
 
 func (l *Limiter) storeFailed(name string, err error) {
-	opened := l.breaker.failure(l.clock.Now())
+	opened := l.breaker.failure(l.now())
 	if l.logger == nil {
 		return
 	}
@@ -632,7 +751,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	if err := l.store.Load(ctx, ids, recs); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
 	}
-	now := l.clock.Now().UnixMilli()
+	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 	}
