@@ -1,12 +1,20 @@
 // Package memstore is an in-memory ratelimit.Store for a single process.
 //
-// Records live in maps split into stripes, each under its own mutex, so
-// that calls on different keys rarely contend; a call that touches several
-// records locks their stripes in a fixed order. A record reads as missing
-// once its bucket would be full again (ratelimit.FullAt), which is the same
-// full bucket, and every write also probes a couple of records of a stripe
-// and drops those full for longer than ratelimit.ExpiryGrace, so memory
-// follows the keys active recently, not every key ever seen.
+// Records live in hash tables split into stripes, each under its own
+// mutex, so that calls on different keys rarely contend; a call that
+// touches several records locks their stripes in a fixed order. A record
+// is found by one hash of its key (its limit's name is hashed once, when
+// the Limiter binds the limit) and updated in place, under its stripe's
+// lock for the transition alone. The store implements ratelimit.Binder:
+// the Limiter decides a single limit's calls through it without building
+// an Op, and allocates nothing per call.
+//
+// Memory follows the keys active recently, not every key ever seen. A
+// record may be dropped once its bucket has been full again for
+// ratelimit.ExpiryGrace: a stripe about to grow first drops those, every
+// few writes a stripe examines a few more of its records, and a stripe
+// whose table has emptied shrinks it. DeleteExpired drops them all at
+// once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
@@ -16,7 +24,11 @@ package memstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
+	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,23 +39,32 @@ import (
 )
 
 const (
-	stripes = 64 // a power of two
-	// probes is how many records a write examines for expiry.
-	probes = 4
+	stripeBits = 6
+	stripes    = 1 << stripeBits
+	// minSlots is the smallest table a stripe holding records keeps.
+	minSlots = 8
+	// sweepEvery is how many writes of a stripe pass between two sweep
+	// steps, each examining sweepSlots slots of its table.
+	sweepEvery = 16
+	sweepSlots = 16
+	// insertSweep is how many slots of another stripe, taken in turn, a
+	// write that adds a record examines.
+	insertSweep = 8
 )
 
 // Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	seed    maphash.Seed
-	stripes [stripes]stripe
-	sweeps  atomic.Uint32 // which stripe the next write sweeps
+	keySeed  maphash.Seed
+	nameSeed maphash.Seed
+	stripes  [stripes]stripe
 
-	clock  clock.Clock
-	anchor sync.Once
-	// The first call's time and the store's clock then: a write's sweep
-	// judges records at the earlier of its call's time and the time that
-	// has passed since on the store's clock.
+	clock    clock.Clock
+	anchored atomic.Bool
+	anchorMu sync.Mutex
+	// The first call's time and the store's clock then: a sweep judges
+	// records at the earlier of its call's time and the time that has
+	// passed since on the store's clock.
 	anchorNow  int64
 	anchorReal time.Time
 }
@@ -56,29 +77,55 @@ type Option func(*Store)
 // by hand and want records swept pass that clock.
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
-type stripe struct {
-	mu   sync.Mutex
-	recs map[ratelimit.RecordID]entry
-	_    [40]byte // keep stripes on separate cache lines
-}
-
-type entry struct {
-	state   ratelimit.State
-	expires int64 // Unix ms from which the record reads as missing
-}
-
-var _ ratelimit.Store = (*Store)(nil)
+var (
+	_ ratelimit.Store  = (*Store)(nil)
+	_ ratelimit.Binder = (*Store)(nil)
+)
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), clock: clock.New()}
+	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: clock.New()}
 	for _, o := range opts {
 		o(s)
 	}
-	for i := range s.stripes {
-		s.stripes[i].recs = make(map[ratelimit.RecordID]entry)
-	}
 	return s
+}
+
+// errShard is the error of a record whose shard index the store cannot
+// hold; the Limiter never asks for one.
+var errShard = errors.New("memstore: shard index out of range [0, 2^31-1)")
+
+// salt is the part of a record's hash that its limit's name and shard
+// make: hashed once per bound limit, once per record for Apply.
+func (s *Store) salt(name string, shard int) uint64 {
+	h := maphash.String(s.nameSeed, name) ^ uint64(shard)*0x9e3779b97f4a7c15
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	return h ^ h>>29
+}
+
+// hash returns the hash of a record of key whose name and shard make salt.
+// Its top stripeBits choose the stripe, its low 32 bits the home slot.
+func (s *Store) hash(key string, salt uint64) uint64 {
+	return maphash.String(s.keySeed, key) ^ salt
+}
+
+func (s *Store) stripeOf(h uint64) *stripe { return &s.stripes[h>>(64-stripeBits)] }
+
+// anchor records the first call's time and the store's clock then.
+func (s *Store) anchor(now int64) {
+	if !s.anchored.Load() {
+		s.anchorSlow(now)
+	}
+}
+
+func (s *Store) anchorSlow(now int64) {
+	s.anchorMu.Lock()
+	if !s.anchored.Load() {
+		s.anchorNow, s.anchorReal = now, s.clock.Now()
+		s.anchored.Store(true)
+	}
+	s.anchorMu.Unlock()
 }
 
 // sweepTime returns the time at which a sweep during a call at now may
@@ -86,37 +133,287 @@ func New(opts ...Option) *Store {
 // than on the store's since the first call (the calls' clock jumped
 // ahead, and may come back).
 func (s *Store) sweepTime(now int64) int64 {
-	s.anchor.Do(func() { s.anchorNow, s.anchorReal = now, s.clock.Now() })
+	s.anchor(now)
 	return min(now, s.anchorNow+s.clock.Since(s.anchorReal).Milliseconds())
 }
 
-func (s *Store) stripeOf(id ratelimit.RecordID) int {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(id.Name)
-	h.WriteByte(0)
-	h.WriteString(id.Key)
-	return int((h.Sum64() + uint64(id.Shard)) & (stripes - 1))
+// stripe is one hash table: open addressing, linear probing, deletion by
+// backward shift, so that no tombstones accumulate.
+type stripe struct {
+	mu    sync.Mutex
+	slots []slot // a power of two long, or nil when empty
+	n     int    // records held
+	// writes counts writes since the last sweep step; cursor is the slot
+	// the next step starts at.
+	writes uint32
+	cursor uint32
+	// victim is the stripe the next insert examines a few slots of.
+	victim uint32
+	_      [64 - 8 - 24 - 8 - 8 - 4]byte // one stripe per cache line
 }
 
-// lock locks the stripes idx (each record's stripe) in ascending order,
-// once each, and returns the stripes locked, for unlock.
-func (s *Store) lock(idx, order []int) []int {
-	order = append(order, idx...)
-	if len(order) > 1 {
-		slices.Sort(order)
-		order = slices.Compact(order)
-	}
-	for _, i := range order {
-		s.stripes[i].mu.Lock()
-	}
-	return order
+// slot is one record, or empty (shard1 == 0). 64 bytes.
+type slot struct {
+	name    string
+	key     string
+	value   float64
+	ts      int64
+	expires int64  // ratelimit.FullAt of the record, by the params of its last write
+	hash    uint32 // low bits of the record's hash: its home slot
+	shard1  int32  // the shard index plus one; 0 marks an empty slot
 }
 
-func (s *Store) unlock(order []int) {
-	for _, i := range order {
-		s.stripes[i].mu.Unlock()
+// find returns the slot of the record (name, key, shard) of hash h, and
+// whether it holds it; if not, the empty slot where probing stopped
+// (only meaningful when the table is not nil).
+func (st *stripe) find(h uint64, name, key string, shard1 int32) (int, bool) {
+	if st.slots == nil {
+		return 0, false
 	}
+	mask := uint32(len(st.slots) - 1)
+	lo := uint32(h)
+	for i := lo & mask; ; i = (i + 1) & mask {
+		sl := &st.slots[i]
+		if sl.shard1 == 0 {
+			return int(i), false
+		}
+		if sl.hash == lo && sl.shard1 == shard1 && sl.key == key && sl.name == name {
+			return int(i), true
+		}
+	}
+}
+
+// insert writes a new record at the empty slot i returned by find, first
+// making room if the table is full (dropping expired records, then
+// growing), and then finding its slot again. Then, so that records added
+// anywhere drop expired ones everywhere, it examines a few slots of
+// another stripe, in turn, if its lock is free.
+func (st *stripe) insert(s *Store, i int, h uint64, name, key string, shard1 int32, state ratelimit.State, expires, now int64) {
+	if st.slots == nil || 4*(st.n+1) > 3*len(st.slots) {
+		st.makeRoom(s, now)
+		i, _ = st.find(h, name, key, shard1)
+	}
+	st.slots[i] = slot{name: name, key: key, value: state.Value, ts: state.TS, expires: expires, hash: uint32(h), shard1: shard1}
+	st.n++
+
+	st.victim = (st.victim + 1) % stripes
+	switch v := &s.stripes[st.victim]; {
+	case v == st:
+		v.step(s, now, insertSweep)
+	case v.mu.TryLock():
+		v.step(s, now, insertSweep)
+		v.mu.Unlock()
+	}
+}
+
+// step examines the next count slots of the stripe from its cursor on,
+// and shrinks its table if that emptied it.
+func (st *stripe) step(s *Store, now int64, count int) {
+	from := int(st.cursor)
+	st.cursor += uint32(count)
+	if st.sweep(s, now, from, count) > 0 {
+		st.shrink()
+	}
+}
+
+// makeRoom is called when an insert would fill the table past 3/4: it
+// drops the records that may be dropped, and doubles the table unless
+// that left it at most half full. Each call costs O(len(slots)) and comes
+// at least len(slots)/4 inserts after the last, so inserts stay O(1).
+func (st *stripe) makeRoom(s *Store, now int64) {
+	if st.slots == nil {
+		st.slots = make([]slot, minSlots)
+		return
+	}
+	st.sweep(s, now, 0, len(st.slots))
+	if 2*(st.n+1) > len(st.slots) {
+		st.resize(2 * len(st.slots))
+	}
+}
+
+// resize moves the records to a table of size slots (a power of two
+// holding them with room), or drops the table when it is empty.
+func (st *stripe) resize(size int) {
+	old := st.slots
+	st.cursor = 0
+	if st.n == 0 {
+		st.slots = nil
+		return
+	}
+	st.slots = make([]slot, size)
+	mask := uint32(size - 1)
+	for k := range old {
+		sl := &old[k]
+		if sl.shard1 == 0 {
+			continue
+		}
+		i := sl.hash & mask
+		for st.slots[i].shard1 != 0 {
+			i = (i + 1) & mask
+		}
+		st.slots[i] = *sl
+	}
+}
+
+// shrink gives back a table at most 1/8 full: the new one is at most half
+// full, or nil when no record is left.
+func (st *stripe) shrink() {
+	if st.slots == nil || 8*st.n > len(st.slots) {
+		return
+	}
+	size := minSlots
+	if st.n > 0 {
+		size = max(minSlots, 1<<bits.Len(uint(2*st.n-1)))
+	}
+	if size < len(st.slots) || st.n == 0 {
+		st.resize(size)
+	}
+}
+
+// remove empties slot i, shifting back the records after it that probed
+// past it, so that every record stays reachable from its home slot.
+func (st *stripe) remove(i int) {
+	mask := uint32(len(st.slots) - 1)
+	hole := uint32(i)
+	for j := (hole + 1) & mask; st.slots[j].shard1 != 0; j = (j + 1) & mask {
+		home := st.slots[j].hash & mask
+		// The record at j may fill the hole if its home is not in
+		// (hole, j], cyclically.
+		if (j-home)&mask >= (j-hole)&mask {
+			st.slots[hole] = st.slots[j]
+			hole = j
+		}
+	}
+	st.slots[hole] = slot{}
+	st.n--
+}
+
+// sweep examines count slots from slot from on (cyclically) and drops the
+// records that may be dropped at a call at now: full again for
+// ratelimit.ExpiryGrace by the store's sweep time. It returns how many it
+// dropped. The store's clock is read only if some record is a candidate.
+func (st *stripe) sweep(s *Store, now int64, from, count int) int {
+	if st.slots == nil {
+		return 0
+	}
+	mask := len(st.slots) - 1
+	count = min(count, len(st.slots))
+	judged := int64(math.MinInt64)
+	dropped := 0
+	for i, seen := from&mask, 0; seen < count && st.n > 0; {
+		sl := &st.slots[i]
+		if sl.shard1 != 0 && sl.expires <= now-ratelimit.ExpiryGrace {
+			if judged == math.MinInt64 {
+				judged = s.sweepTime(now)
+			}
+			if sl.expires <= judged-ratelimit.ExpiryGrace {
+				st.remove(i) // a later record may have moved into i: examine it
+				dropped++
+				continue
+			}
+		}
+		i = (i + 1) & mask
+		seen++
+	}
+	return dropped
+}
+
+// wrote counts a write of the stripe, and every sweepEvery writes examines
+// the next sweepSlots slots, shrinking the table if that emptied it.
+func (st *stripe) wrote(s *Store, now int64) {
+	st.writes++
+	if st.writes < sweepEvery {
+		return
+	}
+	st.writes = 0
+	st.step(s, now, sweepSlots)
+}
+
+// put writes state as the record (name, key, shard1) of hash h.
+func (st *stripe) put(s *Store, h uint64, name, key string, shard1 int32, state ratelimit.State, expires, now int64) {
+	i, found := st.find(h, name, key, shard1)
+	if found {
+		sl := &st.slots[i]
+		sl.value, sl.ts, sl.expires = state.Value, state.TS, expires
+	} else {
+		st.insert(s, i, h, name, key, shard1, state, expires, now)
+	}
+	st.wrote(s, now)
+}
+
+func (st *stripe) get(h uint64, name, key string, shard1 int32) ratelimit.Record {
+	i, found := st.find(h, name, key, shard1)
+	if !found {
+		return ratelimit.Record{}
+	}
+	sl := &st.slots[i]
+	return ratelimit.Record{State: ratelimit.State{Value: sl.value, TS: sl.ts}, Found: true}
+}
+
+// shard1 returns the slot encoding of a shard index.
+func shard1(shard int) (int32, error) {
+	if shard < 0 || shard >= math.MaxInt32 {
+		return 0, fmt.Errorf("%w: %d", errShard, shard)
+	}
+	return int32(shard + 1), nil
+}
+
+// Bind implements ratelimit.Binder.
+func (s *Store) Bind(name string, p ratelimit.Params, phase func(key string) int64) ratelimit.BoundLimit {
+	p.Phase = 0
+	return &bound{s: s, name: name, p: p, phase: phase, salt: s.salt(name, 0)}
+}
+
+// bound is a limit bound to the store: its name hashed, its params ready.
+type bound struct {
+	s     *Store
+	name  string
+	p     ratelimit.Params // Phase unset: set per key, for a missing record
+	phase func(key string) int64
+	salt  uint64
+}
+
+// Store implements ratelimit.BoundLimit.
+func (b *bound) Store() ratelimit.Store { return b.s }
+
+// Decide implements ratelimit.BoundLimit.
+func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Verdict{}, err
+	}
+	if mode != ratelimit.ModeLimit && mode != ratelimit.ModeCheck {
+		return ratelimit.Verdict{}, fmt.Errorf("memstore: Decide takes ModeLimit or ModeCheck, not mode %d: refunds go through Apply", mode)
+	}
+	s := b.s
+	s.anchor(now)
+	h := s.hash(key, b.salt)
+	st := s.stripeOf(h)
+	st.mu.Lock()
+	i, found := st.find(h, b.name, key, 1)
+	var prev ratelimit.State
+	p := &b.p
+	if found {
+		sl := &st.slots[i]
+		prev = ratelimit.State{Value: sl.value, TS: sl.ts}
+	} else if b.p.Kind == ratelimit.FixedWindow {
+		q := b.p
+		q.Phase = b.phase(key)
+		p = &q
+	}
+	var d ratelimit.Decision
+	next := ratelimit.TransitionInto(&d, p, prev, found, now, count, reserve)
+	if d.OK && count > 0 && mode == ratelimit.ModeLimit {
+		expires := ratelimit.FullAt(b.p, next)
+		if found {
+			sl := &st.slots[i]
+			sl.value, sl.ts, sl.expires = next.Value, next.TS, expires
+		} else {
+			st.insert(s, i, h, b.name, key, 1, next, expires, now)
+		}
+		st.wrote(s, now)
+	}
+	st.mu.Unlock()
+	return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }
 
 // Apply implements ratelimit.Store.
@@ -125,95 +422,81 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		return err
 	}
 	var (
-		idBuf   [4]ratelimit.RecordID
-		idxBuf  [4]int
-		ordBuf  [4]int
-		prevBuf [4]ratelimit.Record
-		nextBuf [4]ratelimit.Update
-		parBuf  [4]ratelimit.Params
+		idBuf    [4]ratelimit.RecordID
+		hashBuf  [4]uint64
+		shardBuf [4]int32
+		ordBuf   [4]int
+		prevBuf  [4]ratelimit.Record
+		nextBuf  [4]ratelimit.Update
+		parBuf   [4]*ratelimit.Params
 	)
 	ids := op.AppendRecordIDs(idBuf[:0])
 	params := parBuf[:0]
 	for i := range op.Items {
-		for _, sh := range op.Items[i].Shards {
-			params = append(params, sh.Params)
+		for j := range op.Items[i].Shards {
+			params = append(params, &op.Items[i].Shards[j].Params)
 		}
+	}
+	hashes, shards, order := hashBuf[:0], shardBuf[:0], ordBuf[:0]
+	var lastKey string
+	var keyHash uint64
+	for i, id := range ids {
+		sh, err := shard1(id.Shard)
+		if err != nil {
+			return err
+		}
+		if i == 0 || id.Key != lastKey {
+			lastKey, keyHash = id.Key, maphash.String(s.keySeed, id.Key)
+		}
+		h := keyHash ^ s.salt(id.Name, id.Shard)
+		hashes, shards = append(hashes, h), append(shards, sh)
+		order = append(order, int(h>>(64-stripeBits)))
 	}
 	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
 	next := append(nextBuf[:0], make([]ratelimit.Update, len(ids))...)
-	idx := idxBuf[:0]
-	for _, id := range ids {
-		idx = append(idx, s.stripeOf(id))
+	if len(order) > 1 {
+		slices.Sort(order)
+		order = slices.Compact(order)
 	}
-	order := s.lock(idx, ordBuf[:0])
-	defer s.unlock(order)
+	for _, i := range order {
+		s.stripes[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			s.stripes[i].mu.Unlock()
+		}
+	}()
+	s.anchor(op.Now)
 	for i, id := range ids {
-		prev[i] = s.stripes[idx[i]].get(id, op.Now)
+		prev[i] = s.stripeOf(hashes[i]).get(hashes[i], id.Name, id.Key, shards[i])
 	}
 	ratelimit.Evaluate(op, prev, out, next)
-	wrote := false
 	for i, u := range next {
 		if u.Write {
-			s.stripes[idx[i]].recs[ids[i]] = entry{state: u.State, expires: ratelimit.FullAt(params[i], u.State)}
-			wrote = true
+			s.stripeOf(hashes[i]).put(s, hashes[i], ids[i].Name, ids[i].Key, shards[i], u.State,
+				ratelimit.FullAt(*params[i], u.State), op.Now)
 		}
-	}
-	if wrote {
-		s.sweep(s.sweepTime(op.Now), idx)
 	}
 	return nil
 }
 
-// sweep examines a few records of the next stripe in turn (map iteration
-// starts at random) and drops those that have expired. locked holds the
-// stripes the caller has locked; another stripe is swept only if its lock
-// is free, so that a write never waits for a sweep.
-func (s *Store) sweep(now int64, locked []int) {
-	i := int(s.sweeps.Add(1) & (stripes - 1))
-	st := &s.stripes[i]
-	if slices.Contains(locked, i) {
-		st.sweep(now)
-		return
-	}
-	if st.mu.TryLock() {
-		st.sweep(now)
-		st.mu.Unlock()
-	}
-}
-
-func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
-	e, ok := st.recs[id]
-	if !ok || e.expires <= now {
-		return ratelimit.Record{}
-	}
-	return ratelimit.Record{State: e.state, Found: true}
-}
-
-func (st *stripe) sweep(now int64) {
-	n := 0
-	for id, e := range st.recs {
-		if deletable(e, now) {
-			delete(st.recs, id)
-		}
-		if n++; n == probes {
-			return
-		}
-	}
-}
-
-// Load implements ratelimit.Store. Records whose bucket is full again by
-// the time of the last write are reported as missing only once swept; the
-// Limiter refreshes what Load returns, so either answer is the same.
+// Load implements ratelimit.Store. A record whose bucket is full again is
+// reported as stored until it is dropped; the Limiter refreshes what Load
+// returns, so either answer is the same.
 func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for i, id := range ids {
-		st := &s.stripes[s.stripeOf(id)]
+		sh, err := shard1(id.Shard)
+		if err != nil {
+			return err
+		}
+		h := s.hash(id.Key, s.salt(id.Name, id.Shard))
+		st := s.stripeOf(h)
 		st.mu.Lock()
-		e, ok := st.recs[id]
+		out[i] = st.get(h, id.Name, id.Key, sh)
 		st.mu.Unlock()
-		out[i] = ratelimit.Record{State: e.state, Found: ok}
 	}
 	return nil
 }
@@ -224,36 +507,44 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 		return err
 	}
 	for _, id := range ids {
-		st := &s.stripes[s.stripeOf(id)]
+		sh, err := shard1(id.Shard)
+		if err != nil {
+			return err
+		}
+		h := s.hash(id.Key, s.salt(id.Name, id.Shard))
+		st := s.stripeOf(h)
 		st.mu.Lock()
-		delete(st.recs, id)
+		if i, found := st.find(h, id.Name, id.Key, sh); found {
+			st.remove(i)
+			st.shrink()
+		}
 		st.mu.Unlock()
 	}
 	return nil
 }
 
-// deletable reports whether e may be deleted at now: full again for
-// longer than ratelimit.ExpiryGrace.
-func deletable(e entry, now int64) bool {
-	return e.expires <= now-ratelimit.ExpiryGrace
-}
-
 // DeleteExpired drops every record whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
-// dropped. Writes already drop expired records a few
-// at a time; call this to reclaim memory at once, e.g. after a burst of
-// one-off keys.
+// ratelimit.ExpiryGrace (a minute) at now, shrinks the tables they leave
+// emptier, and returns how many it dropped. Writes already drop expired
+// records a few at a time; call this to reclaim memory at once, e.g. after
+// a burst of one-off keys.
 func (s *Store) DeleteExpired(now time.Time) int {
 	ms := now.UnixMilli()
 	n := 0
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for id, e := range st.recs {
-			if deletable(e, ms) {
-				delete(st.recs, id)
-				n++
+		if st.slots != nil {
+			for k := 0; k < len(st.slots); {
+				sl := &st.slots[k]
+				if sl.shard1 != 0 && sl.expires <= ms-ratelimit.ExpiryGrace {
+					st.remove(k) // a later record may have moved into k
+					n++
+					continue
+				}
+				k++
 			}
+			st.shrink()
 		}
 		st.mu.Unlock()
 	}
@@ -267,7 +558,7 @@ func (s *Store) Len() int {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		n += len(st.recs)
+		n += st.n
 		st.mu.Unlock()
 	}
 	return n
