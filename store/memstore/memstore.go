@@ -7,7 +7,9 @@
 // the Limiter binds the limit) and updated in place, under its stripe's
 // lock for the transition alone. The store implements ratelimit.Binder:
 // the Limiter decides a single limit's calls through it without building
-// an Op, and allocates nothing per call.
+// an Op, and allocates nothing per call. Each record takes a 48-byte slot
+// of a table kept between 3/8 and 3/4 full, beside its key's bytes; the
+// store also remembers each (limit name, shard) it has written, once.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
@@ -24,7 +26,6 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -59,6 +60,12 @@ type Store struct {
 	nameSeed maphash.Seed
 	stripes  [stripes]stripe
 
+	// limits holds the (name, shard) pairs written, each once: a slot
+	// names its record's by a number.
+	limits   sync.Map // limitKey → *limitID
+	limitsMu sync.Mutex
+	nlimits  uint32
+
 	clock    clock.Clock
 	anchored atomic.Bool
 	anchorMu sync.Mutex
@@ -91,21 +98,45 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// errShard is the error of a record whose shard index the store cannot
-// hold; the Limiter never asks for one.
-var errShard = errors.New("memstore: shard index out of range [0, 2^31-1)")
+type limitKey struct {
+	name  string
+	shard int
+}
 
-// salt is the part of a record's hash that its limit's name and shard
-// make: hashed once per bound limit, once per record for Apply.
-func (s *Store) salt(name string, shard int) uint64 {
+// limitID is a (name, shard) the store has written: its number in the
+// slots (from 1; 0 marks an empty slot), and the part of its records'
+// hashes that it makes.
+type limitID struct {
+	id   uint32
+	salt uint64
+}
+
+// limitOf returns the limitID of (name, shard), registering it if create
+// is set; nil if it is not registered and create is not set.
+func (s *Store) limitOf(name string, shard int, create bool) *limitID {
+	k := limitKey{name, shard}
+	if v, ok := s.limits.Load(k); ok {
+		return v.(*limitID)
+	}
+	if !create {
+		return nil
+	}
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	if v, ok := s.limits.Load(k); ok {
+		return v.(*limitID)
+	}
+	s.nlimits++
 	h := maphash.String(s.nameSeed, name) ^ uint64(shard)*0x9e3779b97f4a7c15
 	h ^= h >> 31
 	h *= 0xbf58476d1ce4e5b9
-	return h ^ h>>29
+	l := &limitID{id: s.nlimits, salt: h ^ h>>29}
+	s.limits.Store(k, l)
+	return l
 }
 
-// hash returns the hash of a record of key whose name and shard make salt.
-// Its top stripeBits choose the stripe, its low 32 bits the home slot.
+// hash returns the hash of a record of key whose limit makes salt. Its top
+// stripeBits choose the stripe, its low 32 bits the home slot.
 func (s *Store) hash(key string, salt uint64) uint64 {
 	return maphash.String(s.keySeed, key) ^ salt
 }
@@ -152,21 +183,20 @@ type stripe struct {
 	_      [64 - 8 - 24 - 8 - 8 - 4]byte // one stripe per cache line
 }
 
-// slot is one record, or empty (shard1 == 0). 64 bytes.
+// slot is one record, or empty (limit == 0). 48 bytes.
 type slot struct {
-	name    string
 	key     string
 	value   float64
 	ts      int64
 	expires int64  // ratelimit.FullAt of the record, by the params of its last write
 	hash    uint32 // low bits of the record's hash: its home slot
-	shard1  int32  // the shard index plus one; 0 marks an empty slot
+	limit   uint32 // the limitID.id of its (name, shard)
 }
 
-// find returns the slot of the record (name, key, shard) of hash h, and
-// whether it holds it; if not, the empty slot where probing stopped
-// (only meaningful when the table is not nil).
-func (st *stripe) find(h uint64, name, key string, shard1 int32) (int, bool) {
+// find returns the slot of the record (limit, key) of hash h, and whether
+// it holds it; if not, the empty slot where probing stopped (only
+// meaningful when the table is not nil).
+func (st *stripe) find(h uint64, limit uint32, key string) (int, bool) {
 	if st.slots == nil {
 		return 0, false
 	}
@@ -174,10 +204,10 @@ func (st *stripe) find(h uint64, name, key string, shard1 int32) (int, bool) {
 	lo := uint32(h)
 	for i := lo & mask; ; i = (i + 1) & mask {
 		sl := &st.slots[i]
-		if sl.shard1 == 0 {
+		if sl.limit == 0 {
 			return int(i), false
 		}
-		if sl.hash == lo && sl.shard1 == shard1 && sl.key == key && sl.name == name {
+		if sl.hash == lo && sl.limit == limit && sl.key == key {
 			return int(i), true
 		}
 	}
@@ -188,12 +218,12 @@ func (st *stripe) find(h uint64, name, key string, shard1 int32) (int, bool) {
 // growing), and then finding its slot again. Then, so that records added
 // anywhere drop expired ones everywhere, it examines a few slots of
 // another stripe, in turn, if its lock is free.
-func (st *stripe) insert(s *Store, i int, h uint64, name, key string, shard1 int32, state ratelimit.State, expires, now int64) {
+func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
 	if st.slots == nil || 4*(st.n+1) > 3*len(st.slots) {
 		st.makeRoom(s, now)
-		i, _ = st.find(h, name, key, shard1)
+		i, _ = st.find(h, limit, key)
 	}
-	st.slots[i] = slot{name: name, key: key, value: state.Value, ts: state.TS, expires: expires, hash: uint32(h), shard1: shard1}
+	st.slots[i] = slot{key: key, value: state.Value, ts: state.TS, expires: expires, hash: uint32(h), limit: limit}
 	st.n++
 
 	st.victim = (st.victim + 1) % stripes
@@ -244,11 +274,11 @@ func (st *stripe) resize(size int) {
 	mask := uint32(size - 1)
 	for k := range old {
 		sl := &old[k]
-		if sl.shard1 == 0 {
+		if sl.limit == 0 {
 			continue
 		}
 		i := sl.hash & mask
-		for st.slots[i].shard1 != 0 {
+		for st.slots[i].limit != 0 {
 			i = (i + 1) & mask
 		}
 		st.slots[i] = *sl
@@ -275,7 +305,7 @@ func (st *stripe) shrink() {
 func (st *stripe) remove(i int) {
 	mask := uint32(len(st.slots) - 1)
 	hole := uint32(i)
-	for j := (hole + 1) & mask; st.slots[j].shard1 != 0; j = (j + 1) & mask {
+	for j := (hole + 1) & mask; st.slots[j].limit != 0; j = (j + 1) & mask {
 		home := st.slots[j].hash & mask
 		// The record at j may fill the hole if its home is not in
 		// (hole, j], cyclically.
@@ -302,7 +332,7 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 	dropped := 0
 	for i, seen := from&mask, 0; seen < count && st.n > 0; {
 		sl := &st.slots[i]
-		if sl.shard1 != 0 && sl.expires <= now-ratelimit.ExpiryGrace {
+		if sl.limit != 0 && sl.expires <= now-ratelimit.ExpiryGrace {
 			if judged == math.MinInt64 {
 				judged = s.sweepTime(now)
 			}
@@ -329,20 +359,20 @@ func (st *stripe) wrote(s *Store, now int64) {
 	st.step(s, now, sweepSlots)
 }
 
-// put writes state as the record (name, key, shard1) of hash h.
-func (st *stripe) put(s *Store, h uint64, name, key string, shard1 int32, state ratelimit.State, expires, now int64) {
-	i, found := st.find(h, name, key, shard1)
+// put writes state as the record (limit, key) of hash h.
+func (st *stripe) put(s *Store, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
+	i, found := st.find(h, limit, key)
 	if found {
 		sl := &st.slots[i]
 		sl.value, sl.ts, sl.expires = state.Value, state.TS, expires
 	} else {
-		st.insert(s, i, h, name, key, shard1, state, expires, now)
+		st.insert(s, i, h, limit, key, state, expires, now)
 	}
 	st.wrote(s, now)
 }
 
-func (st *stripe) get(h uint64, name, key string, shard1 int32) ratelimit.Record {
-	i, found := st.find(h, name, key, shard1)
+func (st *stripe) get(h uint64, limit uint32, key string) ratelimit.Record {
+	i, found := st.find(h, limit, key)
 	if !found {
 		return ratelimit.Record{}
 	}
@@ -350,27 +380,21 @@ func (st *stripe) get(h uint64, name, key string, shard1 int32) ratelimit.Record
 	return ratelimit.Record{State: ratelimit.State{Value: sl.value, TS: sl.ts}, Found: true}
 }
 
-// shard1 returns the slot encoding of a shard index.
-func shard1(shard int) (int32, error) {
-	if shard < 0 || shard >= math.MaxInt32 {
-		return 0, fmt.Errorf("%w: %d", errShard, shard)
-	}
-	return int32(shard + 1), nil
-}
-
 // Bind implements ratelimit.Binder.
 func (s *Store) Bind(name string, p ratelimit.Params, phase func(key string) int64) ratelimit.BoundLimit {
 	p.Phase = 0
-	return &bound{s: s, name: name, p: p, phase: phase, salt: s.salt(name, 0)}
+	l := s.limitOf(name, 0, true)
+	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase}
 }
 
-// bound is a limit bound to the store: its name hashed, its params ready.
+// bound is a limit bound to the store: its name registered and hashed,
+// its params ready.
 type bound struct {
 	s     *Store
-	name  string
+	limit uint32
+	salt  uint64
 	p     ratelimit.Params // Phase unset: set per key, for a missing record
 	phase func(key string) int64
-	salt  uint64
 }
 
 // Store implements ratelimit.BoundLimit.
@@ -389,7 +413,7 @@ func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now
 	h := s.hash(key, b.salt)
 	st := s.stripeOf(h)
 	st.mu.Lock()
-	i, found := st.find(h, b.name, key, 1)
+	i, found := st.find(h, b.limit, key)
 	var prev ratelimit.State
 	p := &b.p
 	if found {
@@ -408,7 +432,7 @@ func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now
 			sl := &st.slots[i]
 			sl.value, sl.ts, sl.expires = next.Value, next.TS, expires
 		} else {
-			st.insert(s, i, h, b.name, key, 1, next, expires, now)
+			st.insert(s, i, h, b.limit, key, next, expires, now)
 		}
 		st.wrote(s, now)
 	}
@@ -424,7 +448,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	var (
 		idBuf    [4]ratelimit.RecordID
 		hashBuf  [4]uint64
-		shardBuf [4]int32
+		limitBuf [4]uint32
 		ordBuf   [4]int
 		prevBuf  [4]ratelimit.Record
 		nextBuf  [4]ratelimit.Update
@@ -437,19 +461,16 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 			params = append(params, &op.Items[i].Shards[j].Params)
 		}
 	}
-	hashes, shards, order := hashBuf[:0], shardBuf[:0], ordBuf[:0]
+	hashes, limits, order := hashBuf[:0], limitBuf[:0], ordBuf[:0]
 	var lastKey string
 	var keyHash uint64
 	for i, id := range ids {
-		sh, err := shard1(id.Shard)
-		if err != nil {
-			return err
-		}
+		l := s.limitOf(id.Name, id.Shard, true)
 		if i == 0 || id.Key != lastKey {
 			lastKey, keyHash = id.Key, maphash.String(s.keySeed, id.Key)
 		}
-		h := keyHash ^ s.salt(id.Name, id.Shard)
-		hashes, shards = append(hashes, h), append(shards, sh)
+		h := keyHash ^ l.salt
+		hashes, limits = append(hashes, h), append(limits, l.id)
 		order = append(order, int(h>>(64-stripeBits)))
 	}
 	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
@@ -467,13 +488,13 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		}
 	}()
 	s.anchor(op.Now)
-	for i, id := range ids {
-		prev[i] = s.stripeOf(hashes[i]).get(hashes[i], id.Name, id.Key, shards[i])
+	for i := range ids {
+		prev[i] = s.stripeOf(hashes[i]).get(hashes[i], limits[i], ids[i].Key)
 	}
 	ratelimit.Evaluate(op, prev, out, next)
 	for i, u := range next {
 		if u.Write {
-			s.stripeOf(hashes[i]).put(s, hashes[i], ids[i].Name, ids[i].Key, shards[i], u.State,
+			s.stripeOf(hashes[i]).put(s, hashes[i], limits[i], ids[i].Key, u.State,
 				ratelimit.FullAt(*params[i], u.State), op.Now)
 		}
 	}
@@ -488,14 +509,15 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		return err
 	}
 	for i, id := range ids {
-		sh, err := shard1(id.Shard)
-		if err != nil {
-			return err
+		out[i] = ratelimit.Record{}
+		l := s.limitOf(id.Name, id.Shard, false)
+		if l == nil {
+			continue // never written
 		}
-		h := s.hash(id.Key, s.salt(id.Name, id.Shard))
+		h := s.hash(id.Key, l.salt)
 		st := s.stripeOf(h)
 		st.mu.Lock()
-		out[i] = st.get(h, id.Name, id.Key, sh)
+		out[i] = st.get(h, l.id, id.Key)
 		st.mu.Unlock()
 	}
 	return nil
@@ -507,14 +529,14 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 		return err
 	}
 	for _, id := range ids {
-		sh, err := shard1(id.Shard)
-		if err != nil {
-			return err
+		l := s.limitOf(id.Name, id.Shard, false)
+		if l == nil {
+			continue
 		}
-		h := s.hash(id.Key, s.salt(id.Name, id.Shard))
+		h := s.hash(id.Key, l.salt)
 		st := s.stripeOf(h)
 		st.mu.Lock()
-		if i, found := st.find(h, id.Name, id.Key, sh); found {
+		if i, found := st.find(h, l.id, id.Key); found {
 			st.remove(i)
 			st.shrink()
 		}
@@ -537,7 +559,7 @@ func (s *Store) DeleteExpired(now time.Time) int {
 		if st.slots != nil {
 			for k := 0; k < len(st.slots); {
 				sl := &st.slots[k]
-				if sl.shard1 != 0 && sl.expires <= ms-ratelimit.ExpiryGrace {
+				if sl.limit != 0 && sl.expires <= ms-ratelimit.ExpiryGrace {
 					st.remove(k) // a later record may have moved into k
 					n++
 					continue
