@@ -92,6 +92,17 @@ func (l *Limiter) now() time.Time {
 	return l.clock.Now()
 }
 
+// wallNow reads the Limiter's clock for a call whose time is only compared
+// with other wall times (Unix milliseconds, the breaker's deadlines): the
+// real clock's wall reading alone, where the platform reads it faster
+// than time.Now.
+func (l *Limiter) wallNow() time.Time {
+	if l.wall {
+		return wallNow()
+	}
+	return l.clock.Now()
+}
+
 // limit is a validated config, ready for calls.
 type limit struct {
 	name     string
@@ -316,7 +327,20 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts 
 	c := newCall(opts)
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
 		var res Result
-		err := l.doBound(ctx, mode, lim, key, c, &res, nil)
+		v, now, plain, err := l.doBound(ctx, mode, lim, key, c, &res, nil)
+		if plain {
+			// Built here, where it is returned: a Result made elsewhere
+			// is copied, twice.
+			return Result{
+				OK:         v.OK,
+				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+				Remaining:  v.Remaining,
+				Reset:      resetMillis(&lim.base, 1, v.Remaining, now, v.TS),
+				Name:       lim.name,
+				Key:        key,
+				Count:      c.count,
+			}, nil
+		}
 		return res, err
 	}
 	names := [1]string{name}
@@ -360,22 +384,29 @@ type charge struct {
 }
 
 // doBound decides one call of a declared, unsharded limit through its
-// BoundLimit: what do does for such a call, without an Op. It fills *res,
-// and *ch when ch is not nil (Reserve).
-func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) error {
+// BoundLimit: what do does for such a call, without an Op. It fills *ch
+// when ch is not nil (Reserve). When the store decided the call and no
+// observer is to be told, plain is true and the caller makes the Result
+// of the verdict v, judged at now, by boundResult (so that it is built
+// where it is returned, not copied there); otherwise doBound fills *res.
+func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
 	if err := lim.checkCount(c.count, c.reserve); err != nil {
-		return err
+		return v, 0, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
-	start := l.now()
+	var start time.Time
 	if ch != nil {
+		// A Reservation's time keeps the monotonic reading, for Delay.
+		start = l.now()
 		ch.start = start
+	} else {
+		start = l.wallNow()
 	}
-	now := start.UnixMilli()
+	now = start.UnixMilli()
 	if err := checkTime(now); err != nil {
-		return fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
 	if l.deny != nil {
 		p := lim.params(l.seed, key, 0)
@@ -384,7 +415,7 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 			res.Reset = resetAfter(p, 1, d)
 			res.Local = true
 			l.observe(ctx, mode, *res, start, nil)
-			return nil
+			return v, now, false, nil
 		}
 	}
 	ok, probe, until := l.breaker.allow(start)
@@ -392,30 +423,23 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 		lims := [1]*limit{lim}
 		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Until: until})
 		*res = r
-		return err
+		return v, now, false, err
 	}
-	v, err := lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
+	v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
 	if err != nil {
 		if l.breaker.callerGaveUp(ctx, start, l.now()) {
 			l.breaker.abandon(probe)
-			return callerError(ctx, lim.name, err)
+			return v, now, false, callerError(ctx, lim.name, err)
 		}
 		l.storeFailed(lim.name, err)
 		lims := [1]*limit{lim}
 		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Err: err})
 		*res = r
-		return err
+		return v, now, false, err
 	}
 	if l.breaker.success(start) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
-	// Field by field: a composite literal would be built aside and copied.
-	res.OK = v.OK
-	res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
-	res.Remaining = v.Remaining
-	res.Reset = resetMillis(&lim.base, 1, v.Remaining, now, v.TS)
-	res.Name, res.Key, res.Count = lim.name, key, c.count
-	res.Degraded, res.Local, res.All = false, false, nil
 	if v.OK {
 		if ch != nil {
 			ch.lim, ch.n, ch.amount[0], ch.at = lim, 1, c.count, now
@@ -424,9 +448,25 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 		l.deny.learn(ctx, l.store, lim.name, key, lim.params(l.seed, key, 0))
 	}
 	if l.observer != nil {
+		*res = boundResult(lim, key, c, v, now)
 		l.observe(ctx, mode, *res, start, nil)
+		return v, now, false, nil
 	}
-	return nil
+	return v, now, true, nil
+}
+
+// boundResult is the Result of a call of lim that the store decided as v,
+// judged at now.
+func boundResult(lim *limit, key string, c call, v Verdict, now int64) Result {
+	return Result{
+		OK:         v.OK,
+		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+		Remaining:  v.Remaining,
+		Reset:      resetMillis(&lim.base, 1, v.Remaining, now, v.TS),
+		Name:       lim.name,
+		Key:        key,
+		Count:      c.count,
+	}
 }
 
 // do decides one call of one or more limits.

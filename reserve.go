@@ -50,7 +50,11 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 	r.lim = l
 	var err error
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
-		err = l.doBound(ctx, ModeLimit, lim, key, c, &r.res, &r.charge)
+		v, now, plain, e := l.doBound(ctx, ModeLimit, lim, key, c, &r.res, &r.charge)
+		if plain {
+			r.res = boundResult(lim, key, c, v, now)
+		}
+		err = e
 	} else {
 		names := [1]string{name}
 		r.res, r.charge, err = l.do(ctx, ModeLimit, names[:], key, c)
