@@ -66,6 +66,12 @@ type Store struct {
 	limitsMu sync.Mutex
 	nlimits  uint32
 
+	// deferred holds the params of bound limits, each once: a write
+	// through a bound limit leaves its record's expiry to the first sweep
+	// that examines it, marking the slot with the params' place here.
+	deferred   atomic.Pointer[[]*ratelimit.Params]
+	deferredMu sync.Mutex
+
 	clock    clock.Clock
 	anchored atomic.Bool
 	anchorMu sync.Mutex
@@ -188,7 +194,7 @@ type slot struct {
 	key     string
 	value   float64
 	ts      int64
-	expires int64  // ratelimit.FullAt of the record, by the params of its last write
+	expires int64  // when the record is full again, by the params of its last write; or deferred (see deferred)
 	hash    uint32 // low bits of the record's hash: its home slot
 	limit   uint32 // the limitID.id of its (name, shard)
 }
@@ -332,7 +338,8 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 	dropped := 0
 	for i, seen := from&mask, 0; seen < count && st.n > 0; {
 		sl := &st.slots[i]
-		if sl.limit != 0 && sl.expires <= now-ratelimit.ExpiryGrace {
+		if sl.limit != 0 && sl.expires <= now-ratelimit.ExpiryGrace &&
+			(sl.expires >= deferredLimit || s.expiry(sl) <= now-ratelimit.ExpiryGrace) {
 			if judged == math.MinInt64 {
 				judged = s.sweepTime(now)
 			}
@@ -384,7 +391,41 @@ func (st *stripe) get(h uint64, limit uint32, key string) ratelimit.Record {
 func (s *Store) Bind(name string, p ratelimit.Params, phase func(key string) int64) ratelimit.BoundLimit {
 	p.Phase = 0
 	l := s.limitOf(name, 0, true)
-	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase}
+	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
+}
+
+// Expiries left to the sweeps are marked by numbers far below any time
+// (times are within ±2^52 ms): deferredBase plus the place of the params
+// that decide them in Store.deferred.
+const (
+	deferredBase  = math.MinInt64
+	deferredLimit = math.MinInt64 + 1<<32
+)
+
+// deferParams returns the mark of the expiries of records written with p.
+func (s *Store) deferParams(p ratelimit.Params) int64 {
+	s.deferredMu.Lock()
+	defer s.deferredMu.Unlock()
+	var list []*ratelimit.Params
+	if l := s.deferred.Load(); l != nil {
+		list = *l
+	}
+	for i, q := range list {
+		if *q == p {
+			return deferredBase + int64(i)
+		}
+	}
+	list = append(list[:len(list):len(list)], &p)
+	s.deferred.Store(&list)
+	return deferredBase + int64(len(list)-1)
+}
+
+// expiry returns the time from which the record in sl, whose expiry is
+// deferred (marked), is a full bucket again: it is then kept in the slot.
+func (s *Store) expiry(sl *slot) int64 {
+	p := (*s.deferred.Load())[sl.expires-deferredBase]
+	sl.expires = ratelimit.FullAt(*p, ratelimit.State{Value: sl.value, TS: sl.ts})
+	return sl.expires
 }
 
 // bound is a limit bound to the store: its name registered and hashed,
@@ -395,6 +436,9 @@ type bound struct {
 	salt  uint64
 	p     ratelimit.Params // Phase unset: set per key, for a missing record
 	phase func(key string) int64
+	// deferred marks the expiries of its writes: computed by the sweep
+	// that first examines the record, not on every write.
+	deferred int64
 }
 
 // Store implements ratelimit.BoundLimit.
@@ -427,7 +471,7 @@ func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now
 	var d ratelimit.Decision
 	next := ratelimit.TransitionInto(&d, p, prev, found, now, count, reserve)
 	if d.OK && count > 0 && mode == ratelimit.ModeLimit {
-		expires := ratelimit.FullAt(b.p, next)
+		expires := b.deferred
 		if found {
 			sl := &st.slots[i]
 			sl.value, sl.ts, sl.expires = next.Value, next.TS, expires
@@ -559,7 +603,8 @@ func (s *Store) DeleteExpired(now time.Time) int {
 		if st.slots != nil {
 			for k := 0; k < len(st.slots); {
 				sl := &st.slots[k]
-				if sl.limit != 0 && sl.expires <= ms-ratelimit.ExpiryGrace {
+				if sl.limit != 0 && sl.expires <= ms-ratelimit.ExpiryGrace &&
+					(sl.expires >= deferredLimit || s.expiry(sl) <= ms-ratelimit.ExpiryGrace) {
 					st.remove(k) // a later record may have moved into k
 					n++
 					continue

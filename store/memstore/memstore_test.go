@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -242,4 +243,43 @@ func refresh(p ratelimit.Params, r ratelimit.Record, now int64) ratelimit.State 
 		return ratelimit.Fresh(p, now)
 	}
 	return ratelimit.Refresh(p, r.State, now)
+}
+
+// A write through a bound limit leaves its record's expiry to the sweeps:
+// resolved, it is ratelimit.FullAt of the record by the bound params.
+func TestBoundExpiry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	ctx := context.Background()
+	s := memstore.New()
+	for i := range 200_000 {
+		p := ratelimit.Params{
+			Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
+			Rate:   []float64{1, 3, 0.1, 1.0 / 3, 7.5, 1e9, 1e-9, 1e15}[rng.IntN(8)],
+			Period: []int64{1, 7, 1000, 60_000, 86_400_000, 3_155_760_000_000}[rng.IntN(6)],
+		}
+		p.Capacity = p.Rate * []float64{1, 1.5, 3, 0.25}[rng.IntN(4)]
+		if p.Rate >= 1 && rng.IntN(2) == 0 {
+			p.Capacity = math.Round(p.Capacity)
+		}
+		key := fmt.Sprint("k", i)
+		b := s.Bind(fmt.Sprint("l", i%50), p, func(string) int64 { return 0 })
+		now := int64(1_700_000_000_000) + rng.Int64N(1<<30)
+		count := rng.Float64() * p.Capacity
+		if rng.IntN(3) == 0 {
+			count = math.Floor(count)
+		}
+		v, err := b.Decide(ctx, key, ratelimit.ModeLimit, now, count, rng.IntN(2) == 0)
+		require.NoError(t, err)
+		if !v.OK || count == 0 {
+			continue
+		}
+		var rec [1]ratelimit.Record
+		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: fmt.Sprint("l", i%50), Key: key}}, rec[:]))
+		require.True(t, rec[0].Found)
+		exp := memstore.ExpiryOf(s, fmt.Sprint("l", i%50), key)
+		require.Equal(t, ratelimit.FullAt(p, rec[0].State), exp, "params %+v state %+v", p, rec[0].State)
+		if exp != ratelimit.Never {
+			require.Equal(t, p.Capacity, ratelimit.Refresh(p, rec[0].State, exp).Value)
+		}
+	}
 }
