@@ -4,5 +4,5 @@ package ratelimit
 
 import "time"
 
-// wallNow reads the real clock's wall time.
-func wallNow() time.Time { return time.Now() }
+// wallMillis reads the real clock's wall time in Unix milliseconds.
+func wallMillis() int64 { return time.Now().UnixMilli() }

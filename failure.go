@@ -84,11 +84,17 @@ type breaker struct {
 	lastAnswer atomic.Int64 // Unix ms, on the Limiter's clock, of the latest answer
 }
 
+// closed reports whether calls may ask the store without more ado: no
+// breaker, or fewer consecutive failures than open it.
+func (b *breaker) closed() bool {
+	return b.threshold <= 0 || b.fails.Load() < int64(b.threshold)
+}
+
 // allow reports whether a call may ask the store now, and whether it is
 // the probe that decides whether the breaker closes; when not, until says
 // when a probe will be let through.
 func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
-	if b.threshold <= 0 || b.fails.Load() < int64(b.threshold) {
+	if b.closed() {
 		return true, false, time.Time{}
 	}
 	b.mu.Lock()
@@ -105,9 +111,12 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 
 // success records that the store answered at now; it reports whether the
 // answer closed an open breaker.
-func (b *breaker) success(now time.Time) (closed bool) {
-	if ms := now.UnixMilli(); b.lastAnswer.Load() < ms {
-		b.lastAnswer.Store(ms)
+func (b *breaker) success(now time.Time) (closed bool) { return b.answered(now.UnixMilli()) }
+
+// answered is success at now in Unix milliseconds.
+func (b *breaker) answered(now int64) (closed bool) {
+	if b.lastAnswer.Load() < now {
+		b.lastAnswer.Store(now)
 	}
 	if b.threshold <= 0 || b.fails.Load() == 0 {
 		return false // no failure counted, so no probe either

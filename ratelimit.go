@@ -92,15 +92,23 @@ func (l *Limiter) now() time.Time {
 	return l.clock.Now()
 }
 
-// wallNow reads the Limiter's clock for a call whose time is only compared
-// with other wall times (Unix milliseconds, the breaker's deadlines): the
-// real clock's wall reading alone, where the platform reads it faster
+// nowMillis reads the Limiter's clock in Unix milliseconds: for the real
+// clock, its wall reading alone, where the platform reads that faster
 // than time.Now.
-func (l *Limiter) wallNow() time.Time {
+func (l *Limiter) nowMillis() int64 {
 	if l.wall {
-		return wallNow()
+		return wallMillis()
 	}
-	return l.clock.Now()
+	return l.clock.Now().UnixMilli()
+}
+
+// timeAt returns start, the time a call read in full, or, when it read
+// only the milliseconds now, their time.
+func timeAt(start time.Time, now int64) time.Time {
+	if start.IsZero() {
+		return time.UnixMilli(now)
+	}
+	return start
 }
 
 // limit is a validated config, ready for calls.
@@ -113,6 +121,8 @@ type limit struct {
 	hasStart bool
 	maxPlain float64 // largest count a plain call may ask
 	maxDebt  float64 // largest count a reserving call may ask
+	// msPerToken is Period/Rate of one shard, for resetOne.
+	msPerToken float64
 	// bound decides the single calls of a declared, unsharded limit when
 	// the store is a Binder; nil otherwise.
 	bound BoundLimit
@@ -132,6 +142,7 @@ func compile(name string, c Config) (*limit, error) {
 	}
 	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
 	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
+	lim.msPerToken = float64(lim.base.Period) / lim.base.Rate
 	return lim, nil
 }
 
@@ -314,38 +325,58 @@ func (r Result) Err() error {
 // nothing. The error is non-nil only for bad input (ErrUnknownLimit,
 // ErrInvalidConfig, ErrInvalidCount), a done context, or a store failure;
 // being rate limited is Result.OK false (or Result.Err).
+//
+// Limit and Check build their Result where they return it, from what
+// decide leaves in registers: a Result built elsewhere is copied through
+// memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	return l.decide(ctx, ModeLimit, name, key, opts)
+	var res Result
+	v, now, lim, count, plain, err := l.decide(ctx, ModeLimit, name, key, opts, &res)
+	if plain {
+		return Result{
+			OK:         v.OK,
+			RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+			Remaining:  v.Remaining,
+			Reset:      lim.resetOne(v.Remaining, now, v.TS),
+			Name:       lim.name,
+			Key:        key,
+			Count:      count,
+		}, nil
+	}
+	return res, err
 }
 
 // Check returns the answer Limit would give now, without spending anything.
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	return l.decide(ctx, ModeCheck, name, key, opts)
+	var res Result
+	v, now, lim, count, plain, err := l.decide(ctx, ModeCheck, name, key, opts, &res)
+	if plain {
+		return Result{
+			OK:         v.OK,
+			RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+			Remaining:  v.Remaining,
+			Reset:      lim.resetOne(v.Remaining, now, v.TS),
+			Name:       lim.name,
+			Key:        key,
+			Count:      count,
+		}, nil
+	}
+	return res, err
 }
 
-func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption) (Result, error) {
+// decide decides a call of Limit or Check. When a bound limit's store
+// decided it and nothing else is to be done, plain is true and the call's
+// Result is that of the verdict v of lim, judged at now, for count tokens
+// (see boundResult); otherwise decide fills *res.
+func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption, res *Result) (v Verdict, now int64, lim *limit, count float64, plain bool, err error) {
 	c := newCall(opts)
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
-		var res Result
-		v, now, plain, err := l.doBound(ctx, mode, lim, key, c, &res, nil)
-		if plain {
-			// Built here, where it is returned: a Result made elsewhere
-			// is copied, twice.
-			return Result{
-				OK:         v.OK,
-				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-				Remaining:  v.Remaining,
-				Reset:      resetMillis(&lim.base, 1, v.Remaining, now, v.TS),
-				Name:       lim.name,
-				Key:        key,
-				Count:      c.count,
-			}, nil
-		}
-		return res, err
+		v, now, plain, err := l.doBound(ctx, mode, lim, key, c, res, nil)
+		return v, now, lim, c.count, plain, err
 	}
 	names := [1]string{name}
-	res, _, err := l.do(ctx, mode, names[:], key, c)
-	return res, err
+	*res, _, err = l.do(ctx, mode, names[:], key, c)
+	return v, 0, nil, 0, false, err
 }
 
 // LimitAll decides several named limits for one key all or nothing: either
@@ -396,15 +427,19 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 	if err := ctx.Err(); err != nil {
 		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
+	// The time in full only where it is needed: a Reservation's keeps the
+	// monotonic reading (for Delay), an observer's latency the fraction of
+	// a millisecond. Otherwise the milliseconds alone, and timeAt.
 	var start time.Time
-	if ch != nil {
-		// A Reservation's time keeps the monotonic reading, for Delay.
+	if ch != nil || l.observer != nil {
 		start = l.now()
-		ch.start = start
+		if ch != nil {
+			ch.start = start
+		}
+		now = start.UnixMilli()
 	} else {
-		start = l.wallNow()
+		now = l.nowMillis()
 	}
-	now = start.UnixMilli()
 	if err := checkTime(now); err != nil {
 		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
@@ -414,30 +449,37 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 			*res = l.result(lim.name, key, c, d)
 			res.Reset = resetAfter(p, 1, d)
 			res.Local = true
-			l.observe(ctx, mode, *res, start, nil)
+			l.observe(ctx, mode, *res, timeAt(start, now), nil)
 			return v, now, false, nil
 		}
 	}
-	ok, probe, until := l.breaker.allow(start)
-	if !ok {
-		lims := [1]*limit{lim}
-		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Until: until})
-		*res = r
-		return v, now, false, err
+	var probe bool
+	if !l.breaker.closed() {
+		if start.IsZero() {
+			start = l.now() // for the wait until the breaker's probe
+		}
+		var ok bool
+		var until time.Time
+		if ok, probe, until = l.breaker.allow(start); !ok {
+			lims := [1]*limit{lim}
+			r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Until: until})
+			*res = r
+			return v, now, false, err
+		}
 	}
 	v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
 	if err != nil {
-		if l.breaker.callerGaveUp(ctx, start, l.now()) {
+		if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
 			l.breaker.abandon(probe)
 			return v, now, false, callerError(ctx, lim.name, err)
 		}
 		l.storeFailed(lim.name, err)
 		lims := [1]*limit{lim}
-		r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Err: err})
+		r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
 		*res = r
 		return v, now, false, err
 	}
-	if l.breaker.success(start) && l.logger != nil {
+	if l.breaker.answered(now) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
 	if v.OK {
@@ -462,7 +504,7 @@ func boundResult(lim *limit, key string, c call, v Verdict, now int64) Result {
 		OK:         v.OK,
 		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
 		Remaining:  v.Remaining,
-		Reset:      resetMillis(&lim.base, 1, v.Remaining, now, v.TS),
+		Reset:      lim.resetOne(v.Remaining, now, v.TS),
 		Name:       lim.name,
 		Key:        key,
 		Count:      c.count,
@@ -591,6 +633,33 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 // evaluated are full again.
 func resetAfter(p Params, n int, d Decision) time.Duration {
 	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
+}
+
+// resetOne is resetMillis of one record of lim, without a division when
+// it can do without. A token bucket's wait until full, w =
+// max(Capacity-remaining, 0)·Period/Rate rounded up, is estimated as
+// max(Capacity-remaining, 0)·msPerToken. Each is within 2 roundings (a
+// relative 2^-52) of the exact quotient, so they are within 5·2^-53 of
+// the estimate of each other; when the estimate is further than that from
+// every whole number, both round up to the same one. Otherwise, and for
+// waits too small or too large for that reasoning, it divides.
+func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
+	p := &lim.base
+	if p.Kind == TokenBucket {
+		x := max(p.Capacity-remaining, 0)
+		if x == 0 {
+			return 0
+		}
+		est := x * lim.msPerToken
+		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
+			whole := math.Floor(est)
+			frac, margin := est-whole, est*6e-16
+			if frac > margin && frac < 1-margin {
+				return time.Duration(whole+1) * time.Millisecond
+			}
+		}
+	}
+	return resetMillis(p, 1, remaining, now, ts)
 }
 
 // resetMillis is resetAfter of a decision's Remaining, Now and TS.

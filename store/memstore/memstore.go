@@ -338,7 +338,9 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 	dropped := 0
 	for i, seen := from&mask, 0; seen < count && st.n > 0; {
 		sl := &st.slots[i]
-		if sl.limit != 0 && sl.expires <= now-ratelimit.ExpiryGrace &&
+		// A record is full again no sooner than its TS: one written
+		// within the grace is kept without computing when.
+		if sl.limit != 0 && sl.ts <= now-ratelimit.ExpiryGrace && sl.expires <= now-ratelimit.ExpiryGrace &&
 			(sl.expires >= deferredLimit || s.expiry(sl) <= now-ratelimit.ExpiryGrace) {
 			if judged == math.MinInt64 {
 				judged = s.sweepTime(now)
