@@ -305,6 +305,12 @@ type Result struct {
 	Local bool
 	// All holds, for LimitAll, each limit's own answer in the order named.
 	All []Result
+
+	// Pads a Result to 112 bytes, a multiple of 16: Go copies a returned
+	// Result by 16-byte moves, and at 104 bytes the last move overlaps
+	// the one before it, so that the next copy (callers make two) waits
+	// for both to be stored.
+	_ [8]byte
 }
 
 // Reserved reports whether the call was OK only by reserving tokens that
@@ -330,53 +336,53 @@ func (r Result) Err() error {
 // decide leaves in registers: a Result built elsewhere is copied through
 // memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	var res Result
-	v, now, lim, count, plain, err := l.decide(ctx, ModeLimit, name, key, opts, &res)
-	if plain {
-		return Result{
-			OK:         v.OK,
-			RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-			Remaining:  v.Remaining,
-			Reset:      lim.resetOne(v.Remaining, now, v.TS),
-			Name:       lim.name,
-			Key:        key,
-			Count:      count,
-		}, nil
+	c := newCall(opts)
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+		var res Result
+		v, now, plain, err := l.doBound(ctx, ModeLimit, lim, key, c, &res, nil)
+		if plain {
+			return Result{
+				OK:         v.OK,
+				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+				Remaining:  v.Remaining,
+				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				Name:       lim.name,
+				Key:        key,
+				Count:      c.count,
+			}, nil
+		}
+		return res, err
 	}
-	return res, err
+	return l.decide(ctx, ModeLimit, name, key, c)
 }
 
 // Check returns the answer Limit would give now, without spending anything.
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	var res Result
-	v, now, lim, count, plain, err := l.decide(ctx, ModeCheck, name, key, opts, &res)
-	if plain {
-		return Result{
-			OK:         v.OK,
-			RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-			Remaining:  v.Remaining,
-			Reset:      lim.resetOne(v.Remaining, now, v.TS),
-			Name:       lim.name,
-			Key:        key,
-			Count:      count,
-		}, nil
-	}
-	return res, err
-}
-
-// decide decides a call of Limit or Check. When a bound limit's store
-// decided it and nothing else is to be done, plain is true and the call's
-// Result is that of the verdict v of lim, judged at now, for count tokens
-// (see boundResult); otherwise decide fills *res.
-func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption, res *Result) (v Verdict, now int64, lim *limit, count float64, plain bool, err error) {
 	c := newCall(opts)
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
-		v, now, plain, err := l.doBound(ctx, mode, lim, key, c, res, nil)
-		return v, now, lim, c.count, plain, err
+		var res Result
+		v, now, plain, err := l.doBound(ctx, ModeCheck, lim, key, c, &res, nil)
+		if plain {
+			return Result{
+				OK:         v.OK,
+				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+				Remaining:  v.Remaining,
+				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				Name:       lim.name,
+				Key:        key,
+				Count:      c.count,
+			}, nil
+		}
+		return res, err
 	}
+	return l.decide(ctx, ModeCheck, name, key, c)
+}
+
+// decide decides a call of Limit or Check through Apply.
+func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, c call) (Result, error) {
 	names := [1]string{name}
-	*res, _, err = l.do(ctx, mode, names[:], key, c)
-	return v, 0, nil, 0, false, err
+	res, _, err := l.do(ctx, mode, names[:], key, c)
+	return res, err
 }
 
 // LimitAll decides several named limits for one key all or nothing: either
