@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 )
@@ -177,4 +178,52 @@ func BenchmarkMemstoreReserve(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// nopStore binds limits to a BoundLimit that decides nothing: every call
+// is granted at once, so that what is measured is the Limiter's own part.
+type nopStore struct{ *memstore.Store }
+
+func (s *nopStore) Bind(string, ratelimit.Params, func(string) int64) ratelimit.BoundLimit {
+	return nopBound{s}
+}
+
+type nopBound struct{ s *nopStore }
+
+func (b nopBound) Decide(_ context.Context, _ string, _ ratelimit.Mode, now int64, _ float64, _ bool) (ratelimit.Verdict, error) {
+	return ratelimit.Verdict{OK: true, Remaining: 5, TS: now}, nil
+}
+
+func (b nopBound) Store() ratelimit.Store { return b.s }
+
+// fixedClock reads always the same time, without a system call.
+type fixedClock struct{ *clock.Mock }
+
+func (fixedClock) Now() time.Time { return time.UnixMilli(1_700_000_000_000) }
+
+// BenchmarkLimiterAlone measures Limit on one key through a store that
+// decides nothing, with the real clock and with a clock that costs
+// nothing: the Limiter's own part of a call, and the clock's.
+func BenchmarkLimiterAlone(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"clock=real", nil},
+		{"clock=fixed", []ratelimit.Option{ratelimit.WithClock(fixedClock{clock.NewMock()})}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lim, err := ratelimit.New(&nopStore{memstore.New()}, benchLimits, c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchCalls(b, benchKeys(1), false, func(key string) error {
+				res, err := lim.Limit(context.Background(), "bucket", key)
+				if err == nil && !res.OK {
+					err = errRefused
+				}
+				return err
+			})
+		})
+	}
 }

@@ -426,7 +426,52 @@ type charge struct {
 // observer is to be told, plain is true and the caller makes the Result
 // of the verdict v, judged at now, by boundResult (so that it is built
 // where it is returned, not copied there); otherwise doBound fills *res.
+//
+// The commonest call (no deny cache, observer or Reservation, the breaker
+// closed, the store answering) takes the few steps it needs here; any
+// other goes to doBoundFull, which does the same steps and the others.
 func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
+	if ch != nil || l.deny != nil || l.observer != nil || !l.breaker.closed() {
+		return l.doBoundFull(ctx, mode, lim, key, c, res, ch)
+	}
+	if err := lim.checkCount(c.count, c.reserve); err != nil {
+		return v, 0, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return v, 0, false, limitErr(lim.name, err)
+	}
+	now = l.nowMillis()
+	if err := checkTime(now); err != nil {
+		return v, 0, false, limitErr(lim.name, err)
+	}
+	if v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve); err != nil {
+		return l.boundFailed(ctx, mode, lim, key, c, res, time.Time{}, now, false, err)
+	}
+	if l.breaker.answered(now) && l.logger != nil {
+		l.logger.Info("ratelimit: store answers again; the breaker is closed")
+	}
+	return v, now, true, nil
+}
+
+// limitErr wraps err with the limit's name.
+func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limit %q: %w", name, err) }
+
+// boundFailed answers a bound call whose store failed with err, as do
+// does: the caller's own error if it gave up, else the failure policy's.
+func (l *Limiter) boundFailed(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe bool, err error) (Verdict, int64, bool, error) {
+	if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
+		l.breaker.abandon(probe)
+		return Verdict{}, now, false, callerError(ctx, lim.name, err)
+	}
+	l.storeFailed(lim.name, err)
+	lims := [1]*limit{lim}
+	r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
+	*res = r
+	return Verdict{}, now, false, err
+}
+
+// doBoundFull is doBound with every step.
+func (l *Limiter) doBoundFull(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
 	if err := lim.checkCount(c.count, c.reserve); err != nil {
 		return v, 0, false, err
 	}
@@ -475,15 +520,7 @@ func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string
 	}
 	v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
 	if err != nil {
-		if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
-			l.breaker.abandon(probe)
-			return v, now, false, callerError(ctx, lim.name, err)
-		}
-		l.storeFailed(lim.name, err)
-		lims := [1]*limit{lim}
-		r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
-		*res = r
-		return v, now, false, err
+		return l.boundFailed(ctx, mode, lim, key, c, res, start, now, probe, err)
 	}
 	if l.breaker.answered(now) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")

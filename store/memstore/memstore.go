@@ -46,7 +46,7 @@ const (
 	minSlots = 8
 	// sweepEvery is how many writes of a stripe pass between two sweep
 	// steps, each examining sweepSlots slots of its table.
-	sweepEvery = 16
+	sweepEvery = 64
 	sweepSlots = 16
 	// insertSweep is how many slots of another stripe, taken in turn, a
 	// write that adds a record examines.
