@@ -1,6 +1,15 @@
 package memstore
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"unsafe"
+)
+
+// A stripe fills one cache line, and so does a record.
+var (
+	_ [64]byte = [unsafe.Sizeof(stripe{})]byte{}
+	_ [64]byte = [unsafe.Sizeof(record{})]byte{}
+)
 
 // ExpiryOf returns the expiry the store keeps for the record (name, key, 0),
 // or -1 if it holds none.
@@ -13,12 +22,19 @@ func ExpiryOf(s *Store, name, key string) int64 {
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	i, found := st.find(h, l.id, key)
+	t := st.tab()
+	if t == nil {
+		return -1
+	}
+	i, found := t.find(h, l.id, key)
 	if !found {
 		return -1
 	}
-	if st.slots[i].expires < deferredLimit {
-		return s.expiry(&st.slots[i])
+	r := &t.recs[i]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.expires < deferredLimit {
+		return s.expiry(r)
 	}
-	return st.slots[i].expires
+	return r.expires
 }

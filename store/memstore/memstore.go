@@ -1,22 +1,29 @@
 // Package memstore is an in-memory ratelimit.Store for a single process.
 //
-// Records live in hash tables split into stripes, each under its own
-// mutex, so that calls on different keys rarely contend; a call that
-// touches several records locks their stripes in a fixed order. A record
-// is found by one hash of its key (its limit's name is hashed once, when
-// the Limiter binds the limit) and updated in place, under its stripe's
-// lock for the transition alone. The store implements ratelimit.Binder:
-// the Limiter decides a single limit's calls through it without building
-// an Op, and allocates nothing per call. Each record takes a 48-byte slot
-// of a table kept between 3/8 and 3/4 full, beside its key's bytes; the
-// store also remembers each (limit name, shard) it has written, once.
+// Records live in hash tables split into stripes. A record is found by
+// one hash of its key (its limit's name is hashed once, when the Limiter
+// binds the limit) and decided and updated in place under its own lock,
+// held for the transition alone: calls on different keys share no lock
+// and write no common memory, so they scale across cores. A call finds
+// its record without a lock, and checks, once it holds the record's lock,
+// that no record has moved meanwhile (a stripe's version, changed by
+// whoever moves records under the stripe's mutex); adding, moving and
+// dropping records take the stripe's mutex. An op of several records
+// (Apply) holds the mutexes of their stripes, in a fixed order, and their
+// records' locks. The store implements ratelimit.Binder: the Limiter
+// decides a single limit's calls through it without building an Op, and
+// allocates nothing per call. Each record takes a slot of 72 bytes (a
+// cache line for the record, 8 bytes to find it) in a table kept between
+// 7/16 and 7/8 full, beside its key's bytes; the store also remembers each
+// (limit name, shard) it has written, and each bound limit's params, once.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
 // ratelimit.ExpiryGrace: a stripe about to grow first drops those, every
-// few writes a stripe examines a few more of its records, and a stripe
-// whose table has emptied shrinks it. DeleteExpired drops them all at
-// once and shrinks every stripe.
+// record added examines a few slots of another stripe, in turn, and a
+// stripe written to examines a few of its own every sweepEvery of the
+// calls' time; a table that empties shrinks. DeleteExpired drops them all
+// at once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
@@ -44,13 +51,17 @@ const (
 	stripes    = 1 << stripeBits
 	// minSlots is the smallest table a stripe holding records keeps.
 	minSlots = 8
-	// sweepEvery is how many writes of a stripe pass between two sweep
-	// steps, each examining sweepSlots slots of its table.
-	sweepEvery = 64
+	// sweepEvery is how much of the calls' time (ms) passes between two
+	// sweep steps of a stripe that is written to; a step examines
+	// sweepSlots slots.
+	sweepEvery = 100
 	sweepSlots = 16
 	// insertSweep is how many slots of another stripe, taken in turn, a
 	// write that adds a record examines.
-	insertSweep = 8
+	insertSweep = 16
+	// tries is how many times a call looks for its record without the
+	// stripe's mutex before it takes it.
+	tries = 3
 )
 
 // Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
@@ -100,6 +111,11 @@ func New(opts ...Option) *Store {
 	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: clock.New()}
 	for _, o := range opts {
 		o(s)
+	}
+	for i := range s.stripes {
+		// Each stripe's inserts examine the stripes after it, in turn, so
+		// that inserts anywhere cover every stripe alike.
+		s.stripes[i].victim = uint32(i)
 	}
 	return s
 }
@@ -175,61 +191,151 @@ func (s *Store) sweepTime(now int64) int64 {
 }
 
 // stripe is one hash table: open addressing, linear probing, deletion by
-// backward shift, so that no tombstones accumulate.
+// backward shift, so that no tombstones accumulate. A table is two arrays
+// of the same length: meta, each slot's hash bits and limit number in one
+// word, which a call probes (eight to a cache line, written only when
+// records come, go or move, so that cores share them unwritten), and the
+// records, one per cache line, each with its lock, written by the calls
+// that decide it alone.
+//
+// The table, and which slot holds which record, change only under mu.
+// Whoever moves records (a delete's shift, a resize) makes version odd
+// first and even again after, and locks each record it moves; a call that
+// found its record without mu holds the record's lock and checks that the
+// version is the one it started with.
 type stripe struct {
-	mu    sync.Mutex
-	slots []slot // a power of two long, or nil when empty
-	n     int    // records held
-	// writes counts writes since the last sweep step; cursor is the slot
-	// the next step starts at.
-	writes uint32
+	mu      sync.Mutex
+	version atomic.Uint32
+	table   atomic.Pointer[table] // nil when empty
+	// nextSweep is the calls' time (ms) from which a write steps the
+	// sweep of this stripe.
+	nextSweep atomic.Int64
+	// Under mu: the records held, the slot the next sweep step starts
+	// at, the stripe the next insert examines a few slots of.
+	n      int
 	cursor uint32
-	// victim is the stripe the next insert examines a few slots of.
 	victim uint32
-	_      [64 - 8 - 24 - 8 - 8 - 4]byte // one stripe per cache line
+	_      [64 - 8 - 4 - 4 - 8 - 8 - 8 - 4 - 4]byte // one stripe per cache line
 }
 
-// slot is one record, or empty (limit == 0). 48 bytes.
-type slot struct {
-	key     string
+// table is a stripe's slots: a power of two of them.
+type table struct {
+	meta []atomic.Uint64 // hash bits << 32 | limit number; 0: empty
+	recs []record
+}
+
+func metaOf(lo, limit uint32) uint64 { return uint64(lo)<<32 | uint64(limit) }
+
+// record is the record in a slot. 64 bytes, one cache line.
+type record struct {
+	mu sync.Mutex // held while its state is read or written
+	// key is written under the stripe's mutex, before the slot's meta,
+	// or with mu.
+	key string
+	// The state, and when the record is full again (by the params of its
+	// last write), or deferred (see Store.deferred); under mu.
 	value   float64
 	ts      int64
-	expires int64  // when the record is full again, by the params of its last write; or deferred (see deferred)
-	hash    uint32 // low bits of the record's hash: its home slot
-	limit   uint32 // the limitID.id of its (name, shard)
+	expires int64
+	_       [16]byte // one record per cache line: cores deciding different keys share none
 }
 
-// find returns the slot of the record (limit, key) of hash h, and whether
-// it holds it; if not, the empty slot where probing stopped (only
-// meaningful when the table is not nil).
-func (st *stripe) find(h uint64, limit uint32, key string) (int, bool) {
-	if st.slots == nil {
-		return 0, false
-	}
-	mask := uint32(len(st.slots) - 1)
+func (st *stripe) tab() *table { return st.table.Load() }
+
+// find returns the slot of the record (limit, key) of hash h in t, and
+// whether it holds it; if not, the empty slot where probing stopped. The
+// caller holds mu: no slot changes, and keys read are stable.
+func (t *table) find(h uint64, limit uint32, key string) (int, bool) {
+	mask := uint32(len(t.meta) - 1)
 	lo := uint32(h)
+	want := metaOf(lo, limit)
 	for i := lo & mask; ; i = (i + 1) & mask {
-		sl := &st.slots[i]
-		if sl.limit == 0 {
+		m := t.meta[i].Load()
+		if m == 0 {
 			return int(i), false
 		}
-		if sl.hash == lo && sl.limit == limit && sl.key == key {
+		if m == want && t.recs[i].key == key {
 			return int(i), true
 		}
 	}
 }
 
-// insert writes a new record at the empty slot i returned by find, first
-// making room if the table is full (dropping expired records, then
-// growing), and then finding its slot again. Then, so that records added
-// anywhere drop expired ones everywhere, it examines a few slots of
-// another stripe, in turn, if its lock is free.
-func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
-	if st.slots == nil || 4*(st.n+1) > 3*len(st.slots) {
-		st.makeRoom(s, now)
-		i, _ = st.find(h, limit, key)
+// lockRecord finds the record (limit, key) of hash h without mu, and
+// returns it locked; nil when it may be missing or records are moving,
+// for the caller to look again under mu.
+func (st *stripe) lockRecord(h uint64, limit uint32, key string) *record {
+	lo := uint32(h)
+	want := metaOf(lo, limit)
+	for range tries {
+		v := st.version.Load()
+		if v&1 != 0 {
+			return nil
+		}
+		t := st.tab()
+		if t == nil {
+			return nil
+		}
+		mask := uint32(len(t.meta) - 1)
+	probe:
+		for i := lo & mask; ; i = (i + 1) & mask {
+			switch m := t.meta[i].Load(); {
+			case m == 0:
+				return nil // missing, or moved while probing: ask under mu
+			case m != want:
+				continue
+			}
+			r := &t.recs[i]
+			switch claim(st, r, v, key) {
+			case claimed:
+				return r
+			case moved:
+				break probe // look again
+			}
+		}
 	}
-	st.slots[i] = slot{key: key, value: state.Value, ts: state.TS, expires: expires, hash: uint32(h), limit: limit}
+	return nil
+}
+
+// What claim found.
+const (
+	claimed = iota // the record, now locked
+	moved          // records moved since version v: look again
+	another        // another record with the same hash bits
+)
+
+// claim locks r, found by probing the table read at version v, and checks
+// that it is the record of key: that no record has moved since (a resize
+// leaves copies in the old table, a delete's shift in the slots it
+// moved), and that the key is the one asked. It returns with r locked only
+// when it claimed it.
+func claim(st *stripe, r *record, v uint32, key string) int {
+	r.mu.Lock()
+	if st.version.Load() != v {
+		r.mu.Unlock()
+		return moved
+	}
+	if r.key != key {
+		r.mu.Unlock()
+		return another
+	}
+	return claimed
+}
+
+// insert writes a new record where find stopped (i), first making room
+// if the table is full (dropping expired records, then growing), and
+// finding its slot again. The caller holds mu and no record lock. Then,
+// so that records added anywhere drop expired ones everywhere, it examines
+// a few slots of another stripe, in turn, if its mutex is free.
+func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
+	t := st.tab()
+	if t == nil || 8*(st.n+1) > 7*len(t.meta) {
+		st.makeRoom(s, now)
+		t = st.tab()
+		i, _ = t.find(h, limit, key)
+	}
+	r := &t.recs[i]
+	r.key, r.value, r.ts, r.expires = key, state.Value, state.TS, expires
+	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
 
 	st.victim = (st.victim + 1) % stripes
@@ -242,8 +348,172 @@ func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, st
 	}
 }
 
+// makeRoom is called when an insert would fill the table past 7/8: it
+// drops the records that may be dropped, and doubles the table unless
+// that left it at most 5/8 full. Each call costs O(len) and comes at
+// least len/4 inserts after the last, so inserts stay O(1).
+func (st *stripe) makeRoom(s *Store, now int64) {
+	t := st.tab()
+	if t == nil {
+		st.table.Store(newTable(minSlots))
+		return
+	}
+	st.sweep(s, now, 0, len(t.meta))
+	if size := len(st.tab().meta); 8*(st.n+1) > 5*size {
+		st.resize(2 * size)
+	}
+}
+
+func newTable(size int) *table {
+	return &table{meta: make([]atomic.Uint64, size), recs: make([]record, size)}
+}
+
+// resize moves the records to a table of size slots (a power of two
+// holding them with room), or drops the table when it is empty. The
+// caller holds mu and no record lock.
+func (st *stripe) resize(size int) {
+	old := st.tab()
+	st.cursor = 0
+	st.version.Add(1)
+	for k := range old.meta {
+		if old.meta[k].Load() != 0 {
+			old.recs[k].mu.Lock() // a call deciding it finishes first
+		}
+	}
+	if st.n == 0 {
+		st.table.Store(nil)
+	} else {
+		t := newTable(size)
+		mask := uint32(size - 1)
+		for k := range old.meta {
+			m := old.meta[k].Load()
+			if m == 0 {
+				continue
+			}
+			i := uint32(m>>32) & mask
+			for t.meta[i].Load() != 0 {
+				i = (i + 1) & mask
+			}
+			copyRecord(&t.recs[i], &old.recs[k])
+			t.meta[i].Store(m)
+		}
+		st.table.Store(t)
+	}
+	st.version.Add(1)
+	for k := range old.meta {
+		if old.meta[k].Load() != 0 {
+			old.recs[k].mu.Unlock() // a call that waited finds the version changed
+		}
+	}
+}
+
+// copyRecord copies the record src into dst; the caller holds mu and the
+// lock of src (dst is not yet published, or locked too).
+func copyRecord(dst, src *record) {
+	dst.key, dst.value, dst.ts, dst.expires = src.key, src.value, src.ts, src.expires
+}
+
+// shrink gives back a table at most 1/8 full: the new one is at most half
+// full, or nil when no record is left. The caller holds mu, no record
+// lock.
+func (st *stripe) shrink() {
+	t := st.tab()
+	if t == nil || 8*st.n > len(t.meta) {
+		return
+	}
+	size := minSlots
+	if st.n > 0 {
+		size = max(minSlots, 1<<bits.Len(uint(2*st.n-1)))
+	}
+	if size < len(t.meta) || st.n == 0 {
+		st.resize(size)
+	}
+}
+
+// remove empties slot i of t, whose record's lock the caller holds (with
+// mu), shifting back the records after it that probed past it, so that
+// every record stays reachable from its home slot. It unlocks slot i.
+func (st *stripe) remove(t *table, i int) {
+	mask := uint32(len(t.meta) - 1)
+	st.version.Add(1)
+	locked := [8]uint32{uint32(i)}
+	moved := locked[:1]
+	hole := uint32(i)
+	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
+		m := t.meta[j].Load()
+		if m == 0 {
+			break
+		}
+		home := uint32(m>>32) & mask
+		// The record at j may fill the hole if its home is not in
+		// (hole, j], cyclically.
+		if (j-home)&mask >= (j-hole)&mask {
+			t.recs[j].mu.Lock()
+			moved = append(moved, j)
+			copyRecord(&t.recs[hole], &t.recs[j])
+			t.meta[hole].Store(m)
+			hole = j
+		}
+	}
+	t.meta[hole].Store(0)
+	t.recs[hole].key = "" // let the key's bytes go
+	st.n--
+	st.version.Add(1)
+	for _, k := range moved {
+		t.recs[k].mu.Unlock()
+	}
+}
+
+// sweep examines count slots from slot from on (cyclically) and drops the
+// records that may be dropped at a call at now: full again for
+// ratelimit.ExpiryGrace by the store's sweep time. It returns how many it
+// dropped. The store's clock is read only if some record is a candidate.
+// The caller holds mu and no record lock.
+func (st *stripe) sweep(s *Store, now int64, from, count int) int {
+	t := st.tab()
+	if t == nil {
+		return 0
+	}
+	mask := len(t.meta) - 1
+	count = min(count, len(t.meta))
+	judged := int64(math.MinInt64)
+	dropped := 0
+	for i, seen := from&mask, 0; seen < count && st.n > 0; {
+		if t.meta[i].Load() != 0 {
+			r := &t.recs[i]
+			r.mu.Lock()
+			if st.droppable(s, r, now, &judged) {
+				st.remove(t, i) // unlocks r; a later record may have moved into i: examine it
+				dropped++
+				continue
+			}
+			r.mu.Unlock()
+		}
+		i = (i + 1) & mask
+		seen++
+	}
+	return dropped
+}
+
+// droppable reports whether the record r, whose lock the caller holds,
+// may be dropped at a call at now; judged caches the sweep time.
+func (st *stripe) droppable(s *Store, r *record, now int64, judged *int64) bool {
+	// A record is full again no sooner than its TS: one written within
+	// the grace is kept without computing when.
+	if r.ts > now-ratelimit.ExpiryGrace || r.expires > now-ratelimit.ExpiryGrace {
+		return false
+	}
+	if r.expires < deferredLimit && s.expiry(r) > now-ratelimit.ExpiryGrace {
+		return false
+	}
+	if *judged == math.MinInt64 {
+		*judged = s.sweepTime(now)
+	}
+	return r.expires <= *judged-ratelimit.ExpiryGrace
+}
+
 // step examines the next count slots of the stripe from its cursor on,
-// and shrinks its table if that emptied it.
+// and shrinks its table if that emptied it. The caller holds mu.
 func (st *stripe) step(s *Store, now int64, count int) {
 	from := int(st.cursor)
 	st.cursor += uint32(count)
@@ -252,141 +522,18 @@ func (st *stripe) step(s *Store, now int64, count int) {
 	}
 }
 
-// makeRoom is called when an insert would fill the table past 3/4: it
-// drops the records that may be dropped, and doubles the table unless
-// that left it at most half full. Each call costs O(len(slots)) and comes
-// at least len(slots)/4 inserts after the last, so inserts stay O(1).
-func (st *stripe) makeRoom(s *Store, now int64) {
-	if st.slots == nil {
-		st.slots = make([]slot, minSlots)
-		return
-	}
-	st.sweep(s, now, 0, len(st.slots))
-	if 2*(st.n+1) > len(st.slots) {
-		st.resize(2 * len(st.slots))
-	}
-}
-
-// resize moves the records to a table of size slots (a power of two
-// holding them with room), or drops the table when it is empty.
-func (st *stripe) resize(size int) {
-	old := st.slots
-	st.cursor = 0
-	if st.n == 0 {
-		st.slots = nil
-		return
-	}
-	st.slots = make([]slot, size)
-	mask := uint32(size - 1)
-	for k := range old {
-		sl := &old[k]
-		if sl.limit == 0 {
-			continue
-		}
-		i := sl.hash & mask
-		for st.slots[i].limit != 0 {
-			i = (i + 1) & mask
-		}
-		st.slots[i] = *sl
-	}
-}
-
-// shrink gives back a table at most 1/8 full: the new one is at most half
-// full, or nil when no record is left.
-func (st *stripe) shrink() {
-	if st.slots == nil || 8*st.n > len(st.slots) {
-		return
-	}
-	size := minSlots
-	if st.n > 0 {
-		size = max(minSlots, 1<<bits.Len(uint(2*st.n-1)))
-	}
-	if size < len(st.slots) || st.n == 0 {
-		st.resize(size)
-	}
-}
-
-// remove empties slot i, shifting back the records after it that probed
-// past it, so that every record stays reachable from its home slot.
-func (st *stripe) remove(i int) {
-	mask := uint32(len(st.slots) - 1)
-	hole := uint32(i)
-	for j := (hole + 1) & mask; st.slots[j].limit != 0; j = (j + 1) & mask {
-		home := st.slots[j].hash & mask
-		// The record at j may fill the hole if its home is not in
-		// (hole, j], cyclically.
-		if (j-home)&mask >= (j-hole)&mask {
-			st.slots[hole] = st.slots[j]
-			hole = j
-		}
-	}
-	st.slots[hole] = slot{}
-	st.n--
-}
-
-// sweep examines count slots from slot from on (cyclically) and drops the
-// records that may be dropped at a call at now: full again for
-// ratelimit.ExpiryGrace by the store's sweep time. It returns how many it
-// dropped. The store's clock is read only if some record is a candidate.
-func (st *stripe) sweep(s *Store, now int64, from, count int) int {
-	if st.slots == nil {
-		return 0
-	}
-	mask := len(st.slots) - 1
-	count = min(count, len(st.slots))
-	judged := int64(math.MinInt64)
-	dropped := 0
-	for i, seen := from&mask, 0; seen < count && st.n > 0; {
-		sl := &st.slots[i]
-		// A record is full again no sooner than its TS: one written
-		// within the grace is kept without computing when.
-		if sl.limit != 0 && sl.ts <= now-ratelimit.ExpiryGrace && sl.expires <= now-ratelimit.ExpiryGrace &&
-			(sl.expires >= deferredLimit || s.expiry(sl) <= now-ratelimit.ExpiryGrace) {
-			if judged == math.MinInt64 {
-				judged = s.sweepTime(now)
-			}
-			if sl.expires <= judged-ratelimit.ExpiryGrace {
-				st.remove(i) // a later record may have moved into i: examine it
-				dropped++
-				continue
-			}
-		}
-		i = (i + 1) & mask
-		seen++
-	}
-	return dropped
-}
-
-// wrote counts a write of the stripe, and every sweepEvery writes examines
-// the next sweepSlots slots, shrinking the table if that emptied it.
+// wrote is called after a write of the stripe at now, holding no lock:
+// once every sweepEvery of the calls' time, if mu is free, it steps the
+// sweep.
 func (st *stripe) wrote(s *Store, now int64) {
-	st.writes++
-	if st.writes < sweepEvery {
+	if now < st.nextSweep.Load() || !st.mu.TryLock() {
 		return
 	}
-	st.writes = 0
-	st.step(s, now, sweepSlots)
-}
-
-// put writes state as the record (limit, key) of hash h.
-func (st *stripe) put(s *Store, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
-	i, found := st.find(h, limit, key)
-	if found {
-		sl := &st.slots[i]
-		sl.value, sl.ts, sl.expires = state.Value, state.TS, expires
-	} else {
-		st.insert(s, i, h, limit, key, state, expires, now)
+	if now >= st.nextSweep.Load() {
+		st.nextSweep.Store(now + sweepEvery)
+		st.step(s, now, sweepSlots)
 	}
-	st.wrote(s, now)
-}
-
-func (st *stripe) get(h uint64, limit uint32, key string) ratelimit.Record {
-	i, found := st.find(h, limit, key)
-	if !found {
-		return ratelimit.Record{}
-	}
-	sl := &st.slots[i]
-	return ratelimit.Record{State: ratelimit.State{Value: sl.value, TS: sl.ts}, Found: true}
+	st.mu.Unlock()
 }
 
 // Bind implements ratelimit.Binder.
@@ -422,12 +569,13 @@ func (s *Store) deferParams(p ratelimit.Params) int64 {
 	return deferredBase + int64(len(list)-1)
 }
 
-// expiry returns the time from which the record in sl, whose expiry is
-// deferred (marked), is a full bucket again: it is then kept in the slot.
-func (s *Store) expiry(sl *slot) int64 {
-	p := (*s.deferred.Load())[sl.expires-deferredBase]
-	sl.expires = ratelimit.FullAt(*p, ratelimit.State{Value: sl.value, TS: sl.ts})
-	return sl.expires
+// expiry returns the time from which the record r (whose lock the caller
+// holds), its expiry deferred (marked), is a full bucket again: it is
+// then kept in the record.
+func (s *Store) expiry(r *record) int64 {
+	p := (*s.deferred.Load())[r.expires-deferredBase]
+	r.expires = ratelimit.FullAt(*p, ratelimit.State{Value: r.value, TS: r.ts})
+	return r.expires
 }
 
 // bound is a limit bound to the store: its name registered and hashed,
@@ -458,31 +606,55 @@ func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now
 	s.anchor(now)
 	h := s.hash(key, b.salt)
 	st := s.stripeOf(h)
+	write := mode == ratelimit.ModeLimit && count > 0
+	var d ratelimit.Decision
+	if r := st.lockRecord(h, b.limit, key); r != nil {
+		next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+		if write && d.OK {
+			r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+		}
+		r.mu.Unlock()
+		if write && d.OK {
+			st.wrote(s, now)
+		}
+		return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+	}
+	return b.decideLocked(st, h, key, mode, now, count, reserve)
+}
+
+// decideLocked is Decide under the stripe's mutex, for a record that may
+// be missing.
+func (b *bound) decideLocked(st *stripe, h uint64, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+	s := b.s
+	write := mode == ratelimit.ModeLimit && count > 0
+	var d ratelimit.Decision
 	st.mu.Lock()
-	i, found := st.find(h, b.limit, key)
-	var prev ratelimit.State
+	defer st.mu.Unlock()
+	t := st.tab()
+	i := 0
+	if t != nil {
+		var found bool
+		if i, found = t.find(h, b.limit, key); found {
+			r := &t.recs[i]
+			r.mu.Lock()
+			next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+			if write && d.OK {
+				r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+			}
+			r.mu.Unlock()
+			return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+		}
+	}
 	p := &b.p
-	if found {
-		sl := &st.slots[i]
-		prev = ratelimit.State{Value: sl.value, TS: sl.ts}
-	} else if b.p.Kind == ratelimit.FixedWindow {
+	if b.p.Kind == ratelimit.FixedWindow {
 		q := b.p
 		q.Phase = b.phase(key)
 		p = &q
 	}
-	var d ratelimit.Decision
-	next := ratelimit.TransitionInto(&d, p, prev, found, now, count, reserve)
-	if d.OK && count > 0 && mode == ratelimit.ModeLimit {
-		expires := b.deferred
-		if found {
-			sl := &st.slots[i]
-			sl.value, sl.ts, sl.expires = next.Value, next.TS, expires
-		} else {
-			st.insert(s, i, h, b.limit, key, next, expires, now)
-		}
-		st.wrote(s, now)
+	next := ratelimit.TransitionInto(&d, p, ratelimit.State{}, false, now, count, reserve)
+	if write && d.OK {
+		st.insert(s, i, h, b.limit, key, next, b.deferred, now)
 	}
-	st.mu.Unlock()
 	return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }
 
@@ -496,6 +668,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		hashBuf  [4]uint64
 		limitBuf [4]uint32
 		ordBuf   [4]int
+		heldBuf  [4]*record
 		prevBuf  [4]ratelimit.Record
 		nextBuf  [4]ratelimit.Update
 		parBuf   [4]*ratelimit.Params
@@ -521,6 +694,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	}
 	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
 	next := append(nextBuf[:0], make([]ratelimit.Update, len(ids))...)
+	held := append(heldBuf[:0], make([]*record, len(ids))...)
 	if len(order) > 1 {
 		slices.Sort(order)
 		order = slices.Compact(order)
@@ -534,14 +708,45 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		}
 	}()
 	s.anchor(op.Now)
+	// The records found are locked until written: the op is atomic.
 	for i := range ids {
-		prev[i] = s.stripeOf(hashes[i]).get(hashes[i], limits[i], ids[i].Key)
+		if t := s.stripeOf(hashes[i]).tab(); t != nil {
+			if k, found := t.find(hashes[i], limits[i], ids[i].Key); found {
+				r := &t.recs[k]
+				r.mu.Lock()
+				held[i] = r
+				prev[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+			}
+		}
 	}
 	ratelimit.Evaluate(op, prev, out, next)
 	for i, u := range next {
+		if r := held[i]; r != nil {
+			if u.Write {
+				r.value, r.ts, r.expires = u.State.Value, u.State.TS, ratelimit.FullAt(*params[i], u.State)
+			}
+			r.mu.Unlock()
+		}
+	}
+	// Then the records added: the stripes' mutexes keep them unseen
+	// until the op is done.
+	for i, u := range next {
+		if u.Write && held[i] == nil {
+			st := s.stripeOf(hashes[i])
+			k := 0
+			if t := st.tab(); t != nil {
+				k, _ = t.find(hashes[i], limits[i], ids[i].Key)
+			}
+			st.insert(s, k, hashes[i], limits[i], ids[i].Key, u.State, ratelimit.FullAt(*params[i], u.State), op.Now)
+		}
+	}
+	for i, u := range next {
 		if u.Write {
-			s.stripeOf(hashes[i]).put(s, hashes[i], limits[i], ids[i].Key, u.State,
-				ratelimit.FullAt(*params[i], u.State), op.Now)
+			st := s.stripeOf(hashes[i])
+			if op.Now >= st.nextSweep.Load() {
+				st.nextSweep.Store(op.Now + sweepEvery)
+				st.step(s, op.Now, sweepSlots)
+			}
 		}
 	}
 	return nil
@@ -563,7 +768,14 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		h := s.hash(id.Key, l.salt)
 		st := s.stripeOf(h)
 		st.mu.Lock()
-		out[i] = st.get(h, l.id, id.Key)
+		if t := st.tab(); t != nil {
+			if k, found := t.find(h, l.id, id.Key); found {
+				r := &t.recs[k]
+				r.mu.Lock()
+				out[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+				r.mu.Unlock()
+			}
+		}
 		st.mu.Unlock()
 	}
 	return nil
@@ -582,9 +794,12 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 		h := s.hash(id.Key, l.salt)
 		st := s.stripeOf(h)
 		st.mu.Lock()
-		if i, found := st.find(h, l.id, id.Key); found {
-			st.remove(i)
-			st.shrink()
+		if t := st.tab(); t != nil {
+			if k, found := t.find(h, l.id, id.Key); found {
+				t.recs[k].mu.Lock()
+				st.remove(t, k)
+				st.shrink()
+			}
 		}
 		st.mu.Unlock()
 	}
@@ -602,15 +817,24 @@ func (s *Store) DeleteExpired(now time.Time) int {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		if st.slots != nil {
-			for k := 0; k < len(st.slots); {
-				sl := &st.slots[k]
-				if sl.limit != 0 && sl.expires <= ms-ratelimit.ExpiryGrace &&
-					(sl.expires >= deferredLimit || s.expiry(sl) <= ms-ratelimit.ExpiryGrace) {
-					st.remove(k) // a later record may have moved into k
+		if t := st.tab(); t != nil {
+			for k := 0; k < len(t.meta); {
+				if t.meta[k].Load() == 0 {
+					k++
+					continue
+				}
+				r := &t.recs[k]
+				r.mu.Lock()
+				exp := r.expires
+				if exp < deferredLimit {
+					exp = s.expiry(r)
+				}
+				if exp <= ms-ratelimit.ExpiryGrace {
+					st.remove(t, k) // unlocks r; a later record may have moved into k
 					n++
 					continue
 				}
+				r.mu.Unlock()
 				k++
 			}
 			st.shrink()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -281,5 +282,75 @@ func TestBoundExpiry(t *testing.T) {
 		if exp != ratelimit.Never {
 			require.Equal(t, p.Capacity, ratelimit.Refresh(p, rec[0].State, exp).Value)
 		}
+	}
+}
+
+// Calls that find their records without the stripe's mutex stay exact
+// while records are added, moved by deletes' shifts, and tables grow and
+// shrink around them: 8 goroutines drain 300 keys of 40 tokens each
+// through a bound limit and through Apply, while others add and drop
+// thousands of records in the same stripes; every key grants exactly 40.
+func TestExactWhileRecordsMove(t *testing.T) {
+	ctx := context.Background()
+	const (
+		keys  = 300
+		quota = 40
+		t0    = int64(1_700_000_000_000) // all calls in one window
+	)
+	s := memstore.New()
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: quota, Period: 3_600_000, Capacity: quota}
+	b := s.Bind("main", p, func(string) int64 { return 0 })
+	var granted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 8 {
+		wg.Go(func() {
+			out := make([]ratelimit.Decision, 1)
+			for round := range 3 * quota {
+				for k := range keys {
+					key := fmt.Sprint("main-", (k+g*37)%keys)
+					var ok bool
+					if (round+k+g)%4 == 0 {
+						op := &ratelimit.Op{Now: t0, Items: []ratelimit.Item{{Name: "main", Key: key, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
+						require.NoError(t, s.Apply(ctx, op, out))
+						ok = out[0].OK
+					} else {
+						v, err := b.Decide(ctx, key, ratelimit.ModeLimit, t0, 1, false)
+						require.NoError(t, err)
+						ok = v.OK
+					}
+					if ok {
+						granted[(k+g*37)%keys].Add(1)
+					}
+				}
+			}
+		})
+	}
+	churn := func(g int) {
+		tb := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+		out := make([]ratelimit.Decision, 1)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Records long full by t0: DeleteExpired(t0) drops them.
+			op := &ratelimit.Op{Now: t0 - 3_600_000, Items: []ratelimit.Item{{Name: "churn", Key: fmt.Sprint("churn-", g, "-", i%2000), Count: 1, Shards: []ratelimit.Shard{{Params: tb}}}}}
+			require.NoError(t, s.Apply(ctx, op, out))
+			if i%200 == 199 {
+				s.DeleteExpired(time.UnixMilli(t0))
+			}
+		}
+	}
+	var cw sync.WaitGroup
+	for g := range 2 {
+		cw.Go(func() { churn(g) })
+	}
+	wg.Wait()
+	close(stop)
+	cw.Wait()
+	for k := range keys {
+		require.Equal(t, int64(quota), granted[k].Load(), "key %d", k)
 	}
 }
