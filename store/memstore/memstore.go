@@ -13,17 +13,17 @@
 // records' locks. The store implements ratelimit.Binder: the Limiter
 // decides a single limit's calls through it without building an Op, and
 // allocates nothing per call. Each record takes a slot of 72 bytes (a
-// cache line for the record, 8 bytes to find it) in a table kept between
-// 7/16 and 7/8 full, beside its key's bytes; the store also remembers each
+// cache line for the record, 8 bytes to find it), beside its key's bytes,
+// in a table that doubles when 7/8 full; the store also remembers each
 // (limit name, shard) it has written, and each bound limit's params, once.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
 // ratelimit.ExpiryGrace: a stripe about to grow first drops those, every
 // record added examines a few slots of another stripe, in turn, and a
-// stripe written to examines a few of its own every sweepEvery of the
-// calls' time; a table that empties shrinks. DeleteExpired drops them all
-// at once and shrinks every stripe.
+// stripe written to examines a few of its own every 100 ms of the calls'
+// time; a table at most 1/8 full shrinks, and an empty one is freed.
+// DeleteExpired drops them all at once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
