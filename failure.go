@@ -74,25 +74,33 @@ type breaker struct {
 	threshold int
 	cooldown  time.Duration
 
+	// fails is read without mu on every call, so that a healthy store
+	// costs no lock; it is written under mu.
+	fails   atomic.Int64
 	mu      sync.Mutex
-	fails   int
 	until   time.Time // open until then
 	probing bool      // a probe is under way
 
 	lastAnswer atomic.Int64 // Unix ms, on the Limiter's clock, of the latest answer
 }
 
+// closed reports whether calls may ask the store without more ado: no
+// breaker, or fewer consecutive failures than open it.
+func (b *breaker) closed() bool {
+	return b.threshold <= 0 || b.fails.Load() < int64(b.threshold)
+}
+
 // allow reports whether a call may ask the store now, and whether it is
 // the probe that decides whether the breaker closes; when not, until says
 // when a probe will be let through.
 func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
-	if b.threshold <= 0 {
+	if b.closed() {
 		return true, false, time.Time{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.fails < b.threshold:
+	case b.fails.Load() < int64(b.threshold):
 		return true, false, time.Time{}
 	case now.Before(b.until) || b.probing:
 		return false, false, b.until
@@ -103,17 +111,21 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 
 // success records that the store answered at now; it reports whether the
 // answer closed an open breaker.
-func (b *breaker) success(now time.Time) (closed bool) {
-	if ms := now.UnixMilli(); b.lastAnswer.Load() < ms {
-		b.lastAnswer.Store(ms)
+func (b *breaker) success(now time.Time) (closed bool) { return b.answered(now.UnixMilli()) }
+
+// answered is success at now in Unix milliseconds.
+func (b *breaker) answered(now int64) (closed bool) {
+	if b.lastAnswer.Load() < now {
+		b.lastAnswer.Store(now)
 	}
-	if b.threshold <= 0 {
-		return false
+	if b.threshold <= 0 || b.fails.Load() == 0 {
+		return false // no failure counted, so no probe either
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	closed = b.fails >= b.threshold
-	b.fails, b.probing = 0, false
+	closed = b.fails.Load() >= int64(b.threshold)
+	b.fails.Store(0)
+	b.probing = false
 	return closed
 }
 
@@ -125,9 +137,9 @@ func (b *breaker) failure(now time.Time) (opened bool) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fails++
+	fails := b.fails.Add(1)
 	b.probing = false
-	if b.fails >= b.threshold {
+	if fails >= int64(b.threshold) {
 		b.until = now.Add(b.cooldown)
 		return true
 	}

@@ -19,6 +19,7 @@ type Limiter struct {
 	store    Store
 	limits   map[string]*limit
 	clock    clock.Clock
+	wall     bool // clock is the real one: read time.Now without the interface
 	seed     uint64
 	picker   picker
 	breaker  breaker
@@ -56,22 +57,58 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratelimit: New needs a Store: pass memstore.New() or another store")
 	}
-	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: clock.New(),
+	wall := clock.New()
+	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: wall,
 		breaker: breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
 	for _, o := range opts {
 		o(l)
 	}
+	l.wall = l.clock == wall
+	binder, _ := store.(Binder)
 	if ownClock(store) != nil {
 		l.deny = nil // its clock is the store's, which cannot be read locally
+		binder = nil // a Verdict does not carry the store's time
 	}
 	for name, c := range limits {
 		lim, err := compile(name, c)
 		if err != nil {
 			return nil, err
 		}
+		if binder != nil && lim.shards == 1 {
+			if b := binder.Bind(name, lim.base, lim.phaseFunc(l.seed)); b != nil && b.Store() == store {
+				lim.bound = b
+			}
+		}
 		l.limits[name] = lim
 	}
 	return l, nil
+}
+
+// now reads the Limiter's clock.
+func (l *Limiter) now() time.Time {
+	if l.wall {
+		return time.Now()
+	}
+	return l.clock.Now()
+}
+
+// nowMillis reads the Limiter's clock in Unix milliseconds: for the real
+// clock, its wall reading alone, where the platform reads that faster
+// than time.Now.
+func (l *Limiter) nowMillis() int64 {
+	if l.wall {
+		return wallMillis()
+	}
+	return l.clock.Now().UnixMilli()
+}
+
+// timeAt returns start, the time a call read in full, or, when it read
+// only the milliseconds now, their time.
+func timeAt(start time.Time, now int64) time.Time {
+	if start.IsZero() {
+		return time.UnixMilli(now)
+	}
+	return start
 }
 
 // limit is a validated config, ready for calls.
@@ -84,6 +121,11 @@ type limit struct {
 	hasStart bool
 	maxPlain float64 // largest count a plain call may ask
 	maxDebt  float64 // largest count a reserving call may ask
+	// msPerToken is Period/Rate of one shard, for resetOne.
+	msPerToken float64
+	// bound decides the single calls of a declared, unsharded limit when
+	// the store is a Binder; nil otherwise.
+	bound BoundLimit
 }
 
 func compile(name string, c Config) (*limit, error) {
@@ -100,7 +142,21 @@ func compile(name string, c Config) (*limit, error) {
 	}
 	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
 	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
+	lim.msPerToken = float64(lim.base.Period) / lim.base.Rate
 	return lim, nil
+}
+
+// phaseFunc returns the phase of the limit's records (shard 0) by key, as
+// params sets it, for Binder.Bind.
+func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
+	if lim.base.Kind != FixedWindow {
+		return func(string) int64 { return 0 }
+	}
+	if lim.hasStart {
+		phase := floorMod(lim.start, lim.base.Period)
+		return func(string) int64 { return phase }
+	}
+	return func(key string) int64 { return phaseHash(seed, lim.name, key, 0, lim.base.Period) }
 }
 
 // params returns the params of one shard of the limit for key.
@@ -249,6 +305,12 @@ type Result struct {
 	Local bool
 	// All holds, for LimitAll, each limit's own answer in the order named.
 	All []Result
+
+	// Pads a Result to 112 bytes, a multiple of 16: Go copies a returned
+	// Result by 16-byte moves, and at 104 bytes the last move overlaps
+	// the one before it, so that the next copy (callers make two) waits
+	// for both to be stored.
+	_ [8]byte
 }
 
 // Reserved reports whether the call was OK only by reserving tokens that
@@ -269,17 +331,55 @@ func (r Result) Err() error {
 // nothing. The error is non-nil only for bad input (ErrUnknownLimit,
 // ErrInvalidConfig, ErrInvalidCount), a done context, or a store failure;
 // being rate limited is Result.OK false (or Result.Err).
+//
+// Limit and Check build their Result where they return it, from what
+// decide leaves in registers: a Result built elsewhere is copied through
+// memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	return l.decide(ctx, ModeLimit, name, key, opts)
+	c := newCall(opts)
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+		var res Result
+		v, now, plain, err := l.doBound(ctx, ModeLimit, lim, key, c, &res, nil)
+		if plain {
+			return Result{
+				OK:         v.OK,
+				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+				Remaining:  v.Remaining,
+				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				Name:       lim.name,
+				Key:        key,
+				Count:      c.count,
+			}, nil
+		}
+		return res, err
+	}
+	return l.decide(ctx, ModeLimit, name, key, c)
 }
 
 // Check returns the answer Limit would give now, without spending anything.
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
-	return l.decide(ctx, ModeCheck, name, key, opts)
+	c := newCall(opts)
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+		var res Result
+		v, now, plain, err := l.doBound(ctx, ModeCheck, lim, key, c, &res, nil)
+		if plain {
+			return Result{
+				OK:         v.OK,
+				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+				Remaining:  v.Remaining,
+				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				Name:       lim.name,
+				Key:        key,
+				Count:      c.count,
+			}, nil
+		}
+		return res, err
+	}
+	return l.decide(ctx, ModeCheck, name, key, c)
 }
 
-func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, opts []CallOption) (Result, error) {
-	c := newCall(opts)
+// decide decides a call of Limit or Check through Apply.
+func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, c call) (Result, error) {
 	names := [1]string{name}
 	res, _, err := l.do(ctx, mode, names[:], key, c)
 	return res, err
@@ -312,16 +412,152 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 // charge records which shards an OK call charged, and how much, so that a
 // reservation can hand the tokens back.
 type charge struct {
-	shards [2]Shard
+	lim    *limit
+	shards [2]int // shard indexes
 	amount [2]float64
 	n      int
-	at     int64 // when the store judged the call (Decision.Now)
+	at     int64     // when the store judged the call (Decision.Now)
+	start  time.Time // when the Limiter read its clock for the call
+}
+
+// doBound decides one call of a declared, unsharded limit through its
+// BoundLimit: what do does for such a call, without an Op. It fills *ch
+// when ch is not nil (Reserve). When the store decided the call and no
+// observer is to be told, plain is true and the caller makes the Result
+// of the verdict v, judged at now, by boundResult (so that it is built
+// where it is returned, not copied there); otherwise doBound fills *res.
+//
+// The commonest call (no deny cache, observer or Reservation, the breaker
+// closed, the store answering) takes the few steps it needs here; any
+// other goes to doBoundFull, which does the same steps and the others.
+func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
+	if ch != nil || l.deny != nil || l.observer != nil || !l.breaker.closed() {
+		return l.doBoundFull(ctx, mode, lim, key, c, res, ch)
+	}
+	if err := lim.checkCount(c.count, c.reserve); err != nil {
+		return v, 0, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return v, 0, false, limitErr(lim.name, err)
+	}
+	now = l.nowMillis()
+	if err := checkTime(now); err != nil {
+		return v, 0, false, limitErr(lim.name, err)
+	}
+	if v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve); err != nil {
+		return l.boundFailed(ctx, mode, lim, key, c, res, time.Time{}, now, false, err)
+	}
+	if l.breaker.answered(now) && l.logger != nil {
+		l.logger.Info("ratelimit: store answers again; the breaker is closed")
+	}
+	return v, now, true, nil
+}
+
+// limitErr wraps err with the limit's name.
+func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limit %q: %w", name, err) }
+
+// boundFailed answers a bound call whose store failed with err, as do
+// does: the caller's own error if it gave up, else the failure policy's.
+func (l *Limiter) boundFailed(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe bool, err error) (Verdict, int64, bool, error) {
+	if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
+		l.breaker.abandon(probe)
+		return Verdict{}, now, false, callerError(ctx, lim.name, err)
+	}
+	l.storeFailed(lim.name, err)
+	lims := [1]*limit{lim}
+	r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
+	*res = r
+	return Verdict{}, now, false, err
+}
+
+// doBoundFull is doBound with every step.
+func (l *Limiter) doBoundFull(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
+	if err := lim.checkCount(c.count, c.reserve); err != nil {
+		return v, 0, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+	}
+	// The time in full only where it is needed: a Reservation's keeps the
+	// monotonic reading (for Delay), an observer's latency the fraction of
+	// a millisecond. Otherwise the milliseconds alone, and timeAt.
+	var start time.Time
+	if ch != nil || l.observer != nil {
+		start = l.now()
+		if ch != nil {
+			ch.start = start
+		}
+		now = start.UnixMilli()
+	} else {
+		now = l.nowMillis()
+	}
+	if err := checkTime(now); err != nil {
+		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+	}
+	if l.deny != nil {
+		p := lim.params(l.seed, key, 0)
+		if d, ok := l.deny.refuse(lim.name, key, p, now, c.count, c.reserve); ok {
+			*res = l.result(lim.name, key, c, d)
+			res.Reset = resetAfter(p, 1, d)
+			res.Local = true
+			l.observe(ctx, mode, *res, timeAt(start, now), nil)
+			return v, now, false, nil
+		}
+	}
+	var probe bool
+	if !l.breaker.closed() {
+		if start.IsZero() {
+			start = l.now() // for the wait until the breaker's probe
+		}
+		var ok bool
+		var until time.Time
+		if ok, probe, until = l.breaker.allow(start); !ok {
+			lims := [1]*limit{lim}
+			r, _, err := l.degraded(ctx, mode, lims[:], key, c, start, &StoreError{Name: lim.name, Until: until})
+			*res = r
+			return v, now, false, err
+		}
+	}
+	v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
+	if err != nil {
+		return l.boundFailed(ctx, mode, lim, key, c, res, start, now, probe, err)
+	}
+	if l.breaker.answered(now) && l.logger != nil {
+		l.logger.Info("ratelimit: store answers again; the breaker is closed")
+	}
+	if v.OK {
+		if ch != nil {
+			ch.lim, ch.n, ch.amount[0], ch.at = lim, 1, c.count, now
+		}
+	} else if l.deny != nil {
+		l.deny.learn(ctx, l.store, lim.name, key, lim.params(l.seed, key, 0))
+	}
+	if l.observer != nil {
+		*res = boundResult(lim, key, c, v, now)
+		l.observe(ctx, mode, *res, start, nil)
+		return v, now, false, nil
+	}
+	return v, now, true, nil
+}
+
+// boundResult is the Result of a call of lim that the store decided as v,
+// judged at now.
+func boundResult(lim *limit, key string, c call, v Verdict, now int64) Result {
+	return Result{
+		OK:         v.OK,
+		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+		Remaining:  v.Remaining,
+		Reset:      lim.resetOne(v.Remaining, now, v.TS),
+		Name:       lim.name,
+		Key:        key,
+		Count:      c.count,
+	}
 }
 
 // do decides one call of one or more limits.
 func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string, c call) (Result, charge, error) {
-	var ch charge
-	start := l.clock.Now()
+	start := l.now()
+	ch := charge{start: start}
 	var one [1]*limit
 	lims := one[:]
 	if len(names) > 1 {
@@ -375,7 +611,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	}
 	b.op = Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	if err := l.store.Apply(ctx, &b.op, out); err != nil {
-		if l.breaker.callerGaveUp(ctx, start, l.clock.Now()) {
+		if l.breaker.callerGaveUp(ctx, start, l.now()) {
 			l.breaker.abandon(probe)
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
@@ -390,7 +626,10 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 		res := l.result(names[0], key, c, out[0])
 		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
-			ch.n = copy(ch.shards[:], items[0].Shards)
+			ch.lim, ch.n = lims[0], len(items[0].Shards)
+			for i, sh := range items[0].Shards {
+				ch.shards[i] = sh.Index
+			}
 			ch.amount, ch.at = out[0].Charged, out[0].Now
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
@@ -436,12 +675,44 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 // or of the phase seed); for a token bucket, until the shards the call
 // evaluated are full again.
 func resetAfter(p Params, n int, d Decision) time.Duration {
+	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
+}
+
+// resetOne is resetMillis of one record of lim, without a division when
+// it can do without. A token bucket's wait until full, w =
+// max(Capacity-remaining, 0)·Period/Rate rounded up, is estimated as
+// max(Capacity-remaining, 0)·msPerToken. Each is within 2 roundings (a
+// relative 2^-52) of the exact quotient, so they are within 5·2^-53 of
+// the estimate of each other; when the estimate is further than that from
+// every whole number, both round up to the same one. Otherwise, and for
+// waits too small or too large for that reasoning, it divides.
+func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
+	p := &lim.base
+	if p.Kind == TokenBucket {
+		x := max(p.Capacity-remaining, 0)
+		if x == 0 {
+			return 0
+		}
+		est := x * lim.msPerToken
+		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
+			whole := math.Floor(est)
+			frac, margin := est-whole, est*6e-16
+			if frac > margin && frac < 1-margin {
+				return time.Duration(whole+1) * time.Millisecond
+			}
+		}
+	}
+	return resetMillis(p, 1, remaining, now, ts)
+}
+
+// resetMillis is resetAfter of a decision's Remaining, Now and TS.
+func resetMillis(p *Params, n int, remaining float64, now, ts int64) time.Duration {
 	var ms float64
 	if p.Kind == FixedWindow {
-		ms = float64(d.TS + p.Period - d.Now)
+		ms = float64(ts + p.Period - now)
 	} else {
 		capacity := p.Capacity * float64(min(n, 2))
-		ms = math.Max(capacity-d.Remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
 	}
 	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
@@ -479,11 +750,11 @@ func (l *Limiter) degraded(ctx context.Context, mode Mode, lims []*limit, key st
 		r.Name, r.OK = lim.name, lim.cfg.FailOpen
 		l.observe(ctx, mode, r, start, serr)
 	}
-	return res, charge{}, serr
+	return res, charge{start: start}, serr
 }
 
 func (l *Limiter) storeFailed(name string, err error) {
-	opened := l.breaker.failure(l.clock.Now())
+	opened := l.breaker.failure(l.now())
 	if l.logger == nil {
 		return
 	}
@@ -630,7 +901,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	if err := l.store.Load(ctx, ids, recs); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
 	}
-	now := l.clock.Now().UnixMilli()
+	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 	}

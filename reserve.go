@@ -33,16 +33,37 @@ type Reservation struct {
 // failure, as for Limit: when the store failed, the Reservation is
 // returned beside the error, decided by the limit's failure policy
 // (Result.Degraded), and holds no tokens.
+//
+// Reserve is small enough to be inlined, so that a Reservation its caller
+// keeps to itself lives on the caller's stack: a plain Reserve allocates
+// nothing unless the Reservation escapes (to AfterFunc, another goroutine,
+// a longer-lived structure).
 func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOption) (*Reservation, error) {
+	return l.reserve(ctx, new(Reservation), name, key, opts)
+}
+
+// reserve makes the reservation r of Reserve, and returns it, or nil with
+// the error of a call that could not be decided.
+func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string, opts []CallOption) (*Reservation, error) {
 	c := newCall(opts)
 	c.reserve = true
-	now := l.clock.Now()
-	names := [1]string{name}
-	res, ch, err := l.do(ctx, ModeLimit, names[:], key, c)
-	if err != nil && !res.Degraded {
+	r.lim = l
+	var err error
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+		v, now, plain, e := l.doBound(ctx, ModeLimit, lim, key, c, &r.res, &r.charge)
+		if plain {
+			r.res = boundResult(lim, key, c, v, now)
+		}
+		err = e
+	} else {
+		names := [1]string{name}
+		r.res, r.charge, err = l.do(ctx, ModeLimit, names[:], key, c)
+	}
+	if err != nil && !r.res.Degraded {
 		return nil, err
 	}
-	return &Reservation{lim: l, res: res, at: now.Add(res.RetryAfter), charge: ch}, err
+	r.at = r.charge.start.Add(r.res.RetryAfter)
+	return r, err
 }
 
 // OK reports whether the reservation was granted.
@@ -165,11 +186,13 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case r.canceled:
 		return nil
 	}
-	op := Op{Mode: ModeRefund, Now: r.lim.clock.Now().UnixMilli()}
+	op := Op{Mode: ModeRefund, Now: r.lim.now().UnixMilli()}
 	for i := range r.charge.n {
 		if r.charge.amount[i] > 0 {
+			idx := r.charge.shards[i]
+			sh := Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.res.Key, idx)}
 			op.Items = append(op.Items, Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
-				At: r.charge.at, Shards: []Shard{r.charge.shards[i]}})
+				At: r.charge.at, Shards: []Shard{sh}})
 		}
 	}
 	if len(op.Items) > 0 {

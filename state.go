@@ -180,14 +180,69 @@ func fitsDebt(p Params, v float64) bool {
 // record as stored (found false for a missing record), the time now in Unix
 // milliseconds, the count of tokens asked for and whether the call may
 // reserve, it returns the record's next state and the decision. The next
-// state must be stored only when the decision is OK and count > 0.
+// state must be stored only when the decision is OK and count > 0. It
+// reads p.Phase only when found is false: a stored record carries its
+// windows in its TS.
 //
 // Transition does not validate its inputs: the Limiter rejects invalid
 // configs and counts before any store sees them.
 func Transition(p Params, prev State, found bool, now int64, count float64, reserve bool) (State, Decision) {
-	s := load(p, Record{State: prev, Found: found}, now)
-	v := denoise(s.Value - count)
 	var d Decision
+	s := TransitionInto(&d, &p, prev, found, now, count, reserve)
+	return s, d
+}
+
+// TransitionInto is Transition with the decision written to *d (every
+// field; Now and TS zero, as Transition leaves them): the same results,
+// bit for bit. A Decision returned by value is copied through memory,
+// which costs more than the transition itself; stores that decide one
+// record at a time on a hot path call this form.
+//
+// It is the semantics' load (Refresh or Fresh) followed by settle, with
+// the commonest case taken first: a refresh within the record's window
+// (no division), then a count the bucket holds (no wait to compute).
+// FuzzTransitionFastPath proves it equal to load and settle, which the Lua
+// and SQL ports mirror.
+func TransitionInto(d *Decision, p *Params, prev State, found bool, now int64, count float64, reserve bool) State {
+	var s State
+	if found {
+		s = refreshFast(p, prev, now)
+	} else {
+		s = Fresh(*p, now)
+	}
+	// The v >= 0 case of settle, where denoise leaves v as it is.
+	if v := s.Value - count; v >= 0 {
+		*d = Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
+		return State{Value: v, TS: s.TS}
+	}
+	return settle(d, p, s, now, count, reserve)
+}
+
+// refreshFast is Refresh, the same arithmetic in the same order, without
+// the integer division of a fixed window while now is still in the
+// record's window, and with the builtin min (which agrees with math.Min on
+// every input, signed zeros and NaN included) rather than a call.
+func refreshFast(p *Params, s State, now int64) State {
+	t := max(now, s.TS)
+	if p.Kind == FixedWindow {
+		if el := t - s.TS; el >= p.Period {
+			k := el / p.Period
+			s.Value += float64(p.Rate * float64(k))
+			s.TS += k * p.Period
+		}
+	} else {
+		s.Value += float64(t-s.TS) * p.Rate / float64(p.Period)
+		s.TS = t
+	}
+	s.Value = min(s.Value, p.Capacity)
+	return s
+}
+
+// settle decides a call of count on s, the record refreshed to now (by
+// load): it writes the decision to *d and returns the record's next state.
+func settle(d *Decision, p *Params, s State, now int64, count float64, reserve bool) State {
+	v := denoise(s.Value - count)
+	*d = Decision{}
 	switch {
 	case v >= 0 && reserve:
 		// A reservation's time is when its tokens were granted: for a
@@ -196,22 +251,22 @@ func Transition(p Params, prev State, found bool, now int64, count float64, rese
 		d.RetryAfter = retryMillis(float64(s.TS - now))
 	case v >= 0:
 		d.OK = true
-	case reserve && fitsDebt(p, v):
+	case reserve && fitsDebt(*p, v):
 		d.OK = true
-		d.RetryAfter = retryMillis(Wait(p, s, now, -v))
+		d.RetryAfter = retryMillis(Wait(*p, s, now, -v))
 	default:
 		deficit := -v
 		if reserve {
 			deficit -= p.MaxReserved
 		}
-		d.RetryAfter = retryMillis(Wait(p, s, now, deficit))
+		d.RetryAfter = retryMillis(Wait(*p, s, now, deficit))
 		d.Remaining = s.Value
-		return s, d
+		return s
 	}
 	d.Remaining = v
 	d.Charged[0] = count
 	s.Value = v
-	return s, d
+	return s
 }
 
 // Mode is what an Op asks of a store.
@@ -318,7 +373,7 @@ func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
 		case op.Mode == ModeRefund:
 			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.At, it.Count)
 		case n == 1:
-			out[i], next[r] = single(it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
+			next[r] = single(&out[i], &it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
 		default:
 			out[i], next[r], next[r+1] = pair(it.Shards[0].Params, it.Shards[1].Params,
 				prev[r], prev[r+1], op.Now, it.Count, op.Reserve)
@@ -335,9 +390,9 @@ func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
 	return all
 }
 
-func single(p Params, rec Record, now int64, count float64, reserve bool) (Decision, Update) {
-	s, d := Transition(p, rec.State, rec.Found, now, count, reserve)
-	return d, Update{State: s, Write: d.OK && count > 0}
+func single(d *Decision, p *Params, rec Record, now int64, count float64, reserve bool) Update {
+	s := TransitionInto(d, p, rec.State, rec.Found, now, count, reserve)
+	return Update{State: s, Write: d.OK && count > 0}
 }
 
 // refund hands back count tokens charged at `at`, as far as the record

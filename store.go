@@ -56,3 +56,71 @@ type BatchApplier interface {
 	// a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
+
+// Binder is implemented by a store with a faster path than Apply for the
+// commonest call: one unsharded limit decided alone (Limit, Check or
+// Reserve of one name, without WithConfig). The Limiter binds each such
+// limit declared in New once, and decides those calls through the
+// BoundLimit, without building an Op; every other call (LimitAll, sharded
+// limits, refunds, inline configs) goes through Apply. It is optional and
+// only a shortcut: package storetest runs its differential tests through
+// both paths and requires the same answers and records, bit for bit. The
+// Limiter does not bind the limits of a store that uses its own clock
+// (TimeSource): a Verdict does not carry the store's time.
+type Binder interface {
+	// Bind returns the BoundLimit that decides, for every key, the record
+	// RecordID{Name: name, Key: key, Shard: 0} of a limit of params p. For
+	// a fixed window, the record's phase is phase(key) (p.Phase is
+	// ignored); the store calls phase only when it needs the phase, for a
+	// missing record (see Transition).
+	Bind(name string, p Params, phase func(key string) int64) BoundLimit
+}
+
+// BoundLimit decides the calls of one limit bound by a Binder.
+type BoundLimit interface {
+	// Decide decides and writes, in one atomic step, exactly as Apply
+	// would the op
+	//
+	//	Op{Mode: mode, Now: now, Reserve: reserve, Items: []Item{{
+	//		Name: name, Key: key, Count: count,
+	//		Shards: []Shard{{Index: 0, Params: p, its Phase phase(key)}},
+	//	}}}
+	//
+	// and returns the op's one Decision as a Verdict (see Verdict.Decision).
+	// mode is ModeLimit or ModeCheck. Like Apply, it returns ctx's error if
+	// ctx is done.
+	Decide(ctx context.Context, key string, mode Mode, now int64, count float64, reserve bool) (Verdict, error)
+	// Store returns the store that bound it. The Limiter uses a BoundLimit
+	// only when that is the very store given to New: a type that embeds a
+	// Binder store to wrap its Apply is not bypassed by the embedded
+	// store's Bind, and has the fast path only if it implements Bind
+	// itself.
+	Store() Store
+}
+
+// Verdict is the Decision of a call of count on one record, as
+// BoundLimit.Decide returns it: the fields that such a Decision does not
+// fix (its Now is the call's, its Charged count when OK and zero
+// otherwise, for one record). Four fields, so that it is returned in
+// registers, where a Decision would be copied through memory.
+type Verdict struct {
+	OK         bool
+	RetryAfter int64
+	Remaining  float64
+	TS         int64
+}
+
+// Verdict returns the Verdict of d, a Decision of a call on one record.
+func (d *Decision) Verdict() Verdict {
+	return Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: d.TS}
+}
+
+// Decision returns the Decision that v stands for, of a call of count on
+// one record judged at now.
+func (v Verdict) Decision(now int64, count float64) Decision {
+	d := Decision{OK: v.OK, RetryAfter: v.RetryAfter, Remaining: v.Remaining, Now: now, TS: v.TS}
+	if v.OK {
+		d.Charged[0] = count
+	}
+	return d
+}

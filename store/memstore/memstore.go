@@ -1,12 +1,29 @@
 // Package memstore is an in-memory ratelimit.Store for a single process.
 //
-// Records live in maps split into stripes, each under its own mutex, so
-// that calls on different keys rarely contend; a call that touches several
-// records locks their stripes in a fixed order. A record reads as missing
-// once its bucket would be full again (ratelimit.FullAt), which is the same
-// full bucket, and every write also probes a couple of records of a stripe
-// and drops those full for longer than ratelimit.ExpiryGrace, so memory
-// follows the keys active recently, not every key ever seen.
+// Records live in hash tables split into stripes. A record is found by
+// one hash of its key (its limit's name is hashed once, when the Limiter
+// binds the limit) and decided and updated in place under its own lock,
+// held for the transition alone: calls on different keys share no lock
+// and write no common memory, so they scale across cores. A call finds
+// its record without a lock, and checks, once it holds the record's lock,
+// that no record has moved meanwhile (a stripe's version, changed by
+// whoever moves records under the stripe's mutex); adding, moving and
+// dropping records take the stripe's mutex. An op of several records
+// (Apply) holds the mutexes of their stripes, in a fixed order, and their
+// records' locks. The store implements ratelimit.Binder: the Limiter
+// decides a single limit's calls through it without building an Op, and
+// allocates nothing per call. Each record takes a slot of 72 bytes (a
+// cache line for the record, 8 bytes to find it), beside its key's bytes,
+// in a table that doubles when 7/8 full; the store also remembers each
+// (limit name, shard) it has written, and each bound limit's params, once.
+//
+// Memory follows the keys active recently, not every key ever seen. A
+// record may be dropped once its bucket has been full again for
+// ratelimit.ExpiryGrace: a stripe about to grow first drops those, every
+// record added examines a few slots of another stripe, in turn, and a
+// stripe written to examines a few of its own every 100 ms of the calls'
+// time; a table at most 1/8 full shrinks, and an empty one is freed.
+// DeleteExpired drops them all at once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
@@ -16,7 +33,10 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
+	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,23 +47,48 @@ import (
 )
 
 const (
-	stripes = 64 // a power of two
-	// probes is how many records a write examines for expiry.
-	probes = 4
+	stripeBits = 6
+	stripes    = 1 << stripeBits
+	// minSlots is the smallest table a stripe holding records keeps.
+	minSlots = 8
+	// sweepEvery is how much of the calls' time (ms) passes between two
+	// sweep steps of a stripe that is written to; a step examines
+	// sweepSlots slots.
+	sweepEvery = 100
+	sweepSlots = 16
+	// insertSweep is how many slots of another stripe, taken in turn, a
+	// write that adds a record examines.
+	insertSweep = 16
+	// tries is how many times a call looks for its record without the
+	// stripe's mutex before it takes it.
+	tries = 3
 )
 
 // Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	seed    maphash.Seed
-	stripes [stripes]stripe
-	sweeps  atomic.Uint32 // which stripe the next write sweeps
+	keySeed  maphash.Seed
+	nameSeed maphash.Seed
+	stripes  [stripes]stripe
 
-	clock  clock.Clock
-	anchor sync.Once
-	// The first call's time and the store's clock then: a write's sweep
-	// judges records at the earlier of its call's time and the time that
-	// has passed since on the store's clock.
+	// limits holds the (name, shard) pairs written, each once: a slot
+	// names its record's by a number.
+	limits   sync.Map // limitKey → *limitID
+	limitsMu sync.Mutex
+	nlimits  uint32
+
+	// deferred holds the params of bound limits, each once: a write
+	// through a bound limit leaves its record's expiry to the first sweep
+	// that examines it, marking the slot with the params' place here.
+	deferred   atomic.Pointer[[]*ratelimit.Params]
+	deferredMu sync.Mutex
+
+	clock    clock.Clock
+	anchored atomic.Bool
+	anchorMu sync.Mutex
+	// The first call's time and the store's clock then: a sweep judges
+	// records at the earlier of its call's time and the time that has
+	// passed since on the store's clock.
 	anchorNow  int64
 	anchorReal time.Time
 }
@@ -56,29 +101,84 @@ type Option func(*Store)
 // by hand and want records swept pass that clock.
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
-type stripe struct {
-	mu   sync.Mutex
-	recs map[ratelimit.RecordID]entry
-	_    [40]byte // keep stripes on separate cache lines
-}
-
-type entry struct {
-	state   ratelimit.State
-	expires int64 // Unix ms from which the record reads as missing
-}
-
-var _ ratelimit.Store = (*Store)(nil)
+var (
+	_ ratelimit.Store  = (*Store)(nil)
+	_ ratelimit.Binder = (*Store)(nil)
+)
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), clock: clock.New()}
+	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: clock.New()}
 	for _, o := range opts {
 		o(s)
 	}
 	for i := range s.stripes {
-		s.stripes[i].recs = make(map[ratelimit.RecordID]entry)
+		// Each stripe's inserts examine the stripes after it, in turn, so
+		// that inserts anywhere cover every stripe alike.
+		s.stripes[i].victim = uint32(i)
 	}
 	return s
+}
+
+type limitKey struct {
+	name  string
+	shard int
+}
+
+// limitID is a (name, shard) the store has written: its number in the
+// slots (from 1; 0 marks an empty slot), and the part of its records'
+// hashes that it makes.
+type limitID struct {
+	id   uint32
+	salt uint64
+}
+
+// limitOf returns the limitID of (name, shard), registering it if create
+// is set; nil if it is not registered and create is not set.
+func (s *Store) limitOf(name string, shard int, create bool) *limitID {
+	k := limitKey{name, shard}
+	if v, ok := s.limits.Load(k); ok {
+		return v.(*limitID)
+	}
+	if !create {
+		return nil
+	}
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	if v, ok := s.limits.Load(k); ok {
+		return v.(*limitID)
+	}
+	s.nlimits++
+	h := maphash.String(s.nameSeed, name) ^ uint64(shard)*0x9e3779b97f4a7c15
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	l := &limitID{id: s.nlimits, salt: h ^ h>>29}
+	s.limits.Store(k, l)
+	return l
+}
+
+// hash returns the hash of a record of key whose limit makes salt. Its top
+// stripeBits choose the stripe, its low 32 bits the home slot.
+func (s *Store) hash(key string, salt uint64) uint64 {
+	return maphash.String(s.keySeed, key) ^ salt
+}
+
+func (s *Store) stripeOf(h uint64) *stripe { return &s.stripes[h>>(64-stripeBits)] }
+
+// anchor records the first call's time and the store's clock then.
+func (s *Store) anchor(now int64) {
+	if !s.anchored.Load() {
+		s.anchorSlow(now)
+	}
+}
+
+func (s *Store) anchorSlow(now int64) {
+	s.anchorMu.Lock()
+	if !s.anchored.Load() {
+		s.anchorNow, s.anchorReal = now, s.clock.Now()
+		s.anchored.Store(true)
+	}
+	s.anchorMu.Unlock()
 }
 
 // sweepTime returns the time at which a sweep during a call at now may
@@ -86,37 +186,476 @@ func New(opts ...Option) *Store {
 // than on the store's since the first call (the calls' clock jumped
 // ahead, and may come back).
 func (s *Store) sweepTime(now int64) int64 {
-	s.anchor.Do(func() { s.anchorNow, s.anchorReal = now, s.clock.Now() })
+	s.anchor(now)
 	return min(now, s.anchorNow+s.clock.Since(s.anchorReal).Milliseconds())
 }
 
-func (s *Store) stripeOf(id ratelimit.RecordID) int {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(id.Name)
-	h.WriteByte(0)
-	h.WriteString(id.Key)
-	return int((h.Sum64() + uint64(id.Shard)) & (stripes - 1))
+// stripe is one hash table: open addressing, linear probing, deletion by
+// backward shift, so that no tombstones accumulate. A table is two arrays
+// of the same length: meta, each slot's hash bits and limit number in one
+// word, which a call probes (eight to a cache line, written only when
+// records come, go or move, so that cores share them unwritten), and the
+// records, one per cache line, each with its lock, written by the calls
+// that decide it alone.
+//
+// The table, and which slot holds which record, change only under mu.
+// Whoever moves records (a delete's shift, a resize) makes version odd
+// first and even again after, and locks each record it moves; a call that
+// found its record without mu holds the record's lock and checks that the
+// version is the one it started with.
+type stripe struct {
+	mu      sync.Mutex
+	version atomic.Uint32
+	table   atomic.Pointer[table] // nil when empty
+	// nextSweep is the calls' time (ms) from which a write steps the
+	// sweep of this stripe.
+	nextSweep atomic.Int64
+	// Under mu: the records held, the slot the next sweep step starts
+	// at, the stripe the next insert examines a few slots of.
+	n      int
+	cursor uint32
+	victim uint32
+	_      [64 - 8 - 4 - 4 - 8 - 8 - 8 - 4 - 4]byte // one stripe per cache line
 }
 
-// lock locks the stripes idx (each record's stripe) in ascending order,
-// once each, and returns the stripes locked, for unlock.
-func (s *Store) lock(idx, order []int) []int {
-	order = append(order, idx...)
-	if len(order) > 1 {
-		slices.Sort(order)
-		order = slices.Compact(order)
-	}
-	for _, i := range order {
-		s.stripes[i].mu.Lock()
-	}
-	return order
+// table is a stripe's slots: a power of two of them.
+type table struct {
+	meta []atomic.Uint64 // hash bits << 32 | limit number; 0: empty
+	recs []record
 }
 
-func (s *Store) unlock(order []int) {
-	for _, i := range order {
-		s.stripes[i].mu.Unlock()
+func metaOf(lo, limit uint32) uint64 { return uint64(lo)<<32 | uint64(limit) }
+
+// record is the record in a slot. 64 bytes, one cache line.
+type record struct {
+	mu sync.Mutex // held while its state is read or written
+	// key is written under the stripe's mutex, before the slot's meta,
+	// or with mu.
+	key string
+	// The state, and when the record is full again (by the params of its
+	// last write), or deferred (see Store.deferred); under mu.
+	value   float64
+	ts      int64
+	expires int64
+	_       [16]byte // one record per cache line: cores deciding different keys share none
+}
+
+func (st *stripe) tab() *table { return st.table.Load() }
+
+// find returns the slot of the record (limit, key) of hash h in t, and
+// whether it holds it; if not, the empty slot where probing stopped. The
+// caller holds mu: no slot changes, and keys read are stable.
+func (t *table) find(h uint64, limit uint32, key string) (int, bool) {
+	mask := uint32(len(t.meta) - 1)
+	lo := uint32(h)
+	want := metaOf(lo, limit)
+	for i := lo & mask; ; i = (i + 1) & mask {
+		m := t.meta[i].Load()
+		if m == 0 {
+			return int(i), false
+		}
+		if m == want && t.recs[i].key == key {
+			return int(i), true
+		}
 	}
+}
+
+// lockRecord finds the record (limit, key) of hash h without mu, and
+// returns it locked; nil when it may be missing or records are moving,
+// for the caller to look again under mu.
+func (st *stripe) lockRecord(h uint64, limit uint32, key string) *record {
+	lo := uint32(h)
+	want := metaOf(lo, limit)
+	for range tries {
+		v := st.version.Load()
+		if v&1 != 0 {
+			return nil
+		}
+		t := st.tab()
+		if t == nil {
+			return nil
+		}
+		mask := uint32(len(t.meta) - 1)
+	probe:
+		for i := lo & mask; ; i = (i + 1) & mask {
+			switch m := t.meta[i].Load(); {
+			case m == 0:
+				return nil // missing, or moved while probing: ask under mu
+			case m != want:
+				continue
+			}
+			r := &t.recs[i]
+			switch claim(st, r, v, key) {
+			case claimed:
+				return r
+			case moved:
+				break probe // look again
+			}
+		}
+	}
+	return nil
+}
+
+// What claim found.
+const (
+	claimed = iota // the record, now locked
+	moved          // records moved since version v: look again
+	another        // another record with the same hash bits
+)
+
+// claim locks r, found by probing the table read at version v, and checks
+// that it is the record of key: that no record has moved since (a resize
+// leaves copies in the old table, a delete's shift in the slots it
+// moved), and that the key is the one asked. It returns with r locked only
+// when it claimed it.
+func claim(st *stripe, r *record, v uint32, key string) int {
+	r.mu.Lock()
+	if st.version.Load() != v {
+		r.mu.Unlock()
+		return moved
+	}
+	if r.key != key {
+		r.mu.Unlock()
+		return another
+	}
+	return claimed
+}
+
+// insert writes a new record where find stopped (i), first making room
+// if the table is full (dropping expired records, then growing), and
+// finding its slot again. The caller holds mu and no record lock. Then,
+// so that records added anywhere drop expired ones everywhere, it examines
+// a few slots of another stripe, in turn, if its mutex is free.
+func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
+	t := st.tab()
+	if t == nil || 8*(st.n+1) > 7*len(t.meta) {
+		st.makeRoom(s, now)
+		t = st.tab()
+		i, _ = t.find(h, limit, key)
+	}
+	r := &t.recs[i]
+	r.key, r.value, r.ts, r.expires = key, state.Value, state.TS, expires
+	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
+	st.n++
+
+	st.victim = (st.victim + 1) % stripes
+	switch v := &s.stripes[st.victim]; {
+	case v == st:
+		v.step(s, now, insertSweep)
+	case v.mu.TryLock():
+		v.step(s, now, insertSweep)
+		v.mu.Unlock()
+	}
+}
+
+// makeRoom is called when an insert would fill the table past 7/8: it
+// drops the records that may be dropped, and doubles the table unless
+// that left it at most 5/8 full. Each call costs O(len) and comes at
+// least len/4 inserts after the last, so inserts stay O(1).
+func (st *stripe) makeRoom(s *Store, now int64) {
+	t := st.tab()
+	if t == nil {
+		st.table.Store(newTable(minSlots))
+		return
+	}
+	st.sweep(s, now, 0, len(t.meta))
+	if size := len(st.tab().meta); 8*(st.n+1) > 5*size {
+		st.resize(2 * size)
+	}
+}
+
+func newTable(size int) *table {
+	return &table{meta: make([]atomic.Uint64, size), recs: make([]record, size)}
+}
+
+// resize moves the records to a table of size slots (a power of two
+// holding them with room), or drops the table when it is empty. The
+// caller holds mu and no record lock.
+func (st *stripe) resize(size int) {
+	old := st.tab()
+	st.cursor = 0
+	st.version.Add(1)
+	for k := range old.meta {
+		if old.meta[k].Load() != 0 {
+			old.recs[k].mu.Lock() // a call deciding it finishes first
+		}
+	}
+	if st.n == 0 {
+		st.table.Store(nil)
+	} else {
+		t := newTable(size)
+		mask := uint32(size - 1)
+		for k := range old.meta {
+			m := old.meta[k].Load()
+			if m == 0 {
+				continue
+			}
+			i := uint32(m>>32) & mask
+			for t.meta[i].Load() != 0 {
+				i = (i + 1) & mask
+			}
+			copyRecord(&t.recs[i], &old.recs[k])
+			t.meta[i].Store(m)
+		}
+		st.table.Store(t)
+	}
+	st.version.Add(1)
+	for k := range old.meta {
+		if old.meta[k].Load() != 0 {
+			old.recs[k].mu.Unlock() // a call that waited finds the version changed
+		}
+	}
+}
+
+// copyRecord copies the record src into dst; the caller holds mu and the
+// lock of src (dst is not yet published, or locked too).
+func copyRecord(dst, src *record) {
+	dst.key, dst.value, dst.ts, dst.expires = src.key, src.value, src.ts, src.expires
+}
+
+// shrink gives back a table at most 1/8 full: the new one is at most half
+// full, or nil when no record is left. The caller holds mu, no record
+// lock.
+func (st *stripe) shrink() {
+	t := st.tab()
+	if t == nil || 8*st.n > len(t.meta) {
+		return
+	}
+	size := minSlots
+	if st.n > 0 {
+		size = max(minSlots, 1<<bits.Len(uint(2*st.n-1)))
+	}
+	if size < len(t.meta) || st.n == 0 {
+		st.resize(size)
+	}
+}
+
+// remove empties slot i of t, whose record's lock the caller holds (with
+// mu), shifting back the records after it that probed past it, so that
+// every record stays reachable from its home slot. It unlocks slot i.
+func (st *stripe) remove(t *table, i int) {
+	mask := uint32(len(t.meta) - 1)
+	st.version.Add(1)
+	locked := [8]uint32{uint32(i)}
+	moved := locked[:1]
+	hole := uint32(i)
+	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
+		m := t.meta[j].Load()
+		if m == 0 {
+			break
+		}
+		home := uint32(m>>32) & mask
+		// The record at j may fill the hole if its home is not in
+		// (hole, j], cyclically.
+		if (j-home)&mask >= (j-hole)&mask {
+			t.recs[j].mu.Lock()
+			moved = append(moved, j)
+			copyRecord(&t.recs[hole], &t.recs[j])
+			t.meta[hole].Store(m)
+			hole = j
+		}
+	}
+	t.meta[hole].Store(0)
+	t.recs[hole].key = "" // let the key's bytes go
+	st.n--
+	st.version.Add(1)
+	for _, k := range moved {
+		t.recs[k].mu.Unlock()
+	}
+}
+
+// sweep examines count slots from slot from on (cyclically) and drops the
+// records that may be dropped at a call at now: full again for
+// ratelimit.ExpiryGrace by the store's sweep time. It returns how many it
+// dropped. The store's clock is read only if some record is a candidate.
+// The caller holds mu and no record lock.
+func (st *stripe) sweep(s *Store, now int64, from, count int) int {
+	t := st.tab()
+	if t == nil {
+		return 0
+	}
+	mask := len(t.meta) - 1
+	count = min(count, len(t.meta))
+	judged := int64(math.MinInt64)
+	dropped := 0
+	for i, seen := from&mask, 0; seen < count && st.n > 0; {
+		if t.meta[i].Load() != 0 {
+			r := &t.recs[i]
+			r.mu.Lock()
+			if st.droppable(s, r, now, &judged) {
+				st.remove(t, i) // unlocks r; a later record may have moved into i: examine it
+				dropped++
+				continue
+			}
+			r.mu.Unlock()
+		}
+		i = (i + 1) & mask
+		seen++
+	}
+	return dropped
+}
+
+// droppable reports whether the record r, whose lock the caller holds,
+// may be dropped at a call at now; judged caches the sweep time.
+func (st *stripe) droppable(s *Store, r *record, now int64, judged *int64) bool {
+	// A record is full again no sooner than its TS: one written within
+	// the grace is kept without computing when.
+	if r.ts > now-ratelimit.ExpiryGrace || r.expires > now-ratelimit.ExpiryGrace {
+		return false
+	}
+	if r.expires < deferredLimit && s.expiry(r) > now-ratelimit.ExpiryGrace {
+		return false
+	}
+	if *judged == math.MinInt64 {
+		*judged = s.sweepTime(now)
+	}
+	return r.expires <= *judged-ratelimit.ExpiryGrace
+}
+
+// step examines the next count slots of the stripe from its cursor on,
+// and shrinks its table if that emptied it. The caller holds mu.
+func (st *stripe) step(s *Store, now int64, count int) {
+	from := int(st.cursor)
+	st.cursor += uint32(count)
+	if st.sweep(s, now, from, count) > 0 {
+		st.shrink()
+	}
+}
+
+// wrote is called after a write of the stripe at now, holding no lock:
+// once every sweepEvery of the calls' time, if mu is free, it steps the
+// sweep.
+func (st *stripe) wrote(s *Store, now int64) {
+	if now < st.nextSweep.Load() || !st.mu.TryLock() {
+		return
+	}
+	if now >= st.nextSweep.Load() {
+		st.nextSweep.Store(now + sweepEvery)
+		st.step(s, now, sweepSlots)
+	}
+	st.mu.Unlock()
+}
+
+// Bind implements ratelimit.Binder.
+func (s *Store) Bind(name string, p ratelimit.Params, phase func(key string) int64) ratelimit.BoundLimit {
+	p.Phase = 0
+	l := s.limitOf(name, 0, true)
+	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
+}
+
+// Expiries left to the sweeps are marked by numbers far below any time
+// (times are within ±2^52 ms): deferredBase plus the place of the params
+// that decide them in Store.deferred.
+const (
+	deferredBase  = math.MinInt64
+	deferredLimit = math.MinInt64 + 1<<32
+)
+
+// deferParams returns the mark of the expiries of records written with p.
+func (s *Store) deferParams(p ratelimit.Params) int64 {
+	s.deferredMu.Lock()
+	defer s.deferredMu.Unlock()
+	var list []*ratelimit.Params
+	if l := s.deferred.Load(); l != nil {
+		list = *l
+	}
+	for i, q := range list {
+		if *q == p {
+			return deferredBase + int64(i)
+		}
+	}
+	list = append(list[:len(list):len(list)], &p)
+	s.deferred.Store(&list)
+	return deferredBase + int64(len(list)-1)
+}
+
+// expiry returns the time from which the record r (whose lock the caller
+// holds), its expiry deferred (marked), is a full bucket again: it is
+// then kept in the record.
+func (s *Store) expiry(r *record) int64 {
+	p := (*s.deferred.Load())[r.expires-deferredBase]
+	r.expires = ratelimit.FullAt(*p, ratelimit.State{Value: r.value, TS: r.ts})
+	return r.expires
+}
+
+// bound is a limit bound to the store: its name registered and hashed,
+// its params ready.
+type bound struct {
+	s     *Store
+	limit uint32
+	salt  uint64
+	p     ratelimit.Params // Phase unset: set per key, for a missing record
+	phase func(key string) int64
+	// deferred marks the expiries of its writes: computed by the sweep
+	// that first examines the record, not on every write.
+	deferred int64
+}
+
+// Store implements ratelimit.BoundLimit.
+func (b *bound) Store() ratelimit.Store { return b.s }
+
+// Decide implements ratelimit.BoundLimit.
+func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Verdict{}, err
+	}
+	if mode != ratelimit.ModeLimit && mode != ratelimit.ModeCheck {
+		return ratelimit.Verdict{}, fmt.Errorf("memstore: Decide takes ModeLimit or ModeCheck, not mode %d: refunds go through Apply", mode)
+	}
+	s := b.s
+	s.anchor(now)
+	h := s.hash(key, b.salt)
+	st := s.stripeOf(h)
+	write := mode == ratelimit.ModeLimit && count > 0
+	var d ratelimit.Decision
+	if r := st.lockRecord(h, b.limit, key); r != nil {
+		next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+		if write && d.OK {
+			r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+		}
+		r.mu.Unlock()
+		if write && d.OK {
+			st.wrote(s, now)
+		}
+		return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+	}
+	return b.decideLocked(st, h, key, mode, now, count, reserve)
+}
+
+// decideLocked is Decide under the stripe's mutex, for a record that may
+// be missing.
+func (b *bound) decideLocked(st *stripe, h uint64, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+	s := b.s
+	write := mode == ratelimit.ModeLimit && count > 0
+	var d ratelimit.Decision
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.tab()
+	i := 0
+	if t != nil {
+		var found bool
+		if i, found = t.find(h, b.limit, key); found {
+			r := &t.recs[i]
+			r.mu.Lock()
+			next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+			if write && d.OK {
+				r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+			}
+			r.mu.Unlock()
+			return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+		}
+	}
+	p := &b.p
+	if b.p.Kind == ratelimit.FixedWindow {
+		q := b.p
+		q.Phase = b.phase(key)
+		p = &q
+	}
+	next := ratelimit.TransitionInto(&d, p, ratelimit.State{}, false, now, count, reserve)
+	if write && d.OK {
+		st.insert(s, i, h, b.limit, key, next, b.deferred, now)
+	}
+	return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }
 
 // Apply implements ratelimit.Store.
@@ -125,95 +664,119 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		return err
 	}
 	var (
-		idBuf   [4]ratelimit.RecordID
-		idxBuf  [4]int
-		ordBuf  [4]int
-		prevBuf [4]ratelimit.Record
-		nextBuf [4]ratelimit.Update
-		parBuf  [4]ratelimit.Params
+		idBuf    [4]ratelimit.RecordID
+		hashBuf  [4]uint64
+		limitBuf [4]uint32
+		ordBuf   [4]int
+		heldBuf  [4]*record
+		prevBuf  [4]ratelimit.Record
+		nextBuf  [4]ratelimit.Update
+		parBuf   [4]*ratelimit.Params
 	)
 	ids := op.AppendRecordIDs(idBuf[:0])
 	params := parBuf[:0]
 	for i := range op.Items {
-		for _, sh := range op.Items[i].Shards {
-			params = append(params, sh.Params)
+		for j := range op.Items[i].Shards {
+			params = append(params, &op.Items[i].Shards[j].Params)
 		}
+	}
+	hashes, limits, order := hashBuf[:0], limitBuf[:0], ordBuf[:0]
+	var lastKey string
+	var keyHash uint64
+	for i, id := range ids {
+		l := s.limitOf(id.Name, id.Shard, true)
+		if i == 0 || id.Key != lastKey {
+			lastKey, keyHash = id.Key, maphash.String(s.keySeed, id.Key)
+		}
+		h := keyHash ^ l.salt
+		hashes, limits = append(hashes, h), append(limits, l.id)
+		order = append(order, int(h>>(64-stripeBits)))
 	}
 	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
 	next := append(nextBuf[:0], make([]ratelimit.Update, len(ids))...)
-	idx := idxBuf[:0]
-	for _, id := range ids {
-		idx = append(idx, s.stripeOf(id))
+	held := append(heldBuf[:0], make([]*record, len(ids))...)
+	if len(order) > 1 {
+		slices.Sort(order)
+		order = slices.Compact(order)
 	}
-	order := s.lock(idx, ordBuf[:0])
-	defer s.unlock(order)
-	for i, id := range ids {
-		prev[i] = s.stripes[idx[i]].get(id, op.Now)
+	for _, i := range order {
+		s.stripes[i].mu.Lock()
 	}
-	ratelimit.Evaluate(op, prev, out, next)
-	wrote := false
-	for i, u := range next {
-		if u.Write {
-			s.stripes[idx[i]].recs[ids[i]] = entry{state: u.State, expires: ratelimit.FullAt(params[i], u.State)}
-			wrote = true
+	defer func() {
+		for _, i := range order {
+			s.stripes[i].mu.Unlock()
+		}
+	}()
+	s.anchor(op.Now)
+	// The records found are locked until written: the op is atomic.
+	for i := range ids {
+		if t := s.stripeOf(hashes[i]).tab(); t != nil {
+			if k, found := t.find(hashes[i], limits[i], ids[i].Key); found {
+				r := &t.recs[k]
+				r.mu.Lock()
+				held[i] = r
+				prev[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+			}
 		}
 	}
-	if wrote {
-		s.sweep(s.sweepTime(op.Now), idx)
+	ratelimit.Evaluate(op, prev, out, next)
+	for i, u := range next {
+		if r := held[i]; r != nil {
+			if u.Write {
+				r.value, r.ts, r.expires = u.State.Value, u.State.TS, ratelimit.FullAt(*params[i], u.State)
+			}
+			r.mu.Unlock()
+		}
+	}
+	// Then the records added: the stripes' mutexes keep them unseen
+	// until the op is done.
+	for i, u := range next {
+		if u.Write && held[i] == nil {
+			st := s.stripeOf(hashes[i])
+			k := 0
+			if t := st.tab(); t != nil {
+				k, _ = t.find(hashes[i], limits[i], ids[i].Key)
+			}
+			st.insert(s, k, hashes[i], limits[i], ids[i].Key, u.State, ratelimit.FullAt(*params[i], u.State), op.Now)
+		}
+	}
+	for i, u := range next {
+		if u.Write {
+			st := s.stripeOf(hashes[i])
+			if op.Now >= st.nextSweep.Load() {
+				st.nextSweep.Store(op.Now + sweepEvery)
+				st.step(s, op.Now, sweepSlots)
+			}
+		}
 	}
 	return nil
 }
 
-// sweep examines a few records of the next stripe in turn (map iteration
-// starts at random) and drops those that have expired. locked holds the
-// stripes the caller has locked; another stripe is swept only if its lock
-// is free, so that a write never waits for a sweep.
-func (s *Store) sweep(now int64, locked []int) {
-	i := int(s.sweeps.Add(1) & (stripes - 1))
-	st := &s.stripes[i]
-	if slices.Contains(locked, i) {
-		st.sweep(now)
-		return
-	}
-	if st.mu.TryLock() {
-		st.sweep(now)
-		st.mu.Unlock()
-	}
-}
-
-func (st *stripe) get(id ratelimit.RecordID, now int64) ratelimit.Record {
-	e, ok := st.recs[id]
-	if !ok || e.expires <= now {
-		return ratelimit.Record{}
-	}
-	return ratelimit.Record{State: e.state, Found: true}
-}
-
-func (st *stripe) sweep(now int64) {
-	n := 0
-	for id, e := range st.recs {
-		if deletable(e, now) {
-			delete(st.recs, id)
-		}
-		if n++; n == probes {
-			return
-		}
-	}
-}
-
-// Load implements ratelimit.Store. Records whose bucket is full again by
-// the time of the last write are reported as missing only once swept; the
-// Limiter refreshes what Load returns, so either answer is the same.
+// Load implements ratelimit.Store. A record whose bucket is full again is
+// reported as stored until it is dropped; the Limiter refreshes what Load
+// returns, so either answer is the same.
 func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for i, id := range ids {
-		st := &s.stripes[s.stripeOf(id)]
+		out[i] = ratelimit.Record{}
+		l := s.limitOf(id.Name, id.Shard, false)
+		if l == nil {
+			continue // never written
+		}
+		h := s.hash(id.Key, l.salt)
+		st := s.stripeOf(h)
 		st.mu.Lock()
-		e, ok := st.recs[id]
+		if t := st.tab(); t != nil {
+			if k, found := t.find(h, l.id, id.Key); found {
+				r := &t.recs[k]
+				r.mu.Lock()
+				out[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+				r.mu.Unlock()
+			}
+		}
 		st.mu.Unlock()
-		out[i] = ratelimit.Record{State: e.state, Found: ok}
 	}
 	return nil
 }
@@ -224,36 +787,57 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 		return err
 	}
 	for _, id := range ids {
-		st := &s.stripes[s.stripeOf(id)]
+		l := s.limitOf(id.Name, id.Shard, false)
+		if l == nil {
+			continue
+		}
+		h := s.hash(id.Key, l.salt)
+		st := s.stripeOf(h)
 		st.mu.Lock()
-		delete(st.recs, id)
+		if t := st.tab(); t != nil {
+			if k, found := t.find(h, l.id, id.Key); found {
+				t.recs[k].mu.Lock()
+				st.remove(t, k)
+				st.shrink()
+			}
+		}
 		st.mu.Unlock()
 	}
 	return nil
 }
 
-// deletable reports whether e may be deleted at now: full again for
-// longer than ratelimit.ExpiryGrace.
-func deletable(e entry, now int64) bool {
-	return e.expires <= now-ratelimit.ExpiryGrace
-}
-
 // DeleteExpired drops every record whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
-// dropped. Writes already drop expired records a few
-// at a time; call this to reclaim memory at once, e.g. after a burst of
-// one-off keys.
+// ratelimit.ExpiryGrace (a minute) at now, shrinks the tables they leave
+// emptier, and returns how many it dropped. Writes already drop expired
+// records a few at a time; call this to reclaim memory at once, e.g. after
+// a burst of one-off keys.
 func (s *Store) DeleteExpired(now time.Time) int {
 	ms := now.UnixMilli()
 	n := 0
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for id, e := range st.recs {
-			if deletable(e, ms) {
-				delete(st.recs, id)
-				n++
+		if t := st.tab(); t != nil {
+			for k := 0; k < len(t.meta); {
+				if t.meta[k].Load() == 0 {
+					k++
+					continue
+				}
+				r := &t.recs[k]
+				r.mu.Lock()
+				exp := r.expires
+				if exp < deferredLimit {
+					exp = s.expiry(r)
+				}
+				if exp <= ms-ratelimit.ExpiryGrace {
+					st.remove(t, k) // unlocks r; a later record may have moved into k
+					n++
+					continue
+				}
+				r.mu.Unlock()
+				k++
 			}
+			st.shrink()
 		}
 		st.mu.Unlock()
 	}
@@ -267,7 +851,7 @@ func (s *Store) Len() int {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		n += len(st.recs)
+		n += st.n
 		st.mu.Unlock()
 	}
 	return n

@@ -3,6 +3,12 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,4 +79,278 @@ func TestClockStepForwardAndBackMintsNothing(t *testing.T) {
 		}
 	}
 	require.Zero(t, granted, "the window was drained before the clock jumped")
+}
+
+// stepClock is a store clock moved by hand, without the pause that
+// clock.Mock takes on every move.
+type stepClock struct {
+	*clock.Mock
+	ms atomic.Int64
+}
+
+func (c *stepClock) Now() time.Time                  { return time.UnixMilli(c.ms.Load()) }
+func (c *stepClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+func newStepClock(ms int64) *stepClock {
+	c := &stepClock{Mock: clock.NewMock()}
+	c.ms.Store(ms)
+	return c
+}
+
+// drain takes the one token of a 1-per-second bucket of key at now: the
+// record is full again a second later, and may be dropped a grace later.
+func drain(t *testing.T, s *memstore.Store, key string, now int64) {
+	t.Helper()
+	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	op := &ratelimit.Op{Now: now, Items: []ratelimit.Item{{Name: "l", Key: key, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
+	out := make([]ratelimit.Decision, 1)
+	require.NoError(t, s.Apply(context.Background(), op, out))
+	require.True(t, out[0].OK)
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Once most records are dropped, the store gives their memory back: its
+// tables shrink (a Go map never does; the store used to keep 577 MB of
+// 662 MB after DeleteExpired dropped 5M records).
+func TestHeapShrinksAfterDroppingMostRecords(t *testing.T) {
+	const n = 200_000
+	const t0 = int64(1_700_000_000_000)
+	s := memstore.New(memstore.WithClock(newStepClock(t0)))
+	base := heapAlloc()
+	for i := range n {
+		drain(t, s, "key-"+strconv.Itoa(i), t0)
+	}
+	full := heapAlloc()
+	require.Equal(t, n, s.Len())
+	// Every hundredth key is active again; the others have been full for
+	// longer than the grace.
+	later := t0 + 1000 + ratelimit.ExpiryGrace
+	for i := 0; i < n; i += 100 {
+		drain(t, s, "key-"+strconv.Itoa(i), later)
+	}
+	require.Equal(t, n-n/100, s.DeleteExpired(time.UnixMilli(later)))
+	require.Equal(t, n/100, s.Len())
+	after := heapAlloc()
+	grown, kept := int64(full)-int64(base), int64(after)-int64(base)
+	t.Logf("heap: %d B before, %d B with %d records (%.0f B each), %d B with %d", base, full, n, float64(grown)/n, after, s.Len())
+	require.Less(t, kept, grown/10, "the store kept %d of the %d bytes its records took, after dropping 99%% of them", kept, grown)
+}
+
+// A stream of one-off keys keeps the store's size near the records that
+// may not be dropped yet (a minute's worth of keys, plus a few seconds of
+// the ones waiting for their turn to be examined), without DeleteExpired.
+func TestStreamOfKeysStaysBounded(t *testing.T) {
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := memstore.New(memstore.WithClock(c))
+	n := 150_000 // one key a millisecond: 150 s
+	most := 0
+	for i := range n {
+		now := t0 + int64(i)
+		c.ms.Store(now)
+		drain(t, s, "once-"+strconv.Itoa(i), now)
+		most = max(most, s.Len())
+	}
+	live := int(1000 + ratelimit.ExpiryGrace) // keys not yet droppable at any time
+	t.Logf("%d keys, at most %d records held; %d may not be dropped", n, most, live)
+	require.Less(t, most, live+live/2)
+}
+
+// The tables hold their records under growth, sweeps, backward-shift
+// deletes and shrinking: thousands of keys and two limits, calls at times
+// that leave many records droppable, deletes, compared with Model decision
+// by decision and record by record.
+func TestManyKeysDifferential(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s, model := memstore.New(memstore.WithClock(c)), storetest.NewModel()
+	rng := rand.New(rand.NewPCG(16, 11))
+	params := map[string]ratelimit.Params{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 3, Period: 1000, Capacity: 5, MaxReserved: 5},
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 2, Period: 700, Capacity: 3, Phase: 123},
+	}
+	names := []string{"tb", "fw"}
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	now := t0
+	steps := 60_000
+	if testing.Short() {
+		steps = 10_000
+	}
+	for step := range steps {
+		if step%5000 == 0 {
+			compareAll(t, ctx, s, model, params, keys, now, fmt.Sprint("step ", step))
+			t.Logf("step %d: %d records held", step, s.Len())
+		}
+		switch rng.IntN(8000) {
+		case 0: // a long pause: most records become droppable
+			now += 2*ratelimit.ExpiryGrace + rng.Int64N(10_000)
+		default:
+			now += rng.Int64N(3)
+		}
+		c.ms.Store(now)
+		name := names[rng.IntN(2)]
+		key := keys[min(rng.IntN(len(keys)), rng.IntN(len(keys)))] // some keys hotter
+		id := ratelimit.RecordID{Name: name, Key: key}
+		if rng.IntN(50) == 0 {
+			require.NoError(t, s.Delete(ctx, []ratelimit.RecordID{id}))
+			require.NoError(t, model.Delete(ctx, []ratelimit.RecordID{id}))
+			continue
+		}
+		op := &ratelimit.Op{Now: now, Reserve: rng.IntN(4) == 0,
+			Items: []ratelimit.Item{{Name: name, Key: key, Count: float64(rng.IntN(4)), Shards: []ratelimit.Shard{{Params: params[name]}}}}}
+		if rng.IntN(5) == 0 {
+			op.Mode = ratelimit.ModeCheck
+		}
+		got, want := make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)
+		require.NoError(t, model.Apply(ctx, op, want))
+		require.NoError(t, s.Apply(ctx, op, got))
+		require.Equal(t, want, got, "step %d: %+v", step, op.Items[0])
+	}
+	compareAll(t, ctx, s, model, params, keys, now, "end")
+}
+
+// compareAll requires every record of keys to read the same, refreshed to
+// now, from s and from model.
+func compareAll(t *testing.T, ctx context.Context, s *memstore.Store, model *storetest.Model, params map[string]ratelimit.Params, keys []string, now int64, where string) {
+	t.Helper()
+	ids := make([]ratelimit.RecordID, 0, len(params)*len(keys))
+	for _, k := range keys {
+		for n := range params {
+			ids = append(ids, ratelimit.RecordID{Name: n, Key: k})
+		}
+	}
+	g, w := make([]ratelimit.Record, len(ids)), make([]ratelimit.Record, len(ids))
+	require.NoError(t, s.Load(ctx, ids, g))
+	require.NoError(t, model.Load(ctx, ids, w))
+	for i, id := range ids {
+		p := params[id.Name]
+		require.Equal(t, refresh(p, w[i], now), refresh(p, g[i], now), "%s: record %+v", where, id)
+	}
+}
+
+func refresh(p ratelimit.Params, r ratelimit.Record, now int64) ratelimit.State {
+	if !r.Found {
+		return ratelimit.Fresh(p, now)
+	}
+	return ratelimit.Refresh(p, r.State, now)
+}
+
+// A write through a bound limit leaves its record's expiry to the sweeps:
+// resolved, it is ratelimit.FullAt of the record by the bound params.
+func TestBoundExpiry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	ctx := context.Background()
+	s := memstore.New()
+	for i := range 200_000 {
+		p := ratelimit.Params{
+			Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
+			Rate:   []float64{1, 3, 0.1, 1.0 / 3, 7.5, 1e9, 1e-9, 1e15}[rng.IntN(8)],
+			Period: []int64{1, 7, 1000, 60_000, 86_400_000, 3_155_760_000_000}[rng.IntN(6)],
+		}
+		p.Capacity = p.Rate * []float64{1, 1.5, 3, 0.25}[rng.IntN(4)]
+		if p.Rate >= 1 && rng.IntN(2) == 0 {
+			p.Capacity = math.Round(p.Capacity)
+		}
+		key := fmt.Sprint("k", i)
+		b := s.Bind(fmt.Sprint("l", i%50), p, func(string) int64 { return 0 })
+		now := int64(1_700_000_000_000) + rng.Int64N(1<<30)
+		count := rng.Float64() * p.Capacity
+		if rng.IntN(3) == 0 {
+			count = math.Floor(count)
+		}
+		v, err := b.Decide(ctx, key, ratelimit.ModeLimit, now, count, rng.IntN(2) == 0)
+		require.NoError(t, err)
+		if !v.OK || count == 0 {
+			continue
+		}
+		var rec [1]ratelimit.Record
+		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: fmt.Sprint("l", i%50), Key: key}}, rec[:]))
+		require.True(t, rec[0].Found)
+		exp := memstore.ExpiryOf(s, fmt.Sprint("l", i%50), key)
+		require.Equal(t, ratelimit.FullAt(p, rec[0].State), exp, "params %+v state %+v", p, rec[0].State)
+		if exp != ratelimit.Never {
+			require.Equal(t, p.Capacity, ratelimit.Refresh(p, rec[0].State, exp).Value)
+		}
+	}
+}
+
+// Calls that find their records without the stripe's mutex stay exact
+// while records are added, moved by deletes' shifts, and tables grow and
+// shrink around them: 8 goroutines drain 300 keys of 40 tokens each
+// through a bound limit and through Apply, while others add and drop
+// thousands of records in the same stripes; every key grants exactly 40.
+func TestExactWhileRecordsMove(t *testing.T) {
+	ctx := context.Background()
+	const (
+		keys  = 300
+		quota = 40
+		t0    = int64(1_700_000_000_000) // all calls in one window
+	)
+	s := memstore.New()
+	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: quota, Period: 3_600_000, Capacity: quota}
+	b := s.Bind("main", p, func(string) int64 { return 0 })
+	var granted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 8 {
+		wg.Go(func() {
+			out := make([]ratelimit.Decision, 1)
+			for round := range 3 * quota {
+				for k := range keys {
+					key := fmt.Sprint("main-", (k+g*37)%keys)
+					var ok bool
+					if (round+k+g)%4 == 0 {
+						op := &ratelimit.Op{Now: t0, Items: []ratelimit.Item{{Name: "main", Key: key, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
+						require.NoError(t, s.Apply(ctx, op, out))
+						ok = out[0].OK
+					} else {
+						v, err := b.Decide(ctx, key, ratelimit.ModeLimit, t0, 1, false)
+						require.NoError(t, err)
+						ok = v.OK
+					}
+					if ok {
+						granted[(k+g*37)%keys].Add(1)
+					}
+				}
+			}
+		})
+	}
+	churn := func(g int) {
+		tb := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+		out := make([]ratelimit.Decision, 1)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Records long full by t0: DeleteExpired(t0) drops them.
+			op := &ratelimit.Op{Now: t0 - 3_600_000, Items: []ratelimit.Item{{Name: "churn", Key: fmt.Sprint("churn-", g, "-", i%2000), Count: 1, Shards: []ratelimit.Shard{{Params: tb}}}}}
+			require.NoError(t, s.Apply(ctx, op, out))
+			if i%200 == 199 {
+				s.DeleteExpired(time.UnixMilli(t0))
+			}
+		}
+	}
+	var cw sync.WaitGroup
+	for g := range 2 {
+		cw.Go(func() { churn(g) })
+	}
+	wg.Wait()
+	close(stop)
+	cw.Wait()
+	for k := range keys {
+		require.Equal(t, int64(quota), granted[k].Load(), "key %d", k)
+	}
 }

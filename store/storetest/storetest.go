@@ -60,6 +60,9 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	if _, ok := newStore(t).(ratelimit.BatchApplier); ok {
 		t.Run("BatchDifferential", func(t *testing.T) { testBatchDifferential(t, newStore, s) })
 	}
+	if _, ok := newStore(t).(ratelimit.Binder); ok {
+		t.Run("BindDifferential", func(t *testing.T) { testBindDifferential(t, newStore, s) })
+	}
 	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
 	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
 	t.Run("ShardedReservations", func(t *testing.T) { testShardedReservations(t, newStore) })

@@ -1,0 +1,100 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+)
+
+// BenchmarkMemoryPerKey measures the heap a memstore holds per idle key:
+// one Limit on each of a million keys (a token bucket and a fixed window),
+// then the same once every record has been full for ExpiryGrace and
+// DeleteExpired has dropped them. The keys' own bytes are allocated before
+// the first measure and not counted.
+//
+//	go test -run '^$' -bench MemoryPerKey -benchtime 1x ./store/memstore
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 1_000_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("user-", i)
+	}
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
+	} {
+		b.Run(cfg.Kind.String(), func(b *testing.B) {
+			for b.Loop() {
+				mock := clock.NewMock()
+				mock.Set(time.UnixMilli(1_700_000_000_000))
+				store := memstore.New(memstore.WithClock(mock))
+				lim, err := ratelimit.New(store, ratelimit.Limits{"api": cfg}, ratelimit.WithClock(mock))
+				if err != nil {
+					b.Fatal(err)
+				}
+				base := heapInUse()
+				ctx := context.Background()
+				for _, k := range keys {
+					if _, err := lim.Limit(ctx, "api", k); err != nil {
+						b.Fatal(err)
+					}
+				}
+				full := heapInUse()
+				if store.Len() != n {
+					b.Fatalf("%d records, want %d", store.Len(), n)
+				}
+				mock.Add(time.Minute + time.Duration(ratelimit.ExpiryGrace)*time.Millisecond)
+				dropped := store.DeleteExpired(mock.Now())
+				after := heapInUse()
+				b.ReportMetric(float64(full-base)/n, "B/key")
+				b.ReportMetric(float64(after-base)/n, "B/key-after-drop")
+				b.ReportMetric(float64(dropped), "dropped")
+				runtime.KeepAlive(lim)
+			}
+		})
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// BenchmarkDecide measures a bound limit's Decide alone (no Limiter, no
+// clock): the store's part of a call, on one key and on 10,000.
+func BenchmarkDecide(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
+			s := memstore.New()
+			p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
+			bl := s.Bind("api", p, func(string) int64 { return 0 })
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprint("user-", i)
+			}
+			ctx := context.Background()
+			now := int64(1_700_000_000_000)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i%1024 == 0 {
+					now++ // about a call a microsecond
+				}
+				v, err := bl.Decide(ctx, keys[i%n], ratelimit.ModeLimit, now, 1, false)
+				if err != nil || !v.OK {
+					b.Fatal("refused", err)
+				}
+				i += 7
+			}
+		})
+	}
+}
