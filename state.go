@@ -210,8 +210,9 @@ func TransitionInto(d *Decision, p *Params, prev State, found bool, now int64, c
 	} else {
 		s = Fresh(*p, now)
 	}
-	// The v >= 0 case of settle, where denoise leaves v as it is.
-	if v := s.Value - count; v >= 0 {
+	// The v >= 0 case of settle, where denoise leaves v as it is, for a
+	// call that is not a reservation of a caller lagging the record.
+	if v := s.Value - count; v >= 0 && (!reserve || s.TS <= now) {
 		*d = Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
 		return State{Value: v, TS: s.TS}
 	}
