@@ -10,6 +10,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 )
 
@@ -28,8 +29,8 @@ func BenchmarkTransition(b *testing.B) {
 			if rate == 100 {
 				outcome = "denied"
 			}
-			p := ratelimit.Params{Kind: kind, Rate: rate, Period: 60_000, Capacity: 1.5 * rate, Phase: 7}
-			start := ratelimit.State{Value: p.Capacity, TS: 1_700_000_000_007}
+			p := driver.Params{Kind: kind, Rate: rate, Period: 60_000, Capacity: 1.5 * rate, Phase: 7}
+			start := driver.State{Value: p.Capacity, TS: 1_700_000_000_007}
 			b.Run(kind.String()+"/"+outcome+"/value", func(b *testing.B) {
 				b.ReportAllocs()
 				s, now := start, start.TS
@@ -44,7 +45,7 @@ func BenchmarkTransition(b *testing.B) {
 			b.Run(kind.String()+"/"+outcome+"/into", func(b *testing.B) {
 				b.ReportAllocs()
 				s, now := start, start.TS
-				var d ratelimit.Decision
+				var d driver.Decision
 				for b.Loop() {
 					now += 3
 					next := ratelimit.TransitionInto(&d, &p, s, true, now, 1, false)
@@ -190,14 +191,14 @@ func BenchmarkMemstoreReserve(b *testing.B) {
 // is granted at once, so that what is measured is the Limiter's own part.
 type nopStore struct{ *memstore.Store }
 
-func (s *nopStore) Bind(string, ratelimit.Params, func(string) int64) ratelimit.BoundLimit {
+func (s *nopStore) Bind(string, driver.Params, func(string) int64) driver.BoundLimit {
 	return nopBound{s}
 }
 
 type nopBound struct{ s *nopStore }
 
-func (b nopBound) Decide(_ context.Context, _ string, _ ratelimit.Mode, now int64, _ float64, _ bool) (ratelimit.Verdict, error) {
-	return ratelimit.Verdict{OK: true, Remaining: 5, TS: now}, nil
+func (b nopBound) Decide(_ context.Context, _ string, _ driver.Mode, now int64, _ float64, _ bool) (driver.Verdict, error) {
+	return driver.Verdict{OK: true, Remaining: 5, TS: now}, nil
 }
 
 func (b nopBound) Store() ratelimit.Store { return b.s }

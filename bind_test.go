@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ type applyCounter struct {
 	applies atomic.Int64
 }
 
-func (c *applyCounter) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (c *applyCounter) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	c.applies.Add(1)
 	return c.Store.Apply(ctx, op, out)
 }
@@ -34,16 +35,16 @@ type decideCounter struct {
 	owner   ratelimit.Store
 }
 
-func (c *decideCounter) Bind(name string, p ratelimit.Params, phase func(string) int64) ratelimit.BoundLimit {
+func (c *decideCounter) Bind(name string, p driver.Params, phase func(string) int64) driver.BoundLimit {
 	return &countedBound{BoundLimit: c.applyCounter.Store.Bind(name, p, phase), c: c}
 }
 
 type countedBound struct {
-	ratelimit.BoundLimit
+	driver.BoundLimit
 	c *decideCounter
 }
 
-func (b *countedBound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+func (b *countedBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
 	b.c.decides.Add(1)
 	return b.BoundLimit.Decide(ctx, key, mode, now, count, reserve)
 }

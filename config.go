@@ -4,71 +4,22 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
-// Kind selects how a limit grants tokens.
-//
-// The zero Kind is invalid, so that a Config must say which kind it means.
-type Kind uint8
+// Kind selects how a limit grants tokens: FixedWindow or TokenBucket. The
+// zero Kind is invalid, so that a Config must say which kind it means.
+type Kind = driver.Kind
 
 const (
 	// FixedWindow grants Rate tokens at the start of every window of length
 	// Period, capped at Capacity; unused tokens roll over up to the cap.
-	FixedWindow Kind = 1
+	FixedWindow = driver.FixedWindow
 	// TokenBucket refills continuously at Rate tokens per Period, capped at
 	// Capacity.
-	TokenBucket Kind = 2
+	TokenBucket = driver.TokenBucket
 )
-
-// String returns "fixed window", "token bucket", or "Kind(n)" for an invalid
-// value.
-func (k Kind) String() string {
-	switch k {
-	case FixedWindow:
-		return "fixed window"
-	case TokenBucket:
-		return "token bucket"
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
-
-// MarshalText encodes the kind as "fixed window" or "token bucket", the
-// spelling used by configuration files.
-func (k Kind) MarshalText() ([]byte, error) {
-	if k != FixedWindow && k != TokenBucket {
-		return nil, fmt.Errorf("ratelimit: cannot encode %v: use FixedWindow or TokenBucket", k)
-	}
-	return []byte(k.String()), nil
-}
-
-// UnmarshalText decodes "fixed window" or "token bucket" (also accepted:
-// "fixed_window", "fixedwindow", "token_bucket", "tokenbucket", any case).
-func (k *Kind) UnmarshalText(b []byte) error {
-	switch normalizeKind(string(b)) {
-	case "fixedwindow":
-		*k = FixedWindow
-	case "tokenbucket":
-		*k = TokenBucket
-	default:
-		return fmt.Errorf("ratelimit: unknown kind %q: write \"fixed window\" or \"token bucket\"", b)
-	}
-	return nil
-}
-
-func normalizeKind(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '_' || c == '-':
-			continue
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		out = append(out, c)
-	}
-	return string(out)
-}
 
 // Config describes one named limit. In YAML and JSON its fields are
 // written kind, rate, period ("1m"), capacity, maxReserved, shards, start
@@ -79,7 +30,7 @@ func normalizeKind(s string) string {
 // derived from a hash of the limit's name and key.
 type Config struct {
 	// Kind is FixedWindow or TokenBucket. Required.
-	Kind Kind `json:"kind" yaml:"kind"`
+	Kind driver.Kind `json:"kind" yaml:"kind"`
 	// Rate is the number of tokens granted per Period. Finite and > 0;
 	// fractions are allowed.
 	Rate float64 `json:"rate" yaml:"rate"`
@@ -125,7 +76,7 @@ func (c Config) validate(name string) error {
 		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...)}
 	}
 	switch c.Kind {
-	case FixedWindow, TokenBucket:
+	case driver.FixedWindow, driver.TokenBucket:
 	case 0:
 		return bad("Kind", "is not set: use ratelimit.FixedWindow or ratelimit.TokenBucket")
 	default:
@@ -166,7 +117,7 @@ func (c Config) validate(name string) error {
 		return bad("Rate", "%s: one call can take at most %v tokens, so no call of the default count 1 can ever pass: set Capacity to at least %v (a bucket may hold more than one period's Rate), or explicitly below 1 for calls of fractional counts",
 			what, reach, need)
 	}
-	if !c.Start.IsZero() && c.Kind != FixedWindow {
+	if !c.Start.IsZero() && c.Kind != driver.FixedWindow {
 		return bad("Start", "is set on a token bucket, which has no windows: remove Start")
 	}
 	return nil
@@ -218,9 +169,9 @@ const (
 
 // params returns one shard's share of c, without its phase, in the units
 // of the transition.
-func (c Config) params() Params {
+func (c Config) params() driver.Params {
 	n := float64(c.shards())
-	p := Params{
+	p := driver.Params{
 		Kind:        c.Kind,
 		Rate:        c.Rate,
 		Period:      c.Period.Milliseconds(),

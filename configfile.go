@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/driver"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -39,14 +41,14 @@ import (
 
 // configFile is a Config as files write it.
 type configFile struct {
-	Kind        Kind       `json:"kind" yaml:"kind"`
-	Rate        float64    `json:"rate" yaml:"rate"`
-	Period      string     `json:"period" yaml:"period"`
-	Capacity    float64    `json:"capacity,omitempty" yaml:"capacity,omitempty"`
-	MaxReserved float64    `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
-	Shards      int        `json:"shards,omitempty" yaml:"shards,omitempty"`
-	Start       *time.Time `json:"start,omitempty" yaml:"start,omitempty"`
-	FailOpen    bool       `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
+	Kind        driver.Kind `json:"kind" yaml:"kind"`
+	Rate        float64     `json:"rate" yaml:"rate"`
+	Period      string      `json:"period" yaml:"period"`
+	Capacity    float64     `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	MaxReserved float64     `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
+	Shards      int         `json:"shards,omitempty" yaml:"shards,omitempty"`
+	Start       *time.Time  `json:"start,omitempty" yaml:"start,omitempty"`
+	FailOpen    bool        `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
 }
 
 func (c Config) file() configFile {

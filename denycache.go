@@ -4,6 +4,8 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // The deny cache (WithDenyCache) spares the store the calls of a key under
@@ -35,8 +37,8 @@ const denyStripes = 16
 type denyKey struct{ name, key string }
 
 type denyEntry struct {
-	p   Params
-	rec Record
+	p   driver.Params
+	rec driver.Record
 }
 
 type denyCache struct {
@@ -62,32 +64,32 @@ func (c *denyCache) part(k denyKey) int {
 
 // refuse decides a call locally: ok reports a local refusal, with its
 // decision; otherwise the call must go to the store.
-func (c *denyCache) refuse(name, key string, p Params, now int64, count float64, reserve bool) (Decision, bool) {
+func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count float64, reserve bool) (driver.Decision, bool) {
 	k := denyKey{name, key}
 	pt := &c.parts[c.part(k)]
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	e, ok := pt.m[k]
 	if !ok {
-		return Decision{}, false
+		return driver.Decision{}, false
 	}
 	if e.p != p {
 		delete(pt.m, k)
-		return Decision{}, false
+		return driver.Decision{}, false
 	}
 	s, d := Transition(p, e.rec.State, e.rec.Found, now, count, reserve)
 	d.Now, d.TS = now, s.TS
 	if d.OK {
 		delete(pt.m, k) // the store may grant it now
-		return Decision{}, false
+		return driver.Decision{}, false
 	}
 	return d, true
 }
 
 // learn reads the record of a call the store just refused and keeps it.
-func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p Params) {
-	ids := [1]RecordID{{Name: name, Key: key}}
-	var recs [1]Record
+func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p driver.Params) {
+	ids := [1]driver.RecordID{{Name: name, Key: key}}
+	var recs [1]driver.Record
 	if store.Load(ctx, ids[:], recs[:]) != nil || !recs[0].Found {
 		return // nothing to learn; the store is asked again next time
 	}

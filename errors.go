@@ -17,8 +17,6 @@ var (
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
-	// ErrClosed is returned by a store used after Close.
-	ErrClosed = errors.New("ratelimit: store is closed")
 	// ErrTimeRange is matched by the error of a call made while the
 	// Limiter's clock reads a time beyond ±MaxTime.
 	ErrTimeRange = errors.New("ratelimit: time out of range")

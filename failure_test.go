@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,7 +27,7 @@ type flakyStore struct {
 
 var errDown = errors.New("connection refused")
 
-func (s *flakyStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *flakyStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.calls.Add(1)
 	if s.fail.Load() {
 		return errDown
@@ -34,7 +35,7 @@ func (s *flakyStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimi
 	return s.Store.Apply(ctx, op, out)
 }
 
-func (s *flakyStore) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *flakyStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	s.calls.Add(1)
 	if s.fail.Load() {
 		return errDown
@@ -154,7 +155,7 @@ type canceler struct {
 	cancel context.CancelFunc
 }
 
-func (c canceler) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Decision) error {
+func (c canceler) Apply(ctx context.Context, _ *driver.Op, _ []driver.Decision) error {
 	c.cancel()
 	<-ctx.Done()
 	return ctx.Err()
@@ -167,7 +168,7 @@ type hookStore struct {
 	apply func(ctx context.Context) error // nil: the wrapped store decides
 }
 
-func (s *hookStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *hookStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.calls.Add(1)
 	if s.apply != nil {
 		if err := s.apply(ctx); err != nil {

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"math"
 	"testing"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // FuzzTransition checks the invariants of the transition on arbitrary
@@ -26,9 +28,9 @@ func FuzzTransition(f *testing.F) {
 			tsOff < -1<<42 || tsOff > 1<<42 || nowOff < -1<<42 || nowOff > 1<<42 {
 			t.Skip()
 		}
-		p := Params{Kind: TokenBucket, Rate: rate, Period: period, Capacity: rate * capFactor, MaxReserved: maxRes}
+		p := driver.Params{Kind: driver.TokenBucket, Rate: rate, Period: period, Capacity: rate * capFactor, MaxReserved: maxRes}
 		if fixed {
-			p.Kind = FixedWindow
+			p.Kind = driver.FixedWindow
 			p.Phase = floorMod(phase, period)
 		}
 		if !finitePositive(p.Capacity) {
@@ -45,7 +47,7 @@ func FuzzTransition(f *testing.F) {
 			}
 			return v
 		}
-		prev := State{Value: clamp(value), TS: base + tsOff}
+		prev := driver.State{Value: clamp(value), TS: base + tsOff}
 		if fixed {
 			prev.TS = WindowStart(p, prev.TS)
 		}
@@ -55,7 +57,7 @@ func FuzzTransition(f *testing.F) {
 		}
 
 		next, d := Transition(p, prev, found, now, count, reserve)
-		have := load(p, Record{State: prev, Found: found}, now).Value
+		have := load(p, driver.Record{State: prev, Found: found}, now).Value
 		if have > p.Capacity {
 			t.Fatalf("refreshed value %v above capacity %v", have, p.Capacity)
 		}
@@ -95,17 +97,17 @@ func FuzzTransition(f *testing.F) {
 		if fixed {
 			q.Phase = floorMod(phase*7+3, period)
 		}
-		sb := State{Value: clamp(other), TS: base}
+		sb := driver.State{Value: clamp(other), TS: base}
 		if fixed {
 			sb.TS = WindowStart(q, sb.TS)
 		}
 		if !reserve && count > 2*p.Capacity {
 			count = 2 * p.Capacity
 		}
-		op := &Op{Now: now, Reserve: reserve, Items: []Item{{Count: count, Shards: []Shard{{Params: p}, {Index: 1, Params: q}}}}}
-		prevs := []Record{{State: prev, Found: found}, {State: sb, Found: true}}
-		out := make([]Decision, 1)
-		ups := make([]Update, 2)
+		op := &driver.Op{Now: now, Reserve: reserve, Items: []driver.Item{{Count: count, Shards: []driver.Shard{{Params: p}, {Index: 1, Params: q}}}}}
+		prevs := []driver.Record{{State: prev, Found: found}, {State: sb, Found: true}}
+		out := make([]driver.Decision, 1)
+		ups := make([]driver.Update, 2)
 		Evaluate(op, prevs, out, ups)
 		ha, hb := have, load(q, prevs[1], now).Value
 		for i, h := range []float64{ha, hb} {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/driver"
+
 	"github.com/benbjohnson/clock"
 )
 
@@ -64,7 +66,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 		o(l)
 	}
 	l.wall = l.clock == wall
-	binder, _ := store.(Binder)
+	binder, _ := store.(driver.Binder)
 	if ownClock(store) != nil {
 		l.deny = nil // its clock is the store's, which cannot be read locally
 		binder = nil // a Verdict does not carry the store's time
@@ -115,7 +117,7 @@ func timeAt(start time.Time, now int64) time.Time {
 type limit struct {
 	name     string
 	cfg      Config
-	base     Params // one shard's share, phase unset
+	base     driver.Params // one shard's share, phase unset
 	shards   int
 	start    int64 // Start in Unix ms; used when hasStart
 	hasStart bool
@@ -125,7 +127,7 @@ type limit struct {
 	msPerToken float64
 	// bound decides the single calls of a declared, unsharded limit when
 	// the store is a Binder; nil otherwise.
-	bound BoundLimit
+	bound driver.BoundLimit
 }
 
 func compile(name string, c Config) (*limit, error) {
@@ -149,7 +151,7 @@ func compile(name string, c Config) (*limit, error) {
 // phaseFunc returns the phase of the limit's records (shard 0) by key, as
 // params sets it, for Binder.Bind.
 func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
-	if lim.base.Kind != FixedWindow {
+	if lim.base.Kind != driver.FixedWindow {
 		return func(string) int64 { return 0 }
 	}
 	if lim.hasStart {
@@ -160,9 +162,9 @@ func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
 }
 
 // params returns the params of one shard of the limit for key.
-func (lim *limit) params(seed uint64, key string, shard int) Params {
+func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
 	p := lim.base
-	if p.Kind == FixedWindow {
+	if p.Kind == driver.FixedWindow {
 		if lim.hasStart {
 			p.Phase = floorMod(lim.start, p.Period)
 		} else {
@@ -216,9 +218,9 @@ func (lim *limit) shardHint(count float64) string {
 }
 
 // ids appends the record ids of every shard of (lim, key).
-func (lim *limit) ids(key string, dst []RecordID) []RecordID {
+func (lim *limit) ids(key string, dst []driver.RecordID) []driver.RecordID {
 	for i := 0; i < lim.shards; i++ {
-		dst = append(dst, RecordID{Name: lim.name, Key: key, Shard: i})
+		dst = append(dst, driver.RecordID{Name: lim.name, Key: key, Shard: i})
 	}
 	return dst
 }
@@ -339,7 +341,7 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 	c := newCall(opts)
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
 		var res Result
-		v, now, plain, err := l.doBound(ctx, ModeLimit, lim, key, c, &res, nil)
+		v, now, plain, err := l.doBound(ctx, driver.ModeLimit, lim, key, c, &res, nil)
 		if plain {
 			return Result{
 				OK:         v.OK,
@@ -353,7 +355,7 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 		}
 		return res, err
 	}
-	return l.decide(ctx, ModeLimit, name, key, c)
+	return l.decide(ctx, driver.ModeLimit, name, key, c)
 }
 
 // Check returns the answer Limit would give now, without spending anything.
@@ -361,7 +363,7 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 	c := newCall(opts)
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
 		var res Result
-		v, now, plain, err := l.doBound(ctx, ModeCheck, lim, key, c, &res, nil)
+		v, now, plain, err := l.doBound(ctx, driver.ModeCheck, lim, key, c, &res, nil)
 		if plain {
 			return Result{
 				OK:         v.OK,
@@ -375,11 +377,11 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 		}
 		return res, err
 	}
-	return l.decide(ctx, ModeCheck, name, key, c)
+	return l.decide(ctx, driver.ModeCheck, name, key, c)
 }
 
 // decide decides a call of Limit or Check through Apply.
-func (l *Limiter) decide(ctx context.Context, mode Mode, name, key string, c call) (Result, error) {
+func (l *Limiter) decide(ctx context.Context, mode driver.Mode, name, key string, c call) (Result, error) {
 	names := [1]string{name}
 	res, _, err := l.do(ctx, mode, names[:], key, c)
 	return res, err
@@ -405,7 +407,7 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 			return Result{}, fmt.Errorf("ratelimit: LimitAll names limit %q twice: name it once: %w", n, ErrInvalidConfig)
 		}
 	}
-	res, _, err := l.do(ctx, ModeLimit, names, key, c)
+	res, _, err := l.do(ctx, driver.ModeLimit, names, key, c)
 	return res, err
 }
 
@@ -430,7 +432,7 @@ type charge struct {
 // The commonest call (no deny cache, observer or Reservation, the breaker
 // closed, the store answering) takes the few steps it needs here; any
 // other goes to doBoundFull, which does the same steps and the others.
-func (l *Limiter) doBound(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
+func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, ch *charge) (v driver.Verdict, now int64, plain bool, err error) {
 	if ch != nil || l.deny != nil || l.observer != nil || !l.breaker.closed() {
 		return l.doBoundFull(ctx, mode, lim, key, c, res, ch)
 	}
@@ -458,20 +460,20 @@ func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limi
 
 // boundFailed answers a bound call whose store failed with err, as do
 // does: the caller's own error if it gave up, else the failure policy's.
-func (l *Limiter) boundFailed(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe bool, err error) (Verdict, int64, bool, error) {
+func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe bool, err error) (driver.Verdict, int64, bool, error) {
 	if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
 		l.breaker.abandon(probe)
-		return Verdict{}, now, false, callerError(ctx, lim.name, err)
+		return driver.Verdict{}, now, false, callerError(ctx, lim.name, err)
 	}
 	l.storeFailed(lim.name, err)
 	lims := [1]*limit{lim}
 	r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
 	*res = r
-	return Verdict{}, now, false, err
+	return driver.Verdict{}, now, false, err
 }
 
 // doBoundFull is doBound with every step.
-func (l *Limiter) doBoundFull(ctx context.Context, mode Mode, lim *limit, key string, c call, res *Result, ch *charge) (v Verdict, now int64, plain bool, err error) {
+func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, ch *charge) (v driver.Verdict, now int64, plain bool, err error) {
 	if err := lim.checkCount(c.count, c.reserve); err != nil {
 		return v, 0, false, err
 	}
@@ -542,7 +544,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode Mode, lim *limit, key st
 
 // boundResult is the Result of a call of lim that the store decided as v,
 // judged at now.
-func boundResult(lim *limit, key string, c call, v Verdict, now int64) Result {
+func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Result {
 	return Result{
 		OK:         v.OK,
 		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
@@ -555,7 +557,7 @@ func boundResult(lim *limit, key string, c call, v Verdict, now int64) Result {
 }
 
 // do decides one call of one or more limits.
-func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string, c call) (Result, charge, error) {
+func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key string, c call) (Result, charge, error) {
 	start := l.now()
 	ch := charge{start: start}
 	var one [1]*limit
@@ -600,16 +602,16 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 	defer b.release()
 	items, out := b.items[:], b.out[:]
 	if len(lims) > 1 {
-		items, out = make([]Item, len(lims)), make([]Decision, len(lims))
+		items, out = make([]driver.Item, len(lims)), make([]driver.Decision, len(lims))
 	}
 	for i, lim := range lims {
-		var shards []Shard
+		var shards []driver.Shard
 		if len(lims) == 1 {
 			shards = b.shards[:0]
 		}
-		items[i] = Item{Name: names[i], Key: key, Count: c.count, Shards: l.pickShards(lim, key, shards)}
+		items[i] = driver.Item{Name: names[i], Key: key, Count: c.count, Shards: l.pickShards(lim, key, shards)}
 	}
-	b.op = Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
+	b.op = driver.Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	if err := l.store.Apply(ctx, &b.op, out); err != nil {
 		if l.breaker.callerGaveUp(ctx, start, l.now()) {
 			l.breaker.abandon(probe)
@@ -674,7 +676,7 @@ func (l *Limiter) do(ctx context.Context, mode Mode, names []string, key string,
 // record as the store holds it (its phase may predate a change of Start
 // or of the phase seed); for a token bucket, until the shards the call
 // evaluated are full again.
-func resetAfter(p Params, n int, d Decision) time.Duration {
+func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
 	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
 }
 
@@ -688,7 +690,7 @@ func resetAfter(p Params, n int, d Decision) time.Duration {
 // waits too small or too large for that reasoning, it divides.
 func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
 	p := &lim.base
-	if p.Kind == TokenBucket {
+	if p.Kind == driver.TokenBucket {
 		x := max(p.Capacity-remaining, 0)
 		if x == 0 {
 			return 0
@@ -706,9 +708,9 @@ func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
 }
 
 // resetMillis is resetAfter of a decision's Remaining, Now and TS.
-func resetMillis(p *Params, n int, remaining float64, now, ts int64) time.Duration {
+func resetMillis(p *driver.Params, n int, remaining float64, now, ts int64) time.Duration {
 	var ms float64
-	if p.Kind == FixedWindow {
+	if p.Kind == driver.FixedWindow {
 		ms = float64(ts + p.Period - now)
 	} else {
 		capacity := p.Capacity * float64(min(n, 2))
@@ -717,7 +719,7 @@ func resetMillis(p *Params, n int, remaining float64, now, ts int64) time.Durati
 	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
 
-func (l *Limiter) result(name, key string, c call, d Decision) Result {
+func (l *Limiter) result(name, key string, c call, d driver.Decision) Result {
 	return Result{
 		OK:         d.OK,
 		RetryAfter: time.Duration(d.RetryAfter) * time.Millisecond,
@@ -730,7 +732,7 @@ func (l *Limiter) result(name, key string, c call, d Decision) Result {
 
 // degraded answers a call the store could not decide, by the failure
 // policy: allowed only if every limit named fails open.
-func (l *Limiter) degraded(ctx context.Context, mode Mode, lims []*limit, key string, c call, start time.Time, serr *StoreError) (Result, charge, error) {
+func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit, key string, c call, start time.Time, serr *StoreError) (Result, charge, error) {
 	open := true
 	for _, lim := range lims {
 		open = open && lim.cfg.FailOpen
@@ -765,21 +767,21 @@ func (l *Limiter) storeFailed(name string, err error) {
 	}
 }
 
-func (l *Limiter) observe(ctx context.Context, mode Mode, res Result, start time.Time, err error) {
+func (l *Limiter) observe(ctx context.Context, mode driver.Mode, res Result, start time.Time, err error) {
 	if l.observer == nil {
 		return
 	}
-	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == ModeCheck,
+	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
 		Latency: l.clock.Since(start), Err: err})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so
 // that the hot path does not allocate it.
 type opBuf struct {
-	op     Op
-	items  [1]Item
-	shards [2]Shard
-	out    [1]Decision
+	op     driver.Op
+	items  [1]driver.Item
+	shards [2]driver.Shard
+	out    [1]driver.Decision
 }
 
 var opBufs = sync.Pool{New: func() any { return new(opBuf) }}
@@ -790,14 +792,14 @@ func (b *opBuf) release() {
 }
 
 // pickShards appends the shard(s) a call on (lim, key) evaluates.
-func (l *Limiter) pickShards(lim *limit, key string, dst []Shard) []Shard {
+func (l *Limiter) pickShards(lim *limit, key string, dst []driver.Shard) []driver.Shard {
 	if lim.shards == 1 {
-		return append(dst, Shard{Index: 0, Params: lim.params(l.seed, key, 0)})
+		return append(dst, driver.Shard{Index: 0, Params: lim.params(l.seed, key, 0)})
 	}
 	a, b := l.picker.pick(lim.shards)
 	return append(dst,
-		Shard{Index: a, Params: lim.params(l.seed, key, a)},
-		Shard{Index: b, Params: lim.params(l.seed, key, b)})
+		driver.Shard{Index: a, Params: lim.params(l.seed, key, a)},
+		driver.Shard{Index: b, Params: lim.params(l.seed, key, b)})
 }
 
 // MaxTime bounds the clock, in Unix milliseconds either side of 1970
@@ -897,7 +899,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		return Status{}, err
 	}
 	ids := lim.ids(key, nil)
-	recs := make([]Record, len(ids))
+	recs := make([]driver.Record, len(ids))
 	if err := l.store.Load(ctx, ids, recs); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
 	}
@@ -915,7 +917,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		p := lim.params(l.seed, key, i)
 		s := load(p, rec, now)
 		sh := ShardStatus{Index: i, Tokens: s.Value, Stored: rec.Found}
-		if p.Kind == FixedWindow {
+		if p.Kind == driver.FixedWindow {
 			sh.WindowStart = time.UnixMilli(s.TS)
 			sh.NextGrant = time.UnixMilli(s.TS + p.Period)
 			if st.NextGrant.IsZero() || sh.NextGrant.Before(st.NextGrant) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/assert"
@@ -263,7 +264,7 @@ func TestMemstoreForgetsFullBuckets(t *testing.T) {
 		require.True(t, res.OK)
 	}
 	assert.Equal(t, 0, store.DeleteExpired(mock.Now()), "full, but not for ExpiryGrace yet")
-	mock.Add(time.Duration(ratelimit.ExpiryGrace) * time.Millisecond)
+	mock.Add(time.Duration(driver.ExpiryGrace) * time.Millisecond)
 	// Writes that add records drop expired ones as they go, a few slots of
 	// one stripe after another.
 	for i := range 300 {
@@ -296,7 +297,7 @@ func (s *clockStore) OwnClock() bool { return s.own }
 
 func (s *clockStore) Now(context.Context) (int64, error) { return s.now.UnixMilli(), nil }
 
-func (s *clockStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *clockStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if s.own {
 		op.Now = s.now.UnixMilli()
 	}
@@ -362,10 +363,10 @@ func TestResultReset(t *testing.T) {
 }
 
 func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
-	seen := map[string]ratelimit.RecordID{}
+	seen := map[string]driver.RecordID{}
 	for _, p := range storetest.Confusable() {
 		for shard := range 3 {
-			id := ratelimit.RecordID{Name: p[0], Key: p[1], Shard: shard}
+			id := driver.RecordID{Name: p[0], Key: p[1], Shard: shard}
 			k := string(id.AppendKey(nil))
 			if other, ok := seen[k]; ok {
 				t.Fatalf("(%.30q, %.30q, %d) and (%.30q, %.30q, %d) share the encoding",
@@ -375,8 +376,8 @@ func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
 		}
 	}
 	// Shard numbers past one byte of uvarint stay apart from key bytes.
-	a := ratelimit.RecordID{Name: "n", Key: "\x01", Shard: 200}
-	b := ratelimit.RecordID{Name: "n", Key: "\x01\x01", Shard: 72}
+	a := driver.RecordID{Name: "n", Key: "\x01", Shard: 200}
+	b := driver.RecordID{Name: "n", Key: "\x01\x01", Shard: 72}
 	require.NotEqual(t, a.AppendKey(nil), b.AppendKey(nil))
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // Reservation is capacity taken for a job that may have to wait for it:
@@ -50,14 +52,14 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 	r.lim = l
 	var err error
 	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
-		v, now, plain, e := l.doBound(ctx, ModeLimit, lim, key, c, &r.res, &r.charge)
+		v, now, plain, e := l.doBound(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
 		if plain {
 			r.res = boundResult(lim, key, c, v, now)
 		}
 		err = e
 	} else {
 		names := [1]string{name}
-		r.res, r.charge, err = l.do(ctx, ModeLimit, names[:], key, c)
+		r.res, r.charge, err = l.do(ctx, driver.ModeLimit, names[:], key, c)
 	}
 	if err != nil && !r.res.Degraded {
 		return nil, err
@@ -186,17 +188,17 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case r.canceled:
 		return nil
 	}
-	op := Op{Mode: ModeRefund, Now: r.lim.now().UnixMilli()}
+	op := driver.Op{Mode: driver.ModeRefund, Now: r.lim.now().UnixMilli()}
 	for i := range r.charge.n {
 		if r.charge.amount[i] > 0 {
 			idx := r.charge.shards[i]
-			sh := Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.res.Key, idx)}
-			op.Items = append(op.Items, Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
-				At: r.charge.at, Shards: []Shard{sh}})
+			sh := driver.Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.res.Key, idx)}
+			op.Items = append(op.Items, driver.Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
+				At: r.charge.at, Shards: []driver.Shard{sh}})
 		}
 	}
 	if len(op.Items) > 0 {
-		out := make([]Decision, len(op.Items))
+		out := make([]driver.Decision, len(op.Items))
 		if err := r.lim.store.Apply(ctx, &op, out); err != nil {
 			return fmt.Errorf("ratelimit: cancel reservation of limit %q: store: %w", r.res.Name, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // resetOne must give resetMillis's answer, bit for bit, without its
@@ -20,7 +22,7 @@ func TestResetOneIsResetMillis(t *testing.T) {
 		n = 100_000
 	}
 	for i := range n {
-		c := Config{Kind: TokenBucket, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
+		c := Config{Kind: driver.TokenBucket, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
 		c.Capacity = c.Rate * []float64{1, 1.5, 3, 0.25, 1000}[rng.IntN(5)]
 		lim, err := compile("l", c)
 		if err != nil {

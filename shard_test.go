@@ -6,23 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // applyPair decides one call on two records of a sharded limit, as a
 // store would, and writes the updates.
-func applyPair(recs []Record, p Params, a, b int, now int64, count float64, reserve bool) Decision {
-	op := &Op{Now: now, Reserve: reserve, Items: []Item{{Count: count, Shards: []Shard{{a, p}, {b, p}}}}}
-	prev := []Record{recs[a], recs[b]}
-	out := make([]Decision, 1)
-	next := make([]Update, 2)
+func applyPair(recs []driver.Record, p driver.Params, a, b int, now int64, count float64, reserve bool) driver.Decision {
+	op := &driver.Op{Now: now, Reserve: reserve, Items: []driver.Item{{Count: count, Shards: []driver.Shard{{Index: a, Params: p}, {Index: b, Params: p}}}}}
+	prev := []driver.Record{recs[a], recs[b]}
+	out := make([]driver.Decision, 1)
+	next := make([]driver.Update, 2)
 	Evaluate(op, prev, out, next)
 	if next[0].Write {
-		recs[a] = Record{State: next[0].State, Found: true}
+		recs[a] = driver.Record{State: next[0].State, Found: true}
 	}
 	if next[1].Write {
-		recs[b] = Record{State: next[1].State, Found: true}
+		recs[b] = driver.Record{State: next[1].State, Found: true}
 	}
 	return out[0]
 }
@@ -36,10 +38,10 @@ func TestShardedReservationsKeepEveryWindowWithinTheLimit(t *testing.T) {
 	for _, shards := range []int{2, 4, 5} {
 		for _, maxReserved := range []float64{50, 200} {
 			t.Run(fmt.Sprintf("shards=%d/maxReserved=%v", shards, maxReserved), func(t *testing.T) {
-				cfg := Config{Kind: FixedWindow, Rate: 100, Period: time.Second, MaxReserved: maxReserved, Shards: shards}
+				cfg := Config{Kind: driver.FixedWindow, Rate: 100, Period: time.Second, MaxReserved: maxReserved, Shards: shards}
 				p := cfg.params() // Start shared: phase 0
 				rng := rand.New(rand.NewPCG(uint64(shards), uint64(maxReserved)))
-				recs := make([]Record, shards)
+				recs := make([]driver.Record, shards)
 				jobs := map[int64]int{}
 				now := t0
 				for range 20_000 {
@@ -61,7 +63,7 @@ func TestShardedReservationsKeepEveryWindowWithinTheLimit(t *testing.T) {
 
 // okAt reports whether a call of count on shards a and b, judged at t,
 // would be OK: the oracle of the least-wait tests.
-func okAt(recs []Record, p, q Params, t int64, count float64, reserve bool) bool {
+func okAt(recs []driver.Record, p, q driver.Params, t int64, count float64, reserve bool) bool {
 	_, _, _, _, ok := split(p, q, load(p, recs[0], t), load(q, recs[1], t), t, count, reserve)
 	return ok
 }
@@ -74,9 +76,9 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	exact, refused := 0, 0
 	for i := range 4000 {
-		kind := FixedWindow
+		kind := driver.FixedWindow
 		if i%3 == 2 {
-			kind = TokenBucket
+			kind = driver.TokenBucket
 		}
 		shards := 2 + rng.IntN(4)
 		cfg := Config{Kind: kind, Rate: []float64{100, 10, 7, 2.5}[rng.IntN(4)], Period: time.Duration(1+rng.IntN(3)) * time.Second, Shards: shards}
@@ -87,7 +89,7 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 			cfg.MaxReserved = cfg.Rate * rng.Float64() * 2
 		}
 		p, q := cfg.params(), cfg.params()
-		if kind == FixedWindow && rng.IntN(2) == 0 { // derived phases differ per shard
+		if kind == driver.FixedWindow && rng.IntN(2) == 0 { // derived phases differ per shard
 			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
 		}
 		// Two records somewhere between their debt bound and full.
@@ -96,10 +98,10 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 			low = -p.MaxReserved
 		}
 		now := t0 + rng.Int64N(p.Period)
-		recs := make([]Record, 2)
-		for j, pr := range []Params{p, q} {
+		recs := make([]driver.Record, 2)
+		for j, pr := range []driver.Params{p, q} {
 			v := low + rng.Float64()*(pr.Capacity-low)
-			recs[j] = Record{State: Fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+			recs[j] = driver.Record{State: Fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
 			recs[j].State.Value = v
 		}
 		reserve := rng.IntN(3) == 0
@@ -119,8 +121,8 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 		where := fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v: retry %d", i, p, q, recs, now, count, reserve, d.RetryAfter)
 		// Never longer: no earlier candidate succeeds.
 		horizon := now + d.RetryAfter
-		if kind == FixedWindow {
-			for _, pr := range []Params{p, q} {
+		if kind == driver.FixedWindow {
+			for _, pr := range []driver.Params{p, q} {
 				for w := WindowStart(pr, now) + pr.Period; w < horizon && w < now+1000*pr.Period; w += pr.Period {
 					require.False(t, okAt(recs, p, q, w, count, reserve), "%s: OK already at %d", where, w)
 				}
@@ -143,14 +145,14 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 // share one Start, count 30 at 00:30. Every pair is full again at 01:00,
 // when the call succeeds on any two shards; it used to be told 1h30m.
 func TestShardedRetryAfterSharedStart(t *testing.T) {
-	cfg := Config{Kind: FixedWindow, Rate: 100, Period: time.Hour, Shards: 4, Start: time.UnixMilli(0)}
+	cfg := Config{Kind: driver.FixedWindow, Rate: 100, Period: time.Hour, Shards: 4, Start: time.UnixMilli(0)}
 	p := cfg.params()
 	hour := int64(3_600_000)
 	start := (t0 / hour) * hour
 	for _, vals := range [][2]float64{{10, 5}, {0, 0}, {25, 4}, {14.5, 15}, {1, 28.9 - 25}} {
-		recs := []Record{
-			{State: State{Value: vals[0], TS: start}, Found: true},
-			{State: State{Value: vals[1], TS: start}, Found: true},
+		recs := []driver.Record{
+			{State: driver.State{Value: vals[0], TS: start}, Found: true},
+			{State: driver.State{Value: vals[1], TS: start}, Found: true},
 		}
 		d, _, _ := pair(p, p, recs[0], recs[1], start+hour/2, 30, false)
 		require.False(t, d.OK, "%v", vals)

@@ -1,8 +1,9 @@
 package ratelimit
 
 import (
-	"encoding/binary"
 	"math"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // This file is the one definition of the semantics (docs/model.md). Every
@@ -16,93 +17,20 @@ import (
 // compiler from fusing a multiply and an add into one instruction.
 
 // noise is the float noise below which a negative amount counts as zero.
-const noise = 1e-9
-
-// MaxRetryAfter is the longest retry-after, in milliseconds, that a
-// decision reports; longer waits are clamped to it. It still converts to a
-// time.Duration without overflow (about 292 years).
-const MaxRetryAfter int64 = math.MaxInt64 / 1_000_000
-
-// Params is one record's share of a limit, in the units of the transition:
-// milliseconds and tokens. Config.Params computes it for a shard.
-type Params struct {
-	Kind Kind
-	// Rate is the tokens granted per Period.
-	Rate float64
-	// Period is the window or refill period in milliseconds, ≥ 1.
-	Period int64
-	// Capacity is the most tokens the record may hold.
-	Capacity float64
-	// MaxReserved is the most tokens the record may owe; 0 is unlimited.
-	MaxReserved float64
-	// Phase places the windows of a fixed window: they begin at
-	// Phase + k·Period. In [0, Period). Unused by a token bucket.
-	Phase int64
-}
-
-// State is what a store keeps for one record.
-type State struct {
-	// Value is the tokens in the bucket at TS; negative while it owes
-	// reserved tokens.
-	Value float64
-	// TS is a Unix time in milliseconds: the start of the current window
-	// (fixed window) or the time of the last update (token bucket).
-	TS int64
-}
-
-// Record is a stored state as a store reads it. A missing record is
-// Record{} (Found false) and means a full bucket.
-type Record struct {
-	State State
-	Found bool
-}
-
-// Update is what a store must do with one record after Evaluate: write
-// State when Write is set, otherwise leave the record as it is.
-type Update struct {
-	State State
-	Write bool
-}
-
-// Decision is the answer for one item of an Op.
-type Decision struct {
-	// OK is true when the item is allowed or reserved.
-	OK bool
-	// RetryAfter is in whole milliseconds, rounded up: for a reserved item
-	// the wait until its tokens have been granted, for a denied one the wait
-	// until the same call would succeed; 0 when allowed outright.
-	RetryAfter int64
-	// Remaining is the tokens left after an OK item (negative: debt), or the
-	// tokens available now after a denied one. For a sharded limit it counts
-	// the two shards the call evaluated.
-	Remaining float64
-	// Charged holds the tokens taken from each of the item's shards, in the
-	// order of Item.Shards (negative: handed back by a refund); a
-	// reservation hands them back on cancel.
-	Charged [2]float64
-	// Now is the time (Unix ms) the item was judged at: Op.Now, or the
-	// store's own clock (TimeSource). A refund of the charge names it in
-	// Item.At.
-	Now int64
-	// TS is the time of the item's first record after the call: for a
-	// fixed window the start of its current window, as the record holds it
-	// (its next grant is at TS + Period); for a token bucket the time of
-	// its last refill.
-	TS int64
-}
+const noise = driver.Noise
 
 // Fresh returns the state of a missing record at now: a full bucket whose
 // window (fixed window) or refill (token bucket) starts now.
-func Fresh(p Params, now int64) State {
-	if p.Kind == FixedWindow {
-		return State{Value: p.Capacity, TS: WindowStart(p, now)}
+func Fresh(p driver.Params, now int64) driver.State {
+	if p.Kind == driver.FixedWindow {
+		return driver.State{Value: p.Capacity, TS: WindowStart(p, now)}
 	}
-	return State{Value: p.Capacity, TS: now}
+	return driver.State{Value: p.Capacity, TS: now}
 }
 
 // WindowStart returns the start of the fixed window containing t: the
 // largest Phase + k·Period ≤ t.
-func WindowStart(p Params, t int64) int64 {
+func WindowStart(p driver.Params, t int64) int64 {
 	off := (t - p.Phase) % p.Period
 	if off < 0 {
 		off += p.Period
@@ -116,16 +44,16 @@ func WindowStart(p Params, t int64) int64 {
 // record written under a larger capacity (a limit lowered, or split into
 // shards) is cut to this one: a record never holds more than its params
 // allow.
-func Refresh(p Params, s State, now int64) State {
+func Refresh(p driver.Params, s driver.State, now int64) driver.State {
 	t := max(now, s.TS)
 	switch p.Kind {
-	case FixedWindow:
+	case driver.FixedWindow:
 		k := (t - s.TS) / p.Period
 		if k > 0 {
 			s.Value += float64(p.Rate * float64(k))
 			s.TS += k * p.Period
 		}
-	case TokenBucket:
+	case driver.TokenBucket:
 		s.Value += float64(t-s.TS) * p.Rate / float64(p.Period)
 		s.TS = t
 	}
@@ -134,7 +62,7 @@ func Refresh(p Params, s State, now int64) State {
 }
 
 // load is the state of rec at now: refreshed if found, fresh if missing.
-func load(p Params, rec Record, now int64) State {
+func load(p driver.Params, rec driver.Record, now int64) driver.State {
 	if rec.Found {
 		return Refresh(p, rec.State, now)
 	}
@@ -143,8 +71,8 @@ func load(p Params, rec Record, now int64) State {
 
 // Wait returns the milliseconds from now until d more tokens have been
 // granted to s, a state already refreshed to now. Not rounded.
-func Wait(p Params, s State, now int64, d float64) float64 {
-	if p.Kind == FixedWindow {
+func Wait(p driver.Params, s driver.State, now int64, d float64) float64 {
+	if p.Kind == driver.FixedWindow {
 		return float64(float64(p.Period)*math.Ceil(d/p.Rate)) + float64(s.TS-now)
 	}
 	return float64(max(now, s.TS)-now) + d*float64(p.Period)/p.Rate
@@ -157,8 +85,8 @@ func retryMillis(w float64) int64 {
 	switch {
 	case !(w > 0): // also NaN
 		return 0
-	case w >= float64(MaxRetryAfter):
-		return MaxRetryAfter
+	case w >= float64(driver.MaxRetryAfter):
+		return driver.MaxRetryAfter
 	}
 	return int64(w)
 }
@@ -172,7 +100,7 @@ func denoise(v float64) float64 {
 }
 
 // fitsDebt reports whether a value may be written by a reservation.
-func fitsDebt(p Params, v float64) bool {
+func fitsDebt(p driver.Params, v float64) bool {
 	return p.MaxReserved == 0 || -v <= p.MaxReserved
 }
 
@@ -186,8 +114,8 @@ func fitsDebt(p Params, v float64) bool {
 //
 // Transition does not validate its inputs: the Limiter rejects invalid
 // configs and counts before any store sees them.
-func Transition(p Params, prev State, found bool, now int64, count float64, reserve bool) (State, Decision) {
-	var d Decision
+func Transition(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
+	var d driver.Decision
 	s := TransitionInto(&d, &p, prev, found, now, count, reserve)
 	return s, d
 }
@@ -203,8 +131,8 @@ func Transition(p Params, prev State, found bool, now int64, count float64, rese
 // (no division), then a count the bucket holds (no wait to compute).
 // FuzzTransitionFastPath proves it equal to load and settle, which the Lua
 // and SQL ports mirror.
-func TransitionInto(d *Decision, p *Params, prev State, found bool, now int64, count float64, reserve bool) State {
-	var s State
+func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) driver.State {
+	var s driver.State
 	if found {
 		s = refreshFast(p, prev, now)
 	} else {
@@ -213,8 +141,8 @@ func TransitionInto(d *Decision, p *Params, prev State, found bool, now int64, c
 	// The v >= 0 case of settle, where denoise leaves v as it is, for a
 	// call that is not a reservation of a caller lagging the record.
 	if v := s.Value - count; v >= 0 && (!reserve || s.TS <= now) {
-		*d = Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
-		return State{Value: v, TS: s.TS}
+		*d = driver.Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
+		return driver.State{Value: v, TS: s.TS}
 	}
 	return settle(d, p, s, now, count, reserve)
 }
@@ -223,9 +151,9 @@ func TransitionInto(d *Decision, p *Params, prev State, found bool, now int64, c
 // the integer division of a fixed window while now is still in the
 // record's window, and with the builtin min (which agrees with math.Min on
 // every input, signed zeros and NaN included) rather than a call.
-func refreshFast(p *Params, s State, now int64) State {
+func refreshFast(p *driver.Params, s driver.State, now int64) driver.State {
 	t := max(now, s.TS)
-	if p.Kind == FixedWindow {
+	if p.Kind == driver.FixedWindow {
 		if el := t - s.TS; el >= p.Period {
 			k := el / p.Period
 			s.Value += float64(p.Rate * float64(k))
@@ -241,9 +169,9 @@ func refreshFast(p *Params, s State, now int64) State {
 
 // settle decides a call of count on s, the record refreshed to now (by
 // load): it writes the decision to *d and returns the record's next state.
-func settle(d *Decision, p *Params, s State, now int64, count float64, reserve bool) State {
+func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, count float64, reserve bool) driver.State {
 	v := denoise(s.Value - count)
-	*d = Decision{}
+	*d = driver.Decision{}
 	switch {
 	case v >= 0 && reserve:
 		// A reservation's time is when its tokens were granted: for a
@@ -270,108 +198,19 @@ func settle(d *Decision, p *Params, s State, now int64, count float64, reserve b
 	return s
 }
 
-// Mode is what an Op asks of a store.
-type Mode uint8
-
-const (
-	// ModeLimit decides and, when every item is OK, writes.
-	ModeLimit Mode = iota
-	// ModeCheck decides and writes nothing.
-	ModeCheck
-	// ModeRefund hands tokens back: each item has one shard, and gives back
-	// the Count tokens it was charged at Item.At, less what the limit has
-	// granted the record since (see Refund), capped at Capacity.
-	ModeRefund
-)
-
-// Op is one atomic call against a store: one or more items, decided
-// together. In ModeLimit either every item is OK and all their updates are
-// written, or nothing is written.
-type Op struct {
-	Mode Mode
-	// Now is the time of the call in Unix milliseconds.
-	Now int64
-	// Reserve lets the items take tokens they cannot have yet.
-	Reserve bool
-	// Items are the limits decided. They all have the same Key (so that a
-	// store may keep all records of one key together, e.g. in one Redis
-	// Cluster slot), and two items never name the same record.
-	Items []Item
-}
-
-// Item is one limit of an Op: the tokens asked of one (name, key) and the
-// records that may grant them.
-type Item struct {
-	Name  string
-	Key   string
-	Count float64
-	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
-	// charged: Decision.Now of the call that took them.
-	At int64
-	// Shards holds one record, or two for a sharded limit (power of two
-	// choices: the call may be granted by either or by both together).
-	Shards []Shard
-}
-
-// Shard is one record of an Item and its params.
-type Shard struct {
-	Index  int
-	Params Params
-}
-
-// RecordID names one record: a (limit name, key, shard). Two different
-// RecordIDs never share a record in any store.
-type RecordID struct {
-	Name  string
-	Key   string
-	Shard int
-}
-
-// AppendKey appends an encoding of id to dst that no other RecordID
-// shares, whatever bytes the name and key hold: the uvarint length of the
-// name, the name, the uvarint shard, then the key. Stores use it (or a
-// digest of it) as the record's key.
-func (id RecordID) AppendKey(dst []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(id.Name)))
-	dst = append(dst, id.Name...)
-	dst = binary.AppendUvarint(dst, uint64(id.Shard))
-	return append(dst, id.Key...)
-}
-
-// NumRecords returns how many records op touches.
-func (op *Op) NumRecords() int {
-	n := 0
-	for i := range op.Items {
-		n += len(op.Items[i].Shards)
-	}
-	return n
-}
-
-// AppendRecordIDs appends the records op touches to dst, item by item and
-// shard by shard: the order of Evaluate's prev and next.
-func (op *Op) AppendRecordIDs(dst []RecordID) []RecordID {
-	for i := range op.Items {
-		it := &op.Items[i]
-		for _, sh := range it.Shards {
-			dst = append(dst, RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
-		}
-	}
-	return dst
-}
-
 // Evaluate decides op over the records it touches. prev holds them as
 // stored, in the order of AppendRecordIDs; Evaluate fills out (one Decision
 // per item) and next (one Update per record) and reports whether every
 // item is OK. A store that runs Evaluate reads prev, calls it, and writes
 // the updates marked Write, all atomically.
-func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
+func Evaluate(op *driver.Op, prev []driver.Record, out []driver.Decision, next []driver.Update) bool {
 	all := true
 	r := 0
 	for i := range op.Items {
 		it := &op.Items[i]
 		n := len(it.Shards)
 		switch {
-		case op.Mode == ModeRefund:
+		case op.Mode == driver.ModeRefund:
 			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.At, it.Count)
 		case n == 1:
 			next[r] = single(&out[i], &it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
@@ -383,7 +222,7 @@ func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
 		all = all && out[i].OK
 		r += n
 	}
-	if op.Mode == ModeCheck || (op.Mode == ModeLimit && !all) {
+	if op.Mode == driver.ModeCheck || (op.Mode == driver.ModeLimit && !all) {
 		for j := range next[:r] {
 			next[j].Write = false
 		}
@@ -391,9 +230,9 @@ func Evaluate(op *Op, prev []Record, out []Decision, next []Update) bool {
 	return all
 }
 
-func single(d *Decision, p *Params, rec Record, now int64, count float64, reserve bool) Update {
+func single(d *driver.Decision, p *driver.Params, rec driver.Record, now int64, count float64, reserve bool) driver.Update {
 	s := TransitionInto(d, p, rec.State, rec.Found, now, count, reserve)
-	return Update{State: s, Write: d.OK && count > 0}
+	return driver.Update{State: s, Write: d.OK && count > 0}
 }
 
 // refund hands back count tokens charged at `at`, as far as the record
@@ -410,34 +249,34 @@ func single(d *Decision, p *Params, rec Record, now int64, count float64, reserv
 // been granted gives back nothing more than the grants since could not
 // have covered, so one window cannot serve both its own grants and a late
 // refund (docs/reservations.md).
-func refund(p Params, rec Record, now, at int64, count float64) (Decision, Update) {
+func refund(p driver.Params, rec driver.Record, now, at int64, count float64) (driver.Decision, driver.Update) {
 	if !rec.Found {
-		return Decision{OK: true, Remaining: p.Capacity}, Update{State: Fresh(p, now)}
+		return driver.Decision{OK: true, Remaining: p.Capacity}, driver.Update{State: Fresh(p, now)}
 	}
 	s := Refresh(p, rec.State, now)
 	back := denoise(count - granted(p, s, at))
-	d := Decision{OK: true, Remaining: s.Value}
+	d := driver.Decision{OK: true, Remaining: s.Value}
 	if back <= 0 {
-		return d, Update{State: s}
+		return d, driver.Update{State: s}
 	}
 	v := math.Min(s.Value+back, p.Capacity)
 	if !(v > s.Value) {
-		return d, Update{State: s} // full already: nothing comes back
+		return d, driver.Update{State: s} // full already: nothing comes back
 	}
 	d.Charged[0] = s.Value - v // what came back, negative
 	s.Value, d.Remaining = v, v
-	return d, Update{State: s, Write: true}
+	return d, driver.Update{State: s, Write: true}
 }
 
 // granted returns the tokens the record s, refreshed, has been granted
 // since the time from, before its capacity cut them: Rate for every window
 // of the record started in (from, s.TS] (a fixed window's record keeps the
 // windows it was written with), or the refill from `from` to s.TS.
-func granted(p Params, s State, from int64) float64 {
+func granted(p driver.Params, s driver.State, from int64) float64 {
 	if s.TS <= from {
 		return 0
 	}
-	if p.Kind == FixedWindow {
+	if p.Kind == driver.FixedWindow {
 		k := (s.TS - from + p.Period - 1) / p.Period
 		return float64(p.Rate * float64(k))
 	}
@@ -461,10 +300,10 @@ func granted(p Params, s State, from int64) float64 {
 // A refused call is told the least wait after which the same call on the
 // same two shards would succeed (pairWait). The wait of a reservation is
 // that of the shards it charged.
-func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) (Decision, Update, Update) {
+func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) (driver.Decision, driver.Update, driver.Update) {
 	sa, sb := load(pa, ra, now), load(pb, rb, now)
-	var d Decision
-	ua, ub := Update{State: sa}, Update{State: sb}
+	var d driver.Decision
+	ua, ub := driver.Update{State: sa}, driver.Update{State: sb}
 	na, nb, ca, cb, ok := split(pa, pb, sa, sb, now, count, reserve)
 	if !ok {
 		d.RetryAfter = retryMillis(pairWait(pa, pb, ra, rb, now, count, reserve))
@@ -502,7 +341,7 @@ func pair(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) 
 // a call of count as pair decides it, the tokens charged to each, and
 // whether the call is OK. A shard that takes the call alone is charged the
 // count itself.
-func split(pa, pb Params, sa, sb State, now int64, count float64, reserve bool) (na, nb, ca, cb float64, ok bool) {
+func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, reserve bool) (na, nb, ca, cb float64, ok bool) {
 	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
 	if va >= 0 || vb >= 0 {
 		if va >= vb {
@@ -553,7 +392,7 @@ const pairTries = 4
 // or rounds down); candidate times from it on are tried with split until
 // one succeeds. Should none of pairTries succeed, the estimate stands: the
 // wait is then shorter than needed, never longer. At most MaxRetryAfter.
-func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bool) float64 {
+func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) float64 {
 	sa, sb := load(pa, ra, now), load(pb, rb, now)
 	okAt := func(t int64) bool {
 		_, _, _, _, ok := split(pa, pb, load(pa, ra, t), load(pb, rb, t), t, count, reserve)
@@ -561,12 +400,12 @@ func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bo
 	}
 	// next returns the first time after t at which a shard gains tokens.
 	next := func(t int64) int64 {
-		if pa.Kind == FixedWindow {
+		if pa.Kind == driver.FixedWindow {
 			return min(WindowStart(pa, t)+pa.Period, WindowStart(pb, t)+pb.Period)
 		}
 		return t + 1
 	}
-	best := float64(MaxRetryAfter)
+	best := float64(driver.MaxRetryAfter)
 	try := func(est float64) {
 		if !(est < best) {
 			return
@@ -585,7 +424,7 @@ func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bo
 		best = math.Min(best, math.Ceil(est))
 	}
 	// One shard alone: it needs count tokens, less its debt allowance.
-	single := func(p Params, s State) {
+	single := func(p driver.Params, s driver.State) {
 		need := count
 		if reserve {
 			need -= p.MaxReserved
@@ -612,12 +451,12 @@ func pairWait(pa, pb Params, ra, rb Record, now int64, count float64, reserve bo
 // tokens between them, never later than the true time: grants that a
 // shard's capacity would cut count in full until the other shard must
 // make up the rest alone.
-func sumWait(pa, pb Params, sa, sb State, now int64, need float64) float64 {
+func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64) float64 {
 	short := need - sa.Value - sb.Value
 	if short <= 0 {
 		return 0
 	}
-	if pa.Kind == FixedWindow {
+	if pa.Kind == driver.FixedWindow {
 		// Grants come one shard at a time, at the windows' starts: the
 		// j-th grant after now is the shard first in turn's when j is odd.
 		r := math.Max(pa.Rate, pb.Rate)
@@ -664,12 +503,12 @@ func sumWait(pa, pb Params, sa, sb State, now int64, need float64) float64 {
 // FullAt returns the earliest Unix millisecond at which the record s would
 // be a full bucket again, so that a store may drop it from then on and
 // re-create it, by Fresh, exactly as it would have been.
-func FullAt(p Params, s State) int64 {
+func FullAt(p driver.Params, s driver.State) int64 {
 	if s.Value >= p.Capacity {
 		return s.TS
 	}
 	short := p.Capacity - s.Value
-	if p.Kind == FixedWindow {
+	if p.Kind == driver.FixedWindow {
 		k := math.Ceil(short / p.Rate)
 		for range fullAtTries {
 			if s.Value+float64(p.Rate*k) >= p.Capacity {
@@ -677,7 +516,7 @@ func FullAt(p Params, s State) int64 {
 			}
 			k++ // rounding left the grant a hair short
 		}
-		return Never
+		return driver.Never
 	}
 	dt := math.Ceil(short * float64(p.Period) / p.Rate)
 	for range fullAtTries {
@@ -686,22 +525,8 @@ func FullAt(p Params, s State) int64 {
 		}
 		dt++
 	}
-	return Never
+	return driver.Never
 }
-
-// ExpiryGrace is how long, in milliseconds, a store keeps a record past
-// its FullAt before deleting it. Reading a record past FullAt as missing is
-// always exact: at that call's now the bucket is full either way. Deleting
-// it is exact only for calls judged at FullAt or later, and concurrent
-// calls are judged at times read a moment apart: a call whose now was read
-// just before FullAt, arriving after the deletion, would find a full bucket
-// while the record says otherwise. The grace covers how far the nows of
-// calls in flight may lag behind the deleter's.
-const ExpiryGrace int64 = 60_000
-
-// Never is the FullAt of a record whose refill is too slow to compute:
-// keep it.
-const Never int64 = math.MaxInt64
 
 // fullAtTries bounds the search past a rounding shortfall; beyond it the
 // increments are below float precision and FullAt gives up (Never).
@@ -711,8 +536,8 @@ const fullAtTries = 3
 // ±MaxTime: Never when the sum would lie beyond Never − MaxTime (some
 // 290 million years ahead), so that no valid time overflows.
 func addMillis(t int64, ms float64) int64 {
-	if !(ms < float64(Never-MaxTime)) {
-		return Never
+	if !(ms < float64(driver.Never-MaxTime)) {
+		return driver.Never
 	}
 	return t + int64(ms)
 }

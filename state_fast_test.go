@@ -4,20 +4,22 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // transitionGeneral is the transition as the semantics define it and the
 // Lua and SQL ports mirror it: load (Refresh or Fresh), then settle.
 // Transition takes shortcuts; it must agree with this to the last bit.
-func transitionGeneral(p Params, prev State, found bool, now int64, count float64, reserve bool) (State, Decision) {
-	var d Decision
-	s := settle(&d, &p, load(p, Record{State: prev, Found: found}, now), now, count, reserve)
+func transitionGeneral(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
+	var d driver.Decision
+	s := settle(&d, &p, load(p, driver.Record{State: prev, Found: found}, now), now, count, reserve)
 	return s, d
 }
 
 // sameBits reports whether two results are equal bit for bit (so that -0
 // and 0 differ, and NaN equals the same NaN).
-func sameBits(s1 State, d1 Decision, s2 State, d2 Decision) bool {
+func sameBits(s1 driver.State, d1 driver.Decision, s2 driver.State, d2 driver.Decision) bool {
 	f := math.Float64bits
 	return f(s1.Value) == f(s2.Value) && s1.TS == s2.TS &&
 		d1.OK == d2.OK && d1.RetryAfter == d2.RetryAfter && f(d1.Remaining) == f(d2.Remaining) &&
@@ -28,11 +30,11 @@ func sameBits(s1 State, d1 Decision, s2 State, d2 Decision) bool {
 // checkFastPath fails t when Transition or TransitionInto (which must
 // overwrite every field of its Decision) and transitionGeneral disagree on
 // one input, or when Transition of a found record depends on p.Phase.
-func checkFastPath(t *testing.T, p Params, prev State, found bool, now int64, count float64, reserve bool) {
+func checkFastPath(t *testing.T, p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) {
 	t.Helper()
 	s1, d1 := Transition(p, prev, found, now, count, reserve)
 	s2, d2 := transitionGeneral(p, prev, found, now, count, reserve)
-	d4 := Decision{OK: true, RetryAfter: -1, Remaining: -1, Charged: [2]float64{-1, -1}, Now: -1, TS: -1}
+	d4 := driver.Decision{OK: true, RetryAfter: -1, Remaining: -1, Charged: [2]float64{-1, -1}, Now: -1, TS: -1}
 	s4 := TransitionInto(&d4, &p, prev, found, now, count, reserve)
 	if !sameBits(s1, d1, s2, d2) {
 		t.Fatalf("Transition(%+v, %+v, %v, %d, %v, %v)\n fast:    %+v %+v\n general: %+v %+v",
@@ -42,7 +44,7 @@ func checkFastPath(t *testing.T, p Params, prev State, found bool, now int64, co
 		t.Fatalf("TransitionInto(%+v, %+v, %v, %d, %v, %v)\n into:    %+v %+v\n general: %+v %+v",
 			p, prev, found, now, count, reserve, s4, d4, s2, d2)
 	}
-	if found && p.Kind == FixedWindow {
+	if found && p.Kind == driver.FixedWindow {
 		q := p
 		q.Phase = (p.Phase + p.Period/2 + 1) % p.Period
 		s3, d3 := Transition(q, prev, found, now, count, reserve)
@@ -69,12 +71,12 @@ func FuzzTransitionFastPath(f *testing.F) {
 		if period < 1 {
 			t.Skip() // every caller guarantees a period ≥ 1 (a division by it)
 		}
-		p := Params{Kind: TokenBucket, Rate: rate, Period: period, Capacity: capacity, MaxReserved: maxRes}
+		p := driver.Params{Kind: driver.TokenBucket, Rate: rate, Period: period, Capacity: capacity, MaxReserved: maxRes}
 		if fixed {
-			p.Kind = FixedWindow
+			p.Kind = driver.FixedWindow
 			p.Phase = floorMod(phase, period)
 		}
-		checkFastPath(t, p, State{Value: value, TS: ts}, found, now, count, reserve)
+		checkFastPath(t, p, driver.State{Value: value, TS: ts}, found, now, count, reserve)
 	})
 }
 
@@ -92,8 +94,8 @@ func TestTransitionFastPathRandom(t *testing.T) {
 		n = 50_000
 	}
 	for range n {
-		p := Params{
-			Kind:   []Kind{FixedWindow, TokenBucket}[rng.IntN(2)],
+		p := driver.Params{
+			Kind:   []driver.Kind{driver.FixedWindow, driver.TokenBucket}[rng.IntN(2)],
 			Rate:   pick(1, 2, 3, 10, 100, 1e9, 1e12, 0.1, 1.0/3, 2.5, 7e-9, 1e15),
 			Period: []int64{1, 7, 1000, 60_000, 3_600_000, 86_400_000}[rng.IntN(6)],
 		}
@@ -103,8 +105,8 @@ func TestTransitionFastPathRandom(t *testing.T) {
 		}
 		p.MaxReserved = pick(MaxTokens, 0, p.Capacity, p.Capacity/2, 1)
 		p.Phase = rng.Int64N(p.Period)
-		prev := State{TS: base + rng.Int64N(1<<30) - 1<<29}
-		if p.Kind == FixedWindow && rng.IntN(8) != 0 {
+		prev := driver.State{TS: base + rng.Int64N(1<<30) - 1<<29}
+		if p.Kind == driver.FixedWindow && rng.IntN(8) != 0 {
 			prev.TS = WindowStart(p, prev.TS)
 		}
 		switch rng.IntN(6) {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/ratelimit-go/ratelimit/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,9 +23,9 @@ type step struct {
 	remain  float64 // Remaining
 }
 
-func runTimeline(t *testing.T, p Params, steps []step) {
+func runTimeline(t *testing.T, p driver.Params, steps []step) {
 	t.Helper()
-	var s State
+	var s driver.State
 	found := false
 	for i, st := range steps {
 		next, d := Transition(p, s, found, t0+st.at, st.count, st.reserve)
@@ -37,7 +39,7 @@ func runTimeline(t *testing.T, p Params, steps []step) {
 }
 
 func TestTransitionFixedWindow(t *testing.T) {
-	p := Params{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 15}
+	p := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 15}
 	runTimeline(t, p, []step{
 		{at: 0, count: 12, ok: true, remain: 3},                     // fresh: full at capacity 15
 		{at: 10_000, count: 4, ok: false, retry: 50_000, remain: 3}, // one window grants 10
@@ -50,7 +52,7 @@ func TestTransitionFixedWindow(t *testing.T) {
 }
 
 func TestTransitionTokenBucket(t *testing.T) {
-	p := Params{Kind: TokenBucket, Rate: 10, Period: 60_000, Capacity: 3, MaxReserved: 5}
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 60_000, Capacity: 3, MaxReserved: 5}
 	runTimeline(t, p, []step{
 		{at: 0, count: 3, ok: true, remain: 0},
 		{at: 1_000, count: 1, ok: false, retry: 5_000, remain: 10.0 / 60},
@@ -62,11 +64,11 @@ func TestTransitionTokenBucket(t *testing.T) {
 }
 
 func TestTransitionClockBackwards(t *testing.T) {
-	for _, p := range []Params{
-		{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 10},
-		{Kind: TokenBucket, Rate: 10, Period: 60_000, Capacity: 10},
+	for _, p := range []driver.Params{
+		{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10},
+		{Kind: driver.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10},
 	} {
-		s, d := Transition(p, State{}, false, t0+120_000, 4, false)
+		s, d := Transition(p, driver.State{}, false, t0+120_000, 4, false)
 		require.True(t, d.OK)
 		// 30 s back: no tokens removed, ts not moved back, none minted.
 		back, d := Transition(p, s, true, t0+90_000, 6, false)
@@ -82,14 +84,14 @@ func TestTransitionClockBackwards(t *testing.T) {
 
 func TestTransitionNoise(t *testing.T) {
 	// 0.1 + 0.2 - 0.3 leaves 5.6e-17 of float noise; it is no debt.
-	p := Params{Kind: TokenBucket, Rate: 1, Period: 1000, Capacity: 0.3}
-	s, d := Transition(p, State{Value: 0.1 + 0.2, TS: t0}, true, t0, 0.3, false)
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 1000, Capacity: 0.3}
+	s, d := Transition(p, driver.State{Value: 0.1 + 0.2, TS: t0}, true, t0, 0.3, false)
 	require.True(t, d.OK)
 	assert.Equal(t, 0.0, s.Value)
 }
 
 func TestWindowStartAndPhase(t *testing.T) {
-	p := Params{Kind: FixedWindow, Period: 60_000, Phase: 7_000}
+	p := driver.Params{Kind: driver.FixedWindow, Period: 60_000, Phase: 7_000}
 	assert.Equal(t, int64(1_020_007_000-60_000*0), WindowStart(p, 1_020_007_000))
 	assert.Equal(t, int64(967_000), WindowStart(p, 1_000_000))
 	assert.Equal(t, int64(-53_000), WindowStart(p, -1)) // before the epoch: floor, not truncation
@@ -97,49 +99,49 @@ func TestWindowStartAndPhase(t *testing.T) {
 }
 
 func TestFullAt(t *testing.T) {
-	fw := Params{Kind: FixedWindow, Rate: 0.1, Period: 1000, Capacity: 0.3}
-	tb := Params{Kind: TokenBucket, Rate: 0.1, Period: 1000, Capacity: 0.3}
-	for _, p := range []Params{fw, tb} {
+	fw := driver.Params{Kind: driver.FixedWindow, Rate: 0.1, Period: 1000, Capacity: 0.3}
+	tb := driver.Params{Kind: driver.TokenBucket, Rate: 0.1, Period: 1000, Capacity: 0.3}
+	for _, p := range []driver.Params{fw, tb} {
 		for _, v := range []float64{-1.7, 0, 0.1, 0.2, 0.29999999999999993} {
-			s := State{Value: v, TS: t0}
+			s := driver.State{Value: v, TS: t0}
 			at := FullAt(p, s)
 			require.GreaterOrEqual(t, at, s.TS)
 			// Full at FullAt, exactly as a fresh record would be...
 			assert.Equal(t, p.Capacity, Refresh(p, s, at).Value, "%v from %v", p.Kind, v)
 			// ...and not a millisecond (fixed window: a window) earlier.
 			before := at - 1
-			if p.Kind == FixedWindow {
+			if p.Kind == driver.FixedWindow {
 				before = at - p.Period
 			}
 			assert.Less(t, Refresh(p, s, before).Value, p.Capacity, "%v from %v", p.Kind, v)
 		}
 	}
-	assert.Equal(t, int64(t0), FullAt(fw, State{Value: 0.3, TS: t0}))
+	assert.Equal(t, int64(t0), FullAt(fw, driver.State{Value: 0.3, TS: t0}))
 	// A refill too slow to compute never expires.
-	assert.Equal(t, Never, FullAt(Params{Kind: TokenBucket, Rate: 1e-300, Period: 1, Capacity: 1}, State{TS: t0}))
+	assert.Equal(t, driver.Never, FullAt(driver.Params{Kind: driver.TokenBucket, Rate: 1e-300, Period: 1, Capacity: 1}, driver.State{TS: t0}))
 }
 
 func TestRetryMillis(t *testing.T) {
 	assert.Equal(t, int64(0), retryMillis(math.NaN()))
 	assert.Equal(t, int64(0), retryMillis(-3))
 	assert.Equal(t, int64(167), retryMillis(166.00000001))
-	assert.Equal(t, MaxRetryAfter, retryMillis(math.Inf(1)))
+	assert.Equal(t, driver.MaxRetryAfter, retryMillis(math.Inf(1)))
 }
 
 func TestEvaluatePair(t *testing.T) {
-	p := Params{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
-	op := func(count float64, reserve bool) *Op {
-		return &Op{Now: t0, Reserve: reserve, Items: []Item{{Name: "n", Key: "k", Count: count,
-			Shards: []Shard{{Index: 0, Params: p}, {Index: 1, Params: p}}}}}
+	p := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	op := func(count float64, reserve bool) *driver.Op {
+		return &driver.Op{Now: t0, Reserve: reserve, Items: []driver.Item{{Name: "n", Key: "k", Count: count,
+			Shards: []driver.Shard{{Index: 0, Params: p}, {Index: 1, Params: p}}}}}
 	}
-	out := make([]Decision, 1)
-	next := make([]Update, 2)
-	prev := []Record{{State: State{Value: 4, TS: t0}, Found: true}, {State: State{Value: 7, TS: t0}, Found: true}}
+	out := make([]driver.Decision, 1)
+	next := make([]driver.Update, 2)
+	prev := []driver.Record{{State: driver.State{Value: 4, TS: t0}, Found: true}, {State: driver.State{Value: 7, TS: t0}, Found: true}}
 
 	// One shard suffices: the one left with more tokens.
 	require.True(t, Evaluate(op(3, false), prev, out, next))
 	assert.False(t, next[0].Write)
-	assert.Equal(t, Update{State: State{Value: 4, TS: t0}, Write: true}, next[1])
+	assert.Equal(t, driver.Update{State: driver.State{Value: 4, TS: t0}, Write: true}, next[1])
 	assert.Equal(t, [2]float64{0, 3}, out[0].Charged)
 
 	// Neither alone, both together: debited to equal values.
@@ -163,23 +165,23 @@ func TestEvaluatePair(t *testing.T) {
 }
 
 func TestEvaluateAllOrNothingAndCheck(t *testing.T) {
-	p := Params{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
-	op := &Op{Now: t0, Items: []Item{
-		{Name: "a", Key: "k", Count: 5, Shards: []Shard{{Params: p}}},
-		{Name: "b", Key: "k", Count: 11, Shards: []Shard{{Params: Params{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: 20}}}},
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	op := &driver.Op{Now: t0, Items: []driver.Item{
+		{Name: "a", Key: "k", Count: 5, Shards: []driver.Shard{{Params: p}}},
+		{Name: "b", Key: "k", Count: 11, Shards: []driver.Shard{{Params: driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 20}}}},
 	}}
-	prev := []Record{{}, {State: State{Value: 3, TS: t0}, Found: true}}
-	out := make([]Decision, 2)
-	next := make([]Update, 2)
+	prev := []driver.Record{{}, {State: driver.State{Value: 3, TS: t0}, Found: true}}
+	out := make([]driver.Decision, 2)
+	next := make([]driver.Update, 2)
 	assert.False(t, Evaluate(op, prev, out, next))
 	assert.True(t, out[0].OK)
 	assert.False(t, out[1].OK)
 	assert.False(t, next[0].Write || next[1].Write, "a refused op writes nothing")
 	op.Items[1].Count = 2
-	op.Mode = ModeCheck
+	op.Mode = driver.ModeCheck
 	assert.True(t, Evaluate(op, prev, out, next))
 	assert.False(t, next[0].Write || next[1].Write, "a check writes nothing")
-	op.Mode = ModeLimit
+	op.Mode = driver.ModeLimit
 	assert.True(t, Evaluate(op, prev, out, next))
 	assert.True(t, next[0].Write && next[1].Write)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/httplimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/require"
@@ -163,11 +164,11 @@ type downStore struct{}
 
 var errDown = errors.New("connection refused")
 
-func (downStore) Apply(context.Context, *ratelimit.Op, []ratelimit.Decision) error { return errDown }
-func (downStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+func (downStore) Apply(context.Context, *driver.Op, []driver.Decision) error { return errDown }
+func (downStore) Load(context.Context, []driver.RecordID, []driver.Record) error {
 	return errDown
 }
-func (downStore) Delete(context.Context, []ratelimit.RecordID) error { return errDown }
+func (downStore) Delete(context.Context, []driver.RecordID) error { return errDown }
 
 func TestStoreFailureFollowsPolicy(t *testing.T) {
 	lim, _ := limiter(t, ratelimit.Limits{
@@ -418,15 +419,15 @@ func TestErrorsSayOnlyTheStatus(t *testing.T) {
 // blockingStore waits for the caller's context, as a stalled server would.
 type blockingStore struct{ started chan struct{} }
 
-func (s blockingStore) Apply(ctx context.Context, _ *ratelimit.Op, _ []ratelimit.Decision) error {
+func (s blockingStore) Apply(ctx context.Context, _ *driver.Op, _ []driver.Decision) error {
 	close(s.started)
 	<-ctx.Done()
 	return ctx.Err()
 }
-func (blockingStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+func (blockingStore) Load(context.Context, []driver.RecordID, []driver.Record) error {
 	return nil
 }
-func (blockingStore) Delete(context.Context, []ratelimit.RecordID) error { return nil }
+func (blockingStore) Delete(context.Context, []driver.RecordID) error { return nil }
 
 // Issue 16: a client that hung up got 500, counted as a server error.
 func TestClientGoneAway(t *testing.T) {

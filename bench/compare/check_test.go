@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -49,9 +50,9 @@ func grantsOf(cs []call, decide func(c call) bool) []grant {
 // milliseconds since an epoch of epoch ms, as its stores do.
 func transition(l Limit, phase, epoch int64) func(c call) bool {
 	cfg := ratelimit.Config{Kind: l.Kind, Rate: float64(l.Rate), Period: l.Period}
-	p := ratelimit.Params{Kind: l.Kind, Rate: cfg.Rate, Period: l.Period.Milliseconds(), Capacity: cfg.Rate, Phase: phase}
+	p := driver.Params{Kind: l.Kind, Rate: cfg.Rate, Period: l.Period.Milliseconds(), Capacity: cfg.Rate, Phase: phase}
 	var (
-		st    ratelimit.State
+		st    driver.State
 		found bool
 	)
 	return func(c call) bool {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
@@ -51,7 +52,7 @@ see.`,
 			show := !quiet && isTerminal(os.Stderr)
 			// The windows' phase is known in this machine's time unless the
 			// store judges by its own clock.
-			ts, ok := t.store.(ratelimit.TimeSource)
+			ts, ok := t.store.(driver.TimeSource)
 			localClock := !ok || !ts.OwnClock()
 			rep, err := bench(cmd.Context(), lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
@@ -375,11 +376,11 @@ type forgetful struct {
 	calls atomic.Int64
 }
 
-func (f *forgetful) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (f *forgetful) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if f.calls.Add(1)%10 == 0 {
 		for _, it := range op.Items {
 			for _, sh := range it.Shards {
-				if err := f.Delete(ctx, []ratelimit.RecordID{{Name: it.Name, Key: it.Key, Shard: sh.Index}}); err != nil {
+				if err := f.Delete(ctx, []driver.RecordID{{Name: it.Name, Key: it.Key, Shard: sh.Index}}); err != nil {
 					return err
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -229,7 +230,7 @@ type flakyStore struct {
 	down atomic.Bool
 }
 
-func (s *flakyStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *flakyStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if s.down.Load() {
 		return errors.New("dial tcp 10.0.0.7:6379: connection refused")
 	}

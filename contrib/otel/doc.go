@@ -29,9 +29,9 @@
 // with the names of the limits the call touches but never their keys, and
 // the error recorded on the span when the store fails. The wrapper keeps
 // the optional capabilities of the store visible, so that a Limiter treats
-// it exactly as the store: ratelimit.BatchApplier and DeleteExpired are
+// it exactly as the store: driver.BatchApplier and DeleteExpired are
 // implemented when the wrapped store implements them, and
-// ratelimit.TimeSource always, its OwnClock reporting the wrapped store's
+// driver.TimeSource always, its OwnClock reporting the wrapped store's
 // answer (false for a store that keeps no clock of its own).
 //
 // # Providers

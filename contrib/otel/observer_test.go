@@ -10,6 +10,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,7 +35,7 @@ type slowStore struct {
 
 var errStoreDown = errors.New("store down")
 
-func (s *slowStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *slowStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.mock.Add(s.delay)
 	if s.fail {
 		return errStoreDown

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -47,8 +48,8 @@ type (
 // ScopeName, carry the names of the limits the call touches (never the
 // keys), and record the store's error.
 //
-// The Store returned implements ratelimit.BatchApplier and DeleteExpired
-// (with s's signature) when s does, and ratelimit.TimeSource always:
+// The Store returned implements driver.BatchApplier and DeleteExpired
+// (with s's signature) when s does, and driver.TimeSource always:
 // OwnClock reports s's answer, false when s is no TimeSource, so that a
 // Limiter treats the wrapper exactly as it would s. Unwrap returns s.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
@@ -57,8 +58,8 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 	}
 	c := newConfig(opts)
 	t := &tracedStore{next: s, tracer: c.tp.Tracer(ScopeName), attrs: c.attrs}
-	t.clock, _ = s.(ratelimit.TimeSource)
-	b, isBatch := s.(ratelimit.BatchApplier)
+	t.clock, _ = s.(driver.TimeSource)
+	b, isBatch := s.(driver.BatchApplier)
 	switch e := s.(type) {
 	case expirer:
 		if isBatch {
@@ -110,12 +111,12 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 // it, or a type that embeds it with the wrapped store's other methods.
 type tracedStore struct {
 	next   ratelimit.Store
-	clock  ratelimit.TimeSource // nil when next keeps no clock
+	clock  driver.TimeSource // nil when next keeps no clock
 	tracer trace.Tracer
 	attrs  []attribute.KeyValue
 }
 
-var _ ratelimit.TimeSource = (*tracedStore)(nil)
+var _ driver.TimeSource = (*tracedStore)(nil)
 
 // start starts the span of a store call, and reports whether it records,
 // so that attributes are built only for a span that keeps them.
@@ -138,7 +139,7 @@ func end(span trace.Span, err error) {
 }
 
 // Apply calls the wrapped store's Apply in a span named SpanApply.
-func (s *tracedStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	ctx, span, rec := s.start(ctx, SpanApply)
 	if rec {
 		span.SetAttributes(ModeKey.String(modeName(op.Mode)), ReserveKey.Bool(op.Reserve), itemNames(op.Items))
@@ -156,7 +157,7 @@ func (s *tracedStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelim
 }
 
 // Load calls the wrapped store's Load in a span named SpanLoad.
-func (s *tracedStore) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *tracedStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	ctx, span, rec := s.start(ctx, SpanLoad)
 	if rec {
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
@@ -167,7 +168,7 @@ func (s *tracedStore) Load(ctx context.Context, ids []ratelimit.RecordID, out []
 }
 
 // Delete calls the wrapped store's Delete in a span named SpanDelete.
-func (s *tracedStore) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (s *tracedStore) Delete(ctx context.Context, ids []driver.RecordID) error {
 	ctx, span, rec := s.start(ctx, SpanDelete)
 	if rec {
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
@@ -178,11 +179,11 @@ func (s *tracedStore) Delete(ctx context.Context, ids []ratelimit.RecordID) erro
 }
 
 // OwnClock reports whether the wrapped store takes the time from its own
-// clock: false when it is no ratelimit.TimeSource.
+// clock: false when it is no driver.TimeSource.
 func (s *tracedStore) OwnClock() bool { return s.clock != nil && s.clock.OwnClock() }
 
 // Now calls the wrapped store's Now in a span named SpanNow. A store that
-// is no ratelimit.TimeSource has no time to give: Now returns an error,
+// is no driver.TimeSource has no time to give: Now returns an error,
 // and OwnClock false tells a Limiter not to ask.
 func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	if s.clock == nil {
@@ -199,15 +200,15 @@ func (s *tracedStore) Unwrap() ratelimit.Store { return s.next }
 
 type batch struct {
 	s    *tracedStore
-	next ratelimit.BatchApplier
+	next driver.BatchApplier
 }
 
 // ApplyBatch calls the wrapped store's ApplyBatch in a span named
 // SpanApplyBatch.
-func (b batch) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	ctx, span, rec := b.s.start(ctx, SpanApplyBatch)
 	if rec {
-		var items []ratelimit.Item
+		var items []driver.Item
 		for _, op := range ops {
 			items = append(items, op.Items...)
 		}
@@ -259,20 +260,20 @@ type memExpire struct{ next memExpirer }
 // DeleteExpired calls the wrapped store's DeleteExpired.
 func (e memExpire) DeleteExpired(now time.Time) int { return e.next.DeleteExpired(now) }
 
-func modeName(m ratelimit.Mode) string {
+func modeName(m driver.Mode) string {
 	switch m {
-	case ratelimit.ModeLimit:
+	case driver.ModeLimit:
 		return "limit"
-	case ratelimit.ModeCheck:
+	case driver.ModeCheck:
 		return "check"
-	case ratelimit.ModeRefund:
+	case driver.ModeRefund:
 		return "refund"
 	}
 	return "unknown"
 }
 
 // itemNames is the LimitsKey attribute of items: their names, once each.
-func itemNames(items []ratelimit.Item) attribute.KeyValue {
+func itemNames(items []driver.Item) attribute.KeyValue {
 	names := make([]string, 0, len(items))
 	for _, it := range items {
 		names = appendNew(names, it.Name)
@@ -281,7 +282,7 @@ func itemNames(items []ratelimit.Item) attribute.KeyValue {
 }
 
 // idNames is the LimitsKey attribute of ids: their names, once each.
-func idNames(ids []ratelimit.RecordID) attribute.KeyValue {
+func idNames(ids []driver.RecordID) attribute.KeyValue {
 	names := make([]string, 0, 1)
 	for _, id := range ids {
 		names = appendNew(names, id.Name)

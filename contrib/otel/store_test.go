@@ -11,6 +11,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -100,13 +101,13 @@ func TestWrapStoreSpans(t *testing.T) {
 // failStore fails every call.
 type failStore struct{ ratelimit.Store }
 
-func (failStore) Apply(context.Context, *ratelimit.Op, []ratelimit.Decision) error {
+func (failStore) Apply(context.Context, *driver.Op, []driver.Decision) error {
 	return errStoreDown
 }
-func (failStore) Load(context.Context, []ratelimit.RecordID, []ratelimit.Record) error {
+func (failStore) Load(context.Context, []driver.RecordID, []driver.Record) error {
 	return errStoreDown
 }
-func (failStore) Delete(context.Context, []ratelimit.RecordID) error { return errStoreDown }
+func (failStore) Delete(context.Context, []driver.RecordID) error { return errStoreDown }
 
 func TestWrapStoreRecordsErrors(t *testing.T) {
 	ctx := context.Background()
@@ -143,7 +144,7 @@ type (
 	memCap   struct{}
 )
 
-func (c batchCap) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+func (c batchCap) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	for i, op := range ops {
 		if err := c.s.Apply(ctx, op, outs[i]); err != nil {
 			return err
@@ -236,19 +237,19 @@ func TestWrapStoreKeepsCapabilities(t *testing.T) {
 			require.Equal(t, s, w.(interface{ Unwrap() ratelimit.Store }).Unwrap())
 			var names []string
 
-			_, isBatch := s.(ratelimit.BatchApplier)
-			wb, ok := w.(ratelimit.BatchApplier)
+			_, isBatch := s.(driver.BatchApplier)
+			wb, ok := w.(driver.BatchApplier)
 			require.Equal(t, isBatch, ok, "BatchApplier")
 			if ok {
-				out := [][]ratelimit.Decision{make([]ratelimit.Decision, 1)}
-				op := &ratelimit.Op{Now: 1000, Items: []ratelimit.Item{{Name: "api", Key: secretKey, Count: 1,
-					Shards: []ratelimit.Shard{{Params: ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 1, Period: 1000, Capacity: 1}}}}}}
-				require.NoError(t, wb.ApplyBatch(ctx, []*ratelimit.Op{op}, out))
+				out := [][]driver.Decision{make([]driver.Decision, 1)}
+				op := &driver.Op{Now: 1000, Items: []driver.Item{{Name: "api", Key: secretKey, Count: 1,
+					Shards: []driver.Shard{{Params: driver.Params{Kind: ratelimit.FixedWindow, Rate: 1, Period: 1000, Capacity: 1}}}}}}
+				require.NoError(t, wb.ApplyBatch(ctx, []*driver.Op{op}, out))
 				names = append(names, ratelimitotel.SpanApplyBatch)
 			}
 
-			ts, isClock := s.(ratelimit.TimeSource)
-			wts, ok := w.(ratelimit.TimeSource)
+			ts, isClock := s.(driver.TimeSource)
+			wts, ok := w.(driver.TimeSource)
 			require.True(t, ok, "a wrapped store is always a TimeSource")
 			assert.Equal(t, isClock && ts.OwnClock(), wts.OwnClock(), "OwnClock")
 			now, err := wts.Now(ctx)
@@ -321,7 +322,7 @@ func TestWrapStoreGlobalTracerProvider(t *testing.T) {
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 
 	w := ratelimitotel.WrapStore(memstore.New())
-	require.NoError(t, w.Delete(context.Background(), []ratelimit.RecordID{{Name: "api", Key: secretKey}}))
+	require.NoError(t, w.Delete(context.Background(), []driver.RecordID{{Name: "api", Key: secretKey}}))
 	require.Len(t, spans.GetSpans(), 1)
 	assert.Equal(t, ratelimitotel.SpanDelete, spans.GetSpans()[0].Name)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitprom "github.com/ratelimit-go/ratelimit/contrib/prometheus"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ type slowStore struct {
 	fail  bool
 }
 
-func (s *slowStore) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *slowStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.mock.Add(s.delay)
 	if s.fail {
 		return errors.New("store down")

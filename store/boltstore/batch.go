@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -14,15 +15,15 @@ import (
 // of its records and room for its decisions.
 type request struct {
 	ctx  context.Context // the caller's: once it ends, the op is not decided
-	op   ratelimit.Op
-	out  []ratelimit.Decision
+	op   driver.Op
+	out  []driver.Decision
 	keys [][]byte
 
 	// Room for the common op, of one item of one or two records, so that
 	// its request is two allocations (this and the keys' bytes).
-	item   [1]ratelimit.Item
-	shards [2]ratelimit.Shard
-	dec    [1]ratelimit.Decision
+	item   [1]driver.Item
+	shards [2]driver.Shard
+	dec    [1]driver.Decision
 	key    [2][]byte
 }
 
@@ -30,7 +31,7 @@ type request struct {
 // copies of the op's slices and decides into its own out: the caller may
 // leave while it is in a transaction, and the Limiter then reuses the
 // memory of op; without, it refers to op and decides into out.
-func newRequest(ctx context.Context, op *ratelimit.Op, own bool) *request {
+func newRequest(ctx context.Context, op *driver.Op, own bool) *request {
 	r := &request{ctx: ctx, op: *op}
 	if own {
 		if len(op.Items) == 1 && len(op.Items[0].Shards) <= len(r.shards) {
@@ -42,7 +43,7 @@ func newRequest(ctx context.Context, op *ratelimit.Op, own bool) *request {
 			for i := range r.op.Items {
 				r.op.Items[i].Shards = slices.Clone(r.op.Items[i].Shards)
 			}
-			r.out = make([]ratelimit.Decision, len(op.Items))
+			r.out = make([]driver.Decision, len(op.Items))
 		}
 	}
 	keys := r.key[:0]
@@ -67,13 +68,13 @@ func (e *OpError) Error() string {
 
 func (e *OpError) Unwrap() error { return e.Err }
 
-// ApplyBatch implements ratelimit.BatchApplier: it decides ops one after
+// ApplyBatch implements driver.BatchApplier: it decides ops one after
 // another, in one write transaction, and fills outs[i] (one Decision per
 // item of ops[i]). An op that fails on its own (none does: the decisions
 // are pure) is left out: the others are decided and committed without it,
 // and the error joins an *OpError for each op left out. Any other error
 // means that nothing was written.
-func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if len(outs) != len(ops) {
 		return fmt.Errorf("boltstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
 	}
@@ -153,7 +154,7 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 	n := len(r.keys)
 	prev, next := s.prev[:0], s.next[:0]
 	if cap(prev) < n {
-		prev, next = make([]ratelimit.Record, n), make([]ratelimit.Update, n)
+		prev, next = make([]driver.Record, n), make([]driver.Update, n)
 		s.prev, s.next = prev, next
 	}
 	prev, next = prev[:n], next[:n]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
@@ -49,20 +50,20 @@ func TestMaxBatchOption(t *testing.T) {
 }
 
 // tb is a token bucket of 10 tokens refilled over a minute.
-var tb = ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+var tb = driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
 
 // takeOp takes count tokens of (name, key) in a one-record op at now.
-func takeOp(name, key string, count float64, now int64) *ratelimit.Op {
-	return &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{
-		{Name: name, Key: key, Count: count, Shards: []ratelimit.Shard{{Params: tb}}},
+func takeOp(name, key string, count float64, now int64) *driver.Op {
+	return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{
+		{Name: name, Key: key, Count: count, Shards: []driver.Shard{{Params: tb}}},
 	}}
 }
 
 // stored reads (name, key)'s record, shard 0.
-func stored(t *testing.T, s *boltstore.Store, name, key string) ratelimit.Record {
+func stored(t *testing.T, s *boltstore.Store, name, key string) driver.Record {
 	t.Helper()
-	recs := make([]ratelimit.Record, 1)
-	require.NoError(t, s.Load(context.Background(), []ratelimit.RecordID{{Name: name, Key: key}}, recs))
+	recs := make([]driver.Record, 1)
+	require.NoError(t, s.Load(context.Background(), []driver.RecordID{{Name: name, Key: key}}, recs))
 	return recs[0]
 }
 
@@ -73,26 +74,26 @@ func TestApplyBatchOpFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
 	broken := errors.New("broken")
-	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *ratelimit.Op) error {
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
 		if op.Items[0].Key == "bad" {
 			return broken
 		}
 		return nil
 	}})
 	now := t0.UnixMilli()
-	ops := []*ratelimit.Op{
+	ops := []*driver.Op{
 		takeOp("l", "a", 4, now),
 		takeOp("l", "bad", 3, now),
 		takeOp("l", "a", 4, now), // sees the first op's write
-		{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{ // two items, the second failing
-			{Name: "l", Key: "b", Count: 1, Shards: []ratelimit.Shard{{Params: tb}}},
-			{Name: "m", Key: "bad", Count: 1, Shards: []ratelimit.Shard{{Params: tb}}},
+		{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{ // two items, the second failing
+			{Name: "l", Key: "b", Count: 1, Shards: []driver.Shard{{Params: tb}}},
+			{Name: "m", Key: "bad", Count: 1, Shards: []driver.Shard{{Params: tb}}},
 		}},
 		takeOp("l", "a", 4, now), // refused: 2 left
 	}
-	outs := make([][]ratelimit.Decision, len(ops))
+	outs := make([][]driver.Decision, len(ops))
 	for i, op := range ops {
-		outs[i] = make([]ratelimit.Decision, len(op.Items))
+		outs[i] = make([]driver.Decision, len(op.Items))
 	}
 	err := s.ApplyBatch(ctx, ops, outs)
 	require.ErrorIs(t, err, broken)
@@ -120,7 +121,7 @@ func TestApplyOpFailure(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
 	broken := errors.New("broken")
-	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *ratelimit.Op) error {
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
 		if op.Items[0].Key == "bad" {
 			return broken
 		}
@@ -140,16 +141,16 @@ func TestApplyOpFailure(t *testing.T) {
 func TestApplyBatchArguments(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	err := s.ApplyBatch(ctx, []*ratelimit.Op{takeOp("l", "a", 1, t0.UnixMilli())}, nil)
+	err := s.ApplyBatch(ctx, []*driver.Op{takeOp("l", "a", 1, t0.UnixMilli())}, nil)
 	require.ErrorContains(t, err, "1 ops and 0 outs")
 	require.NoError(t, s.ApplyBatch(ctx, nil, nil))
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	err = s.ApplyBatch(canceled, []*ratelimit.Op{takeOp("l", "a", 1, t0.UnixMilli())}, make([][]ratelimit.Decision, 1))
+	err = s.ApplyBatch(canceled, []*driver.Op{takeOp("l", "a", 1, t0.UnixMilli())}, make([][]driver.Decision, 1))
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, s.Close())
 	err = s.ApplyBatch(ctx, nil, nil)
-	require.ErrorIs(t, err, ratelimit.ErrClosed)
+	require.ErrorIs(t, err, driver.ErrClosed)
 }
 
 // doneCtx is a context that says when its Done is first asked for: the
@@ -178,7 +179,7 @@ func TestQueuedCallLeaves(t *testing.T) {
 	}})
 	first := make(chan error, 1)
 	go func() {
-		first <- s.Apply(ctx, takeOp("l", "first", 1, now), make([]ratelimit.Decision, 1))
+		first <- s.Apply(ctx, takeOp("l", "first", 1, now), make([]driver.Decision, 1))
 	}()
 	<-inFirst // the first call's transaction is under way, and holds on
 
@@ -186,7 +187,7 @@ func TestQueuedCallLeaves(t *testing.T) {
 	qctx := &doneCtx{Context: cctx, waiting: make(chan struct{})}
 	queued := make(chan error, 1)
 	go func() {
-		queued <- s.Apply(qctx, takeOp("l", "queued", 1, now), make([]ratelimit.Decision, 1))
+		queued <- s.Apply(qctx, takeOp("l", "queued", 1, now), make([]driver.Decision, 1))
 	}()
 	<-qctx.waiting // queued behind the first
 	cancel()
@@ -196,7 +197,7 @@ func TestQueuedCallLeaves(t *testing.T) {
 	require.NoError(t, <-first)
 	// Another call, which would have shared a transaction with the queued
 	// one had it stayed.
-	require.NoError(t, s.Apply(ctx, takeOp("l", "after", 1, now), make([]ratelimit.Decision, 1)))
+	require.NoError(t, s.Apply(ctx, takeOp("l", "after", 1, now), make([]driver.Decision, 1)))
 	require.True(t, stored(t, s, "l", "first").Found)
 	require.True(t, stored(t, s, "l", "after").Found)
 	require.False(t, stored(t, s, "l", "queued").Found, "the call that left was not decided")
@@ -208,7 +209,7 @@ func TestLoneCallRollsBackWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
 	boltstore.SetHooks(s, boltstore.Hooks{InWrite: func(*bolt.Tx) { cancel() }})
-	err := s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]ratelimit.Decision, 1))
+	err := s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1))
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, stored(t, s, "l", "k").Found)
 }

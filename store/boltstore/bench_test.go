@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	bolt "go.etcd.io/bbolt"
@@ -269,7 +270,7 @@ func fillExpired(b *testing.B, s *boltstore.Store, n int, fullAt time.Time) {
 		err := s.DB().Update(func(tx *bolt.Tx) error {
 			bk := tx.Bucket([]byte(boltstore.DefaultBucket))
 			for i := done; i < min(n, done+perTx); i++ {
-				k := ratelimit.RecordID{Name: "old", Key: fmt.Sprint("user-", i)}.AppendKey([]byte{0})
+				k := driver.RecordID{Name: "old", Key: fmt.Sprint("user-", i)}.AppendKey([]byte{0})
 				v := binary.BigEndian.AppendUint64(nil, math.Float64bits(1))
 				v = binary.BigEndian.AppendUint64(v, uint64(fullAt.UnixMilli()-1000))
 				v = binary.BigEndian.AppendUint64(v, uint64(fullAt.UnixMilli()))

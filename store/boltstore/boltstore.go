@@ -18,7 +18,7 @@
 // while a transaction is under way wait for it, then go together in the
 // next one (at most WithMaxBatch of them), decided one after another in
 // their order of arrival: many callers share one transaction and one commit,
-// with no timer. The store also implements ratelimit.BatchApplier.
+// with no timer. The store also implements driver.BatchApplier.
 //
 // # Deadlines
 //
@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -86,8 +87,8 @@ type Store struct {
 	// when its context ends.
 	writer chan struct{}
 	// Scratch of the write transaction under way, guarded by writer.
-	prev []ratelimit.Record
-	next []ratelimit.Update
+	prev []driver.Record
+	next []driver.Update
 	vals []byte
 
 	sweepBatch int // the most keys one transaction of DeleteExpired visits
@@ -100,15 +101,15 @@ type Store struct {
 
 // hooks let the package's tests watch and steer the store; all nil in use.
 type hooks struct {
-	waitWriter func()                       // a writer finds the writer lock held
-	inWrite    func(tx *bolt.Tx)            // in a batch's transaction, before its ops
-	inSweep    func(tx *bolt.Tx)            // in a sweep's transaction, before its deletes
-	failOp     func(op *ratelimit.Op) error // an op fails on its own, after its writes
+	waitWriter func()                    // a writer finds the writer lock held
+	inWrite    func(tx *bolt.Tx)         // in a batch's transaction, before its ops
+	inSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
+	failOp     func(op *driver.Op) error // an op fails on its own, after its writes
 }
 
 var (
-	_ ratelimit.Store        = (*Store)(nil)
-	_ ratelimit.BatchApplier = (*Store)(nil)
+	_ ratelimit.Store     = (*Store)(nil)
+	_ driver.BatchApplier = (*Store)(nil)
 )
 
 // Option configures a Store in Open or New.
@@ -222,7 +223,7 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 
 // Close releases the file when the store owns it (Open), after the write
 // transaction under way, if any. It is idempotent; the store's methods
-// return ratelimit.ErrClosed afterwards.
+// return driver.ErrClosed afterwards.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.writer <- struct{}{}
@@ -249,12 +250,12 @@ func (s *Store) usable(ctx context.Context) error {
 	return nil
 }
 
-var errClosed = fmt.Errorf("boltstore: %w", ratelimit.ErrClosed)
+var errClosed = fmt.Errorf("boltstore: %w", driver.ErrClosed)
 
 // wrap adds the package to err, and says ErrClosed for a database closed
 // under a call.
 func wrap(err error) error {
-	if errors.Is(err, ratelimit.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen) {
+	if errors.Is(err, driver.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return errClosed
 	}
 	return fmt.Errorf("boltstore: %w", err)
@@ -310,11 +311,11 @@ func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 // Apply implements ratelimit.Store. A check runs in a read transaction,
 // beside any writer; other ops go to the next write transaction, alone or
 // with the calls of other goroutines.
-func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if op.Mode == ratelimit.ModeCheck {
+	if op.Mode == driver.ModeCheck {
 		return s.check(op, out)
 	}
 	// The request is the call's own copy: the caller may leave (its context
@@ -335,10 +336,10 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 }
 
 // check decides a ModeCheck op in a read transaction.
-func (s *Store) check(op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *Store) check(op *driver.Op, out []driver.Decision) error {
 	n := op.NumRecords()
-	prev := make([]ratelimit.Record, n)
-	next := make([]ratelimit.Update, n)
+	prev := make([]driver.Record, n)
+	next := make([]driver.Update, n)
 	keys := appendKeys(nil, make([]byte, 0, keysLen(op)), op)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
@@ -359,20 +360,20 @@ func (s *Store) check(op *ratelimit.Op, out []ratelimit.Decision) error {
 
 // get reads a record; one whose bucket is full again by now reads as
 // missing, which is the same full bucket.
-func get(b *bolt.Bucket, k []byte, now int64) ratelimit.Record {
+func get(b *bolt.Bucket, k []byte, now int64) driver.Record {
 	v := b.Get(k)
 	if v == nil {
-		return ratelimit.Record{}
+		return driver.Record{}
 	}
 	st, expires, ok := decodeValue(v)
 	if !ok || expires <= now {
-		return ratelimit.Record{}
+		return driver.Record{}
 	}
-	return ratelimit.Record{State: st, Found: true}
+	return driver.Record{State: st, Found: true}
 }
 
 // Load implements ratelimit.Store.
-func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -395,7 +396,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 }
 
 // Delete implements ratelimit.Store.
-func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -424,7 +425,7 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
-// Key encoding: a tag byte, then ratelimit.RecordID.AppendKey, which no
+// Key encoding: a tag byte, then driver.RecordID.AppendKey, which no
 // two ids share. bbolt keys are at most 32 KiB, so an encoding longer than
 // maxRawKey is replaced by its SHA-256 digest; the tag keeps raw and
 // digested keys apart.
@@ -435,7 +436,7 @@ const (
 )
 
 // appendRecordKey appends the bbolt key of id to dst.
-func appendRecordKey(dst []byte, id ratelimit.RecordID) []byte {
+func appendRecordKey(dst []byte, id driver.RecordID) []byte {
 	start := len(dst)
 	dst = append(dst, tagRaw)
 	dst = id.AppendKey(dst)
@@ -447,12 +448,12 @@ func appendRecordKey(dst []byte, id ratelimit.RecordID) []byte {
 }
 
 // keyLen bounds the length of the bbolt key of one record of it.
-func keyLen(it *ratelimit.Item) int {
+func keyLen(it *driver.Item) int {
 	return 1 + 2*binary.MaxVarintLen64 + len(it.Name) + len(it.Key)
 }
 
 // keysLen bounds the length of the bbolt keys of op's records.
-func keysLen(op *ratelimit.Op) int {
+func keysLen(op *driver.Op) int {
 	n := 0
 	for i := range op.Items {
 		n += len(op.Items[i].Shards) * keyLen(&op.Items[i])
@@ -462,12 +463,12 @@ func keysLen(op *ratelimit.Op) int {
 
 // appendKeys appends to keys the bbolt keys of op's records, in the order
 // of AppendRecordIDs, laid out in buf; buf must have the capacity keysLen.
-func appendKeys(keys [][]byte, buf []byte, op *ratelimit.Op) [][]byte {
+func appendKeys(keys [][]byte, buf []byte, op *driver.Op) [][]byte {
 	for i := range op.Items {
 		it := &op.Items[i]
 		for _, sh := range it.Shards {
 			start := len(buf)
-			buf = appendRecordKey(buf, ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
+			buf = appendRecordKey(buf, driver.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
 			keys = append(keys, buf[start:len(buf):len(buf)])
 		}
 	}
@@ -478,13 +479,13 @@ func appendKeys(keys [][]byte, buf []byte, op *ratelimit.Op) [][]byte {
 // the bucket is full again), each 8 bytes big-endian.
 const valueLen = 24
 
-func appendValue(dst []byte, st ratelimit.State, expires int64) []byte {
+func appendValue(dst []byte, st driver.State, expires int64) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(st.Value))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(st.TS))
 	return binary.BigEndian.AppendUint64(dst, uint64(expires))
 }
 
-func decodeValue(v []byte) (st ratelimit.State, expires int64, ok bool) {
+func decodeValue(v []byte) (st driver.State, expires int64, ok bool) {
 	if len(v) != valueLen {
 		return st, 0, false
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
@@ -69,7 +70,7 @@ func TestNewOnCallersDB(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, a.Close(), "Close is idempotent")
 	_, err = la.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, ratelimit.ErrClosed)
+	require.ErrorIs(t, err, driver.ErrClosed)
 	// The caller's database stays open.
 	require.NoError(t, db.View(func(tx *bolt.Tx) error { return nil }))
 	res, err = lb.Check(ctx, "l", "k")
@@ -228,7 +229,7 @@ func TestDeleteExpired(t *testing.T) {
 	require.Zero(t, n)
 	// The fixed windows refill at the next window start; the bucket 60s
 	// after its call.
-	grace := time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
+	grace := time.Duration(driver.ExpiryGrace) * time.Millisecond
 	nextWindow := time.UnixMilli(t0.UnixMilli()/60_000*60_000 + 60_000)
 	n, err = s.DeleteExpired(ctx, nextWindow)
 	require.NoError(t, err)

@@ -1,16 +1,16 @@
 package boltstore
 
 import (
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	bolt "go.etcd.io/bbolt"
 )
 
 // Hooks let the tests watch and steer a store.
 type Hooks struct {
-	WaitWriter func()                       // a writer finds the writer lock held
-	InWrite    func(tx *bolt.Tx)            // in a batch's transaction, before its ops
-	InSweep    func(tx *bolt.Tx)            // in a sweep's transaction, before its deletes
-	FailOp     func(op *ratelimit.Op) error // an op fails on its own, after its writes
+	WaitWriter func()                    // a writer finds the writer lock held
+	InWrite    func(tx *bolt.Tx)         // in a batch's transaction, before its ops
+	InSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
+	FailOp     func(op *driver.Op) error // an op fails on its own, after its writes
 }
 
 // SetHooks sets s's hooks; call it before s is used.
@@ -22,4 +22,4 @@ func SetHooks(s *Store, h Hooks) {
 func SetSweepBatch(s *Store, n int) { s.sweepBatch = n }
 
 // RecordKey is the bbolt key of id.
-func RecordKey(id ratelimit.RecordID) []byte { return appendRecordKey(nil, id) }
+func RecordKey(id driver.RecordID) []byte { return appendRecordKey(nil, id) }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -18,7 +18,7 @@ import (
 const defaultSweepBatch = 1000
 
 // DeleteExpired removes every record whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now, and returns how many it
+// driver.ExpiryGrace (a minute) at now, and returns how many it
 // removed. The grace keeps exact the calls in flight, judged at a now read
 // a moment before. Such records read as a full bucket whether kept or not;
 // removing them keeps the file's size proportional to the keys active
@@ -35,7 +35,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, err
 	}
-	cutoff := now.UnixMilli() - ratelimit.ExpiryGrace
+	cutoff := now.UnixMilli() - driver.ExpiryGrace
 	var after []byte // the last key visited
 	n := 0
 	for {
@@ -52,7 +52,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		case err == nil:
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			return n, fmt.Errorf("boltstore: delete expired: stopped after %d records: %w", n, err)
-		case errors.Is(err, ratelimit.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen):
+		case errors.Is(err, driver.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen):
 			return n, errClosed
 		default:
 			return n, fmt.Errorf("boltstore: delete expired: %w", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -24,15 +25,15 @@ const (
 func sweepStore(t *testing.T) (s *boltstore.Store, lim *ratelimit.Limiter, sweepAt time.Time) {
 	ctx := context.Background()
 	s = open(t, filepath.Join(t.TempDir(), "limits.db"))
-	ops := make([]*ratelimit.Op, oldRecords)
-	outs := make([][]ratelimit.Decision, oldRecords)
+	ops := make([]*driver.Op, oldRecords)
+	outs := make([][]driver.Decision, oldRecords)
 	for i := range ops {
 		ops[i] = takeOp("old", fmt.Sprint(i), 1, t0.UnixMilli())
-		outs[i] = make([]ratelimit.Decision, 1)
+		outs[i] = make([]driver.Decision, 1)
 	}
 	require.NoError(t, s.ApplyBatch(ctx, ops, outs))
 	// One token refills in 6 s; then the grace.
-	sweepAt = t0.Add(6*time.Second + time.Duration(ratelimit.ExpiryGrace)*time.Millisecond)
+	sweepAt = t0.Add(6*time.Second + time.Duration(driver.ExpiryGrace)*time.Millisecond)
 	lim, err := ratelimit.New(s, ratelimit.Limits{"new": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}},
 		ratelimit.WithClock(newMock(sweepAt)))
 	require.NoError(t, err)
@@ -45,7 +46,7 @@ func sweepStore(t *testing.T) (s *boltstore.Store, lim *ratelimit.Limiter, sweep
 func TestSweepLetsCallsIn(t *testing.T) {
 	ctx := context.Background()
 	s, lim, sweepAt := sweepStore(t)
-	newKey := boltstore.RecordKey(ratelimit.RecordID{Name: "new", Key: "k"})
+	newKey := boltstore.RecordKey(driver.RecordID{Name: "new", Key: "k"})
 
 	var sweeps atomic.Int32
 	waiting := make(chan struct{}, 1)
@@ -167,7 +168,7 @@ func TestSweepKeepsRecordsWrittenSince(t *testing.T) {
 		// A call on an old record, committed after the sweep read it:
 		// written here, in the sweep's transaction, before its deletes.
 		b := tx.Bucket([]byte(boltstore.DefaultBucket))
-		k := boltstore.RecordKey(ratelimit.RecordID{Name: "old", Key: "0"})
+		k := boltstore.RecordKey(driver.RecordID{Name: "old", Key: "0"})
 		v := append([]byte(nil), b.Get(k)...)
 		for i := range 8 { // expires: far away
 			v[16+i] = 0x0f

@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 				if store.Len() != n {
 					b.Fatalf("%d records, want %d", store.Len(), n)
 				}
-				mock.Add(time.Minute + time.Duration(ratelimit.ExpiryGrace)*time.Millisecond)
+				mock.Add(time.Minute + time.Duration(driver.ExpiryGrace)*time.Millisecond)
 				dropped := store.DeleteExpired(mock.Now())
 				after := heapInUse()
 				b.ReportMetric(float64(full-base)/n, "B/key")
@@ -75,7 +76,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
 		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
 			s := memstore.New()
-			p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
+			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
 			bl := s.Bind("api", p, func(string) int64 { return 0 })
 			keys := make([]string, n)
 			for i := range keys {
@@ -89,7 +90,7 @@ func BenchmarkDecide(b *testing.B) {
 				if i%1024 == 0 {
 					now++ // about a call a microsecond
 				}
-				v, err := bl.Decide(ctx, keys[i%n], ratelimit.ModeLimit, now, 1, false)
+				v, err := bl.Decide(ctx, keys[i%n], driver.ModeLimit, now, 1, false)
 				if err != nil || !v.OK {
 					b.Fatal("refused", err)
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,11 +14,11 @@ import (
 // So must it a slot that a delete's shift emptied or refilled.
 func TestClaimRefusesAMovedRecord(t *testing.T) {
 	s := New()
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
 	b := s.Bind("l", p, func(string) int64 { return 0 }).(*bound)
 	h := s.hash("k", b.salt)
 	st := s.stripeOf(h)
-	_, err := b.Decide(t.Context(), "k", ratelimit.ModeLimit, 1_000, 1, false)
+	_, err := b.Decide(t.Context(), "k", driver.ModeLimit, 1_000, 1, false)
 	require.NoError(t, err)
 
 	// The call probes: it reads the version and finds the record's slot.
@@ -55,7 +56,7 @@ func TestClaimRefusesAMovedRecord(t *testing.T) {
 		}
 	}
 	for _, k := range []string{a, c} {
-		_, err = b.Decide(t.Context(), k, ratelimit.ModeLimit, 1_000, 1, false)
+		_, err = b.Decide(t.Context(), k, driver.ModeLimit, 1_000, 1, false)
 		require.NoError(t, err)
 	}
 	ch := s.hash(c, b.salt)
@@ -63,6 +64,6 @@ func TestClaimRefusesAMovedRecord(t *testing.T) {
 	i, found = tab.find(ch, b.limit, c)
 	require.True(t, found)
 	before := &tab.recs[i]
-	require.NoError(t, s.Delete(t.Context(), []ratelimit.RecordID{{Name: "l", Key: "k"}}))
+	require.NoError(t, s.Delete(t.Context(), []driver.RecordID{{Name: "l", Key: "k"}}))
 	require.NotEqual(t, claimed, claim(st, before, v, c), "a slot the shift emptied or refilled was claimed")
 }

@@ -10,7 +10,7 @@
 // whoever moves records under the stripe's mutex); adding, moving and
 // dropping records take the stripe's mutex. An op of several records
 // (Apply) holds the mutexes of their stripes, in a fixed order, and their
-// records' locks. The store implements ratelimit.Binder: the Limiter
+// records' locks. The store implements driver.Binder: the Limiter
 // decides a single limit's calls through it without building an Op, and
 // allocates nothing per call. Each record takes a slot of 72 bytes (a
 // cache line for the record, 8 bytes to find it), beside its key's bytes,
@@ -19,7 +19,7 @@
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
-// ratelimit.ExpiryGrace: a stripe about to grow first drops those, every
+// driver.ExpiryGrace: a stripe about to grow first drops those, every
 // record added examines a few slots of another stripe, in turn, and a
 // stripe written to examines a few of its own every 100 ms of the calls'
 // time; a table at most 1/8 full shrinks, and an empty one is freed.
@@ -44,6 +44,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 const (
@@ -80,7 +81,7 @@ type Store struct {
 	// deferred holds the params of bound limits, each once: a write
 	// through a bound limit leaves its record's expiry to the first sweep
 	// that examines it, marking the slot with the params' place here.
-	deferred   atomic.Pointer[[]*ratelimit.Params]
+	deferred   atomic.Pointer[[]*driver.Params]
 	deferredMu sync.Mutex
 
 	clock    clock.Clock
@@ -102,8 +103,8 @@ type Option func(*Store)
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
 var (
-	_ ratelimit.Store  = (*Store)(nil)
-	_ ratelimit.Binder = (*Store)(nil)
+	_ ratelimit.Store = (*Store)(nil)
+	_ driver.Binder   = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
@@ -326,7 +327,7 @@ func claim(st *stripe, r *record, v uint32, key string) int {
 // finding its slot again. The caller holds mu and no record lock. Then,
 // so that records added anywhere drop expired ones everywhere, it examines
 // a few slots of another stripe, in turn, if its mutex is free.
-func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state ratelimit.State, expires, now int64) {
+func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state driver.State, expires, now int64) {
 	t := st.tab()
 	if t == nil || 8*(st.n+1) > 7*len(t.meta) {
 		st.makeRoom(s, now)
@@ -466,7 +467,7 @@ func (st *stripe) remove(t *table, i int) {
 
 // sweep examines count slots from slot from on (cyclically) and drops the
 // records that may be dropped at a call at now: full again for
-// ratelimit.ExpiryGrace by the store's sweep time. It returns how many it
+// driver.ExpiryGrace by the store's sweep time. It returns how many it
 // dropped. The store's clock is read only if some record is a candidate.
 // The caller holds mu and no record lock.
 func (st *stripe) sweep(s *Store, now int64, from, count int) int {
@@ -500,16 +501,16 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 func (st *stripe) droppable(s *Store, r *record, now int64, judged *int64) bool {
 	// A record is full again no sooner than its TS: one written within
 	// the grace is kept without computing when.
-	if r.ts > now-ratelimit.ExpiryGrace || r.expires > now-ratelimit.ExpiryGrace {
+	if r.ts > now-driver.ExpiryGrace || r.expires > now-driver.ExpiryGrace {
 		return false
 	}
-	if r.expires < deferredLimit && s.expiry(r) > now-ratelimit.ExpiryGrace {
+	if r.expires < deferredLimit && s.expiry(r) > now-driver.ExpiryGrace {
 		return false
 	}
 	if *judged == math.MinInt64 {
 		*judged = s.sweepTime(now)
 	}
-	return r.expires <= *judged-ratelimit.ExpiryGrace
+	return r.expires <= *judged-driver.ExpiryGrace
 }
 
 // step examines the next count slots of the stripe from its cursor on,
@@ -536,8 +537,8 @@ func (st *stripe) wrote(s *Store, now int64) {
 	st.mu.Unlock()
 }
 
-// Bind implements ratelimit.Binder.
-func (s *Store) Bind(name string, p ratelimit.Params, phase func(key string) int64) ratelimit.BoundLimit {
+// Bind implements driver.Binder.
+func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
 	p.Phase = 0
 	l := s.limitOf(name, 0, true)
 	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
@@ -552,10 +553,10 @@ const (
 )
 
 // deferParams returns the mark of the expiries of records written with p.
-func (s *Store) deferParams(p ratelimit.Params) int64 {
+func (s *Store) deferParams(p driver.Params) int64 {
 	s.deferredMu.Lock()
 	defer s.deferredMu.Unlock()
-	var list []*ratelimit.Params
+	var list []*driver.Params
 	if l := s.deferred.Load(); l != nil {
 		list = *l
 	}
@@ -574,7 +575,7 @@ func (s *Store) deferParams(p ratelimit.Params) int64 {
 // then kept in the record.
 func (s *Store) expiry(r *record) int64 {
 	p := (*s.deferred.Load())[r.expires-deferredBase]
-	r.expires = ratelimit.FullAt(*p, ratelimit.State{Value: r.value, TS: r.ts})
+	r.expires = ratelimit.FullAt(*p, driver.State{Value: r.value, TS: r.ts})
 	return r.expires
 }
 
@@ -584,32 +585,32 @@ type bound struct {
 	s     *Store
 	limit uint32
 	salt  uint64
-	p     ratelimit.Params // Phase unset: set per key, for a missing record
+	p     driver.Params // Phase unset: set per key, for a missing record
 	phase func(key string) int64
 	// deferred marks the expiries of its writes: computed by the sweep
 	// that first examines the record, not on every write.
 	deferred int64
 }
 
-// Store implements ratelimit.BoundLimit.
+// Store implements driver.BoundLimit.
 func (b *bound) Store() ratelimit.Store { return b.s }
 
-// Decide implements ratelimit.BoundLimit.
-func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+// Decide implements driver.BoundLimit.
+func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Verdict{}, err
+		return driver.Verdict{}, err
 	}
-	if mode != ratelimit.ModeLimit && mode != ratelimit.ModeCheck {
-		return ratelimit.Verdict{}, fmt.Errorf("memstore: Decide takes ModeLimit or ModeCheck, not mode %d: refunds go through Apply", mode)
+	if mode != driver.ModeLimit && mode != driver.ModeCheck {
+		return driver.Verdict{}, fmt.Errorf("memstore: Decide takes ModeLimit or ModeCheck, not mode %d: refunds go through Apply", mode)
 	}
 	s := b.s
 	s.anchor(now)
 	h := s.hash(key, b.salt)
 	st := s.stripeOf(h)
-	write := mode == ratelimit.ModeLimit && count > 0
-	var d ratelimit.Decision
+	write := mode == driver.ModeLimit && count > 0
+	var d driver.Decision
 	if r := st.lockRecord(h, b.limit, key); r != nil {
-		next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+		next := ratelimit.TransitionInto(&d, &b.p, driver.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
 		if write && d.OK {
 			r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
 		}
@@ -617,17 +618,17 @@ func (b *bound) Decide(ctx context.Context, key string, mode ratelimit.Mode, now
 		if write && d.OK {
 			st.wrote(s, now)
 		}
-		return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+		return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 	}
 	return b.decideLocked(st, h, key, mode, now, count, reserve)
 }
 
 // decideLocked is Decide under the stripe's mutex, for a record that may
 // be missing.
-func (b *bound) decideLocked(st *stripe, h uint64, key string, mode ratelimit.Mode, now int64, count float64, reserve bool) (ratelimit.Verdict, error) {
+func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
 	s := b.s
-	write := mode == ratelimit.ModeLimit && count > 0
-	var d ratelimit.Decision
+	write := mode == driver.ModeLimit && count > 0
+	var d driver.Decision
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	t := st.tab()
@@ -637,12 +638,12 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode ratelimit.Mo
 		if i, found = t.find(h, b.limit, key); found {
 			r := &t.recs[i]
 			r.mu.Lock()
-			next := ratelimit.TransitionInto(&d, &b.p, ratelimit.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+			next := ratelimit.TransitionInto(&d, &b.p, driver.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
 			if write && d.OK {
 				r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
 			}
 			r.mu.Unlock()
-			return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+			return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 		}
 	}
 	p := &b.p
@@ -651,27 +652,27 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode ratelimit.Mo
 		q.Phase = b.phase(key)
 		p = &q
 	}
-	next := ratelimit.TransitionInto(&d, p, ratelimit.State{}, false, now, count, reserve)
+	next := ratelimit.TransitionInto(&d, p, driver.State{}, false, now, count, reserve)
 	if write && d.OK {
 		st.insert(s, i, h, b.limit, key, next, b.deferred, now)
 	}
-	return ratelimit.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
+	return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }
 
 // Apply implements ratelimit.Store.
-func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var (
-		idBuf    [4]ratelimit.RecordID
+		idBuf    [4]driver.RecordID
 		hashBuf  [4]uint64
 		limitBuf [4]uint32
 		ordBuf   [4]int
 		heldBuf  [4]*record
-		prevBuf  [4]ratelimit.Record
-		nextBuf  [4]ratelimit.Update
-		parBuf   [4]*ratelimit.Params
+		prevBuf  [4]driver.Record
+		nextBuf  [4]driver.Update
+		parBuf   [4]*driver.Params
 	)
 	ids := op.AppendRecordIDs(idBuf[:0])
 	params := parBuf[:0]
@@ -692,8 +693,8 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 		hashes, limits = append(hashes, h), append(limits, l.id)
 		order = append(order, int(h>>(64-stripeBits)))
 	}
-	prev := append(prevBuf[:0], make([]ratelimit.Record, len(ids))...)
-	next := append(nextBuf[:0], make([]ratelimit.Update, len(ids))...)
+	prev := append(prevBuf[:0], make([]driver.Record, len(ids))...)
+	next := append(nextBuf[:0], make([]driver.Update, len(ids))...)
 	held := append(heldBuf[:0], make([]*record, len(ids))...)
 	if len(order) > 1 {
 		slices.Sort(order)
@@ -715,7 +716,7 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 				r := &t.recs[k]
 				r.mu.Lock()
 				held[i] = r
-				prev[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+				prev[i] = driver.Record{State: driver.State{Value: r.value, TS: r.ts}, Found: true}
 			}
 		}
 	}
@@ -755,12 +756,12 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 // Load implements ratelimit.Store. A record whose bucket is full again is
 // reported as stored until it is dropped; the Limiter refreshes what Load
 // returns, so either answer is the same.
-func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for i, id := range ids {
-		out[i] = ratelimit.Record{}
+		out[i] = driver.Record{}
 		l := s.limitOf(id.Name, id.Shard, false)
 		if l == nil {
 			continue // never written
@@ -772,7 +773,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 			if k, found := t.find(h, l.id, id.Key); found {
 				r := &t.recs[k]
 				r.mu.Lock()
-				out[i] = ratelimit.Record{State: ratelimit.State{Value: r.value, TS: r.ts}, Found: true}
+				out[i] = driver.Record{State: driver.State{Value: r.value, TS: r.ts}, Found: true}
 				r.mu.Unlock()
 			}
 		}
@@ -782,7 +783,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 }
 
 // Delete implements ratelimit.Store.
-func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -807,7 +808,7 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 }
 
 // DeleteExpired drops every record whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now, shrinks the tables they leave
+// driver.ExpiryGrace (a minute) at now, shrinks the tables they leave
 // emptier, and returns how many it dropped. Writes already drop expired
 // records a few at a time; call this to reclaim memory at once, e.g. after
 // a burst of one-off keys.
@@ -829,7 +830,7 @@ func (s *Store) DeleteExpired(now time.Time) int {
 				if exp < deferredLimit {
 					exp = s.expiry(r)
 				}
-				if exp <= ms-ratelimit.ExpiryGrace {
+				if exp <= ms-driver.ExpiryGrace {
 					st.remove(t, k) // unlocks r; a later record may have moved into k
 					n++
 					continue

@@ -14,6 +14,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
@@ -33,17 +34,17 @@ func TestModelConformance(t *testing.T) {
 func TestLateCallAfterDeletion(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
-	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 1000, Capacity: 10}
-	item := ratelimit.Item{Name: "l", Key: "k", Count: 10, Shards: []ratelimit.Shard{{Params: p}}}
-	out := make([]ratelimit.Decision, 1)
-	require.NoError(t, s.Apply(ctx, &ratelimit.Op{Now: 5_500, Items: []ratelimit.Item{item}}, out))
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 1000, Capacity: 10}
+	item := driver.Item{Name: "l", Key: "k", Count: 10, Shards: []driver.Shard{{Params: p}}}
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, &driver.Op{Now: 5_500, Items: []driver.Item{item}}, out))
 	require.True(t, out[0].OK) // drained; full again at 6_000
 	s.DeleteExpired(time.UnixMilli(6_000))
-	late := &ratelimit.Op{Now: 5_999, Items: []ratelimit.Item{item}}
+	late := &driver.Op{Now: 5_999, Items: []driver.Item{item}}
 	require.NoError(t, s.Apply(ctx, late, out))
 	require.False(t, out[0].OK, "a call judged in the drained window found a full bucket")
 	// Once the grace has passed, the record goes.
-	s.DeleteExpired(time.UnixMilli(6_000 + ratelimit.ExpiryGrace))
+	s.DeleteExpired(time.UnixMilli(6_000 + driver.ExpiryGrace))
 	require.Zero(t, s.Len())
 }
 
@@ -101,9 +102,9 @@ func newStepClock(ms int64) *stepClock {
 // record is full again a second later, and may be dropped a grace later.
 func drain(t *testing.T, s *memstore.Store, key string, now int64) {
 	t.Helper()
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
-	op := &ratelimit.Op{Now: now, Items: []ratelimit.Item{{Name: "l", Key: key, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
-	out := make([]ratelimit.Decision, 1)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	out := make([]driver.Decision, 1)
 	require.NoError(t, s.Apply(context.Background(), op, out))
 	require.True(t, out[0].OK)
 }
@@ -131,7 +132,7 @@ func TestHeapShrinksAfterDroppingMostRecords(t *testing.T) {
 	require.Equal(t, n, s.Len())
 	// Every hundredth key is active again; the others have been full for
 	// longer than the grace.
-	later := t0 + 1000 + ratelimit.ExpiryGrace
+	later := t0 + 1000 + driver.ExpiryGrace
 	for i := 0; i < n; i += 100 {
 		drain(t, s, "key-"+strconv.Itoa(i), later)
 	}
@@ -158,7 +159,7 @@ func TestStreamOfKeysStaysBounded(t *testing.T) {
 		drain(t, s, "once-"+strconv.Itoa(i), now)
 		most = max(most, s.Len())
 	}
-	live := int(1000 + ratelimit.ExpiryGrace) // keys not yet droppable at any time
+	live := int(1000 + driver.ExpiryGrace) // keys not yet droppable at any time
 	t.Logf("%d keys, at most %d records held; %d may not be dropped", n, most, live)
 	require.Less(t, most, live+live/2)
 }
@@ -173,7 +174,7 @@ func TestManyKeysDifferential(t *testing.T) {
 	c := newStepClock(t0)
 	s, model := memstore.New(memstore.WithClock(c)), storetest.NewModel()
 	rng := rand.New(rand.NewPCG(16, 11))
-	params := map[string]ratelimit.Params{
+	params := map[string]driver.Params{
 		"tb": {Kind: ratelimit.TokenBucket, Rate: 3, Period: 1000, Capacity: 5, MaxReserved: 5},
 		"fw": {Kind: ratelimit.FixedWindow, Rate: 2, Period: 700, Capacity: 3, Phase: 123},
 	}
@@ -194,25 +195,25 @@ func TestManyKeysDifferential(t *testing.T) {
 		}
 		switch rng.IntN(8000) {
 		case 0: // a long pause: most records become droppable
-			now += 2*ratelimit.ExpiryGrace + rng.Int64N(10_000)
+			now += 2*driver.ExpiryGrace + rng.Int64N(10_000)
 		default:
 			now += rng.Int64N(3)
 		}
 		c.ms.Store(now)
 		name := names[rng.IntN(2)]
 		key := keys[min(rng.IntN(len(keys)), rng.IntN(len(keys)))] // some keys hotter
-		id := ratelimit.RecordID{Name: name, Key: key}
+		id := driver.RecordID{Name: name, Key: key}
 		if rng.IntN(50) == 0 {
-			require.NoError(t, s.Delete(ctx, []ratelimit.RecordID{id}))
-			require.NoError(t, model.Delete(ctx, []ratelimit.RecordID{id}))
+			require.NoError(t, s.Delete(ctx, []driver.RecordID{id}))
+			require.NoError(t, model.Delete(ctx, []driver.RecordID{id}))
 			continue
 		}
-		op := &ratelimit.Op{Now: now, Reserve: rng.IntN(4) == 0,
-			Items: []ratelimit.Item{{Name: name, Key: key, Count: float64(rng.IntN(4)), Shards: []ratelimit.Shard{{Params: params[name]}}}}}
+		op := &driver.Op{Now: now, Reserve: rng.IntN(4) == 0,
+			Items: []driver.Item{{Name: name, Key: key, Count: float64(rng.IntN(4)), Shards: []driver.Shard{{Params: params[name]}}}}}
 		if rng.IntN(5) == 0 {
-			op.Mode = ratelimit.ModeCheck
+			op.Mode = driver.ModeCheck
 		}
-		got, want := make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)
+		got, want := make([]driver.Decision, 1), make([]driver.Decision, 1)
 		require.NoError(t, model.Apply(ctx, op, want))
 		require.NoError(t, s.Apply(ctx, op, got))
 		require.Equal(t, want, got, "step %d: %+v", step, op.Items[0])
@@ -222,15 +223,15 @@ func TestManyKeysDifferential(t *testing.T) {
 
 // compareAll requires every record of keys to read the same, refreshed to
 // now, from s and from model.
-func compareAll(t *testing.T, ctx context.Context, s *memstore.Store, model *storetest.Model, params map[string]ratelimit.Params, keys []string, now int64, where string) {
+func compareAll(t *testing.T, ctx context.Context, s *memstore.Store, model *storetest.Model, params map[string]driver.Params, keys []string, now int64, where string) {
 	t.Helper()
-	ids := make([]ratelimit.RecordID, 0, len(params)*len(keys))
+	ids := make([]driver.RecordID, 0, len(params)*len(keys))
 	for _, k := range keys {
 		for n := range params {
-			ids = append(ids, ratelimit.RecordID{Name: n, Key: k})
+			ids = append(ids, driver.RecordID{Name: n, Key: k})
 		}
 	}
-	g, w := make([]ratelimit.Record, len(ids)), make([]ratelimit.Record, len(ids))
+	g, w := make([]driver.Record, len(ids)), make([]driver.Record, len(ids))
 	require.NoError(t, s.Load(ctx, ids, g))
 	require.NoError(t, model.Load(ctx, ids, w))
 	for i, id := range ids {
@@ -239,7 +240,7 @@ func compareAll(t *testing.T, ctx context.Context, s *memstore.Store, model *sto
 	}
 }
 
-func refresh(p ratelimit.Params, r ratelimit.Record, now int64) ratelimit.State {
+func refresh(p driver.Params, r driver.Record, now int64) driver.State {
 	if !r.Found {
 		return ratelimit.Fresh(p, now)
 	}
@@ -253,7 +254,7 @@ func TestBoundExpiry(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
 	for i := range 200_000 {
-		p := ratelimit.Params{
+		p := driver.Params{
 			Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
 			Rate:   []float64{1, 3, 0.1, 1.0 / 3, 7.5, 1e9, 1e-9, 1e15}[rng.IntN(8)],
 			Period: []int64{1, 7, 1000, 60_000, 86_400_000, 3_155_760_000_000}[rng.IntN(6)],
@@ -269,17 +270,17 @@ func TestBoundExpiry(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			count = math.Floor(count)
 		}
-		v, err := b.Decide(ctx, key, ratelimit.ModeLimit, now, count, rng.IntN(2) == 0)
+		v, err := b.Decide(ctx, key, driver.ModeLimit, now, count, rng.IntN(2) == 0)
 		require.NoError(t, err)
 		if !v.OK || count == 0 {
 			continue
 		}
-		var rec [1]ratelimit.Record
-		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: fmt.Sprint("l", i%50), Key: key}}, rec[:]))
+		var rec [1]driver.Record
+		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: fmt.Sprint("l", i%50), Key: key}}, rec[:]))
 		require.True(t, rec[0].Found)
 		exp := memstore.ExpiryOf(s, fmt.Sprint("l", i%50), key)
 		require.Equal(t, ratelimit.FullAt(p, rec[0].State), exp, "params %+v state %+v", p, rec[0].State)
-		if exp != ratelimit.Never {
+		if exp != driver.Never {
 			require.Equal(t, p.Capacity, ratelimit.Refresh(p, rec[0].State, exp).Value)
 		}
 	}
@@ -298,24 +299,24 @@ func TestExactWhileRecordsMove(t *testing.T) {
 		t0    = int64(1_700_000_000_000) // all calls in one window
 	)
 	s := memstore.New()
-	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: quota, Period: 3_600_000, Capacity: quota}
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: quota, Period: 3_600_000, Capacity: quota}
 	b := s.Bind("main", p, func(string) int64 { return 0 })
 	var granted [keys]atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 8 {
 		wg.Go(func() {
-			out := make([]ratelimit.Decision, 1)
+			out := make([]driver.Decision, 1)
 			for round := range 3 * quota {
 				for k := range keys {
 					key := fmt.Sprint("main-", (k+g*37)%keys)
 					var ok bool
 					if (round+k+g)%4 == 0 {
-						op := &ratelimit.Op{Now: t0, Items: []ratelimit.Item{{Name: "main", Key: key, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
+						op := &driver.Op{Now: t0, Items: []driver.Item{{Name: "main", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
 						require.NoError(t, s.Apply(ctx, op, out))
 						ok = out[0].OK
 					} else {
-						v, err := b.Decide(ctx, key, ratelimit.ModeLimit, t0, 1, false)
+						v, err := b.Decide(ctx, key, driver.ModeLimit, t0, 1, false)
 						require.NoError(t, err)
 						ok = v.OK
 					}
@@ -327,8 +328,8 @@ func TestExactWhileRecordsMove(t *testing.T) {
 		})
 	}
 	churn := func(g int) {
-		tb := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
-		out := make([]ratelimit.Decision, 1)
+		tb := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+		out := make([]driver.Decision, 1)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -336,7 +337,7 @@ func TestExactWhileRecordsMove(t *testing.T) {
 			default:
 			}
 			// Records long full by t0: DeleteExpired(t0) drops them.
-			op := &ratelimit.Op{Now: t0 - 3_600_000, Items: []ratelimit.Item{{Name: "churn", Key: fmt.Sprint("churn-", g, "-", i%2000), Count: 1, Shards: []ratelimit.Shard{{Params: tb}}}}}
+			op := &driver.Op{Now: t0 - 3_600_000, Items: []driver.Item{{Name: "churn", Key: fmt.Sprint("churn-", g, "-", i%2000), Count: 1, Shards: []driver.Shard{{Params: tb}}}}}
 			require.NoError(t, s.Apply(ctx, op, out))
 			if i%200 == 199 {
 				s.DeleteExpired(time.UnixMilli(t0))

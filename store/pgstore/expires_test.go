@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
@@ -25,9 +26,9 @@ func TestExpiresIsFullAt(t *testing.T) {
 	rates := []float64{1, 2.5, 0.1, 7, 1000, 1.0 / 3, 1e9}
 	periods := []int64{1, 7, 1000, 60_000, 3_600_000, 86_400_000}
 	names := []string{"a", "b", "c", "d", "e", "f"}
-	params := map[string]ratelimit.Params{}
+	params := map[string]driver.Params{}
 	for _, n := range names {
-		p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
+		p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
 		if rng.IntN(2) == 0 {
 			p.Kind = ratelimit.TokenBucket
 		}
@@ -36,14 +37,14 @@ func TestExpiresIsFullAt(t *testing.T) {
 		params[n] = p
 	}
 	now := t0.UnixMilli()
-	op := func() *ratelimit.Op {
+	op := func() *driver.Op {
 		n := names[rng.IntN(len(names))]
 		p := params[n]
-		op := &ratelimit.Op{Now: now, Reserve: rng.IntN(3) == 0,
-			Items: []ratelimit.Item{{Name: n, Key: []string{"k1", "k2", "k3"}[rng.IntN(3)], Count: rng.Float64() * p.Capacity,
-				Shards: []ratelimit.Shard{{Index: 0, Params: p}}}}}
+		op := &driver.Op{Now: now, Reserve: rng.IntN(3) == 0,
+			Items: []driver.Item{{Name: n, Key: []string{"k1", "k2", "k3"}[rng.IntN(3)], Count: rng.Float64() * p.Capacity,
+				Shards: []driver.Shard{{Index: 0, Params: p}}}}}
 		if rng.IntN(5) == 0 {
-			op.Mode = ratelimit.ModeRefund
+			op.Mode = driver.ModeRefund
 		}
 		return op
 	}
@@ -51,14 +52,14 @@ func TestExpiresIsFullAt(t *testing.T) {
 		now += rng.Int64N(5000)
 		if rng.IntN(2) == 0 { // a lone call
 			o := op()
-			require.NoError(t, s.Apply(ctx, o, make([]ratelimit.Decision, 1)))
+			require.NoError(t, s.Apply(ctx, o, make([]driver.Decision, 1)))
 			continue
 		}
-		var ops []*ratelimit.Op
-		var outs [][]ratelimit.Decision
+		var ops []*driver.Op
+		var outs [][]driver.Decision
 		for range 1 + rng.IntN(10) {
 			ops = append(ops, op())
-			outs = append(outs, make([]ratelimit.Decision, 1))
+			outs = append(outs, make([]driver.Decision, 1))
 		}
 		require.NoError(t, s.ApplyBatch(ctx, ops, outs))
 	}
@@ -71,7 +72,7 @@ func TestExpiresIsFullAt(t *testing.T) {
 	for rows.Next() {
 		var (
 			name    []byte
-			st      ratelimit.State
+			st      driver.State
 			expires int64
 		)
 		require.NoError(t, rows.Scan(&name, &st.Value, &st.TS, &expires))

@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 )
 
@@ -121,9 +122,9 @@ type Store struct {
 }
 
 var (
-	_ ratelimit.Store        = (*Store)(nil)
-	_ ratelimit.TimeSource   = (*Store)(nil)
-	_ ratelimit.BatchApplier = (*Store)(nil)
+	_ ratelimit.Store     = (*Store)(nil)
+	_ driver.TimeSource   = (*Store)(nil)
+	_ driver.BatchApplier = (*Store)(nil)
 )
 
 // Option configures a Store in New.
@@ -251,9 +252,9 @@ func (n names) schema() string {
 		"{{split}}", n.split,
 		"{{pwait}}", n.pwait,
 		"{{noise}}", "1e-9",
-		"{{max_retry}}", strconv.FormatInt(ratelimit.MaxRetryAfter, 10),
-		"{{never}}", strconv.FormatInt(ratelimit.Never, 10),
-		"{{never_span}}", strconv.FormatInt(ratelimit.Never-ratelimit.MaxTime, 10),
+		"{{max_retry}}", strconv.FormatInt(driver.MaxRetryAfter, 10),
+		"{{never}}", strconv.FormatInt(driver.Never, 10),
+		"{{never_span}}", strconv.FormatInt(driver.Never-ratelimit.MaxTime, 10),
 		"{{pair_tries}}", "4",
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
@@ -372,11 +373,11 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// OwnClock implements ratelimit.TimeSource: it reports whether the store
+// OwnClock implements driver.TimeSource: it reports whether the store
 // was built WithServerTime.
 func (s *Store) OwnClock() bool { return s.serverTime }
 
-// Now implements ratelimit.TimeSource: the server's time in Unix ms.
+// Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
 	var ms int64
 	err := s.pool.QueryRow(ctx, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint").Scan(&ms)
@@ -387,9 +388,9 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 }
 
 // recordID returns the primary key of a record: the SHA-256 digest of
-// ratelimit.RecordID.AppendKey, an encoding no two records share. A
+// driver.RecordID.AppendKey, an encoding no two records share. A
 // digest keeps index entries small whatever the key's length.
-func recordID(id ratelimit.RecordID) [sha256.Size]byte {
+func recordID(id driver.RecordID) [sha256.Size]byte {
 	var buf [64]byte
 	return sha256.Sum256(id.AppendKey(buf[:0]))
 }
@@ -407,9 +408,9 @@ type request struct {
 	flags  int64
 	now    int64
 	items  []item
-	out    []ratelimit.Decision
+	out    []driver.Decision
 	one    [1]item // items of a one-limit op, without another allocation
-	outOne [1]ratelimit.Decision
+	outOne [1]driver.Decision
 }
 
 type item struct {
@@ -424,10 +425,10 @@ type record struct {
 	name   string
 	key    string
 	shard  int32
-	params ratelimit.Params
+	params driver.Params
 }
 
-func (s *Store) newRequest(op *ratelimit.Op) *request {
+func (s *Store) newRequest(op *driver.Op) *request {
 	r := &request{flags: int64(op.Mode), now: op.Now}
 	if op.Reserve {
 		r.flags |= flagReserve
@@ -438,14 +439,14 @@ func (s *Store) newRequest(op *ratelimit.Op) *request {
 	if len(op.Items) == 1 {
 		r.items, r.out = r.one[:], r.outOne[:]
 	} else {
-		r.items, r.out = make([]item, len(op.Items)), make([]ratelimit.Decision, len(op.Items))
+		r.items, r.out = make([]item, len(op.Items)), make([]driver.Decision, len(op.Items))
 	}
 	for i := range op.Items {
 		it := &op.Items[i]
 		r.items[i] = item{count: it.Count, at: it.At, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			r.items[i].recs[j] = record{
-				id:   recordID(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}),
+				id:   recordID(driver.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}),
 				name: it.Name, key: it.Key, shard: int32(sh.Index), params: sh.Params,
 			}
 		}
@@ -473,11 +474,11 @@ type encoder struct {
 	order  []int32
 	pos    []int32
 	buf    []byte
-	params map[ratelimit.Params]int32
+	params map[driver.Params]int32
 }
 
 var encoders = sync.Pool{New: func() any {
-	return &encoder{recs: make(map[[sha256.Size]byte]int32), params: make(map[ratelimit.Params]int32)}
+	return &encoder{recs: make(map[[sha256.Size]byte]int32), params: make(map[driver.Params]int32)}
 }}
 
 func (e *encoder) reset() {
@@ -495,7 +496,7 @@ func (e *encoder) reset() {
 
 func (e *encoder) add(r *request) {
 	e.ops = append(e.ops, r.flags, r.now, int64(len(r.items)))
-	write := ratelimit.Mode(r.flags&3) != ratelimit.ModeCheck
+	write := driver.Mode(r.flags&3) != driver.ModeCheck
 	for i := range r.items {
 		it := &r.items[i]
 		e.counts = append(e.counts, it.count, float64(it.at))
@@ -571,7 +572,7 @@ func (e *encoder) finish() {
 }
 
 // limit returns the 1-based index of p among the batch's limits.
-func (e *encoder) limit(p ratelimit.Params) int32 {
+func (e *encoder) limit(p driver.Params) int32 {
 	if i, ok := e.params[p]; ok {
 		return i
 	}
@@ -614,7 +615,7 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 	for _, r := range reqs {
 		for j := range r.out {
 			num := nums[5*i:]
-			r.out[j] = ratelimit.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: num[0],
+			r.out[j] = driver.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: num[0],
 				Charged: [2]float64{num[1], num[2]}, Now: int64(num[3]), TS: int64(num[4])}
 			i++
 		}
@@ -625,7 +626,7 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 // single reports whether r is one limit or check of one item on one
 // record: what the function _one decides.
 func (r *request) single() bool {
-	return len(r.items) == 1 && r.items[0].n == 1 && ratelimit.Mode(r.flags&3) != ratelimit.ModeRefund
+	return len(r.items) == 1 && r.items[0].n == 1 && driver.Mode(r.flags&3) != driver.ModeRefund
 }
 
 // sendOne decides a single request (see single) with the function made
@@ -666,7 +667,7 @@ func lockWait(ctx context.Context) int32 {
 // context ends while it waits for a batch leaves undecided; one whose
 // statement was sent may have been decided and charged, as for any call
 // over a network.
-func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -678,9 +679,9 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	return nil
 }
 
-// ApplyBatch implements ratelimit.BatchApplier: ops decided one after
+// ApplyBatch implements driver.BatchApplier: ops decided one after
 // another, in one statement.
-func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -698,7 +699,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ra
 }
 
 // Load implements ratelimit.Store: one statement.
-func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -708,7 +709,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		k := recordID(id)
 		keys[i] = k[:]
 		index[k] = i
-		out[i] = ratelimit.Record{}
+		out[i] = driver.Record{}
 	}
 	rows, err := s.pool.Query(ctx, s.loadSQL, keys)
 	if err != nil {
@@ -718,13 +719,13 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 	for rows.Next() {
 		var (
 			id []byte
-			st ratelimit.State
+			st driver.State
 		)
 		if err := rows.Scan(&id, &st.Value, &st.TS); err != nil {
 			return fmt.Errorf("pgstore: load: %w", err)
 		}
 		if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
-			out[i] = ratelimit.Record{State: st, Found: true}
+			out[i] = driver.Record{State: st, Found: true}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -734,7 +735,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 }
 
 // Delete implements ratelimit.Store: one statement.
-func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -754,7 +755,7 @@ func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 var expiredChunk = 1000
 
 // DeleteExpired removes the records whose bucket has been full again for
-// ratelimit.ExpiryGrace (a minute) at now (and placeholders left by
+// driver.ExpiryGrace (a minute) at now (and placeholders left by
 // refused calls), and returns how many it removed. The grace keeps exact
 // the calls in flight, judged at a now read a moment before. Such records
 // read as a full bucket whether kept or not; removing them keeps the table
@@ -767,7 +768,7 @@ var expiredChunk = 1000
 // Call it periodically, say every minute, from one process or several; it
 // returns ctx's error, and what it removed so far, when ctx ends.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
-	cutoff := now.UnixMilli() - ratelimit.ExpiryGrace
+	cutoff := now.UnixMilli() - driver.ExpiryGrace
 	var (
 		after   = []byte{}
 		deleted int64

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -195,21 +196,21 @@ func TestServerTime(t *testing.T) {
 	require.InDelta(t, 0, st.Tokens, 0.01, "judged at the server's time, not a year earlier")
 
 	// A batch too, one now for all its ops.
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 86_400_000, Capacity: 2}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 86_400_000, Capacity: 2}
 	yearAgo := time.Now().AddDate(-1, 0, 0).UnixMilli()
-	var ops []*ratelimit.Op
-	var outs [][]ratelimit.Decision
+	var ops []*driver.Op
+	var outs [][]driver.Decision
 	for range 3 {
-		ops = append(ops, &ratelimit.Op{Now: yearAgo, Items: []ratelimit.Item{{Name: "tb", Key: "batch", Count: 1,
-			Shards: []ratelimit.Shard{{Params: p}}}}})
-		outs = append(outs, make([]ratelimit.Decision, 1))
+		ops = append(ops, &driver.Op{Now: yearAgo, Items: []driver.Item{{Name: "tb", Key: "batch", Count: 1,
+			Shards: []driver.Shard{{Params: p}}}}})
+		outs = append(outs, make([]driver.Decision, 1))
 	}
 	require.NoError(t, s.ApplyBatch(ctx, ops, outs))
 	require.True(t, outs[0][0].OK)
 	require.True(t, outs[1][0].OK)
 	require.False(t, outs[2][0].OK)
-	got := make([]ratelimit.Record, 1)
-	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "tb", Key: "batch"}}, got))
+	got := make([]driver.Record, 1)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "tb", Key: "batch"}}, got))
 	require.InDelta(t, time.Now().UnixMilli(), got[0].State.TS, float64(time.Hour.Milliseconds()), "written at the server's time")
 }
 
@@ -238,7 +239,7 @@ func TestDeleteExpiredAndOddTableNames(t *testing.T) {
 	n, err := s.DeleteExpired(ctx, mock.Now())
 	require.NoError(t, err)
 	require.Zero(t, n, "no bucket is full yet")
-	grace := time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
+	grace := time.Duration(driver.ExpiryGrace) * time.Millisecond
 	nextWindow := time.UnixMilli(t0.UnixMilli()/60_000*60_000 + 60_000)
 	n, err = s.DeleteExpired(ctx, nextWindow)
 	require.NoError(t, err)

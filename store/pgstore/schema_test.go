@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
@@ -141,7 +142,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 
 	// A record written by version 1's function: 3 of 10 tokens spent.
 	limits := ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: time.UnixMilli(0)}}
-	id := ratelimit.RecordID{Name: "l", Key: "user", Shard: 0}
+	id := driver.RecordID{Name: "l", Key: "user", Shard: 0}
 	_, err := pool.Exec(ctx, "SELECT * FROM "+pgx.Identifier{name + "_apply"}.Sanitize()+
 		"(0, $1, false, '{3}', '{1}', ARRAY[sha256($2)], ARRAY[$3::bytea], ARRAY[$4::bytea], '{0}', '{1}', '{10}', '{3600000}', '{10}', '{0}', '{0}')",
 		t0.UnixMilli(), id.AppendKey(nil), []byte("l"), []byte("user"))

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
@@ -19,15 +20,15 @@ import (
 // stalled or slow client of the database would, and check what calls do
 // meanwhile.
 
-var tenPerHour = ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 3_600_000, Capacity: 10}
+var tenPerHour = driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 3_600_000, Capacity: 10}
 
-func limitOp(key string, count float64) *ratelimit.Op {
-	return &ratelimit.Op{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: key, Count: count,
-		Shards: []ratelimit.Shard{{Index: 0, Params: tenPerHour}}}}}
+func limitOp(key string, count float64) *driver.Op {
+	return &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: key, Count: count,
+		Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}}}}
 }
 
 func rowID(key string) []byte {
-	sum := sha256.Sum256(ratelimit.RecordID{Name: "l", Key: key}.AppendKey(nil))
+	sum := sha256.Sum256(driver.RecordID{Name: "l", Key: key}.AppendKey(nil))
 	return sum[:]
 }
 
@@ -44,14 +45,14 @@ func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, table string, n int) {
 }
 
 type applied struct {
-	out []ratelimit.Decision
+	out []driver.Decision
 	err error
 }
 
-func applyAsync(ctx context.Context, s ratelimit.Store, op *ratelimit.Op) <-chan applied {
+func applyAsync(ctx context.Context, s ratelimit.Store, op *driver.Op) <-chan applied {
 	ch := make(chan applied, 1)
 	go func() {
-		out := make([]ratelimit.Decision, len(op.Items))
+		out := make([]driver.Decision, len(op.Items))
 		err := s.Apply(ctx, op, out)
 		ch <- applied{out, err}
 	}()
@@ -80,7 +81,7 @@ func TestDeadlineWithRowHeld(t *testing.T) {
 	table := uniqueTable(t, pool)
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
 	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -95,8 +96,8 @@ func TestDeadlineWithRowHeld(t *testing.T) {
 	waitForLockWaiters(t, pool, table, 0) // the statement gave up on the server too
 
 	require.NoError(t, tx.Rollback(ctx))
-	got := make([]ratelimit.Record, 1)
-	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}}, got))
+	got := make([]driver.Record, 1)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, got))
 	require.Equal(t, 9.0, got[0].State.Value, "the call that gave up was not charged")
 }
 
@@ -108,7 +109,7 @@ func TestDeadlineWhileQueued(t *testing.T) {
 	table := uniqueTable(t, pool)
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxInFlight(1))
 	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -127,8 +128,8 @@ func TestDeadlineWhileQueued(t *testing.T) {
 	a = receive(t, inFlight)
 	require.NoError(t, a.err)
 	require.True(t, a.out[0].OK)
-	got := make([]ratelimit.Record, 2)
-	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}, {Name: "l", Key: "other"}}, got))
+	got := make([]driver.Record, 2)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}, {Name: "l", Key: "other"}}, got))
 	require.Equal(t, 8.0, got[0].State.Value)
 	require.False(t, got[1].Found, "the queued call was never sent")
 }
@@ -142,7 +143,7 @@ func TestLoneCallDecidesAgainOnAChangedRecord(t *testing.T) {
 	table := uniqueTable(t, pool)
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
 	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -168,7 +169,7 @@ func TestBatchDecidesOnLockedRecords(t *testing.T) {
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
 	require.NoError(t, err)
 	for _, k := range []string{"k", "k2"} { // both exist: the batch locks and reads in one statement
-		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]ratelimit.Decision, 1)))
+		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]driver.Decision, 1)))
 	}
 
 	tx, err := pool.Begin(ctx)
@@ -177,8 +178,8 @@ func TestBatchDecidesOnLockedRecords(t *testing.T) {
 	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 4 WHERE id = $1", rowID("k"))
 	require.NoError(t, err)
 
-	ops := []*ratelimit.Op{limitOp("k", 3), limitOp("k", 3), limitOp("k2", 1)}
-	outs := [][]ratelimit.Decision{make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)}
+	ops := []*driver.Op{limitOp("k", 3), limitOp("k", 3), limitOp("k2", 1)}
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	done := make(chan error, 1)
 	go func() { done <- s.ApplyBatch(ctx, ops, outs) }()
 	waitForLockWaiters(t, pool, table, 1)
@@ -206,7 +207,7 @@ func TestDeleteExpiredInChunksSkipsHeldRows(t *testing.T) {
 	require.NoError(t, err)
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"}
 	for _, k := range keys {
-		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]ratelimit.Decision, 1)))
+		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]driver.Decision, 1)))
 	}
 	later := t0.Add(2 * time.Hour)
 
@@ -243,7 +244,7 @@ func TestLockWaitEndsOnTheServer(t *testing.T) {
 	table := uniqueTable(t, pool)
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
 	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]ratelimit.Decision, 1)))
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,7 +55,7 @@ func newLibrary(src string) library {
 // FUNCTION DELETE.
 func FunctionLibrary() string { return lib.name }
 
-// limit is the part of ratelimit.Params that the records of one limit
+// limit is the part of driver.Params that the records of one limit
 // share: it travels once per batch, whatever the number of records.
 type limit struct {
 	kind                        ratelimit.Kind
@@ -68,7 +69,7 @@ func (l limit) same(m limit) bool {
 		math.Float64bits(l.capacity) == math.Float64bits(m.capacity) && math.Float64bits(l.maxReserved) == math.Float64bits(m.maxReserved)
 }
 
-func limitOf(p ratelimit.Params) limit {
+func limitOf(p driver.Params) limit {
 	return limit{kind: p.Kind, rate: p.Rate, period: p.Period, capacity: p.Capacity, maxReserved: p.MaxReserved}
 }
 
@@ -77,12 +78,12 @@ func limitOf(p ratelimit.Params) limit {
 // returns, and a caller may leave while its op is in flight), with the
 // decisions the batch that carries it writes back.
 type request struct {
-	mode    ratelimit.Mode
+	mode    driver.Mode
 	reserve bool
 	now     int64
 	items   []item
 	keys    []string // the Redis keys of its records, item by item, shard by shard
-	out     []ratelimit.Decision
+	out     []driver.Decision
 }
 
 type item struct {
@@ -100,20 +101,20 @@ type shard struct {
 var requests = sync.Pool{New: func() any { return new(request) }}
 
 // newRequest copies op into a request of the store's.
-func (s *Store) newRequest(op *ratelimit.Op) (*request, error) {
+func (s *Store) newRequest(op *driver.Op) (*request, error) {
 	r := requests.Get().(*request)
 	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
 	r.items, r.keys = r.items[:0], r.keys[:0]
 	for i := range op.Items {
 		it := &op.Items[i]
-		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == ratelimit.ModeRefund) {
+		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == driver.ModeRefund) {
 			release(r)
 			return nil, fmt.Errorf("redisstore: item %q of the op has %d shards: an item has one or two, a refund one", it.Name, n)
 		}
 		ri := item{count: it.Count, at: it.At, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
-			r.keys = append(r.keys, s.Key(ratelimit.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
+			r.keys = append(r.keys, s.Key(driver.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
 		}
 		r.items = append(r.items, ri)
 	}
@@ -140,7 +141,7 @@ func (r *request) tag() string {
 // to its Redis server is in flight; otherwise it waits for that round trip
 // and goes with the other ops that arrived meanwhile, in one call of the
 // function.
-func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -175,9 +176,9 @@ func (s *Store) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 	return nil
 }
 
-// ApplyBatch implements ratelimit.BatchApplier: the ops in one round trip
+// ApplyBatch implements driver.BatchApplier: the ops in one round trip
 // (on a Cluster, one per node), decided in order, each op atomic.
-func (s *Store) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -457,7 +458,7 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	for _, r := range c.reqs {
-		if r.mode == ratelimit.ModeRefund {
+		if r.mode == driver.ModeRefund {
 			return onceCmd{cmd}
 		}
 	}
@@ -552,7 +553,7 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 		for i := range r.out {
 			d := reply[:decisionSize]
 			reply = reply[decisionSize:]
-			r.out[i] = ratelimit.Decision{
+			r.out[i] = driver.Decision{
 				OK:         d[0] == 1,
 				RetryAfter: int64(f64(d[1:])),
 				Remaining:  f64(d[9:]),

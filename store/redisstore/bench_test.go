@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -166,7 +167,7 @@ func BenchmarkBareCounter(b *testing.B) {
 func BenchmarkServerTime(b *testing.B) {
 	c := client(b)
 	s := newStore(c, uniquePrefix(b, c))
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 1e12, Period: 1000, Capacity: 1e12}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e12, Period: 1000, Capacity: 1e12}
 	for _, keys := range []int{1, 10_000} {
 		names := make([]string, keys)
 		for i := range names {
@@ -175,11 +176,11 @@ func BenchmarkServerTime(b *testing.B) {
 		for _, size := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("keys=%d/batch=%d", keys, size), func(b *testing.B) {
 				ctx := context.Background()
-				ops := make([]*ratelimit.Op, size)
-				outs := make([][]ratelimit.Decision, size)
+				ops := make([]*driver.Op, size)
+				outs := make([][]driver.Decision, size)
 				for j := range ops {
-					ops[j] = &ratelimit.Op{Items: []ratelimit.Item{{Name: "bench", Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}}
-					outs[j] = make([]ratelimit.Decision, 1)
+					ops[j] = &driver.Op{Items: []driver.Item{{Name: "bench", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+					outs[j] = make([]driver.Decision, 1)
 				}
 				b.ReportAllocs()
 				before := commandStats(b, c, "fcall")

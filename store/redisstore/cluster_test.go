@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -83,30 +84,30 @@ func TestClusterOneCallPerMaster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	store := newStore(c, uniquePrefix(t, c))
 	model := storetest.NewModel()
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
 	masters := map[string]bool{}
-	var ops []*ratelimit.Op
+	var ops []*driver.Op
 	for i := range 40 {
 		key := fmt.Sprint("k-", i%30) // some keys twice
-		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: key}))
+		node, err := c.MasterForKey(ctx, store.Key(driver.RecordID{Name: "l", Key: key}))
 		require.NoError(t, err)
 		masters[node.Options().Addr] = true
-		ops = append(ops, &ratelimit.Op{Now: t0.UnixMilli() + int64(i), Items: []ratelimit.Item{
-			{Name: "l", Key: key, Count: float64(1 + i%7), Shards: []ratelimit.Shard{{Params: p}}}}})
+		ops = append(ops, &driver.Op{Now: t0.UnixMilli() + int64(i), Items: []driver.Item{
+			{Name: "l", Key: key, Count: float64(1 + i%7), Shards: []driver.Shard{{Params: p}}}}})
 	}
-	require.NoError(t, store.ApplyBatch(ctx, ops[:1], [][]ratelimit.Decision{make([]ratelimit.Decision, 1)})) // the library is loaded
-	require.NoError(t, model.Apply(ctx, ops[0], make([]ratelimit.Decision, 1)))
+	require.NoError(t, store.ApplyBatch(ctx, ops[:1], [][]driver.Decision{make([]driver.Decision, 1)})) // the library is loaded
+	require.NoError(t, model.Apply(ctx, ops[0], make([]driver.Decision, 1)))
 	calls := &fcalls{}
 	c.AddHook(calls)
-	got := make([][]ratelimit.Decision, len(ops))
+	got := make([][]driver.Decision, len(ops))
 	for i := range got {
-		got[i] = make([]ratelimit.Decision, 1)
+		got[i] = make([]driver.Decision, 1)
 	}
 	require.NoError(t, store.ApplyBatch(ctx, ops, got))
 	require.Equal(t, len(masters), calls.count(), "one call per master")
 	require.Empty(t, calls.errors())
 	for i, op := range ops {
-		want := make([]ratelimit.Decision, 1)
+		want := make([]driver.Decision, 1)
 		require.NoError(t, model.Apply(ctx, op, want))
 		require.Equal(t, want, got[i], "op %d", i)
 	}
@@ -128,7 +129,7 @@ func TestClusterSlotsDifferential(t *testing.T) {
 	slots := map[int64]bool{}
 	for i := 0; len(keys) < 5; i++ {
 		k := fmt.Sprint("d-", i)
-		rk := store.Key(ratelimit.RecordID{Name: "a", Key: k})
+		rk := store.Key(driver.RecordID{Name: "a", Key: k})
 		node, err := c.MasterForKey(ctx, rk)
 		require.NoError(t, err)
 		slot, err := c.ClusterKeySlot(ctx, rk).Result()
@@ -148,9 +149,9 @@ func TestClusterSlotsDifferential(t *testing.T) {
 		prefix := uniquePrefix(t, c)
 		store := newStore(c, prefix)
 		rng := rand.New(rand.NewPCG(uint64(seed), 0x5107))
-		limits := map[string]ratelimit.Params{}
+		limits := map[string]driver.Params{}
 		for _, name := range []string{"a", "b", "c"} {
-			p := ratelimit.Params{Kind: ratelimit.Kind(1 + rng.IntN(2)), Rate: []float64{1, 2.5, 1.0 / 3, 7}[rng.IntN(4)],
+			p := driver.Params{Kind: ratelimit.Kind(1 + rng.IntN(2)), Rate: []float64{1, 2.5, 1.0 / 3, 7}[rng.IntN(4)],
 				Period: []int64{7, 1000, 60_000}[rng.IntN(3)]}
 			p.Capacity = p.Rate * (1 + rng.Float64()*3)
 			if rng.IntN(2) == 0 {
@@ -161,43 +162,43 @@ func TestClusterSlotsDifferential(t *testing.T) {
 		now := t0.UnixMilli()
 		for step := range 12 {
 			now += rng.Int64N(3000)
-			var ops []*ratelimit.Op
+			var ops []*driver.Op
 			for range 1 + rng.IntN(30) {
-				op := &ratelimit.Op{Now: now + rng.Int64N(7) - 3, Reserve: rng.IntN(3) == 0, Mode: ratelimit.Mode(rng.IntN(4) % 3)}
+				op := &driver.Op{Now: now + rng.Int64N(7) - 3, Reserve: rng.IntN(3) == 0, Mode: driver.Mode(rng.IntN(4) % 3)}
 				key := keys[rng.IntN(len(keys))]
 				for _, name := range []string{"a", "b", "c"}[:1+rng.IntN(3)] {
 					p := limits[name]
 					p.Phase = int64(len(key)+len(name)) % p.Period
-					it := ratelimit.Item{Name: name, Key: key, Count: rng.Float64() * p.Capacity * 1.5,
-						Shards: []ratelimit.Shard{{Index: 0, Params: p}}}
-					if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
-						it.Shards = append(it.Shards, ratelimit.Shard{Index: 1, Params: p})
+					it := driver.Item{Name: name, Key: key, Count: rng.Float64() * p.Capacity * 1.5,
+						Shards: []driver.Shard{{Index: 0, Params: p}}}
+					if op.Mode != driver.ModeRefund && rng.IntN(3) == 0 {
+						it.Shards = append(it.Shards, driver.Shard{Index: 1, Params: p})
 					}
 					op.Items = append(op.Items, it)
 				}
 				ops = append(ops, op)
 			}
-			got := make([][]ratelimit.Decision, len(ops))
+			got := make([][]driver.Decision, len(ops))
 			for i, op := range ops {
-				got[i] = make([]ratelimit.Decision, len(op.Items))
+				got[i] = make([]driver.Decision, len(op.Items))
 			}
 			calls.reset()
 			require.NoError(t, store.ApplyBatch(ctx, ops, got))
 			require.Equal(t, 1, calls.count(), "seed %d step %d: one call", seed, step)
 			for i, op := range ops {
-				want := make([]ratelimit.Decision, len(op.Items))
+				want := make([]driver.Decision, len(op.Items))
 				require.NoError(t, model.Apply(ctx, op, want))
 				require.Equal(t, want, got[i], "seed %d step %d op %d", seed, step, i)
 			}
 		}
-		var ids []ratelimit.RecordID
+		var ids []driver.RecordID
 		for _, k := range keys {
 			for _, name := range []string{"a", "b", "c"} {
-				ids = append(ids, ratelimit.RecordID{Name: name, Key: k}, ratelimit.RecordID{Name: name, Key: k, Shard: 1})
+				ids = append(ids, driver.RecordID{Name: name, Key: k}, driver.RecordID{Name: name, Key: k, Shard: 1})
 			}
 		}
-		gotRecs := make([]ratelimit.Record, len(ids))
-		wantRecs := make([]ratelimit.Record, len(ids))
+		gotRecs := make([]driver.Record, len(ids))
+		wantRecs := make([]driver.Record, len(ids))
 		require.NoError(t, store.Load(ctx, ids, gotRecs))
 		require.NoError(t, model.Load(ctx, ids, wantRecs))
 		require.Equal(t, wantRecs, gotRecs, "seed %d: records", seed)
@@ -268,7 +269,7 @@ func TestClusterSlotMoves(t *testing.T) {
 	var src master
 	for i := 0; key == ""; i++ {
 		k := fmt.Sprint("moving-", i)
-		s, err := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result()
+		s, err := c.ClusterKeySlot(ctx, store.Key(driver.RecordID{Name: "l", Key: k})).Result()
 		require.NoError(t, err)
 		m := owner(int(s))
 		if n, err := m.client.ClusterCountKeysInSlot(ctx, int(s)).Result(); err == nil && n == 0 {
@@ -359,23 +360,23 @@ func TestClusterSlotMoves(t *testing.T) {
 	var other string
 	for i := 0; other == ""; i++ {
 		k := fmt.Sprint("other-", i)
-		node, err := c.MasterForKey(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k}))
+		node, err := c.MasterForKey(ctx, store.Key(driver.RecordID{Name: "l", Key: k}))
 		require.NoError(t, err)
-		if s, _ := c.ClusterKeySlot(ctx, store.Key(ratelimit.RecordID{Name: "l", Key: k})).Result(); node.Options().Addr == src.addr && int(s) != slot {
+		if s, _ := c.ClusterKeySlot(ctx, store.Key(driver.RecordID{Name: "l", Key: k})).Result(); node.Options().Addr == src.addr && int(s) != slot {
 			other = k
 		}
 	}
 	calls := &fcalls{}
 	c.AddHook(calls)
-	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour.Milliseconds(), Capacity: 1000,
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour.Milliseconds(), Capacity: 1000,
 		Phase: t0.UnixMilli() % time.Hour.Milliseconds()}
 	batch := func(where string) {
 		t.Helper()
-		ops := []*ratelimit.Op{
-			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: other, Count: 1, Shards: []ratelimit.Shard{{Params: p}}}}},
-			{Now: t0.UnixMilli(), Items: []ratelimit.Item{{Name: "l", Key: key, Count: 5, Shards: []ratelimit.Shard{{Params: p}}}}},
+		ops := []*driver.Op{
+			{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: other, Count: 1, Shards: []driver.Shard{{Params: p}}}}},
+			{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: key, Count: 5, Shards: []driver.Shard{{Params: p}}}}},
 		}
-		outs := [][]ratelimit.Decision{make([]ratelimit.Decision, 1), make([]ratelimit.Decision, 1)}
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 		require.NoError(t, store.ApplyBatch(ctx, ops, outs), where)
 		spent += 5
 		require.Equal(t, 1000-spent, outs[1][0].Remaining, where)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -250,31 +251,31 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	s := newStore(c, uniquePrefix(t, c))
-	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
-	apply := func(mode ratelimit.Mode, count float64) (ratelimit.Decision, error) {
-		op := &ratelimit.Op{Mode: mode, Now: now, Items: []ratelimit.Item{{Name: "l", Key: "k", Count: count, At: now, Shards: []ratelimit.Shard{{Params: p}}}}}
-		out := make([]ratelimit.Decision, 1)
+	apply := func(mode driver.Mode, count float64) (driver.Decision, error) {
+		op := &driver.Op{Mode: mode, Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: count, At: now, Shards: []driver.Shard{{Params: p}}}}}
+		out := make([]driver.Decision, 1)
 		err := s.Apply(ctx, op, out)
 		return out[0], err
 	}
 	value := func() float64 {
-		recs := make([]ratelimit.Record, 1)
-		require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "l", Key: "k"}}, recs))
+		recs := make([]driver.Record, 1)
+		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, recs))
 		return recs[0].State.Value
 	}
-	d, err := apply(ratelimit.ModeLimit, 10)
+	d, err := apply(driver.ModeLimit, 10)
 	require.NoError(t, err)
 	require.Equal(t, 90.0, d.Remaining)
 
 	cut.armed.Store(true)
-	_, err = apply(ratelimit.ModeRefund, 5)
+	_, err = apply(driver.ModeRefund, 5)
 	require.Error(t, err, "the refund's reply was lost, and it was not sent again")
 	require.False(t, cut.armed.Load(), "the cut happened")
 	require.Equal(t, 95.0, value(), "the refund ran once")
 
 	cut.armed.Store(true)
-	d, err = apply(ratelimit.ModeLimit, 1)
+	d, err = apply(driver.ModeLimit, 1)
 	require.NoError(t, err, "a limit is sent again")
 	require.Equal(t, 93.0, d.Remaining, "and ran twice")
 }

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	"github.com/redis/go-redis/v9"
 )
@@ -56,8 +57,8 @@ const DefaultPrefix = "ratelimit:"
 
 // DefaultExpiryMargin is how long a record is kept past the moment its
 // bucket is full again, unless WithExpiryMargin gives another: as long as
-// ratelimit.ExpiryGrace.
-const DefaultExpiryMargin = time.Duration(ratelimit.ExpiryGrace) * time.Millisecond
+// driver.ExpiryGrace.
+const DefaultExpiryMargin = time.Duration(driver.ExpiryGrace) * time.Millisecond
 
 // DefaultMaxBatch is the most calls one round trip carries, unless
 // WithMaxBatch says otherwise.
@@ -90,9 +91,9 @@ type Store struct {
 }
 
 var (
-	_ ratelimit.Store        = (*Store)(nil)
-	_ ratelimit.TimeSource   = (*Store)(nil)
-	_ ratelimit.BatchApplier = (*Store)(nil)
+	_ ratelimit.Store     = (*Store)(nil)
+	_ driver.TimeSource   = (*Store)(nil)
+	_ driver.BatchApplier = (*Store)(nil)
 )
 
 // Option configures a Store in New.
@@ -114,7 +115,7 @@ func WithServerTime() Option { return func(s *Store) { s.serverTime = true } }
 // bucket is full again (default DefaultExpiryMargin). Redis expires keys
 // on its own clock; the margin covers how far it may run ahead of the
 // application's, and how far the nows of calls in flight may lag (see
-// ratelimit.ExpiryGrace), so that no record is dropped while, by the
+// driver.ExpiryGrace), so that no record is dropped while, by the
 // Limiter's clock, its bucket is not yet full.
 func WithExpiryMargin(d time.Duration) Option {
 	return func(s *Store) { s.margin = d.Milliseconds() }
@@ -166,11 +167,11 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// OwnClock implements ratelimit.TimeSource: it reports whether the store
+// OwnClock implements driver.TimeSource: it reports whether the store
 // was built WithServerTime.
 func (s *Store) OwnClock() bool { return s.serverTime }
 
-// Now implements ratelimit.TimeSource: the server's time in Unix ms.
+// Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -186,7 +187,7 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // carries the same hash tag, a digest of the key, so that they share a
 // Cluster slot; the name is length-prefixed, so that no two records share
 // a Redis key whatever bytes their names and keys hold.
-func (s *Store) Key(id ratelimit.RecordID) string {
+func (s *Store) Key(id driver.RecordID) string {
 	h := uint64(fnvOffset) // FNV-1a, as hash/fnv's New64a, without its allocations
 	for i := 0; i < len(id.Key); i++ {
 		h ^= uint64(id.Key[i])
@@ -224,7 +225,7 @@ func (s *Store) usable(ctx context.Context) error {
 
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
 // client splits by node.
-func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -241,7 +242,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 	for i, c := range cmds {
 		raw, err := c.Result()
 		if errors.Is(err, redis.Nil) {
-			out[i] = ratelimit.Record{}
+			out[i] = driver.Record{}
 			continue
 		}
 		if err != nil {
@@ -251,7 +252,7 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 		if err != nil {
 			return fmt.Errorf("redisstore: load %q: %w", s.Key(ids[i]), err)
 		}
-		out[i] = ratelimit.Record{State: st, Found: true}
+		out[i] = driver.Record{State: st, Found: true}
 	}
 	return nil
 }
@@ -259,30 +260,30 @@ func (s *Store) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 // parseState reads a record: "\x01" and three little-endian doubles,
 // value, ts and the key's expiry; or, as earlier versions wrote it, the
 // text "<value> <ts>".
-func parseState(raw string) (ratelimit.State, error) {
+func parseState(raw string) (driver.State, error) {
 	if len(raw) > 0 && raw[0] == 1 {
 		if len(raw) != recordSize {
-			return ratelimit.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
+			return driver.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
 		}
-		return ratelimit.State{Value: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
+		return driver.State{Value: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
 	}
 	v, ts, ok := strings.Cut(raw, " ")
 	if !ok {
-		return ratelimit.State{}, fmt.Errorf("record %q is not \"<value> <ts>\"", raw)
+		return driver.State{}, fmt.Errorf("record %q is not \"<value> <ts>\"", raw)
 	}
 	value, err1 := strconv.ParseFloat(v, 64)
 	t, err2 := strconv.ParseFloat(ts, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return ratelimit.State{}, fmt.Errorf("record %q: %w", raw, err)
+		return driver.State{}, fmt.Errorf("record %q: %w", raw, err)
 	}
-	return ratelimit.State{Value: value, TS: int64(t)}, nil
+	return driver.State{Value: value, TS: int64(t)}, nil
 }
 
 // recordSize is the bytes of a record: a version byte and three doubles.
 const recordSize = 1 + 3*8
 
 // Delete implements ratelimit.Store: one pipeline of DELs.
-func (s *Store) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}

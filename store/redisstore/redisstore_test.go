@@ -10,6 +10,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -163,7 +164,7 @@ func TestExpiry(t *testing.T) {
 	}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
 	pttl := func(name string) time.Duration {
-		d, err := c.PTTL(ctx, s.Key(ratelimit.RecordID{Name: name, Key: "k"})).Result()
+		d, err := c.PTTL(ctx, s.Key(driver.RecordID{Name: name, Key: "k"})).Result()
 		require.NoError(t, err)
 		return d
 	}
@@ -226,8 +227,8 @@ func TestServerTime(t *testing.T) {
 	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(2))
 	require.NoError(t, err)
 	require.True(t, res.OK)
-	rec := make([]ratelimit.Record, 1)
-	require.NoError(t, s.Load(ctx, []ratelimit.RecordID{{Name: "tb", Key: "k"}}, rec))
+	rec := make([]driver.Record, 1)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "tb", Key: "k"}}, rec))
 	require.True(t, rec[0].Found)
 	require.InDelta(t, server, rec[0].State.TS, float64(time.Minute.Milliseconds()), "the record is stamped with the server's time")
 	st, err := lim.Value(ctx, "tb", "k")
@@ -257,17 +258,17 @@ func TestBadOptions(t *testing.T) {
 // store that looked elsewhere would find every limit full again.
 func TestKeyLayout(t *testing.T) {
 	require.Equal(t, "ratelimit:{32c6d7a54d35dacb}9:sendEmail:0:user-42",
-		redisstore.New(nil).Key(ratelimit.RecordID{Name: "sendEmail", Key: "user-42"}))
+		redisstore.New(nil).Key(driver.RecordID{Name: "sendEmail", Key: "user-42"}))
 	require.Equal(t, "app:{cbf29ce484222325}1:n:3:",
-		redisstore.New(nil, redisstore.WithPrefix("app:")).Key(ratelimit.RecordID{Name: "n", Key: "", Shard: 3}))
+		redisstore.New(nil, redisstore.WithPrefix("app:")).Key(driver.RecordID{Name: "n", Key: "", Shard: 3}))
 }
 
 func TestKeysShareASlot(t *testing.T) {
 	s := redisstore.New(nil)
 	key := "user:{42}"
-	a := s.Key(ratelimit.RecordID{Name: "perHour", Key: key})
-	b := s.Key(ratelimit.RecordID{Name: "perMinute", Key: key, Shard: 7})
+	a := s.Key(driver.RecordID{Name: "perHour", Key: key})
+	b := s.Key(driver.RecordID{Name: "perMinute", Key: key, Shard: 7})
 	tag := func(k string) string { return k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')] }
 	require.Equal(t, tag(a), tag(b))
-	require.NotEqual(t, tag(a), tag(s.Key(ratelimit.RecordID{Name: "perHour", Key: "user:{43}"})))
+	require.NotEqual(t, tag(a), tag(s.Key(driver.RecordID{Name: "perHour", Key: "user:{43}"})))
 }

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
 )
 
-// testBindDifferential drives a store that implements ratelimit.Binder
+// testBindDifferential drives a store that implements driver.Binder
 // with random calls of unsharded limits, sending each Limit and Check
 // through a BoundLimit or through Apply at random, mixed with refunds,
 // ops of several items or two shards, and deletes (always through Apply
@@ -22,15 +23,15 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 	ctx := context.Background()
 	for seed := range s.diffSeeds {
 		store, model := newStore(t), NewModel()
-		binder := store.(ratelimit.Binder)
+		binder := store.(driver.Binder)
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xb1d))
 		u := newUniverse(rng)
-		bound := map[string]ratelimit.BoundLimit{}
+		bound := map[string]driver.BoundLimit{}
 		for _, name := range u.names {
 			p := u.params[name]
 			p.Phase = rng.Int64N(p.Period) // must be ignored
 			bound[name] = binder.Bind(name, p, func(key string) int64 {
-				ph, ok := u.phases[ratelimit.RecordID{Name: name, Key: key}]
+				ph, ok := u.phases[driver.RecordID{Name: name, Key: key}]
 				require.True(t, ok, "phase(%q) asked for a record no call has named", key)
 				return ph
 			})
@@ -47,8 +48,8 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 				if len(op.Items) == 0 {
 					continue
 				}
-				got := make([]ratelimit.Decision, len(op.Items))
-				want := make([]ratelimit.Decision, len(op.Items))
+				got := make([]driver.Decision, len(op.Items))
+				want := make([]driver.Decision, len(op.Items))
 				require.NoError(t, model.Apply(ctx, op, want))
 				require.NoError(t, store.Apply(ctx, op, got), where)
 				require.Equal(t, want, got, "%s: %s", where, describe(op))
@@ -56,18 +57,18 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 			}
 			name, key := u.names[rng.IntN(len(u.names))], u.keys[rng.IntN(len(u.keys))]
 			sh := u.shard(rng, name, key, 0)
-			op := &ratelimit.Op{Now: now, Reserve: rng.IntN(3) == 0}
+			op := &driver.Op{Now: now, Reserve: rng.IntN(3) == 0}
 			if rng.IntN(3) == 0 {
-				op.Mode = ratelimit.ModeCheck
+				op.Mode = driver.ModeCheck
 			}
 			count := randomCount(rng, sh.Params, 1)
 			if !op.Reserve {
 				count = min(count, sh.Params.Capacity)
 			}
-			op.Items = []ratelimit.Item{{Name: name, Key: key, Count: count, Shards: []ratelimit.Shard{sh}}}
-			want := make([]ratelimit.Decision, 1)
+			op.Items = []driver.Item{{Name: name, Key: key, Count: count, Shards: []driver.Shard{sh}}}
+			want := make([]driver.Decision, 1)
 			require.NoError(t, model.Apply(ctx, op, want))
-			got := make([]ratelimit.Decision, 1)
+			got := make([]driver.Decision, 1)
 			via := "Apply"
 			if rng.IntN(3) != 0 {
 				via = "Decide"
@@ -82,7 +83,7 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 				compareRecords(t, ctx, store, model, u, now, where)
 			}
 			if rng.IntN(25) == 0 {
-				ids := []ratelimit.RecordID{{Name: name, Key: key}}
+				ids := []driver.RecordID{{Name: name, Key: key}}
 				require.NoError(t, store.Delete(ctx, ids))
 				require.NoError(t, model.Delete(ctx, ids))
 			}
@@ -92,12 +93,12 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 
 	// A canceled context: an error, and nothing written.
 	store := newStore(t)
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
-	b := store.(ratelimit.Binder).Bind("c", p, func(string) int64 { return 0 })
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	b := store.(driver.Binder).Bind("c", p, func(string) int64 { return 0 })
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := b.Decide(cctx, "k", ratelimit.ModeLimit, epoch.UnixMilli(), 1, false)
+	_, err := b.Decide(cctx, "k", driver.ModeLimit, epoch.UnixMilli(), 1, false)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, 10.0, loadOne(t, store, p, ratelimit.RecordID{Name: "c", Key: "k"}, epoch.UnixMilli()),
+	require.Equal(t, 10.0, loadOne(t, store, p, driver.RecordID{Name: "c", Key: "k"}, epoch.UnixMilli()),
 		"a canceled Decide must not have written")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,8 +25,8 @@ var (
 )
 
 // randomParams draws one limit's params (without phase).
-func randomParams(rng *rand.Rand) ratelimit.Params {
-	p := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
+func randomParams(rng *rand.Rand) driver.Params {
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rates[rng.IntN(len(rates))], Period: periods[rng.IntN(len(periods))]}
 	if rng.IntN(2) == 0 {
 		p.Kind = ratelimit.TokenBucket
 	}
@@ -48,7 +49,7 @@ func randomParams(rng *rand.Rand) ratelimit.Params {
 
 // randomCount draws a count a call may ask of p (reaching up to two
 // records' capacity).
-func randomCount(rng *rand.Rand, p ratelimit.Params, reach float64) float64 {
+func randomCount(rng *rand.Rand, p driver.Params, reach float64) float64 {
 	switch rng.IntN(6) {
 	case 0:
 		return 0
@@ -82,60 +83,60 @@ func randomStep(rng *rand.Rand, period int64) int64 {
 type universe struct {
 	names  []string
 	keys   []string
-	params map[string]ratelimit.Params
-	phases map[ratelimit.RecordID]int64
+	params map[string]driver.Params
+	phases map[driver.RecordID]int64
 }
 
 func newUniverse(rng *rand.Rand) *universe {
 	u := &universe{names: []string{"x", "y", "z"}, keys: []string{"k", "k2"},
-		params: map[string]ratelimit.Params{}, phases: map[ratelimit.RecordID]int64{}}
+		params: map[string]driver.Params{}, phases: map[driver.RecordID]int64{}}
 	for _, n := range u.names {
 		u.params[n] = randomParams(rng)
 	}
 	return u
 }
 
-func (u *universe) shard(rng *rand.Rand, name, key string, idx int) ratelimit.Shard {
+func (u *universe) shard(rng *rand.Rand, name, key string, idx int) driver.Shard {
 	p := u.params[name]
-	id := ratelimit.RecordID{Name: name, Key: key, Shard: idx}
+	id := driver.RecordID{Name: name, Key: key, Shard: idx}
 	ph, ok := u.phases[id]
 	if !ok {
 		ph = rng.Int64N(p.Period)
 		u.phases[id] = ph
 	}
 	p.Phase = ph
-	return ratelimit.Shard{Index: idx, Params: p}
+	return driver.Shard{Index: idx, Params: p}
 }
 
 // randomOp draws an op over distinct records of the universe.
-func (u *universe) randomOp(rng *rand.Rand, now int64) *ratelimit.Op {
-	op := &ratelimit.Op{Now: now, Reserve: rng.IntN(3) == 0}
+func (u *universe) randomOp(rng *rand.Rand, now int64) *driver.Op {
+	op := &driver.Op{Now: now, Reserve: rng.IntN(3) == 0}
 	switch rng.IntN(6) {
 	case 0:
-		op.Mode = ratelimit.ModeCheck
+		op.Mode = driver.ModeCheck
 	case 1:
-		op.Mode = ratelimit.ModeRefund
+		op.Mode = driver.ModeRefund
 	}
-	used := map[ratelimit.RecordID]bool{}
+	used := map[driver.RecordID]bool{}
 	key := u.keys[rng.IntN(len(u.keys))] // an op's items share one key
 	for range 1 + rng.IntN(3) {
 		name := u.names[rng.IntN(len(u.names))]
 		n := 1
-		if op.Mode != ratelimit.ModeRefund && rng.IntN(3) == 0 {
+		if op.Mode != driver.ModeRefund && rng.IntN(3) == 0 {
 			n = 2
 		}
 		a := rng.IntN(3)
 		idx := []int{a, (a + 1 + rng.IntN(2)) % 3}[:n]
 		clash := false
 		for _, i := range idx {
-			clash = clash || used[ratelimit.RecordID{Name: name, Key: key, Shard: i}]
+			clash = clash || used[driver.RecordID{Name: name, Key: key, Shard: i}]
 		}
 		if clash {
 			continue
 		}
-		it := ratelimit.Item{Name: name, Key: key}
+		it := driver.Item{Name: name, Key: key}
 		for _, i := range idx {
-			used[ratelimit.RecordID{Name: name, Key: key, Shard: i}] = true
+			used[driver.RecordID{Name: name, Key: key, Shard: i}] = true
 			it.Shards = append(it.Shards, u.shard(rng, name, key, i))
 		}
 		p := u.params[name]
@@ -161,8 +162,8 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 			if len(op.Items) == 0 {
 				continue
 			}
-			got := make([]ratelimit.Decision, len(op.Items))
-			want := make([]ratelimit.Decision, len(op.Items))
+			got := make([]driver.Decision, len(op.Items))
+			want := make([]driver.Decision, len(op.Items))
 			require.NoError(t, model.Apply(ctx, op, want))
 			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
 			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
@@ -170,7 +171,7 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
 			}
 			if rng.IntN(25) == 0 {
-				ids := []ratelimit.RecordID{{Name: u.names[rng.IntN(3)], Key: u.keys[rng.IntN(2)], Shard: rng.IntN(3)}}
+				ids := []driver.RecordID{{Name: u.names[rng.IntN(3)], Key: u.keys[rng.IntN(2)], Shard: rng.IntN(3)}}
 				require.NoError(t, store.Delete(ctx, ids))
 				require.NoError(t, model.Delete(ctx, ids))
 			}
@@ -184,16 +185,16 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 // whose bucket is full again: it reads as the same full bucket).
 func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.Store, u *universe, now int64, where string) {
 	t.Helper()
-	var ids []ratelimit.RecordID
+	var ids []driver.RecordID
 	for _, n := range u.names {
 		for _, k := range u.keys {
 			for sh := range 3 {
-				ids = append(ids, ratelimit.RecordID{Name: n, Key: k, Shard: sh})
+				ids = append(ids, driver.RecordID{Name: n, Key: k, Shard: sh})
 			}
 		}
 	}
-	got := make([]ratelimit.Record, len(ids))
-	want := make([]ratelimit.Record, len(ids))
+	got := make([]driver.Record, len(ids))
+	want := make([]driver.Record, len(ids))
 	require.NoError(t, store.Load(ctx, ids, got), where)
 	require.NoError(t, model.Load(ctx, ids, want), where)
 	for i, id := range ids {
@@ -205,14 +206,14 @@ func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.St
 	}
 }
 
-func refreshed(p ratelimit.Params, r ratelimit.Record, now int64) ratelimit.State {
+func refreshed(p driver.Params, r driver.Record, now int64) driver.State {
 	if !r.Found {
 		return ratelimit.Fresh(p, now)
 	}
 	return ratelimit.Refresh(p, r.State, now)
 }
 
-func describe(op *ratelimit.Op) string {
+func describe(op *driver.Op) string {
 	s := fmt.Sprintf("mode %d now %d reserve %v:", op.Mode, op.Now, op.Reserve)
 	for _, it := range op.Items {
 		s += fmt.Sprintf(" [%s/%s count %v", it.Name, it.Key, it.Count)
@@ -238,7 +239,7 @@ func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
 		require.NoError(t, err)
 		want, err := ratelimit.New(NewModel(), limits, ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(uint64(seed), 1)))
 		require.NoError(t, err)
-		p := ratelimit.Params{Capacity: cfg.Capacity, Period: cfg.Period.Milliseconds()}
+		p := driver.Params{Capacity: cfg.Capacity, Period: cfg.Period.Milliseconds()}
 		if p.Capacity == 0 {
 			p.Capacity = cfg.Rate
 		}
@@ -301,7 +302,7 @@ type stepClock struct {
 func (c *stepClock) Now() time.Time { return c.now }
 
 // testBatchDifferential drives ApplyBatch of a store that implements
-// ratelimit.BatchApplier with random batches of mixed ops (limit, check,
+// driver.BatchApplier with random batches of mixed ops (limit, check,
 // refund, reserving or not, several limits, two-shard items, the same
 // records several times in one batch, nows a few milliseconds apart and
 // out of order, as concurrent callers read them) and requires the answers
@@ -310,24 +311,24 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 	ctx := context.Background()
 	for seed := range s.diffSeeds {
 		store, model := newStore(t), NewModel()
-		batcher := store.(ratelimit.BatchApplier)
+		batcher := store.(driver.BatchApplier)
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xba7c))
 		u := newUniverse(rng)
 		now := epoch.UnixMilli()
 		for step := 0; step < s.diffSteps; step += 8 {
 			now += randomStep(rng, periods[rng.IntN(len(periods))])
-			var ops []*ratelimit.Op
+			var ops []*driver.Op
 			for range 1 + rng.IntN(24) {
 				op := u.randomOp(rng, now+rng.Int64N(7)-3)
 				if len(op.Items) > 0 {
 					ops = append(ops, op)
 				}
 			}
-			got := make([][]ratelimit.Decision, len(ops))
-			want := make([][]ratelimit.Decision, len(ops))
+			got := make([][]driver.Decision, len(ops))
+			want := make([][]driver.Decision, len(ops))
 			for i, op := range ops {
-				got[i] = make([]ratelimit.Decision, len(op.Items))
-				want[i] = make([]ratelimit.Decision, len(op.Items))
+				got[i] = make([]driver.Decision, len(op.Items))
+				want[i] = make([]driver.Decision, len(op.Items))
 				require.NoError(t, model.Apply(ctx, op, want[i]))
 			}
 			require.NoError(t, batcher.ApplyBatch(ctx, ops, got), "seed %d step %d", seed, step)
@@ -342,9 +343,9 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 // edgeParams are limits at the bounds of the config space (ratelimit.New
 // accepts them; see MaxTokens, MaxPeriod): the largest and smallest rates,
 // the longest period, the largest capacities and debts.
-func edgeParams(rng *rand.Rand) ratelimit.Params {
+func edgeParams(rng *rand.Rand) driver.Params {
 	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
-	all := []ratelimit.Params{
+	all := []driver.Params{
 		{Kind: ratelimit.FixedWindow, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: maxPeriod, Capacity: 1, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.FixedWindow, Rate: 3, Period: maxPeriod, Capacity: 3, MaxReserved: 2},
@@ -368,7 +369,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 		store, model := newStore(t), NewModel()
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xed6e))
 		u := &universe{names: []string{"x", "y", "z"}, keys: []string{"k", "k2"},
-			params: map[string]ratelimit.Params{}, phases: map[ratelimit.RecordID]int64{}}
+			params: map[string]driver.Params{}, phases: map[driver.RecordID]int64{}}
 		for _, n := range u.names {
 			u.params[n] = edgeParams(rng)
 		}
@@ -405,12 +406,12 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 				default:
 					it.Count = rng.Float64() * reach
 				}
-				if op.Mode == ratelimit.ModeRefund {
+				if op.Mode == driver.ModeRefund {
 					it.At = now - rng.Int64N(maxPeriod)
 				}
 			}
-			got := make([]ratelimit.Decision, len(op.Items))
-			want := make([]ratelimit.Decision, len(op.Items))
+			got := make([]driver.Decision, len(op.Items))
+			want := make([]driver.Decision, len(op.Items))
 			require.NoError(t, model.Apply(ctx, op, want))
 			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
 			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // Model is the oracle of the suite: a store that keeps every record in a
@@ -12,30 +13,30 @@ import (
 // the semantics, with nothing else in the way. It never forgets a record.
 type Model struct {
 	mu   sync.Mutex
-	recs map[ratelimit.RecordID]ratelimit.State
+	recs map[driver.RecordID]driver.State
 }
 
 var (
-	_ ratelimit.Store        = (*Model)(nil)
-	_ ratelimit.BatchApplier = (*Model)(nil)
+	_ ratelimit.Store     = (*Model)(nil)
+	_ driver.BatchApplier = (*Model)(nil)
 )
 
 // NewModel returns an empty Model.
-func NewModel() *Model { return &Model{recs: make(map[ratelimit.RecordID]ratelimit.State)} }
+func NewModel() *Model { return &Model{recs: make(map[driver.RecordID]driver.State)} }
 
 // Apply implements ratelimit.Store.
-func (m *Model) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Decision) error {
+func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ids := op.AppendRecordIDs(nil)
-	prev := make([]ratelimit.Record, len(ids))
-	next := make([]ratelimit.Update, len(ids))
+	prev := make([]driver.Record, len(ids))
+	next := make([]driver.Update, len(ids))
 	for i, id := range ids {
 		s, ok := m.recs[id]
-		prev[i] = ratelimit.Record{State: s, Found: ok}
+		prev[i] = driver.Record{State: s, Found: ok}
 	}
 	ratelimit.Evaluate(op, prev, out, next)
 	for i, u := range next {
@@ -47,7 +48,7 @@ func (m *Model) Apply(ctx context.Context, op *ratelimit.Op, out []ratelimit.Dec
 }
 
 // Load implements ratelimit.Store.
-func (m *Model) Load(ctx context.Context, ids []ratelimit.RecordID, out []ratelimit.Record) error {
+func (m *Model) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -55,13 +56,13 @@ func (m *Model) Load(ctx context.Context, ids []ratelimit.RecordID, out []rateli
 	defer m.mu.Unlock()
 	for i, id := range ids {
 		s, ok := m.recs[id]
-		out[i] = ratelimit.Record{State: s, Found: ok}
+		out[i] = driver.Record{State: s, Found: ok}
 	}
 	return nil
 }
 
 // Delete implements ratelimit.Store.
-func (m *Model) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
+func (m *Model) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -73,8 +74,8 @@ func (m *Model) Delete(ctx context.Context, ids []ratelimit.RecordID) error {
 	return nil
 }
 
-// ApplyBatch implements ratelimit.BatchApplier: Apply, op after op.
-func (m *Model) ApplyBatch(ctx context.Context, ops []*ratelimit.Op, outs [][]ratelimit.Decision) error {
+// ApplyBatch implements driver.BatchApplier: Apply, op after op.
+func (m *Model) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	for i, op := range ops {
 		if err := m.Apply(ctx, op, outs[i]); err != nil {
 			return err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -57,10 +58,10 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ApplyDifferential", func(t *testing.T) { testApplyDifferential(t, newStore, s) })
 	t.Run("LimiterDifferential", func(t *testing.T) { testLimiterDifferential(t, newStore, s) })
 	t.Run("EdgeDifferential", func(t *testing.T) { testEdgeDifferential(t, newStore, s) })
-	if _, ok := newStore(t).(ratelimit.BatchApplier); ok {
+	if _, ok := newStore(t).(driver.BatchApplier); ok {
 		t.Run("BatchDifferential", func(t *testing.T) { testBatchDifferential(t, newStore, s) })
 	}
-	if _, ok := newStore(t).(ratelimit.Binder); ok {
+	if _, ok := newStore(t).(driver.Binder); ok {
 		t.Run("BindDifferential", func(t *testing.T) { testBindDifferential(t, newStore, s) })
 	}
 	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
@@ -380,14 +381,14 @@ func testResetValueExpiry(t *testing.T, newStore NewStore) {
 }
 
 // opOf builds a one-record ModeLimit op.
-func itemOf(name, key string, count float64, p ratelimit.Params) ratelimit.Item {
-	return ratelimit.Item{Name: name, Key: key, Count: count, Shards: []ratelimit.Shard{{Index: 0, Params: p}}}
+func itemOf(name, key string, count float64, p driver.Params) driver.Item {
+	return driver.Item{Name: name, Key: key, Count: count, Shards: []driver.Shard{{Index: 0, Params: p}}}
 }
 
-func loadOne(t *testing.T, s ratelimit.Store, p ratelimit.Params, id ratelimit.RecordID, now int64) float64 {
+func loadOne(t *testing.T, s ratelimit.Store, p driver.Params, id driver.RecordID, now int64) float64 {
 	t.Helper()
-	out := make([]ratelimit.Record, 1)
-	require.NoError(t, s.Load(context.Background(), []ratelimit.RecordID{id}, out))
+	out := make([]driver.Record, 1)
+	require.NoError(t, s.Load(context.Background(), []driver.RecordID{id}, out))
 	if !out[0].Found {
 		return ratelimit.Fresh(p, now).Value
 	}
@@ -398,11 +399,11 @@ func testAllOrNothing(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
 	s := newStore(t)
 	now := epoch.UnixMilli()
-	hour := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 2000, Period: 3_600_000, Capacity: 2000}
-	minute := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 33, Period: 60_000, Capacity: 33}
-	op := &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Items: []ratelimit.Item{
+	hour := driver.Params{Kind: ratelimit.FixedWindow, Rate: 2000, Period: 3_600_000, Capacity: 2000}
+	minute := driver.Params{Kind: ratelimit.FixedWindow, Rate: 33, Period: 60_000, Capacity: 33}
+	op := &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{
 		itemOf("hour", "k", 30, hour), itemOf("minute", "k", 30, minute)}}
-	out := make([]ratelimit.Decision, 2)
+	out := make([]driver.Decision, 2)
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.True(t, out[0].OK && out[1].OK)
 	// 30 more: the hour grants, the minute refuses, so neither is charged.
@@ -410,19 +411,19 @@ func testAllOrNothing(t *testing.T, newStore NewStore) {
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.True(t, out[0].OK)
 	require.False(t, out[1].OK)
-	require.Equal(t, 1970.0, loadOne(t, s, hour, ratelimit.RecordID{Name: "hour", Key: "k"}, op.Now),
+	require.Equal(t, 1970.0, loadOne(t, s, hour, driver.RecordID{Name: "hour", Key: "k"}, op.Now),
 		"an item granted in a refused op must not be charged")
-	require.Equal(t, 3.0, loadOne(t, s, minute, ratelimit.RecordID{Name: "minute", Key: "k"}, op.Now))
+	require.Equal(t, 3.0, loadOne(t, s, minute, driver.RecordID{Name: "minute", Key: "k"}, op.Now))
 }
 
 func testRefund(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
 	s := newStore(t)
 	now := epoch.UnixMilli()
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
-	id := ratelimit.RecordID{Name: "r", Key: "k"}
-	out := make([]ratelimit.Decision, 1)
-	op := &ratelimit.Op{Mode: ratelimit.ModeLimit, Now: now, Reserve: true, Items: []ratelimit.Item{itemOf("r", "k", 14, p)}}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	id := driver.RecordID{Name: "r", Key: "k"}
+	out := make([]driver.Decision, 1)
+	op := &driver.Op{Mode: driver.ModeLimit, Now: now, Reserve: true, Items: []driver.Item{itemOf("r", "k", 14, p)}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.True(t, out[0].OK)
 	require.Equal(t, int64(24_000), out[0].RetryAfter)
@@ -430,7 +431,7 @@ func testRefund(t *testing.T, newStore NewStore) {
 	require.Equal(t, -4.0, loadOne(t, s, p, id, now))
 	refund := itemOf("r", "k", 14, p)
 	refund.At = out[0].Now
-	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: now, Items: []ratelimit.Item{refund}}
+	op = &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 10.0, out[0].Remaining)
 	require.Equal(t, -14.0, out[0].Charged[0], "handed back: -4 to 10")
@@ -441,7 +442,7 @@ func testRefund(t *testing.T, newStore NewStore) {
 
 	// A refund gives back the count less what the limit granted since the
 	// charge: 10 taken, 5 reserved, 18 s later (3 granted) only 2 come back.
-	op = &ratelimit.Op{Now: now, Reserve: true, Items: []ratelimit.Item{itemOf("r", "k", 10, p)}}
+	op = &driver.Op{Now: now, Reserve: true, Items: []driver.Item{itemOf("r", "k", 10, p)}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	op.Items[0].Count = 5
 	require.NoError(t, s.Apply(ctx, op, out))
@@ -449,30 +450,30 @@ func testRefund(t *testing.T, newStore NewStore) {
 	refund = itemOf("r", "k", 5, p)
 	refund.At = now
 	later := now + 18_000
-	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: later, Items: []ratelimit.Item{refund}}
+	op = &driver.Op{Mode: driver.ModeRefund, Now: later, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 0.0, loadOne(t, s, p, id, later))
 
 	// A fixed window: a reservation's tokens granted at the next window,
 	// canceled late, give nothing back: that window's grant went to it.
-	fw := ratelimit.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
-	fid := ratelimit.RecordID{Name: "f", Key: "k"}
+	fw := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	fid := driver.RecordID{Name: "f", Key: "k"}
 	start := (epoch.UnixMilli()/60_000 + 1) * 60_000 // a window start
-	op = &ratelimit.Op{Now: start, Reserve: true, Items: []ratelimit.Item{itemOf("f", "k", 10, fw)}}
+	op = &driver.Op{Now: start, Reserve: true, Items: []driver.Item{itemOf("f", "k", 10, fw)}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, int64(60_000), out[0].RetryAfter)
 	refund = itemOf("f", "k", 10, fw)
 	refund.At = start
 	late := start + 61_000
-	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: late, Items: []ratelimit.Item{refund}}
+	op = &driver.Op{Mode: driver.ModeRefund, Now: late, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late), "a late refund would let the window serve its grant twice")
 	// Within the window of the charge the whole count comes back.
-	op = &ratelimit.Op{Now: late, Reserve: true, Items: []ratelimit.Item{itemOf("f", "k", 4, fw)}}
+	op = &driver.Op{Now: late, Reserve: true, Items: []driver.Item{itemOf("f", "k", 4, fw)}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	refund.Count, refund.At = 4, out[0].Now
-	op = &ratelimit.Op{Mode: ratelimit.ModeRefund, Now: late + 1_000, Items: []ratelimit.Item{refund}}
+	op = &driver.Op{Mode: driver.ModeRefund, Now: late + 1_000, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late+1_000))
 }
@@ -481,11 +482,11 @@ func testContextCanceled(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := ratelimit.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
-	op := &ratelimit.Op{Now: epoch.UnixMilli(), Items: []ratelimit.Item{itemOf("c", "k", 1, p)}}
-	err := s.Apply(ctx, op, make([]ratelimit.Decision, 1))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	op := &driver.Op{Now: epoch.UnixMilli(), Items: []driver.Item{itemOf("c", "k", 1, p)}}
+	err := s.Apply(ctx, op, make([]driver.Decision, 1))
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, 10.0, loadOne(t, s, p, ratelimit.RecordID{Name: "c", Key: "k"}, op.Now),
+	require.Equal(t, 10.0, loadOne(t, s, p, driver.RecordID{Name: "c", Key: "k"}, op.Now),
 		"a canceled Apply must not have written")
 }
 

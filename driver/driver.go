@@ -1,0 +1,152 @@
+// Package driver is the contract between a ratelimit.Limiter and the
+// store that keeps its state, for those who write a store, the way
+// database/sql/driver is for those who write a database driver. Users of
+// the limiter do not need it: they pass a store (store/memstore,
+// store/boltstore, store/redisstore, store/pgstore, or one of their own)
+// to ratelimit.New.
+//
+// A store implements Store: it reads the records an Op touches, decides
+// the Op with ratelimit.Evaluate (or with a native port of it, as a Lua
+// script or a SQL function, proved equal to it bit for bit by the
+// differential tests of package storetest), and writes the updates, all
+// in one atomic step. Optional interfaces add capabilities the Limiter or
+// the user finds by type assertion: TimeSource (the store's own clock),
+// BatchApplier (several ops in one round trip), Binder (a fast path for a
+// single unsharded limit) and Expirer (dropping records whose bucket is
+// full again).
+//
+// Every store runs the one conformance suite, storetest.Run.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrClosed is returned by a store used after Close.
+var ErrClosed = errors.New("ratelimit: store is closed")
+
+// Expirer is implemented by a store that keeps records until told to drop
+// them (an in-memory map, a file, a table), rather than letting its medium
+// expire them (Redis). DeleteExpired drops every record whose bucket has
+// been full again for ExpiryGrace at now, and returns how many it dropped;
+// a record it keeps reads the same either way. Call it periodically, or
+// let ratelimit's janitor (NewJanitor) do it.
+type Expirer interface {
+	DeleteExpired(ctx context.Context, now time.Time) (int, error)
+}
+
+// Store keeps the state records of a Limiter. The Limiter decides what to
+// ask; a Store reads, decides (by Evaluate, or by a native port of it
+// proved equal by package storetest) and writes, atomically.
+//
+// Implementations must be safe for concurrent use by many goroutines and,
+// for shared stores, by many processes: under any interleaving, no more
+// tokens are granted than the semantics allow. Records of different
+// RecordIDs must never be confused, whatever bytes the names and keys hold.
+type Store interface {
+	// Apply decides op as Evaluate does over the records op touches, and
+	// writes the updates Evaluate marks, all in one atomic step. It fills
+	// out, which has one element per op item.
+	Apply(ctx context.Context, op *Op, out []Decision) error
+	// Load reads the records ids into out (same length); a missing record
+	// is Record{}. A store may report as missing a record whose bucket is
+	// full again (see FullAt).
+	Load(ctx context.Context, ids []RecordID, out []Record) error
+	// Delete removes the records ids; a missing one is not an error.
+	Delete(ctx context.Context, ids []RecordID) error
+}
+
+// TimeSource is implemented by a store that can take the time from its own
+// clock (a server's) rather than from the Limiter's. When OwnClock reports
+// true, Apply ignores Op.Now, and the Limiter asks Now when it needs the
+// time itself (Value); when false, the store uses Op.Now like any other.
+type TimeSource interface {
+	// OwnClock reports whether the store is configured to use its own
+	// clock. It must not change during the store's life.
+	OwnClock() bool
+	// Now returns the store's current time in Unix milliseconds.
+	Now(ctx context.Context) (int64, error)
+}
+
+// BatchApplier is implemented by a store that can decide several ops in
+// one round trip; stores that coalesce concurrent calls send their batches
+// through it, and package storetest proves it equal to Apply called once
+// per op. It is optional: the Limiter only ever calls Apply.
+type BatchApplier interface {
+	// ApplyBatch decides ops[0], ops[1], … one after another, exactly as
+	// that many calls of Apply in that order would, each op atomic, and
+	// fills outs[i] (one Decision per item of ops[i]). On an error, any op
+	// of the batch may or may not have taken effect, as for any call over
+	// a network.
+	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
+}
+
+// Binder is implemented by a store with a faster path than Apply for the
+// commonest call: one unsharded limit decided alone (Limit, Check or
+// Reserve of one name, without WithConfig). The Limiter binds each such
+// limit declared in New once, and decides those calls through the
+// BoundLimit, without building an Op; every other call (LimitAll, sharded
+// limits, refunds, inline configs) goes through Apply. It is optional and
+// only a shortcut: package storetest runs its differential tests through
+// both paths and requires the same answers and records, bit for bit. The
+// Limiter does not bind the limits of a store that uses its own clock
+// (TimeSource): a Verdict does not carry the store's time.
+type Binder interface {
+	// Bind returns the BoundLimit that decides, for every key, the record
+	// RecordID{Name: name, Key: key, Shard: 0} of a limit of params p. For
+	// a fixed window, the record's phase is phase(key) (p.Phase is
+	// ignored); the store calls phase only when it needs the phase, for a
+	// missing record (see Transition).
+	Bind(name string, p Params, phase func(key string) int64) BoundLimit
+}
+
+// BoundLimit decides the calls of one limit bound by a Binder.
+type BoundLimit interface {
+	// Decide decides and writes, in one atomic step, exactly as Apply
+	// would the op
+	//
+	//	Op{Mode: mode, Now: now, Reserve: reserve, Items: []Item{{
+	//		Name: name, Key: key, Count: count,
+	//		Shards: []Shard{{Index: 0, Params: p, its Phase phase(key)}},
+	//	}}}
+	//
+	// and returns the op's one Decision as a Verdict (see Verdict.Decision).
+	// mode is ModeLimit or ModeCheck. Like Apply, it returns ctx's error if
+	// ctx is done.
+	Decide(ctx context.Context, key string, mode Mode, now int64, count float64, reserve bool) (Verdict, error)
+	// Store returns the store that bound it. The Limiter uses a BoundLimit
+	// only when that is the very store given to New: a type that embeds a
+	// Binder store to wrap its Apply is not bypassed by the embedded
+	// store's Bind, and has the fast path only if it implements Bind
+	// itself.
+	Store() Store
+}
+
+// Verdict is the Decision of a call of count on one record, as
+// BoundLimit.Decide returns it: the fields that such a Decision does not
+// fix (its Now is the call's, its Charged count when OK and zero
+// otherwise, for one record). Four fields, so that it is returned in
+// registers, where a Decision would be copied through memory.
+type Verdict struct {
+	OK         bool
+	RetryAfter int64
+	Remaining  float64
+	TS         int64
+}
+
+// Verdict returns the Verdict of d, a Decision of a call on one record.
+func (d *Decision) Verdict() Verdict {
+	return Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: d.TS}
+}
+
+// Decision returns the Decision that v stands for, of a call of count on
+// one record judged at now.
+func (v Verdict) Decision(now int64, count float64) Decision {
+	d := Decision{OK: v.OK, RetryAfter: v.RetryAfter, Remaining: v.Remaining, Now: now, TS: v.TS}
+	if v.OK {
+		d.Charged[0] = count
+	}
+	return d
+}

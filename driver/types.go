@@ -1,0 +1,262 @@
+package driver
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// The vocabulary of the contract: what an Op asks, the records it reads
+// and writes, and the Decision it gets back. The transition that decides
+// an Op is ratelimit.Evaluate (state.go in package ratelimit), the one
+// definition of the semantics; a store runs it, or a native port of it
+// proved equal by package storetest.
+
+// Noise is the float noise below which a negative amount counts as zero:
+// -1e-9 < v < 0 reads as 0. Native ports use this value.
+const Noise = 1e-9
+
+// PairTries bounds how many candidate times past an estimate the least
+// wait of a refused two-shard call tries (see ratelimit.Evaluate). Native
+// ports use this value.
+const PairTries = 4
+
+// MaxRetryAfter is the longest retry-after, in milliseconds, that a
+// decision reports; longer waits are clamped to it. It still converts to a
+// time.Duration without overflow (about 292 years).
+const MaxRetryAfter int64 = math.MaxInt64 / 1_000_000
+
+// Params is one record's share of a limit, in the units of the transition:
+// milliseconds and tokens. Config.Params computes it for a shard.
+type Params struct {
+	Kind Kind
+	// Rate is the tokens granted per Period.
+	Rate float64
+	// Period is the window or refill period in milliseconds, ≥ 1.
+	Period int64
+	// Capacity is the most tokens the record may hold.
+	Capacity float64
+	// MaxReserved is the most tokens the record may owe; 0 is unlimited.
+	MaxReserved float64
+	// Phase places the windows of a fixed window: they begin at
+	// Phase + k·Period. In [0, Period). Unused by a token bucket.
+	Phase int64
+}
+
+// State is what a store keeps for one record.
+type State struct {
+	// Value is the tokens in the bucket at TS; negative while it owes
+	// reserved tokens.
+	Value float64
+	// TS is a Unix time in milliseconds: the start of the current window
+	// (fixed window) or the time of the last update (token bucket).
+	TS int64
+}
+
+// Record is a stored state as a store reads it. A missing record is
+// Record{} (Found false) and means a full bucket.
+type Record struct {
+	State State
+	Found bool
+}
+
+// Update is what a store must do with one record after Evaluate: write
+// State when Write is set, otherwise leave the record as it is.
+type Update struct {
+	State State
+	Write bool
+}
+
+// Decision is the answer for one item of an Op.
+type Decision struct {
+	// OK is true when the item is allowed or reserved.
+	OK bool
+	// RetryAfter is in whole milliseconds, rounded up: for a reserved item
+	// the wait until its tokens have been granted, for a denied one the wait
+	// until the same call would succeed; 0 when allowed outright.
+	RetryAfter int64
+	// Remaining is the tokens left after an OK item (negative: debt), or the
+	// tokens available now after a denied one. For a sharded limit it counts
+	// the two shards the call evaluated.
+	Remaining float64
+	// Charged holds the tokens taken from each of the item's shards, in the
+	// order of Item.Shards (negative: handed back by a refund); a
+	// reservation hands them back on cancel.
+	Charged [2]float64
+	// Now is the time (Unix ms) the item was judged at: Op.Now, or the
+	// store's own clock (TimeSource). A refund of the charge names it in
+	// Item.At.
+	Now int64
+	// TS is the time of the item's first record after the call: for a
+	// fixed window the start of its current window, as the record holds it
+	// (its next grant is at TS + Period); for a token bucket the time of
+	// its last refill.
+	TS int64
+}
+
+// Mode is what an Op asks of a store.
+type Mode uint8
+
+const (
+	// ModeLimit decides and, when every item is OK, writes.
+	ModeLimit Mode = iota
+	// ModeCheck decides and writes nothing.
+	ModeCheck
+	// ModeRefund hands tokens back: each item has one shard, and gives back
+	// the Count tokens it was charged at Item.At, less what the limit has
+	// granted the record since (see Refund), capped at Capacity.
+	ModeRefund
+)
+
+// Op is one atomic call against a store: one or more items, decided
+// together. In ModeLimit either every item is OK and all their updates are
+// written, or nothing is written.
+type Op struct {
+	Mode Mode
+	// Now is the time of the call in Unix milliseconds.
+	Now int64
+	// Reserve lets the items take tokens they cannot have yet.
+	Reserve bool
+	// Items are the limits decided. They all have the same Key (so that a
+	// store may keep all records of one key together, e.g. in one Redis
+	// Cluster slot), and two items never name the same record.
+	Items []Item
+}
+
+// Item is one limit of an Op: the tokens asked of one (name, key) and the
+// records that may grant them.
+type Item struct {
+	Name  string
+	Key   string
+	Count float64
+	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
+	// charged: Decision.Now of the call that took them.
+	At int64
+	// Shards holds one record, or two for a sharded limit (power of two
+	// choices: the call may be granted by either or by both together).
+	Shards []Shard
+}
+
+// Shard is one record of an Item and its params.
+type Shard struct {
+	Index  int
+	Params Params
+}
+
+// RecordID names one record: a (limit name, key, shard). Two different
+// RecordIDs never share a record in any store.
+type RecordID struct {
+	Name  string
+	Key   string
+	Shard int
+}
+
+// AppendKey appends an encoding of id to dst that no other RecordID
+// shares, whatever bytes the name and key hold: the uvarint length of the
+// name, the name, the uvarint shard, then the key. Stores use it (or a
+// digest of it) as the record's key.
+func (id RecordID) AppendKey(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(id.Name)))
+	dst = append(dst, id.Name...)
+	dst = binary.AppendUvarint(dst, uint64(id.Shard))
+	return append(dst, id.Key...)
+}
+
+// NumRecords returns how many records op touches.
+func (op *Op) NumRecords() int {
+	n := 0
+	for i := range op.Items {
+		n += len(op.Items[i].Shards)
+	}
+	return n
+}
+
+// AppendRecordIDs appends the records op touches to dst, item by item and
+// shard by shard: the order of Evaluate's prev and next.
+func (op *Op) AppendRecordIDs(dst []RecordID) []RecordID {
+	for i := range op.Items {
+		it := &op.Items[i]
+		for _, sh := range it.Shards {
+			dst = append(dst, RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index})
+		}
+	}
+	return dst
+}
+
+// ExpiryGrace is how long, in milliseconds, a store keeps a record past
+// its FullAt before deleting it. Reading a record past FullAt as missing is
+// always exact: at that call's now the bucket is full either way. Deleting
+// it is exact only for calls judged at FullAt or later, and concurrent
+// calls are judged at times read a moment apart: a call whose now was read
+// just before FullAt, arriving after the deletion, would find a full bucket
+// while the record says otherwise. The grace covers how far the nows of
+// calls in flight may lag behind the deleter's.
+const ExpiryGrace int64 = 60_000
+
+// Never is the FullAt of a record whose refill is too slow to compute:
+// keep it.
+const Never int64 = math.MaxInt64
+
+// Kind selects how a limit grants tokens.
+//
+// The zero Kind is invalid, so that a Config must say which kind it means.
+type Kind uint8
+
+const (
+	// FixedWindow grants Rate tokens at the start of every window of length
+	// Period, capped at Capacity; unused tokens roll over up to the cap.
+	FixedWindow Kind = 1
+	// TokenBucket refills continuously at Rate tokens per Period, capped at
+	// Capacity.
+	TokenBucket Kind = 2
+)
+
+// String returns "fixed window", "token bucket", or "Kind(n)" for an invalid
+// value.
+func (k Kind) String() string {
+	switch k {
+	case FixedWindow:
+		return "fixed window"
+	case TokenBucket:
+		return "token bucket"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// MarshalText encodes the kind as "fixed window" or "token bucket", the
+// spelling used by configuration files.
+func (k Kind) MarshalText() ([]byte, error) {
+	if k != FixedWindow && k != TokenBucket {
+		return nil, fmt.Errorf("ratelimit: cannot encode %v: use FixedWindow or TokenBucket", k)
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText decodes "fixed window" or "token bucket" (also accepted:
+// "fixed_window", "fixedwindow", "token_bucket", "tokenbucket", any case).
+func (k *Kind) UnmarshalText(b []byte) error {
+	switch normalizeKind(string(b)) {
+	case "fixedwindow":
+		*k = FixedWindow
+	case "tokenbucket":
+		*k = TokenBucket
+	default:
+		return fmt.Errorf("ratelimit: unknown kind %q: write \"fixed window\" or \"token bucket\"", b)
+	}
+	return nil
+}
+
+func normalizeKind(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '_' || c == '-':
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
