@@ -127,7 +127,7 @@ var benchLimits = ratelimit.Limits{
 }
 
 func newBenchLimiter(b *testing.B) *ratelimit.Limiter {
-	lim, err := ratelimit.New(memstore.New(), benchLimits)
+	lim, err := ratelimit.New(must(memstore.New()), benchLimits)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func BenchmarkLimiterAlone(b *testing.B) {
 		{"clock=fixed", []ratelimit.Option{ratelimit.WithClock(fixedClock{clock.NewMock()})}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			lim, err := ratelimit.New(&nopStore{memstore.New()}, benchLimits, c.opts...)
+			lim, err := ratelimit.New(&nopStore{must(memstore.New())}, benchLimits, c.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -59,7 +59,7 @@ var bindLimits = ratelimit.Limits{
 
 func TestBinderWrapperIsNotBypassed(t *testing.T) {
 	ctx := context.Background()
-	store := &applyCounter{Store: memstore.New()}
+	store := &applyCounter{Store: must(memstore.New())}
 	lim, err := ratelimit.New(store, bindLimits)
 	require.NoError(t, err)
 	_, err = lim.Limit(ctx, "one", "k")
@@ -73,7 +73,7 @@ func TestBinderWrapperIsNotBypassed(t *testing.T) {
 
 func TestLimiterDecidesThroughBinder(t *testing.T) {
 	ctx := context.Background()
-	store := &decideCounter{applyCounter: applyCounter{Store: memstore.New()}}
+	store := &decideCounter{applyCounter: applyCounter{Store: must(memstore.New())}}
 	store.owner = store
 	lim, err := ratelimit.New(store, bindLimits, ratelimit.WithClock(newMock()))
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestLimiterDecidesThroughBinder(t *testing.T) {
 // the store's time.
 func TestOwnClockStoreIsNotBound(t *testing.T) {
 	ctx := context.Background()
-	store := &ownClockBinder{decideCounter: decideCounter{applyCounter: applyCounter{Store: memstore.New()}}}
+	store := &ownClockBinder{decideCounter: decideCounter{applyCounter: applyCounter{Store: must(memstore.New())}}}
 	store.owner = store
 	lim, err := ratelimit.New(store, bindLimits)
 	require.NoError(t, err)

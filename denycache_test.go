@@ -29,8 +29,8 @@ func TestDenyCacheIsExact(t *testing.T) {
 		for seed := range 10 {
 			rng := rand.New(rand.NewPCG(uint64(seed), uint64(ci)))
 			mock := &stepClock{Mock: newMock(), now: t0}
-			cached := &flakyStore{Store: memstore.New()}
-			plain := &flakyStore{Store: memstore.New()}
+			cached := &flakyStore{Store: must(memstore.New())}
+			plain := &flakyStore{Store: must(memstore.New())}
 			limits := ratelimit.Limits{"l": cfg}
 			withCache, err := ratelimit.New(cached, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
 			require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 
 func TestDenyCacheInvalidation(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Minute},
 	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(10))
@@ -118,7 +118,7 @@ func TestDenyCacheInvalidation(t *testing.T) {
 func BenchmarkDenyCacheUnderAttack(b *testing.B) {
 	for _, size := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
-			store := &flakyStore{Store: memstore.New()}
+			store := &flakyStore{Store: must(memstore.New())}
 			mock := newMock()
 			opts := []ratelimit.Option{ratelimit.WithClock(mock)}
 			if size > 0 {
@@ -162,7 +162,7 @@ func (c *stepClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
 func TestDenyCacheRetryAfterWithAnotherProcess(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	store := memstore.New()
+	store := must(memstore.New())
 	limits := ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Second, Start: t0}}
 	cached, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(10))
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"sync"
 	"time"
 
@@ -20,7 +21,11 @@ func Example() {
 	mock := clock.NewMock()
 	mock.Set(time.Date(2024, 1, 1, 9, 0, 0, 0, time.UTC))
 
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"freeTrialSignUp": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
 		"sendMessage":     {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
 	}, ratelimit.WithClock(mock))
@@ -47,7 +52,8 @@ func Example_rollover() {
 	ctx := context.Background()
 	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	mock := clock.NewMock()
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, _ := memstore.New()
+	lim, _ := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Capacity: 150, Start: start},
 	}, ratelimit.WithClock(mock))
 
@@ -72,7 +78,8 @@ func Example_rollover() {
 func Example_reserve() {
 	ctx := context.Background()
 	mock := clock.NewMock()
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, _ := memstore.New()
+	lim, _ := ratelimit.New(store, ratelimit.Limits{
 		"llm": {Kind: ratelimit.TokenBucket, Rate: 40000, Period: time.Minute, MaxReserved: 20000},
 	}, ratelimit.WithClock(mock))
 
@@ -90,7 +97,8 @@ func Example_reserve() {
 // errors.As gives the name, key and retry-after.
 func ExampleResult_Err() {
 	ctx := context.Background()
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, _ := memstore.New()
+	lim, _ := ratelimit.New(store, ratelimit.Limits{
 		"login": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: time.UnixMilli(0)},
 	}, ratelimit.WithClock(clock.NewMock()))
 
@@ -115,7 +123,8 @@ func ExampleResult_Err() {
 func ExampleLimiter_Value() {
 	ctx := context.Background()
 	mock := clock.NewMock()
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, _ := memstore.New()
+	lim, _ := ratelimit.New(store, ratelimit.Limits{
 		"export": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: time.UnixMilli(0)},
 	}, ratelimit.WithClock(mock))
 	mock.Add(20 * time.Minute)
@@ -129,7 +138,11 @@ func ExampleLimiter_Value() {
 // An invalid config is refused when the limiter is built, with an error
 // that names the limit and the field.
 func ExampleNew_invalidConfig() {
-	_, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = ratelimit.New(store, ratelimit.Limits{
 		"search": {Kind: ratelimit.TokenBucket, Rate: 0, Period: time.Second},
 	})
 	fmt.Println(err)
@@ -147,7 +160,8 @@ func ExampleLimiter_Reserve() {
 	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	mock := clock.NewMock()
 	mock.Set(start)
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, _ := memstore.New()
+	lim, _ := ratelimit.New(store, ratelimit.Limits{
 		"email": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Start: start},
 	}, ratelimit.WithClock(mock))
 

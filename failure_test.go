@@ -45,7 +45,7 @@ func (s *flakyStore) Load(ctx context.Context, ids []driver.RecordID, out []driv
 
 func TestFailurePolicy(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	var logs bytes.Buffer
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"closed": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
@@ -86,7 +86,7 @@ func TestFailurePolicy(t *testing.T) {
 
 func TestBreaker(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	mock := newMock()
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
@@ -143,7 +143,7 @@ func TestCallerCancelIsNoStoreFailure(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	store.Store = memstore.New()
+	store.Store = must(memstore.New())
 	res, err := lim.Limit(context.Background(), "l", "k")
 	require.NoError(t, err, "a caller giving up must not open the breaker")
 	assert.True(t, res.OK)
@@ -182,7 +182,7 @@ func (s *hookStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decis
 // used to stay marked in flight, so that no call asked the store again.
 func TestBreakerCanceledProbe(t *testing.T) {
 	ctx := context.Background()
-	store := &hookStore{Store: memstore.New()}
+	store := &hookStore{Store: must(memstore.New())}
 	mock := newMock()
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
@@ -215,7 +215,7 @@ func TestBreakerCanceledProbe(t *testing.T) {
 // limit used to grant 1,000 of 1,000 calls after five of them.
 func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	store := &hookStore{Store: memstore.New()}
+	store := &hookStore{Store: must(memstore.New())}
 	mock := newMock()
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, FailOpen: true},
@@ -251,7 +251,7 @@ func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
 // calls that waited for it long, while it answered nobody, are failures.
 func TestSlowStoreOpensTheBreaker(t *testing.T) {
 	ctx := context.Background()
-	store := &hookStore{Store: memstore.New()}
+	store := &hookStore{Store: must(memstore.New())}
 	mock := newMock()
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},

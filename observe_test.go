@@ -18,7 +18,7 @@ import (
 func TestLimitAll(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"hour":   {Kind: ratelimit.FixedWindow, Rate: 2000, Period: time.Hour, Start: t0},
 		"minute": {Kind: ratelimit.FixedWindow, Rate: 33, Period: time.Minute, Start: t0},
 	}, ratelimit.WithClock(mock))
@@ -57,7 +57,7 @@ func TestLimitAll(t *testing.T) {
 func TestObserver(t *testing.T) {
 	ctx := context.Background()
 	var events []ratelimit.Event
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 1},
 	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(8),
@@ -104,7 +104,7 @@ func ExampleWithObserver() {
 	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
 		decisions.inc(fmt.Sprintf(`limit=%q,outcome=%q`, e.Result.Name, e.Outcome))
 	})
-	lim, _ := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, _ := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"search": {Kind: ratelimit.TokenBucket, Rate: 3, Period: time.Minute},
 	}, ratelimit.WithObserver(observer))
 

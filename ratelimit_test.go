@@ -51,7 +51,7 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := valid
 			tt.edit(&c)
-			_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"signup": c})
+			_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"signup": c})
 			require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 			var ce *ratelimit.ConfigError
 			require.ErrorAs(t, err, &ce)
@@ -66,7 +66,7 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 
 func TestBadCallsChangeNothing(t *testing.T) {
 	ctx := context.Background()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"fw":      {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
 		"bounded": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, MaxReserved: 5},
 	}, ratelimit.WithClock(newMock()))
@@ -110,7 +110,7 @@ func TestBadCallsChangeNothing(t *testing.T) {
 
 func TestInlineConfig(t *testing.T) {
 	ctx := context.Background()
-	lim, err := ratelimit.New(memstore.New(), nil, ratelimit.WithClock(newMock()))
+	lim, err := ratelimit.New(must(memstore.New()), nil, ratelimit.WithClock(newMock()))
 	require.NoError(t, err)
 	cfg := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second})
 	for i := range 3 {
@@ -122,7 +122,7 @@ func TestInlineConfig(t *testing.T) {
 
 func TestResultErr(t *testing.T) {
 	ctx := context.Background()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"sendMessage": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 1},
 	}, ratelimit.WithClock(newMock()))
 	require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestResultErr(t *testing.T) {
 func TestDerivedPhase(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"h": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
 	}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestDerivedPhase(t *testing.T) {
 	}
 	assert.Greater(t, len(starts), 190, "phases must spread across keys")
 
-	other, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	other, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"h": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
 	}, ratelimit.WithClock(mock), ratelimit.WithPhaseSeed(42))
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestDerivedPhase(t *testing.T) {
 func TestFutureStartFixesOnlyThePhase(t *testing.T) {
 	ctx := context.Background()
 	start := t0.Add(90*24*time.Hour + 17*time.Minute)
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"launch": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: start},
 	}, ratelimit.WithClock(newMock()))
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestFutureStartFixesOnlyThePhase(t *testing.T) {
 func TestShardChoiceIsInjectable(t *testing.T) {
 	ctx := context.Background()
 	run := func() []float64 {
-		lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 			"s": {Kind: ratelimit.FixedWindow, Rate: 80, Period: time.Minute, Shards: 8, Start: t0},
 		}, ratelimit.WithClock(newMock()), ratelimit.WithRand(rand.NewPCG(1, 2)))
 		require.NoError(t, err)
@@ -211,7 +211,7 @@ func TestShardChoiceIsInjectable(t *testing.T) {
 }
 
 func TestShardedCountValidation(t *testing.T) {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"s": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, Shards: 10},
 	})
 	require.NoError(t, err)
@@ -243,7 +243,7 @@ func TestKindText(t *testing.T) {
 func TestMemstoreForgetsFullBuckets(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	store := memstore.New(memstore.WithClock(mock))
+	store := must(memstore.New(memstore.WithClock(mock)))
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"tb":  {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
 		"big": {Kind: ratelimit.TokenBucket, Rate: 1e6, Period: time.Second},
@@ -255,7 +255,7 @@ func TestMemstoreForgetsFullBuckets(t *testing.T) {
 	}
 	require.Equal(t, 1000, store.Len())
 	mock.Add(99 * time.Millisecond) // one token refilled by 100 ms: not yet
-	assert.Equal(t, 0, store.DeleteExpired(mock.Now()))
+	assert.Equal(t, 0, must(store.DeleteExpired(ctx, mock.Now())))
 	mock.Add(time.Millisecond)
 	// Writes (of any limit and key) drop expired records a few at a time.
 	for i := range 300 {
@@ -263,7 +263,7 @@ func TestMemstoreForgetsFullBuckets(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.OK)
 	}
-	assert.Equal(t, 0, store.DeleteExpired(mock.Now()), "full, but not for ExpiryGrace yet")
+	assert.Equal(t, 0, must(store.DeleteExpired(ctx, mock.Now())), "full, but not for ExpiryGrace yet")
 	mock.Add(time.Duration(driver.ExpiryGrace) * time.Millisecond)
 	// Writes that add records drop expired ones as they go, a few slots of
 	// one stripe after another.
@@ -272,7 +272,7 @@ func TestMemstoreForgetsFullBuckets(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Less(t, store.Len(), 1000+3+300-500, "writes must drop expired records as they go")
-	assert.Equal(t, store.Len()-303, store.DeleteExpired(mock.Now()))
+	assert.Equal(t, store.Len()-303, must(store.DeleteExpired(ctx, mock.Now())))
 	assert.Equal(t, 303, store.Len())
 }
 
@@ -310,7 +310,7 @@ func TestStoreClock(t *testing.T) {
 	for _, own := range []bool{false, true} {
 		t.Run(fmt.Sprint("own=", own), func(t *testing.T) {
 			mock := newMock()
-			store := &clockStore{Store: memstore.New(), own: own, now: t0}
+			store := &clockStore{Store: must(memstore.New()), own: own, now: t0}
 			lim, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithDenyCache(16))
 			require.NoError(t, err)
 			res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(60))
@@ -340,7 +340,7 @@ func TestStoreClock(t *testing.T) {
 func TestResultReset(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: t0},
 		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
 	}, ratelimit.WithClock(mock))
@@ -387,7 +387,7 @@ func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
 func TestShardingALimitCapsItsOldRecord(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	store := memstore.New()
+	store := must(memstore.New())
 	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Start: t0}
 	before, err := ratelimit.New(store, ratelimit.Limits{"l": cfg}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -419,7 +419,7 @@ func TestShardingALimitCapsItsOldRecord(t *testing.T) {
 func TestResetFollowsTheStoredRecord(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()
-	store := memstore.New()
+	store := must(memstore.New())
 	hour := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: t0}
 	old, err := ratelimit.New(store, ratelimit.Limits{"l": hour}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -442,7 +442,7 @@ func TestResetFollowsTheStoredRecord(t *testing.T) {
 // milliseconds, rounded up, like every other (it said 999.95267ms).
 func TestDegradedRetryAfterIsWholeMilliseconds(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	mock := newMock()
 	cooldown := 999952670 * time.Nanosecond
 	lim, err := ratelimit.New(store, ratelimit.Limits{
@@ -472,7 +472,7 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, MaxReserved: 1e16, Period: time.Second}, "MaxReserved"},
 		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: 101 * 365 * 24 * time.Hour}, "Period"},
 	} {
-		_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"l": c.cfg})
+		_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": c.cfg})
 		var ce *ratelimit.ConfigError
 		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
 		assert.Equal(t, c.field, ce.Field)
@@ -480,7 +480,7 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 
 	// The bounds themselves work: a 100-year window, the largest rate.
 	mock := newMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"century": {Kind: ratelimit.FixedWindow, Rate: 3, Period: ratelimit.MaxPeriod},
 		"huge":    {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Millisecond},
 		"debt":    {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second},
@@ -527,17 +527,17 @@ func TestNewRefusesLimitsNoCallCanPass(t *testing.T) {
 		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second}, "Rate", "at least 1"},
 		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Shards: 32}, "Rate", "at least 16"},
 	} {
-		_, err := ratelimit.New(memstore.New(), ratelimit.Limits{"l": c.cfg})
+		_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": c.cfg})
 		var ce *ratelimit.ConfigError
 		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
 		assert.Equal(t, c.field, ce.Field)
 		assert.Contains(t, err.Error(), c.hint)
 	}
-	_, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 1, Period: time.Second},
 	})
 	require.NoError(t, err, "one call every two seconds")
-	_, err = ratelimit.New(memstore.New(), ratelimit.Limits{
+	_, err = ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 0.5, Period: time.Second},
 	})
 	require.NoError(t, err, "set explicitly, for calls of fractional counts")

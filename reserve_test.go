@@ -16,7 +16,7 @@ import (
 func newReserveLimiter(t *testing.T, cfg ratelimit.Config) (*ratelimit.Limiter, *clock.Mock) {
 	t.Helper()
 	mock := newMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock))
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
 	return lim, mock
 }
@@ -282,7 +282,7 @@ func TestLateCancelDoesNotServeAWindowTwice(t *testing.T) {
 // returns beside the error is the failure policy's and holds nothing.
 func TestReserveReportsStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
 	}, ratelimit.WithClock(newMock()))

@@ -29,7 +29,7 @@ var inProcess = []struct {
 	new  func(b *testing.B, l compare.Limit) (func(ctx context.Context, key string) (bool, error), error)
 }{
 	{"ratelimit", func(b *testing.B, l compare.Limit) (func(context.Context, string) (bool, error), error) {
-		lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+		lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 			"bench": {Kind: l.Kind, Rate: float64(l.Rate), Period: l.Period},
 		})
 		if err != nil {

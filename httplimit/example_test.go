@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -19,7 +20,11 @@ import (
 func Example() {
 	mock := clock.NewMock() // a real service leaves the clock out
 	mock.Set(time.Date(2024, 1, 1, 12, 0, 15, 0, time.UTC))
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Start: time.Unix(0, 0)},
 	}, ratelimit.WithClock(mock))
 	if err != nil {
@@ -52,7 +57,11 @@ func Example() {
 // client that writes its own X-Forwarded-For (or Forwarded) is still keyed
 // by the address the load balancer saw.
 func ExampleTrustProxies() {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute},
 	})
 	if err != nil {
@@ -89,7 +98,11 @@ func ExampleTrustProxies() {
 // is a fraction; a token bucket's t is the time until its next token.
 func ExampleMiddleware_Policy() {
 	mock := clock.NewMock()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"half":   {Kind: ratelimit.TokenBucket, Rate: 0.5, Period: time.Second, Capacity: 1},
 		"burst":  {Kind: ratelimit.TokenBucket, Rate: 1, Period: 100 * time.Millisecond, Capacity: 20},
 		"minute": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, Capacity: 5},
@@ -115,7 +128,11 @@ func ExampleMiddleware_Policy() {
 
 // WithProblemDetails answers a refused request in application/problem+json.
 func ExampleWithProblemDetails() {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"perMinute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: time.Unix(0, 0)},
 	}, ratelimit.WithClock(clock.NewMock()))
 	if err != nil {

@@ -29,7 +29,7 @@ func limiter(t *testing.T, limits ratelimit.Limits, store ratelimit.Store) (*rat
 	mock := clock.NewMock()
 	mock.Set(t0)
 	if store == nil {
-		store = memstore.New()
+		store = must(memstore.New())
 	}
 	lim, err := ratelimit.New(store, limits, ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
 	require.NoError(t, err)

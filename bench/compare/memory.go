@@ -21,7 +21,13 @@ import (
 var memoryContenders = []Contender{
 	{
 		Name: "ratelimit memstore", Code: "lib", Role: Library, Bound: libraryBound,
-		New: func(_ context.Context, _ *env, l Limit) (Taker, error) { return newLibrary(memstore.New(), l) },
+		New: func(_ context.Context, _ *env, l Limit) (Taker, error) {
+			s, err := memstore.New()
+			if err != nil {
+				return nil, err
+			}
+			return newLibrary(s, l)
+		},
 	},
 	{
 		// Windows that start at a key's first call after the last one

@@ -20,7 +20,11 @@ var redisContenders = []Contender{
 	{
 		Name: "ratelimit redisstore", Code: "lib", Role: Library, Bound: libraryBound,
 		New: func(_ context.Context, e *env, l Limit) (Taker, error) {
-			return newLibrary(redisstore.New(e.redis, redisstore.WithPrefix(e.prefix+"lib:")), l)
+			s, err := redisstore.New(e.redis, redisstore.WithPrefix(e.prefix+"lib:"))
+			if err != nil {
+				return nil, err
+			}
+			return newLibrary(s, l)
 		},
 	},
 	{

@@ -395,7 +395,7 @@ func TestBenchCatchesBrokenStore(t *testing.T) {
 		{Kind: ratelimit.FixedWindow, Rate: 20, Period: time.Second, Shards: 2},
 		{Kind: ratelimit.TokenBucket, Rate: 20, Period: time.Second},
 	} {
-		lim, err := ratelimit.New(&forgetful{Store: memstore.New()}, ratelimit.Limits{"x": cfg})
+		lim, err := ratelimit.New(&forgetful{Store: must(memstore.New())}, ratelimit.Limits{"x": cfg})
 		require.NoError(t, err)
 		// A run needs a few hundred calls for the store to break the
 		// limit: on a slow machine, run again until one had them.

@@ -45,7 +45,11 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 	case "":
 		return nil, nil, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... or mem:")
 	case "mem":
-		return memstore.New(), func() {}, nil
+		m, err := memstore.New()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, func() {}, nil
 	case "bolt":
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
@@ -66,7 +70,12 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 			c.Close()
 			return nil, nil, fmt.Errorf("redis at %s: %w (is the server up? check --store)", opt.Addr, err)
 		}
-		return redisstore.New(c, redisstore.WithPrefix(f.prefix)), func() { c.Close() }, nil
+		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
+		if err != nil {
+			c.Close()
+			return nil, nil, usagef("--prefix: %v", err)
+		}
+		return rs, func() { c.Close() }, nil
 	case "redis+cluster":
 		addrs := strings.Split(strings.TrimPrefix(rest, "//"), ",")
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -74,7 +83,12 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 			c.Close()
 			return nil, nil, fmt.Errorf("redis cluster at %v: %w (are the nodes up? check --store)", addrs, err)
 		}
-		return redisstore.New(c, redisstore.WithPrefix(f.prefix)), func() { c.Close() }, nil
+		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
+		if err != nil {
+			c.Close()
+			return nil, nil, usagef("--prefix: %v", err)
+		}
+		return rs, func() { c.Close() }, nil
 	case "postgres", "postgresql":
 		pool, err := pgxpool.New(ctx, u)
 		if err != nil {

@@ -2,6 +2,7 @@ package frameworks_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -19,7 +20,11 @@ import (
 // mock clock makes the output repeatable; production leaves WithClock
 // out.)
 func exampleMiddleware() *httplimit.Middleware {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
 	}, ratelimit.WithClock(clock.NewMock()))
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // newMiddleware returns a middleware of two requests a minute per key.
 func newMiddleware(t *testing.T, opts ...httplimit.Option) *httplimit.Middleware {
 	t.Helper()
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
 	}, ratelimit.WithClock(clock.NewMock()))
 	require.NoError(t, err)

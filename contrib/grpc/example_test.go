@@ -3,6 +3,7 @@ package ratelimitgrpc_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"time"
 
@@ -23,7 +24,11 @@ import (
 // refusal a client gets. (The mock clock makes the output repeatable;
 // production leaves WithClock out.)
 func Example() {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
 	}, ratelimit.WithClock(clock.NewMock()))
 	if err != nil {
@@ -68,7 +73,11 @@ func Example() {
 // The Interceptor as the Limiter of go-grpc-middleware's rate-limit
 // interceptors, in a chain built with that module.
 func ExampleInterceptor_Limit() {
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
 	})
 	if err != nil {

@@ -67,7 +67,7 @@ func serve(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.Stre
 func newLimiter(t *testing.T, store ratelimit.Store, mock *clock.Mock, limits ratelimit.Limits) *ratelimit.Limiter {
 	t.Helper()
 	if store == nil {
-		store = memstore.New()
+		store = must(memstore.New())
 	}
 	lim, err := ratelimit.New(store, limits, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -239,7 +239,7 @@ func (s *flakyStore) Apply(ctx context.Context, op *driver.Op, out []driver.Deci
 
 func TestStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: memstore.New()}
+	store := &flakyStore{Store: must(memstore.New())}
 	store.down.Store(true)
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"closed": twoPerMinute,

@@ -30,7 +30,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	store := ratelimitotel.WrapStore(memstore.New(), ratelimitotel.WithTracerProvider(tp))
+	mem, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	store := ratelimitotel.WrapStore(mem, ratelimitotel.WithTracerProvider(tp))
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute},
 	}, ratelimit.WithObserver(obs), ratelimit.WithClock(clock.NewMock()))

@@ -123,7 +123,7 @@ func TestObserverOutcomes(t *testing.T) {
 	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
 	require.NoError(t, err)
 	mock := clock.NewMock()
-	store := &slowStore{Store: memstore.New(), mock: mock}
+	store := &slowStore{Store: must(memstore.New()), mock: mock}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api":    {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, MaxReserved: 1},
 		"login":  {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
@@ -176,7 +176,7 @@ func TestObserverLimitAllRecordsEachLimit(t *testing.T) {
 	reader, mp := newReader(t)
 	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
 	require.NoError(t, err)
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"hour":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
 		"minute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
 	}, ratelimit.WithObserver(obs), ratelimit.WithClock(clock.NewMock()))
@@ -202,7 +202,7 @@ func TestObserverDuration(t *testing.T) {
 	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
 	require.NoError(t, err)
 	mock := clock.NewMock()
-	store := &slowStore{Store: memstore.New(), mock: mock, delay: 3 * time.Millisecond}
+	store := &slowStore{Store: must(memstore.New()), mock: mock, delay: 3 * time.Millisecond}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
 	}, ratelimit.WithObserver(obs), ratelimit.WithClock(mock))

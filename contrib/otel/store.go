@@ -27,20 +27,6 @@ const (
 // its own; a Limiter never asks, since OwnClock reports false.
 var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of its own (OwnClock is false): use the Limiter's clock")
 
-// The DeleteExpired methods stores have: a janitor finds them by type
-// assertion on the wrapper as on the store.
-type (
-	expirer interface {
-		DeleteExpired(ctx context.Context, now time.Time) (int, error)
-	}
-	expirer64 interface {
-		DeleteExpired(ctx context.Context, now time.Time) (int64, error)
-	}
-	memExpirer interface {
-		DeleteExpired(now time.Time) int
-	}
-)
-
 // WrapStore returns a Store that calls s inside a span for each call:
 // Apply, Load, Delete, and, when s has them, ApplyBatch, DeleteExpired and
 // Now. Spans are named SpanApply and so on, start on a tracer of the
@@ -49,7 +35,7 @@ type (
 // keys), and record the store's error.
 //
 // The Store returned implements driver.BatchApplier and DeleteExpired
-// (with s's signature) when s does, and driver.TimeSource always:
+// when s does, and driver.TimeSource always:
 // OwnClock reports s's answer, false when s is no TimeSource, so that a
 // Limiter treats the wrapper exactly as it would s. Unwrap returns s.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
@@ -60,8 +46,7 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 	t := &tracedStore{next: s, tracer: c.tp.Tracer(ScopeName), attrs: c.attrs}
 	t.clock, _ = s.(driver.TimeSource)
 	b, isBatch := s.(driver.BatchApplier)
-	switch e := s.(type) {
-	case expirer:
+	if e, ok := s.(driver.Expirer); ok {
 		if isBatch {
 			return &struct {
 				*tracedStore
@@ -73,30 +58,6 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 			*tracedStore
 			expire
 		}{t, expire{t, e}}
-	case expirer64:
-		if isBatch {
-			return &struct {
-				*tracedStore
-				batch
-				expire64
-			}{t, batch{t, b}, expire64{t, e}}
-		}
-		return &struct {
-			*tracedStore
-			expire64
-		}{t, expire64{t, e}}
-	case memExpirer:
-		if isBatch {
-			return &struct {
-				*tracedStore
-				batch
-				memExpire
-			}{t, batch{t, b}, memExpire{e}}
-		}
-		return &struct {
-			*tracedStore
-			memExpire
-		}{t, memExpire{e}}
 	}
 	if isBatch {
 		return &struct {
@@ -221,7 +182,7 @@ func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver
 
 type expire struct {
 	s    *tracedStore
-	next expirer
+	next driver.Expirer
 }
 
 // DeleteExpired calls the wrapped store's DeleteExpired in a span named
@@ -235,30 +196,6 @@ func (e expire) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	end(span, err)
 	return n, err
 }
-
-type expire64 struct {
-	s    *tracedStore
-	next expirer64
-}
-
-// DeleteExpired calls the wrapped store's DeleteExpired in a span named
-// SpanDeleteExpired.
-func (e expire64) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
-	ctx, span, rec := e.s.start(ctx, SpanDeleteExpired)
-	n, err := e.next.DeleteExpired(ctx, now)
-	if rec {
-		span.SetAttributes(RecordsKey.Int64(n))
-	}
-	end(span, err)
-	return n, err
-}
-
-// memExpire forwards a DeleteExpired without a context (memstore's): it
-// is not traced, having no context to put a span in, and does no I/O.
-type memExpire struct{ next memExpirer }
-
-// DeleteExpired calls the wrapped store's DeleteExpired.
-func (e memExpire) DeleteExpired(now time.Time) int { return e.next.DeleteExpired(now) }
 
 func modeName(m driver.Mode) string {
 	switch m {

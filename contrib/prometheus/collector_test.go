@@ -65,7 +65,7 @@ func TestCollectorOutcomes(t *testing.T) {
 	ctx := context.Background()
 	c, reg := newCollector(t)
 	mock := clock.NewMock()
-	store := &slowStore{Store: memstore.New(), mock: mock}
+	store := &slowStore{Store: must(memstore.New()), mock: mock}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api":    {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, MaxReserved: 1},
 		"login":  {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
@@ -117,7 +117,7 @@ func TestCollectorDuration(t *testing.T) {
 	ctx := context.Background()
 	c, reg := newCollector(t, ratelimitprom.WithBuckets([]float64{0.001, 0.01, 0.1}))
 	mock := clock.NewMock()
-	store := &slowStore{Store: memstore.New(), mock: mock, delay: 3 * time.Millisecond}
+	store := &slowStore{Store: must(memstore.New()), mock: mock, delay: 3 * time.Millisecond}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
 	}, ratelimit.WithObserver(c), ratelimit.WithClock(mock))
@@ -187,7 +187,7 @@ ratelimit_decisions_total{check="false",limit="api�",local="false",outcome="al
 func TestCollectorLimitAll(t *testing.T) {
 	ctx := context.Background()
 	c, reg := newCollector(t)
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"hour":   {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
 		"minute": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
 	}, ratelimit.WithObserver(c), ratelimit.WithClock(clock.NewMock()))

@@ -3,6 +3,7 @@ package ratelimitprom_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -26,7 +27,11 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute},
 	}, ratelimit.WithObserver(c), ratelimit.WithClock(clock.NewMock()))
 	if err != nil {

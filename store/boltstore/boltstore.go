@@ -110,6 +110,7 @@ type hooks struct {
 var (
 	_ ratelimit.Store     = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
+	_ driver.Expirer      = (*Store)(nil)
 )
 
 // Option configures a Store in Open or New.

@@ -34,7 +34,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			for b.Loop() {
 				mock := clock.NewMock()
 				mock.Set(time.UnixMilli(1_700_000_000_000))
-				store := memstore.New(memstore.WithClock(mock))
+				store := must(memstore.New(memstore.WithClock(mock)))
 				lim, err := ratelimit.New(store, ratelimit.Limits{"api": cfg}, ratelimit.WithClock(mock))
 				if err != nil {
 					b.Fatal(err)
@@ -51,7 +51,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 					b.Fatalf("%d records, want %d", store.Len(), n)
 				}
 				mock.Add(time.Minute + time.Duration(driver.ExpiryGrace)*time.Millisecond)
-				dropped := store.DeleteExpired(mock.Now())
+				dropped := must(store.DeleteExpired(context.Background(), mock.Now()))
 				after := heapInUse()
 				b.ReportMetric(float64(full-base)/n, "B/key")
 				b.ReportMetric(float64(after-base)/n, "B/key-after-drop")
@@ -75,7 +75,7 @@ func heapInUse() int64 {
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
 		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
-			s := memstore.New()
+			s := must(memstore.New())
 			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
 			bl := s.Bind("api", p, func(string) int64 { return 0 })
 			keys := make([]string, n)

@@ -13,12 +13,15 @@ import (
 // holds a stale copy: claim must refuse it, or the call's write is lost.
 // So must it a slot that a delete's shift emptied or refilled.
 func TestClaimRefusesAMovedRecord(t *testing.T) {
-	s := New()
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
 	b := s.Bind("l", p, func(string) int64 { return 0 }).(*bound)
 	h := s.hash("k", b.salt)
 	st := s.stripeOf(h)
-	_, err := b.Decide(t.Context(), "k", driver.ModeLimit, 1_000, 1, false)
+	_, err = b.Decide(t.Context(), "k", driver.ModeLimit, 1_000, 1, false)
 	require.NoError(t, err)
 
 	// The call probes: it reads the version and finds the record's slot.

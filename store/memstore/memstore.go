@@ -33,6 +33,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -95,30 +96,40 @@ type Store struct {
 }
 
 // Option configures a Store in New.
-type Option func(*Store)
+type Option func(*options)
+
+type options struct {
+	clock clock.Clock
+}
 
 // WithClock sets the clock by which the store's own sweeps judge how much
 // time has passed (default: the real clock). Tests that move a mock clock
 // by hand and want records swept pass that clock.
-func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 var (
 	_ ratelimit.Store = (*Store)(nil)
 	_ driver.Binder   = (*Store)(nil)
+	_ driver.Expirer  = (*Store)(nil)
 )
 
-// New returns an empty in-memory store.
-func New(opts ...Option) *Store {
-	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: clock.New()}
-	for _, o := range opts {
-		o(s)
+// New returns an empty in-memory store. The error is for a bad option;
+// an in-memory store has nothing else that can fail.
+func New(opts ...Option) (*Store, error) {
+	o := options{clock: clock.New()}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	if o.clock == nil {
+		return nil, errors.New("memstore: WithClock needs a clock: pass clock.New() or a mock")
+	}
+	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: o.clock}
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
 		s.stripes[i].victim = uint32(i)
 	}
-	return s
+	return s, nil
 }
 
 type limitKey struct {
@@ -812,7 +823,13 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 // emptier, and returns how many it dropped. Writes already drop expired
 // records a few at a time; call this to reclaim memory at once, e.g. after
 // a burst of one-off keys.
-func (s *Store) DeleteExpired(now time.Time) int {
+//
+// It implements driver.Expirer; the error is ctx's, when ctx is done
+// before the sweep began.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	ms := now.UnixMilli()
 	n := 0
 	for i := range s.stripes {
@@ -842,7 +859,7 @@ func (s *Store) DeleteExpired(now time.Time) int {
 		}
 		st.mu.Unlock()
 	}
-	return n
+	return n, nil
 }
 
 // Len returns how many records the store holds, expired ones included

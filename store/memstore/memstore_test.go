@@ -21,7 +21,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(*testing.T) ratelimit.Store { return memstore.New() })
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return must(memstore.New()) })
 }
 
 func TestModelConformance(t *testing.T) {
@@ -33,18 +33,18 @@ func TestModelConformance(t *testing.T) {
 // see the record, not a full bucket.
 func TestLateCallAfterDeletion(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
+	s := must(memstore.New())
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 1000, Capacity: 10}
 	item := driver.Item{Name: "l", Key: "k", Count: 10, Shards: []driver.Shard{{Params: p}}}
 	out := make([]driver.Decision, 1)
 	require.NoError(t, s.Apply(ctx, &driver.Op{Now: 5_500, Items: []driver.Item{item}}, out))
 	require.True(t, out[0].OK) // drained; full again at 6_000
-	s.DeleteExpired(time.UnixMilli(6_000))
+	must(s.DeleteExpired(ctx, time.UnixMilli(6_000)))
 	late := &driver.Op{Now: 5_999, Items: []driver.Item{item}}
 	require.NoError(t, s.Apply(ctx, late, out))
 	require.False(t, out[0].OK, "a call judged in the drained window found a full bucket")
 	// Once the grace has passed, the record goes.
-	s.DeleteExpired(time.UnixMilli(6_000 + driver.ExpiryGrace))
+	must(s.DeleteExpired(ctx, time.UnixMilli(6_000+driver.ExpiryGrace)))
 	require.Zero(t, s.Len())
 }
 
@@ -57,7 +57,7 @@ func TestClockStepForwardAndBackMintsNothing(t *testing.T) {
 	mock := clock.NewMock()
 	start := time.UnixMilli(1_700_000_040_000)
 	mock.Set(start)
-	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"l": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
 	}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func heapAlloc() uint64 {
 func TestHeapShrinksAfterDroppingMostRecords(t *testing.T) {
 	const n = 200_000
 	const t0 = int64(1_700_000_000_000)
-	s := memstore.New(memstore.WithClock(newStepClock(t0)))
+	s := must(memstore.New(memstore.WithClock(newStepClock(t0))))
 	base := heapAlloc()
 	for i := range n {
 		drain(t, s, "key-"+strconv.Itoa(i), t0)
@@ -136,7 +136,7 @@ func TestHeapShrinksAfterDroppingMostRecords(t *testing.T) {
 	for i := 0; i < n; i += 100 {
 		drain(t, s, "key-"+strconv.Itoa(i), later)
 	}
-	require.Equal(t, n-n/100, s.DeleteExpired(time.UnixMilli(later)))
+	require.Equal(t, n-n/100, must(s.DeleteExpired(context.Background(), time.UnixMilli(later))))
 	require.Equal(t, n/100, s.Len())
 	after := heapAlloc()
 	grown, kept := int64(full)-int64(base), int64(after)-int64(base)
@@ -150,7 +150,7 @@ func TestHeapShrinksAfterDroppingMostRecords(t *testing.T) {
 func TestStreamOfKeysStaysBounded(t *testing.T) {
 	const t0 = int64(1_700_000_000_000)
 	c := newStepClock(t0)
-	s := memstore.New(memstore.WithClock(c))
+	s := must(memstore.New(memstore.WithClock(c)))
 	n := 150_000 // one key a millisecond: 150 s
 	most := 0
 	for i := range n {
@@ -172,7 +172,7 @@ func TestManyKeysDifferential(t *testing.T) {
 	ctx := context.Background()
 	const t0 = int64(1_700_000_000_000)
 	c := newStepClock(t0)
-	s, model := memstore.New(memstore.WithClock(c)), storetest.NewModel()
+	s, model := must(memstore.New(memstore.WithClock(c))), storetest.NewModel()
 	rng := rand.New(rand.NewPCG(16, 11))
 	params := map[string]driver.Params{
 		"tb": {Kind: ratelimit.TokenBucket, Rate: 3, Period: 1000, Capacity: 5, MaxReserved: 5},
@@ -252,7 +252,7 @@ func refresh(p driver.Params, r driver.Record, now int64) driver.State {
 func TestBoundExpiry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 7))
 	ctx := context.Background()
-	s := memstore.New()
+	s := must(memstore.New())
 	for i := range 200_000 {
 		p := driver.Params{
 			Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
@@ -298,7 +298,7 @@ func TestExactWhileRecordsMove(t *testing.T) {
 		quota = 40
 		t0    = int64(1_700_000_000_000) // all calls in one window
 	)
-	s := memstore.New()
+	s := must(memstore.New())
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: quota, Period: 3_600_000, Capacity: quota}
 	b := s.Bind("main", p, func(string) int64 { return 0 })
 	var granted [keys]atomic.Int64
@@ -340,7 +340,7 @@ func TestExactWhileRecordsMove(t *testing.T) {
 			op := &driver.Op{Now: t0 - 3_600_000, Items: []driver.Item{{Name: "churn", Key: fmt.Sprint("churn-", g, "-", i%2000), Count: 1, Shards: []driver.Shard{{Params: tb}}}}}
 			require.NoError(t, s.Apply(ctx, op, out))
 			if i%200 == 199 {
-				s.DeleteExpired(time.UnixMilli(t0))
+				must(s.DeleteExpired(ctx, time.UnixMilli(t0)))
 			}
 		}
 	}

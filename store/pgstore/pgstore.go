@@ -125,6 +125,7 @@ var (
 	_ ratelimit.Store     = (*Store)(nil)
 	_ driver.TimeSource   = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
+	_ driver.Expirer      = (*Store)(nil)
 )
 
 // Option configures a Store in New.
@@ -767,11 +768,11 @@ var expiredChunk = 1000
 // that it never makes a call wait for long and cannot deadlock with one.
 // Call it periodically, say every minute, from one process or several; it
 // returns ctx's error, and what it removed so far, when ctx ends.
-func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int64, error) {
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	cutoff := now.UnixMilli() - driver.ExpiryGrace
 	var (
 		after   = []byte{}
-		deleted int64
+		deleted int
 	)
 	for {
 		var (
@@ -783,7 +784,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int64, error)
 		if err != nil {
 			return deleted, fmt.Errorf("pgstore: delete expired: %w", err)
 		}
-		deleted += gone
+		deleted += int(gone)
 		if scanned < int64(expiredChunk) {
 			return deleted, nil
 		}

@@ -222,12 +222,12 @@ func TestDeleteExpiredInChunksSkipsHeldRows(t *testing.T) {
 	require.Zero(t, n, "none is full again yet")
 	n, err = s.DeleteExpired(ctx, later)
 	require.NoError(t, err)
-	require.Equal(t, int64(len(keys)-1), n, "every record but the one held")
+	require.Equal(t, len(keys)-1, n, "every record but the one held")
 
 	require.NoError(t, tx.Rollback(ctx))
 	n, err = s.DeleteExpired(ctx, later)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, 1, n)
 	var left int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&left))
 	require.Zero(t, left)

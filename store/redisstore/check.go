@@ -123,7 +123,7 @@ func checkServer(ctx context.Context, c *redis.Client) ([]Warning, error) {
 // WithLogger sets the logger the store warns on (default slog.Default()).
 // Once its first call has succeeded, the store runs CheckServer in the
 // background and logs each Warning at level warn; nil turns that off.
-func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // checkTimeout bounds the background check.
 const checkTimeout = 10 * time.Second

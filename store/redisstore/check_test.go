@@ -47,7 +47,7 @@ func TestCheckServer(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: failoverAddr})
 	t.Cleanup(func() { c.Close() }) // after configure's restore
 	set := configure(t, c)
-	s := redisstore.New(c)
+	s := must(redisstore.New(c))
 	for _, tc := range []struct {
 		name string
 		conf []string
@@ -94,11 +94,11 @@ func TestCheckServerRefused(t *testing.T) {
 	defer c.Close()
 	require.Error(t, c.ConfigGet(ctx, "save").Err(), "the user may not read the settings")
 
-	ws, err := redisstore.New(c).CheckServer(ctx)
+	ws, err := must(redisstore.New(c)).CheckServer(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ws)
 
-	_, err = redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})).CheckServer(ctx)
+	_, err = must(redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))).CheckServer(ctx)
 	require.Error(t, err, "an unreachable server is an error")
 }
 
@@ -124,7 +124,7 @@ func TestCheckServerCluster(t *testing.T) {
 		want[n.Options().Addr] = save["save"] == "" && aof["appendonly"] == "no"
 		return nil
 	}))
-	ws, err := redisstore.New(c).CheckServer(ctx)
+	ws, err := must(redisstore.New(c)).CheckServer(ctx)
 	require.NoError(t, err)
 	got := map[string]bool{}
 	for addr := range want {
@@ -153,7 +153,7 @@ func TestStoreWarnsOnItsLogger(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	configure(t, c)("save", "", "appendonly", "no", "maxmemory", "0")
 	logged := make(records, 10)
-	lim, err := ratelimit.New(redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)), redisstore.WithLogger(slog.New(logged))),
+	lim, err := ratelimit.New(must(redisstore.New(c, redisstore.WithPrefix(uniquePrefix(t, c)), redisstore.WithLogger(slog.New(logged)))),
 		ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}})
 	require.NoError(t, err)
 	_, err = lim.Limit(ctx, "l", "k")

@@ -78,7 +78,6 @@ type Store struct {
 	serverTime bool
 	margin     int64 // ms
 	maxBatch   int
-	err        error // a bad option, reported by every call
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
 	// The calls coalesce per server: on a Cluster per master (nodes), on
@@ -97,19 +96,27 @@ var (
 )
 
 // Option configures a Store in New.
-type Option func(*Store)
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	serverTime bool
+	margin     int64 // ms
+	maxBatch   int
+	logger     *slog.Logger
+}
 
 // WithPrefix sets the prefix of every key the store writes (default
 // DefaultPrefix), so that several applications may share a server. It
 // must not contain '{' or '}', which would change the Cluster hash tag.
-func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithServerTime makes the store judge every call at the Redis server's
 // time (TIME) instead of the Limiter's clock. Choose it when the
 // processes of a fleet have clocks that disagree by more than the
 // precision the limits need: the server is then the one clock. Tests that
 // drive the Limiter's clock by hand cannot use it.
-func WithServerTime() Option { return func(s *Store) { s.serverTime = true } }
+func WithServerTime() Option { return func(o *options) { o.serverTime = true } }
 
 // WithExpiryMargin sets how long a record is kept past the moment its
 // bucket is full again (default DefaultExpiryMargin). Redis expires keys
@@ -118,39 +125,42 @@ func WithServerTime() Option { return func(s *Store) { s.serverTime = true } }
 // driver.ExpiryGrace), so that no record is dropped while, by the
 // Limiter's clock, its bucket is not yet full.
 func WithExpiryMargin(d time.Duration) Option {
-	return func(s *Store) { s.margin = d.Milliseconds() }
+	return func(o *options) { o.margin = d.Milliseconds() }
 }
 
 // WithMaxBatch sets the most calls one round trip carries (default
 // DefaultMaxBatch). 1 turns coalescing off: every call is sent alone, at
 // once, however many are in flight. Larger batches share a round trip
 // among more calls but hold the server longer in one call.
-func WithMaxBatch(n int) Option { return func(s *Store) { s.maxBatch = n } }
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // New returns a store on client: a *redis.Client, a Sentinel-backed
 // failover client, or a *redis.ClusterClient. The store does not own the
-// client; close it yourself.
-func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
+// client; close it yourself. The error is for a bad argument or option; New
+// does not talk to the server (CheckServer does).
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	o := options{prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
 		logger: slog.Default()}
-	for _, o := range opts {
-		o(s)
+	for _, opt := range opts {
+		opt(&o)
 	}
+	switch {
+	case client == nil:
+		return nil, errors.New("redisstore: New needs a client: pass redis.NewClient(...) or redis.NewClusterClient(...)")
+	case strings.ContainsAny(o.prefix, "{}"):
+		return nil, fmt.Errorf("redisstore: prefix %q contains a brace, which would change the Cluster hash tag: remove it", o.prefix)
+	case o.margin < 0:
+		return nil, fmt.Errorf("redisstore: expiry margin %dms is negative: pass 0 or more", o.margin)
+	case o.maxBatch < 1:
+		return nil, fmt.Errorf("redisstore: max batch %d is below 1: pass 1 (no coalescing) or more", o.maxBatch)
+	}
+	s := &Store{client: client, prefix: o.prefix, serverTime: o.serverTime, margin: o.margin, maxBatch: o.maxBatch,
+		logger: o.logger}
 	switch c := client.(type) {
 	case *redis.Client:
 		s.single = true
 	case *redis.ClusterClient:
 		s.cluster = c
-	}
-	switch {
-	case client == nil:
-		s.err = errors.New("redisstore: New needs a client: pass redis.NewClient(...) or redis.NewClusterClient(...)")
-	case strings.ContainsAny(s.prefix, "{}"):
-		s.err = fmt.Errorf("redisstore: prefix %q contains a brace, which would change the Cluster hash tag: remove it", s.prefix)
-	case s.margin < 0:
-		s.err = fmt.Errorf("redisstore: expiry margin %dms is negative: pass 0 or more", s.margin)
-	case s.maxBatch < 1:
-		s.err = fmt.Errorf("redisstore: max batch %d is below 1: pass 1 (no coalescing) or more", s.maxBatch)
 	}
 	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
 	// caller's context, unless ContextTimeoutEnabled (and never by a
@@ -164,7 +174,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 			return s.send(ctx, "", reqs, errs)
 		}, co)
 	}
-	return s
+	return s, nil
 }
 
 // OwnClock implements driver.TimeSource: it reports whether the store
@@ -173,9 +183,6 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
 	t, err := s.client.Time(ctx).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: time: %w", err)
@@ -185,8 +192,12 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 
 // Key returns the Redis key of a record. Every record of one ratelimit key
 // carries the same hash tag, a digest of the key, so that they share a
-// Cluster slot; the name is length-prefixed, so that no two records share
-// a Redis key whatever bytes their names and keys hold.
+// Cluster slot; then come the fields of driver.RecordID.AppendKey in the
+// same order, written as text so that redis-cli shows them: the name's
+// length, the name, the shard, the key. So no two records share a Redis
+// key whatever bytes their names and keys hold. The layout is kept from
+// one version to the next (TestKeyLayout): a store that looked elsewhere
+// would find every limit full again.
 func (s *Store) Key(id driver.RecordID) string {
 	h := uint64(fnvOffset) // FNV-1a, as hash/fnv's New64a, without its allocations
 	for i := 0; i < len(id.Key); i++ {
@@ -217,10 +228,7 @@ const (
 )
 
 func (s *Store) usable(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return s.err
+	return ctx.Err()
 }
 
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster

@@ -63,7 +63,7 @@ func deletePrefix(c redis.UniversalClient, prefix string) {
 // not log the server's settings (the local test servers keep nothing on
 // disk, and the tests make many stores).
 func newStore(c redis.UniversalClient, prefix string, opts ...redisstore.Option) *redisstore.Store {
-	return redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithLogger(nil)}, opts...)...)
+	return must(redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithLogger(nil)}, opts...)...))
 }
 
 func TestConformance(t *testing.T) {
@@ -235,36 +235,43 @@ func TestServerTime(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 0, st.Tokens, 0.01, "Value is judged at the server's time too")
 
-	require.False(t, redisstore.New(c).OwnClock())
+	require.False(t, must(redisstore.New(c)).OwnClock())
 }
 
 func TestBadOptions(t *testing.T) {
 	ctx := context.Background()
 	c := client(t)
-	for _, s := range []*redisstore.Store{
-		redisstore.New(nil),
-		redisstore.New(c, redisstore.WithPrefix("app{1}:")),
-		redisstore.New(c, redisstore.WithExpiryMargin(-time.Second)),
+	for _, tc := range []struct {
+		client redis.UniversalClient
+		opts   []redisstore.Option
+		want   string
+	}{
+		{nil, nil, "needs a client"},
+		{c, []redisstore.Option{redisstore.WithPrefix("app{1}:")}, "brace"},
+		{c, []redisstore.Option{redisstore.WithExpiryMargin(-time.Second)}, "negative"},
+		{c, []redisstore.Option{redisstore.WithMaxBatch(0)}, "below 1"},
 	} {
-		lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}})
-		require.NoError(t, err)
-		_, err = lim.Limit(ctx, "l", "k")
-		require.Error(t, err)
-		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		s, err := redisstore.New(tc.client, tc.opts...)
+		require.ErrorContains(t, err, tc.want)
+		require.Nil(t, s)
 	}
+	s, err := redisstore.New(c, redisstore.WithLogger(nil))
+	require.NoError(t, err, "a nil logger is silent")
+	_, err = s.Now(ctx)
+	require.NoError(t, err)
 }
 
 // The layout of the keys must not change from one version to the next: a
 // store that looked elsewhere would find every limit full again.
 func TestKeyLayout(t *testing.T) {
 	require.Equal(t, "ratelimit:{32c6d7a54d35dacb}9:sendEmail:0:user-42",
-		redisstore.New(nil).Key(driver.RecordID{Name: "sendEmail", Key: "user-42"}))
+		must(redisstore.New(undialled)).Key(driver.RecordID{Name: "sendEmail", Key: "user-42"}))
 	require.Equal(t, "app:{cbf29ce484222325}1:n:3:",
-		redisstore.New(nil, redisstore.WithPrefix("app:")).Key(driver.RecordID{Name: "n", Key: "", Shard: 3}))
+		must(redisstore.New(undialled, redisstore.WithPrefix("app:"))).Key(driver.RecordID{Name: "n", Key: "", Shard: 3}))
 }
 
 func TestKeysShareASlot(t *testing.T) {
-	s := redisstore.New(nil)
+	s := must(redisstore.New(undialled))
 	key := "user:{42}"
 	a := s.Key(driver.RecordID{Name: "perHour", Key: key})
 	b := s.Key(driver.RecordID{Name: "perMinute", Key: key, Shard: 7})
@@ -272,3 +279,7 @@ func TestKeysShareASlot(t *testing.T) {
 	require.Equal(t, tag(a), tag(b))
 	require.NotEqual(t, tag(a), tag(s.Key(driver.RecordID{Name: "perHour", Key: "user:{43}"})))
 }
+
+// undialled is a client for tests of what a store computes without a
+// server: it would dial a closed port, and is never used.
+var undialled = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
