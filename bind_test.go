@@ -104,7 +104,7 @@ func TestLimiterDecidesThroughBinder(t *testing.T) {
 	// record Decide charged.
 	st, err := lim.Value(ctx, "one", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 8.0, st.Tokens) // 10 - 1 (Limit) - 1 (LimitAll)
+	assert.Equal(t, 8.0, st.Remaining) // 10 - 1 (Limit) - 1 (LimitAll)
 }
 
 // A store that uses its own clock is not bound: a Verdict does not carry

@@ -77,7 +77,7 @@ func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count f
 		delete(pt.m, k)
 		return driver.Decision{}, false
 	}
-	s, d := Transition(p, e.rec.State, e.rec.Found, now, count, reserve)
+	s, d := transition(p, e.rec.State, e.rec.Found, now, count, reserve)
 	d.Now, d.TS = now, s.TS
 	if d.OK {
 		delete(pt.m, k) // the store may grant it now

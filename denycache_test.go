@@ -46,7 +46,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 				key := []string{"attacker", "other"}[rng.IntN(4)/3]
 				opts := []ratelimit.CallOption{ratelimit.Count([]float64{0, 1, 0.5, capacity, rng.Float64() * capacity}[rng.IntN(5)])}
 				if rng.IntN(4) == 0 {
-					opts = append(opts, ratelimit.Reserve())
+					opts = append(opts, ratelimit.WithReserve())
 				}
 				where := fmt.Sprintf("config %d seed %d step %d", ci, seed, step)
 				var got, want ratelimit.Result
@@ -180,7 +180,7 @@ func TestDenyCacheRetryAfterWithAnotherProcess(t *testing.T) {
 	require.False(t, res.Local, "the store refused, and the cache learned the record")
 
 	// Another process reserves 12 tokens: the key now owes them.
-	res, err = other.Limit(ctx, "l", "k", ratelimit.Reserve(), ratelimit.Count(12))
+	res, err = other.Limit(ctx, "l", "k", ratelimit.WithReserve(), ratelimit.Count(12))
 	require.NoError(t, err)
 	require.True(t, res.OK)
 

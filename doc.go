@@ -52,7 +52,7 @@
 // The state of each (name, key) lives in a Store: store/memstore in
 // memory, store/boltstore in an embedded file, store/redisstore and
 // store/pgstore on servers shared by a fleet. The semantics are defined
-// once, by the pure functions of state.go (Transition, Evaluate); every
+// once, by the pure functions of state.go (Evaluate, TransitionInto); every
 // store runs them or a native port proved equal to them by the
 // store/storetest suite.
 //

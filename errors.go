@@ -80,3 +80,33 @@ func (e *CountError) Error() string {
 
 // Is reports whether target is ErrInvalidCount.
 func (e *CountError) Is(target error) bool { return target == ErrInvalidCount }
+
+// ErrStoreUnavailable is matched by the *StoreError of a call decided by
+// the failure policy because the store failed or the breaker is open.
+var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
+
+// StoreError is the error of a call that the store could not decide. Its
+// Result is Degraded and follows the limit's failure policy.
+type StoreError struct {
+	// Name is the limit called (the first, for LimitAll).
+	Name string
+	// Err is the store's error; nil when the breaker was open and the store
+	// was not asked.
+	Err error
+	// Until is, when the breaker is open, the time it lets a probe through.
+	Until time.Time
+}
+
+func (e *StoreError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %v",
+			e.Name, e.Until.Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("ratelimit: limit %q: store: %v", e.Name, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrStoreUnavailable.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }

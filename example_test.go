@@ -84,7 +84,7 @@ func Example_reserve() {
 	}, ratelimit.WithClock(mock))
 
 	for _, tokens := range []float64{30000, 20000, 25000} {
-		res, _ := lim.Limit(ctx, "llm", "", ratelimit.Count(tokens), ratelimit.Reserve())
+		res, _ := lim.Limit(ctx, "llm", "", ratelimit.Count(tokens), ratelimit.WithReserve())
 		fmt.Printf("%v tokens: ok=%v reserved=%v retryAfter=%v\n", tokens, res.OK, res.Reserved(), res.RetryAfter)
 	}
 	// Output:
@@ -130,7 +130,7 @@ func ExampleLimiter_Value() {
 	mock.Add(20 * time.Minute)
 	_, _ = lim.Limit(ctx, "export", "acme", ratelimit.Count(2))
 	st, _ := lim.Value(ctx, "export", "acme")
-	fmt.Printf("%v tokens, next grant at %s\n", st.Tokens, st.NextGrant.UTC().Format("15:04"))
+	fmt.Printf("%v tokens, next grant at %s\n", st.Remaining, st.NextGrant.UTC().Format("15:04"))
 	// Output:
 	// 3 tokens, next grant at 01:00
 }

@@ -47,17 +47,17 @@ func FuzzTransition(f *testing.F) {
 			}
 			return v
 		}
-		prev := driver.State{Value: clamp(value), TS: base + tsOff}
+		prev := driver.State{Remaining: clamp(value), TS: base + tsOff}
 		if fixed {
-			prev.TS = WindowStart(p, prev.TS)
+			prev.TS = windowStart(p, prev.TS)
 		}
 		now := base + nowOff
 		if !reserve && count > p.Capacity {
 			count = p.Capacity // larger plain counts are rejected before a store sees them
 		}
 
-		next, d := Transition(p, prev, found, now, count, reserve)
-		have := load(p, driver.Record{State: prev, Found: found}, now).Value
+		next, d := transition(p, prev, found, now, count, reserve)
+		have := load(p, driver.Record{State: prev, Found: found}, now).Remaining
 		if have > p.Capacity {
 			t.Fatalf("refreshed value %v above capacity %v", have, p.Capacity)
 		}
@@ -65,24 +65,24 @@ func FuzzTransition(f *testing.F) {
 			t.Fatalf("negative retry-after %d", d.RetryAfter)
 		}
 		if d.OK {
-			if next.Value > p.Capacity {
-				t.Fatalf("value %v above capacity %v", next.Value, p.Capacity)
+			if next.Remaining > p.Capacity {
+				t.Fatalf("value %v above capacity %v", next.Remaining, p.Capacity)
 			}
-			if next.Value < 0 && !reserve {
-				t.Fatalf("a plain call left a debt of %v", -next.Value)
+			if next.Remaining < 0 && !reserve {
+				t.Fatalf("a plain call left a debt of %v", -next.Remaining)
 			}
-			if p.MaxReserved > 0 && -next.Value > p.MaxReserved {
-				t.Fatalf("debt %v above MaxReserved %v", -next.Value, p.MaxReserved)
+			if p.MaxReserved > 0 && -next.Remaining > p.MaxReserved {
+				t.Fatalf("debt %v above MaxReserved %v", -next.Remaining, p.MaxReserved)
 			}
-			if next.Value > have-count+noise {
-				t.Fatalf("granted %v from %v but left %v", count, have, next.Value)
+			if next.Remaining > have-count+noise {
+				t.Fatalf("granted %v from %v but left %v", count, have, next.Remaining)
 			}
-			if next.Value < 0 && d.RetryAfter == 0 && have-count < -noise {
-				t.Fatalf("a reservation with debt %v reports no wait", -next.Value)
+			if next.Remaining < 0 && d.RetryAfter == 0 && have-count < -noise {
+				t.Fatalf("a reservation with debt %v reports no wait", -next.Remaining)
 			}
 		} else {
-			if next.Value != have {
-				t.Fatalf("a denied call changed the value from %v to %v", have, next.Value)
+			if next.Remaining != have {
+				t.Fatalf("a denied call changed the value from %v to %v", have, next.Remaining)
 			}
 			if d.RetryAfter == 0 {
 				t.Fatalf("a denied call reports no wait")
@@ -97,9 +97,9 @@ func FuzzTransition(f *testing.F) {
 		if fixed {
 			q.Phase = floorMod(phase*7+3, period)
 		}
-		sb := driver.State{Value: clamp(other), TS: base}
+		sb := driver.State{Remaining: clamp(other), TS: base}
 		if fixed {
-			sb.TS = WindowStart(q, sb.TS)
+			sb.TS = windowStart(q, sb.TS)
 		}
 		if !reserve && count > 2*p.Capacity {
 			count = 2 * p.Capacity
@@ -109,7 +109,7 @@ func FuzzTransition(f *testing.F) {
 		out := make([]driver.Decision, 1)
 		ups := make([]driver.Update, 2)
 		Evaluate(op, prevs, out, ups)
-		ha, hb := have, load(q, prevs[1], now).Value
+		ha, hb := have, load(q, prevs[1], now).Remaining
 		for i, h := range []float64{ha, hb} {
 			u := ups[i]
 			if !u.Write {
@@ -118,11 +118,11 @@ func FuzzTransition(f *testing.F) {
 			if !out[0].OK {
 				t.Fatalf("a denied pair wrote shard %d", i)
 			}
-			if u.State.Value > h || u.State.Value > p.Capacity {
-				t.Fatalf("shard %d went from %v to %v: tokens minted", i, h, u.State.Value)
+			if u.State.Remaining > h || u.State.Remaining > p.Capacity {
+				t.Fatalf("shard %d went from %v to %v: tokens minted", i, h, u.State.Remaining)
 			}
-			if p.MaxReserved > 0 && -u.State.Value > p.MaxReserved*(1+1e-12) {
-				t.Fatalf("shard %d owes %v, above MaxReserved %v", i, -u.State.Value, p.MaxReserved)
+			if p.MaxReserved > 0 && -u.State.Remaining > p.MaxReserved*(1+1e-12) {
+				t.Fatalf("shard %d owes %v, above MaxReserved %v", i, -u.State.Remaining, p.MaxReserved)
 			}
 		}
 		if out[0].OK {

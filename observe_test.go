@@ -42,7 +42,7 @@ func TestLimitAll(t *testing.T) {
 	assert.Equal(t, 1970.0, res.All[0].Remaining, "but was not charged")
 	st, err := lim.Value(ctx, "hour", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 1970.0, st.Tokens, "a refused LimitAll charges no limit")
+	assert.Equal(t, 1970.0, st.Remaining, "a refused LimitAll charges no limit")
 
 	_, err = lim.LimitAll(ctx, "k", []string{"hour", "hour"})
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
@@ -64,7 +64,7 @@ func TestObserver(t *testing.T) {
 		ratelimit.WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) { events = append(events, e) })))
 	require.NoError(t, err)
 	_, _ = lim.Limit(ctx, "l", "k")
-	_, _ = lim.Limit(ctx, "l", "k", ratelimit.Reserve())
+	_, _ = lim.Limit(ctx, "l", "k", ratelimit.WithReserve())
 	_, _ = lim.Limit(ctx, "l", "k")
 	_, _ = lim.Check(ctx, "l", "k")
 	store.fail.Store(true)

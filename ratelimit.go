@@ -191,7 +191,7 @@ func (lim *limit) checkCount(count float64, reserve bool) error {
 		return nil
 	}
 	if count > lim.maxPlain {
-		hint := "raise Capacity, split the call, or ask with Reserve()"
+		hint := "raise Capacity, split the call, or ask with WithReserve()"
 		if lim.shards > 1 {
 			hint = lim.shardHint(count)
 		}
@@ -251,10 +251,10 @@ type call struct {
 // finite number ≥ 0; 0 asks whether any capacity is left.
 func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
 
-// Reserve lets the call take tokens it cannot have yet: it is OK with a
+// WithReserve lets the call take tokens it cannot have yet: it is OK with a
 // RetryAfter that says when the tokens will have been granted, up to the
 // limit's MaxReserved.
-func Reserve() CallOption { return CallOption{set: setReserve} }
+func WithReserve() CallOption { return CallOption{set: setReserve} }
 
 // WithConfig gives the config of a limit not declared in New. Using it with
 // a declared name is an error unless the configs are equal.
@@ -288,12 +288,12 @@ type Result struct {
 	// reservations), or the tokens available now after a denied one. For a
 	// sharded limit it counts the two shards the call evaluated.
 	Remaining float64
-	// Reset is how long until the limit next replenishes: for a fixed
+	// ResetAfter is how long until the limit next replenishes: for a fixed
 	// window, until its next window starts (for a sharded one, the window
 	// of the first shard evaluated); for a token bucket, until it is full
 	// again. It feeds the "t" of the IETF RateLimit header (package
 	// httplimit). Whole milliseconds, rounded up.
-	Reset time.Duration
+	ResetAfter time.Duration
 	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
 	// that decided the answer: the one with the longest wait.
 	Name  string
@@ -347,7 +347,7 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 				OK:         v.OK,
 				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
 				Remaining:  v.Remaining,
-				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
 				Name:       lim.name,
 				Key:        key,
 				Count:      c.count,
@@ -369,7 +369,7 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 				OK:         v.OK,
 				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
 				Remaining:  v.Remaining,
-				Reset:      lim.resetOne(v.Remaining, now, v.TS),
+				ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
 				Name:       lim.name,
 				Key:        key,
 				Count:      c.count,
@@ -500,7 +500,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		p := lim.params(l.seed, key, 0)
 		if d, ok := l.deny.refuse(lim.name, key, p, now, c.count, c.reserve); ok {
 			*res = l.result(lim.name, key, c, d)
-			res.Reset = resetAfter(p, 1, d)
+			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
 			l.observe(ctx, mode, *res, timeAt(start, now), nil)
 			return v, now, false, nil
@@ -549,7 +549,7 @@ func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Re
 		OK:         v.OK,
 		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
 		Remaining:  v.Remaining,
-		Reset:      lim.resetOne(v.Remaining, now, v.TS),
+		ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
 		Name:       lim.name,
 		Key:        key,
 		Count:      c.count,
@@ -587,7 +587,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		p := lims[0].params(l.seed, key, 0)
 		if d, ok := l.deny.refuse(names[0], key, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
-			res.Reset = resetAfter(p, 1, d)
+			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
 			l.observe(ctx, mode, res, start, nil)
 			return res, ch, nil
@@ -626,7 +626,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 
 	if len(lims) == 1 {
 		res := l.result(names[0], key, c, out[0])
-		res.Reset = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
+		res.ResetAfter = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
 			ch.lim, ch.n = lims[0], len(items[0].Shards)
 			for i, sh := range items[0].Shards {
@@ -643,7 +643,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	ok = true
 	for i := range lims {
 		all[i] = l.result(names[i], key, c, out[i])
-		all[i].Reset = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), out[i])
+		all[i].ResetAfter = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), out[i])
 		ok = ok && all[i].OK
 	}
 	// The answer is the binding limit's: the longest wait among the refused
@@ -830,9 +830,15 @@ func (l *Limiter) resolve(name string, inline *Config) (*limit, error) {
 	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or pass WithConfig: %w", name, ErrUnknownLimit)
 }
 
+// sameConfig reports whether a and b configure the same limit: every
+// field equal, Start as an instant. It compares the structs whole, so that
+// a field added to Config takes part without a change here.
 func sameConfig(a, b Config) bool {
-	return a.Kind == b.Kind && a.Rate == b.Rate && a.Period == b.Period && a.Capacity == b.Capacity &&
-		a.MaxReserved == b.MaxReserved && a.Shards == b.Shards && a.Start.Equal(b.Start) && a.FailOpen == b.FailOpen
+	if !a.Start.Equal(b.Start) {
+		return false
+	}
+	a.Start, b.Start = time.Time{}, time.Time{}
+	return a == b
 }
 
 // Config returns the config of the limit declared as name in New.
@@ -866,9 +872,9 @@ func (l *Limiter) resolveOpts(name string, opts []CallOption) (*limit, error) {
 
 // Status describes the state of (name, key) now, as Value reports it.
 type Status struct {
-	// Tokens is the tokens available now, summed over all shards; negative
+	// Remaining is the tokens available now, summed over all shards; negative
 	// while reservations are owed.
-	Tokens float64
+	Remaining float64
 	// Capacity is the most tokens the limit holds (all shards together).
 	Capacity float64
 	// WindowStart is the start of the current window, and NextGrant the
@@ -883,7 +889,7 @@ type Status struct {
 // ShardStatus is one record's part of a Status.
 type ShardStatus struct {
 	Index       int
-	Tokens      float64
+	Remaining   float64
 	WindowStart time.Time // fixed window only
 	NextGrant   time.Time // fixed window only
 	// Stored reports whether the store holds a record; a missing one is a
@@ -916,7 +922,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	for i, rec := range recs {
 		p := lim.params(l.seed, key, i)
 		s := load(p, rec, now)
-		sh := ShardStatus{Index: i, Tokens: s.Value, Stored: rec.Found}
+		sh := ShardStatus{Index: i, Remaining: s.Remaining, Stored: rec.Found}
 		if p.Kind == driver.FixedWindow {
 			sh.WindowStart = time.UnixMilli(s.TS)
 			sh.NextGrant = time.UnixMilli(s.TS + p.Period)
@@ -924,7 +930,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 				st.WindowStart, st.NextGrant = sh.WindowStart, sh.NextGrant
 			}
 		}
-		st.Tokens += s.Value
+		st.Remaining += s.Remaining
 		st.Shards[i] = sh
 	}
 	return st, nil

@@ -80,10 +80,10 @@ func TestBadCallsChangeNothing(t *testing.T) {
 	var ce *ratelimit.CountError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, 10.0, ce.Max)
-	assert.Contains(t, err.Error(), "Reserve()")
-	_, err = lim.Limit(ctx, "bounded", "k", ratelimit.Count(15.5), ratelimit.Reserve())
+	assert.Contains(t, err.Error(), "WithReserve()")
+	_, err = lim.Limit(ctx, "bounded", "k", ratelimit.Count(15.5), ratelimit.WithReserve())
 	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
-	res, err := lim.Limit(ctx, "bounded", "k", ratelimit.Count(15), ratelimit.Reserve())
+	res, err := lim.Limit(ctx, "bounded", "k", ratelimit.Count(15), ratelimit.WithReserve())
 	require.NoError(t, err)
 	require.True(t, res.OK)
 	require.NoError(t, lim.Reset(ctx, "bounded", "k"))
@@ -104,7 +104,7 @@ func TestBadCallsChangeNothing(t *testing.T) {
 	for _, name := range []string{"fw", "bounded"} {
 		st, err := lim.Value(ctx, name, "k")
 		require.NoError(t, err)
-		assert.Equal(t, 10.0, st.Tokens, "%s: a rejected call must not spend", name)
+		assert.Equal(t, 10.0, st.Remaining, "%s: a rejected call must not spend", name)
 	}
 }
 
@@ -202,9 +202,9 @@ func TestShardChoiceIsInjectable(t *testing.T) {
 		require.NoError(t, err)
 		var per []float64
 		for _, sh := range st.Shards {
-			per = append(per, sh.Tokens)
+			per = append(per, sh.Remaining)
 		}
-		assert.InDelta(t, 80-3*float64(granted), st.Tokens, 1e-9)
+		assert.InDelta(t, 80-3*float64(granted), st.Remaining, 1e-9)
 		return per
 	}
 	assert.Equal(t, run(), run(), "the same source must choose the same shards")
@@ -324,7 +324,7 @@ func TestStoreClock(t *testing.T) {
 			if own {
 				want = 0 // judged at the store's time, not the Limiter's
 			}
-			require.Equal(t, want, st.Tokens)
+			require.Equal(t, want, st.Remaining)
 			// Denied calls: with the store's clock the deny cache must not
 			// refuse locally, since the Limiter cannot read that clock.
 			for range 2 {
@@ -348,18 +348,18 @@ func TestResultReset(t *testing.T) {
 	mock.Add(15 * time.Minute)
 	res, err := lim.Limit(ctx, "fw", "k", ratelimit.Count(10))
 	require.NoError(t, err)
-	require.Equal(t, 45*time.Minute, res.Reset, "the next window starts at 01:00")
+	require.Equal(t, 45*time.Minute, res.ResetAfter, "the next window starts at 01:00")
 	res, err = lim.Limit(ctx, "fw", "k")
 	require.NoError(t, err)
 	require.False(t, res.OK)
-	require.Equal(t, 45*time.Minute, res.Reset)
+	require.Equal(t, 45*time.Minute, res.ResetAfter)
 	res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(4))
 	require.NoError(t, err)
-	require.Equal(t, 24*time.Second, res.Reset, "4 tokens refill in 24s")
+	require.Equal(t, 24*time.Second, res.ResetAfter, "4 tokens refill in 24s")
 	res, err = lim.LimitAll(ctx, "k2", []string{"fw", "tb"}, ratelimit.Count(1))
 	require.NoError(t, err)
-	require.Equal(t, 45*time.Minute, res.All[0].Reset)
-	require.Equal(t, 6*time.Second, res.All[1].Reset)
+	require.Equal(t, 45*time.Minute, res.All[0].ResetAfter)
+	require.Equal(t, 6*time.Second, res.All[1].ResetAfter)
 }
 
 func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
@@ -400,7 +400,7 @@ func TestShardingALimitCapsItsOldRecord(t *testing.T) {
 	st, err := after.Value(ctx, "l", "k")
 	require.NoError(t, err)
 	for _, sh := range st.Shards {
-		assert.LessOrEqual(t, sh.Tokens, 50.0, "shard %d", sh.Index)
+		assert.LessOrEqual(t, sh.Remaining, 50.0, "shard %d", sh.Index)
 	}
 	granted := 0
 	for range 1000 {
@@ -426,7 +426,7 @@ func TestResetFollowsTheStoredRecord(t *testing.T) {
 	mock.Set(t0.Add(10 * time.Minute))
 	res, err := old.Limit(ctx, "l", "k", ratelimit.Count(10))
 	require.NoError(t, err)
-	require.Equal(t, 50*time.Minute, res.Reset)
+	require.Equal(t, 50*time.Minute, res.ResetAfter)
 
 	hour.Start = t0.Add(30 * time.Minute)
 	moved, err := ratelimit.New(store, ratelimit.Limits{"l": hour}, ratelimit.WithClock(mock))
@@ -435,7 +435,7 @@ func TestResetFollowsTheStoredRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.OK)
 	assert.Equal(t, 50*time.Minute, res.RetryAfter)
-	assert.Equal(t, 50*time.Minute, res.Reset, "the next grant of the record as stored")
+	assert.Equal(t, 50*time.Minute, res.ResetAfter, "the next grant of the record as stored")
 }
 
 // A call decided by the failure policy gets a RetryAfter in whole
@@ -498,16 +498,16 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 	require.True(t, res.OK)
 
 	// Debt beyond MaxTokens, even with MaxReserved unset: refused, finite.
-	_, err = lim.Limit(ctx, "debt", "k", ratelimit.Reserve(), ratelimit.Count(1e308))
+	_, err = lim.Limit(ctx, "debt", "k", ratelimit.WithReserve(), ratelimit.Count(1e308))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
 	for range 2 {
-		res, err = lim.Limit(ctx, "debt", "k", ratelimit.Reserve(), ratelimit.Count(ratelimit.MaxTokens))
+		res, err = lim.Limit(ctx, "debt", "k", ratelimit.WithReserve(), ratelimit.Count(ratelimit.MaxTokens))
 		require.NoError(t, err)
 	}
 	require.False(t, res.OK, "the second would owe twice MaxTokens")
 	st, err := lim.Value(ctx, "debt", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 1-ratelimit.MaxTokens, st.Tokens)
+	assert.Equal(t, 1-ratelimit.MaxTokens, st.Remaining)
 
 	// A clock beyond the range is an error, not a disagreement of stores.
 	mock.Set(time.UnixMilli(ratelimit.MaxTime + 1))
@@ -541,4 +541,32 @@ func TestNewRefusesLimitsNoCallCanPass(t *testing.T) {
 		"l": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 0.5, Period: time.Second},
 	})
 	require.NoError(t, err, "set explicitly, for calls of fractional counts")
+}
+
+// WithConfig of a declared name is accepted only with the very config
+// declared: every field counts (a new Config field too, since the configs
+// are compared whole), and Start as an instant, whatever its location.
+func TestWithConfigOfADeclaredName(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Minute, Start: start}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": cfg})
+	require.NoError(t, err)
+
+	same := cfg
+	same.Start = start.In(time.FixedZone("UTC+2", 2*60*60))
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.WithConfig(same))
+	require.NoError(t, err, "the same instant in another zone is the same config")
+
+	for _, change := range []func(*ratelimit.Config){
+		func(c *ratelimit.Config) { c.FailOpen = true },
+		func(c *ratelimit.Config) { c.MaxReserved = 3 },
+		func(c *ratelimit.Config) { c.Start = c.Start.Add(time.Second) },
+		func(c *ratelimit.Config) { c.Shards = 2 },
+	} {
+		other := cfg
+		change(&other)
+		_, err = lim.Limit(ctx, "l", "k", ratelimit.WithConfig(other))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%+v", other)
+	}
 }

@@ -92,7 +92,7 @@ func TestReservationAfterFunc(t *testing.T) {
 	require.True(t, stop(ctx))
 	after, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, before.Tokens+1, after.Tokens)
+	assert.Equal(t, before.Remaining+1, after.Remaining)
 	assert.False(t, stop(ctx), "a job stops once")
 	mock.Add(time.Minute)
 }
@@ -107,16 +107,16 @@ func TestReservationCancel(t *testing.T) {
 	require.True(t, r.OK())
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	require.Equal(t, -3.0, st.Tokens)
+	require.Equal(t, -3.0, st.Remaining)
 
 	require.NoError(t, r.Cancel(ctx))
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 6.0, st.Tokens, "cancel hands the 9 tokens back")
+	assert.Equal(t, 6.0, st.Remaining, "cancel hands the 9 tokens back")
 	require.NoError(t, r.Cancel(ctx))
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 6.0, st.Tokens, "only once")
+	assert.Equal(t, 6.0, st.Remaining, "only once")
 	assert.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
 
 	// Capped at capacity: a refund after the bucket refilled adds nothing
@@ -129,7 +129,7 @@ func TestReservationCancel(t *testing.T) {
 	require.NoError(t, r.Cancel(ctx))
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 10.0, st.Tokens)
+	assert.Equal(t, 10.0, st.Remaining)
 }
 
 func TestReservationShardedCancel(t *testing.T) {
@@ -140,13 +140,13 @@ func TestReservationShardedCancel(t *testing.T) {
 	require.True(t, r.OK())
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	require.Equal(t, 24.0, st.Tokens)
+	require.Equal(t, 24.0, st.Remaining)
 	require.NoError(t, r.Cancel(ctx))
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 40.0, st.Tokens)
+	assert.Equal(t, 40.0, st.Remaining)
 	for _, sh := range st.Shards {
-		assert.Equal(t, 10.0, sh.Tokens, "shard %d gets back what it gave", sh.Index)
+		assert.Equal(t, 10.0, sh.Remaining, "shard %d gets back what it gave", sh.Index)
 	}
 }
 
@@ -165,7 +165,7 @@ func TestReservationDeadline(t *testing.T) {
 	assert.Equal(t, t0, mock.Now(), "Wait returns at once when the deadline comes first")
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 0.0, st.Tokens, "and the tokens are handed back")
+	assert.Equal(t, 0.0, st.Remaining, "and the tokens are handed back")
 
 	// Canceled while waiting: tokens handed back too.
 	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
@@ -177,7 +177,7 @@ func TestReservationDeadline(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 0.0, st.Tokens)
+	assert.Equal(t, 0.0, st.Remaining)
 }
 
 func TestReservationRefusedPastMaxReserved(t *testing.T) {
@@ -199,7 +199,7 @@ func TestReservationRefusedPastMaxReserved(t *testing.T) {
 	require.NoError(t, refused.Cancel(ctx), "nothing to hand back")
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, -20.0, st.Tokens)
+	assert.Equal(t, -20.0, st.Remaining)
 }
 
 // Once a job was let run, its tokens are spent: Cancel hands nothing
@@ -216,7 +216,7 @@ func TestCancelAfterTheJobRan(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrReservationUsed)
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 6.0, st.Tokens, "nothing handed back after Wait let the job run")
+	assert.Equal(t, 6.0, st.Remaining, "nothing handed back after Wait let the job run")
 
 	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
 	require.NoError(t, err)
@@ -228,7 +228,7 @@ func TestCancelAfterTheJobRan(t *testing.T) {
 	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
 	st, err = lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, 4.0, st.Tokens, "nothing handed back after AfterFunc ran the job")
+	assert.Equal(t, 4.0, st.Remaining, "nothing handed back after AfterFunc ran the job")
 
 	// Canceled first: the job never runs.
 	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(1))
@@ -275,7 +275,7 @@ func TestLateCancelDoesNotServeAWindowTwice(t *testing.T) {
 	require.NoError(t, r.Cancel(ctx))
 	after, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
-	assert.Equal(t, before.Tokens+5, after.Tokens)
+	assert.Equal(t, before.Remaining+5, after.Remaining)
 }
 
 // Reserve reports a store failure as Limit does; the reservation it

@@ -101,8 +101,8 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 		recs := make([]driver.Record, 2)
 		for j, pr := range []driver.Params{p, q} {
 			v := low + rng.Float64()*(pr.Capacity-low)
-			recs[j] = driver.Record{State: Fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
-			recs[j].State.Value = v
+			recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+			recs[j].State.Remaining = v
 		}
 		reserve := rng.IntN(3) == 0
 		reach := 2 * p.Capacity
@@ -123,7 +123,7 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 		horizon := now + d.RetryAfter
 		if kind == driver.FixedWindow {
 			for _, pr := range []driver.Params{p, q} {
-				for w := WindowStart(pr, now) + pr.Period; w < horizon && w < now+1000*pr.Period; w += pr.Period {
+				for w := windowStart(pr, now) + pr.Period; w < horizon && w < now+1000*pr.Period; w += pr.Period {
 					require.False(t, okAt(recs, p, q, w, count, reserve), "%s: OK already at %d", where, w)
 				}
 			}
@@ -151,8 +151,8 @@ func TestShardedRetryAfterSharedStart(t *testing.T) {
 	start := (t0 / hour) * hour
 	for _, vals := range [][2]float64{{10, 5}, {0, 0}, {25, 4}, {14.5, 15}, {1, 28.9 - 25}} {
 		recs := []driver.Record{
-			{State: driver.State{Value: vals[0], TS: start}, Found: true},
-			{State: driver.State{Value: vals[1], TS: start}, Found: true},
+			{State: driver.State{Remaining: vals[0], TS: start}, Found: true},
+			{State: driver.State{Remaining: vals[1], TS: start}, Found: true},
 		}
 		d, _, _ := pair(p, p, recs[0], recs[1], start+hour/2, 30, false)
 		require.False(t, d.OK, "%v", vals)

@@ -19,18 +19,29 @@ import (
 // noise is the float noise below which a negative amount counts as zero.
 const noise = driver.Noise
 
-// Fresh returns the state of a missing record at now: a full bucket whose
-// window (fixed window) or refill (token bucket) starts now.
-func Fresh(p driver.Params, now int64) driver.State {
-	if p.Kind == driver.FixedWindow {
-		return driver.State{Value: p.Capacity, TS: WindowStart(p, now)}
+// StateAt returns the state of the record r at now, as the transition
+// sees it: a full bucket for a missing record, otherwise r's state with
+// the grants or refill up to now, capped at Capacity. Stores and tools use
+// it to show a record (ratelimit inspect, Limiter.Value).
+func StateAt(p driver.Params, r driver.Record, now int64) driver.State {
+	if !r.Found {
+		return fresh(p, now)
 	}
-	return driver.State{Value: p.Capacity, TS: now}
+	return refresh(p, r.State, now)
 }
 
-// WindowStart returns the start of the fixed window containing t: the
+// fresh returns the state of a missing record at now: a full bucket whose
+// window (fixed window) or refill (token bucket) starts now.
+func fresh(p driver.Params, now int64) driver.State {
+	if p.Kind == driver.FixedWindow {
+		return driver.State{Remaining: p.Capacity, TS: windowStart(p, now)}
+	}
+	return driver.State{Remaining: p.Capacity, TS: now}
+}
+
+// windowStart returns the start of the fixed window containing t: the
 // largest Phase + k·Period ≤ t.
-func WindowStart(p driver.Params, t int64) int64 {
+func windowStart(p driver.Params, t int64) int64 {
 	off := (t - p.Phase) % p.Period
 	if off < 0 {
 		off += p.Period
@@ -38,40 +49,40 @@ func WindowStart(p driver.Params, t int64) int64 {
 	return t - off
 }
 
-// Refresh returns s advanced to now: the grants of every window started
+// refresh returns s advanced to now: the grants of every window started
 // (fixed window) or the refill (token bucket) since s.TS, capped at
 // Capacity. A now before s.TS (a clock stepping back) changes nothing. A
 // record written under a larger capacity (a limit lowered, or split into
 // shards) is cut to this one: a record never holds more than its params
 // allow.
-func Refresh(p driver.Params, s driver.State, now int64) driver.State {
+func refresh(p driver.Params, s driver.State, now int64) driver.State {
 	t := max(now, s.TS)
 	switch p.Kind {
 	case driver.FixedWindow:
 		k := (t - s.TS) / p.Period
 		if k > 0 {
-			s.Value += float64(p.Rate * float64(k))
+			s.Remaining += float64(p.Rate * float64(k))
 			s.TS += k * p.Period
 		}
 	case driver.TokenBucket:
-		s.Value += float64(t-s.TS) * p.Rate / float64(p.Period)
+		s.Remaining += float64(t-s.TS) * p.Rate / float64(p.Period)
 		s.TS = t
 	}
-	s.Value = math.Min(s.Value, p.Capacity)
+	s.Remaining = math.Min(s.Remaining, p.Capacity)
 	return s
 }
 
 // load is the state of rec at now: refreshed if found, fresh if missing.
 func load(p driver.Params, rec driver.Record, now int64) driver.State {
 	if rec.Found {
-		return Refresh(p, rec.State, now)
+		return refresh(p, rec.State, now)
 	}
-	return Fresh(p, now)
+	return fresh(p, now)
 }
 
-// Wait returns the milliseconds from now until d more tokens have been
+// wait returns the milliseconds from now until d more tokens have been
 // granted to s, a state already refreshed to now. Not rounded.
-func Wait(p driver.Params, s driver.State, now int64, d float64) float64 {
+func wait(p driver.Params, s driver.State, now int64, d float64) float64 {
 	if p.Kind == driver.FixedWindow {
 		return float64(float64(p.Period)*math.Ceil(d/p.Rate)) + float64(s.TS-now)
 	}
@@ -104,29 +115,28 @@ func fitsDebt(p driver.Params, v float64) bool {
 	return p.MaxReserved == 0 || -v <= p.MaxReserved
 }
 
-// Transition decides one call on one record: given the limit's params, the
-// record as stored (found false for a missing record), the time now in Unix
-// milliseconds, the count of tokens asked for and whether the call may
-// reserve, it returns the record's next state and the decision. The next
-// state must be stored only when the decision is OK and count > 0. It
-// reads p.Phase only when found is false: a stored record carries its
-// windows in its TS.
-//
-// Transition does not validate its inputs: the Limiter rejects invalid
-// configs and counts before any store sees them.
-func Transition(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
+// transition is TransitionInto with the decision returned by value.
+func transition(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
 	var d driver.Decision
 	s := TransitionInto(&d, &p, prev, found, now, count, reserve)
 	return s, d
 }
 
-// TransitionInto is Transition with the decision written to *d (every
-// field; Now and TS zero, as Transition leaves them): the same results,
-// bit for bit. A Decision returned by value is copied through memory,
-// which costs more than the transition itself; stores that decide one
-// record at a time on a hot path call this form.
+// TransitionInto decides one call on one record: given the limit's params,
+// the record as stored (found false for a missing record), the time now in
+// Unix milliseconds, the count of tokens asked for and whether the call may
+// reserve, it writes the decision to *d (every field; Now and TS zero) and
+// returns the record's next state. The next state must be stored only when
+// the decision is OK and count > 0. It reads p.Phase only when found is
+// false: a stored record carries its windows in its TS. The decision is
+// written in place because a Decision returned by value is copied through
+// memory, which costs more than the transition itself; stores that decide
+// one record at a time on a hot path call it (memstore's Binder).
 //
-// It is the semantics' load (Refresh or Fresh) followed by settle, with
+// TransitionInto does not validate its inputs: the Limiter rejects invalid
+// configs and counts before any store sees them.
+//
+// It is the semantics' load (refresh or fresh) followed by settle, with
 // the commonest case taken first: a refresh within the record's window
 // (no division), then a count the bucket holds (no wait to compute).
 // FuzzTransitionFastPath proves it equal to load and settle, which the Lua
@@ -136,13 +146,13 @@ func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, fou
 	if found {
 		s = refreshFast(p, prev, now)
 	} else {
-		s = Fresh(*p, now)
+		s = fresh(*p, now)
 	}
 	// The v >= 0 case of settle, where denoise leaves v as it is, for a
 	// call that is not a reservation of a caller lagging the record.
-	if v := s.Value - count; v >= 0 && (!reserve || s.TS <= now) {
+	if v := s.Remaining - count; v >= 0 && (!reserve || s.TS <= now) {
 		*d = driver.Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
-		return driver.State{Value: v, TS: s.TS}
+		return driver.State{Remaining: v, TS: s.TS}
 	}
 	return settle(d, p, s, now, count, reserve)
 }
@@ -156,21 +166,21 @@ func refreshFast(p *driver.Params, s driver.State, now int64) driver.State {
 	if p.Kind == driver.FixedWindow {
 		if el := t - s.TS; el >= p.Period {
 			k := el / p.Period
-			s.Value += float64(p.Rate * float64(k))
+			s.Remaining += float64(p.Rate * float64(k))
 			s.TS += k * p.Period
 		}
 	} else {
-		s.Value += float64(t-s.TS) * p.Rate / float64(p.Period)
+		s.Remaining += float64(t-s.TS) * p.Rate / float64(p.Period)
 		s.TS = t
 	}
-	s.Value = min(s.Value, p.Capacity)
+	s.Remaining = min(s.Remaining, p.Capacity)
 	return s
 }
 
 // settle decides a call of count on s, the record refreshed to now (by
 // load): it writes the decision to *d and returns the record's next state.
 func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, count float64, reserve bool) driver.State {
-	v := denoise(s.Value - count)
+	v := denoise(s.Remaining - count)
 	*d = driver.Decision{}
 	switch {
 	case v >= 0 && reserve:
@@ -182,19 +192,19 @@ func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, cou
 		d.OK = true
 	case reserve && fitsDebt(*p, v):
 		d.OK = true
-		d.RetryAfter = retryMillis(Wait(*p, s, now, -v))
+		d.RetryAfter = retryMillis(wait(*p, s, now, -v))
 	default:
 		deficit := -v
 		if reserve {
 			deficit -= p.MaxReserved
 		}
-		d.RetryAfter = retryMillis(Wait(*p, s, now, deficit))
-		d.Remaining = s.Value
+		d.RetryAfter = retryMillis(wait(*p, s, now, deficit))
+		d.Remaining = s.Remaining
 		return s
 	}
 	d.Remaining = v
 	d.Charged[0] = count
-	s.Value = v
+	s.Remaining = v
 	return s
 }
 
@@ -251,20 +261,20 @@ func single(d *driver.Decision, p *driver.Params, rec driver.Record, now int64, 
 // refund (docs/reservations.md).
 func refund(p driver.Params, rec driver.Record, now, at int64, count float64) (driver.Decision, driver.Update) {
 	if !rec.Found {
-		return driver.Decision{OK: true, Remaining: p.Capacity}, driver.Update{State: Fresh(p, now)}
+		return driver.Decision{OK: true, Remaining: p.Capacity}, driver.Update{State: fresh(p, now)}
 	}
-	s := Refresh(p, rec.State, now)
+	s := refresh(p, rec.State, now)
 	back := denoise(count - granted(p, s, at))
-	d := driver.Decision{OK: true, Remaining: s.Value}
+	d := driver.Decision{OK: true, Remaining: s.Remaining}
 	if back <= 0 {
 		return d, driver.Update{State: s}
 	}
-	v := math.Min(s.Value+back, p.Capacity)
-	if !(v > s.Value) {
+	v := math.Min(s.Remaining+back, p.Capacity)
+	if !(v > s.Remaining) {
 		return d, driver.Update{State: s} // full already: nothing comes back
 	}
-	d.Charged[0] = s.Value - v // what came back, negative
-	s.Value, d.Remaining = v, v
+	d.Charged[0] = s.Remaining - v // what came back, negative
+	s.Remaining, d.Remaining = v, v
 	return d, driver.Update{State: s, Write: true}
 }
 
@@ -307,7 +317,7 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 	na, nb, ca, cb, ok := split(pa, pb, sa, sb, now, count, reserve)
 	if !ok {
 		d.RetryAfter = retryMillis(pairWait(pa, pb, ra, rb, now, count, reserve))
-		d.Remaining = sa.Value + sb.Value
+		d.Remaining = sa.Remaining + sb.Remaining
 		return d, ua, ub
 	}
 	d.OK = true
@@ -318,22 +328,22 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 	var w float64
 	if ca > 0 {
 		if na < 0 {
-			w = max(w, Wait(pa, sa, now, -na))
+			w = max(w, wait(pa, sa, now, -na))
 		} else if reserve {
 			w = max(w, float64(sa.TS-now))
 		}
 	}
 	if cb > 0 {
 		if nb < 0 {
-			w = max(w, Wait(pb, sb, now, -nb))
+			w = max(w, wait(pb, sb, now, -nb))
 		} else if reserve {
 			w = max(w, float64(sb.TS-now))
 		}
 	}
 	d.RetryAfter = retryMillis(w)
 	d.Remaining = na + nb
-	ua.State.Value, ua.Write = na, ca > 0
-	ub.State.Value, ub.Write = nb, cb > 0
+	ua.State.Remaining, ua.Write = na, ca > 0
+	ub.State.Remaining, ub.Write = nb, cb > 0
 	return d, ua, ub
 }
 
@@ -342,38 +352,38 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 // whether the call is OK. A shard that takes the call alone is charged the
 // count itself.
 func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, reserve bool) (na, nb, ca, cb float64, ok bool) {
-	va, vb := denoise(sa.Value-count), denoise(sb.Value-count)
+	va, vb := denoise(sa.Remaining-count), denoise(sb.Remaining-count)
 	if va >= 0 || vb >= 0 {
 		if va >= vb {
-			return va, sb.Value, count, 0, true
+			return va, sb.Remaining, count, 0, true
 		}
-		return sa.Value, vb, 0, count, true
+		return sa.Remaining, vb, 0, count, true
 	}
-	na, nb = sa.Value, sb.Value
-	x := denoise((sa.Value + sb.Value - count) / 2)
+	na, nb = sa.Remaining, sb.Remaining
+	x := denoise((sa.Remaining + sb.Remaining - count) / 2)
 	switch {
-	case x <= sa.Value && x <= sb.Value:
+	case x <= sa.Remaining && x <= sb.Remaining:
 		na, nb = x, x
-	case sa.Value >= sb.Value:
+	case sa.Remaining >= sb.Remaining:
 		na = va
 	default:
 		nb = vb
 	}
 	if na >= 0 && nb >= 0 {
-		return na, nb, sa.Value - na, sb.Value - nb, true
+		return na, nb, sa.Remaining - na, sb.Remaining - nb, true
 	}
 	if !reserve {
 		return na, nb, 0, 0, false
 	}
 	fa, fb := fitsDebt(pa, va), fitsDebt(pb, vb)
 	switch {
-	case fa && (!fb || Wait(pa, sa, now, -va) <= Wait(pb, sb, now, -vb)):
-		return va, sb.Value, count, 0, true
+	case fa && (!fb || wait(pa, sa, now, -va) <= wait(pb, sb, now, -vb)):
+		return va, sb.Remaining, count, 0, true
 	case fb:
-		return sa.Value, vb, 0, count, true
+		return sa.Remaining, vb, 0, count, true
 	case count > pa.Capacity+pa.MaxReserved || count > pb.Capacity+pb.MaxReserved:
 		if fitsDebt(pa, na) && fitsDebt(pb, nb) {
-			return na, nb, sa.Value - na, sb.Value - nb, true
+			return na, nb, sa.Remaining - na, sb.Remaining - nb, true
 		}
 	}
 	return na, nb, 0, 0, false
@@ -401,7 +411,7 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 	// next returns the first time after t at which a shard gains tokens.
 	next := func(t int64) int64 {
 		if pa.Kind == driver.FixedWindow {
-			return min(WindowStart(pa, t)+pa.Period, WindowStart(pb, t)+pb.Period)
+			return min(windowStart(pa, t)+pa.Period, windowStart(pb, t)+pb.Period)
 		}
 		return t + 1
 	}
@@ -430,7 +440,7 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 			need -= p.MaxReserved
 		}
 		if need <= p.Capacity {
-			try(Wait(p, s, now, need-s.Value))
+			try(wait(p, s, now, need-s.Remaining))
 		}
 	}
 	single(pa, sa)
@@ -452,7 +462,7 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 // shard's capacity would cut count in full until the other shard must
 // make up the rest alone.
 func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64) float64 {
-	short := need - sa.Value - sb.Value
+	short := need - sa.Remaining - sb.Remaining
 	if short <= 0 {
 		return 0
 	}
@@ -475,12 +485,12 @@ func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64)
 			ka, kb = kb, ka
 		}
 		// A shard full by then makes the other make up the rest alone.
-		if sa.Value+float64(pa.Rate*ka) > pa.Capacity {
-			if k := math.Ceil((need-pa.Capacity-sb.Value)/pb.Rate - noise); k >= 1 {
+		if sa.Remaining+float64(pa.Rate*ka) > pa.Capacity {
+			if k := math.Ceil((need-pa.Capacity-sb.Remaining)/pb.Rate - noise); k >= 1 {
 				at = math.Max(at, float64(fb)+float64(float64(pb.Period)*(k-1)))
 			}
-		} else if sb.Value+float64(pb.Rate*kb) > pb.Capacity {
-			if k := math.Ceil((need-pb.Capacity-sa.Value)/pa.Rate - noise); k >= 1 {
+		} else if sb.Remaining+float64(pb.Rate*kb) > pb.Capacity {
+			if k := math.Ceil((need-pb.Capacity-sa.Remaining)/pa.Rate - noise); k >= 1 {
 				at = math.Max(at, float64(fa)+float64(float64(pa.Period)*(k-1)))
 			}
 		}
@@ -489,13 +499,13 @@ func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64)
 	// Token buckets refill together, from the later of now and each
 	// shard's time; until one is full, they gain both rates at once.
 	at := float64(max(sa.TS, sb.TS)-now) + short*float64(pa.Period)/(pa.Rate+pb.Rate)
-	fullA := float64(sa.TS-now) + (pa.Capacity-sa.Value)*float64(pa.Period)/pa.Rate
-	fullB := float64(sb.TS-now) + (pb.Capacity-sb.Value)*float64(pb.Period)/pb.Rate
+	fullA := float64(sa.TS-now) + (pa.Capacity-sa.Remaining)*float64(pa.Period)/pa.Rate
+	fullB := float64(sb.TS-now) + (pb.Capacity-sb.Remaining)*float64(pb.Period)/pb.Rate
 	switch {
 	case fullA < at: // a full first: b makes up the rest alone
-		at = math.Max(at, float64(sb.TS-now)+(need-pa.Capacity-sb.Value)*float64(pb.Period)/pb.Rate)
+		at = math.Max(at, float64(sb.TS-now)+(need-pa.Capacity-sb.Remaining)*float64(pb.Period)/pb.Rate)
 	case fullB < at:
-		at = math.Max(at, float64(sa.TS-now)+(need-pb.Capacity-sa.Value)*float64(pa.Period)/pa.Rate)
+		at = math.Max(at, float64(sa.TS-now)+(need-pb.Capacity-sa.Remaining)*float64(pa.Period)/pa.Rate)
 	}
 	return math.Max(math.Floor(at), 0)
 }
@@ -504,14 +514,14 @@ func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64)
 // be a full bucket again, so that a store may drop it from then on and
 // re-create it, by Fresh, exactly as it would have been.
 func FullAt(p driver.Params, s driver.State) int64 {
-	if s.Value >= p.Capacity {
+	if s.Remaining >= p.Capacity {
 		return s.TS
 	}
-	short := p.Capacity - s.Value
+	short := p.Capacity - s.Remaining
 	if p.Kind == driver.FixedWindow {
 		k := math.Ceil(short / p.Rate)
 		for range fullAtTries {
-			if s.Value+float64(p.Rate*k) >= p.Capacity {
+			if s.Remaining+float64(p.Rate*k) >= p.Capacity {
 				return addMillis(s.TS, float64(p.Period)*k)
 			}
 			k++ // rounding left the grant a hair short
@@ -520,7 +530,7 @@ func FullAt(p driver.Params, s driver.State) int64 {
 	}
 	dt := math.Ceil(short * float64(p.Period) / p.Rate)
 	for range fullAtTries {
-		if s.Value+dt*p.Rate/float64(p.Period) >= p.Capacity {
+		if s.Remaining+dt*p.Rate/float64(p.Period) >= p.Capacity {
 			return addMillis(s.TS, dt)
 		}
 		dt++

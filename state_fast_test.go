@@ -21,7 +21,7 @@ func transitionGeneral(p driver.Params, prev driver.State, found bool, now int64
 // and 0 differ, and NaN equals the same NaN).
 func sameBits(s1 driver.State, d1 driver.Decision, s2 driver.State, d2 driver.Decision) bool {
 	f := math.Float64bits
-	return f(s1.Value) == f(s2.Value) && s1.TS == s2.TS &&
+	return f(s1.Remaining) == f(s2.Remaining) && s1.TS == s2.TS &&
 		d1.OK == d2.OK && d1.RetryAfter == d2.RetryAfter && f(d1.Remaining) == f(d2.Remaining) &&
 		f(d1.Charged[0]) == f(d2.Charged[0]) && f(d1.Charged[1]) == f(d2.Charged[1]) &&
 		d1.Now == d2.Now && d1.TS == d2.TS
@@ -32,7 +32,7 @@ func sameBits(s1 driver.State, d1 driver.Decision, s2 driver.State, d2 driver.De
 // one input, or when Transition of a found record depends on p.Phase.
 func checkFastPath(t *testing.T, p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) {
 	t.Helper()
-	s1, d1 := Transition(p, prev, found, now, count, reserve)
+	s1, d1 := transition(p, prev, found, now, count, reserve)
 	s2, d2 := transitionGeneral(p, prev, found, now, count, reserve)
 	d4 := driver.Decision{OK: true, RetryAfter: -1, Remaining: -1, Charged: [2]float64{-1, -1}, Now: -1, TS: -1}
 	s4 := TransitionInto(&d4, &p, prev, found, now, count, reserve)
@@ -47,7 +47,7 @@ func checkFastPath(t *testing.T, p driver.Params, prev driver.State, found bool,
 	if found && p.Kind == driver.FixedWindow {
 		q := p
 		q.Phase = (p.Phase + p.Period/2 + 1) % p.Period
-		s3, d3 := Transition(q, prev, found, now, count, reserve)
+		s3, d3 := transition(q, prev, found, now, count, reserve)
 		if !sameBits(s1, d1, s3, d3) {
 			t.Fatalf("Transition of a found record read the phase: %+v %+v with phase %d, %+v %+v with %d",
 				s1, d1, p.Phase, s3, d3, q.Phase)
@@ -76,7 +76,7 @@ func FuzzTransitionFastPath(f *testing.F) {
 			p.Kind = driver.FixedWindow
 			p.Phase = floorMod(phase, period)
 		}
-		checkFastPath(t, p, driver.State{Value: value, TS: ts}, found, now, count, reserve)
+		checkFastPath(t, p, driver.State{Remaining: value, TS: ts}, found, now, count, reserve)
 	})
 }
 
@@ -107,19 +107,19 @@ func TestTransitionFastPathRandom(t *testing.T) {
 		p.Phase = rng.Int64N(p.Period)
 		prev := driver.State{TS: base + rng.Int64N(1<<30) - 1<<29}
 		if p.Kind == driver.FixedWindow && rng.IntN(8) != 0 {
-			prev.TS = WindowStart(p, prev.TS)
+			prev.TS = windowStart(p, prev.TS)
 		}
 		switch rng.IntN(6) {
 		case 0:
-			prev.Value = p.Capacity
+			prev.Remaining = p.Capacity
 		case 1:
-			prev.Value = math.Floor(rng.Float64() * p.Capacity)
+			prev.Remaining = math.Floor(rng.Float64() * p.Capacity)
 		case 2:
-			prev.Value = -math.Floor(rng.Float64() * p.MaxReserved)
+			prev.Remaining = -math.Floor(rng.Float64() * p.MaxReserved)
 		case 3:
-			prev.Value = math.Copysign(0, -1)
+			prev.Remaining = math.Copysign(0, -1)
 		default:
-			prev.Value = (rng.Float64()*2 - 0.5) * p.Capacity
+			prev.Remaining = (rng.Float64()*2 - 0.5) * p.Capacity
 		}
 		var now int64
 		switch rng.IntN(6) {
@@ -141,9 +141,9 @@ func TestTransitionFastPathRandom(t *testing.T) {
 		case 1:
 			count = 1
 		case 2:
-			count = math.Max(prev.Value, 0)
+			count = math.Max(prev.Remaining, 0)
 		case 3:
-			count = math.Nextafter(math.Max(prev.Value, 0), math.Inf(1))
+			count = math.Nextafter(math.Max(prev.Remaining, 0), math.Inf(1))
 		case 4:
 			count = math.Floor(rng.Float64() * 2 * p.Capacity)
 		default:

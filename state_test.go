@@ -28,7 +28,7 @@ func runTimeline(t *testing.T, p driver.Params, steps []step) {
 	var s driver.State
 	found := false
 	for i, st := range steps {
-		next, d := Transition(p, s, found, t0+st.at, st.count, st.reserve)
+		next, d := transition(p, s, found, t0+st.at, st.count, st.reserve)
 		assert.Equal(t, st.ok, d.OK, "step %d: ok", i)
 		assert.Equal(t, st.retry, d.RetryAfter, "step %d: retry-after", i)
 		assert.InDelta(t, st.remain, d.Remaining, 1e-12, "step %d: remaining", i)
@@ -68,14 +68,14 @@ func TestTransitionClockBackwards(t *testing.T) {
 		{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10},
 		{Kind: driver.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10},
 	} {
-		s, d := Transition(p, driver.State{}, false, t0+120_000, 4, false)
+		s, d := transition(p, driver.State{}, false, t0+120_000, 4, false)
 		require.True(t, d.OK)
 		// 30 s back: no tokens removed, ts not moved back, none minted.
-		back, d := Transition(p, s, true, t0+90_000, 6, false)
+		back, d := transition(p, s, true, t0+90_000, 6, false)
 		require.True(t, d.OK, p.Kind)
 		assert.Equal(t, s.TS, back.TS, p.Kind)
-		assert.Equal(t, 0.0, back.Value, p.Kind)
-		_, d = Transition(p, back, true, t0+90_000, 1, false)
+		assert.Equal(t, 0.0, back.Remaining, p.Kind)
+		_, d = transition(p, back, true, t0+90_000, 1, false)
 		assert.False(t, d.OK, p.Kind)
 		// the wait counts from the real now, past the stored time
 		assert.Greater(t, d.RetryAfter, int64(30_000), p.Kind)
@@ -85,17 +85,17 @@ func TestTransitionClockBackwards(t *testing.T) {
 func TestTransitionNoise(t *testing.T) {
 	// 0.1 + 0.2 - 0.3 leaves 5.6e-17 of float noise; it is no debt.
 	p := driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 1000, Capacity: 0.3}
-	s, d := Transition(p, driver.State{Value: 0.1 + 0.2, TS: t0}, true, t0, 0.3, false)
+	s, d := transition(p, driver.State{Remaining: 0.1 + 0.2, TS: t0}, true, t0, 0.3, false)
 	require.True(t, d.OK)
-	assert.Equal(t, 0.0, s.Value)
+	assert.Equal(t, 0.0, s.Remaining)
 }
 
 func TestWindowStartAndPhase(t *testing.T) {
 	p := driver.Params{Kind: driver.FixedWindow, Period: 60_000, Phase: 7_000}
-	assert.Equal(t, int64(1_020_007_000-60_000*0), WindowStart(p, 1_020_007_000))
-	assert.Equal(t, int64(967_000), WindowStart(p, 1_000_000))
-	assert.Equal(t, int64(-53_000), WindowStart(p, -1)) // before the epoch: floor, not truncation
-	assert.Equal(t, int64(7_000), WindowStart(p, 7_000))
+	assert.Equal(t, int64(1_020_007_000-60_000*0), windowStart(p, 1_020_007_000))
+	assert.Equal(t, int64(967_000), windowStart(p, 1_000_000))
+	assert.Equal(t, int64(-53_000), windowStart(p, -1)) // before the epoch: floor, not truncation
+	assert.Equal(t, int64(7_000), windowStart(p, 7_000))
 }
 
 func TestFullAt(t *testing.T) {
@@ -103,20 +103,20 @@ func TestFullAt(t *testing.T) {
 	tb := driver.Params{Kind: driver.TokenBucket, Rate: 0.1, Period: 1000, Capacity: 0.3}
 	for _, p := range []driver.Params{fw, tb} {
 		for _, v := range []float64{-1.7, 0, 0.1, 0.2, 0.29999999999999993} {
-			s := driver.State{Value: v, TS: t0}
+			s := driver.State{Remaining: v, TS: t0}
 			at := FullAt(p, s)
 			require.GreaterOrEqual(t, at, s.TS)
 			// Full at FullAt, exactly as a fresh record would be...
-			assert.Equal(t, p.Capacity, Refresh(p, s, at).Value, "%v from %v", p.Kind, v)
+			assert.Equal(t, p.Capacity, refresh(p, s, at).Remaining, "%v from %v", p.Kind, v)
 			// ...and not a millisecond (fixed window: a window) earlier.
 			before := at - 1
 			if p.Kind == driver.FixedWindow {
 				before = at - p.Period
 			}
-			assert.Less(t, Refresh(p, s, before).Value, p.Capacity, "%v from %v", p.Kind, v)
+			assert.Less(t, refresh(p, s, before).Remaining, p.Capacity, "%v from %v", p.Kind, v)
 		}
 	}
-	assert.Equal(t, int64(t0), FullAt(fw, driver.State{Value: 0.3, TS: t0}))
+	assert.Equal(t, int64(t0), FullAt(fw, driver.State{Remaining: 0.3, TS: t0}))
 	// A refill too slow to compute never expires.
 	assert.Equal(t, driver.Never, FullAt(driver.Params{Kind: driver.TokenBucket, Rate: 1e-300, Period: 1, Capacity: 1}, driver.State{TS: t0}))
 }
@@ -136,18 +136,18 @@ func TestEvaluatePair(t *testing.T) {
 	}
 	out := make([]driver.Decision, 1)
 	next := make([]driver.Update, 2)
-	prev := []driver.Record{{State: driver.State{Value: 4, TS: t0}, Found: true}, {State: driver.State{Value: 7, TS: t0}, Found: true}}
+	prev := []driver.Record{{State: driver.State{Remaining: 4, TS: t0}, Found: true}, {State: driver.State{Remaining: 7, TS: t0}, Found: true}}
 
 	// One shard suffices: the one left with more tokens.
 	require.True(t, Evaluate(op(3, false), prev, out, next))
 	assert.False(t, next[0].Write)
-	assert.Equal(t, driver.Update{State: driver.State{Value: 4, TS: t0}, Write: true}, next[1])
+	assert.Equal(t, driver.Update{State: driver.State{Remaining: 4, TS: t0}, Write: true}, next[1])
 	assert.Equal(t, [2]float64{0, 3}, out[0].Charged)
 
 	// Neither alone, both together: debited to equal values.
 	require.True(t, Evaluate(op(9, false), prev, out, next))
-	assert.Equal(t, 1.0, next[0].State.Value)
-	assert.Equal(t, 1.0, next[1].State.Value)
+	assert.Equal(t, 1.0, next[0].State.Remaining)
+	assert.Equal(t, 1.0, next[1].State.Remaining)
 	assert.Equal(t, [2]float64{3, 6}, out[0].Charged)
 	assert.Equal(t, 2.0, out[0].Remaining)
 
@@ -157,10 +157,10 @@ func TestEvaluatePair(t *testing.T) {
 	assert.Equal(t, int64(60_000), out[0].RetryAfter)
 
 	// A reservation: a shard in debt is not charged to lift the other.
-	prev[0].State.Value = -5
+	prev[0].State.Remaining = -5
 	require.True(t, Evaluate(op(9, true), prev, out, next))
 	assert.False(t, next[0].Write)
-	assert.Equal(t, -2.0, next[1].State.Value)
+	assert.Equal(t, -2.0, next[1].State.Remaining)
 	assert.Equal(t, int64(60_000), out[0].RetryAfter)
 }
 
@@ -170,7 +170,7 @@ func TestEvaluateAllOrNothingAndCheck(t *testing.T) {
 		{Name: "a", Key: "k", Count: 5, Shards: []driver.Shard{{Params: p}}},
 		{Name: "b", Key: "k", Count: 11, Shards: []driver.Shard{{Params: driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 20}}}},
 	}}
-	prev := []driver.Record{{}, {State: driver.State{Value: 3, TS: t0}, Found: true}}
+	prev := []driver.Record{{}, {State: driver.State{Remaining: 3, TS: t0}, Found: true}}
 	out := make([]driver.Decision, 2)
 	next := make([]driver.Update, 2)
 	assert.False(t, Evaluate(op, prev, out, next))

@@ -98,7 +98,7 @@ type Binder interface {
 	// RecordID{Name: name, Key: key, Shard: 0} of a limit of params p. For
 	// a fixed window, the record's phase is phase(key) (p.Phase is
 	// ignored); the store calls phase only when it needs the phase, for a
-	// missing record (see Transition).
+	// missing record (see ratelimit.TransitionInto).
 	Bind(name string, p Params, phase func(key string) int64) BoundLimit
 }
 

@@ -45,9 +45,9 @@ type Params struct {
 
 // State is what a store keeps for one record.
 type State struct {
-	// Value is the tokens in the bucket at TS; negative while it owes
+	// Remaining is the tokens in the bucket at TS; negative while it owes
 	// reserved tokens.
-	Value float64
+	Remaining float64
 	// TS is a Unix time in milliseconds: the start of the current window
 	// (fixed window) or the time of the last update (token bucket).
 	TS int64

@@ -55,7 +55,7 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 // such time, and ok is false: the item carries no t.
 func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool) {
 	if cfg.Kind != ratelimit.TokenBucket {
-		return seconds(res.Reset), true
+		return seconds(res.ResetAfter), true
 	}
 	// A sharded call evaluates two shards (or its one): their share of
 	// the capacity and the rate, as Result.Remaining counts them.

@@ -56,7 +56,8 @@ func transition(l Limit, phase, epoch int64) func(c call) bool {
 		found bool
 	)
 	return func(c call) bool {
-		next, d := ratelimit.Transition(p, st, found, epoch+c.decide/int64(time.Millisecond), 1, false)
+		var d driver.Decision
+		next := ratelimit.TransitionInto(&d, &p, st, found, epoch+c.decide/int64(time.Millisecond), 1, false)
 		if d.OK {
 			st, found = next, true
 		}

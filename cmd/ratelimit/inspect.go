@@ -78,14 +78,14 @@ func printStatus(out io.Writer, name, key string, cfg ratelimit.Config, st ratel
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shard\tstored\ttokens\tdebt\twindow start\tnext grant\t")
 	for _, sh := range st.Shards {
-		fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t%s\t\n", sh.Index, sh.Stored, num(sh.Tokens), num(max(-sh.Tokens, 0)),
+		fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t%s\t\n", sh.Index, sh.Stored, num(sh.Remaining), num(max(-sh.Remaining, 0)),
 			stamp(sh.WindowStart), stamp(sh.NextGrant))
 	}
 	if len(st.Shards) > 1 {
-		fmt.Fprintf(tw, "all\t\t%s\t%s\t%s\t%s\t\n", num(st.Tokens), num(max(-st.Tokens, 0)), stamp(st.WindowStart), stamp(st.NextGrant))
+		fmt.Fprintf(tw, "all\t\t%s\t%s\t%s\t%s\t\n", num(st.Remaining), num(max(-st.Remaining, 0)), stamp(st.WindowStart), stamp(st.NextGrant))
 	}
 	tw.Flush()
-	fmt.Fprintf(out, "\ntokens now %s of capacity %s\n", num(st.Tokens), num(st.Capacity))
+	fmt.Fprintf(out, "\ntokens now %s of capacity %s\n", num(st.Remaining), num(st.Capacity))
 }
 
 func stamp(t time.Time) string {
@@ -138,7 +138,7 @@ func newLimit() *cobra.Command {
 			defer closeStore()
 			opts := []ratelimit.CallOption{ratelimit.Count(count)}
 			if reserve {
-				opts = append(opts, ratelimit.Reserve())
+				opts = append(opts, ratelimit.WithReserve())
 			}
 			call := lim.Limit
 			if check {

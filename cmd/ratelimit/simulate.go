@@ -210,7 +210,7 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 			if err != nil {
 				return err
 			}
-			samples = append(samples, sample{times[ti], st.Tokens})
+			samples = append(samples, sample{times[ti], st.Remaining})
 		}
 		before, err := value(r.at)
 		if err != nil {
@@ -218,7 +218,7 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 		}
 		opts := []ratelimit.CallOption{ratelimit.Count(r.count)}
 		if r.reserve {
-			opts = append(opts, ratelimit.Reserve())
+			opts = append(opts, ratelimit.WithReserve())
 		}
 		res, err := lim.Limit(ctx, name, key, opts...)
 		if err != nil {
@@ -228,19 +228,19 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 		if err != nil {
 			return err
 		}
-		s := step{request: r, before: before.Tokens, after: after.Tokens, res: res}
+		s := step{request: r, before: before.Remaining, after: after.Remaining, res: res}
 		if cfg.Kind == ratelimit.FixedWindow {
 			s.window = [2]time.Duration{before.WindowStart.Sub(simStart), before.NextGrant.Sub(simStart)}
 		}
 		steps = append(steps, s)
-		samples = append(samples, sample{r.at, before.Tokens}, sample{r.at, after.Tokens})
+		samples = append(samples, sample{r.at, before.Remaining}, sample{r.at, after.Remaining})
 	}
 	for ; ti < len(times); ti++ {
 		st, err := value(times[ti])
 		if err != nil {
 			return err
 		}
-		samples = append(samples, sample{times[ti], st.Tokens})
+		samples = append(samples, sample{times[ti], st.Remaining})
 	}
 
 	printSteps(out, name, cfg, steps)

@@ -117,7 +117,7 @@ func TestUnaryRefusal(t *testing.T) {
 	// The key is the peer's IP: the bucket drained is 127.0.0.1's.
 	st2, err := lim.Value(ctx, "api", "127.0.0.1")
 	require.NoError(t, err)
-	assert.Zero(t, st2.Tokens)
+	assert.Zero(t, st2.Remaining)
 }
 
 func TestStreamRefusal(t *testing.T) {
@@ -181,7 +181,7 @@ func TestPerMethodLimits(t *testing.T) {
 		// check was charged once only: the refused call spent nothing.
 		st, err := lim.Value(ctx, "check", "127.0.0.1")
 		require.NoError(t, err)
-		assert.Equal(t, 99.0, st.Tokens)
+		assert.Equal(t, 99.0, st.Remaining)
 	})
 	t.Run("only named methods", func(t *testing.T) {
 		ic, err := ratelimitgrpc.New(lim, nil, ratelimitgrpc.WithMethod(watchMethod, "burst"))

@@ -145,7 +145,7 @@ func TestObserverOutcomes(t *testing.T) {
 	// denied by the deny cache; a Check on top.
 	assert.True(t, limit("api").OK)
 	assert.True(t, limit("api").OK)
-	assert.True(t, limit("api", ratelimit.Reserve()).Reserved())
+	assert.True(t, limit("api", ratelimit.WithReserve()).Reserved())
 	assert.False(t, limit("api").OK)
 	res := limit("api")
 	assert.False(t, res.OK)

@@ -57,7 +57,7 @@ func TestWrapStoreSpans(t *testing.T) {
 	ctx, parent := tp.Tracer("test").Start(ctx, "request")
 	_, err = lim.Limit(ctx, "api", secretKey)
 	require.NoError(t, err)
-	_, err = lim.Limit(ctx, "api", secretKey, ratelimit.Reserve())
+	_, err = lim.Limit(ctx, "api", secretKey, ratelimit.WithReserve())
 	require.NoError(t, err)
 	_, err = lim.Check(ctx, "api", secretKey)
 	require.NoError(t, err)

@@ -80,7 +80,7 @@ func TestCollectorOutcomes(t *testing.T) {
 	}{
 		{"api", nil, true},
 		{"api", nil, true},
-		{"api", []ratelimit.CallOption{ratelimit.Reserve()}, true},
+		{"api", []ratelimit.CallOption{ratelimit.WithReserve()}, true},
 		{"api", nil, false}, // the store refuses
 		{"api", nil, false}, // the deny cache refuses
 	} {

@@ -111,9 +111,9 @@ func TestApplyBatchOpFailsAlone(t *testing.T) {
 	require.Equal(t, 2.0, outs[2][0].Remaining)
 	require.True(t, outs[3][0].OK)
 	require.False(t, outs[4][0].OK)
-	require.Equal(t, 2.0, stored(t, s, "l", "a").State.Value)
+	require.Equal(t, 2.0, stored(t, s, "l", "a").State.Remaining)
 	require.False(t, stored(t, s, "l", "bad").Found, "the failed op's write is rolled back")
-	require.Equal(t, 9.0, stored(t, s, "l", "b").State.Value)
+	require.Equal(t, 9.0, stored(t, s, "l", "b").State.Remaining)
 }
 
 // Through Apply, an op that fails on its own fails its call only.

@@ -481,7 +481,7 @@ func appendKeys(keys [][]byte, buf []byte, op *driver.Op) [][]byte {
 const valueLen = 24
 
 func appendValue(dst []byte, st driver.State, expires int64) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(st.Value))
+	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(st.Remaining))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(st.TS))
 	return binary.BigEndian.AppendUint64(dst, uint64(expires))
 }
@@ -490,7 +490,7 @@ func decodeValue(v []byte) (st driver.State, expires int64, ok bool) {
 	if len(v) != valueLen {
 		return st, 0, false
 	}
-	st.Value = math.Float64frombits(binary.BigEndian.Uint64(v[0:]))
+	st.Remaining = math.Float64frombits(binary.BigEndian.Uint64(v[0:]))
 	st.TS = int64(binary.BigEndian.Uint64(v[8:]))
 	return st, int64(binary.BigEndian.Uint64(v[16:])), true
 }

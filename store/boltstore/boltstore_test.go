@@ -246,7 +246,7 @@ func TestDeleteExpired(t *testing.T) {
 	st, err = lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
 	require.False(t, st.Shards[0].Stored)
-	require.Equal(t, 10.0, st.Tokens)
+	require.Equal(t, 10.0, st.Remaining)
 }
 
 func TestDebtSurvivesReopen(t *testing.T) {
@@ -269,7 +269,7 @@ func TestDebtSurvivesReopen(t *testing.T) {
 	require.NoError(t, err)
 	st, err := lim.Value(ctx, "jobs", "batch")
 	require.NoError(t, err)
-	require.Equal(t, -30.0, st.Tokens, "the debt is in the file")
+	require.Equal(t, -30.0, st.Remaining, "the debt is in the file")
 }
 
 // Open does not keep bbolt's free-page list in the file; the file still
@@ -354,7 +354,7 @@ func TestCrashLeavesConsistentFile(t *testing.T) {
 		require.NoError(t, err)
 		st, err := lim.Value(ctx, "l", "k")
 		require.NoError(t, err)
-		spent := int(crashCapacity - st.Tokens)
+		spent := int(crashCapacity - st.Remaining)
 		t.Logf("round %d: %d grants printed, %d spent in the file", round, printed, spent)
 		require.GreaterOrEqual(t, spent, printed, "a grant the child was told of is missing")
 		require.LessOrEqual(t, spent, printed+crashGoroutines, "the file holds grants that were never made")

@@ -346,7 +346,7 @@ func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, st
 		i, _ = t.find(h, limit, key)
 	}
 	r := &t.recs[i]
-	r.key, r.value, r.ts, r.expires = key, state.Value, state.TS, expires
+	r.key, r.value, r.ts, r.expires = key, state.Remaining, state.TS, expires
 	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
 
@@ -586,7 +586,7 @@ func (s *Store) deferParams(p driver.Params) int64 {
 // then kept in the record.
 func (s *Store) expiry(r *record) int64 {
 	p := (*s.deferred.Load())[r.expires-deferredBase]
-	r.expires = ratelimit.FullAt(*p, driver.State{Value: r.value, TS: r.ts})
+	r.expires = ratelimit.FullAt(*p, driver.State{Remaining: r.value, TS: r.ts})
 	return r.expires
 }
 
@@ -621,9 +621,9 @@ func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now in
 	write := mode == driver.ModeLimit && count > 0
 	var d driver.Decision
 	if r := st.lockRecord(h, b.limit, key); r != nil {
-		next := ratelimit.TransitionInto(&d, &b.p, driver.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+		next := ratelimit.TransitionInto(&d, &b.p, driver.State{Remaining: r.value, TS: r.ts}, true, now, count, reserve)
 		if write && d.OK {
-			r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+			r.value, r.ts, r.expires = next.Remaining, next.TS, b.deferred
 		}
 		r.mu.Unlock()
 		if write && d.OK {
@@ -649,9 +649,9 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 		if i, found = t.find(h, b.limit, key); found {
 			r := &t.recs[i]
 			r.mu.Lock()
-			next := ratelimit.TransitionInto(&d, &b.p, driver.State{Value: r.value, TS: r.ts}, true, now, count, reserve)
+			next := ratelimit.TransitionInto(&d, &b.p, driver.State{Remaining: r.value, TS: r.ts}, true, now, count, reserve)
 			if write && d.OK {
-				r.value, r.ts, r.expires = next.Value, next.TS, b.deferred
+				r.value, r.ts, r.expires = next.Remaining, next.TS, b.deferred
 			}
 			r.mu.Unlock()
 			return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
@@ -727,7 +727,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 				r := &t.recs[k]
 				r.mu.Lock()
 				held[i] = r
-				prev[i] = driver.Record{State: driver.State{Value: r.value, TS: r.ts}, Found: true}
+				prev[i] = driver.Record{State: driver.State{Remaining: r.value, TS: r.ts}, Found: true}
 			}
 		}
 	}
@@ -735,7 +735,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	for i, u := range next {
 		if r := held[i]; r != nil {
 			if u.Write {
-				r.value, r.ts, r.expires = u.State.Value, u.State.TS, ratelimit.FullAt(*params[i], u.State)
+				r.value, r.ts, r.expires = u.State.Remaining, u.State.TS, ratelimit.FullAt(*params[i], u.State)
 			}
 			r.mu.Unlock()
 		}
@@ -784,7 +784,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			if k, found := t.find(h, l.id, id.Key); found {
 				r := &t.recs[k]
 				r.mu.Lock()
-				out[i] = driver.Record{State: driver.State{Value: r.value, TS: r.ts}, Found: true}
+				out[i] = driver.Record{State: driver.State{Remaining: r.value, TS: r.ts}, Found: true}
 				r.mu.Unlock()
 			}
 		}

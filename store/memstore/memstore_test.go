@@ -241,10 +241,7 @@ func compareAll(t *testing.T, ctx context.Context, s *memstore.Store, model *sto
 }
 
 func refresh(p driver.Params, r driver.Record, now int64) driver.State {
-	if !r.Found {
-		return ratelimit.Fresh(p, now)
-	}
-	return ratelimit.Refresh(p, r.State, now)
+	return ratelimit.StateAt(p, r, now)
 }
 
 // A write through a bound limit leaves its record's expiry to the sweeps:
@@ -281,7 +278,7 @@ func TestBoundExpiry(t *testing.T) {
 		exp := memstore.ExpiryOf(s, fmt.Sprint("l", i%50), key)
 		require.Equal(t, ratelimit.FullAt(p, rec[0].State), exp, "params %+v state %+v", p, rec[0].State)
 		if exp != driver.Never {
-			require.Equal(t, p.Capacity, ratelimit.Refresh(p, rec[0].State, exp).Value)
+			require.Equal(t, p.Capacity, ratelimit.StateAt(p, rec[0], exp).Remaining)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestExpiresIsFullAt(t *testing.T) {
 			st      driver.State
 			expires int64
 		)
-		require.NoError(t, rows.Scan(&name, &st.Value, &st.TS, &expires))
+		require.NoError(t, rows.Scan(&name, &st.Remaining, &st.TS, &expires))
 		require.Equal(t, ratelimit.FullAt(params[string(name)], st), expires, "%s %+v", name, st)
 		n++
 	}

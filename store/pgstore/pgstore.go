@@ -722,7 +722,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			id []byte
 			st driver.State
 		)
-		if err := rows.Scan(&id, &st.Value, &st.TS); err != nil {
+		if err := rows.Scan(&id, &st.Remaining, &st.TS); err != nil {
 			return fmt.Errorf("pgstore: load: %w", err)
 		}
 		if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {

@@ -193,7 +193,7 @@ func TestServerTime(t *testing.T) {
 	st, err := lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
 	require.True(t, st.Shards[0].Stored)
-	require.InDelta(t, 0, st.Tokens, 0.01, "judged at the server's time, not a year earlier")
+	require.InDelta(t, 0, st.Remaining, 0.01, "judged at the server's time, not a year earlier")
 
 	// A batch too, one now for all its ops.
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 86_400_000, Capacity: 2}

@@ -158,7 +158,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	require.NoError(t, err)
 	st, err := lim.Value(ctx, "l", "user")
 	require.NoError(t, err)
-	require.Equal(t, 7.0, st.Tokens, "the record of version 1 is read as it was")
+	require.Equal(t, 7.0, st.Remaining, "the record of version 1 is read as it was")
 	res, err := lim.Limit(ctx, "l", "user", ratelimit.Count(7))
 	require.NoError(t, err)
 	require.True(t, res.OK)

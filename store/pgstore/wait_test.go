@@ -98,7 +98,7 @@ func TestDeadlineWithRowHeld(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	got := make([]driver.Record, 1)
 	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, got))
-	require.Equal(t, 9.0, got[0].State.Value, "the call that gave up was not charged")
+	require.Equal(t, 9.0, got[0].State.Remaining, "the call that gave up was not charged")
 }
 
 // A call queued behind a stalled statement leaves when its context ends,
@@ -130,7 +130,7 @@ func TestDeadlineWhileQueued(t *testing.T) {
 	require.True(t, a.out[0].OK)
 	got := make([]driver.Record, 2)
 	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}, {Name: "l", Key: "other"}}, got))
-	require.Equal(t, 8.0, got[0].State.Value)
+	require.Equal(t, 8.0, got[0].State.Remaining)
 	require.False(t, got[1].Found, "the queued call was never sent")
 }
 

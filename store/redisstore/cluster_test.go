@@ -407,6 +407,6 @@ func TestClusterSlotMoves(t *testing.T) {
 	spent += 40
 	st, err := lim.Value(ctx, "l", key)
 	require.NoError(t, err)
-	require.Equal(t, 1000-spent, st.Tokens)
+	require.Equal(t, 1000-spent, st.Remaining)
 	require.Equal(t, dst.id, owner(slot).id)
 }

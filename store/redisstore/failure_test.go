@@ -262,7 +262,7 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	value := func() float64 {
 		recs := make([]driver.Record, 1)
 		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, recs))
-		return recs[0].State.Value
+		return recs[0].State.Remaining
 	}
 	d, err := apply(driver.ModeLimit, 10)
 	require.NoError(t, err)

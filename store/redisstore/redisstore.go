@@ -273,7 +273,7 @@ func parseState(raw string) (driver.State, error) {
 		if len(raw) != recordSize {
 			return driver.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
 		}
-		return driver.State{Value: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
+		return driver.State{Remaining: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
 	}
 	v, ts, ok := strings.Cut(raw, " ")
 	if !ok {
@@ -284,7 +284,7 @@ func parseState(raw string) (driver.State, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return driver.State{}, fmt.Errorf("record %q: %w", raw, err)
 	}
-	return driver.State{Value: value, TS: int64(t)}, nil
+	return driver.State{Remaining: value, TS: int64(t)}, nil
 }
 
 // recordSize is the bytes of a record: a version byte and three doubles.

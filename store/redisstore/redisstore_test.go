@@ -233,7 +233,7 @@ func TestServerTime(t *testing.T) {
 	require.InDelta(t, server, rec[0].State.TS, float64(time.Minute.Milliseconds()), "the record is stamped with the server's time")
 	st, err := lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
-	require.InDelta(t, 0, st.Tokens, 0.01, "Value is judged at the server's time too")
+	require.InDelta(t, 0, st.Remaining, 0.01, "Value is judged at the server's time too")
 
 	require.False(t, must(redisstore.New(c)).OwnClock())
 }

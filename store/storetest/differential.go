@@ -207,10 +207,7 @@ func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.St
 }
 
 func refreshed(p driver.Params, r driver.Record, now int64) driver.State {
-	if !r.Found {
-		return ratelimit.Fresh(p, now)
-	}
-	return ratelimit.Refresh(p, r.State, now)
+	return ratelimit.StateAt(p, r, now)
 }
 
 func describe(op *driver.Op) string {
@@ -249,7 +246,7 @@ func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
 			key := []string{"a", "b"}[rng.IntN(2)]
 			var opts []ratelimit.CallOption
 			if rng.IntN(3) == 0 {
-				opts = append(opts, ratelimit.Reserve())
+				opts = append(opts, ratelimit.WithReserve())
 			}
 			opts = append(opts, ratelimit.Count(randomCount(rng, p, 1.2)))
 			switch rng.IntN(10) {
@@ -260,7 +257,7 @@ func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
 				g, gerr := got.Value(ctx, "L", key)
 				w, werr := want.Value(ctx, "L", key)
 				require.Equal(t, werr, gerr, where)
-				require.Equal(t, w.Tokens, g.Tokens, where)
+				require.Equal(t, w.Remaining, g.Remaining, where)
 				require.Equal(t, w.NextGrant, g.NextGrant, where)
 			case 3, 4:
 				g, gerr := got.Check(ctx, "L", key, opts...)

@@ -103,7 +103,7 @@ func MultiProcess(t *testing.T, open NewStore, procs int) {
 	require.NoError(t, err)
 	st, err := lim.Value(ctx, "mp", key)
 	require.NoError(t, err)
-	require.Equal(t, 0.0, st.Tokens)
+	require.Equal(t, 0.0, st.Remaining)
 
 	// Sharded reservations from every process: no window may have more
 	// jobs scheduled into it than the limit grants.

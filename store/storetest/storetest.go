@@ -104,7 +104,7 @@ func TestVectors(t *testing.T, newStore NewStore) {
 				mock.Set(time.UnixMilli(st.NowMS))
 				opts := []ratelimit.CallOption{ratelimit.Count(st.Count)}
 				if st.Reserve {
-					opts = append(opts, ratelimit.Reserve())
+					opts = append(opts, ratelimit.WithReserve())
 				}
 				var res ratelimit.Result
 				switch st.Op {
@@ -263,7 +263,7 @@ func testSharded(t *testing.T, newStore NewStore) {
 	require.True(t, res.OK, "a fresh sharded limit must grant a count above one shard's share")
 	st, err := lim.Value(ctx, "s", "k")
 	require.NoError(t, err)
-	require.InDelta(t, 25, st.Tokens, 1e-9)
+	require.InDelta(t, 25, st.Remaining, 1e-9)
 	require.Len(t, st.Shards, 4)
 	// Two shards of a 2-shard token bucket hold the whole capacity.
 	res, err = lim.Limit(ctx, "t", "k", ratelimit.Count(20))
@@ -277,7 +277,7 @@ func testSharded(t *testing.T, newStore NewStore) {
 	require.NoError(t, lim.Reset(ctx, "s", "k"))
 	st, err = lim.Value(ctx, "s", "k")
 	require.NoError(t, err)
-	require.InDelta(t, 40, st.Tokens, 1e-9)
+	require.InDelta(t, 40, st.Remaining, 1e-9)
 }
 
 // Confusable returns (name, key) pairs that a store joining name and key
@@ -308,7 +308,7 @@ func testConfusable(t *testing.T, newStore NewStore) {
 		for j, q := range pairs[i+1:] {
 			st, err := lim.Value(ctx, q[0], q[1], cfg)
 			require.NoError(t, err)
-			require.Equal(t, 3.0, st.Tokens, "charging pair %d (%.20q, %.20q) changed pair %d (%.20q, %.20q)",
+			require.Equal(t, 3.0, st.Remaining, "charging pair %d (%.20q, %.20q) changed pair %d (%.20q, %.20q)",
 				i, p[0], p[1], i+1+j, q[0], q[1])
 		}
 	}
@@ -326,7 +326,7 @@ func testResetValueExpiry(t *testing.T, newStore NewStore) {
 
 	st, err := lim.Value(ctx, "fw", "k")
 	require.NoError(t, err)
-	require.Equal(t, 25.0, st.Tokens, "a missing record is a full bucket")
+	require.Equal(t, 25.0, st.Remaining, "a missing record is a full bucket")
 	require.Equal(t, start.UnixMilli(), st.WindowStart.UnixMilli())
 	require.Equal(t, start.Add(time.Minute).UnixMilli(), st.NextGrant.UnixMilli())
 
@@ -339,17 +339,17 @@ func testResetValueExpiry(t *testing.T, newStore NewStore) {
 	require.Equal(t, 45*time.Second, res.RetryAfter)
 	st, err = lim.Value(ctx, "fw", "k")
 	require.NoError(t, err)
-	require.Equal(t, 0.0, st.Tokens, "Check must not spend")
+	require.Equal(t, 0.0, st.Remaining, "Check must not spend")
 
 	// Two windows later 20 tokens have been granted; three later, the cap.
 	mock.Add(2 * time.Minute)
 	st, err = lim.Value(ctx, "fw", "k")
 	require.NoError(t, err)
-	require.Equal(t, 20.0, st.Tokens)
+	require.Equal(t, 20.0, st.Remaining)
 	mock.Add(time.Minute)
 	st, err = lim.Value(ctx, "fw", "k")
 	require.NoError(t, err)
-	require.Equal(t, 25.0, st.Tokens)
+	require.Equal(t, 25.0, st.Remaining)
 	res, err = lim.Limit(ctx, "fw", "k", ratelimit.Count(25))
 	require.NoError(t, err)
 	require.True(t, res.OK, "a bucket full again (record expired or not) grants the capacity")
@@ -357,27 +357,27 @@ func testResetValueExpiry(t *testing.T, newStore NewStore) {
 	require.NoError(t, lim.Reset(ctx, "fw", "k"))
 	st, err = lim.Value(ctx, "fw", "k")
 	require.NoError(t, err)
-	require.Equal(t, 25.0, st.Tokens, "reset gives a full bucket")
+	require.Equal(t, 25.0, st.Remaining, "reset gives a full bucket")
 	require.Equal(t, start.Add(3*time.Minute).UnixMilli(), st.WindowStart.UnixMilli(), "reset keeps the phase")
 	require.NoError(t, lim.Reset(ctx, "fw", "never-used"), "resetting a missing record is no error")
 
 	// A token bucket in debt: Value is negative, and it recovers with time.
-	res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(12), ratelimit.Reserve())
+	res, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(12), ratelimit.WithReserve())
 	require.NoError(t, err)
 	require.True(t, res.OK)
 	require.Equal(t, time.Minute, res.RetryAfter)
 	st, err = lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
-	require.Equal(t, -6.0, st.Tokens)
+	require.Equal(t, -6.0, st.Remaining)
 	require.True(t, st.WindowStart.IsZero())
 	mock.Add(30 * time.Second)
 	st, err = lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
-	require.Equal(t, -3.0, st.Tokens)
+	require.Equal(t, -3.0, st.Remaining)
 	mock.Add(time.Hour)
 	st, err = lim.Value(ctx, "tb", "k")
 	require.NoError(t, err)
-	require.Equal(t, 6.0, st.Tokens)
+	require.Equal(t, 6.0, st.Remaining)
 }
 
 // opOf builds a one-record ModeLimit op.
@@ -389,10 +389,7 @@ func loadOne(t *testing.T, s ratelimit.Store, p driver.Params, id driver.RecordI
 	t.Helper()
 	out := make([]driver.Record, 1)
 	require.NoError(t, s.Load(context.Background(), []driver.RecordID{id}, out))
-	if !out[0].Found {
-		return ratelimit.Fresh(p, now).Value
-	}
-	return ratelimit.Refresh(p, out[0].State, now).Value
+	return ratelimit.StateAt(p, out[0], now).Remaining
 }
 
 func testAllOrNothing(t *testing.T, newStore NewStore) {
@@ -512,7 +509,7 @@ func testClockBackwards(t *testing.T, newStore NewStore) {
 		mock.Add(-90 * time.Second) // back, into an earlier window
 		st, err := lim.Value(ctx, name, "k")
 		require.NoError(t, err)
-		require.Equal(t, 6.0, st.Tokens, "%s: a step back must not remove tokens", name)
+		require.Equal(t, 6.0, st.Remaining, "%s: a step back must not remove tokens", name)
 		res, err = lim.Limit(ctx, name, "k", ratelimit.Count(6))
 		require.NoError(t, err)
 		require.True(t, res.OK, name)
@@ -542,7 +539,7 @@ func testDebtOutlivesLimiter(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	st, err := after.Value(ctx, "jobs", "batch")
 	require.NoError(t, err)
-	require.Equal(t, -30.0, st.Tokens)
+	require.Equal(t, -30.0, st.Remaining)
 	res, err := after.Limit(ctx, "jobs", "batch")
 	require.NoError(t, err)
 	require.False(t, res.OK)
