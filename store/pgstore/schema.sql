@@ -7,7 +7,10 @@
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
 -- the functions give the Go functions' results to the last bit; the
--- differential tests of store/storetest check that they do.
+-- differential tests of store/storetest check that they do. Its constants
+-- (the noise, the retry bound, the kind and mode codes, the pair's tries)
+-- are package driver's, written in by pgstore (names.schema) so that the
+-- port cannot drift from Go.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -80,9 +83,9 @@ BEGIN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
 		END IF;
-		IF ka = 1 THEN wa := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+		IF ka = {{fixed}} THEN wa := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
 		ELSE wa := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
-		IF kb = 1 THEN wb := pb::float8 * ceil(-vb / rtb) + (stb - now)::float8;
+		IF kb = {{fixed}} THEN wb := pb::float8 * ceil(-vb / rtb) + (stb - now)::float8;
 		ELSE wb := (greatest(now, stb) - now)::float8 + -vb * pb::float8 / rtb; END IF;
 		IF wa <= wb THEN
 			na := va; nb := svb; c0 := cnt; ok := true;
@@ -133,7 +136,7 @@ BEGIN
 			IF need <= cc[e] THEN
 				x := CASE e WHEN 1 THEN sva ELSE svb END;
 				y := CASE e WHEN 1 THEN sta ELSE stb END;
-				IF kk[e] = 1 THEN est := pp[e]::float8 * ceil((need - x) / rt[e]) + (y::bigint - now)::float8;
+				IF kk[e] = {{fixed}} THEN est := pp[e]::float8 * ceil((need - x) / rt[e]) + (y::bigint - now)::float8;
 				ELSE est := (greatest(now, y::bigint) - now)::float8 + (need - x) * pp[e]::float8 / rt[e]; END IF;
 			END IF;
 		ELSE
@@ -143,7 +146,7 @@ BEGIN
 				short := need - sva - svb;
 				IF short <= 0 THEN
 					est := 0;
-				ELSIF ka = 1 THEN
+				ELSIF ka = {{fixed}} THEN
 					r := greatest(rta, rtb);
 					f1 := sta + pa; f2 := stb + pb;
 					first := f1; second := f2;
@@ -186,14 +189,14 @@ BEGIN
 			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
 				IF NOT fnd[s] THEN
 					lv[s] := cc[s];
-					IF kk[s] = 1 THEN
+					IF kk[s] = {{fixed}} THEN
 						off := (t - ph[s]) % pp[s];
 						IF off < 0 THEN off := off + pp[s]; END IF;
 						lt[s] := t - off;
 					ELSE
 						lt[s] := t;
 					END IF;
-				ELSIF kk[s] = 1 THEN
+				ELSIF kk[s] = {{fixed}} THEN
 					lv[s] := v0[s]; lt[s] := t0[s];
 					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
 					IF k > 0 THEN
@@ -214,7 +217,7 @@ BEGIN
 				EXIT;
 			END IF;
 			-- The next time a shard gains tokens.
-			IF ka = 1 THEN
+			IF ka = {{fixed}} THEN
 				off := (t - pha) % pa;
 				IF off < 0 THEN off := off + pa; END IF;
 				k := t - off + pa;
@@ -393,14 +396,14 @@ BEGIN
 			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
 			IF NOT sf[r] THEN
 				sva := ca;
-				IF ka = 1 THEN
+				IF ka = {{fixed}} THEN
 					off := (now - p_pint[3 * q]) % pa;
 					IF off < 0 THEN off := off + pa; END IF;
 					sta := now - off;
 				ELSE
 					sta := now;
 				END IF;
-			ELSIF ka = 1 THEN
+			ELSIF ka = {{fixed}} THEN
 				sva := sv[r]; sta := sts[r];
 				k := (greatest(now, sta) - sta) / pa;
 				IF k > 0 THEN
@@ -428,13 +431,13 @@ BEGIN
 				ma := p_pflt[3 * q];
 				IF reserve AND (ma = 0 OR -va <= ma) THEN
 					ok[it] := true;
-					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
 					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
 				ELSE
 					da := -va;
 					IF reserve THEN da := da - ma; END IF;
-					IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
+					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
 					num[5 * it - 4] := sva;
 				END IF;
@@ -468,14 +471,14 @@ BEGIN
 			fa := sf[ra];
 			IF NOT fa THEN
 				sva := ca;
-				IF ka = 1 THEN
+				IF ka = {{fixed}} THEN
 					off := (now - pha) % pa;
 					IF off < 0 THEN off := off + pa; END IF;
 					sta := now - off;
 				ELSE
 					sta := now;
 				END IF;
-			ELSIF ka = 1 THEN
+			ELSIF ka = {{fixed}} THEN
 				sva := sv[ra]; sta := sts[ra];
 				k := (greatest(now, sta) - sta) / pa;
 				IF k > 0 THEN
@@ -489,7 +492,7 @@ BEGIN
 			END IF;
 			ok_ := false; rt := 0; rem := 0; c0 := 0; c1 := 0;
 			wa[i] := false; wb[i] := false;
-			IF mode = 2 THEN
+			IF mode = {{mode_refund}} THEN
 				-- Refund: the count less what the record was granted since
 				-- it was charged, capped at capacity.
 				ok_ := true;
@@ -497,7 +500,7 @@ BEGIN
 				IF fa THEN
 					IF sta <= p_counts[2 * i]::bigint THEN
 						back := cnt;
-					ELSIF ka = 1 THEN
+					ELSIF ka = {{fixed}} THEN
 						back := cnt - rta * ((sta - p_counts[2 * i]::bigint + pa - 1) / pa)::float8;
 					ELSE
 						back := cnt - (sta - p_counts[2 * i]::bigint)::float8 * rta / pa::float8;
@@ -517,12 +520,12 @@ BEGIN
 					IF reserve THEN rt := (sta - now)::float8; END IF;
 				ELSIF reserve AND (ma = 0 OR -va <= ma) THEN
 					ok_ := true;
-					IF ka = 1 THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
+					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
 				ELSE
 					da := -va;
 					IF reserve THEN da := da - ma; END IF;
-					IF ka = 1 THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
+					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
 					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
 					rem := sva;
 				END IF;
@@ -536,14 +539,14 @@ BEGIN
 				rtb := p_pflt[3 * qb - 2]; cb := p_pflt[3 * qb - 1]; mb := p_pflt[3 * qb];
 				IF NOT sf[rb] THEN
 					svb := cb;
-					IF kb = 1 THEN
+					IF kb = {{fixed}} THEN
 						off := (now - phb) % pb;
 						IF off < 0 THEN off := off + pb; END IF;
 						stb := now - off;
 					ELSE
 						stb := now;
 					END IF;
-				ELSIF kb = 1 THEN
+				ELSIF kb = {{fixed}} THEN
 					svb := sv[rb]; stb := sts[rb];
 					k := (greatest(now, stb) - stb) / pb;
 					IF k > 0 THEN
@@ -569,7 +572,7 @@ BEGIN
 					rt := 0;
 					IF c0 > 0 THEN
 						IF na < 0 THEN
-							IF ka = 1 THEN wv := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
+							IF ka = {{fixed}} THEN wv := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
 							ELSE wv := (greatest(now, sta) - now)::float8 + -na * pa::float8 / rta; END IF;
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
@@ -578,7 +581,7 @@ BEGIN
 					END IF;
 					IF c1 > 0 THEN
 						IF nb < 0 THEN
-							IF kb = 1 THEN wv := pb::float8 * ceil(-nb / rtb) + (stb - now)::float8;
+							IF kb = {{fixed}} THEN wv := pb::float8 * ceil(-nb / rtb) + (stb - now)::float8;
 							ELSE wv := (greatest(now, stb) - now)::float8 + -nb * pb::float8 / rtb; END IF;
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
@@ -602,7 +605,7 @@ BEGIN
 		END LOOP;
 		-- Keep the marked states: every one of a refund, or of a limit
 		-- whose items are all OK; a check keeps nothing.
-		IF mode = 2 OR (mode = 0 AND all_ok) THEN
+		IF mode = {{mode_refund}} OR (mode = {{mode_limit}} AND all_ok) THEN
 			FOR i IN it + 1 .. it + n LOOP
 				IF wa[i] THEN
 					r := p_refs[4 * i - 3];
@@ -633,7 +636,7 @@ BEGIN
 			ELSE
 				fullat := never;
 				short := ca - sv[r];
-				IF ka = 1 THEN
+				IF ka = {{fixed}} THEN
 					kk := ceil(short / rta);
 					FOR j IN 1 .. 3 LOOP
 						IF sv[r] + rta * kk >= ca THEN
@@ -716,14 +719,14 @@ BEGIN
 		-- fresh if missing (a placeholder, with no value, reads as missing).
 		IF ov IS NULL THEN
 			sv := p_cap;
-			IF p_kind = 1 THEN
+			IF p_kind = {{fixed}} THEN
 				off := (now - p_phase) % p_period;
 				IF off < 0 THEN off := off + p_period; END IF;
 				sts := now - off;
 			ELSE
 				sts := now;
 			END IF;
-		ELSIF p_kind = 1 THEN
+		ELSIF p_kind = {{fixed}} THEN
 			sv := ov; sts := ots;
 			k := (greatest(now, sts) - sts) / p_period;
 			IF k > 0 THEN
@@ -744,13 +747,13 @@ BEGIN
 			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
 		ELSIF reserve AND (p_maxr = 0 OR -va <= p_maxr) THEN
 			ok := true;
-			IF p_kind = 1 THEN rt := p_period::float8 * ceil(-va / p_rate) + (sts - now)::float8;
+			IF p_kind = {{fixed}} THEN rt := p_period::float8 * ceil(-va / p_rate) + (sts - now)::float8;
 			ELSE rt := (greatest(now, sts) - now)::float8 + -va * p_period::float8 / p_rate; END IF;
 		ELSE
 			ok := false;
 			d := -va;
 			IF reserve THEN d := d - p_maxr; END IF;
-			IF p_kind = 1 THEN rt := p_period::float8 * ceil(d / p_rate) + (sts - now)::float8;
+			IF p_kind = {{fixed}} THEN rt := p_period::float8 * ceil(d / p_rate) + (sts - now)::float8;
 			ELSE rt := (greatest(now, sts) - now)::float8 + d * p_period::float8 / p_rate; END IF;
 		END IF;
 		rt := ceil(rt);
@@ -770,7 +773,7 @@ BEGIN
 		ELSE
 			fullat := never;
 			short := p_cap - va;
-			IF p_kind = 1 THEN
+			IF p_kind = {{fixed}} THEN
 				kk := ceil(short / p_rate);
 				FOR j IN 1 .. 3 LOOP
 					IF va + p_rate * kk >= p_cap THEN

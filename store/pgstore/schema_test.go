@@ -91,6 +91,7 @@ func TestSchemaAndWithoutDDL(t *testing.T) {
 	sql, err := pgstore.Schema(name)
 	require.NoError(t, err)
 	require.Contains(t, sql, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{name}.Sanitize())
+	require.NotContains(t, sql, "{{", "every placeholder, constants of package driver included, is written in")
 	_, err = pool.Exec(ctx, sql)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, sql)

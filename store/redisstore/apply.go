@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -32,7 +33,18 @@ type library struct {
 	script, sha string
 }
 
-var lib = newLibrary(luaSource)
+var lib = newLibrary(luaConstants.Replace(luaSource))
+
+// luaConstants writes the constants of package driver into ratelimit.lua,
+// in the forms that read back as the same values in Lua.
+var luaConstants = strings.NewReplacer(
+	"{{NOISE}}", strconv.FormatFloat(driver.Noise, 'g', -1, 64),
+	"{{MAX_RETRY}}", strconv.FormatInt(driver.MaxRetryAfter, 10),
+	"{{FIXED}}", strconv.Itoa(int(driver.FixedWindow)),
+	"{{MODE_LIMIT}}", strconv.Itoa(int(driver.ModeLimit)),
+	"{{MODE_REFUND}}", strconv.Itoa(int(driver.ModeRefund)),
+	"{{PAIR_TRIES}}", strconv.Itoa(driver.PairTries),
+)
 
 func newLibrary(src string) library {
 	sum := sha1.Sum([]byte(src))

@@ -39,10 +39,13 @@
 -- Set by apply: the code that loads a library may not read globals.
 local floor, ceil, min, sunpack, pack, call, lunpack
 
-local NOISE = 1e-9
-local MAX_RETRY = 9223372036854 -- ratelimit.MaxRetryAfter
-local FIXED = 1
-local MODE_LIMIT, MODE_REFUND = 0, 2
+-- The constants of package driver, written in by the store when it loads
+-- this file (apply.go), so that the port cannot drift from Go.
+local NOISE = {{NOISE}}
+local MAX_RETRY = {{MAX_RETRY}}
+local FIXED = {{FIXED}}
+local MODE_LIMIT, MODE_REFUND = {{MODE_LIMIT}}, {{MODE_REFUND}}
+local PAIR_TRIES = {{PAIR_TRIES}}
 local INF = 1 / 0
 
 -- floor division of integers held in doubles, exact below 2^53: the
@@ -265,8 +268,6 @@ local function sum_wait(pa, pb, sa, tsa, sb, tsb, now, need)
   end
   return at
 end
-
-local PAIR_TRIES = 4
 
 -- pairWait: the least wait after which a refused call on two shards would
 -- succeed on them (fa, sa0, tsa0 and fb, sb0, tsb0: the records as read).
