@@ -18,7 +18,7 @@ var (
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
 	// ErrTimeRange is matched by the error of a call made while the
-	// Limiter's clock reads a time beyond ±MaxTime.
+	// Limiter's clock reads a time beyond ±driver.MaxTime.
 	ErrTimeRange = errors.New("ratelimit: time out of range")
 	// ErrReservationCanceled is returned by Reservation.Wait on a canceled
 	// reservation.

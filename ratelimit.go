@@ -802,16 +802,11 @@ func (l *Limiter) pickShards(lim *limit, key string, dst []driver.Shard) []drive
 		driver.Shard{Index: b, Params: lim.params(l.seed, key, b)})
 }
 
-// MaxTime bounds the clock, in Unix milliseconds either side of 1970
-// (about 142,000 years): within it, times and the windows around them
-// stay exact in the arithmetic of every store.
-const MaxTime int64 = 1 << 52
-
-// checkTime reports a clock reading outside ±MaxTime.
+// checkTime reports a clock reading outside ±driver.MaxTime.
 func checkTime(ms int64) error {
-	if ms < -MaxTime || ms > MaxTime {
+	if ms < -driver.MaxTime || ms > driver.MaxTime {
 		return fmt.Errorf("the clock reads %d ms since 1970, beyond ±%d that every store computes exactly: check the clock given to WithClock: %w",
-			ms, MaxTime, ErrTimeRange)
+			ms, driver.MaxTime, ErrTimeRange)
 	}
 	return nil
 }

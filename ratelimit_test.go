@@ -510,7 +510,7 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 	assert.Equal(t, 1-ratelimit.MaxTokens, st.Remaining)
 
 	// A clock beyond the range is an error, not a disagreement of stores.
-	mock.Set(time.UnixMilli(ratelimit.MaxTime + 1))
+	mock.Set(time.UnixMilli(driver.MaxTime + 1))
 	_, err = lim.Limit(ctx, "debt", "k")
 	require.ErrorIs(t, err, ratelimit.ErrTimeRange)
 }

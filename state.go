@@ -543,10 +543,10 @@ func FullAt(p driver.Params, s driver.State) int64 {
 const fullAtTries = 3
 
 // addMillis adds a float number of milliseconds to t, a time within
-// ±MaxTime: Never when the sum would lie beyond Never − MaxTime (some
+// ±driver.MaxTime: Never when the sum would lie beyond Never − driver.MaxTime (some
 // 290 million years ahead), so that no valid time overflows.
 func addMillis(t int64, ms float64) int64 {
-	if !(ms < float64(driver.Never-MaxTime)) {
+	if !(ms < float64(driver.Never-driver.MaxTime)) {
 		return driver.Never
 	}
 	return t + int64(ms)

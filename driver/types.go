@@ -193,6 +193,12 @@ func (op *Op) AppendRecordIDs(dst []RecordID) []RecordID {
 // calls in flight may lag behind the deleter's.
 const ExpiryGrace int64 = 60_000
 
+// MaxTime bounds the times of an Op, in Unix milliseconds either side of
+// 1970 (about 142,000 years): within it, times and the windows around them
+// stay exact in the arithmetic of every store (doubles hold integers to
+// 2^53). The Limiter refuses a clock beyond it (ratelimit.ErrTimeRange).
+const MaxTime int64 = 1 << 52
+
 // Never is the FullAt of a record whose refill is too slow to compute:
 // keep it.
 const Never int64 = math.MaxInt64

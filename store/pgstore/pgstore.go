@@ -258,7 +258,7 @@ func (n names) schema() string {
 		"{{mode_refund}}", strconv.Itoa(int(driver.ModeRefund)),
 		"{{max_retry}}", strconv.FormatInt(driver.MaxRetryAfter, 10),
 		"{{never}}", strconv.FormatInt(driver.Never, 10),
-		"{{never_span}}", strconv.FormatInt(driver.Never-ratelimit.MaxTime, 10),
+		"{{never_span}}", strconv.FormatInt(driver.Never-driver.MaxTime, 10),
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),

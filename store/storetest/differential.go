@@ -357,7 +357,7 @@ func edgeParams(rng *rand.Rand) driver.Params {
 
 // testEdgeDifferential is the differential test at the edges: limits at
 // the bounds of the config space, counts up to what they may owe, clocks
-// near ±ratelimit.MaxTime and near zero, steps from a millisecond to a
+// near ±driver.MaxTime and near zero, steps from a millisecond to a
 // century. Every store must compute them as the Go function does.
 func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 	ctx := context.Background()
@@ -370,7 +370,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 		for _, n := range u.names {
 			u.params[n] = edgeParams(rng)
 		}
-		starts := []int64{ratelimit.MaxTime - 2*maxPeriod, -ratelimit.MaxTime, 0, epoch.UnixMilli()}
+		starts := []int64{driver.MaxTime - 2*maxPeriod, -driver.MaxTime, 0, epoch.UnixMilli()}
 		now := starts[rng.IntN(len(starts))]
 		for step := range s.diffSteps {
 			switch rng.IntN(6) {
@@ -381,8 +381,8 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 			default:
 				now += rng.Int64N(1000)
 			}
-			if now > ratelimit.MaxTime {
-				now = ratelimit.MaxTime
+			if now > driver.MaxTime {
+				now = driver.MaxTime
 			}
 			op := u.randomOp(rng, now)
 			if len(op.Items) == 0 {
