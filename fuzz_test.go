@@ -57,7 +57,7 @@ func FuzzTransition(f *testing.F) {
 		}
 
 		next, d := transition(p, prev, found, now, count, reserve)
-		have := load(p, driver.Record{State: prev, Found: found}, now).Remaining
+		have := StateAt(p, driver.Record{State: prev, Found: found}, now).Remaining
 		if have > p.Capacity {
 			t.Fatalf("refreshed value %v above capacity %v", have, p.Capacity)
 		}
@@ -109,7 +109,7 @@ func FuzzTransition(f *testing.F) {
 		out := make([]driver.Decision, 1)
 		ups := make([]driver.Update, 2)
 		Evaluate(op, prevs, out, ups)
-		ha, hb := have, load(q, prevs[1], now).Remaining
+		ha, hb := have, StateAt(q, prevs[1], now).Remaining
 		for i, h := range []float64{ha, hb} {
 			u := ups[i]
 			if !u.Write {

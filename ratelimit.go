@@ -916,7 +916,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	st := Status{Capacity: lim.cfg.capacity(), Shards: make([]ShardStatus, len(ids))}
 	for i, rec := range recs {
 		p := lim.params(l.seed, key, i)
-		s := load(p, rec, now)
+		s := StateAt(p, rec, now)
 		sh := ShardStatus{Index: i, Remaining: s.Remaining, Stored: rec.Found}
 		if p.Kind == driver.FixedWindow {
 			sh.WindowStart = time.UnixMilli(s.TS)

@@ -64,7 +64,7 @@ func TestShardedReservationsKeepEveryWindowWithinTheLimit(t *testing.T) {
 // okAt reports whether a call of count on shards a and b, judged at t,
 // would be OK: the oracle of the least-wait tests.
 func okAt(recs []driver.Record, p, q driver.Params, t int64, count float64, reserve bool) bool {
-	_, _, _, _, ok := split(p, q, load(p, recs[0], t), load(q, recs[1], t), t, count, reserve)
+	_, _, _, _, ok := split(p, q, StateAt(p, recs[0], t), StateAt(q, recs[1], t), t, count, reserve)
 	return ok
 }
 

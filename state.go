@@ -19,17 +19,6 @@ import (
 // noise is the float noise below which a negative amount counts as zero.
 const noise = driver.Noise
 
-// StateAt returns the state of the record r at now, as the transition
-// sees it: a full bucket for a missing record, otherwise r's state with
-// the grants or refill up to now, capped at Capacity. Stores and tools use
-// it to show a record (ratelimit inspect, Limiter.Value).
-func StateAt(p driver.Params, r driver.Record, now int64) driver.State {
-	if !r.Found {
-		return fresh(p, now)
-	}
-	return refresh(p, r.State, now)
-}
-
 // fresh returns the state of a missing record at now: a full bucket whose
 // window (fixed window) or refill (token bucket) starts now.
 func fresh(p driver.Params, now int64) driver.State {
@@ -72,8 +61,8 @@ func refresh(p driver.Params, s driver.State, now int64) driver.State {
 	return s
 }
 
-// load is the state of rec at now: refreshed if found, fresh if missing.
-func load(p driver.Params, rec driver.Record, now int64) driver.State {
+// StateAt is the state of rec at now: refreshed if found, fresh if missing.
+func StateAt(p driver.Params, rec driver.Record, now int64) driver.State {
 	if rec.Found {
 		return refresh(p, rec.State, now)
 	}
@@ -136,10 +125,10 @@ func transition(p driver.Params, prev driver.State, found bool, now int64, count
 // TransitionInto does not validate its inputs: the Limiter rejects invalid
 // configs and counts before any store sees them.
 //
-// It is the semantics' load (refresh or fresh) followed by settle, with
+// It is the semantics' StateAt (refresh or fresh) followed by settle, with
 // the commonest case taken first: a refresh within the record's window
 // (no division), then a count the bucket holds (no wait to compute).
-// FuzzTransitionFastPath proves it equal to load and settle, which the Lua
+// FuzzTransitionFastPath proves it equal to StateAt and settle, which the Lua
 // and SQL ports mirror.
 func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) driver.State {
 	var s driver.State
@@ -178,7 +167,7 @@ func refreshFast(p *driver.Params, s driver.State, now int64) driver.State {
 }
 
 // settle decides a call of count on s, the record refreshed to now (by
-// load): it writes the decision to *d and returns the record's next state.
+// StateAt): it writes the decision to *d and returns the record's next state.
 func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, count float64, reserve bool) driver.State {
 	v := denoise(s.Remaining - count)
 	*d = driver.Decision{}
@@ -311,7 +300,7 @@ func granted(p driver.Params, s driver.State, from int64) float64 {
 // same two shards would succeed (pairWait). The wait of a reservation is
 // that of the shards it charged.
 func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) (driver.Decision, driver.Update, driver.Update) {
-	sa, sb := load(pa, ra, now), load(pb, rb, now)
+	sa, sb := StateAt(pa, ra, now), StateAt(pb, rb, now)
 	var d driver.Decision
 	ua, ub := driver.Update{State: sa}, driver.Update{State: sb}
 	na, nb, ca, cb, ok := split(pa, pb, sa, sb, now, count, reserve)
@@ -403,9 +392,9 @@ const pairTries = 4
 // one succeeds. Should none of pairTries succeed, the estimate stands: the
 // wait is then shorter than needed, never longer. At most MaxRetryAfter.
 func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) float64 {
-	sa, sb := load(pa, ra, now), load(pb, rb, now)
+	sa, sb := StateAt(pa, ra, now), StateAt(pb, rb, now)
 	okAt := func(t int64) bool {
-		_, _, _, _, ok := split(pa, pb, load(pa, ra, t), load(pb, rb, t), t, count, reserve)
+		_, _, _, _, ok := split(pa, pb, StateAt(pa, ra, t), StateAt(pb, rb, t), t, count, reserve)
 		return ok
 	}
 	// next returns the first time after t at which a shard gains tokens.
