@@ -208,47 +208,6 @@ func TestConcurrentCallersShareTransactions(t *testing.T) {
 	require.Less(t, commits, 640, "concurrent callers must share write transactions")
 }
 
-func TestDeleteExpired(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	mock := newMock(t0)
-	lim, err := ratelimit.New(s, ratelimit.Limits{
-		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
-		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
-	}, ratelimit.WithClock(mock))
-	require.NoError(t, err)
-	for i := range 50 {
-		_, err := lim.Limit(ctx, "fw", fmt.Sprint("user-", i), ratelimit.Count(5))
-		require.NoError(t, err)
-	}
-	_, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(10))
-	require.NoError(t, err)
-	// No record is full yet.
-	n, err := s.DeleteExpired(ctx, mock.Now())
-	require.NoError(t, err)
-	require.Zero(t, n)
-	// The fixed windows refill at the next window start; the bucket 60s
-	// after its call.
-	grace := time.Duration(driver.ExpiryGrace) * time.Millisecond
-	nextWindow := time.UnixMilli(t0.UnixMilli()/60_000*60_000 + 60_000)
-	n, err = s.DeleteExpired(ctx, nextWindow)
-	require.NoError(t, err)
-	require.Zero(t, n, "full again, but not for ExpiryGrace yet")
-	n, err = s.DeleteExpired(ctx, nextWindow.Add(grace))
-	require.NoError(t, err)
-	require.Equal(t, 50, n)
-	st, err := lim.Value(ctx, "tb", "k")
-	require.NoError(t, err)
-	require.True(t, st.Shards[0].Stored)
-	n, err = s.DeleteExpired(ctx, mock.Now().Add(time.Minute+grace))
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	st, err = lim.Value(ctx, "tb", "k")
-	require.NoError(t, err)
-	require.False(t, st.Shards[0].Stored)
-	require.Equal(t, 10.0, st.Remaining)
-}
-
 func TestDebtSurvivesReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "limits.db")

@@ -214,7 +214,7 @@ func TestServerTime(t *testing.T) {
 	require.InDelta(t, time.Now().UnixMilli(), got[0].State.TS, float64(time.Hour.Milliseconds()), "written at the server's time")
 }
 
-func TestDeleteExpiredAndOddTableNames(t *testing.T) {
+func TestOddTableNames(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 	name := fmt.Sprintf(`weird "name"; drop table x; %d`, time.Now().UnixNano())
@@ -224,35 +224,19 @@ func TestDeleteExpiredAndOddTableNames(t *testing.T) {
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
 	require.NoError(t, err, "New is idempotent")
 
+	// The table's name reaches every statement quoted: calls and sweeps
+	// work on it (DeleteExpired itself is part of the conformance suite).
 	mock := newMock(t0)
 	lim, err := ratelimit.New(s, ratelimit.Limits{
-		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
 		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
 	}, ratelimit.WithClock(mock))
 	require.NoError(t, err)
-	for i := range 20 {
-		_, err := lim.Limit(ctx, "fw", fmt.Sprint("user-", i), ratelimit.Count(5))
-		require.NoError(t, err)
-	}
 	_, err = lim.Limit(ctx, "tb", "k", ratelimit.Count(10))
 	require.NoError(t, err)
-	n, err := s.DeleteExpired(ctx, mock.Now())
-	require.NoError(t, err)
-	require.Zero(t, n, "no bucket is full yet")
 	grace := time.Duration(driver.ExpiryGrace) * time.Millisecond
-	nextWindow := time.UnixMilli(t0.UnixMilli()/60_000*60_000 + 60_000)
-	n, err = s.DeleteExpired(ctx, nextWindow)
-	require.NoError(t, err)
-	require.Zero(t, n, "full again, but not for ExpiryGrace yet")
-	n, err = s.DeleteExpired(ctx, nextWindow.Add(grace))
-	require.NoError(t, err)
-	require.Equal(t, 20, n, "the fixed windows are full at the next window")
-	n, err = s.DeleteExpired(ctx, mock.Now().Add(time.Minute+grace))
+	n, err := s.DeleteExpired(ctx, mock.Now().Add(time.Minute+grace))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	st, err := lim.Value(ctx, "tb", "k")
-	require.NoError(t, err)
-	require.False(t, st.Shards[0].Stored)
 
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable("schema."))
 	require.Error(t, err)

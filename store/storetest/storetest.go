@@ -75,6 +75,9 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
 	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
+	if _, ok := newStore(t).(driver.Expirer); ok {
+		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
+	}
 }
 
 // epoch is where the suite's mock clocks start (2023-11-14T22:13:20Z).
