@@ -671,7 +671,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	return res, ch, nil
 }
 
-// resetAfter computes Result.Reset for a limit of n shards of params p
+// resetAfter computes Result.ResetAfter for a limit of n shards of params p
 // from the decision d: for a fixed window, until the next window of the
 // record as the store holds it (its phase may predate a change of Start
 // or of the phase seed); for a token bucket, until the shards the call

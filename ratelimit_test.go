@@ -413,7 +413,7 @@ func TestShardingALimitCapsItsOldRecord(t *testing.T) {
 	assert.LessOrEqual(t, granted, 100)
 }
 
-// Result.Reset follows the window of the record the store decided on:
+// Result.ResetAfter follows the window of the record the store decided on:
 // after Start moves, a record keeps the windows it was written with until
 // it is full again (Reset said 20m while the next grant was 50m away).
 func TestResetFollowsTheStoredRecord(t *testing.T) {

@@ -146,7 +146,7 @@ func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, fou
 	return settle(d, p, s, now, count, reserve)
 }
 
-// refreshFast is Refresh, the same arithmetic in the same order, without
+// refreshFast is refresh, the same arithmetic in the same order, without
 // the integer division of a fixed window while now is still in the
 // record's window, and with the builtin min (which agrees with math.Min on
 // every input, signed zeros and NaN included) rather than a call.
@@ -501,7 +501,7 @@ func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64)
 
 // FullAt returns the earliest Unix millisecond at which the record s would
 // be a full bucket again, so that a store may drop it from then on and
-// re-create it, by Fresh, exactly as it would have been.
+// re-create it, by fresh, exactly as it would have been.
 func FullAt(p driver.Params, s driver.State) int64 {
 	if s.Remaining >= p.Capacity {
 		return s.TS

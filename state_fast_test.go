@@ -9,8 +9,8 @@ import (
 )
 
 // transitionGeneral is the transition as the semantics define it and the
-// Lua and SQL ports mirror it: load (Refresh or Fresh), then settle.
-// Transition takes shortcuts; it must agree with this to the last bit.
+// Lua and SQL ports mirror it: StateAt (refresh or fresh), then settle.
+// TransitionInto takes shortcuts; it must agree with this to the last bit.
 func transitionGeneral(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
 	var d driver.Decision
 	s := settle(&d, &p, StateAt(p, driver.Record{State: prev, Found: found}, now), now, count, reserve)
@@ -27,9 +27,9 @@ func sameBits(s1 driver.State, d1 driver.Decision, s2 driver.State, d2 driver.De
 		d1.Now == d2.Now && d1.TS == d2.TS
 }
 
-// checkFastPath fails t when Transition or TransitionInto (which must
+// checkFastPath fails t when transition or TransitionInto (which must
 // overwrite every field of its Decision) and transitionGeneral disagree on
-// one input, or when Transition of a found record depends on p.Phase.
+// one input, or when TransitionInto of a found record depends on p.Phase.
 func checkFastPath(t *testing.T, p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) {
 	t.Helper()
 	s1, d1 := transition(p, prev, found, now, count, reserve)
@@ -80,7 +80,7 @@ func FuzzTransitionFastPath(f *testing.F) {
 	})
 }
 
-// TestTransitionFastPathRandom compares Transition with the general
+// TestTransitionFastPathRandom compares TransitionInto with the general
 // transition on a million inputs drawn where the shortcuts branch: whole
 // and fractional tokens, counts at and around the value, -0, calls within
 // the window, at its end and windows later, clocks stepping back, missing

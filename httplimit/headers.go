@@ -49,7 +49,7 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 // resetSeconds is the "t" of a limit's RateLimit item: in the words of
 // draft-ietf-httpapi-ratelimit-headers-10, the seconds until additional
 // quota is made available, rounded up. For a fixed window that is its next
-// window (Result.Reset). A token bucket refills continuously, and its quota
+// window (Result.ResetAfter). A token bucket refills continuously, and its quota
 // unit is one token: t is the time until the floored tokens left ("r") grow
 // by one. A bucket that holds as many whole tokens as it ever will has no
 // such time, and ok is false: the item carries no t.

@@ -69,7 +69,7 @@ local function window_start(p, phase, t)
   return t - (d - idiv(d, p[3]) * p[3])
 end
 
--- Refresh
+-- refresh (state.go)
 local function refresh(p, v, ts, now)
   local t = now
   if ts > t then
@@ -86,7 +86,7 @@ local function refresh(p, v, ts, now)
   return min(v + (t - ts) * p[2] / p[3], p[4]), t
 end
 
--- load: refreshed if found, Fresh if missing
+-- StateAt: refreshed if found, fresh if missing
 local function load(p, phase, found, v, ts, now)
   if found then
     return refresh(p, v, ts, now)
@@ -143,7 +143,7 @@ local function fits_debt(p, v)
   return p[5] == 0 or -v <= p[5]
 end
 
--- single (Transition): returns ok, retry, remaining, charged, and the
+-- single (TransitionInto): returns ok, retry, remaining, charged, and the
 -- state to write (nil: no write).
 local function single(p, phase, found, v0, ts, now, count, reserve)
   v0, ts = load(p, phase, found, v0, ts, now)
