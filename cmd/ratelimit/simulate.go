@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,7 @@ func newSimulate() *cobra.Command {
 		at, svg         string
 		every, duration time.Duration
 		count           float64
+		seed            uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -50,7 +52,9 @@ func newSimulate() *cobra.Command {
 directory) with a simulated clock starting at 00:00:00, and prints, for each request, the
 window it falls in, the tokens before and after, and the decision.
 
-A fixed window without --start is aligned to 00:00:00 so that windows read plainly.`,
+A fixed window without --start is aligned to 00:00:00 so that windows read plainly.
+A sharded limit chooses the shards of each call at random, from --seed: the same
+seed gives the same output.`,
 		Example: `  ratelimit simulate --kind "fixed window" --rate 100 --period 1h --capacity 150 --at 00:30=15,00:45=15,01:30=30
   ratelimit simulate --kind "token bucket" --rate 10 --period 1m --capacity 3 --every 5s --count 1 --for 1m
   ratelimit simulate --limits limits.yaml --name llm --at 0s=30000,10s=20000r --svg llm.svg`,
@@ -78,7 +82,7 @@ A fixed window without --start is aligned to 00:00:00 so that windows read plain
 				return usagef("give requests: --at 00:30=15,01:30=30 or --every 1m --for 1h")
 			}
 			slices.SortStableFunc(reqs, func(a, b request) int { return int(a.at - b.at) })
-			return simulate(cmd.Context(), cmd.OutOrStdout(), name, cfg, reqs, svg)
+			return simulate(cmd.Context(), cmd.OutOrStdout(), name, cfg, reqs, svg, seed)
 		},
 	}
 	lf.register(cmd.Flags())
@@ -87,6 +91,7 @@ A fixed window without --start is aligned to 00:00:00 so that windows read plain
 	cmd.Flags().DurationVar(&duration, "for", 0, "a steady pattern: for so long")
 	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "a sharded limit: the seed of the random choice of shards; the same seed, the same output")
 	return cmd
 }
 
@@ -148,7 +153,7 @@ type sample struct {
 	tokens float64
 }
 
-func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string) error {
+func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string, seed uint64) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -164,7 +169,8 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 	defer store.Close()
 	mock := clock.NewMock()
 	mock.Set(simStart)
-	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg}, ratelimit.WithClock(mock))
+	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg}, ratelimit.WithClock(mock),
+		ratelimit.WithRand(rand.NewPCG(seed, 0)))
 	if err != nil {
 		return usageError{err}
 	}
