@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -43,7 +44,7 @@ see.`,
 			if keys < 1 || goroutines < 1 || duration <= 0 {
 				return usagef("--keys and --goroutines must be at least 1, --duration above 0")
 			}
-			lim, name, closeStore, err := t.limiter(cmd)
+			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
 			if err != nil {
 				return err
 			}
@@ -55,6 +56,9 @@ see.`,
 			ts, ok := t.store.(driver.TimeSource)
 			localClock := !ok || !ts.OwnClock()
 			rep, err := bench(cmd.Context(), lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
+			if errors.Is(err, ratelimit.ErrInvalidCount) {
+				return usageError{fmt.Errorf("--count: %w", err)}
+			}
 			if err != nil {
 				return err
 			}

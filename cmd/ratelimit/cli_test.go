@@ -1,11 +1,162 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
+
+var tokenBucket = []string{"--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3"}
+
+func TestErrorsSayRatelimitOnce(t *testing.T) {
+	dir := t.TempDir()
+	invalid := filepath.Join(dir, "invalid.yaml")
+	require.NoError(t, os.WriteFile(invalid, []byte("x:\n  kind: fixed window\n  rate: 0\n  period: 1m\n"), 0o600))
+	broken := filepath.Join(dir, "broken.yaml")
+	require.NoError(t, os.WriteFile(broken, []byte("x: ["), 0o600))
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"simulate", "--kind", "fixed window", "--rate", "0", "--period", "1s", "--at", "0s=1"}, 2,
+			"ratelimit: invalid config: Rate is 0"},
+		{[]string{"simulate", "--limits", invalid, "--name", "x", "--at", "0s=1"}, 1,
+			"ratelimit: " + invalid + `: limits file: line 1: limit "x": Rate is 0`},
+		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1,
+			"ratelimit: " + broken + ": limits file: yaml: line 1"},
+		{[]string{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"}, 2,
+			`ratelimit: unknown kind "sliding"`},
+		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), 2,
+			`ratelimit: --count: limit "limit": count -1`},
+		{[]string{"nope"}, 2, `ratelimit: unknown command "nope"`},
+	} {
+		code, _, errOut := exec(tc.args...)
+		require.Equal(t, tc.code, code, "%q: %s", tc.args, errOut)
+		require.True(t, strings.HasPrefix(errOut, tc.want), "%q: got %q, want it to start with %q", tc.args, errOut, tc.want)
+		require.Equal(t, 1, strings.Count(errOut, "ratelimit:"), "%q: %s", tc.args, errOut)
+	}
+
+	// The sentinel at the end of a wrapped error loses its prefix too.
+	err := fmt.Errorf("reading limits.yaml: %w", fmt.Errorf("ratelimit: limit %q: %w", "x", ratelimit.ErrInvalidConfig))
+	require.Equal(t, `ratelimit: reading limits.yaml: limit "x": invalid config`, message(err))
+	require.Equal(t, "ratelimit: store is closed", message(driver.ErrClosed))
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.json")
+	require.NoError(t, os.WriteFile(broken, []byte(`{"x": `), 0o600))
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in standard error
+	}{
+		{[]string{"nope"}, 2, `unknown command "nope": run 'ratelimit --help' for the commands`},
+		{[]string{"simulte"}, 2, `unknown command "simulte": did you mean "simulate"?`},
+		{[]string{"--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"simulate", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"simulate", "--rate", "x"}, 2, `invalid argument "x" for "--rate" flag`},
+		{[]string{"simulate", "extra"}, 2, `simulate takes no arguments, only flags: got ["extra"]`},
+		{[]string{"schema", "--table", ""}, 2, "--table: pgstore: table name"},
+		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
+		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
+		// The limits file is data, not the command line: a failure.
+		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
+		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "no such file"},
+		{append([]string{"inspect", "--store", "redis://127.0.0.1:1/0"}, tokenBucket...), 1, "connection refused"},
+	} {
+		code, _, errOut := exec(tc.args...)
+		require.Equal(t, tc.code, code, "%q: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want, "%q", tc.args)
+		if tc.code == 2 {
+			require.Contains(t, errOut, "--help' for usage.", "%q", tc.args)
+		} else {
+			require.NotContains(t, errOut, "for usage", "%q", tc.args)
+		}
+	}
+
+	// Without a command: the help, and success.
+	code, out, errOut := exec()
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "Available Commands:")
+}
+
+func TestVersion(t *testing.T) {
+	code, out, errOut := exec("--version")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "ratelimit "+version(debug.ReadBuildInfo())+"\n", out)
+	require.Contains(t, out, runtime.Version())
+
+	require.Equal(t, "v1.4.0 go1.26.8", version(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, true))
+	require.Equal(t, "(devel) go1.26.8", version(&debug.BuildInfo{GoVersion: "go1.26.8"}, true))
+	require.Equal(t, "(devel) "+runtime.Version(), version(nil, false))
+}
+
+func TestConnectionHint(t *testing.T) {
+	const hint = "(is the server up? check --store)"
+	code, _, errOut := exec(append([]string{"inspect", "--store", "redis://127.0.0.1:1/0"}, tokenBucket...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "connection refused "+hint)
+	code, _, errOut = exec(append([]string{"limit", "--store", "postgres://postgres@127.0.0.1:1/test"}, tokenBucket...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, hint)
+
+	// A server that answers and refuses: no hint.
+	pg, err := url.Parse(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	pg.User = url.User(fmt.Sprintf("nobody_%d", time.Now().UnixNano()))
+	code, _, errOut = exec(append([]string{"inspect", "--store", pg.String()}, tokenBucket...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "does not exist (SQLSTATE 28000)")
+	require.NotContains(t, errOut, hint)
+
+	pool, err := pgxpool.New(context.Background(), testserver.PostgresURL(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	_, sqlErr := pool.Exec(context.Background(), "SELECT * FROM ratelimit_cli_no_such_table")
+	require.Error(t, sqlErr)
+	require.False(t, isConnError(fmt.Errorf("postgres: %w", sqlErr)))
+	require.False(t, isConnError(errors.New("dial tcp: nothing of the kind")))
+	require.False(t, isConnError(redis.Nil))
+}
+
+func TestRedisPrefixIsNotAPattern(t *testing.T) {
+	u := testserver.RedisURL(t)
+	opt, err := redis.ParseURL(u)
+	require.NoError(t, err)
+	c := redis.NewClient(opt)
+	base := fmt.Sprintf("ratelimit-cli-test-%d-", time.Now().UnixNano())
+	cleanRedis(t, c, base)
+	require.NoError(t, c.Set(context.Background(), base+"x:1", "1", time.Minute).Err())
+
+	// "*" and "?" in a prefix are characters, not wildcards.
+	for _, prefix := range []string{base + "*", base + "?:", base + "[x]:"} {
+		code, _, errOut := exec(append([]string{"reset", "--store", u, "--prefix", prefix}, tokenBucket...)...)
+		require.Equal(t, 1, code, prefix)
+		require.Contains(t, errOut, fmt.Sprintf("no key starts with prefix %q", prefix))
+	}
+	code, out, errOut := exec(append([]string{"reset", "--store", u, "--prefix", base + "x:"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "reset limit")
+	require.Equal(t, `a\*b\?c\[d\]e\\f`, globEscape(`a*b?c[d]e\f`))
+}
 
 func TestSimulateSeed(t *testing.T) {
 	// A sharded limit near its end: which two shards a call evaluates

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -28,12 +29,12 @@ func (t *target) register(cmd *cobra.Command, withKey bool) {
 
 // limiter opens the store and returns a Limiter on it with the selected
 // limit, and its name.
-func (t *target) limiter(cmd *cobra.Command) (*ratelimit.Limiter, string, func(), error) {
+func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, string, func(), error) {
 	name, cfg, err := t.lf.limit()
 	if err != nil {
 		return nil, "", nil, err
 	}
-	store, closeStore, err := t.sf.open(cmd.Context())
+	store, closeStore, err := t.sf.open(cmd.Context(), acc)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -54,7 +55,7 @@ func newInspect() *cobra.Command {
 		Example: `  ratelimit inspect --store redis://127.0.0.1:6379/0 --limits limits.json --name sendMessage --key user-42
   ratelimit inspect --store bolt://limits.db --kind "fixed window" --rate 100 --period 1h --name signup --key 203.0.113.9`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd)
+			lim, name, closeStore, err := t.limiter(cmd, mustExist)
 			if err != nil {
 				return err
 			}
@@ -102,7 +103,7 @@ func newReset() *cobra.Command {
 		Short:   "Forget the state of a (name, key) in a store: the next call finds a full bucket",
 		Example: `  ratelimit reset --store postgres://postgres@127.0.0.1:5432/test --limits limits.yaml --name signup --key 203.0.113.9`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd)
+			lim, name, closeStore, err := t.limiter(cmd, mustExist)
 			if err != nil {
 				return err
 			}
@@ -131,7 +132,7 @@ func newLimit() *cobra.Command {
 		Example: `  ratelimit limit --store redis://127.0.0.1:6379/0 --limits limits.yaml --name signup --key 203.0.113.9 --count 60
   ratelimit limit --store bolt://limits.db --limits limits.yaml --name sendMessage --key user-42 --check`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd)
+			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
 			if err != nil {
 				return err
 			}
@@ -145,6 +146,9 @@ func newLimit() *cobra.Command {
 				call = lim.Check
 			}
 			res, err := call(cmd.Context(), name, t.key, opts...)
+			if errors.Is(err, ratelimit.ErrInvalidCount) {
+				return usageError{fmt.Errorf("--count: %w", err)}
+			}
 			if err != nil {
 				return err
 			}

@@ -5,16 +5,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // usageError marks an error in how the command was called: exit code 2.
@@ -25,34 +29,89 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// Exit codes.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
 // run runs the command line args and returns the exit code: 0, 1 for a
 // failure, 2 for a usage error.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "ratelimit:", err)
+	fmt.Fprintln(stderr, message(err))
 	var u usageError
 	if errors.As(err, &u) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		return 2
+		return exitUsage
 	}
-	return 1
+	return exitFailure
+}
+
+// prefix starts every error message of the command, once.
+const prefix = "ratelimit: "
+
+// message returns the line that reports err: the library's and the
+// command's own "ratelimit: " once, at the start, and a hint to check the
+// server when err is a failure to reach it.
+func message(err error) string {
+	s := err.Error()
+	for strings.HasPrefix(s, prefix) {
+		s = strings.TrimPrefix(s, prefix)
+	}
+	// Errors wrapped in errors, and the sentinels at their end, repeat it.
+	s = strings.ReplaceAll(s, ": "+prefix, ": ")
+	if isConnError(err) {
+		s += " (is the server up? check --store)"
+	}
+	return prefix + s
+}
+
+// version returns the command's version, from the build's information:
+// the main module's version ("(devel)" when built from a checkout without
+// one) and the Go release that built it.
+func version(info *debug.BuildInfo, ok bool) string {
+	if !ok || info == nil {
+		return "(devel) " + runtime.Version()
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	return v + " " + info.GoVersion
 }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:               "ratelimit",
 		Short:             "Simulate, inspect, reset and load-test rate limits",
+		Version:           version(debug.ReadBuildInfo()),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// The root runs only to refuse a command it does not know, as a
+		// usage error, or to print its help.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			hint := "run 'ratelimit --help' for the commands"
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = fmt.Sprintf("did you mean %q?", s[0])
+			}
+			return usagef("unknown command %q: %s", args[0], hint)
+		},
 	}
+	root.SuggestionsMinimumDistance = 2
+	root.SetVersionTemplate("ratelimit {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema())
 	for _, c := range root.Commands() {

@@ -26,12 +26,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 )
 
 // exec runs the command line and returns its exit code and output.
 func exec(args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
-	code := run(args, &out, &errOut)
+	code := run(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -156,16 +157,22 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // inspectReset checks inspect and reset against a store given by URL.
-func inspectReset(t *testing.T, storeArgs ...string) {
+func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
 	ctx := context.Background()
 	key := fmt.Sprint("cli-", time.Now().UnixNano())
 	limit := []string{"--kind", "fixed window", "--rate", "10", "--period", "1h", "--shards", "2", "--name", "cli"}
 	args := func(cmd string) []string {
 		return append(append(append([]string{cmd}, storeArgs...), limit...), "--key", key)
 	}
-	code, out, errOut := exec(args("inspect")...)
-	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "tokens now 10 of capacity 10")
+	// inspect and reset refuse a store that is not there: a file, a
+	// table, a prefix with nothing yet.
+	for _, cmd := range []string{"inspect", "reset"} {
+		code, out, errOut := exec(args(cmd)...)
+		require.Equal(t, 1, code, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, notThere, cmd)
+		require.Equal(t, 1, strings.Count(errOut, "ratelimit:"), errOut)
+	}
 
 	// Spend through the library on the same store, then look.
 	sf := storeFlags{url: storeArgs[1], prefix: redisstore.DefaultPrefix, table: pgstore.DefaultTable, bucket: boltstore.DefaultBucket}
@@ -177,16 +184,20 @@ func inspectReset(t *testing.T, storeArgs ...string) {
 			sf.table = storeArgs[i+1]
 		}
 	}
-	store, closeStore, err := sf.open(ctx)
+	store, closeStore, err := sf.open(ctx, mayCreate)
 	require.NoError(t, err)
 	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Shards: 2}})
 	require.NoError(t, err)
 	res, err := lim.Limit(ctx, "cli", key, ratelimit.Count(7))
 	require.NoError(t, err)
 	require.True(t, res.OK)
+	// Another key, which reset leaves alone.
+	res, err = lim.Limit(ctx, "cli", key+"-other", ratelimit.Count(4))
+	require.NoError(t, err)
+	require.True(t, res.OK)
 	closeStore()
 
-	code, out, errOut = exec(args("inspect")...)
+	code, out, errOut := exec(args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 3 of capacity 10")
 	require.Contains(t, out, "true", "a shard is stored")
@@ -211,10 +222,25 @@ func inspectReset(t *testing.T, storeArgs ...string) {
 	code, out, _ = exec(args("inspect")...)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "tokens now 10 of capacity 10")
+	code, out, errOut = exec(append(args("inspect"), "--key", key+"-other")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tokens now 6 of capacity 10")
 }
 
 func TestInspectResetBolt(t *testing.T) {
-	inspectReset(t, "--store", "bolt://"+filepath.Join(t.TempDir(), "limits.db"))
+	path := filepath.Join(t.TempDir(), "limits.db")
+	inspectReset(t, "limits.db does not exist: check the path in --store", "--store", "bolt://"+path)
+	// Another bucket of the file is not there either, and is not created.
+	code, _, errOut := exec("inspect", "--store", "bolt://"+path, "--bucket", "other", "--kind", "token bucket", "--rate", "1", "--period", "1s")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `has no bucket "other": check --bucket`)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		assert.Nil(t, tx.Bucket([]byte("other")))
+		return nil
+	}))
 }
 
 func TestInspectResetRedis(t *testing.T) {
@@ -223,14 +249,14 @@ func TestInspectResetRedis(t *testing.T) {
 	opt, err := redis.ParseURL(url)
 	require.NoError(t, err)
 	cleanRedis(t, redis.NewClient(opt), prefix)
-	inspectReset(t, "--store", url, "--prefix", prefix)
+	inspectReset(t, "no key starts with prefix", "--store", url, "--prefix", prefix)
 }
 
 func TestInspectResetRedisCluster(t *testing.T) {
 	addrs := testserver.ClusterAddrs(t)
 	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
 	cleanRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")}), prefix)
-	inspectReset(t, "--store", "redis+cluster://"+addrs, "--prefix", prefix)
+	inspectReset(t, "no key starts with prefix", "--store", "redis+cluster://"+addrs, "--prefix", prefix)
 }
 
 // cleanRedis deletes the test's keys when it ends, and closes the client.
@@ -264,14 +290,20 @@ func TestInspectResetPostgres(t *testing.T) {
 		pool, err := pgxpool.New(ctx, url)
 		require.NoError(t, err)
 		defer pool.Close()
-		_, err = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		assert.NoError(t, err)
-		for _, fn := range []string{"_apply", "_one"} {
-			_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
-			assert.NoError(t, err)
-		}
+		dropTable(t, pool, table)
 	})
-	inspectReset(t, "--store", url, "--table", table)
+	inspectReset(t, fmt.Sprintf("table %q does not exist in this database: check --table", table), "--store", url, "--table", table)
+}
+
+// dropTable drops a store's table and functions.
+func dropTable(t *testing.T, pool *pgxpool.Pool, table string) {
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+	assert.NoError(t, err)
+	for _, fn := range []string{"_apply", "_one", "_split", "_pwait"} {
+		_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
+		assert.NoError(t, err)
+	}
 }
 
 func TestSchema(t *testing.T) {
@@ -296,12 +328,7 @@ func TestSchema(t *testing.T) {
 	table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
 	t.Cleanup(func() {
 		defer pool.Close()
-		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		assert.NoError(t, err)
-		for _, fn := range []string{"_apply", "_one"} {
-			_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
-			assert.NoError(t, err)
-		}
+		dropTable(t, pool, table)
 	})
 	code, out, errOut = exec("schema", "--table", table)
 	require.Equal(t, 0, code, errOut)

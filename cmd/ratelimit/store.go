@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
@@ -13,6 +20,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 func init() {
@@ -37,8 +46,21 @@ func (f *storeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
 }
 
+// access says whether opening a store may create what it lacks.
+type access int
+
+const (
+	// mayCreate lets the store create its file, bucket or table, as the
+	// application's store would: for the commands that write.
+	mayCreate access = iota
+	// mustExist refuses a bbolt file or bucket, a PostgreSQL table or a
+	// Redis prefix that is not there: a typo in --store, --bucket, --table
+	// or --prefix would otherwise look at, or clear, an empty store.
+	mustExist
+)
+
 // open opens the store; close releases what it opened.
-func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(), err error) {
+func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, close func(), err error) {
 	u := f.url
 	scheme, rest, _ := strings.Cut(u, ":")
 	switch scheme {
@@ -55,6 +77,11 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		if path == "" {
 			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", u)
 		}
+		if acc == mustExist {
+			if err := boltExists(path, f.bucket); err != nil {
+				return nil, nil, err
+			}
+		}
 		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket))
 		if err != nil {
 			return nil, nil, err
@@ -66,9 +93,16 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 			return nil, nil, usagef("--store %q: %v", u, err)
 		}
 		c := redis.NewClient(opt)
+		where := "redis at " + opt.Addr
 		if err := c.Ping(ctx).Err(); err != nil {
 			c.Close()
-			return nil, nil, fmt.Errorf("redis at %s: %w (is the server up? check --store)", opt.Addr, err)
+			return nil, nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if acc == mustExist {
+			if err := redisExists(ctx, c, f.prefix, where); err != nil {
+				c.Close()
+				return nil, nil, err
+			}
 		}
 		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
 		if err != nil {
@@ -79,9 +113,16 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 	case "redis+cluster":
 		addrs := strings.Split(strings.TrimPrefix(rest, "//"), ",")
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		where := fmt.Sprintf("redis cluster at %s", strings.Join(addrs, ","))
 		if err := c.Ping(ctx).Err(); err != nil {
 			c.Close()
-			return nil, nil, fmt.Errorf("redis cluster at %v: %w (are the nodes up? check --store)", addrs, err)
+			return nil, nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if acc == mustExist {
+			if err := redisExists(ctx, c, f.prefix, where); err != nil {
+				c.Close()
+				return nil, nil, err
+			}
 		}
 		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
 		if err != nil {
@@ -90,15 +131,29 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		}
 		return rs, func() { c.Close() }, nil
 	case "postgres", "postgresql":
+		var opts []pgstore.Option
+		if acc == mustExist {
+			// A bad name is refused before connecting.
+			if _, err := pgstore.Schema(f.table); err != nil {
+				return nil, nil, usageError{fmt.Errorf("--table: %w", err)}
+			}
+			opts = append(opts, pgstore.WithoutDDL())
+		}
 		pool, err := pgxpool.New(ctx, u)
 		if err != nil {
 			return nil, nil, usagef("--store: %v", err)
 		}
 		if err := pool.Ping(ctx); err != nil {
 			pool.Close()
-			return nil, nil, fmt.Errorf("postgres: %w (is the server up? check --store)", err)
+			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
-		p, err := pgstore.New(ctx, pool, pgstore.WithTable(f.table))
+		if acc == mustExist {
+			if err := pgExists(ctx, pool, f.table); err != nil {
+				pool.Close()
+				return nil, nil, err
+			}
+		}
+		p, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(f.table))...)
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
@@ -106,4 +161,108 @@ func (f *storeFlags) open(ctx context.Context) (s ratelimit.Store, close func(),
 		return p, pool.Close, nil
 	}
 	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", u, scheme)
+}
+
+// errNotFound is matched by the error of a store that is not there.
+var errNotFound = errors.New("nothing to inspect or reset")
+
+// boltExists checks, without creating or changing anything, that the
+// file at path exists and holds bucket.
+func boltExists(path, bucket string) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("bbolt file %s does not exist: check the path in --store (the application's boltstore.Open path): %w", path, errNotFound)
+	} else if err != nil {
+		return fmt.Errorf("bbolt file %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: boltstore.DefaultTimeout})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return fmt.Errorf("bbolt file %s: another process holds the file; stop it first, a bbolt file serves one process at a time: %w", path, err)
+		}
+		return fmt.Errorf("bbolt file %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte(bucket)) == nil {
+			return fmt.Errorf("bbolt file %s has no bucket %q: check --bucket (the application's boltstore.WithBucket): %w", path, bucket, errNotFound)
+		}
+		return nil
+	})
+}
+
+// pgExists checks that the store's table exists.
+func pgExists(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	name := pgx.Identifier(strings.SplitN(table, ".", 2)).Sanitize()
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+		return fmt.Errorf("postgres: look for table %s: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("postgres: table %s does not exist in this database: check --table (the application's pgstore.WithTable) and the database in --store; the application creates the table when it starts, or a migration does (ratelimit schema): %w", name, errNotFound)
+	}
+	return nil
+}
+
+// redisExists checks that some key starts with prefix, scanning until it
+// finds one (on every master of a cluster).
+func redisExists(ctx context.Context, c redis.UniversalClient, prefix, where string) error {
+	pattern := globEscape(prefix) + "*"
+	found := errors.New("found")
+	scan := func(ctx context.Context, node *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
+				return err
+			}
+			if len(keys) > 0 {
+				return found
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	}
+	switch {
+	case errors.Is(err, found):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: look for keys with prefix %q: %w", where, prefix, err)
+	}
+	return fmt.Errorf("%s: no key starts with prefix %q: check --prefix (the application's redisstore.WithPrefix) and the database in --store; a store whose records have all expired has none either: %w", where, prefix, errNotFound)
+}
+
+// globEscape escapes the characters special in a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isConnError reports whether err is a failure to reach a server, rather
+// than one the server reported (a refused login, a bad query).
+func isConnError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	var (
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+	)
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
