@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -74,6 +75,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"simulate", "--bogus"}, 2, "unknown flag: --bogus"},
 		{[]string{"simulate", "--rate", "x"}, 2, `invalid argument "x" for "--rate" flag`},
 		{[]string{"simulate", "extra"}, 2, `simulate takes no arguments, only flags: got ["extra"]`},
+		{append([]string{"inspect", "--store", "mem:", "-o", "xml"}, tokenBucket...), 2, `invalid argument "xml" for "-o, --output" flag: write text or json`},
 		{[]string{"schema", "--table", ""}, 2, "--table: pgstore: table name"},
 		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
 		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
@@ -107,6 +109,92 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, "v1.4.0 go1.26.8", version(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, true))
 	require.Equal(t, "(devel) go1.26.8", version(&debug.BuildInfo{GoVersion: "go1.26.8"}, true))
 	require.Equal(t, "(devel) "+runtime.Version(), version(nil, false))
+}
+
+// keysOf returns the sorted keys of a JSON object.
+func keysOf(m map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// decode decodes a JSON report into a map and into v, refusing fields
+// that v lacks.
+func decode(t *testing.T, out string, v any) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(v), out)
+	return m
+}
+
+var limitFields = []string{"capacity", "kind", "max_reserved", "name", "period_ms", "rate", "shards", "start"}
+
+func TestOutputJSON(t *testing.T) {
+	store := "bolt://" + filepath.Join(t.TempDir(), "limits.db")
+	limit := []string{"--store", store, "--kind", "fixed window", "--rate", "10", "--period", "1h", "--shards", "2",
+		"--name", "signup", "--key", "k"}
+
+	code, out, errOut := exec(append([]string{"limit", "--output", "json", "--count", "3"}, limit...)...)
+	require.Equal(t, 0, code, errOut)
+	var d decisionJSON
+	m := decode(t, out, &d)
+	require.Equal(t, []string{"check", "count", "key", "limit", "ok", "outcome", "remaining", "reserve", "reset_ms", "retry_after_ms"}, keysOf(m))
+	require.Equal(t, limitFields, keysOf(m["limit"].(map[string]any)))
+	require.Equal(t, limitJSON{Name: "signup", Kind: "fixed window", Rate: 10, PeriodMS: 3_600_000, Capacity: 10, Shards: 2}, d.Limit)
+	require.Equal(t, "k", d.Key)
+	require.Equal(t, 3.0, d.Count)
+	require.Equal(t, "allowed", d.Outcome)
+	require.True(t, d.OK)
+	require.Zero(t, d.RetryAfterMS)
+
+	code, out, errOut = exec(append([]string{"limit", "-o", "json", "--count", "8"}, limit...)...)
+	require.Equal(t, 0, code, errOut)
+	d = decisionJSON{}
+	decode(t, out, &d)
+	require.Equal(t, "denied", d.Outcome)
+	require.False(t, d.OK)
+	require.Positive(t, d.RetryAfterMS)
+
+	code, out, errOut = exec(append([]string{"inspect", "-o", "json"}, limit...)...)
+	require.Equal(t, 0, code, errOut)
+	var s statusJSON
+	m = decode(t, out, &s)
+	require.Equal(t, []string{"at", "capacity", "debt", "key", "limit", "next_grant", "shards", "tokens", "window_start"}, keysOf(m))
+	require.Equal(t, []string{"debt", "index", "next_grant", "stored", "tokens", "window_start"},
+		keysOf(m["shards"].([]any)[0].(map[string]any)))
+	require.Equal(t, 7.0, s.Tokens)
+	require.Equal(t, 10.0, s.Capacity)
+	require.Zero(t, s.Debt)
+	require.Len(t, s.Shards, 2)
+	var stored int
+	for i, sh := range s.Shards {
+		require.Equal(t, i, sh.Index)
+		if sh.Stored {
+			stored++
+			require.NotNil(t, sh.WindowStart)
+			start, err := time.Parse(time.RFC3339Nano, *sh.WindowStart)
+			require.NoError(t, err)
+			require.Equal(t, time.UTC, start.Location())
+		}
+	}
+	require.Positive(t, stored)
+	require.NotNil(t, s.At)
+	require.NotNil(t, s.NextGrant)
+
+	// A token bucket has no windows: null.
+	code, _, errOut = exec(append([]string{"limit", "-o", "json"}, append([]string{"--store", store, "--key", "tb"}, tokenBucket...)...)...)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = exec(append([]string{"inspect", "-o", "json"}, append([]string{"--store", store, "--key", "tb"}, tokenBucket...)...)...)
+	require.Equal(t, 0, code, errOut)
+	m = decode(t, out, &statusJSON{})
+	require.Contains(t, m, "window_start")
+	require.Nil(t, m["window_start"])
 }
 
 func TestConnectionHint(t *testing.T) {

@@ -13,10 +13,11 @@ import (
 
 // target is a (name, key) in a real store.
 type target struct {
-	lf    limitFlags
-	sf    storeFlags
-	key   string
-	store ratelimit.Store // set by limiter
+	lf     limitFlags
+	sf     storeFlags
+	key    string
+	output output
+	store  ratelimit.Store // set by limiter
 }
 
 func (t *target) register(cmd *cobra.Command, withKey bool) {
@@ -60,22 +61,60 @@ func newInspect() *cobra.Command {
 				return err
 			}
 			defer closeStore()
+			at := time.Now()
 			st, err := lim.Value(cmd.Context(), name, t.key)
 			if err != nil {
 				return err
 			}
 			cfg, _ := lim.Config(name)
-			printStatus(cmd.OutOrStdout(), name, t.key, cfg, st)
+			if t.output == jsonOutput {
+				return writeJSON(cmd.OutOrStdout(), statusOf(name, t.key, cfg, at, st))
+			}
+			printStatus(cmd.OutOrStdout(), name, t.key, cfg, at, st)
 			return nil
 		},
 	}
 	t.register(cmd, true)
+	t.output.register(cmd.Flags())
 	return cmd
 }
 
-func printStatus(out io.Writer, name, key string, cfg ratelimit.Config, st ratelimit.Status) {
+// statusJSON is the report of inspect --output json.
+type statusJSON struct {
+	Limit       limitJSON   `json:"limit"`
+	Key         string      `json:"key"`
+	At          *string     `json:"at"`
+	Tokens      float64     `json:"tokens"`
+	Debt        float64     `json:"debt"`
+	Capacity    float64     `json:"capacity"`
+	WindowStart *string     `json:"window_start"` // fixed window; null for a token bucket
+	NextGrant   *string     `json:"next_grant"`   // fixed window; null for a token bucket
+	Shards      []shardJSON `json:"shards"`
+}
+
+// shardJSON is one shard in statusJSON.
+type shardJSON struct {
+	Index       int     `json:"index"`
+	Stored      bool    `json:"stored"`
+	Tokens      float64 `json:"tokens"`
+	Debt        float64 `json:"debt"`
+	WindowStart *string `json:"window_start"`
+	NextGrant   *string `json:"next_grant"`
+}
+
+func statusOf(name, key string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) statusJSON {
+	s := statusJSON{Limit: limitOf(name, cfg), Key: key, At: timeJSON(at), Tokens: st.Remaining, Debt: max(-st.Remaining, 0),
+		Capacity: st.Capacity, WindowStart: timeJSON(st.WindowStart), NextGrant: timeJSON(st.NextGrant), Shards: []shardJSON{}}
+	for _, sh := range st.Shards {
+		s.Shards = append(s.Shards, shardJSON{Index: sh.Index, Stored: sh.Stored, Tokens: sh.Remaining, Debt: max(-sh.Remaining, 0),
+			WindowStart: timeJSON(sh.WindowStart), NextGrant: timeJSON(sh.NextGrant)})
+	}
+	return s
+}
+
+func printStatus(out io.Writer, name, key string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) {
 	fmt.Fprintln(out, describe(name, cfg))
-	fmt.Fprintf(out, "key %q at %s\n\n", key, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(out, "key %q at %s\n\n", key, at.UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shard\tstored\ttokens\tdebt\twindow start\tnext grant\t")
 	for _, sh := range st.Shards {
@@ -152,13 +191,34 @@ func newLimit() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if t.output == jsonOutput {
+				cfg, _ := lim.Config(name)
+				return writeJSON(cmd.OutOrStdout(), decisionJSON{Limit: limitOf(name, cfg), Key: t.key, Count: count,
+					Check: check, Reserve: reserve, Outcome: outcome(res), OK: res.OK, RetryAfterMS: ms(res.RetryAfter),
+					Remaining: res.Remaining, ResetMS: ms(res.ResetAfter)})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), name, t.key, res.RetryAfter)
 			return nil
 		},
 	}
 	t.register(cmd, true)
+	t.output.register(cmd.Flags())
 	cmd.Flags().Float64Var(&count, "count", 1, "tokens to take")
 	cmd.Flags().BoolVar(&reserve, "reserve", false, "reserve the tokens if they are not there yet")
 	cmd.Flags().BoolVar(&check, "check", false, "only check: decide without taking anything")
 	return cmd
+}
+
+// decisionJSON is the report of limit --output json.
+type decisionJSON struct {
+	Limit        limitJSON `json:"limit"`
+	Key          string    `json:"key"`
+	Count        float64   `json:"count"`
+	Check        bool      `json:"check"`
+	Reserve      bool      `json:"reserve"`
+	Outcome      string    `json:"outcome"` // allowed, reserved or denied
+	OK           bool      `json:"ok"`      // allowed or reserved
+	RetryAfterMS float64   `json:"retry_after_ms"`
+	Remaining    float64   `json:"remaining"`
+	ResetMS      float64   `json:"reset_ms"`
 }
