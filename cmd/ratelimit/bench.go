@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"os/signal"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,12 +39,17 @@ clock. No run of grants may exceed the capacity plus the refill over its span (a
 plus the rate for every window start the span can hold (a fixed window); an unsharded fixed window
 is also checked window by window at its own phase. Bench exits with status 1 if a check fails.
 Run it alone against its keys: calls from elsewhere on the same keys would spend tokens it cannot
-see.`,
+see.
+
+Ctrl-C stops the run early: bench reports and checks the calls made until then, removes its keys,
+and exits with status 130 (1 if the check failed).`,
 		Example: `  ratelimit bench --store redis://127.0.0.1:6379/0 --kind "fixed window" --rate 1000 --period 1s --keys 100 --goroutines 64 --duration 10s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keys < 1 || goroutines < 1 || duration <= 0 {
 				return usagef("--keys and --goroutines must be at least 1, --duration above 0")
 			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
 			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
 			if err != nil {
 				return err
@@ -55,21 +61,31 @@ see.`,
 			// store judges by its own clock.
 			ts, ok := t.store.(driver.TimeSource)
 			localClock := !ok || !ts.OwnClock()
-			rep, err := bench(cmd.Context(), lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
+			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
 			if errors.Is(err, ratelimit.ErrInvalidCount) {
 				return usageError{fmt.Errorf("--count: %w", err)}
 			}
 			if err != nil {
 				return err
 			}
-			rep.print(cmd.OutOrStdout())
-			if rep.violation != "" {
+			if t.output == jsonOutput {
+				if err := writeJSON(cmd.OutOrStdout(), rep.json(name, cfg, goroutines, count)); err != nil {
+					return err
+				}
+			} else {
+				rep.print(cmd.OutOrStdout())
+			}
+			switch {
+			case rep.violation != "":
 				return fmt.Errorf("check failed: %s", rep.violation)
+			case rep.interrupted:
+				return exitError{exitInterrupted, errors.New("bench interrupted: the report covers the calls made until then; its keys are removed")}
 			}
 			return nil
 		},
 	}
 	t.register(cmd, false)
+	t.output.register(cmd.Flags())
 	cmd.Flags().IntVar(&keys, "keys", 1, "how many keys to spread the calls over")
 	cmd.Flags().IntVar(&goroutines, "goroutines", 16, "how many goroutines call at once")
 	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")
@@ -97,7 +113,12 @@ type report struct {
 	keys                   int
 	windows                bool // checked window by window
 	violation              string
+	interrupted            bool // the context ended the run before its duration
 }
+
+// cleanupTimeout bounds the removal of bench's keys, which goes on after
+// the run's context has ended.
+const cleanupTimeout = 30 * time.Second
 
 func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelimit.Config, keys, goroutines int,
 	duration time.Duration, count float64, localClock bool, show bool, progress io.Writer) (*report, error) {
@@ -116,8 +137,24 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 		rep      = &report{keys: keys}
 		firstErr error
 		done     atomic.Bool
+		calls    atomic.Int64 // for the progress bar's rate
 		wg       sync.WaitGroup
 	)
+	// The calls stop when ctx ends (Ctrl-C); what they did until then is
+	// reported and checked, and the keys are removed, on a context of
+	// their own.
+	stopOnCancel := context.AfterFunc(ctx, func() { done.Store(true) })
+	defer stopOnCancel()
+	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancelCleanup()
+	removeKeys := func() error {
+		for _, key := range keyNames {
+			if err := lim.Reset(cleanup, name, key); err != nil {
+				return fmt.Errorf("removing the bench's keys: %w", err)
+			}
+		}
+		return nil
+	}
 	start := time.Now()
 	deadline := start.Add(duration)
 	for g := range goroutines {
@@ -135,6 +172,12 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 				t0 := time.Now()
 				res, err := lim.Limit(ctx, name, keyNames[k], ratelimit.Count(count))
 				t1 := time.Now()
+				if err != nil && ctx.Err() != nil {
+					break // interrupted: the call may or may not have been decided
+				}
+				if show {
+					calls.Add(1)
+				}
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -165,16 +208,24 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 			progressbar.OptionSetDescription("bench"), progressbar.OptionShowElapsedTimeOnFinish(),
 			progressbar.OptionSetPredictTime(false), progressbar.OptionClearOnFinish())
 		tick := time.NewTicker(100 * time.Millisecond)
+		var meter rateMeter
 		for time.Now().Before(deadline) && !done.Load() {
-			<-tick.C
-			_ = bar.Set64(min(time.Since(start).Milliseconds(), duration.Milliseconds()))
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+			now := time.Now()
+			bar.Describe(fmt.Sprintf("bench %8.0f decisions/s", meter.rate(now, calls.Load())))
+			_ = bar.Set64(min(now.Sub(start).Milliseconds(), duration.Milliseconds()))
 		}
 		tick.Stop()
 		_ = bar.Finish()
 	}
 	wg.Wait()
 	rep.elapsed = time.Since(start)
+	rep.interrupted = ctx.Err() != nil
 	if firstErr != nil {
+		_ = removeKeys() // the store failed: this may fail too
 		return nil, firstErr
 	}
 	rep.calls = rep.allowed + rep.denied
@@ -185,7 +236,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	if localClock && cfg.Kind == ratelimit.FixedWindow && cfg.Shards <= 1 {
 		phases = make([]int64, keys)
 		for k, key := range keyNames {
-			st, err := lim.Value(ctx, name, key)
+			st, err := lim.Value(cleanup, name, key)
 			if err != nil {
 				return nil, err
 			}
@@ -195,10 +246,8 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	rep.violation = verify(cfg, grants, count, keys, phases)
 	rep.windows = phases != nil
 	// Leave the store as it was.
-	for _, key := range keyNames {
-		if err := lim.Reset(ctx, name, key); err != nil {
-			return nil, fmt.Errorf("removing the bench's keys: %w", err)
-		}
+	if err := removeKeys(); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -324,10 +373,20 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// perSecond returns n over the run's time.
+func (r *report) perSecond(n int) float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(n) / r.elapsed.Seconds()
+}
+
 func (r *report) print(out io.Writer) {
-	secs := r.elapsed.Seconds()
-	fmt.Fprintf(out, "decisions  %d in %v: %.0f/s\n", r.calls, r.elapsed.Round(time.Millisecond), float64(r.calls)/secs)
-	fmt.Fprintf(out, "allowed    %d (%.0f/s)\n", r.allowed, float64(r.allowed)/secs)
+	if r.interrupted {
+		fmt.Fprintln(out, "interrupted: the calls until then")
+	}
+	fmt.Fprintf(out, "decisions  %d in %v: %.0f/s\n", r.calls, r.elapsed.Round(time.Millisecond), r.perSecond(r.calls))
+	fmt.Fprintf(out, "allowed    %d (%.0f/s)\n", r.allowed, r.perSecond(r.allowed))
 	fmt.Fprintf(out, "denied     %d\n", r.denied)
 	if h := r.latency; h != nil && h.n > 0 {
 		q := func(p float64) time.Duration { return h.quantile(p).Round(time.Microsecond) }
@@ -342,6 +401,81 @@ func (r *report) print(out io.Writer) {
 	} else {
 		fmt.Fprintf(out, "check      FAILED: %s\n", r.violation)
 	}
+}
+
+// benchJSON is the report of bench --output json.
+type benchJSON struct {
+	Limit              limitJSON    `json:"limit"`
+	Keys               int          `json:"keys"`
+	Goroutines         int          `json:"goroutines"`
+	Count              float64      `json:"count"`
+	Interrupted        bool         `json:"interrupted"`
+	ElapsedMS          float64      `json:"elapsed_ms"`
+	Decisions          int          `json:"decisions"`
+	DecisionsPerSecond float64      `json:"decisions_per_second"`
+	Allowed            int          `json:"allowed"`
+	AllowedPerSecond   float64      `json:"allowed_per_second"`
+	Denied             int          `json:"denied"`
+	LatencyMS          *latencyJSON `json:"latency_ms"` // null without calls
+	Check              checkJSON    `json:"check"`
+}
+
+// latencyJSON holds latency percentiles in milliseconds.
+type latencyJSON struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// checkJSON is the outcome of the check of the grants.
+type checkJSON struct {
+	OK             bool   `json:"ok"`
+	WindowByWindow bool   `json:"window_by_window"`
+	Violation      string `json:"violation"` // empty when ok
+}
+
+func (r *report) json(name string, cfg ratelimit.Config, goroutines int, count float64) benchJSON {
+	j := benchJSON{Limit: limitOf(name, cfg), Keys: r.keys, Goroutines: goroutines, Count: count, Interrupted: r.interrupted,
+		ElapsedMS: ms(r.elapsed), Decisions: r.calls, DecisionsPerSecond: r.perSecond(r.calls), Allowed: r.allowed,
+		AllowedPerSecond: r.perSecond(r.allowed), Denied: r.denied,
+		Check: checkJSON{OK: r.violation == "", WindowByWindow: r.windows, Violation: r.violation}}
+	if h := r.latency; h != nil && h.n > 0 {
+		j.LatencyMS = &latencyJSON{P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P99: ms(h.quantile(0.99)), Max: ms(h.max)}
+	}
+	return j
+}
+
+// rateMeter turns a running count of calls into a rate over about the
+// last second, for the progress bar.
+type rateMeter struct {
+	samples []rateSample
+}
+
+type rateSample struct {
+	at    time.Time
+	calls int64
+}
+
+// rateWindow is the span a rateMeter averages over.
+const rateWindow = time.Second
+
+// rate records that calls were made by now and returns the calls per
+// second since the oldest sample within rateWindow (0 for the first).
+func (m *rateMeter) rate(now time.Time, calls int64) float64 {
+	m.samples = append(m.samples, rateSample{now, calls})
+	// Keep one sample at or before the window's start, as its base.
+	i := 0
+	for i+1 < len(m.samples) && !m.samples[i+1].at.After(now.Add(-rateWindow)) {
+		i++
+	}
+	m.samples = m.samples[i:]
+	base := m.samples[0]
+	span := now.Sub(base.at)
+	if span <= 0 {
+		return 0
+	}
+	return float64(calls-base.calls) / span.Seconds()
 }
 
 // histogram counts latencies in buckets 1/64 of a power of two wide, so

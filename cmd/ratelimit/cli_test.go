@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +23,18 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
+
+// execContext runs the command line with ctx and returns its exit code
+// and output.
+func execContext(ctx context.Context, args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
 
 var tokenBucket = []string{"--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3"}
 
@@ -195,6 +208,24 @@ func TestOutputJSON(t *testing.T) {
 	m = decode(t, out, &statusJSON{})
 	require.Contains(t, m, "window_start")
 	require.Nil(t, m["window_start"])
+
+	code, out, errOut = exec("bench", "--store", "mem:", "--kind", "fixed window", "--rate", "50", "--period", "100ms",
+		"--keys", "3", "--goroutines", "4", "--duration", "100ms", "--quiet", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var b benchJSON
+	m = decode(t, out, &b)
+	require.Equal(t, []string{"allowed", "allowed_per_second", "check", "count", "decisions", "decisions_per_second", "denied",
+		"elapsed_ms", "goroutines", "interrupted", "keys", "latency_ms", "limit"}, keysOf(m))
+	require.Equal(t, []string{"ok", "violation", "window_by_window"}, keysOf(m["check"].(map[string]any)))
+	require.Equal(t, []string{"max", "p50", "p90", "p99"}, keysOf(m["latency_ms"].(map[string]any)))
+	require.Positive(t, b.Decisions)
+	require.Equal(t, b.Decisions, b.Allowed+b.Denied)
+	require.Positive(t, b.DecisionsPerSecond)
+	require.Equal(t, 3, b.Keys)
+	require.Equal(t, 4, b.Goroutines)
+	require.False(t, b.Interrupted)
+	require.Equal(t, checkJSON{OK: true, WindowByWindow: true}, b.Check)
+	require.LessOrEqual(t, b.LatencyMS.P50, b.LatencyMS.Max)
 }
 
 func TestConnectionHint(t *testing.T) {
@@ -267,4 +298,97 @@ func TestSimulateSeed(t *testing.T) {
 	}
 	require.Equal(t, outputs["1"], outputs[""], "the default seed is 1")
 	require.NotEqual(t, outputs["1"], outputs["7"])
+}
+
+// cancelling is a store that cancels a context at its nth Apply, as
+// Ctrl-C would in the middle of a bench, and remembers the keys it saw.
+type cancelling struct {
+	*memstore.Store
+	n      int64
+	cancel context.CancelFunc
+	calls  atomic.Int64
+	mu     sync.Mutex
+	keys   map[string]bool
+}
+
+func (c *cancelling) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if c.calls.Add(1) == c.n {
+		c.cancel()
+	}
+	c.mu.Lock()
+	for _, it := range op.Items {
+		c.keys[it.Key] = true
+	}
+	c.mu.Unlock()
+	return c.Store.Apply(ctx, op, out)
+}
+
+func TestBenchInterrupted(t *testing.T) {
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 20, Period: time.Second},
+		{Kind: ratelimit.TokenBucket, Rate: 20, Period: time.Second, Shards: 2},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		store := &cancelling{Store: must(memstore.New()), n: 200, cancel: cancel, keys: map[string]bool{}}
+		lim, err := ratelimit.New(store, ratelimit.Limits{"x": cfg})
+		require.NoError(t, err)
+		// An hour: only the cancel can end the run.
+		rep, err := bench(ctx, lim, "x", cfg, 3, 4, time.Hour, 1, true, false, io.Discard)
+		require.NoError(t, err)
+		require.True(t, rep.interrupted)
+		require.GreaterOrEqual(t, rep.calls, 190, "the calls before the cancel, less those it caught in flight")
+		require.Less(t, rep.elapsed, time.Hour)
+		require.Empty(t, rep.violation)
+		var out bytes.Buffer
+		rep.print(&out)
+		require.Contains(t, out.String(), "interrupted: the calls until then\ndecisions  ")
+		require.Contains(t, out.String(), "check      ok")
+
+		// The keys are gone, though the run's context had ended.
+		require.Len(t, store.keys, 3)
+		for key := range store.keys {
+			st, err := lim.Value(context.Background(), "x", key)
+			require.NoError(t, err)
+			for _, sh := range st.Shards {
+				require.False(t, sh.Stored, "key %q shard %d", key, sh.Index)
+			}
+		}
+	}
+
+	// Through the command: the report, then status 130.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	args := []string{"bench", "--store", "mem:", "--kind", "fixed window", "--rate", "5", "--period", "1s", "--duration", "1h", "--quiet"}
+	code, out, errOut := execContext(ctx, args...)
+	require.Equal(t, 130, code, errOut)
+	require.True(t, strings.HasPrefix(out, "interrupted: the calls until then\ndecisions  "), out)
+	require.Contains(t, out, "check      ok")
+	require.Equal(t, "ratelimit: bench interrupted: the report covers the calls made until then; its keys are removed\n", errOut)
+	code, out, errOut = execContext(ctx, append(args, "-o", "json")...)
+	require.Equal(t, 130, code, errOut)
+	var b benchJSON
+	decode(t, out, &b)
+	require.True(t, b.Interrupted)
+	require.True(t, b.Check.OK)
+}
+
+func TestRateMeter(t *testing.T) {
+	var m rateMeter
+	t0 := time.Unix(1_000_000, 0)
+	steps := []struct {
+		at    time.Duration
+		calls int64
+		want  float64
+	}{
+		{0, 0, 0},
+		{100 * time.Millisecond, 100, 1000},  // 100 calls in 0.1 s
+		{500 * time.Millisecond, 300, 600},   // 300 in 0.5 s
+		{time.Second, 1000, 1000},            // 1000 in 1 s
+		{1500 * time.Millisecond, 1100, 800}, // since 0.5 s: 800 in 1 s
+		{3 * time.Second, 1100, 0},           // idle since 1.5 s
+	}
+	for _, s := range steps {
+		require.InDelta(t, s.want, m.rate(t0.Add(s.at), s.calls), 1e-9, "at %v", s.at)
+	}
+	require.LessOrEqual(t, len(m.samples), 3, "old samples are dropped")
 }

@@ -29,14 +29,25 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// exitError ends the command with an exit code of its own.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
 // Exit codes.
 const (
-	exitFailure = 1
-	exitUsage   = 2
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // 128 + SIGINT, as shells report a command that Ctrl-C ended
 )
 
 // run runs the command line args and returns the exit code: 0, 1 for a
-// failure, 2 for a usage error.
+// failure, 2 for a usage error, 130 for a bench interrupted. Cancelling
+// ctx is what Ctrl-C does to a bench.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
@@ -47,10 +58,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, message(err))
-	var u usageError
-	if errors.As(err, &u) {
+	var (
+		u usageError
+		x exitError
+	)
+	switch {
+	case errors.As(err, &u):
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
+	case errors.As(err, &x):
+		return x.code
 	}
 	return exitFailure
 }
