@@ -50,6 +50,9 @@ and exits with status 130 (1 if the check failed).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
+			// After the first Ctrl-C, a second one ends the command at once,
+			// even while the keys are being removed.
+			context.AfterFunc(ctx, stop)
 			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
 			if err != nil {
 				return err

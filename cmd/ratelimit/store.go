@@ -164,7 +164,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 }
 
 // errNotFound is matched by the error of a store that is not there.
-var errNotFound = errors.New("nothing to inspect or reset")
+var errNotFound = errors.New("no such store")
 
 // boltExists checks, without creating or changing anything, that the
 // file at path exists and holds bucket.
