@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 var (
@@ -26,7 +28,49 @@ var (
 	// ErrReservationUsed is returned by Reservation.Cancel once the job was
 	// let run: its tokens were spent and nothing is handed back.
 	ErrReservationUsed = errors.New("ratelimit: reservation already used: the job was let run")
+	// ErrAlreadySettled is matched by the error of Use, Refund, Settle or
+	// Reservation.Cancel on a token settled before (a *SettledError): the
+	// call did nothing.
+	ErrAlreadySettled = errors.New("ratelimit: already settled")
+	// ErrTokenExpired means a token was given to settle after its Expires:
+	// a job that late must not run, and a refund that late would hand
+	// nothing back.
+	ErrTokenExpired = errors.New("ratelimit: token expired")
+	// ErrInvalidToken means a token could not be read, or does not carry a
+	// valid tag under the Limiter's WithTokenKey.
+	ErrInvalidToken = errors.New("ratelimit: invalid token")
 )
+
+// SettledError is the error of settling a token that was settled before:
+// Kind says how it was. It matches ErrAlreadySettled, and also
+// ErrReservationUsed when it was used, or ErrReservationCanceled when it
+// was canceled.
+type SettledError struct {
+	ID   [16]byte
+	Kind driver.SettleKind
+}
+
+func (e *SettledError) Error() string {
+	how := "used"
+	if e.Kind == driver.SettleCancel {
+		how = "canceled"
+	}
+	return fmt.Sprintf("ratelimit: token %x was already settled (%s): nothing done", e.ID[:4], how)
+}
+
+// Is reports whether target is ErrAlreadySettled, or the sentinel of how
+// the token was settled.
+func (e *SettledError) Is(target error) bool {
+	switch target {
+	case ErrAlreadySettled:
+		return true
+	case ErrReservationUsed:
+		return e.Kind == driver.SettleUse
+	case ErrReservationCanceled:
+		return e.Kind == driver.SettleCancel
+	}
+	return false
+}
 
 // LimitError is the error of a denied call: the limit's name and key, and
 // how long to wait before the same call would succeed. It matches

@@ -28,6 +28,10 @@ type Limiter struct {
 	deny     *denyCache
 	observer Observer
 	logger   *slog.Logger
+	// Tokens (settle.go): how long past its job a token may be settled,
+	// and the key that signs them (none: unsigned).
+	settleWindow time.Duration
+	tokenKey     []byte
 }
 
 // Option configures a Limiter in New.
@@ -61,7 +65,8 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	}
 	wall := clock.New()
 	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: wall,
-		breaker: breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
+		breaker:      breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
+		settleWindow: DefaultSettleWindow}
 	for _, o := range opts {
 		o(l)
 	}
@@ -239,11 +244,13 @@ const (
 	setCount callField = iota + 1
 	setReserve
 	setConfig
+	setReceipt
 )
 
 type call struct {
 	count   float64
 	reserve bool
+	receipt bool
 	cfg     *Config
 }
 
@@ -271,6 +278,8 @@ func newCall(opts []CallOption) call {
 			c.reserve = true
 		case setConfig:
 			c.cfg = o.cfg
+		case setReceipt:
+			c.receipt = true
 		}
 	}
 	return c
@@ -307,12 +316,15 @@ type Result struct {
 	Local bool
 	// All holds, for LimitAll, each limit's own answer in the order named.
 	All []Result
-
-	// Pads a Result to 112 bytes, a multiple of 16: Go copies a returned
-	// Result by 16-byte moves, and at 104 bytes the last move overlaps
-	// the one before it, so that the next copy (callers make two) waits
-	// for both to be stored.
-	_ [8]byte
+	// Token is, for an OK call made WithReceipt() that the store decided,
+	// the receipt of its charge: settle it by its outcome (Settle, Use,
+	// Refund) from any process. Nil otherwise.
+	//
+	// It also makes a Result 112 bytes, a multiple of 16: Go copies a
+	// returned Result by 16-byte moves, and at 104 bytes the last move
+	// overlaps the one before it, so that the next copy (callers make
+	// two) waits for both to be stored.
+	Token *Token
 }
 
 // Reserved reports whether the call was OK only by reserving tokens that
@@ -339,7 +351,7 @@ func (r Result) Err() error {
 // memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
-	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
 		var res Result
 		v, now, plain, err := l.doBound(ctx, driver.ModeLimit, lim, key, c, &res, nil)
 		if plain {
@@ -420,6 +432,7 @@ type charge struct {
 	n      int
 	at     int64     // when the store judged the call (Decision.Now)
 	start  time.Time // when the Limiter read its clock for the call
+	key    string    // the key the store saw: see storeKey
 }
 
 // doBound decides one call of a declared, unsharded limit through its
@@ -529,7 +542,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	}
 	if v.OK {
 		if ch != nil {
-			ch.lim, ch.n, ch.amount[0], ch.at = lim, 1, c.count, now
+			ch.lim, ch.n, ch.amount[0], ch.at, ch.key = lim, 1, c.count, now, key
 		}
 	} else if l.deny != nil {
 		l.deny.learn(ctx, l.store, lim.name, key, lim.params(l.seed, key, 0))
@@ -632,7 +645,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			for i, sh := range items[0].Shards {
 				ch.shards[i] = sh.Index
 			}
-			ch.amount, ch.at = out[0].Charged, out[0].Now
+			ch.amount, ch.at, ch.key = out[0].Charged, out[0].Now, items[0].Key
+			if c.receipt {
+				its, ls := chargeItems(&ch)
+				res.Token = l.newToken(ch.storeKey(), ch.at, ch.at+out[0].RetryAfter, its, ls)
+			}
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
 		}
@@ -661,6 +678,9 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	res := all[pick]
 	res.OK = ok
 	res.All = all
+	if ok && c.receipt {
+		res.Token = l.receiptOf(lims, items, out)
+	}
 	for i := range all {
 		if !ok && all[i].OK {
 			// Granted alone but not charged: report the tokens as they are.

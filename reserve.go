@@ -16,6 +16,13 @@ import (
 // (Wait), has a function run then (AfterFunc), or hands the tokens back
 // (Cancel) when the job will not run. A Reservation is safe for
 // concurrent use.
+//
+// Its Token lets another process settle it: a worker that runs the job
+// marks it used (Limiter.Use), one that drops it cancels it
+// (Limiter.Refund). The store settles a reservation at most once, whoever
+// asks: Cancel goes through the store's record of settlements, and so do
+// Wait and AfterFunc once a token was taken (before that, no other
+// process can know the reservation, and a use stays local).
 type Reservation struct {
 	lim    *Limiter
 	res    Result
@@ -23,8 +30,9 @@ type Reservation struct {
 	charge charge
 
 	mu       sync.Mutex
-	canceled bool // its tokens were handed back
-	used     bool // the job was let run: Wait returned nil, or AfterFunc ran fn
+	canceled bool   // its tokens were handed back
+	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn
+	tok      *Token // made by Token, or by Cancel; nil before
 }
 
 // Reserve takes Count tokens (default 1) of the named limit for key, for a
@@ -120,18 +128,69 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	} else if err := ctx.Err(); err != nil {
 		return r.cancelWith(context.WithoutCancel(ctx), err)
 	}
-	return r.use()
+	return r.use(ctx)
 }
 
-// use marks the reservation used, unless it was canceled.
-func (r *Reservation) use() error {
+// use marks the reservation used, unless it was canceled: in the store,
+// once a token was taken (a holder of the token may have settled it).
+func (r *Reservation) use(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.canceled {
+	switch {
+	case r.canceled:
 		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+	case r.used:
+		return nil
+	}
+	if r.tok != nil {
+		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true)
+		var se *SettledError
+		switch {
+		case errors.As(err, &se) && se.Kind == driver.SettleUse:
+			// Marked used by a holder of the token: the job may run.
+		case errors.As(err, &se):
+			r.canceled = true
+			return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
+		case err != nil:
+			return err
+		}
 	}
 	r.used = true
 	return nil
+}
+
+// Token returns the reservation's token, for another process to mark it
+// used before it runs the job (Limiter.Use) or to cancel it
+// (Limiter.Refund); nil for a reservation that holds no tokens (refused,
+// or decided by the failure policy). The first call makes it; from then
+// on, Wait and AfterFunc mark the reservation used in the store too, and
+// fail if a holder of the token canceled it.
+func (r *Reservation) Token() *Token {
+	if !r.res.OK || r.charge.n == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.token()
+}
+
+// token makes the token if it is not made yet; r.mu is held.
+func (r *Reservation) token() *Token {
+	if r.tok == nil {
+		if r.res.Token != nil {
+			r.tok = r.res.Token
+		} else {
+			items, lims := chargeItems(&r.charge)
+			r.tok = r.lim.newToken(r.charge.storeKey(), r.charge.at, r.at.UnixMilli(), items, lims)
+		}
+	}
+	return r.tok
+}
+
+// tokenLimits returns the limit of each item of the reservation's token.
+func (r *Reservation) tokenLimits() []*limit {
+	_, lims := chargeItems(&r.charge)
+	return lims
 }
 
 // cancelWith hands the tokens back and returns err, joined with the
@@ -147,13 +206,15 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // it may run now), marking the reservation used, and returns a function
 // that stops it: stop reports whether it stopped fn before it ran, and
 // then hands the tokens back. A refused or canceled reservation never
-// runs fn, and AfterFunc then returns a stop that reports false.
+// runs fn, and AfterFunc then returns a stop that reports false. Once a
+// token was taken, fn does not run either if the store could not mark the
+// reservation used (it may have been canceled by a holder of the token).
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
 	if !r.res.OK {
 		return func(context.Context) bool { return false }
 	}
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {
-		if r.use() == nil {
+		if r.use(context.Background()) == nil {
 			fn()
 		}
 	})
@@ -176,8 +237,15 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 // (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
 // back and returns an error matching ErrReservationUsed. A failed refund
 // (a store error) may be retried.
+//
+// The refund goes through the store's record of settlements, as
+// Limiter.Refund of the reservation's token does: if a holder of the token
+// settled it first, Cancel does nothing and returns a *SettledError (which
+// matches ErrReservationUsed when the token was used). A second Cancel
+// of the same Reservation returns nil. Past the token's Expires, Cancel
+// hands nothing back (nothing would come back by then) and returns nil.
 func (r *Reservation) Cancel(ctx context.Context) error {
-	if !r.res.OK {
+	if !r.res.OK || r.charge.n == 0 {
 		return nil
 	}
 	r.mu.Lock()
@@ -188,20 +256,23 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case r.canceled:
 		return nil
 	}
-	op := driver.Op{Mode: driver.ModeRefund, Now: r.lim.now().UnixMilli()}
-	for i := range r.charge.n {
-		if r.charge.amount[i] > 0 {
-			idx := r.charge.shards[i]
-			sh := driver.Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.res.Key, idx)}
-			op.Items = append(op.Items, driver.Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
-				At: r.charge.at, Shards: []driver.Shard{sh}})
-		}
+	tok := r.token()
+	if tok == nil {
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: no random source for its token", r.res.Name)
 	}
-	if len(op.Items) > 0 {
-		out := make([]driver.Decision, len(op.Items))
-		if err := r.lim.store.Apply(ctx, &op, out); err != nil {
-			return fmt.Errorf("ratelimit: cancel reservation of limit %q: store: %w", r.res.Name, err)
+	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleCancel, 0, true)
+	var se *SettledError
+	switch {
+	case err == nil, errors.Is(err, ErrTokenExpired):
+	case errors.As(err, &se):
+		if se.Kind == driver.SettleUse {
+			r.used = true
+		} else {
+			r.canceled = true
 		}
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
+	default:
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	}
 	if r.lim.deny != nil {
 		r.lim.deny.forget(r.res.Name, r.res.Key)

@@ -92,6 +92,56 @@ type Decision struct {
 	// (its next grant is at TS + Period); for a token bucket the time of
 	// its last refill.
 	TS int64
+	// Settled is set, in an op that carries a Settlement, when the
+	// settlement's ID had been settled before: how it was. The op then did
+	// nothing, and every field of its decisions but Now and Settled is
+	// zero (see SettledBefore in package ratelimit).
+	Settled SettleKind
+}
+
+// SettleKind says how a reservation or a receipt was settled.
+type SettleKind uint8
+
+const (
+	// SettleCancel hands the tokens back: the job will not run.
+	SettleCancel SettleKind = 1
+	// SettleUse spends them, wholly or in part: the job ran, or may run.
+	SettleUse SettleKind = 2
+)
+
+// String returns "cancel", "use", or "SettleKind(n)".
+func (k SettleKind) String() string {
+	switch k {
+	case SettleCancel:
+		return "cancel"
+	case SettleUse:
+		return "use"
+	}
+	return fmt.Sprintf("SettleKind(%d)", uint8(k))
+}
+
+// Settlement makes a refund op the settlement of one reservation or
+// receipt, which a store applies at most once, whoever sends it and
+// however often.
+//
+// In the atomic step that decides the op, the store looks for a marker of
+// ID. If there is one, the op does nothing: it writes no record, and each
+// decision says how the ID was settled (Decision.Settled, the marker's
+// kind). If there is none, the store decides the op as any refund and
+// writes the marker, recording Kind. It keeps the marker at least until
+// Until + ExpiryGrace on the op's clock (the store's own, for a
+// TimeSource), and may drop it after, as it drops expired records: the
+// Limiter no longer settles the token then (by the refund rule, nothing
+// would come back). A marker never reads as a record, nor a record as a
+// marker. A settle op has at least one item.
+type Settlement struct {
+	// ID names the reservation or receipt: 128 random bits.
+	ID [16]byte
+	// Kind is how this op settles it.
+	Kind SettleKind
+	// Until is a Unix time in milliseconds: the marker's expiry, less
+	// ExpiryGrace.
+	Until int64
 }
 
 // Mode is what an Op asks of a store.
@@ -121,6 +171,9 @@ type Op struct {
 	// store may keep all records of one key together, e.g. in one Redis
 	// Cluster slot), and two items never name the same record.
 	Items []Item
+	// Settle, in ModeRefund only, makes the refund a settlement, applied
+	// at most once (see Settlement); nil for a plain refund.
+	Settle *Settlement
 }
 
 // Item is one limit of an Op: the tokens asked of one (name, key) and the

@@ -1,0 +1,484 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
+)
+
+// Settling reservations and receipts by token: any process with a
+// Limiter on the same store and the same limits can hand a charge's tokens
+// back (Refund), spend them (Use) or spend part of them (Settle), at most
+// once in all, the store keeping the once (docs/reservations.md).
+
+// DefaultSettleWindow is how long past a token's job time (or, for a plain
+// charge, its charge) the token may still be settled, unless
+// WithSettleWindow says otherwise.
+const DefaultSettleWindow = 15 * time.Minute
+
+// WithSettleWindow sets how long past the time its job may run a token
+// may still be settled (default DefaultSettleWindow): a worker that takes
+// a job off a queue later than that can no longer mark it used
+// (ErrTokenExpired), and a cancel that late hands nothing back. The store
+// keeps a marker of each settled token for that long (and ExpiryGrace
+// more), so a longer window costs store memory. The window is written
+// into each token when it is made: processes may differ.
+func WithSettleWindow(d time.Duration) Option {
+	return func(l *Limiter) { l.settleWindow = max(d, 0) }
+}
+
+// WithTokenKey makes the Limiter authenticate its tokens: every token it
+// makes carries an HMAC-SHA-256 tag under key, and every token it is
+// given to settle must carry a valid one (ErrInvalidToken otherwise).
+// Every process that makes or settles the tokens needs the same key.
+// Without it a token is a bearer capability: whoever can present it can
+// settle it, and its amounts are taken on trust (see docs/reservations.md).
+func WithTokenKey(key []byte) Option {
+	return func(l *Limiter) { l.tokenKey = append([]byte(nil), key...) }
+}
+
+// WithReceipt makes Limit or LimitAll return, when the call is OK and was
+// decided by the store, a Token of the charge in Result.Token, for
+// Settle, Use or Refund by any process later: a charge settled by its
+// outcome. With WithReserve the token is the reservation's.
+func WithReceipt() CallOption { return CallOption{set: setReceipt} }
+
+// Token names a charge that may be settled once: a reservation's tokens
+// (Reservation.Token), or a receipt (Result.Token, with WithReceipt). It
+// holds a random 128-bit ID, the store key, each limit, shard and amount
+// charged, when the charge was made and when its job may run. Its text
+// form (String, MarshalText) is compact, URL-safe and opaque; ParseToken
+// or UnmarshalText read it back.
+//
+// A Token is a capability: whoever holds it can settle it, and a forged
+// one could hand back tokens never charged (up to each limit's capacity).
+// Keep tokens where only your workers read them, or authenticate them
+// with WithTokenKey.
+type Token struct {
+	id    [16]byte
+	mac   bool
+	key   string // the store key the charge was made under
+	at    int64  // the charge's time, Unix ms (Decision.Now)
+	run   int64  // when the job may run, Unix ms
+	until int64  // the last Unix ms it may be settled
+	items []tokenItem
+	tag   [tagLen]byte
+}
+
+type tokenItem struct {
+	name   string
+	shard  int
+	amount float64
+}
+
+const (
+	tokenVersion = 1
+	tokenMAC     = 1 // flag: a tag follows
+	tagLen       = 16
+	// maxTokenBytes bounds a token's binary form, against garbage.
+	maxTokenBytes = 64 << 10
+)
+
+// ID returns the token's ID: 128 random bits, unique to the charge.
+func (t *Token) ID() [16]byte { return t.id }
+
+// RunAt returns when the charge's job may run: for a reservation, its
+// Time; for a plain charge, the time of the charge.
+func (t *Token) RunAt() time.Time { return time.UnixMilli(t.run) }
+
+// Expires returns the last moment the token may be settled.
+func (t *Token) Expires() time.Time { return time.UnixMilli(t.until) }
+
+// Charged returns the tokens charged to the named limit, all its shards
+// together.
+func (t *Token) Charged(name string) float64 {
+	var n float64
+	for _, it := range t.items {
+		if it.name == name {
+			n += it.amount
+		}
+	}
+	return n
+}
+
+// String returns the token's text form.
+func (t *Token) String() string {
+	return base64.RawURLEncoding.EncodeToString(t.appendBinary(nil))
+}
+
+// MarshalText implements encoding.TextMarshaler: the text form.
+func (t *Token) MarshalText() ([]byte, error) {
+	b := t.appendBinary(nil)
+	out := make([]byte, base64.RawURLEncoding.EncodedLen(len(b)))
+	base64.RawURLEncoding.Encode(out, b)
+	return out, nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler: it reads the text
+// form, and reports a malformed one as an error matching ErrInvalidToken.
+// It does not check a tag: the Limiter that settles the token does.
+func (t *Token) UnmarshalText(text []byte) error {
+	if len(text) > base64.RawURLEncoding.EncodedLen(maxTokenBytes) {
+		return fmt.Errorf("ratelimit: token of %d bytes is longer than any token: %w", len(text), ErrInvalidToken)
+	}
+	b := make([]byte, base64.RawURLEncoding.DecodedLen(len(text)))
+	n, err := base64.RawURLEncoding.Decode(b, text)
+	if err != nil {
+		return fmt.Errorf("ratelimit: token is not base64url: %v: %w", err, ErrInvalidToken)
+	}
+	var u Token
+	if err := u.decode(b[:n]); err != nil {
+		return fmt.Errorf("ratelimit: token: %s: %w", err, ErrInvalidToken)
+	}
+	*t = u
+	return nil
+}
+
+// ParseToken reads a token's text form (Token.String).
+func ParseToken(s string) (*Token, error) {
+	t := new(Token)
+	if err := t.UnmarshalText([]byte(s)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// body appends the token's binary form, its tag excluded.
+func (t *Token) body(b []byte) []byte {
+	var flags byte
+	if t.mac {
+		flags |= tokenMAC
+	}
+	b = append(b, tokenVersion, flags)
+	b = append(b, t.id[:]...)
+	b = binary.AppendVarint(b, t.at)
+	b = binary.AppendUvarint(b, uint64(t.run-t.at))
+	b = binary.AppendUvarint(b, uint64(t.until-t.at))
+	b = binary.AppendUvarint(b, uint64(len(t.key)))
+	b = append(b, t.key...)
+	b = binary.AppendUvarint(b, uint64(len(t.items)))
+	for _, it := range t.items {
+		b = binary.AppendUvarint(b, uint64(len(it.name)))
+		b = append(b, it.name...)
+		b = binary.AppendUvarint(b, uint64(it.shard))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(it.amount))
+	}
+	return b
+}
+
+func (t *Token) appendBinary(b []byte) []byte {
+	b = t.body(b)
+	if t.mac {
+		b = append(b, t.tag[:]...)
+	}
+	return b
+}
+
+// decode reads a token's binary form into t.
+func (t *Token) decode(b []byte) error {
+	r := reader{b: b}
+	if v := r.byte(); v != tokenVersion {
+		return fmt.Errorf("version %d, not %d: made by another release?", v, tokenVersion)
+	}
+	flags := r.byte()
+	t.mac = flags&tokenMAC != 0
+	copy(t.id[:], r.bytes(16))
+	t.at = r.varint()
+	run, until := r.uvarint(), r.uvarint()
+	t.key = string(r.bytes(int(r.uvarint())))
+	n := r.uvarint()
+	if n == 0 || n > 64 {
+		r.fail("bad item count")
+	}
+	for range n {
+		if r.err != "" {
+			break
+		}
+		it := tokenItem{name: string(r.bytes(int(r.uvarint())))}
+		it.shard = int(r.uvarint())
+		it.amount = math.Float64frombits(binary.LittleEndian.Uint64(r.bytes(8)))
+		if !(it.amount >= 0) || math.IsInf(it.amount, 1) || it.shard > 1<<20 {
+			r.fail("bad item")
+		}
+		t.items = append(t.items, it)
+	}
+	if t.mac {
+		copy(t.tag[:], r.bytes(tagLen))
+	}
+	switch {
+	case r.err != "":
+		return errors.New(r.err)
+	case len(r.b) != 0:
+		return errors.New("trailing bytes")
+	case flags&^tokenMAC != 0:
+		return errors.New("unknown flags")
+	case t.at < -MaxTime || t.at > MaxTime || run > uint64(2*MaxTime) || until > uint64(2*MaxTime):
+		return errors.New("times out of range")
+	}
+	t.run, t.until = t.at+int64(run), t.at+int64(until)
+	return nil
+}
+
+// reader reads a token's binary form; the first problem sticks in err.
+type reader struct {
+	b   []byte
+	err string
+}
+
+func (r *reader) fail(msg string) {
+	if r.err == "" {
+		r.err = msg
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(n int) []byte {
+	if n < 0 || len(r.b) < n {
+		r.fail("truncated")
+		return make([]byte, max(n, 0)%1024)
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("truncated")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("truncated")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// sign sets t's tag under key (none without a key).
+func (t *Token) sign(key []byte) {
+	if len(key) == 0 {
+		return
+	}
+	t.mac = true
+	copy(t.tag[:], t.mac256(key))
+}
+
+func (t *Token) mac256(key []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write(t.body(nil))
+	return h.Sum(nil)[:tagLen]
+}
+
+// verify checks t's tag under key, if the Limiter has one.
+func (t *Token) verify(key []byte) error {
+	if len(key) == 0 {
+		return nil
+	}
+	if !t.mac || !hmac.Equal(t.tag[:], t.mac256(key)) {
+		return fmt.Errorf("ratelimit: token %x is not signed with this Limiter's token key (WithTokenKey): %w", t.id[:4], ErrInvalidToken)
+	}
+	return nil
+}
+
+// newToken makes a token of a charge under key (the store key) at `at`
+// whose job may run at run, of items, signed if the Limiter has a key. It
+// returns nil if the random source fails, which it does not on supported
+// platforms.
+func (l *Limiter) newToken(key string, at, run int64, items []tokenItem, lims []*limit) *Token {
+	t := &Token{key: key, at: at, run: max(run, at), items: items}
+	if _, err := rand.Read(t.id[:]); err != nil {
+		return nil
+	}
+	t.until = settleUntil(at, t.run, items, lims, l.settleWindow)
+	t.sign(l.tokenKey)
+	return t
+}
+
+// settleUntil returns the last moment a token may be settled: the later of
+// its job's time and the time by which its limits will have granted every
+// amount again since the charge (and a period more), plus window. By
+// then, a refund by the rule of docs/model.md gives back nothing, so a
+// store may forget that the token was settled (see driver.Settlement).
+func settleUntil(at, run int64, items []tokenItem, lims []*limit, window time.Duration) int64 {
+	end := run
+	for i, it := range items {
+		p := &lims[i].base
+		var span float64
+		if p.Kind == driver.FixedWindow {
+			span = math.Ceil(it.amount/p.Rate) * float64(p.Period)
+		} else {
+			span = math.Ceil(it.amount * float64(p.Period) / p.Rate)
+		}
+		span += float64(p.Period)
+		if span >= float64(MaxTime) {
+			return MaxTime
+		}
+		end = max(end, at+int64(span))
+	}
+	return min(end+window.Milliseconds(), MaxTime)
+}
+
+// chargeItems returns the token items of a charge, and their limits.
+func chargeItems(ch *charge) ([]tokenItem, []*limit) {
+	items := make([]tokenItem, ch.n)
+	lims := make([]*limit, ch.n)
+	for i := range ch.n {
+		items[i] = tokenItem{name: ch.lim.name, shard: ch.shards[i], amount: max(ch.amount[i], 0)}
+		lims[i] = ch.lim
+	}
+	return items, lims
+}
+
+// storeKey returns the key the store saw for the charge: the key of its
+// records, which a token names, and which a settlement uses as it is.
+func (ch *charge) storeKey() string { return ch.key }
+
+// Use marks the token's charge used: its job runs. Call it before running
+// a job reserved elsewhere: it fails, and the job must not run, when the
+// token was settled before (an error matching ErrAlreadySettled, and
+// ErrReservationCanceled if it was canceled), has expired
+// (ErrTokenExpired), is not valid (ErrInvalidToken), names a limit this
+// Limiter does not declare (ErrUnknownLimit), or the store failed.
+func (l *Limiter) Use(ctx context.Context, t *Token) error {
+	return l.settleToken(ctx, t, driver.SettleUse, 0, true)
+}
+
+// Refund hands every token of t's charge back, by the refund rule: the
+// tokens charged, less what the limit has granted the record since the
+// charge, capped at the capacity (docs/model.md). It cancels a
+// reservation: the job will not run. It acts at most once for a token,
+// whichever process calls it and however often: a token settled before
+// is left alone, and the error matches ErrAlreadySettled (and
+// ErrReservationUsed, if it was used). The other errors are Use's. A
+// Refund whose store call failed may be retried: if the first attempt
+// went through after all, the retry says ErrAlreadySettled with
+// SettledError.Kind driver.SettleCancel.
+func (l *Limiter) Refund(ctx context.Context, t *Token) error {
+	return l.settleToken(ctx, t, driver.SettleCancel, 0, true)
+}
+
+// Settle settles t's charge by its outcome: used tokens (of each limit
+// charged) were spent, and the rest is handed back by the refund rule,
+// once, as Refund does. used ≥ the count charged spends it all, as Use;
+// used 0 is Refund. used must be a finite number ≥ 0.
+func (l *Limiter) Settle(ctx context.Context, t *Token, used float64) error {
+	if !(used >= 0) || math.IsInf(used, 1) {
+		return &CountError{Count: used, Problem: "used is not a finite number ≥ 0"}
+	}
+	if used == 0 {
+		return l.Refund(ctx, t)
+	}
+	return l.settleToken(ctx, t, driver.SettleUse, used, false)
+}
+
+// settleToken settles t by kind: for a cancel, every amount comes back;
+// for a use, with all, nothing; otherwise each limit gives back its
+// charge less used.
+func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleKind, used float64, all bool) error {
+	if t == nil || len(t.items) == 0 {
+		return fmt.Errorf("ratelimit: settle: no token: %w", ErrInvalidToken)
+	}
+	if err := t.verify(l.tokenKey); err != nil {
+		return err
+	}
+	lims := make([]*limit, len(t.items))
+	for i, it := range t.items {
+		lim, ok := l.limits[it.name]
+		if !ok {
+			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it in New: %w", it.name, ErrUnknownLimit)
+		}
+		if it.shard >= lim.shards {
+			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, which has %d: %w", it.shard, it.name, lim.shards, ErrInvalidToken)
+		}
+		lims[i] = lim
+	}
+	return l.settle(ctx, t, lims, kind, used, all)
+}
+
+// settle sends the settlement of t, whose items' limits are lims.
+func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driver.SettleKind, used float64, all bool) error {
+	now := l.now().UnixMilli()
+	if err := checkTime(now); err != nil {
+		return fmt.Errorf("ratelimit: settle: %w", err)
+	}
+	if now > t.until {
+		return fmt.Errorf("ratelimit: settle token %x: it expired at %v: %w", t.id[:4], t.Expires(), ErrTokenExpired)
+	}
+	op := driver.Op{Mode: driver.ModeRefund, Now: now,
+		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until},
+		Items:  make([]driver.Item, len(t.items))}
+	for i, it := range t.items {
+		back := it.amount
+		switch {
+		case kind == driver.SettleUse && all:
+			back = 0
+		case kind == driver.SettleUse:
+			// Each limit gives back its charge less used, shared by its
+			// shards as they were charged.
+			if total := t.Charged(it.name); total > 0 {
+				back = it.amount * (max(total-used, 0) / total)
+			}
+		}
+		op.Items[i] = driver.Item{Name: it.name, Key: t.key, Count: back, At: t.at,
+			Shards: []driver.Shard{{Index: it.shard, Params: lims[i].params(l.seed, t.key, it.shard)}}}
+	}
+	out := make([]driver.Decision, len(op.Items))
+	if err := l.store.Apply(ctx, &op, out); err != nil {
+		return fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)
+	}
+	if k := out[0].Settled; k != 0 {
+		return &SettledError{ID: t.id, Kind: k}
+	}
+	if l.deny != nil {
+		for _, it := range t.items {
+			l.deny.forget(it.name, t.key)
+		}
+	}
+	return nil
+}
+
+// receiptOf returns the token of a LimitAll call that charged items
+// (decided as out) of lims.
+func (l *Limiter) receiptOf(lims []*limit, items []driver.Item, out []driver.Decision) *Token {
+	var (
+		its  []tokenItem
+		ls   []*limit
+		at   = out[0].Now
+		wait int64
+	)
+	for i := range items {
+		for j, sh := range items[i].Shards {
+			its = append(its, tokenItem{name: items[i].Name, shard: sh.Index, amount: max(out[i].Charged[j], 0)})
+			ls = append(ls, lims[i])
+		}
+		wait = max(wait, out[i].RetryAfter)
+	}
+	return l.newToken(items[0].Key, at, at+wait, its, ls)
+}
