@@ -33,6 +33,10 @@ type request struct {
 // memory of op; without, it refers to op and decides into out.
 func newRequest(ctx context.Context, op *driver.Op, own bool) *request {
 	r := &request{ctx: ctx, op: *op}
+	if op.Settle != nil {
+		st := *op.Settle
+		r.op.Settle = &st
+	}
 	if own {
 		if len(op.Items) == 1 && len(op.Items[0].Shards) <= len(r.shards) {
 			r.item[0] = op.Items[0]
@@ -158,10 +162,30 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 		s.prev, s.next = prev, next
 	}
 	prev, next = prev[:n], next[:n]
+	var mark []byte
+	if op.Settle != nil {
+		// A settlement: at most once per ID. Its mark is a value like a
+		// record's (the kind, the time, the expiry), swept as records are.
+		mark = markKey(op.Settle.ID)
+		if v := b.Get(mark); v != nil {
+			st, _, ok := decodeValue(v)
+			if ok {
+				ratelimit.SettledBefore(op, driver.SettleKind(st.Remaining), r.out)
+				return nil
+			}
+		}
+	}
 	for i, k := range r.keys {
 		prev[i] = get(b, k, op.Now)
 	}
 	ratelimit.Evaluate(op, prev, r.out, next)
+	if mark != nil {
+		v := appendValue(make([]byte, 0, valueLen),
+			driver.State{Remaining: float64(op.Settle.Kind), TS: op.Now}, op.Settle.Until)
+		if err := b.Put(mark, v); err != nil {
+			return err
+		}
+	}
 	i := 0
 	for j := range op.Items {
 		for _, sh := range op.Items[j].Shards {

@@ -429,12 +429,19 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 // Key encoding: a tag byte, then driver.RecordID.AppendKey, which no
 // two ids share. bbolt keys are at most 32 KiB, so an encoding longer than
 // maxRawKey is replaced by its SHA-256 digest; the tag keeps raw and
-// digested keys apart.
+// digested keys apart, and from the marks of settlements (tagMark and the
+// settlement's ID), which no record reads.
 const (
 	maxRawKey = 512
 	tagRaw    = 0
 	tagDigest = 1
+	tagMark   = 2
 )
+
+// markKey returns the bbolt key of the mark of a settlement.
+func markKey(id [16]byte) []byte {
+	return append([]byte{tagMark}, id[:]...)
+}
 
 // appendRecordKey appends the bbolt key of id to dst.
 func appendRecordKey(dst []byte, id driver.RecordID) []byte {

@@ -93,6 +93,19 @@ type Store struct {
 	// passed since on the store's clock.
 	anchorNow  int64
 	anchorReal time.Time
+
+	// marks holds the settlements (driver.Settlement) made, by ID, until
+	// their expiry; markMu is held across a settle op, so that finding no
+	// mark, refunding and marking are one step.
+	markMu     sync.Mutex
+	marks      map[[16]byte]mark
+	markWrites int
+}
+
+// mark is a settlement: how it was settled, and when it may be dropped.
+type mark struct {
+	kind    driver.SettleKind
+	expires int64
 }
 
 // Option configures a Store in New.
@@ -670,11 +683,50 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 	return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }
 
-// Apply implements ratelimit.Store.
+// Apply implements ratelimit.Store. An op that carries a settlement is
+// decided under the store's settlements lock: at most once per ID.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if op.Settle == nil {
+		s.apply(op, out)
+		return nil
+	}
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	if m, ok := s.marks[op.Settle.ID]; ok {
+		ratelimit.SettledBefore(op, m.kind, out)
+		return nil
+	}
+	s.apply(op, out)
+	if s.marks == nil {
+		s.marks = make(map[[16]byte]mark)
+	}
+	s.marks[op.Settle.ID] = mark{kind: op.Settle.Kind, expires: op.Settle.Until}
+	// Every so many marks, drop those expired: amortized O(1) a mark.
+	if s.markWrites++; s.markWrites >= max(1024, len(s.marks)) {
+		s.markWrites = 0
+		s.dropMarks(s.sweepTime(op.Now))
+	}
+	return nil
+}
+
+// dropMarks drops the marks expired for ExpiryGrace at now, and returns
+// how many; markMu is held.
+func (s *Store) dropMarks(now int64) int {
+	n := 0
+	for id, m := range s.marks {
+		if m.expires <= now-driver.ExpiryGrace {
+			delete(s.marks, id)
+			n++
+		}
+	}
+	return n
+}
+
+// apply decides op, which carries no settlement, atomically.
+func (s *Store) apply(op *driver.Op, out []driver.Decision) {
 	var (
 		idBuf    [4]driver.RecordID
 		hashBuf  [4]uint64
@@ -761,7 +813,6 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 			}
 		}
 	}
-	return nil
 }
 
 // Load implements ratelimit.Store. A record whose bucket is full again is
@@ -819,7 +870,8 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 }
 
 // DeleteExpired drops every record whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now, shrinks the tables they leave
+// driver.ExpiryGrace (a minute) at now (and every settlement's mark past
+// its expiry), shrinks the tables they leave
 // emptier, and returns how many it dropped. Writes already drop expired
 // records a few at a time; call this to reclaim memory at once, e.g. after
 // a burst of one-off keys.
@@ -831,7 +883,9 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		return 0, err
 	}
 	ms := now.UnixMilli()
-	n := 0
+	s.markMu.Lock()
+	n := s.dropMarks(ms)
+	s.markMu.Unlock()
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()

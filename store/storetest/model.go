@@ -12,8 +12,9 @@ import (
 // map under one mutex and runs ratelimit.Evaluate, the one definition of
 // the semantics, with nothing else in the way. It never forgets a record.
 type Model struct {
-	mu   sync.Mutex
-	recs map[driver.RecordID]driver.State
+	mu    sync.Mutex
+	recs  map[driver.RecordID]driver.State
+	marks map[[16]byte]driver.SettleKind // settlements: never forgotten
 }
 
 var (
@@ -22,7 +23,9 @@ var (
 )
 
 // NewModel returns an empty Model.
-func NewModel() *Model { return &Model{recs: make(map[driver.RecordID]driver.State)} }
+func NewModel() *Model {
+	return &Model{recs: make(map[driver.RecordID]driver.State), marks: make(map[[16]byte]driver.SettleKind)}
+}
 
 // Apply implements ratelimit.Store.
 func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
@@ -31,6 +34,13 @@ func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if op.Settle != nil {
+		if k, ok := m.marks[op.Settle.ID]; ok {
+			ratelimit.SettledBefore(op, k, out)
+			return nil
+		}
+		m.marks[op.Settle.ID] = op.Settle.Kind
+	}
 	ids := op.AppendRecordIDs(nil)
 	prev := make([]driver.Record, len(ids))
 	next := make([]driver.Update, len(ids))

@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ResetValueExpiry", func(t *testing.T) { testResetValueExpiry(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
 	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("Settle", func(t *testing.T) { testSettle(t, newStore, s) })
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
 	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })

@@ -1,0 +1,353 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/stretchr/testify/require"
+)
+
+// The settlement cases: tokens and receipts settled at most once
+// (driver.Settlement), by one Limiter or several, concurrently and
+// repeatedly, with refunds by the rule of docs/model.md.
+
+// testSettle runs the settlement cases.
+func testSettle(t *testing.T, newStore NewStore, s suite) {
+	t.Run("Differential", func(t *testing.T) { testSettleDifferential(t, newStore, s) })
+	t.Run("Once", func(t *testing.T) { testSettleOnce(t, newStore) })
+	t.Run("UseAndCancel", func(t *testing.T) { testUseAndCancel(t, newStore) })
+	t.Run("RefundRule", func(t *testing.T) { testSettleRefundRule(t, newStore) })
+	t.Run("Receipts", func(t *testing.T) { testReceipts(t, newStore) })
+}
+
+// testSettleDifferential compares the store with the Model over random
+// limit ops and settlements drawn from a few IDs, so that IDs come back:
+// decisions and records must agree to the last bit.
+func testSettleDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	for seed := range max(s.diffSeeds/4, 1) {
+		store, model := newStore(t), NewModel()
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5e77))
+		u := newUniverse(rng)
+		var ids [6][16]byte
+		for i := range ids {
+			ids[i] = [16]byte{byte(seed), byte(i), 0x5e, 0x77, byte(rng.Uint32())}
+		}
+		now := epoch.UnixMilli()
+		for step := range s.diffSteps {
+			now += randomStep(rng, periods[rng.IntN(len(periods))])
+			op := u.randomOp(rng, now)
+			if rng.IntN(2) == 0 {
+				op = u.randomSettle(rng, now, ids[rng.IntN(len(ids))])
+			}
+			if len(op.Items) == 0 {
+				continue
+			}
+			got := make([]driver.Decision, len(op.Items))
+			want := make([]driver.Decision, len(op.Items))
+			require.NoError(t, model.Apply(ctx, op, want))
+			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
+			require.Equal(t, want, got, "seed %d step %d: %s settle %v", seed, step, describe(op), op.Settle)
+			if rng.IntN(4) == 0 {
+				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
+			}
+		}
+		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
+	}
+}
+
+// randomSettle draws a settlement of id: a refund of one to three records
+// of one key, charged a while before now.
+func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.Op {
+	kind := driver.SettleCancel
+	if rng.IntN(2) == 0 {
+		kind = driver.SettleUse
+	}
+	op := &driver.Op{Mode: driver.ModeRefund, Now: now,
+		Settle: &driver.Settlement{ID: id, Kind: kind, Until: now + rng.Int64N(3_600_000)}}
+	key := u.keys[rng.IntN(len(u.keys))]
+	used := map[driver.RecordID]bool{}
+	for range 1 + rng.IntN(3) {
+		name := u.names[rng.IntN(len(u.names))]
+		idx := rng.IntN(3)
+		if used[driver.RecordID{Name: name, Key: key, Shard: idx}] {
+			continue
+		}
+		used[driver.RecordID{Name: name, Key: key, Shard: idx}] = true
+		p := u.params[name]
+		it := driver.Item{Name: name, Key: key, Shards: []driver.Shard{u.shard(rng, name, key, idx)},
+			At: now - rng.Int64N(3*p.Period)}
+		if kind == driver.SettleCancel || rng.IntN(2) == 0 {
+			it.Count = randomCount(rng, p, 1)
+		}
+		op.Items = append(op.Items, it)
+	}
+	return op
+}
+
+// settleLimits are the limits of the Limiter-level settlement cases.
+var settleLimits = ratelimit.Limits{
+	"jobs":  {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute, MaxReserved: 1000, Start: time.UnixMilli(0)},
+	"burst": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, Capacity: 50, MaxReserved: 100},
+	"wide":  {Kind: ratelimit.FixedWindow, Rate: 200, Period: time.Minute, Shards: 4, MaxReserved: 400, Start: time.UnixMilli(0)},
+}
+
+// limiters returns n Limiters on store, each with a mock clock of its own
+// set at now: several processes of one fleet.
+func limiters(t *testing.T, store ratelimit.Store, n int, now time.Time) []*ratelimit.Limiter {
+	lims := make([]*ratelimit.Limiter, n)
+	for i := range lims {
+		l, err := ratelimit.New(store, settleLimits, ratelimit.WithClock(newMock(now)))
+		require.NoError(t, err)
+		lims[i] = l
+	}
+	return lims
+}
+
+// testSettleOnce makes reservations, and has many goroutines of several
+// Limiters settle each one at once, repeatedly, by use or by cancel: one
+// settlement wins per token, every other says ErrAlreadySettled, and the
+// limit holds exactly what the canceled tokens gave back.
+func testSettleOnce(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := epoch.Truncate(time.Minute).Add(time.Second)
+	lims := limiters(t, store, 4, now)
+	key := fmt.Sprintf("once-%d", now.UnixNano())
+	for _, name := range []string{"jobs", "wide"} {
+		var tokens []*ratelimit.Token
+		for range 40 {
+			r, err := lims[0].Reserve(ctx, name, key, ratelimit.Count(3))
+			require.NoError(t, err)
+			require.True(t, r.OK())
+			tok := r.Token()
+			require.NotNil(t, tok)
+			// Through its text form, as another process gets it.
+			back, err := ratelimit.ParseToken(tok.String())
+			require.NoError(t, err)
+			tokens = append(tokens, back)
+		}
+		before, err := lims[0].Value(ctx, name, key)
+		require.NoError(t, err)
+		require.Equal(t, settleLimits[name].Rate-120, before.Remaining)
+
+		var (
+			wins     [40]atomic.Int32
+			canceled [40]atomic.Bool
+			wg       sync.WaitGroup
+			errs     = make(chan error, 1000)
+		)
+		for g := range 16 {
+			lim := lims[g%len(lims)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for round := range 3 {
+					for i, tok := range tokens {
+						use := (i+g+round)%3 == 0
+						var err error
+						if use {
+							err = lim.Use(ctx, tok)
+						} else {
+							err = lim.Refund(ctx, tok)
+						}
+						switch {
+						case err == nil:
+							wins[i].Add(1)
+							canceled[i].Store(!use)
+						case !isAlreadySettled(err):
+							errs <- err
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		back := 0.0
+		for i := range wins {
+			require.EqualValues(t, 1, wins[i].Load(), "token %d of %s settled %d times", i, name, wins[i].Load())
+			if canceled[i].Load() {
+				back += 3
+			}
+		}
+		after, err := lims[1].Value(ctx, name, key)
+		require.NoError(t, err)
+		require.Equal(t, before.Remaining+back, after.Remaining, "%s: the canceled tokens came back, once each", name)
+	}
+}
+
+func isAlreadySettled(err error) bool { return errors.Is(err, ratelimit.ErrAlreadySettled) }
+
+// testUseAndCancel checks the answers of a settlement after another: a
+// cancel after a use, a use after a cancel, a second cancel, and the
+// Reservation's own Cancel and Wait against a holder of its token.
+func testUseAndCancel(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := epoch.Truncate(time.Minute).Add(time.Second)
+	lims := limiters(t, store, 2, now)
+	a, b := lims[0], lims[1]
+	key := fmt.Sprintf("usecancel-%d", now.UnixNano())
+	value := func() float64 {
+		st, err := a.Value(ctx, "jobs", key)
+		require.NoError(t, err)
+		return st.Remaining
+	}
+	reserve := func() *ratelimit.Reservation {
+		r, err := a.Reserve(ctx, "jobs", key, ratelimit.Count(10))
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		return r
+	}
+
+	// Used, then canceled: nothing comes back.
+	r := reserve()
+	require.NoError(t, b.Use(ctx, r.Token()))
+	err := b.Refund(ctx, r.Token())
+	require.ErrorIs(t, err, ratelimit.ErrAlreadySettled)
+	require.ErrorIs(t, err, ratelimit.ErrReservationUsed)
+	require.ErrorIs(t, b.Use(ctx, r.Token()), ratelimit.ErrAlreadySettled, "a second use")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, "the owner's cancel after a remote use")
+	require.Equal(t, 90.0, value())
+
+	// Canceled, then used: the job must not run.
+	r = reserve()
+	require.Equal(t, 80.0, value())
+	require.NoError(t, b.Refund(ctx, r.Token()))
+	require.Equal(t, 90.0, value())
+	err = b.Use(ctx, r.Token())
+	require.ErrorIs(t, err, ratelimit.ErrAlreadySettled)
+	require.ErrorIs(t, err, ratelimit.ErrReservationCanceled)
+	require.ErrorIs(t, b.Refund(ctx, r.Token()), ratelimit.ErrAlreadySettled, "a second cancel")
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, "the owner's wait after a remote cancel")
+	require.Equal(t, 90.0, value())
+
+	// The owner cancels first; the holder's use then fails.
+	r = reserve()
+	tok := r.Token()
+	require.NoError(t, r.Cancel(ctx))
+	require.NoError(t, r.Cancel(ctx), "the owner's second cancel")
+	require.ErrorIs(t, b.Use(ctx, tok), ratelimit.ErrReservationCanceled)
+	require.ErrorIs(t, b.Refund(ctx, tok), ratelimit.ErrAlreadySettled)
+	require.Equal(t, 90.0, value())
+
+	// A Cancel with no token taken still goes through the store: a token
+	// of the same charge made later (none can be) is not needed to keep it
+	// once. Its refund comes back once.
+	r = reserve()
+	require.NoError(t, r.Cancel(ctx))
+	require.Equal(t, 90.0, value())
+
+	// Late: past the token's expiry nothing is settled.
+	r = reserve()
+	tok = r.Token()
+	late, err := ratelimit.New(store, settleLimits, ratelimit.WithClock(newMock(tok.Expires().Add(time.Millisecond))))
+	require.NoError(t, err)
+	require.ErrorIs(t, late.Use(ctx, tok), ratelimit.ErrTokenExpired)
+	require.ErrorIs(t, late.Refund(ctx, tok), ratelimit.ErrTokenExpired)
+}
+
+// testSettleRefundRule checks that settlements hand back what the refund
+// rule says: all within the charge's window, nothing of what the limit
+// granted since, never above capacity.
+func testSettleRefundRule(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	start := epoch.Truncate(time.Minute).Add(time.Minute)
+	clk := newMock(start)
+	lim, err := ratelimit.New(store, settleLimits, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	key := fmt.Sprintf("rule-%d", start.UnixNano())
+	value := func(name string) float64 {
+		st, err := lim.Value(ctx, name, key)
+		require.NoError(t, err)
+		return st.Remaining
+	}
+	limit := func(name string, n float64, opts ...ratelimit.CallOption) *ratelimit.Token {
+		res, err := lim.Limit(ctx, name, key, append(opts, ratelimit.Count(n), ratelimit.WithReceipt())...)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		require.NotNil(t, res.Token)
+		require.Equal(t, n, res.Token.Charged(name))
+		return res.Token
+	}
+	// Within the window: what was not used comes back.
+	tok := limit("jobs", 40)
+	require.Equal(t, 60.0, value("jobs"))
+	require.NoError(t, lim.Settle(ctx, tok, 15))
+	require.Equal(t, 85.0, value("jobs"))
+	require.ErrorIs(t, lim.Settle(ctx, tok, 0), ratelimit.ErrAlreadySettled)
+	require.Equal(t, 85.0, value("jobs"))
+
+	// A reservation into the next window, canceled after it began: the
+	// window's grant went to it, and nothing comes back.
+	tok = limit("jobs", 185, ratelimit.WithReserve())
+	require.Equal(t, -100.0, value("jobs"))
+	clk.Add(time.Minute)
+	require.Equal(t, 0.0, value("jobs"))
+	require.NoError(t, lim.Refund(ctx, tok))
+	require.Equal(t, 85.0, value("jobs"), "185 less the 100 granted since")
+
+	// Never above capacity.
+	tok = limit("jobs", 10)
+	clk.Add(time.Minute)
+	require.Equal(t, 100.0, value("jobs"))
+	require.NoError(t, lim.Refund(ctx, tok))
+	require.Equal(t, 100.0, value("jobs"))
+
+	// A token bucket: the refill since the charge is not given back twice.
+	tok = limit("burst", 30)
+	require.Equal(t, 20.0, value("burst"))
+	clk.Add(time.Second) // 10 refilled
+	require.NoError(t, lim.Settle(ctx, tok, 5))
+	require.Equal(t, 45.0, value("burst"), "20 + 10 refilled + (25 less the 10 refilled since)")
+}
+
+// testReceipts settles the receipts of LimitAll calls over several
+// limits, from another Limiter.
+func testReceipts(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	start := epoch.Truncate(time.Minute).Add(time.Minute)
+	lims := limiters(t, store, 2, start)
+	key := fmt.Sprintf("receipts-%d", start.UnixNano())
+	res, err := lims[0].LimitAll(ctx, key, []string{"jobs", "burst", "wide"}, ratelimit.Count(20), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.NotNil(t, res.Token)
+	for _, n := range []string{"jobs", "burst", "wide"} {
+		require.Equal(t, 20.0, res.Token.Charged(n))
+	}
+	text, err := res.Token.MarshalText()
+	require.NoError(t, err)
+	var tok ratelimit.Token
+	require.NoError(t, tok.UnmarshalText(text))
+	require.NoError(t, lims[1].Settle(ctx, &tok, 8))
+	want := map[string]float64{"jobs": 92, "burst": 42, "wide": 192}
+	for n, w := range want {
+		st, err := lims[1].Value(ctx, n, key)
+		require.NoError(t, err)
+		require.InDelta(t, w, st.Remaining, 1e-9, n)
+	}
+	require.ErrorIs(t, lims[0].Refund(ctx, res.Token), ratelimit.ErrReservationUsed)
+	// No receipt without WithReceipt, nor for a refused call.
+	res, err = lims[0].Limit(ctx, "jobs", key)
+	require.NoError(t, err)
+	require.Nil(t, res.Token)
+	res, err = lims[0].Limit(ctx, "burst", key, ratelimit.Count(50), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Nil(t, res.Token)
+}
