@@ -133,7 +133,9 @@ func (k SettleKind) String() string {
 // TimeSource), and may drop it after, as it drops expired records: the
 // Limiter no longer settles the token then (by the refund rule, nothing
 // would come back). A marker never reads as a record, nor a record as a
-// marker. A settle op has at least one item.
+// marker. A settle op has at least one item, and every op that carries
+// one ID has the same Key (a token names one), so that a store may keep
+// the marker with the key's records (in their Redis Cluster slot).
 type Settlement struct {
 	// ID names the reservation or receipt: 128 random bits.
 	ID [16]byte

@@ -40,6 +40,7 @@ var lib = newLibrary(luaConstants.Replace(luaSource))
 var luaConstants = strings.NewReplacer(
 	"{{NOISE}}", strconv.FormatFloat(driver.Noise, 'g', -1, 64),
 	"{{MAX_RETRY}}", strconv.FormatInt(driver.MaxRetryAfter, 10),
+	"{{GRACE}}", strconv.FormatInt(driver.ExpiryGrace, 10),
 	"{{FIXED}}", strconv.Itoa(int(driver.FixedWindow)),
 	"{{MODE_LIMIT}}", strconv.Itoa(int(driver.ModeLimit)),
 	"{{MODE_REFUND}}", strconv.Itoa(int(driver.ModeRefund)),
@@ -94,8 +95,10 @@ type request struct {
 	reserve bool
 	now     int64
 	items   []item
-	keys    []string // the Redis keys of its records, item by item, shard by shard
+	keys    []string // the Redis keys of its records, item by item, shard by shard; then its mark's
 	out     []driver.Decision
+	// settle is the op's settlement, if any (kind 0: none).
+	settle driver.Settlement
 }
 
 type item struct {
@@ -117,6 +120,14 @@ func (s *Store) newRequest(op *driver.Op) (*request, error) {
 	r := requests.Get().(*request)
 	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
 	r.items, r.keys = r.items[:0], r.keys[:0]
+	r.settle = driver.Settlement{}
+	if op.Settle != nil {
+		if op.Mode != driver.ModeRefund || op.Settle.Kind == 0 {
+			release(r)
+			return nil, fmt.Errorf("redisstore: a settlement of kind %v in an op of mode %d: settle refunds, with a kind", op.Settle.Kind, op.Mode)
+		}
+		r.settle = *op.Settle
+	}
 	for i := range op.Items {
 		it := &op.Items[i]
 		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == driver.ModeRefund) {
@@ -130,8 +141,20 @@ func (s *Store) newRequest(op *driver.Op) (*request, error) {
 		}
 		r.items = append(r.items, ri)
 	}
+	if r.settle.Kind != 0 {
+		r.keys = append(r.keys, markKey(r.keys[0], r.settle.ID))
+	}
 	r.out = slices.Grow(r.out[:0], len(op.Items))[:len(op.Items)]
 	return r, nil
+}
+
+// markKey returns the Redis key of the mark of the settlement id, beside
+// the record rec of its op: the same prefix and hash tag (so that a
+// Cluster keeps it in the slot of the op's records), then "s:" and the ID
+// in hex. No record's key has a letter after its tag.
+func markKey(rec string, id [16]byte) string {
+	j := strings.IndexByte(rec, '}')
+	return rec[:j+1] + "s:" + hex.EncodeToString(id[:])
 }
 
 // release returns r to the pool. Only a request that no batch in flight
@@ -566,7 +589,8 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 			d := reply[:decisionSize]
 			reply = reply[decisionSize:]
 			r.out[i] = driver.Decision{
-				OK:         d[0] == 1,
+				OK:         d[0]&1 == 1,
+				Settled:    driver.SettleKind(d[0] >> 1),
 				RetryAfter: int64(f64(d[1:])),
 				Remaining:  f64(d[9:]),
 				Charged:    [2]float64{f64(d[17:]), f64(d[25:])},
@@ -644,6 +668,9 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots b
 		if r.reserve {
 			reserve = 1
 		}
+		if r.mode == driver.ModeRefund {
+			reserve = float64(r.settle.Kind) // a refund's reserve field is its settlement
+		}
 		b = appendF64(b, float64(r.mode))
 		b = appendF64(b, reserve)
 		b = appendF64(b, float64(len(r.items)))
@@ -658,6 +685,9 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots b
 				refs = refs[1:]
 				b = appendF64(b, float64(it.shards[j].phase))
 			}
+		}
+		if r.settle.Kind != 0 {
+			b = appendF64(b, float64(r.settle.Until))
 		}
 	}
 	e.buf = b

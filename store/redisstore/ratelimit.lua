@@ -21,14 +21,22 @@
 --           number of limits, number of ops
 --   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
 --           max reserved; one per limit of the batch
---   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0), items
+--   ops     mode (0 limit, 1 check, 2 refund), reserve (1 or 0; for a
+--           refund, its settlement: 0 none, 1 cancel, 2 use), items
 --           (at least one), now (Unix ms); then per item: count, at (for a
 --           refund: when the tokens were charged), shards; then per shard:
---           its limit (1-based), phase
--- The reply is one string: per item of every op, in order, a byte ok and
+--           its limit (1-based), phase; then, for a settlement, the time
+--           (Unix ms, the op's clock) until which its mark is kept, less
+--           the margin. The settlement's mark is the key after the op's
+--           records, in the slot of its records.
+-- The reply is one string: per item of every op, in order, a byte ok (+2
+-- times the kind of the settlement found, which did nothing) and
 -- the doubles retry after (ms), remaining, charged to the first and to the
 -- second shard, now (the time the op was judged at) and the first
 -- record's time after the op (ratelimit.Decision).
+--
+-- A settlement's mark is the string "\2" followed by a byte, its kind;
+-- Redis expires it. An op that finds its settlement's mark does nothing.
 --
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
@@ -43,6 +51,7 @@ local floor, ceil, min, sunpack, pack, call, lunpack
 -- this file (apply.go), so that the port cannot drift from Go.
 local NOISE = {{NOISE}}
 local MAX_RETRY = {{MAX_RETRY}}
+local GRACE = {{GRACE}}
 local FIXED = {{FIXED}}
 local MODE_LIMIT, MODE_REFUND = {{MODE_LIMIT}}, {{MODE_REFUND}}
 local PAIR_TRIES = {{PAIR_TRIES}}
@@ -410,13 +419,16 @@ end
 -- (false: none known), and, once written, the limit and now of the last
 -- write (false: not written).
 local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
+local rmark = {} -- a mark's kind (false: not a mark)
 local nrec = 0
 
 -- decode sets record i from its stored string raw (false: missing).
 local function decode(i, raw)
-  rp[i], rnow[i], rdl[i] = false, false, false
+  rp[i], rnow[i], rdl[i], rmark[i] = false, false, false, false
   if not raw then
     rfound[i] = false
+  elseif string.byte(raw, 1) == 2 then
+    rfound[i], rmark[i] = false, string.byte(raw, 2)
   elseif string.byte(raw, 1) == 1 then
     local _
     _, rv[i], rts[i], rdl[i] = sunpack('<Bddd', raw)
@@ -540,6 +552,14 @@ local function apply(keys, args)
     -- an op and its first item in one read: every op has one
     local mode, reserve, nitems, now, count, since, nshards, li, phase
     mode, reserve, nitems, now, count, since, nshards, li, phase, pos = sunpack('<ddddddddd', b, pos)
+    -- a settlement: its kind, its mark, and the kind found there (false:
+    -- none, the op settles it)
+    local skind, mk, found = 0, false, false
+    if mode == MODE_REFUND and reserve > 0 then
+      skind = reserve
+      mk = at[k + nitems]
+      found = rmark[mk]
+    end
     reserve = reserve == 1
     if own then
       now = tnow
@@ -553,7 +573,11 @@ local function apply(keys, args)
       local p = limits[li]
       local r = at[k]
       local ok, retry, rem, c0, c1, ts0 = true, 0, 0, 0, 0, 0
-      if mode == MODE_REFUND then
+      if found then
+        -- settled before: nothing done
+        ok = false
+        k = k + 1
+      elseif mode == MODE_REFUND then
         -- refund: the count less what the record was granted since
         if rfound[r] then
           local v, ts = refresh(p, rv[r], rts[r], now)
@@ -604,8 +628,26 @@ local function apply(keys, args)
       end
       all = all and ok
       out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
+      if found then
+        out[no + 1] = 2 * found
+      end
       out[no + 6], out[no + 7] = now, ts0
       no = no + 7
+    end
+    if skind > 0 then
+      local keep
+      keep, pos = sunpack('<d', b, pos)
+      k = k + 1
+      if not found then
+        -- Mark it settled until its time, the grace and the margin, on
+        -- Redis's clock.
+        local dl = servertime() + (keep - now) + GRACE + margin
+        if dl < tnow + 1 then
+          dl = tnow + 1
+        end
+        call('SET', rkey[mk], pack('<BB', 2, skind), 'PXAT', dl)
+        rmark[mk] = skind
+      end
     end
     if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
       for i = 1, nw do

@@ -73,7 +73,7 @@ func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.
 	}
 	op := &driver.Op{Mode: driver.ModeRefund, Now: now,
 		Settle: &driver.Settlement{ID: id, Kind: kind, Until: now + rng.Int64N(3_600_000)}}
-	key := u.keys[rng.IntN(len(u.keys))]
+	key := u.keys[int(id[1])%len(u.keys)] // an ID comes with one key
 	used := map[driver.RecordID]bool{}
 	for range 1 + rng.IntN(3) {
 		name := u.names[rng.IntN(len(u.names))]
