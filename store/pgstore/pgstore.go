@@ -214,7 +214,7 @@ func tableNames(table string) (names, error) {
 	}
 	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), split: ident(splitSuffix),
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
-	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
+	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])"
 	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 	return n, nil
 }
@@ -293,7 +293,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	s := &Store{
 		pool:       pool,
 		serverTime: o.serverTime,
-		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
@@ -415,6 +415,10 @@ type request struct {
 	out    []driver.Decision
 	one    [1]item // items of a one-limit op, without another allocation
 	outOne [1]driver.Decision
+	// mark is the row of the op's settlement, if any, and settle the
+	// settlement.
+	mark   *record
+	settle driver.Settlement
 }
 
 type item struct {
@@ -426,6 +430,7 @@ type item struct {
 
 type record struct {
 	id     [sha256.Size]byte
+	mark   bool // a settlement's mark: its id is id[:16]
 	name   string
 	key    string
 	shard  int32
@@ -439,6 +444,11 @@ func (s *Store) newRequest(op *driver.Op) *request {
 	}
 	if s.serverTime {
 		r.flags |= flagServerTime
+	}
+	if op.Settle != nil && op.Mode == driver.ModeRefund {
+		r.settle = *op.Settle
+		r.mark = &record{mark: true}
+		copy(r.mark.id[:], op.Settle.ID[:])
 	}
 	if len(op.Items) == 1 {
 		r.items, r.out = r.one[:], r.outOne[:]
@@ -469,6 +479,7 @@ type encoder struct {
 	keys   [][]byte
 	shards []int32
 	nlock  int32
+	marks  []int64
 	pint   []int64
 	pflt   []float64
 
@@ -486,7 +497,7 @@ var encoders = sync.Pool{New: func() any {
 }}
 
 func (e *encoder) reset() {
-	e.ops, e.counts, e.refs = e.ops[:0], e.counts[:0], e.refs[:0]
+	e.ops, e.counts, e.refs, e.marks = e.ops[:0], e.counts[:0], e.refs[:0], e.marks[:0]
 	clear(e.ids)
 	clear(e.names)
 	clear(e.keys)
@@ -510,6 +521,19 @@ func (e *encoder) add(r *request) {
 		}
 		e.refs = append(e.refs, refs[:]...)
 	}
+	if r.mark != nil {
+		e.marks = append(e.marks, int64(e.record(r.mark, true)), int64(r.settle.Kind), r.settle.Until)
+	} else {
+		e.marks = append(e.marks, 0, 0, 0)
+	}
+}
+
+// rowID returns the primary key of rec's row.
+func (rec *record) rowID() []byte {
+	if rec.mark {
+		return rec.id[:16]
+	}
+	return rec.id[:]
 }
 
 // record returns the 1-based index of rec among the batch's records as
@@ -540,7 +564,7 @@ func (e *encoder) finish() {
 			}
 			return 1
 		}
-		return bytes.Compare(e.list[a].id[:], e.list[b].id[:])
+		return bytes.Compare(e.list[a].rowID(), e.list[b].rowID())
 	})
 	// The names and keys as bytes, copied into one buffer sized first, so
 	// that its slices stay valid.
@@ -556,7 +580,7 @@ func (e *encoder) finish() {
 	for p, i := range e.order {
 		rec := e.list[i]
 		e.pos[i] = int32(p + 1)
-		e.ids = append(e.ids, rec.id[:])
+		e.ids = append(e.ids, rec.rowID())
 		n := len(buf)
 		buf = append(buf, rec.name...)
 		e.names = append(e.names, buf[n:len(buf):len(buf)])
@@ -571,6 +595,11 @@ func (e *encoder) finish() {
 	for j := 0; j < len(e.refs); j += 2 {
 		if e.refs[j] != 0 {
 			e.refs[j] = e.pos[e.refs[j]-1]
+		}
+	}
+	for j := 0; j < len(e.marks); j += 3 {
+		if e.marks[j] != 0 {
+			e.marks[j] = int64(e.pos[e.marks[j]-1])
 		}
 	}
 }
@@ -606,7 +635,7 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 		fresh   bool
 	)
 	err := s.pool.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
-		lockWait(ctx), s.fresh.Load()).Scan(&oks, &retries, &nums, &fresh)
+		lockWait(ctx), s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
 	if err != nil {
 		return err
 	}
@@ -621,6 +650,9 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 			num := nums[5*i:]
 			r.out[j] = driver.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: num[0],
 				Charged: [2]float64{num[1], num[2]}, Now: int64(num[3]), TS: int64(num[4])}
+			if retries[i] < 0 { // the op found its settlement's mark
+				r.out[j].RetryAfter, r.out[j].Settled = 0, driver.SettleKind(-retries[i])
+			}
 			i++
 		}
 	}

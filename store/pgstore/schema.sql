@@ -257,7 +257,16 @@ END
 --             it gives up, and releases its locks, soon after its caller
 --   p_fresh   whether records are likely missing (the last batch found
 --             some): then lock them with the insert at once
--- It returns, per item of every op in order: ok, retry (ms), and in num
+--   p_marks   3 per op: for a refund that settles (driver.Settlement), the
+--             record of its mark (1-based, among those it may write), the
+--             settlement's kind (1 cancel, 2 use) and the time until which
+--             the mark is kept (less the grace); 0, 0, 0 otherwise. A mark
+--             is a row of the table whose id is the settlement's 16 bytes
+--             (no record's, a SHA-256, is that short), value its kind, ts
+--             and expires its time: DeleteExpired drops it as a record.
+--             An op that finds its mark does nothing.
+-- It returns, per item of every op in order: ok, retry (ms; for an op
+-- that found its settlement's mark, minus the mark's kind), and in num
 -- 5 per item: remaining, charged to the first shard, to the second, the
 -- time the op was judged at, the first record's time after the op
 -- (ratelimit.Decision); and in fresh whether a record was missing.
@@ -273,10 +282,11 @@ END
 -- exist (a row is locked even when the DO UPDATE's WHERE skips it). After
 -- a batch that found a record missing, the next (p_fresh) goes to the
 -- INSERT at once. Records only checked are read without locks.
+DROP FUNCTION IF EXISTS {{apply}}(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean);
 CREATE OR REPLACE FUNCTION {{apply}}(
 	p_ops bigint[], p_counts float8[], p_refs integer[],
 	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
-	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean,
+	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean, p_marks bigint[],
 	OUT ok boolean[], OUT retry bigint[], OUT num float8[], OUT fresh boolean
 ) LANGUAGE plpgsql VOLATILE
 -- Plans made once per connection, whatever the batch, and that reach the
@@ -314,6 +324,7 @@ DECLARE
 	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
 	da float8; db float8; w float8; wv float8; back float8;
 	short float8; kk float8; dt float8; fullat bigint;
+	mk integer; found bigint;
 BEGIN
 	IF p_wait > 0 THEN
 		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
@@ -460,7 +471,20 @@ BEGIN
 		mode := flags & 3;
 		reserve := flags & 4 <> 0;
 		all_ok := true;
+		-- A settlement: its mark, and the kind found there (0: none).
+		mk := p_marks[3 * o + 1]::integer;
+		found := 0;
+		IF mk > 0 AND sf[mk] THEN
+			found := sv[mk]::bigint;
+		END IF;
 		FOR i IN it + 1 .. it + n LOOP
+			IF found > 0 THEN
+				-- Settled before: nothing done.
+				ok[i] := false; retry[i] := -found; num[5 * i - 1] := now;
+				wa[i] := false; wb[i] := false;
+				all_ok := false;
+				CONTINUE;
+			END IF;
 			cnt := p_counts[2 * i - 1];
 			ra := p_refs[4 * i - 3]; qa := p_refs[4 * i - 2];
 			rb := p_refs[4 * i - 1]; qb := p_refs[4 * i];
@@ -619,6 +643,10 @@ BEGIN
 				END IF;
 			END LOOP;
 		END IF;
+		IF mk > 0 AND found = 0 THEN
+			sf[mk] := true; sv[mk] := p_marks[3 * o + 2]::float8; sts[mk] := p_marks[3 * o + 3];
+			dirty[mk] := true; wpar[mk] := 0;
+		END IF;
 		it := it + n;
 	END LOOP;
 
@@ -629,6 +657,10 @@ BEGIN
 		FOR r IN 1 .. nrec LOOP
 			CONTINUE WHEN NOT dirty[r];
 			q := wpar[r];
+			IF q = 0 THEN -- a mark: kept until its time
+				sexp[r] := sts[r];
+				CONTINUE;
+			END IF;
 			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
 			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
 			IF sv[r] >= ca THEN
