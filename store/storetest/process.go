@@ -38,7 +38,14 @@ type childOrders struct {
 	// microseconds apart.
 	Reserve bool  `json:"reserve,omitempty"`
 	StepUS  int64 `json:"step,omitempty"`
+	// Tokens, when set, are settled by every goroutine of the child, each
+	// by Refund or Use (by its index), and the child prints those it won.
+	Tokens []string `json:"tokens,omitempty"`
 }
+
+// settledLine prefixes the line a settling child prints with the indexes
+// of the tokens it settled and how (JSON: index → "cancel" or "use").
+const settledLine = "storetest-settled "
 
 // jobsLine prefixes the line a reserving child prints with its jobs per
 // window, as JSON.
@@ -132,6 +139,121 @@ func MultiProcess(t *testing.T, open NewStore, procs int) {
 		}
 	}
 	checkJobs(t, jobs, fmt.Sprintf("%d processes", procs))
+
+	multiProcessSettle(t, open, procs, key+"-settle", pattern)
+}
+
+// multiProcessSettle has procs processes race to settle the same tokens:
+// each token must be settled by exactly one goroutine of one process, and
+// the limit must hold what the canceled ones gave back, once each.
+func multiProcessSettle(t *testing.T, open NewStore, procs int, key, pattern string) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(open(t), settleLimits, ratelimit.WithClock(newMock(epoch)))
+	require.NoError(t, err)
+	var tokens []string
+	for range 30 {
+		r, err := lim.Reserve(ctx, "jobs", key, ratelimit.Count(2))
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		tokens = append(tokens, r.Token().String())
+	}
+	before, err := lim.Value(ctx, "jobs", key)
+	require.NoError(t, err)
+	orders := childOrders{Key: key, NowMS: epoch.UnixMilli(), Goroutines: 8, Tokens: tokens,
+		StartAtNS: time.Now().Add(700 * time.Millisecond).UnixNano()}
+	js, err := json.Marshal(orders)
+	require.NoError(t, err)
+	children := make([]*exec.Cmd, procs)
+	outs := make([]*bytes.Buffer, procs)
+	for i := range children {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+		outs[i] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		require.NoError(t, cmd.Start())
+		children[i] = cmd
+	}
+	wins := make(map[int]int)
+	back := 0.0
+	for i, cmd := range children {
+		require.NoError(t, cmd.Wait(), "child %d failed:\n%s", i, outs[i])
+		got, ok := parseSettled(outs[i].Bytes())
+		require.True(t, ok, "child %d printed no settlements:\n%s", i, outs[i])
+		for idx, how := range got {
+			wins[idx]++
+			if how == "cancel" {
+				back += 2
+			}
+		}
+	}
+	for i := range tokens {
+		require.Equal(t, 1, wins[i], "token %d settled %d times by %d processes", i, wins[i], procs)
+	}
+	after, err := lim.Value(ctx, "jobs", key)
+	require.NoError(t, err)
+	require.Equal(t, before.Remaining+back, after.Remaining, "the canceled tokens came back once each")
+}
+
+// settleRun settles every token from goroutines goroutines of one
+// Limiter, and returns those this process won, and how.
+func settleRun(ctx context.Context, store ratelimit.Store, now time.Time, goroutines int, texts []string) (map[int]string, error) {
+	lim, err := ratelimit.New(store, settleLimits, ratelimit.WithClock(newMock(now)))
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]*ratelimit.Token, len(texts))
+	for i, s := range texts {
+		if tokens[i], err = ratelimit.ParseToken(s); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		won  = map[int]string{}
+		errs []error
+	)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, tok := range tokens {
+				how, err := "use", error(nil)
+				if (i+g)%2 == 0 {
+					how, err = "cancel", lim.Refund(ctx, tok)
+				} else {
+					err = lim.Use(ctx, tok)
+				}
+				mu.Lock()
+				switch {
+				case err == nil:
+					if _, dup := won[i]; dup {
+						errs = append(errs, fmt.Errorf("token %d settled twice in one process", i))
+					}
+					won[i] = how
+				case !isAlreadySettled(err):
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return won, errs[0]
+	}
+	return won, nil
+}
+
+func parseSettled(out []byte) (map[int]string, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), settledLine); ok {
+			var got map[int]string
+			return got, json.Unmarshal([]byte(rest), &got) == nil
+		}
+	}
+	return nil, false
 }
 
 // reservationLimits is the limit of the sharded reservation tests: 100
@@ -217,6 +339,16 @@ func parseJobs(out []byte) (map[int64]int, bool) {
 func runChild(t *testing.T, open NewStore, js string) {
 	var o childOrders
 	require.NoError(t, json.Unmarshal([]byte(js), &o))
+	if len(o.Tokens) > 0 {
+		store := open(t)
+		time.Sleep(time.Until(time.Unix(0, o.StartAtNS)))
+		won, err := settleRun(context.Background(), store, time.UnixMilli(o.NowMS), o.Goroutines, o.Tokens)
+		require.NoError(t, err)
+		b, err := json.Marshal(won)
+		require.NoError(t, err)
+		fmt.Printf("\n%s%s\n", settledLine, b)
+		return
+	}
 	if o.Reserve {
 		store := open(t)
 		time.Sleep(time.Until(time.Unix(0, o.StartAtNS)))
