@@ -221,7 +221,7 @@ func (t *Token) decode(b []byte) error {
 		return errors.New("trailing bytes")
 	case flags&^tokenMAC != 0:
 		return errors.New("unknown flags")
-	case t.at < -MaxTime || t.at > MaxTime || run > uint64(2*MaxTime) || until > uint64(2*MaxTime):
+	case t.at < -driver.MaxTime || t.at > driver.MaxTime || run > uint64(2*driver.MaxTime) || until > uint64(2*driver.MaxTime):
 		return errors.New("times out of range")
 	}
 	t.run, t.until = t.at+int64(run), t.at+int64(until)
@@ -337,12 +337,12 @@ func settleUntil(at, run int64, items []tokenItem, lims []*limit, window time.Du
 			span = math.Ceil(it.amount * float64(p.Period) / p.Rate)
 		}
 		span += float64(p.Period)
-		if span >= float64(MaxTime) {
-			return MaxTime
+		if span >= float64(driver.MaxTime) {
+			return driver.MaxTime
 		}
 		end = max(end, at+int64(span))
 	}
-	return min(end+window.Milliseconds(), MaxTime)
+	return min(end+window.Milliseconds(), driver.MaxTime)
 }
 
 // chargeItems returns the token items of a charge, and their limits.
