@@ -51,7 +51,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 	c.reserve = true
 	r.lim = l
 	var err error
-	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
 		v, now, plain, e := l.doBound(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
 		if plain {
 			r.res = boundResult(lim, key, c, v, now)
@@ -192,8 +192,8 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	for i := range r.charge.n {
 		if r.charge.amount[i] > 0 {
 			idx := r.charge.shards[i]
-			sh := driver.Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.res.Key, idx)}
-			op.Items = append(op.Items, driver.Item{Name: r.res.Name, Key: r.res.Key, Count: r.charge.amount[i],
+			sh := driver.Shard{Index: idx, Params: r.charge.lim.params(r.lim.seed, r.charge.key, idx)}
+			op.Items = append(op.Items, driver.Item{Name: r.res.Name, Key: r.charge.key, Count: r.charge.amount[i],
 				At: r.charge.at, Shards: []driver.Shard{sh}})
 		}
 	}
@@ -204,7 +204,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		}
 	}
 	if r.lim.deny != nil {
-		r.lim.deny.forget(r.res.Name, r.res.Key)
+		r.lim.deny.forget(r.res.Name, r.charge.key)
 	}
 	r.canceled = true
 	return nil
