@@ -262,8 +262,9 @@ func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
 // limit's MaxReserved.
 func WithReserve() CallOption { return CallOption{set: setReserve} }
 
-// WithConfig gives the config of a limit not declared in New. Using it with
-// a declared name is an error unless the configs are equal.
+// WithConfig gives the config of a limit not declared (in New, SetLimits or
+// SetLimit). Using it with a declared name is an error unless the configs
+// are equal.
 func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
 
 // newCall returns the call that opts describe.
