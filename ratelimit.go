@@ -400,7 +400,7 @@ func (l *Limiter) decide(ctx context.Context, mode driver.Mode, name, key string
 // wait and the name of the limit that imposed it. Stacking windows this
 // way (say 2,000 per hour and 33 per minute) smooths the bursts a single
 // fixed window allows. Result.All holds each limit's own answer. WithConfig
-// is not accepted: every name must be declared in New.
+// is not accepted: every name must be declared (New, SetLimits).
 func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
 	switch {
