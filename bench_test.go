@@ -222,3 +222,32 @@ func BenchmarkLimiterAlone(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeyHash measures Limit on memstore with keyed hashing of keys
+// (WithKeyHash) and without: the cost of the HMAC per call.
+func BenchmarkKeyHash(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"hash=off", nil},
+		{"hash=on", []ratelimit.Option{ratelimit.WithKeyHash([]byte("0123456789abcdef0123456789abcdef"))}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			benchMatrix(b, func(b *testing.B, keys []string, parallel bool) {
+				lim, err := ratelimit.New(must(memstore.New()), benchLimits, c.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				benchCalls(b, keys, parallel, func(key string) error {
+					res, err := lim.Limit(ctx, "bucket", key)
+					if err == nil && !res.OK {
+						err = errRefused
+					}
+					return err
+				})
+			})
+		})
+	}
+}

@@ -63,7 +63,8 @@ type Config struct {
 	FailOpen bool `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
 }
 
-// Limits maps limit names to their configs, as given to New.
+// Limits maps limit names to their configs, as given to New and
+// SetLimits.
 type Limits map[string]Config
 
 // Validate reports whether c is a valid config. The error is a

@@ -113,3 +113,17 @@ func (c *denyCache) forget(name, key string) {
 	delete(pt.m, k)
 	pt.mu.Unlock()
 }
+
+// forgetLimit drops every entry of the limit name.
+func (c *denyCache) forgetLimit(name string) {
+	for i := range c.parts {
+		pt := &c.parts[i]
+		pt.mu.Lock()
+		for k := range pt.m {
+			if k.name == name {
+				delete(pt.m, k)
+			}
+		}
+		pt.mu.Unlock()
+	}
+}

@@ -12,11 +12,14 @@ var (
 	// ErrLimited is matched (errors.Is) by the error of a denied call, as
 	// returned by Result.Err.
 	ErrLimited = errors.New("ratelimit: rate limited")
-	// ErrUnknownLimit means a call named a limit that was not declared in
-	// New and came without WithConfig.
+	// ErrUnknownLimit means a call named a limit that is not declared (in
+	// New, SetLimits or SetLimit) and came without WithConfig.
 	ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 	// ErrInvalidConfig is matched by every *ConfigError.
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
+	// ErrInvalidOption is matched by the error of New given an option with
+	// a bad argument, such as WithKeyHash with a short secret.
+	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
 	// ErrTimeRange is matched by the error of a call made while the

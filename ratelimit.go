@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -16,10 +17,18 @@ import (
 )
 
 // Limiter decides calls against named limits, keeping their state in a
-// Store. It is safe for concurrent use; build it with New.
+// Store. It is safe for concurrent use; build it with New. Its limits may
+// be changed while it serves calls (SetLimits, SetLimit).
 type Limiter struct {
-	store    Store
-	limits   map[string]*limit
+	store Store
+	// limits is the set of declared limits, replaced whole by SetLimits
+	// and SetLimit under limitsMu, so that a call reads it with one atomic
+	// load and sees either the old set or the new one.
+	limits   atomic.Pointer[limitSet]
+	limitsMu sync.Mutex
+	binder   driver.Binder // the store's fast path; nil if it has none or may not be used
+	keys     *keyHasher    // nil: keys reach the store as given (WithKeyHash)
+	optErr   error         // an option's bad argument, reported by New
 	clock    clock.Clock
 	wall     bool // clock is the real one: read time.Now without the interface
 	seed     uint64
@@ -58,36 +67,33 @@ func WithRand(src rand.Source) Option { return func(l *Limiter) { l.picker.src =
 
 // New returns a Limiter that keeps state in store and knows the given
 // limits. Every config is validated: an invalid one is reported as a
-// *ConfigError naming the limit and the field.
+// *ConfigError naming the limit and the field. A bad option argument is
+// reported as an error matching ErrInvalidOption.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratelimit: New needs a Store: pass memstore.New() or another store")
 	}
 	wall := clock.New()
-	l := &Limiter{store: store, limits: make(map[string]*limit, len(limits)), clock: wall,
+	l := &Limiter{store: store, clock: wall,
 		breaker:      breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
 		settleWindow: DefaultSettleWindow}
 	for _, o := range opts {
 		o(l)
 	}
+	if l.optErr != nil {
+		return nil, l.optErr
+	}
 	l.wall = l.clock == wall
-	binder, _ := store.(driver.Binder)
+	l.binder, _ = store.(driver.Binder)
 	if ownClock(store) != nil {
-		l.deny = nil // its clock is the store's, which cannot be read locally
-		binder = nil // a Verdict does not carry the store's time
+		l.deny = nil   // its clock is the store's, which cannot be read locally
+		l.binder = nil // a Verdict does not carry the store's time
 	}
-	for name, c := range limits {
-		lim, err := compile(name, c)
-		if err != nil {
-			return nil, err
-		}
-		if binder != nil && lim.shards == 1 {
-			if b := binder.Bind(name, lim.base, lim.phaseFunc(l.seed)); b != nil && b.Store() == store {
-				lim.bound = b
-			}
-		}
-		l.limits[name] = lim
+	set, _, err := l.compileSet(limits, nil)
+	if err != nil {
+		return nil, err
 	}
+	l.limits.Store(set)
 	return l, nil
 }
 
@@ -263,8 +269,9 @@ func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
 // limit's MaxReserved.
 func WithReserve() CallOption { return CallOption{set: setReserve} }
 
-// WithConfig gives the config of a limit not declared in New. Using it with
-// a declared name is an error unless the configs are equal.
+// WithConfig gives the config of a limit not declared (in New, SetLimits or
+// SetLimit). Using it with a declared name is an error unless the configs
+// are equal.
 func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
 
 // newCall returns the call that opts describe.
@@ -351,7 +358,7 @@ func (r Result) Err() error {
 // memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
-	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
 		var res Result
 		v, now, plain, err := l.doBound(ctx, driver.ModeLimit, lim, key, c, &res, nil)
 		if plain {
@@ -373,7 +380,7 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 // Check returns the answer Limit would give now, without spending anything.
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
-	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
 		var res Result
 		v, now, plain, err := l.doBound(ctx, driver.ModeCheck, lim, key, c, &res, nil)
 		if plain {
@@ -405,7 +412,7 @@ func (l *Limiter) decide(ctx context.Context, mode driver.Mode, name, key string
 // wait and the name of the limit that imposed it. Stacking windows this
 // way (say 2,000 per hour and 33 per minute) smooths the bursts a single
 // fixed window allows. Result.All holds each limit's own answer. WithConfig
-// is not accepted: every name must be declared in New.
+// is not accepted: every name must be declared (New, SetLimits).
 func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
 	switch {
@@ -427,12 +434,12 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 // reservation can hand the tokens back.
 type charge struct {
 	lim    *limit
+	key    string // the key as the store knows it (WithKeyHash)
 	shards [2]int // shard indexes
 	amount [2]float64
 	n      int
 	at     int64     // when the store judged the call (Decision.Now)
 	start  time.Time // when the Limiter read its clock for the call
-	key    string    // the key the store saw: see storeKey
 }
 
 // doBound decides one call of a declared, unsharded limit through its
@@ -459,7 +466,8 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 	if err := checkTime(now); err != nil {
 		return v, 0, false, limitErr(lim.name, err)
 	}
-	if v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve); err != nil {
+	skey := l.storeKey(key)
+	if v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve); err != nil {
 		return l.boundFailed(ctx, mode, lim, key, c, res, time.Time{}, now, false, err)
 	}
 	if l.breaker.answered(now) && l.logger != nil {
@@ -509,9 +517,10 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	if err := checkTime(now); err != nil {
 		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
+	skey := l.storeKey(key)
 	if l.deny != nil {
-		p := lim.params(l.seed, key, 0)
-		if d, ok := l.deny.refuse(lim.name, key, p, now, c.count, c.reserve); ok {
+		p := lim.params(l.seed, skey, 0)
+		if d, ok := l.deny.refuse(lim.name, skey, p, now, c.count, c.reserve); ok {
 			*res = l.result(lim.name, key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
@@ -533,7 +542,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			return v, now, false, err
 		}
 	}
-	v, err = lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
+	v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve)
 	if err != nil {
 		return l.boundFailed(ctx, mode, lim, key, c, res, start, now, probe, err)
 	}
@@ -542,10 +551,10 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	}
 	if v.OK {
 		if ch != nil {
-			ch.lim, ch.n, ch.amount[0], ch.at, ch.key = lim, 1, c.count, now, key
+			ch.lim, ch.key, ch.n, ch.amount[0], ch.at = lim, skey, 1, c.count, now
 		}
 	} else if l.deny != nil {
-		l.deny.learn(ctx, l.store, lim.name, key, lim.params(l.seed, key, 0))
+		l.deny.learn(ctx, l.store, lim.name, skey, lim.params(l.seed, skey, 0))
 	}
 	if l.observer != nil {
 		*res = boundResult(lim, key, c, v, now)
@@ -578,8 +587,9 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	if len(names) > 1 {
 		lims = make([]*limit, len(names))
 	}
+	set := l.limits.Load() // one set for every name of the call
 	for i, name := range names {
-		lim, err := l.resolve(name, c.cfg)
+		lim, err := set.resolve(name, c.cfg)
 		if err != nil {
 			return Result{}, ch, err
 		}
@@ -595,10 +605,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	if err := checkTime(now); err != nil {
 		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
+	skey := l.storeKey(key)
 	single := len(lims) == 1 && lims[0].shards == 1
 	if single && l.deny != nil {
-		p := lims[0].params(l.seed, key, 0)
-		if d, ok := l.deny.refuse(names[0], key, p, now, c.count, c.reserve); ok {
+		p := lims[0].params(l.seed, skey, 0)
+		if d, ok := l.deny.refuse(names[0], skey, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
@@ -622,7 +633,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		if len(lims) == 1 {
 			shards = b.shards[:0]
 		}
-		items[i] = driver.Item{Name: names[i], Key: key, Count: c.count, Shards: l.pickShards(lim, key, shards)}
+		items[i] = driver.Item{Name: names[i], Key: skey, Count: c.count, Shards: l.pickShards(lim, skey, shards)}
 	}
 	b.op = driver.Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	if err := l.store.Apply(ctx, &b.op, out); err != nil {
@@ -641,7 +652,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		res := l.result(names[0], key, c, out[0])
 		res.ResetAfter = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
-			ch.lim, ch.n = lims[0], len(items[0].Shards)
+			ch.lim, ch.key, ch.n = lims[0], skey, len(items[0].Shards)
 			for i, sh := range items[0].Shards {
 				ch.shards[i] = sh.Index
 			}
@@ -651,7 +662,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				res.Token = l.newToken(ch.storeKey(), ch.at, ch.at+out[0].RetryAfter, its, ls)
 			}
 		} else if single && l.deny != nil {
-			l.deny.learn(ctx, l.store, names[0], key, items[0].Shards[0].Params)
+			l.deny.learn(ctx, l.store, names[0], skey, items[0].Shards[0].Params)
 		}
 		l.observe(ctx, mode, res, start, nil)
 		return res, ch, nil
@@ -811,7 +822,8 @@ func (b *opBuf) release() {
 	opBufs.Put(b)
 }
 
-// pickShards appends the shard(s) a call on (lim, key) evaluates.
+// pickShards appends the shard(s) a call on (lim, key) evaluates; key is
+// the store's (WithKeyHash), from which a fixed window's phase derives.
 func (l *Limiter) pickShards(lim *limit, key string, dst []driver.Shard) []driver.Shard {
 	if lim.shards == 1 {
 		return append(dst, driver.Shard{Index: 0, Params: lim.params(l.seed, key, 0)})
@@ -831,18 +843,19 @@ func checkTime(ms int64) error {
 	return nil
 }
 
-// resolve finds the limit called name: declared in New, or given inline.
-func (l *Limiter) resolve(name string, inline *Config) (*limit, error) {
-	lim, ok := l.limits[name]
+// resolve finds the limit called name: declared (in New, SetLimits or
+// SetLimit), or given inline.
+func (set *limitSet) resolve(name string, inline *Config) (*limit, error) {
+	lim, ok := set.byName[name]
 	switch {
 	case ok && inline != nil && !sameConfig(lim.cfg, *inline):
-		return nil, fmt.Errorf("ratelimit: limit %q is declared in New with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)
+		return nil, fmt.Errorf("ratelimit: limit %q is declared with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)
 	case ok:
 		return lim, nil
 	case inline != nil:
 		return compile(name, *inline)
 	}
-	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or pass WithConfig: %w", name, ErrUnknownLimit)
+	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or SetLimits, or pass WithConfig: %w", name, ErrUnknownLimit)
 }
 
 // sameConfig reports whether a and b configure the same limit: every
@@ -856,15 +869,6 @@ func sameConfig(a, b Config) bool {
 	return a == b
 }
 
-// Config returns the config of the limit declared as name in New.
-func (l *Limiter) Config(name string) (Config, bool) {
-	lim, ok := l.limits[name]
-	if !ok {
-		return Config{}, false
-	}
-	return lim.cfg, true
-}
-
 // Reset forgets the state of (name, key) in every shard: the next call
 // finds a full bucket. The phase of a fixed window stays.
 func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOption) error {
@@ -872,17 +876,18 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 	if err != nil {
 		return err
 	}
+	skey := l.storeKey(key)
 	if l.deny != nil {
-		l.deny.forget(name, key)
+		l.deny.forget(name, skey)
 	}
-	if err := l.store.Delete(ctx, lim.ids(key, nil)); err != nil {
+	if err := l.store.Delete(ctx, lim.ids(skey, nil)); err != nil {
 		return fmt.Errorf("ratelimit: reset limit %q: store: %w", name, err)
 	}
 	return nil
 }
 
 func (l *Limiter) resolveOpts(name string, opts []CallOption) (*limit, error) {
-	return l.resolve(name, newCall(opts).cfg)
+	return l.limits.Load().resolve(name, newCall(opts).cfg)
 }
 
 // Status describes the state of (name, key) now, as Value reports it.
@@ -919,7 +924,8 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	if err != nil {
 		return Status{}, err
 	}
-	ids := lim.ids(key, nil)
+	skey := l.storeKey(key)
+	ids := lim.ids(skey, nil)
 	recs := make([]driver.Record, len(ids))
 	if err := l.store.Load(ctx, ids, recs); err != nil {
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
@@ -935,7 +941,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	}
 	st := Status{Capacity: lim.cfg.capacity(), Shards: make([]ShardStatus, len(ids))}
 	for i, rec := range recs {
-		p := lim.params(l.seed, key, i)
+		p := lim.params(l.seed, skey, i)
 		s := StateAt(p, rec, now)
 		sh := ShardStatus{Index: i, Remaining: s.Remaining, Stored: rec.Found}
 		if p.Kind == driver.FixedWindow {

@@ -59,7 +59,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 	c.reserve = true
 	r.lim = l
 	var err error
-	if lim := l.limits[name]; lim != nil && lim.bound != nil && c.cfg == nil {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
 		v, now, plain, e := l.doBound(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
 		if plain {
 			r.res = boundResult(lim, key, c, v, now)
@@ -275,7 +275,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	}
 	if r.lim.deny != nil {
-		r.lim.deny.forget(r.res.Name, r.res.Key)
+		r.lim.deny.forget(r.res.Name, r.charge.key)
 	}
 	r.canceled = true
 	return nil

@@ -410,8 +410,8 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 	}
 	lims := make([]*limit, len(t.items))
 	for i, it := range t.items {
-		lim, ok := l.limits[it.name]
-		if !ok {
+		lim := l.declared(it.name)
+		if lim == nil {
 			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it in New: %w", it.name, ErrUnknownLimit)
 		}
 		if it.shard >= lim.shards {

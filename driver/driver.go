@@ -86,8 +86,10 @@ type BatchApplier interface {
 // Binder is implemented by a store with a faster path than Apply for the
 // commonest call: one unsharded limit decided alone (Limit, Check or
 // Reserve of one name, without WithConfig). The Limiter binds each such
-// limit declared in New once, and decides those calls through the
-// BoundLimit, without building an Op; every other call (LimitAll, sharded
+// limit when it is declared (New, SetLimits, SetLimit), again under the
+// same name with other params when its config changes (the BoundLimits of
+// one name share its records, as Apply does), and decides those calls
+// through the BoundLimit, without building an Op; every other call (LimitAll, sharded
 // limits, refunds, inline configs) goes through Apply. It is optional and
 // only a shortcut: package storetest runs its differential tests through
 // both paths and requires the same answers and records, bit for bit. The

@@ -39,7 +39,7 @@ func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, st
 	if err != nil {
 		return nil, "", nil, err
 	}
-	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg})
+	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg}, t.sf.options()...)
 	if err != nil {
 		closeStore()
 		return nil, "", nil, usageError{err}

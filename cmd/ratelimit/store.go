@@ -34,16 +34,36 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// storeFlags select a store by URL.
+// storeFlags select a store by URL, and the secret of its keys' hashes.
 type storeFlags struct {
 	url, prefix, table, bucket string
+	keySecret                  string
 }
+
+// keySecretEnv names the environment variable that gives the secret when
+// --key-secret does not, so that it stays out of the command line (and of
+// ps and the shell's history).
+const keySecretEnv = "RATELIMIT_KEY_SECRET"
 
 func (f *storeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://H1:P1,H2:P2, postgres://..., or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
+	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
+}
+
+// options returns the Limiter options the flags ask for: WithKeyHash when
+// a secret is given, by --key-secret or by the environment.
+func (f *storeFlags) options() []ratelimit.Option {
+	secret := f.keySecret
+	if secret == "" {
+		secret = os.Getenv(keySecretEnv)
+	}
+	if secret == "" {
+		return nil
+	}
+	return []ratelimit.Option{ratelimit.WithKeyHash([]byte(secret))}
 }
 
 // access says whether opening a store may create what it lacks.

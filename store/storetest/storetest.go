@@ -11,7 +11,8 @@
 // store step by step, to the last bit, with Model, which runs the pure
 // transition ratelimit.Evaluate; checks exactness under 64 goroutines;
 // checks that (name, key) pairs a naive encoding would confuse stay apart;
-// and checks Reset, Value, expiry, sharding and the all-or-nothing Op.
+// and checks Reset, Value, expiry, sharding, the all-or-nothing Op, limits
+// changed on a live Limiter and keyed hashing of keys.
 package storetest
 
 import (
@@ -79,6 +80,8 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	if _, ok := newStore(t).(driver.Expirer); ok {
 		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
 	}
+	t.Run("ChangedLimits", func(t *testing.T) { testChangedLimits(t, newStore) })
+	t.Run("KeyHash", func(t *testing.T) { testKeyHash(t, newStore) })
 }
 
 // epoch is where the suite's mock clocks start (2023-11-14T22:13:20Z).

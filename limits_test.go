@@ -1,0 +1,404 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSetLimitsReplacesTheSet(t *testing.T) {
+	ctx := context.Background()
+	a := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	b := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Minute}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": a, "b": b}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+
+	a2 := a
+	a2.Capacity = 3
+	c := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour, FailOpen: true}
+	require.NoError(t, lim.SetLimits(ratelimit.Limits{"a": a2, "c": c}))
+
+	assert.Equal(t, ratelimit.Limits{"a": a2, "c": c}, lim.Limits())
+	got, ok := lim.Config("a")
+	assert.True(t, ok)
+	assert.Equal(t, a2, got)
+	_, ok = lim.Config("b")
+	assert.False(t, ok, "b was removed")
+
+	_, err = lim.Limit(ctx, "b", "k")
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	_, err = lim.Value(ctx, "b", "k")
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	require.ErrorIs(t, lim.Reset(ctx, "b", "k"), ratelimit.ErrUnknownLimit)
+	_, err = lim.LimitAll(ctx, "k", []string{"a", "b"})
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	_, err = lim.Limit(ctx, "b", "k", ratelimit.WithConfig(b))
+	require.NoError(t, err, "a removed name may still be called inline")
+
+	res, err := lim.Limit(ctx, "a", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	assert.True(t, res.OK)
+	_, err = lim.Limit(ctx, "a", "k", ratelimit.Count(4))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount, "4 is beyond the new capacity of 3")
+	res, err = lim.Limit(ctx, "c", "k")
+	require.NoError(t, err)
+	assert.True(t, res.OK)
+
+	// The copy Limits returns is the caller's.
+	mine := lim.Limits()
+	delete(mine, "a")
+	_, ok = lim.Config("a")
+	assert.True(t, ok)
+
+	// Inline configs are compared with the declaration in force.
+	_, err = lim.Limit(ctx, "a", "k", ratelimit.WithConfig(a))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	_, err = lim.Check(ctx, "a", "k", ratelimit.WithConfig(a2))
+	require.NoError(t, err)
+}
+
+func TestSetLimitsValidatesFirst(t *testing.T) {
+	ctx := context.Background()
+	good := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": good}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+
+	lower := good
+	lower.Capacity = 1
+	bad := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10} // no Period
+	worse := ratelimit.Config{Rate: 10, Period: time.Second}       // no Kind
+	for range 5 {                                                  // the same error whatever the map's order
+		err = lim.SetLimits(ratelimit.Limits{"a": lower, "y": bad, "x": worse})
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, "x", ce.Name)
+		assert.Equal(t, "Kind", ce.Field)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	}
+	err = lim.SetLimit("a", bad)
+	var ce *ratelimit.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "a", ce.Name)
+	assert.Equal(t, "Period", ce.Field)
+
+	// Nothing changed: "a" still holds 10.
+	assert.Equal(t, ratelimit.Limits{"a": good}, lim.Limits())
+	res, err := lim.Limit(ctx, "a", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	assert.True(t, res.OK)
+}
+
+func TestSetLimitAddsAndReplacesOne(t *testing.T) {
+	ctx := context.Background()
+	a := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": a}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+
+	b := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute}
+	require.NoError(t, lim.SetLimit("b", b))
+	assert.Equal(t, ratelimit.Limits{"a": a, "b": b}, lim.Limits())
+
+	res, err := lim.Limit(ctx, "a", "k", ratelimit.Count(6))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	a.Capacity = 5
+	require.NoError(t, lim.SetLimit("a", a))
+	assert.Equal(t, ratelimit.Limits{"a": a, "b": b}, lim.Limits())
+	st, err := lim.Value(ctx, "a", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 4.0, st.Remaining, "the 4 left are within the new capacity")
+	assert.Equal(t, 5.0, st.Capacity)
+}
+
+// A changed limit keeps the store's fast path (memstore's Binder); a limit
+// whose config is unchanged is not rebound.
+func TestSetLimitsKeepsTheFastPath(t *testing.T) {
+	ctx := context.Background()
+	store := &decideCounter{applyCounter: applyCounter{Store: must(memstore.New())}}
+	store.owner = store
+	lim, err := ratelimit.New(store, bindLimits, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+
+	changed := ratelimit.Limits{}
+	for name, c := range bindLimits {
+		changed[name] = c
+	}
+	one := changed["one"]
+	one.Capacity = 2
+	changed["one"] = one
+	require.NoError(t, lim.SetLimits(changed))
+	for range 3 {
+		_, err = lim.Limit(ctx, "one", "k")
+		require.NoError(t, err)
+		_, err = lim.Check(ctx, "window", "k")
+		require.NoError(t, err)
+	}
+	res, err := lim.Limit(ctx, "one", "k")
+	require.NoError(t, err)
+	assert.False(t, res.OK, "the new capacity of 2 is spent")
+	assert.Equal(t, int64(7), store.decides.Load())
+	assert.Zero(t, store.applies.Load())
+}
+
+// A reservation made before its limit changed or went away is handed back
+// to the records it charged.
+func TestCancelAfterSetLimits(t *testing.T) {
+	ctx := context.Background()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": cfg}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "a", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	require.NoError(t, lim.SetLimits(nil))
+	require.NoError(t, r.Cancel(ctx))
+	require.NoError(t, lim.SetLimit("a", cfg))
+	st, err := lim.Value(ctx, "a", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 10.0, st.Remaining)
+	assert.True(t, st.Shards[0].Stored)
+}
+
+// The deny cache never refuses a call against a config no longer in
+// force, and keeps what it knows of limits left unchanged.
+func TestSetLimitsAndTheDenyCache(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	slow := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": slow}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(10))
+	require.NoError(t, err)
+	call := func() ratelimit.Result {
+		t.Helper()
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		return res
+	}
+	require.True(t, call().OK)
+	res := call()
+	require.False(t, res.OK)
+	require.False(t, res.Local, "the store refused; the cache learned the record")
+	res = call()
+	require.False(t, res.OK)
+	require.True(t, res.Local)
+
+	// The same config again: nothing is forgotten.
+	require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": slow}))
+	require.True(t, call().Local)
+
+	// A second later, 1 a second grants a token that 1 a minute does not.
+	fast := slow
+	fast.Period = time.Second
+	require.NoError(t, lim.SetLimit("l", fast))
+	mock.Add(time.Second)
+	res = call()
+	assert.True(t, res.OK)
+	assert.False(t, res.Local)
+}
+
+// Many goroutines call two limits on a few keys while SetLimits flips them
+// between a generous and a strict config. The clock stands still, so no
+// key can ever be granted more than the larger capacity; afterwards each
+// config applies exactly: the strict one cuts what is left to its
+// capacity and refills at its rate, the generous one at its own.
+func TestSetLimitsUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	generous := ratelimit.Limits{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Start: time.UnixMilli(0)},
+	}
+	strict := ratelimit.Limits{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Second, Capacity: 4},
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Second, Capacity: 4, Start: time.UnixMilli(0)},
+	}
+	names := []string{"tb", "fw"}
+	keys := []string{"k0", "k1", "k2"}
+	for _, tc := range []struct {
+		name  string
+		store func() ratelimit.Store
+		opts  []ratelimit.Option
+	}{
+		{"bound", func() ratelimit.Store { return must(memstore.New()) }, nil},
+		{"apply", func() ratelimit.Store { return &applyCounter{Store: must(memstore.New())} }, nil},
+		{"denycache", func() ratelimit.Store { return must(memstore.New()) }, []ratelimit.Option{ratelimit.WithDenyCache(100)}},
+		{"keyhash", func() ratelimit.Store { return must(memstore.New()) }, []ratelimit.Option{ratelimit.WithKeyHash([]byte("a secret of 16 bytes or more"))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock := newMock()
+			lim, err := ratelimit.New(tc.store(), generous, append(tc.opts, ratelimit.WithClock(mock))...)
+			require.NoError(t, err)
+
+			var (
+				mu      sync.Mutex
+				granted = map[string]int{}
+				wg      sync.WaitGroup
+				stop    = make(chan struct{})
+				flips   sync.WaitGroup
+			)
+			flips.Add(1)
+			go func() {
+				defer flips.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var err error
+					switch i % 3 {
+					case 0:
+						err = lim.SetLimits(strict)
+					case 1:
+						err = lim.SetLimits(generous)
+					case 2:
+						err = lim.SetLimit("tb", strict["tb"])
+					}
+					assert.NoError(t, err)
+				}
+			}()
+			for g := range 8 {
+				wg.Go(func() {
+					mine := map[string]int{}
+					for i := range 300 {
+						key := keys[(g+i)%len(keys)]
+						if i%5 == 0 {
+							res, err := lim.LimitAll(ctx, key, names)
+							if !assert.NoError(t, err) {
+								return
+							}
+							if res.OK {
+								mine["tb/"+key]++
+								mine["fw/"+key]++
+							}
+							continue
+						}
+						name := names[i%2]
+						res, err := lim.Limit(ctx, name, key)
+						if !assert.NoError(t, err) {
+							return
+						}
+						assert.Equal(t, key, res.Key)
+						if res.OK {
+							mine[name+"/"+key]++
+						}
+					}
+					mu.Lock()
+					for k, n := range mine {
+						granted[k] += n
+					}
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			close(stop)
+			flips.Wait()
+
+			drain := func(name, key string) int {
+				t.Helper()
+				n := 0
+				for {
+					res, err := lim.Limit(ctx, name, key)
+					require.NoError(t, err)
+					if !res.OK {
+						return n
+					}
+					n++
+				}
+			}
+			require.NoError(t, lim.SetLimits(strict))
+			for _, name := range names {
+				for _, key := range keys {
+					id := name + "/" + key
+					rest := drain(name, key)
+					assert.LessOrEqual(t, rest, 4, "%s: the strict capacity bounds what is left", id)
+					assert.LessOrEqual(t, granted[id]+rest, 10, "%s: never more than the generous capacity without time passing", id)
+				}
+			}
+			mock.Add(time.Second)
+			for _, name := range names {
+				for _, key := range keys {
+					assert.Equal(t, 2, drain(name, key), "%s/%s: the strict rate, a second later", name, key)
+				}
+			}
+			require.NoError(t, lim.SetLimits(generous))
+			mock.Add(time.Second)
+			for _, name := range names {
+				for _, key := range keys {
+					assert.Equal(t, 10, drain(name, key), "%s/%s: the generous rate, a second later", name, key)
+				}
+			}
+			// A record refreshed under the generous config (9 left) meets
+			// the strict one: cut to 4. (Time passing after the change
+			// would be refilled at the strict rate.)
+			mock.Add(time.Second)
+			for _, name := range names {
+				for _, key := range keys {
+					res, err := lim.Limit(ctx, name, key)
+					require.NoError(t, err)
+					require.Equal(t, 9.0, res.Remaining)
+				}
+			}
+			require.NoError(t, lim.SetLimits(strict))
+			for _, name := range names {
+				for _, key := range keys {
+					assert.Equal(t, 4, drain(name, key), "%s/%s: 9 left, cut to the strict 4", name, key)
+				}
+			}
+		})
+	}
+}
+
+// SetLimits and calls may race: the race detector watches this test.
+func TestSetLimitsRacesWithEveryCall(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	sets := []ratelimit.Limits{
+		{"l": {Kind: ratelimit.TokenBucket, Rate: 5, Period: time.Second, Shards: 2}},
+		{"l": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Second}},
+		{},
+	}
+	lim, err := ratelimit.New(must(memstore.New()), sets[0], ratelimit.WithClock(mock), ratelimit.WithDenyCache(10))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				key := fmt.Sprint("k", (g+i)%3)
+				var err error
+				switch i % 6 {
+				case 0:
+					_, err = lim.Limit(ctx, "l", key)
+				case 1:
+					_, err = lim.Check(ctx, "l", key)
+				case 2:
+					var r *ratelimit.Reservation
+					if r, err = lim.Reserve(ctx, "l", key); err == nil {
+						err = r.Cancel(ctx)
+					}
+				case 3:
+					_, err = lim.Value(ctx, "l", key)
+				case 4:
+					err = lim.Reset(ctx, "l", key)
+				case 5:
+					_, err = lim.LimitAll(ctx, key, []string{"l"})
+					_, _ = lim.Config("l")
+				}
+				if err != nil && !errors.Is(err, ratelimit.ErrUnknownLimit) {
+					assert.NoError(t, err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 300 {
+		require.NoError(t, lim.SetLimits(sets[i%len(sets)]))
+	}
+	wg.Wait()
+}
