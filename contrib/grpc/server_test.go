@@ -373,13 +373,15 @@ func TestConcurrentCalls(t *testing.T) {
 	var wg sync.WaitGroup
 	var refused atomic.Int64
 	for range 8 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range 10 {
 				if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) == codes.ResourceExhausted {
 					refused.Add(1)
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	assert.Equal(t, int64(25), served.calls.Load())

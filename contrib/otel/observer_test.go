@@ -88,7 +88,7 @@ func describe(set attribute.Set) string {
 	var parts []string
 	for _, k := range []attribute.Key{ratelimitotel.LimitKey, ratelimitotel.OutcomeKey, ratelimitotel.CheckKey, ratelimitotel.LocalKey} {
 		v, _ := set.Value(k)
-		parts = append(parts, v.String())
+		parts = append(parts, v.Emit())
 	}
 	return strings.Join(parts, " ")
 }
@@ -98,7 +98,7 @@ func noKey(t *testing.T, sm metricdata.ScopeMetrics) {
 	t.Helper()
 	check := func(set attribute.Set) {
 		for _, kv := range set.ToSlice() {
-			assert.NotContains(t, kv.Value.String(), secretKey, "attribute %s", kv.Key)
+			assert.NotContains(t, kv.Value.Emit(), secretKey, "attribute %s", kv.Key)
 		}
 	}
 	for _, m := range sm.Metrics {

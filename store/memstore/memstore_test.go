@@ -302,7 +302,9 @@ func TestExactWhileRecordsMove(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 8 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			out := make([]driver.Decision, 1)
 			for round := range 3 * quota {
 				for k := range keys {
@@ -322,7 +324,7 @@ func TestExactWhileRecordsMove(t *testing.T) {
 					}
 				}
 			}
-		})
+		}()
 	}
 	churn := func(g int) {
 		tb := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
@@ -343,7 +345,8 @@ func TestExactWhileRecordsMove(t *testing.T) {
 	}
 	var cw sync.WaitGroup
 	for g := range 2 {
-		cw.Go(func() { churn(g) })
+		cw.Add(1)
+		go func() { defer cw.Done(); churn(g) }()
 	}
 	wg.Wait()
 	close(stop)

@@ -397,11 +397,13 @@ func TestClusterSlotMoves(t *testing.T) {
 	// Many callers at once, coalesced, on the slot's new master.
 	var wg sync.WaitGroup
 	for range 40 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			res, err := lim.Limit(ctx, "l", key)
 			require.NoError(t, err)
 			require.True(t, res.OK)
-		})
+		}()
 	}
 	wg.Wait()
 	spent += 40

@@ -135,7 +135,9 @@ func TestStalledServer(t *testing.T) {
 
 	var wg sync.WaitGroup
 	for _, cl := range calls {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, time.Hour)
 			if !cl.cancel {
 				cctx, cancel = context.WithTimeout(ctx, wait)
@@ -152,7 +154,7 @@ func TestStalledServer(t *testing.T) {
 			}
 			assert.ErrorIs(t, err, want, cl.name)
 			assert.Less(t, took, pause-time.Second, "%s: returned after %v, not when its context ended", cl.name, took)
-		})
+		}()
 	}
 	wg.Wait()
 

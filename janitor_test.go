@@ -1,0 +1,381 @@
+package ratelimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// expirer is a driver.Expirer that records its calls. Each call takes
+// its answer from answers (when set), or returns deleted.
+type expirer struct {
+	deleted  int
+	err      error
+	answers  chan func(ctx context.Context) (int, error) // each call runs the next one, when non-nil
+	inFlight atomic.Int32
+	overlap  atomic.Bool // two calls were under way at once
+
+	mu   sync.Mutex
+	nows []time.Time
+}
+
+func (e *expirer) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	if e.inFlight.Add(1) > 1 {
+		e.overlap.Store(true)
+	}
+	defer e.inFlight.Add(-1)
+	e.mu.Lock()
+	e.nows = append(e.nows, now)
+	e.mu.Unlock()
+	if e.answers != nil {
+		return (<-e.answers)(ctx)
+	}
+	return e.deleted, e.err
+}
+
+func (e *expirer) calls() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]time.Time(nil), e.nows...)
+}
+
+// ownClockExpirer is an expirer whose store keeps its own clock.
+type ownClockExpirer struct {
+	expirer
+	now int64
+	err error
+}
+
+func (e *ownClockExpirer) OwnClock() bool { return true }
+
+func (e *ownClockExpirer) Now(context.Context) (int64, error) { return e.now, e.err }
+
+var _ driver.TimeSource = (*ownClockExpirer)(nil)
+
+var janitorT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// newJanitor starts a janitor on a mock clock at janitorT0, with a quiet
+// logger unless opts set one, and returns it with its sweeps as they end.
+func newJanitor(t *testing.T, store driver.Expirer, every time.Duration, opts ...ratelimit.JanitorOption) (*ratelimit.Janitor, *clock.Mock, <-chan ratelimit.SweepResult) {
+	t.Helper()
+	mock := clock.NewMock()
+	mock.Set(janitorT0)
+	results := make(chan ratelimit.SweepResult, 100)
+	opts = append([]ratelimit.JanitorOption{
+		ratelimit.WithJanitorLogger(slog.New(slog.DiscardHandler)),
+		ratelimit.WithJanitorClock(mock),
+		ratelimit.WithSweepObserver(func(r ratelimit.SweepResult) { results <- r }),
+	}, opts...)
+	j, err := ratelimit.NewJanitor(store, every, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { j.Close() })
+	return j, mock, results
+}
+
+// next returns the next sweep's result. The timer only guards against a
+// hang; no assertion depends on it.
+func next(t *testing.T, results <-chan ratelimit.SweepResult) ratelimit.SweepResult {
+	t.Helper()
+	select {
+	case r := <-results:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sweep ended")
+		return ratelimit.SweepResult{}
+	}
+}
+
+func TestNewJanitorRejectsBadArguments(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store driver.Expirer
+		every time.Duration
+		opts  []ratelimit.JanitorOption
+		want  string
+	}{
+		{"nil store", nil, time.Minute, nil, "needs a store"},
+		{"zero interval", &expirer{}, 0, nil, "interval 0s is not positive"},
+		{"negative interval", &expirer{}, -time.Second, nil, "interval -1s is not positive"},
+		{"nil clock", &expirer{}, time.Minute, []ratelimit.JanitorOption{ratelimit.WithJanitorClock(nil)}, "WithJanitorClock(nil)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := ratelimit.NewJanitor(tc.store, tc.every, tc.opts...)
+			require.ErrorIs(t, err, ratelimit.ErrInvalidJanitor)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Nil(t, j)
+		})
+	}
+}
+
+// TestJanitorSweepsEveryInterval: t0 start; t0+59s nothing; t0+60s the
+// first sweep; t0+120s the second, each passed the clock's time.
+func TestJanitorSweepsEveryInterval(t *testing.T) {
+	store := &expirer{deleted: 3}
+	j, mock, results := newJanitor(t, store, time.Minute)
+	assert.Equal(t, time.Minute, j.Every())
+
+	mock.Add(59 * time.Second)
+	mock.Add(time.Second)
+	r := next(t, results)
+	assert.Equal(t, janitorT0.Add(time.Minute), r.Now, "the first sweep is one interval after the start, not before")
+	assert.Equal(t, 3, r.Deleted)
+	assert.NoError(t, r.Err)
+	assert.False(t, r.Manual)
+
+	mock.Add(time.Minute)
+	r = next(t, results)
+	assert.Equal(t, janitorT0.Add(2*time.Minute), r.Now)
+	assert.Equal(t, []time.Time{janitorT0.Add(time.Minute), janitorT0.Add(2 * time.Minute)}, store.calls())
+}
+
+// TestJanitorCountsTheIntervalFromTheEnd: a sweep that takes 10s (t0+60s
+// to t0+70s) puts the next at t0+130s, not t0+120s.
+func TestJanitorCountsTheIntervalFromTheEnd(t *testing.T) {
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 2)}
+	_, mock, results := newJanitor(t, store, time.Minute)
+	entered, release := make(chan struct{}), make(chan struct{})
+	store.answers <- func(context.Context) (int, error) {
+		close(entered)
+		<-release
+		return 1, nil
+	}
+	store.answers <- func(context.Context) (int, error) { return 2, nil }
+
+	mock.Add(time.Minute)
+	<-entered
+	mock.Add(10 * time.Second) // while the sweep is under way
+	close(release)
+	r := next(t, results)
+	assert.Equal(t, janitorT0.Add(time.Minute), r.Now)
+	assert.Equal(t, 10*time.Second, r.Duration)
+
+	mock.Add(50 * time.Second) // t0+120s
+	mock.Add(10 * time.Second) // t0+130s
+	r = next(t, results)
+	assert.Equal(t, janitorT0.Add(130*time.Second), r.Now)
+	assert.Equal(t, 2, r.Deleted)
+}
+
+func TestJanitorSweepNow(t *testing.T) {
+	store := &expirer{deleted: 7}
+	j, mock, results := newJanitor(t, store, time.Hour)
+	mock.Add(time.Minute)
+
+	n, err := j.Sweep(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 7, n)
+	r := next(t, results)
+	assert.True(t, r.Manual)
+	assert.Equal(t, janitorT0.Add(time.Minute), r.Now)
+	assert.Equal(t, []time.Time{janitorT0.Add(time.Minute)}, store.calls())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = j.Sweep(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Len(t, store.calls(), 1, "a canceled Sweep does not call the store")
+}
+
+// TestJanitorReportsFailures: a failed sweep is logged at Warn and
+// reported with what it deleted; the next sweep runs as planned.
+func TestJanitorReportsFailures(t *testing.T) {
+	boom := errors.New("disk on fire")
+	store := &expirer{deleted: 4, err: boom}
+	var logs bytes.Buffer
+	j, mock, results := newJanitor(t, store, time.Minute,
+		ratelimit.WithJanitorLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+
+	mock.Add(time.Minute)
+	r := next(t, results)
+	require.ErrorIs(t, r.Err, boom)
+	assert.Equal(t, 4, r.Deleted)
+	assert.Contains(t, logs.String(), "level=WARN")
+	assert.Contains(t, logs.String(), "disk on fire")
+
+	n, err := j.Sweep(context.Background())
+	require.ErrorIs(t, err, boom)
+	assert.Equal(t, 4, n)
+	next(t, results)
+
+	mock.Add(time.Minute)
+	assert.Equal(t, janitorT0.Add(2*time.Minute), next(t, results).Now)
+}
+
+// TestJanitorUsesTheStoreClock: a store with its own clock is swept at its
+// time, since its records carry it.
+func TestJanitorUsesTheStoreClock(t *testing.T) {
+	storeNow := janitorT0.Add(-time.Hour)
+	store := &ownClockExpirer{now: storeNow.UnixMilli()}
+	j, _, results := newJanitor(t, store, time.Minute)
+	_, err := j.Sweep(context.Background())
+	require.NoError(t, err)
+	calls := store.calls()
+	require.Len(t, calls, 1)
+	assert.True(t, calls[0].Equal(storeNow), "swept at %v, want the store's %v", calls[0], storeNow)
+	assert.True(t, next(t, results).Now.Equal(storeNow))
+
+	store.err = errors.New("no connection")
+	_, err = j.Sweep(context.Background())
+	require.ErrorIs(t, err, store.err)
+	assert.ErrorContains(t, err, "reading the store's clock")
+	assert.Len(t, store.calls(), 1, "no sweep without the store's time")
+}
+
+// TestJanitorCloseDuringSweep: Close interrupts the timer's sweep under
+// way and returns only once it has returned.
+func TestJanitorCloseDuringSweep(t *testing.T) {
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 1)}
+	entered, canceled, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	store.answers <- func(ctx context.Context) (int, error) {
+		close(entered)
+		<-ctx.Done()
+		close(canceled)
+		<-release
+		returned.Store(true)
+		return 5, ctx.Err()
+	}
+	j, mock, results := newJanitor(t, store, time.Minute)
+	mock.Add(time.Minute)
+	<-entered
+
+	closed := make(chan struct{})
+	go func() {
+		j.Close()
+		close(closed)
+	}()
+	<-canceled
+	select {
+	case <-closed:
+		t.Fatal("Close returned while the sweep was under way")
+	default:
+	}
+	close(release)
+	<-closed
+	assert.True(t, returned.Load())
+
+	r := next(t, results)
+	assert.ErrorIs(t, r.Err, context.Canceled)
+	assert.Equal(t, 5, r.Deleted)
+
+	_, err := j.Sweep(context.Background())
+	require.ErrorIs(t, err, ratelimit.ErrJanitorClosed)
+	mock.Add(time.Hour)
+	assert.Len(t, store.calls(), 1, "no sweep after Close")
+	require.NoError(t, j.Close(), "Close again")
+}
+
+// TestJanitorCloseDuringManualSweep: Close interrupts a Sweep call too.
+func TestJanitorCloseDuringManualSweep(t *testing.T) {
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 1)}
+	entered := make(chan struct{})
+	var returned atomic.Bool
+	store.answers <- func(ctx context.Context) (int, error) {
+		close(entered)
+		<-ctx.Done()
+		returned.Store(true)
+		return 0, fmt.Errorf("stopped: %w", ctx.Err())
+	}
+	j, _, _ := newJanitor(t, store, time.Minute)
+	swept := make(chan error, 1)
+	go func() {
+		_, err := j.Sweep(context.Background())
+		swept <- err
+	}()
+	<-entered
+	require.NoError(t, j.Close())
+	assert.True(t, returned.Load(), "Close returned before the Sweep it interrupted")
+	assert.ErrorIs(t, <-swept, context.Canceled)
+}
+
+// TestJanitorNeverSweepsTwiceAtOnce: Sweep calls from many goroutines and
+// the timer's ticks, all at once; the store never sees two at a time.
+func TestJanitorNeverSweepsTwiceAtOnce(t *testing.T) {
+	store := &expirer{deleted: 1}
+	var reports atomic.Int32
+	j, mock, _ := newJanitor(t, store, time.Second,
+		ratelimit.WithSweepObserver(func(ratelimit.SweepResult) { reports.Add(1) }))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				_, err := j.Sweep(context.Background())
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	for range 50 {
+		mock.Add(time.Second)
+	}
+	wg.Wait()
+	require.NoError(t, j.Close())
+	assert.False(t, store.overlap.Load(), "two sweeps overlapped")
+	calls := len(store.calls())
+	assert.GreaterOrEqual(t, calls, 8*20)
+	assert.Equal(t, calls, int(reports.Load()), "one report per sweep")
+}
+
+// A janitor sweeps a boltstore file every few minutes; here, a mock clock
+// stands in for the wait, and Sweep runs one sweep at once.
+func ExampleNewJanitor() {
+	dir, err := os.MkdirTemp("", "ratelimit-janitor")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := boltstore.Open(filepath.Join(dir, "limits.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+
+	ctx := context.Background()
+	mock := clock.NewMock()
+	mock.Set(time.Date(2024, 1, 1, 9, 0, 0, 0, time.UTC))
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"sendMessage": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	for _, user := range []string{"user-1", "user-2"} {
+		if _, err := lim.Limit(ctx, "sendMessage", user); err != nil {
+			panic(err)
+		}
+	}
+
+	janitor, err := ratelimit.NewJanitor(store, 5*time.Minute, ratelimit.WithJanitorClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	defer janitor.Close()
+
+	// Both buckets are full again 6s later; the store drops them a minute
+	// (driver.ExpiryGrace) after that.
+	mock.Add(10 * time.Second)
+	n, err := janitor.Sweep(ctx)
+	fmt.Println("after 10s:", n, "deleted", err)
+	mock.Add(time.Minute)
+	n, err = janitor.Sweep(ctx)
+	fmt.Println("after 70s:", n, "deleted", err)
+	// Output:
+	// after 10s: 0 deleted <nil>
+	// after 70s: 2 deleted <nil>
+}
