@@ -25,7 +25,9 @@ func TestKeyHasherSum(t *testing.T) {
 	keys := []string{"", "a", "user-42", strings.Repeat("k", 63), strings.Repeat("k", 64), strings.Repeat("x", 1000)}
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range 50 {
 				for _, key := range keys {
 					got := k.sum(key)
@@ -33,7 +35,7 @@ func TestKeyHasherSum(t *testing.T) {
 					assert.Equal(t, want(key), got, "key of %d bytes", len(key))
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 }

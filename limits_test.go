@@ -264,7 +264,9 @@ func TestSetLimitsUnderLoad(t *testing.T) {
 				}
 			}()
 			for g := range 8 {
-				wg.Go(func() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
 					mine := map[string]int{}
 					for i := range 300 {
 						key := keys[(g+i)%len(keys)]
@@ -294,7 +296,7 @@ func TestSetLimitsUnderLoad(t *testing.T) {
 						granted[k] += n
 					}
 					mu.Unlock()
-				})
+				}()
 			}
 			wg.Wait()
 			close(stop)
@@ -368,7 +370,9 @@ func TestSetLimitsRacesWithEveryCall(t *testing.T) {
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range 200 {
 				key := fmt.Sprint("k", (g+i)%3)
 				var err error
@@ -395,7 +399,7 @@ func TestSetLimitsRacesWithEveryCall(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	for i := range 300 {
 		require.NoError(t, lim.SetLimits(sets[i%len(sets)]))
