@@ -20,18 +20,6 @@ import (
 // the key or cancelled a reservation, which only this process's own Reset
 // and Cancel invalidate.
 
-// WithDenyCache enables the local deny cache, holding at most size keys
-// (when full, an arbitrary entry makes room). It applies to unsharded
-// limits called one at a time, and is ignored with a store that keeps its
-// own time (TimeSource), whose clock the Limiter cannot read locally.
-func WithDenyCache(size int) Option {
-	return func(l *Limiter) {
-		if size > 0 {
-			l.deny = newDenyCache(size)
-		}
-	}
-}
-
 const denyStripes = 16
 
 type denyKey struct{ name, key string }

@@ -27,14 +27,6 @@ const (
 	DefaultBreakerCooldown = 2 * time.Second
 )
 
-// WithBreaker sets how many consecutive store failures open the breaker,
-// and for how long it then decides calls by their failure policy without
-// asking the store. failures ≤ 0 disables the breaker: every call asks the
-// store.
-func WithBreaker(failures int, cooldown time.Duration) Option {
-	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = failures, cooldown }
-}
-
 // breakerSlowCall is how long a call cut short by its caller's deadline
 // must have waited for the store, with no other call answered meanwhile,
 // to count as a store failure.

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"hash"
 	"sync"
 )
@@ -20,35 +19,6 @@ const (
 	keyHashBytes = 16
 	keyHashLen   = 22
 )
-
-// WithKeyHash makes the Limiter give the store, in place of each key, a
-// keyed hash of it: HMAC-SHA256 of the key under secret, its first 16
-// bytes written in 22 characters of unpadded base64url. API keys, user
-// IDs and addresses then appear neither in the store's record names
-// (Redis keys, PostgreSQL rows, bbolt keys) nor in what the store logs or
-// replicates; what the Limiter returns (Result.Key, LimitError) and tells
-// its Observer keeps the key as given.
-//
-// Every process sharing a store must use the same secret, and so must
-// the ratelimit command's inspect and reset (--key-secret, or the
-// RATELIMIT_KEY_SECRET environment variable), which read and reset a key
-// by its clear form. Changing the secret, or turning hashing on or off,
-// starts every key afresh: its records are then others, and the old ones
-// expire unused. A fixed window's derived phase comes from the hashed key,
-// so it changes too. The secret must hold at least MinKeySecret bytes (32
-// random ones are best); a shorter one makes New fail with an error
-// matching ErrInvalidOption. See docs/production.md for what hashing
-// costs.
-func WithKeyHash(secret []byte) Option {
-	return func(l *Limiter) {
-		if len(secret) < MinKeySecret {
-			l.optErr = fmt.Errorf("ratelimit: WithKeyHash: the secret has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process sharing the store: %w",
-				len(secret), MinKeySecret, MinKeySecret, ErrInvalidOption)
-			return
-		}
-		l.keys = newKeyHasher(secret)
-	}
-}
 
 // keyHasher computes the keyed hashes of WithKeyHash. An HMAC is not safe
 // for concurrent use, so each call borrows one from a pool.

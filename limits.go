@@ -1,8 +1,13 @@
 package ratelimit
 
 import (
+	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // A Limiter's limits may change while it serves calls: a new limits file
@@ -161,4 +166,146 @@ func (l *Limiter) forgetLimits(names []string) {
 	for _, name := range names {
 		l.deny.forgetLimit(name)
 	}
+}
+
+// limit is a validated config, ready for calls.
+type limit struct {
+	name     string
+	cfg      Config
+	base     driver.Params // one shard's share, phase unset
+	shards   int
+	start    int64 // Start in Unix ms; used when hasStart
+	hasStart bool
+	maxPlain float64 // largest count a plain call may ask
+	maxDebt  float64 // largest count a reserving call may ask
+	// msPerToken is Period/Rate of one shard, for resetOne.
+	msPerToken float64
+	// bound decides the single calls of a declared, unsharded limit when
+	// the store is a Binder; nil otherwise.
+	bound driver.BoundLimit
+}
+
+func compile(name string, c Config) (*limit, error) {
+	if err := c.validate(name); err != nil {
+		return nil, err
+	}
+	lim := &limit{name: name, cfg: c, base: c.params(), shards: c.shards()}
+	if !c.Start.IsZero() {
+		lim.start, lim.hasStart = c.Start.UnixMilli(), true
+	}
+	reach := 1.0 // records one call may draw on
+	if lim.shards > 1 {
+		reach = 2
+	}
+	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
+	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
+	lim.msPerToken = float64(lim.base.Period) / lim.base.Rate
+	return lim, nil
+}
+
+// phaseFunc returns the phase of the limit's records (shard 0) by key, as
+// params sets it, for Binder.Bind.
+func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
+	if lim.base.Kind != driver.FixedWindow {
+		return func(string) int64 { return 0 }
+	}
+	if lim.hasStart {
+		phase := floorMod(lim.start, lim.base.Period)
+		return func(string) int64 { return phase }
+	}
+	return func(key string) int64 { return phaseHash(seed, lim.name, key, 0, lim.base.Period) }
+}
+
+// params returns the params of one shard of the limit for key.
+func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
+	p := lim.base
+	if p.Kind == driver.FixedWindow {
+		if lim.hasStart {
+			p.Phase = floorMod(lim.start, p.Period)
+		} else {
+			p.Phase = phaseHash(seed, lim.name, key, shard, p.Period)
+		}
+	}
+	return p
+}
+
+func (lim *limit) checkCount(count float64, reserve bool) error {
+	if !(count >= 0) || math.IsInf(count, 1) {
+		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
+	}
+	if reserve {
+		switch {
+		case count > lim.maxDebt && lim.maxDebt == MaxTokens:
+			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
+				Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
+		case count > lim.maxDebt:
+			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
+				Problem: fmt.Sprintf("exceeds %v, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
+					lim.maxDebt, lim.shardNote())}
+		}
+		return nil
+	}
+	if count > lim.maxPlain {
+		hint := "raise Capacity, split the call, or ask with WithReserve()"
+		if lim.shards > 1 {
+			hint = lim.shardHint(count)
+		}
+		return &CountError{Name: lim.name, Count: count, Max: lim.maxPlain,
+			Problem: fmt.Sprintf("exceeds %v, the most the limit can grant at once%s: %s", lim.maxPlain, lim.shardNote(), hint)}
+	}
+	return nil
+}
+
+func (lim *limit) shardNote() string {
+	if lim.shards > 1 {
+		return fmt.Sprintf(" (two of its %d shards together)", lim.shards)
+	}
+	return ""
+}
+
+// shardHint suggests a shard count or capacity that would admit count.
+func (lim *limit) shardHint(count float64) string {
+	c := lim.cfg.capacity()
+	if n := int(math.Floor(2 * c / count)); n >= 2 {
+		return fmt.Sprintf("use at most %d shards, or raise Capacity to %v", n, count*float64(lim.shards)/2)
+	}
+	return fmt.Sprintf("use one shard, or raise Capacity to %v", count*float64(lim.shards)/2)
+}
+
+// ids appends the record ids of every shard of (lim, key).
+func (lim *limit) ids(key string, dst []driver.RecordID) []driver.RecordID {
+	for i := 0; i < lim.shards; i++ {
+		dst = append(dst, driver.RecordID{Name: lim.name, Key: key, Shard: i})
+	}
+	return dst
+}
+
+// resolve finds the limit called name: declared (in New, SetLimits or
+// SetLimit), or given inline.
+func (set *limitSet) resolve(name string, inline *Config) (*limit, error) {
+	lim, ok := set.byName[name]
+	switch {
+	case ok && inline != nil && !sameConfig(lim.cfg, *inline):
+		return nil, fmt.Errorf("ratelimit: limit %q is declared with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)
+	case ok:
+		return lim, nil
+	case inline != nil:
+		return compile(name, *inline)
+	}
+	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or SetLimits, or pass WithConfig: %w", name, ErrUnknownLimit)
+}
+
+// sameConfig reports whether a and b configure the same limit: every
+// field equal, Start as an instant. It compares the structs whole, so that
+// a field added to Config takes part without a change here.
+func sameConfig(a, b Config) bool {
+	if !a.Start.Equal(b.Start) {
+		return false
+	}
+	a.Start, b.Start = time.Time{}, time.Time{}
+	return a == b
+}
+
+func (l *Limiter) resolveOpts(name string, opts []CallOption) (*limit, error) {
+	return l.limits.Load().resolve(name, newCall(opts).cfg)
 }

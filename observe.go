@@ -69,9 +69,6 @@ type Event struct {
 	Err error
 }
 
-// WithObserver sets the Observer that sees every decision.
-func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
-
 func outcomeOf(r Result, failed bool) Outcome {
 	switch {
 	case failed:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -43,6 +42,20 @@ type Limiter struct {
 	tokenKey     []byte
 }
 
+// Store keeps the state records of a Limiter: store/memstore,
+// store/boltstore, store/redisstore, store/pgstore, or one of your own.
+// What a store implements is the contract of package driver.
+type Store = driver.Store
+
+// ownClock returns the store's TimeSource when it uses its own clock, and
+// nil otherwise.
+func ownClock(s Store) driver.TimeSource {
+	if ts, ok := s.(driver.TimeSource); ok && ts.OwnClock() {
+		return ts
+	}
+	return nil
+}
+
 // Option configures a Limiter in New.
 type Option func(*Limiter)
 
@@ -64,6 +77,79 @@ func WithLogger(logger *slog.Logger) Option { return func(l *Limiter) { l.logger
 // source is used under a lock. The default is the runtime's fast,
 // goroutine-safe generator.
 func WithRand(src rand.Source) Option { return func(l *Limiter) { l.picker.src = src } }
+
+// WithBreaker sets how many consecutive store failures open the breaker,
+// and for how long it then decides calls by their failure policy without
+// asking the store. failures ≤ 0 disables the breaker: every call asks the
+// store.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = failures, cooldown }
+}
+
+// WithObserver sets the Observer that sees every decision.
+func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
+
+// WithDenyCache enables the local deny cache, holding at most size keys
+// (when full, an arbitrary entry makes room). It applies to unsharded
+// limits called one at a time, and is ignored with a store that keeps its
+// own time (TimeSource), whose clock the Limiter cannot read locally.
+func WithDenyCache(size int) Option {
+	return func(l *Limiter) {
+		if size > 0 {
+			l.deny = newDenyCache(size)
+		}
+	}
+}
+
+// WithKeyHash makes the Limiter give the store, in place of each key, a
+// keyed hash of it: HMAC-SHA256 of the key under secret, its first 16
+// bytes written in 22 characters of unpadded base64url. API keys, user
+// IDs and addresses then appear neither in the store's record names
+// (Redis keys, PostgreSQL rows, bbolt keys) nor in what the store logs or
+// replicates; what the Limiter returns (Result.Key, LimitError) and tells
+// its Observer keeps the key as given.
+//
+// Every process sharing a store must use the same secret, and so must
+// the ratelimit command's inspect and reset (--key-secret, or the
+// RATELIMIT_KEY_SECRET environment variable), which read and reset a key
+// by its clear form. Changing the secret, or turning hashing on or off,
+// starts every key afresh: its records are then others, and the old ones
+// expire unused. A fixed window's derived phase comes from the hashed key,
+// so it changes too. The secret must hold at least MinKeySecret bytes (32
+// random ones are best); a shorter one makes New fail with an error
+// matching ErrInvalidOption. See docs/production.md for what hashing
+// costs.
+func WithKeyHash(secret []byte) Option {
+	return func(l *Limiter) {
+		if len(secret) < MinKeySecret {
+			l.optErr = fmt.Errorf("ratelimit: WithKeyHash: the secret has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process sharing the store: %w",
+				len(secret), MinKeySecret, MinKeySecret, ErrInvalidOption)
+			return
+		}
+		l.keys = newKeyHasher(secret)
+	}
+}
+
+// WithSettleWindow sets how long past the time its job may run a token
+// may still be settled (default DefaultSettleWindow): a worker that takes
+// a job off a queue later than that can no longer mark it used
+// (ErrTokenExpired), and a cancel that late hands nothing back. The store
+// keeps a marker of each settled token for that long (and ExpiryGrace
+// more), so a longer window costs store memory. The window is written
+// into each token when it is made: processes may differ.
+func WithSettleWindow(d time.Duration) Option {
+	return func(l *Limiter) { l.settleWindow = max(d, 0) }
+}
+
+// WithTokenKey makes the Limiter authenticate its tokens: every token it
+// makes carries an HMAC-SHA-256 tag under key, and every token it is
+// given to settle must carry a valid one (ErrInvalidToken otherwise).
+// Every process that makes or settles the tokens needs the same key.
+// Without it a token is a bearer capability: whoever can present it can
+// settle it, and its amounts are taken on trust (see docs/reservations.md).
+func WithTokenKey(key []byte) Option {
+	return func(l *Limiter) { l.tokenKey = append([]byte(nil), key...) }
+}
 
 // New returns a Limiter that keeps state in store and knows the given
 // limits. Every config is validated: an invalid one is reported as a
@@ -122,229 +208,6 @@ func timeAt(start time.Time, now int64) time.Time {
 		return time.UnixMilli(now)
 	}
 	return start
-}
-
-// limit is a validated config, ready for calls.
-type limit struct {
-	name     string
-	cfg      Config
-	base     driver.Params // one shard's share, phase unset
-	shards   int
-	start    int64 // Start in Unix ms; used when hasStart
-	hasStart bool
-	maxPlain float64 // largest count a plain call may ask
-	maxDebt  float64 // largest count a reserving call may ask
-	// msPerToken is Period/Rate of one shard, for resetOne.
-	msPerToken float64
-	// bound decides the single calls of a declared, unsharded limit when
-	// the store is a Binder; nil otherwise.
-	bound driver.BoundLimit
-}
-
-func compile(name string, c Config) (*limit, error) {
-	if err := c.validate(name); err != nil {
-		return nil, err
-	}
-	lim := &limit{name: name, cfg: c, base: c.params(), shards: c.shards()}
-	if !c.Start.IsZero() {
-		lim.start, lim.hasStart = c.Start.UnixMilli(), true
-	}
-	reach := 1.0 // records one call may draw on
-	if lim.shards > 1 {
-		reach = 2
-	}
-	lim.maxPlain = min(reach*lim.base.Capacity, MaxTokens)
-	lim.maxDebt = min(reach*(lim.base.Capacity+lim.base.MaxReserved), MaxTokens)
-	lim.msPerToken = float64(lim.base.Period) / lim.base.Rate
-	return lim, nil
-}
-
-// phaseFunc returns the phase of the limit's records (shard 0) by key, as
-// params sets it, for Binder.Bind.
-func (lim *limit) phaseFunc(seed uint64) func(key string) int64 {
-	if lim.base.Kind != driver.FixedWindow {
-		return func(string) int64 { return 0 }
-	}
-	if lim.hasStart {
-		phase := floorMod(lim.start, lim.base.Period)
-		return func(string) int64 { return phase }
-	}
-	return func(key string) int64 { return phaseHash(seed, lim.name, key, 0, lim.base.Period) }
-}
-
-// params returns the params of one shard of the limit for key.
-func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
-	p := lim.base
-	if p.Kind == driver.FixedWindow {
-		if lim.hasStart {
-			p.Phase = floorMod(lim.start, p.Period)
-		} else {
-			p.Phase = phaseHash(seed, lim.name, key, shard, p.Period)
-		}
-	}
-	return p
-}
-
-func (lim *limit) checkCount(count float64, reserve bool) error {
-	if !(count >= 0) || math.IsInf(count, 1) {
-		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
-	}
-	if reserve {
-		switch {
-		case count > lim.maxDebt && lim.maxDebt == MaxTokens:
-			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
-				Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
-		case count > lim.maxDebt:
-			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
-				Problem: fmt.Sprintf("exceeds %v, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
-					lim.maxDebt, lim.shardNote())}
-		}
-		return nil
-	}
-	if count > lim.maxPlain {
-		hint := "raise Capacity, split the call, or ask with WithReserve()"
-		if lim.shards > 1 {
-			hint = lim.shardHint(count)
-		}
-		return &CountError{Name: lim.name, Count: count, Max: lim.maxPlain,
-			Problem: fmt.Sprintf("exceeds %v, the most the limit can grant at once%s: %s", lim.maxPlain, lim.shardNote(), hint)}
-	}
-	return nil
-}
-
-func (lim *limit) shardNote() string {
-	if lim.shards > 1 {
-		return fmt.Sprintf(" (two of its %d shards together)", lim.shards)
-	}
-	return ""
-}
-
-// shardHint suggests a shard count or capacity that would admit count.
-func (lim *limit) shardHint(count float64) string {
-	c := lim.cfg.capacity()
-	if n := int(math.Floor(2 * c / count)); n >= 2 {
-		return fmt.Sprintf("use at most %d shards, or raise Capacity to %v", n, count*float64(lim.shards)/2)
-	}
-	return fmt.Sprintf("use one shard, or raise Capacity to %v", count*float64(lim.shards)/2)
-}
-
-// ids appends the record ids of every shard of (lim, key).
-func (lim *limit) ids(key string, dst []driver.RecordID) []driver.RecordID {
-	for i := 0; i < lim.shards; i++ {
-		dst = append(dst, driver.RecordID{Name: lim.name, Key: key, Shard: i})
-	}
-	return dst
-}
-
-// CallOption modifies one call of Limit, Check or Reserve.
-// It is a value, so that options cost no allocation.
-type CallOption struct {
-	set   callField
-	count float64
-	cfg   *Config
-}
-
-type callField uint8
-
-const (
-	setCount callField = iota + 1
-	setReserve
-	setConfig
-	setReceipt
-)
-
-type call struct {
-	count   float64
-	reserve bool
-	receipt bool
-	cfg     *Config
-}
-
-// Count sets how many tokens the call asks for (default 1). It must be a
-// finite number ≥ 0; 0 asks whether any capacity is left.
-func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
-
-// WithReserve lets the call take tokens it cannot have yet: it is OK with a
-// RetryAfter that says when the tokens will have been granted, up to the
-// limit's MaxReserved.
-func WithReserve() CallOption { return CallOption{set: setReserve} }
-
-// WithConfig gives the config of a limit not declared (in New, SetLimits or
-// SetLimit). Using it with a declared name is an error unless the configs
-// are equal.
-func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
-
-// newCall returns the call that opts describe.
-func newCall(opts []CallOption) call {
-	c := call{count: 1}
-	for _, o := range opts {
-		switch o.set {
-		case setCount:
-			c.count = o.count
-		case setReserve:
-			c.reserve = true
-		case setConfig:
-			c.cfg = o.cfg
-		case setReceipt:
-			c.receipt = true
-		}
-	}
-	return c
-}
-
-// Result is the answer to Limit or Check.
-type Result struct {
-	// OK is true when the call is allowed, or reserved (then RetryAfter > 0).
-	OK bool
-	// RetryAfter is, for a reserved call, when its tokens will have been
-	// granted, and for a denied call, how long until the same call would
-	// succeed; 0 when allowed outright. Whole milliseconds, rounded up.
-	RetryAfter time.Duration
-	// Remaining is the tokens left after an OK call (negative: owed through
-	// reservations), or the tokens available now after a denied one. For a
-	// sharded limit it counts the two shards the call evaluated.
-	Remaining float64
-	// ResetAfter is how long until the limit next replenishes: for a fixed
-	// window, until its next window starts (for a sharded one, the window
-	// of the first shard evaluated); for a token bucket, until it is full
-	// again. It feeds the "t" of the IETF RateLimit header (package
-	// httplimit). Whole milliseconds, rounded up.
-	ResetAfter time.Duration
-	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
-	// that decided the answer: the one with the longest wait.
-	Name  string
-	Key   string
-	Count float64
-	// Degraded is true when the store could not decide and the limit's
-	// failure policy did (Config.FailOpen); the call's error says why.
-	Degraded bool
-	// Local is true when the deny cache refused the call without asking
-	// the store (WithDenyCache).
-	Local bool
-	// All holds, for LimitAll, each limit's own answer in the order named.
-	All []Result
-	// Token is, for an OK call made WithReceipt() that the store decided,
-	// the receipt of its charge: settle it by its outcome (Settle, Use,
-	// Refund) from any process. Nil otherwise.
-	//
-	// It also makes a Result 112 bytes, a multiple of 16: Go copies a
-	// returned Result by 16-byte moves, and at 104 bytes the last move
-	// overlaps the one before it, so that the next copy (callers make
-	// two) waits for both to be stored.
-	Token *Token
-}
-
-// Reserved reports whether the call was OK only by reserving tokens that
-// will be granted after RetryAfter.
-func (r Result) Reserved() bool { return r.OK && r.RetryAfter > 0 }
-
-// Err returns nil when r is OK, and otherwise a *LimitError that matches
-// ErrLimited, for callers who prefer errors.
-func (r Result) Err() error {
-	if r.OK {
-		return nil
-	}
-	return &LimitError{Name: r.Name, Key: r.Key, Count: r.Count, RetryAfter: r.RetryAfter}
 }
 
 // Limit asks for tokens (one, or Count(n)) of the named limit for key, and
@@ -564,20 +427,6 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	return v, now, true, nil
 }
 
-// boundResult is the Result of a call of lim that the store decided as v,
-// judged at now.
-func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Result {
-	return Result{
-		OK:         v.OK,
-		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-		Remaining:  v.Remaining,
-		ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
-		Name:       lim.name,
-		Key:        key,
-		Count:      c.count,
-	}
-}
-
 // do decides one call of one or more limits.
 func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key string, c call) (Result, charge, error) {
 	start := l.now()
@@ -652,7 +501,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		res := l.result(names[0], key, c, out[0])
 		res.ResetAfter = resetAfter(items[0].Shards[0].Params, len(items[0].Shards), out[0])
 		if out[0].OK {
-			ch.lim, ch.key, ch.n = lims[0], skey, len(items[0].Shards)
+			ch.lim, ch.n = lims[0], len(items[0].Shards)
 			for i, sh := range items[0].Shards {
 				ch.shards[i] = sh.Index
 			}
@@ -667,8 +516,15 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		l.observe(ctx, mode, res, start, nil)
 		return res, ch, nil
 	}
+	return l.combine(ctx, mode, names, key, c, lims, items, out, start), ch, nil
+}
+
+// combine makes the Result of a LimitAll call from its limits' decisions:
+// the binding limit's answer, with every limit's own in All.
+func (l *Limiter) combine(ctx context.Context, mode driver.Mode, names []string, key string, c call,
+	lims []*limit, items []driver.Item, out []driver.Decision, start time.Time) Result {
 	all := make([]Result, len(lims))
-	ok = true
+	ok := true
 	for i := range lims {
 		all[i] = l.result(names[i], key, c, out[i])
 		all[i].ResetAfter = resetAfter(items[i].Shards[0].Params, len(items[i].Shards), out[i])
@@ -699,55 +555,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		}
 		l.observe(ctx, mode, all[i], start, nil)
 	}
-	return res, ch, nil
-}
-
-// resetAfter computes Result.ResetAfter for a limit of n shards of params p
-// from the decision d: for a fixed window, until the next window of the
-// record as the store holds it (its phase may predate a change of Start
-// or of the phase seed); for a token bucket, until the shards the call
-// evaluated are full again.
-func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
-	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
-}
-
-// resetOne is resetMillis of one record of lim, without a division when
-// it can do without. A token bucket's wait until full, w =
-// max(Capacity-remaining, 0)·Period/Rate rounded up, is estimated as
-// max(Capacity-remaining, 0)·msPerToken. Each is within 2 roundings (a
-// relative 2^-52) of the exact quotient, so they are within 5·2^-53 of
-// the estimate of each other; when the estimate is further than that from
-// every whole number, both round up to the same one. Otherwise, and for
-// waits too small or too large for that reasoning, it divides.
-func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
-	p := &lim.base
-	if p.Kind == driver.TokenBucket {
-		x := max(p.Capacity-remaining, 0)
-		if x == 0 {
-			return 0
-		}
-		est := x * lim.msPerToken
-		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
-			whole := math.Floor(est)
-			frac, margin := est-whole, est*6e-16
-			if frac > margin && frac < 1-margin {
-				return time.Duration(whole+1) * time.Millisecond
-			}
-		}
-	}
-	return resetMillis(p, 1, remaining, now, ts)
-}
-
-// resetMillis is resetAfter of a decision's Remaining, Now and TS.
-func resetMillis(p *driver.Params, n int, remaining float64, now, ts int64) time.Duration {
-	var ms float64
-	if p.Kind == driver.FixedWindow {
-		ms = float64(ts + p.Period - now)
-	} else {
-		capacity := p.Capacity * float64(min(n, 2))
-		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
-	}
-	return time.Duration(retryMillis(ms)) * time.Millisecond
+	return res
 }
 
 func (l *Limiter) result(name, key string, c call, d driver.Decision) Result {
@@ -843,32 +651,6 @@ func checkTime(ms int64) error {
 	return nil
 }
 
-// resolve finds the limit called name: declared (in New, SetLimits or
-// SetLimit), or given inline.
-func (set *limitSet) resolve(name string, inline *Config) (*limit, error) {
-	lim, ok := set.byName[name]
-	switch {
-	case ok && inline != nil && !sameConfig(lim.cfg, *inline):
-		return nil, fmt.Errorf("ratelimit: limit %q is declared with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)
-	case ok:
-		return lim, nil
-	case inline != nil:
-		return compile(name, *inline)
-	}
-	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or SetLimits, or pass WithConfig: %w", name, ErrUnknownLimit)
-}
-
-// sameConfig reports whether a and b configure the same limit: every
-// field equal, Start as an instant. It compares the structs whole, so that
-// a field added to Config takes part without a change here.
-func sameConfig(a, b Config) bool {
-	if !a.Start.Equal(b.Start) {
-		return false
-	}
-	a.Start, b.Start = time.Time{}, time.Time{}
-	return a == b
-}
-
 // Reset forgets the state of (name, key) in every shard: the next call
 // finds a full bucket. The phase of a fixed window stays.
 func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOption) error {
@@ -884,37 +666,6 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 		return fmt.Errorf("ratelimit: reset limit %q: store: %w", name, err)
 	}
 	return nil
-}
-
-func (l *Limiter) resolveOpts(name string, opts []CallOption) (*limit, error) {
-	return l.limits.Load().resolve(name, newCall(opts).cfg)
-}
-
-// Status describes the state of (name, key) now, as Value reports it.
-type Status struct {
-	// Remaining is the tokens available now, summed over all shards; negative
-	// while reservations are owed.
-	Remaining float64
-	// Capacity is the most tokens the limit holds (all shards together).
-	Capacity float64
-	// WindowStart is the start of the current window, and NextGrant the
-	// time of the next grant, of a fixed window (for a sharded limit, the
-	// shard whose next grant comes first). Both are zero for a token bucket.
-	WindowStart time.Time
-	NextGrant   time.Time
-	// Shards holds each record's part; one element when unsharded.
-	Shards []ShardStatus
-}
-
-// ShardStatus is one record's part of a Status.
-type ShardStatus struct {
-	Index       int
-	Remaining   float64
-	WindowStart time.Time // fixed window only
-	NextGrant   time.Time // fixed window only
-	// Stored reports whether the store holds a record; a missing one is a
-	// full bucket.
-	Stored bool
 }
 
 // Value reports the tokens available now for (name, key), each shard

@@ -25,33 +25,6 @@ import (
 // WithSettleWindow says otherwise.
 const DefaultSettleWindow = 15 * time.Minute
 
-// WithSettleWindow sets how long past the time its job may run a token
-// may still be settled (default DefaultSettleWindow): a worker that takes
-// a job off a queue later than that can no longer mark it used
-// (ErrTokenExpired), and a cancel that late hands nothing back. The store
-// keeps a marker of each settled token for that long (and ExpiryGrace
-// more), so a longer window costs store memory. The window is written
-// into each token when it is made: processes may differ.
-func WithSettleWindow(d time.Duration) Option {
-	return func(l *Limiter) { l.settleWindow = max(d, 0) }
-}
-
-// WithTokenKey makes the Limiter authenticate its tokens: every token it
-// makes carries an HMAC-SHA-256 tag under key, and every token it is
-// given to settle must carry a valid one (ErrInvalidToken otherwise).
-// Every process that makes or settles the tokens needs the same key.
-// Without it a token is a bearer capability: whoever can present it can
-// settle it, and its amounts are taken on trust (see docs/reservations.md).
-func WithTokenKey(key []byte) Option {
-	return func(l *Limiter) { l.tokenKey = append([]byte(nil), key...) }
-}
-
-// WithReceipt makes Limit or LimitAll return, when the call is OK and was
-// decided by the store, a Token of the charge in Result.Token, for
-// Settle, Use or Refund by any process later: a charge settled by its
-// outcome. With WithReserve the token is the reservation's.
-func WithReceipt() CallOption { return CallOption{set: setReceipt} }
-
 // Token names a charge that may be settled once: a reservation's tokens
 // (Reservation.Token), or a receipt (Result.Token, with WithReceipt). It
 // holds a random 128-bit ID, the store key, each limit, shard and amount

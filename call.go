@@ -1,0 +1,66 @@
+package ratelimit
+
+// The options of one call: how many tokens it asks for, whether it may
+// reserve or wants a receipt, and a limit given inline.
+
+// CallOption modifies one call of Limit, Check or Reserve.
+// It is a value, so that options cost no allocation.
+type CallOption struct {
+	set   callField
+	count float64
+	cfg   *Config
+}
+
+type callField uint8
+
+const (
+	setCount callField = iota + 1
+	setReserve
+	setConfig
+	setReceipt
+)
+
+type call struct {
+	count   float64
+	reserve bool
+	receipt bool
+	cfg     *Config
+}
+
+// Count sets how many tokens the call asks for (default 1). It must be a
+// finite number ≥ 0; 0 asks whether any capacity is left.
+func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }
+
+// WithReserve lets the call take tokens it cannot have yet: it is OK with a
+// RetryAfter that says when the tokens will have been granted, up to the
+// limit's MaxReserved.
+func WithReserve() CallOption { return CallOption{set: setReserve} }
+
+// WithConfig gives the config of a limit not declared (in New, SetLimits or
+// SetLimit). Using it with a declared name is an error unless the configs
+// are equal.
+func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
+
+// newCall returns the call that opts describe.
+func newCall(opts []CallOption) call {
+	c := call{count: 1}
+	for _, o := range opts {
+		switch o.set {
+		case setCount:
+			c.count = o.count
+		case setReserve:
+			c.reserve = true
+		case setConfig:
+			c.cfg = o.cfg
+		case setReceipt:
+			c.receipt = true
+		}
+	}
+	return c
+}
+
+// WithReceipt makes Limit or LimitAll return, when the call is OK and was
+// decided by the store, a Token of the charge in Result.Token, for
+// Settle, Use or Refund by any process later: a charge settled by its
+// outcome. With WithReserve the token is the reservation's.
+func WithReceipt() CallOption { return CallOption{set: setReceipt} }

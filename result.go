@@ -1,0 +1,154 @@
+package ratelimit
+
+import (
+	"math"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
+)
+
+// What a call answers: its Result, and the Status that Value reports.
+
+// Result is the answer to Limit or Check.
+type Result struct {
+	// OK is true when the call is allowed, or reserved (then RetryAfter > 0).
+	OK bool
+	// RetryAfter is, for a reserved call, when its tokens will have been
+	// granted, and for a denied call, how long until the same call would
+	// succeed; 0 when allowed outright. Whole milliseconds, rounded up.
+	RetryAfter time.Duration
+	// Remaining is the tokens left after an OK call (negative: owed through
+	// reservations), or the tokens available now after a denied one. For a
+	// sharded limit it counts the two shards the call evaluated.
+	Remaining float64
+	// ResetAfter is how long until the limit next replenishes: for a fixed
+	// window, until its next window starts (for a sharded one, the window
+	// of the first shard evaluated); for a token bucket, until it is full
+	// again. It feeds the "t" of the IETF RateLimit header (package
+	// httplimit). Whole milliseconds, rounded up.
+	ResetAfter time.Duration
+	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
+	// that decided the answer: the one with the longest wait.
+	Name  string
+	Key   string
+	Count float64
+	// Degraded is true when the store could not decide and the limit's
+	// failure policy did (Config.FailOpen); the call's error says why.
+	Degraded bool
+	// Local is true when the deny cache refused the call without asking
+	// the store (WithDenyCache).
+	Local bool
+	// All holds, for LimitAll, each limit's own answer in the order named.
+	All []Result
+	// Token is, for an OK call made WithReceipt() that the store decided,
+	// the receipt of its charge: settle it by its outcome (Settle, Use,
+	// Refund) from any process. Nil otherwise.
+	//
+	// It also makes a Result 112 bytes, a multiple of 16: Go copies a
+	// returned Result by 16-byte moves, and at 104 bytes the last move
+	// overlaps the one before it, so that the next copy (callers make
+	// two) waits for both to be stored.
+	Token *Token
+}
+
+// Reserved reports whether the call was OK only by reserving tokens that
+// will be granted after RetryAfter.
+func (r Result) Reserved() bool { return r.OK && r.RetryAfter > 0 }
+
+// Err returns nil when r is OK, and otherwise a *LimitError that matches
+// ErrLimited, for callers who prefer errors.
+func (r Result) Err() error {
+	if r.OK {
+		return nil
+	}
+	return &LimitError{Name: r.Name, Key: r.Key, Count: r.Count, RetryAfter: r.RetryAfter}
+}
+
+// boundResult is the Result of a call of lim that the store decided as v,
+// judged at now.
+func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Result {
+	return Result{
+		OK:         v.OK,
+		RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
+		Remaining:  v.Remaining,
+		ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
+		Name:       lim.name,
+		Key:        key,
+		Count:      c.count,
+	}
+}
+
+// resetAfter computes Result.ResetAfter for a limit of n shards of params p
+// from the decision d: for a fixed window, until the next window of the
+// record as the store holds it (its phase may predate a change of Start
+// or of the phase seed); for a token bucket, until the shards the call
+// evaluated are full again.
+func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
+	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
+}
+
+// resetOne is resetMillis of one record of lim, without a division when
+// it can do without. A token bucket's wait until full, w =
+// max(Capacity-remaining, 0)·Period/Rate rounded up, is estimated as
+// max(Capacity-remaining, 0)·msPerToken. Each is within 2 roundings (a
+// relative 2^-52) of the exact quotient, so they are within 5·2^-53 of
+// the estimate of each other; when the estimate is further than that from
+// every whole number, both round up to the same one. Otherwise, and for
+// waits too small or too large for that reasoning, it divides.
+func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
+	p := &lim.base
+	if p.Kind == driver.TokenBucket {
+		x := max(p.Capacity-remaining, 0)
+		if x == 0 {
+			return 0
+		}
+		est := x * lim.msPerToken
+		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
+			whole := math.Floor(est)
+			frac, margin := est-whole, est*6e-16
+			if frac > margin && frac < 1-margin {
+				return time.Duration(whole+1) * time.Millisecond
+			}
+		}
+	}
+	return resetMillis(p, 1, remaining, now, ts)
+}
+
+// resetMillis is resetAfter of a decision's Remaining, Now and TS.
+func resetMillis(p *driver.Params, n int, remaining float64, now, ts int64) time.Duration {
+	var ms float64
+	if p.Kind == driver.FixedWindow {
+		ms = float64(ts + p.Period - now)
+	} else {
+		capacity := p.Capacity * float64(min(n, 2))
+		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+	}
+	return time.Duration(retryMillis(ms)) * time.Millisecond
+}
+
+// Status describes the state of (name, key) now, as Value reports it.
+type Status struct {
+	// Remaining is the tokens available now, summed over all shards; negative
+	// while reservations are owed.
+	Remaining float64
+	// Capacity is the most tokens the limit holds (all shards together).
+	Capacity float64
+	// WindowStart is the start of the current window, and NextGrant the
+	// time of the next grant, of a fixed window (for a sharded limit, the
+	// shard whose next grant comes first). Both are zero for a token bucket.
+	WindowStart time.Time
+	NextGrant   time.Time
+	// Shards holds each record's part; one element when unsharded.
+	Shards []ShardStatus
+}
+
+// ShardStatus is one record's part of a Status.
+type ShardStatus struct {
+	Index       int
+	Remaining   float64
+	WindowStart time.Time // fixed window only
+	NextGrant   time.Time // fixed window only
+	// Stored reports whether the store holds a record; a missing one is a
+	// full bucket.
+	Stored bool
+}
