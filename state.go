@@ -229,17 +229,6 @@ func Evaluate(op *driver.Op, prev []driver.Record, out []driver.Decision, next [
 	return all
 }
 
-// SettledBefore fills out with the decisions of op, a refund carrying a
-// Settlement, when the store found the settlement's ID settled before, by
-// kind: the op does nothing, and each decision says so. Stores that run
-// Evaluate call it instead when they find the marker; native ports answer
-// the same.
-func SettledBefore(op *driver.Op, kind driver.SettleKind, out []driver.Decision) {
-	for i := range op.Items {
-		out[i] = driver.Decision{Now: op.Now, Settled: kind}
-	}
-}
-
 func single(d *driver.Decision, p *driver.Params, rec driver.Record, now int64, count float64, reserve bool) driver.Update {
 	s := TransitionInto(d, p, rec.State, rec.Found, now, count, reserve)
 	return driver.Update{State: s, Write: d.OK && count > 0}

@@ -95,7 +95,7 @@ type Decision struct {
 	// Settled is set, in an op that carries a Settlement, when the
 	// settlement's ID had been settled before: how it was. The op then did
 	// nothing, and every field of its decisions but Now and Settled is
-	// zero (see SettledBefore in package ratelimit).
+	// zero (see Op.SettledBefore).
 	Settled SettleKind
 }
 
@@ -176,6 +176,17 @@ type Op struct {
 	// Settle, in ModeRefund only, makes the refund a settlement, applied
 	// at most once (see Settlement); nil for a plain refund.
 	Settle *Settlement
+}
+
+// SettledBefore fills out with the decisions of op, a refund carrying a
+// Settlement, when the store found the settlement's ID settled before, by
+// kind: the op does nothing, and each decision says so. Stores that run
+// ratelimit.Evaluate call it instead when they find the marker; native
+// ports answer the same.
+func (op *Op) SettledBefore(kind SettleKind, out []Decision) {
+	for i := range op.Items {
+		out[i] = Decision{Now: op.Now, Settled: kind}
+	}
 }
 
 // Item is one limit of an Op: the tokens asked of one (name, key) and the

@@ -170,7 +170,7 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 		if v := b.Get(mark); v != nil {
 			st, _, ok := decodeValue(v)
 			if ok {
-				ratelimit.SettledBefore(op, driver.SettleKind(st.Remaining), r.out)
+				op.SettledBefore(driver.SettleKind(st.Remaining), r.out)
 				return nil
 			}
 		}

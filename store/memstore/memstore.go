@@ -696,7 +696,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
 	if m, ok := s.marks[op.Settle.ID]; ok {
-		ratelimit.SettledBefore(op, m.kind, out)
+		op.SettledBefore(m.kind, out)
 		return nil
 	}
 	s.apply(op, out)

@@ -36,7 +36,7 @@ func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	defer m.mu.Unlock()
 	if op.Settle != nil {
 		if k, ok := m.marks[op.Settle.ID]; ok {
-			ratelimit.SettledBefore(op, k, out)
+			op.SettledBefore(k, out)
 			return nil
 		}
 		m.marks[op.Settle.ID] = op.Settle.Kind
