@@ -112,44 +112,11 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		if err != nil {
 			return nil, nil, usagef("--store %q: %v", u, err)
 		}
-		c := redis.NewClient(opt)
-		where := "redis at " + opt.Addr
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
-			return nil, nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if acc == mustExist {
-			if err := redisExists(ctx, c, f.prefix, where); err != nil {
-				c.Close()
-				return nil, nil, err
-			}
-		}
-		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
-		if err != nil {
-			c.Close()
-			return nil, nil, usagef("--prefix: %v", err)
-		}
-		return rs, func() { c.Close() }, nil
+		return f.openRedis(ctx, redis.NewClient(opt), "redis at "+opt.Addr, acc)
 	case "redis+cluster":
 		addrs := strings.Split(strings.TrimPrefix(rest, "//"), ",")
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		where := fmt.Sprintf("redis cluster at %s", strings.Join(addrs, ","))
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
-			return nil, nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if acc == mustExist {
-			if err := redisExists(ctx, c, f.prefix, where); err != nil {
-				c.Close()
-				return nil, nil, err
-			}
-		}
-		rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
-		if err != nil {
-			c.Close()
-			return nil, nil, usagef("--prefix: %v", err)
-		}
-		return rs, func() { c.Close() }, nil
+		return f.openRedis(ctx, c, "redis cluster at "+strings.Join(addrs, ","), acc)
 	case "postgres", "postgresql":
 		var opts []pgstore.Option
 		if acc == mustExist {
@@ -181,6 +148,28 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		return p, pool.Close, nil
 	}
 	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", u, scheme)
+}
+
+// openRedis makes the store on c, a client of the server or Cluster
+// described by where, once it answers (and, for acc mustExist, once it
+// holds a key of the prefix); on an error it closes c.
+func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, where string, acc access) (ratelimit.Store, func(), error) {
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if acc == mustExist {
+		if err := redisExists(ctx, c, f.prefix, where); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+	}
+	rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
+	if err != nil {
+		c.Close()
+		return nil, nil, usagef("--prefix: %v", err)
+	}
+	return rs, func() { c.Close() }, nil
 }
 
 // errNotFound is matched by the error of a store that is not there.
