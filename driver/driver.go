@@ -32,7 +32,7 @@ var ErrClosed = errors.New("ratelimit: store is closed")
 // expire them (Redis). DeleteExpired drops every record whose bucket has
 // been full again for ExpiryGrace at now, and returns how many it dropped;
 // a record it keeps reads the same either way. Call it periodically, or
-// let ratelimit's janitor (NewJanitor) do it.
+// let package store/janitor do it.
 type Expirer interface {
 	DeleteExpired(ctx context.Context, now time.Time) (int, error)
 }

@@ -1,4 +1,4 @@
-package ratelimit_test
+package janitor_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/ratelimit-go/ratelimit/store/janitor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -71,17 +72,17 @@ var janitorT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // newJanitor starts a janitor on a mock clock at janitorT0, with a quiet
 // logger unless opts set one, and returns it with its sweeps as they end.
-func newJanitor(t *testing.T, store driver.Expirer, every time.Duration, opts ...ratelimit.JanitorOption) (*ratelimit.Janitor, *clock.Mock, <-chan ratelimit.SweepResult) {
+func newJanitor(t *testing.T, store driver.Expirer, every time.Duration, opts ...janitor.Option) (*janitor.Janitor, *clock.Mock, <-chan janitor.Result) {
 	t.Helper()
 	mock := clock.NewMock()
 	mock.Set(janitorT0)
-	results := make(chan ratelimit.SweepResult, 100)
-	opts = append([]ratelimit.JanitorOption{
-		ratelimit.WithJanitorLogger(slog.New(slog.DiscardHandler)),
-		ratelimit.WithJanitorClock(mock),
-		ratelimit.WithSweepObserver(func(r ratelimit.SweepResult) { results <- r }),
+	results := make(chan janitor.Result, 100)
+	opts = append([]janitor.Option{
+		janitor.WithLogger(slog.New(slog.DiscardHandler)),
+		janitor.WithClock(mock),
+		janitor.WithObserver(func(r janitor.Result) { results <- r }),
 	}, opts...)
-	j, err := ratelimit.NewJanitor(store, every, opts...)
+	j, err := janitor.New(store, every, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { j.Close() })
 	return j, mock, results
@@ -89,33 +90,33 @@ func newJanitor(t *testing.T, store driver.Expirer, every time.Duration, opts ..
 
 // next returns the next sweep's result. The timer only guards against a
 // hang; no assertion depends on it.
-func next(t *testing.T, results <-chan ratelimit.SweepResult) ratelimit.SweepResult {
+func next(t *testing.T, results <-chan janitor.Result) janitor.Result {
 	t.Helper()
 	select {
 	case r := <-results:
 		return r
 	case <-time.After(10 * time.Second):
 		t.Fatal("no sweep ended")
-		return ratelimit.SweepResult{}
+		return janitor.Result{}
 	}
 }
 
-func TestNewJanitorRejectsBadArguments(t *testing.T) {
+func TestNewRejectsBadArguments(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store driver.Expirer
 		every time.Duration
-		opts  []ratelimit.JanitorOption
+		opts  []janitor.Option
 		want  string
 	}{
 		{"nil store", nil, time.Minute, nil, "needs a store"},
 		{"zero interval", &expirer{}, 0, nil, "interval 0s is not positive"},
 		{"negative interval", &expirer{}, -time.Second, nil, "interval -1s is not positive"},
-		{"nil clock", &expirer{}, time.Minute, []ratelimit.JanitorOption{ratelimit.WithJanitorClock(nil)}, "WithJanitorClock(nil)"},
+		{"nil clock", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock(nil)}, "WithClock(nil)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j, err := ratelimit.NewJanitor(tc.store, tc.every, tc.opts...)
-			require.ErrorIs(t, err, ratelimit.ErrInvalidJanitor)
+			j, err := janitor.New(tc.store, tc.every, tc.opts...)
+			require.ErrorIs(t, err, janitor.ErrInvalid)
 			assert.ErrorContains(t, err, tc.want)
 			assert.Nil(t, j)
 		})
@@ -198,7 +199,7 @@ func TestJanitorReportsFailures(t *testing.T) {
 	store := &expirer{deleted: 4, err: boom}
 	var logs bytes.Buffer
 	j, mock, results := newJanitor(t, store, time.Minute,
-		ratelimit.WithJanitorLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		janitor.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 
 	mock.Add(time.Minute)
 	r := next(t, results)
@@ -274,7 +275,7 @@ func TestJanitorCloseDuringSweep(t *testing.T) {
 	assert.Equal(t, 5, r.Deleted)
 
 	_, err := j.Sweep(context.Background())
-	require.ErrorIs(t, err, ratelimit.ErrJanitorClosed)
+	require.ErrorIs(t, err, janitor.ErrClosed)
 	mock.Add(time.Hour)
 	assert.Len(t, store.calls(), 1, "no sweep after Close")
 	require.NoError(t, j.Close(), "Close again")
@@ -309,7 +310,7 @@ func TestJanitorNeverSweepsTwiceAtOnce(t *testing.T) {
 	store := &expirer{deleted: 1}
 	var reports atomic.Int32
 	j, mock, _ := newJanitor(t, store, time.Second,
-		ratelimit.WithSweepObserver(func(ratelimit.SweepResult) { reports.Add(1) }))
+		janitor.WithObserver(func(janitor.Result) { reports.Add(1) }))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -334,7 +335,7 @@ func TestJanitorNeverSweepsTwiceAtOnce(t *testing.T) {
 
 // A janitor sweeps a boltstore file every few minutes; here, a mock clock
 // stands in for the wait, and Sweep runs one sweep at once.
-func ExampleNewJanitor() {
+func ExampleNew() {
 	dir, err := os.MkdirTemp("", "ratelimit-janitor")
 	if err != nil {
 		panic(err)
@@ -361,19 +362,19 @@ func ExampleNewJanitor() {
 		}
 	}
 
-	janitor, err := ratelimit.NewJanitor(store, 5*time.Minute, ratelimit.WithJanitorClock(mock))
+	j, err := janitor.New(store, 5*time.Minute, janitor.WithClock(mock))
 	if err != nil {
 		panic(err)
 	}
-	defer janitor.Close()
+	defer j.Close()
 
 	// Both buckets are full again 6s later; the store drops them a minute
 	// (driver.ExpiryGrace) after that.
 	mock.Add(10 * time.Second)
-	n, err := janitor.Sweep(ctx)
+	n, err := j.Sweep(ctx)
 	fmt.Println("after 10s:", n, "deleted", err)
 	mock.Add(time.Minute)
-	n, err = janitor.Sweep(ctx)
+	n, err = j.Sweep(ctx)
 	fmt.Println("after 70s:", n, "deleted", err)
 	// Output:
 	// after 10s: 0 deleted <nil>

@@ -1,4 +1,8 @@
-package ratelimit
+// Package janitor drops the expired records of a store that keeps them
+// until told (store/memstore, store/boltstore, store/pgstore: every
+// driver.Expirer), periodically, the same way for every such store. Redis
+// expires its keys itself and needs no janitor.
+package janitor
 
 import (
 	"context"
@@ -14,17 +18,17 @@ import (
 )
 
 var (
-	// ErrInvalidJanitor is matched (errors.Is) by the error of NewJanitor
+	// ErrInvalid is matched (errors.Is) by the error of New
 	// when an argument or option is unusable.
-	ErrInvalidJanitor = errors.New("ratelimit: invalid janitor")
-	// ErrJanitorClosed is returned by Janitor.Sweep once Close was called.
-	ErrJanitorClosed = errors.New("ratelimit: janitor is closed")
+	ErrInvalid = errors.New("janitor: invalid argument")
+	// ErrClosed is returned by Janitor.Sweep once Close was called.
+	ErrClosed = errors.New("janitor: janitor is closed")
 )
 
 // Janitor calls a store's DeleteExpired periodically, so that a store
 // that keeps records until told to drop them (memstore, boltstore,
 // pgstore: see driver.Expirer) stays proportional to the keys active
-// recently. Build it with NewJanitor and Close it when done; it owns one
+// recently. Build it with New and Close it when done; it owns one
 // goroutine in between.
 //
 // Sweeps never overlap: the timer starts the next sweep Every after the
@@ -40,7 +44,7 @@ type Janitor struct {
 	clock    clock.Clock
 	own      driver.TimeSource // the store's own clock, if it uses one
 	logger   *slog.Logger      // nil: slog.Default() at the time of logging
-	observer func(SweepResult)
+	observer func(Result)
 
 	ctx    context.Context // canceled by Close: ends the loop and the sweep under way
 	cancel context.CancelFunc
@@ -50,9 +54,9 @@ type Janitor struct {
 	once   sync.Once
 }
 
-// SweepResult describes one sweep of a Janitor, as the function given to
-// WithSweepObserver sees it.
-type SweepResult struct {
+// Result describes one sweep of a Janitor, as the function given to
+// WithObserver sees it.
+type Result struct {
 	// Now is the time passed to DeleteExpired.
 	Now time.Time
 	// Deleted is how many records the store removed, also when Err is set
@@ -68,55 +72,55 @@ type SweepResult struct {
 	Manual bool
 }
 
-// JanitorOption configures a Janitor in NewJanitor.
-type JanitorOption func(*Janitor) error
+// Option configures a Janitor in New.
+type Option func(*Janitor) error
 
-// WithJanitorClock sets the clock that times the sweeps and gives their
+// WithClock sets the clock that times the sweeps and gives their
 // now. Production uses the real clock (the default); tests pass
 // clock.NewMock() and move time by hand.
-func WithJanitorClock(c clock.Clock) JanitorOption {
+func WithClock(c clock.Clock) Option {
 	return func(j *Janitor) error {
 		if c == nil {
-			return fmt.Errorf("ratelimit: WithJanitorClock(nil): pass a clock, or leave the option out for the real one: %w", ErrInvalidJanitor)
+			return fmt.Errorf("janitor: WithClock(nil): pass a clock, or leave the option out for the real one: %w", ErrInvalid)
 		}
 		j.clock = c
 		return nil
 	}
 }
 
-// WithJanitorLogger sets the logger for failed sweeps (at level Warn) and
+// WithLogger sets the logger for failed sweeps (at level Warn) and
 // for the count of each sweep (Debug). By default the janitor logs to
 // slog.Default(); to silence it, pass slog.New(slog.DiscardHandler).
-func WithJanitorLogger(logger *slog.Logger) JanitorOption {
+func WithLogger(logger *slog.Logger) Option {
 	return func(j *Janitor) error {
 		j.logger = logger
 		return nil
 	}
 }
 
-// WithSweepObserver sets a function called after every sweep, on the
+// WithObserver sets a function called after every sweep, on the
 // goroutine that swept (the janitor's own, or Sweep's caller), before the
 // next sweep may start: calls never overlap. Use it to feed metrics or to
 // alert on Err; keep it fast, since it delays the next sweep and Close.
-func WithSweepObserver(f func(SweepResult)) JanitorOption {
+func WithObserver(f func(Result)) Option {
 	return func(j *Janitor) error {
 		j.observer = f
 		return nil
 	}
 }
 
-// NewJanitor starts a janitor that calls store.DeleteExpired every
+// New starts a janitor that calls store.DeleteExpired every
 // interval, the first time one interval from now, until Close. A minute
 // to a few minutes suits every store of this module: a record is removed
 // only once its bucket has been full again for driver.ExpiryGrace, so
 // sweeping more often than that buys little. An interval that is not
-// positive, or a nil store, is an error matching ErrInvalidJanitor.
-func NewJanitor(store driver.Expirer, every time.Duration, opts ...JanitorOption) (*Janitor, error) {
+// positive, or a nil store, is an error matching ErrInvalid.
+func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, error) {
 	if store == nil {
-		return nil, fmt.Errorf("ratelimit: NewJanitor needs a store that implements driver.Expirer: %w", ErrInvalidJanitor)
+		return nil, fmt.Errorf("janitor: New needs a store that implements driver.Expirer: %w", ErrInvalid)
 	}
 	if every <= 0 {
-		return nil, fmt.Errorf("ratelimit: NewJanitor: interval %v is not positive: pass how often to sweep, such as time.Minute: %w", every, ErrInvalidJanitor)
+		return nil, fmt.Errorf("janitor: New: interval %v is not positive: pass how often to sweep, such as time.Minute: %w", every, ErrInvalid)
 	}
 	j := &Janitor{store: store, every: every, clock: clock.New(),
 		sem: make(chan struct{}, 1), exited: make(chan struct{})}
@@ -130,7 +134,7 @@ func NewJanitor(store driver.Expirer, every time.Duration, opts ...JanitorOption
 	}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	// Armed here, not in the goroutine, so that the first sweep is due one
-	// interval after NewJanitor returns whatever the scheduling.
+	// interval after New returns whatever the scheduling.
 	j.timer = j.clock.Timer(every)
 	go j.loop()
 	return j, nil
@@ -166,24 +170,24 @@ func (j *Janitor) loop() {
 
 // Sweep runs one sweep now and returns how many records the store removed.
 // If a sweep is under way, it waits for it to end first. It returns
-// ErrJanitorClosed after Close, and ctx's error if ctx ends while it
+// ErrClosed after Close, and ctx's error if ctx ends while it
 // waits; Close interrupts the sweep (the store stops at its next step
 // with what it removed so far and an error matching context.Canceled).
-// The observer of WithSweepObserver hears of it as of the timer's.
+// The observer of WithObserver hears of it as of the timer's.
 func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("ratelimit: janitor sweep: %w", err)
+		return 0, fmt.Errorf("janitor: janitor sweep: %w", err)
 	}
 	select {
 	case j.sem <- struct{}{}:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("ratelimit: janitor sweep: waiting for the sweep under way: %w", ctx.Err())
+		return 0, fmt.Errorf("janitor: janitor sweep: waiting for the sweep under way: %w", ctx.Err())
 	case <-j.ctx.Done():
-		return 0, ErrJanitorClosed
+		return 0, ErrClosed
 	}
 	defer func() { <-j.sem }()
 	if j.ctx.Err() != nil {
-		return 0, ErrJanitorClosed
+		return 0, ErrClosed
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,13 +199,13 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 }
 
 // sweep calls DeleteExpired once; the caller holds sem.
-func (j *Janitor) sweep(ctx context.Context, manual bool) SweepResult {
+func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 	start := j.clock.Now()
-	res := SweepResult{Now: start, Manual: manual}
+	res := Result{Now: start, Manual: manual}
 	if j.own != nil {
 		ms, err := j.own.Now(ctx)
 		if err != nil {
-			res.Err = fmt.Errorf("ratelimit: janitor: reading the store's clock: %w", err)
+			res.Err = fmt.Errorf("janitor: janitor: reading the store's clock: %w", err)
 			res.Duration = j.clock.Since(start)
 			return res
 		}
@@ -213,19 +217,19 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) SweepResult {
 }
 
 // report logs res and hands it to the observer; the caller holds sem.
-func (j *Janitor) report(ctx context.Context, res SweepResult) {
+func (j *Janitor) report(ctx context.Context, res Result) {
 	logger := j.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	switch {
 	case res.Err == nil:
-		logger.LogAttrs(ctx, slog.LevelDebug, "ratelimit: janitor swept the store",
+		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: janitor swept the store",
 			slog.Int("deleted", res.Deleted), slog.Duration("took", res.Duration))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
 	default:
-		logger.LogAttrs(ctx, slog.LevelWarn, "ratelimit: janitor: sweeping expired records failed; the next sweep tries again",
+		logger.LogAttrs(ctx, slog.LevelWarn, "janitor: janitor: sweeping expired records failed; the next sweep tries again",
 			slog.Int("deleted", res.Deleted), slog.Any("err", res.Err))
 	}
 	if j.observer != nil {
@@ -235,7 +239,7 @@ func (j *Janitor) report(ctx context.Context, res SweepResult) {
 
 // Close stops the janitor: it interrupts the sweep under way, if any
 // (through its context), waits for it to return, and stops the timer.
-// Afterwards, Sweep returns ErrJanitorClosed. It is idempotent and safe to
+// Afterwards, Sweep returns ErrClosed. It is idempotent and safe to
 // call concurrently; it does not close the store. The error is always nil
 // (Close has one to be an io.Closer).
 func (j *Janitor) Close() error {
