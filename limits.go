@@ -262,6 +262,16 @@ func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
 }
 
 func (lim *limit) checkCount(count float64, reserve bool) error {
+	// Every count in [0, maxPlain] is valid, reserving or not (maxDebt ≥
+	// maxPlain, and both are finite): the common case, inlined.
+	if count >= 0 && count <= lim.maxPlain {
+		return nil
+	}
+	return lim.countError(count, reserve)
+}
+
+// countError is checkCount for a count outside [0, maxPlain].
+func (lim *limit) countError(count float64, reserve bool) error {
 	if !(count >= 0) || math.IsInf(count, 1) {
 		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
 	}
