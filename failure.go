@@ -75,6 +75,13 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 // answer closed an open breaker.
 func (b *breaker) success(now time.Time) (closed bool) { return b.answered(now.UnixMilli()) }
 
+// current reports whether answered(now) would do nothing: an answer at
+// now or later is recorded, and no failure counted. It is inlined, where
+// answered is not.
+func (b *breaker) current(now int64) bool {
+	return b.lastAnswer.Load() >= now && b.fails.Load() == 0
+}
+
 // answered is success at now in Unix milliseconds.
 func (b *breaker) answered(now int64) (closed bool) {
 	if b.lastAnswer.Load() < now {

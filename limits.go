@@ -26,10 +26,42 @@ import (
 // modified once published.
 type limitSet struct {
 	byName map[string]*limit
+	// few holds the limits too, in the order of their names, when there
+	// are at most fewLimits of them: a call finds its limit by comparing
+	// names, which costs less than hashing its name for the map.
+	few []*limit
+}
+
+// fewLimits is the most limits a set keeps in few.
+const fewLimits = 8
+
+// publish fills set.few from set.byName; the set is then ready to be
+// published.
+func (set *limitSet) publish() *limitSet {
+	if len(set.byName) <= fewLimits {
+		set.few = make([]*limit, 0, len(set.byName))
+		for _, name := range slices.Sorted(maps.Keys(set.byName)) {
+			set.few = append(set.few, set.byName[name])
+		}
+	}
+	return set
+}
+
+// lookup returns the limit of the set called name, or nil.
+func (set *limitSet) lookup(name string) *limit {
+	if len(set.byName) > fewLimits {
+		return set.byName[name]
+	}
+	for _, lim := range set.few {
+		if lim.name == name {
+			return lim
+		}
+	}
+	return nil
 }
 
 // declared returns the limit declared as name, or nil.
-func (l *Limiter) declared(name string) *limit { return l.limits.Load().byName[name] }
+func (l *Limiter) declared(name string) *limit { return l.limits.Load().lookup(name) }
 
 // SetLimits replaces the Limiter's limits by limits, as if they had been
 // given to New, while it serves calls: limits it does not name are
@@ -80,7 +112,7 @@ func (l *Limiter) SetLimit(name string, c Config) error {
 	set := &limitSet{byName: make(map[string]*limit, len(old.byName)+1)}
 	maps.Copy(set.byName, old.byName)
 	set.byName[name] = lim
-	l.limits.Store(set)
+	l.limits.Store(set.publish())
 	l.forgetLimits([]string{name})
 	return nil
 }
@@ -141,7 +173,7 @@ func (l *Limiter) compileSet(limits Limits, old *limitSet) (*limitSet, []string,
 			}
 		}
 	}
-	return set, stale, nil
+	return set.publish(), stale, nil
 }
 
 // bind gives lim the store's fast path, when the store has one that the
@@ -230,6 +262,16 @@ func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
 }
 
 func (lim *limit) checkCount(count float64, reserve bool) error {
+	// Every count in [0, maxPlain] is valid, reserving or not (maxDebt ≥
+	// maxPlain, and both are finite): the common case, inlined.
+	if count >= 0 && count <= lim.maxPlain {
+		return nil
+	}
+	return lim.countError(count, reserve)
+}
+
+// countError is checkCount for a count outside [0, maxPlain].
+func (lim *limit) countError(count float64, reserve bool) error {
 	if !(count >= 0) || math.IsInf(count, 1) {
 		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
 	}
@@ -283,7 +325,8 @@ func (lim *limit) ids(key string, dst []driver.RecordID) []driver.RecordID {
 // resolve finds the limit called name: declared (in New, SetLimits or
 // SetLimit), or given inline.
 func (set *limitSet) resolve(name string, inline *Config) (*limit, error) {
-	lim, ok := set.byName[name]
+	lim := set.lookup(name)
+	ok := lim != nil
 	switch {
 	case ok && inline != nil && !sameConfig(lim.cfg, *inline):
 		return nil, fmt.Errorf("ratelimit: limit %q is declared with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)

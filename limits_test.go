@@ -406,3 +406,54 @@ func TestSetLimitsRacesWithEveryCall(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestEveryDeclaredLimitIsFound calls every limit of sets of 1 to 12
+// limits, built by New, SetLimits and SetLimit: a few are found by their
+// names in a list, more in a map, and a name that differs from one
+// declared in a byte only, or in its length, is not found.
+func TestEveryDeclaredLimitIsFound(t *testing.T) {
+	ctx := context.Background()
+	config := func(i int) ratelimit.Config {
+		return ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: float64(i + 1), Period: time.Second}
+	}
+	limits := func(n int) ratelimit.Limits {
+		ls := ratelimit.Limits{}
+		for i := range n {
+			ls[fmt.Sprintf("limit-%02d", i)] = config(i)
+		}
+		return ls
+	}
+	check := func(t *testing.T, lim *ratelimit.Limiter, n int) {
+		t.Helper()
+		for i := range n {
+			name := fmt.Sprintf("limit-%02d", i)
+			res, err := lim.Limit(ctx, name, "k")
+			require.NoError(t, err, name)
+			assert.Equal(t, name, res.Name)
+			assert.Equal(t, float64(i+1)-1, res.Remaining, name) // its own capacity
+		}
+		for _, name := range []string{fmt.Sprintf("limit-%02d", n), "limit-0", "limit-000", "limit-0x", ""} {
+			_, err := lim.Limit(ctx, name, "k")
+			assert.ErrorIs(t, err, ratelimit.ErrUnknownLimit, "%q", name)
+		}
+	}
+	for n := 1; n <= 12; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			lim, err := ratelimit.New(must(memstore.New()), limits(n), ratelimit.WithClock(newMock()))
+			require.NoError(t, err)
+			check(t, lim, n)
+
+			lim, err = ratelimit.New(must(memstore.New()), nil, ratelimit.WithClock(newMock()))
+			require.NoError(t, err)
+			require.NoError(t, lim.SetLimits(limits(n)))
+			check(t, lim, n)
+
+			lim, err = ratelimit.New(must(memstore.New()), nil, ratelimit.WithClock(newMock()))
+			require.NoError(t, err)
+			for i := range n {
+				require.NoError(t, lim.SetLimit(fmt.Sprintf("limit-%02d", i), config(i)))
+			}
+			check(t, lim, n)
+		})
+	}
+}

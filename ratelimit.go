@@ -333,7 +333,7 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 	if v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve); err != nil {
 		return l.boundFailed(ctx, mode, lim, key, c, res, time.Time{}, now, false, err)
 	}
-	if l.breaker.answered(now) && l.logger != nil {
+	if !l.breaker.current(now) && l.breaker.answered(now) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
 	return v, now, true, nil
@@ -645,10 +645,15 @@ func (l *Limiter) pickShards(lim *limit, key string, dst []driver.Shard) []drive
 // checkTime reports a clock reading outside ±driver.MaxTime.
 func checkTime(ms int64) error {
 	if ms < -driver.MaxTime || ms > driver.MaxTime {
-		return fmt.Errorf("the clock reads %d ms since 1970, beyond ±%d that every store computes exactly: check the clock given to WithClock: %w",
-			ms, driver.MaxTime, ErrTimeRange)
+		return timeError(ms)
 	}
 	return nil
+}
+
+// timeError is checkTime's error, apart so that checkTime is inlined.
+func timeError(ms int64) error {
+	return fmt.Errorf("the clock reads %d ms since 1970, beyond ±%d that every store computes exactly: check the clock given to WithClock: %w",
+		ms, driver.MaxTime, ErrTimeRange)
 }
 
 // Reset forgets the state of (name, key) in every shard: the next call
