@@ -13,13 +13,14 @@
 // call is never sent. Once sent, a call may take effect even if its caller
 // has left: the caller gets its context's error at once, and the batch's
 // answer for it is dropped. A lone call sent on its caller's goroutine
-// returns when its send does; with Options.Detach it is sent on a goroutine
-// of its own, so that its caller can leave on time even when the send
-// does not watch the context.
+// returns when its send does; with Options.Detach it is sent on another
+// goroutine, so that its caller can leave on time even when the send does
+// not watch the context.
 package coalesce
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -40,12 +41,15 @@ type Options struct {
 	// DefaultMaxInFlight). A call that finds fewer in flight goes at once.
 	MaxInFlight int
 	// Detach sends a call that goes at once (a lone call, or every call
-	// when coalescing is off) on a goroutine of its own, as a batch of one,
-	// when its context can end; its caller waits as a queued caller does
-	// and leaves when its context ends, while the send finishes in the
-	// background (and still counts as in flight). Choose it when send may
-	// block past its context's end, e.g. on a client that bounds a stalled
-	// read by its own timeout only. It costs a goroutine per such call.
+	// when coalescing is off) on another goroutine, as a batch of one with
+	// its caller's context, when that context can end; its caller waits
+	// as a queued caller does and leaves when its context ends, while the
+	// send finishes in the background (and still counts as in flight).
+	// Choose it when send may block past its context's end, e.g. on a
+	// client that bounds a stalled read by its own timeout only. The call
+	// goes to the Batcher's worker, a goroutine that lives as long as the
+	// Batcher, or, while that one is busy, to a goroutine of its own; it
+	// costs two goroutine switches a call.
 	Detach bool
 }
 
@@ -81,6 +85,10 @@ type Batcher[Req, Res any] struct {
 	mu       sync.Mutex
 	queue    []*call[Req, Res]
 	inflight int
+	// worker takes a detached lone call to the Batcher's worker (nil
+	// until the first such call), when it is not busy.
+	worker chan *call[Req, Res]
+	busy   bool
 }
 
 // call is one queued call.
@@ -94,7 +102,12 @@ type call[Req, Res any] struct {
 	// Guarded by Batcher.mu.
 	batch *batch // nil while queued
 	left  bool   // the caller has gone
+
+	own batch              // the batch of a detached lone call, sent as one
+	b   *Batcher[Req, Res] // a detached lone call's, for the worker
 }
+
+func noCancel() {}
 
 // batch tracks the callers of one batch sent in the background, so that
 // its context ends when the last of them leaves.
@@ -124,11 +137,13 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0) {
 		b.inflight++
 		if detach {
+			// A batch of one, sent with its caller's context: it ends
+			// when its caller leaves, with nothing to cancel.
 			c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
-			calls := []*call[Req, Res]{c}
-			bt, bctx := b.start(calls)
+			c.own = batch{waiting: 1, cancel: noCancel}
+			c.batch = &c.own
+			b.detach(c)
 			b.mu.Unlock()
-			go b.run(calls, bt, bctx)
 			return b.wait(ctx, c)
 		}
 		b.mu.Unlock()
@@ -198,7 +213,7 @@ func (b *Batcher[Req, Res]) next() {
 	calls, bt, ctx := b.take()
 	b.inflight++
 	b.mu.Unlock()
-	go b.run(calls, bt, ctx)
+	go b.run(calls, bt, ctx, false)
 }
 
 // take removes up to MaxBatch calls from the head of the queue and marks
@@ -242,9 +257,62 @@ func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Cont
 	return bt, ctx
 }
 
+// detach sends a lone call in the background: on the Batcher's worker
+// if it is idle, else on a goroutine of its own. b.mu is held.
+//
+// The worker is a goroutine that lives as long as the Batcher: handing a
+// call to a parked goroutine costs less than starting one, whose stack
+// grows again through the client's calls. It holds nothing but its
+// channel while idle, so a Batcher no longer used is collected, and
+// closes the channel then, which ends the worker.
+func (b *Batcher[Req, Res]) detach(c *call[Req, Res]) {
+	if b.worker == nil {
+		b.worker = make(chan *call[Req, Res], 1)
+		go work(b.worker)
+		runtime.AddCleanup(b, func(ch chan *call[Req, Res]) { close(ch) }, b.worker)
+	}
+	if b.busy { // a lone call with MaxInFlight above 1, or coalescing off
+		go b.runOne(c, false)
+		return
+	}
+	b.busy = true
+	c.b = b
+	b.worker <- c // never blocks: the worker took the last one
+}
+
+// work sends the lone calls handed to it, until its channel is closed.
+func work[Req, Res any](calls <-chan *call[Req, Res]) {
+	for c := range calls {
+		c.b.runOne(c, true)
+	}
+}
+
+// runOne sends a detached lone call in the background, then, as run
+// does, the batches of the calls that arrived meanwhile.
+func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
+	var res [1]Res
+	err := b.send(c.ctx, []Req{c.req}, res[:])
+	c.res, c.err = res[0], err
+
+	// Out of flight before the caller wakes, so that its next call, if
+	// it makes one at once, goes at once too.
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inflight--
+		b.busy = b.busy && !worker
+		b.mu.Unlock()
+		close(c.done)
+		return
+	}
+	calls, bt, ctx := b.take()
+	b.mu.Unlock()
+	close(c.done)
+	b.run(calls, bt, ctx, worker)
+}
+
 // run sends batches in the background, one after another, while calls
-// keep arriving.
-func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.Context) {
+// keep arriving; on the worker, it frees the worker at the end.
+func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.Context, worker bool) {
 	for {
 		reqs := make([]Req, len(calls))
 		res := make([]Res, len(calls))
@@ -261,6 +329,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.inflight--
+			b.busy = b.busy && !worker
 			b.mu.Unlock()
 			return
 		}

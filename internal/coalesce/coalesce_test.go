@@ -3,6 +3,8 @@ package coalesce
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,10 +363,7 @@ func TestDetachedLoneCallerLeavesOnTime(t *testing.T) {
 	first := <-s.entered
 	require.Equal(t, []int{1}, first.reqs)
 	sendCtx := first.ctx
-	require.NotEqual(t, ctx, sendCtx, "sent on a goroutine of its own, with a context of its own")
-	dl, ok := sendCtx.Deadline()
-	want, _ := ctx.Deadline()
-	require.True(t, ok && dl.Equal(want), "the send has the caller's deadline")
+	require.Equal(t, ctx, sendCtx, "a batch of one is sent with its caller's context")
 	leaves(t, lone, context.DeadlineExceeded)
 	require.Error(t, sendCtx.Err(), "the send's context ends once its caller has left")
 
@@ -387,6 +386,46 @@ func TestDetachedLoneCallerLeavesOnTime(t *testing.T) {
 	leaves(t, canceled, context.Canceled)
 	s.release <- struct{}{}
 	<-s.done
+}
+
+func TestDetachedLoneCallsGoToOneWorkerThatEndsWithItsBatcher(t *testing.T) {
+	var senders sync.Map // the goroutines that sent, by a stack's first line
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		senders.Store(goroutineID(), true)
+		res[0] = reqs[0] * 10
+		return nil
+	}, Options{Detach: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 5 {
+		res, err := b.Do(ctx, i)
+		require.NoError(t, err)
+		require.Equal(t, i*10, res)
+	}
+	n := 0
+	senders.Range(func(any, any) bool { n++; return true })
+	require.Equal(t, 1, n, "one after another, the lone calls went to the one worker")
+
+	worker := b.worker
+	b = nil //nolint:ineffassign // dropped, so that it may be collected
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		select {
+		case _, open := <-worker:
+			return !open
+		default:
+			return false
+		}
+	}, 10*time.Second, 10*time.Millisecond, "the worker's channel is closed once its Batcher is collected")
+}
+
+// goroutineID returns the first line of the calling goroutine's stack,
+// which names it.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	line, _, _ := strings.Cut(string(buf), "[")
+	return line
 }
 
 func TestDetachKeepsContextFreeCallsOnTheirGoroutine(t *testing.T) {

@@ -38,7 +38,7 @@ func BenchmarkLimitUncoalesced(b *testing.B) {
 
 // BenchmarkLimitDeadline is BenchmarkLimit on one key with a deadline on
 // every call, as a server's requests have: a call that goes at once is then
-// sent from a goroutine of its own, so that its caller can leave on time.
+// sent from another goroutine, so that its caller can leave on time.
 func BenchmarkLimitDeadline(b *testing.B) {
 	c := client(b)
 	lim, err := ratelimit.New(newStore(c, uniquePrefix(b, c)), ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})

@@ -164,7 +164,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
 	// caller's context, unless ContextTimeoutEnabled (and never by a
-	// cancel); a call sent on a goroutine of its own lets its caller leave
+	// cancel); a call sent from another goroutine lets its caller leave
 	// on time from a stalled server.
 	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true}
 	if s.cluster != nil {
