@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,7 +247,8 @@ func Schema(table string) (string, error) {
 }
 
 func (n names) schema() string {
-	sql := strings.NewReplacer(
+	sql := expandWaits(schemaSQL)
+	sql = strings.NewReplacer(
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
@@ -262,7 +264,7 @@ func (n names) schema() string {
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
-	).Replace(schemaSQL)
+	).Replace(sql)
 	// A dollar-quote tag that the script does not hold (names may), so
 	// that the function's body ends where it should whatever the names.
 	tag := "$fn$"
@@ -270,6 +272,21 @@ func (n names) schema() string {
 		tag = fmt.Sprintf("$fn%d$", i)
 	}
 	return strings.ReplaceAll(sql, "{{q}}", tag)
+}
+
+// waitCall is the script's one spelling of state.go's wait:
+// {{wait(kind, period, rate, ts, d)}} is the milliseconds from now until d
+// more tokens have been granted to a record of that kind, period and rate
+// whose time is ts. It is written out as an expression where it stands, in
+// the operations and order of the Go function, so that the functions pay
+// no call for it and stay equal to Go to the last bit.
+var waitCall = regexp.MustCompile(`\{\{wait\(([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^)]+)\)\}\}`)
+
+// expandWaits writes out every {{wait(…)}} of sql.
+func expandWaits(sql string) string {
+	return waitCall.ReplaceAllString(sql, "(CASE WHEN ${1} = {{fixed}}"+
+		" THEN ${2}::float8 * ceil((${5}) / ${3}) + (${4} - now)::float8"+
+		" ELSE (greatest(now, ${4}) - now)::float8 + (${5}) * ${2}::float8 / ${3} END)")
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

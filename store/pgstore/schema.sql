@@ -10,7 +10,9 @@
 -- differential tests of store/storetest check that they do. Its constants
 -- (the noise, the retry bound, the kind and mode codes, the pair's tries)
 -- are package driver's, written in by pgstore (names.schema) so that the
--- port cannot drift from Go.
+-- port cannot drift from Go. The wait until d more tokens, state.go's wait, is
+-- written once, as a placeholder wait(kind, period, rate, ts, d) in double
+-- braces, which pgstore writes out as the expression where it stands.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -83,10 +85,8 @@ BEGIN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
 		END IF;
-		IF ka = {{fixed}} THEN wa := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
-		ELSE wa := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
-		IF kb = {{fixed}} THEN wb := pb::float8 * ceil(-vb / rtb) + (stb - now)::float8;
-		ELSE wb := (greatest(now, stb) - now)::float8 + -vb * pb::float8 / rtb; END IF;
+		wa := {{wait(ka, pa, rta, sta, -va)}};
+		wb := {{wait(kb, pb, rtb, stb, -vb)}};
 		IF wa <= wb THEN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
@@ -442,14 +442,12 @@ BEGIN
 				ma := p_pflt[3 * q];
 				IF reserve AND (ma = 0 OR -va <= ma) THEN
 					ok[it] := true;
-					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
-					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
+					rt := {{wait(ka, pa, rta, sta, -va)}};
 					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
 				ELSE
 					da := -va;
 					IF reserve THEN da := da - ma; END IF;
-					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
-					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
+					rt := {{wait(ka, pa, rta, sta, da)}};
 					num[5 * it - 4] := sva;
 				END IF;
 				rt := ceil(rt);
@@ -544,13 +542,11 @@ BEGIN
 					IF reserve THEN rt := (sta - now)::float8; END IF;
 				ELSIF reserve AND (ma = 0 OR -va <= ma) THEN
 					ok_ := true;
-					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(-va / rta) + (sta - now)::float8;
-					ELSE rt := (greatest(now, sta) - now)::float8 + -va * pa::float8 / rta; END IF;
+					rt := {{wait(ka, pa, rta, sta, -va)}};
 				ELSE
 					da := -va;
 					IF reserve THEN da := da - ma; END IF;
-					IF ka = {{fixed}} THEN rt := pa::float8 * ceil(da / rta) + (sta - now)::float8;
-					ELSE rt := (greatest(now, sta) - now)::float8 + da * pa::float8 / rta; END IF;
+					rt := {{wait(ka, pa, rta, sta, da)}};
 					rem := sva;
 				END IF;
 				IF ok_ THEN
@@ -596,8 +592,7 @@ BEGIN
 					rt := 0;
 					IF c0 > 0 THEN
 						IF na < 0 THEN
-							IF ka = {{fixed}} THEN wv := pa::float8 * ceil(-na / rta) + (sta - now)::float8;
-							ELSE wv := (greatest(now, sta) - now)::float8 + -na * pa::float8 / rta; END IF;
+							wv := {{wait(ka, pa, rta, sta, -na)}};
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (sta - now)::float8);
@@ -605,8 +600,7 @@ BEGIN
 					END IF;
 					IF c1 > 0 THEN
 						IF nb < 0 THEN
-							IF kb = {{fixed}} THEN wv := pb::float8 * ceil(-nb / rtb) + (stb - now)::float8;
-							ELSE wv := (greatest(now, stb) - now)::float8 + -nb * pb::float8 / rtb; END IF;
+							wv := {{wait(kb, pb, rtb, stb, -nb)}};
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (stb - now)::float8);
@@ -779,14 +773,12 @@ BEGIN
 			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
 		ELSIF reserve AND (p_maxr = 0 OR -va <= p_maxr) THEN
 			ok := true;
-			IF p_kind = {{fixed}} THEN rt := p_period::float8 * ceil(-va / p_rate) + (sts - now)::float8;
-			ELSE rt := (greatest(now, sts) - now)::float8 + -va * p_period::float8 / p_rate; END IF;
+			rt := {{wait(p_kind, p_period, p_rate, sts, -va)}};
 		ELSE
 			ok := false;
 			d := -va;
 			IF reserve THEN d := d - p_maxr; END IF;
-			IF p_kind = {{fixed}} THEN rt := p_period::float8 * ceil(d / p_rate) + (sts - now)::float8;
-			ELSE rt := (greatest(now, sts) - now)::float8 + d * p_period::float8 / p_rate; END IF;
+			rt := {{wait(p_kind, p_period, p_rate, sts, d)}};
 		END IF;
 		rt := ceil(rt);
 		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
