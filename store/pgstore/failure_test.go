@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -59,8 +60,24 @@ func TestStoreFailure(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer pool.Close()
+	waitAccepting(t, pool)
 	store, err := pgstore.New(ctx, pool, pgstore.WithTable("ratelimit_failure_test"))
 	require.NoError(t, err)
 	t.Cleanup(func() { startFailover(t) })
 	storetest.StoreFailure(t, store, stopFailover, startFailover)
+}
+
+// waitAccepting waits until the server behind pool answers a query: a
+// server that listens may still be starting up (SQLSTATE 57P03), say when
+// another test binary has just restarted it.
+func waitAccepting(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var err error
+	for range 150 {
+		if err = pool.Ping(context.Background()); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // a server starting up: no clock to mock
+	}
+	t.Fatalf("the failover server does not answer: %v", err)
 }
