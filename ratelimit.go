@@ -30,6 +30,9 @@ type Limiter struct {
 	optErr   error         // an option's bad argument, reported by New
 	clock    clock.Clock
 	wall     bool // clock is the real one: read time.Now without the interface
+	// plain: no deny cache and no observer, so that a bound call may take
+	// doBound's few steps (when the breaker is closed).
+	plain    bool
 	seed     uint64
 	picker   picker
 	breaker  breaker
@@ -175,6 +178,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 		l.deny = nil   // its clock is the store's, which cannot be read locally
 		l.binder = nil // a Verdict does not carry the store's time
 	}
+	l.plain = l.deny == nil && l.observer == nil
 	set, _, err := l.compileSet(limits, nil)
 	if err != nil {
 		return nil, err
@@ -222,9 +226,11 @@ func timeAt(start time.Time, now int64) time.Time {
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
-		var res Result
-		v, now, plain, err := l.doBound(ctx, driver.ModeLimit, lim, key, c, &res, nil)
-		if plain {
+		if !l.plain || !l.breaker.closed() {
+			return l.boundFull(ctx, driver.ModeLimit, lim, key, c)
+		}
+		v, now, failed, err := l.doBound(ctx, driver.ModeLimit, lim, key, c.count, c.reserve)
+		if err == nil {
 			return Result{
 				OK:         v.OK,
 				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
@@ -235,7 +241,10 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 				Count:      c.count,
 			}, nil
 		}
-		return res, err
+		if failed {
+			return l.boundFailedResult(ctx, driver.ModeLimit, lim, key, c, now, err)
+		}
+		return Result{}, err
 	}
 	return l.decide(ctx, driver.ModeLimit, name, key, c)
 }
@@ -244,9 +253,11 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
 	c := newCall(opts)
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
-		var res Result
-		v, now, plain, err := l.doBound(ctx, driver.ModeCheck, lim, key, c, &res, nil)
-		if plain {
+		if !l.plain || !l.breaker.closed() {
+			return l.boundFull(ctx, driver.ModeCheck, lim, key, c)
+		}
+		v, now, failed, err := l.doBound(ctx, driver.ModeCheck, lim, key, c.count, c.reserve)
+		if err == nil {
 			return Result{
 				OK:         v.OK,
 				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
@@ -257,7 +268,10 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 				Count:      c.count,
 			}, nil
 		}
-		return res, err
+		if failed {
+			return l.boundFailedResult(ctx, driver.ModeCheck, lim, key, c, now, err)
+		}
+		return Result{}, err
 	}
 	return l.decide(ctx, driver.ModeCheck, name, key, c)
 }
@@ -305,21 +319,20 @@ type charge struct {
 	start  time.Time // when the Limiter read its clock for the call
 }
 
-// doBound decides one call of a declared, unsharded limit through its
-// BoundLimit: what do does for such a call, without an Op. It fills *ch
-// when ch is not nil (Reserve). When the store decided the call and no
-// observer is to be told, plain is true and the caller makes the Result
-// of the verdict v, judged at now, by boundResult (so that it is built
-// where it is returned, not copied there); otherwise doBound fills *res.
+// doBound decides the commonest call of a declared, unsharded limit
+// through its BoundLimit (no deny cache, observer or Reservation, the
+// breaker closed: Limiter.plain and breaker.closed, which the caller
+// checks): what do does for such a call, without an Op, in the few steps
+// it needs. When the store decided the call, err is nil and the caller
+// makes the Result of the verdict v, judged at now, where it returns it
+// (so that it is not copied there). Otherwise err is the call's: bad
+// input or a done context, or, with failed true, the store's failure,
+// which the caller answers by boundFailedResult.
 //
-// The commonest call (no deny cache, observer or Reservation, the breaker
-// closed, the store answering) takes the few steps it needs here; any
-// other goes to doBoundFull, which does the same steps and the others.
-func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, ch *charge) (v driver.Verdict, now int64, plain bool, err error) {
-	if ch != nil || l.deny != nil || l.observer != nil || !l.breaker.closed() {
-		return l.doBoundFull(ctx, mode, lim, key, c, res, ch)
-	}
-	if err := lim.checkCount(c.count, c.reserve); err != nil {
+// It takes the call's count and reserve, not the call, and returns no
+// Result, so that its arguments and results all pass in registers.
+func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key string, count float64, reserve bool) (v driver.Verdict, now int64, failed bool, err error) {
+	if err := lim.checkCount(count, reserve); err != nil {
 		return v, 0, false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -330,13 +343,32 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 		return v, 0, false, limitErr(lim.name, err)
 	}
 	skey := l.storeKey(key)
-	if v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve); err != nil {
-		return l.boundFailed(ctx, mode, lim, key, c, res, time.Time{}, now, false, err)
+	if v, err = lim.bound.Decide(ctx, skey, mode, now, count, reserve); err != nil {
+		return v, now, true, err
 	}
 	if !l.breaker.current(now) && l.breaker.answered(now) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
-	return v, now, true, nil
+	return v, now, false, nil
+}
+
+// boundFailedResult answers, as do does, a call of doBound whose store
+// failed with err at now.
+func (l *Limiter) boundFailedResult(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, now int64, err error) (Result, error) {
+	var res Result
+	_, _, _, err = l.boundFailed(ctx, mode, lim, key, c, &res, time.Time{}, now, false, err)
+	return res, err
+}
+
+// boundFull decides by doBoundFull a call of a declared, unsharded limit
+// that doBound does not take.
+func (l *Limiter) boundFull(ctx context.Context, mode driver.Mode, lim *limit, key string, c call) (Result, error) {
+	var res Result
+	v, now, plain, err := l.doBoundFull(ctx, mode, lim, key, c, &res, nil)
+	if plain {
+		return boundResult(lim, key, c, v, now), nil
+	}
+	return res, err
 }
 
 // limitErr wraps err with the limit's name.
@@ -356,7 +388,12 @@ func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit,
 	return driver.Verdict{}, now, false, err
 }
 
-// doBoundFull is doBound with every step.
+// doBoundFull decides one call of a declared, unsharded limit through
+// its BoundLimit, with every step doBound leaves out. It fills *ch when ch
+// is not nil (Reserve). When the store decided the call and no observer
+// is to be told, plain is true and the caller makes the Result of the
+// verdict v, judged at now, by boundResult; otherwise doBoundFull fills
+// *res.
 func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, ch *charge) (v driver.Verdict, now int64, plain bool, err error) {
 	if err := lim.checkCount(c.count, c.reserve); err != nil {
 		return v, 0, false, err

@@ -60,7 +60,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 	r.lim = l
 	var err error
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
-		v, now, plain, e := l.doBound(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
+		v, now, plain, e := l.doBoundFull(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
 		if plain {
 			r.res = boundResult(lim, key, c, v, now)
 		}
