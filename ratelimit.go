@@ -223,7 +223,7 @@ func timeAt(start time.Time, now int64) time.Time {
 // Limit and Check build their Result where they return it, from what
 // decide leaves in registers: a Result built elsewhere is copied through
 // memory on its way back, which costs more than deciding the call.
-func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
+func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
 	c := newCall(opts)
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
 		if !l.plain || !l.breaker.closed() {
@@ -231,15 +231,14 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 		}
 		v, now, failed, err := l.doBound(ctx, driver.ModeLimit, lim, key, c.count, c.reserve)
 		if err == nil {
-			return Result{
-				OK:         v.OK,
-				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-				Remaining:  v.Remaining,
-				ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
-				Name:       lim.name,
-				Key:        key,
-				Count:      c.count,
-			}, nil
+			// Field by field into res, which Go zeroed on entry: a
+			// composite literal would zero it again.
+			res.OK = v.OK
+			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+			res.Remaining = v.Remaining
+			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
+			res.Name, res.Key, res.Count = lim.name, key, c.count
+			return res, nil
 		}
 		if failed {
 			return l.boundFailedResult(ctx, driver.ModeLimit, lim, key, c, now, err)
@@ -250,7 +249,7 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 }
 
 // Check returns the answer Limit would give now, without spending anything.
-func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (Result, error) {
+func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
 	c := newCall(opts)
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
 		if !l.plain || !l.breaker.closed() {
@@ -258,15 +257,14 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 		}
 		v, now, failed, err := l.doBound(ctx, driver.ModeCheck, lim, key, c.count, c.reserve)
 		if err == nil {
-			return Result{
-				OK:         v.OK,
-				RetryAfter: time.Duration(v.RetryAfter) * time.Millisecond,
-				Remaining:  v.Remaining,
-				ResetAfter: lim.resetOne(v.Remaining, now, v.TS),
-				Name:       lim.name,
-				Key:        key,
-				Count:      c.count,
-			}, nil
+			// Field by field into res, which Go zeroed on entry: a
+			// composite literal would zero it again.
+			res.OK = v.OK
+			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+			res.Remaining = v.Remaining
+			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
+			res.Name, res.Key, res.Count = lim.name, key, c.count
+			return res, nil
 		}
 		if failed {
 			return l.boundFailedResult(ctx, driver.ModeCheck, lim, key, c, now, err)
