@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"hash/maphash"
 	"unsafe"
 )
 
@@ -18,7 +17,7 @@ func ExpiryOf(s *Store, name, key string) int64 {
 	if l == nil {
 		return -1
 	}
-	h := maphash.String(s.keySeed, key) ^ l.salt
+	h := s.hash(key, l.salt)
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -38,6 +38,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,7 @@ const (
 // Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	keySeed  maphash.Seed
+	keySeed  uint64 // hashString's seed
 	nameSeed maphash.Seed
 	stripes  [stripes]stripe
 
@@ -136,7 +137,7 @@ func New(opts ...Option) (*Store, error) {
 	if o.clock == nil {
 		return nil, errors.New("memstore: WithClock needs a clock: pass clock.New() or a mock")
 	}
-	s := &Store{keySeed: maphash.MakeSeed(), nameSeed: maphash.MakeSeed(), clock: o.clock}
+	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
@@ -185,7 +186,7 @@ func (s *Store) limitOf(name string, shard int, create bool) *limitID {
 // hash returns the hash of a record of key whose limit makes salt. Its top
 // stripeBits choose the stripe, its low 32 bits the home slot.
 func (s *Store) hash(key string, salt uint64) uint64 {
-	return maphash.String(s.keySeed, key) ^ salt
+	return hashString(s.keySeed, key) ^ salt
 }
 
 func (s *Store) stripeOf(h uint64) *stripe { return &s.stripes[h>>(64-stripeBits)] }
@@ -750,7 +751,7 @@ func (s *Store) apply(op *driver.Op, out []driver.Decision) {
 	for i, id := range ids {
 		l := s.limitOf(id.Name, id.Shard, true)
 		if i == 0 || id.Key != lastKey {
-			lastKey, keyHash = id.Key, maphash.String(s.keySeed, id.Key)
+			lastKey, keyHash = id.Key, hashString(s.keySeed, id.Key)
 		}
 		h := keyHash ^ l.salt
 		hashes, limits = append(hashes, h), append(limits, l.id)
