@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"math"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -98,13 +97,17 @@ func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
 func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
 	p := &lim.base
 	if p.Kind == driver.TokenBucket {
-		x := max(p.Capacity-remaining, 0)
-		if x == 0 {
+		// max(Capacity-remaining, 0) == 0 without max's care for NaN
+		// and -0: a NaN takes the division below, as it would there.
+		x := p.Capacity - remaining
+		if x <= 0 {
 			return 0
 		}
 		est := x * lim.msPerToken
 		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
-			whole := math.Floor(est)
+			// math.Floor of a positive number below 2^63: a conversion,
+			// not a call (GOAMD64=v1 has no rounding instruction).
+			whole := float64(int64(est))
 			frac, margin := est-whole, est*6e-16
 			if frac > margin && frac < 1-margin {
 				return time.Duration(whole+1) * time.Millisecond
