@@ -397,7 +397,9 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				reload = true
 				again = append(again, c)
 				continue
-			case attempt < 2 && !s.scripts.Load() && isUnknownFCall(c.err):
+			case attempt < 2 && isUnknownFCall(c.err):
+				// Also when another round trip in flight found out
+				// first: this one was sent before, as FCALL.
 				s.scripts.Store(true)
 				again = append(again, c)
 				continue
