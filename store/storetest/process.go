@@ -79,18 +79,7 @@ func MultiProcess(t *testing.T, open NewStore, procs int) {
 		now := epoch.Add(time.Duration(w) * time.Second)
 		orders := childOrders{Key: key, NowMS: now.UnixMilli(), Goroutines: 16, Calls: 3,
 			StartAtNS: time.Now().Add(700 * time.Millisecond).UnixNano()}
-		js, err := json.Marshal(orders)
-		require.NoError(t, err)
-		children := make([]*exec.Cmd, procs)
-		outs := make([]*bytes.Buffer, procs)
-		for i := range children {
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-			outs[i] = new(bytes.Buffer)
-			cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-			require.NoError(t, cmd.Start())
-			children[i] = cmd
-		}
+		children, outs := startChildren(t, ctx, pattern, orders, procs)
 		granted := 0
 		for i, cmd := range children {
 			err := cmd.Wait()
@@ -117,18 +106,7 @@ func MultiProcess(t *testing.T, open NewStore, procs int) {
 	// 160 calls a second together (the limit grants 100), for 12 s.
 	orders := childOrders{Key: key + "-reserve", NowMS: epoch.UnixMilli(), Goroutines: 8, Calls: 240 / procs,
 		StartAtNS: time.Now().Add(700 * time.Millisecond).UnixNano(), Reserve: true, StepUS: 6250 * int64(procs)}
-	js, err := json.Marshal(orders)
-	require.NoError(t, err)
-	children := make([]*exec.Cmd, procs)
-	outs := make([]*bytes.Buffer, procs)
-	for i := range children {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-		outs[i] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-		require.NoError(t, cmd.Start())
-		children[i] = cmd
-	}
+	children, outs := startChildren(t, ctx, pattern, orders, procs)
 	jobs := map[int64]int{}
 	for i, cmd := range children {
 		require.NoError(t, cmd.Wait(), "child %d failed:\n%s", i, outs[i])
@@ -161,18 +139,7 @@ func multiProcessSettle(t *testing.T, open NewStore, procs int, key, pattern str
 	require.NoError(t, err)
 	orders := childOrders{Key: key, NowMS: epoch.UnixMilli(), Goroutines: 8, Tokens: tokens,
 		StartAtNS: time.Now().Add(700 * time.Millisecond).UnixNano()}
-	js, err := json.Marshal(orders)
-	require.NoError(t, err)
-	children := make([]*exec.Cmd, procs)
-	outs := make([]*bytes.Buffer, procs)
-	for i := range children {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-		outs[i] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-		require.NoError(t, cmd.Start())
-		children[i] = cmd
-	}
+	children, outs := startChildren(t, ctx, pattern, orders, procs)
 	wins := make(map[int]int)
 	back := 0.0
 	for i, cmd := range children {
@@ -386,4 +353,24 @@ func parseGranted(out []byte) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// startChildren starts procs copies of the test binary, running the test
+// that pattern selects as children under orders, each writing to its own
+// buffer.
+func startChildren(t *testing.T, ctx context.Context, pattern string, orders childOrders, procs int) ([]*exec.Cmd, []*bytes.Buffer) {
+	t.Helper()
+	js, err := json.Marshal(orders)
+	require.NoError(t, err)
+	children := make([]*exec.Cmd, procs)
+	outs := make([]*bytes.Buffer, procs)
+	for i := range children {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+		outs[i] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		require.NoError(t, cmd.Start())
+		children[i] = cmd
+	}
+	return children, outs
 }
