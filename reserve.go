@@ -181,7 +181,7 @@ func (r *Reservation) token() *Token {
 			r.tok = r.res.Token
 		} else {
 			items, lims := chargeItems(&r.charge)
-			r.tok = r.lim.newToken(r.charge.storeKey(), r.charge.at, r.at.UnixMilli(), items, lims)
+			r.tok = r.lim.newToken(r.charge.key, r.charge.at, r.at.UnixMilli(), items, lims)
 		}
 	}
 	return r.tok

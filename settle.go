@@ -329,10 +329,6 @@ func chargeItems(ch *charge) ([]tokenItem, []*limit) {
 	return items, lims
 }
 
-// storeKey returns the key the store saw for the charge: the key of its
-// records, which a token names, and which a settlement uses as it is.
-func (ch *charge) storeKey() string { return ch.key }
-
 // Use marks the token's charge used: its job runs. Call it before running
 // a job reserved elsewhere: it fails, and the job must not run, when the
 // token was settled before (an error matching ErrAlreadySettled, and
