@@ -219,59 +219,51 @@ func timeAt(start time.Time, now int64) time.Time {
 // nothing. The error is non-nil only for bad input (ErrUnknownLimit,
 // ErrInvalidConfig, ErrInvalidCount), a done context, or a store failure;
 // being rate limited is Result.OK false (or Result.Err).
-//
-// Limit and Check build their Result where they return it, from what
-// decide leaves in registers: a Result built elsewhere is copied through
-// memory on its way back, which costs more than deciding the call.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
-	c := newCall(opts)
-	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && !c.receipt {
-		if !l.plain || !l.breaker.closed() {
-			return l.boundFull(ctx, driver.ModeLimit, lim, key, c)
-		}
-		v, now, failed, err := l.doBound(ctx, driver.ModeLimit, lim, key, c.count, c.reserve)
-		if err == nil {
-			// Field by field into res, which Go zeroed on entry: a
-			// composite literal would zero it again.
-			res.OK = v.OK
-			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
-			res.Remaining = v.Remaining
-			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
-			res.Name, res.Key, res.Count = lim.name, key, c.count
-			return res, nil
-		}
-		if failed {
-			return l.boundFailedResult(ctx, driver.ModeLimit, lim, key, c, now, err)
-		}
-		return Result{}, err
-	}
-	return l.decide(ctx, driver.ModeLimit, name, key, c)
+	// Small enough for Go to inline into the caller: answer then writes
+	// the Result where the caller keeps it. A Result returned by a call
+	// that is not inlined goes back through memory, and the caller copies
+	// it twice more, which costs more than deciding it.
+	err = l.answer(&res, ctx, driver.ModeLimit, name, key, opts)
+	return res, err
 }
 
 // Check returns the answer Limit would give now, without spending anything.
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
+	err = l.answer(&res, ctx, driver.ModeCheck, name, key, opts)
+	return res, err
+}
+
+// answer is Limit (mode ModeLimit) or Check (ModeCheck), filling *res,
+// which its caller has zeroed.
+func (l *Limiter) answer(res *Result, ctx context.Context, mode driver.Mode, name, key string, opts []CallOption) error {
 	c := newCall(opts)
-	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && (!c.receipt || mode == driver.ModeCheck) {
 		if !l.plain || !l.breaker.closed() {
-			return l.boundFull(ctx, driver.ModeCheck, lim, key, c)
+			r, err := l.boundFull(ctx, mode, lim, key, c)
+			*res = r
+			return err
 		}
-		v, now, failed, err := l.doBound(ctx, driver.ModeCheck, lim, key, c.count, c.reserve)
+		v, now, failed, err := l.doBound(ctx, mode, lim, key, c.count, c.reserve)
 		if err == nil {
-			// Field by field into res, which Go zeroed on entry: a
-			// composite literal would zero it again.
+			// Field by field into *res, which is zero.
 			res.OK = v.OK
 			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
 			res.Remaining = v.Remaining
 			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
 			res.Name, res.Key, res.Count = lim.name, key, c.count
-			return res, nil
+			return nil
 		}
 		if failed {
-			return l.boundFailedResult(ctx, driver.ModeCheck, lim, key, c, now, err)
+			r, err := l.boundFailedResult(ctx, mode, lim, key, c, now, err)
+			*res = r
+			return err
 		}
-		return Result{}, err
+		return err
 	}
-	return l.decide(ctx, driver.ModeCheck, name, key, c)
+	r, err := l.decide(ctx, mode, name, key, c)
+	*res = r
+	return err
 }
 
 // decide decides a call of Limit or Check through Apply.
