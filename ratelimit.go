@@ -238,7 +238,7 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 // which its caller has zeroed.
 func (l *Limiter) answer(res *Result, ctx context.Context, mode driver.Mode, name, key string, opts []CallOption) error {
 	c := newCall(opts)
-	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && (!c.receipt || mode == driver.ModeCheck) {
+	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && (mode == driver.ModeCheck || !c.receipt) {
 		if !l.plain || !l.breaker.closed() {
 			r, err := l.boundFull(ctx, mode, lim, key, c)
 			*res = r
