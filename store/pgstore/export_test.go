@@ -7,3 +7,8 @@ func SetExpiredChunk(n int) (restore func()) {
 	expiredChunk = n
 	return func() { expiredChunk = was }
 }
+
+// LoneSQL returns the statement of a lone limit, for a test.
+func LoneSQL(table string, fixed bool, reserve int, wait bool) string {
+	return loneSQL(table, loneKind{fixed: fixed, reserve: reserve, wait: wait})
+}

@@ -14,7 +14,10 @@
 //
 // Two PL/pgSQL functions, installed with the schema, run the transition (a
 // port of ratelimit.Evaluate, equal to it to the last bit): one decides a
-// batch, one the common lone call. The batch function locks a batch's
+// batch, one a lone call judged at the server's clock. A lone call judged
+// at the Limiter's clock, the common case, goes as one plain statement
+// instead, an upsert whose SQL is the function's transition (lone.go),
+// or a read when it cannot write. The batch function locks a batch's
 // records all at once, in ascending order of their primary key, so that no
 // interleaving of batches, from one process or many, can deadlock. Records
 // whose bucket is full again are removed by DeleteExpired.
@@ -119,7 +122,8 @@ type Store struct {
 	// (and undo) locking them as rows that exist.
 	fresh atomic.Bool
 
-	applySQL, oneSQL, loadSQL, deleteSQL, expiredSQL string
+	applySQL, oneSQL, readSQL, loadSQL, deleteSQL, expiredSQL string
+	loneSQL                                                   [12]string // by loneKind.index
 }
 
 var (
@@ -312,6 +316,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		serverTime: o.serverTime,
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+		readSQL:    "SELECT value, ts FROM " + n.table + " WHERE id = $1",
 		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
 		// that a delete and a batch cannot wait on each other.
@@ -326,6 +331,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 			"l AS (SELECT id FROM " + n.table + " WHERE id IN (SELECT id FROM c) AND expires <= $3 FOR UPDATE SKIP LOCKED), " +
 			"d AS (DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM l) AND expires <= $3 RETURNING 1) " +
 			"SELECT (SELECT id FROM c ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)",
+	}
+	for _, fixed := range []bool{false, true} {
+		for reserve := range 3 {
+			for _, wait := range []bool{false, true} {
+				k := loneKind{fixed: fixed, reserve: reserve, wait: wait}
+				s.loneSQL[k.index()] = loneSQL(n.table, k)
+			}
+		}
 	}
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
@@ -636,7 +649,10 @@ func (e *encoder) limit(p driver.Params) int32 {
 // send decides a batch in one statement. It is the Batcher's SendFunc.
 func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 	if len(reqs) == 1 && reqs[0].single() {
-		return s.sendOne(ctx, reqs[0])
+		if reqs[0].flags&flagServerTime != 0 {
+			return s.sendOne(ctx, reqs[0])
+		}
+		return s.sendLone(ctx, reqs[0])
 	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)

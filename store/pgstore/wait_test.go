@@ -260,3 +260,26 @@ func TestLockWaitEndsOnTheServer(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
 }
+
+// The plain statement of a lone call bounds its lock wait the same way.
+func TestLoneStatementLockWaitEndsOnTheServer(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+	require.NoError(t, err)
+
+	now := t0.UnixMilli()
+	_, err = pool.Exec(ctx, pgstore.LoneSQL(pgx.Identifier{table}.Sanitize(), true, 0, true),
+		rowID("k"), []byte("l"), []byte("k"), int32(0), now, 1.0, 10.0, int64(3_600_000), 10.0, 9.0, now, now+360_000, "200ms")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
+}

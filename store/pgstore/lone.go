@@ -1,0 +1,278 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+)
+
+// A lone call (one limit or check of one item on one record, judged at the
+// Limiter's clock) goes as one plain statement rather than a call of the
+// function _one, which costs the server about twice the CPU of an upsert:
+// a PL/pgSQL call pays for its frame and prepares each expression anew in
+// every transaction.
+//
+// A check, a call of no tokens, or one that a full bucket would refuse
+// writes nothing: it reads the record (readSQL) and runs the Go transition
+// on it. Any other limit runs an upsert (a loneStmt) that
+//
+//   - reads the record in the statement's snapshot, and decides on it:
+//     a refusal writes nothing and locks nothing, so that its transaction
+//     commits without waiting for the disk;
+//   - otherwise inserts the record's next state, or, when the record
+//     exists, updates it under its row lock with the transition computed
+//     on the row as locked (READ COMMITTED's ON CONFLICT DO UPDATE sees
+//     the newest version), only if the call is still OK on it.
+//
+// It returns the written state, if any, first, then the record as read.
+// The decision is the Go transition's on the record read when nothing was
+// written, and follows from the written state otherwise; when the record
+// read would grant the call but the newer row refused it, the call is
+// decided again by _one. The SQL of the transition is that of _one,
+// expression for expression, so that it stays equal to Go to the last bit.
+//
+// A plain INSERT ... ON CONFLICT has no plan to choose: it reaches the row
+// through the primary key's index whatever the table's statistics.
+
+// loneKind indexes the upsert's variants: the kind of limit, whether the
+// call reserves (with or without a bound on the debt), and whether the
+// statement bounds its lock wait.
+type loneKind struct {
+	fixed   bool
+	reserve int // 0 none, 1 bounded debt, 2 unbounded debt
+	wait    bool
+}
+
+func (k loneKind) index() int {
+	i := k.reserve * 4
+	if k.fixed {
+		i += 2
+	}
+	if k.wait {
+		i++
+	}
+	return i
+}
+
+// The parameters of a lone upsert.
+const (
+	pID      = "$1::bytea"
+	pName    = "$2::bytea"
+	pKey     = "$3::bytea"
+	pShard   = "$4::integer"
+	pNow     = "$5::bigint"
+	pCount   = "$6::float8"
+	pRate    = "$7::float8"
+	pPeriod  = "$8::bigint"
+	pCap     = "$9::float8"
+	pFreshV  = "$10::float8"
+	pFreshTS = "$11::bigint"
+	pFreshEx = "$12::bigint"
+	pMaxR    = "$13::float8" // a bounded reservation's
+)
+
+// loneSQL returns the upsert of a lone limit of kind k on table.
+func loneSQL(table string, k loneKind) string {
+	noise := strconv.FormatFloat(driver.Noise, 'g', -1, 64) + "::float8"
+	never := strconv.FormatInt(driver.Never, 10) + "::bigint"
+	span := strconv.FormatInt(driver.Never-driver.MaxTime, 10) + "::float8"
+	// va returns the tokens left after the call on the record (v0, t0),
+	// refreshed to now, before the noise is cut; ts the refreshed time.
+	va := func(v0, t0 string) (va, ts string) {
+		if k.fixed {
+			n := "((greatest(" + pNow + ", " + t0 + ") - " + t0 + ") / " + pPeriod + ")"
+			return "(least(CASE WHEN " + n + " > 0 THEN " + v0 + " + " + pRate + " * " + n + "::float8 ELSE " + v0 + " END, " + pCap + ") - " + pCount + ")",
+				"(" + t0 + " + " + n + " * " + pPeriod + ")"
+		}
+		return "(least(" + v0 + " + (greatest(" + pNow + ", " + t0 + ") - " + t0 + ")::float8 * " + pRate + " / " + pPeriod + "::float8, " + pCap + ") - " + pCount + ")",
+			"greatest(" + pNow + ", " + t0 + ")"
+	}
+	// ok: whether the call is granted on a record left with va.
+	ok := func(va string) string {
+		switch k.reserve {
+		case 1:
+			return "(" + va + " > -" + noise + " OR -" + va + " <= " + pMaxR + ")"
+		case 2:
+			return "true"
+		}
+		return "(" + va + " > -" + noise + ")"
+	}
+	// fullAt: FullAt of the state (v, t), with f.dt the first try.
+	var fullAt, first string
+	if k.fixed {
+		first = "ceil((" + pCap + " - n.v) / " + pRate + ")"
+		fullAt = "CASE WHEN n.v >= " + pCap + " THEN n.t"
+		for i := range 3 {
+			kk := "(f.dt + " + strconv.Itoa(i) + ")"
+			fullAt += " WHEN n.v + " + pRate + " * " + kk + " >= " + pCap +
+				" THEN CASE WHEN " + pPeriod + "::float8 * " + kk + " < " + span +
+				" THEN n.t + (" + pPeriod + "::float8 * " + kk + ")::bigint ELSE " + never + " END"
+		}
+	} else {
+		first = "ceil((" + pCap + " - n.v) * " + pPeriod + "::float8 / " + pRate + ")"
+		fullAt = "CASE WHEN n.v >= " + pCap + " THEN n.t"
+		for i := range 3 {
+			dt := "(f.dt + " + strconv.Itoa(i) + ")"
+			fullAt += " WHEN n.v + " + dt + " * " + pRate + " / " + pPeriod + "::float8 >= " + pCap +
+				" THEN CASE WHEN " + dt + " < " + span + " THEN n.t + " + dt + "::bigint ELSE " + never + " END"
+		}
+	}
+	fullAt += " ELSE " + never + " END"
+
+	sva, _ := va("s.value", "s.ts")
+	cva, cts := va("c.value", "c.ts")
+	gate := "s.value IS NULL OR " + ok(sva)
+	if k.wait {
+		n := 13 // the last parameter
+		if k.reserve == 1 {
+			n++
+		}
+		gate = "(" + gate + ") AND set_config('lock_timeout', $" + strconv.Itoa(n) + "::text, true) IS NOT NULL"
+	}
+	var b strings.Builder
+	b.WriteString("WITH s AS (SELECT value, ts FROM " + table + " WHERE id = " + pID + "), ")
+	b.WriteString("w AS (INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
+	b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + pFreshV + ", " + pFreshTS + ", " + pFreshEx)
+	b.WriteString(" FROM (SELECT) o LEFT JOIN s ON true WHERE " + gate)
+	b.WriteString(" ON CONFLICT (id) DO UPDATE SET (value, ts, expires) = (SELECT ")
+	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.value ELSE n.v END, ")
+	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.ts ELSE n.t END, ")
+	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.expires ELSE " + fullAt + " END")
+	b.WriteString(" FROM (SELECT CASE WHEN r.va < 0 AND r.va > -" + noise + " THEN 0::float8 ELSE r.va END AS v, r.t")
+	b.WriteString(" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n,")
+	b.WriteString(" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)")
+	b.WriteString(" WHERE c.value IS NULL OR " + ok(cva))
+	b.WriteString(" RETURNING value, ts) ")
+	b.WriteString("SELECT value, ts, true FROM w UNION ALL SELECT value, ts, false FROM s")
+	return b.String()
+}
+
+// errRaced reports that a lone upsert found its record changed since it
+// read it, and did not write: the call is decided again.
+var errRaced = errors.New("pgstore: the record changed under a lone call")
+
+// sendLone decides a single request (see single) judged at the Limiter's
+// clock with a plain statement; see the comment above loneKind.
+func (s *Store) sendLone(ctx context.Context, r *request) error {
+	err := s.lone(ctx, r)
+	if errors.Is(err, errRaced) {
+		return s.sendOne(ctx, r)
+	}
+	return err
+}
+
+func (s *Store) lone(ctx context.Context, r *request) error {
+	it := &r.items[0]
+	rec := &it.recs[0]
+	p := &rec.params
+	mode := driver.Mode(r.flags & 3)
+	reserve := r.flags&flagReserve != 0
+	d := &r.out[0]
+
+	// The record's next state if it is missing.
+	var fd driver.Decision
+	fs := ratelimit.TransitionInto(&fd, p, driver.State{}, false, r.now, it.count, reserve)
+	if mode == driver.ModeCheck || it.count <= 0 || !fd.OK {
+		// Nothing to write: a full bucket would refuse it.
+		var (
+			v  *float64
+			ts *int64
+		)
+		err := s.pool.QueryRow(ctx, s.readSQL, rec.id[:]).Scan(&v, &ts)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		decideRead(d, p, v, ts, r.now, it.count, reserve)
+		return nil
+	}
+	k := loneKind{fixed: p.Kind == driver.FixedWindow}
+	if reserve {
+		k.reserve = 2
+		if p.MaxReserved != 0 {
+			k.reserve = 1
+		}
+	}
+	wait := lockWait(ctx)
+	k.wait = wait > 0
+	args := make([]any, 12, 14)
+	args[0], args[1], args[2], args[3] = rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard
+	args[4], args[5], args[6], args[7], args[8] = r.now, it.count, p.Rate, p.Period, p.Capacity
+	args[9], args[10], args[11] = fs.Remaining, fs.TS, ratelimit.FullAt(*p, fs)
+	if k.reserve == 1 {
+		args = append(args, p.MaxReserved)
+	}
+	if k.wait {
+		args = append(args, strconv.Itoa(int(wait))+"ms")
+	}
+	var (
+		v     *float64
+		ts    *int64
+		wrote bool
+	)
+	err := s.pool.QueryRow(ctx, s.loneSQL[k.index()], args...).Scan(&v, &ts, &wrote)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if wrote {
+		decideWritten(d, p, *v, *ts, r.now, it.count, reserve)
+		return nil
+	}
+	if decideRead(d, p, v, ts, r.now, it.count, reserve) {
+		return errRaced // the record read grants it: a newer row did not
+	}
+	return nil
+}
+
+// decideRead decides a call on the record read (v nil: missing, or a
+// placeholder) and reports whether the decision writes.
+func decideRead(d *driver.Decision, p *driver.Params, v *float64, ts *int64, now int64, count float64, reserve bool) bool {
+	var st driver.State
+	found := v != nil && ts != nil
+	if found {
+		st = driver.State{Remaining: *v, TS: *ts}
+	}
+	next := ratelimit.TransitionInto(d, p, st, found, now, count, reserve)
+	d.Now, d.TS = now, next.TS
+	return d.OK && count > 0
+}
+
+// decideWritten is the decision of a call that left its record with v
+// tokens at ts: granted, v remaining, and for a reservation the wait until
+// its tokens are granted (state.go's settle).
+func decideWritten(d *driver.Decision, p *driver.Params, v float64, ts, now int64, count float64, reserve bool) {
+	*d = driver.Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}, Now: now, TS: ts}
+	if !reserve {
+		return
+	}
+	if v >= 0 {
+		d.RetryAfter = retryMillis(float64(ts - now))
+		return
+	}
+	// state.go's wait for -v more tokens.
+	var w float64
+	if p.Kind == driver.FixedWindow {
+		w = float64(float64(p.Period)*math.Ceil(-v/p.Rate)) + float64(ts-now)
+	} else {
+		w = float64(max(now, ts)-now) + -v*float64(p.Period)/p.Rate
+	}
+	d.RetryAfter = retryMillis(w)
+}
+
+// retryMillis is state.go's: a wait rounded up to whole milliseconds,
+// within [0, MaxRetryAfter].
+func retryMillis(w float64) int64 {
+	w = math.Ceil(w)
+	switch {
+	case !(w > 0):
+		return 0
+	case w >= float64(driver.MaxRetryAfter):
+		return driver.MaxRetryAfter
+	}
+	return int64(w)
+}
