@@ -445,7 +445,14 @@ end
 
 -- decode sets record i from its stored string raw (false: missing).
 local function decode(i, raw)
-  rp[i], rnow[i] = false, false
+  rnow[i], rmark[i] = false, false
+  if raw and #raw == 25 then
+    local b1, v, ts, dl = sunpack('<Bddd', raw)
+    if b1 == 1 then
+      rfound[i], rv[i], rts[i], rdl[i] = true, v, ts, dl
+      return
+    end
+  end
   rfound[i], rv[i], rts[i], rdl[i], rmark[i] = parse(raw)
 end
 
@@ -619,118 +626,161 @@ local function apply(keys, args)
     -- an op and its first item in one read: every op has one
     local mode, reserve, nitems, now, count, since, nshards, li, phase
     mode, reserve, nitems, now, count, since, nshards, li, phase, pos = sunpack('<ddddddddd', b, pos)
-    -- a settlement: its kind, its mark, and the kind found there (false:
-    -- none, the op settles it)
-    local skind, mk, found = 0, false, false
-    if mode == MODE_REFUND and reserve > 0 then
-      skind = reserve
-      mk = at[k + nitems]
-      found = rmark[mk]
-    end
-    reserve = reserve == 1
     if own then
       now = tnow
     end
-    local nw = 0
-    local all = true
-    for item = 1, nitems do
-      if item > 1 then
-        count, since, nshards, li, phase, pos = sunpack('<ddddd', b, pos)
-      end
-      local p = limits[li]
-      local r = at[k]
-      local ok, retry, rem, c0, c1, ts0 = true, 0, 0, 0, 0, 0
-      if found then
-        -- settled before: nothing done
-        ok = false
-        k = k + 1
-      elseif mode == MODE_REFUND then
-        -- refund: the count less what the record was granted since
-        if rfound[r] then
-          local v, ts = refresh(p, rv[r], rts[r], now)
-          ts0 = ts
-          local back = denoise(count - granted(p, ts, since))
-          if back > 0 then
-            local nv = min(v + back, p[4])
-            if nv > v then
-              c0 = v - nv
-              v = nv
-              nw = nw + 1
-              wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
-            end
-          end
-          rem = v
-        else
-          local _
-          rem, ts0 = load(p, phase, false, 0, 0, now)
-        end
-        k = k + 1
-      elseif nshards == 1 then
-        local v, ts
-        ok, retry, rem, c0, v, ts = single(p, phase, rfound[r], rv[r], rts[r], now, count, reserve)
-        ts0 = ts
-        if v then
-          nw = nw + 1
-          wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
-        end
-        k = k + 1
-      else
-        local lb, phb
-        lb, phb, pos = sunpack('<dd', b, pos)
-        local pb = limits[lb]
-        local rb = at[k + 1]
-        local va, tsa, vb, tsb
-        ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb,
-          rfound[r], rv[r], rts[r], rfound[rb], rv[rb], rts[rb], now, count, reserve)
-        ts0 = tsa
-        if va then
-          nw = nw + 1
-          wr[nw], wv[nw], wts[nw], wp[nw] = r, va, tsa, p
-        end
-        if vb then
-          nw = nw + 1
-          wr[nw], wv[nw], wts[nw], wp[nw] = rb, vb, tsb, pb
-        end
-        k = k + 2
-      end
-      all = all and ok
-      out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
-      if found then
-        out[no + 1] = 2 * found
-      end
-      out[no + 6], out[no + 7] = now, ts0
-      no = no + 7
-    end
-    if skind > 0 then
-      local keep
-      keep, pos = sunpack('<d', b, pos)
+    if nitems == 1 and nshards == 1 and reserve == 0 and mode ~= MODE_REFUND then
+      -- The common op, a limit or a check of one item on one record that
+      -- reserves nothing: single, unrolled, without the bookkeeping of
+      -- several writes.
+      local p, r = limits[li], at[k]
       k = k + 1
-      if not found then
-        -- Mark it settled until its time, the grace and the margin, on
-        -- Redis's clock.
-        local dl = servertime() + (keep - now) + GRACE + margin
-        if dl < tnow + 1 then
-          dl = tnow + 1
-        end
-        call('SET', rkey[mk], pack('<BB', 2, skind), 'PXAT', dl)
-        rmark[mk] = skind
+      local v0, ts = load(p, phase, rfound[r], rv[r], rts[r], now)
+      local v = v0 - count
+      if v < 0 and v > -NOISE then
+        v = 0
       end
-    end
-    if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
-      for i = 1, nw do
-        local r = wr[i]
-        if not rnow[r] then
-          nd = nd + 1
-          dirty[nd] = r
+      if v >= 0 then
+        if count > 0 and mode == MODE_LIMIT then
+          if not rnow[r] then
+            nd = nd + 1
+            dirty[nd] = r
+          end
+          rfound[r], rv[r], rts[r], rp[r], rnow[r] = true, v, ts, p, now
         end
-        rfound[r], rv[r], rts[r], rp[r], rnow[r] = true, wv[i], wts[i], wp[i], now
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5], out[no + 6], out[no + 7] =
+          1, 0, v, count, 0, now, ts
+      else
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5], out[no + 6], out[no + 7] =
+          0, retry_ms(wait(p, ts, now, -v)), v0, 0, 0, now, ts
+      end
+      no = no + 7
+    else
+      -- a settlement: its kind, its mark, and the kind found there (false:
+      -- none, the op settles it)
+      local skind, mk, found = 0, false, false
+      if mode == MODE_REFUND and reserve > 0 then
+        skind = reserve
+        mk = at[k + nitems]
+        found = rmark[mk]
+      end
+      reserve = reserve == 1
+      local nw = 0
+      local all = true
+      for item = 1, nitems do
+        if item > 1 then
+          count, since, nshards, li, phase, pos = sunpack('<ddddd', b, pos)
+        end
+        local p = limits[li]
+        local r = at[k]
+        local ok, retry, rem, c0, c1, ts0 = true, 0, 0, 0, 0, 0
+        if found then
+          -- settled before: nothing done
+          ok = false
+          k = k + 1
+        elseif mode == MODE_REFUND then
+          -- refund: the count less what the record was granted since
+          if rfound[r] then
+            local v, ts = refresh(p, rv[r], rts[r], now)
+            ts0 = ts
+            local back = denoise(count - granted(p, ts, since))
+            if back > 0 then
+              local nv = min(v + back, p[4])
+              if nv > v then
+                c0 = v - nv
+                v = nv
+                nw = nw + 1
+                wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+              end
+            end
+            rem = v
+          else
+            local _
+            rem, ts0 = load(p, phase, false, 0, 0, now)
+          end
+          k = k + 1
+        elseif nshards == 1 then
+          local v, ts
+          ok, retry, rem, c0, v, ts = single(p, phase, rfound[r], rv[r], rts[r], now, count, reserve)
+          ts0 = ts
+          if v then
+            nw = nw + 1
+            wr[nw], wv[nw], wts[nw], wp[nw] = r, v, ts, p
+          end
+          k = k + 1
+        else
+          local lb, phb
+          lb, phb, pos = sunpack('<dd', b, pos)
+          local pb = limits[lb]
+          local rb = at[k + 1]
+          local va, tsa, vb, tsb
+          ok, retry, rem, c0, c1, va, tsa, vb, tsb = pair(p, pb, phase, phb,
+            rfound[r], rv[r], rts[r], rfound[rb], rv[rb], rts[rb], now, count, reserve)
+          ts0 = tsa
+          if va then
+            nw = nw + 1
+            wr[nw], wv[nw], wts[nw], wp[nw] = r, va, tsa, p
+          end
+          if vb then
+            nw = nw + 1
+            wr[nw], wv[nw], wts[nw], wp[nw] = rb, vb, tsb, pb
+          end
+          k = k + 2
+        end
+        all = all and ok
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = ok and 1 or 0, retry, rem, c0, c1
+        if found then
+          out[no + 1] = 2 * found
+        end
+        out[no + 6], out[no + 7] = now, ts0
+        no = no + 7
+      end
+      if skind > 0 then
+        local keep
+        keep, pos = sunpack('<d', b, pos)
+        k = k + 1
+        if not found then
+          -- Mark it settled until its time, the grace and the margin, on
+          -- Redis's clock.
+          local dl = servertime() + (keep - now) + GRACE + margin
+          if dl < tnow + 1 then
+            dl = tnow + 1
+          end
+          call('SET', rkey[mk], pack('<BB', 2, skind), 'PXAT', dl)
+          rmark[mk] = skind
+        end
+      end
+      if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
+        for i = 1, nw do
+          local r = wr[i]
+          if not rnow[r] then
+            nd = nd + 1
+            dirty[nd] = r
+          end
+          rfound[r], rv[r], rts[r], rp[r], rnow[r] = true, wv[i], wts[i], wp[i], now
+        end
       end
     end
   end
 
+  -- write, with its common case first: the key's expiry still suffices
+  local st = tnow
   for i = 1, nd do
     local r = dirty[i]
-    write(rkey[r], rp[r], rv[r], rts[r], rnow[r], rdl[r], margin)
+    local p, v, ts, now, dl = rp[r], rv[r], rts[r], rnow[r], rdl[r]
+    local full = full_at(p, v, ts)
+    if full and full - now < 1e15 then
+      if not st then
+        st = servertime()
+      end
+      if dl and dl >= st + (full - now) + margin and dl ~= INF then
+        call('SET', rkey[r], pack('<Bddd', 1, v, ts, dl), 'KEEPTTL')
+      else
+        write(rkey[r], p, v, ts, now, dl, margin)
+      end
+    else
+      write(rkey[r], p, v, ts, now, dl, margin)
+    end
   end
   return reply(no / 7)
 end
