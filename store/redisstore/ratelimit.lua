@@ -40,7 +40,8 @@
 --
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
--- key. The text "<value> <ts>" of earlier versions is still read. Every
+-- key (at most: 0 when not known, after a lone op's write; infinity for
+-- never). The text "<value> <ts>" of earlier versions is still read. Every
 -- record the batch touches is read once and, if an op changed it, written
 -- once at the end: the same outcome as the ops run one after another.
 
@@ -538,6 +539,49 @@ local function write(key, p, v, ts, now, dl, margin)
   end
 end
 
+-- The text of a key's time to live in ms, by its value, for PX: a number
+-- made text in a call costs about as much as the expiry itself, and few
+-- values occur (see expiry).
+local ttl_texts, nttl = {}, 0
+
+-- expiry returns the text of the ms, from now, for which a key that must
+-- live need ms more is kept: at least need and half the margin, less than
+-- need and the margin, on a grid of half margins.
+local function expiry(need, margin)
+  local ms = need + margin
+  if margin >= 2 then
+    local q = floor(margin / 2)
+    ms = ceil((need + margin - q) / q) * q
+  end
+  if ms < 1 then
+    ms = 1
+  end
+  local t = ttl_texts[ms]
+  if not t then
+    if nttl >= 4096 then
+      ttl_texts, nttl = {}, 0
+    end
+    t = string.format('%.0f', ms)
+    ttl_texts[ms], nttl = t, nttl + 1
+  end
+  return t
+end
+
+-- write_lone is write for a lone op, without reading the server's time:
+-- the key's expiry is set on every write, from Redis's clock when it
+-- writes (PX), and the record keeps no deadline (0: none known), so that
+-- the next write of a batch sets one again.
+local function write_lone(key, p, v, ts, now, dl, margin)
+  local full = full_at(p, v, ts)
+  if full and full - now < 1e15 then
+    call('SET', key, pack('<Bddd', 1, v, ts, 0), 'PX', expiry((full - now) + margin, margin))
+  elseif dl == INF then
+    call('SET', key, pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
+  else
+    call('SET', key, pack('<Bddd', 1, v, ts, INF))
+  end
+end
+
 -- reply packs the n items of out.
 local function reply(n)
   if n <= 1000 then
@@ -581,7 +625,7 @@ local function apply_one(key, b)
   local found, v0, ts0, dl = parse(call('GET', key))
   local ok, retry, rem, c0, v, ts = single(p, phase, found, v0, ts0, now, count, reserve == 1)
   if v and mode == MODE_LIMIT then
-    write(key, p, v, ts, now, dl, margin)
+    write_lone(key, p, v, ts, now, dl, margin)
   end
   return pack('<Bdddddd', ok and 1 or 0, retry, rem, c0, 0, now, ts)
 end
