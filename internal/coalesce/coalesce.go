@@ -89,6 +89,10 @@ type Batcher[Req, Res any] struct {
 	// until the first such call), when it is not busy.
 	worker chan *call[Req, Res]
 	busy   bool
+
+	// calls holds calls whose callers took their answer, for reuse: a
+	// call and its channel are two allocations a call otherwise.
+	calls sync.Pool
 }
 
 // call is one queued call.
@@ -97,7 +101,7 @@ type call[Req, Res any] struct {
 	req  Req
 	res  Res
 	err  error
-	done chan struct{} // closed once res and err are set
+	done chan struct{} // receives one value once res and err are set
 
 	// Guarded by Batcher.mu.
 	batch *batch // nil while queued
@@ -139,7 +143,7 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		if detach {
 			// A batch of one, sent with its caller's context: it ends
 			// when its caller leaves, with nothing to cancel.
-			c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
+			c := b.newCall(ctx, req)
 			c.own = batch{waiting: 1, cancel: noCancel}
 			c.batch = &c.own
 			b.detach(c)
@@ -153,10 +157,35 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		b.next() // unlocks
 		return res, err
 	}
-	c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
+	c := b.newCall(ctx, req)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	return b.wait(ctx, c)
+}
+
+// newCall returns a call of req, reused if one is free.
+func (b *Batcher[Req, Res]) newCall(ctx context.Context, req Req) *call[Req, Res] {
+	c, _ := b.calls.Get().(*call[Req, Res])
+	if c == nil {
+		return &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{}, 1)}
+	}
+	c.ctx, c.req = ctx, req
+	return c
+}
+
+// signal tells c's caller that res and err are set; nothing may touch
+// c after, since its caller may reuse it at once.
+func signal[Req, Res any](c *call[Req, Res]) {
+	c.done <- struct{}{} // never blocks: one answer per call, in a buffer of one
+}
+
+// reuse returns its answer and puts c, answered and taken by its caller,
+// back for another call.
+func (b *Batcher[Req, Res]) reuse(c *call[Req, Res]) (Res, error) {
+	res, err := c.res, c.err
+	*c = call[Req, Res]{done: c.done}
+	b.calls.Put(c)
+	return res, err
 }
 
 // wait waits for the answer to c, queued or sent, or for ctx to end.
@@ -164,14 +193,14 @@ func (b *Batcher[Req, Res]) wait(ctx context.Context, c *call[Req, Res]) (Res, e
 	var zero Res
 	select {
 	case <-c.done:
-		return c.res, c.err
+		return b.reuse(c)
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
 	select {
 	case <-c.done: // answered while we took the lock
 		b.mu.Unlock()
-		return c.res, c.err
+		return b.reuse(c)
 	default:
 	}
 	c.left = true
@@ -301,12 +330,12 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 		b.inflight--
 		b.busy = b.busy && !worker
 		b.mu.Unlock()
-		close(c.done)
+		signal(c)
 		return
 	}
 	calls, bt, ctx := b.take()
 	b.mu.Unlock()
-	close(c.done)
+	signal(c)
 	b.run(calls, bt, ctx, worker)
 }
 
@@ -323,7 +352,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		bt.cancel()
 		for i, c := range calls {
 			c.res, c.err = res[i], err
-			close(c.done)
+			signal(c)
 		}
 
 		b.mu.Lock()
