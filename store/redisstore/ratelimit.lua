@@ -548,7 +548,7 @@ local ttl_texts, nttl = {}, 0
 -- live need ms more is kept: at least need and half the margin, less than
 -- need and the margin, on a grid of half margins.
 local function expiry(need, margin)
-  local ms = need + margin
+  local ms = ceil(need + margin)
   if margin >= 2 then
     local q = floor(margin / 2)
     ms = ceil((need + margin - q) / q) * q
