@@ -124,6 +124,7 @@ type Store struct {
 
 	applySQL, oneSQL, readSQL, loadSQL, deleteSQL, expiredSQL string
 	loneSQL                                                   [12]string // by loneKind.index
+	manySQL                                                   [4]string  // by fixed (2) and wait (1)
 }
 
 var (
@@ -339,6 +340,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 				s.loneSQL[k.index()] = loneSQL(n.table, k)
 			}
 		}
+	}
+	for i := range s.manySQL {
+		s.manySQL[i] = manySQL(n.table, i&2 != 0, i&1 != 0)
 	}
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
@@ -654,6 +658,18 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 		}
 		return s.sendLone(ctx, reqs[0])
 	}
+	if len(reqs) > 1 {
+		if ok, fixed := plainBatch(reqs); ok {
+			if done, err := s.sendMany(ctx, reqs, fixed); done || err != nil {
+				return err
+			}
+		}
+	}
+	return s.sendApply(ctx, reqs)
+}
+
+// sendApply decides a batch with the function _apply.
+func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
 	e.reset()
