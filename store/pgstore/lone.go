@@ -77,57 +77,91 @@ const (
 	pMaxR    = "$13::float8" // a bounded reservation's
 )
 
-// loneSQL returns the upsert of a lone limit of kind k on table.
-func loneSQL(table string, k loneKind) string {
-	noise := strconv.FormatFloat(driver.Noise, 'g', -1, 64) + "::float8"
+// transition writes out, in SQL, the transition of a limit of one record
+// as _one computes it, operation for operation, on operands given as SQL
+// expressions: the call's time and count, and its limit's rate, period
+// and capacity (and max reserved, for a bounded reservation).
+type transition struct {
+	fixed                                bool
+	reserve                              int // as loneKind's
+	now, count, rate, period, capa, maxr string
+}
+
+// va returns the tokens left after the call on the record (v0, t0),
+// refreshed to now, before the noise is cut; ts the refreshed time.
+func (x transition) va(v0, t0 string) (va, ts string) {
+	if x.fixed {
+		n := "((greatest(" + x.now + ", " + t0 + ") - " + t0 + ") / " + x.period + ")"
+		return "(least(CASE WHEN " + n + " > 0 THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END, " + x.capa + ") - " + x.count + ")",
+			"(" + t0 + " + " + n + " * " + x.period + ")"
+	}
+	return "(least(" + v0 + " + (greatest(" + x.now + ", " + t0 + ") - " + t0 + ")::float8 * " + x.rate + " / " + x.period + "::float8, " + x.capa + ") - " + x.count + ")",
+		"greatest(" + x.now + ", " + t0 + ")"
+}
+
+// ok: whether the call is granted on a record left with va.
+func (x transition) ok(va string) string {
+	switch x.reserve {
+	case 1:
+		return "(" + va + " > -" + sqlNoise + " OR -" + va + " <= " + x.maxr + ")"
+	case 2:
+		return "true"
+	}
+	return "(" + va + " > -" + sqlNoise + ")"
+}
+
+// fullAt returns FullAt of the state (n.v, n.t), with f.dt the first try,
+// and that first try.
+func (x transition) fullAt() (fullAt, first string) {
 	never := strconv.FormatInt(driver.Never, 10) + "::bigint"
 	span := strconv.FormatInt(driver.Never-driver.MaxTime, 10) + "::float8"
-	// va returns the tokens left after the call on the record (v0, t0),
-	// refreshed to now, before the noise is cut; ts the refreshed time.
-	va := func(v0, t0 string) (va, ts string) {
-		if k.fixed {
-			n := "((greatest(" + pNow + ", " + t0 + ") - " + t0 + ") / " + pPeriod + ")"
-			return "(least(CASE WHEN " + n + " > 0 THEN " + v0 + " + " + pRate + " * " + n + "::float8 ELSE " + v0 + " END, " + pCap + ") - " + pCount + ")",
-				"(" + t0 + " + " + n + " * " + pPeriod + ")"
-		}
-		return "(least(" + v0 + " + (greatest(" + pNow + ", " + t0 + ") - " + t0 + ")::float8 * " + pRate + " / " + pPeriod + "::float8, " + pCap + ") - " + pCount + ")",
-			"greatest(" + pNow + ", " + t0 + ")"
-	}
-	// ok: whether the call is granted on a record left with va.
-	ok := func(va string) string {
-		switch k.reserve {
-		case 1:
-			return "(" + va + " > -" + noise + " OR -" + va + " <= " + pMaxR + ")"
-		case 2:
-			return "true"
-		}
-		return "(" + va + " > -" + noise + ")"
-	}
-	// fullAt: FullAt of the state (v, t), with f.dt the first try.
-	var fullAt, first string
-	if k.fixed {
-		first = "ceil((" + pCap + " - n.v) / " + pRate + ")"
-		fullAt = "CASE WHEN n.v >= " + pCap + " THEN n.t"
+	if x.fixed {
+		first = "ceil((" + x.capa + " - n.v) / " + x.rate + ")"
+		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
 		for i := range 3 {
 			kk := "(f.dt + " + strconv.Itoa(i) + ")"
-			fullAt += " WHEN n.v + " + pRate + " * " + kk + " >= " + pCap +
-				" THEN CASE WHEN " + pPeriod + "::float8 * " + kk + " < " + span +
-				" THEN n.t + (" + pPeriod + "::float8 * " + kk + ")::bigint ELSE " + never + " END"
+			fullAt += " WHEN n.v + " + x.rate + " * " + kk + " >= " + x.capa +
+				" THEN CASE WHEN " + x.period + "::float8 * " + kk + " < " + span +
+				" THEN n.t + (" + x.period + "::float8 * " + kk + ")::bigint ELSE " + never + " END"
 		}
 	} else {
-		first = "ceil((" + pCap + " - n.v) * " + pPeriod + "::float8 / " + pRate + ")"
-		fullAt = "CASE WHEN n.v >= " + pCap + " THEN n.t"
+		first = "ceil((" + x.capa + " - n.v) * " + x.period + "::float8 / " + x.rate + ")"
+		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
 		for i := range 3 {
 			dt := "(f.dt + " + strconv.Itoa(i) + ")"
-			fullAt += " WHEN n.v + " + dt + " * " + pRate + " / " + pPeriod + "::float8 >= " + pCap +
+			fullAt += " WHEN n.v + " + dt + " * " + x.rate + " / " + x.period + "::float8 >= " + x.capa +
 				" THEN CASE WHEN " + dt + " < " + span + " THEN n.t + " + dt + "::bigint ELSE " + never + " END"
 		}
 	}
-	fullAt += " ELSE " + never + " END"
+	return fullAt + " ELSE " + never + " END", first
+}
 
-	sva, _ := va("s.value", "s.ts")
-	cva, cts := va("c.value", "c.ts")
-	gate := "s.value IS NULL OR " + ok(sva)
+// set returns the SET of an ON CONFLICT DO UPDATE on the row c that writes
+// the state after the call computed by x on it, or excluded's state (the
+// record's fresh one) if c is a placeholder; and the WHERE that lets only
+// a granted call write.
+func (x transition) set() (set, where string) {
+	cva, cts := x.va("c.value", "c.ts")
+	fullAt, first := x.fullAt()
+	set = "(value, ts, expires) = (SELECT " +
+		"CASE WHEN c.value IS NULL THEN excluded.value ELSE n.v END, " +
+		"CASE WHEN c.value IS NULL THEN excluded.ts ELSE n.t END, " +
+		"CASE WHEN c.value IS NULL THEN excluded.expires ELSE " + fullAt + " END" +
+		" FROM (SELECT CASE WHEN r.va < 0 AND r.va > -" + sqlNoise + " THEN 0::float8 ELSE r.va END AS v, r.t" +
+		" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n," +
+		" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)"
+	return set, "c.value IS NULL OR " + x.ok(cva)
+}
+
+// sqlNoise is driver.Noise as SQL.
+var sqlNoise = strconv.FormatFloat(driver.Noise, 'g', -1, 64) + "::float8"
+
+// loneSQL returns the upsert of a lone limit of kind k on table.
+func loneSQL(table string, k loneKind) string {
+	x := transition{fixed: k.fixed, reserve: k.reserve, now: pNow, count: pCount, rate: pRate, period: pPeriod, capa: pCap, maxr: pMaxR}
+	set, where := x.set()
+	sva, _ := x.va("s.value", "s.ts")
+	gate := "s.value IS NULL OR " + x.ok(sva)
 	if k.wait {
 		n := 13 // the last parameter
 		if k.reserve == 1 {
@@ -140,14 +174,8 @@ func loneSQL(table string, k loneKind) string {
 	b.WriteString("w AS (INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
 	b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + pFreshV + ", " + pFreshTS + ", " + pFreshEx)
 	b.WriteString(" FROM (SELECT) o LEFT JOIN s ON true WHERE " + gate)
-	b.WriteString(" ON CONFLICT (id) DO UPDATE SET (value, ts, expires) = (SELECT ")
-	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.value ELSE n.v END, ")
-	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.ts ELSE n.t END, ")
-	b.WriteString("CASE WHEN c.value IS NULL THEN excluded.expires ELSE " + fullAt + " END")
-	b.WriteString(" FROM (SELECT CASE WHEN r.va < 0 AND r.va > -" + noise + " THEN 0::float8 ELSE r.va END AS v, r.t")
-	b.WriteString(" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n,")
-	b.WriteString(" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)")
-	b.WriteString(" WHERE c.value IS NULL OR " + ok(cva))
+	b.WriteString(" ON CONFLICT (id) DO UPDATE SET " + set)
+	b.WriteString(" WHERE " + where)
 	b.WriteString(" RETURNING value, ts) ")
 	b.WriteString("SELECT value, ts, true FROM w UNION ALL SELECT value, ts, false FROM s")
 	return b.String()

@@ -17,7 +17,9 @@
 // batch, one a lone call judged at the server's clock. A lone call judged
 // at the Limiter's clock, the common case, goes as one plain statement
 // instead, an upsert whose SQL is the function's transition (lone.go),
-// or a read when it cannot write. The batch function locks a batch's
+// or a read when it cannot write; so does a batch of such calls on one
+// token bucket with one count, many records in one upsert (many.go). The
+// batch function locks a batch's
 // records all at once, in ascending order of their primary key, so that no
 // interleaving of batches, from one process or many, can deadlock. Records
 // whose bucket is full again are removed by DeleteExpired.
@@ -124,7 +126,7 @@ type Store struct {
 
 	applySQL, oneSQL, readSQL, loadSQL, deleteSQL, expiredSQL string
 	loneSQL                                                   [12]string // by loneKind.index
-	manySQL                                                   [4]string  // by fixed (2) and wait (1)
+	upsertSQL                                                 [2]string  // by wait
 }
 
 var (
@@ -341,9 +343,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 			}
 		}
 	}
-	for i := range s.manySQL {
-		s.manySQL[i] = manySQL(n.table, i&2 != 0, i&1 != 0)
-	}
+	s.upsertSQL = [2]string{upsertSQL(n.table, false), upsertSQL(n.table, true)}
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
 	}
@@ -658,11 +658,9 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 		}
 		return s.sendLone(ctx, reqs[0])
 	}
-	if len(reqs) > 1 {
-		if ok, fixed := plainBatch(reqs); ok {
-			if done, err := s.sendMany(ctx, reqs, fixed); done || err != nil {
-				return err
-			}
+	if len(reqs) > 1 && sharedBatch(reqs) {
+		if done, err := s.sendUpsert(ctx, reqs); done || err != nil {
+			return err
 		}
 	}
 	return s.sendApply(ctx, reqs)
