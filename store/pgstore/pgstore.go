@@ -19,10 +19,11 @@
 // instead, an upsert whose SQL is the function's transition (lone.go),
 // or a read when it cannot write; so does a batch of such calls on one
 // token bucket with one count, many records in one upsert (many.go). The
-// batch function locks a batch's
-// records all at once, in ascending order of their primary key, so that no
-// interleaving of batches, from one process or many, can deadlock. Records
-// whose bucket is full again are removed by DeleteExpired.
+// batch function locks a batch's records all at once, and the batch
+// upsert its records one after another, in ascending order of their
+// primary key, so that no interleaving of batches, from one process or
+// many, can deadlock. Records whose bucket is full again are removed by
+// DeleteExpired.
 //
 // # The schema
 //
