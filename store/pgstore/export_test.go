@@ -12,3 +12,6 @@ func SetExpiredChunk(n int) (restore func()) {
 func LoneSQL(table string, fixed bool, reserve int, wait bool) string {
 	return loneSQL(table, loneKind{fixed: fixed, reserve: reserve, wait: wait})
 }
+
+// UpsertSQL returns the statement of a batch upsert, for a test.
+func UpsertSQL(table string, wait bool) string { return upsertSQL(table, wait) }
