@@ -122,7 +122,9 @@ func TestStalledServer(t *testing.T) {
 		<-hook.sent
 	}
 
-	const pause, wait = 3 * time.Second, 200 * time.Millisecond
+	// The pause ends well before go-redis's default read timeout (3 s),
+	// so that the call held in flight is answered rather than timed out.
+	const pause, wait = 2 * time.Second, 200 * time.Millisecond
 	require.NoError(t, c.Do(ctx, "client", "pause", pause.Milliseconds(), "all").Err())
 	// A call that holds the queue's round trip in flight, stalled with the
 	// server: the queued calls wait behind it.
