@@ -40,6 +40,14 @@ type Options struct {
 	// MaxInFlight is the most batches sent at once (default
 	// DefaultMaxInFlight). A call that finds fewer in flight goes at once.
 	MaxInFlight int
+	// Overlap, when above 0, keeps every slot but the first for large
+	// batches: while a batch is in flight, a call queues (it does not go
+	// at once), and the queued calls go together, in a slot of their
+	// own, as soon as Overlap of them wait. Choose it when batches in
+	// flight side by side pay only if each carries many calls (say, each
+	// waits for a disk flush): a few concurrent callers are then batched
+	// as with one slot, and many keep MaxInFlight batches in flight.
+	Overlap int
 	// Detach sends a call that goes at once (a lone call, or every call
 	// when coalescing is off) on another goroutine, as a batch of one with
 	// its caller's context, when that context can end; its caller waits
@@ -138,7 +146,7 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		return b.sendOne(ctx, req)
 	}
 	b.mu.Lock()
-	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0) {
+	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 && (b.inflight == 0 || b.opts.Overlap <= 0)) {
 		b.inflight++
 		if detach {
 			// A batch of one, sent with its caller's context: it ends
@@ -159,7 +167,11 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	}
 	c := b.newCall(ctx, req)
 	b.queue = append(b.queue, c)
-	b.mu.Unlock()
+	if b.opts.Overlap > 0 {
+		b.next() // unlocks; starts a batch once Overlap calls wait
+	} else {
+		b.mu.Unlock()
+	}
 	return b.wait(ctx, c)
 }
 
@@ -235,7 +247,7 @@ func (b *Batcher[Req, Res]) remove(c *call[Req, Res]) {
 // next starts the next batch in the background if calls are queued and a
 // slot is free. b.mu is held; next unlocks it.
 func (b *Batcher[Req, Res]) next() {
-	if len(b.queue) == 0 || b.inflight >= b.opts.MaxInFlight {
+	if len(b.queue) == 0 || b.inflight >= b.opts.MaxInFlight || (b.inflight > 0 && !b.overlaps()) {
 		b.mu.Unlock()
 		return
 	}
@@ -243,6 +255,21 @@ func (b *Batcher[Req, Res]) next() {
 	b.inflight++
 	b.mu.Unlock()
 	go b.run(calls, bt, ctx, false)
+}
+
+// overlaps reports whether the queued calls may go beside a batch in
+// flight: always, unless Options.Overlap asks for that many first. b.mu
+// is held.
+func (b *Batcher[Req, Res]) overlaps() bool {
+	return b.opts.Overlap <= 0 || len(b.queue) >= b.opts.Overlap
+}
+
+// goOn reports whether a batch that has just been answered sends the
+// queued calls next, in its slot: when calls are queued, and, if other
+// batches are in flight, when they may go beside them (otherwise one of
+// those sends them when it is answered). b.mu is held.
+func (b *Batcher[Req, Res]) goOn() bool {
+	return len(b.queue) > 0 && (b.inflight == 1 || b.overlaps())
 }
 
 // take removes up to MaxBatch calls from the head of the queue and marks
@@ -326,7 +353,7 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	// Out of flight before the caller wakes, so that its next call, if
 	// it makes one at once, goes at once too.
 	b.mu.Lock()
-	if len(b.queue) == 0 {
+	if !b.goOn() {
 		b.inflight--
 		b.busy = b.busy && !worker
 		b.mu.Unlock()
@@ -356,7 +383,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		}
 
 		b.mu.Lock()
-		if len(b.queue) == 0 {
+		if !b.goOn() {
 			b.inflight--
 			b.busy = b.busy && !worker
 			b.mu.Unlock()

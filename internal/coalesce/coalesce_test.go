@@ -165,6 +165,49 @@ func TestMaxInFlightBoundsConcurrentSends(t *testing.T) {
 	require.Equal(t, int32(2), g.peak.Load())
 }
 
+func TestOverlapKeepsTheSecondSlotForLargeBatches(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{MaxInFlight: 2, Overlap: 3})
+	ctx := context.Background()
+	first := doAsync(b, ctx, 1)
+	require.Equal(t, []int{1}, <-g.entered)
+	// A second slot is free, but a call that finds one in flight queues.
+	var queued []<-chan answer
+	for i := 2; i <= 3; i++ {
+		queued = append(queued, doAsync(b, ctx, i))
+		waitQueued(t, b, i-1)
+	}
+	assert.Equal(t, int32(1), g.active.Load(), "a call went beside the batch in flight before Overlap calls waited")
+	// The third queued call makes Overlap: the three go beside the first.
+	queued = append(queued, doAsync(b, ctx, 4))
+	require.Equal(t, []int{2, 3, 4}, <-g.entered)
+	assert.Equal(t, int32(2), g.active.Load())
+	// Two calls queue behind the two in flight; when the first is
+	// answered, another batch is in flight, and fewer than Overlap wait:
+	// the first's slot is freed, and the second batch sends them when it
+	// is answered.
+	for i := 5; i <= 6; i++ {
+		queued = append(queued, doAsync(b, ctx, i))
+		waitQueued(t, b, i-4)
+	}
+	g.release <- struct{}{}
+	require.Equal(t, answer{10, nil}, <-first)
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inflight == 1
+	}, 5*time.Second, time.Millisecond)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	require.Equal(t, []int{5, 6}, <-g.entered)
+	g.release <- struct{}{}
+	for i, ch := range queued {
+		require.Equal(t, answer{(i + 2) * 10, nil}, <-ch)
+	}
+	require.Equal(t, [][]int{{1}, {2, 3, 4}, {5, 6}}, g.batches)
+	require.Equal(t, int32(2), g.peak.Load())
+}
+
 func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
 	g := newGate()
 	b := New(g.send, Options{})
