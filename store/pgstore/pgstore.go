@@ -83,9 +83,14 @@ const (
 	// WithMaxBatch sets another bound.
 	DefaultMaxBatch = 128
 	// DefaultMaxInFlight is how many statements a store has in flight at
-	// once unless WithMaxInFlight sets another number.
-	DefaultMaxInFlight = 1
+	// once unless WithMaxInFlight sets another number: the second only
+	// for a batch of at least a quarter of WithMaxBatch's calls.
+	DefaultMaxInFlight = 2
 )
+
+// overlap is how many calls must wait before a statement goes beside
+// another in flight (coalesce.Options.Overlap): a quarter of a batch.
+func overlap(maxBatch int) int { return max(maxBatch/4, 2) }
 
 // maxIdent is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1
 // bytes); it truncates longer ones, so that two names differing only
@@ -180,9 +185,12 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // WithMaxInFlight sets how many statements the store sends at once before
 // calls start to wait for the next batch (default DefaultMaxInFlight). A
-// call that finds fewer in flight goes at once. Statements on one record
+// call that finds none in flight goes at once; while one is in flight,
+// calls wait, and go in a statement beside it once a quarter of a batch
+// (WithMaxBatch) waits: a few concurrent callers share one statement and
+// its commit, and many keep several in flight. Statements on one record
 // wait for each other's row locks, so a hot key only gets smaller batches
-// from more; calls on many keys may gain, on a server with cores to spare.
+// from more; calls on many keys gain, on a server with cores to spare.
 // Each statement in flight holds one of the pool's connections.
 func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
 
@@ -348,7 +356,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
 	}
-	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight}
+	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight, Overlap: overlap(o.maxBatch)}
 	if o.maxBatch == 1 {
 		opt = coalesce.Off
 	}
