@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -205,29 +203,4 @@ func TestBatchUpsertDifferential(t *testing.T) {
 		}
 	}
 	require.NotZero(t, upserts, "no batch went as one upsert")
-}
-
-// The batch upsert bounds its lock wait as the lone statement does.
-func TestBatchUpsertLockWaitEndsOnTheServer(t *testing.T) {
-	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-	require.NoError(t, err)
-
-	now := t0.UnixMilli()
-	_, err = pool.Exec(ctx, pgstore.UpsertSQL(pgx.Identifier{table}.Sanitize(), true),
-		[][]byte{rowID("j"), rowID("k")}, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
-		[]int64{now, now}, []float64{9, 9}, []int64{now + 360_000, now + 360_000}, []bool{true, true},
-		1.0, 10.0, int64(3_600_000), 10.0, "200ms")
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
 }

@@ -236,50 +236,52 @@ func TestDeleteExpiredInChunksSkipsHeldRows(t *testing.T) {
 // pgx asks the server to cancel the statement of a call whose context has
 // ended, but a request that does not get through (the network is what
 // failed) would leave it waiting for the row for as long as it is held.
-// The functions therefore bound their own lock waits by the caller's
-// deadline (a little after it).
+// The statements therefore bound their own lock waits by the caller's
+// deadline (a little after it): each is run here as the store runs it with
+// a deadline 200 ms away, but from a context that never ends, on a row
+// another transaction holds.
 func TestLockWaitEndsOnTheServer(t *testing.T) {
-	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-	require.NoError(t, err)
-
-	// The function of a lone call, as Apply calls it with a deadline 200
-	// ms away, but from a context that never ends.
-	_, err = pool.Exec(ctx, "SELECT * FROM "+pgx.Identifier{table + "_one"}.Sanitize()+
-		"($1, 'l', 'k', 0, 1, 10, 3600000, 10, 0, 0, $2, 1, 0, 200)", rowID("k"), t0.UnixMilli())
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
-}
-
-// The plain statement of a lone call bounds its lock wait the same way.
-func TestLoneStatementLockWaitEndsOnTheServer(t *testing.T) {
-	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-	require.NoError(t, err)
-
 	now := t0.UnixMilli()
-	_, err = pool.Exec(ctx, pgstore.LoneSQL(pgx.Identifier{table}.Sanitize(), true, 0, true),
-		rowID("k"), []byte("l"), []byte("k"), int32(0), now, 1.0, 10.0, int64(3_600_000), 10.0, 9.0, now, now+360_000, "200ms")
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
+	for _, tc := range []struct {
+		name string
+		run  func(ctx context.Context, pool *pgxpool.Pool, table string) error
+	}{
+		{"the function of a lone call", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
+			_, err := pool.Exec(ctx, "SELECT * FROM "+pgx.Identifier{table + "_one"}.Sanitize()+
+				"($1, 'l', 'k', 0, 1, 10, 3600000, 10, 0, 0, $2, 1, 0, 200)", rowID("k"), now)
+			return err
+		}},
+		{"the plain statement of a lone call", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
+			_, err := pool.Exec(ctx, pgstore.LoneSQL(pgx.Identifier{table}.Sanitize(), true, 0, true),
+				rowID("k"), []byte("l"), []byte("k"), int32(0), now, 1.0, 10.0, int64(3_600_000), 10.0, 9.0, now, now+360_000, "200ms")
+			return err
+		}},
+		{"the batch upsert", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
+			_, err := pool.Exec(ctx, pgstore.UpsertSQL(pgx.Identifier{table}.Sanitize(), true),
+				[][]byte{rowID("j"), rowID("k")}, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
+				[]int64{now, now}, []float64{9, 9}, []int64{now + 360_000, now + 360_000}, []bool{true, true},
+				1.0, 10.0, int64(3_600_000), 10.0, "200ms")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := newPool(t, testserver.PostgresURL(t), nil)
+			table := uniqueTable(t, pool)
+			s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+			require.NoError(t, err)
+			require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+			require.NoError(t, err)
+
+			err = tc.run(ctx, pool, table)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
+		})
+	}
 }
