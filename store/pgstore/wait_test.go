@@ -59,6 +59,26 @@ func applyAsync(ctx context.Context, s ratelimit.Store, op *driver.Op) <-chan ap
 	return ch
 }
 
+// rowHeld makes a store, with opts, on a table of its own that holds the
+// record of key "k", and holds that record's row in a transaction, which
+// it rolls back when the test ends (or the test does, earlier).
+func rowHeld(t *testing.T, opts ...pgstore.Option) (*pgxpool.Pool, string, *pgstore.Store, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, append([]pgstore.Option{pgstore.WithTable(table)}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
+	require.NoError(t, err)
+	return pool, table, s, tx
+}
+
 // receive waits for a call that must return by itself: the test releases
 // what stalls it only afterwards.
 func receive(t *testing.T, ch <-chan applied) applied {
@@ -77,17 +97,7 @@ func receive(t *testing.T, ch <-chan applied) applied {
 // rather than keep a connection and wait for as long as the row is held.
 func TestDeadlineWithRowHeld(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-	require.NoError(t, err)
+	pool, table, s, tx := rowHeld(t)
 
 	callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -105,17 +115,7 @@ func TestDeadlineWithRowHeld(t *testing.T) {
 // and is never sent.
 func TestDeadlineWhileQueued(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxInFlight(1))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-	require.NoError(t, err)
+	pool, table, s, tx := rowHeld(t, pgstore.WithMaxInFlight(1))
 
 	inFlight := applyAsync(ctx, s, limitOp("k", 1)) // no deadline: waits for the row
 	waitForLockWaiters(t, pool, table, 1)
@@ -265,20 +265,8 @@ func TestLockWaitEndsOnTheServer(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			pool := newPool(t, testserver.PostgresURL(t), nil)
-			table := uniqueTable(t, pool)
-			s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-			require.NoError(t, err)
-			require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(ctx)
-			_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
-			require.NoError(t, err)
-
-			err = tc.run(ctx, pool, table)
+			pool, table, _, _ := rowHeld(t)
+			err := tc.run(context.Background(), pool, table)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr)
 			require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
