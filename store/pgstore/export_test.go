@@ -15,3 +15,14 @@ func LoneSQL(table string, fixed bool, reserve int, wait bool) string {
 
 // UpsertSQL returns the statement of a batch upsert, for a test.
 func UpsertSQL(table string, wait bool) string { return upsertSQL(table, wait) }
+
+// FreshSQL returns the fresh upsert of a lone limit, for a test.
+func FreshSQL(table string, fixed, wait bool) string { return freshSQL(table, fixed, wait) }
+
+// ClearHints forgets what s knows of its records' buckets, so that its
+// next lone limits try the fresh upsert first, for a test.
+func ClearHints(s *Store) {
+	for i := range s.hints {
+		s.hints[i].Store(0)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
@@ -87,16 +88,24 @@ type transition struct {
 	now, count, rate, period, capa, maxr string
 }
 
+// refresh returns the record (v0, t0) refreshed to now as state.go's
+// refresh computes it: the tokens before the cap at capacity, and the
+// refreshed time.
+func (x transition) refresh(v0, t0 string) (v, ts string) {
+	if x.fixed {
+		n := "((greatest(" + x.now + ", " + t0 + ") - " + t0 + ") / " + x.period + ")"
+		return "CASE WHEN " + n + " > 0 THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END",
+			"(" + t0 + " + " + n + " * " + x.period + ")"
+	}
+	return v0 + " + (greatest(" + x.now + ", " + t0 + ") - " + t0 + ")::float8 * " + x.rate + " / " + x.period + "::float8",
+		"greatest(" + x.now + ", " + t0 + ")"
+}
+
 // va returns the tokens left after the call on the record (v0, t0),
 // refreshed to now, before the noise is cut; ts the refreshed time.
 func (x transition) va(v0, t0 string) (va, ts string) {
-	if x.fixed {
-		n := "((greatest(" + x.now + ", " + t0 + ") - " + t0 + ") / " + x.period + ")"
-		return "(least(CASE WHEN " + n + " > 0 THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END, " + x.capa + ") - " + x.count + ")",
-			"(" + t0 + " + " + n + " * " + x.period + ")"
-	}
-	return "(least(" + v0 + " + (greatest(" + x.now + ", " + t0 + ") - " + t0 + ")::float8 * " + x.rate + " / " + x.period + "::float8, " + x.capa + ") - " + x.count + ")",
-		"greatest(" + x.now + ", " + t0 + ")"
+	v, ts := x.refresh(v0, t0)
+	return "(least(" + v + ", " + x.capa + ") - " + x.count + ")", ts
 }
 
 // ok: whether the call is granted on a record left with va.
@@ -181,6 +190,69 @@ func loneSQL(table string, k loneKind) string {
 	return b.String()
 }
 
+// The fresh upsert of a lone limit writes the record's fresh next state,
+// computed in Go, and decides nothing in SQL: it writes only where the
+// record, refreshed to now under the call's limit, is what a missing
+// record is (state.go's fresh), so that the transition on it is the
+// transition on a missing record, which Go has computed. That is a
+// placeholder, or a record whose refreshed time is the fresh one and
+// whose tokens, before the cap, reach the capacity: the refresh then caps
+// them to exactly the capacity. For a token bucket that is a record not
+// ahead of now and full again; for a fixed window, one whose windows start
+// where the limit's phase puts them now, full again. The refresh is
+// transition's, so that the test is Go's to the last bit; the expires
+// written is not read, since limits may change between calls.
+//
+// Its SET is three columns of excluded, where the full upsert's computes
+// the transition: the server prepares its expressions anew at every
+// execution, and they are most of the statement's cost above a bare
+// upsert. A record that is not full writes nothing (its row was locked
+// and is left as it was) and the call goes as the full upsert. Most
+// records of a limit on many keys are full again when called; the Store's
+// hint (fullHint) sends a record that it last saw short of tokens to the
+// full upsert first.
+
+// The parameters of a fresh upsert: a lone upsert's but the count (and
+// the max reserved), renumbered; $12 the lock_timeout, with wait.
+const (
+	fNow     = "$5::bigint"
+	fRate    = "$6::float8"
+	fPeriod  = "$7::bigint"
+	fCap     = "$8::float8"
+	fFreshV  = "$9::float8"
+	fFreshTS = "$10::bigint"
+	fFreshEx = "$11::bigint"
+)
+
+// freshSQL returns the fresh upsert of a lone limit on table, on a fixed
+// window or a token bucket, bounding its lock wait with wait.
+func freshSQL(table string, fixed, wait bool) string {
+	x := transition{fixed: fixed, now: fNow, rate: fRate, period: fPeriod, capa: fCap}
+	v, ts := x.refresh("c.value", "c.ts")
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
+	if wait {
+		b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx +
+			" WHERE set_config('lock_timeout', $12::text, true) IS NOT NULL")
+	} else {
+		b.WriteString("VALUES (" + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx + ")")
+	}
+	b.WriteString(" ON CONFLICT (id) DO UPDATE SET value = excluded.value, ts = excluded.ts, expires = excluded.expires")
+	b.WriteString(" WHERE c.value IS NULL OR (" + ts + " = " + fFreshTS + " AND " + v + " >= " + fCap + ")")
+	return b.String()
+}
+
+// hintSlots is how many records' hints a Store keeps.
+const hintSlots = 1024
+
+// fullHint is where the hint of a record is kept: FullAt of the last
+// state of it that the store wrote or read, under the limit of that call;
+// 0 for none. Records share slots, so a hint may be another record's: it
+// only chooses which statement goes first, never a decision.
+func (s *Store) fullHint(id *[32]byte) *atomic.Int64 {
+	return &s.hints[(uint(id[0])|uint(id[1])<<8)%hintSlots]
+}
+
 // errRaced reports that a lone upsert found its record changed since it
 // read it, and did not write: the call is decided again.
 var errRaced = errors.New("pgstore: the record changed under a lone call")
@@ -216,6 +288,7 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
+		s.noteRead(s.fullHint(&rec.id), p, v, ts)
 		decideRead(d, p, v, ts, r.now, it.count, reserve)
 		return nil
 	}
@@ -231,12 +304,37 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	args := make([]any, 12, 14)
 	args[0], args[1], args[2], args[3] = rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard
 	args[4], args[5], args[6], args[7], args[8] = r.now, it.count, p.Rate, p.Period, p.Capacity
-	args[9], args[10], args[11] = fs.Remaining, fs.TS, ratelimit.FullAt(*p, fs)
+	fex := ratelimit.FullAt(*p, fs)
+	args[9], args[10], args[11] = fs.Remaining, fs.TS, fex
 	if k.reserve == 1 {
 		args = append(args, p.MaxReserved)
 	}
 	if k.wait {
 		args = append(args, strconv.Itoa(int(wait))+"ms")
+	}
+	hint := s.fullHint(&rec.id)
+	if hint.Load() <= r.now {
+		// Probably full again: the fresh upsert, whose decision is the
+		// transition on a missing record, fd, if it writes.
+		fargs := []any{args[0], args[1], args[2], args[3], args[4], args[6], args[7], args[8], args[9], args[10], args[11], nil}[:11]
+		fk := 0
+		if k.fixed {
+			fk = 2
+		}
+		if k.wait {
+			fargs = append(fargs, args[len(args)-1])
+			fk++
+		}
+		tag, err := s.pool.Exec(ctx, s.freshSQL[fk], fargs...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			*d = fd
+			d.Now, d.TS = r.now, fs.TS
+			hint.Store(fex)
+			return nil
+		}
 	}
 	var (
 		v     *float64
@@ -249,12 +347,23 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	}
 	if wrote {
 		decideWritten(d, p, *v, *ts, r.now, it.count, reserve)
+		hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: *v, TS: *ts}))
 		return nil
 	}
+	s.noteRead(hint, p, v, ts)
 	if decideRead(d, p, v, ts, r.now, it.count, reserve) {
 		return errRaced // the record read grants it: a newer row did not
 	}
 	return nil
+}
+
+// noteRead keeps in hint FullAt of a record read (v nil: none).
+func (s *Store) noteRead(hint *atomic.Int64, p *driver.Params, v *float64, ts *int64) {
+	if v == nil || ts == nil {
+		hint.Store(0)
+		return
+	}
+	hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: *v, TS: *ts}))
 }
 
 // decideRead decides a call on the record read (v nil: missing, or a

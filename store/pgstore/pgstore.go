@@ -133,6 +133,9 @@ type Store struct {
 	applySQL, oneSQL, readSQL, loadSQL, deleteSQL, expiredSQL string
 	loneSQL                                                   [12]string // by loneKind.index
 	upsertSQL                                                 [2]string  // by wait
+	freshSQL                                                  [4]string  // by 2*fixed + wait
+	// hints: see fullHint.
+	hints [hintSlots]atomic.Int64
 }
 
 var (
@@ -353,6 +356,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		}
 	}
 	s.upsertSQL = [2]string{upsertSQL(n.table, false), upsertSQL(n.table, true)}
+	for i := range s.freshSQL {
+		s.freshSQL[i] = freshSQL(n.table, i >= 2, i%2 == 1)
+	}
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
 	}

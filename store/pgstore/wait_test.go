@@ -256,6 +256,11 @@ func TestLockWaitEndsOnTheServer(t *testing.T) {
 				rowID("k"), []byte("l"), []byte("k"), int32(0), now, 1.0, 10.0, int64(3_600_000), 10.0, 9.0, now, now+360_000, "200ms")
 			return err
 		}},
+		{"the fresh statement of a lone call", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
+			_, err := pool.Exec(ctx, pgstore.FreshSQL(pgx.Identifier{table}.Sanitize(), true, true),
+				rowID("k"), []byte("l"), []byte("k"), int32(0), now, 10.0, int64(3_600_000), 10.0, 9.0, now, now+360_000, "200ms")
+			return err
+		}},
 		{"the batch upsert", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
 			_, err := pool.Exec(ctx, pgstore.UpsertSQL(pgx.Identifier{table}.Sanitize(), true),
 				[][]byte{rowID("j"), rowID("k")}, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
