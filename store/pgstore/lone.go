@@ -301,31 +301,27 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	}
 	wait := lockWait(ctx)
 	k.wait = wait > 0
-	args := make([]any, 12, 14)
-	args[0], args[1], args[2], args[3] = rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard
-	args[4], args[5], args[6], args[7], args[8] = r.now, it.count, p.Rate, p.Period, p.Capacity
-	fex := ratelimit.FullAt(*p, fs)
-	args[9], args[10], args[11] = fs.Remaining, fs.TS, fex
-	if k.reserve == 1 {
-		args = append(args, p.MaxReserved)
-	}
+	var waitArg any
 	if k.wait {
-		args = append(args, strconv.Itoa(int(wait))+"ms")
+		waitArg = strconv.Itoa(int(wait)) + "ms"
 	}
+	id, name, key, shard := rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard
+	fex := ratelimit.FullAt(*p, fs)
 	hint := s.fullHint(&rec.id)
 	if hint.Load() <= r.now {
 		// Probably full again: the fresh upsert, whose decision is the
 		// transition on a missing record, fd, if it writes.
-		fargs := []any{args[0], args[1], args[2], args[3], args[4], args[6], args[7], args[8], args[9], args[10], args[11], nil}[:11]
 		fk := 0
 		if k.fixed {
 			fk = 2
 		}
+		args := []any{id, name, key, shard, r.now, p.Rate, p.Period, p.Capacity, fs.Remaining, fs.TS, fex, waitArg}
 		if k.wait {
-			fargs = append(fargs, args[len(args)-1])
 			fk++
+		} else {
+			args = args[:11]
 		}
-		tag, err := s.pool.Exec(ctx, s.freshSQL[fk], fargs...)
+		tag, err := s.pool.Exec(ctx, s.freshSQL[fk], args...)
 		if err != nil {
 			return err
 		}
@@ -335,6 +331,16 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 			hint.Store(fex)
 			return nil
 		}
+	}
+	args := make([]any, 12, 14)
+	args[0], args[1], args[2], args[3] = id, name, key, shard
+	args[4], args[5], args[6], args[7], args[8] = r.now, it.count, p.Rate, p.Period, p.Capacity
+	args[9], args[10], args[11] = fs.Remaining, fs.TS, fex
+	if k.reserve == 1 {
+		args = append(args, p.MaxReserved)
+	}
+	if k.wait {
+		args = append(args, waitArg)
 	}
 	var (
 		v     *float64
