@@ -222,6 +222,12 @@ func TestFreshUpsertCases(t *testing.T) {
 	d = call("a", p, now+1_001, 1)
 	require.Equal(t, 8.0+0.01, d.Remaining)
 	require.Equal(t, sent{spare: 1, lone: 1}, counts())
+	// Refused, as a hot key mostly is: the full upsert, twice.
+	for range 2 {
+		d = call("a", p, now+1_001, 9)
+		require.False(t, d.OK)
+		require.Equal(t, sent{lone: 1}, counts())
+	}
 
 	// The limit lowered since: a record of 10 tokens is full under a
 	// capacity of 5 at once, and the call takes from 5.

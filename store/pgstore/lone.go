@@ -21,7 +21,8 @@ import (
 //
 // A check, a call of no tokens, or one that a full bucket would refuse
 // writes nothing: it reads the record (readSQL) and runs the Go transition
-// on it. Any other limit runs an upsert (a loneStmt) that
+// on it. Any other limit runs, unless the fresh upsert below decides it
+// first, an upsert (loneSQL) that
 //
 //   - reads the record in the statement's snapshot, and decides on it:
 //     a refusal writes nothing and locks nothing, so that its transaction
