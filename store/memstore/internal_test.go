@@ -33,7 +33,7 @@ func TestClaimRefusesAMovedRecord(t *testing.T) {
 
 	// Meanwhile the stripe grows: the record moves to a new table.
 	st.mu.Lock()
-	st.resize(4 * len(tab.meta))
+	st.resize(4 * len(tab.recs))
 	st.mu.Unlock()
 
 	require.Equal(t, moved, claim(st, old, v, "k"), "a stale copy was claimed")
@@ -44,7 +44,7 @@ func TestClaimRefusesAMovedRecord(t *testing.T) {
 
 	// A record displaced behind another moves back when the other goes.
 	tab = st.tab()
-	mask := uint32(len(tab.meta) - 1)
+	mask := uint32(len(tab.recs) - 1)
 	var a, c string
 	for n := 0; a == "" || c == ""; n++ {
 		k := fmt.Sprint("x", n)

@@ -12,10 +12,11 @@
 // (Apply) holds the mutexes of their stripes, in a fixed order, and their
 // records' locks. The store implements driver.Binder: the Limiter
 // decides a single limit's calls through it without building an Op, and
-// allocates nothing per call. Each record takes a slot of 72 bytes (a
-// cache line for the record, 8 bytes to find it), beside its key's bytes,
-// in a table that doubles when 7/8 full; the store also remembers each
-// (limit name, shard) it has written, and each bound limit's params, once.
+// allocates nothing per call. Each record takes a slot of 64 bytes, one
+// cache line holding what finds it, its lock and its state, beside its
+// key's bytes, in a table that doubles when 7/8 full; the store also
+// remembers each (limit name, shard) it has written, and each bound
+// limit's params, once.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
@@ -217,12 +218,12 @@ func (s *Store) sweepTime(now int64) int64 {
 }
 
 // stripe is one hash table: open addressing, linear probing, deletion by
-// backward shift, so that no tombstones accumulate. A table is two arrays
-// of the same length: meta, each slot's hash bits and limit number in one
-// word, which a call probes (eight to a cache line, written only when
-// records come, go or move, so that cores share them unwritten), and the
+// backward shift, so that no tombstones accumulate. A table is an array of
 // records, one per cache line, each with its lock, written by the calls
-// that decide it alone.
+// that decide it alone. Each record also holds its meta, its hash bits and
+// limit number in one word, which a call probes: a call on a record at
+// its home slot, the common case, reads one cache line to find it, lock
+// it and decide it.
 //
 // The table, and which slot holds which record, change only under mu.
 // Whoever moves records (a delete's shift, a resize) makes version odd
@@ -246,7 +247,6 @@ type stripe struct {
 
 // table is a stripe's slots: a power of two of them.
 type table struct {
-	meta []atomic.Uint64 // hash bits << 32 | limit number; 0: empty
 	recs []record
 }
 
@@ -255,15 +255,17 @@ func metaOf(lo, limit uint32) uint64 { return uint64(lo)<<32 | uint64(limit) }
 // record is the record in a slot. 64 bytes, one cache line.
 type record struct {
 	mu sync.Mutex // held while its state is read or written
-	// key is written under the stripe's mutex, before the slot's meta,
-	// or with mu.
+	// meta is the record's hash bits << 32 | limit number; 0: the slot
+	// is empty. Written under the stripe's mutex, read without it.
+	meta atomic.Uint64
+	// key is written under the stripe's mutex, before meta, or with mu.
 	key string
 	// The state, and when the record is full again (by the params of its
 	// last write), or deferred (see Store.deferred); under mu.
 	value   float64
 	ts      int64
 	expires int64
-	_       [16]byte // one record per cache line: cores deciding different keys share none
+	_       [8]byte // one record per cache line: cores deciding different keys share none
 }
 
 func (st *stripe) tab() *table { return st.table.Load() }
@@ -272,11 +274,11 @@ func (st *stripe) tab() *table { return st.table.Load() }
 // whether it holds it; if not, the empty slot where probing stopped. The
 // caller holds mu: no slot changes, and keys read are stable.
 func (t *table) find(h uint64, limit uint32, key string) (int, bool) {
-	mask := uint32(len(t.meta) - 1)
+	mask := uint32(len(t.recs) - 1)
 	lo := uint32(h)
 	want := metaOf(lo, limit)
 	for i := lo & mask; ; i = (i + 1) & mask {
-		m := t.meta[i].Load()
+		m := t.recs[i].meta.Load()
 		if m == 0 {
 			return int(i), false
 		}
@@ -301,10 +303,10 @@ func (st *stripe) lockRecord(h uint64, limit uint32, key string) *record {
 		if t == nil {
 			return nil
 		}
-		mask := uint32(len(t.meta) - 1)
+		mask := uint32(len(t.recs) - 1)
 	probe:
 		for i := lo & mask; ; i = (i + 1) & mask {
-			switch m := t.meta[i].Load(); {
+			switch m := t.recs[i].meta.Load(); {
 			case m == 0:
 				return nil // missing, or moved while probing: ask under mu
 			case m != want:
@@ -354,14 +356,14 @@ func claim(st *stripe, r *record, v uint32, key string) int {
 // a few slots of another stripe, in turn, if its mutex is free.
 func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, state driver.State, expires, now int64) {
 	t := st.tab()
-	if t == nil || 8*(st.n+1) > 7*len(t.meta) {
+	if t == nil || 8*(st.n+1) > 7*len(t.recs) {
 		st.makeRoom(s, now)
 		t = st.tab()
 		i, _ = t.find(h, limit, key)
 	}
 	r := &t.recs[i]
 	r.key, r.value, r.ts, r.expires = key, state.Remaining, state.TS, expires
-	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
+	t.recs[i].meta.Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
 
 	st.victim = (st.victim + 1) % stripes
@@ -384,14 +386,14 @@ func (st *stripe) makeRoom(s *Store, now int64) {
 		st.table.Store(newTable(minSlots))
 		return
 	}
-	st.sweep(s, now, 0, len(t.meta))
-	if size := len(st.tab().meta); 8*(st.n+1) > 5*size {
+	st.sweep(s, now, 0, len(t.recs))
+	if size := len(st.tab().recs); 8*(st.n+1) > 5*size {
 		st.resize(2 * size)
 	}
 }
 
 func newTable(size int) *table {
-	return &table{meta: make([]atomic.Uint64, size), recs: make([]record, size)}
+	return &table{recs: make([]record, size)}
 }
 
 // resize moves the records to a table of size slots (a power of two
@@ -401,8 +403,8 @@ func (st *stripe) resize(size int) {
 	old := st.tab()
 	st.cursor = 0
 	st.version.Add(1)
-	for k := range old.meta {
-		if old.meta[k].Load() != 0 {
+	for k := range old.recs {
+		if old.recs[k].meta.Load() != 0 {
 			old.recs[k].mu.Lock() // a call deciding it finishes first
 		}
 	}
@@ -411,23 +413,23 @@ func (st *stripe) resize(size int) {
 	} else {
 		t := newTable(size)
 		mask := uint32(size - 1)
-		for k := range old.meta {
-			m := old.meta[k].Load()
+		for k := range old.recs {
+			m := old.recs[k].meta.Load()
 			if m == 0 {
 				continue
 			}
 			i := uint32(m>>32) & mask
-			for t.meta[i].Load() != 0 {
+			for t.recs[i].meta.Load() != 0 {
 				i = (i + 1) & mask
 			}
 			copyRecord(&t.recs[i], &old.recs[k])
-			t.meta[i].Store(m)
+			t.recs[i].meta.Store(m)
 		}
 		st.table.Store(t)
 	}
 	st.version.Add(1)
-	for k := range old.meta {
-		if old.meta[k].Load() != 0 {
+	for k := range old.recs {
+		if old.recs[k].meta.Load() != 0 {
 			old.recs[k].mu.Unlock() // a call that waited finds the version changed
 		}
 	}
@@ -444,14 +446,14 @@ func copyRecord(dst, src *record) {
 // lock.
 func (st *stripe) shrink() {
 	t := st.tab()
-	if t == nil || 8*st.n > len(t.meta) {
+	if t == nil || 8*st.n > len(t.recs) {
 		return
 	}
 	size := minSlots
 	if st.n > 0 {
 		size = max(minSlots, 1<<bits.Len(uint(2*st.n-1)))
 	}
-	if size < len(t.meta) || st.n == 0 {
+	if size < len(t.recs) || st.n == 0 {
 		st.resize(size)
 	}
 }
@@ -460,13 +462,13 @@ func (st *stripe) shrink() {
 // mu), shifting back the records after it that probed past it, so that
 // every record stays reachable from its home slot. It unlocks slot i.
 func (st *stripe) remove(t *table, i int) {
-	mask := uint32(len(t.meta) - 1)
+	mask := uint32(len(t.recs) - 1)
 	st.version.Add(1)
 	locked := [8]uint32{uint32(i)}
 	moved := locked[:1]
 	hole := uint32(i)
 	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
-		m := t.meta[j].Load()
+		m := t.recs[j].meta.Load()
 		if m == 0 {
 			break
 		}
@@ -477,11 +479,11 @@ func (st *stripe) remove(t *table, i int) {
 			t.recs[j].mu.Lock()
 			moved = append(moved, j)
 			copyRecord(&t.recs[hole], &t.recs[j])
-			t.meta[hole].Store(m)
+			t.recs[hole].meta.Store(m)
 			hole = j
 		}
 	}
-	t.meta[hole].Store(0)
+	t.recs[hole].meta.Store(0)
 	t.recs[hole].key = "" // let the key's bytes go
 	st.n--
 	st.version.Add(1)
@@ -500,12 +502,12 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 	if t == nil {
 		return 0
 	}
-	mask := len(t.meta) - 1
-	count = min(count, len(t.meta))
+	mask := len(t.recs) - 1
+	count = min(count, len(t.recs))
 	judged := int64(math.MinInt64)
 	dropped := 0
 	for i, seen := from&mask, 0; seen < count && st.n > 0; {
-		if t.meta[i].Load() != 0 {
+		if t.recs[i].meta.Load() != 0 {
 			r := &t.recs[i]
 			r.mu.Lock()
 			if st.droppable(s, r, now, &judged) {
@@ -891,8 +893,8 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		if t := st.tab(); t != nil {
-			for k := 0; k < len(t.meta); {
-				if t.meta[k].Load() == 0 {
+			for k := 0; k < len(t.recs); {
+				if t.recs[k].meta.Load() == 0 {
 					k++
 					continue
 				}
