@@ -26,3 +26,7 @@ func ClearHints(s *Store) {
 		s.hints[i].Store(0)
 	}
 }
+
+// Direct reports whether s sends a lone call's statements straight to the
+// connection (wire.go), for a test.
+func Direct(s *Store) bool { return s.direct }

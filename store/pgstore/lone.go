@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 )
@@ -279,18 +278,19 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	// The record's next state if it is missing.
 	var fd driver.Decision
 	fs := ratelimit.TransitionInto(&fd, p, driver.State{}, false, r.now, it.count, reserve)
+	var (
+		a   args
+		row row
+	)
 	if mode == driver.ModeCheck || it.count <= 0 || !fd.OK {
 		// Nothing to write: a full bucket would refuse it.
-		var (
-			v  *float64
-			ts *int64
-		)
-		err := s.pool.QueryRow(ctx, s.readSQL, rec.id[:]).Scan(&v, &ts)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		a.bytea(rec.id[:])
+		if _, err := s.run(ctx, &s.readSQL, &a, &row); err != nil {
 			return err
 		}
-		s.noteRead(s.fullHint(&rec.id), p, v, ts)
-		decideRead(d, p, v, ts, r.now, it.count, reserve)
+		s.noteRead(s.fullHint(&rec.id), p, &row)
+		st, found := readState(&row)
+		decideRead(d, p, st, found, r.now, it.count, reserve)
 		return nil
 	}
 	k := loneKind{fixed: p.Kind == driver.FixedWindow}
@@ -302,13 +302,13 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	}
 	wait := lockWait(ctx)
 	k.wait = wait > 0
-	var waitArg any
-	if k.wait {
-		waitArg = strconv.Itoa(int(wait)) + "ms"
-	}
-	id, name, key, shard := rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard
 	fex := ratelimit.FullAt(*p, fs)
 	hint := s.fullHint(&rec.id)
+	a.bytea(rec.id[:])
+	a.byteaS(rec.name)
+	a.byteaS(rec.key)
+	a.integer(rec.shard)
+	a.bigint(r.now)
 	if hint.Load() <= r.now {
 		// Probably full again: the fresh upsert, whose decision is the
 		// transition on a missing record, fd, if it writes.
@@ -316,13 +316,18 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		if k.fixed {
 			fk = 2
 		}
-		args := []any{id, name, key, shard, r.now, p.Rate, p.Period, p.Capacity, fs.Remaining, fs.TS, fex, waitArg}
+		f := a // the first five parameters are the lone upsert's
+		f.float8(p.Rate)
+		f.bigint(p.Period)
+		f.float8(p.Capacity)
+		f.float8(fs.Remaining)
+		f.bigint(fs.TS)
+		f.bigint(fex)
 		if k.wait {
 			fk++
-		} else {
-			args = args[:11]
+			f.text(waitText(wait))
 		}
-		tag, err := s.pool.Exec(ctx, s.freshSQL[fk], args...)
+		tag, err := s.run(ctx, &s.freshSQL[fk], &f, nil)
 		if err != nil {
 			return err
 		}
@@ -333,54 +338,63 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 			return nil
 		}
 	}
-	args := make([]any, 12, 14)
-	args[0], args[1], args[2], args[3] = id, name, key, shard
-	args[4], args[5], args[6], args[7], args[8] = r.now, it.count, p.Rate, p.Period, p.Capacity
-	args[9], args[10], args[11] = fs.Remaining, fs.TS, fex
+	a.float8(it.count)
+	a.float8(p.Rate)
+	a.bigint(p.Period)
+	a.float8(p.Capacity)
+	a.float8(fs.Remaining)
+	a.bigint(fs.TS)
+	a.bigint(fex)
 	if k.reserve == 1 {
-		args = append(args, p.MaxReserved)
+		a.float8(p.MaxReserved)
 	}
 	if k.wait {
-		args = append(args, waitArg)
+		a.text(waitText(wait))
 	}
-	var (
-		v     *float64
-		ts    *int64
-		wrote bool
-	)
-	err := s.pool.QueryRow(ctx, s.loneSQL[k.index()], args...).Scan(&v, &ts, &wrote)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if _, err := s.run(ctx, &s.loneSQL[k.index()], &a, &row); err != nil {
 		return err
 	}
-	if wrote {
-		decideWritten(d, p, *v, *ts, r.now, it.count, reserve)
-		hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: *v, TS: *ts}))
+	if row.found && row.bits[2] != 0 { // written
+		if row.null[0] || row.null[1] {
+			return errColumns
+		}
+		v, ts := math.Float64frombits(row.bits[0]), int64(row.bits[1])
+		decideWritten(d, p, v, ts, r.now, it.count, reserve)
+		hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: v, TS: ts}))
 		return nil
 	}
-	s.noteRead(hint, p, v, ts)
-	if decideRead(d, p, v, ts, r.now, it.count, reserve) {
+	s.noteRead(hint, p, &row)
+	if st, found := readState(&row); decideRead(d, p, st, found, r.now, it.count, reserve) {
 		return errRaced // the record read grants it: a newer row did not
 	}
 	return nil
 }
 
-// noteRead keeps in hint FullAt of a record read (v nil: none).
-func (s *Store) noteRead(hint *atomic.Int64, p *driver.Params, v *float64, ts *int64) {
-	if v == nil || ts == nil {
+// waitText is a lock wait of ms milliseconds as lock_timeout takes it.
+func waitText(ms int32) string { return strconv.Itoa(int(ms)) + "ms" }
+
+// readState returns the record read as row (value, ts): found false if
+// none, or a placeholder.
+func readState(row *row) (st driver.State, found bool) {
+	if !row.found || row.null[0] || row.null[1] {
+		return driver.State{}, false
+	}
+	return driver.State{Remaining: math.Float64frombits(row.bits[0]), TS: int64(row.bits[1])}, true
+}
+
+// noteRead keeps in hint FullAt of the record read as row.
+func (s *Store) noteRead(hint *atomic.Int64, p *driver.Params, row *row) {
+	st, found := readState(row)
+	if !found {
 		hint.Store(0)
 		return
 	}
-	hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: *v, TS: *ts}))
+	hint.Store(ratelimit.FullAt(*p, st))
 }
 
-// decideRead decides a call on the record read (v nil: missing, or a
-// placeholder) and reports whether the decision writes.
-func decideRead(d *driver.Decision, p *driver.Params, v *float64, ts *int64, now int64, count float64, reserve bool) bool {
-	var st driver.State
-	found := v != nil && ts != nil
-	if found {
-		st = driver.State{Remaining: *v, TS: *ts}
-	}
+// decideRead decides a call on the record read, st if found (not
+// missing, nor a placeholder), and reports whether the decision writes.
+func decideRead(d *driver.Decision, p *driver.Params, st driver.State, found bool, now int64, count float64, reserve bool) bool {
 	next := ratelimit.TransitionInto(d, p, st, found, now, count, reserve)
 	d.Now, d.TS = now, next.TS
 	return d.OK && count > 0

@@ -161,7 +161,8 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 		switch {
 		case b.wrote[i]:
 			decideWritten(d, p, *b.v[i], *b.ts[i], r.now, it.count, false)
-		case decideRead(d, p, b.v[i], b.ts[i], r.now, it.count, false) && driver.Mode(r.flags&3) == driver.ModeLimit:
+		case decideRead(d, p, ptrState(b.v[i], b.ts[i]), b.v[i] != nil && b.ts[i] != nil, r.now, it.count, false) &&
+			driver.Mode(r.flags&3) == driver.ModeLimit:
 			b.redo = append(b.redo, r) // the record read grants it: a newer row did not
 		}
 	}
@@ -169,4 +170,12 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 		return true, s.sendApply(ctx, b.redo)
 	}
 	return true, nil
+}
+
+// ptrState is the state read as v and ts, if neither is nil.
+func ptrState(v *float64, ts *int64) driver.State {
+	if v == nil || ts == nil {
+		return driver.State{}
+	}
+	return driver.State{Remaining: *v, TS: *ts}
 }

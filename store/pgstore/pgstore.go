@@ -130,10 +130,15 @@ type Store struct {
 	// (and undo) locking them as rows that exist.
 	fresh atomic.Bool
 
-	applySQL, oneSQL, readSQL, loadSQL, deleteSQL, expiredSQL string
-	loneSQL                                                   [12]string // by loneKind.index
-	upsertSQL                                                 [2]string  // by wait
-	freshSQL                                                  [4]string  // by 2*fixed + wait
+	applySQL, oneSQL, loadSQL, deleteSQL, expiredSQL string
+	readSQL                                          stmt
+	loneSQL                                          [12]stmt  // by loneKind.index
+	upsertSQL                                        [2]string // by wait
+	freshSQL                                         [4]stmt   // by 2*fixed + wait
+	// direct: whether a lone call's statement goes straight to the
+	// connection (see wire.go); tracer: the pool's.
+	direct bool
+	tracer pgx.QueryTracer
 	// hints: see fullHint.
 	hints [hintSlots]atomic.Int64
 }
@@ -331,7 +336,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		serverTime: o.serverTime,
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-		readSQL:    "SELECT value, ts FROM " + n.table + " WHERE id = $1",
+		readSQL:    newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
 		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
 		// that a delete and a batch cannot wait on each other.
@@ -351,14 +356,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		for reserve := range 3 {
 			for _, wait := range []bool{false, true} {
 				k := loneKind{fixed: fixed, reserve: reserve, wait: wait}
-				s.loneSQL[k.index()] = loneSQL(n.table, k)
+				s.loneSQL[k.index()] = newStmt(loneSQL(n.table, k))
 			}
 		}
 	}
 	s.upsertSQL = [2]string{upsertSQL(n.table, false), upsertSQL(n.table, true)}
 	for i := range s.freshSQL {
-		s.freshSQL[i] = freshSQL(n.table, i >= 2, i%2 == 1)
+		s.freshSQL[i] = newStmt(freshSQL(n.table, i >= 2, i%2 == 1))
 	}
+	s.direct, s.tracer = directPool(pool)
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
 		return nil, err
 	}

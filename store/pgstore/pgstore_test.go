@@ -74,8 +74,29 @@ func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore
 
 func TestConformance(t *testing.T) {
 	pool := newPool(t, testserver.PostgresURL(t), nil)
+	require.True(t, pgstore.Direct(newStore(t, pool)))
 	storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(t, pool) },
 		storetest.DifferentialRuns(20, 120))
+}
+
+// TestConformanceExecModes runs the suite on pools that do not prepare
+// and cache statements (as behind a connection pooler), on which a lone
+// call's statement goes through pgx's generic path rather than straight
+// to the connection (wire.go).
+func TestConformanceExecModes(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			require.False(t, pgstore.Direct(newStore(t, pool)))
+			storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(t, pool) },
+				storetest.DifferentialRuns(10, 80))
+		})
+	}
 }
 
 func TestMultiProcess(t *testing.T) {
