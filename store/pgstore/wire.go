@@ -103,22 +103,6 @@ type row struct {
 	bits  [3]uint64 // a float8's bits, a bigint, a boolean as 0 or 1
 }
 
-func (r *row) float8(i int) *float64 {
-	if r.null[i] {
-		return nil
-	}
-	f := math.Float64frombits(r.bits[i])
-	return &f
-}
-
-func (r *row) bigint(i int) *int64 {
-	if r.null[i] {
-		return nil
-	}
-	v := int64(r.bits[i])
-	return &v
-}
-
 // wire holds the binary parameters of a statement on its way.
 type wire struct {
 	buf    []byte
