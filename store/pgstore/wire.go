@@ -232,6 +232,9 @@ func (s *Store) runPgx(ctx context.Context, st *stmt, a *args, r *row) (pgconn.C
 			ok *bool
 		)
 		dst := []any{&v, &ts, &ok}
+		if len(rows.FieldDescriptions()) > len(dst) {
+			return pgconn.CommandTag{}, errColumns
+		}
 		if err := rows.Scan(dst[:len(rows.FieldDescriptions())]...); err != nil {
 			return pgconn.CommandTag{}, err
 		}
