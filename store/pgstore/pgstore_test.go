@@ -264,3 +264,35 @@ func TestOddTableNames(t *testing.T) {
 	_, err = pgstore.New(ctx, nil)
 	require.Error(t, err)
 }
+
+// TestStatementsDeallocatedBehindTheConnection drops a connection's
+// prepared statements behind pgx's back, as a connection pooler's
+// DEALLOCATE ALL or DISCARD ALL does: a lone call's statement that the
+// server no longer holds is prepared again, and the call decided.
+func TestStatementsDeallocatedBehindTheConnection(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // every call on the one connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool)
+	require.True(t, pgstore.Direct(s))
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
+	require.NoError(t, err)
+	for i := range 4 {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err, "call %d", i)
+		require.True(t, res.OK, "call %d", i)
+		res, err = lim.Check(ctx, "l", "k")
+		require.NoError(t, err, "check %d", i)
+		require.Less(t, res.Remaining, float64(10-i), "check %d: the call %d was charged", i, i)
+
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = c.Conn().PgConn().Exec(ctx, "DEALLOCATE ALL").ReadAll()
+		c.Release()
+		require.NoError(t, err)
+	}
+}

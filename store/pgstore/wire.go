@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -165,6 +166,17 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (pgconn.Comm
 		ctx = s.tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: a.boxed()})
 	}
 	tag, err := s.runOn(ctx, conn, st, a, r)
+	if stale(err) {
+		// The server no longer has the statement as the connection
+		// prepared it (deallocated, or the table changed under it), and
+		// ran nothing: prepare it again, once.
+		if r != nil {
+			*r = row{}
+		}
+		if err = conn.Deallocate(ctx, st.name); err == nil {
+			tag, err = s.runOn(ctx, conn, st, a, r)
+		}
+	}
 	if s.tracer != nil {
 		s.tracer.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err})
 	}
@@ -213,6 +225,15 @@ func (s *Store) runOn(ctx context.Context, conn *pgx.Conn, st *stmt, a *args, r 
 		err = errColumns
 	}
 	return tag, err
+}
+
+// stale reports an error of a prepared statement that the server does
+// not hold as prepared: deallocated behind the connection's back (say by
+// DISCARD ALL), or whose result's type changed with its table. The
+// statement did not run.
+func stale(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "26000" || (pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan")))
 }
 
 // runPgx is run through pgx's generic path.
