@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -71,12 +72,8 @@ func (tr *freshTracer) counts() (wrote, spare, lone int) {
 // call tries the fresh upsert first: both its outcomes must occur.
 func TestFreshUpsertDifferential(t *testing.T) {
 	ctx := context.Background()
-	tr := &freshTracer{}
-	pool := newPool(t, testserver.PostgresURL(t), tr)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	ident := pgx.Identifier{table}.Sanitize()
+	tr, pool, s, ident := freshStore(t)
+	var err error
 	write := "INSERT INTO " + ident + " AS c (id, name, key, shard, value, ts, expires) VALUES ($1, $2, $3, 0, $4, $5, $6) " +
 		"ON CONFLICT (id) DO UPDATE SET value = excluded.value, ts = excluded.ts, expires = excluded.expires"
 
@@ -179,16 +176,23 @@ func TestFreshUpsertDifferential(t *testing.T) {
 	t.Logf("fresh upserts: %d wrote, %d did not", wrote, spare)
 }
 
+// freshStore returns a store on a table of its own, its pool, the tracer
+// that counts its statements, and the table's quoted name.
+func freshStore(t *testing.T) (*freshTracer, *pgxpool.Pool, *pgstore.Store, string) {
+	tr := &freshTracer{}
+	pool := newPool(t, testserver.PostgresURL(t), tr)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(context.Background(), pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	return tr, pool, s, pgx.Identifier{table}.Sanitize()
+}
+
 // The named cases of the fresh upsert: which statements each call sends,
 // and what it decides.
 func TestFreshUpsertCases(t *testing.T) {
 	ctx := context.Background()
-	tr := &freshTracer{}
-	pool := newPool(t, testserver.PostgresURL(t), tr)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	ident := pgx.Identifier{table}.Sanitize()
+	tr, pool, s, ident := freshStore(t)
+	var err error
 	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
 	now := t0.UnixMilli()
 	call := func(key string, p driver.Params, now int64, count float64) driver.Decision {

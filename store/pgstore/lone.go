@@ -317,12 +317,7 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 			fk = 2
 		}
 		f := a // the first five parameters are the lone upsert's
-		f.float8(p.Rate)
-		f.bigint(p.Period)
-		f.float8(p.Capacity)
-		f.float8(fs.Remaining)
-		f.bigint(fs.TS)
-		f.bigint(fex)
+		f.limitAndFresh(p, fs, fex)
 		if k.wait {
 			fk++
 			f.text(waitText(wait))
@@ -339,12 +334,7 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		}
 	}
 	a.float8(it.count)
-	a.float8(p.Rate)
-	a.bigint(p.Period)
-	a.float8(p.Capacity)
-	a.float8(fs.Remaining)
-	a.bigint(fs.TS)
-	a.bigint(fex)
+	a.limitAndFresh(p, fs, fex)
 	if k.reserve == 1 {
 		a.float8(p.MaxReserved)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // A lone call's statement (the read, the upsert, the fresh upsert) goes
@@ -63,13 +64,25 @@ type args struct {
 	v [14]arg
 }
 
-func (a *args) bytea(b []byte)       { a.v[a.n] = arg{kind: argBytea, b: b}; a.n++ }
-func (a *args) byteaS(s string)      { a.v[a.n] = arg{kind: argBytea, s: s}; a.n++ }
-func (a *args) integer(i int32)      { a.v[a.n] = arg{kind: argInteger, i: int64(i)}; a.n++ }
-func (a *args) bigint(i int64)       { a.v[a.n] = arg{kind: argBigint, i: i}; a.n++ }
-func (a *args) float8(f float64)     { a.v[a.n] = arg{kind: argFloat8, f: f}; a.n++ }
-func (a *args) text(s string)        { a.v[a.n] = arg{kind: argText, s: s}; a.n++ }
-func (a *args) list() []arg          { return a.v[:a.n] }
+func (a *args) bytea(b []byte)   { a.v[a.n] = arg{kind: argBytea, b: b}; a.n++ }
+func (a *args) byteaS(s string)  { a.v[a.n] = arg{kind: argBytea, s: s}; a.n++ }
+func (a *args) integer(i int32)  { a.v[a.n] = arg{kind: argInteger, i: int64(i)}; a.n++ }
+func (a *args) bigint(i int64)   { a.v[a.n] = arg{kind: argBigint, i: i}; a.n++ }
+func (a *args) float8(f float64) { a.v[a.n] = arg{kind: argFloat8, f: f}; a.n++ }
+func (a *args) text(s string)    { a.v[a.n] = arg{kind: argText, s: s}; a.n++ }
+func (a *args) list() []arg      { return a.v[:a.n] }
+
+// limitAndFresh appends the parameters that the lone and the fresh
+// upserts share, in their order: the limit's rate, period and capacity,
+// then the record's fresh next state, its time and when it is full again.
+func (a *args) limitAndFresh(p *driver.Params, fs driver.State, fullAt int64) {
+	a.float8(p.Rate)
+	a.bigint(p.Period)
+	a.float8(p.Capacity)
+	a.float8(fs.Remaining)
+	a.bigint(fs.TS)
+	a.bigint(fullAt)
+}
 func (x *arg) isBytesOfString() bool { return x.kind == argBytea && x.b == nil }
 
 // boxed returns the parameters as pgx takes them.
