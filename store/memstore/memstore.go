@@ -294,25 +294,6 @@ func (t *table) find(h uint64, limit uint32, key string) (int, bool) {
 func (st *stripe) lockRecord(h uint64, limit uint32, key string) *record {
 	lo := uint32(h)
 	want := metaOf(lo, limit)
-	// The common case, the record at its home slot and no record moving,
-	// in a few steps: claim's, without its call.
-	v := st.version.Load()
-	if t := st.tab(); t != nil && v&1 == 0 {
-		r := &t.recs[lo&uint32(len(t.recs)-1)]
-		if r.meta.Load() == want {
-			r.mu.Lock()
-			if st.version.Load() == v && r.key == key {
-				return r
-			}
-			r.mu.Unlock()
-		}
-	}
-	return st.probe(lo, want, key)
-}
-
-// probe is lockRecord for a record that may be away from its home slot,
-// or moving.
-func (st *stripe) probe(lo uint32, want uint64, key string) *record {
 	for range tries {
 		v := st.version.Load()
 		if v&1 != 0 {
@@ -573,14 +554,7 @@ func (st *stripe) step(s *Store, now int64, count int) {
 // once every sweepEvery of the calls' time, if mu is free, it steps the
 // sweep.
 func (st *stripe) wrote(s *Store, now int64) {
-	if now >= st.nextSweep.Load() {
-		st.sweepDue(s, now)
-	}
-}
-
-// sweepDue is wrote's sweep step, when one is due.
-func (st *stripe) sweepDue(s *Store, now int64) {
-	if !st.mu.TryLock() {
+	if now < st.nextSweep.Load() || !st.mu.TryLock() {
 		return
 	}
 	if now >= st.nextSweep.Load() {
