@@ -511,6 +511,17 @@ local function servertime()
   return tnow
 end
 
+-- write_never stores the record (v, ts) of a bucket that is full again
+-- only in a far future, or never: Redis does not expire it, and a key
+-- that had no expiry (dl infinite) keeps none.
+local function write_never(key, v, ts, dl)
+  if dl == INF then
+    call('SET', key, pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
+  else
+    call('SET', key, pack('<Bddd', 1, v, ts, INF))
+  end
+end
+
 -- write stores the record (v, ts) of limit p at key, last written by an
 -- op judged at now, whose key's expiry is kept in the record as dl (false:
 -- none known).
@@ -532,10 +543,8 @@ local function write(key, p, v, ts, now, dl, margin)
       end
       call('SET', key, pack('<Bddd', 1, v, ts, dl), 'PXAT', dl)
     end
-  elseif dl == INF then
-    call('SET', key, pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
   else
-    call('SET', key, pack('<Bddd', 1, v, ts, INF))
+    write_never(key, v, ts, dl)
   end
 end
 
@@ -575,10 +584,8 @@ local function write_lone(key, p, v, ts, now, dl, margin)
   local full = full_at(p, v, ts)
   if full and full - now < 1e15 then
     call('SET', key, pack('<Bddd', 1, v, ts, 0), 'PX', expiry((full - now) + margin, margin))
-  elseif dl == INF then
-    call('SET', key, pack('<Bddd', 1, v, ts, INF), 'KEEPTTL')
   else
-    call('SET', key, pack('<Bddd', 1, v, ts, INF))
+    write_never(key, v, ts, dl)
   end
 end
 
