@@ -242,6 +242,19 @@ func freshSQL(table string, fixed, wait bool) string {
 	return b.String()
 }
 
+// freshIndex indexes the fresh upserts' variants: a fixed window's or a
+// token bucket's, bounding its lock wait or not.
+func freshIndex(fixed, wait bool) int {
+	i := 0
+	if fixed {
+		i = 2
+	}
+	if wait {
+		i++
+	}
+	return i
+}
+
 // hintSlots is how many records' hints a Store keeps.
 const hintSlots = 1024
 
@@ -312,17 +325,12 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	if hint.Load() <= r.now {
 		// Probably full again: the fresh upsert, whose decision is the
 		// transition on a missing record, fd, if it writes.
-		fk := 0
-		if k.fixed {
-			fk = 2
-		}
 		f := a // the first five parameters are the lone upsert's
 		f.limitAndFresh(p, fs, fex)
 		if k.wait {
-			fk++
 			f.text(waitText(wait))
 		}
-		tag, err := s.run(ctx, &s.freshSQL[fk], &f, nil)
+		tag, err := s.run(ctx, &s.freshSQL[freshIndex(k.fixed, k.wait)], &f, nil)
 		if err != nil {
 			return err
 		}

@@ -134,7 +134,7 @@ type Store struct {
 	readSQL                                          stmt
 	loneSQL                                          [12]stmt  // by loneKind.index
 	upsertSQL                                        [2]string // by wait
-	freshSQL                                         [4]stmt   // by 2*fixed + wait
+	freshSQL                                         [4]stmt   // by freshIndex
 	// direct: whether a lone call's statement goes straight to the
 	// connection (see wire.go); tracer: the pool's.
 	direct bool
@@ -361,8 +361,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		}
 	}
 	s.upsertSQL = [2]string{upsertSQL(n.table, false), upsertSQL(n.table, true)}
-	for i := range s.freshSQL {
-		s.freshSQL[i] = newStmt(freshSQL(n.table, i >= 2, i%2 == 1))
+	for _, fixed := range []bool{false, true} {
+		for _, wait := range []bool{false, true} {
+			s.freshSQL[freshIndex(fixed, wait)] = newStmt(freshSQL(n.table, fixed, wait))
+		}
 	}
 	s.direct, s.tracer = directPool(pool)
 	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
