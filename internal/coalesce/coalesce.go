@@ -48,6 +48,17 @@ type Options struct {
 	// waits for a disk flush): a few concurrent callers are then batched
 	// as with one slot, and many keep MaxInFlight batches in flight.
 	Overlap int
+	// Share, when Overlap is 0 and MaxInFlight is above 1, gives each
+	// slot a fair share of the callers: while a batch is in flight, a call
+	// queues unless the calls in flight and queued, itself included, are
+	// at most MaxInFlight; the queued calls go together in a free slot
+	// once they number at least 1/MaxInFlight of the calls in flight and
+	// queued. A few callers then go at once, each in a slot of its own, as
+	// without it; many go in MaxInFlight batches of about equal size, where
+	// without it a caller that finds a slot free goes alone and the others
+	// pile up behind the batches in flight. Choose it when a round trip
+	// costs the destination much more than each call it carries.
+	Share bool
 	// Detach sends a call that goes at once (a lone call, or every call
 	// when coalescing is off) on another goroutine, as a batch of one with
 	// its caller's context, when that context can end; its caller waits
@@ -93,6 +104,7 @@ type Batcher[Req, Res any] struct {
 	mu       sync.Mutex
 	queue    []*call[Req, Res]
 	inflight int
+	sent     int // the calls of the batches in flight
 	// worker takes a detached lone call to the Batcher's worker (nil
 	// until the first such call), when it is not busy.
 	worker chan *call[Req, Res]
@@ -146,8 +158,9 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		return b.sendOne(ctx, req)
 	}
 	b.mu.Lock()
-	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 && (b.inflight == 0 || b.opts.Overlap <= 0)) {
+	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 && (b.inflight == 0 || b.alone())) {
 		b.inflight++
+		b.sent++
 		if detach {
 			// A batch of one, sent with its caller's context: it ends
 			// when its caller leaves, with nothing to cancel.
@@ -162,13 +175,14 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		res, err := b.sendOne(ctx, req)
 		b.mu.Lock()
 		b.inflight--
+		b.sent--
 		b.next() // unlocks
 		return res, err
 	}
 	c := b.newCall(ctx, req)
 	b.queue = append(b.queue, c)
-	if b.opts.Overlap > 0 {
-		b.next() // unlocks; starts a batch once Overlap calls wait
+	if b.opts.Overlap > 0 || b.opts.Share {
+		b.next() // unlocks; starts a batch once enough calls wait
 	} else {
 		b.mu.Unlock()
 	}
@@ -258,10 +272,29 @@ func (b *Batcher[Req, Res]) next() {
 }
 
 // overlaps reports whether the queued calls may go beside a batch in
-// flight: always, unless Options.Overlap asks for that many first. b.mu
-// is held.
+// flight: always, unless Options.Overlap asks for that many first, or
+// Options.Share for a fair share of the calls. b.mu is held.
 func (b *Batcher[Req, Res]) overlaps() bool {
-	return b.opts.Overlap <= 0 || len(b.queue) >= b.opts.Overlap
+	switch {
+	case b.opts.Overlap > 0:
+		return len(b.queue) >= b.opts.Overlap
+	case b.opts.Share:
+		return len(b.queue)*b.opts.MaxInFlight >= b.sent+len(b.queue)
+	}
+	return true
+}
+
+// alone reports whether a call that finds batches in flight, a slot free
+// and nobody queued goes at once: always, unless Options.Overlap asks for
+// a batch, or Options.Share for a fair share of the calls. b.mu is held.
+func (b *Batcher[Req, Res]) alone() bool {
+	switch {
+	case b.opts.Overlap > 0:
+		return false
+	case b.opts.Share:
+		return b.sent+1 <= b.opts.MaxInFlight
+	}
+	return true
 }
 
 // goOn reports whether a batch that has just been answered sends the
@@ -281,6 +314,7 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
+	b.sent += n
 	bt, ctx := b.start(calls)
 	return calls, bt, ctx
 }
@@ -353,6 +387,7 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	// Out of flight before the caller wakes, so that its next call, if
 	// it makes one at once, goes at once too.
 	b.mu.Lock()
+	b.sent--
 	if !b.goOn() {
 		b.inflight--
 		b.busy = b.busy && !worker
@@ -383,6 +418,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		}
 
 		b.mu.Lock()
+		b.sent -= len(calls)
 		if !b.goOn() {
 			b.inflight--
 			b.busy = b.busy && !worker

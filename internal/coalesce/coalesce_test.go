@@ -22,6 +22,7 @@ type gate struct {
 	entered chan []int    // each batch, as it is sent
 	release chan struct{} // one receive lets one send finish
 	err     error
+	own     map[int]chan struct{} // a batch whose first call has one waits on it, not release
 	active  atomic.Int32
 	peak    atomic.Int32
 }
@@ -44,8 +45,12 @@ func (g *gate) send(ctx context.Context, reqs []int, res []int) error {
 	g.batches = append(g.batches, batch)
 	g.mu.Unlock()
 	g.entered <- batch
+	release := g.release
+	if ch, ok := g.own[reqs[0]]; ok {
+		release = ch
+	}
 	select {
-	case <-g.release:
+	case <-release:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -206,6 +211,48 @@ func TestOverlapKeepsTheSecondSlotForLargeBatches(t *testing.T) {
 	}
 	require.Equal(t, [][]int{{1}, {2, 3, 4}, {5, 6}}, g.batches)
 	require.Equal(t, int32(2), g.peak.Load())
+}
+
+func TestShareGivesEachSlotAFairShareOfTheCalls(t *testing.T) {
+	g := newGate()
+	g.own = map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	b := New(g.send, Options{MaxInFlight: 3, Share: true})
+	ctx := context.Background()
+	var answers []<-chan answer
+	// A few callers go at once, each alone, as without Share.
+	for i := 1; i <= 3; i++ {
+		answers = append(answers, doAsync(b, ctx, i))
+		require.Equal(t, []int{i}, <-g.entered)
+	}
+	for i := 4; i <= 7; i++ {
+		answers = append(answers, doAsync(b, ctx, i))
+		waitQueued(t, b, i-3)
+	}
+	g.own[1] <- struct{}{} // the first is answered: its slot sends the queue
+	require.Equal(t, []int{4, 5, 6, 7}, <-g.entered)
+	g.own[2] <- struct{}{} // the second: nothing queued, its slot is freed
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inflight == 2
+	}, 5*time.Second, time.Millisecond)
+	// Five calls in flight, a slot free: a call alone would carry a
+	// fifteenth of them. Calls queue until they are a third of the calls
+	// in flight and queued (3 of 8), then go together.
+	for i := 8; i <= 9; i++ {
+		answers = append(answers, doAsync(b, ctx, i))
+		waitQueued(t, b, i-7)
+	}
+	assert.Equal(t, int32(2), g.active.Load(), "a call went in the free slot before a fair share of the calls waited")
+	answers = append(answers, doAsync(b, ctx, 10))
+	require.Equal(t, []int{8, 9, 10}, <-g.entered)
+	for range 3 {
+		g.release <- struct{}{}
+	}
+	for i, ch := range answers {
+		require.Equal(t, answer{(i + 1) * 10, nil}, <-ch)
+	}
+	require.Equal(t, int32(3), g.peak.Load())
 }
 
 func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {

@@ -174,8 +174,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
 	// caller's context, unless ContextTimeoutEnabled (and never by a
 	// cancel); a call sent from another goroutine lets its caller leave
-	// on time from a stalled server.
-	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true}
+	// on time from a stalled server. Share: a round trip costs Redis much
+	// more than a decision it carries, so the slots in flight carry fair
+	// shares of many callers rather than one of them alone.
+	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true, Share: true}
 	if s.cluster != nil {
 		co.MaxInFlight = clusterInFlight
 		s.nodes = coalesce.NewGroup(s.send, co)
