@@ -3,9 +3,11 @@
 //
 // A call that arrives while fewer than MaxInFlight batches are in flight
 // goes at once, alone, on its caller's goroutine: a lone caller waits for
-// nobody. A call that arrives while the destination is busy waits in a
-// queue; when a batch in flight completes, everything queued (up to
-// MaxBatch calls, in arrival order) goes together in the next one. Many
+// nobody. (Options.Overlap and Options.Share keep the slots beside a batch
+// in flight for batches.) A call that arrives while the destination is
+// busy waits in a queue; when a batch in flight completes, everything
+// queued (up to MaxBatch calls, in arrival order) goes together in the
+// next one. Many
 // callers then share a few round trips, and a round trip's cost is spread
 // over the calls it carries.
 //
@@ -22,6 +24,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,8 +59,11 @@ type Options struct {
 	// queued. A few callers then go at once, each in a slot of its own, as
 	// without it; many go in MaxInFlight batches of about equal size, where
 	// without it a caller that finds a slot free goes alone and the others
-	// pile up behind the batches in flight. Choose it when a round trip
-	// costs the destination much more than each call it carries.
+	// pile up behind the batches in flight. In a Group, the calls counted
+	// are all of the Group's, so that of several destinations equally
+	// busy each keeps to about one slot, and one that has most of the
+	// calls gets more. Choose it when a round trip costs the destination
+	// much more than each call it carries.
 	Share bool
 	// Detach sends a call that goes at once (a lone call, or every call
 	// when coalescing is off) on another goroutine, as a batch of one with
@@ -104,7 +110,9 @@ type Batcher[Req, Res any] struct {
 	mu       sync.Mutex
 	queue    []*call[Req, Res]
 	inflight int
-	sent     int // the calls of the batches in flight
+	// share counts the calls in flight and queued for Options.Share:
+	// this Batcher's, or all of its Group's (nil without Share).
+	share *tally
 	// worker takes a detached lone call to the Batcher's worker (nil
 	// until the first such call), when it is not busy.
 	worker chan *call[Req, Res]
@@ -140,9 +148,35 @@ type batch struct {
 	cancel  context.CancelFunc
 }
 
+// tally counts the calls in flight and queued of the Batchers that share
+// their slots fairly (Options.Share): one Batcher's, or a Group's.
+type tally struct {
+	sent, queued atomic.Int64
+}
+
 // New returns a Batcher that sends batches with send.
 func New[Req, Res any](send SendFunc[Req, Res], opts Options) *Batcher[Req, Res] {
-	return &Batcher[Req, Res]{send: send, opts: opts.withDefaults()}
+	var share *tally
+	if opts.Share {
+		share = new(tally)
+	}
+	return newBatcher(send, opts, share)
+}
+
+func newBatcher[Req, Res any](send SendFunc[Req, Res], opts Options, share *tally) *Batcher[Req, Res] {
+	return &Batcher[Req, Res]{send: send, opts: opts.withDefaults(), share: share}
+}
+
+// count adds sent calls in flight and queued calls to the share's tally.
+func (b *Batcher[Req, Res]) count(sent, queued int) {
+	if t := b.share; t != nil {
+		if sent != 0 {
+			t.sent.Add(int64(sent))
+		}
+		if queued != 0 {
+			t.queued.Add(int64(queued))
+		}
+	}
 }
 
 // Do sends req, alone or with others, and returns its result. It returns
@@ -160,7 +194,7 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	b.mu.Lock()
 	if b.opts.MaxBatch == 1 || (b.inflight < b.opts.MaxInFlight && len(b.queue) == 0 && (b.inflight == 0 || b.alone())) {
 		b.inflight++
-		b.sent++
+		b.count(1, 0)
 		if detach {
 			// A batch of one, sent with its caller's context: it ends
 			// when its caller leaves, with nothing to cancel.
@@ -175,12 +209,13 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		res, err := b.sendOne(ctx, req)
 		b.mu.Lock()
 		b.inflight--
-		b.sent--
+		b.count(-1, 0)
 		b.next() // unlocks
 		return res, err
 	}
 	c := b.newCall(ctx, req)
 	b.queue = append(b.queue, c)
+	b.count(0, 1)
 	if b.opts.Overlap > 0 || b.opts.Share {
 		b.next() // unlocks; starts a batch once enough calls wait
 	} else {
@@ -253,6 +288,7 @@ func (b *Batcher[Req, Res]) remove(c *call[Req, Res]) {
 			copy(b.queue[i:], b.queue[i+1:])
 			b.queue[len(b.queue)-1] = nil
 			b.queue = b.queue[:len(b.queue)-1]
+			b.count(0, -1)
 			return
 		}
 	}
@@ -279,7 +315,7 @@ func (b *Batcher[Req, Res]) overlaps() bool {
 	case b.opts.Overlap > 0:
 		return len(b.queue) >= b.opts.Overlap
 	case b.opts.Share:
-		return len(b.queue)*b.opts.MaxInFlight >= b.sent+len(b.queue)
+		return int64(len(b.queue))*int64(b.opts.MaxInFlight) >= b.share.sent.Load()+b.share.queued.Load()
 	}
 	return true
 }
@@ -292,7 +328,7 @@ func (b *Batcher[Req, Res]) alone() bool {
 	case b.opts.Overlap > 0:
 		return false
 	case b.opts.Share:
-		return b.sent+1 <= b.opts.MaxInFlight
+		return b.share.sent.Load()+b.share.queued.Load()+1 <= int64(b.opts.MaxInFlight)
 	}
 	return true
 }
@@ -314,7 +350,7 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
-	b.sent += n
+	b.count(n, -n)
 	bt, ctx := b.start(calls)
 	return calls, bt, ctx
 }
@@ -387,7 +423,7 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	// Out of flight before the caller wakes, so that its next call, if
 	// it makes one at once, goes at once too.
 	b.mu.Lock()
-	b.sent--
+	b.count(-1, 0)
 	if !b.goOn() {
 		b.inflight--
 		b.busy = b.busy && !worker
@@ -418,7 +454,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		}
 
 		b.mu.Lock()
-		b.sent -= len(calls)
+		b.count(-len(calls), 0)
 		if !b.goOn() {
 			b.inflight--
 			b.busy = b.busy && !worker
@@ -430,10 +466,14 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 	}
 }
 
-// Group keeps one Batcher per destination, made on first use.
+// Group keeps one Batcher per destination, made on first use. With
+// Options.Share, its Batchers share their slots fairly among all of the
+// Group's calls: a destination that has a fair share of them gets a
+// second slot, and one of several equally busy destinations keeps to one.
 type Group[K comparable, Req, Res any] struct {
-	send func(ctx context.Context, dest K, reqs []Req, res []Res) error
-	opts Options
+	send  func(ctx context.Context, dest K, reqs []Req, res []Res) error
+	opts  Options
+	share *tally // nil without Share
 
 	mu       sync.Mutex
 	batchers map[K]*Batcher[Req, Res]
@@ -441,7 +481,11 @@ type Group[K comparable, Req, Res any] struct {
 
 // NewGroup returns a Group whose batches to dest are sent by send.
 func NewGroup[K comparable, Req, Res any](send func(ctx context.Context, dest K, reqs []Req, res []Res) error, opts Options) *Group[K, Req, Res] {
-	return &Group[K, Req, Res]{send: send, opts: opts, batchers: make(map[K]*Batcher[Req, Res])}
+	g := &Group[K, Req, Res]{send: send, opts: opts, batchers: make(map[K]*Batcher[Req, Res])}
+	if opts.Share {
+		g.share = new(tally)
+	}
+	return g
 }
 
 // Do sends req to dest, alone or with other calls to dest, as
@@ -450,9 +494,9 @@ func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, erro
 	g.mu.Lock()
 	b, ok := g.batchers[dest]
 	if !ok {
-		b = New(func(ctx context.Context, reqs []Req, res []Res) error {
+		b = newBatcher(func(ctx context.Context, reqs []Req, res []Res) error {
 			return g.send(ctx, dest, reqs, res)
-		}, g.opts)
+		}, g.opts, g.share)
 		g.batchers[dest] = b
 	}
 	g.mu.Unlock()

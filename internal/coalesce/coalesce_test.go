@@ -611,3 +611,52 @@ func TestGroupBatchesPerDestination(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string][]int{"a": {1, 3}, "b": {2}}, seen)
 }
+
+func TestGroupSharesSlotsAmongItsDestinations(t *testing.T) {
+	gates := map[string]*gate{"a": newGate(), "b": newGate()}
+	gr := NewGroup(func(ctx context.Context, dest string, reqs, res []int) error {
+		return gates[dest].send(ctx, reqs, res)
+	}, Options{MaxInFlight: 2, Share: true})
+	ctx := context.Background()
+	doAt := func(dest string, req int) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			res, err := gr.Do(ctx, dest, req)
+			ch <- answer{res, err}
+		}()
+		return ch
+	}
+	queued := func(dest string, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			gr.mu.Lock()
+			b := gr.batchers[dest]
+			gr.mu.Unlock()
+			if b == nil {
+				return false
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.queue) == n
+		}, 5*time.Second, time.Millisecond)
+	}
+	answers := []<-chan answer{doAt("a", 1)}
+	require.Equal(t, []int{1}, <-gates["a"].entered)
+	answers = append(answers, doAt("b", 2))
+	require.Equal(t, []int{2}, <-gates["b"].entered)
+	// a has a slot free, but the Group has two calls in flight: a's
+	// second slot waits for half of the Group's calls, as one Batcher's
+	// would for half of its own.
+	answers = append(answers, doAt("a", 3))
+	queued("a", 1)
+	assert.Equal(t, int32(1), gates["a"].active.Load(), "a call went in a's free slot before a fair share of the Group's calls waited")
+	answers = append(answers, doAt("a", 4))
+	require.Equal(t, []int{3, 4}, <-gates["a"].entered)
+	gates["a"].release <- struct{}{}
+	gates["a"].release <- struct{}{}
+	gates["b"].release <- struct{}{}
+	for _, ch := range answers {
+		require.NoError(t, (<-ch).err)
+	}
+	require.Equal(t, int32(2), gates["a"].peak.Load())
+}

@@ -64,18 +64,15 @@ const DefaultExpiryMargin = time.Duration(driver.ExpiryGrace) * time.Millisecond
 // WithMaxBatch says otherwise.
 const DefaultMaxBatch = 128
 
-// maxInFlight is the most round trips in flight at once to one server;
-// more calls wait and go together. Three let a few callers (8 goroutines)
-// overlap their round trips; many callers' batches get smaller, not
-// slower. Measured: see docs/performance.md.
+// maxInFlight is the most round trips in flight at once to one server
+// (to each master of a Cluster); more calls wait and go together. Three
+// let a few callers (8 goroutines) overlap their round trips. The slots
+// are shared fairly among all of the store's calls (coalesce.Options.Share):
+// 64 callers go in three batches of about 20 rather than some alone, and
+// on a Cluster whose masters are equally busy each keeps to about one
+// batch in flight, while a master with every call (one hot key) gets
+// three. Measured: see docs/performance.md.
 const maxInFlight = 3
-
-// clusterInFlight is maxInFlight for each master of a Cluster, whose
-// masters' round trips already overlap: one each keeps a master's batches
-// large, where three made them a third as large and cost 64 callers on
-// many keys a third of their decisions. Measured: see
-// docs/performance.md.
-const clusterInFlight = 1
 
 // Store is a ratelimit.Store on Redis, safe for concurrent use. Build it
 // with New.
@@ -179,7 +176,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	// shares of many callers rather than one of them alone.
 	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true, Share: true}
 	if s.cluster != nil {
-		co.MaxInFlight = clusterInFlight
 		s.nodes = coalesce.NewGroup(s.send, co)
 	} else {
 		s.one = coalesce.New(func(ctx context.Context, reqs []*request, errs []error) error {
