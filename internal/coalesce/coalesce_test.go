@@ -236,9 +236,9 @@ func TestShareGivesEachSlotAFairShareOfTheCalls(t *testing.T) {
 		defer b.mu.Unlock()
 		return b.inflight == 2
 	}, 5*time.Second, time.Millisecond)
-	// Five calls in flight, a slot free: a call alone would carry a
-	// fifteenth of them. Calls queue until they are a third of the calls
-	// in flight and queued (3 of 8), then go together.
+	// Five calls in flight and a slot free, which without Share the next
+	// call would take alone. Calls queue until they are a third of the
+	// calls in flight and queued (3 of 8), then go together.
 	for i := 8; i <= 9; i++ {
 		answers = append(answers, doAsync(b, ctx, i))
 		waitQueued(t, b, i-7)
