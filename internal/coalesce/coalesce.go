@@ -7,9 +7,8 @@
 // in flight for batches.) A call that arrives while the destination is
 // busy waits in a queue; when a batch in flight completes, everything
 // queued (up to MaxBatch calls, in arrival order) goes together in the
-// next one. Many
-// callers then share a few round trips, and a round trip's cost is spread
-// over the calls it carries.
+// next one. Many callers then share a few round trips, and a round trip's
+// cost is spread over the calls it carries.
 //
 // A caller whose context ends while its call is queued leaves, and the
 // call is never sent. Once sent, a call may take effect even if its caller
