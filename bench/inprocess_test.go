@@ -78,8 +78,21 @@ var inProcess = []struct {
 func BenchmarkGranted(b *testing.B) {
 	l := compare.Limit{Rate: 1_000_000_000, Period: time.Hour, Kind: ratelimit.TokenBucket}
 	for _, keys := range []int{1, 10_000} {
-		benchmarkInProcess(b, l, keys, true)
+		benchmarkInProcess(b, l, keys, true, false)
 	}
+}
+
+// BenchmarkGrantedScattered is BenchmarkGranted on 10,000 keys whose
+// state was created in another order than the benchmark visits them in,
+// as with real traffic. BenchmarkGranted visits its keys in turn, in the
+// order of their first calls, so that a limiter that allocates an object
+// per key on its first call (x/time/rate, go-limiter) finds each next key's
+// object beside the last one's, where the processor has already fetched
+// it; here, each key's first call comes in a random order, before the
+// timer starts.
+func BenchmarkGrantedScattered(b *testing.B) {
+	l := compare.Limit{Rate: 1_000_000_000, Period: time.Hour, Kind: ratelimit.TokenBucket}
+	benchmarkInProcess(b, l, 10_000, true, true)
 }
 
 // BenchmarkRefused measures the path of a refused call: one hot key under
@@ -87,14 +100,15 @@ func BenchmarkGranted(b *testing.B) {
 // about 100 calls a second are refused.
 func BenchmarkRefused(b *testing.B) {
 	l := compare.Limit{Rate: 100, Period: time.Second, Kind: ratelimit.TokenBucket}
-	benchmarkInProcess(b, l, 1, false)
+	benchmarkInProcess(b, l, 1, false, false)
 }
 
 // benchmarkInProcess runs every in-process limiter on keys keys, serial
 // and parallel. It reports the share of calls granted and, when a limiter
 // failed calls (throttled gives up after 10 compare-and-swaps of a hot
 // key), the share that failed; with mustGrant, a refusal is a failure.
-func benchmarkInProcess(b *testing.B, l compare.Limit, keys int, mustGrant bool) {
+// With scatter, every key is taken once first, in a random order.
+func benchmarkInProcess(b *testing.B, l compare.Limit, keys int, mustGrant, scatter bool) {
 	names := make([]string, keys)
 	for i := range names {
 		names[i] = fmt.Sprint("user-", i)
@@ -107,6 +121,13 @@ func benchmarkInProcess(b *testing.B, l compare.Limit, keys int, mustGrant bool)
 					b.Fatal(err)
 				}
 				ctx := context.Background()
+				if scatter {
+					for _, i := range rand.New(rand.NewPCG(1, 2)).Perm(keys) {
+						if _, err := take(ctx, names[i]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
 				var granted, failed atomic.Int64
 				// loop calls take until next says stop, from a random key on.
 				loop := func(next func() bool) {
