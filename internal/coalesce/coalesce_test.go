@@ -660,3 +660,59 @@ func TestGroupSharesSlotsAmongItsDestinations(t *testing.T) {
 	}
 	require.Equal(t, int32(2), gates["a"].peak.Load())
 }
+
+// Under load, with callers leaving at random (queued, or in flight), a
+// Group that shares its slots answers every caller that stays, and ends
+// with nothing counted in flight or queued.
+func TestShareCountsEveryCallOut(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		gr := NewGroup(func(ctx context.Context, dest int, reqs, res []int) error {
+			select {
+			case <-time.After(100 * time.Microsecond): // a round trip
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			for i, r := range reqs {
+				res[i] = r + 1
+			}
+			return nil
+		}, Options{MaxBatch: 8, MaxInFlight: 3, Share: true, Detach: detach})
+		var wg sync.WaitGroup
+		for g := range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 60 {
+					req := g*1000 + i
+					ctx, cancel := context.WithCancel(context.Background())
+					if i%5 == 0 {
+						go cancel() // leaves queued, in flight, or not at all
+					}
+					res, err := gr.Do(ctx, g%3, req)
+					cancel()
+					switch {
+					case err == nil:
+						assert.Equal(t, req+1, res)
+					case errors.Is(err, context.Canceled):
+						if i%5 != 0 {
+							t.Errorf("call %d failed without its caller leaving: %v", req, err)
+						}
+					default:
+						t.Errorf("call %d: %v", req, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Eventually(t, func() bool {
+			return gr.share.sent.Load() == 0 && gr.share.queued.Load() == 0
+		}, 5*time.Second, time.Millisecond, "detach %v: %d counted in flight, %d queued",
+			detach, gr.share.sent.Load(), gr.share.queued.Load())
+		for _, b := range gr.batchers {
+			b.mu.Lock()
+			assert.Zero(t, b.inflight)
+			assert.Empty(t, b.queue)
+			b.mu.Unlock()
+		}
+	}
+}
