@@ -288,31 +288,14 @@ func TestFreshUpsertCases(t *testing.T) {
 // spends the tokens of a full record while the call waits for its row.
 func TestFreshUpsertOnALockedRow(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+	pool, table, s := storeWithRecord(t)
 	pgstore.ClearHints(s) // full again, as far as the store knows
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("k"))
-	require.NoError(t, err)
-
-	done := applyAsync(ctx, s, limitOp("k", 5))
-	waitForLockWaiters(t, pool, table, 1)
-	require.NoError(t, tx.Commit(ctx))
-	a := receive(t, done)
-	require.NoError(t, a.err)
-	require.False(t, a.out[0].OK, "granted 5 tokens of a record left with 0")
-	require.Equal(t, 0.0, a.out[0].Remaining)
+	requireRefusedAfterSpend(t, pool, table, s)
 
 	// Within a deadline, the same, and the call gives up on a row held.
-	_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 10 WHERE id = $1", rowID("k"))
+	_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 10 WHERE id = $1", rowID("k"))
 	require.NoError(t, err)
-	tx, err = pool.Begin(ctx)
+	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE id = $1 FOR UPDATE", rowID("k"))
@@ -320,7 +303,7 @@ func TestFreshUpsertOnALockedRow(t *testing.T) {
 	pgstore.ClearHints(s)
 	callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	a = receive(t, applyAsync(callCtx, s, limitOp("k", 1)))
+	a := receive(t, applyAsync(callCtx, s, limitOp("k", 1)))
 	require.ErrorIs(t, a.err, context.DeadlineExceeded)
 	waitForLockWaiters(t, pool, table, 0)
 }

@@ -59,10 +59,9 @@ func applyAsync(ctx context.Context, s ratelimit.Store, op *driver.Op) <-chan ap
 	return ch
 }
 
-// rowHeld makes a store, with opts, on a table of its own that holds the
-// record of key "k", and holds that record's row in a transaction, which
-// it rolls back when the test ends (or the test does, earlier).
-func rowHeld(t *testing.T, opts ...pgstore.Option) (*pgxpool.Pool, string, *pgstore.Store, pgx.Tx) {
+// storeWithRecord makes a store, with opts, on a table of its own that
+// holds the record of key "k", one token spent.
+func storeWithRecord(t *testing.T, opts ...pgstore.Option) (*pgxpool.Pool, string, *pgstore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
@@ -70,7 +69,37 @@ func rowHeld(t *testing.T, opts ...pgstore.Option) (*pgxpool.Pool, string, *pgst
 	s, err := pgstore.New(ctx, pool, append([]pgstore.Option{pgstore.WithTable(table)}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+	return pool, table, s
+}
 
+// requireRefusedAfterSpend has another transaction spend every token of
+// the record of "k" while a call of 5 tokens waits for its row, and checks
+// that the call, decided on what that transaction left, is refused.
+func requireRefusedAfterSpend(t *testing.T, pool *pgxpool.Pool, table string, s *pgstore.Store) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("k"))
+	require.NoError(t, err)
+
+	call := applyAsync(ctx, s, limitOp("k", 5))
+	waitForLockWaiters(t, pool, table, 1) // its write waits for the row
+	require.NoError(t, tx.Commit(ctx))
+	a := receive(t, call)
+	require.NoError(t, a.err)
+	require.False(t, a.out[0].OK, "granted 5 tokens of a record left with 0")
+	require.Equal(t, 0.0, a.out[0].Remaining)
+}
+
+// rowHeld makes a store, with opts, on a table of its own that holds the
+// record of key "k", and holds that record's row in a transaction, which
+// it rolls back when the test ends (or the test does, earlier).
+func rowHeld(t *testing.T, opts ...pgstore.Option) (*pgxpool.Pool, string, *pgstore.Store, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	pool, table, s := storeWithRecord(t, opts...)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { tx.Rollback(ctx) })
@@ -138,26 +167,10 @@ func TestDeadlineWhileQueued(t *testing.T) {
 // unchanged. Here another transaction spends the tokens between the read
 // and the write: the call must decide again on what is there, and refuse.
 func TestLoneCallDecidesAgainOnAChangedRecord(t *testing.T) {
-	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("k"))
-	require.NoError(t, err)
-
-	call := applyAsync(ctx, s, limitOp("k", 5)) // reads 9 tokens: the update is not committed
-	waitForLockWaiters(t, pool, table, 1)       // its write waits for the row
-	require.NoError(t, tx.Commit(ctx))
-	a := receive(t, call)
-	require.NoError(t, a.err)
-	require.False(t, a.out[0].OK, "granted 5 tokens of a record left with 0")
-	require.Equal(t, 0.0, a.out[0].Remaining)
+	// The call reads 9 tokens (the update is not committed), then its
+	// write waits for the row.
+	pool, table, s := storeWithRecord(t)
+	requireRefusedAfterSpend(t, pool, table, s)
 }
 
 // A batch locks its records before it reads them: it decides on what the
