@@ -301,8 +301,8 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		if _, err := s.run(ctx, &s.readSQL, &a, &row); err != nil {
 			return err
 		}
-		s.noteRead(s.fullHint(&rec.id), p, &row)
 		st, found := readState(&row)
+		s.noteRead(s.fullHint(&rec.id), p, st, found)
 		decideRead(d, p, st, found, r.now, it.count, reserve)
 		return nil
 	}
@@ -361,8 +361,9 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: v, TS: ts}))
 		return nil
 	}
-	s.noteRead(hint, p, &row)
-	if st, found := readState(&row); decideRead(d, p, st, found, r.now, it.count, reserve) {
+	st, found := readState(&row)
+	s.noteRead(hint, p, st, found)
+	if decideRead(d, p, st, found, r.now, it.count, reserve) {
 		return errRaced // the record read grants it: a newer row did not
 	}
 	return nil
@@ -380,9 +381,8 @@ func readState(row *row) (st driver.State, found bool) {
 	return driver.State{Remaining: math.Float64frombits(row.bits[0]), TS: int64(row.bits[1])}, true
 }
 
-// noteRead keeps in hint FullAt of the record read as row.
-func (s *Store) noteRead(hint *atomic.Int64, p *driver.Params, row *row) {
-	st, found := readState(row)
+// noteRead keeps in hint FullAt of the record read, st if found.
+func (s *Store) noteRead(hint *atomic.Int64, p *driver.Params, st driver.State, found bool) {
 	if !found {
 		hint.Store(0)
 		return

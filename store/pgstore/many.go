@@ -158,11 +158,12 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 	for i, r := range b.order {
 		it := &r.items[0]
 		d := &r.out[0]
-		switch {
-		case b.wrote[i]:
+		if b.wrote[i] {
 			decideWritten(d, p, *b.v[i], *b.ts[i], r.now, it.count, false)
-		case decideRead(d, p, ptrState(b.v[i], b.ts[i]), b.v[i] != nil && b.ts[i] != nil, r.now, it.count, false) &&
-			driver.Mode(r.flags&3) == driver.ModeLimit:
+			continue
+		}
+		st, found := ptrState(b.v[i], b.ts[i])
+		if decideRead(d, p, st, found, r.now, it.count, false) && driver.Mode(r.flags&3) == driver.ModeLimit {
 			b.redo = append(b.redo, r) // the record read grants it: a newer row did not
 		}
 	}
@@ -172,10 +173,10 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 	return true, nil
 }
 
-// ptrState is the state read as v and ts, if neither is nil.
-func ptrState(v *float64, ts *int64) driver.State {
+// ptrState is the state read as v and ts: found false if either is nil.
+func ptrState(v *float64, ts *int64) (st driver.State, found bool) {
 	if v == nil || ts == nil {
-		return driver.State{}
+		return driver.State{}, false
 	}
-	return driver.State{Remaining: *v, TS: *ts}
+	return driver.State{Remaining: *v, TS: *ts}, true
 }
