@@ -83,6 +83,8 @@ func (a *args) limitAndFresh(p *driver.Params, fs driver.State, fullAt int64) {
 	a.bigint(fs.TS)
 	a.bigint(fullAt)
 }
+
+// isBytesOfString reports a bytea parameter given as a string.
 func (x *arg) isBytesOfString() bool { return x.kind == argBytea && x.b == nil }
 
 // boxed returns the parameters as pgx takes them.
