@@ -126,22 +126,38 @@ func transition(p driver.Params, prev driver.State, found bool, now int64, count
 // configs and counts before any store sees them.
 //
 // It is the semantics' StateAt (refresh or fresh) followed by settle, with
-// the commonest case taken first: a refresh within the record's window
-// (no division), then a count the bucket holds (no wait to compute).
+// the commonest cases taken first: a refresh within the record's window,
+// or a token bucket's within its millisecond (no division), then a count
+// the bucket holds (no wait to compute), then a refusal of a call that
+// does not reserve (no branches of settle).
 // FuzzTransitionFastPath proves it equal to StateAt and settle, which the Lua
 // and SQL ports mirror.
 func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) driver.State {
 	var s driver.State
-	if found {
-		s = refreshFast(p, prev, now)
-	} else {
+	switch {
+	case !found:
 		s = fresh(*p, now)
+	case p.Kind == driver.TokenBucket && now <= prev.TS:
+		// refreshFast within the record's millisecond (a hot key), or
+		// before it: 0·Rate divided by a Period ≥ 1 is 0·Rate, sign and
+		// NaN alike, so the refill needs no division.
+		s = driver.State{Remaining: min(prev.Remaining+0*p.Rate, p.Capacity), TS: prev.TS}
+	default:
+		s = refreshFast(p, prev, now)
 	}
 	// The v >= 0 case of settle, where denoise leaves v as it is, for a
 	// call that is not a reservation of a caller lagging the record.
-	if v := s.Remaining - count; v >= 0 && (!reserve || s.TS <= now) {
+	v := s.Remaining - count
+	if v >= 0 && (!reserve || s.TS <= now) {
 		*d = driver.Decision{OK: true, Remaining: v, Charged: [2]float64{count, 0}}
 		return driver.State{Remaining: v, TS: s.TS}
+	}
+	// The refusal of a call that does not reserve and falls short by more
+	// than the noise (which denoise leaves as it is): settle's last case,
+	// the commonest on a limit under attack.
+	if v <= -noise && !reserve {
+		*d = driver.Decision{RetryAfter: retryMillis(wait(*p, s, now, -v)), Remaining: s.Remaining}
+		return s
 	}
 	return settle(d, p, s, now, count, reserve)
 }
