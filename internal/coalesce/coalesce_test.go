@@ -63,10 +63,22 @@ func (g *gate) send(ctx context.Context, reqs []int, res []int) error {
 // waitQueued waits until n calls are queued in b.
 func waitQueued(t *testing.T, b *Batcher[int, int], n int) {
 	t.Helper()
+	waitLocked(t, b, func() bool { return len(b.queue) == n })
+}
+
+// waitInflight waits until n batches of b are in flight.
+func waitInflight(t *testing.T, b *Batcher[int, int], n int) {
+	t.Helper()
+	waitLocked(t, b, func() bool { return b.inflight == n })
+}
+
+// waitLocked waits until cond, called under b's mutex, holds.
+func waitLocked(t *testing.T, b *Batcher[int, int], cond func() bool) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.queue) == n
+		return cond()
 	}, 5*time.Second, time.Millisecond)
 }
 
@@ -197,11 +209,7 @@ func TestOverlapKeepsTheSecondSlotForLargeBatches(t *testing.T) {
 	}
 	g.release <- struct{}{}
 	require.Equal(t, answer{10, nil}, <-first)
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.inflight == 1
-	}, 5*time.Second, time.Millisecond)
+	waitInflight(t, b, 1)
 	waitQueued(t, b, 2)
 	g.release <- struct{}{}
 	require.Equal(t, []int{5, 6}, <-g.entered)
@@ -231,11 +239,7 @@ func TestShareGivesEachSlotAFairShareOfTheCalls(t *testing.T) {
 	g.own[1] <- struct{}{} // the first is answered: its slot sends the queue
 	require.Equal(t, []int{4, 5, 6, 7}, <-g.entered)
 	g.own[2] <- struct{}{} // the second: nothing queued, its slot is freed
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.inflight == 2
-	}, 5*time.Second, time.Millisecond)
+	waitInflight(t, b, 2)
 	// Five calls in flight and a slot free, which without Share the next
 	// call would take alone. Calls queue until they are a third of the
 	// calls in flight and queued (3 of 8), then go together.
