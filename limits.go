@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 )
@@ -53,7 +54,10 @@ func (set *limitSet) lookup(name string) *limit {
 		return set.byName[name]
 	}
 	for _, lim := range set.few {
-		if lim.name == name {
+		// The same bytes first: a name passed as a constant is usually
+		// the very string declared (the linker keeps one copy of each
+		// string constant), which needs no comparison of bytes.
+		if len(lim.name) == len(name) && (unsafe.StringData(lim.name) == unsafe.StringData(name) || lim.name == name) {
 			return lim
 		}
 	}

@@ -409,30 +409,37 @@ func TestSetLimitsRacesWithEveryCall(t *testing.T) {
 
 // TestEveryDeclaredLimitIsFound calls every limit of sets of 1 to 12
 // limits, built by New, SetLimits and SetLimit: a few are found by their
-// names in a list, more in a map, and a name that differs from one
-// declared in a byte only, or in its length, is not found.
+// names in a list, more in a map, whether the name called is the very
+// string declared or a copy, and a name that differs from one declared
+// in a byte only, or in its length (a prefix sharing its bytes included),
+// is not found.
 func TestEveryDeclaredLimitIsFound(t *testing.T) {
 	ctx := context.Background()
 	config := func(i int) ratelimit.Config {
-		return ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: float64(i + 1), Period: time.Second}
+		return ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: float64(i + 2), Period: time.Second} // two calls each
+	}
+	declared := make([]string, 13) // the strings declared, called as they are
+	for i := range declared {
+		declared[i] = fmt.Sprintf("limit-%02d", i)
 	}
 	limits := func(n int) ratelimit.Limits {
 		ls := ratelimit.Limits{}
 		for i := range n {
-			ls[fmt.Sprintf("limit-%02d", i)] = config(i)
+			ls[declared[i]] = config(i)
 		}
 		return ls
 	}
 	check := func(t *testing.T, lim *ratelimit.Limiter, n int) {
 		t.Helper()
 		for i := range n {
-			name := fmt.Sprintf("limit-%02d", i)
-			res, err := lim.Limit(ctx, name, "k")
-			require.NoError(t, err, name)
-			assert.Equal(t, name, res.Name)
-			assert.Equal(t, float64(i+1)-1, res.Remaining, name) // its own capacity
+			for j, name := range []string{declared[i], fmt.Sprintf("limit-%02d", i)} {
+				res, err := lim.Limit(ctx, name, "k")
+				require.NoError(t, err, name)
+				assert.Equal(t, name, res.Name)
+				assert.Equal(t, float64(i+2)-float64(j+1), res.Remaining, name) // its own capacity
+			}
 		}
-		for _, name := range []string{fmt.Sprintf("limit-%02d", n), "limit-0", "limit-000", "limit-0x", ""} {
+		for _, name := range []string{fmt.Sprintf("limit-%02d", n), declared[0][:7], "limit-0", "limit-000", "limit-0x", ""} {
 			_, err := lim.Limit(ctx, name, "k")
 			assert.ErrorIs(t, err, ratelimit.ErrUnknownLimit, "%q", name)
 		}

@@ -328,7 +328,11 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 	if err := ctx.Err(); err != nil {
 		return v, 0, false, limitErr(lim.name, err)
 	}
-	now = l.nowMillis()
+	if l.wall { // nowMillis, without its call
+		now = wallMillis()
+	} else {
+		now = l.nowMillis()
+	}
 	if err := checkTime(now); err != nil {
 		return v, 0, false, limitErr(lim.name, err)
 	}
