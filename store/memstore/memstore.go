@@ -220,10 +220,9 @@ func (s *Store) sweepTime(now int64) int64 {
 // stripe is one hash table: open addressing, linear probing, deletion by
 // backward shift, so that no tombstones accumulate. A table is an array of
 // records, one per cache line, each with its lock, written by the calls
-// that decide it alone. Each record also holds its meta, its hash bits and
-// limit number in one word, which a call probes: a call on a record at
-// its home slot, the common case, reads one cache line to find it, lock
-// it and decide it.
+// that decide it alone, and beside it an array of the slots' metas (hash
+// bits and limit number in one word), which a call probes: a call reads
+// the metas' line, which no call writes, and then its own record's.
 //
 // The table, and which slot holds which record, change only under mu.
 // Whoever moves records (a delete's shift, a resize) makes version odd
@@ -245,8 +244,16 @@ type stripe struct {
 	_      [64 - 8 - 4 - 4 - 8 - 8 - 8 - 4 - 4]byte // one stripe per cache line
 }
 
-// table is a stripe's slots: a power of two of them.
+// table is a stripe's slots: a power of two of them. Each slot's meta,
+// its record's hash bits << 32 | limit number (0: the slot is empty),
+// is kept apart from the record, in an array of its own: a call probes
+// the slots by their metas, which change only when records are added,
+// moved or dropped, and so stay in every core's cache, and writes only
+// its own record's line. (With the meta in the record, a probe that
+// passed another key's record fetched that record's line from the core
+// that last decided it.)
 type table struct {
+	meta []atomic.Uint64 // written under the stripe's mutex, read without it
 	recs []record
 }
 
@@ -255,17 +262,15 @@ func metaOf(lo, limit uint32) uint64 { return uint64(lo)<<32 | uint64(limit) }
 // record is the record in a slot. 64 bytes, one cache line.
 type record struct {
 	mu sync.Mutex // held while its state is read or written
-	// meta is the record's hash bits << 32 | limit number; 0: the slot
-	// is empty. Written under the stripe's mutex, read without it.
-	meta atomic.Uint64
-	// key is written under the stripe's mutex, before meta, or with mu.
+	// key is written under the stripe's mutex, before the slot's meta,
+	// or with mu.
 	key string
 	// The state, and when the record is full again (by the params of its
 	// last write), or deferred (see Store.deferred); under mu.
 	value   float64
 	ts      int64
 	expires int64
-	_       [8]byte // one record per cache line: cores deciding different keys share none
+	_       [16]byte // one record per cache line: cores deciding different keys share none
 }
 
 func (st *stripe) tab() *table { return st.table.Load() }
@@ -278,7 +283,7 @@ func (t *table) find(h uint64, limit uint32, key string) (int, bool) {
 	lo := uint32(h)
 	want := metaOf(lo, limit)
 	for i := lo & mask; ; i = (i + 1) & mask {
-		m := t.recs[i].meta.Load()
+		m := t.meta[i].Load()
 		if m == 0 {
 			return int(i), false
 		}
@@ -306,7 +311,7 @@ func (st *stripe) lockRecord(h uint64, limit uint32, key string) *record {
 		mask := uint32(len(t.recs) - 1)
 	probe:
 		for i := lo & mask; ; i = (i + 1) & mask {
-			switch m := t.recs[i].meta.Load(); {
+			switch m := t.meta[i].Load(); {
 			case m == 0:
 				return nil // missing, or moved while probing: ask under mu
 			case m != want:
@@ -363,7 +368,7 @@ func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, st
 	}
 	r := &t.recs[i]
 	r.key, r.value, r.ts, r.expires = key, state.Remaining, state.TS, expires
-	t.recs[i].meta.Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
+	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
 
 	st.victim = (st.victim + 1) % stripes
@@ -393,7 +398,7 @@ func (st *stripe) makeRoom(s *Store, now int64) {
 }
 
 func newTable(size int) *table {
-	return &table{recs: make([]record, size)}
+	return &table{meta: make([]atomic.Uint64, size), recs: make([]record, size)}
 }
 
 // resize moves the records to a table of size slots (a power of two
@@ -404,7 +409,7 @@ func (st *stripe) resize(size int) {
 	st.cursor = 0
 	st.version.Add(1)
 	for k := range old.recs {
-		if old.recs[k].meta.Load() != 0 {
+		if old.meta[k].Load() != 0 {
 			old.recs[k].mu.Lock() // a call deciding it finishes first
 		}
 	}
@@ -414,22 +419,22 @@ func (st *stripe) resize(size int) {
 		t := newTable(size)
 		mask := uint32(size - 1)
 		for k := range old.recs {
-			m := old.recs[k].meta.Load()
+			m := old.meta[k].Load()
 			if m == 0 {
 				continue
 			}
 			i := uint32(m>>32) & mask
-			for t.recs[i].meta.Load() != 0 {
+			for t.meta[i].Load() != 0 {
 				i = (i + 1) & mask
 			}
 			copyRecord(&t.recs[i], &old.recs[k])
-			t.recs[i].meta.Store(m)
+			t.meta[i].Store(m)
 		}
 		st.table.Store(t)
 	}
 	st.version.Add(1)
 	for k := range old.recs {
-		if old.recs[k].meta.Load() != 0 {
+		if old.meta[k].Load() != 0 {
 			old.recs[k].mu.Unlock() // a call that waited finds the version changed
 		}
 	}
@@ -468,7 +473,7 @@ func (st *stripe) remove(t *table, i int) {
 	moved := locked[:1]
 	hole := uint32(i)
 	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
-		m := t.recs[j].meta.Load()
+		m := t.meta[j].Load()
 		if m == 0 {
 			break
 		}
@@ -479,11 +484,11 @@ func (st *stripe) remove(t *table, i int) {
 			t.recs[j].mu.Lock()
 			moved = append(moved, j)
 			copyRecord(&t.recs[hole], &t.recs[j])
-			t.recs[hole].meta.Store(m)
+			t.meta[hole].Store(m)
 			hole = j
 		}
 	}
-	t.recs[hole].meta.Store(0)
+	t.meta[hole].Store(0)
 	t.recs[hole].key = "" // let the key's bytes go
 	st.n--
 	st.version.Add(1)
@@ -507,7 +512,7 @@ func (st *stripe) sweep(s *Store, now int64, from, count int) int {
 	judged := int64(math.MinInt64)
 	dropped := 0
 	for i, seen := from&mask, 0; seen < count && st.n > 0; {
-		if t.recs[i].meta.Load() != 0 {
+		if t.meta[i].Load() != 0 {
 			r := &t.recs[i]
 			r.mu.Lock()
 			if st.droppable(s, r, now, &judged) {
@@ -894,7 +899,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		st.mu.Lock()
 		if t := st.tab(); t != nil {
 			for k := 0; k < len(t.recs); {
-				if t.recs[k].meta.Load() == 0 {
+				if t.meta[k].Load() == 0 {
 					k++
 					continue
 				}
