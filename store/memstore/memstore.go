@@ -222,7 +222,8 @@ func (s *Store) sweepTime(now int64) int64 {
 // records, one per cache line, each with its lock, written by the calls
 // that decide it alone, and beside it an array of the slots' metas (hash
 // bits and limit number in one word), which a call probes: a call reads
-// the metas' line, which no call writes, and then its own record's.
+// the metas' line, written only when records are added, moved or
+// dropped, and then its own record's.
 //
 // The table, and which slot holds which record, change only under mu.
 // Whoever moves records (a delete's shift, a resize) makes version odd
