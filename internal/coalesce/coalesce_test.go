@@ -630,29 +630,18 @@ func TestGroupSharesSlotsAmongItsDestinations(t *testing.T) {
 		}()
 		return ch
 	}
-	queued := func(dest string, n int) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			gr.mu.Lock()
-			b := gr.batchers[dest]
-			gr.mu.Unlock()
-			if b == nil {
-				return false
-			}
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return len(b.queue) == n
-		}, 5*time.Second, time.Millisecond)
-	}
 	answers := []<-chan answer{doAt("a", 1)}
 	require.Equal(t, []int{1}, <-gates["a"].entered)
+	gr.mu.Lock()
+	ba := gr.batchers["a"] // made by the call being sent
+	gr.mu.Unlock()
 	answers = append(answers, doAt("b", 2))
 	require.Equal(t, []int{2}, <-gates["b"].entered)
 	// a has a slot free, but the Group has two calls in flight: a's
 	// second slot waits for half of the Group's calls, as one Batcher's
 	// would for half of its own.
 	answers = append(answers, doAt("a", 3))
-	queued("a", 1)
+	waitQueued(t, ba, 1)
 	assert.Equal(t, int32(1), gates["a"].active.Load(), "a call went in a's free slot before a fair share of the Group's calls waited")
 	answers = append(answers, doAt("a", 4))
 	require.Equal(t, []int{3, 4}, <-gates["a"].entered)
