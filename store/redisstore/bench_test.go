@@ -173,7 +173,7 @@ func BenchmarkServerTime(b *testing.B) {
 		for i := range names {
 			names[i] = fmt.Sprint("k-", i)
 		}
-		for _, size := range []int{1, 8, 64} {
+		for _, size := range []int{1, 2, 8, 64} {
 			b.Run(fmt.Sprintf("keys=%d/batch=%d", keys, size), func(b *testing.B) {
 				ctx := context.Background()
 				ops := make([]*driver.Op, size)
