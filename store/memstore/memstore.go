@@ -271,7 +271,11 @@ type record struct {
 	value   float64
 	ts      int64
 	expires int64
-	_       [16]byte // one record per cache line: cores deciding different keys share none
+	// The last refusal decided here by a bound call of one token (see
+	// recall), and its Remaining; memo 0 when none. Every write of the
+	// state clears it. Under mu.
+	memo    uint64
+	memoRem float64
 }
 
 func (st *stripe) tab() *table { return st.table.Load() }
@@ -368,7 +372,7 @@ func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, st
 		i, _ = t.find(h, limit, key)
 	}
 	r := &t.recs[i]
-	r.key, r.value, r.ts, r.expires = key, state.Remaining, state.TS, expires
+	r.key, r.value, r.ts, r.expires, r.memo = key, state.Remaining, state.TS, expires, 0
 	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
 
@@ -445,6 +449,7 @@ func (st *stripe) resize(size int) {
 // lock of src (dst is not yet published, or locked too).
 func copyRecord(dst, src *record) {
 	dst.key, dst.value, dst.ts, dst.expires = src.key, src.value, src.ts, src.expires
+	dst.memo, dst.memoRem = src.memo, src.memoRem
 }
 
 // shrink gives back a table at most 1/8 full: the new one is at most half
@@ -574,7 +579,11 @@ func (st *stripe) wrote(s *Store, now int64) {
 func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
 	p.Phase = 0
 	l := s.limitOf(name, 0, true)
-	return &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
+	b := &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
+	if n := b.deferred - deferredBase + 1; p.Kind == ratelimit.TokenBucket && n < 1<<16 {
+		b.params = uint64(n)
+	}
+	return b
 }
 
 // Expiries left to the sweeps are marked by numbers far below any time
@@ -623,6 +632,44 @@ type bound struct {
 	// deferred marks the expiries of its writes: computed by the sweep
 	// that first examines the record, not on every write.
 	deferred int64
+	// params numbers its params among those the store has bound (1 + their
+	// place in Store.deferred), for the refusals it remembers: 0 when it
+	// remembers none (a fixed window, or the 65,536th params and after).
+	params uint64
+}
+
+// A refusal remembered. A key under attack is refused many times a
+// millisecond, and a token bucket's refusal costs two divisions, one
+// after the other (the refill, then the wait). So a record keeps the
+// last refusal of a bound call of one token, and a call of one token
+// with the same params in the same millisecond, on the record unwritten
+// since, is given it without the transition. TransitionInto's answer
+// depends on nothing else (the params, the record's state, the time, the
+// count, and reserve, which is false), so it is the one the transition
+// would give, bit for bit. A token bucket's refusal at a time after the
+// record's leaves the record's time at the call's, which the memo does
+// not keep.
+//
+// memo holds, from the high bits, the call's time less the record's (16
+// bits, ≥ 1), the params' number (16 bits, ≥ 1) and the refusal's
+// RetryAfter (32 bits).
+
+// recall returns the refusal r remembers for a call of one token at now
+// by b, if any. The caller holds r's lock and has seen r.memo != 0.
+func (b *bound) recall(r *record, now int64) (driver.Verdict, bool) {
+	if m := r.memo; m>>32 == uint64(now-r.ts)<<16|b.params {
+		return driver.Verdict{RetryAfter: int64(uint32(m)), Remaining: r.memoRem, TS: now}, true
+	}
+	return driver.Verdict{}, false
+}
+
+// remember keeps in r the refusal d of a call of one token at now by b,
+// whose next state (the record refreshed) has time ts, when the memo can
+// hold it. The caller holds r's lock.
+func (b *bound) remember(r *record, now, ts int64, d *driver.Decision) {
+	if el := uint64(now - r.ts); b.params != 0 && ts == now && el-1 < 1<<16-1 && uint64(d.RetryAfter) < 1<<32 {
+		r.memo, r.memoRem = el<<48|b.params<<32|uint64(d.RetryAfter), d.Remaining
+	}
 }
 
 // Store implements driver.BoundLimit.
@@ -643,9 +690,18 @@ func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now in
 	write := mode == driver.ModeLimit && count > 0
 	var d driver.Decision
 	if r := st.lockRecord(h, b.limit, key); r != nil {
+		if r.memo != 0 && count == 1 && !reserve {
+			if v, ok := b.recall(r, now); ok {
+				r.mu.Unlock()
+				return v, nil
+			}
+		}
 		next := ratelimit.TransitionInto(&d, &b.p, driver.State{Remaining: r.value, TS: r.ts}, true, now, count, reserve)
-		if write && d.OK {
-			r.value, r.ts, r.expires = next.Remaining, next.TS, b.deferred
+		switch {
+		case write && d.OK:
+			r.value, r.ts, r.expires, r.memo = next.Remaining, next.TS, b.deferred, 0
+		case !d.OK && count == 1 && !reserve:
+			b.remember(r, now, next.TS, &d)
 		}
 		r.mu.Unlock()
 		if write && d.OK {
@@ -673,7 +729,7 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 			r.mu.Lock()
 			next := ratelimit.TransitionInto(&d, &b.p, driver.State{Remaining: r.value, TS: r.ts}, true, now, count, reserve)
 			if write && d.OK {
-				r.value, r.ts, r.expires = next.Remaining, next.TS, b.deferred
+				r.value, r.ts, r.expires, r.memo = next.Remaining, next.TS, b.deferred, 0
 			}
 			r.mu.Unlock()
 			return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
@@ -796,7 +852,7 @@ func (s *Store) apply(op *driver.Op, out []driver.Decision) {
 	for i, u := range next {
 		if r := held[i]; r != nil {
 			if u.Write {
-				r.value, r.ts, r.expires = u.State.Remaining, u.State.TS, ratelimit.FullAt(*params[i], u.State)
+				r.value, r.ts, r.expires, r.memo = u.State.Remaining, u.State.TS, ratelimit.FullAt(*params[i], u.State), 0
 			}
 			r.mu.Unlock()
 		}

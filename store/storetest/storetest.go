@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	}
 	if _, ok := newStore(t).(driver.Binder); ok {
 		t.Run("BindDifferential", func(t *testing.T) { testBindDifferential(t, newStore, s) })
+		t.Run("BindHotKeys", func(t *testing.T) { testBindHotKeys(t, newStore, s) })
 	}
 	t.Run("Contention", func(t *testing.T) { testContention(t, newStore) })
 	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
