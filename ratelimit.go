@@ -237,7 +237,29 @@ func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOptio
 // answer is Limit (mode ModeLimit) or Check (ModeCheck), filling *res,
 // which its caller has zeroed.
 func (l *Limiter) answer(res *Result, ctx context.Context, mode driver.Mode, name, key string, opts []CallOption) error {
-	c := newCall(opts)
+	// The commonest call, without options, on a bound limit: a path of
+	// its own, kept small, so that the compiler keeps its values in
+	// registers rather than saving all of them for the other paths' calls.
+	if len(opts) == 0 && l.plain {
+		if lim := l.declared(name); lim != nil && lim.bound != nil && l.breaker.closed() {
+			v, now, failed, err := l.doBound(ctx, mode, lim, key, 1, false)
+			if err == nil {
+				// boundInto, spelled out: it is over the inlining budget.
+				res.OK = v.OK
+				res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+				res.Remaining = v.Remaining
+				res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
+				res.Name, res.Key, res.Count = lim.name, key, 1
+				return nil
+			}
+			return l.boundErr(res, ctx, mode, lim, key, call{count: 1}, now, failed, err)
+		}
+	}
+	return l.answerCall(res, ctx, mode, name, key, newCall(opts))
+}
+
+// answerCall is answer for the call c.
+func (l *Limiter) answerCall(res *Result, ctx context.Context, mode driver.Mode, name, key string, c call) error {
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && (mode == driver.ModeCheck || !c.receipt) {
 		if !l.plain || !l.breaker.closed() {
 			r, err := l.boundFull(ctx, mode, lim, key, c)
@@ -246,23 +268,34 @@ func (l *Limiter) answer(res *Result, ctx context.Context, mode driver.Mode, nam
 		}
 		v, now, failed, err := l.doBound(ctx, mode, lim, key, c.count, c.reserve)
 		if err == nil {
-			// Field by field into *res, which is zero.
-			res.OK = v.OK
-			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
-			res.Remaining = v.Remaining
-			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
-			res.Name, res.Key, res.Count = lim.name, key, c.count
+			boundInto(res, lim, key, c.count, v, now)
 			return nil
 		}
-		if failed {
-			r, err := l.boundFailedResult(ctx, mode, lim, key, c, now, err)
-			*res = r
-			return err
-		}
-		return err
+		return l.boundErr(res, ctx, mode, lim, key, c, now, failed, err)
 	}
 	r, err := l.decide(ctx, mode, name, key, c)
 	*res = r
+	return err
+}
+
+// boundInto writes into *res, which is zero, field by field, the Result of
+// the verdict v of a call of count on lim, judged at now.
+func boundInto(res *Result, lim *limit, key string, count float64, v driver.Verdict, now int64) {
+	res.OK = v.OK
+	res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+	res.Remaining = v.Remaining
+	res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
+	res.Name, res.Key, res.Count = lim.name, key, count
+}
+
+// boundErr ends answer for a call c whose doBound returned err at now:
+// failed, a store failure, answered as the breaker says.
+func (l *Limiter) boundErr(res *Result, ctx context.Context, mode driver.Mode, lim *limit, key string, c call, now int64, failed bool, err error) error {
+	if failed {
+		r, err := l.boundFailedResult(ctx, mode, lim, key, c, now, err)
+		*res = r
+		return err
+	}
 	return err
 }
 
