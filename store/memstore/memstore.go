@@ -13,8 +13,9 @@
 // records' locks. The store implements driver.Binder: the Limiter
 // decides a single limit's calls through it without building an Op, and
 // allocates nothing per call. Each record takes a slot of 64 bytes, one
-// cache line holding what finds it, its lock and its state, beside its
-// key's bytes, in a table that doubles when 7/8 full; the store also
+// cache line holding what finds it, its lock, its state and its last
+// refusal (given again to the calls of the same millisecond that would get
+// it, as on a key under attack), beside its key's bytes, in a table that doubles when 7/8 full; the store also
 // remembers each (limit name, shard) it has written, and each bound
 // limit's params, once.
 //
