@@ -581,7 +581,7 @@ func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64)
 	p.Phase = 0
 	l := s.limitOf(name, 0, true)
 	b := &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
-	if n := b.deferred - deferredBase + 1; p.Kind == ratelimit.TokenBucket && n < 1<<16 {
+	if n := b.deferred - deferredBase + 1; n < 1<<16 {
 		b.params = uint64(n)
 	}
 	return b
@@ -635,21 +635,22 @@ type bound struct {
 	deferred int64
 	// params numbers its params among those the store has bound (1 + their
 	// place in Store.deferred), for the refusals it remembers: 0 when it
-	// remembers none (a fixed window, or the 65,536th params and after).
+	// remembers none (the 65,536th params and after).
 	params uint64
 }
 
 // A refusal remembered. A key under attack is refused many times a
 // millisecond, and a token bucket's refusal costs two divisions, one
-// after the other (the refill, then the wait). So a record keeps the
-// last refusal of a bound call of one token, and a call of one token
-// with the same params in the same millisecond, on the record unwritten
-// since, is given it without the transition. TransitionInto's answer
-// depends on nothing else (the params, the record's state, the time, the
-// count, and reserve, which is false), so it is the one the transition
-// would give, bit for bit. A token bucket's refusal at a time after the
-// record's leaves the record's time at the call's, which the memo does
-// not keep.
+// after the other (the refill, then the wait), a fixed window's one. So
+// a record keeps the last refusal of a bound call of one token, and a
+// call of one token with the same params in the same millisecond, on the
+// record unwritten since, is given it without the transition.
+// TransitionInto's answer depends on nothing else (the params, the
+// record's state, the time, the count, and reserve, which is false), so
+// it is the one the transition would give, bit for bit. The refusal's
+// record time, which the memo does not keep, is the call's for a token
+// bucket (refilled to then) and the record's for a fixed window (within
+// its window; a refusal that starts a new window is not kept).
 //
 // memo holds, from the high bits, the call's time less the record's (16
 // bits, ≥ 1), the params' number (16 bits, ≥ 1) and the refusal's
@@ -659,16 +660,24 @@ type bound struct {
 // by b, if any. The caller holds r's lock and has seen r.memo != 0.
 func (b *bound) recall(r *record, now int64) (driver.Verdict, bool) {
 	if m := r.memo; m>>32 == uint64(now-r.ts)<<16|b.params {
-		return driver.Verdict{RetryAfter: int64(uint32(m)), Remaining: r.memoRem, TS: now}, true
+		return driver.Verdict{RetryAfter: int64(uint32(m)), Remaining: r.memoRem, TS: b.refusedAt(r, now)}, true
 	}
 	return driver.Verdict{}, false
+}
+
+// refusedAt is the record's time after a refusal remembered at now.
+func (b *bound) refusedAt(r *record, now int64) int64 {
+	if b.p.Kind == ratelimit.FixedWindow {
+		return r.ts
+	}
+	return now
 }
 
 // remember keeps in r the refusal d of a call of one token at now by b,
 // whose next state (the record refreshed) has time ts, when the memo can
 // hold it. The caller holds r's lock.
 func (b *bound) remember(r *record, now, ts int64, d *driver.Decision) {
-	if el := uint64(now - r.ts); b.params != 0 && ts == now && el-1 < 1<<16-1 && uint64(d.RetryAfter) < 1<<32 {
+	if el := uint64(now - r.ts); b.params != 0 && ts == b.refusedAt(r, now) && el-1 < 1<<16-1 && uint64(d.RetryAfter) < 1<<32 {
 		r.memo, r.memoRem = el<<48|b.params<<32|uint64(d.RetryAfter), d.Remaining
 	}
 }
