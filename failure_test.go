@@ -307,3 +307,93 @@ func TestSlowStoreOpensTheBreaker(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Degraded)
 }
+
+// flakyBinder is a flakyStore that binds its limits, so that the Limiter
+// decides a single limit's calls through BoundLimits, which fail with it.
+type flakyBinder struct {
+	flakyStore
+	decides atomic.Int64
+}
+
+func (s *flakyBinder) Bind(name string, p driver.Params, phase func(string) int64) driver.BoundLimit {
+	return &flakyBound{BoundLimit: s.Store.(driver.Binder).Bind(name, p, phase), s: s}
+}
+
+type flakyBound struct {
+	driver.BoundLimit
+	s *flakyBinder
+}
+
+func (b *flakyBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
+	b.s.calls.Add(1)
+	b.s.decides.Add(1)
+	if b.s.fail.Load() {
+		return driver.Verdict{}, errDown
+	}
+	return b.BoundLimit.Decide(ctx, key, mode, now, count, reserve)
+}
+
+func (b *flakyBound) Store() ratelimit.Store { return b.s }
+
+// A store that fails on the bound path (a call without options, or with
+// a count) is answered by the failure policy and counted by the breaker,
+// as on Apply's.
+func TestFailureThroughBinder(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyBinder{flakyStore: flakyStore{Store: must(memstore.New())}}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"closed": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"open":   {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
+	require.NoError(t, err)
+
+	res, err := lim.Limit(ctx, "closed", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.EqualValues(t, 1, store.decides.Load(), "the call went through the BoundLimit")
+
+	store.fail.Store(true)
+	res, err = lim.Limit(ctx, "closed", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.ErrorIs(t, err, errDown, "the store's error stays visible")
+	var se *ratelimit.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "closed", se.Name)
+	assert.False(t, res.OK)
+	assert.True(t, res.Degraded)
+	assert.Greater(t, res.RetryAfter, time.Duration(0))
+
+	res, err = lim.Limit(ctx, "open", "k", ratelimit.Count(2))
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.True(t, res.OK)
+	assert.True(t, res.Degraded)
+	assert.Equal(t, 2.0, res.Count)
+	require.EqualValues(t, 3, store.decides.Load())
+
+	// A done context is the caller's, not a failure: the breaker does
+	// not count it.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = lim.Check(cctx, "closed", "k")
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+
+	// The third failure opens the breaker: the store is not asked again.
+	_, err = lim.Check(ctx, "closed", "k")
+	require.ErrorIs(t, err, errDown)
+	calls := store.calls.Load()
+	for range 5 {
+		_, err = lim.Limit(ctx, "closed", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	require.Equal(t, calls, store.calls.Load(), "an open breaker does not ask the store")
+
+	// After the cool-down the store answers again.
+	store.fail.Store(false)
+	mock.Add(5 * time.Second)
+	res, err = lim.Limit(ctx, "closed", "k")
+	require.NoError(t, err)
+	assert.True(t, res.OK)
+	assert.False(t, res.Degraded)
+}
