@@ -240,27 +240,27 @@ func (l *Limiter) answer(res *Result, ctx context.Context, mode driver.Mode, nam
 	// The commonest call, without options, on a bound limit: a path of
 	// its own, kept small, so that the compiler keeps its values in
 	// registers rather than saving all of them for the other paths' calls.
-	if len(opts) == 0 && l.plain {
-		if lim := l.declared(name); lim != nil && lim.bound != nil && l.breaker.closed() {
-			v, now, failed, err := l.doBound(ctx, mode, lim, key, 1, false)
-			if err == nil {
-				// boundInto, spelled out: it is over the inlining budget.
-				res.OK = v.OK
-				res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
-				res.Remaining = v.Remaining
-				res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
-				res.Name, res.Key, res.Count = lim.name, key, 1
-				return nil
-			}
-			return l.boundErr(res, ctx, mode, lim, key, call{count: 1}, now, failed, err)
+	lim := l.declared(name)
+	if len(opts) == 0 && l.plain && lim != nil && lim.bound != nil && l.breaker.closed() {
+		v, now, failed, err := l.doBound(ctx, mode, lim, key, 1, false)
+		if err == nil {
+			// boundInto, spelled out: it is over the inlining budget.
+			res.OK = v.OK
+			res.RetryAfter = time.Duration(v.RetryAfter) * time.Millisecond
+			res.Remaining = v.Remaining
+			res.ResetAfter = lim.resetOne(v.Remaining, now, v.TS)
+			res.Name, res.Key, res.Count = lim.name, key, 1
+			return nil
 		}
+		return l.boundErr(res, ctx, mode, lim, key, call{count: 1}, now, failed, err)
 	}
-	return l.answerCall(res, ctx, mode, name, key, newCall(opts))
+	return l.answerCall(res, ctx, mode, lim, name, key, newCall(opts))
 }
 
-// answerCall is answer for the call c.
-func (l *Limiter) answerCall(res *Result, ctx context.Context, mode driver.Mode, name, key string, c call) error {
-	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil && (mode == driver.ModeCheck || !c.receipt) {
+// answerCall is answer for the call c; lim is the limit declared as name,
+// or nil.
+func (l *Limiter) answerCall(res *Result, ctx context.Context, mode driver.Mode, lim *limit, name, key string, c call) error {
+	if lim != nil && lim.bound != nil && c.cfg == nil && (mode == driver.ModeCheck || !c.receipt) {
 		if !l.plain || !l.breaker.closed() {
 			r, err := l.boundFull(ctx, mode, lim, key, c)
 			*res = r
