@@ -56,14 +56,7 @@ func TestFailurePolicy(t *testing.T) {
 	store.fail.Store(true)
 
 	res, err := lim.Limit(ctx, "closed", "k")
-	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	require.ErrorIs(t, err, errDown, "the store's error stays visible")
-	var se *ratelimit.StoreError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "closed", se.Name)
-	assert.False(t, res.OK)
-	assert.True(t, res.Degraded)
-	assert.Greater(t, res.RetryAfter, time.Duration(0))
+	requireFailedClosed(t, res, err, "closed")
 
 	res, err = lim.Limit(ctx, "open", "k")
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
@@ -82,6 +75,20 @@ func TestFailurePolicy(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.OK)
 	assert.False(t, res.Degraded)
+}
+
+// requireFailedClosed checks the answer of a call of the limit name, which
+// fails closed, while the store fails with errDown.
+func requireFailedClosed(t *testing.T, res ratelimit.Result, err error, name string) {
+	t.Helper()
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.ErrorIs(t, err, errDown, "the store's error stays visible")
+	var se *ratelimit.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, name, se.Name)
+	assert.False(t, res.OK)
+	assert.True(t, res.Degraded)
+	assert.Greater(t, res.RetryAfter, time.Duration(0))
 }
 
 func TestBreaker(t *testing.T) {
@@ -355,14 +362,7 @@ func TestFailureThroughBinder(t *testing.T) {
 
 	store.fail.Store(true)
 	res, err = lim.Limit(ctx, "closed", "k")
-	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	require.ErrorIs(t, err, errDown, "the store's error stays visible")
-	var se *ratelimit.StoreError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "closed", se.Name)
-	assert.False(t, res.OK)
-	assert.True(t, res.Degraded)
-	assert.Greater(t, res.RetryAfter, time.Duration(0))
+	requireFailedClosed(t, res, err, "closed")
 
 	res, err = lim.Limit(ctx, "open", "k", ratelimit.Count(2))
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
