@@ -15,9 +15,9 @@
 // allocates nothing per call. Each record takes a slot of 64 bytes, one
 // cache line holding what finds it, its lock, its state and its last
 // refusal (given again to the calls of the same millisecond that would get
-// it, as on a key under attack), beside its key's bytes, in a table that doubles when 7/8 full; the store also
-// remembers each (limit name, shard) it has written, and each bound
-// limit's params, once.
+// it, as on a key under attack), beside its key's bytes, in a table that
+// doubles when 7/8 full; the store also remembers each (limit name,
+// shard) it has written, and each bound limit's params, once.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
