@@ -369,13 +369,13 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 	for g := range workers {
 		w := &workers[g]
 		wg.Go(func() {
-			rng := seed ^ uint64(g+1)*0x9e3779b97f4a7c15
+			rng := streamStart(seed, g)
 			keys := r.keys
 			n := uint64(len(keys))
 			for i := 0; ; i++ {
 				k := 0
 				if n > 1 {
-					rng += 0x9e3779b97f4a7c15
+					rng += golden
 					k = int(splitmix(rng) % n)
 				}
 				t0 := time.Since(base)
@@ -437,8 +437,20 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 	}
 }
 
+// golden is SplitMix64's step, 2⁶⁴ divided by the golden ratio.
+const golden = 0x9e3779b97f4a7c15
+
+// streamStart is where goroutine g of a slice seeded with seed starts its
+// SplitMix64 stream of keys. The start is itself drawn by splitmix, so
+// that the goroutines' streams begin far apart on the one sequence that
+// every stream walks: were two of them a few steps apart, one goroutine
+// would call the keys that another called a few calls before it.
+func streamStart(seed uint64, g int) uint64 {
+	return splitmix(seed ^ uint64(g+1)*golden)
+}
+
 // splitmix is the output function of SplitMix64, whose state steps by
-// 0x9e3779b97f4a7c15.
+// golden.
 func splitmix(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb

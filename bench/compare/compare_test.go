@@ -162,3 +162,36 @@ func TestOptionsValidate(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+// TestStreamsApart requires the goroutines of a slice to start their key
+// streams far apart on the sequence that every stream walks, for the
+// seeds that a run uses: two starts a few steps apart would make one
+// goroutine call, a few calls later, the keys that another just called.
+func TestStreamsApart(t *testing.T) {
+	// inv is golden's inverse modulo 2⁶⁴ (Newton's iteration; golden is
+	// odd), so that (a-b)·inv is how many steps apart two states are.
+	inv := uint64(golden)
+	for range 6 {
+		inv *= 2 - golden*inv
+	}
+	require.Equal(t, uint64(1), inv*golden)
+	const near = 1 << 24 // more steps than a goroutine takes in a slice
+	starts := make([]uint64, 64)
+	for index := range 30 {
+		for round := range 21 {
+			for n := range 10 {
+				seed := uint64(index)<<40 ^ uint64(round)<<20 ^ uint64(n)
+				for g := range starts {
+					starts[g] = streamStart(seed, g)
+				}
+				for a := range starts {
+					for b := a + 1; b < len(starts); b++ {
+						if d := (starts[a] - starts[b]) * inv; d < near || -d < near {
+							t.Fatalf("seed %#x: goroutines %d and %d start %d steps apart", seed, a, b, min(d, -d))
+						}
+					}
+				}
+			}
+		}
+	}
+}
