@@ -13,8 +13,9 @@ func LoneSQL(table string, fixed bool, reserve int, wait bool) string {
 	return loneSQL(table, loneKind{fixed: fixed, reserve: reserve, wait: wait})
 }
 
-// UpsertSQL returns the statement of a batch upsert, for a test.
-func UpsertSQL(table string, wait bool) string { return upsertSQL(table, wait) }
+// UpsertSQL returns the statement of a batch upsert on table, whose read
+// function is read, for a test.
+func UpsertSQL(table, read string, wait bool) string { return upsertSQL(table, read, wait) }
 
 // FreshSQL returns the fresh upsert of a lone limit, for a test.
 func FreshSQL(table string, fixed, wait bool) string { return freshSQL(table, fixed, wait) }
@@ -30,3 +31,7 @@ func ClearHints(s *Store) {
 // Direct reports whether s sends a lone call's statements straight to the
 // connection (wire.go), for a test.
 func Direct(s *Store) bool { return s.direct }
+
+// ManyReads returns s's statements that read many records by id, the
+// batch upsert's and Load's, for a test.
+func ManyReads(s *Store) (upsert, load string) { return s.upsertSQL[0], s.loadSQL }

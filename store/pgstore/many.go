@@ -61,8 +61,11 @@ var manyBufs = sync.Pool{New: func() any { return new(manyBuf) }}
 // capacity, $9 to $12; with wait, $13 the lock_timeout.
 //
 // It returns, per op: whether it wrote, and the record's value and ts, as
-// written or else as read in the statement's snapshot.
-func upsertSQL(table string, wait bool) string {
+// written or else as read in the statement's snapshot. The read is the
+// function read (schema.sql), whose plan reaches the records through the
+// primary key: a plain SELECT here, planned while the table is small,
+// would scan the whole table at every batch once it has grown.
+func upsertSQL(table, read string, wait bool) string {
 	x := transition{now: "excluded.ts", count: "$9::float8", rate: "$10::float8", period: "$11::bigint", capa: "$12::float8"}
 	set, where := x.set()
 	g := x
@@ -73,7 +76,7 @@ func upsertSQL(table string, wait bool) string {
 		lock = " AND (SELECT set_config('lock_timeout', $13::text, true)) IS NOT NULL"
 	}
 	var b strings.Builder
-	b.WriteString("WITH s AS (SELECT id, value, ts FROM " + table + " WHERE id = ANY ($1::bytea[])), ")
+	b.WriteString("WITH s AS (SELECT id, value, ts FROM " + read + "($1::bytea[])), ")
 	b.WriteString("w AS (INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires)")
 	b.WriteString(" SELECT u.id, u.name, u.key, u.shard, u.fv, u.now, u.fex")
 	b.WriteString(" FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::integer[], $5::bigint[], $6::float8[], $7::bigint[], $8::boolean[])")

@@ -102,6 +102,7 @@ const maxIdent = 63
 const (
 	applySuffix = "_apply"
 	oneSuffix   = "_one"
+	readSuffix  = "_read"
 	splitSuffix = "_split" // helpers of _apply, for two shards
 	waitSuffix  = "_pwait"
 )
@@ -163,11 +164,11 @@ type options struct {
 
 // WithTable sets the table that holds the records (default DefaultTable).
 // A dot separates a schema: "limits.records". The functions are named after
-// the table, with the suffixes "_apply" and "_one". Names are quoted,
-// so any characters are safe, but PostgreSQL keeps at most 63 bytes of a
-// name: New refuses a table name longer than 57 bytes (63 with the
-// function's suffix), a schema name longer than 63, and NUL bytes, rather
-// than let two long names share one table.
+// the table, with the suffixes "_apply", "_one", "_read", "_split" and
+// "_pwait". Names are quoted, so any characters are safe, but PostgreSQL
+// keeps at most 63 bytes of a name: New refuses a table name longer than
+// 57 bytes (63 with the longest suffix), a schema name longer than 63, and
+// NUL bytes, rather than let two long names share one table.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -207,11 +208,13 @@ type names struct {
 	table    string // quoted, schema-qualified if given
 	apply    string
 	one      string
+	read     string
 	split    string
 	pwait    string
 	oldIndex string // version 1's index on expires
 	applySig string // the functions' regprocedures, for to_regprocedure
 	oneSig   string
+	readSig  string
 }
 
 // tableNames checks a WithTable name and returns its identifiers.
@@ -237,10 +240,11 @@ func tableNames(table string) (names, error) {
 		id[last] = truncate(id[last] + suffix)
 		return id.Sanitize()
 	}
-	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), split: ident(splitSuffix),
+	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), read: ident(readSuffix), split: ident(splitSuffix),
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
 	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])"
 	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
+	n.readSig = n.read + "(bytea[])"
 	return n, nil
 }
 
@@ -276,6 +280,7 @@ func (n names) schema() string {
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
+		"{{read}}", n.read,
 		"{{split}}", n.split,
 		"{{pwait}}", n.pwait,
 		"{{noise}}", strconv.FormatFloat(driver.Noise, 'g', -1, 64),
@@ -337,7 +342,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		readSQL:    newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
-		loadSQL:    "SELECT id, value, ts FROM " + n.table + " WHERE id = ANY($1) AND value IS NOT NULL",
+		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::bytea[]) WHERE value IS NOT NULL",
 		// Lock in the order of the primary key, as the function does, so
 		// that a delete and a batch cannot wait on each other.
 		deleteSQL: "DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM " + n.table +
@@ -360,7 +365,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 			}
 		}
 	}
-	s.upsertSQL = [2]string{upsertSQL(n.table, false), upsertSQL(n.table, true)}
+	s.upsertSQL = [2]string{upsertSQL(n.table, n.read, false), upsertSQL(n.table, n.read, true)}
 	for _, fixed := range []bool{false, true} {
 		for _, wait := range []bool{false, true} {
 			s.freshSQL[freshIndex(fixed, wait)] = newStmt(freshSQL(n.table, fixed, wait))
@@ -379,13 +384,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 }
 
 // schemaState reads what the database holds of n's schema: the table's
-// comment (empty if none), and whether the table and the function exist.
+// comment (empty if none), and whether the table and the functions exist.
 func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
-	var apply, one bool
+	var apply, one, read bool
 	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
-		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL",
-		n.table, n.applySig, n.oneSig).Scan(&comment, &table, &apply, &one)
-	return comment, table, apply && one, err
+		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL, to_regprocedure($4) IS NOT NULL",
+		n.table, n.applySig, n.oneSig, n.readSig).Scan(&comment, &table, &apply, &one, &read)
+	return comment, table, apply && one && read, err
 }
 
 // installSchema creates or upgrades n's schema unless it is this
@@ -410,7 +415,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			}
 			return fmt.Errorf("pgstore: table %s has the schema of %s, not this release's (%q): %s: %w", n.table, was, schemaVersion, apply, ErrSchema)
 		default:
-			return fmt.Errorf("pgstore: function %s or %s does not exist: %s: %w", n.applySig, n.oneSig, apply, ErrSchema)
+			return fmt.Errorf("pgstore: function %s, %s or %s does not exist: %s: %w", n.applySig, n.oneSig, n.readSig, apply, ErrSchema)
 		}
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -56,6 +56,7 @@ func dropTable(pool *pgxpool.Pool, name string) {
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgs)
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgsV1)
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_one"}.Sanitize()+oneArgs)
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_read"}.Sanitize()+"(bytea[])")
 }
 
 // The arguments of the function of this release and of version 1's.

@@ -1,8 +1,9 @@
 -- The schema of pgstore (github.com/ratelimit-go/ratelimit/store/pgstore),
 -- version 2: the table of records, a function that decides a batch of ops
--- over them in one statement, and one that decides a single op. The script
--- is idempotent and upgrades a table of version 1. pgstore.New runs it
--- unless given WithoutDDL; `ratelimit schema` prints it.
+-- over them in one statement, one that decides a single op, and one that
+-- reads many records. The script is idempotent and upgrades a table of
+-- version 1. pgstore.New runs it unless given WithoutDDL; `ratelimit
+-- schema` prints it.
 --
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
@@ -838,6 +839,24 @@ BEGIN
 		SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM {{table}} t WHERE t.id = p_id;
 		present := true;
 	END LOOP;
+END
+{{q}};
+
+-- {{read}} reads the records of p_id, in the calling statement's snapshot
+-- (it is STABLE): the read of the batch upsert (store/pgstore/many.go) and
+-- of Load. A plain SELECT … WHERE id = ANY(…) prepared while the table
+-- holds a few hundred rows gets a sequential scan as its generic plan, and
+-- the connection keeps that plan while the table grows; this function's
+-- plan reaches the records through the primary key whatever the table's
+-- size, as those of the functions above do.
+CREATE OR REPLACE FUNCTION {{read}}(p_id bytea[])
+RETURNS TABLE (id bytea, value float8, ts bigint)
+LANGUAGE plpgsql STABLE ROWS 10
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS {{q}}
+BEGIN
+	RETURN QUERY SELECT t.id, t.value, t.ts FROM {{table}} t WHERE t.id = ANY (p_id);
 END
 {{q}};
 

@@ -275,7 +275,7 @@ func TestLockWaitEndsOnTheServer(t *testing.T) {
 			return err
 		}},
 		{"the batch upsert", func(ctx context.Context, pool *pgxpool.Pool, table string) error {
-			_, err := pool.Exec(ctx, pgstore.UpsertSQL(pgx.Identifier{table}.Sanitize(), true),
+			_, err := pool.Exec(ctx, pgstore.UpsertSQL(pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_read"}.Sanitize(), true),
 				[][]byte{rowID("j"), rowID("k")}, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
 				[]int64{now, now}, []float64{9, 9}, []int64{now + 360_000, now + 360_000}, []bool{true, true},
 				1.0, 10.0, int64(3_600_000), 10.0, "200ms")
