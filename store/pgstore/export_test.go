@@ -32,6 +32,9 @@ func ClearHints(s *Store) {
 // connection (wire.go), for a test.
 func Direct(s *Store) bool { return s.direct }
 
-// ManyReads returns s's statements that read many records by id, the
-// batch upsert's and Load's, for a test.
-func ManyReads(s *Store) (upsert, load string) { return s.upsertSQL[0], s.loadSQL }
+// ManyStatements returns s's statements that reach many records by id:
+// the batch upsert's, Load's, Delete's and a step of DeleteExpired's, for
+// a test.
+func ManyStatements(s *Store) (upsert, load, del, sweep string) {
+	return s.upsertSQL[0], s.loadSQL, s.deleteSQL, s.expiredSQL
+}

@@ -103,6 +103,8 @@ const (
 	applySuffix = "_apply"
 	oneSuffix   = "_one"
 	readSuffix  = "_read"
+	delSuffix   = "_del"
+	sweepSuffix = "_sweep"
 	splitSuffix = "_split" // helpers of _apply, for two shards
 	waitSuffix  = "_pwait"
 )
@@ -164,11 +166,12 @@ type options struct {
 
 // WithTable sets the table that holds the records (default DefaultTable).
 // A dot separates a schema: "limits.records". The functions are named after
-// the table, with the suffixes "_apply", "_one", "_read", "_split" and
-// "_pwait". Names are quoted, so any characters are safe, but PostgreSQL
-// keeps at most 63 bytes of a name: New refuses a table name longer than
-// 57 bytes (63 with the longest suffix), a schema name longer than 63, and
-// NUL bytes, rather than let two long names share one table.
+// the table, with the suffixes "_apply", "_one", "_read", "_del",
+// "_sweep", "_split" and "_pwait". Names are quoted, so any characters are
+// safe, but PostgreSQL keeps at most 63 bytes of a name: New refuses a
+// table name longer than 57 bytes (63 with the longest suffix), a schema
+// name longer than 63, and NUL bytes, rather than let two long names share
+// one table.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -209,12 +212,16 @@ type names struct {
 	apply    string
 	one      string
 	read     string
+	del      string
+	sweep    string
 	split    string
 	pwait    string
 	oldIndex string // version 1's index on expires
 	applySig string // the functions' regprocedures, for to_regprocedure
 	oneSig   string
 	readSig  string
+	delSig   string
+	sweepSig string
 }
 
 // tableNames checks a WithTable name and returns its identifiers.
@@ -240,11 +247,14 @@ func tableNames(table string) (names, error) {
 		id[last] = truncate(id[last] + suffix)
 		return id.Sanitize()
 	}
-	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), read: ident(readSuffix), split: ident(splitSuffix),
+	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), read: ident(readSuffix), del: ident(delSuffix),
+		sweep: ident(sweepSuffix), split: ident(splitSuffix),
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
 	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])"
 	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 	n.readSig = n.read + "(bytea[])"
+	n.delSig = n.del + "(bytea[])"
+	n.sweepSig = n.sweep + "(bytea, integer, bigint)"
 	return n, nil
 }
 
@@ -281,6 +291,8 @@ func (n names) schema() string {
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
 		"{{read}}", n.read,
+		"{{del}}", n.del,
+		"{{sweep}}", n.sweep,
 		"{{split}}", n.split,
 		"{{pwait}}", n.pwait,
 		"{{noise}}", strconv.FormatFloat(driver.Noise, 'g', -1, 64),
@@ -343,19 +355,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		readSQL:    newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
 		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::bytea[]) WHERE value IS NOT NULL",
-		// Lock in the order of the primary key, as the function does, so
-		// that a delete and a batch cannot wait on each other.
-		deleteSQL: "DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM " + n.table +
-			" WHERE id = ANY($1) ORDER BY id FOR UPDATE)",
-		// One chunk of the primary key: the rows after $1, at most $2, of
-		// which those expired at $3 and not locked by a call in flight are
-		// deleted; it returns the chunk's last id and size and how many
-		// went. Skipping locked rows, it never waits for a call, so it
-		// cannot deadlock with one; a row skipped goes at the next sweep.
-		expiredSQL: "WITH c AS (SELECT id FROM " + n.table + " WHERE id > $1 ORDER BY id LIMIT $2), " +
-			"l AS (SELECT id FROM " + n.table + " WHERE id IN (SELECT id FROM c) AND expires <= $3 FOR UPDATE SKIP LOCKED), " +
-			"d AS (DELETE FROM " + n.table + " WHERE id IN (SELECT id FROM l) AND expires <= $3 RETURNING 1) " +
-			"SELECT (SELECT id FROM c ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)",
+		deleteSQL:  "SELECT FROM " + n.del + "($1::bytea[])",
+		expiredSQL: "SELECT last, scanned, gone FROM " + n.sweep + "($1::bytea, $2::integer, $3::bigint)",
 	}
 	for _, fixed := range []bool{false, true} {
 		for reserve := range 3 {
@@ -386,11 +387,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 // schemaState reads what the database holds of n's schema: the table's
 // comment (empty if none), and whether the table and the functions exist.
 func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
-	var apply, one, read bool
+	var apply, one, read, del, sweep bool
 	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
-		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL, to_regprocedure($4) IS NOT NULL",
-		n.table, n.applySig, n.oneSig, n.readSig).Scan(&comment, &table, &apply, &one, &read)
-	return comment, table, apply && one && read, err
+		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL, "+
+		"to_regprocedure($4) IS NOT NULL, to_regprocedure($5) IS NOT NULL, to_regprocedure($6) IS NOT NULL",
+		n.table, n.applySig, n.oneSig, n.readSig, n.delSig, n.sweepSig).Scan(&comment, &table, &apply, &one, &read, &del, &sweep)
+	return comment, table, apply && one && read && del && sweep, err
 }
 
 // installSchema creates or upgrades n's schema unless it is this
@@ -415,7 +417,8 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			}
 			return fmt.Errorf("pgstore: table %s has the schema of %s, not this release's (%q): %s: %w", n.table, was, schemaVersion, apply, ErrSchema)
 		default:
-			return fmt.Errorf("pgstore: function %s, %s or %s does not exist: %s: %w", n.applySig, n.oneSig, n.readSig, apply, ErrSchema)
+			return fmt.Errorf("pgstore: one of the functions %s, %s, %s, %s and %s does not exist: %s: %w",
+				n.applySig, n.oneSig, n.readSig, n.delSig, n.sweepSig, apply, ErrSchema)
 		}
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -57,6 +57,8 @@ func dropTable(pool *pgxpool.Pool, name string) {
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgsV1)
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_one"}.Sanitize()+oneArgs)
 	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_read"}.Sanitize()+"(bytea[])")
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_del"}.Sanitize()+"(bytea[])")
+	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_sweep"}.Sanitize()+"(bytea, integer, bigint)")
 }
 
 // The arguments of the function of this release and of version 1's.

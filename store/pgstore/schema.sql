@@ -1,9 +1,9 @@
 -- The schema of pgstore (github.com/ratelimit-go/ratelimit/store/pgstore),
 -- version 2: the table of records, a function that decides a batch of ops
--- over them in one statement, one that decides a single op, and one that
--- reads many records. The script is idempotent and upgrades a table of
--- version 1. pgstore.New runs it unless given WithoutDDL; `ratelimit
--- schema` prints it.
+-- over them in one statement, one that decides a single op, and those that
+-- read, delete and sweep records. The script is idempotent and upgrades a
+-- table of version 1. pgstore.New runs it unless given WithoutDDL;
+-- `ratelimit schema` prints it.
 --
 -- The arithmetic follows state.go operation for operation (multiply
 -- before dividing, left to right, every step rounded to float8), so that
@@ -857,6 +857,45 @@ SET enable_seqscan = off
 AS {{q}}
 BEGIN
 	RETURN QUERY SELECT t.id, t.value, t.ts FROM {{table}} t WHERE t.id = ANY (p_id);
+END
+{{q}};
+
+-- {{del}} deletes the records of p_id (Store.Delete), locking them first in
+-- id order, the order in which the functions above lock, so that it cannot
+-- wait on a batch in a cycle. A function, planned as the others are: a
+-- plain statement planned while the table was small kept a sequential scan
+-- of it.
+CREATE OR REPLACE FUNCTION {{del}}(p_id bytea[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS {{q}}
+BEGIN
+	DELETE FROM {{table}} WHERE id IN (
+		SELECT t.id FROM {{table}} t WHERE t.id = ANY (p_id) ORDER BY t.id FOR UPDATE);
+END
+{{q}};
+
+-- {{sweep}} is one step of Store.DeleteExpired: of the chunk of at most
+-- p_n records after p_after in id order, it deletes those expired at
+-- p_cutoff and not locked by a call in flight (skipping them, it never
+-- waits for a call, so it cannot deadlock with one; a record skipped goes
+-- at the next sweep), and returns the chunk's last id, its size, and how
+-- many went. A function for the same reason as {{del}}: a plain statement
+-- planned on a small table read the whole table at every chunk.
+CREATE OR REPLACE FUNCTION {{sweep}}(p_after bytea, p_n integer, p_cutoff bigint,
+	OUT last bytea, OUT scanned bigint, OUT gone bigint)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS {{q}}
+BEGIN
+	WITH c AS (SELECT t.id FROM {{table}} t WHERE t.id > p_after ORDER BY t.id LIMIT p_n),
+	l AS (SELECT t.id FROM {{table}} t WHERE t.id IN (SELECT c.id FROM c) AND t.expires <= p_cutoff
+		FOR UPDATE SKIP LOCKED),
+	d AS (DELETE FROM {{table}} t WHERE t.id IN (SELECT l.id FROM l) AND t.expires <= p_cutoff RETURNING 1)
+	SELECT (SELECT c.id FROM c ORDER BY c.id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)
+	INTO last, scanned, gone;
 END
 {{q}};
 

@@ -206,19 +206,20 @@ func TestBatchUpsertDifferential(t *testing.T) {
 	require.NotZero(t, upserts, "no batch went as one upsert")
 }
 
-// TestManyReadsKeepToTheIndex prepares the statements that read many
-// records by id (the batch upsert's and Load's) while their table holds a
-// few hundred rows, with generic plans as a connection keeps them after a
-// few executions, and requires that, once the table has grown, they reach
-// its rows through the primary key: a plain SELECT … WHERE id = ANY(…)
-// planned at that size scans the whole table at every call.
-func TestManyReadsKeepToTheIndex(t *testing.T) {
+// TestManyStatementsKeepToTheIndex prepares the statements that reach
+// many records by id (the batch upsert's, Load's, Delete's and a step of
+// DeleteExpired's) while their table holds a few hundred rows, with
+// generic plans as a connection keeps them after a few executions, and
+// requires that, once the table has grown, they reach its rows through the
+// primary key: plain statements planned at that size scanned the whole
+// table at every call.
+func TestManyStatementsKeepToTheIndex(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 	table := uniqueTable(t, pool)
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
 	require.NoError(t, err)
-	upsert, load := pgstore.ManyReads(s)
+	upsert, load, del, sweep := pgstore.ManyStatements(s)
 	quoted := pgx.Identifier{table}.Sanitize()
 	_, err = pool.Exec(ctx, "ALTER TABLE "+quoted+" SET (autovacuum_enabled = false)") // no ANALYZE to replan
 	require.NoError(t, err)
@@ -235,34 +236,48 @@ func TestManyReadsKeepToTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	now := t0.UnixMilli()
 	ids := [][]byte{rowID("j"), rowID("k")}
-	run := func(tx pgx.Tx) {
-		t.Helper()
-		_, err := tx.Exec(ctx, upsert, ids, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
-			[]int64{now, now}, []float64{9, 9}, []int64{now + 360_000, now + 360_000}, []bool{true, true},
-			1.0, 10.0, int64(3_600_000), 10.0)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, load, ids)
-		require.NoError(t, err)
+	statements := []struct {
+		name string
+		run  func(tx pgx.Tx) error
+	}{
+		{"the batch upsert", func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, upsert, ids, [][]byte{[]byte("l"), []byte("l")}, [][]byte{[]byte("j"), []byte("k")}, []int32{0, 0},
+				[]int64{now, now}, []float64{9, 9}, []int64{now + 360_000, now + 360_000}, []bool{true, true},
+				1.0, 10.0, int64(3_600_000), 10.0)
+			return err
+		}},
+		{"Load", func(tx pgx.Tx) error { _, err := tx.Exec(ctx, load, ids); return err }},
+		{"Delete", func(tx pgx.Tx) error { _, err := tx.Exec(ctx, del, ids); return err }},
+		{"a step of DeleteExpired", func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sweep, []byte{}, 100, int64(-1)) // a chunk of 100, nothing expired
+			return err
+		}},
 	}
 	// Planned and cached at 300 rows.
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
-	run(tx)
+	for _, st := range statements {
+		require.NoError(t, st.run(tx), st.name)
+	}
 	require.NoError(t, tx.Rollback(ctx))
 
 	fill(301, 5000)
-	tx, err = conn.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	scans := func() (seq, idx int64) {
-		t.Helper()
-		require.NoError(t, tx.QueryRow(ctx, "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables WHERE relid = $1::regclass",
-			quoted).Scan(&seq, &idx))
-		return seq, idx
+	for _, st := range statements {
+		t.Run(st.name, func(t *testing.T) {
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			scans := func() (seq, idx int64) {
+				t.Helper()
+				require.NoError(t, tx.QueryRow(ctx, "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables WHERE relid = $1::regclass",
+					quoted).Scan(&seq, &idx))
+				return seq, idx
+			}
+			seq0, idx0 := scans()
+			require.NoError(t, st.run(tx))
+			seq, idx := scans()
+			require.Equal(t, seq0, seq, "sequential scans of the table")
+			require.Greater(t, idx, idx0, "index scans of the table")
+		})
 	}
-	seq0, idx0 := scans()
-	run(tx)
-	seq, idx := scans()
-	require.Equal(t, seq0, seq, "sequential scans of the table")
-	require.Greater(t, idx, idx0, "index scans of the table")
 }
