@@ -61,10 +61,11 @@ var manyBufs = sync.Pool{New: func() any { return new(manyBuf) }}
 // capacity, $9 to $12; with wait, $13 the lock_timeout.
 //
 // It returns, per op: whether it wrote, and the record's value and ts, as
-// written or else as read in the statement's snapshot. The read is the
-// function read (schema.sql), whose plan reaches the records through the
-// primary key: a plain SELECT here, planned while the table is small,
-// would scan the whole table at every batch once it has grown.
+// written or else as read in the statement's snapshot. The read goes
+// through the function <table>_read (schema.sql), whose plan reaches the
+// records through the primary key: a plain SELECT here, planned while the
+// table was small, would scan the whole table at every batch once it has
+// grown.
 func upsertSQL(table, read string, wait bool) string {
 	x := transition{now: "excluded.ts", count: "$9::float8", rate: "$10::float8", period: "$11::bigint", capa: "$12::float8"}
 	set, where := x.set()

@@ -354,6 +354,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 		readSQL:    newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
+		// The functions that reach many records by id (schema.sql).
 		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::bytea[]) WHERE value IS NOT NULL",
 		deleteSQL:  "SELECT FROM " + n.del + "($1::bytea[])",
 		expiredSQL: "SELECT last, scanned, gone FROM " + n.sweep + "($1::bytea, $2::integer, $3::bigint)",
