@@ -216,12 +216,8 @@ type names struct {
 	sweep    string
 	split    string
 	pwait    string
-	oldIndex string // version 1's index on expires
-	applySig string // the functions' regprocedures, for to_regprocedure
-	oneSig   string
-	readSig  string
-	delSig   string
-	sweepSig string
+	oldIndex string   // version 1's index on expires
+	sigs     []string // the functions' regprocedures, for to_regprocedure
 }
 
 // tableNames checks a WithTable name and returns its identifiers.
@@ -250,11 +246,13 @@ func tableNames(table string) (names, error) {
 	n := names{table: ident(""), apply: ident(applySuffix), one: ident(oneSuffix), read: ident(readSuffix), del: ident(delSuffix),
 		sweep: ident(sweepSuffix), split: ident(splitSuffix),
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
-	n.applySig = n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])"
-	n.oneSig = n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
-	n.readSig = n.read + "(bytea[])"
-	n.delSig = n.del + "(bytea[])"
-	n.sweepSig = n.sweep + "(bytea, integer, bigint)"
+	n.sigs = []string{
+		n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])",
+		n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)",
+		n.read + "(bytea[])",
+		n.del + "(bytea[])",
+		n.sweep + "(bytea, integer, bigint)",
+	}
 	return n, nil
 }
 
@@ -388,12 +386,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 // schemaState reads what the database holds of n's schema: the table's
 // comment (empty if none), and whether the table and the functions exist.
 func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
-	var apply, one, read, del, sweep bool
 	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
-		"to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL, "+
-		"to_regprocedure($4) IS NOT NULL, to_regprocedure($5) IS NOT NULL, to_regprocedure($6) IS NOT NULL",
-		n.table, n.applySig, n.oneSig, n.readSig, n.delSig, n.sweepSig).Scan(&comment, &table, &apply, &one, &read, &del, &sweep)
-	return comment, table, apply && one && read && del && sweep, err
+		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL)",
+		n.table, n.sigs).Scan(&comment, &table, &fn)
+	return comment, table, fn, err
 }
 
 // installSchema creates or upgrades n's schema unless it is this
@@ -418,8 +414,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			}
 			return fmt.Errorf("pgstore: table %s has the schema of %s, not this release's (%q): %s: %w", n.table, was, schemaVersion, apply, ErrSchema)
 		default:
-			return fmt.Errorf("pgstore: one of the functions %s, %s, %s, %s and %s does not exist: %s: %w",
-				n.applySig, n.oneSig, n.readSig, n.delSig, n.sweepSig, apply, ErrSchema)
+			return fmt.Errorf("pgstore: one of the functions %s does not exist: %s: %w", strings.Join(n.sigs, ", "), apply, ErrSchema)
 		}
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
