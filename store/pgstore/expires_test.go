@@ -8,8 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
-	"github.com/ratelimit-go/ratelimit/internal/testserver"
-	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,10 +16,7 @@ import (
 // test reads it.
 func TestExpiresIsFullAt(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	name := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
+	pool, name, s := newTableStore(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	rates := []float64{1, 2.5, 0.1, 7, 1000, 1.0 / 3, 1e9}
 	periods := []int64{1, 7, 1000, 60_000, 3_600_000, 86_400_000}

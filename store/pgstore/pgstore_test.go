@@ -49,6 +49,16 @@ func uniqueTable(t testing.TB, pool *pgxpool.Pool) string {
 	return name
 }
 
+// newTableStore returns a pool, a table of the test's own (see uniqueTable)
+// and a Store on it.
+func newTableStore(t testing.TB) (*pgxpool.Pool, string, *pgstore.Store) {
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(context.Background(), pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	return pool, table, s
+}
+
 func dropTable(pool *pgxpool.Pool, name string) {
 	ctx := context.Background()
 	pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())

@@ -178,10 +178,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 // Every update of a hot record is a HOT update: no index entry to add.
 func TestHotUpdates(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	name := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
+	pool, name, s := newTableStore(t)
 	mock := newMock(t0)
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1e9, Period: time.Second}},
 		ratelimit.WithClock(mock))

@@ -215,13 +215,10 @@ func TestBatchUpsertDifferential(t *testing.T) {
 // table at every call.
 func TestManyStatementsKeepToTheIndex(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
+	pool, table, s := newTableStore(t)
 	upsert, load, del, sweep := pgstore.ManyStatements(s)
 	quoted := pgx.Identifier{table}.Sanitize()
-	_, err = pool.Exec(ctx, "ALTER TABLE "+quoted+" SET (autovacuum_enabled = false)") // no ANALYZE to replan
+	_, err := pool.Exec(ctx, "ALTER TABLE "+quoted+" SET (autovacuum_enabled = false)") // no ANALYZE to replan
 	require.NoError(t, err)
 	fill := func(from, to int) {
 		_, err := pool.Exec(ctx, "INSERT INTO "+quoted+" (id, name, key, shard, value, ts, expires)"+

@@ -177,10 +177,7 @@ func TestLoneCallDecidesAgainOnAChangedRecord(t *testing.T) {
 // transaction that held them left.
 func TestBatchDecidesOnLockedRecords(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
+	pool, table, s := newTableStore(t)
 	for _, k := range []string{"k", "k2"} { // both exist: the batch locks and reads in one statement
 		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]driver.Decision, 1)))
 	}
@@ -214,10 +211,7 @@ func TestBatchDecidesOnLockedRecords(t *testing.T) {
 func TestDeleteExpiredInChunksSkipsHeldRows(t *testing.T) {
 	defer pgstore.SetExpiredChunk(4)()
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	table := uniqueTable(t, pool)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
+	pool, table, s := newTableStore(t)
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"}
 	for _, k := range keys {
 		require.NoError(t, s.Apply(ctx, limitOp(k, 1), make([]driver.Decision, 1)))
