@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -297,13 +296,7 @@ func TestInspectResetPostgres(t *testing.T) {
 
 // dropTable drops a store's table and functions.
 func dropTable(t *testing.T, pool *pgxpool.Pool, table string) {
-	ctx := context.Background()
-	_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-	assert.NoError(t, err)
-	for _, fn := range []string{"_apply", "_one", "_split", "_pwait"} {
-		_, err = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + fn}.Sanitize())
-		assert.NoError(t, err)
-	}
+	assert.NoError(t, testserver.DropPostgresTable(context.Background(), pool, table))
 }
 
 func TestSchema(t *testing.T) {

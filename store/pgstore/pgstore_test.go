@@ -59,24 +59,13 @@ func newTableStore(t testing.TB) (*pgxpool.Pool, string, *pgstore.Store) {
 	return pool, table, s
 }
 
+// dropTable drops a test's table and the functions named after it.
 func dropTable(pool *pgxpool.Pool, name string) {
-	ctx := context.Background()
-	pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-	fn := pgx.Identifier{name + "_apply"}.Sanitize()
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgs)
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+applyArgsV1)
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_one"}.Sanitize()+oneArgs)
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_read"}.Sanitize()+"(bytea[])")
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_del"}.Sanitize()+"(bytea[])")
-	pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_sweep"}.Sanitize()+"(bytea, integer, bigint)")
+	testserver.DropPostgresTable(context.Background(), pool, name)
 }
 
-// The arguments of the function of this release and of version 1's.
-const (
-	applyArgs   = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)"
-	oneArgs     = "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
-	applyArgsV1 = "(integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[])"
-)
+// The arguments of the function that decides a single op.
+const oneArgs = "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)"
 
 func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
 	opts = append([]pgstore.Option{pgstore.WithTable(uniqueTable(t, pool))}, opts...)
@@ -308,4 +297,23 @@ func TestStatementsDeallocatedBehindTheConnection(t *testing.T) {
 		c.Release()
 		require.NoError(t, err)
 	}
+}
+
+// TestDropTableLeavesNothing requires a test's cleanup to drop its table
+// and every function New created for it: each test makes a table of its
+// own, and what the cleanup leaves stays in the database.
+func TestDropTableLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	pool, table, _ := newTableStore(t)
+	left := func() (n int) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1)", table+"_").Scan(&n))
+		return n
+	}
+	require.NotZero(t, left(), "New made no function")
+	dropTable(pool, table)
+	require.Zero(t, left(), "functions left behind")
+	var gone bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL", pgx.Identifier{table}.Sanitize()).Scan(&gone))
+	require.True(t, gone, "table left behind")
 }
