@@ -25,7 +25,8 @@ const (
 // tokens left (floored, never negative) and, where more will come, the
 // seconds until the next quota unit is made available.
 func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
-	h.Set("RateLimit-Policy", m.policy)
+	v := m.current()
+	h.Set("RateLimit-Policy", v.policy)
 	parts := res.All
 	if len(parts) == 0 {
 		parts = []ratelimit.Result{res}
@@ -37,8 +38,8 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 		}
 		b = append(b, m.quoted[i]...)
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, int64(math.Max(math.Floor(p.Remaining), 0)), 10)
-		if t, ok := resetSeconds(p, m.cfgs[i]); ok {
+		b = strconv.AppendInt(b, sfInteger(p.Remaining), 10)
+		if t, ok := resetSeconds(p, v.cfgs[i]); ok {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, t, 10)
 		}
@@ -55,7 +56,7 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 // such time, and ok is false: the item carries no t.
 func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool) {
 	if cfg.Kind != ratelimit.TokenBucket {
-		return seconds(res.ResetAfter), true
+		return min(seconds(res.ResetAfter), maxSFInteger), true
 	}
 	// A sharded call evaluates two shards (or its one): their share of
 	// the capacity and the rate, as Result.Remaining counts them.
@@ -72,7 +73,17 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 		return 0, false
 	}
 	ms := (next - res.Remaining) * float64(cfg.Period.Milliseconds()) / rate
-	return int64(math.Ceil(ms / 1000)), true
+	return sfInteger(math.Ceil(ms / 1000)), true
+}
+
+// sfInteger is x floored as a structured-field Integer: never negative,
+// and at most maxSFInteger (a bucket that refills one token in millions
+// of years says maxSFInteger seconds).
+func sfInteger(x float64) int64 {
+	if !(x > 0) { // NaN too
+		return 0
+	}
+	return int64(math.Min(math.Floor(x), maxSFInteger))
 }
 
 // policyItem describes a limit for RateLimit-Policy: a whole quota q per
@@ -112,7 +123,7 @@ func quota(rate float64, period time.Duration) (q, w int64) {
 			break
 		}
 		r := math.Round(x)
-		if r >= 1 && math.Abs(x-r) <= 1e-9*x {
+		if r >= 1 && states(r, x) {
 			return int64(r), m * step
 		}
 		// The best from below so far: the floored quota whose rate comes
@@ -128,6 +139,16 @@ func quota(rate float64, period time.Duration) (q, w int64) {
 	// window that holds one.
 	perSecond := rate * 1000 / float64(ms)
 	return 1, min(int64(math.Ceil(1/perSecond)), maxSFInteger)
+}
+
+// states reports whether the whole quota r states x tokens exactly: r
+// differs from x by no more than the rounding of the float product that
+// made x (a few units in its last place: Rate 1/3 per second over 3 s is
+// one token), and is never above x by a part of a token the limit does not
+// grant (999,999,999.5 per second is not a quota of 10⁹).
+func states(r, x float64) bool {
+	d := r - x
+	return math.Abs(d) <= 4*(math.Nextafter(x, math.Inf(1))-x) && d < 1e-9
 }
 
 func gcd(a, b int64) int64 {
@@ -162,7 +183,12 @@ func policyName(s string) string {
 	}, s)
 }
 
-// seconds rounds d up to whole seconds.
+// seconds rounds d up to whole seconds, for any d (a wait near
+// driver.MaxRetryAfter too).
 func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	s := d / time.Second
+	if d%time.Second > 0 {
+		s++
+	}
+	return int64(s)
 }

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -38,9 +40,8 @@ const StatusClientClosedRequest = 499
 type Middleware struct {
 	lim          *ratelimit.Limiter
 	names        []string
-	cfgs         []ratelimit.Config // the limits' configs, in the order of names
-	quoted       []string           // the names as structured-field strings
-	policy       string             // the RateLimit-Policy value
+	quoted       []string // the names as structured-field strings
+	view         atomic.Pointer[view]
 	key          KeyFunc
 	cost         CostFunc
 	denied       func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)
@@ -50,6 +51,46 @@ type Middleware struct {
 	headers      bool
 	problem      bool
 	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
+}
+
+// view is what the headers say of the limits: their configs, in the order
+// of the middleware's names, and the RateLimit-Policy value made of them.
+// It is rebuilt when the Limiter's configs change (SetLimits, SetLimit).
+type view struct {
+	cfgs   []ratelimit.Config
+	policy string
+}
+
+// current returns the view of the limits as the Limiter declares them
+// now, rebuilding it if a config changed since it was made. A name the
+// Limiter no longer declares keeps its last config: its calls fail with
+// ErrUnknownLimit before any header is set.
+func (m *Middleware) current() *view {
+	v := m.view.Load()
+	for i, n := range m.names {
+		if cfg, ok := m.lim.Config(n); ok && cfg != v.cfgs[i] {
+			return m.rebuild(v)
+		}
+	}
+	return v
+}
+
+// rebuild makes and publishes the view of the limits' current configs,
+// taking from old those the Limiter no longer declares.
+func (m *Middleware) rebuild(old *view) *view {
+	v := &view{cfgs: make([]ratelimit.Config, len(m.names))}
+	policy := make([]string, len(m.names))
+	for i, n := range m.names {
+		cfg, ok := m.lim.Config(n)
+		if !ok && old != nil {
+			cfg = old.cfgs[i]
+		}
+		v.cfgs[i] = cfg
+		policy[i] = policyItem(m.quoted[i], cfg)
+	}
+	v.policy = strings.Join(policy, ", ")
+	m.view.Store(v)
+	return v
 }
 
 // Option configures a Middleware in New.
@@ -105,7 +146,7 @@ func OnStoreFailure(f func(r *http.Request, err error)) Option {
 func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } }
 
 // New returns a middleware that decides every request by the named limits
-// of lim, which must all be declared in ratelimit.New.
+// of lim, which must all be declared in ratelimit.New, each named once.
 //
 // Without WithCost a request costs one token, so New refuses a limit that
 // can never grant one (a Capacity, or a Rate standing for it, below 1).
@@ -121,17 +162,16 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	m.denied = m.tooManyRequests
 	m.failed = m.writeError
 	rand.Read(m.keyMAC) // never fails (crypto/rand)
-	policy := make([]string, len(names))
 	for i, n := range names {
-		cfg, ok := lim.Config(n)
-		if !ok {
+		if _, ok := lim.Config(n); !ok {
 			return nil, fmt.Errorf("httplimit: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", n, ratelimit.ErrUnknownLimit)
 		}
-		m.cfgs = append(m.cfgs, cfg)
+		if slices.Contains(names[:i], n) {
+			return nil, fmt.Errorf("httplimit: New was given the limit %q twice: name each limit once: %w", n, ErrInvalidOption)
+		}
 		m.quoted = append(m.quoted, quote(n))
-		policy[i] = policyItem(m.quoted[i], cfg)
 	}
-	m.policy = strings.Join(policy, ", ")
+	v := m.rebuild(nil)
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("httplimit: New was given a nil option: %w", ErrInvalidOption)
@@ -142,7 +182,7 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
 	}
 	if m.cost == nil {
-		for i, cfg := range m.cfgs {
+		for i, cfg := range v.cfgs {
 			if most := mostAtOnce(cfg); most < 1 {
 				return nil, fmt.Errorf("httplimit: limit %q can never grant a request: a request costs 1 token and the limit grants at most %v at once: "+
 					"set its Capacity to 1 or more, or give WithCost: %w", names[i], most, ratelimit.ErrInvalidConfig)
@@ -166,8 +206,9 @@ func mostAtOnce(cfg ratelimit.Config) float64 {
 	return c
 }
 
-// Policy returns the RateLimit-Policy header value the middleware sends.
-func (m *Middleware) Policy() string { return m.policy }
+// Policy returns the RateLimit-Policy header value the middleware sends,
+// for the limits' configs as the Limiter declares them now.
+func (m *Middleware) Policy() string { return m.current().policy }
 
 // Wrap returns next behind the limits.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {

@@ -511,3 +511,116 @@ func TestProblemDetails(t *testing.T) {
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
 	require.Equal(t, []string{`per_min"ute`}, p.Violated)
 }
+
+// The header fields stay within what they may carry at the edges of the
+// limits New accepts: a Retry-After near driver.MaxRetryAfter was
+// negative (its rounding up overflowed), a token bucket's t past int64
+// or above a structured field's largest Integer, and r above it too.
+func TestHeadersAtTheEdges(t *testing.T) {
+	field := func(t *testing.T, rl, name string) int64 {
+		t.Helper()
+		i := strings.Index(rl, ";"+name+"=")
+		require.GreaterOrEqual(t, i, 0, "RateLimit: %s", rl)
+		v := rl[i+len(name)+2:]
+		if j := strings.IndexByte(v, ';'); j >= 0 {
+			v = v[:j]
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err, "RateLimit: %s", rl)
+		return n
+	}
+	sfMax := int64(999_999_999_999_999)
+
+	t.Run("Retry-After of a wait of centuries", func(t *testing.T) {
+		cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.1, Period: ratelimit.MaxPeriod, Capacity: 1}
+		lim, _ := limiter(t, ratelimit.Limits{"slow": cfg}, nil)
+		h := must(httplimit.New(lim, []string{"slow"})).Wrap(ok)
+		require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+		w := serve(h, "192.0.2.1:1")
+		require.Equal(t, http.StatusTooManyRequests, w.Code)
+		n, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, (driver.MaxRetryAfter+999)/1000, n, "rounded up, never negative")
+		require.Equal(t, 10*int64(ratelimit.MaxPeriod/time.Second), field(t, w.Header().Get("RateLimit"), "t"), "one token in 1,000 years")
+	})
+	t.Run("t of a bucket that refills once in millions of years", func(t *testing.T) {
+		for _, shards := range []int{0, 8} {
+			cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: ratelimit.MaxPeriod, Capacity: 8, Shards: shards}
+			lim, _ := limiter(t, ratelimit.Limits{"slow": cfg}, nil)
+			w := serve(must(httplimit.New(lim, []string{"slow"})).Wrap(ok), "192.0.2.1:1")
+			require.Equal(t, http.StatusOK, w.Code)
+			require.Equal(t, sfMax, field(t, w.Header().Get("RateLimit"), "t"), "shards %d", shards)
+		}
+	})
+	t.Run("r of the largest capacity", func(t *testing.T) {
+		cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: ratelimit.MaxTokens, Period: time.Second}
+		lim, _ := limiter(t, ratelimit.Limits{"api": cfg}, nil)
+		mw := must(httplimit.New(lim, []string{"api"}, httplimit.WithCost(func(*http.Request) (float64, error) { return 0, nil })))
+		w := serve(mw.Wrap(ok), "192.0.2.1:1")
+		require.Equal(t, http.StatusOK, w.Code)
+		require.Equal(t, sfMax, field(t, w.Header().Get("RateLimit"), "r"))
+	})
+}
+
+// A rate a whole quota misses by half a token is not stated exactly:
+// 999,999,999.5 per second was announced as q=1000000000;w=1, more than
+// the limit grants.
+func TestPolicyNeverRoundsUp(t *testing.T) {
+	for _, rate := range []float64{999_999_999.5, 5e8 + 0.25, 123_456_789_012.4} {
+		lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: rate, Period: time.Second}}, nil)
+		p := must(httplimit.New(lim, []string{"api"})).Policy()
+		var q, w float64
+		for _, f := range strings.Split(p, ";")[1:] {
+			v, err := strconv.ParseFloat(f[2:], 64)
+			require.NoError(t, err, p)
+			if f[0] == 'q' {
+				q = v
+			} else {
+				w = v
+			}
+		}
+		require.LessOrEqual(t, q/w, rate, "%s promises more than %v a second", p, rate)
+		require.Greater(t, q/w, rate*(1-1e-9), "%s: the closest from below", p)
+	}
+}
+
+// A name given twice was accepted, then every request failed with 500
+// (LimitAll refuses a name named twice).
+func TestNewRefusesANameTwice(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
+		"day": {Kind: ratelimit.FixedWindow, Rate: 100, Period: 24 * time.Hour},
+	}, nil)
+	_, err := httplimit.New(lim, []string{"api", "day", "api"})
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+	require.ErrorContains(t, err, `the limit "api" twice`)
+}
+
+// The headers describe the limits as the Limiter declares them at the
+// request: after SetLimits they said the old policy and computed t from
+// the old rate.
+func TestHeadersFollowSetLimits(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+		"day": {Kind: ratelimit.FixedWindow, Rate: 100, Period: 24 * time.Hour, Start: t0},
+	}, nil)
+	mw := must(httplimit.New(lim, []string{"api", "day"}))
+	h := mw.Wrap(ok)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, `"api";q=2;w=60, "day";q=100;w=86400`, w.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"api";r=1;t=30, "day";r=99;t=86400`, w.Header().Get("RateLimit"))
+
+	require.NoError(t, lim.SetLimit("api", ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 600, Period: time.Minute}))
+	require.Equal(t, `"api";q=600;w=60, "day";q=100;w=86400`, mw.Policy())
+	w = serve(h, "192.0.2.2:1")
+	require.Equal(t, `"api";q=600;w=60, "day";q=100;w=86400`, w.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"api";r=599;t=1, "day";r=99;t=86400`, w.Header().Get("RateLimit"), "t of 600 a minute: the next token in 0.1 s")
+
+	// A limit removed: its requests fail before any header is set, and
+	// the policy keeps its last config.
+	require.NoError(t, lim.SetLimits(ratelimit.Limits{"day": {Kind: ratelimit.FixedWindow, Rate: 100, Period: 24 * time.Hour, Start: t0}}))
+	require.Equal(t, `"api";q=600;w=60, "day";q=100;w=86400`, mw.Policy())
+	w = serve(h, "192.0.2.3:1")
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+	require.Empty(t, w.Header().Get("RateLimit"))
+}
