@@ -115,7 +115,9 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
 		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
 			r.res.Name, r.at, dl, context.DeadlineExceeded)
-		return r.cancelWith(ctx, err)
+		// The deadline may have passed already: the refund must not
+		// carry it, or the store refuses the refund.
+		return r.cancelWith(context.WithoutCancel(ctx), err)
 	}
 	if d := r.Delay(); d > 0 {
 		t := r.lim.clock.Timer(d)

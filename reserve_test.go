@@ -180,6 +180,29 @@ func TestReservationDeadline(t *testing.T) {
 	assert.Equal(t, 0.0, st.Remaining)
 }
 
+// Wait hands the tokens back when the context's deadline comes before the
+// job's time, also when that deadline has already passed. The refund used
+// to be sent with the done context itself, which the store refused, so
+// that the tokens stayed charged (-5 left, not 0).
+func TestWaitPastDeadlineHandsTheTokensBack(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1})
+	_, err := lim.Limit(ctx, "jobs", "k")
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(5)) // runs in 5 s
+	require.NoError(t, err)
+	require.True(t, r.OK())
+
+	dctx, cancel := mock.WithTimeout(ctx, 0) // the deadline is now: passed
+	defer cancel()
+	err = r.Wait(dctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotContains(t, err.Error(), "could not be handed back")
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, st.Remaining, "the tokens are handed back")
+}
+
 func TestReservationRefusedPastMaxReserved(t *testing.T) {
 	ctx := context.Background()
 	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, MaxReserved: 20})
