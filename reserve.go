@@ -212,7 +212,10 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // token was taken, fn does not run either if the store could not mark the
 // reservation used (it may have been canceled by a holder of the token).
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
-	if !r.res.OK {
+	r.mu.Lock()
+	canceled := r.canceled
+	r.mu.Unlock()
+	if !r.res.OK || canceled {
 		return func(context.Context) bool { return false }
 	}
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {

@@ -203,6 +203,24 @@ func TestWaitPastDeadlineHandsTheTokensBack(t *testing.T) {
 	assert.Equal(t, 0.0, st.Remaining, "the tokens are handed back")
 }
 
+// A canceled reservation never runs AfterFunc's fn, and its stop reports
+// false. AfterFunc used to schedule fn all the same (which then found the
+// reservation canceled), and stop reported true, as if it had stopped a
+// job that was going to run.
+func TestAfterFuncOfCanceledReservation(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(1)) // next window
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	require.NoError(t, r.Cancel(ctx))
+	stop := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	assert.False(t, stop(ctx), "stop of a canceled reservation reports false")
+	mock.Add(2 * time.Minute)
+}
+
 func TestReservationRefusedPastMaxReserved(t *testing.T) {
 	ctx := context.Background()
 	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, MaxReserved: 20})
