@@ -238,7 +238,9 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 // them within the window it was made in), capped at the capacity: a late
 // cancel never lets a window serve its own grant and the refund too
 // (docs/reservations.md). Only the first Cancel hands anything back; a
-// refused reservation has nothing to hand back. Once the job was let run
+// refused reservation has nothing to hand back, nor has one the failure
+// policy granted (Result.Degraded), which Cancel still cancels: Wait and
+// AfterFunc then do not let its job run. Once the job was let run
 // (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
 // back and returns an error matching ErrReservationUsed. A failed refund
 // (a store error) may be retried.
@@ -250,7 +252,7 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 // of the same Reservation returns nil. Past the token's Expires, Cancel
 // hands nothing back (nothing would come back by then) and returns nil.
 func (r *Reservation) Cancel(ctx context.Context) error {
-	if !r.res.OK || r.charge.n == 0 {
+	if !r.res.OK {
 		return nil
 	}
 	r.mu.Lock()
@@ -259,6 +261,11 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case r.used:
 		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
 	case r.canceled:
+		return nil
+	case r.charge.n == 0:
+		// Granted by the failure policy: nothing was charged, so
+		// nothing goes back, but the job must not run.
+		r.canceled = true
 		return nil
 	}
 	tok := r.token()

@@ -335,3 +335,33 @@ func TestReserveReportsStoreFailure(t *testing.T) {
 	assert.False(t, r.OK())
 	assert.True(t, r.Result().Degraded)
 }
+
+// A reservation granted by the failure policy (fail open) holds no tokens,
+// yet Cancel must still cancel it: Wait then refuses the job with
+// ErrReservationCanceled. Cancel used to return nil and leave it as it
+// was, so that Wait let the canceled job run.
+func TestCancelOfDegradedReservation(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.True(t, r.OK())
+	require.True(t, r.Result().Degraded)
+	require.Nil(t, r.Token(), "it holds no tokens")
+	require.NoError(t, r.Cancel(ctx))
+	require.NoError(t, r.Cancel(ctx), "a second Cancel returns nil")
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+	stop := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	assert.False(t, stop(ctx))
+
+	// Let run, it cannot be canceled any more.
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.NoError(t, r.Wait(ctx))
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+}
