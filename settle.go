@@ -177,9 +177,12 @@ func (t *Token) decode(b []byte) error {
 			break
 		}
 		it := tokenItem{name: string(r.bytes(int(r.uvarint())))}
-		it.shard = int(r.uvarint())
+		// Bounded before the conversion: 2^63 and more would make a
+		// negative int, below every check of a shard index.
+		shard := r.uvarint()
+		it.shard = int(min(shard, MaxShards))
 		it.amount = math.Float64frombits(binary.LittleEndian.Uint64(r.bytes(8)))
-		if !(it.amount >= 0) || math.IsInf(it.amount, 1) || it.shard > 1<<20 {
+		if !(it.amount >= 0) || math.IsInf(it.amount, 1) || shard >= MaxShards {
 			r.fail("bad item")
 		}
 		t.items = append(t.items, it)
@@ -383,7 +386,7 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		if lim == nil {
 			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it in New: %w", it.name, ErrUnknownLimit)
 		}
-		if it.shard >= lim.shards {
+		if it.shard < 0 || it.shard >= lim.shards {
 			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, which has %d: %w", it.shard, it.name, lim.shards, ErrInvalidToken)
 		}
 		lims[i] = lim

@@ -2,6 +2,9 @@ package ratelimit_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -66,4 +69,41 @@ func FuzzParseToken(f *testing.F) {
 			}
 		}
 	})
+}
+
+// tokenOfShard returns the text form of a token, made by hand, that
+// charges 1 token of shard of limit "jobs" for key "k" at t0.
+func tokenOfShard(shard uint64) string {
+	b := []byte{1, 0}                  // version, flags
+	b = append(b, make([]byte, 16)...) // id
+	b = binary.AppendVarint(b, t0.UnixMilli())
+	b = binary.AppendUvarint(b, 0)       // run - at
+	b = binary.AppendUvarint(b, 600_000) // until - at
+	b = binary.AppendUvarint(b, 1)
+	b = append(b, 'k')
+	b = binary.AppendUvarint(b, 1) // one item
+	b = binary.AppendUvarint(b, 4)
+	b = append(b, "jobs"...)
+	b = binary.AppendUvarint(b, shard)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(1))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// A token naming a shard the limit cannot have is refused with
+// ErrInvalidToken. A shard index of 2^63 or more used to decode to a
+// negative int, which passed both the decoder's bound and the settling
+// Limiter's check against the limit's shards, and reached the store.
+func TestTokenWithOutOfRangeShardIsRefused(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	for _, shard := range []uint64{math.MaxUint64, 1 << 63, ratelimit.MaxShards, 1} {
+		tok, err := ratelimit.ParseToken(tokenOfShard(shard))
+		if err == nil {
+			err = lim.Refund(ctx, tok)
+		}
+		require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "a token of shard %d of an unsharded limit", shard)
+	}
+	tok, err := ratelimit.ParseToken(tokenOfShard(0))
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, tok), "shard 0 is the limit's")
 }
