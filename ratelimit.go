@@ -519,6 +519,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
 	skey := l.storeKey(key)
+	if c.receipt {
+		if err := receiptFits(skey, lims); err != nil {
+			return Result{}, ch, err
+		}
+	}
 	single := len(lims) == 1 && lims[0].shards == 1
 	if single && l.deny != nil {
 		p := lims[0].params(l.seed, skey, 0)

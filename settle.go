@@ -59,6 +59,11 @@ const (
 	tagLen       = 16
 	// maxTokenBytes bounds a token's binary form, against garbage.
 	maxTokenBytes = 64 << 10
+	// maxTokenItems bounds the shards a token charges, against garbage:
+	// a receipt of LimitAll of up to 512 sharded limits. A call with
+	// WithReceipt whose receipt would not be read back is refused
+	// (receiptFits).
+	maxTokenItems = 1024
 )
 
 // ID returns the token's ID: 128 random bits, unique to the charge.
@@ -169,7 +174,7 @@ func (t *Token) decode(b []byte) error {
 	run, until := r.uvarint(), r.uvarint()
 	t.key = string(r.bytes(int(r.uvarint())))
 	n := r.uvarint()
-	if n == 0 || n > 64 {
+	if n == 0 || n > maxTokenItems {
 		r.fail("bad item count")
 	}
 	for range n {
@@ -432,6 +437,29 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		for _, it := range t.items {
 			l.deny.forget(it.name, t.key)
 		}
+	}
+	return nil
+}
+
+// receiptFits refuses, before the call is made, a call with WithReceipt
+// of lims under the store key skey whose receipt ParseToken could not read
+// back: one that charges more than maxTokenItems shards, or whose binary
+// form could be longer than maxTokenBytes.
+func receiptFits(skey string, lims []*limit) error {
+	const v = binary.MaxVarintLen64
+	items, size := 0, 2+len(Token{}.id)+5*v+len(skey)+tagLen
+	for _, lim := range lims {
+		k := min(lim.shards, 2) // shards charged by a call (pickShards)
+		items += k
+		size += k * (2*v + len(lim.name) + 8)
+	}
+	switch {
+	case items > maxTokenItems:
+		return fmt.Errorf("ratelimit: the call charges %d shards, and a receipt (WithReceipt) holds at most %d: name fewer limits, or drop WithReceipt: %w",
+			items, maxTokenItems, ErrInvalidConfig)
+	case size > maxTokenBytes:
+		return fmt.Errorf("ratelimit: the receipt (WithReceipt) of the call could take %d bytes, and a token at most %d: use shorter keys and limit names, or drop WithReceipt: %w",
+			size, maxTokenBytes, ErrInvalidConfig)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -106,4 +107,44 @@ func TestTokenWithOutOfRangeShardIsRefused(t *testing.T) {
 	tok, err := ratelimit.ParseToken(tokenOfShard(0))
 	require.NoError(t, err)
 	require.NoError(t, lim.Refund(ctx, tok), "shard 0 is the limit's")
+}
+
+// A LimitAll receipt reads back from its text form whatever the number of
+// limits and shards it charges. The decoder refused more than 64 items,
+// so that a receipt of 33 sharded limits (66 items) was made, and
+// settled in process, but ParseToken refused it. A call whose receipt
+// would be too large to read back is refused before it charges anything.
+func TestLimitAllReceiptRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	newLimits := func(n int) (*ratelimit.Limiter, []string) {
+		limits := ratelimit.Limits{}
+		var names []string
+		for i := range n {
+			name := fmt.Sprintf("l%03d", i)
+			names = append(names, name)
+			limits[name] = ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, Shards: 2}
+		}
+		return must(ratelimit.New(must(memstore.New()), limits, ratelimit.WithClock(newMock()))), names
+	}
+
+	lim, names := newLimits(33)
+	res, err := lim.LimitAll(ctx, "k", names, ratelimit.WithReceipt())
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.NotNil(t, res.Token)
+	back, err := ratelimit.ParseToken(res.Token.String())
+	require.NoError(t, err, "the receipt's text form reads back")
+	require.Equal(t, res.Token.String(), back.String())
+	require.NoError(t, lim.Refund(ctx, back), "and settles")
+	require.ErrorIs(t, lim.Refund(ctx, res.Token), ratelimit.ErrAlreadySettled)
+
+	lim, names = newLimits(513) // 1,026 shards charged
+	_, err = lim.LimitAll(ctx, "k", names, ratelimit.WithReceipt())
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "a receipt too large to read back")
+	st, err := lim.Value(ctx, names[0], "k")
+	require.NoError(t, err)
+	require.Equal(t, 10.0, st.Remaining, "nothing was charged")
+	res, err = lim.LimitAll(ctx, "k", names)
+	require.NoError(t, err, "without a receipt, any number of limits")
+	require.True(t, res.OK)
 }
