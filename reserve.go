@@ -166,7 +166,10 @@ func (r *Reservation) use(ctx context.Context) error {
 // (Limiter.Refund); nil for a reservation that holds no tokens (refused,
 // or decided by the failure policy). The first call makes it; from then
 // on, Wait and AfterFunc mark the reservation used in the store too, and
-// fail if a holder of the token canceled it.
+// fail if a holder of the token canceled it. Made after the job was let
+// run, the token carries that use: Limiter.Use, Refund and Settle of it
+// return a *SettledError matching ErrReservationUsed, and hand nothing
+// back.
 func (r *Reservation) Token() *Token {
 	if !r.res.OK || r.charge.n == 0 {
 		return nil
@@ -184,6 +187,13 @@ func (r *Reservation) token() *Token {
 		} else {
 			items, lims := chargeItems(&r.charge)
 			r.tok = r.lim.newToken(r.charge.key, r.charge.at, r.at.UnixMilli(), items, lims)
+			if r.tok != nil && r.used {
+				// The job ran with no token to mark used in the store:
+				// the token carries the use, so that no holder can hand
+				// its tokens back.
+				r.tok.used = true
+				r.tok.sign(r.lim.tokenKey)
+			}
 		}
 	}
 	return r.tok

@@ -36,9 +36,15 @@ const DefaultSettleWindow = 15 * time.Minute
 // one could hand back tokens never charged (up to each limit's capacity).
 // Keep tokens where only your workers read them, or authenticate them
 // with WithTokenKey.
+//
+// A reservation's token taken after its job was let run (Reservation.Token
+// after Wait returned nil, or after AfterFunc ran its function) carries
+// that use: settling it, in any process, does nothing and returns a
+// *SettledError of kind driver.SettleUse, as for a token marked used.
 type Token struct {
 	id    [16]byte
 	mac   bool
+	used  bool   // made after its job was let run: settled as used
 	key   string // the store key the charge was made under
 	at    int64  // the charge's time, Unix ms (Decision.Now)
 	run   int64  // when the job may run, Unix ms
@@ -56,6 +62,7 @@ type tokenItem struct {
 const (
 	tokenVersion = 1
 	tokenMAC     = 1 // flag: a tag follows
+	tokenUsed    = 2 // flag: made after its job was let run (Token.used)
 	tagLen       = 16
 	// maxTokenBytes bounds a token's binary form, against garbage.
 	maxTokenBytes = 64 << 10
@@ -136,6 +143,9 @@ func (t *Token) body(b []byte) []byte {
 	if t.mac {
 		flags |= tokenMAC
 	}
+	if t.used {
+		flags |= tokenUsed
+	}
 	b = append(b, tokenVersion, flags)
 	b = append(b, t.id[:]...)
 	b = binary.AppendVarint(b, t.at)
@@ -169,6 +179,7 @@ func (t *Token) decode(b []byte) error {
 	}
 	flags := r.byte()
 	t.mac = flags&tokenMAC != 0
+	t.used = flags&tokenUsed != 0
 	copy(t.id[:], r.bytes(16))
 	t.at = r.varint()
 	run, until := r.uvarint(), r.uvarint()
@@ -200,7 +211,7 @@ func (t *Token) decode(b []byte) error {
 		return errors.New(r.err)
 	case len(r.b) != 0:
 		return errors.New("trailing bytes")
-	case flags&^tokenMAC != 0:
+	case flags&^(tokenMAC|tokenUsed) != 0:
 		return errors.New("unknown flags")
 	case t.at < -driver.MaxTime || t.at > driver.MaxTime || run > uint64(2*driver.MaxTime) || until > uint64(2*driver.MaxTime):
 		return errors.New("times out of range")
@@ -407,6 +418,11 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 	}
 	if now > t.until {
 		return fmt.Errorf("ratelimit: settle token %x: it expired at %v: %w", t.id[:4], t.Expires(), ErrTokenExpired)
+	}
+	if t.used {
+		// Its job ran before the token was made: no store knows the
+		// use, the token carries it.
+		return &SettledError{ID: t.id, Kind: driver.SettleUse}
 	}
 	op := driver.Op{Mode: driver.ModeRefund, Now: now,
 		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until},

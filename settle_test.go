@@ -148,3 +148,38 @@ func TestLimitAllReceiptRoundTrips(t *testing.T) {
 	require.NoError(t, err, "without a receipt, any number of limits")
 	require.True(t, res.OK)
 }
+
+// A token taken after Wait let the job run carries the use: settling it,
+// here or from its text form elsewhere, fails as for a used reservation,
+// and hands nothing back. It used to be a fresh token that Refund
+// settled, so that a job ran and had its tokens back.
+func TestTokenTakenAfterTheJobRan(t *testing.T) {
+	ctx := context.Background()
+	for _, key := range [][]byte{nil, []byte("k1")} {
+		clk := newMock()
+		store := must(memstore.New())
+		limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+		lim := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(key)))
+		other := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(key)))
+
+		r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+		require.NoError(t, err)
+		require.NoError(t, r.Wait(ctx), "the job runs now")
+		tok := r.Token()
+		require.NotNil(t, tok)
+		require.Same(t, tok, r.Token())
+		back, err := ratelimit.ParseToken(tok.String())
+		require.NoError(t, err)
+
+		var se *ratelimit.SettledError
+		require.ErrorAs(t, lim.Refund(ctx, tok), &se)
+		require.ErrorIs(t, se, ratelimit.ErrReservationUsed)
+		require.ErrorIs(t, other.Refund(ctx, back), ratelimit.ErrReservationUsed)
+		require.ErrorIs(t, other.Settle(ctx, back, 1), ratelimit.ErrAlreadySettled)
+		require.ErrorIs(t, other.Use(ctx, back), ratelimit.ErrReservationUsed, "the job ran already")
+		require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+		st, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		require.Equal(t, 6.0, st.Remaining, "nothing was handed back")
+	}
+}
