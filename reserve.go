@@ -73,6 +73,11 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 		return nil, err
 	}
 	r.at = r.charge.start.Add(r.res.RetryAfter)
+	if c.receipt && r.res.OK && r.charge.n > 0 {
+		// The receipt is the reservation's token, taken now: Wait and
+		// AfterFunc settle through it (the bound path makes none).
+		r.res.Token = r.token()
+	}
 	return r, err
 }
 
@@ -164,7 +169,8 @@ func (r *Reservation) use(ctx context.Context) error {
 // Token returns the reservation's token, for another process to mark it
 // used before it runs the job (Limiter.Use) or to cancel it
 // (Limiter.Refund); nil for a reservation that holds no tokens (refused,
-// or decided by the failure policy). The first call makes it; from then
+// or decided by the failure policy). The first call makes it (Reserve
+// does, with WithReceipt, and gives it in Result().Token too); from then
 // on, Wait and AfterFunc mark the reservation used in the store too, and
 // fail if a holder of the token canceled it. Made after the job was let
 // run, the token carries that use: Limiter.Use, Refund and Settle of it

@@ -365,3 +365,36 @@ func TestCancelOfDegradedReservation(t *testing.T) {
 	require.NoError(t, r.Wait(ctx))
 	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
 }
+
+// Reserve with WithReceipt gives the reservation's token in Result.Token,
+// sharded (through Apply) or not (a bound limit), and Wait settles through
+// it: after a holder refunded it, Wait refuses the job; after Wait let the
+// job run, a refund of it hands nothing back. Wait used to look only for a
+// token taken by Reservation.Token, and let a job run whose tokens a
+// holder of the receipt had handed back; an unsharded limit gave no
+// receipt at all.
+func TestReserveWithReceipt(t *testing.T) {
+	ctx := context.Background()
+	for _, shards := range []int{1, 2} {
+		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 20, Period: time.Minute, Shards: shards, Start: t0})
+		r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		tok := r.Result().Token
+		require.NotNil(t, tok, "%d shards: WithReceipt gives the reservation's token", shards)
+		require.Same(t, tok, r.Token())
+		require.NoError(t, lim.Refund(ctx, tok), "a holder of the token cancels the job")
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, "%d shards", shards)
+		st, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		require.Equal(t, 20.0, st.Remaining)
+
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.NoError(t, r.Wait(ctx))
+		require.ErrorIs(t, lim.Refund(ctx, r.Result().Token), ratelimit.ErrReservationUsed, "%d shards", shards)
+		st, err = lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		require.Equal(t, 16.0, st.Remaining)
+	}
+}
