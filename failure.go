@@ -43,7 +43,15 @@ type breaker struct {
 	until   time.Time // open until then
 	probing bool      // a probe is under way
 
-	lastAnswer atomic.Int64 // Unix ms, on the Limiter's clock, of the latest answer
+	// lastAnswer is the time, in Unix ms on the Limiter's clock, of the
+	// latest answer of the store: callerGaveUp compares it with the start
+	// of a call that timed out. A call through Apply, which may wait on a
+	// network, reads the clock when the answer comes; a call through a
+	// BoundLimit, which answers in process (driver.Binder), passes the
+	// time it read before asking, so that the hot path reads the clock
+	// once. It is written only when it moves forward: once a millisecond
+	// at most, not once a call.
+	lastAnswer atomic.Int64
 }
 
 // closed reports whether calls may ask the store without more ado: no
@@ -71,10 +79,6 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	return true, true, time.Time{}
 }
 
-// success records that the store answered at now; it reports whether the
-// answer closed an open breaker.
-func (b *breaker) success(now time.Time) (closed bool) { return b.answered(now.UnixMilli()) }
-
 // current reports whether answered(now) would do nothing: an answer at
 // now or later is recorded, and no failure counted. It is inlined, where
 // answered is not.
@@ -82,7 +86,10 @@ func (b *breaker) current(now int64) bool {
 	return b.lastAnswer.Load() >= now && b.fails.Load() == 0
 }
 
-// answered is success at now in Unix milliseconds.
+// answered records that the store answered a call at now, in Unix
+// milliseconds: the time the answer came, not the time the call was
+// asked (see lastAnswer). It reports whether the answer closed an open
+// breaker.
 func (b *breaker) answered(now int64) (closed bool) {
 	if b.lastAnswer.Load() < now {
 		b.lastAnswer.Store(now)

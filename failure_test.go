@@ -254,6 +254,89 @@ func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
 	require.Equal(t, 1, granted, "the store decides: one call per minute")
 }
 
+// manualCtx is a context whose deadline the test ends by hand, so that
+// no real time passes.
+type manualCtx struct {
+	context.Context
+	done chan struct{}
+	err  atomic.Value
+}
+
+func newManualCtx() *manualCtx {
+	return &manualCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *manualCtx) Deadline() (time.Time, bool) { return t0.Add(time.Hour), true }
+func (c *manualCtx) Done() <-chan struct{}       { return c.done }
+func (c *manualCtx) Err() error {
+	if e, ok := c.err.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+func (c *manualCtx) expire() { c.err.Store(context.DeadlineExceeded); close(c.done) }
+
+// gateStore holds each Apply in the store until the test releases
+// it; a "slow" key waits for its caller's context instead.
+type gateStore struct {
+	ratelimit.Store
+	entered chan string
+	release chan struct{}
+}
+
+func (s *gateStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	key := op.Items[0].Key
+	s.entered <- key
+	if key == "slow" {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	<-s.release
+	return s.Store.Apply(ctx, op, out)
+}
+
+// A caller whose deadline passes counts as a store failure only when the
+// store answered no other call meanwhile (docs/production.md). Call A,
+// asked before B, is answered while B waits: B's deadline is its own.
+// The breaker once recorded the start of an answered call, not the time
+// of its answer, so that A's answer looked older than B and B, counted
+// as a failure, opened the breaker.
+func TestAnswerDuringWaitIsNoStoreFailure(t *testing.T) {
+	mock := newMock()
+	store := &gateStore{Store: must(memstore.New()), entered: make(chan string), release: make(chan struct{})}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Minute))
+	require.NoError(t, err)
+
+	aDone := make(chan error)
+	go func() {
+		_, err := lim.Limit(context.Background(), "l", "a")
+		aDone <- err
+	}()
+	require.Equal(t, "a", <-store.entered) // A is in the store since t0
+
+	mock.Add(10 * time.Millisecond)
+	bctx := newManualCtx()
+	bDone := make(chan error)
+	go func() {
+		_, err := lim.Limit(bctx, "l", "slow")
+		bDone <- err
+	}()
+	require.Equal(t, "slow", <-store.entered) // B is in the store since t0+10ms
+
+	mock.Add(290 * time.Millisecond) // t0+300ms: the store answers A
+	close(store.release)
+	require.NoError(t, <-aDone)
+
+	mock.Add(100 * time.Millisecond) // t0+400ms: B's deadline passes
+	bctx.expire()
+	berr := <-bDone
+	require.ErrorIs(t, berr, context.DeadlineExceeded)
+	require.NotErrorIs(t, berr, ratelimit.ErrStoreUnavailable,
+		"the store answered A while B waited: B's deadline is its own, not a store failure")
+}
+
 // A store slow for everyone still opens the breaker, deadlines or not:
 // calls that waited for it long, while it answered nobody, are failures.
 func TestSlowStoreOpensTheBreaker(t *testing.T) {

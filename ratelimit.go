@@ -562,7 +562,10 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		l.storeFailed(names[0], err)
 		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Err: err})
 	}
-	if l.breaker.success(start) && l.logger != nil {
+	// The time of the answer, not of the call's start: the store may have
+	// kept the call waiting, while another call's deadline passed, and
+	// that call's caller must learn that the store answered meanwhile.
+	if l.breaker.answered(l.nowMillis()) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
 	}
 

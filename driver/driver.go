@@ -94,7 +94,11 @@ type BatchApplier interface {
 // only a shortcut: package storetest runs its differential tests through
 // both paths and requires the same answers and records, bit for bit. The
 // Limiter does not bind the limits of a store that uses its own clock
-// (TimeSource): a Verdict does not carry the store's time.
+// (TimeSource): a Verdict does not carry the store's time. It is meant for
+// a store that answers in process, within the millisecond: the Limiter
+// reads its clock once for such a call, before Decide, and takes that
+// reading for the time of the store's answer too (which its breaker
+// compares with the start of a call whose deadline passed).
 type Binder interface {
 	// Bind returns the BoundLimit that decides, for every key, the record
 	// RecordID{Name: name, Key: key, Shard: 0} of a limit of params p. For
