@@ -20,6 +20,8 @@ import (
 // the key or cancelled a reservation, which only this process's own Reset
 // and Cancel invalidate.
 
+// denyStripes is the most stripes the cache is split into, each under its
+// own lock; a cache of fewer keys has one stripe a key.
 const denyStripes = 16
 
 type denyKey struct{ name, key string }
@@ -30,31 +32,42 @@ type denyEntry struct {
 }
 
 type denyCache struct {
-	seed    maphash.Seed
-	perPart int
-	parts   [denyStripes]struct {
-		mu sync.Mutex
-		m  map[denyKey]denyEntry
-	}
+	seed  maphash.Seed
+	n     uint64 // stripes in use: parts[:n]
+	parts [denyStripes]denyPart
 }
 
+// denyPart is a stripe of the cache.
+type denyPart struct {
+	mu  sync.Mutex
+	m   map[denyKey]denyEntry
+	max int // entries it holds at most; the stripes' add up to the size
+}
+
+// newDenyCache returns a cache of at most size keys, size > 0.
 func newDenyCache(size int) *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed(), perPart: max(size/denyStripes, 1)}
-	for i := range c.parts {
-		c.parts[i].m = make(map[denyKey]denyEntry)
+	n := min(size, denyStripes)
+	c := &denyCache{seed: maphash.MakeSeed(), n: uint64(n)}
+	for i := range n {
+		pt := &c.parts[i]
+		pt.m = make(map[denyKey]denyEntry)
+		pt.max = size / n
+		if i < size%n {
+			pt.max++
+		}
 	}
 	return c
 }
 
-func (c *denyCache) part(k denyKey) int {
-	return int(maphash.Comparable(c.seed, k) % denyStripes)
+func (c *denyCache) part(k denyKey) *denyPart {
+	return &c.parts[maphash.Comparable(c.seed, k)%c.n]
 }
 
 // refuse decides a call locally: ok reports a local refusal, with its
 // decision; otherwise the call must go to the store.
 func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count float64, reserve bool) (driver.Decision, bool) {
 	k := denyKey{name, key}
-	pt := &c.parts[c.part(k)]
+	pt := c.part(k)
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	e, ok := pt.m[k]
@@ -82,10 +95,10 @@ func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p 
 		return // nothing to learn; the store is asked again next time
 	}
 	k := denyKey{name, key}
-	pt := &c.parts[c.part(k)]
+	pt := c.part(k)
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	if _, ok := pt.m[k]; !ok && len(pt.m) >= c.perPart {
+	if _, ok := pt.m[k]; !ok && len(pt.m) >= pt.max {
 		for victim := range pt.m {
 			delete(pt.m, victim)
 			break
@@ -96,7 +109,7 @@ func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p 
 
 func (c *denyCache) forget(name, key string) {
 	k := denyKey{name, key}
-	pt := &c.parts[c.part(k)]
+	pt := c.part(k)
 	pt.mu.Lock()
 	delete(pt.m, k)
 	pt.mu.Unlock()
@@ -104,7 +117,7 @@ func (c *denyCache) forget(name, key string) {
 
 // forgetLimit drops every entry of the limit name.
 func (c *denyCache) forgetLimit(name string) {
-	for i := range c.parts {
+	for i := range c.n {
 		pt := &c.parts[i]
 		pt.mu.Lock()
 		for k := range pt.m {

@@ -200,3 +200,44 @@ func TestDenyCacheRetryAfterWithAnotherProcess(t *testing.T) {
 	require.False(t, res.OK)
 	assert.Equal(t, stored.RetryAfter-local.RetryAfter, res.RetryAfter, "and learns the store's wait")
 }
+
+// WithDenyCache(size) holds at most size keys, below the number of the
+// cache's stripes too: each stripe once held at least one key, so that a
+// cache of one key kept sixteen. Each key is learnt once; looked up
+// afterwards, no more than size are refused from the cache.
+func TestDenyCacheHoldsAtMostSize(t *testing.T) {
+	for _, size := range []int{1, 5, 16, 20} {
+		t.Run(fmt.Sprint("size=", size), func(t *testing.T) {
+			ctx := context.Background()
+			lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+				"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+			}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(size))
+			require.NoError(t, err)
+			keys := make([]string, 64)
+			for i := range keys {
+				keys[i] = fmt.Sprint("k", i)
+				res, err := lim.Limit(ctx, "l", keys[i])
+				require.NoError(t, err)
+				require.True(t, res.OK)
+				res, err = lim.Limit(ctx, "l", keys[i]) // refused by the store: learnt
+				require.NoError(t, err)
+				require.False(t, res.OK)
+				require.False(t, res.Local)
+			}
+			// Newest first: the key learnt last is surely held. A miss learns
+			// the key it looked up, which is not looked up again, so that
+			// only keys held after the loop above are refused locally.
+			local := 0
+			for i := len(keys) - 1; i >= 0; i-- {
+				res, err := lim.Limit(ctx, "l", keys[i])
+				require.NoError(t, err)
+				require.False(t, res.OK)
+				if res.Local {
+					local++
+				}
+			}
+			require.GreaterOrEqual(t, local, 1, "the key learnt last is held")
+			require.LessOrEqual(t, local, size, "WithDenyCache(%d) refused %d keys from the cache", size, local)
+		})
+	}
+}
