@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 )
@@ -42,6 +43,11 @@ type denyPart struct {
 	mu  sync.Mutex
 	m   map[denyKey]denyEntry
 	max int // entries it holds at most; the stripes' add up to the size
+	// gen counts the forgets of the stripe. learn reads it before it
+	// loads a record and keeps the record only if it has not moved: a
+	// Reset or Cancel in between may have given back what the record
+	// shows spent.
+	gen atomic.Uint64
 }
 
 // newDenyCache returns a cache of at most size keys, size > 0.
@@ -87,17 +93,23 @@ func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count f
 	return d, true
 }
 
-// learn reads the record of a call the store just refused and keeps it.
+// learn reads the record of a call the store just refused and keeps it,
+// unless this process forgot the key (Reset, Cancel) while it read: the
+// record read may predate what was given back.
 func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p driver.Params) {
+	k := denyKey{name, key}
+	pt := c.part(k)
+	gen := pt.gen.Load()
 	ids := [1]driver.RecordID{{Name: name, Key: key}}
 	var recs [1]driver.Record
 	if store.Load(ctx, ids[:], recs[:]) != nil || !recs[0].Found {
 		return // nothing to learn; the store is asked again next time
 	}
-	k := denyKey{name, key}
-	pt := c.part(k)
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
+	if pt.gen.Load() != gen {
+		return // forgotten meanwhile; the store is asked again next time
+	}
 	if _, ok := pt.m[k]; !ok && len(pt.m) >= pt.max {
 		for victim := range pt.m {
 			delete(pt.m, victim)
@@ -107,10 +119,15 @@ func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p 
 	pt.m[k] = denyEntry{p: p, rec: recs[0]}
 }
 
+// forget drops the entry of (name, key), and any learn of it under way.
+// Its caller calls it once the store has taken what this process gave
+// back (Reset, Cancel, a refund), so that a learn that read the record
+// before cannot keep it.
 func (c *denyCache) forget(name, key string) {
 	k := denyKey{name, key}
 	pt := c.part(k)
 	pt.mu.Lock()
+	pt.gen.Add(1)
 	delete(pt.m, k)
 	pt.mu.Unlock()
 }

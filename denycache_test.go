@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -240,4 +241,99 @@ func TestDenyCacheHoldsAtMostSize(t *testing.T) {
 			require.LessOrEqual(t, local, size, "WithDenyCache(%d) refused %d keys from the cache", size, local)
 		})
 	}
+}
+
+// learnHookStore runs a hook after Load has read the records, before it
+// returns them, and one before Delete deletes: what another goroutine may
+// do in that instant.
+type learnHookStore struct {
+	ratelimit.Store
+	afterLoad, beforeDelete func()
+}
+
+func (s *learnHookStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	err := s.Store.Load(ctx, ids, out)
+	if h := s.afterLoad; h != nil {
+		s.afterLoad = nil
+		h()
+	}
+	return err
+}
+
+func (s *learnHookStore) Delete(ctx context.Context, ids []driver.RecordID) error {
+	if h := s.beforeDelete; h != nil {
+		s.beforeDelete = nil
+		h()
+	}
+	return s.Store.Delete(ctx, ids)
+}
+
+// The deny cache learns a refused key by loading its record, then keeping
+// it. A Reset of this process between the two must not leave the record
+// read before it in the cache: the next call would be refused locally
+// although the store, reset, allows it (docs/production.md: every local
+// refusal is one the store would make).
+func TestDenyCacheResetDuringLearn(t *testing.T) {
+	ctx := context.Background()
+	store := &learnHookStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	store.afterLoad = func() {
+		done := make(chan error)
+		go func() { done <- lim.Reset(ctx, "l", "k") }() // another goroutine resets the key
+		require.NoError(t, <-done)
+	}
+	res, err = lim.Limit(ctx, "l", "k") // refused by the store: the cache learns
+	require.NoError(t, err)
+	require.False(t, res.OK)
+
+	// The key was reset: the store holds a full bucket.
+	st, err := lim.Value(ctx, "l", "k")
+	require.NoError(t, err)
+	require.Equal(t, 1.0, st.Remaining)
+
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK, "after Reset the store would allow the call; got a refusal (Local=%v)", res.Local)
+}
+
+// The other order: a refused call learns the record while a Reset is on
+// its way to the store, before the delete. Reset drops the entry once the
+// store has deleted, not before, where the entry learnt in between would
+// stay.
+func TestDenyCacheLearnDuringReset(t *testing.T) {
+	ctx := context.Background()
+	store := &learnHookStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	store.beforeDelete = func() {
+		done := make(chan ratelimit.Result)
+		go func() { // another goroutine's call, refused by the store: the cache learns
+			res, err := lim.Limit(ctx, "l", "k")
+			assert.NoError(t, err)
+			done <- res
+		}()
+		res := <-done
+		require.False(t, res.OK)
+		require.False(t, res.Local)
+	}
+	require.NoError(t, lim.Reset(ctx, "l", "k"))
+
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK, "after Reset the store would allow the call; got a refusal (Local=%v)", res.Local)
 }

@@ -736,10 +736,13 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 		return err
 	}
 	skey := l.storeKey(key)
+	err = l.store.Delete(ctx, lim.ids(skey, nil))
 	if l.deny != nil {
+		// After the delete, failed or not (it may have taken effect): a
+		// refused call that read the record before it is not to keep it.
 		l.deny.forget(name, skey)
 	}
-	if err := l.store.Delete(ctx, lim.ids(skey, nil)); err != nil {
+	if err != nil {
 		return fmt.Errorf("ratelimit: reset limit %q: store: %w", name, err)
 	}
 	return nil

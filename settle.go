@@ -443,16 +443,19 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 			Shards: []driver.Shard{{Index: it.shard, Params: lims[i].params(l.seed, t.key, it.shard)}}}
 	}
 	out := make([]driver.Decision, len(op.Items))
-	if err := l.store.Apply(ctx, &op, out); err != nil {
+	err := l.store.Apply(ctx, &op, out)
+	if l.deny != nil && (err != nil || out[0].Settled == 0) {
+		// After the refund, or a failure that may have made it: a refused
+		// call that read the record before it is not to keep it.
+		for _, it := range t.items {
+			l.deny.forget(it.name, t.key)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)
 	}
 	if k := out[0].Settled; k != 0 {
 		return &SettledError{ID: t.id, Kind: k}
-	}
-	if l.deny != nil {
-		for _, it := range t.items {
-			l.deny.forget(it.name, t.key)
-		}
 	}
 	return nil
 }
