@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"time"
@@ -37,7 +38,9 @@ import (
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
 // 3339 time) and failOpen; omitted fields take their zero values. An
 // unknown field is an error, so that a misspelt one is not silently
-// ignored; errors name the line and the field as written here.
+// ignored; errors name the line and the field as written here. A file is
+// one YAML document: a second one, after a "---", is an error rather than
+// ignored.
 
 // configFile is a Config as files write it.
 type configFile struct {
@@ -196,8 +199,8 @@ func didYouMean(name string) string {
 // config, as above) and validates every one. An error names the line, and
 // the limit and field as written.
 func ParseLimits(data []byte) (Limits, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	doc, err := parseDocument(data)
+	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
@@ -220,6 +223,25 @@ func ParseLimits(data []byte) (Limits, error) {
 		limits[name] = c
 	}
 	return limits, nil
+}
+
+// parseDocument reads data as one YAML document. yaml.Unmarshal reads the
+// first of several and drops the rest, so that limits after a "---" would
+// be silently ignored: a second document is an error.
+func parseDocument(data []byte) (yaml.Node, error) {
+	var doc, more yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return doc, err
+	}
+	switch err := dec.Decode(&more); {
+	case errors.Is(err, io.EOF):
+		return doc, nil
+	case err != nil:
+		return doc, err
+	default:
+		return doc, fmt.Errorf("line %d: a second YAML document: a limits file is one document, write every limit in one mapping", more.Line)
+	}
 }
 
 // lineError is a validation error of a limits file, with its line. It

@@ -95,3 +95,28 @@ llm:
 	require.ErrorAs(t, err, &ce)
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 }
+
+// A limits file is one YAML document: limits after a "---" used to be
+// dropped without a word, an invalid one included.
+func TestParseLimitsOneDocument(t *testing.T) {
+	for _, in := range []string{
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n---\nb:\n  kind: nope\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n---\nb:\n  kind: fixed window\n  rate: 1\n  period: 1h\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n---\n",
+	} {
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.Error(t, err, "got %v", limits)
+		assert.Contains(t, err.Error(), "line 5: a second YAML document", in)
+	}
+	_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n---\nb: [\n"))
+	assert.ErrorContains(t, err, "line 6: did not find expected node content")
+
+	// A document start or end marker alone is still one document.
+	for _, in := range []string{
+		"---\na:\n  kind: fixed window\n  rate: 1\n  period: 1h\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n...\n",
+	} {
+		_, err := ratelimit.ParseLimits([]byte(in))
+		assert.NoError(t, err, in)
+	}
+}
