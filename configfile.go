@@ -38,7 +38,9 @@ import (
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
 // 3339 time) and failOpen; omitted fields take their zero values. An
 // unknown field is an error, so that a misspelt one is not silently
-// ignored; errors name the line and the field as written here. A file is
+// ignored; errors name the line and the field as written here. Anchors,
+// aliases and merges read as yaml.Unmarshal reads them ("<<: *defaults"
+// gives the fields of defaults that the limit does not give). A file is
 // one YAML document: a second one, after a "---", is an error rather than
 // ignored.
 
@@ -150,26 +152,88 @@ func fieldNames() string {
 // UnmarshalYAML reads c from the configuration file format. It does not
 // validate: ParseLimits and New do.
 func (c *Config) UnmarshalYAML(n *yaml.Node) error {
+	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: a limit is a mapping of fields (%s)", n.Line, fieldNames())
 	}
+	fields, err := mappingFields(n, "field")
+	if err != nil {
+		return err
+	}
 	*c = Config{}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], n.Content[i+1]
+	for _, f := range fields {
+		key := resolve(f.key)
 		j := fieldIndex(key.Value)
-		switch {
-		case j < 0:
-			return fmt.Errorf("line %d: unknown field %q%s: the fields are %s", key.Line, key.Value, didYouMean(key.Value), fieldNames())
-		case seen[key.Value]:
-			return fmt.Errorf("line %d: field %s given twice", key.Line, key.Value)
+		if j < 0 {
+			return fmt.Errorf("line %d: unknown field %q%s: the fields are %s", f.key.Line, key.Value, didYouMean(key.Value), fieldNames())
 		}
-		seen[key.Value] = true
-		if err := configFields[j].read(c, val); err != nil {
-			return fmt.Errorf("line %d: %s: %w", val.Line, key.Value, err)
+		if err := configFields[j].read(c, resolve(f.val)); err != nil {
+			return fmt.Errorf("line %d: %s: %w", f.val.Line, key.Value, err)
 		}
 	}
 	return nil
+}
+
+// resolve follows n to the node it stands for when it is an alias (*x),
+// so that an alias reads as what its anchor (&x) names, as yaml.Unmarshal
+// reads it.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// field is one key and its value in a mapping.
+type field struct{ key, val *yaml.Node }
+
+// mappingFields lists the fields of the mapping n, with those of the
+// mappings it merges ("<<: *defaults") that it does not give itself, as
+// yaml.Unmarshal reads a struct: a key of n wins over a merged one, and an
+// earlier merged mapping over a later one. A key n gives twice is an
+// error, naming it as a what ("field", "limit").
+func mappingFields(n *yaml.Node, what string) ([]field, error) {
+	var own, merged []field
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Kind == yaml.ScalarNode && key.ShortTag() == "!!merge" {
+			var from []*yaml.Node
+			switch v := resolve(val); v.Kind {
+			case yaml.MappingNode:
+				from = []*yaml.Node{v}
+			case yaml.SequenceNode:
+				from = v.Content
+			}
+			for _, m := range from {
+				if m = resolve(m); m.Kind != yaml.MappingNode {
+					return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
+				}
+				fields, err := mappingFields(m, what)
+				if err != nil {
+					return nil, err
+				}
+				merged = append(merged, fields...)
+			}
+			if len(from) == 0 {
+				return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
+			}
+			continue
+		}
+		name := resolve(key).Value
+		if seen[name] {
+			return nil, fmt.Errorf("line %d: %s %q given twice", key.Line, what, name)
+		}
+		seen[name] = true
+		own = append(own, field{key, val})
+	}
+	for _, f := range merged {
+		if name := resolve(f.key).Value; !seen[name] {
+			seen[name] = true
+			own = append(own, f)
+		}
+	}
+	return own, nil
 }
 
 func fieldIndex(name string) int {
@@ -206,19 +270,19 @@ func ParseLimits(data []byte) (Limits, error) {
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errors.New("ratelimit: limits file: write a mapping of limit names to their fields")
 	}
-	m := doc.Content[0]
-	limits := make(Limits, len(m.Content)/2)
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		name := m.Content[i].Value
-		if _, dup := limits[name]; dup {
-			return nil, fmt.Errorf("ratelimit: limits file: line %d: limit %q given twice", m.Content[i].Line, name)
-		}
+	entries, err := mappingFields(doc.Content[0], "limit")
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
+	}
+	limits := make(Limits, len(entries))
+	for _, e := range entries {
+		name := resolve(e.key).Value
 		var c Config
-		if err := c.UnmarshalYAML(m.Content[i+1]); err != nil {
+		if err := c.UnmarshalYAML(e.val); err != nil {
 			return nil, fmt.Errorf("ratelimit: limits file: limit %q: %w", name, err)
 		}
 		if err := c.validate(name); err != nil {
-			return nil, &lineError{line: m.Content[i].Line, err: err}
+			return nil, &lineError{line: e.key.Line, err: err}
 		}
 		limits[name] = c
 	}

@@ -120,3 +120,36 @@ func TestParseLimitsOneDocument(t *testing.T) {
 		assert.NoError(t, err, in)
 	}
 }
+
+// An alias (*x) reads as what its anchor (&x) names, and a merge
+// ("<<: *x") as the fields it merges, under those given beside it, as
+// yaml.Unmarshal reads them: ParseLimits refused an aliased limit with "a
+// limit is a mapping of fields", and an aliased field as not a number.
+func TestParseLimitsAliases(t *testing.T) {
+	for _, in := range []string{
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nb: *x\n",
+		"a:\n  kind: token bucket\n  rate: &r 5\n  period: &p 1m\nb:\n  kind: fixed window\n  rate: *r\n  period: *p\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nb:\n  <<: *x\n  rate: 2\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nc: &y\n  kind: token bucket\n  rate: 3\n  period: 1m\n  capacity: 7\nb:\n  <<: [*y, *x]\n  rate: 2\n",
+		"<<: {a: {kind: fixed window, rate: 1, period: 1h}}\nb:\n  kind: token bucket\n  rate: 3\n  period: 1m\n",
+	} {
+		var viaYAML ratelimit.Limits
+		require.NoError(t, yaml.Unmarshal([]byte(in), &viaYAML), in)
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, viaYAML, limits, in)
+	}
+	limits, err := ratelimit.ParseLimits([]byte("a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nb:\n  <<: *x\n  rate: 2\n"))
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Hour}, limits["b"])
+
+	for _, bad := range []struct{ in, want string }{
+		{"a:\n  kind: &k fixed window\n  rate: 1\n  period: 1h\nb:\n  kind: fixed window\n  rate: *k\n  period: 1h\n", `limit "b": line 7: rate: "fixed window" is not a number`},
+		{"a: &x\n  kind: fixed window\n  rate: 0\n  period: 1h\nb: *x\n", `limit "a": Rate is 0`},
+		{"a:\n  <<: 3\n", `line 2: a merge (<<) takes a mapping`},
+		{"a:\n  kind: fixed window\n  kind: token bucket\n", `line 3: field "kind" given twice`},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(bad.in))
+		assert.ErrorContains(t, err, bad.want, bad.in)
+	}
+}
