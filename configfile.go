@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +33,9 @@ import (
 //	  failOpen: true
 //
 // or, in JSON, {"sendMessage": {"kind": "token bucket", "rate": 10,
-// "period": "1m", "capacity": 3}, ...}.
+// "period": "1m", "capacity": 3}, ...}. A file that is a JSON object is
+// read by JSON's rules (its strings may hold any escape JSON allows, which
+// YAML's do not), with the same fields and errors.
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
@@ -75,8 +78,8 @@ func (c Config) MarshalYAML() (any, error) { return c.file(), nil }
 // UnmarshalJSON reads c from the configuration file format. It does not
 // validate: ParseLimits and New do.
 func (c *Config) UnmarshalJSON(b []byte) error {
-	var n yaml.Node
-	if err := yaml.Unmarshal(b, &n); err != nil {
+	n, err := jsonDocument(b)
+	if err != nil {
 		return fmt.Errorf("limit config: %w", err)
 	}
 	if n.Kind != yaml.DocumentNode || len(n.Content) != 1 {
@@ -263,7 +266,13 @@ func didYouMean(name string) string {
 // config, as above) and validates every one. An error names the line, and
 // the limit and field as written.
 func ParseLimits(data []byte) (Limits, error) {
-	doc, err := parseDocument(data)
+	var doc yaml.Node
+	var err error
+	if isJSON(data) {
+		doc, err = jsonDocument(data)
+	} else {
+		doc, err = parseDocument(data)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
@@ -306,6 +315,75 @@ func parseDocument(data []byte) (yaml.Node, error) {
 	default:
 		return doc, fmt.Errorf("line %d: a second YAML document: a limits file is one document, write every limit in one mapping", more.Line)
 	}
+}
+
+// isJSON reports whether data is a JSON object or array. JSON is read as
+// JSON: the YAML parser refuses some valid JSON strings (a surrogate pair
+// escape such as \ud83d\ude80, which encoders write for a character
+// outside the BMP, \/ and \u0000).
+func isJSON(data []byte) bool {
+	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\uFEFF")))
+	return len(data) > 0 && (data[0] == '{' || data[0] == '[') && json.Valid(data)
+}
+
+// jsonDocument reads data, JSON, as the YAML node tree the YAML parser
+// makes of it, with the strings decoded by JSON's rules and the nodes'
+// lines, so that the readers of the fields and their errors are the same
+// for both.
+func jsonDocument(data []byte) (yaml.Node, error) {
+	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	off, line := 0, 1
+	nextLine := func() int { // the line of the next token
+		end := int(dec.InputOffset())
+		for end < len(data) && strings.IndexByte(" \t\r\n:,", data[end]) >= 0 {
+			end++
+		}
+		line += bytes.Count(data[off:end], []byte("\n"))
+		off = end
+		return line
+	}
+	var value func() (*yaml.Node, error)
+	value = func() (*yaml.Node, error) {
+		n := &yaml.Node{Kind: yaml.ScalarNode, Line: nextLine()}
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		switch tok := tok.(type) {
+		case json.Delim:
+			n.Kind, n.Tag, n.Style = yaml.MappingNode, "!!map", yaml.FlowStyle
+			if tok == '[' {
+				n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
+			}
+			for dec.More() {
+				child, err := value()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, child)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+		case string:
+			n.Tag, n.Style, n.Value = "!!str", yaml.DoubleQuotedStyle, tok
+		case json.Number:
+			n.Value = tok.String()
+			n.Tag = n.ShortTag()
+		case bool:
+			n.Tag, n.Value = "!!bool", strconv.FormatBool(tok)
+		case nil:
+			n.Tag, n.Value = "!!null", "null"
+		}
+		return n, nil
+	}
+	root, err := value()
+	if err != nil {
+		return yaml.Node{}, err
+	}
+	return yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Content: []*yaml.Node{root}}, nil
 }
 
 // lineError is a validation error of a limits file, with its line. It

@@ -153,3 +153,46 @@ func TestParseLimitsAliases(t *testing.T) {
 		assert.ErrorContains(t, err, bad.want, bad.in)
 	}
 }
+
+// JSON is read by JSON's rules: the YAML parser, which read it before,
+// refuses valid JSON strings such as a surrogate pair escape (what
+// encoders write for a character outside the BMP), \/ and \u0000.
+func TestParseLimitsJSONStrings(t *testing.T) {
+	const limit = `{"kind": "fixed window", "rate": 1, "period": "1h"}`
+	for _, in := range []string{
+		`{"caf\u00e9 \ud83d\ude80": ` + limit + `}`,
+		`{"a\/b": ` + limit + `, "c\u0000d": ` + limit + `}`,
+		`{"lone \ud800": ` + limit + `}`,
+		"{\"line\u2028separator\u0085\": " + limit + "}",
+		"\uFEFF{\"bom\": " + limit + "}",
+		`{"a": {"kind": "fixed\u0020window", "rate": 1e1, "period": "1\u0068"}}`,
+	} {
+		var viaJSON ratelimit.Limits
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(in, "\uFEFF")), &viaJSON), in)
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, viaJSON, limits, in)
+	}
+	limits, err := ratelimit.ParseLimits([]byte(`{"\ud83d\ude80": ` + limit + `}`))
+	require.NoError(t, err)
+	assert.Contains(t, limits, "🚀")
+
+	// Errors still name the line, the limit and the field.
+	for _, bad := range []struct{ in, want string }{
+		{"{\n  \"a\": {\"kind\": \"fixed window\", \"rate\": 1, \"period\": \"1h\"},\n  \"b\": {\n    \"kind\": \"fixed window\",\n    \"rate\": \"lots\",\n    \"period\": \"1h\"}\n}", `limit "b": line 5: rate: "lots" is not a number`},
+		{"{\n  \"a\": {\"kind\": \"fixed window\", \"rate\": 1, \"period\": \"1h\"},\n\n  \"b\": {\"kind\": \"fixed window\", \"rate\": 0, \"period\": \"1h\"}\n}", `line 4: limit "b": Rate is 0`},
+		{"{\"a\": " + limit + ",\n \"a\": " + limit + "}", `line 2: limit "a" given twice`},
+		{"{\"a\": {\"kind\": \"fixed window\",\n \"rapt\": 1}}", `line 2: unknown field "rapt"`},
+		{"{a: {kind: fixed window,\n rate: lots, period: 1h}}", `line 2: rate: "lots" is not a number`}, // YAML
+	} {
+		_, err := ratelimit.ParseLimits([]byte(bad.in))
+		assert.ErrorContains(t, err, bad.want, bad.in)
+	}
+
+	// json.Unmarshal of a Config reads its strings as JSON too.
+	var c ratelimit.Config
+	require.NoError(t, json.Unmarshal([]byte(`{"kind": "token\u0020bucket", "rate": 1, "period": "1m", "start": "2024-01-01T00:00:00Z"}`), &c))
+	assert.Equal(t, ratelimit.TokenBucket, c.Kind)
+	err = json.Unmarshal([]byte(`{"kind": "\ud83d\ude80", "rate": 1, "period": "1m"}`), &c)
+	assert.ErrorContains(t, err, "🚀")
+}
