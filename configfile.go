@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,8 @@ import (
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
-// 3339 time) and failOpen; omitted fields take their zero values. An
+// 3339 time) and failOpen; omitted fields take their zero values, and a
+// field written without a value ("capacity:", null) is an error. An
 // unknown field is an error, so that a misspelt one is not silently
 // ignored; errors name the line and the field as written here. Anchors,
 // aliases and merges read as yaml.Unmarshal reads them ("<<: *defaults"
@@ -102,6 +104,9 @@ var configFields = []struct {
 	{"rate", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.Rate) }},
 	{"period", func(c *Config, n *yaml.Node) error {
 		d, err := time.ParseDuration(n.Value)
+		if n.Kind == yaml.ScalarNode && err != nil && durationSyntax.MatchString(n.Value) {
+			return fmt.Errorf("%q is out of range: a period is from 1ms to %v (100 years)", n.Value, MaxPeriod)
+		}
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%q is not a duration: write one such as \"1m\" or \"1h30m\"", n.Value)
 		}
@@ -135,6 +140,10 @@ var configFields = []struct {
 		return nil
 	}},
 }
+
+// durationSyntax matches what time.ParseDuration reads, of any size: a
+// duration it refuses though it matches is out of its range.
+var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func readNumber(n *yaml.Node, x *float64) error {
 	if n.Kind != yaml.ScalarNode || n.Decode(x) != nil {
@@ -170,7 +179,11 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 		if j < 0 {
 			return fmt.Errorf("line %d: unknown field %q%s: the fields are %s", f.key.Line, key.Value, didYouMean(key.Value), fieldNames())
 		}
-		if err := configFields[j].read(c, resolve(f.val)); err != nil {
+		val := resolve(f.val)
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			return fmt.Errorf("line %d: %s: no value: write one, or leave the field out for its default", f.val.Line, key.Value)
+		}
+		if err := configFields[j].read(c, val); err != nil {
 			return fmt.Errorf("line %d: %s: %w", f.val.Line, key.Value, err)
 		}
 	}

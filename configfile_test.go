@@ -196,3 +196,39 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 	err = json.Unmarshal([]byte(`{"kind": "\ud83d\ude80", "rate": 1, "period": "1m"}`), &c)
 	assert.ErrorContains(t, err, "🚀")
 }
+
+// A field written without a value (capacity:, or null) is an error, as
+// an empty period always was; an empty capacity, maxReserved, shards or
+// failOpen used to mean the default without a word.
+func TestParseLimitsNullField(t *testing.T) {
+	for _, f := range []string{"kind", "rate", "period", "capacity", "maxReserved", "shards", "start", "failOpen"} {
+		fields := map[string]string{"kind": "token bucket", "rate": "1", "period": "1h"}
+		fields[f] = ""
+		var b strings.Builder
+		b.WriteString("a:\n")
+		for _, name := range []string{"kind", "rate", "period", "capacity", "maxReserved", "shards", "start", "failOpen"} {
+			if v, ok := fields[name]; ok {
+				b.WriteString("  " + name + ": " + v + "\n")
+			}
+		}
+		_, err := ratelimit.ParseLimits([]byte(b.String()))
+		assert.ErrorContains(t, err, f+": no value", b.String())
+	}
+	_, err := ratelimit.ParseLimits([]byte(`{"a": {"kind": "token bucket", "rate": 1, "period": "1h", "capacity": null}}`))
+	assert.ErrorContains(t, err, `line 1: capacity: no value`)
+	_, err = ratelimit.ParseLimits([]byte("a:\n  kind: token bucket\n  rate: 1\n  period: 1h\n  shards: ~\n"))
+	assert.ErrorContains(t, err, `line 5: shards: no value`)
+}
+
+// A period past time.Duration's range is said to be too long, not "not a
+// duration".
+func TestParseLimitsPeriodOutOfRange(t *testing.T) {
+	for _, p := range []string{"3000000h", "9999999999999999999ns", "-3000000h", "1.5e3h0s"} {
+		_, err := ratelimit.ParseLimits([]byte("a:\n  kind: token bucket\n  rate: 1\n  period: " + p + "\n"))
+		want := `line 4: period: "` + p + `" is out of range: a period is from 1ms to 876576h0m0s (100 years)`
+		if p == "1.5e3h0s" {
+			want = `line 4: period: "` + p + `" is not a duration`
+		}
+		assert.ErrorContains(t, err, want, p)
+	}
+}
