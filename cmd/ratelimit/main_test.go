@@ -470,10 +470,17 @@ func TestParsePattern(t *testing.T) {
 		{at: 90 * time.Second, count: 2.5},
 		{at: time.Hour + 2*time.Minute, count: 1},
 	}, reqs)
-	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1"} {
+	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1",
+		// Not a time, or past 100 years: these were taken, as a Duration
+		// that overflowed, and printed as garbage times.
+		"NaN:00=1", "00:NaN=1", "Inf:00=1", "00:00:+Inf=1", "1e12:00=1", "876577:00=1", "876577h=1"} {
 		_, err := parsePattern(bad)
-		require.Error(t, err, bad)
+		var u usageError
+		require.ErrorAs(t, err, &u, bad)
 	}
+	reqs, err = parsePattern("876576:00=1,876576h=1")
+	require.NoError(t, err)
+	assert.Equal(t, []request{{at: ratelimit.MaxPeriod, count: 1}, {at: ratelimit.MaxPeriod, count: 1}}, reqs)
 }
 
 func TestHistogram(t *testing.T) {

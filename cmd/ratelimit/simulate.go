@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -123,11 +124,18 @@ func parsePattern(s string) ([]request, error) {
 	return reqs, nil
 }
 
-// parseOffset reads hh:mm, hh:mm:ss or a Go duration.
+// maxOffset is the latest a simulated request can come: 100 years after
+// the start, as the longest period.
+const maxOffset = ratelimit.MaxPeriod
+
+// parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset.
 func parseOffset(s string) (time.Duration, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		if d < 0 {
 			return 0, usagef("time %q: requests come at or after the start, 0s", s)
+		}
+		if d > maxOffset {
+			return 0, usagef("time %q: requests come at most %v (100 years) after the start", s, maxOffset)
 		}
 		return d, nil
 	}
@@ -136,15 +144,21 @@ func parseOffset(s string) (time.Duration, error) {
 		return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
 	}
 	units := []time.Duration{time.Hour, time.Minute, time.Second}
-	var d time.Duration
+	var ns float64
 	for i, p := range parts {
+		// ParseFloat reads NaN and Inf, which are no time, and large numbers
+		// whose conversion to a Duration overflows: the sum is checked in
+		// float64 before it becomes one.
 		n, err := strconv.ParseFloat(p, 64)
-		if err != nil || n < 0 {
+		if err != nil || !(n >= 0) || math.IsInf(n, 0) {
 			return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
 		}
-		d += time.Duration(n * float64(units[i]))
+		ns += n * float64(units[i])
 	}
-	return d, nil
+	if ns > float64(maxOffset) {
+		return 0, usagef("time %q: requests come at most %v (100 years) after the start", s, maxOffset)
+	}
+	return time.Duration(ns), nil
 }
 
 // sample is the tokens of the limit at one moment, for the chart.
