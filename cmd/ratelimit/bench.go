@@ -65,11 +65,8 @@ and exits with status 130 (1 if the check failed).`,
 			ts, ok := t.store.(driver.TimeSource)
 			localClock := !ok || !ts.OwnClock()
 			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
-			if errors.Is(err, ratelimit.ErrInvalidCount) {
-				return usageError{fmt.Errorf("--count: %w", err)}
-			}
 			if err != nil {
-				return err
+				return countUsage("--count", err)
 			}
 			if t.output == jsonOutput {
 				if err := writeJSON(cmd.OutOrStdout(), rep.json(name, cfg, goroutines, count)); err != nil {

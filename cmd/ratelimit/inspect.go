@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -185,11 +184,8 @@ func newLimit() *cobra.Command {
 				call = lim.Check
 			}
 			res, err := call(cmd.Context(), name, t.key, opts...)
-			if errors.Is(err, ratelimit.ErrInvalidCount) {
-				return usageError{fmt.Errorf("--count: %w", err)}
-			}
 			if err != nil {
-				return err
+				return countUsage("--count", err)
 			}
 			if t.output == jsonOutput {
 				cfg, _ := lim.Config(name)

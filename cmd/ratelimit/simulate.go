@@ -28,6 +28,19 @@ type request struct {
 	at      time.Duration
 	count   float64
 	reserve bool
+	steady  bool // of the steady pattern (--every), not of --at
+}
+
+// flag names the flag that gave r, for an error about its count.
+func (r request) flag() string {
+	if r.steady {
+		return "--count"
+	}
+	reserve := ""
+	if r.reserve {
+		reserve = "r"
+	}
+	return fmt.Sprintf("--at %v=%s%s", r.at, strconv.FormatFloat(r.count, 'g', -1, 64), reserve)
 }
 
 // step is what became of one request.
@@ -76,7 +89,7 @@ seed gives the same output.`,
 					return usagef("--every needs --for, the length of the steady pattern")
 				}
 				for t := time.Duration(0); t <= duration; t += every {
-					reqs = append(reqs, request{at: t, count: count})
+					reqs = append(reqs, request{at: t, count: count, steady: true})
 				}
 			}
 			if len(reqs) == 0 {
@@ -242,7 +255,7 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 		}
 		res, err := lim.Limit(ctx, name, key, opts...)
 		if err != nil {
-			return err
+			return countUsage(r.flag(), err)
 		}
 		after, err := value(r.at)
 		if err != nil {
