@@ -21,9 +21,15 @@ type limitFlags struct {
 	period                   time.Duration
 	shards                   int
 	start                    string
+	fs                       *pflag.FlagSet // to tell the flags given
 }
 
+// inlineFlags are the flags of an inline limit, which a limits file
+// replaces.
+var inlineFlags = []string{"kind", "rate", "period", "capacity", "max-reserved", "shards", "start"}
+
 func (f *limitFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringVar(&f.file, "limits", "", "a limits file, JSON or YAML (.json, .yaml, .yml)")
 	fs.StringVar(&f.name, "name", "", "the limit's name (in the limits file, or for an inline limit)")
 	fs.StringVar(&f.kind, "kind", "", `inline limit: "fixed window" or "token bucket"`)
@@ -38,8 +44,14 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 // limit returns the selected limit's name and config, validated.
 func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	if f.file != "" {
-		if f.kind != "" || f.rate != 0 || f.period != 0 {
-			return "", ratelimit.Config{}, usagef("give a limit either by --limits and --name or inline (--kind, --rate, --period), not both")
+		var given []string
+		for _, name := range inlineFlags {
+			if f.fs.Changed(name) {
+				given = append(given, "--"+name)
+			}
+		}
+		if len(given) > 0 {
+			return "", ratelimit.Config{}, usagef("give a limit either by --limits and --name or inline (--kind, --rate, --period, ...), not both: %s with --limits", strings.Join(given, ", "))
 		}
 		limits, err := loadLimits(f.file)
 		if err != nil {

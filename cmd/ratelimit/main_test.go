@@ -139,6 +139,32 @@ func TestLimitsFiles(t *testing.T) {
 	require.Contains(t, errOut, "Rate")
 }
 
+// --limits with any flag of an inline limit is refused: --capacity,
+// --shards, --max-reserved and --start were silently ignored (only
+// --kind, --rate and --period were refused), even given as their zero.
+func TestLimitsFileWithInlineFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("api:\n  kind: token bucket\n  rate: 10\n  period: 1m\n"), 0o600))
+	for _, extra := range [][]string{
+		{"--kind", "token bucket"},
+		{"--rate", "5"},
+		{"--period", "1s"},
+		{"--capacity", "100"},
+		{"--capacity", "0"},
+		{"--shards", "4"},
+		{"--max-reserved", "5"},
+		{"--start", "2024-01-01T00:00:00Z"},
+	} {
+		args := append([]string{"simulate", "--limits", path, "--name", "api", "--at", "0s=1"}, extra...)
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: exit %d\n%s%s", extra, code, out, errOut)
+		assert.Contains(t, errOut, "not both: "+extra[0]+" with --limits", "%q", extra)
+	}
+	code, _, errOut := exec("inspect", "--store", "mem:", "--limits", path, "--name", "api", "--key", "k", "--shards", "2", "--start", "2024-01-01T00:00:00Z")
+	require.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "not both: --shards, --start with --limits")
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"simulate", "--at", "0s=1"},
