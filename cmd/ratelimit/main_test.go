@@ -172,6 +172,13 @@ func TestUsageErrors(t *testing.T) {
 		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "soon=1"},
 		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s"},
 		{"simulate", "--bogus"},
+		// The steady pattern's flags were ignored when they could not make
+		// one: --every of 0 or less, --for or --count without --every.
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "0s=1", "--every", "-1s", "--for", "10s"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "0s=1", "--every", "0s", "--for", "10s"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "0s=1", "--for", "10s"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "0s=1", "--count", "2"},
+		{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1000h", "--for", "876577h"},
 		{"inspect", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--store", "ftp://x"},
 		{"bench", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--store", "mem:", "--keys", "0"},
 	} {

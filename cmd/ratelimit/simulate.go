@@ -84,6 +84,15 @@ seed gives the same output.`,
 			if err != nil {
 				return err
 			}
+			flags := cmd.Flags()
+			switch {
+			case flags.Changed("every") && every <= 0:
+				return usagef("--every %v: the steady pattern needs a time between requests above 0", every)
+			case every == 0 && (flags.Changed("for") || flags.Changed("count")):
+				return usagef("--for and --count are of the steady pattern: give --every too, or give each --at request its count (TIME=COUNT)")
+			case duration > maxOffset:
+				return usagef("--for %v: requests come at most %v (100 years) after the start", duration, maxOffset)
+			}
 			if every > 0 {
 				if duration <= 0 {
 					return usagef("--every needs --for, the length of the steady pattern")
