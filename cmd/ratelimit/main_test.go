@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -548,4 +549,23 @@ func TestHistogram(t *testing.T) {
 		require.GreaterOrEqual(t, got, want, "p%v", p)
 		require.LessOrEqual(t, float64(got), float64(want)*(1+1.0/64)+1, "p%v", p)
 	}
+}
+
+// A fixed window of many windows is sampled evenly, as a token bucket is:
+// every window boundary was sampled besides, one move of the mock clock
+// each, and a run with a 1s period and a request at 3h took half a minute
+// (at 100 years, it would not end).
+func TestSampleTimes(t *testing.T) {
+	fixed := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}
+	times := sampleTimes(fixed, 10*time.Second)
+	assert.Len(t, times, 22) // both sides of 10 boundaries, 0 and the end
+	assert.Equal(t, []time.Duration{0, 999 * time.Millisecond, time.Second}, times[:3])
+	for _, end := range []time.Duration{201 * time.Second, 10 * time.Hour, ratelimit.MaxPeriod + ratelimit.MaxPeriod/10} {
+		times := sampleTimes(fixed, end)
+		assert.Len(t, times, 151, end)
+		assert.True(t, slices.IsSorted(times))
+		assert.Equal(t, end, times[len(times)-1])
+	}
+	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "876576h=1")
+	require.Equal(t, 0, code, errOut)
 }

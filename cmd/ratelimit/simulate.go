@@ -189,6 +189,32 @@ type sample struct {
 	tokens float64
 }
 
+// sampleTimes are the times from 0 to end at which simulate samples the
+// tokens for the chart. A fixed window's tokens change only at the
+// requests and the window boundaries: with 200 windows or fewer, both
+// sides of every boundary are sampled, so that the grants show as steps.
+// A token bucket refills continuously, and more windows would be too many
+// samples: those are sampled evenly. Few samples keep simulate fast, as
+// every move of the mock clock yields to other goroutines for 1 ms.
+func sampleTimes(cfg ratelimit.Config, end time.Duration) []time.Duration {
+	var times []time.Duration
+	if cfg.Kind == ratelimit.FixedWindow && end/cfg.Period <= 200 {
+		for w := time.Duration(0); w <= end; w += cfg.Period {
+			if w > 0 {
+				times = append(times, w-time.Millisecond)
+			}
+			times = append(times, w)
+		}
+	} else {
+		for i := range 150 {
+			times = append(times, end*time.Duration(i)/150)
+		}
+	}
+	times = append(times, end)
+	slices.Sort(times)
+	return times
+}
+
 func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string, seed uint64) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -218,28 +244,7 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 
 	end := reqs[len(reqs)-1].at
 	end += max(end/10, cfg.Period/2)
-	// Sample the tokens for the chart. A fixed window's tokens change only
-	// at the requests and the window boundaries: sample both sides of every
-	// boundary, so that the grants show as steps. A token bucket refills
-	// continuously: sample evenly. Few samples keep simulate fast, as
-	// every move of the mock clock yields to other goroutines for 1 ms.
-	var times []time.Duration
-	fixed := cfg.Kind == ratelimit.FixedWindow && end/cfg.Period <= 200
-	if !fixed {
-		for i := range 150 {
-			times = append(times, end*time.Duration(i)/150)
-		}
-	}
-	if cfg.Kind == ratelimit.FixedWindow {
-		for w := time.Duration(0); w <= end; w += cfg.Period {
-			if w > 0 {
-				times = append(times, w-time.Millisecond)
-			}
-			times = append(times, w)
-		}
-	}
-	times = append(times, end)
-	slices.Sort(times)
+	times := sampleTimes(cfg, end)
 
 	var (
 		steps   []step
