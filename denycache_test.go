@@ -268,6 +268,21 @@ func (s *learnHookStore) Delete(ctx context.Context, ids []driver.RecordID) erro
 	return s.Store.Delete(ctx, ids)
 }
 
+// newLearnLimiter returns a Limiter with a deny cache over store, whose
+// limit "l" grants one call an hour, and whose key "k" has had its call:
+// the next is refused by the store, and the cache learns the record.
+func newLearnLimiter(t *testing.T) (*ratelimit.Limiter, *learnHookStore) {
+	store := &learnHookStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+	res, err := lim.Limit(context.Background(), "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	return lim, store
+}
+
 // The deny cache learns a refused key by loading its record, then keeping
 // it. A Reset of this process between the two must not leave the record
 // read before it in the cache: the next call would be refused locally
@@ -275,22 +290,14 @@ func (s *learnHookStore) Delete(ctx context.Context, ids []driver.RecordID) erro
 // refusal is one the store would make).
 func TestDenyCacheResetDuringLearn(t *testing.T) {
 	ctx := context.Background()
-	store := &learnHookStore{Store: must(memstore.New())}
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
-	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
-	require.NoError(t, err)
-
-	res, err := lim.Limit(ctx, "l", "k")
-	require.NoError(t, err)
-	require.True(t, res.OK)
+	lim, store := newLearnLimiter(t)
 
 	store.afterLoad = func() {
 		done := make(chan error)
 		go func() { done <- lim.Reset(ctx, "l", "k") }() // another goroutine resets the key
 		require.NoError(t, <-done)
 	}
-	res, err = lim.Limit(ctx, "l", "k") // refused by the store: the cache learns
+	res, err := lim.Limit(ctx, "l", "k") // refused by the store: the cache learns
 	require.NoError(t, err)
 	require.False(t, res.OK)
 
@@ -310,15 +317,7 @@ func TestDenyCacheResetDuringLearn(t *testing.T) {
 // stay.
 func TestDenyCacheLearnDuringReset(t *testing.T) {
 	ctx := context.Background()
-	store := &learnHookStore{Store: must(memstore.New())}
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
-	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
-	require.NoError(t, err)
-
-	res, err := lim.Limit(ctx, "l", "k")
-	require.NoError(t, err)
-	require.True(t, res.OK)
+	lim, store := newLearnLimiter(t)
 
 	store.beforeDelete = func() {
 		done := make(chan ratelimit.Result)
@@ -333,7 +332,7 @@ func TestDenyCacheLearnDuringReset(t *testing.T) {
 	}
 	require.NoError(t, lim.Reset(ctx, "l", "k"))
 
-	res, err = lim.Limit(ctx, "l", "k")
+	res, err := lim.Limit(ctx, "l", "k")
 	require.NoError(t, err)
 	require.True(t, res.OK, "after Reset the store would allow the call; got a refusal (Local=%v)", res.Local)
 }
