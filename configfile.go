@@ -84,10 +84,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("limit config: %w", err)
 	}
-	if n.Kind != yaml.DocumentNode || len(n.Content) != 1 {
-		return errors.New("limit config: write one object of fields (kind, rate, period, ...)")
-	}
-	return c.UnmarshalYAML(n.Content[0])
+	return c.UnmarshalYAML(n.Content[0]) // a document of one value
 }
 
 // configFields are the fields of the file format, and how each is read.

@@ -91,7 +91,7 @@ seed gives the same output.`,
 			case every == 0 && (flags.Changed("for") || flags.Changed("count")):
 				return usagef("--for and --count are of the steady pattern: give --every too, or give each --at request its count (TIME=COUNT)")
 			case duration > maxOffset:
-				return usagef("--for %v: requests come at most %v (100 years) after the start", duration, maxOffset)
+				return tooLate(fmt.Sprintf("--for %v", duration))
 			}
 			if every > 0 {
 				if duration <= 0 {
@@ -150,6 +150,12 @@ func parsePattern(s string) ([]request, error) {
 // the start, as the longest period.
 const maxOffset = ratelimit.MaxPeriod
 
+// tooLate is the usage error of a request time, named by what, past
+// maxOffset.
+func tooLate(what string) error {
+	return usagef("%s: requests come at most %v (100 years) after the start", what, maxOffset)
+}
+
 // parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset.
 func parseOffset(s string) (time.Duration, error) {
 	if d, err := time.ParseDuration(s); err == nil {
@@ -157,7 +163,7 @@ func parseOffset(s string) (time.Duration, error) {
 			return 0, usagef("time %q: requests come at or after the start, 0s", s)
 		}
 		if d > maxOffset {
-			return 0, usagef("time %q: requests come at most %v (100 years) after the start", s, maxOffset)
+			return 0, tooLate(fmt.Sprintf("time %q", s))
 		}
 		return d, nil
 	}
@@ -178,7 +184,7 @@ func parseOffset(s string) (time.Duration, error) {
 		ns += n * float64(units[i])
 	}
 	if ns > float64(maxOffset) {
-		return 0, usagef("time %q: requests come at most %v (100 years) after the start", s, maxOffset)
+		return 0, tooLate(fmt.Sprintf("time %q", s))
 	}
 	return time.Duration(ns), nil
 }
