@@ -17,6 +17,9 @@
 // returns when its send does; with Options.Detach it is sent on another
 // goroutine, so that its caller can leave on time even when the send does
 // not watch the context.
+//
+// A panic in a send on a caller's goroutine goes on to that caller, with
+// the call out of flight: a caller that recovers finds the Batcher usable.
 package coalesce
 
 import (
@@ -205,12 +208,10 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 			return b.wait(ctx, c)
 		}
 		b.mu.Unlock()
-		res, err := b.sendOne(ctx, req)
-		b.mu.Lock()
-		b.inflight--
-		b.count(-1, 0)
-		b.next() // unlocks
-		return res, err
+		// Out of flight when send returns, or panics: the panic goes on
+		// to the caller, and the Batcher stays usable if it recovers.
+		defer b.landed()
+		return b.sendOne(ctx, req)
 	}
 	c := b.newCall(ctx, req)
 	b.queue = append(b.queue, c)
@@ -278,6 +279,15 @@ func (b *Batcher[Req, Res]) sendOne(ctx context.Context, req Req) (Res, error) {
 	reqs := [1]Req{req}
 	err := b.send(ctx, reqs[:], res[:])
 	return res[0], err
+}
+
+// landed takes a lone call sent on its caller's goroutine out of flight
+// and starts the next batch, if calls are queued.
+func (b *Batcher[Req, Res]) landed() {
+	b.mu.Lock()
+	b.inflight--
+	b.count(-1, 0)
+	b.next() // unlocks
 }
 
 // remove takes a queued call out of the queue. b.mu is held.

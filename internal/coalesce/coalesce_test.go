@@ -387,6 +387,49 @@ func TestSendErrorFailsTheWholeBatch(t *testing.T) {
 	require.EqualError(t, (<-c).err, "server gone")
 }
 
+// A lone call's send that panics passes the panic on to its caller, on
+// whose goroutine it runs; a caller that recovers (as net/http does for a
+// handler) finds the Batcher usable: the call is out of flight, and the
+// calls queued behind it are sent.
+func TestLoneSendPanicReachesItsCallerAndTheBatcherGoesOn(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		if reqs[0] == 1 {
+			entered <- struct{}{}
+			<-release
+			panic("boom")
+		}
+		for i, r := range reqs {
+			res[i] = r * 10
+		}
+		return nil
+	}, Options{})
+	bg := context.Background()
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		_, _ = b.Do(bg, 1)
+	}()
+	<-entered
+	queued := doAsync(b, bg, 2)
+	waitQueued(t, b, 1)
+	close(release)
+	require.Equal(t, "boom", <-recovered)
+	select {
+	case a := <-queued:
+		require.Equal(t, answer{20, nil}, a)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call queued behind the panicked send was never sent")
+	}
+	waitInflight(t, b, 0)
+
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	res, err := b.Do(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, 30, res)
+}
+
 func TestOffSendsEveryCallAloneAtOnce(t *testing.T) {
 	g := newGate()
 	b := New(g.send, Off)

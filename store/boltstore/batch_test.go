@@ -213,3 +213,31 @@ func TestLoneCallRollsBackWhenContextEnds(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, stored(t, s, "l", "k").Found)
 }
+
+// A panic while a lone call's op is decided goes on to its caller, on
+// whose goroutine the transaction runs: bbolt rolls the transaction back,
+// and a caller that recovers (as net/http does for a handler) finds the
+// store usable.
+func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
+		if op.Items[0].Key == "bad" {
+			panic("decide failed")
+		}
+		return nil
+	}})
+	now := t0.UnixMilli()
+	out := make([]driver.Decision, 1)
+	func() {
+		defer func() { require.Equal(t, "decide failed", recover()) }()
+		_ = s.Apply(ctx, takeOp("l", "bad", 1, now), out)
+	}()
+	require.False(t, stored(t, s, "l", "bad").Found, "the transaction is rolled back")
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.Apply(wctx, takeOp("l", "good", 1, now), out), "Apply after a recovered panic")
+	require.True(t, out[0].OK)
+	require.True(t, stored(t, s, "l", "good").Found)
+}
