@@ -20,11 +20,16 @@
 //
 // A panic in a send on a caller's goroutine goes on to that caller, with
 // the call out of flight: a caller that recovers finds the Batcher usable.
+// A panic in a send in the background, where no caller could recover it,
+// fails every call of the batch with a *PanicError instead, and the
+// Batcher goes on.
 package coalesce
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -426,7 +431,7 @@ func work[Req, Res any](calls <-chan *call[Req, Res]) {
 // does, the batches of the calls that arrived meanwhile.
 func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	var res [1]Res
-	err := b.send(c.ctx, []Req{c.req}, res[:])
+	err := b.sendBackground(c.ctx, []Req{c.req}, res[:])
 	c.res, c.err = res[0], err
 
 	// Out of flight before the caller wakes, so that its next call, if
@@ -455,7 +460,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		for i, c := range calls {
 			reqs[i] = c.req
 		}
-		err := b.send(ctx, reqs, res)
+		err := b.sendBackground(ctx, reqs, res)
 		bt.cancel()
 		for i, c := range calls {
 			c.res, c.err = res[i], err
@@ -473,6 +478,36 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		calls, bt, ctx = b.take()
 		b.mu.Unlock()
 	}
+}
+
+// PanicError is the error of every call of a batch whose send panicked in
+// the background (a batch of queued calls, or a detached lone call): no
+// caller could recover the panic there, and the process would end.
+type PanicError struct {
+	Value any    // the value the send panicked with
+	Stack []byte // the stack of the send's goroutine when it panicked
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("a batch's send panicked: %v", e.Value)
+}
+
+// Unwrap returns the value the send panicked with, if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// sendBackground sends a batch in the background: a panic in send fails
+// the batch with a *PanicError, and its results are zero.
+func (b *Batcher[Req, Res]) sendBackground(ctx context.Context, reqs []Req, res []Res) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			clear(res)
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return b.send(ctx, reqs, res)
 }
 
 // Group keeps one Batcher per destination, made on first use. With

@@ -430,6 +430,73 @@ func TestLoneSendPanicReachesItsCallerAndTheBatcherGoesOn(t *testing.T) {
 	require.Equal(t, 30, res)
 }
 
+// A send that panics in the background, where no caller could recover
+// it, fails every call of its batch with a *PanicError instead of ending
+// the process, and the Batcher goes on.
+func TestBackgroundSendPanicFailsItsBatch(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		switch reqs[0] {
+		case 1:
+			entered <- struct{}{}
+			<-release
+		case 2:
+			res[0] = 20 // dropped: the batch failed
+			panic("boom")
+		}
+		for i, r := range reqs {
+			res[i] = r * 10
+		}
+		return nil
+	}, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-entered
+	a := doAsync(b, bg, 2)
+	waitQueued(t, b, 1)
+	c := doAsync(b, bg, 3)
+	waitQueued(t, b, 2)
+	close(release)
+	require.Equal(t, answer{10, nil}, <-first)
+	for _, ch := range []<-chan answer{a, c} {
+		got := <-ch
+		require.Zero(t, got.res)
+		var pe *PanicError
+		require.ErrorAs(t, got.err, &pe)
+		require.Equal(t, "boom", pe.Value)
+		require.Contains(t, string(pe.Stack), "panic")
+		require.EqualError(t, got.err, "a batch's send panicked: boom")
+	}
+	waitInflight(t, b, 0)
+	res, err := b.Do(bg, 4)
+	require.NoError(t, err)
+	require.Equal(t, 40, res)
+}
+
+// A detached lone call's send panics on the worker: its caller gets a
+// *PanicError, which wraps the panic's value when that is an error, and
+// the worker takes the next call.
+func TestDetachedSendPanicFailsItsCall(t *testing.T) {
+	boom := errors.New("boom")
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		if reqs[0] == 1 {
+			panic(boom)
+		}
+		res[0] = reqs[0] * 10
+		return nil
+	}, Options{Detach: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := b.Do(ctx, 1)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.ErrorIs(t, err, boom)
+	waitLocked(t, b, func() bool { return b.inflight == 0 && !b.busy })
+	res, err := b.Do(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 20, res)
+}
+
 func TestOffSendsEveryCallAloneAtOnce(t *testing.T) {
 	g := newGate()
 	b := New(g.send, Off)

@@ -241,3 +241,49 @@ func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
 	require.True(t, out[0].OK)
 	require.True(t, stored(t, s, "l", "good").Found)
 }
+
+// A panic while an op of a batch is decided, in the background, fails
+// every call of the batch (bbolt rolls the transaction back: nothing is
+// written), and the store goes on.
+func TestBatchPanicFailsItsCalls(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	now := t0.UnixMilli()
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	boltstore.SetHooks(s, boltstore.Hooks{
+		InWrite: func(*bolt.Tx) { once.Do(func() { close(inFirst); <-release }) },
+		FailOp: func(op *driver.Op) error {
+			if op.Items[0].Key == "bad" {
+				panic("decide failed")
+			}
+			return nil
+		},
+	})
+	apply := func(key string) <-chan error {
+		ch := make(chan error, 1)
+		qctx := &doneCtx{Context: ctx, waiting: make(chan struct{})}
+		go func() { ch <- s.Apply(qctx, takeOp("l", key, 1, now), make([]driver.Decision, 1)) }()
+		<-qctx.waiting
+		return ch
+	}
+	first := make(chan error, 1)
+	go func() { first <- s.Apply(ctx, takeOp("l", "first", 1, now), make([]driver.Decision, 1)) }()
+	<-inFirst // the first call's transaction is under way, and holds on
+	// Queued behind it, in this order.
+	good, bad := apply("good"), apply("bad")
+	close(release)
+	require.NoError(t, <-first)
+	for _, ch := range []<-chan error{good, bad} {
+		err := <-ch
+		require.EqualError(t, err, "boltstore: a batch's send panicked: decide failed")
+	}
+	require.False(t, stored(t, s, "l", "good").Found, "the batch's transaction is rolled back")
+	require.False(t, stored(t, s, "l", "bad").Found)
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(wctx, takeOp("l", "after", 1, now), out))
+	require.True(t, out[0].OK)
+}

@@ -20,6 +20,11 @@
 // their order of arrival: many callers share one transaction and one commit,
 // with no timer. The store also implements driver.BatchApplier.
 //
+// A panic in a transaction rolls it back and leaves the store usable: a
+// lone caller's goes on to that caller, on whose goroutine it ran; a
+// group's, run in the background, fails every call of the group with an
+// error instead.
+//
 // # Deadlines
 //
 // A call whose context ends while it waits, queued for the next
