@@ -659,7 +659,10 @@ type bound struct {
 // recall returns the refusal r remembers for a call of one token at now
 // by b, if any. The caller holds r's lock and has seen r.memo != 0.
 func (b *bound) recall(r *record, now int64) (driver.Verdict, bool) {
-	if m := r.memo; m>>32 == uint64(now-r.ts)<<16|b.params {
+	// The elapsed time matches only if its 16 bits are all of it (el>>16
+	// is 0): el<<16 alone drops the rest, and a call 2^48 ms away would
+	// match.
+	if el, m := uint64(now-r.ts), r.memo; (m>>32^(el<<16|b.params))|el>>16 == 0 {
 		return driver.Verdict{RetryAfter: int64(uint32(m)), Remaining: r.memoRem, TS: b.refusedAt(r, now)}, true
 	}
 	return driver.Verdict{}, false

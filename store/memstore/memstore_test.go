@@ -355,3 +355,37 @@ func TestExactWhileRecordsMove(t *testing.T) {
 		require.Equal(t, int64(quota), granted[k].Load(), "key %d", k)
 	}
 }
+
+// The refusal a record remembers answers only a call at the same elapsed
+// time since the record's: one 2^48 ms before or after (within
+// ±driver.MaxTime), whose elapsed time has the same low 16 bits, gets the
+// transition's answer, as through Apply, not the remembered one.
+func TestRecalledRefusalNeedsTheSameElapsedTime(t *testing.T) {
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	const t0 = int64(1_700_000_000_000)
+	bound := must(memstore.New()).Bind("l", p, func(string) int64 { return 0 })
+	ref := must(memstore.New())
+	apply := func(now int64, count float64) driver.Decision {
+		out := make([]driver.Decision, 1)
+		op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: count, Shards: []driver.Shard{{Params: p}}}}}
+		require.NoError(t, ref.Apply(ctx, op, out))
+		return out[0]
+	}
+	steps := []struct {
+		now   int64
+		count float64
+	}{
+		{t0, 10},            // drains the bucket
+		{t0 + 1, 1},         // refused, and remembered: elapsed 1
+		{t0 + 1, 1},         // the same refusal, remembered
+		{t0 + 1 - 1<<48, 1}, // elapsed 1 - 2^48
+		{t0 + 1 + 1<<48, 1}, // elapsed 1 + 2^48
+	}
+	for i, st := range steps {
+		require.LessOrEqual(t, max(st.now, -st.now), driver.MaxTime)
+		v, err := bound.Decide(ctx, "k", driver.ModeLimit, st.now, st.count, false)
+		require.NoError(t, err)
+		require.Equal(t, apply(st.now, st.count), v.Decision(st.now, st.count), "step %d", i)
+	}
+}
