@@ -762,10 +762,15 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 }
 
 // Apply implements ratelimit.Store. An op that carries a settlement is
-// decided under the store's settlements lock: at most once per ID.
+// decided under the store's settlements lock: at most once per ID. An out
+// shorter than op's items is refused with an error, before any lock is
+// taken: the decision would panic while holding the records' locks.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(out) < len(op.Items) {
+		return fmt.Errorf("memstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
 	}
 	if op.Settle == nil {
 		s.apply(op, out)

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -388,4 +389,46 @@ func TestRecalledRefusalNeedsTheSameElapsedTime(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, apply(st.now, st.count), v.Decision(st.now, st.count), "step %d", i)
 	}
+}
+
+// An out shorter than the op's items is refused with an error, before
+// the decision would panic holding the records' locks: the key's later
+// calls, bound or not, are decided as ever.
+func TestApplyRefusesAShortOut(t *testing.T) {
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	const t0 = int64(1_700_000_000_000)
+	s := must(memstore.New())
+	op := func(count float64, keys ...string) *driver.Op {
+		op := &driver.Op{Now: t0}
+		for _, k := range keys {
+			op.Items = append(op.Items, driver.Item{Name: "l", Key: k, Count: count, Shards: []driver.Shard{{Params: p}}})
+		}
+		return op
+	}
+	out := make([]driver.Decision, 2)
+	require.NoError(t, s.Apply(ctx, op(1, "a", "b"), out)) // both records exist
+	for _, short := range [][]driver.Decision{nil, out[:1]} {
+		err := s.Apply(ctx, op(1, "a", "b"), short)
+		require.ErrorContains(t, err, "an op of 2 items and an out of")
+	}
+	settle := op(1, "a", "b")
+	settle.Mode, settle.Settle = driver.ModeRefund, &driver.Settlement{ID: [16]byte{1}, Kind: driver.SettleCancel, Until: t0 + 60_000}
+	require.Error(t, s.Apply(ctx, settle, out[:1]))
+
+	done := make(chan driver.Verdict, 1)
+	go func() {
+		v, err := s.Bind("l", p, func(string) int64 { return 0 }).Decide(ctx, "b", driver.ModeLimit, t0, 1, false)
+		assert.NoError(t, err)
+		done <- v
+	}()
+	select {
+	case v := <-done:
+		require.True(t, v.OK)
+		require.Equal(t, 8.0, v.Remaining, "the refused ops charged nothing")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the record is still locked by the refused op")
+	}
+	require.NoError(t, s.Apply(ctx, op(1, "a", "b"), out))
+	require.Equal(t, 8.0, out[0].Remaining)
 }
