@@ -89,7 +89,9 @@ func WithClock(c clock.Clock) Option {
 }
 
 // WithLogger sets the logger for failed sweeps (at level Warn) and
-// for the count of each sweep (Debug). By default the janitor logs to
+// for the count of each sweep (Debug). A sweep that Close interrupts is
+// not logged, and one of Sweep that its caller's context stops is logged
+// at Debug: neither is a failure of the store. By default the janitor logs to
 // slog.Default(); to silence it, pass slog.New(slog.DiscardHandler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(j *Janitor) error {
@@ -228,6 +230,11 @@ func (j *Janitor) report(ctx context.Context, res Result) {
 			slog.Int("deleted", res.Deleted), slog.Duration("took", res.Duration))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
+	case res.Manual && ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):
+		// The caller of Sweep stopped it (its context ended): the store
+		// did not fail.
+		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: janitor sweep stopped by its caller's context",
+			slog.Int("deleted", res.Deleted), slog.Any("err", res.Err))
 	default:
 		logger.LogAttrs(ctx, slog.LevelWarn, "janitor: janitor: sweeping expired records failed; the next sweep tries again",
 			slog.Int("deleted", res.Deleted), slog.Any("err", res.Err))

@@ -304,6 +304,35 @@ func TestJanitorCloseDuringManualSweep(t *testing.T) {
 	assert.ErrorIs(t, <-swept, context.Canceled)
 }
 
+// TestJanitorManualSweepStoppedByItsCaller: a Sweep whose caller's
+// context ends mid-sweep returns its error, and is not logged as a failed
+// sweep (Warn): the store did not fail. It is logged at Debug.
+func TestJanitorManualSweepStoppedByItsCaller(t *testing.T) {
+	store := &expirer{answers: make(chan func(ctx context.Context) (int, error), 1)}
+	store.answers <- func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 2, ctx.Err()
+	}
+	var logs bytes.Buffer
+	j, _, results := newJanitor(t, store, time.Hour,
+		janitor.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := j.Sweep(ctx)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return len(store.calls()) == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	r := next(t, results)
+	assert.ErrorIs(t, r.Err, context.Canceled)
+	assert.Equal(t, 2, r.Deleted)
+	assert.NotContains(t, logs.String(), "level=WARN", "the caller's own cancel logged as a failed sweep")
+	assert.Contains(t, logs.String(), "level=DEBUG")
+}
+
 // TestJanitorNeverSweepsTwiceAtOnce: Sweep calls from many goroutines and
 // the timer's ticks, all at once; the store never sees two at a time.
 func TestJanitorNeverSweepsTwiceAtOnce(t *testing.T) {
