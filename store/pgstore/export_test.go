@@ -1,5 +1,7 @@
 package pgstore
 
+import "context"
+
 // SetExpiredChunk sets how many rows one transaction of DeleteExpired
 // walks, for a test, and returns a function that restores it.
 func SetExpiredChunk(n int) (restore func()) {
@@ -38,3 +40,7 @@ func Direct(s *Store) bool { return s.direct }
 func ManyStatements(s *Store) (upsert, load, del, sweep string) {
 	return s.upsertSQL[0], s.loadSQL, s.deleteSQL, s.expiredSQL
 }
+
+// LockWait returns the lock_timeout, in ms, of a statement sent with ctx
+// (0: no bound), for a test.
+func LockWait(ctx context.Context) int32 { return lockWait(ctx) }

@@ -761,15 +761,23 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 // that request does not get through (the network is what failed), the
 // statement still gives up soon after, and frees its locks and its
 // connection, rather than wait on a stalled lock holder for as long as it
-// holds.
+// holds. A deadline beyond lock_timeout's largest value (math.MaxInt32
+// ms, some 24 days) waits that long: the sum below would overflow for one
+// centuries away, as context.WithTimeout(ctx, math.MaxInt64) sets.
 func lockWait(ctx context.Context) int32 {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return 0
 	}
-	left := time.Until(dl)
-	ms := (left + left/8 + 50*time.Millisecond).Milliseconds()
-	return int32(min(max(ms, 1), math.MaxInt32))
+	switch left := time.Until(dl); {
+	case left <= 0:
+		return 1
+	case left >= math.MaxInt32*time.Millisecond:
+		return math.MaxInt32
+	default:
+		ms := (left + left/8 + 50*time.Millisecond).Milliseconds()
+		return int32(min(ms, math.MaxInt32))
+	}
 }
 
 // Apply implements ratelimit.Store. The op goes in one statement, alone or

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"crypto/sha256"
+	"math"
 	"testing"
 	"time"
 
@@ -138,6 +139,62 @@ func TestDeadlineWithRowHeld(t *testing.T) {
 	got := make([]driver.Record, 1)
 	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, got))
 	require.Equal(t, 9.0, got[0].State.Remaining, "the call that gave up was not charged")
+}
+
+// A statement's lock wait is a little longer than its call's context
+// leaves, and saturates at lock_timeout's largest value for a deadline
+// however far: left + left/8 must not overflow time.Duration.
+func TestLockWaitOfADeadline(t *testing.T) {
+	ctx := context.Background()
+	require.Zero(t, pgstore.LockWait(ctx), "no deadline, no bound")
+	for _, c := range []struct {
+		timeout  time.Duration
+		min, max int32
+	}{
+		{time.Second, 1100, 1175},
+		{-time.Hour, 1, 1},
+		{time.Duration(math.MinInt64), 1, 1},
+		{30 * 24 * time.Hour, math.MaxInt32, math.MaxInt32},
+		{100 * 365 * 24 * time.Hour, math.MaxInt32, math.MaxInt32},
+		{time.Duration(math.MaxInt64), math.MaxInt32, math.MaxInt32},
+	} {
+		callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+		got := pgstore.LockWait(callCtx)
+		cancel()
+		require.True(t, got >= c.min && got <= c.max, "timeout %v: lock wait %d ms, want [%d, %d]", c.timeout, got, c.min, c.max)
+	}
+}
+
+// A call whose deadline is centuries away (context.WithTimeout(ctx,
+// math.MaxInt64), a common "no timeout") waits for a held row as long as
+// it is held, rather than give up at once.
+func TestFarDeadlineWithRowHeld(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s, tx := rowHeld(t)
+	callCtx, cancel := context.WithTimeout(ctx, math.MaxInt64)
+	defer cancel()
+	call := applyAsync(callCtx, s, limitOp("k", 1))
+	var early *applied
+	require.Eventually(t, func() bool {
+		select {
+		case a := <-call:
+			early = &a
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "+
+			"AND datname = current_database() AND position($1 in query) > 0", table).Scan(&waiting))
+		return waiting == 1
+	}, 20*time.Second, 2*time.Millisecond, "the call neither waits for the row nor returns")
+	if early != nil {
+		require.NoError(t, early.err, "the call gave up on the row while its deadline is centuries away")
+		t.Fatal("the call returned while the row was held")
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	a := receive(t, call)
+	require.NoError(t, a.err)
+	require.True(t, a.out[0].OK)
 }
 
 // A call queued behind a stalled statement leaves when its context ends,
