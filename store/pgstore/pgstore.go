@@ -816,17 +816,24 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	return nil
 }
 
-// Load implements ratelimit.Store: one statement.
+// Load implements ratelimit.Store: one statement. An id given more than
+// once is read once, and its record reported at each of its positions.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys := make([][]byte, len(ids))
+	keys := make([][]byte, 0, len(ids))
+	first := make([]int, len(ids)) // the first position of ids[i]
 	index := make(map[[sha256.Size]byte]int, len(ids))
 	for i, id := range ids {
 		k := recordID(id)
-		keys[i] = k[:]
-		index[k] = i
+		j, ok := index[k]
+		if !ok {
+			j = i
+			index[k] = i
+			keys = append(keys, k[:])
+		}
+		first[i] = j
 		out[i] = driver.Record{}
 	}
 	rows, err := s.pool.Query(ctx, s.loadSQL, keys)
@@ -848,6 +855,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pgstore: load: %w", err)
+	}
+	for i, j := range first {
+		out[i] = out[j]
 	}
 	return nil
 }

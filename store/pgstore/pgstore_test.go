@@ -267,6 +267,28 @@ func TestOddTableNames(t *testing.T) {
 	require.Error(t, err)
 }
 
+// TestLoadDuplicateIDs: an id given to Load more than once is reported
+// at every one of its positions, not only at its last.
+func TestLoadDuplicateIDs(t *testing.T) {
+	ctx := context.Background()
+	_, _, s := newTableStore(t)
+	for _, key := range []string{"a", "b"} {
+		out := make([]driver.Decision, 1)
+		require.NoError(t, s.Apply(ctx, limitOp(key, 1), out))
+		require.True(t, out[0].OK)
+	}
+	a, b, none := driver.RecordID{Name: "l", Key: "a"}, driver.RecordID{Name: "l", Key: "b"}, driver.RecordID{Name: "l", Key: "none"}
+	got := make([]driver.Record, 6)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{a, b, a, none, b, a}, got))
+	for i, want := range []int{0, 1, 0, 3, 1, 0} {
+		require.Equal(t, got[want], got[i], "position %d", i)
+	}
+	require.True(t, got[0].Found)
+	require.Equal(t, 9.0, got[0].State.Remaining)
+	require.True(t, got[1].Found)
+	require.False(t, got[3].Found)
+}
+
 // TestStatementsDeallocatedBehindTheConnection drops a connection's
 // prepared statements behind pgx's back, as a connection pooler's
 // DEALLOCATE ALL or DISCARD ALL does: a lone call's statement that the
