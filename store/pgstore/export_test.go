@@ -44,3 +44,7 @@ func ManyStatements(s *Store) (upsert, load, del, sweep string) {
 // LockWait returns the lock_timeout, in ms, of a statement sent with ctx
 // (0: no bound), for a test.
 func LockWait(ctx context.Context) int32 { return lockWait(ctx) }
+
+// ApplyNoneFresh sends a batch of no ops to the function _apply with an
+// encoder fresh from its pool, for a test.
+func ApplyNoneFresh(ctx context.Context, s *Store) error { return s.applyWith(ctx, newEncoder(), nil) }

@@ -553,9 +553,17 @@ type encoder struct {
 	params map[driver.Params]int32
 }
 
-var encoders = sync.Pool{New: func() any {
-	return &encoder{recs: make(map[[sha256.Size]byte]int32), params: make(map[driver.Params]int32)}
-}}
+var encoders = sync.Pool{New: func() any { return newEncoder() }}
+
+// newEncoder returns an encoder whose arrays are empty, never nil: pgx
+// sends a nil slice as NULL, whose cardinality the function cannot take.
+func newEncoder() *encoder {
+	return &encoder{
+		ops: []int64{}, counts: []float64{}, refs: []int32{}, ids: [][]byte{}, names: [][]byte{}, keys: [][]byte{},
+		shards: []int32{}, marks: []int64{}, pint: []int64{}, pflt: []float64{},
+		recs: make(map[[sha256.Size]byte]int32), params: make(map[driver.Params]int32),
+	}
+}
 
 func (e *encoder) reset() {
 	e.ops, e.counts, e.refs, e.marks = e.ops[:0], e.counts[:0], e.refs[:0], e.marks[:0]
@@ -697,6 +705,11 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
+	return s.applyWith(ctx, e, reqs)
+}
+
+// applyWith is sendApply with the encoder e.
+func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) error {
 	e.reset()
 	for _, r := range reqs {
 		e.add(r) // the ids point into the requests, alive until send returns
@@ -798,10 +811,13 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // ApplyBatch implements driver.BatchApplier: ops decided one after
-// another, in one statement.
+// another, in one statement; none for no ops.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(ops) == 0 {
+		return nil
 	}
 	reqs := make([]*request, len(ops))
 	for i, op := range ops {

@@ -152,6 +152,26 @@ func TestOneStatementPerCall(t *testing.T) {
 	}
 }
 
+// TestApplyBatchEmpty: ApplyBatch of no ops decides nothing and sends
+// nothing, as that many (zero) calls of Apply would.
+func TestApplyBatchEmpty(t *testing.T) {
+	ctx := context.Background()
+	tr := &tracer{}
+	s := newStore(t, newPool(t, testserver.PostgresURL(t), tr))
+	tr.n.Store(0)
+	require.NoError(t, s.ApplyBatch(ctx, nil, nil))
+	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{}, [][]driver.Decision{}))
+	require.Zero(t, tr.n.Load(), "statements sent for no ops")
+}
+
+// TestFreshEncoderSendsEmptyArrays: the arrays of an encoder fresh from
+// its pool are empty, not nil, which pgx would send as NULL: the function
+// _apply takes the cardinality of each, which NULL fails (SQLSTATE 22004).
+func TestFreshEncoderSendsEmptyArrays(t *testing.T) {
+	_, _, s := newTableStore(t)
+	require.NoError(t, pgstore.ApplyNoneFresh(context.Background(), s))
+}
+
 // TestNoDeadlock runs calls that lock overlapping records in every order
 // at once: LimitAll over several limits of one key, in shuffled orders,
 // and a sharded limit. PostgreSQL would abort a deadlocked call with
