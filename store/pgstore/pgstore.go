@@ -284,7 +284,7 @@ func Schema(table string) (string, error) {
 
 func (n names) schema() string {
 	sql := expandWaits(schemaSQL)
-	sql = strings.NewReplacer(
+	subs := []string{
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
 		"{{one}}", n.one,
@@ -303,14 +303,30 @@ func (n names) schema() string {
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
-	).Replace(sql)
-	// A dollar-quote tag that the script does not hold (names may), so
-	// that the function's body ends where it should whatever the names.
+	}
+	// A dollar-quote tag that neither the script nor anything written into
+	// it holds, so that the functions' bodies end where they should
+	// whatever the names. It is written in with the names, in one pass:
+	// a name that holds a placeholder, such as {{q}}, stays as it is.
 	tag := "$fn$"
-	for i := 0; strings.Contains(sql, tag); i++ {
+	for i := 0; holds(sql, subs, tag); i++ {
 		tag = fmt.Sprintf("$fn%d$", i)
 	}
-	return strings.ReplaceAll(sql, "{{q}}", tag)
+	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+}
+
+// holds reports whether sql, or one of the replacements of the
+// placeholder-replacement pairs subs, holds tag.
+func holds(sql string, subs []string, tag string) bool {
+	if strings.Contains(sql, tag) {
+		return true
+	}
+	for i := 1; i < len(subs); i += 2 {
+		if strings.Contains(subs[i], tag) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitCall is the script's one spelling of state.go's wait:

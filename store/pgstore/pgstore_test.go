@@ -309,6 +309,31 @@ func TestLoadDuplicateIDs(t *testing.T) {
 	require.False(t, got[3].Found)
 }
 
+// TestTableNamesWithPlaceholders: a table name that holds a placeholder
+// of the schema's script, or a dollar-quote tag, is a name as any other:
+// {{q}} in it is not read as the tag that ends a function's body.
+func TestTableNamesWithPlaceholders(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	for _, odd := range []string{"{{q}}", "$fn${{q}}{{table}}", "{{q}}$fn$$fn0$"} {
+		name := fmt.Sprintf("rl%s%d", odd, time.Now().UnixNano())
+		t.Cleanup(func() { dropTable(pool, name) })
+		s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err, "%q", name)
+		// Two items: the function _apply, installed with the schema.
+		op := &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{
+			{Name: "l", Key: "a", Count: 1, Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}},
+			{Name: "l", Key: "b", Count: 2, Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}},
+		}}
+		out := make([]driver.Decision, 2)
+		require.NoError(t, s.Apply(ctx, op, out), "%q", name)
+		require.True(t, out[0].OK && out[1].OK)
+		got := make([]driver.Record, 2)
+		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "a"}, {Name: "l", Key: "b"}}, got))
+		require.Equal(t, []float64{9, 8}, []float64{got[0].State.Remaining, got[1].State.Remaining}, "%q", name)
+	}
+}
+
 // TestStatementsDeallocatedBehindTheConnection drops a connection's
 // prepared statements behind pgx's back, as a connection pooler's
 // DEALLOCATE ALL or DISCARD ALL does: a lone call's statement that the
