@@ -170,8 +170,9 @@ type options struct {
 // "_sweep", "_split" and "_pwait". Names are quoted, so any characters are
 // safe, but PostgreSQL keeps at most 63 bytes of a name: New refuses a
 // table name longer than 57 bytes (63 with the longest suffix), a schema
-// name longer than 63, and NUL bytes, rather than let two long names share
-// one table.
+// name longer than 63, rather than let two long names share one table, and
+// a name that holds a NUL byte or is not valid UTF-8, which no PostgreSQL
+// name can be. Each is an error matching ErrTableName.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -227,6 +228,9 @@ func tableNames(table string) (names, error) {
 	}
 	if strings.IndexByte(table, 0) >= 0 {
 		return names{}, fmt.Errorf("pgstore: table name %q holds a NUL byte, which PostgreSQL names cannot: %w", table, ErrTableName)
+	}
+	if !utf8.ValidString(table) {
+		return names{}, fmt.Errorf("pgstore: table name %q is not valid UTF-8, the encoding pgx speaks to the server: %w", table, ErrTableName)
 	}
 	parts := strings.SplitN(table, ".", 2)
 	last := len(parts) - 1

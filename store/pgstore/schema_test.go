@@ -72,6 +72,21 @@ func TestTableNamesPostgresWouldCut(t *testing.T) {
 	}
 }
 
+// A table name that is not valid UTF-8 cannot be a PostgreSQL name: New
+// and Schema refuse it with ErrTableName, before the server sees it (it
+// would answer SQLSTATE 22021).
+func TestTableNameInvalidUTF8(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	for _, name := range []string{"ratelimit_test_\xff", "\xc3.limits", "limits.caf\xc3"} {
+		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.ErrorIs(t, err, pgstore.ErrTableName, "%q", name)
+		require.ErrorContains(t, err, "not valid UTF-8")
+		_, err = pgstore.Schema(name)
+		require.ErrorIs(t, err, pgstore.ErrTableName, "%q", name)
+	}
+}
+
 // The SQL of Schema, applied by hand as a migration tool would, makes a
 // table that New WithoutDDL accepts; WithoutDDL creates nothing and says
 // what is missing.
