@@ -48,3 +48,11 @@ func LockWait(ctx context.Context) int32 { return lockWait(ctx) }
 // ApplyNoneFresh sends a batch of no ops to the function _apply with an
 // encoder fresh from its pool, for a test.
 func ApplyNoneFresh(ctx context.Context, s *Store) error { return s.applyWith(ctx, newEncoder(), nil) }
+
+// Retried returns how many statements s sent again after a serialization
+// failure or a deadlock, for a test.
+func Retried(s *Store) int64 { return s.retried.Load() }
+
+// SerialRetries is how many times a statement that failed on a
+// concurrent transaction is sent again, for a test.
+const SerialRetries = serialRetries

@@ -152,7 +152,10 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 		k = 1
 		args = append(args, strconv.Itoa(int(wait))+"ms")
 	}
-	if err := s.pool.QueryRow(ctx, s.upsertSQL[k], args...).Scan(&b.wrote, &b.v, &b.ts); err != nil {
+	err := s.serial(ctx, s.pool, func(q querier) error {
+		return q.QueryRow(ctx, s.upsertSQL[k], args...).Scan(&b.wrote, &b.v, &b.ts)
+	})
+	if err != nil {
 		return true, err
 	}
 	if len(b.wrote) != n || len(b.v) != n || len(b.ts) != n {

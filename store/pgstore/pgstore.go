@@ -25,6 +25,17 @@
 // many, can deadlock. Records whose bucket is full again are removed by
 // DeleteExpired.
 //
+// # Isolation
+//
+// The store's statements expect READ COMMITTED, PostgreSQL's default
+// isolation. Under a default_transaction_isolation of REPEATABLE READ or
+// SERIALIZABLE, a statement on a record that a concurrent one changed
+// fails with a serialization failure (SQLSTATE 40001); each statement runs
+// alone in an implicit transaction, rolled back whole, so the store sends
+// it again in an explicit READ COMMITTED transaction, at most three times
+// (also after a deadlock, 40P01), and then returns the last error,
+// wrapped. No op is applied twice: a statement that failed applied none.
+//
 // # The schema
 //
 // New creates or upgrades the table and the functions (Schema returns the
@@ -144,6 +155,9 @@ type Store struct {
 	tracer pgx.QueryTracer
 	// hints: see fullHint.
 	hints [hintSlots]atomic.Int64
+	// retried counts the statements sent again after a serialization
+	// failure or a deadlock (retry.go).
+	retried atomic.Int64
 }
 
 var (
@@ -741,8 +755,11 @@ func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) erro
 		nums    []float64
 		fresh   bool
 	)
-	err := s.pool.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
-		lockWait(ctx), s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
+	wait := lockWait(ctx)
+	err := s.serial(ctx, s.pool, func(q querier) error {
+		return q.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
+			wait, s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
+	})
 	if err != nil {
 		return err
 	}
@@ -783,9 +800,12 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 		now = &r.now
 	}
 	d := &r.out[0]
-	return s.pool.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
-		int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), lockWait(ctx)).
-		Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Now, &d.TS)
+	wait := lockWait(ctx)
+	return s.serial(ctx, s.pool, func(q querier) error {
+		return q.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
+			int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), wait).
+			Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Now, &d.TS)
+	})
 }
 
 // lockWait returns how long, in ms, the statement of a call with ctx may
@@ -870,26 +890,29 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			keys = append(keys, k[:])
 		}
 		first[i] = j
-		out[i] = driver.Record{}
 	}
-	rows, err := s.pool.Query(ctx, s.loadSQL, keys)
+	err := s.serial(ctx, s.pool, func(q querier) error {
+		clear(out[:len(ids)])
+		rows, err := q.Query(ctx, s.loadSQL, keys)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id []byte
+				st driver.State
+			)
+			if err := rows.Scan(&id, &st.Remaining, &st.TS); err != nil {
+				return err
+			}
+			if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
+				out[i] = driver.Record{State: st, Found: true}
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return fmt.Errorf("pgstore: load: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id []byte
-			st driver.State
-		)
-		if err := rows.Scan(&id, &st.Remaining, &st.TS); err != nil {
-			return fmt.Errorf("pgstore: load: %w", err)
-		}
-		if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
-			out[i] = driver.Record{State: st, Found: true}
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pgstore: load: %w", err)
 	}
 	for i, j := range first {
@@ -908,7 +931,11 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		k := recordID(id)
 		keys[i] = k[:]
 	}
-	if _, err := s.pool.Exec(ctx, s.deleteSQL, keys); err != nil {
+	err := s.serial(ctx, s.pool, func(q querier) error {
+		_, err := q.Exec(ctx, s.deleteSQL, keys)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)
 	}
 	return nil
@@ -943,7 +970,9 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 			scanned int64
 			gone    int64
 		)
-		err := s.pool.QueryRow(ctx, s.expiredSQL, after, expiredChunk, cutoff).Scan(&last, &scanned, &gone)
+		err := s.serial(ctx, s.pool, func(q querier) error {
+			return q.QueryRow(ctx, s.expiredSQL, after, expiredChunk, cutoff).Scan(&last, &scanned, &gone)
+		})
 		if err != nil {
 			return deleted, fmt.Errorf("pgstore: delete expired: %w", err)
 		}

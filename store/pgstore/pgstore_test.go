@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -184,7 +186,8 @@ func TestNoDeadlock(t *testing.T) {
 	for _, n := range names {
 		limits[n] = ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1e9, Period: time.Second}
 	}
-	lim, err := ratelimit.New(newStore(t, pool), limits, ratelimit.WithClock(newMock(t0)))
+	s := newStore(t, pool)
+	lim, err := ratelimit.New(s, limits, ratelimit.WithClock(newMock(t0)))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -215,7 +218,177 @@ func TestNoDeadlock(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+	require.Zero(t, pgstore.Retried(s), "statements sent again after a deadlock")
 }
+
+// TestIsolationLevels: on a database or role whose default isolation is
+// REPEATABLE READ or SERIALIZABLE, concurrent calls on a hot key fail with
+// serialization failures (SQLSTATE 40001), which the store's statements,
+// written for READ COMMITTED, would return: each is sent again, once in a
+// READ COMMITTED transaction, and every call is decided once, exactly.
+func TestIsolationLevels(t *testing.T) {
+	bucket := driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: 1e9}
+	one := func(key string) driver.Item {
+		return driver.Item{Name: "n", Key: key, Count: 1, Shards: []driver.Shard{{Index: 0, Params: bucket}}}
+	}
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		for _, c := range []struct {
+			name   string
+			opts   []pgstore.Option
+			viaPgx bool // not straight to the connection (wire.go)
+		}{
+			{"lone", []pgstore.Option{pgstore.WithMaxBatch(1)}, false},
+			{"lone through pgx", []pgstore.Option{pgstore.WithMaxBatch(1)}, true},
+			{"batched", nil, false},
+			{"server time", []pgstore.Option{pgstore.WithMaxBatch(1), pgstore.WithServerTime()}, false},
+		} {
+			t.Run(iso+"/"+c.name, func(t *testing.T) {
+				ctx := context.Background()
+				cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+				require.NoError(t, err)
+				cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+				if c.viaPgx {
+					cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+				}
+				cfg.MaxConns = 20
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				require.NoError(t, err)
+				t.Cleanup(pool.Close)
+				var got string
+				require.NoError(t, pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&got))
+				require.Equal(t, iso, got)
+				table := uniqueTable(t, pool)
+				// Four stores on one table, as four processes of a fleet.
+				var stores [4]*pgstore.Store
+				for i := range stores {
+					stores[i], err = pgstore.New(ctx, pool, append([]pgstore.Option{pgstore.WithTable(table)}, c.opts...)...)
+					require.NoError(t, err)
+					require.Equal(t, !c.viaPgx, pgstore.Direct(stores[i]))
+				}
+				const goroutines, calls = 16, 20
+				var (
+					wg   sync.WaitGroup
+					mu   sync.Mutex
+					errs []error
+				)
+				for g := range goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range calls {
+							// One item on the hot key (a lone statement), or
+							// two (the function _apply).
+							op := &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(), Items: []driver.Item{one("hot")}}
+							if i%2 == 1 {
+								op.Items = append(op.Items, one("warm"))
+							}
+							out := make([]driver.Decision, len(op.Items))
+							err := stores[g%len(stores)].Apply(ctx, op, out)
+							if err == nil && (!out[0].OK || !out[len(out)-1].OK) {
+								err = fmt.Errorf("call %d of %d refused: %+v", i, g, out)
+							}
+							if err != nil {
+								mu.Lock()
+								errs = append(errs, err)
+								mu.Unlock()
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				if len(errs) > 0 {
+					t.Fatalf("%d of %d calls failed, first: %v", len(errs), goroutines*calls, errs[0])
+				}
+				var retried int64
+				for _, s := range stores {
+					retried += pgstore.Retried(s)
+				}
+				t.Logf("%d statements sent again", retried)
+				recs := make([]driver.Record, 2)
+				require.NoError(t, stores[0].Load(ctx, []driver.RecordID{{Name: "n", Key: "hot"}, {Name: "n", Key: "warm"}}, recs))
+				// Every call charged its token once (a refill of a token an
+				// hour adds nothing close to one at the server's time).
+				require.InDelta(t, 1e9-goroutines*calls, recs[0].State.Remaining, 0.01, "the hot key")
+				require.InDelta(t, 1e9-goroutines*calls/2, recs[1].State.Remaining, 0.01, "the warm key")
+			})
+		}
+	}
+}
+
+// TestSerializationFailureGivesUp: a statement that fails on concurrent
+// transactions however often it is sent (here a trigger raises SQLSTATE
+// 40001 at every write) is sent again SerialRetries times, then its error
+// is returned, wrapped; it wrote nothing. Each of the store's statements
+// that write: the lone ones, directly and through pgx, the functions, the
+// batch upsert, and Delete.
+func TestSerializationFailureGivesUp(t *testing.T) {
+	ctx := context.Background()
+	direct := newPool(t, testserver.PostgresURL(t), nil)
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	viaPgx, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(viaPgx.Close)
+
+	table := uniqueTable(t, direct)
+	s, err := pgstore.New(ctx, direct, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("old", 1), make([]driver.Decision, 1)))
+	// Counts the writes tried, outside of the transactions that fail.
+	tries := pgx.Identifier{table + "_tries"}.Sanitize()
+	fail := pgx.Identifier{table + "_fail"}.Sanitize()
+	_, err = direct.Exec(ctx, "CREATE SEQUENCE "+tries+" OWNED BY "+pgx.Identifier{table, "id"}.Sanitize()+";"+
+		"CREATE FUNCTION "+fail+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"+
+		" PERFORM nextval("+quoteLiteral(tries)+"); RAISE 'no serialization' USING ERRCODE = '40001'; END $$;"+
+		"CREATE TRIGGER fail BEFORE INSERT OR UPDATE OR DELETE ON "+pgx.Identifier{table}.Sanitize()+
+		" FOR EACH ROW EXECUTE FUNCTION "+fail+"()")
+	require.NoError(t, err)
+	count := func() (n int64) {
+		require.NoError(t, direct.QueryRow(ctx, "SELECT coalesce((SELECT last_value FROM "+tries+" WHERE is_called), 0)").Scan(&n))
+		return n
+	}
+
+	stores := map[string]*pgstore.Store{"direct": s}
+	stores["pgx"], err = pgstore.New(ctx, viaPgx, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
+	require.NoError(t, err)
+	require.False(t, pgstore.Direct(stores["pgx"]))
+	stores["server time"], err = pgstore.New(ctx, direct, pgstore.WithTable(table), pgstore.WithMaxBatch(1), pgstore.WithServerTime())
+	require.NoError(t, err)
+	two := limitOp("a", 1)
+	two.Items = append(two.Items, limitOp("b", 1).Items...)
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"lone, direct", func() error { return stores["direct"].Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)) }},
+		{"lone, through pgx", func() error { return stores["pgx"].Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)) }},
+		{"lone, on the old record", func() error { return stores["direct"].Apply(ctx, limitOp("old", 1), make([]driver.Decision, 1)) }},
+		{"_one", func() error { return stores["server time"].Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)) }},
+		{"_apply", func() error { return s.Apply(ctx, two, make([]driver.Decision, 2)) }},
+		{"batch upsert", func() error {
+			return s.ApplyBatch(ctx, []*driver.Op{limitOp("a", 1), limitOp("b", 1)}, [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)})
+		}},
+		{"delete", func() error { return s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "old"}}) }},
+	} {
+		before, retried := count(), pgstore.Retried(s)+pgstore.Retried(stores["pgx"])+pgstore.Retried(stores["server time"])
+		err := c.call()
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, c.name)
+		require.Equal(t, "40001", pe.Code, c.name)
+		require.ErrorContains(t, err, "READ COMMITTED", c.name)
+		require.Equal(t, int64(1+pgstore.SerialRetries), count()-before, "%s: writes tried", c.name)
+		require.Equal(t, int64(pgstore.SerialRetries), pgstore.Retried(s)+pgstore.Retried(stores["pgx"])+pgstore.Retried(stores["server time"])-retried, c.name)
+	}
+	var rows int
+	require.NoError(t, direct.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&rows))
+	require.Equal(t, 1, rows, "only the old record, as it was")
+	recs := make([]driver.Record, 1)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "old"}}, recs))
+	require.Equal(t, 9.0, recs[0].State.Remaining)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func TestServerTime(t *testing.T) {
 	ctx := context.Background()

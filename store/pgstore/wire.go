@@ -166,10 +166,16 @@ func (w *wire) encode(a *args) {
 var errColumns = errors.New("pgstore: a statement returned unexpected columns")
 
 // run sends st with a on a connection of the pool, reads its first row, if
-// any, into r (nil: none expected), and returns its command tag.
-func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
+// any, into r (nil: none expected), and returns its command tag. A
+// statement that fails on a concurrent transaction is sent again (serial).
+func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (tag pgconn.CommandTag, err error) {
 	if !s.direct {
-		return s.runPgx(ctx, st, a, r)
+		err = s.serial(ctx, s.pool, func(q querier) error {
+			var err error
+			tag, err = s.runPgx(ctx, q, st, a, r)
+			return err
+		})
+		return tag, err
 	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -179,6 +185,26 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (pgconn.Comm
 	conn := c.Conn()
 	if s.tracer != nil {
 		ctx = s.tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: a.boxed()})
+	}
+	tag, err = s.runFresh(ctx, conn, st, a, r)
+	if retryable(err) {
+		err = s.again(ctx, conn, err, func(querier) error { // on conn, in a transaction
+			var err error
+			tag, err = s.runFresh(ctx, conn, st, a, r)
+			return err
+		})
+	}
+	if s.tracer != nil {
+		s.tracer.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err})
+	}
+	return tag, err
+}
+
+// runFresh is runOn, again once if the server no longer holds the
+// statement as the connection prepared it; r is written anew.
+func (s *Store) runFresh(ctx context.Context, conn *pgx.Conn, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
+	if r != nil {
+		*r = row{}
 	}
 	tag, err := s.runOn(ctx, conn, st, a, r)
 	if stale(err) {
@@ -191,9 +217,6 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (pgconn.Comm
 		if err = conn.Deallocate(ctx, st.name); err == nil {
 			tag, err = s.runOn(ctx, conn, st, a, r)
 		}
-	}
-	if s.tracer != nil {
-		s.tracer.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err})
 	}
 	return tag, err
 }
@@ -251,12 +274,13 @@ func stale(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "26000" || (pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan")))
 }
 
-// runPgx is run through pgx's generic path.
-func (s *Store) runPgx(ctx context.Context, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
+// runPgx is one try of run through pgx's generic path, on q.
+func (s *Store) runPgx(ctx context.Context, q querier, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
 	if r == nil {
-		return s.pool.Exec(ctx, st.sql, a.boxed()...)
+		return q.Exec(ctx, st.sql, a.boxed()...)
 	}
-	rows, err := s.pool.Query(ctx, st.sql, a.boxed()...)
+	*r = row{}
+	rows, err := q.Query(ctx, st.sql, a.boxed()...)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}

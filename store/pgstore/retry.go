@@ -1,0 +1,90 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The store's statements expect READ COMMITTED, PostgreSQL's default
+// isolation: an upsert or a lock of a row that a concurrent transaction
+// changed then reads the row's newest version, as the transition must. A
+// role or database whose default_transaction_isolation is REPEATABLE READ
+// or SERIALIZABLE makes such a statement fail instead, with a
+// serialization failure (SQLSTATE 40001): under its snapshot the newest
+// version is not visible. On a hot key most statements would.
+//
+// Every statement of the store runs alone in an implicit transaction,
+// which such a failure (or a deadlock, 40P01) rolls back whole: it wrote
+// nothing, and no op of it was applied. The store then sends it again, in
+// an explicit READ COMMITTED transaction (three round trips rather than
+// one, only after a failure), where the row's newest version is read as
+// it should be, at most serialRetries times; after that it returns the
+// last error, wrapped.
+
+// serialRetries is how many times a statement that failed with a
+// serialization failure or a deadlock is sent again.
+const serialRetries = 3
+
+// readCommitted is the transaction a statement is sent again in.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// retryable reports an error of a statement whose transaction the server
+// rolled back for a concurrent one: a serialization failure or a deadlock.
+func retryable(err error) bool {
+	if err == nil { // before pe, which escapes: no allocation on success
+		return false
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// querier is what a statement is sent on: the pool, one of its
+// connections, or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// txQuerier is a querier that begins transactions: the pool or a
+// connection.
+type txQuerier interface {
+	querier
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// serial calls send, which sends one statement on q, with db; while the
+// statement fails with a serialization failure or a deadlock, it calls it
+// again in a READ COMMITTED transaction on db, at most serialRetries
+// times, unless ctx has ended. send must write its results anew at every
+// call.
+func (s *Store) serial(ctx context.Context, db txQuerier, send func(q querier) error) error {
+	return s.again(ctx, db, send(db), send)
+}
+
+// again is serial after a first try that failed with err.
+func (s *Store) again(ctx context.Context, db txQuerier, err error, send func(q querier) error) error {
+	for retry := 1; retryable(err); retry++ {
+		if retry > serialRetries || ctx.Err() != nil {
+			return serialError(ctx, retry, err)
+		}
+		s.retried.Add(1)
+		err = pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error { return send(tx) })
+	}
+	return err
+}
+
+// serialError is the error of a statement that failed tries times on
+// concurrent transactions, the last time with err.
+func serialError(ctx context.Context, tries int, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w, after %d tries of the statement failed on concurrent transactions: %w", ctx.Err(), tries, err)
+	}
+	return fmt.Errorf("pgstore: the statement failed on concurrent transactions %d times, the last %d in READ COMMITTED "+
+		"(a serialization failure or a deadlock; the store expects default_transaction_isolation = 'read committed'): %w",
+		tries, tries-1, err)
+}
