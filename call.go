@@ -62,7 +62,8 @@ func newCall(opts []CallOption) call {
 // WithReceipt makes Limit or LimitAll return, when the call is OK and was
 // decided by the store, a Token of the charge in Result.Token, for
 // Settle, Use or Refund by any process later: a charge settled by its
-// outcome. With WithReserve the token is the reservation's. A call whose
+// outcome. With WithReserve the token is the reservation's. A Check
+// charges nothing and gets no receipt: Result.Token stays nil. A call whose
 // receipt would be too large to read back (ParseToken), such as a
 // LimitAll of more than 512 sharded limits, is refused with an error
 // matching ErrInvalidConfig before it charges anything.

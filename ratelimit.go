@@ -519,7 +519,9 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
 	skey := l.storeKey(key)
-	if c.receipt {
+	// A receipt is of a charge: a Check charges nothing and gets none.
+	receipt := c.receipt && mode == driver.ModeLimit
+	if receipt {
 		if err := receiptFits(skey, lims); err != nil {
 			return Result{}, ch, err
 		}
@@ -578,7 +580,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				ch.shards[i] = sh.Index
 			}
 			ch.amount, ch.at, ch.key = out[0].Charged, out[0].Now, items[0].Key
-			if c.receipt {
+			if receipt {
 				its, ls := chargeItems(&ch)
 				res.Token = l.newToken(ch.key, ch.at, ch.at+out[0].RetryAfter, its, ls)
 			}
@@ -617,7 +619,7 @@ func (l *Limiter) combine(ctx context.Context, mode driver.Mode, names []string,
 	res := all[pick]
 	res.OK = ok
 	res.All = all
-	if ok && c.receipt {
+	if ok && c.receipt && mode == driver.ModeLimit {
 		res.Token = l.receiptOf(lims, items, out)
 	}
 	for i := range all {

@@ -41,7 +41,8 @@ type Result struct {
 	All []Result
 	// Token is, for an OK call made WithReceipt() that the store decided,
 	// the receipt of its charge: settle it by its outcome (Settle, Use,
-	// Refund) from any process. Nil otherwise.
+	// Refund) from any process. Nil otherwise, and always for a Check,
+	// which charges nothing.
 	//
 	// It also makes a Result 112 bytes, a multiple of 16: Go copies a
 	// returned Result by 16-byte moves, and at 104 bytes the last move

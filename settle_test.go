@@ -183,3 +183,48 @@ func TestTokenTakenAfterTheJobRan(t *testing.T) {
 		require.Equal(t, 6.0, st.Remaining, "nothing was handed back")
 	}
 }
+
+// A Check charges nothing, so it has no receipt to give: with
+// WithReceipt it made a token anyway, off the bound path (an inline or a
+// sharded limit), and a Refund of it handed back tokens never charged.
+func TestCheckWithReceiptGetsNoToken(t *testing.T) {
+	ctx := context.Background()
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Hour, Start: time.UnixMilli(0)}
+	lim, err := ratelimit.New(must(memstore.New()), nil, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	chk, err := lim.Check(ctx, "inline", "k", ratelimit.WithConfig(cfg), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	require.True(t, chk.OK)
+	require.Nil(t, chk.Token, "a Check charged nothing: it has no receipt to give")
+}
+
+// The same, by what it cost: the refunded receipt of a Check let one
+// window of Rate 4 grant 6.
+func TestCheckReceiptGrantsNothingBeyondTheLimit(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"sharded": {Kind: ratelimit.FixedWindow, Rate: 4, Period: time.Hour, Start: time.UnixMilli(0), Shards: 2},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	chk, err := lim.Check(ctx, "sharded", "k", ratelimit.Count(2), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	granted := 0
+	for range 4 {
+		res, err := lim.Limit(ctx, "sharded", "k")
+		require.NoError(t, err)
+		if res.OK {
+			granted++
+		}
+	}
+	if chk.Token != nil {
+		_ = lim.Refund(ctx, chk.Token)
+	}
+	for range 4 {
+		res, err := lim.Limit(ctx, "sharded", "k")
+		require.NoError(t, err)
+		if res.OK {
+			granted++
+		}
+	}
+	require.LessOrEqual(t, granted, 4, "one window of Rate 4 granted more than 4")
+}
