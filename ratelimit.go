@@ -64,8 +64,17 @@ type Option func(*Limiter)
 
 // WithClock sets the clock the Limiter reads the time from. Production
 // uses the real clock (the default); tests pass clock.NewMock() and move
-// time by hand.
-func WithClock(c clock.Clock) Option { return func(l *Limiter) { l.clock = c } }
+// time by hand. A nil clock makes New fail with an error matching
+// ErrInvalidOption.
+func WithClock(c clock.Clock) Option {
+	return func(l *Limiter) {
+		if c == nil {
+			l.optErr = fmt.Errorf("ratelimit: WithClock: the clock is nil: leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", ErrInvalidOption)
+			return
+		}
+		l.clock = c
+	}
+}
 
 // WithPhaseSeed varies the derived per-key phases of fixed windows without
 // Start. Every process sharing a store must use the same seed.

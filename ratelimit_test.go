@@ -64,6 +64,23 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 	require.Error(t, err)
 }
 
+// An option given a bad argument makes New fail (docs/api.md). A nil
+// clock was accepted, and the first call panicked on it.
+func TestNewRefusesANilClock(t *testing.T) {
+	var err error
+	require.NotPanics(t, func() {
+		var lim *ratelimit.Limiter
+		lim, err = ratelimit.New(must(memstore.New()), ratelimit.Limits{
+			"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second},
+		}, ratelimit.WithClock(nil))
+		if err == nil {
+			_, err = lim.Limit(context.Background(), "l", "k")
+		}
+	}, "a nil clock panics instead of being reported")
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "WithClock")
+}
+
 func TestBadCallsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
