@@ -9,7 +9,8 @@ import (
 	"sync"
 )
 
-// MinKeySecret is the fewest bytes of secret WithKeyHash accepts.
+// MinKeySecret is the fewest bytes of secret WithKeyHash accepts, and of
+// key WithTokenKey accepts.
 const MinKeySecret = 16
 
 // Keyed hashes are HMAC-SHA256 cut to keyHashBytes (128 bits: distinct

@@ -159,8 +159,19 @@ func WithSettleWindow(d time.Duration) Option {
 // Every process that makes or settles the tokens needs the same key.
 // Without it a token is a bearer capability: whoever can present it can
 // settle it, and its amounts are taken on trust (see docs/reservations.md).
+// The key must hold at least MinKeySecret bytes (32 random ones are best):
+// a shorter one, or none (an unset environment variable), makes New fail
+// with an error matching ErrInvalidOption rather than leave the tokens
+// unsigned.
 func WithTokenKey(key []byte) Option {
-	return func(l *Limiter) { l.tokenKey = append([]byte(nil), key...) }
+	return func(l *Limiter) {
+		if len(key) < MinKeySecret {
+			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: the key has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process that makes or settles tokens, or leave WithTokenKey out for unsigned tokens: %w",
+				len(key), MinKeySecret, MinKeySecret, ErrInvalidOption)
+			return
+		}
+		l.tokenKey = append([]byte(nil), key...)
+	}
 }
 
 // New returns a Limiter that keeps state in store and knows the given

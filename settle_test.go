@@ -12,6 +12,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,8 +22,8 @@ func TestTokenRoundTripAndKey(t *testing.T) {
 	clk.Set(time.UnixMilli(1_700_000_000_000))
 	store := must(memstore.New())
 	limits := ratelimit.Limits{"a": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, MaxReserved: 10}}
-	signed := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey([]byte("k1"))))
-	other := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey([]byte("k2"))))
+	signed := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey([]byte("token key one, 32 bytes long...."))))
+	other := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey([]byte("token key two, 32 bytes long...."))))
 	plain := must(ratelimit.New(store, limits, ratelimit.WithClock(clk)))
 
 	r, err := signed.Reserve(ctx, "a", "key\x00with bytes", ratelimit.Count(15))
@@ -57,6 +58,22 @@ func TestTokenRoundTripAndKey(t *testing.T) {
 	}
 	require.ErrorIs(t, plain.Refund(ctx, nil), ratelimit.ErrInvalidToken)
 	require.ErrorIs(t, plain.Settle(ctx, back, -1), ratelimit.ErrInvalidCount)
+}
+
+// WithTokenKey with an empty key (an unset environment variable) left
+// the tokens unsigned: the Limiter settled a token that carries no tag.
+// New refuses it, and any key shorter than MinKeySecret, as WithKeyHash
+// does its secret.
+func TestTokenKeyRefusesAnEmptyOrShortKey(t *testing.T) {
+	limits := ratelimit.Limits{"a": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Hour, Start: time.UnixMilli(0)}}
+	for _, key := range [][]byte{nil, {}, []byte("fifteen bytes!!")} {
+		_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithClock(newMock()), ratelimit.WithTokenKey(key))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "key %q", key)
+		assert.Contains(t, err.Error(), "WithTokenKey")
+		assert.Contains(t, err.Error(), "at least 16 random bytes")
+	}
+	_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithTokenKey([]byte("sixteen bytes!!!")))
+	require.NoError(t, err)
 }
 
 func FuzzParseToken(f *testing.F) {
@@ -155,12 +172,16 @@ func TestLimitAllReceiptRoundTrips(t *testing.T) {
 // settled, so that a job ran and had its tokens back.
 func TestTokenTakenAfterTheJobRan(t *testing.T) {
 	ctx := context.Background()
-	for _, key := range [][]byte{nil, []byte("k1")} {
+	for _, key := range [][]byte{nil, []byte("a token key of 32 bytes, or so..")} {
 		clk := newMock()
 		store := must(memstore.New())
 		limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
-		lim := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(key)))
-		other := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(key)))
+		opts := []ratelimit.Option{ratelimit.WithClock(clk)}
+		if key != nil {
+			opts = append(opts, ratelimit.WithTokenKey(key))
+		}
+		lim := must(ratelimit.New(store, limits, opts...))
+		other := must(ratelimit.New(store, limits, opts...))
 
 		r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
 		require.NoError(t, err)
