@@ -113,7 +113,8 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 
 // CountError describes a count that a call may not ask for: not a finite
 // number ≥ 0, or more than the limit could ever grant (Max). It matches
-// ErrInvalidCount with errors.Is.
+// ErrInvalidCount with errors.Is. Name is the limit's; empty for the
+// count used given to Settle, which concerns no one limit.
 type CountError struct {
 	Name    string
 	Count   float64
@@ -122,6 +123,9 @@ type CountError struct {
 }
 
 func (e *CountError) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("ratelimit: count %v %s", e.Count, e.Problem)
+	}
 	return fmt.Sprintf("ratelimit: limit %q: count %v %s", e.Name, e.Count, e.Problem)
 }
 

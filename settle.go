@@ -378,7 +378,7 @@ func (l *Limiter) Refund(ctx context.Context, t *Token) error {
 // used 0 is Refund. used must be a finite number ≥ 0.
 func (l *Limiter) Settle(ctx context.Context, t *Token, used float64) error {
 	if !(used >= 0) || math.IsInf(used, 1) {
-		return &CountError{Count: used, Problem: "used is not a finite number ≥ 0"}
+		return &CountError{Count: used, Problem: "used, given to Settle, is not a finite number ≥ 0: give the tokens the job used (0 hands them all back)"}
 	}
 	if used == 0 {
 		return l.Refund(ctx, t)

@@ -249,3 +249,22 @@ func TestCheckReceiptGrantsNothingBeyondTheLimit(t *testing.T) {
 	}
 	require.LessOrEqual(t, granted, 4, "one window of Rate 4 granted more than 4")
 }
+
+// The *CountError of Settle's used concerns no one limit, and its message
+// named an empty one: `limit "": count -1 used is ...`.
+func TestSettleCountErrorNamesNoLimit(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"a": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "a", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	for _, used := range []float64{-1, math.NaN(), math.Inf(1)} {
+		err = lim.Settle(ctx, res.Token, used)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+		require.NotContains(t, err.Error(), `limit ""`, "the message names an empty limit")
+		require.Contains(t, err.Error(), "Settle")
+	}
+	require.NoError(t, lim.Settle(ctx, res.Token, 1), "and the token is still to settle")
+}
