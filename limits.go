@@ -292,7 +292,12 @@ func (lim *limit) countError(count float64, reserve bool) error {
 		return nil
 	}
 	if count > lim.maxPlain {
-		hint := "raise Capacity, split the call, or ask with WithReserve()"
+		// WithReserve only where it would pass: a count above Capacity
+		// plus MaxReserved is refused that way too.
+		hint := "raise Capacity, or split the call"
+		if count <= lim.maxDebt {
+			hint = "raise Capacity, split the call, or ask with WithReserve()"
+		}
 		if lim.shards > 1 {
 			hint = lim.shardHint(count)
 		}

@@ -242,6 +242,29 @@ func TestShardedCountValidation(t *testing.T) {
 	assert.Contains(t, err.Error(), "use at most 9 shards")
 }
 
+// A count above Capacity is told to ask WithReserve only when that would
+// pass: above Capacity plus MaxReserved it fails too, and the advice sent
+// the caller from one ErrInvalidCount to another.
+func TestCountErrorSuggestsWithReserveOnlyWhenItFits(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 3, Period: time.Second, MaxReserved: 1},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.Count(5))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	assert.NotContains(t, err.Error(), "WithReserve", "5 > Capacity 3 plus MaxReserved 1")
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.Count(5), ratelimit.WithReserve())
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount, "as the advice would have found")
+
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.Count(4))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	assert.Contains(t, err.Error(), "WithReserve()")
+	res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(4), ratelimit.WithReserve())
+	require.NoError(t, err, "the advice is good")
+	require.True(t, res.Reserved())
+}
+
 func TestKindText(t *testing.T) {
 	for _, in := range []string{"fixed window", "Fixed_Window", "fixedwindow"} {
 		var k ratelimit.Kind
