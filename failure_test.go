@@ -77,6 +77,55 @@ func TestFailurePolicy(t *testing.T) {
 	assert.False(t, res.Degraded)
 }
 
+// A LimitAll the failure policy decides is refused by its first limit
+// that fails closed, and its Result names that limit and holds each
+// limit's own answer in All, as when the store decides. It named the
+// first limit, here one that fails open and would have allowed, and had
+// no All.
+func TestDegradedLimitAllNamesTheFailClosedLimit(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"closed": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"open":   {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+		"open2":  {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	store.fail.Store(true)
+
+	res, err := lim.LimitAll(ctx, "k", []string{"open", "closed", "open2"}, ratelimit.Count(2))
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.False(t, res.OK)
+	assert.True(t, res.Degraded)
+	assert.Equal(t, "closed", res.Name, "the refusal is the fail-closed limit's")
+	require.Len(t, res.All, 3, "LimitAll's Result holds each limit's own answer")
+	for i, want := range []struct {
+		name string
+		ok   bool
+	}{{"open", true}, {"closed", false}, {"open2", true}} {
+		r := res.All[i]
+		assert.Equal(t, want.name, r.Name)
+		assert.Equal(t, want.ok, r.OK, r.Name)
+		assert.True(t, r.Degraded, r.Name)
+		assert.Equal(t, "k", r.Key)
+		assert.Equal(t, 2.0, r.Count)
+		if want.ok {
+			assert.Zero(t, r.RetryAfter, "%s allows outright", r.Name)
+		} else {
+			assert.Equal(t, res.RetryAfter, r.RetryAfter)
+		}
+	}
+	assert.Greater(t, res.RetryAfter, time.Duration(0))
+
+	res, err = lim.LimitAll(ctx, "k", []string{"open", "open2"})
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.True(t, res.OK, "every limit fails open")
+	assert.Zero(t, res.RetryAfter)
+	assert.Equal(t, "open", res.Name)
+	require.Len(t, res.All, 2)
+	assert.True(t, res.All[0].OK && res.All[1].OK)
+}
+
 // requireFailedClosed checks the answer of a call of the limit name, which
 // fails closed, while the store fails with errDown.
 func requireFailedClosed(t *testing.T, res ratelimit.Result, err error, name string) {

@@ -664,14 +664,19 @@ func (l *Limiter) result(name, key string, c call, d driver.Decision) Result {
 }
 
 // degraded answers a call the store could not decide, by the failure
-// policy: allowed only if every limit named fails open.
+// policy: allowed only if every limit named fails open. A refusal is the
+// first fail-closed limit's; for LimitAll, All holds each limit's own
+// answer by its policy.
 func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit, key string, c call, start time.Time, serr *StoreError) (Result, charge, error) {
-	open := true
-	for _, lim := range lims {
-		open = open && lim.cfg.FailOpen
+	decider := -1 // the first limit that fails closed
+	for i, lim := range lims {
+		if !lim.cfg.FailOpen {
+			decider = i
+			break
+		}
 	}
 	var retry time.Duration
-	if !open {
+	if decider >= 0 {
 		retry = l.breaker.cooldown
 		if !serr.Until.IsZero() {
 			retry = serr.Until.Sub(start)
@@ -679,12 +684,25 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 		// Whole milliseconds, rounded up, as every RetryAfter.
 		retry = max((retry + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
 	}
-	res := Result{OK: open, RetryAfter: retry, Name: lims[0].name, Key: key, Count: c.count, Degraded: true}
-	for _, lim := range lims {
-		r := res
-		r.Name, r.OK = lim.name, lim.cfg.FailOpen
-		l.observe(ctx, mode, r, start, serr)
+	own := func(lim *limit) Result {
+		r := Result{OK: lim.cfg.FailOpen, Name: lim.name, Key: key, Count: c.count, Degraded: true}
+		if !r.OK {
+			r.RetryAfter = retry
+		}
+		return r
 	}
+	if len(lims) == 1 {
+		res := own(lims[0])
+		l.observe(ctx, mode, res, start, serr)
+		return res, charge{start: start}, serr
+	}
+	all := make([]Result, len(lims))
+	for i, lim := range lims {
+		all[i] = own(lim)
+		l.observe(ctx, mode, all[i], start, serr)
+	}
+	res := all[max(decider, 0)]
+	res.All = all
 	return res, charge{start: start}, serr
 }
 

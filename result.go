@@ -27,7 +27,8 @@ type Result struct {
 	// httplimit). Whole milliseconds, rounded up.
 	ResetAfter time.Duration
 	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
-	// that decided the answer: the one with the longest wait.
+	// that decided the answer: the one with the longest wait, or, when the
+	// failure policy decided (Degraded), the first named that fails closed.
 	Name  string
 	Key   string
 	Count float64
