@@ -3,11 +3,21 @@
 //
 // Limits are declared once, by name, and called by name and key:
 //
-//	lim, err := ratelimit.New(memstore.New(), ratelimit.Limits{
+//	store, err := memstore.New()
+//	if err != nil {
+//		return err
+//	}
+//	lim, err := ratelimit.New(store, ratelimit.Limits{
 //		"freeTrialSignUp": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour},
 //		"sendMessage":     {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
 //	})
+//	if err != nil {
+//		return err
+//	}
 //	res, err := lim.Limit(ctx, "sendMessage", userID)
+//	if err != nil {
+//		return err
+//	}
 //	if !res.OK {
 //		// refuse, and tell the client to come back after res.RetryAfter
 //	}
