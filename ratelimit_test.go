@@ -402,6 +402,38 @@ func TestResultReset(t *testing.T) {
 	require.Equal(t, 6*time.Second, res.All[1].ResetAfter)
 }
 
+// ResetAfter of a sharded token bucket is how long the two shards the call
+// evaluated take to refill their shortfall together, at their rate
+// together: a store reports their sum, not each one's. It was documented
+// as "until they are full again", which a shard that took the whole call
+// is only twice as late; the documented bound holds.
+func TestShardedTokenBucketResetAfter(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Shards: 2},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "tb", "k", ratelimit.Count(5))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.Equal(t, 5.0, res.Remaining)
+	require.Equal(t, 30*time.Second, res.ResetAfter, "5 tokens short, refilled at 10 a minute")
+	st, err := lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []float64{0, 5}, []float64{st.Shards[0].Remaining, st.Shards[1].Remaining},
+		"one shard took the whole call")
+
+	mock.Set(t0.Add(res.ResetAfter))
+	st, err = lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.Equal(t, 7.5, st.Remaining, "the shard that took the call is not full yet")
+	mock.Set(t0.Add(2 * res.ResetAfter))
+	st, err = lim.Value(ctx, "tb", "k")
+	require.NoError(t, err)
+	require.Equal(t, st.Capacity, st.Remaining, "full by twice ResetAfter")
+}
+
 func TestRecordIDAppendKeyIsUnambiguous(t *testing.T) {
 	seen := map[string]driver.RecordID{}
 	for _, p := range storetest.Confusable() {

@@ -23,8 +23,13 @@ type Result struct {
 	// ResetAfter is how long until the limit next replenishes: for a fixed
 	// window, until its next window starts (for a sharded one, the window
 	// of the first shard evaluated); for a token bucket, until it is full
-	// again. It feeds the "t" of the IETF RateLimit header (package
-	// httplimit). Whole milliseconds, rounded up.
+	// again. For a sharded token bucket it is how long the two shards the
+	// call evaluated take to refill their shortfall together (their two
+	// capacities less Remaining) at their rate together: until both are
+	// full when they are short alike, while a shard shorter than the other
+	// is full later, up to twice as late (a store reports the two shards'
+	// sum, not each one's). It feeds the "t" of the IETF RateLimit header
+	// (package httplimit). Whole milliseconds, rounded up.
 	ResetAfter time.Duration
 	// Name, Key and Count repeat the call. For LimitAll, Name is the limit
 	// that decided the answer: the one with the longest wait, or, when the
@@ -83,7 +88,9 @@ func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Re
 // from the decision d: for a fixed window, until the next window of the
 // record as the store holds it (its phase may predate a change of Start
 // or of the phase seed); for a token bucket, until the shards the call
-// evaluated are full again.
+// evaluated have refilled their shortfall together, at their rate
+// together: d.Remaining is their sum, so that the shortfall of each is not
+// known, and a shard shorter than the other is full up to twice as late.
 func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
 	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
 }
