@@ -169,6 +169,131 @@ func TestStalledServer(t *testing.T) {
 	}
 }
 
+// stallProxy forwards loopback connections to the local Redis server and,
+// once stalled, holds back every reply until unstalled: a server that
+// stops answering, for the test's own connections only.
+type stallProxy struct {
+	ln      net.Listener
+	target  string
+	stalled atomic.Bool
+	mu      sync.Mutex
+	release chan struct{}
+}
+
+func newStallProxy(t *testing.T) *stallProxy {
+	opt, err := redis.ParseURL(testserver.RedisURL(t))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &stallProxy{ln: ln, target: opt.Addr, release: make(chan struct{})}
+	t.Cleanup(func() { p.unstall(); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	p.release = make(chan struct{})
+	p.mu.Unlock()
+	p.stalled.Store(true)
+}
+
+func (p *stallProxy) unstall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled.CompareAndSwap(true, false) {
+		close(p.release)
+	}
+}
+
+func (p *stallProxy) serve(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	defer c.Close()
+	defer s.Close()
+	go func() { _, _ = io.Copy(s, c) }()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if p.stalled.Load() {
+				p.mu.Lock()
+				rel := p.release
+				p.mu.Unlock()
+				<-rel
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestStalledServerValueAndReset: Value (Load), Reset (Delete) and the
+// server's time (Now) return when their context ends from a server that
+// stopped answering, on a client built with go-redis's defaults, as Limit
+// does (TestStalledServer); go-redis alone would hold them until its read
+// timeout (3 s).
+func TestStalledServerValueAndReset(t *testing.T) {
+	p := newStallProxy(t)
+	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.unstall) // first: the calls left in flight end, then the client closes
+	store := newStore(c, uniquePrefix(t, client(t)))
+	lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute}},
+		ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	_, err = lim.Value(ctx, "l", "k")
+	require.NoError(t, err)
+
+	p.stall()
+	const wait = 200 * time.Millisecond
+	var wg sync.WaitGroup
+	for _, name := range []string{"Value", "Reset", "Now", "Limit"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			start := time.Now()
+			var err error
+			switch name {
+			case "Value":
+				_, err = lim.Value(cctx, "l", "k")
+			case "Reset":
+				err = lim.Reset(cctx, "l", "k")
+			case "Now":
+				_, err = store.Now(cctx)
+			case "Limit":
+				_, err = lim.Limit(cctx, "l", "k")
+			}
+			took := time.Since(start)
+			assert.ErrorIs(t, err, context.DeadlineExceeded, name)
+			assert.Less(t, took, time.Second, "%s with a %v deadline returned after %v, not when its context ended", name, wait, took)
+		}()
+	}
+	wg.Wait()
+}
+
 // TestWithoutFunctions runs the store on a server without Redis Functions,
 // as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
 // the store sends the same code as a script (EVALSHA), and passes the

@@ -191,11 +191,36 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	t, err := s.client.Time(ctx).Result()
+	cmd := redis.NewTimeCmd(ctx, "time")
+	err := detached(ctx, func() error { return s.client.Process(ctx, cmd) })
+	if err == nil {
+		err = cmd.Err()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: time: %w", err)
 	}
-	return t.UnixMilli(), nil
+	return cmd.Val().UnixMilli(), nil
+}
+
+// detached runs send, a round trip, on another goroutine when ctx can end,
+// and returns its error, or ctx's error once ctx ends first: go-redis
+// bounds a stalled read by its own ReadTimeout, not by the caller's
+// context, so that a call made on its caller's goroutine would keep the
+// caller past its deadline. (Apply's calls are detached by the batcher.)
+// send must write only to memory its caller reads after detached returns
+// nil: when ctx ends first, send finishes in the background.
+func detached(ctx context.Context, send func() error) error {
+	if ctx.Done() == nil {
+		return send()
+	}
+	done := make(chan error, 1)
+	go func() { done <- send() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Key returns the Redis key of a record. Every record of one ratelimit key
@@ -240,23 +265,21 @@ func (s *Store) usable(ctx context.Context) error {
 }
 
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
-// client splits by node.
+// client splits by node. It returns when ctx ends, whatever the server.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	cmds := make([]*redis.StringCmd, len(ids))
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Get(ctx, s.Key(id))
-		}
-		return nil
-	})
+	cmds := make([]redis.Cmder, len(ids))
+	for i, id := range ids {
+		cmds[i] = redis.NewStringCmd(ctx, "get", s.Key(id))
+	}
+	err := detached(ctx, func() error { return s.pipeline(ctx, cmds) })
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redisstore: load: %w", err)
 	}
 	for i, c := range cmds {
-		raw, err := c.Result()
+		raw, err := c.(*redis.StringCmd).Result()
 		if errors.Is(err, redis.Nil) {
 			out[i] = driver.Record{}
 			continue
@@ -271,6 +294,18 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		out[i] = driver.Record{State: st, Found: true}
 	}
 	return nil
+}
+
+// pipeline sends cmds in one pipeline, which a Cluster client splits by
+// node, and returns the first error.
+func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range cmds {
+			_ = p.Process(ctx, c)
+		}
+		return nil
+	})
+	return err
 }
 
 // parseState reads a record: "\x01" and three little-endian doubles,
@@ -298,18 +333,17 @@ func parseState(raw string) (driver.State, error) {
 // recordSize is the bytes of a record: a version byte and three doubles.
 const recordSize = 1 + 3*8
 
-// Delete implements ratelimit.Store: one pipeline of DELs.
+// Delete implements ratelimit.Store: one pipeline of DELs. It returns
+// when ctx ends, whatever the server.
 func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			p.Del(ctx, s.Key(id))
-		}
-		return nil
-	})
-	if err != nil {
+	cmds := make([]redis.Cmder, len(ids))
+	for i, id := range ids {
+		cmds[i] = redis.NewIntCmd(ctx, "del", s.Key(id))
+	}
+	if err := detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
 		return fmt.Errorf("redisstore: delete: %w", err)
 	}
 	return nil
