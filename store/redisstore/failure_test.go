@@ -294,6 +294,64 @@ func TestStalledServerValueAndReset(t *testing.T) {
 	wg.Wait()
 }
 
+// afterFcall calls fn once the client has sent a call of the function
+// and read its reply.
+type afterFcall struct{ fn func() }
+
+func (h afterFcall) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h afterFcall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "fcall" {
+			h.fn()
+		}
+		return err
+	}
+}
+
+func (h afterFcall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestStalledServerDenyCacheLearn: a Limit the store refuses, with the
+// deny cache, reads the record back (Load) to keep it; a server that
+// stalls right after the refusal must not keep the caller past its
+// deadline.
+func TestStalledServerDenyCacheLearn(t *testing.T) {
+	p := newStallProxy(t)
+	var armed atomic.Bool
+	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	c.AddHook(afterFcall{fn: func() {
+		if armed.CompareAndSwap(true, false) {
+			p.stall()
+		}
+	}})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.unstall) // first: the calls left in flight end, then the client closes
+	store := newStore(c, uniquePrefix(t, client(t)))
+	lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}},
+		ratelimit.WithBreaker(0, 0), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+	ctx := context.Background()
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	_, err = lim.Value(ctx, "l", "other") // a second pooled connection
+	require.NoError(t, err)
+
+	armed.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err = lim.Limit(cctx, "l", "k")
+	took := time.Since(start)
+	require.False(t, armed.Load(), "the call stalled the server")
+	require.NoError(t, err)
+	require.False(t, res.OK, "the store refused")
+	require.Less(t, took, time.Second, "a refused Limit with a 200ms deadline returned after %v: the deny cache's read held it", took)
+}
+
 // TestWithoutFunctions runs the store on a server without Redis Functions,
 // as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
 // the store sends the same code as a script (EVALSHA), and passes the
