@@ -458,12 +458,15 @@ local function decode(i, raw)
 end
 
 local at = {} -- the record of each key of the call
+local gone = {} -- the keys MGET answered nil for
 
 -- readall reads every record of the call, each once: list[off + 1],
 -- list[off + 2], ... are the keys. With MGET, or, when the keys may lie in
 -- several slots (each command must keep to one), with one GET each.
 -- Every read comes before any write: a call refused for a key (not on
--- this node) has changed nothing.
+-- this node) has changed nothing. A key of another type than a string
+-- fails the call with WRONGTYPE, as GET does, rather than read as missing
+-- (and be overwritten) as MGET would have it.
 local function readall(list, off, slots)
   for i = 1, nrec do
     slot[rkey[i]] = nil
@@ -489,8 +492,22 @@ local function readall(list, off, slots)
   while done < nrec do
     local m = min(nrec - done, 1000)
     local raws = call('MGET', lunpack(rkey, done + 1, done + m))
+    local ng = 0
     for j = 1, m do
-      decode(done + j, raws[j])
+      local raw = raws[j]
+      if not raw then
+        ng = ng + 1
+        gone[ng] = rkey[done + j]
+      end
+      decode(done + j, raw)
+    end
+    -- MGET answers nil for a missing key and for a key of another type:
+    -- if one of those exists, GET raises WRONGTYPE for it. A record that
+    -- exists costs nothing more.
+    if ng > 0 and call('EXISTS', lunpack(gone, 1, ng)) > 0 then
+      for j = 1, ng do
+        call('GET', gone[j])
+      end
     end
     done = done + m
   end

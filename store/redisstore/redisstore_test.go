@@ -300,3 +300,29 @@ func TestKeysShareASlot(t *testing.T) {
 // undialled is a client for tests of what a store computes without a
 // server: it would dial a closed port, and is never used.
 var undialled = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+
+// TestWrongTypeKey: a key of another type than a string where a record
+// belongs fails the op with WRONGTYPE, alone or in a batch, and is left
+// as it is. (MGET, which reads a batch, answers nil for such a key, as for
+// a missing one: the batch read it as a full bucket and overwrote it.)
+func TestWrongTypeKey(t *testing.T) {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	ctx := context.Background()
+	bad := store.Key(driver.RecordID{Name: "l", Key: "bad"})
+	require.NoError(t, c.HSet(ctx, bad, "f", "v").Err())
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(),
+			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	err := store.Apply(ctx, op("bad"), make([]driver.Decision, 1))
+	require.ErrorContains(t, err, "WRONGTYPE", "alone")
+
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	err = store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
+	require.ErrorContains(t, err, "WRONGTYPE", "batched")
+	typ, err := c.Type(ctx, bad).Result()
+	require.NoError(t, err)
+	require.Equal(t, "hash", typ, "the batch left the key as it was")
+}
