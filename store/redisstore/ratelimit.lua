@@ -44,6 +44,13 @@
 -- never). The text "<value> <ts>" of earlier versions is still read. Every
 -- record the batch touches is read once and, if an op changed it, written
 -- once at the end: the same outcome as the ops run one after another.
+--
+-- Nothing is written before every op of the call is decided: the records
+-- and the settlements' marks are written at the end, by SETs that cannot
+-- fail (Redis refuses a write for its state, OOM, READONLY, MISCONF, only
+-- before a call's first write, and each expiry set is a whole number of
+-- ms). So a call that fails, for whatever record or op, has changed
+-- nothing, and the store may send its ops again, each alone (apply.go).
 
 -- Set by apply: the code that loads a library may not read globals.
 local floor, ceil, min, sunpack, pack, call, lunpack
@@ -424,6 +431,7 @@ end
 -- write (false: not written).
 local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
 local rmark = {} -- a mark's kind (false: not a mark)
+local mkey, mkind, mdl = {}, {}, {} -- the marks to write at the end: key, kind, expiry
 local nrec = 0
 
 -- parse reads a stored string (false: missing): found, value, ts, the
@@ -554,7 +562,7 @@ local function write(key, p, v, ts, now, dl, margin)
     if dl and dl >= need and dl ~= INF then
       call('SET', key, pack('<Bddd', 1, v, ts, dl), 'KEEPTTL')
     else
-      dl = need + margin
+      dl = ceil(need + margin) -- whole ms, for PXAT, whatever the record read
       if dl < tnow + 1 then
         dl = tnow + 1
       end
@@ -688,7 +696,7 @@ local function apply(keys, args)
     servertime()
   end
 
-  local nd, no = 0, 0 -- dirty records, numbers in out
+  local nd, no, nm = 0, 0, 0 -- dirty records, numbers in out, marks to write
   local k = 1         -- next key
   for _ = 1, nops do
     -- an op and its first item in one read: every op has one
@@ -809,12 +817,13 @@ local function apply(keys, args)
         k = k + 1
         if not found then
           -- Mark it settled until its time, the grace and the margin, on
-          -- Redis's clock.
+          -- Redis's clock: written at the end, with the records.
           local dl = servertime() + (keep - now) + GRACE + margin
           if dl < tnow + 1 then
             dl = tnow + 1
           end
-          call('SET', rkey[mk], pack('<BB', 2, skind), 'PXAT', dl)
+          nm = nm + 1
+          mkey[nm], mkind[nm], mdl[nm] = rkey[mk], skind, dl
           rmark[mk] = skind
         end
       end
@@ -832,6 +841,9 @@ local function apply(keys, args)
   end
 
   -- write, with its common case first: the key's expiry still suffices
+  for i = 1, nm do
+    call('SET', mkey[i], pack('<BB', 2, mkind[i]), 'PXAT', mdl[i])
+  end
   local st = tnow
   for i = 1, nd do
     local r = dirty[i]

@@ -2,7 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,4 +327,61 @@ func TestWrongTypeKey(t *testing.T) {
 	typ, err := c.Type(ctx, bad).Result()
 	require.NoError(t, err)
 	require.Equal(t, "hash", typ, "the batch left the key as it was")
+}
+
+// TestSettlementInAFailedBatch: a settlement that went in a batch the
+// function failed for another op gives its tokens back once, when sent
+// again: the batch wrote nothing, its mark included. (The mark was
+// written as its op was decided, before a later op failed the call: the
+// settlement then read as done, and its tokens never came back.)
+func TestSettlementInAFailedBatch(t *testing.T) {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	ctx := context.Background()
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: "bad"}), "garbage", 0).Err())
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	op := func(mode driver.Mode, key string, count float64) *driver.Op {
+		return &driver.Op{Mode: mode, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: count, At: now,
+			Shards: []driver.Shard{{Params: p}}}}}
+	}
+	out := make([]driver.Decision, 1)
+	require.NoError(t, store.Apply(ctx, op(driver.ModeLimit, "good", 10), out))
+	require.Equal(t, 90.0, out[0].Remaining)
+
+	settle := op(driver.ModeRefund, "good", 3)
+	settle.Settle = &driver.Settlement{ID: [16]byte{1, 2, 3}, Kind: driver.SettleCancel, Until: now + time.Minute.Milliseconds()}
+	err := store.ApplyBatch(ctx, []*driver.Op{settle, op(driver.ModeLimit, "bad", 1)},
+		[][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)})
+	require.Error(t, err, "the bad record fails its op")
+	require.NoError(t, store.Apply(ctx, settle, out), "the settlement, sent again")
+	recs := make([]driver.Record, 1)
+	require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "l", Key: "good"}}, recs))
+	require.Equal(t, 93.0, recs[0].State.Remaining, "the settlement's tokens came back once")
+}
+
+// TestRecordTimeNotWholeMs: a record whose time is not a whole number of
+// ms (no store writes one, but the function must not fail on what it
+// reads once it has written) decides in a batch as alone. The key's
+// expiry was set at a fraction of a ms, which Redis refuses, after the
+// batch's other records were written.
+func TestRecordTimeNotWholeMs(t *testing.T) {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	rec := []byte{1}
+	for _, x := range []float64{50, float64(now) + 0.5, 0} {
+		rec = binary.LittleEndian.AppendUint64(rec, math.Float64bits(x))
+	}
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: "odd"}), rec, 0).Err())
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1,
+			Shards: []driver.Shard{{Params: p}}}}}
+	}
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	require.NoError(t, store.ApplyBatch(ctx, []*driver.Op{op("good"), op("odd")}, outs))
+	require.True(t, outs[1][0].OK)
+	require.Equal(t, 49.0, outs[1][0].Remaining)
 }
