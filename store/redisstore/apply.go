@@ -371,7 +371,9 @@ type fcall struct {
 // (a restart without persistence, FUNCTION FLUSH, a new node) is given it
 // again, and the calls that failed for it are made once more; a server
 // without Functions (Redis before 7) is sent the script instead, from then
-// on.
+// on. A call of several requests that the function failed on what one of
+// them read (isOpError) is replaced by one call per request, so that only
+// that request's caller gets the error.
 func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -402,6 +404,18 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				// first: this one was sent before, as FCALL.
 				s.scripts.Store(true)
 				again = append(again, c)
+				continue
+			case len(c.reqs) > 1 && isOpError(c.err):
+				// The function writes nothing before it has decided
+				// every op of the call (ratelimit.lua), so a call it
+				// failed changed nothing: each op goes again, alone,
+				// and so takes effect once. A refund goes again as a
+				// call that go-redis never sends twice (command).
+				for j := range c.reqs {
+					one := &fcall{reqs: c.reqs[j : j+1], at: c.at[j : j+1]}
+					again = append(again, one)
+					calls = append(calls, one)
+				}
 				continue
 			}
 			for _, i := range c.at {
@@ -548,6 +562,26 @@ func isRouting(err error) bool {
 		}
 	}
 	return false
+}
+
+// isOpError reports whether err is the function failing on what the ops
+// of a call read (a record it cannot read, a key of another type than a
+// string): Redis's answer, but not for where the keys are (isRouting), for
+// a library or script missing, or for the server's state, which each op
+// alone would meet as well. Not a network error or a context's end either,
+// after which the call may have run.
+func isOpError(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || errors.Is(err, redis.Nil) || isRouting(err) || isFunctionMissing(err) ||
+		isUnknownFCall(err) || isNoScript(err) {
+		return false
+	}
+	for _, state := range []string{"OOM", "READONLY", "MISCONF", "NOREPLICAS", "MASTERDOWN", "LOADING", "BUSY", "NOAUTH"} {
+		if redis.HasErrorPrefix(err, state) {
+			return false
+		}
+	}
+	return true
 }
 
 func isFunctionMissing(err error) bool {

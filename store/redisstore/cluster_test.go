@@ -205,6 +205,36 @@ func TestClusterSlotsDifferential(t *testing.T) {
 	}
 }
 
+// TestClusterBadRecordFailsOnlyItsOp: oneBadRecord on a Cluster, with
+// the good and the bad key in two slots of one master, whose ops go as one
+// call over both slots.
+func TestClusterBadRecordFailsOnlyItsOp(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	where := func(key string) (string, int64) {
+		rk := store.Key(driver.RecordID{Name: "l", Key: key})
+		node, err := c.MasterForKey(ctx, rk)
+		require.NoError(t, err)
+		slot, err := c.ClusterKeySlot(ctx, rk).Result()
+		require.NoError(t, err)
+		return node.Options().Addr, slot
+	}
+	master, slot := where("good")
+	bad := ""
+	for i := 0; bad == ""; i++ {
+		k := fmt.Sprint("bad-", i)
+		if m, s := where(k); m == master && s != slot {
+			bad = k
+		}
+	}
+	calls := &fcalls{}
+	c.AddHook(calls)
+	oneBadRecord(t, c, store, "good", bad)
+	require.Contains(t, calls.errors(), "attempt to compare", "the batch went as one call, which failed")
+}
+
 // master is one master of the local Cluster.
 type master struct {
 	id     string

@@ -354,8 +354,9 @@ func TestStalledServerDenyCacheLearn(t *testing.T) {
 
 // TestWithoutFunctions runs the store on a server without Redis Functions,
 // as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
-// the store sends the same code as a script (EVALSHA), and passes the
-// conformance suite there.
+// the store sends the same code as a script (EVALSHA), passes the
+// conformance suite there, and fails only the op of a bad record in a
+// batch (oneBadRecord).
 func TestWithoutFunctions(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testserver.Unreachable(t, "redis-server", "PATH", err)
@@ -390,6 +391,8 @@ func TestWithoutFunctions(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.NoError(t, err)
 	require.Equal(t, []string{"evalsha"}, cnt.names)
+
+	oneBadRecord(t, c, newStore(c, uniquePrefix(t, c)), "good", "bad")
 }
 
 // cutter loses, once armed, the reply to the next call of the function a

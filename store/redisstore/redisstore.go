@@ -14,7 +14,10 @@
 // for it and then go together, in one call of the function that decides
 // them in order of arrival, each as if alone. A lone caller waits for
 // nobody; 64 callers share a few round trips. WithMaxBatch bounds a batch
-// and turns coalescing off.
+// and turns coalescing off. An op the function fails on (a record it cannot
+// read, a key of another type) fails alone: the function writes nothing
+// before it has decided every op, and a call it failed goes again one op
+// at a time.
 //
 // # Keys
 //

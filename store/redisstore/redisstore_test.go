@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -324,6 +327,7 @@ func TestWrongTypeKey(t *testing.T) {
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	err = store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
 	require.ErrorContains(t, err, "WRONGTYPE", "batched")
+	require.True(t, outs[0][0].OK, "the other op of the batch is decided")
 	typ, err := c.Type(ctx, bad).Result()
 	require.NoError(t, err)
 	require.Equal(t, "hash", typ, "the batch left the key as it was")
@@ -384,4 +388,184 @@ func TestRecordTimeNotWholeMs(t *testing.T) {
 	require.NoError(t, store.ApplyBatch(ctx, []*driver.Op{op("good"), op("odd")}, outs))
 	require.True(t, outs[1][0].OK)
 	require.Equal(t, 49.0, outs[1][0].Remaining)
+}
+
+// holdFcalls holds, once armed, the first max calls of the function
+// (FCALL) the client sends, each signaled on held, until gate is closed.
+type holdFcalls struct {
+	armed atomic.Bool
+	n     atomic.Int32
+	max   int32
+	held  chan struct{}
+	gate  chan struct{}
+}
+
+func (h *holdFcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdFcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() && cmd.Name() == "fcall" && h.n.Add(1) <= h.max {
+			h.held <- struct{}{}
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdFcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// fcallKeys records, for each call of the function a client sends, the
+// number of keys it carries and its error.
+type fcallKeys struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fcallKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *fcallKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		f.record(cmd, err) // go-redis sets cmd's error after the hooks
+		return err
+	}
+}
+
+func (f *fcallKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			f.record(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+func (f *fcallKeys) record(cmd redis.Cmder, err error) {
+	if cmd.Name() != "fcall" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("%v keys, failed %v", cmd.Args()[2], err != nil))
+}
+
+func (f *fcallKeys) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// TestBadRecordFailsOnlyItsCaller: a record the function cannot read (a
+// corrupt string) fails its caller's call, and no other: a caller on a
+// sound record whose call was coalesced with it gets its decision, not
+// a store error (which would apply its failure policy and count towards
+// the breaker).
+func TestBadRecordFailsOnlyItsCaller(t *testing.T) {
+	hold := &holdFcalls{max: 3, held: make(chan struct{}, 3), gate: make(chan struct{})}
+	c := client(t)
+	calls := &fcallKeys{}
+	c.AddHook(calls)
+	c.AddHook(hold)
+	store := newStore(c, uniquePrefix(t, c))
+	lim, err := ratelimit.New(store, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute}},
+		ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Limit(ctx, "l", "warm-up") // the library is loaded
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: "bad"}), "garbage", 0).Err())
+
+	hold.armed.Store(true)
+	var wg sync.WaitGroup
+	for i := range 3 { // the three round trips in flight, held
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := lim.Limit(ctx, "l", fmt.Sprint("held-", i))
+			assert.NoError(t, err)
+		}()
+	}
+	for range 3 {
+		<-hold.held
+	}
+	type answer struct {
+		res ratelimit.Result
+		err error
+	}
+	bad, good := make(chan answer, 1), make(chan answer, 1)
+	go func() { r, err := lim.Limit(ctx, "l", "bad"); bad <- answer{r, err} }()
+	go func() { r, err := lim.Limit(ctx, "l", "good"); good <- answer{r, err} }()
+	time.Sleep(100 * time.Millisecond) // both queue behind the round trips held
+	close(hold.gate)
+	b, g := <-bad, <-good
+	wg.Wait()
+	require.Error(t, b.err, "the bad record's own call fails")
+	require.NoError(t, g.err, "a call on a sound record, coalesced with the bad one")
+	require.True(t, g.res.OK)
+	require.Equal(t, 99.0, g.res.Remaining)
+	require.Contains(t, calls.list(), "2 keys, failed true", "the two went in one call, which failed (calls: %q)", calls.list())
+}
+
+// oneBadRecord decides, in one batch, ops on the record of the key good
+// (limits, a refund, a settlement) around two ops on records the function
+// cannot read: one of the key bad, one of the key good (so of the same
+// hash tag). Only the bad ops fail; each other op takes effect once.
+func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store, good, bad string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: bad}), "garbage", 0).Err())
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "x", Key: good}), "garbage", 0).Err())
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	op := func(mode driver.Mode, name, key string, count float64) *driver.Op {
+		return &driver.Op{Mode: mode, Now: now, Items: []driver.Item{{Name: name, Key: key, Count: count, At: now,
+			Shards: []driver.Shard{{Params: p}}}}}
+	}
+	settle := op(driver.ModeRefund, "l", good, 3)
+	settle.Settle = &driver.Settlement{ID: [16]byte{4, 5, 6}, Kind: driver.SettleCancel, Until: now + time.Minute.Milliseconds()}
+	ops := []*driver.Op{
+		op(driver.ModeLimit, "l", good, 10),
+		op(driver.ModeRefund, "l", good, 4),
+		settle,
+		op(driver.ModeLimit, "l", bad, 1),
+		op(driver.ModeLimit, "x", good, 1),
+		op(driver.ModeLimit, "l", good, 1),
+	}
+	outs := make([][]driver.Decision, len(ops))
+	for i := range outs {
+		outs[i] = make([]driver.Decision, 1)
+	}
+	err := store.ApplyBatch(ctx, ops, outs)
+	require.ErrorContains(t, err, "op 3:", "the first bad op")
+	for i, want := range []float64{90, 94, 97} {
+		require.True(t, outs[i][0].OK, "op %d", i)
+		require.Equal(t, want, outs[i][0].Remaining, "op %d", i)
+	}
+	require.Zero(t, outs[2][0].Settled, "the settlement was not done before")
+
+	// The last op, after the bad ones, was decided too, and each op once.
+	value := func() float64 {
+		recs := make([]driver.Record, 1)
+		require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "l", Key: good}}, recs))
+		return recs[0].State.Remaining
+	}
+	require.Equal(t, 96.0, value())
+	out := make([]driver.Decision, 1)
+	require.NoError(t, store.Apply(ctx, settle, out))
+	require.Equal(t, driver.SettleCancel, out[0].Settled, "the settlement is marked done")
+	require.Equal(t, 96.0, value())
+	for _, o := range ops[3:5] {
+		require.Error(t, store.Apply(ctx, o, out), "a bad op alone")
+	}
+}
+
+// TestBadRecordFailsOnlyItsOp: see oneBadRecord. TestWithoutFunctions
+// runs it on the script, and TestClusterBadRecordFailsOnlyItsOp on a
+// Cluster.
+func TestBadRecordFailsOnlyItsOp(t *testing.T) {
+	c := client(t)
+	oneBadRecord(t, c, newStore(c, uniquePrefix(t, c)), "good", "bad")
 }
