@@ -465,6 +465,14 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
 	}
 	skey := l.storeKey(key)
+	if c.receipt && mode == driver.ModeLimit {
+		// As in do: a receipt ParseToken could not read back is refused
+		// before the call charges anything.
+		lims := [1]*limit{lim}
+		if err := receiptFits(skey, lims[:]); err != nil {
+			return v, 0, false, err
+		}
+	}
 	if l.deny != nil {
 		p := lim.params(l.seed, skey, 0)
 		if d, ok := l.deny.refuse(lim.name, skey, p, now, c.count, c.reserve); ok {

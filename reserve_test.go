@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -379,5 +380,30 @@ func TestReserveWithReceipt(t *testing.T) {
 		st, err = lim.Value(ctx, "jobs", "k")
 		require.NoError(t, err)
 		require.Equal(t, 16.0, st.Remaining)
+	}
+}
+
+// A Reserve with WithReceipt whose receipt would be too large to read back
+// (here of a key of 70,000 bytes) is refused before it charges anything,
+// with an error matching ErrInvalidConfig, as Limit's is: sharded (through
+// Apply) or not (through the limit's bound path). An unsharded limit's
+// charged, and gave a token that ParseToken refused.
+func TestReserveWithReceiptTooLargeIsRefused(t *testing.T) {
+	ctx := context.Background()
+	key := strings.Repeat("k", 70_000)
+	for _, shards := range []int{1, 2} {
+		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0})
+		_, err := lim.Limit(ctx, "jobs", key, ratelimit.WithReceipt())
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%d shards: Limit", shards)
+		r, err := lim.Reserve(ctx, "jobs", key, ratelimit.WithReceipt())
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%d shards: Reserve", shards)
+		require.Nil(t, r)
+		st, err := lim.Value(ctx, "jobs", key)
+		require.NoError(t, err)
+		require.Equal(t, 10.0, st.Remaining, "%d shards: nothing was charged", shards)
+
+		r, err = lim.Reserve(ctx, "jobs", key)
+		require.NoError(t, err, "%d shards: without WithReceipt, any key", shards)
+		require.True(t, r.OK())
 	}
 }
