@@ -76,6 +76,31 @@ func TestTokenKeyRefusesAnEmptyOrShortKey(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A token may be settled until its limits will have granted its amounts
+// again since the charge, and a period more, plus the settle window
+// (docs/reservations.md, How long a token lives): 5 tokens of 10 per
+// minute take a window of a fixed window, 30 s of a token bucket.
+func TestTokenExpires(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		kind   ratelimit.Kind
+		window []ratelimit.Option
+		want   time.Duration
+	}{
+		{ratelimit.FixedWindow, nil, time.Minute + time.Minute + ratelimit.DefaultSettleWindow},
+		{ratelimit.TokenBucket, nil, 30*time.Second + time.Minute + ratelimit.DefaultSettleWindow},
+		{ratelimit.FixedWindow, []ratelimit.Option{ratelimit.WithSettleWindow(time.Minute)}, 3 * time.Minute},
+	} {
+		clk := newMock()
+		limits := ratelimit.Limits{"m": {Kind: c.kind, Rate: 10, Period: time.Minute}}
+		lim := must(ratelimit.New(must(memstore.New()), limits, append(c.window, ratelimit.WithClock(clk))...))
+		r, err := lim.Reserve(ctx, "m", "k", ratelimit.Count(5))
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		assert.Equal(t, clk.Now().Add(c.want).UnixMilli(), r.Token().Expires().UnixMilli(), "%v %v", c.kind, c.want)
+	}
+}
+
 func FuzzParseToken(f *testing.F) {
 	f.Add("AQAAAAAAAAAAAAAAAAAAAAAA")
 	f.Fuzz(func(t *testing.T, s string) {
