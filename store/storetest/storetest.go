@@ -78,6 +78,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
 	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
+	t.Run("Contract", func(t *testing.T) { testContract(t, newStore) })
 	if _, ok := newStore(t).(driver.Expirer); ok {
 		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
 	}
@@ -483,16 +484,77 @@ func testRefund(t *testing.T, newStore NewStore) {
 	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late+1_000))
 }
 
+// testContextCanceled checks that every method given a context canceled
+// before the call returns its error, and has no effect.
 func testContextCanceled(t *testing.T, newStore NewStore) {
-	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	now := epoch.UnixMilli()
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
-	op := &driver.Op{Now: epoch.UnixMilli(), Items: []driver.Item{itemOf("c", "k", 1, p)}}
-	err := s.Apply(ctx, op, make([]driver.Decision, 1))
-	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, 10.0, loadOne(t, s, p, driver.RecordID{Name: "c", Key: "k"}, op.Now),
-		"a canceled Apply must not have written")
+	id := driver.RecordID{Name: "c", Key: "k"}
+	op := func() *driver.Op { return &driver.Op{Now: now, Items: []driver.Item{itemOf("c", "k", 1, p)}} }
+	stored := func(t *testing.T, s ratelimit.Store) bool {
+		t.Helper()
+		out := make([]driver.Record, 1)
+		require.NoError(t, s.Load(context.Background(), []driver.RecordID{id}, out))
+		return out[0].Found
+	}
+
+	t.Run("Apply", func(t *testing.T) {
+		s := newStore(t)
+		require.ErrorIs(t, s.Apply(ctx, op(), make([]driver.Decision, 1)), context.Canceled)
+		require.Equal(t, 10.0, loadOne(t, s, p, id, now), "a canceled Apply must not have written")
+	})
+	t.Run("Load", func(t *testing.T) {
+		s := newStore(t)
+		require.ErrorIs(t, s.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), context.Canceled)
+	})
+	t.Run("Delete", func(t *testing.T) {
+		s := newStore(t)
+		charge(t, s, now, "c", p)
+		require.ErrorIs(t, s.Delete(ctx, []driver.RecordID{id}), context.Canceled)
+		require.True(t, stored(t, s), "a canceled Delete must not have deleted")
+	})
+	if _, ok := newStore(t).(driver.BatchApplier); ok {
+		t.Run("ApplyBatch", func(t *testing.T) {
+			s := newStore(t)
+			err := s.(driver.BatchApplier).ApplyBatch(ctx, []*driver.Op{op()}, [][]driver.Decision{make([]driver.Decision, 1)})
+			require.ErrorIs(t, err, context.Canceled)
+			require.False(t, stored(t, s), "a canceled ApplyBatch must not have written")
+		})
+	}
+	if _, ok := newStore(t).(driver.Expirer); ok {
+		t.Run("DeleteExpired", func(t *testing.T) {
+			s := newStore(t)
+			charge(t, s, now, "c", p)
+			later := time.UnixMilli(now).Add(time.Hour)
+			n, err := s.(driver.Expirer).DeleteExpired(ctx, later)
+			require.ErrorIs(t, err, context.Canceled)
+			require.Zero(t, n)
+			n, err = s.(driver.Expirer).DeleteExpired(context.Background(), later)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "a canceled DeleteExpired must not have dropped the record")
+		})
+	}
+	if _, ok := newStore(t).(driver.TimeSource); ok {
+		t.Run("Now", func(t *testing.T) {
+			ts := newStore(t).(driver.TimeSource)
+			if _, err := ts.Now(context.Background()); err != nil {
+				t.Skipf("the store has no time to give: %v", err)
+			}
+			_, err := ts.Now(ctx)
+			require.ErrorIs(t, err, context.Canceled)
+		})
+	}
+	if _, ok := newStore(t).(driver.Binder); ok {
+		t.Run("Decide", func(t *testing.T) {
+			s := newStore(t)
+			bl := s.(driver.Binder).Bind("c", p, func(string) int64 { return 0 })
+			_, err := bl.Decide(ctx, "k", driver.ModeLimit, now, 1, false)
+			require.ErrorIs(t, err, context.Canceled)
+			require.False(t, stored(t, s), "a canceled Decide must not have written")
+		})
+	}
 }
 
 // testClockBackwards checks that a clock stepping back neither mints nor
