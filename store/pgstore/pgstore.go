@@ -837,10 +837,14 @@ func lockWait(ctx context.Context) int32 {
 // with the ops of other calls in flight at the same time. A call whose
 // context ends while it waits for a batch leaves undecided; one whose
 // statement was sent may have been decided and charged, as for any call
-// over a network.
+// over a network. An out shorter than op's items is refused with an error,
+// and nothing is sent.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(out) < len(op.Items) {
+		return fmt.Errorf("pgstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
 	}
 	r := s.newRequest(op)
 	if _, err := s.batcher.Do(ctx, r); err != nil {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -31,6 +32,9 @@ func NewModel() *Model {
 func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(out) < len(op.Items) {
+		return fmt.Errorf("model: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
