@@ -77,13 +77,19 @@ func (e *OpError) Unwrap() error { return e.Err }
 // item of ops[i]). An op that fails on its own (none does: the decisions
 // are pure) is left out: the others are decided and committed without it,
 // and the error joins an *OpError for each op left out. Any other error
-// means that nothing was written.
+// means that nothing was written: outs of the wrong length are refused
+// before any op is decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
 	if len(outs) != len(ops) {
 		return fmt.Errorf("boltstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
 	}
-	if err := s.usable(ctx); err != nil {
-		return err
+	for i, op := range ops {
+		if len(outs[i]) < len(op.Items) {
+			return fmt.Errorf("boltstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
+		}
 	}
 	reqs := make([]*request, len(ops))
 	for i, op := range ops {

@@ -855,10 +855,19 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // ApplyBatch implements driver.BatchApplier: ops decided one after
-// another, in one statement; none for no ops.
+// another, in one statement; none for no ops. Outs of the wrong length are
+// refused with an error, and nothing is sent.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(outs) != len(ops) {
+		return fmt.Errorf("pgstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
+	}
+	for i, op := range ops {
+		if len(outs[i]) < len(op.Items) {
+			return fmt.Errorf("pgstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
+		}
 	}
 	if len(ops) == 0 {
 		return nil

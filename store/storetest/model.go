@@ -88,8 +88,17 @@ func (m *Model) Delete(ctx context.Context, ids []driver.RecordID) error {
 	return nil
 }
 
-// ApplyBatch implements driver.BatchApplier: Apply, op after op.
+// ApplyBatch implements driver.BatchApplier: Apply, op after op. Outs of
+// the wrong length are refused before any op is decided.
 func (m *Model) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
+	if len(outs) != len(ops) {
+		return fmt.Errorf("model: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
+	}
+	for i, op := range ops {
+		if len(outs[i]) < len(op.Items) {
+			return fmt.Errorf("model: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
+		}
+	}
 	for i, op := range ops {
 		if err := m.Apply(ctx, op, outs[i]); err != nil {
 			return err
