@@ -387,6 +387,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
+	if len(out) < len(ids) {
+		return fmt.Errorf("boltstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {

@@ -905,6 +905,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(out) < len(ids) {
+		return fmt.Errorf("memstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	}
 	for i, id := range ids {
 		out[i] = driver.Record{}
 		l := s.limitOf(id.Name, id.Shard, false)

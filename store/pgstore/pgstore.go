@@ -891,6 +891,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(out) < len(ids) {
+		return fmt.Errorf("pgstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	}
 	keys := make([][]byte, 0, len(ids))
 	first := make([]int, len(ids)) // the first position of ids[i]
 	index := make(map[[sha256.Size]byte]int, len(ids))

@@ -66,6 +66,9 @@ func (m *Model) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(out) < len(ids) {
+		return fmt.Errorf("model: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, id := range ids {
