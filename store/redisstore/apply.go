@@ -175,10 +175,14 @@ func (r *request) tag() string {
 // Apply implements ratelimit.Store. The op goes at once when no round trip
 // to its Redis server is in flight; otherwise it waits for that round trip
 // and goes with the other ops that arrived meanwhile, in one call of the
-// function.
+// function. An out shorter than op's items is refused with an error, and
+// nothing is sent.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
+	}
+	if len(out) < len(op.Items) {
+		return fmt.Errorf("redisstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
 	}
 	if len(op.Items) == 0 {
 		return nil // nothing to decide or write
@@ -212,10 +216,19 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // ApplyBatch implements driver.BatchApplier: the ops in one round trip
-// (on a Cluster, one per node), decided in order, each op atomic.
+// (on a Cluster, one per node), decided in order, each op atomic. Outs of
+// the wrong length are refused with an error, and nothing is sent.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
+	}
+	if len(outs) != len(ops) {
+		return fmt.Errorf("redisstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
+	}
+	for i, op := range ops {
+		if len(outs[i]) < len(op.Items) {
+			return fmt.Errorf("redisstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
+		}
 	}
 	reqs := make([]*request, 0, len(ops))
 	at := make([]int, 0, len(ops)) // the op of each request
