@@ -11,7 +11,7 @@ import (
 
 // testContract checks the promises of package driver at their edges, one
 // subtest each: what Load, Delete, Apply and ApplyBatch do with missing
-// records and empty ops.
+// records, empty ops and outs of the wrong length.
 func testContract(t *testing.T, newStore NewStore) {
 	now := epoch.UnixMilli()
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
@@ -38,6 +38,14 @@ func testContract(t *testing.T, newStore NewStore) {
 		require.Equal(t, out[0], out[2], "an id given twice reads the same record at both positions")
 		require.Equal(t, driver.Record{}, out[1])
 	})
+	t.Run("LoadShortOut", func(t *testing.T) {
+		s := newStore(t)
+		var err error
+		noPanic(t, func() {
+			err = s.Load(context.Background(), []driver.RecordID{id("a"), id("b")}, make([]driver.Record, 1))
+		})
+		require.Error(t, err, "an out shorter than ids is refused")
+	})
 	t.Run("DeleteMissing", func(t *testing.T) {
 		s := newStore(t)
 		require.NoError(t, s.Delete(context.Background(), []driver.RecordID{id("missing")}),
@@ -52,6 +60,29 @@ func testContract(t *testing.T, newStore NewStore) {
 			})
 		}
 	})
+	t.Run("ApplyShortOut", func(t *testing.T) {
+		s := newStore(t)
+		charge(t, s, now, "a", p)
+		charge(t, s, now, "b", p)
+		ids := []driver.RecordID{id("a"), id("b"), id("c")}
+		before := make([]driver.Record, len(ids))
+		require.NoError(t, s.Load(context.Background(), ids, before))
+		for _, m := range []driver.Mode{driver.ModeLimit, driver.ModeCheck, driver.ModeRefund} {
+			op := &driver.Op{Mode: m, Now: now + 1000, Items: []driver.Item{
+				itemOf("a", "k", 1, p), itemOf("b", "k", 1, p), itemOf("c", "k", 1, p)}}
+			for i := range op.Items {
+				op.Items[i].At = now
+			}
+			for _, out := range [][]driver.Decision{nil, make([]driver.Decision, 2)} {
+				var err error
+				noPanic(t, func() { err = s.Apply(context.Background(), op, out) })
+				require.Error(t, err, "mode %d: an out of %d for 3 items is refused, not filled in part", m, len(out))
+				after := make([]driver.Record, len(ids))
+				require.NoError(t, s.Load(context.Background(), ids, after))
+				require.Equal(t, before, after, "mode %d: a refused call writes nothing", m)
+			}
+		}
+	})
 	if _, ok := newStore(t).(driver.BatchApplier); !ok {
 		return
 	}
@@ -61,6 +92,29 @@ func testContract(t *testing.T, newStore NewStore) {
 			require.NoError(t, b.ApplyBatch(context.Background(), nil, nil))
 			require.NoError(t, b.ApplyBatch(context.Background(), []*driver.Op{{Now: now}}, [][]driver.Decision{nil}))
 		})
+	})
+	t.Run("ApplyBatchShortOuts", func(t *testing.T) {
+		s := newStore(t)
+		b := s.(driver.BatchApplier)
+		ops := func() []*driver.Op {
+			return []*driver.Op{
+				{Now: now, Items: []driver.Item{itemOf("a", "k", 1, p)}},
+				{Now: now, Items: []driver.Item{itemOf("b", "k", 1, p), itemOf("c", "k", 1, p)}},
+			}
+		}
+		for _, outs := range [][][]driver.Decision{
+			nil,
+			{make([]driver.Decision, 1)},
+			{make([]driver.Decision, 1), make([]driver.Decision, 1)},
+			{make([]driver.Decision, 1), make([]driver.Decision, 2), make([]driver.Decision, 1)},
+		} {
+			var err error
+			noPanic(t, func() { err = b.ApplyBatch(context.Background(), ops(), outs) })
+			require.Error(t, err, "outs of lengths %v for ops of 1 and 2 items are refused", lens(outs))
+			recs := make([]driver.Record, 3)
+			require.NoError(t, s.Load(context.Background(), []driver.RecordID{id("a"), id("b"), id("c")}, recs))
+			require.Equal(t, make([]driver.Record, 3), recs, "a refused batch writes nothing")
+		}
 	})
 }
 
@@ -82,4 +136,12 @@ func noPanic(t *testing.T, f func()) {
 		}
 	}()
 	f()
+}
+
+func lens(outs [][]driver.Decision) []int {
+	n := make([]int, len(outs))
+	for i, o := range outs {
+		n[i] = len(o)
+	}
+	return n
 }
