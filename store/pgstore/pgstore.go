@@ -962,11 +962,13 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 var expiredChunk = 1000
 
 // DeleteExpired removes the records whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now (and placeholders left by
-// refused calls), and returns how many it removed. The grace keeps exact
-// the calls in flight, judged at a now read a moment before. Such records
-// read as a full bucket whether kept or not; removing them keeps the table
-// proportional to the keys active recently.
+// driver.ExpiryGrace (a minute) at now, and the settlement marks past
+// their expiry, and returns how many it removed. It removes as well,
+// uncounted, the placeholders of records that an op locked and then
+// refused to write: they were never records, and read as missing. The
+// grace keeps exact the calls in flight, judged at a now read a moment
+// before. Such records read as a full bucket whether kept or not; removing
+// them keeps the table proportional to the keys active recently.
 //
 // It walks the table along its primary key in small transactions of a
 // thousand rows, each of which holds its rows for a moment only, and

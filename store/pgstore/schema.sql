@@ -881,8 +881,10 @@ END
 -- p_cutoff and not locked by a call in flight (skipping them, it never
 -- waits for a call, so it cannot deadlock with one; a record skipped goes
 -- at the next sweep), and returns the chunk's last id, its size, and how
--- many went. A function for the same reason as {{del}}: a plain statement
--- planned on a small table read the whole table at every chunk.
+-- many records and settlement marks went: a placeholder (a NULL value, left
+-- by an op refused on records it had locked) goes too, uncounted, as it
+-- was never a record. A function for the same reason as {{del}}: a plain
+-- statement planned on a small table read the whole table at every chunk.
 CREATE OR REPLACE FUNCTION {{sweep}}(p_after bytea, p_n integer, p_cutoff bigint,
 	OUT last bytea, OUT scanned bigint, OUT gone bigint)
 LANGUAGE plpgsql VOLATILE
@@ -893,8 +895,8 @@ BEGIN
 	WITH c AS (SELECT t.id FROM {{table}} t WHERE t.id > p_after ORDER BY t.id LIMIT p_n),
 	l AS (SELECT t.id FROM {{table}} t WHERE t.id IN (SELECT c.id FROM c) AND t.expires <= p_cutoff
 		FOR UPDATE SKIP LOCKED),
-	d AS (DELETE FROM {{table}} t WHERE t.id IN (SELECT l.id FROM l) AND t.expires <= p_cutoff RETURNING 1)
-	SELECT (SELECT c.id FROM c ORDER BY c.id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(*) FROM d)
+	d AS (DELETE FROM {{table}} t WHERE t.id IN (SELECT l.id FROM l) AND t.expires <= p_cutoff RETURNING t.value)
+	SELECT (SELECT c.id FROM c ORDER BY c.id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(d.value) FROM d)
 	INTO last, scanned, gone;
 END
 {{q}};
