@@ -61,4 +61,41 @@ func testExpirer(t *testing.T, newStore NewStore) {
 	cancel()
 	_, err = exp.DeleteExpired(done, mock.Now())
 	require.ErrorIs(t, err, context.Canceled, "DeleteExpired leaves on its context")
+
+	t.Run("Counts", func(t *testing.T) { testExpirerCounts(t, newStore) })
+}
+
+// testExpirerCounts checks what DeleteExpired counts: the records and
+// settlement marks it dropped, and nothing else. An op refused as a whole
+// on records never written leaves none (a store that locks missing records
+// by inserting placeholders drops them uncounted); a settled refund leaves
+// its record and its mark.
+func testExpirerCounts(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	now := epoch.UnixMilli()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	later := time.UnixMilli(now).Add(time.Hour)
+
+	s := newStore(t)
+	out := make([]driver.Decision, 2)
+	refused := &driver.Op{Now: now, Items: []driver.Item{itemOf("p1", "k", 1, p), itemOf("p2", "k", 11, p)}}
+	require.NoError(t, s.Apply(ctx, refused, out))
+	require.True(t, out[0].OK)
+	require.False(t, out[1].OK)
+	recs := make([]driver.Record, 2)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "p1", Key: "k"}, {Name: "p2", Key: "k"}}, recs))
+	require.Equal(t, make([]driver.Record, 2), recs, "a refused op writes nothing")
+	n, err := s.(driver.Expirer).DeleteExpired(ctx, later)
+	require.NoError(t, err)
+	require.Zero(t, n, "DeleteExpired counts the records it dropped: the refused op wrote none")
+
+	charge(t, s, now, "r", p)
+	refund := itemOf("r", "k", 4, p)
+	refund.At = now
+	settle := &driver.Settlement{ID: [16]byte{1, 2, 3}, Kind: driver.SettleCancel, Until: now + 60_000}
+	require.NoError(t, s.Apply(ctx, &driver.Op{Mode: driver.ModeRefund, Now: now, Settle: settle,
+		Items: []driver.Item{refund}}, out[:1]))
+	n, err = s.(driver.Expirer).DeleteExpired(ctx, later)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the record and the settlement's mark")
 }
