@@ -15,7 +15,12 @@
 // single unsharded limit) and Expirer (dropping records whose bucket is
 // full again).
 //
-// Every store runs the one conformance suite, storetest.Run.
+// Every method of these interfaces that takes a context, given one already
+// done, returns an error matching the context's (errors.Is) and has no
+// effect.
+//
+// Every store runs the one conformance suite, storetest.Run, which checks
+// the promises stated here.
 package driver
 
 import (
@@ -30,9 +35,11 @@ var ErrClosed = errors.New("ratelimit: store is closed")
 // Expirer is implemented by a store that keeps records until told to drop
 // them (an in-memory map, a file, a table), rather than letting its medium
 // expire them (Redis). DeleteExpired drops every record whose bucket has
-// been full again for ExpiryGrace at now, and returns how many it dropped;
-// a record it keeps reads the same either way. Call it periodically, or
-// let package store/janitor do it.
+// been full again for ExpiryGrace at now, and every settlement's mark
+// expired for as long, and returns how many records and marks it dropped;
+// it counts nothing else it may remove (such as rows of its own that no
+// write made records). A record it keeps reads the same either way. Call
+// it periodically, or let package store/janitor do it.
 type Expirer interface {
 	DeleteExpired(ctx context.Context, now time.Time) (int, error)
 }
@@ -48,11 +55,15 @@ type Expirer interface {
 type Store interface {
 	// Apply decides op as Evaluate does over the records op touches, and
 	// writes the updates Evaluate marks, all in one atomic step. It fills
-	// out, which has one element per op item.
+	// out, which has one element per op item: an out shorter than that is
+	// refused with an error, before anything is decided or written. An op
+	// without items decides and writes nothing, and Apply returns nil.
 	Apply(ctx context.Context, op *Op, out []Decision) error
-	// Load reads the records ids into out (same length); a missing record
-	// is Record{}. A store may report as missing a record whose bucket is
-	// full again (see FullAt).
+	// Load reads the records ids into out, which has one element per id (a
+	// shorter out is refused with an error); a missing record is
+	// Record{}, whatever out held, and an id given twice reads the same
+	// record at both positions. A store may report as missing a record
+	// whose bucket is full again (see FullAt).
 	Load(ctx context.Context, ids []RecordID, out []Record) error
 	// Delete removes the records ids; a missing one is not an error.
 	Delete(ctx context.Context, ids []RecordID) error
@@ -77,9 +88,11 @@ type TimeSource interface {
 type BatchApplier interface {
 	// ApplyBatch decides ops[0], ops[1], … one after another, exactly as
 	// that many calls of Apply in that order would, each op atomic, and
-	// fills outs[i] (one Decision per item of ops[i]). On an error, any op
-	// of the batch may or may not have taken effect, as for any call over
-	// a network.
+	// fills outs[i] (one Decision per item of ops[i]). Outs of the wrong
+	// length (not one per op, or one shorter than its op's items) are
+	// refused with an error, before any op is decided; no ops, or ops
+	// without items, return nil. On any other error, any op of the batch
+	// may or may not have taken effect, as for any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
 
