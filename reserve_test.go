@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +226,33 @@ func TestReservationRefusedPastMaxReserved(t *testing.T) {
 	st, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
 	assert.Equal(t, -20.0, st.Remaining)
+}
+
+// A reservation of Capacity plus MaxReserved on a full bucket owes exactly
+// MaxReserved, which the float arithmetic may overstate by noise (1 − 1.3
+// is −0.30000000000000004, against a MaxReserved of 0.3): it is granted.
+// It was refused, and refused again at every retry: a full bucket cannot
+// grow, so a count New accepts could never be granted. A sharded limit
+// has the same case on two full shards, which the count leaves each owing
+// its MaxReserved.
+func TestReservationOfCapacityPlusMaxReservedOnAFullBucket(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket} {
+		for _, shards := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%v/%d shards", kind, shards), func(t *testing.T) {
+				n := float64(shards)
+				cfg := ratelimit.Config{Kind: kind, Rate: n, Capacity: n, MaxReserved: 0.3 * n, Period: time.Second, Shards: shards}
+				if kind == ratelimit.FixedWindow {
+					cfg.Start = time.UnixMilli(0)
+				}
+				lim, _ := newReserveLimiter(t, cfg)
+				res, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(1.3*n), ratelimit.WithReserve())
+				require.NoError(t, err, "the count is within Capacity plus MaxReserved")
+				require.True(t, res.OK, "a debt of MaxReserved, overstated by float noise, is within MaxReserved")
+				assert.InDelta(t, -0.3*n, res.Remaining, 1e-9)
+			})
+		}
+	}
 }
 
 // Once a job was let run, its tokens are spent: Cancel hands nothing

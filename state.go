@@ -99,9 +99,12 @@ func denoise(v float64) float64 {
 	return v
 }
 
-// fitsDebt reports whether a value may be written by a reservation.
+// fitsDebt reports whether a value v may be written by a reservation: a
+// debt within MaxReserved, with the tolerance of denoise, so that a debt
+// beyond it by float noise alone (1 − 1.3 = −0.30000000000000004 against
+// a MaxReserved of 0.3) is within it.
 func fitsDebt(p driver.Params, v float64) bool {
-	return p.MaxReserved == 0 || -v <= p.MaxReserved
+	return p.MaxReserved == 0 || v+p.MaxReserved > -noise
 }
 
 // transition is TransitionInto with the decision returned by value.

@@ -112,7 +112,7 @@ func (x transition) va(v0, t0 string) (va, ts string) {
 func (x transition) ok(va string) string {
 	switch x.reserve {
 	case 1:
-		return "(" + va + " > -" + sqlNoise + " OR -" + va + " <= " + x.maxr + ")"
+		return "(" + va + " > -" + sqlNoise + " OR " + va + " + " + x.maxr + " > -" + sqlNoise + ")"
 	case 2:
 		return "true"
 	}

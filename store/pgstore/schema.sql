@@ -81,8 +81,8 @@ BEGIN
 		RETURN;
 	END IF;
 	-- A reservation's debt on one shard, the one whose debt is granted first.
-	IF ma = 0 OR -va <= ma THEN
-		IF NOT (mb = 0 OR -vb <= mb) THEN
+	IF ma = 0 OR va + ma > -noise THEN
+		IF NOT (mb = 0 OR vb + mb > -noise) THEN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
 		END IF;
@@ -93,12 +93,12 @@ BEGIN
 			RETURN;
 		END IF;
 	END IF;
-	IF mb = 0 OR -vb <= mb THEN
+	IF mb = 0 OR vb + mb > -noise THEN
 		na := sva; nb := vb; c1 := cnt; ok := true;
 		RETURN;
 	END IF;
 	-- Only a count no shard could owe alone is spread as debt over both.
-	IF (cnt > ca + ma OR cnt > cb + mb) AND (ma = 0 OR -na <= ma) AND (mb = 0 OR -nb <= mb) THEN
+	IF (cnt > ca + ma OR cnt > cb + mb) AND (ma = 0 OR na + ma > -noise) AND (mb = 0 OR nb + mb > -noise) THEN
 		c0 := sva - na; c1 := svb - nb; ok := true;
 	END IF;
 END
@@ -441,7 +441,7 @@ BEGIN
 			ELSE
 				reserve := flags & 4 <> 0;
 				ma := p_pflt[3 * q];
-				IF reserve AND (ma = 0 OR -va <= ma) THEN
+				IF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok[it] := true;
 					rt := {{wait(ka, pa, rta, sta, -va)}};
 					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
@@ -541,7 +541,7 @@ BEGIN
 				IF va >= 0 THEN
 					ok_ := true;
 					IF reserve THEN rt := (sta - now)::float8; END IF;
-				ELSIF reserve AND (ma = 0 OR -va <= ma) THEN
+				ELSIF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok_ := true;
 					rt := {{wait(ka, pa, rta, sta, -va)}};
 				ELSE
@@ -772,7 +772,7 @@ BEGIN
 		IF va >= 0 THEN
 			ok := true;
 			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
-		ELSIF reserve AND (p_maxr = 0 OR -va <= p_maxr) THEN
+		ELSIF reserve AND (p_maxr = 0 OR va + p_maxr > -noise) THEN
 			ok := true;
 			rt := {{wait(p_kind, p_period, p_rate, sts, -va)}};
 		ELSE

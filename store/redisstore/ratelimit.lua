@@ -159,8 +159,9 @@ local function denoise(v)
   return v
 end
 
+-- fitsDebt: a debt within max reserved, with the tolerance of denoise
 local function fits_debt(p, v)
-  return p[5] == 0 or -v <= p[5]
+  return p[5] == 0 or v + p[5] > -NOISE
 end
 
 -- single (TransitionInto): returns ok, retry, remaining, charged, and the
