@@ -510,6 +510,50 @@ func TestResetFollowsTheStoredRecord(t *testing.T) {
 	assert.Equal(t, 50*time.Minute, res.ResetAfter, "the next grant of the record as stored")
 }
 
+// A fixed window's refused call is told the first window at which the
+// same call succeeds, though float noise puts the shortfall a hair over a
+// whole number of grants (1.7 − 2.7 = −1.0000000000000002 against a grant
+// of 1 per window, 2.9 − 3 = −0.10000000000000009 against 0.1): it was
+// told a window more.
+func TestFixedWindowRetryAfterIsNotAWindowTooLong(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		rate        float64
+		spend, need float64
+	}{
+		{"rate 1, 1.3 then 2.7", 1, 1.3, 2.7},
+		{"rate 0.1, 0.1 then 3", 0.1, 0.1, 3},
+		{"rate 0.3, 1.5 then 2.7", 0.3, 1.5, 2.7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			mock := newMock()
+			lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+				"w": {Kind: ratelimit.FixedWindow, Rate: tc.rate, Capacity: 3, Period: time.Second, Start: time.UnixMilli(0)},
+			}, ratelimit.WithClock(mock))
+			require.NoError(t, err)
+			res, err := lim.Limit(ctx, "w", "k", ratelimit.Count(tc.spend))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			res, err = lim.Limit(ctx, "w", "k", ratelimit.Count(tc.need))
+			require.NoError(t, err)
+			require.False(t, res.OK)
+			// The first whole window at which the call succeeds.
+			var first time.Duration
+			for w := time.Second; w <= res.RetryAfter; w += time.Second {
+				mock.Set(t0.Add(w))
+				chk, err := lim.Check(ctx, "w", "k", ratelimit.Count(tc.need))
+				require.NoError(t, err)
+				if chk.OK {
+					first = w
+					break
+				}
+			}
+			require.Equal(t, first, res.RetryAfter, "RetryAfter is not the earliest wait after which the call succeeds")
+		})
+	}
+}
+
 // A call decided by the failure policy gets a RetryAfter in whole
 // milliseconds, rounded up, like every other (it said 999.95267ms).
 func TestDegradedRetryAfterIsWholeMilliseconds(t *testing.T) {

@@ -69,14 +69,55 @@ func StateAt(p driver.Params, rec driver.Record, now int64) driver.State {
 	return fresh(p, now)
 }
 
-// wait returns the milliseconds from now until d more tokens have been
-// granted to s, a state already refreshed to now. Not rounded.
-func wait(p driver.Params, s driver.State, now int64, d float64) float64 {
+// wait returns the milliseconds from now until a call of count, which may
+// leave a debt of allow tokens, would be granted on s, a state already
+// refreshed to now: for a fixed window, the end of the first whole number
+// of windows after whose grants, added to s as refresh adds them,
+//
+//	(Remaining − count) + allow > −noise,
+//
+// the comparison by which the transition grants a call (denoise, and
+// fitsDebt with allow = MaxReserved). The estimate from the shortfall less
+// the noise is tried against that comparison, a window less or a few
+// more, so that rounding neither adds a window nor takes one away: the
+// call succeeds at the wait, and not a window before. For a debt v,
+// wait(State{v, TS}, 0, 0) is when the tokens owed have been granted.
+// Grants are not capped at Capacity here: a call the capacity keeps from
+// ever succeeding has no wait, and for every other one the cap changes
+// nothing.
+func wait(p *driver.Params, s driver.State, now int64, count, allow float64) float64 {
+	d := -((s.Remaining - count) + allow)
 	if p.Kind == driver.FixedWindow {
-		return float64(float64(p.Period)*math.Ceil(d/p.Rate)) + float64(s.TS-now)
+		j := math.Ceil((d - noise) / p.Rate)
+		if j < 0 {
+			j = 0
+		}
+		if j > 0 && grants(s.Remaining+float64(p.Rate*(j-1)), count, allow) {
+			j--
+		} else {
+			for range waitTries {
+				if grants(s.Remaining+float64(p.Rate*j), count, allow) {
+					break
+				}
+				j++
+			}
+		}
+		return float64(float64(p.Period)*j) + float64(s.TS-now)
 	}
 	return float64(max(now, s.TS)-now) + d*float64(p.Period)/p.Rate
 }
+
+// grants reports whether a record holding v tokens grants a call of count
+// that may leave a debt of allow: the transition's comparison, the noise
+// included.
+func grants(v, count, allow float64) bool {
+	return (v-count)+allow > -noise
+}
+
+// waitTries bounds the search of wait past an estimate that rounding left
+// short; beyond it the steps are below float precision, and the wait
+// stands.
+const waitTries = driver.WaitTries
 
 // retryMillis rounds a wait up to whole milliseconds, within
 // [0, MaxRetryAfter].
@@ -159,7 +200,7 @@ func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, fou
 	// than the noise (which denoise leaves as it is): settle's last case,
 	// the commonest on a limit under attack.
 	if v <= -noise && !reserve {
-		*d = driver.Decision{RetryAfter: retryMillis(wait(*p, s, now, -v)), Remaining: s.Remaining}
+		*d = driver.Decision{RetryAfter: retryMillis(wait(p, s, now, count, 0)), Remaining: s.Remaining}
 		return s
 	}
 	return settle(d, p, s, now, count, reserve)
@@ -200,13 +241,15 @@ func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, cou
 		d.OK = true
 	case reserve && fitsDebt(*p, v):
 		d.OK = true
-		d.RetryAfter = retryMillis(wait(*p, s, now, -v))
+		d.RetryAfter = retryMillis(wait(p, driver.State{Remaining: v, TS: s.TS}, now, 0, 0))
 	default:
-		deficit := -v
+		// Until the call would fit: for a reservation, until its debt
+		// would fit MaxReserved.
+		var allow float64
 		if reserve {
-			deficit -= p.MaxReserved
+			allow = p.MaxReserved
 		}
-		d.RetryAfter = retryMillis(wait(*p, s, now, deficit))
+		d.RetryAfter = retryMillis(wait(p, s, now, count, allow))
 		d.Remaining = s.Remaining
 		return s
 	}
@@ -336,14 +379,14 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 	var w float64
 	if ca > 0 {
 		if na < 0 {
-			w = max(w, wait(pa, sa, now, -na))
+			w = max(w, wait(&pa, driver.State{Remaining: na, TS: sa.TS}, now, 0, 0))
 		} else if reserve {
 			w = max(w, float64(sa.TS-now))
 		}
 	}
 	if cb > 0 {
 		if nb < 0 {
-			w = max(w, wait(pb, sb, now, -nb))
+			w = max(w, wait(&pb, driver.State{Remaining: nb, TS: sb.TS}, now, 0, 0))
 		} else if reserve {
 			w = max(w, float64(sb.TS-now))
 		}
@@ -385,7 +428,8 @@ func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, 
 	}
 	fa, fb := fitsDebt(pa, va), fitsDebt(pb, vb)
 	switch {
-	case fa && (!fb || wait(pa, sa, now, -va) <= wait(pb, sb, now, -vb)):
+	case fa && (!fb || wait(&pa, driver.State{Remaining: va, TS: sa.TS}, now, 0, 0) <=
+		wait(&pb, driver.State{Remaining: vb, TS: sb.TS}, now, 0, 0)):
 		return va, sb.Remaining, count, 0, true
 	case fb:
 		return sa.Remaining, vb, 0, count, true
@@ -443,12 +487,12 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 	}
 	// One shard alone: it needs count tokens, less its debt allowance.
 	single := func(p driver.Params, s driver.State) {
-		need := count
+		var allow float64
 		if reserve {
-			need -= p.MaxReserved
+			allow = p.MaxReserved
 		}
-		if need <= p.Capacity {
-			try(wait(p, s, now, need-s.Remaining))
+		if count-allow <= p.Capacity {
+			try(wait(&p, s, now, count, allow))
 		}
 	}
 	single(pa, sa)

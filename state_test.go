@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -126,6 +128,105 @@ func TestRetryMillis(t *testing.T) {
 	assert.Equal(t, int64(0), retryMillis(-3))
 	assert.Equal(t, int64(167), retryMillis(166.00000001))
 	assert.Equal(t, driver.MaxRetryAfter, retryMillis(math.Inf(1)))
+}
+
+// decimalRates are rates whose arithmetic with counts in tenths leaves
+// float noise.
+var decimalRates = []float64{0.1, 0.3, 0.7, 1, 1.3, 2.5, 1.0 / 3, 10}
+
+// tenths draws a count in tenths of a token in [0, most], or most itself.
+func tenths(rng *rand.Rand, most float64) float64 {
+	if rng.IntN(8) == 0 {
+		return most
+	}
+	return math.Min(float64(rng.IntN(int(most*10)+1))/10, most)
+}
+
+// reach is the largest count a call may ask of one record of p.
+func reach(p driver.Params, reserve bool) float64 {
+	switch {
+	case !reserve:
+		return p.Capacity
+	case p.MaxReserved == 0:
+		return 2 * p.Capacity
+	}
+	return p.Capacity + p.MaxReserved
+}
+
+// A refused call is told the least wait after which the same call
+// succeeds on the record as stored: it succeeds exactly then, under the
+// transition's own comparison, and not a window (fixed window) or a
+// millisecond (token bucket) before. A reservation is told when its
+// tokens will have been granted: then, and not a step before, the record
+// it wrote owes nothing beyond the noise (a call of no tokens succeeds).
+// Rates, counts and debts in tenths leave float noise in every shortfall,
+// which used to cost a fixed window a whole window more.
+func TestRetryAfterIsTheLeastWait(t *testing.T) {
+	for _, kind := range []driver.Kind{driver.FixedWindow} {
+		t.Run(kind.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, uint64(kind)))
+			refused, reserved := 0, 0
+			for i := range 30_000 {
+				rate := decimalRates[rng.IntN(len(decimalRates))]
+				p := driver.Params{Kind: kind, Rate: rate, Period: []int64{1000, 60_000, 7}[rng.IntN(3)],
+					Capacity: rate * []float64{1, 3, 1.5}[rng.IntN(3)]}
+				if rng.IntN(2) == 0 {
+					p.MaxReserved = tenths(rng, p.Capacity)
+				}
+				// The record as a few calls, each a while after the last,
+				// left it.
+				now := t0
+				var rec driver.State
+				found := false
+				for range 1 + rng.IntN(4) {
+					now += rng.Int64N(2 * p.Period)
+					reserve := rng.IntN(3) == 0
+					next, d := transition(p, rec, found, now, tenths(rng, reach(p, reserve)), reserve)
+					if d.OK {
+						rec, found = next, true
+					}
+				}
+				now += rng.Int64N(p.Period)
+				reserve := rng.IntN(3) == 0
+				count := tenths(rng, reach(p, reserve))
+				next, d := transition(p, rec, found, now, count, reserve)
+				where := func() string {
+					return fmt.Sprintf("case %d: %+v record %+v (found %v) now %d count %v reserve %v: %+v",
+						i, p, rec, found, now, count, reserve, d)
+				}
+				if d.RetryAfter == 0 || d.RetryAfter == driver.MaxRetryAfter {
+					continue
+				}
+				// The call that succeeds at the wait, and not a step before.
+				on, c, r := rec, count, reserve
+				switch {
+				case !d.OK:
+					refused++
+				case next.Remaining < 0:
+					on, c, r = next, 0, false // the tokens owed granted
+					reserved++
+				default:
+					continue
+				}
+				okAt := func(at int64) bool {
+					_, d := transition(p, on, true, at, c, r)
+					return d.OK
+				}
+				at := now + d.RetryAfter
+				require.True(t, okAt(at), "%s: not OK at the wait", where())
+				before := at - 1
+				if kind == driver.FixedWindow {
+					before = at - p.Period
+				}
+				if before > now {
+					require.False(t, okAt(before), "%s: OK already a step before the wait", where())
+				}
+			}
+			t.Logf("%d refused calls, %d reservations", refused, reserved)
+			require.Greater(t, refused, 1000)
+			require.Greater(t, reserved, 1000)
+		})
+	}
 }
 
 func TestEvaluatePair(t *testing.T) {

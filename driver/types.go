@@ -21,6 +21,11 @@ const Noise = 1e-9
 // ports use this value.
 const PairTries = 4
 
+// WaitTries bounds how many windows past an estimate that rounding left
+// short the wait of a refused call tries (see ratelimit.Evaluate). Native
+// ports use this value.
+const WaitTries = 3
+
 // MaxRetryAfter is the longest retry-after, in milliseconds, that a
 // decision reports; longer waits are clamped to it. It still converts to a
 // time.Duration without overflow (about 292 years).

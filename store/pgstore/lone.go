@@ -410,14 +410,13 @@ func decideWritten(d *driver.Decision, p *driver.Params, v float64, ts, now int6
 		d.RetryAfter = retryMillis(float64(ts - now))
 		return
 	}
-	// state.go's wait for -v more tokens.
-	var w float64
-	if p.Kind == driver.FixedWindow {
-		w = float64(float64(p.Period)*math.Ceil(-v/p.Rate)) + float64(ts-now)
-	} else {
-		w = float64(max(now, ts)-now) + -v*float64(p.Period)/p.Rate
-	}
-	d.RetryAfter = retryMillis(w)
+	// The wait until the debt is granted (state.go's wait): that of a call
+	// of no tokens, refused on the written record, which the refresh to
+	// now leaves as it is (its time is now's, or later, or the start of
+	// now's window).
+	var w driver.Decision
+	ratelimit.TransitionInto(&w, p, driver.State{Remaining: v, TS: ts}, true, now, 0, false)
+	d.RetryAfter = w.RetryAfter
 }
 
 // retryMillis is state.go's: a wait rounded up to whole milliseconds,

@@ -78,9 +78,10 @@ var schemaSQL string
 // schemaVersion marks a table whose schema is this release's: New writes it
 // as the table's comment, last, and reads it to know whether the schema
 // must be installed or upgraded. It changes with every change of
-// schema.sql.
+// schema.sql, and of the statements its waits are written out as
+// (expandWaits).
 var schemaVersion = func() string {
-	sum := sha256.Sum256([]byte(schemaSQL))
+	sum := sha256.Sum256([]byte(expandWaits(schemaSQL)))
 	return "ratelimit pgstore schema 2 " + hex.EncodeToString(sum[:6])
 }()
 
@@ -319,6 +320,7 @@ func (n names) schema() string {
 		"{{never}}", strconv.FormatInt(driver.Never, 10),
 		"{{never_span}}", strconv.FormatInt(driver.Never-driver.MaxTime, 10),
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
+		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	}
@@ -348,18 +350,27 @@ func holds(sql string, subs []string, tag string) bool {
 }
 
 // waitCall is the script's one spelling of state.go's wait:
-// {{wait(kind, period, rate, ts, d)}} is the milliseconds from now until d
-// more tokens have been granted to a record of that kind, period and rate
-// whose time is ts. It is written out as an expression where it stands, in
-// the operations and order of the Go function, so that the functions pay
-// no call for it and stay equal to Go to the last bit.
-var waitCall = regexp.MustCompile(`\{\{wait\(([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^)]+)\)\}\}`)
+// {{target := wait(kind, period, rate, v, ts, cnt, allow)}} sets target to
+// the milliseconds from now until a call of cnt that may leave a debt of
+// allow is granted on a record of that kind, period and rate that holds v
+// tokens at ts. It is written out as statements where it stands, in the
+// operations and order of the Go function, so that the functions pay no
+// call for it and stay equal to Go to the last bit; they use the
+// function's variables wj (float8) and noise, and a loop variable wi.
+var waitCall = regexp.MustCompile(`\{\{(\w+) := wait\(([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^)]+)\)\}\}`)
 
-// expandWaits writes out every {{wait(…)}} of sql.
+// expandWaits writes out every {{… := wait(…)}} of sql.
 func expandWaits(sql string) string {
-	return waitCall.ReplaceAllString(sql, "(CASE WHEN ${1} = {{fixed}}"+
-		" THEN ${2}::float8 * ceil((${5}) / ${3}) + (${4} - now)::float8"+
-		" ELSE (greatest(now, ${4}) - now)::float8 + (${5}) * ${2}::float8 / ${3} END)")
+	return waitCall.ReplaceAllString(sql, "IF ${2} = {{fixed}} THEN"+
+		" wj := ceil((-((${5} - ${7}) + ${8}) - noise) / ${4});"+
+		" IF wj < 0 THEN wj := 0; END IF;"+
+		" IF wj > 0 AND ((${5} + ${4} * (wj - 1)) - ${7}) + ${8} > -noise THEN wj := wj - 1;"+
+		" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP"+
+		" EXIT WHEN ((${5} + ${4} * wj) - ${7}) + ${8} > -noise; wj := wj + 1; END LOOP;"+
+		" END IF;"+
+		" ${1} := ${3}::float8 * wj + (${6} - now)::float8;"+
+		" ELSE ${1} := (greatest(now, ${6}) - now)::float8 + (-((${5} - ${7}) + ${8})) * ${3}::float8 / ${4};"+
+		" END IF;")
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

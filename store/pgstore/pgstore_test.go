@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -428,6 +429,75 @@ func TestServerTime(t *testing.T) {
 	got := make([]driver.Record, 1)
 	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "tb", Key: "batch"}}, got))
 	require.InDelta(t, time.Now().UnixMilli(), got[0].State.TS, float64(time.Hour.Milliseconds()), "written at the server's time")
+}
+
+// The function _one decides a lone call judged at the server's clock, or
+// decided again after a race, which the conformance suite's differential
+// tests do not reach: run here with the op's own time (flags without +8)
+// on the records its earlier calls left, it is the Go transition to the
+// last bit. Rates, debts and counts are in tenths, whose shortfalls carry
+// float noise, and steps of whole periods land the waits on whole windows
+// and milliseconds.
+func TestOneFunctionDifferential(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s := newTableStore(t)
+	one := pgx.Identifier{table + "_one"}.Sanitize()
+	rng := rand.New(rand.NewPCG(5, 9))
+	rates := []float64{0.1, 0.3, 0.7, 1.3, 2.5}
+	for i := range 40 {
+		rate := rates[rng.IntN(len(rates))]
+		p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rate, Period: []int64{7, 1000}[rng.IntN(2)],
+			Capacity: rate * []float64{1, 1.5, 3}[rng.IntN(3)]}
+		if i%2 == 1 {
+			p.Kind = ratelimit.TokenBucket
+		} else {
+			p.Phase = rng.Int64N(p.Period)
+		}
+		if rng.IntN(3) > 0 {
+			p.MaxReserved = float64(1+rng.IntN(int(p.Capacity*10)+1)) / 10
+		}
+		key := fmt.Sprintf("one%d", i)
+		now := t0.UnixMilli()
+		for step := range 15 {
+			if rng.IntN(2) == 0 {
+				now += p.Period
+			} else {
+				now += rng.Int64N(p.Period + 1)
+			}
+			reserve, check := rng.IntN(3) == 0, rng.IntN(5) == 0
+			reach := p.Capacity
+			if reserve {
+				reach += p.MaxReserved
+			}
+			count := min(float64(rng.IntN(int(reach*10)+1))/10, reach)
+			recs := make([]driver.Record, 1)
+			require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: key}}, recs))
+			var want driver.Decision
+			next := ratelimit.TransitionInto(&want, &p, recs[0].State, recs[0].Found, now, count, reserve)
+			flags := int32(0)
+			if check {
+				flags |= 1
+			}
+			if reserve {
+				flags |= 4
+			}
+			var (
+				ok            bool
+				retry, at, ts int64
+				rem, charged  float64
+			)
+			require.NoError(t, pool.QueryRow(ctx, "SELECT * FROM "+one+"($1, 'l', $2, 0, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0)",
+				rowID(key), []byte(key), int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, count, flags).
+				Scan(&ok, &retry, &rem, &charged, &at, &ts))
+			where := fmt.Sprintf("limit %d step %d: %+v record %+v now %d count %v reserve %v check %v",
+				i, step, p, recs[0], now, count, reserve, check)
+			require.Equal(t, want.OK, ok, where)
+			require.Equal(t, want.RetryAfter, retry, where)
+			require.Equal(t, math.Float64bits(want.Remaining), math.Float64bits(rem), "%s: remaining %v, want %v", where, rem, want.Remaining)
+			require.Equal(t, math.Float64bits(want.Charged[0]), math.Float64bits(charged), where)
+			require.Equal(t, next.TS, ts, where)
+		}
+	}
 }
 
 func TestOddTableNames(t *testing.T) {

@@ -11,9 +11,11 @@
 -- differential tests of store/storetest check that they do. Its constants
 -- (the noise, the retry bound, the kind and mode codes, the pair's tries)
 -- are package driver's, written in by pgstore (names.schema) so that the
--- port cannot drift from Go. The wait until d more tokens, state.go's wait, is
--- written once, as a placeholder wait(kind, period, rate, ts, d) in double
--- braces, which pgstore writes out as the expression where it stands.
+-- port cannot drift from Go. state.go's wait, until a call of cnt that may
+-- leave a debt of allow is granted on a record holding v at ts, is written
+-- once, as a placeholder target := wait(kind, period, rate, v, ts, cnt,
+-- allow) in double braces, which pgstore writes out as the statements that
+-- compute it where it stands (with the function's variables wj and noise).
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -46,7 +48,7 @@ CREATE OR REPLACE FUNCTION {{split}}(
 AS {{q}}
 DECLARE
 	noise CONSTANT float8 := {{noise}};
-	va float8; vb float8; x float8; wa float8; wb float8;
+	va float8; vb float8; x float8; wa float8; wb float8; wj float8;
 BEGIN
 	va := sva - cnt;
 	IF va < 0 AND va > -noise THEN va := 0; END IF;
@@ -86,8 +88,8 @@ BEGIN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
 		END IF;
-		wa := {{wait(ka, pa, rta, sta, -va)}};
-		wb := {{wait(kb, pb, rtb, stb, -vb)}};
+		{{wa := wait(ka, pa, rta, va, sta, 0, 0)}}
+		{{wb := wait(kb, pb, rtb, vb, stb, 0, 0)}}
 		IF wa <= wb THEN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
@@ -124,6 +126,7 @@ DECLARE
 	fnd boolean[]; v0 float8[]; t0 bigint[]; lv float8[]; lt bigint[];
 	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
 	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
+	al float8; wj float8;
 BEGIN
 	kk := ARRAY[ka, kb]; rt := ARRAY[rta, rtb]; pp := ARRAY[pa, pb]; cc := ARRAY[ca, cb]; ph := ARRAY[pha, phb];
 	fnd := ARRAY[fa, fb]; v0 := ARRAY[va0, vb0]; t0 := ARRAY[ta0, tb0];
@@ -132,13 +135,12 @@ BEGIN
 		-- The estimates: shard a alone, shard b alone, both together.
 		est := NULL;
 		IF e < 3 THEN
-			need := cnt;
-			IF reserve THEN need := need - CASE e WHEN 1 THEN ma ELSE mb END; END IF;
-			IF need <= cc[e] THEN
+			al := 0;
+			IF reserve THEN al := CASE e WHEN 1 THEN ma ELSE mb END; END IF;
+			IF cnt - al <= cc[e] THEN
 				x := CASE e WHEN 1 THEN sva ELSE svb END;
 				y := CASE e WHEN 1 THEN sta ELSE stb END;
-				IF kk[e] = {{fixed}} THEN est := pp[e]::float8 * ceil((need - x) / rt[e]) + (y::bigint - now)::float8;
-				ELSE est := (greatest(now, y::bigint) - now)::float8 + (need - x) * pp[e]::float8 / rt[e]; END IF;
+				{{est := wait(kk[e], pp[e], rt[e], x, y::bigint, cnt, al)}}
 			END IF;
 		ELSE
 			need := cnt;
@@ -323,7 +325,7 @@ DECLARE
 	kb bigint; pb bigint; phb bigint; rtb float8; cb float8; mb float8;
 	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
 	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
-	da float8; db float8; w float8; wv float8; back float8;
+	da float8; db float8; w float8; wv float8; back float8; wj float8;
 	short float8; kk float8; dt float8; fullat bigint;
 	mk integer; found bigint;
 BEGIN
@@ -443,12 +445,12 @@ BEGIN
 				ma := p_pflt[3 * q];
 				IF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok[it] := true;
-					rt := {{wait(ka, pa, rta, sta, -va)}};
+					{{rt := wait(ka, pa, rta, va, sta, 0, 0)}}
 					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
 				ELSE
-					da := -va;
-					IF reserve THEN da := da - ma; END IF;
-					rt := {{wait(ka, pa, rta, sta, da)}};
+					da := 0;
+					IF reserve THEN da := ma; END IF;
+					{{rt := wait(ka, pa, rta, sva, sta, cnt, da)}}
 					num[5 * it - 4] := sva;
 				END IF;
 				rt := ceil(rt);
@@ -543,11 +545,11 @@ BEGIN
 					IF reserve THEN rt := (sta - now)::float8; END IF;
 				ELSIF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok_ := true;
-					rt := {{wait(ka, pa, rta, sta, -va)}};
+					{{rt := wait(ka, pa, rta, va, sta, 0, 0)}}
 				ELSE
-					da := -va;
-					IF reserve THEN da := da - ma; END IF;
-					rt := {{wait(ka, pa, rta, sta, da)}};
+					da := 0;
+					IF reserve THEN da := ma; END IF;
+					{{rt := wait(ka, pa, rta, sva, sta, cnt, da)}}
 					rem := sva;
 				END IF;
 				IF ok_ THEN
@@ -593,7 +595,7 @@ BEGIN
 					rt := 0;
 					IF c0 > 0 THEN
 						IF na < 0 THEN
-							wv := {{wait(ka, pa, rta, sta, -na)}};
+							{{wv := wait(ka, pa, rta, na, sta, 0, 0)}}
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (sta - now)::float8);
@@ -601,7 +603,7 @@ BEGIN
 					END IF;
 					IF c1 > 0 THEN
 						IF nb < 0 THEN
-							wv := {{wait(kb, pb, rtb, stb, -nb)}};
+							{{wv := wait(kb, pb, rtb, nb, stb, 0, 0)}}
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (stb - now)::float8);
@@ -730,7 +732,7 @@ DECLARE
 	now      bigint := p_now;
 	reserve  boolean := p_flags & 4 <> 0;
 	ov float8; ots bigint; tid tid; present boolean;
-	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8;
+	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8; wj float8;
 	short float8; kk float8; dt float8; fullat bigint; j integer;
 BEGIN
 	IF p_wait > 0 THEN
@@ -774,12 +776,12 @@ BEGIN
 			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
 		ELSIF reserve AND (p_maxr = 0 OR va + p_maxr > -noise) THEN
 			ok := true;
-			rt := {{wait(p_kind, p_period, p_rate, sts, -va)}};
+			{{rt := wait(p_kind, p_period, p_rate, va, sts, 0, 0)}}
 		ELSE
 			ok := false;
-			d := -va;
-			IF reserve THEN d := d - p_maxr; END IF;
-			rt := {{wait(p_kind, p_period, p_rate, sts, d)}};
+			d := 0;
+			IF reserve THEN d := p_maxr; END IF;
+			{{rt := wait(p_kind, p_period, p_rate, sv, sts, p_count, d)}}
 		END IF;
 		rt := ceil(rt);
 		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;

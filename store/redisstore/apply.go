@@ -45,6 +45,7 @@ var luaConstants = strings.NewReplacer(
 	"{{MODE_LIMIT}}", strconv.Itoa(int(driver.ModeLimit)),
 	"{{MODE_REFUND}}", strconv.Itoa(int(driver.ModeRefund)),
 	"{{PAIR_TRIES}}", strconv.Itoa(driver.PairTries),
+	"{{WAIT_TRIES}}", strconv.Itoa(driver.WaitTries),
 )
 
 func newLibrary(src string) library {

@@ -13,7 +13,7 @@ func TestLuaConstantsFromGo(t *testing.T) {
 			t.Fatalf("a placeholder is left in the Lua code: %q", code[i:min(len(code), i+40)])
 		}
 	}
-	for _, want := range []string{"local NOISE = 1e-09\n", "local MAX_RETRY = 9223372036854\n", "local PAIR_TRIES = 4\n"} {
+	for _, want := range []string{"local NOISE = 1e-09\n", "local MAX_RETRY = 9223372036854\n", "local PAIR_TRIES = 4\n", "local WAIT_TRIES = 3\n"} {
 		if !strings.Contains(lib.code, want) {
 			t.Errorf("the Lua code lacks %q", want)
 		}

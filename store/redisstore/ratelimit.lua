@@ -63,6 +63,7 @@ local GRACE = {{GRACE}}
 local FIXED = {{FIXED}}
 local MODE_LIMIT, MODE_REFUND = {{MODE_LIMIT}}, {{MODE_REFUND}}
 local PAIR_TRIES = {{PAIR_TRIES}}
+local WAIT_TRIES = {{WAIT_TRIES}}
 local INF = 1 / 0
 -- The bytes of a batch of one op of one item on one shard, and one limit:
 -- a header, a limit and the op, 4 + 5 + 9 doubles.
@@ -117,10 +118,34 @@ local function load(p, phase, found, v, ts, now)
   return p[4], now
 end
 
--- Wait
-local function wait(p, ts, now, d)
+-- grants: whether a record holding v grants a call of count that may
+-- leave a debt of allow (the transition's comparison, noise included)
+local function grants(v, count, allow)
+  return (v - count) + allow > -NOISE
+end
+
+-- wait: the ms from now until a call of count that may leave a debt of
+-- allow is granted on the record (v, ts), refreshed to now; for a fixed
+-- window, the first whole number of windows whose grants make it pass
+-- grants, tried from an estimate a window less or a few more
+local function wait(p, v, ts, now, count, allow)
+  local d = -((v - count) + allow)
   if p[1] == FIXED then
-    return p[3] * ceil(d / p[2]) + (ts - now)
+    local j = ceil((d - NOISE) / p[2])
+    if j < 0 then
+      j = 0
+    end
+    if j > 0 and grants(v + p[2] * (j - 1), count, allow) then
+      j = j - 1
+    else
+      for _ = 1, WAIT_TRIES do
+        if grants(v + p[2] * j, count, allow) then
+          break
+        end
+        j = j + 1
+      end
+    end
+    return p[3] * j + (ts - now)
   end
   local t = now
   if ts > t then
@@ -176,13 +201,14 @@ local function single(p, phase, found, v0, ts, now, count, reserve)
   elseif v >= 0 then
     -- allowed
   elseif reserve and fits_debt(p, v) then
-    retry = retry_ms(wait(p, ts, now, -v))
+    retry = retry_ms(wait(p, v, ts, now, 0, 0))
   else
-    local deficit = -v
+    -- until the call would fit: a reservation, until its debt would fit
+    local allow = 0
     if reserve then
-      deficit = deficit - p[5]
+      allow = p[5]
     end
-    return false, retry_ms(wait(p, ts, now, deficit)), v0, 0, nil, ts
+    return false, retry_ms(wait(p, v0, ts, now, count, allow)), v0, 0, nil, ts
   end
   if count > 0 then
     return true, retry, v, count, v, ts
@@ -216,7 +242,7 @@ local function split(pa, pb, sa, tsa, sb, tsb, now, count, reserve)
     return na, nb, 0, 0, false
   end
   local fa, fb = fits_debt(pa, va), fits_debt(pb, vb)
-  if fa and (not fb or wait(pa, tsa, now, -va) <= wait(pb, tsb, now, -vb)) then
+  if fa and (not fb or wait(pa, va, tsa, now, 0, 0) <= wait(pb, vb, tsb, now, 0, 0)) then
     return va, sb, count, 0, true
   end
   if fb then
@@ -329,12 +355,12 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
     best = min(best, ceil(est))
   end
   local function single_at(p, v, ts)
-    local need = count
+    local allow = 0
     if reserve then
-      need = need - p[5]
+      allow = p[5]
     end
-    if need <= p[4] then
-      try(wait(p, ts, now, need - v))
+    if count - allow <= p[4] then
+      try(wait(p, v, ts, now, count, allow))
     end
   end
   single_at(pa, sa, tsa)
@@ -362,14 +388,14 @@ local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, 
   local w = 0
   if ca > 0 then
     if na < 0 then
-      w = max(w, wait(pa, tsa, now, -na))
+      w = max(w, wait(pa, na, tsa, now, 0, 0))
     elseif reserve then
       w = max(w, tsa - now)
     end
   end
   if cb > 0 then
     if nb < 0 then
-      w = max(w, wait(pb, tsb, now, -nb))
+      w = max(w, wait(pb, nb, tsb, now, 0, 0))
     elseif reserve then
       w = max(w, tsb - now)
     end
@@ -729,7 +755,7 @@ local function apply(keys, args)
           1, 0, v, count, 0, now, ts
       else
         out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5], out[no + 6], out[no + 7] =
-          0, retry_ms(wait(p, ts, now, -v)), v0, 0, 0, now, ts
+          0, retry_ms(wait(p, v0, ts, now, count, 0)), v0, 0, 0, now, ts
       end
       no = no + 7
     else

@@ -3,10 +3,13 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,7 +19,7 @@ import (
 // random differential sequences draw.
 
 // testRounding runs the rounding cases.
-func testRounding(t *testing.T, newStore NewStore) {
+func testRounding(t *testing.T, newStore NewStore, s suite) {
 	for _, kind := range []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket} {
 		for _, shards := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%v/%d shards", kind, shards), func(t *testing.T) {
@@ -24,6 +27,8 @@ func testRounding(t *testing.T, newStore NewStore) {
 			})
 		}
 	}
+	t.Run("FixedWindowRetryAfter", func(t *testing.T) { testFixedWindowRetryAfter(t, newStore) })
+	t.Run("Differential", func(t *testing.T) { testRoundingDifferential(t, newStore, s) })
 }
 
 // roundingConfig is a limit of rate and capacity n per second, n the
@@ -70,4 +75,97 @@ func testReserveCapacityPlusMaxReserved(t *testing.T, newStore NewStore, kind ra
 	require.NoError(t, err)
 	require.True(t, res.OK, "a debt of MaxReserved, overstated by float noise, is within MaxReserved")
 	require.InDelta(t, -0.3, res.Remaining, 1e-9)
+}
+
+// A fixed window's refused call is told the first window at which it
+// succeeds, though float noise puts the shortfall a hair over a whole
+// number of grants (1.7 − 2.7 = −1.0000000000000002 against a grant of 1):
+// one window, not two.
+func testFixedWindowRetryAfter(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		rate, spend, need float64
+		retry             time.Duration
+	}{
+		{1, 1.3, 2.7, time.Second},
+		{0.1, 0.1, 3, time.Second},
+		{0.3, 1.5, 2.7, 4 * time.Second},
+	} {
+		mock := newMock(epoch)
+		lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+			"w": {Kind: ratelimit.FixedWindow, Rate: c.rate, Capacity: 3, Period: time.Second, Start: time.UnixMilli(0)},
+		}, ratelimit.WithClock(mock))
+		require.NoError(t, err)
+		res, err := lim.Limit(ctx, "w", "k", ratelimit.Count(c.spend))
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		res, err = lim.Limit(ctx, "w", "k", ratelimit.Count(c.need))
+		require.NoError(t, err)
+		require.False(t, res.OK)
+		require.Equal(t, c.retry, res.RetryAfter, "rate %v, %v then %v", c.rate, c.spend, c.need)
+		mock.Add(c.retry)
+		res, err = lim.Check(ctx, "w", "k", ratelimit.Count(c.need))
+		require.NoError(t, err)
+		require.True(t, res.OK, "rate %v, %v then %v: refused at its RetryAfter", c.rate, c.spend, c.need)
+	}
+}
+
+// testRoundingDifferential is the differential test with rates, capacities,
+// debts and counts in tenths of a token, whose arithmetic leaves float
+// noise in most shortfalls, and steps of whole periods as often as not:
+// the waits land near whole windows and milliseconds, where the ports
+// must round as the Go function does.
+func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	decimalRates := []float64{0.1, 0.3, 0.7, 1.3, 2.5}
+	for seed := range max(s.diffSeeds/2, 1) {
+		store, model := newStore(t), NewModel()
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x0d1e))
+		u := &universe{names: []string{"x", "y", "z"}, keys: []string{"k", "k2"},
+			params: map[string]driver.Params{}, phases: map[driver.RecordID]int64{}}
+		for _, n := range u.names {
+			rate := decimalRates[rng.IntN(len(decimalRates))]
+			p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rate, Period: []int64{7, 1000, 60_000}[rng.IntN(3)],
+				Capacity: rate * []float64{1, 1.5, 3}[rng.IntN(3)]}
+			if rng.IntN(2) == 0 {
+				p.Kind = ratelimit.TokenBucket
+			}
+			if rng.IntN(3) > 0 {
+				p.MaxReserved = float64(1+rng.IntN(int(p.Capacity*10)+1)) / 10
+			}
+			u.params[n] = p
+		}
+		now := epoch.UnixMilli()
+		for step := range s.diffSteps {
+			p := u.params[u.names[rng.IntN(len(u.names))]]
+			switch rng.IntN(4) {
+			case 0:
+				now += p.Period
+			case 1:
+				now += rng.Int64N(p.Period + 1)
+			}
+			op := u.randomOp(rng, now)
+			if len(op.Items) == 0 {
+				continue
+			}
+			for i := range op.Items {
+				it := &op.Items[i]
+				q := u.params[it.Name]
+				reach := q.Capacity * float64(len(it.Shards))
+				if op.Reserve {
+					reach = (q.Capacity + q.MaxReserved) * float64(len(it.Shards))
+				}
+				it.Count = math.Min(float64(rng.IntN(int(reach*10)+1))/10, reach)
+				if rng.IntN(6) == 0 {
+					it.Count = reach
+				}
+			}
+			got := make([]driver.Decision, len(op.Items))
+			want := make([]driver.Decision, len(op.Items))
+			require.NoError(t, model.Apply(ctx, op, want))
+			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
+			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+		}
+		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
+	}
 }

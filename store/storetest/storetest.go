@@ -76,7 +76,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
 	t.Run("Settle", func(t *testing.T) { testSettle(t, newStore, s) })
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
-	t.Run("Rounding", func(t *testing.T) { testRounding(t, newStore) })
+	t.Run("Rounding", func(t *testing.T) { testRounding(t, newStore, s) })
 	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
 	t.Run("Contract", func(t *testing.T) { testContract(t, newStore) })
