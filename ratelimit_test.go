@@ -554,6 +554,34 @@ func TestFixedWindowRetryAfterIsNotAWindowTooLong(t *testing.T) {
 	}
 }
 
+// A token bucket's refused call is told the first millisecond at which
+// the same call succeeds, though float noise puts the refill it needs a
+// hair over a whole number of milliseconds (1.7 − 2.7 =
+// −1.0000000000000002 tokens at 1 per second, 1000.0000000000002 ms): it
+// was told 1001 ms.
+func TestTokenBucketRetryAfterIsNotAMillisecondTooLong(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"b": {Kind: ratelimit.TokenBucket, Rate: 1, Capacity: 3, Period: time.Second},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "b", "k", ratelimit.Count(1.3))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	mock.Set(t0.Add(res.RetryAfter - time.Millisecond))
+	chk, err := lim.Check(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.False(t, chk.OK, "the call succeeds a millisecond before RetryAfter (%v)", res.RetryAfter)
+	mock.Set(t0.Add(res.RetryAfter))
+	chk, err = lim.Check(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.True(t, chk.OK, "the call fails at RetryAfter (%v)", res.RetryAfter)
+}
+
 // A call decided by the failure policy gets a RetryAfter in whole
 // milliseconds, rounded up, like every other (it said 999.95267ms).
 func TestDegradedRetryAfterIsWholeMilliseconds(t *testing.T) {

@@ -250,6 +250,15 @@ func TestReservationOfCapacityPlusMaxReservedOnAFullBucket(t *testing.T) {
 				require.NoError(t, err, "the count is within Capacity plus MaxReserved")
 				require.True(t, res.OK, "a debt of MaxReserved, overstated by float noise, is within MaxReserved")
 				assert.InDelta(t, -0.3*n, res.Remaining, 1e-9)
+				// Its tokens are granted when the debt, 0.30000000000000004
+				// on each shard it took from, is paid to within the noise:
+				// at 300 ms (1 per second), not 301; a window for a fixed
+				// window.
+				want := 300 * time.Millisecond
+				if kind == ratelimit.FixedWindow {
+					want = time.Second
+				}
+				assert.Equal(t, want, res.RetryAfter)
 			})
 		}
 	}

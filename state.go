@@ -70,33 +70,35 @@ func StateAt(p driver.Params, rec driver.Record, now int64) driver.State {
 }
 
 // wait returns the milliseconds from now until a call of count, which may
-// leave a debt of allow tokens, would be granted on s, a state already
-// refreshed to now: for a fixed window, the end of the first whole number
-// of windows after whose grants, added to s as refresh adds them,
+// leave a debt of allow tokens, would be granted on the record b as
+// stored, whose state at now is s (StateAt; b is s itself for a record
+// missing, or one written at now): the end of the first whole number of
+// windows (fixed window) or milliseconds (token bucket) from s.TS at
+// which b refreshed as refresh refreshes it, grants counted from b.TS and
+// capped at Capacity, passes
 //
 //	(Remaining − count) + allow > −noise,
 //
 // the comparison by which the transition grants a call (denoise, and
-// fitsDebt with allow = MaxReserved). The estimate from the shortfall less
-// the noise is tried against that comparison, a window less or a few
-// more, so that rounding neither adds a window nor takes one away: the
-// call succeeds at the wait, and not a window before. For a debt v,
-// wait(State{v, TS}, 0, 0) is when the tokens owed have been granted.
-// Grants are not capped at Capacity here: a call the capacity keeps from
-// ever succeeding has no wait, and for every other one the cap changes
-// nothing.
-func wait(p *driver.Params, s driver.State, now int64, count, allow float64) float64 {
+// fitsDebt with allow = MaxReserved). The estimate from the shortfall at
+// now less the noise is tried against that comparison, a step less or a
+// few more, so that rounding neither adds a step nor takes one away: the
+// call succeeds at the wait, and not a window or a millisecond before.
+// For a debt v written at s.TS, wait(s, s, 0, 0) with s.Remaining = v is
+// when the tokens owed have been granted.
+func wait(p *driver.Params, b, s driver.State, now int64, count, allow float64) float64 {
 	d := -((s.Remaining - count) + allow)
 	if p.Kind == driver.FixedWindow {
+		k0 := float64((s.TS - b.TS) / p.Period) // windows b has had by now
 		j := math.Ceil((d - noise) / p.Rate)
 		if j < 0 {
 			j = 0
 		}
-		if j > 0 && grants(s.Remaining+float64(p.Rate*(j-1)), count, allow) {
+		if j > 0 && grants(min(b.Remaining+float64(p.Rate*(k0+j-1)), p.Capacity), count, allow) {
 			j--
 		} else {
 			for range waitTries {
-				if grants(s.Remaining+float64(p.Rate*j), count, allow) {
+				if grants(min(b.Remaining+float64(p.Rate*(k0+j)), p.Capacity), count, allow) {
 					break
 				}
 				j++
@@ -104,7 +106,22 @@ func wait(p *driver.Params, s driver.State, now int64, count, allow float64) flo
 		}
 		return float64(float64(p.Period)*j) + float64(s.TS-now)
 	}
-	return float64(max(now, s.TS)-now) + d*float64(p.Period)/p.Rate
+	e0 := float64(s.TS - b.TS) // the refill b has had by now
+	dt := math.Ceil((d - noise) * float64(p.Period) / p.Rate)
+	if dt < 0 {
+		dt = 0
+	}
+	if dt > 0 && grants(min(b.Remaining+(e0+dt-1)*p.Rate/float64(p.Period), p.Capacity), count, allow) {
+		dt--
+	} else {
+		for range waitTries {
+			if grants(min(b.Remaining+(e0+dt)*p.Rate/float64(p.Period), p.Capacity), count, allow) {
+				break
+			}
+			dt++
+		}
+	}
+	return float64(max(now, s.TS)-now) + dt
 }
 
 // grants reports whether a record holding v tokens grants a call of count
@@ -200,10 +217,16 @@ func TransitionInto(d *driver.Decision, p *driver.Params, prev driver.State, fou
 	// than the noise (which denoise leaves as it is): settle's last case,
 	// the commonest on a limit under attack.
 	if v <= -noise && !reserve {
-		*d = driver.Decision{RetryAfter: retryMillis(wait(p, s, now, count, 0)), Remaining: s.Remaining}
+		if !found {
+			prev = s
+		}
+		*d = driver.Decision{RetryAfter: retryMillis(wait(p, prev, s, now, count, 0)), Remaining: s.Remaining}
 		return s
 	}
-	return settle(d, p, s, now, count, reserve)
+	if !found {
+		prev = s
+	}
+	return settle(d, p, prev, s, now, count, reserve)
 }
 
 // refreshFast is refresh, the same arithmetic in the same order, without
@@ -226,9 +249,10 @@ func refreshFast(p *driver.Params, s driver.State, now int64) driver.State {
 	return s
 }
 
-// settle decides a call of count on s, the record refreshed to now (by
-// StateAt): it writes the decision to *d and returns the record's next state.
-func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, count float64, reserve bool) driver.State {
+// settle decides a call of count on s, the record rec refreshed to now (by
+// StateAt; rec is s for a missing record): it writes the decision to *d
+// and returns the record's next state.
+func settle(d *driver.Decision, p *driver.Params, rec, s driver.State, now int64, count float64, reserve bool) driver.State {
 	v := denoise(s.Remaining - count)
 	*d = driver.Decision{}
 	switch {
@@ -241,7 +265,8 @@ func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, cou
 		d.OK = true
 	case reserve && fitsDebt(*p, v):
 		d.OK = true
-		d.RetryAfter = retryMillis(wait(p, driver.State{Remaining: v, TS: s.TS}, now, 0, 0))
+		debt := driver.State{Remaining: v, TS: s.TS}
+		d.RetryAfter = retryMillis(wait(p, debt, debt, now, 0, 0))
 	default:
 		// Until the call would fit: for a reservation, until its debt
 		// would fit MaxReserved.
@@ -249,7 +274,7 @@ func settle(d *driver.Decision, p *driver.Params, s driver.State, now int64, cou
 		if reserve {
 			allow = p.MaxReserved
 		}
-		d.RetryAfter = retryMillis(wait(p, s, now, count, allow))
+		d.RetryAfter = retryMillis(wait(p, rec, s, now, count, allow))
 		d.Remaining = s.Remaining
 		return s
 	}
@@ -379,14 +404,16 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 	var w float64
 	if ca > 0 {
 		if na < 0 {
-			w = max(w, wait(&pa, driver.State{Remaining: na, TS: sa.TS}, now, 0, 0))
+			debt := driver.State{Remaining: na, TS: sa.TS}
+			w = max(w, wait(&pa, debt, debt, now, 0, 0))
 		} else if reserve {
 			w = max(w, float64(sa.TS-now))
 		}
 	}
 	if cb > 0 {
 		if nb < 0 {
-			w = max(w, wait(&pb, driver.State{Remaining: nb, TS: sb.TS}, now, 0, 0))
+			debt := driver.State{Remaining: nb, TS: sb.TS}
+			w = max(w, wait(&pb, debt, debt, now, 0, 0))
 		} else if reserve {
 			w = max(w, float64(sb.TS-now))
 		}
@@ -427,9 +454,9 @@ func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, 
 		return na, nb, 0, 0, false
 	}
 	fa, fb := fitsDebt(pa, va), fitsDebt(pb, vb)
+	da, db := driver.State{Remaining: va, TS: sa.TS}, driver.State{Remaining: vb, TS: sb.TS}
 	switch {
-	case fa && (!fb || wait(&pa, driver.State{Remaining: va, TS: sa.TS}, now, 0, 0) <=
-		wait(&pb, driver.State{Remaining: vb, TS: sb.TS}, now, 0, 0)):
+	case fa && (!fb || wait(&pa, da, da, now, 0, 0) <= wait(&pb, db, db, now, 0, 0)):
 		return va, sb.Remaining, count, 0, true
 	case fb:
 		return sa.Remaining, vb, 0, count, true
@@ -486,17 +513,21 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 		best = math.Min(best, math.Ceil(est))
 	}
 	// One shard alone: it needs count tokens, less its debt allowance.
-	single := func(p driver.Params, s driver.State) {
+	single := func(p driver.Params, r driver.Record, s driver.State) {
 		var allow float64
 		if reserve {
 			allow = p.MaxReserved
 		}
 		if count-allow <= p.Capacity {
-			try(wait(&p, s, now, count, allow))
+			b := s
+			if r.Found {
+				b = r.State
+			}
+			try(wait(&p, b, s, now, count, allow))
 		}
 	}
-	single(pa, sa)
-	single(pb, sb)
+	single(pa, ra, sa)
+	single(pb, rb, sb)
 	// Both together: they need count tokens between them, or, for a count
 	// no shard could owe alone, count less both debt allowances.
 	need := count

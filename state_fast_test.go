@@ -13,7 +13,11 @@ import (
 // TransitionInto takes shortcuts; it must agree with this to the last bit.
 func transitionGeneral(p driver.Params, prev driver.State, found bool, now int64, count float64, reserve bool) (driver.State, driver.Decision) {
 	var d driver.Decision
-	s := settle(&d, &p, StateAt(p, driver.Record{State: prev, Found: found}, now), now, count, reserve)
+	st := StateAt(p, driver.Record{State: prev, Found: found}, now)
+	if !found {
+		prev = st
+	}
+	s := settle(&d, &p, prev, st, now, count, reserve)
 	return s, d
 }
 

@@ -21,9 +21,9 @@ const Noise = 1e-9
 // ports use this value.
 const PairTries = 4
 
-// WaitTries bounds how many windows past an estimate that rounding left
-// short the wait of a refused call tries (see ratelimit.Evaluate). Native
-// ports use this value.
+// WaitTries bounds how many windows or milliseconds past an estimate
+// that rounding left short the wait of a call tries (see
+// ratelimit.Evaluate). Native ports use this value.
 const WaitTries = 3
 
 // MaxRetryAfter is the longest retry-after, in milliseconds, that a

@@ -350,26 +350,39 @@ func holds(sql string, subs []string, tag string) bool {
 }
 
 // waitCall is the script's one spelling of state.go's wait:
-// {{target := wait(kind, period, rate, v, ts, cnt, allow)}} sets target to
-// the milliseconds from now until a call of cnt that may leave a debt of
-// allow is granted on a record of that kind, period and rate that holds v
-// tokens at ts. It is written out as statements where it stands, in the
-// operations and order of the Go function, so that the functions pay no
-// call for it and stay equal to Go to the last bit; they use the
-// function's variables wj (float8) and noise, and a loop variable wi.
-var waitCall = regexp.MustCompile(`\{\{(\w+) := wait\(([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^,]+), ([^)]+)\)\}\}`)
+// {{target := wait(kind, period, rate, capacity, bv, bts, v, ts, cnt, allow)}}
+// sets target to the milliseconds from now until a call of cnt that may
+// leave a debt of allow is granted on a record of that kind, period, rate
+// and capacity, stored as (bv, bts), whose state at now is (v, ts). It is
+// written out as statements where it stands, in the operations and order
+// of the Go function, so that the functions pay no call for it and stay
+// equal to Go to the last bit; they use the function's variables wj and
+// wk (float8) and noise, and a loop variable wi.
+var waitCall = regexp.MustCompile(`\{\{(\w+) := wait\(` + strings.Repeat(`([^,]+), `, 9) + `([^)]+)\)\}\}`)
 
 // expandWaits writes out every {{… := wait(…)}} of sql.
 func expandWaits(sql string) string {
+	// ${1} target; ${2} kind, ${3} period, ${4} rate, ${5} capacity;
+	// ${6} bv, ${7} bts; ${8} v, ${9} ts; ${10} cnt, ${11} allow.
+	grants := func(v string) string { return "(least(" + v + ", ${5}) - ${10}) + ${11} > -noise" }
 	return waitCall.ReplaceAllString(sql, "IF ${2} = {{fixed}} THEN"+
-		" wj := ceil((-((${5} - ${7}) + ${8}) - noise) / ${4});"+
+		" wj := ceil((-((${8} - ${10}) + ${11}) - noise) / ${4});"+
 		" IF wj < 0 THEN wj := 0; END IF;"+
-		" IF wj > 0 AND ((${5} + ${4} * (wj - 1)) - ${7}) + ${8} > -noise THEN wj := wj - 1;"+
+		" wk := ((${9} - ${7}) / ${3})::float8;"+
+		" IF wj > 0 AND "+grants("${6} + ${4} * (wk + wj - 1)")+" THEN wj := wj - 1;"+
 		" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP"+
-		" EXIT WHEN ((${5} + ${4} * wj) - ${7}) + ${8} > -noise; wj := wj + 1; END LOOP;"+
+		" EXIT WHEN "+grants("${6} + ${4} * (wk + wj)")+"; wj := wj + 1; END LOOP;"+
 		" END IF;"+
-		" ${1} := ${3}::float8 * wj + (${6} - now)::float8;"+
-		" ELSE ${1} := (greatest(now, ${6}) - now)::float8 + (-((${5} - ${7}) + ${8})) * ${3}::float8 / ${4};"+
+		" ${1} := ${3}::float8 * wj + (${9} - now)::float8;"+
+		" ELSE"+
+		" wj := ceil((-((${8} - ${10}) + ${11}) - noise) * ${3}::float8 / ${4});"+
+		" IF wj < 0 THEN wj := 0; END IF;"+
+		" wk := (${9} - ${7})::float8;"+
+		" IF wj > 0 AND "+grants("${6} + (wk + wj - 1) * ${4} / ${3}::float8")+" THEN wj := wj - 1;"+
+		" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP"+
+		" EXIT WHEN "+grants("${6} + (wk + wj) * ${4} / ${3}::float8")+"; wj := wj + 1; END LOOP;"+
+		" END IF;"+
+		" ${1} := (greatest(now, ${9}) - now)::float8 + wj;"+
 		" END IF;")
 }
 

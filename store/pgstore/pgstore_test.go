@@ -436,18 +436,22 @@ func TestServerTime(t *testing.T) {
 // tests do not reach: run here with the op's own time (flags without +8)
 // on the records its earlier calls left, it is the Go transition to the
 // last bit. Rates, debts and counts are in tenths, whose shortfalls carry
-// float noise, and steps of whole periods land the waits on whole windows
-// and milliseconds.
+// float noise, or rates are a few times the noise per step, and steps of
+// whole periods land the waits on whole windows and milliseconds.
 func TestOneFunctionDifferential(t *testing.T) {
 	ctx := context.Background()
 	pool, table, s := newTableStore(t)
 	one := pgx.Identifier{table + "_one"}.Sanitize()
 	rng := rand.New(rand.NewPCG(5, 9))
 	rates := []float64{0.1, 0.3, 0.7, 1.3, 2.5}
-	for i := range 40 {
+	for i := range 60 {
 		rate := rates[rng.IntN(len(rates))]
 		p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rate, Period: []int64{7, 1000}[rng.IntN(2)],
 			Capacity: rate * []float64{1, 1.5, 3}[rng.IntN(3)]}
+		if i%3 == 2 { // a few times the noise per step: waits land on the noise
+			p.Rate, p.Period = []float64{1e-6, 3e-9}[rng.IntN(2)], []int64{1, 7, 1000}[rng.IntN(3)]
+			p.Capacity = float64(1+rng.IntN(5)) / 10
+		}
 		if i%2 == 1 {
 			p.Kind = ratelimit.TokenBucket
 		} else {

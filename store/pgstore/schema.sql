@@ -12,10 +12,11 @@
 -- (the noise, the retry bound, the kind and mode codes, the pair's tries)
 -- are package driver's, written in by pgstore (names.schema) so that the
 -- port cannot drift from Go. state.go's wait, until a call of cnt that may
--- leave a debt of allow is granted on a record holding v at ts, is written
--- once, as a placeholder target := wait(kind, period, rate, v, ts, cnt,
--- allow) in double braces, which pgstore writes out as the statements that
--- compute it where it stands (with the function's variables wj and noise).
+-- leave a debt of allow is granted on a record stored as (bv, bts), whose
+-- state at now is (v, ts), is written once, as a placeholder target :=
+-- wait(kind, period, rate, capacity, bv, bts, v, ts, cnt, allow) in double
+-- braces, which pgstore writes out as the statements that compute it where
+-- it stands (with the function's variables wj, wk and noise).
 
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
@@ -48,7 +49,7 @@ CREATE OR REPLACE FUNCTION {{split}}(
 AS {{q}}
 DECLARE
 	noise CONSTANT float8 := {{noise}};
-	va float8; vb float8; x float8; wa float8; wb float8; wj float8;
+	va float8; vb float8; x float8; wa float8; wb float8; wj float8; wk float8;
 BEGIN
 	va := sva - cnt;
 	IF va < 0 AND va > -noise THEN va := 0; END IF;
@@ -88,8 +89,8 @@ BEGIN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
 		END IF;
-		{{wa := wait(ka, pa, rta, va, sta, 0, 0)}}
-		{{wb := wait(kb, pb, rtb, vb, stb, 0, 0)}}
+		{{wa := wait(ka, pa, rta, ca, va, sta, va, sta, 0, 0)}}
+		{{wb := wait(kb, pb, rtb, cb, vb, stb, vb, stb, 0, 0)}}
 		IF wa <= wb THEN
 			na := va; nb := svb; c0 := cnt; ok := true;
 			RETURN;
@@ -126,7 +127,7 @@ DECLARE
 	fnd boolean[]; v0 float8[]; t0 bigint[]; lv float8[]; lt bigint[];
 	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
 	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
-	al float8; wj float8;
+	al float8; wj float8; wk float8;
 BEGIN
 	kk := ARRAY[ka, kb]; rt := ARRAY[rta, rtb]; pp := ARRAY[pa, pb]; cc := ARRAY[ca, cb]; ph := ARRAY[pha, phb];
 	fnd := ARRAY[fa, fb]; v0 := ARRAY[va0, vb0]; t0 := ARRAY[ta0, tb0];
@@ -140,7 +141,11 @@ BEGIN
 			IF cnt - al <= cc[e] THEN
 				x := CASE e WHEN 1 THEN sva ELSE svb END;
 				y := CASE e WHEN 1 THEN sta ELSE stb END;
-				{{est := wait(kk[e], pp[e], rt[e], x, y::bigint, cnt, al)}}
+				IF fnd[e] THEN
+					{{est := wait(kk[e], pp[e], rt[e], cc[e], v0[e], t0[e], x, y::bigint, cnt, al)}}
+				ELSE
+					{{est := wait(kk[e], pp[e], rt[e], cc[e], x, y::bigint, x, y::bigint, cnt, al)}}
+				END IF;
 			END IF;
 		ELSE
 			need := cnt;
@@ -325,7 +330,8 @@ DECLARE
 	kb bigint; pb bigint; phb bigint; rtb float8; cb float8; mb float8;
 	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
 	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
-	da float8; db float8; w float8; wv float8; back float8; wj float8;
+	da float8; db float8; w float8; wv float8; back float8; wj float8; wk float8;
+	bv float8; bt bigint;
 	short float8; kk float8; dt float8; fullat bigint;
 	mk integer; found bigint;
 BEGIN
@@ -445,12 +451,14 @@ BEGIN
 				ma := p_pflt[3 * q];
 				IF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok[it] := true;
-					{{rt := wait(ka, pa, rta, va, sta, 0, 0)}}
+					{{rt := wait(ka, pa, rta, ca, va, sta, va, sta, 0, 0)}}
 					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
 				ELSE
 					da := 0;
 					IF reserve THEN da := ma; END IF;
-					{{rt := wait(ka, pa, rta, sva, sta, cnt, da)}}
+					bv := sva; bt := sta;
+					IF sf[r] THEN bv := sv[r]; bt := sts[r]; END IF;
+					{{rt := wait(ka, pa, rta, ca, bv, bt, sva, sta, cnt, da)}}
 					num[5 * it - 4] := sva;
 				END IF;
 				rt := ceil(rt);
@@ -545,11 +553,13 @@ BEGIN
 					IF reserve THEN rt := (sta - now)::float8; END IF;
 				ELSIF reserve AND (ma = 0 OR va + ma > -noise) THEN
 					ok_ := true;
-					{{rt := wait(ka, pa, rta, va, sta, 0, 0)}}
+					{{rt := wait(ka, pa, rta, ca, va, sta, va, sta, 0, 0)}}
 				ELSE
 					da := 0;
 					IF reserve THEN da := ma; END IF;
-					{{rt := wait(ka, pa, rta, sva, sta, cnt, da)}}
+					bv := sva; bt := sta;
+					IF fa THEN bv := sv[ra]; bt := sts[ra]; END IF;
+					{{rt := wait(ka, pa, rta, ca, bv, bt, sva, sta, cnt, da)}}
 					rem := sva;
 				END IF;
 				IF ok_ THEN
@@ -595,7 +605,7 @@ BEGIN
 					rt := 0;
 					IF c0 > 0 THEN
 						IF na < 0 THEN
-							{{wv := wait(ka, pa, rta, na, sta, 0, 0)}}
+							{{wv := wait(ka, pa, rta, ca, na, sta, na, sta, 0, 0)}}
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (sta - now)::float8);
@@ -603,7 +613,7 @@ BEGIN
 					END IF;
 					IF c1 > 0 THEN
 						IF nb < 0 THEN
-							{{wv := wait(kb, pb, rtb, nb, stb, 0, 0)}}
+							{{wv := wait(kb, pb, rtb, cb, nb, stb, nb, stb, 0, 0)}}
 							rt := greatest(rt, wv);
 						ELSIF reserve THEN
 							rt := greatest(rt, (stb - now)::float8);
@@ -732,7 +742,7 @@ DECLARE
 	now      bigint := p_now;
 	reserve  boolean := p_flags & 4 <> 0;
 	ov float8; ots bigint; tid tid; present boolean;
-	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8; wj float8;
+	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8; wj float8; wk float8;
 	short float8; kk float8; dt float8; fullat bigint; j integer;
 BEGIN
 	IF p_wait > 0 THEN
@@ -776,12 +786,16 @@ BEGIN
 			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
 		ELSIF reserve AND (p_maxr = 0 OR va + p_maxr > -noise) THEN
 			ok := true;
-			{{rt := wait(p_kind, p_period, p_rate, va, sts, 0, 0)}}
+			{{rt := wait(p_kind, p_period, p_rate, p_cap, va, sts, va, sts, 0, 0)}}
 		ELSE
 			ok := false;
 			d := 0;
 			IF reserve THEN d := p_maxr; END IF;
-			{{rt := wait(p_kind, p_period, p_rate, sv, sts, p_count, d)}}
+			IF ov IS NULL THEN
+				{{rt := wait(p_kind, p_period, p_rate, p_cap, sv, sts, sv, sts, p_count, d)}}
+			ELSE
+				{{rt := wait(p_kind, p_period, p_rate, p_cap, ov, ots, sv, sts, p_count, d)}}
+			END IF;
 		END IF;
 		rt := ceil(rt);
 		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;

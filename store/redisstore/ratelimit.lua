@@ -125,21 +125,24 @@ local function grants(v, count, allow)
 end
 
 -- wait: the ms from now until a call of count that may leave a debt of
--- allow is granted on the record (v, ts), refreshed to now; for a fixed
--- window, the first whole number of windows whose grants make it pass
--- grants, tried from an estimate a window less or a few more
-local function wait(p, v, ts, now, count, allow)
+-- allow is granted on the record (bv, bts) as stored, whose state at now
+-- is (v, ts) (the same for a record missing, or written at now): the first
+-- whole number of windows or ms from ts at which the record refreshed as
+-- refresh refreshes it passes grants, tried from an estimate a step less
+-- or a few more
+local function wait(p, bv, bts, v, ts, now, count, allow)
   local d = -((v - count) + allow)
   if p[1] == FIXED then
+    local k0 = idiv(ts - bts, p[3])
     local j = ceil((d - NOISE) / p[2])
     if j < 0 then
       j = 0
     end
-    if j > 0 and grants(v + p[2] * (j - 1), count, allow) then
+    if j > 0 and grants(min(bv + p[2] * (k0 + j - 1), p[4]), count, allow) then
       j = j - 1
     else
       for _ = 1, WAIT_TRIES do
-        if grants(v + p[2] * j, count, allow) then
+        if grants(min(bv + p[2] * (k0 + j), p[4]), count, allow) then
           break
         end
         j = j + 1
@@ -147,11 +150,26 @@ local function wait(p, v, ts, now, count, allow)
     end
     return p[3] * j + (ts - now)
   end
+  local e0 = ts - bts
+  local dt = ceil((d - NOISE) * p[3] / p[2])
+  if dt < 0 then
+    dt = 0
+  end
+  if dt > 0 and grants(min(bv + (e0 + dt - 1) * p[2] / p[3], p[4]), count, allow) then
+    dt = dt - 1
+  else
+    for _ = 1, WAIT_TRIES do
+      if grants(min(bv + (e0 + dt) * p[2] / p[3], p[4]), count, allow) then
+        break
+      end
+      dt = dt + 1
+    end
+  end
   local t = now
   if ts > t then
     t = ts
   end
-  return (t - now) + d * p[3] / p[2]
+  return (t - now) + dt
 end
 
 -- retryMillis
@@ -191,8 +209,11 @@ end
 
 -- single (TransitionInto): returns ok, retry, remaining, charged, and the
 -- state to write (nil: no write).
-local function single(p, phase, found, v0, ts, now, count, reserve)
-  v0, ts = load(p, phase, found, v0, ts, now)
+local function single(p, phase, found, bv, bts, now, count, reserve)
+  local v0, ts = load(p, phase, found, bv, bts, now)
+  if not found then
+    bv, bts = v0, ts
+  end
   local v = denoise(v0 - count)
   local retry = 0
   if v >= 0 and reserve then
@@ -201,14 +222,14 @@ local function single(p, phase, found, v0, ts, now, count, reserve)
   elseif v >= 0 then
     -- allowed
   elseif reserve and fits_debt(p, v) then
-    retry = retry_ms(wait(p, v, ts, now, 0, 0))
+    retry = retry_ms(wait(p, v, ts, v, ts, now, 0, 0))
   else
     -- until the call would fit: a reservation, until its debt would fit
     local allow = 0
     if reserve then
       allow = p[5]
     end
-    return false, retry_ms(wait(p, v0, ts, now, count, allow)), v0, 0, nil, ts
+    return false, retry_ms(wait(p, bv, bts, v0, ts, now, count, allow)), v0, 0, nil, ts
   end
   if count > 0 then
     return true, retry, v, count, v, ts
@@ -242,7 +263,7 @@ local function split(pa, pb, sa, tsa, sb, tsb, now, count, reserve)
     return na, nb, 0, 0, false
   end
   local fa, fb = fits_debt(pa, va), fits_debt(pb, vb)
-  if fa and (not fb or wait(pa, va, tsa, now, 0, 0) <= wait(pb, vb, tsb, now, 0, 0)) then
+  if fa and (not fb or wait(pa, va, tsa, va, tsa, now, 0, 0) <= wait(pb, vb, tsb, vb, tsb, now, 0, 0)) then
     return va, sb, count, 0, true
   end
   if fb then
@@ -354,17 +375,20 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
     end
     best = min(best, ceil(est))
   end
-  local function single_at(p, v, ts)
+  local function single_at(p, f, v0, ts0, v, ts)
     local allow = 0
     if reserve then
       allow = p[5]
     end
     if count - allow <= p[4] then
-      try(wait(p, v, ts, now, count, allow))
+      if not f then
+        v0, ts0 = v, ts
+      end
+      try(wait(p, v0, ts0, v, ts, now, count, allow))
     end
   end
-  single_at(pa, sa, tsa)
-  single_at(pb, sb, tsb)
+  single_at(pa, fa, sa0, tsa0, sa, tsa)
+  single_at(pb, fb, sb0, tsb0, sb, tsb)
   local need = count
   if reserve and (count > pa[4] + pa[5] or count > pb[4] + pb[5]) then
     need = need - 2 * min(pa[5], pb[5])
@@ -388,14 +412,14 @@ local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, 
   local w = 0
   if ca > 0 then
     if na < 0 then
-      w = max(w, wait(pa, na, tsa, now, 0, 0))
+      w = max(w, wait(pa, na, tsa, na, tsa, now, 0, 0))
     elseif reserve then
       w = max(w, tsa - now)
     end
   end
   if cb > 0 then
     if nb < 0 then
-      w = max(w, wait(pb, nb, tsb, now, 0, 0))
+      w = max(w, wait(pb, nb, tsb, nb, tsb, now, 0, 0))
     elseif reserve then
       w = max(w, tsb - now)
     end
@@ -754,8 +778,12 @@ local function apply(keys, args)
         out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5], out[no + 6], out[no + 7] =
           1, 0, v, count, 0, now, ts
       else
+        local bv, bts = v0, ts
+        if rfound[r] then
+          bv, bts = rv[r], rts[r]
+        end
         out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5], out[no + 6], out[no + 7] =
-          0, retry_ms(wait(p, v0, ts, now, count, 0)), v0, 0, 0, now, ts
+          0, retry_ms(wait(p, bv, bts, v0, ts, now, count, 0)), v0, 0, 0, now, ts
       end
       no = no + 7
     else

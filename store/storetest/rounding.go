@@ -28,6 +28,7 @@ func testRounding(t *testing.T, newStore NewStore, s suite) {
 		}
 	}
 	t.Run("FixedWindowRetryAfter", func(t *testing.T) { testFixedWindowRetryAfter(t, newStore) })
+	t.Run("TokenBucketRetryAfter", func(t *testing.T) { testTokenBucketRetryAfter(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { testRoundingDifferential(t, newStore, s) })
 }
 
@@ -114,7 +115,8 @@ func testFixedWindowRetryAfter(t *testing.T, newStore NewStore) {
 // debts and counts in tenths of a token, whose arithmetic leaves float
 // noise in most shortfalls, and steps of whole periods as often as not:
 // the waits land near whole windows and milliseconds, where the ports
-// must round as the Go function does.
+// must round as the Go function does. Some limits grant a few times the
+// noise per step, so that the waits land on the noise itself.
 func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
 	ctx := context.Background()
 	decimalRates := []float64{0.1, 0.3, 0.7, 1.3, 2.5}
@@ -127,6 +129,14 @@ func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
 			rate := decimalRates[rng.IntN(len(decimalRates))]
 			p := driver.Params{Kind: ratelimit.FixedWindow, Rate: rate, Period: []int64{7, 1000, 60_000}[rng.IntN(3)],
 				Capacity: rate * []float64{1, 1.5, 3}[rng.IntN(3)]}
+			if rng.IntN(3) == 0 {
+				// A rate of a few times the noise per millisecond or window:
+				// the tokens of a whole number of steps land on the noise
+				// itself, where only the arithmetic of the transition tells
+				// the step that grants from the one before.
+				p.Rate, p.Period = []float64{1e-6, 2e-6, 3e-9}[rng.IntN(3)], []int64{1, 7, 1000}[rng.IntN(3)]
+				p.Capacity = float64(1+rng.IntN(5)) / 10
+			}
 			if rng.IntN(2) == 0 {
 				p.Kind = ratelimit.TokenBucket
 			}
@@ -168,4 +178,39 @@ func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
 		}
 		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
 	}
+}
+
+// A token bucket's refused call is told the first millisecond at which it
+// succeeds, though float noise puts the refill it needs a hair over a
+// whole number of milliseconds (1.0000000000000002 tokens at 1 per
+// second, 1000.0000000000002 ms): 1000 ms, not 1001, and a reservation
+// of 0.30000000000000004 tokens owed is granted in 300 ms, not 301.
+func testTokenBucketRetryAfter(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	mock := newMock(epoch)
+	lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+		"b": {Kind: ratelimit.TokenBucket, Rate: 1, Capacity: 3, Period: time.Second},
+		"r": {Kind: ratelimit.TokenBucket, Rate: 1, Capacity: 1, MaxReserved: 0.3, Period: time.Second},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "b", "k", ratelimit.Count(1.3))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Equal(t, time.Second, res.RetryAfter)
+	mock.Add(time.Second - time.Millisecond)
+	res, err = lim.Check(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.False(t, res.OK, "OK a millisecond before its RetryAfter")
+	mock.Add(time.Millisecond)
+	res, err = lim.Check(ctx, "b", "k", ratelimit.Count(2.7))
+	require.NoError(t, err)
+	require.True(t, res.OK, "refused at its RetryAfter")
+
+	res, err = lim.Limit(ctx, "r", "k", ratelimit.Count(1.3), ratelimit.WithReserve())
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.Equal(t, 300*time.Millisecond, res.RetryAfter, "when the 0.30000000000000004 tokens owed are granted")
 }
