@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -158,4 +159,68 @@ func TestShardedRetryAfterSharedStart(t *testing.T) {
 		require.False(t, d.OK, "%v", vals)
 		assert.Equal(t, hour/2, d.RetryAfter, "shards holding %v: retry-after", vals)
 	}
+}
+
+// The least wait of a refused sharded call holds with rates, records and
+// counts in tenths, whose arithmetic leaves float noise: a shard's
+// capacity (the limit's over the shards) may fall a hair short of a count
+// of the same tenths, which one shard alone still grants, by the noise.
+// The wait counted on both shards together for such a count, later than
+// one shard's alone.
+func TestShardedRetryAfterIsTheLeastWaitInTenths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 17))
+	refused := 0
+	for i := range 10_000 {
+		kind := driver.FixedWindow
+		if i%2 == 1 {
+			kind = driver.TokenBucket
+		}
+		shards := 2 + rng.IntN(3)
+		tenth := []float64{0.2, 0.6, 0.7, 1.4, 0.1, 0.3}[rng.IntN(6)]
+		cfg := Config{Kind: kind, Rate: tenth * float64(shards), Period: time.Duration([]int64{7, 1000, 60_000}[rng.IntN(3)]) * time.Millisecond, Shards: shards}
+		if rng.IntN(2) == 0 {
+			cfg.MaxReserved = float64(1+rng.IntN(10)) / 10 * float64(shards)
+		}
+		p, q := cfg.params(), cfg.params()
+		if kind == driver.FixedWindow && rng.IntN(2) == 0 {
+			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
+		}
+		now := t0 + rng.Int64N(p.Period)
+		recs := make([]driver.Record, 2)
+		for j, pr := range []driver.Params{p, q} {
+			recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+			recs[j].State.Remaining = math.Round(pr.Capacity*10*rng.Float64())/10 - math.Round(10*pr.MaxReserved*rng.Float64())/10
+		}
+		reserve := rng.IntN(3) == 0
+		count := tenth // a shard's capacity in tenths
+		if rng.IntN(2) == 0 {
+			reach := 2 * p.Capacity
+			if reserve && cfg.MaxReserved > 0 {
+				reach = 2 * (p.Capacity + p.MaxReserved)
+			}
+			count = math.Min(math.Round(rng.Float64()*reach*10)/10, reach)
+		} else if reserve {
+			count += p.MaxReserved
+		}
+		d, _, _ := pair(p, q, recs[0], recs[1], now, count, reserve)
+		if d.OK || d.RetryAfter == driver.MaxRetryAfter {
+			continue
+		}
+		refused++
+		where := fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v: retry %d", i, p, q, recs, now, count, reserve, d.RetryAfter)
+		horizon := now + d.RetryAfter
+		require.True(t, okAt(recs, p, q, horizon, count, reserve), "%s: not OK at the wait", where)
+		if kind == driver.FixedWindow {
+			for _, pr := range []driver.Params{p, q} {
+				for w := windowStart(pr, now) + pr.Period; w < horizon && w < now+1000*pr.Period; w += pr.Period {
+					require.False(t, okAt(recs, p, q, w, count, reserve), "%s: OK already at %d", where, w)
+				}
+			}
+		} else {
+			for tt := max(now, horizon-100); tt < horizon; tt++ { // the last 100 ms
+				require.False(t, okAt(recs, p, q, tt, count, reserve), "%s: OK already at %d", where, tt)
+			}
+		}
+	}
+	require.Greater(t, refused, 2500)
 }

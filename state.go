@@ -512,13 +512,15 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 		}
 		best = math.Min(best, math.Ceil(est))
 	}
-	// One shard alone: it needs count tokens, less its debt allowance.
+	// One shard alone, once it would grant the call as it does when full:
+	// a count above its capacity (plus its debt allowance) by float noise
+	// alone included, as split grants it.
 	single := func(p driver.Params, r driver.Record, s driver.State) {
 		var allow float64
 		if reserve {
 			allow = p.MaxReserved
 		}
-		if count-allow <= p.Capacity {
+		if grants(p.Capacity, count, allow) {
 			b := s
 			if r.Found {
 				b = r.State

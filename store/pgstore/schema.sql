@@ -138,7 +138,7 @@ BEGIN
 		IF e < 3 THEN
 			al := 0;
 			IF reserve THEN al := CASE e WHEN 1 THEN ma ELSE mb END; END IF;
-			IF cnt - al <= cc[e] THEN
+			IF (cc[e] - cnt) + al > -noise THEN -- it grants the call when full
 				x := CASE e WHEN 1 THEN sva ELSE svb END;
 				y := CASE e WHEN 1 THEN sta ELSE stb END;
 				IF fnd[e] THEN

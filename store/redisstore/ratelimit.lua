@@ -380,7 +380,7 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
     if reserve then
       allow = p[5]
     end
-    if count - allow <= p[4] then
+    if grants(p[4], count, allow) then
       if not f then
         v0, ts0 = v, ts
       end

@@ -29,6 +29,7 @@ func testRounding(t *testing.T, newStore NewStore, s suite) {
 	}
 	t.Run("FixedWindowRetryAfter", func(t *testing.T) { testFixedWindowRetryAfter(t, newStore) })
 	t.Run("TokenBucketRetryAfter", func(t *testing.T) { testTokenBucketRetryAfter(t, newStore) })
+	t.Run("ShardedRetryAfter", func(t *testing.T) { testShardedRetryAfter(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { testRoundingDifferential(t, newStore, s) })
 }
 
@@ -166,8 +167,17 @@ func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
 					reach = (q.Capacity + q.MaxReserved) * float64(len(it.Shards))
 				}
 				it.Count = math.Min(float64(rng.IntN(int(reach*10)+1))/10, reach)
-				if rng.IntN(6) == 0 {
+				switch rng.IntN(6) {
+				case 0:
 					it.Count = reach
+				case 1:
+					// What one record holds and may owe, in tenths: float
+					// noise may put it a hair above the sum.
+					one := q.Capacity
+					if op.Reserve {
+						one += q.MaxReserved
+					}
+					it.Count = math.Min(math.Round(one*10)/10, reach)
 				}
 			}
 			got := make([]driver.Decision, len(op.Items))
@@ -213,4 +223,31 @@ func testTokenBucketRetryAfter(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.True(t, res.OK)
 	require.Equal(t, 300*time.Millisecond, res.RetryAfter, "when the 0.30000000000000004 tokens owed are granted")
+}
+
+// A refused call on two shards whose count, less one shard's debt
+// allowance, float noise puts a hair above that shard's capacity (2.2 −
+// 0.8 = 1.4000000000000001 against 1.4), which the shard alone grants
+// when full: it is told when that shard alone grants it, not the later
+// time both together would.
+func testShardedRetryAfter(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store, model := newStore(t), NewModel()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1.4, Period: 1000, Capacity: 1.4, MaxReserved: 0.8}
+	shard := func(i int) driver.Shard { return driver.Shard{Index: i, Params: p} }
+	now := epoch.UnixMilli()
+	for _, op := range []*driver.Op{
+		{Now: now, Items: []driver.Item{{Name: "s", Key: "k", Count: 1.2, Shards: []driver.Shard{shard(1)}}}},
+		{Now: now + 512, Items: []driver.Item{{Name: "s", Key: "k", Count: 1.4, Shards: []driver.Shard{shard(0)}}}},
+		{Now: now + 753, Reserve: true, Items: []driver.Item{{Name: "s", Key: "k", Count: 2.2, Shards: []driver.Shard{shard(0), shard(1)}}}},
+	} {
+		got, want := make([]driver.Decision, 1), make([]driver.Decision, 1)
+		require.NoError(t, model.Apply(ctx, op, want))
+		require.NoError(t, store.Apply(ctx, op, got))
+		require.Equal(t, want, got, describe(op))
+		if op.Reserve {
+			require.False(t, got[0].OK)
+			require.Equal(t, int64(105), got[0].RetryAfter, "when shard 1 alone grants it")
+		}
+	}
 }
