@@ -89,7 +89,10 @@ func StateAt(p driver.Params, rec driver.Record, now int64) driver.State {
 func wait(p *driver.Params, b, s driver.State, now int64, count, allow float64) float64 {
 	d := -((s.Remaining - count) + allow)
 	if p.Kind == driver.FixedWindow {
-		k0 := float64((s.TS - b.TS) / p.Period) // windows b has had by now
+		var k0 float64 // the windows b has had by now
+		if s.TS != b.TS {
+			k0 = float64((s.TS - b.TS) / p.Period) // a division only past b's window
+		}
 		j := math.Ceil((d - noise) / p.Rate)
 		if j < 0 {
 			j = 0
