@@ -176,8 +176,17 @@ func (r *Reservation) use(ctx context.Context) error {
 // run, the token carries that use: Limiter.Use, Refund and Settle of it
 // return a *SettledError matching ErrReservationUsed, and hand nothing
 // back.
+//
+// Token is nil too when the token would be too large for ParseToken to
+// read back (a key of nearly 64 KiB or more, unless WithKeyHash makes the
+// store's key short): no process could settle it. The reservation itself
+// still runs and cancels. Reserve with WithReceipt refuses such a call
+// before charging anything, for a caller that needs the token.
 func (r *Reservation) Token() *Token {
 	if !r.res.OK || r.charge.n == 0 {
+		return nil
+	}
+	if lims := [1]*limit{r.charge.lim}; receiptFits(r.charge.key, lims[:]) != nil {
 		return nil
 	}
 	r.mu.Lock()

@@ -444,3 +444,48 @@ func TestReserveWithReceiptTooLargeIsRefused(t *testing.T) {
 		require.True(t, r.OK())
 	}
 }
+
+// A plain Reserve (without WithReceipt) of a key so long that its token
+// would be longer than ParseToken reads (here 70,000 bytes) gives no token:
+// Token returns nil rather than one that no process could settle, and the
+// reservation still runs and cancels by itself. It gave a token that
+// ParseToken refused. A key that fits, or one the store sees hashed
+// (WithKeyHash), gives a token that reads back.
+func TestReservationTokenOfTooLongKeyIsNil(t *testing.T) {
+	ctx := context.Background()
+	key := strings.Repeat("k", 70_000)
+	for _, shards := range []int{1, 2} {
+		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0})
+		r, err := lim.Reserve(ctx, "jobs", key, ratelimit.Count(3))
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		require.Nil(t, r.Token(), "%d shards: a token no process could read back", shards)
+		require.Nil(t, r.Token(), "%d shards: asked again", shards)
+		require.NoError(t, r.Cancel(ctx), "%d shards", shards)
+		st, err := lim.Value(ctx, "jobs", key)
+		require.NoError(t, err)
+		require.Equal(t, 10.0, st.Remaining, "%d shards: canceled without a token", shards)
+		r, err = lim.Reserve(ctx, "jobs", key)
+		require.NoError(t, err)
+		require.NoError(t, r.Wait(ctx), "%d shards: runs without a token", shards)
+
+		short := strings.Repeat("k", 60_000)
+		r, err = lim.Reserve(ctx, "jobs", short)
+		require.NoError(t, err)
+		tok := r.Token()
+		require.NotNil(t, tok, "%d shards: a key that fits", shards)
+		back, err := ratelimit.ParseToken(tok.String())
+		require.NoError(t, err, "%d shards", shards)
+		require.NoError(t, lim.Refund(ctx, back), "%d shards", shards)
+	}
+
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}},
+		ratelimit.WithClock(clock.NewMock()), ratelimit.WithKeyHash([]byte("0123456789abcdef0123456789abcdef")))
+	require.NoError(t, err)
+	r, err := lim.Reserve(ctx, "jobs", key)
+	require.NoError(t, err)
+	tok := r.Token()
+	require.NotNil(t, tok, "the store key is a hash of the key")
+	_, err = ratelimit.ParseToken(tok.String())
+	require.NoError(t, err)
+}
