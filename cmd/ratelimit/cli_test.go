@@ -397,3 +397,29 @@ func TestRateMeter(t *testing.T) {
 	}
 	require.LessOrEqual(t, len(m.samples), 3, "old samples are dropped")
 }
+
+// simulate refuses more than maxRequests requests with a usage error, before
+// it makes any: --every 1ms --for 100y built some 3·10¹² of them in memory
+// and never ended.
+func TestSimulateTooManyRequests(t *testing.T) {
+	fixed := []string{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--every", "1ms", "--for", "876000h"}, "--every 1ms --for 876000h0m0s: 3153600000001 requests"},
+		{[]string{"--every", "1ns", "--for", "876000h"}, "--every 1ns --for 876000h0m0s: 3153600000000000001 requests"},
+		{[]string{"--every", "1ms", "--for", "1000s"}, "--every 1ms --for 16m40s: 1000001 requests"},
+		// --at's requests count too.
+		{[]string{"--every", "1ms", "--for", "999999ms", "--at", "0s=1,1s=1"}, "--every 1ms --for 16m39.999s and --at: 1000002 requests"},
+		{[]string{"--at", strings.Repeat("0s=1,", 1_000_001)}, "--at: 1000001 requests"},
+	} {
+		args := append(slices.Clone(fixed), tc.args...)
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.Empty(t, out, "%q", args)
+		require.Contains(t, errOut, tc.want, "%q", args)
+		require.Contains(t, errOut, "at most 1000000", "%q", args)
+		require.Contains(t, errOut, "--help' for usage.", "%q", args)
+	}
+}

@@ -97,9 +97,21 @@ seed gives the same output.`,
 				if duration <= 0 {
 					return usagef("--every needs --for, the length of the steady pattern")
 				}
+				// Counted before any is made: --every 1ms --for 100y
+				// would be some 3·10¹² requests.
+				if n := int64(duration/every) + 1 + int64(len(reqs)); n > maxRequests {
+					what := fmt.Sprintf("--every %v --for %v", every, duration)
+					if len(reqs) > 0 {
+						what += " and --at"
+					}
+					return tooMany(what, n, "make --every longer or --for shorter")
+				}
 				for t := time.Duration(0); t <= duration; t += every {
 					reqs = append(reqs, request{at: t, count: count, steady: true})
 				}
+			}
+			if len(reqs) > maxRequests {
+				return tooMany("--at", int64(len(reqs)), "give fewer")
 			}
 			if len(reqs) == 0 {
 				return usagef("give requests: --at 00:30=15,01:30=30 or --every 1m --for 1h")
@@ -154,6 +166,16 @@ const maxOffset = ratelimit.MaxPeriod
 // maxOffset.
 func tooLate(what string) error {
 	return usagef("%s: requests come at most %v (100 years) after the start", what, maxOffset)
+}
+
+// maxRequests is the most requests a simulation runs: far more than any
+// timeline a person reads, and a bound on the memory and time it takes.
+const maxRequests = 1_000_000
+
+// tooMany is the usage error of n requests, given by what, above
+// maxRequests; hint says how to give fewer.
+func tooMany(what string, n int64, hint string) error {
+	return usagef("%s: %d requests, and a simulation runs at most %d: %s", what, n, maxRequests, hint)
 }
 
 // parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset.
