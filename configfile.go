@@ -87,6 +87,41 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	return c.UnmarshalYAML(n.Content[0]) // a document of one value
 }
 
+// UnmarshalJSON reads l from a JSON object of limit names to configs, as
+// json.Unmarshal of a map would, into l's map if it has one, except that a
+// name given twice is an error, as in YAML and ParseLimits, rather than
+// the last one taking its place unseen. It does not validate: ParseLimits
+// and New do. JSON null leaves l as it is.
+func (l *Limits) UnmarshalJSON(b []byte) error {
+	doc, err := jsonDocument(b)
+	if err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	n := doc.Content[0] // a document of one value
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		return nil
+	case n.Kind != yaml.MappingNode:
+		return fmt.Errorf("limits: line %d: write an object of limit names to their fields", n.Line)
+	}
+	entries, err := mappingFields(n, "limit")
+	if err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	if *l == nil {
+		*l = make(Limits, len(entries))
+	}
+	for _, e := range entries {
+		name := e.key.Value
+		var c Config
+		if err := c.UnmarshalYAML(e.val); err != nil {
+			return fmt.Errorf("limits: limit %q: %w", name, err)
+		}
+		(*l)[name] = c
+	}
+	return nil
+}
+
 // configFields are the fields of the file format, and how each is read.
 var configFields = []struct {
 	name string

@@ -189,6 +189,24 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 		assert.ErrorContains(t, err, bad.want, bad.in)
 	}
 
+	// json.Unmarshal of Limits refuses a name given twice too, rather than
+	// keep the last; null leaves the map as it is, and a map given is
+	// added to, as for any map.
+	var twice ratelimit.Limits
+	err = json.Unmarshal([]byte("{\"a\": "+limit+",\n \"\\u0061\": "+limit+"}"), &twice)
+	assert.ErrorContains(t, err, `line 2: limit "a" given twice`)
+	err = json.Unmarshal([]byte(`{"a": {"kind": "fixed window", "rapt": 1}}`), &twice)
+	assert.ErrorContains(t, err, `limit "a"`)
+	assert.ErrorContains(t, err, `unknown field "rapt"`)
+	assert.ErrorContains(t, json.Unmarshal([]byte(`[1]`), &twice), "write an object")
+	kept := ratelimit.Limits{"b": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Hour}}
+	require.NoError(t, json.Unmarshal([]byte(`null`), &kept))
+	require.NoError(t, json.Unmarshal([]byte(`{"a": `+limit+`}`), &kept))
+	assert.Equal(t, ratelimit.Limits{
+		"a": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+		"b": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Hour},
+	}, kept)
+
 	// json.Unmarshal of a Config reads its strings as JSON too.
 	var c ratelimit.Config
 	require.NoError(t, json.Unmarshal([]byte(`{"kind": "token\u0020bucket", "rate": 1, "period": "1m", "start": "2024-01-01T00:00:00Z"}`), &c))
