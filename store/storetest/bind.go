@@ -48,11 +48,7 @@ func testBindDifferential(t *testing.T, newStore NewStore, s suite) {
 				if len(op.Items) == 0 {
 					continue
 				}
-				got := make([]driver.Decision, len(op.Items))
-				want := make([]driver.Decision, len(op.Items))
-				require.NoError(t, model.Apply(ctx, op, want))
-				require.NoError(t, store.Apply(ctx, op, got), where)
-				require.Equal(t, want, got, "%s: %s", where, describe(op))
+				applyBoth(t, ctx, store, model, op, seed, step)
 				continue
 			}
 			name, key := u.names[rng.IntN(len(u.names))], u.keys[rng.IntN(len(u.keys))]

@@ -162,11 +162,7 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 			if len(op.Items) == 0 {
 				continue
 			}
-			got := make([]driver.Decision, len(op.Items))
-			want := make([]driver.Decision, len(op.Items))
-			require.NoError(t, model.Apply(ctx, op, want))
-			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
-			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
 			}
@@ -219,7 +215,22 @@ func describe(op *driver.Op) string {
 		}
 		s += "]"
 	}
+	if op.Settle != nil {
+		s += fmt.Sprintf(" settle %+v", *op.Settle)
+	}
 	return s
+}
+
+// applyBoth applies op to store and to model, the Go function, and
+// requires the same decisions of both; seed and step name the op in a
+// failure.
+func applyBoth(t *testing.T, ctx context.Context, store, model ratelimit.Store, op *driver.Op, seed, step int) {
+	t.Helper()
+	got := make([]driver.Decision, len(op.Items))
+	want := make([]driver.Decision, len(op.Items))
+	require.NoError(t, model.Apply(ctx, op, want))
+	require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
+	require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
 }
 
 // testLimiterDifferential drives two Limiters, one over the store and one
@@ -407,11 +418,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 					it.At = now - rng.Int64N(maxPeriod)
 				}
 			}
-			got := make([]driver.Decision, len(op.Items))
-			want := make([]driver.Decision, len(op.Items))
-			require.NoError(t, model.Apply(ctx, op, want))
-			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
-			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
 			}

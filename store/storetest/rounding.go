@@ -180,11 +180,7 @@ func testRoundingDifferential(t *testing.T, newStore NewStore, s suite) {
 					it.Count = math.Min(math.Round(one*10)/10, reach)
 				}
 			}
-			got := make([]driver.Decision, len(op.Items))
-			want := make([]driver.Decision, len(op.Items))
-			require.NoError(t, model.Apply(ctx, op, want))
-			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
-			require.Equal(t, want, got, "seed %d step %d: %s", seed, step, describe(op))
+			applyBoth(t, ctx, store, model, op, seed, step)
 		}
 		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
 	}

@@ -51,11 +51,7 @@ func testSettleDifferential(t *testing.T, newStore NewStore, s suite) {
 			if len(op.Items) == 0 {
 				continue
 			}
-			got := make([]driver.Decision, len(op.Items))
-			want := make([]driver.Decision, len(op.Items))
-			require.NoError(t, model.Apply(ctx, op, want))
-			require.NoError(t, store.Apply(ctx, op, got), "seed %d step %d", seed, step)
-			require.Equal(t, want, got, "seed %d step %d: %s settle %v", seed, step, describe(op), op.Settle)
+			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
 			}
