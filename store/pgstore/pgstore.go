@@ -365,23 +365,26 @@ func expandWaits(sql string) string {
 	// ${1} target; ${2} kind, ${3} period, ${4} rate, ${5} capacity;
 	// ${6} bv, ${7} bts; ${8} v, ${9} ts; ${10} cnt, ${11} allow.
 	grants := func(v string) string { return "(least(" + v + ", ${5}) - ${10}) + ${11} > -noise" }
+	// search settles wj, the estimate (at least 0), on the first step at
+	// which the record, holding at(step) tokens uncapped, grants the
+	// call: a step less, or up to {{wait_tries}} more.
+	search := func(at func(step string) string) string {
+		return " IF wj > 0 AND " + grants(at("wj - 1")) + " THEN wj := wj - 1;" +
+			" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP" +
+			" EXIT WHEN " + grants(at("wj")) + "; wj := wj + 1; END LOOP;" +
+			" END IF;"
+	}
 	return waitCall.ReplaceAllString(sql, "IF ${2} = {{fixed}} THEN"+
 		" wj := ceil((-((${8} - ${10}) + ${11}) - noise) / ${4});"+
 		" IF wj < 0 THEN wj := 0; END IF;"+
 		" wk := ((${9} - ${7}) / ${3})::float8;"+
-		" IF wj > 0 AND "+grants("${6} + ${4} * (wk + wj - 1)")+" THEN wj := wj - 1;"+
-		" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP"+
-		" EXIT WHEN "+grants("${6} + ${4} * (wk + wj)")+"; wj := wj + 1; END LOOP;"+
-		" END IF;"+
+		search(func(step string) string { return "${6} + ${4} * (wk + " + step + ")" })+
 		" ${1} := ${3}::float8 * wj + (${9} - now)::float8;"+
 		" ELSE"+
 		" wj := ceil((-((${8} - ${10}) + ${11}) - noise) * ${3}::float8 / ${4});"+
 		" IF wj < 0 THEN wj := 0; END IF;"+
 		" wk := (${9} - ${7})::float8;"+
-		" IF wj > 0 AND "+grants("${6} + (wk + wj - 1) * ${4} / ${3}::float8")+" THEN wj := wj - 1;"+
-		" ELSE FOR wi IN 1 .. {{wait_tries}} LOOP"+
-		" EXIT WHEN "+grants("${6} + (wk + wj) * ${4} / ${3}::float8")+"; wj := wj + 1; END LOOP;"+
-		" END IF;"+
+		search(func(step string) string { return "${6} + (wk + " + step + ") * ${4} / ${3}::float8" })+
 		" ${1} := (greatest(now, ${9}) - now)::float8 + wj;"+
 		" END IF;")
 }
