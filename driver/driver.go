@@ -56,11 +56,13 @@ type Store interface {
 	// Apply decides op as Evaluate does over the records op touches, and
 	// writes the updates Evaluate marks, all in one atomic step. It fills
 	// out, which has one element per op item: an out shorter than that is
-	// refused with an error, before anything is decided or written. An op
+	// refused with an error matching ErrOutLength (CheckOut), before
+	// anything is decided or written. An op
 	// without items decides and writes nothing, and Apply returns nil.
 	Apply(ctx context.Context, op *Op, out []Decision) error
 	// Load reads the records ids into out, which has one element per id (a
-	// shorter out is refused with an error); a missing record is
+	// shorter out is refused with ErrOutLength: CheckRecords); a missing
+	// record is
 	// Record{}, whatever out held, and an id given twice reads the same
 	// record at both positions. A store may report as missing a record
 	// whose bucket is full again (see FullAt).
@@ -90,7 +92,7 @@ type BatchApplier interface {
 	// that many calls of Apply in that order would, each op atomic, and
 	// fills outs[i] (one Decision per item of ops[i]). Outs of the wrong
 	// length (not one per op, or one shorter than its op's items) are
-	// refused with an error, before any op is decided; no ops, or ops
+	// refused with ErrOutLength (CheckOuts), before any op is decided; no ops, or ops
 	// without items, return nil. On any other error, any op of the batch
 	// may or may not have taken effect, as for any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error

@@ -83,13 +83,8 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(outs) != len(ops) {
-		return fmt.Errorf("boltstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
-	}
-	for i, op := range ops {
-		if len(outs[i]) < len(op.Items) {
-			return fmt.Errorf("boltstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
-		}
+	if err := driver.CheckOuts(ops, outs); err != nil {
+		return fmt.Errorf("boltstore: ApplyBatch: %w", err)
 	}
 	reqs := make([]*request, len(ops))
 	for i, op := range ops {

@@ -322,8 +322,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(out) < len(op.Items) {
-		return fmt.Errorf("boltstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
+	if err := driver.CheckOut(op, out); err != nil {
+		return fmt.Errorf("boltstore: Apply: %w", err)
 	}
 	if op.Mode == driver.ModeCheck {
 		return s.check(op, out)
@@ -387,8 +387,8 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(out) < len(ids) {
-		return fmt.Errorf("boltstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	if err := driver.CheckRecords(ids, out); err != nil {
+		return fmt.Errorf("boltstore: Load: %w", err)
 	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)

@@ -769,8 +769,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(op.Items) {
-		return fmt.Errorf("memstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
+	if err := driver.CheckOut(op, out); err != nil {
+		return fmt.Errorf("memstore: Apply: %w", err)
 	}
 	if op.Settle == nil {
 		s.apply(op, out)
@@ -905,8 +905,8 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(ids) {
-		return fmt.Errorf("memstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	if err := driver.CheckRecords(ids, out); err != nil {
+		return fmt.Errorf("memstore: Load: %w", err)
 	}
 	for i, id := range ids {
 		out[i] = driver.Record{}

@@ -870,8 +870,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(op.Items) {
-		return fmt.Errorf("pgstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
+	if err := driver.CheckOut(op, out); err != nil {
+		return fmt.Errorf("pgstore: Apply: %w", err)
 	}
 	r := s.newRequest(op)
 	if _, err := s.batcher.Do(ctx, r); err != nil {
@@ -888,13 +888,8 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(outs) != len(ops) {
-		return fmt.Errorf("pgstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
-	}
-	for i, op := range ops {
-		if len(outs[i]) < len(op.Items) {
-			return fmt.Errorf("pgstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
-		}
+	if err := driver.CheckOuts(ops, outs); err != nil {
+		return fmt.Errorf("pgstore: ApplyBatch: %w", err)
 	}
 	if len(ops) == 0 {
 		return nil
@@ -918,8 +913,8 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(ids) {
-		return fmt.Errorf("pgstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	if err := driver.CheckRecords(ids, out); err != nil {
+		return fmt.Errorf("pgstore: Load: %w", err)
 	}
 	keys := make([][]byte, 0, len(ids))
 	first := make([]int, len(ids)) // the first position of ids[i]

@@ -182,8 +182,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(out) < len(op.Items) {
-		return fmt.Errorf("redisstore: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
+	if err := driver.CheckOut(op, out); err != nil {
+		return fmt.Errorf("redisstore: Apply: %w", err)
 	}
 	if len(op.Items) == 0 {
 		return nil // nothing to decide or write
@@ -223,13 +223,8 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(outs) != len(ops) {
-		return fmt.Errorf("redisstore: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
-	}
-	for i, op := range ops {
-		if len(outs[i]) < len(op.Items) {
-			return fmt.Errorf("redisstore: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
-		}
+	if err := driver.CheckOuts(ops, outs); err != nil {
+		return fmt.Errorf("redisstore: ApplyBatch: %w", err)
 	}
 	reqs := make([]*request, 0, len(ops))
 	at := make([]int, 0, len(ops)) // the op of each request

@@ -273,8 +273,8 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if len(out) < len(ids) {
-		return fmt.Errorf("redisstore: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	if err := driver.CheckRecords(ids, out); err != nil {
+		return fmt.Errorf("redisstore: Load: %w", err)
 	}
 	cmds := make([]redis.Cmder, len(ids))
 	for i, id := range ids {

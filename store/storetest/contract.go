@@ -44,7 +44,7 @@ func testContract(t *testing.T, newStore NewStore) {
 		noPanic(t, func() {
 			err = s.Load(context.Background(), []driver.RecordID{id("a"), id("b")}, make([]driver.Record, 1))
 		})
-		require.Error(t, err, "an out shorter than ids is refused")
+		require.ErrorIs(t, err, driver.ErrOutLength, "an out shorter than ids is refused")
 	})
 	t.Run("DeleteMissing", func(t *testing.T) {
 		s := newStore(t)
@@ -76,7 +76,7 @@ func testContract(t *testing.T, newStore NewStore) {
 			for _, out := range [][]driver.Decision{nil, make([]driver.Decision, 2)} {
 				var err error
 				noPanic(t, func() { err = s.Apply(context.Background(), op, out) })
-				require.Error(t, err, "mode %d: an out of %d for 3 items is refused, not filled in part", m, len(out))
+				require.ErrorIs(t, err, driver.ErrOutLength, "mode %d: an out of %d for 3 items is refused, not filled in part", m, len(out))
 				after := make([]driver.Record, len(ids))
 				require.NoError(t, s.Load(context.Background(), ids, after))
 				require.Equal(t, before, after, "mode %d: a refused call writes nothing", m)
@@ -110,7 +110,7 @@ func testContract(t *testing.T, newStore NewStore) {
 		} {
 			var err error
 			noPanic(t, func() { err = b.ApplyBatch(context.Background(), ops(), outs) })
-			require.Error(t, err, "outs of lengths %v for ops of 1 and 2 items are refused", lens(outs))
+			require.ErrorIs(t, err, driver.ErrOutLength, "outs of lengths %v for ops of 1 and 2 items are refused", lens(outs))
 			recs := make([]driver.Record, 3)
 			require.NoError(t, s.Load(context.Background(), []driver.RecordID{id("a"), id("b"), id("c")}, recs))
 			require.Equal(t, make([]driver.Record, 3), recs, "a refused batch writes nothing")

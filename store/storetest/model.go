@@ -33,8 +33,8 @@ func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(op.Items) {
-		return fmt.Errorf("model: Apply got an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
+	if err := driver.CheckOut(op, out); err != nil {
+		return fmt.Errorf("model: Apply: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -66,8 +66,8 @@ func (m *Model) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(out) < len(ids) {
-		return fmt.Errorf("model: Load got %d ids and an out of %d records: pass one per id", len(ids), len(out))
+	if err := driver.CheckRecords(ids, out); err != nil {
+		return fmt.Errorf("model: Load: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -94,13 +94,8 @@ func (m *Model) Delete(ctx context.Context, ids []driver.RecordID) error {
 // ApplyBatch implements driver.BatchApplier: Apply, op after op. Outs of
 // the wrong length are refused before any op is decided.
 func (m *Model) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
-	if len(outs) != len(ops) {
-		return fmt.Errorf("model: ApplyBatch got %d ops and %d outs: pass one out per op", len(ops), len(outs))
-	}
-	for i, op := range ops {
-		if len(outs[i]) < len(op.Items) {
-			return fmt.Errorf("model: ApplyBatch got an op (%d) of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
-		}
+	if err := driver.CheckOuts(ops, outs); err != nil {
+		return fmt.Errorf("model: ApplyBatch: %w", err)
 	}
 	for i, op := range ops {
 		if err := m.Apply(ctx, op, outs[i]); err != nil {
