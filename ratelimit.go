@@ -547,9 +547,10 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
 	}
 	skey := l.storeKey(key)
-	// A receipt is of a charge: a Check charges nothing and gets none.
-	receipt := c.receipt && mode == driver.ModeLimit
-	if receipt {
+	// A receipt is of a charge: a Check charges nothing and gets none
+	// (combine reads c too).
+	c.receipt = c.receipt && mode == driver.ModeLimit
+	if c.receipt {
 		if err := receiptFits(skey, lims); err != nil {
 			return Result{}, ch, err
 		}
@@ -608,7 +609,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				ch.shards[i] = sh.Index
 			}
 			ch.amount, ch.at, ch.key = out[0].Charged, out[0].Now, items[0].Key
-			if receipt {
+			if c.receipt {
 				its, ls := chargeItems(&ch)
 				res.Token = l.newToken(ch.key, ch.at, ch.at+out[0].RetryAfter, its, ls)
 			}
@@ -647,7 +648,7 @@ func (l *Limiter) combine(ctx context.Context, mode driver.Mode, names []string,
 	res := all[pick]
 	res.OK = ok
 	res.All = all
-	if ok && c.receipt && mode == driver.ModeLimit {
+	if ok && c.receipt {
 		res.Token = l.receiptOf(lims, items, out)
 	}
 	for i := range all {
