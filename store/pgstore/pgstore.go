@@ -208,7 +208,8 @@ func WithoutDDL() Option { return func(o *options) { o.noDDL = true } }
 // WithMaxBatch sets the most calls one statement carries (default
 // DefaultMaxBatch). Calls that arrive while statements are in flight wait
 // and go together in the next one, sharing its commit. 1 turns coalescing
-// off: every call is sent alone, at once, however many are in flight.
+// off: every call is sent alone, at once, however many are in flight. New
+// refuses a number below 1.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // WithMaxInFlight sets how many statements the store sends at once before
@@ -219,7 +220,8 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // its commit, and many keep several in flight. Statements on one record
 // wait for each other's row locks, so a hot key only gets smaller batches
 // from more; calls on many keys gain, on a server with cores to spare.
-// Each statement in flight holds one of the pool's connections.
+// Each statement in flight holds one of the pool's connections. New
+// refuses a number below 1.
 func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
 
 // names are the quoted identifiers of a table and its function.
@@ -402,6 +404,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	if pool == nil {
 		return nil, errors.New("pgstore: New needs a pool: pass pgxpool.New(ctx, url)")
+	}
+	if o.maxBatch < 1 {
+		return nil, fmt.Errorf("pgstore: WithMaxBatch(%d): the most calls a statement carries must be at least 1 (1 turns coalescing off)", o.maxBatch)
+	}
+	if o.maxInFlight < 1 {
+		return nil, fmt.Errorf("pgstore: WithMaxInFlight(%d): the statements in flight at once must be at least 1", o.maxInFlight)
 	}
 	n, err := tableNames(o.table)
 	if err != nil {

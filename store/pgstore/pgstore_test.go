@@ -504,6 +504,27 @@ func TestOneFunctionDifferential(t *testing.T) {
 	}
 }
 
+// WithMaxBatch and WithMaxInFlight below 1 are refused, as boltstore and
+// redisstore refuse a WithMaxBatch below 1, rather than taken silently for
+// a default (WithMaxInFlight(0) was one statement in flight, not the
+// default of two).
+func TestCoalescingOptionsBelowOne(t *testing.T) {
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	for _, o := range []struct {
+		name string
+		opt  pgstore.Option
+	}{
+		{"WithMaxBatch(0)", pgstore.WithMaxBatch(0)},
+		{"WithMaxBatch(-1)", pgstore.WithMaxBatch(-1)},
+		{"WithMaxInFlight(0)", pgstore.WithMaxInFlight(0)},
+		{"WithMaxInFlight(-1)", pgstore.WithMaxInFlight(-1)},
+	} {
+		_, err := pgstore.New(context.Background(), pool, pgstore.WithTable(uniqueTable(t, pool)), o.opt)
+		require.ErrorContains(t, err, "at least 1", o.name)
+		require.ErrorContains(t, err, o.name)
+	}
+}
+
 func TestOddTableNames(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
