@@ -2,6 +2,7 @@ package boltstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -45,4 +46,43 @@ func Example() {
 	// ok=true remaining=1
 	// ok=true remaining=0
 	// ok=false remaining=0
+}
+
+// A file opens once per process: a second Open of it is refused at once.
+// Another part of the application shares the file through the first
+// store's DB, in a bucket of its own.
+func ExampleNew_sharedFile() {
+	dir, err := os.MkdirTemp("", "ratelimit-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "limits.db")
+
+	s, err := boltstore.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	_, err = boltstore.Open(path)
+	fmt.Println("second Open:", errors.Is(err, boltstore.ErrAlreadyOpen))
+
+	jobs, err := boltstore.New(s.DB(), boltstore.WithBucket("jobs"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(jobs, ratelimit.Limits{
+		"export": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := lim.Limit(context.Background(), "export", "team-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("export:", res.OK)
+	// Output:
+	// second Open: true
+	// export: true
 }
