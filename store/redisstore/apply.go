@@ -218,7 +218,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 
 // ApplyBatch implements driver.BatchApplier: the ops in one round trip
 // (on a Cluster, one per node), decided in order, each op atomic. Outs of
-// the wrong length are refused with an error, and nothing is sent.
+// the wrong length are refused with an error, and nothing is sent. It
+// returns when ctx ends, whatever the client's timeouts; the ops may then
+// have been decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -243,7 +245,11 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		return nil
 	}
 	errs := make([]error, len(reqs))
-	if err := s.send(ctx, "", reqs, errs); err != nil {
+	// Detached, as Apply's calls are by the batcher: the caller's context,
+	// not go-redis's read timeout, bounds the wait. When ctx ends first,
+	// send finishes in the background, writing only reqs and errs, which
+	// are not read then.
+	if err := detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
 		return fmt.Errorf("redisstore: apply batch: %w", err)
 	}
 	for j, r := range reqs {

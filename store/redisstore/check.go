@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,7 +54,8 @@ const (
 //
 // A server that refuses CONFIG GET, as managed services may, is not
 // checked: CheckServer returns no warning for it and no error. The error
-// is for a server that could not be reached.
+// is for a server that could not be reached, or ctx's when it ends first:
+// CheckServer returns then, whatever the client's timeouts.
 func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
@@ -69,19 +71,27 @@ func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 		mu.Unlock()
 		return err
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *redis.Client:
-		err = check(ctx, c)
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, check)
-	}
+	// Detached, so that ctx, not go-redis's read timeout, bounds a stalled
+	// server; when ctx ends first, the checks finish in the background and
+	// the warnings found by then are returned.
+	err := detached(ctx, func() error {
+		switch c := s.client.(type) {
+		case *redis.Client:
+			return check(ctx, c)
+		case *redis.ClusterClient:
+			return c.ForEachMaster(ctx, check)
+		case *redis.Ring:
+			return c.ForEachShard(ctx, check)
+		}
+		return nil
+	})
+	mu.Lock()
+	found := slices.Clone(warnings)
+	mu.Unlock()
 	if err != nil {
-		return warnings, fmt.Errorf("redisstore: check server: %w", err)
+		return found, fmt.Errorf("redisstore: check server: %w", err)
 	}
-	return warnings, nil
+	return found, nil
 }
 
 func checkServer(ctx context.Context, c *redis.Client) ([]Warning, error) {

@@ -317,6 +317,47 @@ func (h afterFcall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // TestStalledServerDenyCacheLearn: a Limit the store refuses, with the
 // deny cache, reads the record back (Load) to keep it; a server that
 // stalls right after the refusal must not keep the caller past its
+// TestStalledServerApplyBatchAndCheckServer: docs/stores/redis.md promises
+// that every call of the store returns when its context ends, whatever the
+// client's settings. ApplyBatch and CheckServer must then return from a
+// server that stopped answering when their context ends, not when
+// go-redis's read timeout passes (never, on this client, which has none).
+// The server is let go after 5 s whatever happens; each call must have
+// returned while it was still stalled.
+func TestStalledServerApplyBatchAndCheckServer(t *testing.T) {
+	p := newStallProxy(t)
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), ReadTimeout: -1})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.unstall)
+	store := newStore(c, uniquePrefix(t, client(t)))
+	ctx := context.Background()
+	p0 := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	op := func() *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: 1_700_000_000_000, Items: []driver.Item{
+			{Name: "l", Key: "k", Count: 1, Shards: []driver.Shard{{Index: 0, Params: p0}}}}}
+	}
+	require.NoError(t, store.ApplyBatch(ctx, []*driver.Op{op()}, [][]driver.Decision{make([]driver.Decision, 1)}))
+
+	for _, name := range []string{"CheckServer", "ApplyBatch"} {
+		p.stall()
+		release := time.AfterFunc(5*time.Second, p.unstall)
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		var err error
+		switch name {
+		case "ApplyBatch":
+			err = store.ApplyBatch(cctx, []*driver.Op{op()}, [][]driver.Decision{make([]driver.Decision, 1)})
+		case "CheckServer":
+			_, err = store.CheckServer(cctx)
+		}
+		stalled := p.stalled.Load()
+		cancel()
+		release.Stop()
+		p.unstall()
+		require.True(t, stalled, "%s returned only once the server answered again (err %v)", name, err)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "%s on a stalled server", name)
+	}
+}
+
 // deadline.
 func TestStalledServerDenyCacheLearn(t *testing.T) {
 	p := newStallProxy(t)
