@@ -32,8 +32,9 @@ func RetryAll() ClientOption { return func(c *clientConfig) { c.all = true } }
 // DefaultMaxWait); a refusal asking for longer is returned at once.
 func MaxWait(d time.Duration) ClientOption { return func(c *clientConfig) { c.maxWait = d } }
 
-// WithClock sets the clock the interceptor waits on (default: the real
-// one). Tests pass a mock.
+// WithClock sets the clock the interceptor waits on and measures the
+// time left before a call's deadline on (default: the real one). Tests
+// pass a mock, set to the time their deadlines are counted from.
 func WithClock(c clock.Clock) ClientOption {
 	return func(cc *clientConfig) {
 		if c != nil {
@@ -79,7 +80,7 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 		if !ok || wait > c.maxWait {
 			return err
 		}
-		if deadline, has := ctx.Deadline(); has && time.Until(deadline) <= wait {
+		if deadline, has := ctx.Deadline(); has && deadline.Sub(c.clock.Now()) <= wait {
 			return err // the retry could not finish in time
 		}
 		if wait > 0 {

@@ -86,17 +86,45 @@ func TestClientRetryAll(t *testing.T) {
 	assert.Equal(t, int64(3), served.calls.Load())
 }
 
-func TestClientDoesNotWaitPastDeadline(t *testing.T) {
-	clk := &jumpClock{Mock: clock.NewMock()}
-	client, _ := limitedServer(t, clk)
-	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
+// farFuture is a time a mock clock is set to so that a deadline on it is
+// also far ahead of the real clock: a context's deadline is a time, which
+// gRPC turns into a timeout on the real clock.
+var farFuture = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, ratelimitgrpc.WaitRetry())
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a minute's wait cannot end within 30 s")
-	assert.Empty(t, clk.waits())
+// The deadline is measured on the interceptor's clock, as the wait is: a
+// deadline 30 s ahead on that clock leaves no time for a minute's wait,
+// however far it is on the real clock.
+func TestClientDoesNotWaitPastDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		left    time.Duration
+		retried bool
+	}{
+		{"too soon", 30 * time.Second, false},
+		{"just the wait", time.Minute, false},
+		{"time left", 2 * time.Minute, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &jumpClock{Mock: clock.NewMock()}
+			clk.Set(farFuture)
+			client, served := limitedServer(t, clk)
+			_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(c.left))
+			defer cancel()
+			_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, ratelimitgrpc.WaitRetry())
+			if !c.retried {
+				assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a minute's wait cannot end within %v", c.left)
+				assert.Empty(t, clk.waits())
+				assert.Equal(t, int64(1), served.calls.Load())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, []time.Duration{time.Minute}, clk.waits())
+			assert.Equal(t, int64(2), served.calls.Load())
+		})
+	}
 }
 
 func TestClientMaxWait(t *testing.T) {
