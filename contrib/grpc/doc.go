@@ -20,8 +20,10 @@
 // policy follows. When the store fails, each limit's failure policy
 // (Config.FailOpen) decides: a call whose limits fail open goes on, one
 // whose limits fail closed gets codes.Unavailable with a RetryInfo of the
-// breaker's cool-down. A call with no key gets codes.InvalidArgument; any
-// other error codes.Internal. No status message ever carries the key or
+// breaker's cool-down. A call with no key gets codes.InvalidArgument; a
+// call whose caller gave up while it was decided codes.Canceled or
+// codes.DeadlineExceeded; any other error codes.Internal. No status
+// message ever carries the key or
 // an error's text (which may name limits, their configuration and
 // internal addresses): the error is logged (WithLogger), the key never.
 //
@@ -29,7 +31,8 @@
 //
 // UnaryClientInterceptor waits out a refusal's RetryInfo and retries the
 // call once, when the call asks with WaitRetry (or every call, with
-// RetryAll) and its deadline leaves the time.
+// RetryAll), the delay is at most MaxWait, and the call's deadline leaves
+// the time.
 //
 // # go-grpc-middleware
 //

@@ -15,7 +15,8 @@ import (
 // KeyFunc returns the key a call is limited by, from the call's context
 // (its peer, its incoming metadata, values a previous interceptor put
 // there). An error refuses the call: InvalidArgument for ErrNoKey,
-// Internal otherwise.
+// Canceled or DeadlineExceeded for the context's own error once the
+// caller gave up, Internal otherwise.
 type KeyFunc func(ctx context.Context) (string, error)
 
 // ErrNoKey is returned by a KeyFunc that finds no key for a call, such as

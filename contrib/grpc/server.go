@@ -189,7 +189,9 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 //
 // The method is the server call's (grpc.Method); on a client, where there
 // is none, the default limits decide, and the KeyFunc must not need a
-// peer (WithKey).
+// peer (WithKey). A client call made while serving one, with a context
+// derived from the served call's, carries that call's method and peer:
+// there WithMethod and PeerIP see the served call, not the outgoing one.
 func (i *Interceptor) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
 	if st, _ := i.decide(ctx, method); st != nil {
