@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -71,15 +72,17 @@ func Example() {
 }
 
 // The Interceptor as the Limiter of go-grpc-middleware's rate-limit
-// interceptors, in a chain built with that module.
+// interceptors, in a chain built with that module, keyed by an API key.
+// Those interceptors answer a refusal with a message of their own and no
+// RetryInfo.
 func ExampleInterceptor_Limit() {
 	store, err := memstore.New()
 	if err != nil {
 		log.Fatal(err)
 	}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"api": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Minute},
-	})
+		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+	}, ratelimit.WithClock(clock.NewMock()))
 	if err != nil {
 		panic(err)
 	}
@@ -91,7 +94,30 @@ func ExampleInterceptor_Limit() {
 		grpc.ChainUnaryInterceptor(mwratelimit.UnaryServerInterceptor(ic)),
 		grpc.ChainStreamInterceptor(mwratelimit.StreamServerInterceptor(ic)),
 	)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k-42")
+	for i := range 3 {
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		st := status.Convert(err)
+		fmt.Printf("call %d: %v %q details %d\n", i+1, st.Code(), st.Message(), len(st.Details()))
+	}
+	// Output:
+	// call 1: OK "" details 0
+	// call 2: OK "" details 0
+	// call 3: ResourceExhausted "/grpc.health.v1.Health/Check is rejected by grpc_ratelimit middleware, please retry later. rate limit exceeded: retry after 30s" details 0
 }
 
 // A client that waits out a refusal and retries once, when a call asks.
