@@ -32,7 +32,9 @@
 // it exactly as the store: driver.BatchApplier and DeleteExpired are
 // implemented when the wrapped store implements them, and
 // driver.TimeSource always, its OwnClock reporting the wrapped store's
-// answer (false for a store that keeps no clock of its own).
+// answer (false for a store that keeps no clock of its own). The
+// shortcut of driver.Binder is left out, so that every decision has its
+// span.
 //
 // # Providers
 //

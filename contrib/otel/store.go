@@ -37,7 +37,10 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // The Store returned implements driver.BatchApplier and DeleteExpired
 // when s does, and driver.TimeSource always:
 // OwnClock reports s's answer, false when s is no TimeSource, so that a
-// Limiter treats the wrapper exactly as it would s. Unwrap returns s.
+// Limiter treats the wrapper as it would s. It is never a driver.Binder:
+// a BoundLimit would decide calls without passing through the wrapper,
+// so a Limiter decides every call through Apply and its span, with the
+// same answers. Unwrap returns s.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 	if s == nil {
 		return nil

@@ -192,6 +192,11 @@ func TestWrapStoreKeepsCapabilities(t *testing.T) {
 			require.Equal(t, s, w.(interface{ Unwrap() ratelimit.Store }).Unwrap())
 			var names []string
 
+			// memstore binds limits; its BoundLimits would decide past the
+			// wrapper, without a span.
+			_, isBinder := w.(driver.Binder)
+			assert.False(t, isBinder, "a wrapped store is no Binder")
+
 			_, isBatch := s.(driver.BatchApplier)
 			wb, ok := w.(driver.BatchApplier)
 			require.Equal(t, isBatch, ok, "BatchApplier")
