@@ -75,8 +75,8 @@ func WithNamespace(ns string) Option { return func(o *options) { o.namespace = n
 func WithSubsystem(s string) Option { return func(o *options) { o.subsystem = s } }
 
 // WithConstLabels adds labels with fixed values to both metrics, such as
-// the store's or the service's name. A label named as one of the
-// Collector's own is refused when the Collector is registered.
+// the store's or the service's name. NewCollector refuses a label named as
+// one of the Collector's own (LabelLimit and the others).
 func WithConstLabels(l prometheus.Labels) Option {
 	return func(o *options) {
 		if o.constLabels == nil {
@@ -89,7 +89,8 @@ func WithConstLabels(l prometheus.Labels) Option {
 }
 
 // WithBuckets sets the upper bounds, in seconds and increasing, of the
-// duration histogram's buckets (default DefaultBuckets).
+// duration histogram's buckets (default DefaultBuckets). Given none, the
+// histogram has Prometheus's default buckets, prometheus.DefBuckets.
 func WithBuckets(b []float64) Option {
 	return func(o *options) { o.buckets = append([]float64(nil), b...) }
 }

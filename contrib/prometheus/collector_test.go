@@ -139,6 +139,36 @@ ratelimit_decision_duration_seconds_count{check="false",limit="api",local="false
 `), "ratelimit_decision_duration_seconds"))
 }
 
+// The buckets of the histogram: DefaultBuckets unless WithBuckets says
+// otherwise, and Prometheus's own default given none.
+func TestCollectorBuckets(t *testing.T) {
+	for name, c := range map[string]struct {
+		opts []ratelimitprom.Option
+		want []float64
+	}{
+		"default":     {nil, ratelimitprom.DefaultBuckets()},
+		"given":       {[]ratelimitprom.Option{ratelimitprom.WithBuckets([]float64{0.5, 1})}, []float64{0.5, 1}},
+		"given none":  {[]ratelimitprom.Option{ratelimitprom.WithBuckets(nil)}, prometheus.DefBuckets},
+		"given empty": {[]ratelimitprom.Option{ratelimitprom.WithBuckets([]float64{})}, prometheus.DefBuckets},
+	} {
+		t.Run(name, func(t *testing.T) {
+			col, reg := newCollector(t, c.opts...)
+			col.Observe(context.Background(), ratelimit.Event{Result: ratelimit.Result{Name: "api", OK: true}, Outcome: ratelimit.Allowed})
+			mfs, err := reg.Gather()
+			require.NoError(t, err)
+			var got []float64
+			for _, mf := range mfs {
+				if mf.GetName() == "ratelimit_decision_duration_seconds" {
+					for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+						got = append(got, b.GetUpperBound())
+					}
+				}
+			}
+			assert.Equal(t, c.want, got)
+		})
+	}
+}
+
 func TestCollectorNames(t *testing.T) {
 	ctx := context.Background()
 	c, reg := newCollector(t, ratelimitprom.WithNamespace("shop"), ratelimitprom.WithSubsystem("edge"),
