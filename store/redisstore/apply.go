@@ -433,6 +433,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				}
 				continue
 			}
+			c.err = asBadRecord(c.err)
 			for _, i := range c.at {
 				errs[i] = c.err
 			}

@@ -232,7 +232,7 @@ func TestClusterBadRecordFailsOnlyItsOp(t *testing.T) {
 	calls := &fcalls{}
 	c.AddHook(calls)
 	oneBadRecord(t, c, store, "good", bad)
-	require.Contains(t, calls.errors(), "attempt to compare", "the batch went as one call, which failed")
+	require.Contains(t, calls.errors(), "BADRECORD", "the batch went as one call, which failed")
 }
 
 // master is one master of the local Cluster.

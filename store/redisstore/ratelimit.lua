@@ -485,22 +485,56 @@ local rmark = {} -- a mark's kind (false: not a mark)
 local mkey, mkind, mdl = {}, {}, {} -- the marks to write at the end: key, kind, expiry
 local nrec = 0
 
--- parse reads a stored string (false: missing): found, value, ts, the
--- key's expiry kept in the record (false: none known), and a mark's kind
--- (false: not a mark).
-local function parse(raw)
+-- shown returns s for an error's text: at most n bytes (then "..."),
+-- each byte that is not printable ASCII, a quote or a backslash written
+-- \xNN.
+local function shown(s, n)
+  local t = string.gsub(string.sub(s, 1, n), '[%z\1-\31"\\\127-\255]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end)
+  if #s > n then
+    t = t .. '...'
+  end
+  return t
+end
+
+-- bad fails the call for the string raw at key, which is neither a record
+-- nor, at a mark's key, a mark: the store (apply.go) reports BADRECORD as
+-- redisstore.ErrBadRecord, as Load reports a string parseState refuses.
+local function bad(key, raw)
+  error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds "' .. shown(raw, 40) .. '"'})
+end
+
+-- parse reads the stored string raw (false: missing) of key: found,
+-- value, ts, the key's expiry kept in the record (false: none known), and
+-- a mark's kind (false: not a mark). It accepts what parseState
+-- (redisstore.go) accepts (but for number syntaxes no version wrote, which
+-- tonumber and ParseFloat read differently), and a mark at a mark's key;
+-- anything else fails the call (bad), rather than reach the arithmetic as
+-- nil.
+local function parse(raw, key)
   if not raw then
     return false, nil, nil, false, false
   end
   local b1 = string.byte(raw, 1)
-  if b1 == 2 then
-    return false, nil, nil, false, string.byte(raw, 2)
-  elseif b1 == 1 then
+  if b1 == 1 and #raw == 25 then
     local _, v, ts, dl = sunpack('<Bddd', raw)
     return true, v, ts, dl, false
+  elseif b1 == 2 and #raw == 2 then
+    -- A mark's key has "s:" after its hash tag, a record's a digit (the
+    -- prefix holds no brace).
+    if string.byte(key, string.find(key, '}', 1, true) + 1) ~= 115 then
+      bad(key, raw)
+    end
+    return false, nil, nil, false, string.byte(raw, 2)
+  elseif b1 ~= 1 and b1 ~= 2 then
+    local v, ts = string.match(raw, '^(%S+) (%S+)$')
+    v, ts = tonumber(v), tonumber(ts)
+    if v and ts then
+      return true, v, ts, false, false
+    end
   end
-  local v, ts = string.match(raw, '^(%S+) (%S+)$')
-  return true, tonumber(v), tonumber(ts), false, false
+  bad(key, raw)
 end
 
 -- decode sets record i from its stored string raw (false: missing).
@@ -513,7 +547,7 @@ local function decode(i, raw)
       return
     end
   end
-  rfound[i], rv[i], rts[i], rdl[i], rmark[i] = parse(raw)
+  rfound[i], rv[i], rts[i], rdl[i], rmark[i] = parse(raw, rkey[i])
 end
 
 local at = {} -- the record of each key of the call
@@ -705,7 +739,7 @@ local function apply_one(key, b)
     limits[1] = p
   end
   p[1], p[2], p[3], p[4], p[5] = kind, rate, period, cap, maxr
-  local found, v0, ts0, dl = parse(call('GET', key))
+  local found, v0, ts0, dl = parse(call('GET', key), key)
   local ok, retry, rem, c0, v, ts = single(p, phase, found, v0, ts0, now, count, reserve == 1)
   if v and mode == MODE_LIMIT then
     write_lone(key, p, v, ts, now, dl, margin)

@@ -295,7 +295,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		}
 		st, err := parseState(raw)
 		if err != nil {
-			return fmt.Errorf("redisstore: load %q: %w", s.Key(ids[i]), err)
+			return fmt.Errorf("redisstore: load: %w", badRecord(fmt.Sprintf("key %q holds %q (%v)", shown(s.Key(ids[i]), 1000), shown(raw, 40), err)))
 		}
 		out[i] = driver.Record{State: st, Found: true}
 	}
@@ -314,24 +314,63 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
 	return err
 }
 
+// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
+// that met, where a record of the store belongs, a string that is none: a
+// value written there by something else, or cut short. The error names
+// the key. The call changed nothing; every call on that record fails
+// until the key is deleted.
+var ErrBadRecord = errors.New("not a record of this store")
+
+// badRecord returns the error, matching ErrBadRecord, for what (the key
+// and the string it holds) and what to do.
+func badRecord(what string) error {
+	return fmt.Errorf("%w: %s: delete the key (its limit starts full again); if keys under the store's prefix are written by something else, give the store a prefix of its own (WithPrefix)", ErrBadRecord, what)
+}
+
+// asBadRecord returns err, a call's error, as badRecord's when it is the
+// function failing on a string it cannot read (BADRECORD, from parse in
+// ratelimit.lua, which names the key and the string). Redis appends the
+// function and line, which are left out.
+func asBadRecord(err error) error {
+	if err == nil || !redis.HasErrorPrefix(err, "BADRECORD") {
+		return err
+	}
+	what := strings.TrimPrefix(err.Error(), "BADRECORD ")
+	if i := strings.LastIndex(what, " script: "); i >= 0 {
+		what = what[:i]
+	}
+	return badRecord(what)
+}
+
+// shown returns at most the first n bytes of s, for an error's text, as
+// ratelimit.lua's shown does.
+func shown(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
 // parseState reads a record: "\x01" and three little-endian doubles,
 // value, ts and the key's expiry; or, as earlier versions wrote it, the
-// text "<value> <ts>".
+// text "<value> <ts>". ratelimit.lua's parse accepts the same strings,
+// but for number syntaxes no version wrote, which Lua's tonumber and
+// ParseFloat read differently ("0x10", "-nan").
 func parseState(raw string) (driver.State, error) {
 	if len(raw) > 0 && raw[0] == 1 {
 		if len(raw) != recordSize {
-			return driver.State{}, fmt.Errorf("record %q is not %d bytes", raw, recordSize)
+			return driver.State{}, fmt.Errorf("a record is %d bytes, not %d", recordSize, len(raw))
 		}
 		return driver.State{Remaining: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
 	}
 	v, ts, ok := strings.Cut(raw, " ")
 	if !ok {
-		return driver.State{}, fmt.Errorf("record %q is not \"<value> <ts>\"", raw)
+		return driver.State{}, errors.New(`not "<value> <ts>"`)
 	}
 	value, err1 := strconv.ParseFloat(v, 64)
 	t, err2 := strconv.ParseFloat(ts, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return driver.State{}, fmt.Errorf("record %q: %w", raw, err)
+		return driver.State{}, err
 	}
 	return driver.State{Remaining: value, TS: int64(t)}, nil
 }

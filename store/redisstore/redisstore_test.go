@@ -333,6 +333,56 @@ func TestWrongTypeKey(t *testing.T) {
 	require.Equal(t, "hash", typ, "the batch left the key as it was")
 }
 
+// TestCorruptRecord: a string where a record belongs that is none (text
+// that is no "<value> <ts>", a record cut short or too long, a settlement's
+// mark) fails its op, alone or batched, and Load, with ErrBadRecord, the
+// key and what to do, rather than with the function's Lua runtime error
+// (it read the string as nil numbers and did arithmetic on them), and is
+// left as it is. The function and Load refuse the same strings, and read
+// the same record from a text one.
+func TestCorruptRecord(t *testing.T) {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: now,
+			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	id := driver.RecordID{Name: "l", Key: "bad"}
+	key := store.Key(id)
+	for _, raw := range []string{"garbage", "", "1 x", "1 2 3", "\x01short", "\x01" + strings.Repeat("\x00", 25), "\x02\x01"} {
+		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
+		isBad := func(err error, how string) {
+			t.Helper()
+			require.ErrorIs(t, err, redisstore.ErrBadRecord, "%q %s", raw, how)
+			require.ErrorContains(t, err, fmt.Sprintf("key %q", key), "%q %s: names the key", raw, how)
+			require.ErrorContains(t, err, "delete the key", "%q %s: says what to do", raw, how)
+			require.NotContains(t, err.Error(), "user_function", "%q %s", raw, how)
+			require.NotContains(t, err.Error(), "script:", "%q %s", raw, how)
+		}
+		isBad(store.Apply(ctx, op("bad"), make([]driver.Decision, 1)), "alone")
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+		err := store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
+		isBad(err, "batched")
+		require.ErrorContains(t, err, "op 1:")
+		isBad(store.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), "loaded")
+		got, err := c.Get(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, raw, got, "left as it is")
+	}
+
+	// A text record, as earlier versions wrote it: read alike.
+	require.NoError(t, c.Set(ctx, key, fmt.Sprintf("49.5 %d", now), 0).Err())
+	recs := make([]driver.Record, 1)
+	require.NoError(t, store.Load(ctx, []driver.RecordID{id}, recs))
+	require.Equal(t, driver.Record{State: driver.State{Remaining: 49.5, TS: now}, Found: true}, recs[0])
+	out := make([]driver.Decision, 1)
+	require.NoError(t, store.Apply(ctx, op("bad"), out))
+	require.Equal(t, 48.5, out[0].Remaining)
+}
+
 // TestSettlementInAFailedBatch: a settlement that went in a batch the
 // function failed for another op gives its tokens back once, when sent
 // again: the batch wrote nothing, its mark included. (The mark was
@@ -502,7 +552,7 @@ func TestBadRecordFailsOnlyItsCaller(t *testing.T) {
 	close(hold.gate)
 	b, g := <-bad, <-good
 	wg.Wait()
-	require.Error(t, b.err, "the bad record's own call fails")
+	require.ErrorIs(t, b.err, redisstore.ErrBadRecord, "the bad record's own call fails")
 	require.NoError(t, g.err, "a call on a sound record, coalesced with the bad one")
 	require.True(t, g.res.OK)
 	require.Equal(t, 99.0, g.res.Remaining)
@@ -540,6 +590,7 @@ func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store
 	}
 	err := store.ApplyBatch(ctx, ops, outs)
 	require.ErrorContains(t, err, "op 3:", "the first bad op")
+	require.ErrorIs(t, err, redisstore.ErrBadRecord)
 	for i, want := range []float64{90, 94, 97} {
 		require.True(t, outs[i][0].OK, "op %d", i)
 		require.Equal(t, want, outs[i][0].Remaining, "op %d", i)
@@ -558,7 +609,7 @@ func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store
 	require.Equal(t, driver.SettleCancel, out[0].Settled, "the settlement is marked done")
 	require.Equal(t, 96.0, value())
 	for _, o := range ops[3:5] {
-		require.Error(t, store.Apply(ctx, o, out), "a bad op alone")
+		require.ErrorIs(t, store.Apply(ctx, o, out), redisstore.ErrBadRecord, "a bad op alone")
 	}
 }
 
