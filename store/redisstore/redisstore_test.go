@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -466,6 +467,28 @@ func (h *holdFcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
+// queuedCtx is a context that says, by closing queued, when the store's
+// batcher first waits on it (coalesce's wait asks for Done): the call is
+// then in the queue, or in flight, and no longer on its way there.
+type queuedCtx struct {
+	context.Context
+	once   sync.Once
+	queued chan struct{}
+}
+
+func newQueuedCtx(ctx context.Context) *queuedCtx {
+	return &queuedCtx{Context: ctx, queued: make(chan struct{})}
+}
+
+func (c *queuedCtx) Done() <-chan struct{} {
+	if pc, _, _, ok := runtime.Caller(1); ok {
+		if name := runtime.FuncForPC(pc).Name(); strings.Contains(name, "/internal/coalesce.") && strings.HasSuffix(name, ".wait") {
+			c.once.Do(func() { close(c.queued) })
+		}
+	}
+	return c.Context.Done()
+}
+
 // fcallKeys records, for each call of the function a client sends, the
 // number of keys it carries and its error.
 type fcallKeys struct {
@@ -546,9 +569,11 @@ func TestBadRecordFailsOnlyItsCaller(t *testing.T) {
 		err error
 	}
 	bad, good := make(chan answer, 1), make(chan answer, 1)
-	go func() { r, err := lim.Limit(ctx, "l", "bad"); bad <- answer{r, err} }()
-	go func() { r, err := lim.Limit(ctx, "l", "good"); good <- answer{r, err} }()
-	time.Sleep(100 * time.Millisecond) // both queue behind the round trips held
+	badCtx, goodCtx := newQueuedCtx(ctx), newQueuedCtx(ctx)
+	go func() { r, err := lim.Limit(badCtx, "l", "bad"); bad <- answer{r, err} }()
+	go func() { r, err := lim.Limit(goodCtx, "l", "good"); good <- answer{r, err} }()
+	<-badCtx.queued // both queue behind the round trips held
+	<-goodCtx.queued
 	close(hold.gate)
 	b, g := <-bad, <-good
 	wg.Wait()
