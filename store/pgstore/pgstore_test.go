@@ -652,3 +652,93 @@ func TestDropTableLeavesNothing(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL", pgx.Identifier{table}.Sanitize()).Scan(&gone))
 	require.True(t, gone, "table left behind")
 }
+
+// TestStatementDroppedBetweenTries: a statement that failed on a
+// concurrent transaction (40001) and that the server no longer holds as
+// prepared when it is sent again (here the failing write itself runs
+// DEALLOCATE ALL, which no rollback undoes, as a pooler's DISCARD ALL or a
+// change of the table could between the tries) is prepared afresh and
+// decided. Its try in READ COMMITTED failed on the missing statement,
+// which aborted the transaction: the lone call prepared it again there,
+// and got "current transaction is aborted" (25P02), which hid the real
+// error; the others returned that error ("prepared statement does not
+// exist"). Each of the store's statements that write and that pgx
+// prepares: the lone ones, sent directly, the functions, the batch upsert.
+func TestStatementDroppedBetweenTries(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // every try on the one connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	table := fmt.Sprintf("ratelimit_test_storemisc_%d", time.Now().UnixNano())
+	t.Cleanup(func() { dropTable(pool, table) })
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
+	require.NoError(t, err)
+	require.True(t, pgstore.Direct(s))
+	serverTime, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxBatch(1), pgstore.WithServerTime())
+	require.NoError(t, err)
+
+	// Once armed, the next write fails with 40001, and drops the session's
+	// prepared statements first; the writes after it go through.
+	tries := pgx.Identifier{table + "_tries"}.Sanitize()
+	fail := pgx.Identifier{table + "_fail"}.Sanitize()
+	_, err = pool.Exec(ctx, "CREATE SEQUENCE "+tries+" OWNED BY "+pgx.Identifier{table, "id"}.Sanitize()+";"+
+		"SELECT setval("+quoteLiteral(tries)+", 1);"+
+		"CREATE FUNCTION "+fail+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"+
+		" IF nextval("+quoteLiteral(tries)+") = 1 THEN"+
+		"  DEALLOCATE ALL; RAISE 'no serialization' USING ERRCODE = '40001';"+
+		" END IF; RETURN NEW; END $$;"+
+		"CREATE TRIGGER fail BEFORE INSERT OR UPDATE ON "+pgx.Identifier{table}.Sanitize()+
+		" FOR EACH ROW EXECUTE FUNCTION "+fail+"()")
+	require.NoError(t, err)
+	two := func(key string) *driver.Op {
+		op := limitOp(key+"a", 1)
+		op.Items = append(op.Items, limitOp(key+"b", 1).Items...)
+		return op
+	}
+	for _, c := range []struct {
+		name string
+		call func(key string) (remaining float64, err error)
+	}{
+		{"lone, direct", func(key string) (float64, error) {
+			out := make([]driver.Decision, 1)
+			err := s.Apply(ctx, limitOp(key, 1), out)
+			return out[0].Remaining, err
+		}},
+		{"_one", func(key string) (float64, error) {
+			out := make([]driver.Decision, 1)
+			err := serverTime.Apply(ctx, limitOp(key, 1), out)
+			return out[0].Remaining, err
+		}},
+		{"_apply", func(key string) (float64, error) {
+			out := make([]driver.Decision, 2)
+			err := s.Apply(ctx, two(key), out)
+			return out[1].Remaining, err
+		}},
+		{"batch upsert", func(key string) (float64, error) {
+			outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+			err := s.ApplyBatch(ctx, []*driver.Op{limitOp(key+"a", 1), limitOp(key+"b", 1)}, outs)
+			return outs[1][0].Remaining, err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := strings.ReplaceAll(c.name, " ", "-")
+			rem, err := c.call(key) // prepared on the connection
+			require.NoError(t, err)
+			require.Equal(t, 9.0, rem)
+			_, err = pool.Exec(ctx, "ALTER SEQUENCE "+tries+" RESTART")
+			require.NoError(t, err)
+
+			retried := pgstore.Retried(s) + pgstore.Retried(serverTime)
+			rem, err = c.call(key)
+			require.NoError(t, err, "sent again, with the statement prepared afresh")
+			require.Equal(t, 8.0, rem, "charged once")
+			require.Equal(t, int64(1), pgstore.Retried(s)+pgstore.Retried(serverTime)-retried, "sent again after the serialization failure")
+			rem, err = c.call(key)
+			require.NoError(t, err)
+			require.Equal(t, 7.0, rem, "charged once before")
+		})
+	}
+}

@@ -61,12 +61,25 @@ type txQuerier interface {
 // statement fails with a serialization failure or a deadlock, it calls it
 // again in a READ COMMITTED transaction on db, at most serialRetries
 // times, unless ctx has ended. send must write its results anew at every
-// call.
+// call. A statement the server no longer holds as prepared (stale) must
+// fail send with its error, leaving it to be prepared afresh at the next
+// call (pgx forgets a cached statement that failed; runFresh in a
+// transaction deallocates it), and not be prepared again in the
+// transaction that error aborted (see again).
 func (s *Store) serial(ctx context.Context, db txQuerier, send func(q querier) error) error {
 	return s.again(ctx, db, send(db), send)
 }
 
 // again is serial after a first try that failed with err.
+//
+// A statement prepared on the connection may be gone from the server by
+// the time it is sent again (a pooler's DISCARD ALL, DEALLOCATE ALL, a
+// change of its table since the first try). It then fails, without
+// running, and aborts the transaction: anything sent there after it fails
+// with 25P02 ("current transaction is aborted"), which would hide what
+// happened. The transaction is rolled back and the statement sent once
+// more, in a transaction of its own, prepared afresh; if it fails again
+// so, that error is returned.
 func (s *Store) again(ctx context.Context, db txQuerier, err error, send func(q querier) error) error {
 	for retry := 1; retryable(err); retry++ {
 		if retry > serialRetries || ctx.Err() != nil {
@@ -74,6 +87,9 @@ func (s *Store) again(ctx context.Context, db txQuerier, err error, send func(q 
 		}
 		s.retried.Add(1)
 		err = pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error { return send(tx) })
+		if stale(err) {
+			err = pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error { return send(tx) })
+		}
 	}
 	return err
 }

@@ -186,11 +186,11 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (tag pgconn.
 	if s.tracer != nil {
 		ctx = s.tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: a.boxed()})
 	}
-	tag, err = s.runFresh(ctx, conn, st, a, r)
+	tag, err = s.runFresh(ctx, conn, st, a, r, false)
 	if retryable(err) {
 		err = s.again(ctx, conn, err, func(querier) error { // on conn, in a transaction
 			var err error
-			tag, err = s.runFresh(ctx, conn, st, a, r)
+			tag, err = s.runFresh(ctx, conn, st, a, r, true)
 			return err
 		})
 	}
@@ -201,24 +201,32 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (tag pgconn.
 }
 
 // runFresh is runOn, again once if the server no longer holds the
-// statement as the connection prepared it; r is written anew.
-func (s *Store) runFresh(ctx context.Context, conn *pgx.Conn, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
+// statement as the connection prepared it; r is written anew. In a
+// transaction (inTx), which that error aborted, the statement is not sent
+// again, but its error returned, the statement forgotten: again sends it
+// in a transaction of its own.
+func (s *Store) runFresh(ctx context.Context, conn *pgx.Conn, st *stmt, a *args, r *row, inTx bool) (pgconn.CommandTag, error) {
 	if r != nil {
 		*r = row{}
 	}
 	tag, err := s.runOn(ctx, conn, st, a, r)
-	if stale(err) {
-		// The server no longer has the statement as the connection
-		// prepared it (deallocated, or the table changed under it), and
-		// ran nothing: prepare it again, once.
-		if r != nil {
-			*r = row{}
-		}
-		if err = conn.Deallocate(ctx, st.name); err == nil {
-			tag, err = s.runOn(ctx, conn, st, a, r)
-		}
+	if !stale(err) {
+		return tag, err
 	}
-	return tag, err
+	// The server no longer has the statement as the connection prepared
+	// it (deallocated, or the table changed under it), and ran nothing:
+	// forget it (Deallocate's Close message goes through in an aborted
+	// transaction too), and prepare it again, once.
+	if r != nil {
+		*r = row{}
+	}
+	if derr := conn.Deallocate(ctx, st.name); derr != nil {
+		return tag, derr
+	}
+	if inTx {
+		return tag, err
+	}
+	return s.runOn(ctx, conn, st, a, r)
 }
 
 func (s *Store) runOn(ctx context.Context, conn *pgx.Conn, st *stmt, a *args, r *row) (pgconn.CommandTag, error) {
