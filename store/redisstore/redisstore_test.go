@@ -489,6 +489,17 @@ func (c *queuedCtx) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
+// waitQueued waits until the batcher waits on c. Should the batcher's wait
+// no longer be recognised by its name, the test fails rather than hangs.
+func (c *queuedCtx) waitQueued(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.queued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never waited in the store's batcher (was coalesce's wait renamed? queuedCtx looks for it by name)")
+	}
+}
+
 // fcallKeys records, for each call of the function a client sends, the
 // number of keys it carries and its error.
 type fcallKeys struct {
@@ -572,8 +583,8 @@ func TestBadRecordFailsOnlyItsCaller(t *testing.T) {
 	badCtx, goodCtx := newQueuedCtx(ctx), newQueuedCtx(ctx)
 	go func() { r, err := lim.Limit(badCtx, "l", "bad"); bad <- answer{r, err} }()
 	go func() { r, err := lim.Limit(goodCtx, "l", "good"); good <- answer{r, err} }()
-	<-badCtx.queued // both queue behind the round trips held
-	<-goodCtx.queued
+	badCtx.waitQueued(t) // both queue behind the round trips held
+	goodCtx.waitQueued(t)
 	close(hold.gate)
 	b, g := <-bad, <-good
 	wg.Wait()
