@@ -178,12 +178,12 @@ func (j *Janitor) loop() {
 // The observer of WithObserver hears of it as of the timer's.
 func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("janitor: janitor sweep: %w", err)
+		return 0, fmt.Errorf("janitor: sweep: %w", err)
 	}
 	select {
 	case j.sem <- struct{}{}:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("janitor: janitor sweep: waiting for the sweep under way: %w", ctx.Err())
+		return 0, fmt.Errorf("janitor: sweep: waiting for the sweep under way: %w", ctx.Err())
 	case <-j.ctx.Done():
 		return 0, ErrClosed
 	}
@@ -207,7 +207,7 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 	if j.own != nil {
 		ms, err := j.own.Now(ctx)
 		if err != nil {
-			res.Err = fmt.Errorf("janitor: janitor: reading the store's clock: %w", err)
+			res.Err = fmt.Errorf("janitor: sweep: reading the store's clock: %w", err)
 			res.Duration = j.clock.Since(start)
 			return res
 		}
@@ -226,17 +226,17 @@ func (j *Janitor) report(ctx context.Context, res Result) {
 	}
 	switch {
 	case res.Err == nil:
-		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: janitor swept the store",
+		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: swept the store",
 			slog.Int("deleted", res.Deleted), slog.Duration("took", res.Duration))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
 	case res.Manual && ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):
 		// The caller of Sweep stopped it (its context ended): the store
 		// did not fail.
-		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: janitor sweep stopped by its caller's context",
+		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: sweep stopped by its caller's context",
 			slog.Int("deleted", res.Deleted), slog.Any("err", res.Err))
 	default:
-		logger.LogAttrs(ctx, slog.LevelWarn, "janitor: janitor: sweeping expired records failed; the next sweep tries again",
+		logger.LogAttrs(ctx, slog.LevelWarn, "janitor: sweeping expired records failed; the next sweep tries again",
 			slog.Int("deleted", res.Deleted), slog.Any("err", res.Err))
 	}
 	if j.observer != nil {
