@@ -42,7 +42,9 @@ type Config struct {
 	// 0 means Rate.
 	Capacity float64 `json:"capacity,omitempty" yaml:"capacity,omitempty"`
 	// MaxReserved is the most tokens a bucket may owe through reservations.
-	// 0 means as many as MaxTokens, which no real limit reaches.
+	// 0 means as many as MaxTokens, which no real limit reaches. Set, with
+	// Capacity it is bounded by MaxFractionalTokens unless both (each
+	// shard's share of them) are whole numbers.
 	MaxReserved float64 `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
 	// Shards splits a hot limit into that many independent records, each
 	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards. 0 or 1
@@ -118,6 +120,22 @@ func (c Config) validate(name string) error {
 		return bad("Rate", "%s: one call can take at most %v tokens, so no call of the default count 1 can ever pass: set Capacity to at least %v (a bucket may hold more than one period's Rate), or explicitly below 1 for calls of fractional counts",
 			what, reach, need)
 	}
+	if c.MaxReserved != 0 {
+		// Each shard's share, as params computes it: the magnitude at
+		// which the transition compares a debt with MaxReserved.
+		n := float64(c.shards())
+		pc, pm := c.capacity()/n, c.MaxReserved/n
+		if pc+pm > MaxFractionalTokens && (math.Trunc(pc) != pc || math.Trunc(pm) != pm) {
+			what, fix, sum := fmt.Sprintf("is %v and Capacity %v", c.MaxReserved, c.capacity()), "make both whole numbers of tokens", "their sum"
+			if n > 1 {
+				what += fmt.Sprintf(", %v and %v on each of %d shards", pm, pc, c.shards())
+				fix = fmt.Sprintf("make both whole multiples of %d, so that each shard's share is a whole number of tokens", c.shards())
+				sum = "each shard's share of their sum"
+			}
+			return bad("MaxReserved", "%s: above %v tokens together, a fraction of a token is finer than a decision resolves, and a reservation of Capacity plus MaxReserved would be refused forever: %s, or keep %s at most %v",
+				what, MaxFractionalTokens, fix, sum, MaxFractionalTokens)
+		}
+	}
 	if !c.Start.IsZero() && c.Kind != driver.FixedWindow {
 		return bad("Start", "is set on a token bucket, which has no windows: remove Start")
 	}
@@ -161,6 +179,15 @@ const (
 	// and the debt a record may hold when MaxReserved is 0: whole numbers
 	// of tokens stay exact in a float64 far beyond it.
 	MaxTokens = 1e15
+	// MaxFractionalTokens bounds Capacity plus MaxReserved (each shard's
+	// share of them) when either has a fraction of a token: above 2^23 a
+	// float64 resolves less than the tolerance by which a decision grants
+	// a call (driver.Noise), and a reservation of Capacity plus
+	// MaxReserved could round to a debt beyond MaxReserved on a full
+	// bucket, refused forever. Whole numbers of tokens are exact up to
+	// MaxTokens and take any value within it; a MaxReserved of 0 is not
+	// bounded by it.
+	MaxFractionalTokens = 1 << 23
 	// MaxPeriod is the longest Period: 100 years.
 	MaxPeriod = 36524 * 24 * time.Hour
 	// minRate is the smallest Rate: waits and refills of slower limits

@@ -489,3 +489,54 @@ func TestReservationTokenOfTooLongKeyIsNil(t *testing.T) {
 	_, err = ratelimit.ParseToken(tok.String())
 	require.NoError(t, err)
 }
+
+// Above 2^23 tokens a float64 resolves less than driver.Noise, the
+// tolerance by which a call is granted: a Capacity plus MaxReserved with a
+// fraction of a token there (1e8 + 0.1 and 0.2) rounds up, and a
+// reservation of Capacity plus MaxReserved, which New's count check lets
+// through, owes 1.5e-8 tokens more than MaxReserved on a full bucket. It
+// was refused, told to retry after 4s, and refused again then, forever. New
+// refuses such a config, with the bound; whole numbers of tokens, exact in
+// a float64, and fractions within the bound are accepted, and that count
+// is granted. For a sharded limit the bound is on each shard's share.
+func TestFractionalTokensAboveTheBoundAreRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 10, Capacity: 1e8 + 0.1, MaxReserved: 0.2, Period: time.Second},
+		{Kind: ratelimit.TokenBucket, Rate: 10, Capacity: 1e8 + 0.1, MaxReserved: 0.2, Period: time.Second},
+		{Kind: ratelimit.TokenBucket, Rate: 1e8 + 0.5, MaxReserved: 7, Period: time.Second},
+		{Kind: ratelimit.FixedWindow, Rate: 9e7, MaxReserved: 3e7, Period: time.Second, Shards: 7},
+	} {
+		_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"jobs": cfg})
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%+v", cfg)
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, "MaxReserved", ce.Field)
+		assert.Contains(t, err.Error(), "8388608")
+	}
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 10, Capacity: 8e6 + 0.1, MaxReserved: 0.2, Period: time.Second},
+		{Kind: ratelimit.TokenBucket, Rate: 10, Capacity: 1e9, MaxReserved: 1e9, Period: time.Second},
+		{Kind: ratelimit.FixedWindow, Rate: 9e6, MaxReserved: 3e6, Period: time.Second, Shards: 3},
+		{Kind: ratelimit.TokenBucket, Rate: 1e8 + 0.5, Period: time.Second},
+	} {
+		if cfg.Kind == ratelimit.FixedWindow {
+			cfg.Start = time.UnixMilli(0)
+		}
+		lim, _ := newReserveLimiter(t, cfg)
+		n := float64(max(cfg.Shards, 1))
+		count := cfg.Capacity + cfg.MaxReserved
+		if cfg.Capacity == 0 {
+			count = cfg.Rate + cfg.MaxReserved
+		}
+		if n > 1 {
+			count = 2 * count / n // two shards' share
+		}
+		if cfg.MaxReserved == 0 {
+			count = cfg.Rate // no bound on debt: a plain call of the capacity
+		}
+		res, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(count), ratelimit.WithReserve())
+		require.NoError(t, err, "%+v", cfg)
+		require.True(t, res.OK, "%+v: a reservation of Capacity plus MaxReserved on a full bucket", cfg)
+	}
+}
