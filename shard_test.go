@@ -224,3 +224,115 @@ func TestShardedRetryAfterIsTheLeastWaitInTenths(t *testing.T) {
 	}
 	require.Greater(t, refused, 2500)
 }
+
+// leastOK returns the first time in (now, end] at which the call succeeds
+// on recs, given that it succeeds at end: a binary search, since a call
+// that succeeds at t succeeds later too (the shards only gain tokens).
+func leastOK(recs []driver.Record, p, q driver.Params, now, end int64, count float64, reserve bool) int64 {
+	lo, hi := now, end
+	for hi-lo > 1 {
+		m := lo + (hi-lo)/2
+		if okAt(recs, p, q, m, count, reserve) {
+			hi = m
+		} else {
+			lo = m
+		}
+	}
+	return hi
+}
+
+// shardedLateness is the documented bound on how much later than the least
+// wait a sharded RetryAfter may be, in milliseconds: the time one shard
+// takes to be granted twice the noise, in whole milliseconds (token
+// bucket) or whole windows (fixed window).
+func shardedLateness(p driver.Params) int64 {
+	if p.Kind == driver.FixedWindow {
+		return int64(math.Ceil(2*noise/p.Rate)) * p.Period
+	}
+	return int64(math.Ceil(2 * noise * float64(p.Period) / p.Rate))
+}
+
+// A sharded RetryAfter is the least wait but for the noise: the shards
+// together grant a call whose shortfall is within twice the noise of zero
+// (denoise of their water-filled level), which the estimate of both
+// shards' grants counts in full. It may then be later than the least wait
+// by the time a shard takes to be granted 2e-9 tokens: one millisecond or
+// one window at any practical rate, more where a shard's rate per
+// millisecond (token bucket) or per window (fixed window) nears the noise.
+// Here a fixed window of 1 token per shard per second, whose shards share
+// one Start, is short of count 15 by 2 tokens and 1.5e-9: the first window
+// grants it, and it is told the second; and a token bucket granting a
+// shard 1.2e-9 tokens per millisecond is told a millisecond late.
+func TestShardedRetryAfterIsLateByAtMostTheNoise(t *testing.T) {
+	cfg := Config{Kind: driver.FixedWindow, Rate: 2, Capacity: 20, Period: time.Second, Shards: 2, Start: time.UnixMilli(0)}
+	p := cfg.params()
+	now := (t0/1000)*1000 + 500
+	recs := []driver.Record{
+		{State: driver.State{Remaining: 5, TS: now - 500}, Found: true},
+		{State: driver.State{Remaining: 8 - 1.5e-9, TS: now - 500}, Found: true},
+	}
+	d, _, _ := pair(p, p, recs[0], recs[1], now, 15, false)
+	require.False(t, d.OK)
+	assert.Equal(t, int64(1500), d.RetryAfter, "the second window")
+	assert.True(t, okAt(recs, p, p, now+500, 15, false), "the first window grants it")
+	assert.Equal(t, int64(1000), shardedLateness(p), "late by one window at most")
+
+	p = driver.Params{Kind: driver.TokenBucket, Rate: 1.1757248746548565e-06, Period: 1000, Capacity: 2, MaxReserved: 1.9508223122686734}
+	recs = []driver.Record{
+		{State: driver.State{Remaining: 0.3302399261356892, TS: 1699999999191}, Found: true},
+		{State: driver.State{Remaining: 1.5524238433548045, TS: 1699999999360}, Found: true},
+	}
+	now = 1700000000000
+	count := 3.359681618004969
+	d, _, _ = pair(p, p, recs[0], recs[1], now, count, false)
+	require.False(t, d.OK)
+	least := leastOK(recs, p, p, now, now+d.RetryAfter, count, false)
+	assert.Equal(t, now+d.RetryAfter-1, least, "a millisecond before RetryAfter grants it")
+	assert.LessOrEqual(t, now+d.RetryAfter-least, shardedLateness(p))
+
+	// The bound, over rates from near the noise to ordinary ones.
+	rng := rand.New(rand.NewPCG(19, 23))
+	late, refused := 0, 0
+	for i := range 20_000 {
+		kind := driver.TokenBucket
+		if i%3 == 0 {
+			kind = driver.FixedWindow
+		}
+		shards := 2 + rng.IntN(4)
+		period := []int64{1, 7, 1000, 60_000}[rng.IntN(4)]
+		perMilli := math.Pow(10, -12+rng.Float64()*10) // a shard's tokens per ms
+		cfg := Config{Kind: kind, Rate: max(perMilli*float64(period*int64(shards)), minRate), Period: time.Duration(period) * time.Millisecond,
+			Capacity: float64(shards) * []float64{1, 0.5, 2, 1e-6}[rng.IntN(4)], Shards: shards}
+		if rng.IntN(2) == 0 {
+			cfg.MaxReserved = cfg.Capacity * rng.Float64()
+		}
+		p, q := cfg.params(), cfg.params()
+		if kind == driver.FixedWindow && rng.IntN(2) == 0 {
+			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
+		}
+		now := t0 + rng.Int64N(p.Period)
+		recs := make([]driver.Record, 2)
+		for j, pr := range []driver.Params{p, q} {
+			recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+			recs[j].State.Remaining = rng.Float64() * pr.Capacity
+		}
+		reserve := rng.IntN(4) == 0
+		count := rng.Float64() * 2 * p.Capacity
+		d, _, _ := pair(p, q, recs[0], recs[1], now, count, reserve)
+		if d.OK || d.RetryAfter == 0 || d.RetryAfter >= driver.MaxRetryAfter/2 {
+			continue
+		}
+		refused++
+		where := fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v: retry %d", i, p, q, recs, now, count, reserve, d.RetryAfter)
+		end := now + d.RetryAfter
+		require.True(t, okAt(recs, p, q, end, count, reserve), "%s: not OK at the wait", where)
+		least := leastOK(recs, p, q, now, end, count, reserve)
+		if least < end {
+			late++
+		}
+		require.LessOrEqual(t, end-least, shardedLateness(p), "%s: least at %d", where, least)
+	}
+	t.Logf("%d refused calls, %d told later than the least wait", refused, late)
+	require.Greater(t, refused, 2000)
+	require.Greater(t, late, 0, "the cases the bound is for")
+}
