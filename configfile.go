@@ -313,9 +313,12 @@ func didYouMean(name string) string {
 func ParseLimits(data []byte) (Limits, error) {
 	var doc yaml.Node
 	var err error
-	if isJSON(data) {
-		doc, err = jsonDocument(data)
-	} else {
+	// JSON is read as JSON, in one pass: a document that is not JSON
+	// though it starts as JSON would (a YAML flow mapping, {a: 1}) is read
+	// as YAML, with YAML's errors.
+	if !looksJSON(data) {
+		doc, err = parseDocument(data)
+	} else if doc, err = jsonDocument(data); err != nil {
 		doc, err = parseDocument(data)
 	}
 	if err != nil {
@@ -362,19 +365,21 @@ func parseDocument(data []byte) (yaml.Node, error) {
 	}
 }
 
-// isJSON reports whether data is a JSON object or array. JSON is read as
-// JSON: the YAML parser refuses some valid JSON strings (a surrogate pair
-// escape such as \ud83d\ude80, which encoders write for a character
-// outside the BMP, \/ and \u0000).
-func isJSON(data []byte) bool {
+// looksJSON reports whether data starts as a JSON object or array does.
+// JSON is read as JSON: the YAML parser refuses some valid JSON strings (a
+// surrogate pair escape such as \ud83d\ude80, which encoders write for a
+// character outside the BMP, \/ and \u0000).
+func looksJSON(data []byte) bool {
 	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\uFEFF")))
-	return len(data) > 0 && (data[0] == '{' || data[0] == '[') && json.Valid(data)
+	return len(data) > 0 && (data[0] == '{' || data[0] == '[')
 }
 
 // jsonDocument reads data, JSON, as the YAML node tree the YAML parser
 // makes of it, with the strings decoded by JSON's rules and the nodes'
 // lines, so that the readers of the fields and their errors are the same
-// for both.
+// for both. It refuses what json.Valid refuses: data that is not one JSON
+// value, with nothing but white space after it, nested at most
+// jsonMaxDepth deep.
 func jsonDocument(data []byte) (yaml.Node, error) {
 	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -389,6 +394,7 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		off = end
 		return line
 	}
+	depth := 0
 	var value func() (*yaml.Node, error)
 	value = func() (*yaml.Node, error) {
 		n := &yaml.Node{Kind: yaml.ScalarNode, Line: nextLine()}
@@ -398,6 +404,10 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		}
 		switch tok := tok.(type) {
 		case json.Delim:
+			if depth++; depth > jsonMaxDepth {
+				return nil, fmt.Errorf("JSON nested more than %d deep", jsonMaxDepth)
+			}
+			defer func() { depth-- }()
 			n.Kind, n.Tag, n.Style = yaml.MappingNode, "!!map", yaml.FlowStyle
 			if tok == '[' {
 				n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
@@ -428,8 +438,14 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 	if err != nil {
 		return yaml.Node{}, err
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return yaml.Node{}, fmt.Errorf("line %d: data after the JSON value: write one JSON object", nextLine())
+	}
 	return yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Content: []*yaml.Node{root}}, nil
 }
+
+// jsonMaxDepth is the deepest nesting json.Valid accepts.
+const jsonMaxDepth = 10000
 
 // lineError is a validation error of a limits file, with its line. It
 // unwraps to the *ConfigError.

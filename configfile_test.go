@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +178,14 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, limits, "🚀")
 
+	// Read as YAML where JSON does not read it all: a trailing comma, a
+	// leading zero, a comment after the object.
+	for _, in := range []string{`{"a": ` + limit + `,}`, `{"a": {"kind": "fixed window", "rate": 01, "period": "1h"}}`, `{"a": ` + limit + `} # one`} {
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, 1.0, limits["a"].Rate, in)
+	}
+
 	// Errors still name the line, the limit and the field.
 	for _, bad := range []struct{ in, want string }{
 		{"{\n  \"a\": {\"kind\": \"fixed window\", \"rate\": 1, \"period\": \"1h\"},\n  \"b\": {\n    \"kind\": \"fixed window\",\n    \"rate\": \"lots\",\n    \"period\": \"1h\"}\n}", `limit "b": line 5: rate: "lots" is not a number`},
@@ -184,6 +193,15 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 		{"{\"a\": " + limit + ",\n \"a\": " + limit + "}", `line 2: limit "a" given twice`},
 		{"{\"a\": {\"kind\": \"fixed window\",\n \"rapt\": 1}}", `line 2: unknown field "rapt"`},
 		{"{a: {kind: fixed window,\n rate: lots, period: 1h}}", `line 2: rate: "lots" is not a number`}, // YAML
+		// Not JSON, though it starts as JSON: read as YAML, with its errors,
+		// as when json.Valid told them apart.
+		{"{\"a\": " + limit + "} x", `yaml: did not find expected <document start>`},
+		{"{\"a\": " + limit + "} {}", `yaml: did not find expected <document start>`},
+		{"{\"a\": " + limit + "}\n---\n{}", `line 2: a second YAML document`},
+		{"{\"a\": " + limit + "}\x00", `yaml: control characters are not allowed`},
+		{"{\"a\": {\"kind\": \"fixed window\", \"rate\": 1 \"period\": \"1h\"}}", `yaml: did not find expected ',' or '}'`},
+		{strings.Repeat("[", 10001) + strings.Repeat("]", 10001), `yaml: exceeded max depth of 10000`},
+		{strings.Repeat("[", 10000) + strings.Repeat("]", 10000), `write a mapping of limit names`}, // JSON
 	} {
 		_, err := ratelimit.ParseLimits([]byte(bad.in))
 		assert.ErrorContains(t, err, bad.want, bad.in)
@@ -248,5 +266,25 @@ func TestParseLimitsPeriodOutOfRange(t *testing.T) {
 			want = `line 4: period: "` + p + `" is not a duration`
 		}
 		assert.ErrorContains(t, err, want, p)
+	}
+}
+
+// BenchmarkParseLimitsJSON reads a JSON limits file of 50 limits.
+func BenchmarkParseLimitsJSON(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("{\n")
+	for i := range 50 {
+		if i > 0 {
+			sb.WriteString(",\n")
+		}
+		fmt.Fprintf(&sb, `  "limit%d": {"kind": "token bucket", "rate": %d, "period": "1m", "capacity": %d, "maxReserved": 10, "failOpen": true}`, i, 10+i, 20+i)
+	}
+	sb.WriteString("\n}\n")
+	data := []byte(sb.String())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ratelimit.ParseLimits(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
