@@ -251,3 +251,29 @@ func BenchmarkKeyHash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTokenOfUsedReservation measures a reservation granted at once,
+// let run (Wait) and then asked for its token, signed with a token key:
+// the token carries the use, and is signed once, with it.
+func BenchmarkTokenOfUsedReservation(b *testing.B) {
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Millisecond},
+	}, ratelimit.WithTokenKey([]byte("benchmark token key, 32 bytes...")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		if err != nil || !r.OK() {
+			b.Fatalf("refused: %v %+v", err, r.Result())
+		}
+		if err := r.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if r.Token() == nil {
+			b.Fatal("no token")
+		}
+	}
+}

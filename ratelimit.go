@@ -611,7 +611,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			ch.amount, ch.at, ch.key = out[0].Charged, out[0].Now, items[0].Key
 			if c.receipt {
 				its, ls := chargeItems(&ch)
-				res.Token = l.newToken(ch.key, ch.at, ch.at+out[0].RetryAfter, its, ls)
+				res.Token = l.newToken(ch.key, ch.at, ch.at+out[0].RetryAfter, its, ls, false)
 			}
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], skey, items[0].Shards[0].Params)

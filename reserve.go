@@ -201,14 +201,10 @@ func (r *Reservation) token() *Token {
 			r.tok = r.res.Token
 		} else {
 			items, lims := chargeItems(&r.charge)
-			r.tok = r.lim.newToken(r.charge.key, r.charge.at, r.at.UnixMilli(), items, lims)
-			if r.tok != nil && r.used {
-				// The job ran with no token to mark used in the store:
-				// the token carries the use, so that no holder can hand
-				// its tokens back.
-				r.tok.used = true
-				r.tok.sign(r.lim.tokenKey)
-			}
+			// A job that ran with no token to mark used in the store:
+			// the token carries the use, so that no holder can hand its
+			// tokens back.
+			r.tok = r.lim.newToken(r.charge.key, r.charge.at, r.at.UnixMilli(), items, lims, r.used)
 		}
 	}
 	return r.tok

@@ -300,11 +300,12 @@ func (t *Token) verify(key []byte) error {
 }
 
 // newToken makes a token of a charge under key (the store key) at `at`
-// whose job may run at run, of items, signed if the Limiter has a key. It
-// returns nil if the random source fails, which it does not on supported
-// platforms.
-func (l *Limiter) newToken(key string, at, run int64, items []tokenItem, lims []*limit) *Token {
-	t := &Token{key: key, at: at, run: max(run, at), items: items}
+// whose job may run at run, of items, marked used if used (a job that ran
+// with no token to mark used in the store), signed once if the Limiter has
+// a key. It returns nil if the random source fails, which it does not on
+// supported platforms.
+func (l *Limiter) newToken(key string, at, run int64, items []tokenItem, lims []*limit, used bool) *Token {
+	t := &Token{key: key, at: at, run: max(run, at), items: items, used: used}
 	if _, err := rand.Read(t.id[:]); err != nil {
 		return nil
 	}
@@ -499,5 +500,5 @@ func (l *Limiter) receiptOf(lims []*limit, items []driver.Item, out []driver.Dec
 		}
 		wait = max(wait, out[i].RetryAfter)
 	}
-	return l.newToken(items[0].Key, at, at+wait, its, ls)
+	return l.newToken(items[0].Key, at, at+wait, its, ls, false)
 }
