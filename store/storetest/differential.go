@@ -348,29 +348,39 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 	}
 }
 
-// edgeParams are limits at the bounds of the config space (ratelimit.New
-// accepts them; see MaxTokens, MaxPeriod): the largest and smallest rates,
-// the longest period, the largest capacities and debts.
-func edgeParams(rng *rand.Rand) driver.Params {
+// edges are limits at the bounds of the config space (ratelimit.New
+// accepts them, testEdgeDifferential checks it; see MaxTokens,
+// MaxFractionalTokens, MaxPeriod): the largest and smallest rates, the
+// longest period, the largest capacities and debts, whole and fractional.
+var edges = func() []driver.Params {
 	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
-	all := []driver.Params{
+	return []driver.Params{
 		{Kind: ratelimit.FixedWindow, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: maxPeriod, Capacity: 1, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.FixedWindow, Rate: 3, Period: maxPeriod, Capacity: 3, MaxReserved: 2},
-		{Kind: ratelimit.FixedWindow, Rate: 7, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: 1e-9},
+		{Kind: ratelimit.FixedWindow, Rate: 7, Period: 1, Capacity: ratelimit.MaxFractionalTokens - 1, MaxReserved: 1e-9},
 		{Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: maxPeriod, Capacity: 1, MaxReserved: ratelimit.MaxTokens},
 		{Kind: ratelimit.TokenBucket, Rate: 1, Period: maxPeriod, Capacity: ratelimit.MaxTokens, MaxReserved: 1},
-		{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: 1, Capacity: 1e-9, MaxReserved: ratelimit.MaxTokens},
+		{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: 1, Capacity: 1e-9, MaxReserved: ratelimit.MaxFractionalTokens - 1},
 	}
-	return all[rng.IntN(len(all))]
-}
+}()
+
+// edgeParams returns one of edges.
+func edgeParams(rng *rand.Rand) driver.Params { return edges[rng.IntN(len(edges))] }
 
 // testEdgeDifferential is the differential test at the edges: limits at
 // the bounds of the config space, counts up to what they may owe, clocks
 // near ±driver.MaxTime and near zero, steps from a millisecond to a
 // century. Every store must compute them as the Go function does.
 func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
+	for i, p := range edges {
+		c := ratelimit.Config{Kind: p.Kind, Rate: p.Rate, Period: time.Duration(p.Period) * time.Millisecond,
+			Capacity: p.Capacity, MaxReserved: p.MaxReserved}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("edge %d is not a limit ratelimit.New accepts: %v", i, err)
+		}
+	}
 	ctx := context.Background()
 	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
 	for seed := range max(s.diffSeeds/4, 1) {
