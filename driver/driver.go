@@ -56,9 +56,11 @@ type Store interface {
 	// Apply decides op as Evaluate does over the records op touches, and
 	// writes the updates Evaluate marks, all in one atomic step. It fills
 	// out, which has one element per op item: an out shorter than that is
-	// refused with an error matching ErrOutLength (CheckOut), before
-	// anything is decided or written. An op
-	// without items decides and writes nothing, and Apply returns nil.
+	// refused with an error matching ErrOutLength, and an op that breaks a
+	// rule of Op (CheckOp: a settlement outside ModeRefund, say) with one
+	// matching ErrInvalidOp, both before anything is decided or written
+	// (CheckOut makes both checks). A valid op without items decides and
+	// writes nothing, and Apply returns nil.
 	Apply(ctx context.Context, op *Op, out []Decision) error
 	// Load reads the records ids into out, which has one element per id (a
 	// shorter out is refused with ErrOutLength: CheckRecords); a missing
@@ -92,8 +94,10 @@ type BatchApplier interface {
 	// that many calls of Apply in that order would, each op atomic, and
 	// fills outs[i] (one Decision per item of ops[i]). Outs of the wrong
 	// length (not one per op, or one shorter than its op's items) are
-	// refused with ErrOutLength (CheckOuts), before any op is decided; no ops, or ops
-	// without items, return nil. On any other error, any op of the batch
+	// refused with ErrOutLength, and a batch holding an invalid op
+	// (CheckOp) with ErrInvalidOp, before any op is decided: its valid ops
+	// too are left undecided (CheckOuts makes both checks). No ops, or
+	// valid ops without items, return nil. On any other error, any op of the batch
 	// may or may not have taken effect, as for any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
@@ -134,8 +138,10 @@ type BoundLimit interface {
 	//	}}}
 	//
 	// and returns the op's one Decision as a Verdict (see Verdict.Decision).
-	// mode is ModeLimit or ModeCheck. Like Apply, it returns ctx's error if
-	// ctx is done.
+	// mode is ModeLimit or ModeCheck, now within ±MaxTime and count not
+	// NaN: the Limiter calls it only for a valid op (CheckOp), and a store
+	// need not check again. Like Apply, it returns ctx's error if ctx is
+	// done.
 	Decide(ctx context.Context, key string, mode Mode, now int64, count float64, reserve bool) (Verdict, error)
 	// Store returns the store that bound it. The Limiter uses a BoundLimit
 	// only when that is the very store given to New: a type that embeds a

@@ -138,20 +138,21 @@ func (k SettleKind) String() string {
 // TimeSource), and may drop it after, as it drops expired records: the
 // Limiter no longer settles the token then (by the refund rule, nothing
 // would come back). A marker never reads as a record, nor a record as a
-// marker. A settle op has at least one item, and every op that carries
-// one ID has the same Key (a token names one), so that a store may keep
+// marker. A settle op has at least one item (a store refuses one without:
+// ErrInvalidOp), and every op that carries one ID has the same Key (a token names one), so that a store may keep
 // the marker with the key's records (in their Redis Cluster slot).
 type Settlement struct {
 	// ID names the reservation or receipt: 128 random bits.
 	ID [16]byte
-	// Kind is how this op settles it.
+	// Kind is how this op settles it: SettleCancel or SettleUse.
 	Kind SettleKind
 	// Until is a Unix time in milliseconds: the marker's expiry, less
 	// ExpiryGrace.
 	Until int64
 }
 
-// Mode is what an Op asks of a store.
+// Mode is what an Op asks of a store: one of the three below (an Op of
+// any other is invalid: ErrInvalidOp).
 type Mode uint8
 
 const (
@@ -168,9 +169,17 @@ const (
 // Op is one atomic call against a store: one or more items, decided
 // together. In ModeLimit either every item is OK and all their updates are
 // written, or nothing is written.
+//
+// An Op that breaks a rule of its fields below (a mode that is none of
+// the three, a time beyond ±MaxTime, a count that is NaN, an item of no
+// shards or of more than two, a refund's of two, a Settle outside
+// ModeRefund, without items or of a Kind that is neither SettleCancel nor
+// SettleUse) is invalid: every store refuses it, with an error matching
+// ErrInvalidOp, and decides, writes and marks nothing (CheckOp). The
+// Limiter never sends one.
 type Op struct {
 	Mode Mode
-	// Now is the time of the call in Unix milliseconds.
+	// Now is the time of the call in Unix milliseconds, within ±MaxTime.
 	Now int64
 	// Reserve lets the items take tokens they cannot have yet.
 	Reserve bool
@@ -179,7 +188,9 @@ type Op struct {
 	// Cluster slot), and two items never name the same record.
 	Items []Item
 	// Settle, in ModeRefund only, makes the refund a settlement, applied
-	// at most once (see Settlement); nil for a plain refund.
+	// at most once (see Settlement); nil for a plain refund, and in the
+	// other modes (a store refuses an op of another mode that carries one:
+	// ErrInvalidOp).
 	Settle *Settlement
 }
 
@@ -197,14 +208,17 @@ func (op *Op) SettledBefore(kind SettleKind, out []Decision) {
 // Item is one limit of an Op: the tokens asked of one (name, key) and the
 // records that may grant them.
 type Item struct {
-	Name  string
-	Key   string
+	Name string
+	Key  string
+	// Count is the tokens asked for, or handed back in ModeRefund; never
+	// NaN (the Limiter sends only finite counts ≥ 0).
 	Count float64
 	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
 	// charged: Decision.Now of the call that took them.
 	At int64
 	// Shards holds one record, or two for a sharded limit (power of two
-	// choices: the call may be granted by either or by both together).
+	// choices: the call may be granted by either or by both together); a
+	// refund's, one.
 	Shards []Shard
 }
 
@@ -267,7 +281,8 @@ const ExpiryGrace int64 = 60_000
 // MaxTime bounds the times of an Op, in Unix milliseconds either side of
 // 1970 (about 142,000 years): within it, times and the windows around them
 // stay exact in the arithmetic of every store (doubles hold integers to
-// 2^53). The Limiter refuses a clock beyond it (ratelimit.ErrTimeRange).
+// 2^53). The Limiter refuses a clock beyond it (ratelimit.ErrTimeRange),
+// and a store an Op whose Now is beyond it (ErrInvalidOp).
 const MaxTime int64 = 1 << 52
 
 // Never is the FullAt of a record whose refill is too slow to compute:

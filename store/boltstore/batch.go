@@ -77,8 +77,8 @@ func (e *OpError) Unwrap() error { return e.Err }
 // item of ops[i]). An op that fails on its own (none does: the decisions
 // are pure) is left out: the others are decided and committed without it,
 // and the error joins an *OpError for each op left out. Any other error
-// means that nothing was written: outs of the wrong length are refused
-// before any op is decided.
+// means that nothing was written: outs of the wrong length, or an invalid
+// op (driver.CheckOp), are refused before any op is decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err

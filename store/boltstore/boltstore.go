@@ -316,8 +316,9 @@ func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 
 // Apply implements ratelimit.Store. A check runs in a read transaction,
 // beside any writer; other ops go to the next write transaction, alone or
-// with the calls of other goroutines. An out shorter than op's items is
-// refused with an error, and nothing is decided or written.
+// with the calls of other goroutines. An out shorter than op's items, or an
+// invalid op (driver.CheckOp), is refused with an error, and nothing is
+// decided or written.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err

@@ -763,8 +763,9 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 
 // Apply implements ratelimit.Store. An op that carries a settlement is
 // decided under the store's settlements lock: at most once per ID. An out
-// shorter than op's items is refused with an error, before any lock is
-// taken: the decision would panic while holding the records' locks.
+// shorter than op's items, or an invalid op (driver.CheckOp), is refused
+// with an error, before any lock is taken: the decision would panic while
+// holding the records' locks.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -872,8 +872,8 @@ func lockWait(ctx context.Context) int32 {
 // with the ops of other calls in flight at the same time. A call whose
 // context ends while it waits for a batch leaves undecided; one whose
 // statement was sent may have been decided and charged, as for any call
-// over a network. An out shorter than op's items is refused with an error,
-// and nothing is sent.
+// over a network. An out shorter than op's items, or an invalid op
+// (driver.CheckOp), is refused with an error, and nothing is sent.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -890,8 +890,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // ApplyBatch implements driver.BatchApplier: ops decided one after
-// another, in one statement; none for no ops. Outs of the wrong length are
-// refused with an error, and nothing is sent.
+// another, in one statement; none for no ops. Outs of the wrong length, or
+// an invalid op, are refused with an error, and nothing is sent.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -11,7 +12,7 @@ import (
 
 // testContract checks the promises of package driver at their edges, one
 // subtest each: what Load, Delete, Apply and ApplyBatch do with missing
-// records, empty ops and outs of the wrong length.
+// records, empty ops, outs of the wrong length and invalid ops.
 func testContract(t *testing.T, newStore NewStore) {
 	now := epoch.UnixMilli()
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
@@ -83,6 +84,23 @@ func testContract(t *testing.T, newStore NewStore) {
 			}
 		}
 	})
+	t.Run("ApplyInvalidOp", func(t *testing.T) {
+		s := newStore(t)
+		charge(t, s, now, "a", p)
+		ids := []driver.RecordID{id("a"), {Name: "a", Key: "k", Shard: 1}, {Name: "a", Key: "k", Shard: 2}}
+		before := make([]driver.Record, len(ids))
+		require.NoError(t, s.Load(context.Background(), ids, before))
+		ops := invalidOps(now, p)
+		for i, c := range ops {
+			var err error
+			noPanic(t, func() { err = s.Apply(context.Background(), c.op, make([]driver.Decision, len(c.op.Items))) })
+			require.ErrorIs(t, err, driver.ErrInvalidOp, "%s: refused", c.name)
+			after := make([]driver.Record, len(ids))
+			require.NoError(t, s.Load(context.Background(), ids, after))
+			require.Equal(t, before, after, "%s: a refused op writes nothing", c.name)
+			requireUnsettled(t, s, now, p, invalidID(i), c.name)
+		}
+	})
 	if _, ok := newStore(t).(driver.BatchApplier); !ok {
 		return
 	}
@@ -116,6 +134,109 @@ func testContract(t *testing.T, newStore NewStore) {
 			require.Equal(t, make([]driver.Record, 3), recs, "a refused batch writes nothing")
 		}
 	})
+	t.Run("ApplyBatchInvalidOp", func(t *testing.T) {
+		s := newStore(t)
+		b := s.(driver.BatchApplier)
+		charge(t, s, now, "a", p)
+		ids := []driver.RecordID{id("a"), {Name: "a", Key: "k", Shard: 1}, {Name: "a", Key: "k", Shard: 2}, id("v")}
+		before := make([]driver.Record, len(ids))
+		require.NoError(t, s.Load(context.Background(), ids, before))
+		for i, c := range invalidOps(now, p) {
+			valid := &driver.Op{Now: now, Items: []driver.Item{itemOf("v", "k", 1, p)}}
+			for _, ops := range [][]*driver.Op{{valid, c.op}, {c.op, valid}} {
+				outs := [][]driver.Decision{make([]driver.Decision, len(ops[0].Items)), make([]driver.Decision, len(ops[1].Items))}
+				var err error
+				noPanic(t, func() { err = b.ApplyBatch(context.Background(), ops, outs) })
+				require.ErrorIs(t, err, driver.ErrInvalidOp, "%s: a batch holding it is refused", c.name)
+				after := make([]driver.Record, len(ids))
+				require.NoError(t, s.Load(context.Background(), ids, after))
+				require.Equal(t, before, after, "%s: a refused batch writes nothing, not even its valid op", c.name)
+			}
+			requireUnsettled(t, s, now, p, invalidID(i), c.name)
+		}
+	})
+}
+
+// invalidOp is an op that package driver calls invalid (driver.CheckOp),
+// named for the failure messages.
+type invalidOp struct {
+	name string
+	op   *driver.Op
+}
+
+// invalidOps returns one op of each invalid kind, on the records (a, k) of
+// params p at now: a settlement in a mode other than ModeRefund, without
+// items or with a kind that is not one, a mode that is not one, a time
+// beyond ±MaxTime, a count of NaN, and items of no shards, of three, or a
+// refund's of two. The settlement of the i-th has ID invalidID(i).
+func invalidOps(now int64, p driver.Params) []invalidOp {
+	shards := func(n int) []driver.Shard {
+		sh := make([]driver.Shard, n)
+		for i := range sh {
+			sh[i] = driver.Shard{Index: i, Params: p}
+		}
+		return sh
+	}
+	// op returns an op of mode m of one item of n shards, settled with
+	// kind k when settle, which change then alters.
+	op := func(m driver.Mode, n int, settle bool, k driver.SettleKind, change func(*driver.Op)) *driver.Op {
+		o := &driver.Op{Mode: m, Now: now + 1000,
+			Items: []driver.Item{{Name: "a", Key: "k", Count: 1, At: now, Shards: shards(n)}}}
+		if settle {
+			o.Settle = &driver.Settlement{Kind: k, Until: now + 3_600_000}
+		}
+		if change != nil {
+			change(o)
+		}
+		return o
+	}
+	reserve := func(o *driver.Op) { o.Reserve = true }
+	const far = 1 << 60
+	ops := []invalidOp{
+		{"a settlement in ModeLimit", op(driver.ModeLimit, 1, true, driver.SettleCancel, nil)},
+		{"a settlement in ModeLimit, reserving", op(driver.ModeLimit, 1, true, driver.SettleUse, reserve)},
+		{"a settlement in ModeCheck", op(driver.ModeCheck, 1, true, driver.SettleCancel, nil)},
+		{"a settlement in ModeCheck, reserving", op(driver.ModeCheck, 1, true, driver.SettleUse, reserve)},
+		{"a settlement in ModeLimit of a sharded item", op(driver.ModeLimit, 2, true, driver.SettleCancel, nil)},
+		{"a settlement without items", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Items = nil })},
+		{"a settlement of kind 0", op(driver.ModeRefund, 1, true, 0, nil)},
+		{"a settlement of kind 3", op(driver.ModeRefund, 1, true, 3, nil)},
+		{"mode 3", op(driver.Mode(3), 1, false, 0, nil)},
+		{"mode 4", op(driver.Mode(4), 1, false, 0, nil)},
+		{"an item of no shards", op(driver.ModeLimit, 0, false, 0, nil)},
+		{"an item of three shards", op(driver.ModeLimit, 3, false, 0, nil)},
+		{"a refund of two shards", op(driver.ModeRefund, 2, false, 0, nil)},
+		{"a settlement of two shards", op(driver.ModeRefund, 2, true, driver.SettleUse, nil)},
+		{"a count of NaN", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.NaN() })},
+		{"a reservation of NaN", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Reserve, o.Items[0].Count = true, math.NaN() })},
+		{"a refund of NaN", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.NaN() })},
+		{"a time past MaxTime", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Now = driver.MaxTime + 1 })},
+		{"a time far before -MaxTime", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Now = -far })},
+		{"a check far past MaxTime", op(driver.ModeCheck, 1, false, 0, func(o *driver.Op) { o.Now = far })},
+		{"a settlement far past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Now = far })},
+	}
+	for i := range ops {
+		if st := ops[i].op.Settle; st != nil {
+			st.ID = invalidID(i)
+		}
+	}
+	return ops
+}
+
+// invalidID is the settlement ID of the i-th of invalidOps.
+func invalidID(i int) [16]byte { return [16]byte{0x1d, 0xe5, byte(i)} }
+
+// requireUnsettled requires that the settlement id was not settled by an
+// op refused before (the case named what): a refund settling it now, of a
+// record that is not touched otherwise, is applied and finds no mark.
+func requireUnsettled(t *testing.T, s ratelimit.Store, now int64, p driver.Params, id [16]byte, what string) {
+	t.Helper()
+	item := itemOf("u", "k", 1, p)
+	item.At = now
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(context.Background(), &driver.Op{Mode: driver.ModeRefund, Now: now + 1000, Items: []driver.Item{item},
+		Settle: &driver.Settlement{ID: id, Kind: driver.SettleUse, Until: now + 3_600_000}}, out))
+	require.Zero(t, out[0].Settled, "%s: a refused op marks no settlement", what)
 }
 
 // charge spends 4 tokens of the record (name, "k") of a token bucket of

@@ -92,7 +92,8 @@ func (m *Model) Delete(ctx context.Context, ids []driver.RecordID) error {
 }
 
 // ApplyBatch implements driver.BatchApplier: Apply, op after op. Outs of
-// the wrong length are refused before any op is decided.
+// the wrong length, or an invalid op, are refused before any op is
+// decided.
 func (m *Model) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := driver.CheckOuts(ops, outs); err != nil {
 		return fmt.Errorf("model: ApplyBatch: %w", err)
