@@ -116,25 +116,18 @@ type shard struct {
 
 var requests = sync.Pool{New: func() any { return new(request) }}
 
-// newRequest copies op into a request of the store's.
-func (s *Store) newRequest(op *driver.Op) (*request, error) {
+// newRequest copies op, valid (driver.CheckOp), into a request of the
+// store's.
+func (s *Store) newRequest(op *driver.Op) *request {
 	r := requests.Get().(*request)
 	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
 	r.items, r.keys = r.items[:0], r.keys[:0]
 	r.settle = driver.Settlement{}
 	if op.Settle != nil {
-		if op.Mode != driver.ModeRefund || op.Settle.Kind == 0 {
-			release(r)
-			return nil, fmt.Errorf("redisstore: a settlement of kind %v in an op of mode %d: settle refunds, with a kind", op.Settle.Kind, op.Mode)
-		}
 		r.settle = *op.Settle
 	}
 	for i := range op.Items {
 		it := &op.Items[i]
-		if n := len(it.Shards); n < 1 || n > 2 || (n == 2 && op.Mode == driver.ModeRefund) {
-			release(r)
-			return nil, fmt.Errorf("redisstore: item %q of the op has %d shards: an item has one or two, a refund one", it.Name, n)
-		}
 		ri := item{count: it.Count, at: it.At, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
@@ -146,7 +139,7 @@ func (s *Store) newRequest(op *driver.Op) (*request, error) {
 		r.keys = append(r.keys, markKey(r.keys[0], r.settle.ID))
 	}
 	r.out = slices.Grow(r.out[:0], len(op.Items))[:len(op.Items)]
-	return r, nil
+	return r
 }
 
 // markKey returns the Redis key of the mark of the settlement id, beside
@@ -176,8 +169,8 @@ func (r *request) tag() string {
 // Apply implements ratelimit.Store. The op goes at once when no round trip
 // to its Redis server is in flight; otherwise it waits for that round trip
 // and goes with the other ops that arrived meanwhile, in one call of the
-// function. An out shorter than op's items is refused with an error, and
-// nothing is sent.
+// function. An out shorter than op's items, or an invalid op
+// (driver.CheckOp), is refused with an error, and nothing is sent.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -188,11 +181,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if len(op.Items) == 0 {
 		return nil // nothing to decide or write
 	}
-	r, err := s.newRequest(op)
-	if err != nil {
-		return err
-	}
-	var res error
+	r := s.newRequest(op)
+	var res, err error
 	if s.cluster == nil {
 		res, err = s.one.Do(ctx, r)
 	} else {
@@ -218,9 +208,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 
 // ApplyBatch implements driver.BatchApplier: the ops in one round trip
 // (on a Cluster, one per node), decided in order, each op atomic. Outs of
-// the wrong length are refused with an error, and nothing is sent. It
-// returns when ctx ends, whatever the client's timeouts; the ops may then
-// have been decided.
+// the wrong length, or an invalid op, are refused with an error, and
+// nothing is sent. It returns when ctx ends, whatever the client's
+// timeouts; the ops may then have been decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -234,11 +224,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		if len(op.Items) == 0 {
 			continue
 		}
-		r, err := s.newRequest(op)
-		if err != nil {
-			return err
-		}
-		reqs = append(reqs, r)
+		reqs = append(reqs, s.newRequest(op))
 		at = append(at, i)
 	}
 	if len(reqs) == 0 {
