@@ -36,6 +36,16 @@
 // transaction whose context ends before the commit rolls it back; the
 // commit itself (two fsyncs) is not interrupted.
 //
+// A read (a check, Load, a step of DeleteExpired's sweep) waits for no
+// writer, except while bbolt remaps a file that a write has grown, which
+// waits for every read transaction under way: behind a long one of the
+// application (a backup through DB, say), it could wait as long. Given a
+// context that can end, a read runs on a goroutine of its own, and the
+// call returns when its context ends (the read finishes in the
+// background, touching nothing of the caller's). The write that remaps
+// waits for such a transaction too: a lone caller's commit returns when it
+// does.
+//
 // # One process at a time
 //
 // A bbolt file is opened by one process at a time, and once per process:
@@ -327,7 +337,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		return fmt.Errorf("boltstore: Apply: %w", err)
 	}
 	if op.Mode == driver.ModeCheck {
-		return s.check(op, out)
+		return s.check(ctx, op, out)
 	}
 	// The request is the call's own copy: the caller may leave (its context
 	// ended) while its request is still in a transaction, and reuse op.
@@ -346,27 +356,73 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	return nil
 }
 
-// check decides a ModeCheck op in a read transaction.
-func (s *Store) check(op *driver.Op, out []driver.Decision) error {
+// check decides a ModeCheck op: it reads the op's records in a read
+// transaction, then decides on the caller's goroutine, so that a read left
+// behind when ctx ends writes only to memory of its own.
+func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	n := op.NumRecords()
 	prev := make([]driver.Record, n)
-	next := make([]driver.Update, n)
 	keys := appendKeys(nil, make([]byte, 0, keysLen(op)), op)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	now := op.Now
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {
 			return err
 		}
 		for i, k := range keys {
-			prev[i] = get(b, k, op.Now)
+			prev[i] = get(b, k, now)
 		}
-		ratelimit.Evaluate(op, prev, out, next)
 		return nil
 	})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return err
+		}
 		return wrap(err)
 	}
+	ratelimit.Evaluate(op, prev, out, make([]driver.Update, n))
 	return nil
+}
+
+// view runs fn in a read transaction. When ctx can end, it runs it on
+// another goroutine and returns ctx's error once ctx ends first: a read
+// transaction waits to begin while bbolt remaps the file, which a write
+// that grows it does once every read transaction under way has ended, so
+// that a long one of the application (a backup, say) would keep the
+// caller past its deadline. fn must then write only to memory its caller
+// reads after view returns nil: when ctx ends first, fn runs in the
+// background. A panic in fn goes on to the caller if it is still there
+// (bbolt has rolled the transaction back); one left behind is dropped.
+func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if ctx.Done() == nil {
+		return s.db.View(fn)
+	}
+	type result struct {
+		err      error
+		panicked any
+		ok       bool // View returned: it did not panic
+	}
+	done := make(chan result, 1)
+	go func() {
+		r := result{}
+		defer func() {
+			if !r.ok {
+				r.panicked = recover()
+			}
+			done <- r
+		}()
+		r.err = s.db.View(fn)
+		r.ok = true
+	}()
+	select {
+	case r := <-done:
+		if !r.ok {
+			panic(r.panicked)
+		}
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // get reads a record; one whose bucket is full again by now reads as
@@ -391,21 +447,41 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := driver.CheckRecords(ids, out); err != nil {
 		return fmt.Errorf("boltstore: Load: %w", err)
 	}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	// Read into out when the read runs on the caller's goroutine; when it
+	// may be left behind (view), into records of its own, from keys laid
+	// out beforehand, so that it touches no memory of the caller's.
+	recs, keys := out, [][]byte(nil)
+	if ctx.Done() != nil {
+		recs, keys = make([]driver.Record, len(ids)), make([][]byte, len(ids))
+		for i, id := range ids {
+			keys[i] = appendRecordKey(nil, id)
+		}
+	}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {
 			return err
 		}
-		var k []byte
-		for i, id := range ids {
-			k = appendRecordKey(k[:0], id)
-			out[i] = get(b, k, math.MinInt64)
+		var buf []byte
+		for i := range recs {
+			k := buf
+			if keys != nil {
+				k = keys[i]
+			} else {
+				buf = appendRecordKey(buf[:0], ids[i])
+				k = buf
+			}
+			recs[i] = get(b, k, math.MinInt64)
 		}
 		return nil
 	})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return err
+		}
 		return wrap(err)
 	}
+	copy(out, recs)
 	return nil
 }
 

@@ -42,7 +42,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, fmt.Errorf("boltstore: delete expired: stopped after %d records: %w", n, err)
 		}
-		expired, last, err := s.scan(after, cutoff)
+		expired, last, err := s.scan(ctx, after, cutoff)
 		if err == nil && len(expired) > 0 {
 			var d int
 			d, err = s.deleteExpired(ctx, expired, cutoff)
@@ -73,9 +73,14 @@ func expiredAt(v []byte, cutoff int64) bool {
 
 // scan reads up to sweepBatch keys after after (from the first if nil),
 // and returns copies of those expired at cutoff, and the last key read;
-// nil when it read to the end of the bucket.
-func (s *Store) scan(after []byte, cutoff int64) (expired [][]byte, last []byte, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+// nil when it read to the end of the bucket. It returns ctx's error once
+// ctx ends, without waiting for its read transaction to begin (view).
+func (s *Store) scan(ctx context.Context, after []byte, cutoff int64) ([][]byte, []byte, error) {
+	// The read may be left behind: it fills variables of its own, read
+	// only once it has returned.
+	var expired [][]byte
+	var last []byte
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		b, err := s.bucketOf(tx)
 		if err != nil {
 			return err
@@ -103,7 +108,10 @@ func (s *Store) scan(after []byte, cutoff int64) (expired [][]byte, last []byte,
 		}
 		return nil
 	})
-	return expired, last, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return expired, last, nil
 }
 
 // deleteExpired removes, in one write transaction, those of keys still

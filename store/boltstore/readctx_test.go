@@ -1,0 +1,130 @@
+package boltstore_test
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// waitStack waits until some goroutine's stack holds every one of frames,
+// in that order from the innermost; should none come to, the test fails
+// after a while rather than hangs.
+func waitStack(t *testing.T, what string, frames ...string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			rest, ok := g, true
+			for _, f := range frames {
+				i := strings.Index(rest, f)
+				if i < 0 {
+					ok = false
+					break
+				}
+				rest = rest[i+len(f):]
+			}
+			if ok {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never came to pass (did bbolt's locking change? the test looks for %q)", what, frames)
+		}
+		runtime.Gosched()
+	}
+}
+
+// remapBehindReader holds a read transaction of the application on s's
+// database and starts a write that grows the file past its map: bbolt
+// remaps it under its mmap lock, which waits for every read transaction,
+// and meanwhile every new read transaction waits for the remap. It returns
+// once the write waits, and a function that ends the read transaction and
+// waits for the write.
+func remapBehindReader(t *testing.T, s *boltstore.Store) (release func()) {
+	t.Helper()
+	rtx, err := s.DB().Begin(false) // a long read: a backup, say
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- s.DB().Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("app"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("big"), make([]byte, 4<<20)) // past the map of a new file
+		})
+	}()
+	waitStack(t, "the write waiting for the remap", "sync.(*RWMutex).Lock", "go.etcd.io/bbolt.(*DB).mmap")
+	var done bool
+	release = func() {
+		if done {
+			return
+		}
+		done = true
+		require.NoError(t, rtx.Rollback())
+		require.NoError(t, <-wrote)
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A call that reads (a check, Load, DeleteExpired's scan) waiting to begin
+// its read transaction, behind a remap that waits for a long read
+// transaction of the application, returns when its context ends; one whose
+// context has ended does not start.
+func TestReadLeavesWhenContextEnds(t *testing.T) {
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	now := t0.UnixMilli()
+	id := driver.RecordID{Name: "l", Key: "k"}
+	calls := map[string]func(ctx context.Context, s *boltstore.Store) error{
+		"Check": func(ctx context.Context, s *boltstore.Store) error {
+			op := &driver.Op{Mode: driver.ModeCheck, Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+			return s.Apply(ctx, op, make([]driver.Decision, 1))
+		},
+		"Load": func(ctx context.Context, s *boltstore.Store) error {
+			return s.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1))
+		},
+		"DeleteExpired": func(ctx context.Context, s *boltstore.Store) error {
+			_, err := s.DeleteExpired(ctx, t0)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+			op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+			require.NoError(t, s.Apply(context.Background(), op, make([]driver.Decision, 1)))
+			canceled, cancelNow := context.WithCancel(context.Background())
+			cancelNow()
+			require.ErrorIs(t, call(canceled, s), context.Canceled, "a call whose context has ended does not start")
+			release := remapBehindReader(t, s)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- call(ctx, s) }()
+			waitStack(t, "the call waiting to begin its read transaction", "go.etcd.io/bbolt.(*DB).beginTx")
+			cancel()
+			select {
+			case err := <-res:
+				require.ErrorIs(t, err, context.Canceled)
+			case <-time.After(10 * time.Second):
+				release()
+				t.Fatalf("%s did not return when its context ended: it waited for the remap (returned %v once it was done)", name, <-res)
+			}
+			release()
+			require.NoError(t, call(context.Background(), s), "the store serves reads again once the remap is done")
+		})
+	}
+}
