@@ -506,6 +506,12 @@ func testContextCanceled(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, s.Apply(ctx, op(), make([]driver.Decision, 1)), context.Canceled)
 		require.Equal(t, 10.0, loadOne(t, s, p, id, now), "a canceled Apply must not have written")
 	})
+	t.Run("ApplyCheck", func(t *testing.T) {
+		s := newStore(t)
+		check := op()
+		check.Mode = driver.ModeCheck
+		require.ErrorIs(t, s.Apply(ctx, check, make([]driver.Decision, 1)), context.Canceled)
+	})
 	t.Run("Load", func(t *testing.T) {
 		s := newStore(t)
 		require.ErrorIs(t, s.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), context.Canceled)
