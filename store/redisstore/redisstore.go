@@ -128,11 +128,14 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 func WithServerTime() Option { return func(o *options) { o.serverTime = true } }
 
 // WithExpiryMargin sets how long a record is kept past the moment its
-// bucket is full again (default DefaultExpiryMargin). Redis expires keys
-// on its own clock; the margin covers how far it may run ahead of the
-// application's, and how far the nows of calls in flight may lag (see
-// driver.ExpiryGrace), so that no record is dropped while, by the
-// Limiter's clock, its bucket is not yet full.
+// bucket is full again (default DefaultExpiryMargin, the least New
+// accepts). Redis expires keys on its own clock; the margin covers how far
+// the nows of calls in flight may lag (driver.ExpiryGrace) and how far the
+// clocks may disagree, so that no record is dropped while a call judged
+// before its bucket was full may still read it. Below driver.ExpiryGrace,
+// such a call would find a full bucket (in a fixed window, a second
+// capacity within one window): New refuses it. Raise it by as much as the
+// clocks of the processes sharing the store may disagree.
 func WithExpiryMargin(d time.Duration) Option {
 	return func(o *options) { o.margin = d.Milliseconds() }
 }
@@ -158,8 +161,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, errors.New("redisstore: New needs a client: pass redis.NewClient(...) or redis.NewClusterClient(...)")
 	case strings.ContainsAny(o.prefix, "{}"):
 		return nil, fmt.Errorf("redisstore: prefix %q contains a brace, which would change the Cluster hash tag: remove it", o.prefix)
-	case o.margin < 0:
-		return nil, fmt.Errorf("redisstore: expiry margin %dms is negative: pass 0 or more", o.margin)
+	case o.margin < driver.ExpiryGrace:
+		return nil, fmt.Errorf("redisstore: expiry margin %v is below driver.ExpiryGrace (%v): a record would expire while a call "+
+			"judged before its bucket was full may still read it, and find a full bucket; pass %v or more",
+			time.Duration(o.margin)*time.Millisecond, DefaultExpiryMargin, DefaultExpiryMargin)
 	case o.maxBatch < 1:
 		return nil, fmt.Errorf("redisstore: max batch %d is below 1: pass 1 (no coalescing) or more", o.maxBatch)
 	}

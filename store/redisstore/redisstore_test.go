@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"runtime"
@@ -161,7 +162,7 @@ func TestExpiry(t *testing.T) {
 	ctx := context.Background()
 	c := client(t)
 	prefix := uniquePrefix(t, c)
-	margin := 5 * time.Second
+	margin := 2 * time.Minute
 	s := newStore(c, prefix, redisstore.WithExpiryMargin(margin))
 	mock := newMock(t0)
 	lim, err := ratelimit.New(s, ratelimit.Limits{
@@ -234,6 +235,62 @@ func TestExpiry(t *testing.T) {
 	require.Equal(t, time.Duration(-2), pttl("tb"), "no key after reset")
 }
 
+// TestExpiryMarginBelowGrace: New refuses an expiry margin below
+// driver.ExpiryGrace. With one, Redis dropped a record the margin after
+// its bucket was full again (0: at that moment), not ExpiryGrace after as
+// the driver requires: a call judged a moment before, which reached Redis
+// a moment after, found a full bucket, and a fixed window granted its
+// capacity twice within one window. (A settlement's mark is kept
+// ExpiryGrace past its Until whatever the margin.) The least margin
+// accepted keeps a record, written by a lone op or in a batch, and a
+// mark, for as long as the driver requires, by Redis's clock.
+func TestExpiryMarginBelowGrace(t *testing.T) {
+	c := client(t)
+	for _, m := range []time.Duration{0, time.Millisecond, redisstore.DefaultExpiryMargin - time.Millisecond, -time.Minute} {
+		s, err := redisstore.New(c, redisstore.WithExpiryMargin(m))
+		require.ErrorContains(t, err, "below driver.ExpiryGrace", "margin %v", m)
+		require.ErrorContains(t, err, "pass 1m0s or more", "margin %v", m)
+		require.Nil(t, s)
+	}
+
+	ctx := context.Background()
+	s := newStore(c, uniquePrefix(t, c), redisstore.WithExpiryMargin(time.Duration(driver.ExpiryGrace)*time.Millisecond))
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour.Milliseconds(), Capacity: 10}
+	now := t0.UnixMilli()
+	full := now/p.Period*p.Period + p.Period // the window's end: every window refills the bucket
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: now,
+			Items: []driver.Item{{Name: "l", Key: key, Count: 10, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	// kept checks that Redis keeps key at least need ms past the server's
+	// time read before the write (at or before the write's own).
+	kept := func(key string, from, need int64) {
+		t.Helper()
+		at, err := c.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, at.Milliseconds(), from+need, "%s expires too soon", key)
+	}
+	from, err := s.Now(ctx)
+	require.NoError(t, err)
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, op("alone"), out))
+	require.True(t, out[0].OK)
+	kept(s.Key(driver.RecordID{Name: "l", Key: "alone"}), from, full-now+driver.ExpiryGrace)
+
+	settle := &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{{Name: "l", Key: "batch", Count: 1, At: now,
+		Shards: []driver.Shard{{Params: p}}}}, Settle: &driver.Settlement{ID: [16]byte{7}, Kind: driver.SettleCancel, Until: now + 5_000}}
+	from, err = s.Now(ctx)
+	require.NoError(t, err)
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{op("batch"), op("other"), settle}, outs))
+	require.True(t, outs[0][0].OK)
+	require.Equal(t, 1.0, outs[2][0].Remaining, "the settlement gave a token back")
+	kept(s.Key(driver.RecordID{Name: "l", Key: "batch"}), from, full-now+driver.ExpiryGrace)
+	rec := s.Key(driver.RecordID{Name: "l", Key: "batch"})
+	mark := rec[:strings.IndexByte(rec, '}')+1] + "s:" + hex.EncodeToString(settle.Settle.ID[:]) // the layout of docs/stores/redis.md
+	kept(mark, from, settle.Settle.Until-now+driver.ExpiryGrace)
+}
+
 func TestServerTime(t *testing.T) {
 	ctx := context.Background()
 	c := client(t)
@@ -271,7 +328,7 @@ func TestBadOptions(t *testing.T) {
 	}{
 		{nil, nil, "needs a client"},
 		{c, []redisstore.Option{redisstore.WithPrefix("app{1}:")}, "brace"},
-		{c, []redisstore.Option{redisstore.WithExpiryMargin(-time.Second)}, "negative"},
+		{c, []redisstore.Option{redisstore.WithExpiryMargin(-time.Second)}, "below driver.ExpiryGrace"},
 		{c, []redisstore.Option{redisstore.WithMaxBatch(0)}, "below 1"},
 	} {
 		s, err := redisstore.New(tc.client, tc.opts...)
