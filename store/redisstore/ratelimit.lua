@@ -53,7 +53,7 @@
 -- nothing, and the store may send its ops again, each alone (apply.go).
 
 -- Set by apply: the code that loads a library may not read globals.
-local floor, ceil, min, sunpack, pack, call, lunpack
+local floor, ceil, min, sunpack, pack, call, rpcall, lunpack, typeof
 
 -- The constants of package driver, written in by the store when it loads
 -- this file (apply.go), so that the port cannot drift from Go.
@@ -505,9 +505,22 @@ local function bad(key, raw)
   error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds "' .. shown(raw, 40) .. '"'})
 end
 
--- parse reads the stored string raw (false: missing) of key: found,
--- value, ts, the key's expiry kept in the record (false: none known), and
--- a mark's kind (false: not a mark). It accepts what parseState
+-- wrong fails the call for the error e that GET answered (redis.pcall's
+-- table) for key: a key of another type than a string fails as a string
+-- that is no record does (BADRECORD, with the key's type); any other
+-- error (a key not on this node) is raised as it came.
+local function wrong(key, e)
+  if string.sub(e.err, 1, 9) ~= 'WRONGTYPE' then
+    error(e)
+  end
+  local t = call('TYPE', key)
+  error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds a ' .. tostring(t.ok or t) .. ', not a string'})
+end
+
+-- parse reads the stored string raw (false: missing; a table: the error
+-- GET answered, from redis.pcall) of key: found, value, ts, the key's
+-- expiry kept in the record (false: none known), and a mark's kind
+-- (false: not a mark). It accepts what parseState
 -- (redisstore.go) accepts (but for number syntaxes no version wrote, which
 -- tonumber and ParseFloat read differently), and a mark at a mark's key;
 -- anything else fails the call (bad), rather than reach the arithmetic as
@@ -515,6 +528,9 @@ end
 local function parse(raw, key)
   if not raw then
     return false, nil, nil, false, false
+  end
+  if typeof(raw) == 'table' then
+    wrong(key, raw)
   end
   local b1 = string.byte(raw, 1)
   if b1 == 1 and #raw == 25 then
@@ -558,8 +574,8 @@ local gone = {} -- the keys MGET answered nil for
 -- several slots (each command must keep to one), with one GET each.
 -- Every read comes before any write: a call refused for a key (not on
 -- this node) has changed nothing. A key of another type than a string
--- fails the call with WRONGTYPE, as GET does, rather than read as missing
--- (and be overwritten) as MGET would have it.
+-- fails the call with BADRECORD, for the WRONGTYPE that GET answers,
+-- rather than read as missing (and be overwritten) as MGET would have it.
 local function readall(list, off, slots)
   for i = 1, nrec do
     slot[rkey[i]] = nil
@@ -577,7 +593,7 @@ local function readall(list, off, slots)
   end
   if nrec == 1 or slots then
     for i = 1, nrec do
-      decode(i, call('GET', rkey[i]))
+      decode(i, rpcall('GET', rkey[i]))
     end
     return
   end
@@ -595,11 +611,14 @@ local function readall(list, off, slots)
       decode(done + j, raw)
     end
     -- MGET answers nil for a missing key and for a key of another type:
-    -- if one of those exists, GET raises WRONGTYPE for it. A record that
+    -- if one of those exists, GET answers WRONGTYPE for it. A record that
     -- exists costs nothing more.
     if ng > 0 and call('EXISTS', lunpack(gone, 1, ng)) > 0 then
       for j = 1, ng do
-        call('GET', gone[j])
+        local e = rpcall('GET', gone[j])
+        if typeof(e) == 'table' then
+          wrong(gone[j], e)
+        end
       end
     end
     done = done + m
@@ -739,7 +758,7 @@ local function apply_one(key, b)
     limits[1] = p
   end
   p[1], p[2], p[3], p[4], p[5] = kind, rate, period, cap, maxr
-  local found, v0, ts0, dl = parse(call('GET', key), key)
+  local found, v0, ts0, dl = parse(rpcall('GET', key), key)
   local ok, retry, rem, c0, v, ts = single(p, phase, found, v0, ts0, now, count, reserve == 1)
   if v and mode == MODE_LIMIT then
     write_lone(key, p, v, ts, now, dl, margin)
@@ -750,7 +769,7 @@ end
 local function apply(keys, args)
   if not call then
     floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
-    sunpack, pack, call = struct.unpack, struct.pack, redis.call
+    sunpack, pack, call, rpcall, typeof = struct.unpack, struct.pack, redis.call, redis.pcall, type
   end
   tnow = nil
   local b = args[1]

@@ -286,7 +286,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		cmds[i] = redis.NewStringCmd(ctx, "get", s.Key(id))
 	}
 	err := detached(ctx, func() error { return s.pipeline(ctx, cmds) })
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 		return fmt.Errorf("redisstore: load: %w", err)
 	}
 	for i, c := range cmds {
@@ -294,6 +294,10 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		if errors.Is(err, redis.Nil) {
 			out[i] = driver.Record{}
 			continue
+		}
+		if isWrongType(err) {
+			key := s.Key(ids[i])
+			return fmt.Errorf("redisstore: load: %w", badRecord(fmt.Sprintf("key %q holds %s, not a string", shown(key, 1000), s.typeOf(ctx, key))))
 		}
 		if err != nil {
 			return fmt.Errorf("redisstore: load: %w", err)
@@ -305,6 +309,22 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		out[i] = driver.Record{State: st, Found: true}
 	}
 	return nil
+}
+
+// isWrongType reports whether err is Redis's answer to GET on a key of
+// another type than a string.
+func isWrongType(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "WRONGTYPE")
+}
+
+// typeOf returns the type of key, for an error's text: "a hash", "a list",
+// ...; "another type" when the server does not say.
+func (s *Store) typeOf(ctx context.Context, key string) string {
+	cmd := redis.NewStatusCmd(ctx, "type", key)
+	if err := detached(ctx, func() error { return s.client.Process(ctx, cmd) }); err != nil || cmd.Val() == "" {
+		return "another type"
+	}
+	return "a " + cmd.Val()
 }
 
 // pipeline sends cmds in one pipeline, which a Cluster client splits by
@@ -320,9 +340,9 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
 }
 
 // ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
-// that met, where a record of the store belongs, a string that is none: a
-// value written there by something else, or cut short. The error names
-// the key. The call changed nothing; every call on that record fails
+// that met, where a record of the store belongs, a string that is none, or
+// a key of another type (a hash, a list, ...): a value written there by
+// something else, or cut short. The error names the key. The call changed nothing; every call on that record fails
 // until the key is deleted.
 var ErrBadRecord = errors.New("not a record of this store")
 
@@ -333,8 +353,9 @@ func badRecord(what string) error {
 }
 
 // asBadRecord returns err, a call's error, as badRecord's when it is the
-// function failing on a string it cannot read (BADRECORD, from parse in
-// ratelimit.lua, which names the key and the string). Redis appends the
+// function failing on a string it cannot read or a key of another type
+// (BADRECORD, from bad and wrong in ratelimit.lua, which name the key and
+// what it holds). Redis appends the
 // function and line, which are left out.
 func asBadRecord(err error) error {
 	if err == nil || !redis.HasErrorPrefix(err, "BADRECORD") {

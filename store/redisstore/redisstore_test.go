@@ -365,30 +365,60 @@ func TestKeysShareASlot(t *testing.T) {
 var undialled = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 
 // TestWrongTypeKey: a key of another type than a string where a record
-// belongs fails the op with WRONGTYPE, alone or in a batch, and is left
-// as it is. (MGET, which reads a batch, answers nil for such a key, as for
-// a missing one: the batch read it as a full bucket and overwrote it.)
+// or a settlement's mark belongs fails its op, alone or in a batch, and
+// Load, with ErrBadRecord, the key, its type and what to do, as a string
+// that is no record does (rather than with Redis's WRONGTYPE, which names
+// neither), and is left as it is. (MGET, which reads a batch, answers nil
+// for such a key, as for a missing one: the batch read it as a full bucket
+// and overwrote it.) The other op of the batch is decided.
 func TestWrongTypeKey(t *testing.T) {
 	c := client(t)
 	store := newStore(c, uniquePrefix(t, c))
 	ctx := context.Background()
-	bad := store.Key(driver.RecordID{Name: "l", Key: "bad"})
-	require.NoError(t, c.HSet(ctx, bad, "f", "v").Err())
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	now := t0.UnixMilli()
 	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(),
+		return &driver.Op{Mode: driver.ModeLimit, Now: now,
 			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
 	}
-	err := store.Apply(ctx, op("bad"), make([]driver.Decision, 1))
-	require.ErrorContains(t, err, "WRONGTYPE", "alone")
+	isBad := func(err error, key, typ, how string) {
+		t.Helper()
+		require.ErrorIs(t, err, redisstore.ErrBadRecord, how)
+		require.ErrorContains(t, err, fmt.Sprintf("key %q holds a %s, not a string", key, typ), how)
+		require.ErrorContains(t, err, "delete the key", "%s: says what to do", how)
+		require.NotContains(t, err.Error(), "WRONGTYPE", how)
+		require.NotContains(t, err.Error(), "script:", how)
+	}
+	for i, plant := range map[string]func(key string) error{
+		"hash": func(key string) error { return c.HSet(ctx, key, "f", "v").Err() },
+		"list": func(key string) error { return c.RPush(ctx, key, "v").Err() },
+	} {
+		name := "bad-" + i
+		id := driver.RecordID{Name: "l", Key: name}
+		key := store.Key(id)
+		require.NoError(t, plant(key))
+		isBad(store.Apply(ctx, op(name), make([]driver.Decision, 1)), key, i, i+" alone")
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+		err := store.ApplyBatch(ctx, []*driver.Op{op("good"), op(name)}, outs)
+		isBad(err, key, i, i+" batched")
+		require.ErrorContains(t, err, "op 1:")
+		require.True(t, outs[0][0].OK, "%s: the other op of the batch is decided", i)
+		isBad(store.Load(ctx, []driver.RecordID{{Name: "l", Key: "good"}, id}, make([]driver.Record, 2)), key, i, i+" loaded")
+		typ, err := c.Type(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, i, typ, "the key is left as it was")
+	}
 
+	// A settlement whose mark's key holds a hash.
+	settle := &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{{Name: "l", Key: "good", Count: 1, At: now,
+		Shards: []driver.Shard{{Params: p}}}}, Settle: &driver.Settlement{ID: [16]byte{8}, Kind: driver.SettleUse, Until: now + 5_000}}
+	rec := store.Key(driver.RecordID{Name: "l", Key: "good"})
+	mark := rec[:strings.IndexByte(rec, '}')+1] + "s:" + hex.EncodeToString(settle.Settle.ID[:])
+	require.NoError(t, c.HSet(ctx, mark, "f", "v").Err())
+	isBad(store.Apply(ctx, settle, make([]driver.Decision, 1)), mark, "hash", "a mark alone")
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
-	err = store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
-	require.ErrorContains(t, err, "WRONGTYPE", "batched")
-	require.True(t, outs[0][0].OK, "the other op of the batch is decided")
-	typ, err := c.Type(ctx, bad).Result()
-	require.NoError(t, err)
-	require.Equal(t, "hash", typ, "the batch left the key as it was")
+	isBad(store.ApplyBatch(ctx, []*driver.Op{op("good"), settle}, outs), mark, "hash", "a mark batched")
+	require.True(t, outs[0][0].OK)
 }
 
 // TestCorruptRecord: a string where a record belongs that is none (text
@@ -654,13 +684,14 @@ func TestBadRecordFailsOnlyItsCaller(t *testing.T) {
 
 // oneBadRecord decides, in one batch, ops on the record of the key good
 // (limits, a refund, a settlement) around two ops on records the function
-// cannot read: one of the key bad, one of the key good (so of the same
-// hash tag). Only the bad ops fail; each other op takes effect once.
+// cannot read: one of the key bad (a string that is no record), one of the
+// key good (so of the same hash tag; a hash). Only the bad ops fail; each
+// other op takes effect once.
 func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store, good, bad string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: bad}), "garbage", 0).Err())
-	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "x", Key: good}), "garbage", 0).Err())
+	require.NoError(t, c.HSet(ctx, store.Key(driver.RecordID{Name: "x", Key: good}), "f", "v").Err())
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
 	op := func(mode driver.Mode, name, key string, count float64) *driver.Op {
