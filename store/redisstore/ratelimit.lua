@@ -517,14 +517,89 @@ local function wrong(key, e)
   error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds a ' .. tostring(t.ok or t) .. ', not a string'})
 end
 
+-- underscores_ok is strconv's underscoreOK for s, lower case, a number
+-- gonum found well formed: every '_' lies between two digits, or between
+-- the base prefix and a digit.
+local function underscores_ok(s)
+  local saw = '^' -- the last class seen: ^ start, 0 digit or prefix, _, ! other
+  local i = 1
+  local c = string.sub(s, 1, 1)
+  if c == '+' or c == '-' then
+    i = 2
+  end
+  local hex = string.sub(s, i, i + 1) == '0x' -- (0b and 0o are never well formed)
+  if hex then
+    i, saw = i + 2, '0'
+  end
+  for j = i, #s do
+    c = string.sub(s, j, j)
+    if string.find(c, '^%d$') or (hex and string.find(c, '^[a-f]$')) then
+      saw = '0'
+    elseif c == '_' then
+      if saw ~= '0' then
+        return false
+      end
+      saw = '_'
+    else
+      if saw == '_' then
+        return false
+      end
+      saw = '!'
+    end
+  end
+  return saw ~= '_'
+end
+
+-- gonum reads s as Go's strconv.ParseFloat(s, 64) does (parseState reads
+-- a text record with it), or returns nil where ParseFloat fails: tonumber
+-- (C's strtod) reads more ("0x10" without an exponent, "-nan", "nan(1)",
+-- a value beyond the doubles as infinity) and less (underscores between
+-- digits). Go's grammar: a sign, then "inf" or "infinity" in any case, or
+-- (unsigned) "nan"; or digits with at most one '.' and at least one digit,
+-- then e, a sign and digits; or, after "0x", hex digits alike, then a p
+-- exponent, which is required; '_' only between digits. Both read the
+-- number correctly rounded.
+local function gonum(s)
+  local l = string.lower(s)
+  local sign, body = string.match(l, '^([+-]?)(.*)$')
+  if body == 'inf' or body == 'infinity' then
+    if sign == '-' then
+      return -INF
+    end
+    return INF
+  elseif l == 'nan' then
+    return 0 / 0
+  end
+  local m
+  if #body > 2 and string.sub(body, 1, 2) == '0x' then
+    m = string.match(body, '^0x([%x_%.]*)p[+-]?%d[%d_]*$')
+    if not (m and string.find(m, '%x')) then
+      return nil
+    end
+  else
+    local e
+    m, e = string.match(body, '^([%d_%.]*)(.*)$')
+    if not (string.find(m, '%d') and (e == '' or string.find(e, '^e[+-]?%d[%d_]*$'))) then
+      return nil
+    end
+  end
+  if string.find(m, '%..*%.') or (string.find(l, '_', 1, true) and not underscores_ok(l)) then
+    return nil
+  end
+  local x = tonumber((string.gsub(l, '_', '')))
+  if not x or x == INF or x == -INF then
+    return nil -- beyond the doubles: ParseFloat's range error
+  end
+  return x
+end
+
 -- parse reads the stored string raw (false: missing; a table: the error
 -- GET answered, from redis.pcall) of key: found, value, ts, the key's
 -- expiry kept in the record (false: none known), and a mark's kind
--- (false: not a mark). It accepts what parseState
--- (redisstore.go) accepts (but for number syntaxes no version wrote, which
--- tonumber and ParseFloat read differently), and a mark at a mark's key;
--- anything else fails the call (bad), rather than reach the arithmetic as
--- nil.
+-- (false: not a mark). It accepts what parseState (redisstore.go)
+-- accepts, numbers of a text record as ParseFloat reads them (gonum),
+-- and a mark at a mark's key; anything else fails the call (bad), rather
+-- than reach the arithmetic as nil.
 local function parse(raw, key)
   if not raw then
     return false, nil, nil, false, false
@@ -544,8 +619,12 @@ local function parse(raw, key)
     end
     return false, nil, nil, false, string.byte(raw, 2)
   elseif b1 ~= 1 and b1 ~= 2 then
+    -- The text of earlier versions, read as parseState reads it: only
+    -- here, not on the common path above.
     local v, ts = string.match(raw, '^(%S+) (%S+)$')
-    v, ts = tonumber(v), tonumber(ts)
+    if v then
+      v, ts = gonum(v), gonum(ts)
+    end
     if v and ts then
       return true, v, ts, false, false
     end

@@ -379,9 +379,9 @@ func shown(s string, n int) string {
 
 // parseState reads a record: "\x01" and three little-endian doubles,
 // value, ts and the key's expiry; or, as earlier versions wrote it, the
-// text "<value> <ts>". ratelimit.lua's parse accepts the same strings,
-// but for number syntaxes no version wrote, which Lua's tonumber and
-// ParseFloat read differently ("0x10", "-nan").
+// text "<value> <ts>". ratelimit.lua's parse accepts the same strings:
+// its gonum reads a number as ParseFloat does, and fails where it fails
+// ("0x10", "-nan", "1e400"), which Lua's tonumber alone would not.
 func parseState(raw string) (driver.State, error) {
 	if len(raw) > 0 && raw[0] == 1 {
 		if len(raw) != recordSize {

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -426,8 +428,10 @@ func TestWrongTypeKey(t *testing.T) {
 // mark) fails its op, alone or batched, and Load, with ErrBadRecord, the
 // key and what to do, rather than with the function's Lua runtime error
 // (it read the string as nil numbers and did arithmetic on them), and is
-// left as it is. The function and Load refuse the same strings, and read
-// the same record from a text one.
+// left as it is. The function and Load refuse the same strings, numbers
+// spelled as Lua's tonumber reads them and ParseFloat does not ("0x10",
+// "-nan") included, and read the same record from a text one, spelled as
+// ParseFloat reads it and tonumber does not ("1_0") included.
 func TestCorruptRecord(t *testing.T) {
 	c := client(t)
 	store := newStore(c, uniquePrefix(t, c))
@@ -438,9 +442,18 @@ func TestCorruptRecord(t *testing.T) {
 		return &driver.Op{Mode: driver.ModeLimit, Now: now,
 			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
 	}
+	check := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeCheck, Now: now,
+			Items: []driver.Item{{Name: "l", Key: key, Shards: []driver.Shard{{Params: p}}}}}
+	}
 	id := driver.RecordID{Name: "l", Key: "bad"}
 	key := store.Key(id)
-	for _, raw := range []string{"garbage", "", "1 x", "1 2 3", "\x01short", "\x01" + strings.Repeat("\x00", 25), "\x02\x01"} {
+	ts := strconv.FormatInt(now, 10)
+	for _, raw := range []string{"garbage", "", "1 x", "1 2 3", "\x01short", "\x01" + strings.Repeat("\x00", 25), "\x02\x01",
+		// Numbers that Lua's tonumber reads and ParseFloat does not.
+		"0x10 " + ts, "-nan " + ts, "+nan " + ts, "nan(1) " + ts, "1e400 " + ts, "infin " + ts, "0x1p " + ts,
+		"5 0x18bcfe56800", "5 -nan", "5 1e999", " 5 " + ts, "5  " + ts, "5\t" + ts,
+	} {
 		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
 		isBad := func(err error, how string) {
 			t.Helper()
@@ -469,6 +482,62 @@ func TestCorruptRecord(t *testing.T) {
 	out := make([]driver.Decision, 1)
 	require.NoError(t, store.Apply(ctx, op("bad"), out))
 	require.Equal(t, 48.5, out[0].Remaining)
+
+	// Numbers that ParseFloat reads and Lua's tonumber does not, or reads
+	// otherwise: the function reads them as Load does.
+	for _, raw := range []string{"1_0 " + ts, "0x1.8p1 " + ts, "0X_1P4 " + ts, "+.5e1 " + ts, "1e-400 " + ts, "4_9.5 1_700_000_000_000",
+		"49.5 0x18bcfe568p8", "49.5 0x1.8BCFE568P+40", "INF " + ts, "-Infinity " + ts} {
+		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
+		require.NoError(t, store.Load(ctx, []driver.RecordID{id}, recs), "%q", raw)
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+		require.NoError(t, store.ApplyBatch(ctx, []*driver.Op{op("good"), check("bad")}, outs), "%q batched", raw)
+		require.NoError(t, store.Apply(ctx, check("bad"), out), "%q", raw)
+		require.Equal(t, outs[1][0], out[0], "%q: batched as alone", raw)
+		require.Equal(t, now, recs[0].State.TS, "%q", raw)
+		require.Equal(t, min(recs[0].State.Remaining, 100), out[0].Remaining, "%q", raw)
+	}
+}
+
+// TestCorruptRecordSpellings: the function (ratelimit.lua's gonum) and
+// Load (strconv.ParseFloat) refuse the same text records, and read the
+// same values from those they accept, over random strings of the
+// characters that number syntaxes use.
+func TestCorruptRecordSpellings(t *testing.T) {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	id := driver.RecordID{Name: "l", Key: "k"}
+	key := store.Key(id)
+	check := &driver.Op{Mode: driver.ModeCheck, Now: now,
+		Items: []driver.Item{{Name: "l", Key: "k", Shards: []driver.Shard{{Params: p}}}}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	parts := []string{"0", "1", "5", "9", "0x", "0X", "a", "e", "E", "f", "p", "P", "+", "-", ".", "_", "inf", "Infinity", "nan", "n", "(", "400"}
+	accepted := 0
+	for range 1500 {
+		var b strings.Builder
+		for range 1 + rng.IntN(6) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		raw := b.String() + " " + strconv.FormatInt(now, 10)
+		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
+		recs := make([]driver.Record, 1)
+		errGo := store.Load(ctx, []driver.RecordID{id}, recs)
+		out := make([]driver.Decision, 1)
+		errLua := store.Apply(ctx, check, out)
+		if errGo != nil {
+			require.ErrorIs(t, errGo, redisstore.ErrBadRecord, "%q", raw)
+			require.ErrorIs(t, errLua, redisstore.ErrBadRecord, "%q: ParseFloat refuses it, the function does not", raw)
+			continue
+		}
+		require.NoError(t, errLua, "%q: ParseFloat reads it, the function does not", raw)
+		accepted++
+		if v := recs[0].State.Remaining; v >= 0 && v <= 100 {
+			require.Equal(t, v, out[0].Remaining, "%q", raw)
+		}
+	}
+	require.Greater(t, accepted, 100, "the strings exercise both sides")
 }
 
 // TestSettlementInAFailedBatch: a settlement that went in a batch the
