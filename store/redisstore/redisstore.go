@@ -27,8 +27,9 @@
 // Cluster, calls coalesce per master, and a batch is one call of the
 // function over the slots of its master; when a slot moves, its ops go
 // again one call per key, which the client routes. Records expire once
-// their bucket would be full again, plus a margin for the server's clock
-// disagreeing with the application's.
+// their bucket would be full again, plus a margin (WithExpiryMargin) for
+// calls in flight whose time lags and for application clocks that
+// disagree with each other.
 //
 // # What the server must keep
 //
