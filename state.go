@@ -471,19 +471,25 @@ func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, 
 	return na, nb, 0, 0, false
 }
 
-// pairTries bounds how many candidate times past an estimate pairWait
-// tries before it settles for the estimate, which is never later than the
-// least wait.
+// pairTries bounds how many candidate times from an estimate pairWait
+// tries before it settles for the estimate.
 const pairTries = 4
 
 // pairWait returns the least wait, in milliseconds from now, after which a
 // call refused on two shards would succeed on the same shards if nothing
 // else happened meanwhile: the earliest of the times at which either shard
-// alone, or both together, could grant it. Each estimate is never later
-// than its true time (it ignores the other shard, or a shard's capacity,
-// or rounds down); candidate times from it on are tried with split until
-// one succeeds. Should none of pairTries succeed, the estimate stands: the
-// wait is then shorter than needed, never longer. At most MaxRetryAfter.
+// alone, or both together, could grant it. Each shard alone gives an
+// estimate never later than its true time (it ignores the other shard);
+// both together give one that ignores a shard's capacity, and rounds
+// down, but counts their shortfall in full, while split grants a call the
+// two fall short of by less than twice the noise (the tolerance of their
+// common level): it may be late. Candidate times from each estimate on are
+// tried with split until one succeeds; should none of pairTries succeed,
+// the estimate stands, shorter than needed. The earliest time found to
+// succeed is then searched back from (searchBack), so that the wait is the
+// first millisecond at which the call succeeds and the one before it
+// fails: a step back for every refused call, more only when an estimate
+// was late. At most MaxRetryAfter.
 func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) float64 {
 	sa, sb := StateAt(pa, ra, now), StateAt(pb, rb, now)
 	okAt := func(t int64) bool {
@@ -498,6 +504,7 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 		return t + 1
 	}
 	best := float64(driver.MaxRetryAfter)
+	found := false // whether the call succeeds at now + best
 	try := func(est float64) {
 		if !(est < best) {
 			return
@@ -508,12 +515,14 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 				return
 			}
 			if okAt(t) {
-				best = float64(t - now)
+				best, found = float64(t-now), true
 				return
 			}
 			t = next(t)
 		}
-		best = math.Min(best, math.Ceil(est))
+		if math.Ceil(est) < best {
+			best, found = math.Ceil(est), false
+		}
 	}
 	// One shard alone, once it would grant the call as it does when full:
 	// a count above its capacity (plus its debt allowance) by float noise
@@ -542,13 +551,44 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 	if need <= pa.Capacity+pb.Capacity {
 		try(sumWait(pa, pb, sa, sb, now, need))
 	}
+	if found {
+		best = float64(searchBack(okAt, now, now+int64(best)) - now)
+	}
 	return best
 }
 
+// searchBack returns the first millisecond in (lo, hi] at which ok holds,
+// given that it fails at lo and holds at hi, and that it only changes from
+// failing to holding as time goes on (shards only gain tokens): the
+// millisecond before hi first, then steps back doubling while ok holds,
+// then halves the interval between the last time it failed and the first
+// it held. Each probe narrows (lo, hi], so the search ends; the doubling
+// and the halving take at most 44 probes each over any wait within
+// MaxRetryAfter (< 2^43 ms). For a fixed window, whose shards gain tokens
+// only at their windows' starts, the millisecond found is such a start.
+func searchBack(ok func(int64) bool, lo, hi int64) int64 {
+	d := int64(1) // the step back, while ok holds
+	for hi-lo > 1 {
+		t := hi - d
+		if d == 0 || t <= lo {
+			d, t = 0, lo+(hi-lo)/2
+		}
+		if ok(t) {
+			hi = t
+			d *= 2
+		} else {
+			lo, d = t, 0
+		}
+	}
+	return hi
+}
+
 // sumWait estimates the milliseconds from now until two shards hold need
-// tokens between them, never later than the true time: grants that a
-// shard's capacity would cut count in full until the other shard must
-// make up the rest alone.
+// tokens between them: grants that a shard's capacity would cut count in
+// full until the other shard must make up the rest alone. It counts the
+// shortfall in full, so that it may be later than the first time split
+// grants the call, which tolerates twice the noise; pairWait searches back
+// from it.
 func sumWait(pa, pb driver.Params, sa, sb driver.State, now int64, need float64) float64 {
 	short := need - sa.Remaining - sb.Remaining
 	if short <= 0 {

@@ -107,10 +107,10 @@ BEGIN
 END
 {{q}};
 
--- {{pwait}} is state.go's pairWait (with sumWait): the least wait, in ms,
--- after which a call refused on two shards would succeed on them. The
--- shards come as their limit, phase and record as stored (found, value,
--- ts), then refreshed to now (value, ts).
+-- {{pwait}} is state.go's pairWait (with sumWait and searchBack): the least
+-- wait, in ms, after which a call refused on two shards would succeed on
+-- them. The shards come as their limit, phase and record as stored (found,
+-- value, ts), then refreshed to now (value, ts).
 CREATE OR REPLACE FUNCTION {{pwait}}(
 	ka bigint, rta float8, pa bigint, ca float8, ma float8, pha bigint, fa boolean, va0 float8, ta0 bigint,
 	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
@@ -128,6 +128,8 @@ DECLARE
 	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
 	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
 	al float8; wj float8; wk float8;
+	known boolean := false; -- whether the call succeeds at now + best
+	lo bigint; hi bigint; d bigint;
 BEGIN
 	kk := ARRAY[ka, kb]; rt := ARRAY[rta, rtb]; pp := ARRAY[pa, pb]; cc := ARRAY[ca, cb]; ph := ARRAY[pha, phb];
 	fnd := ARRAY[fa, fb]; v0 := ARRAY[va0, vb0]; t0 := ARRAY[ta0, tb0];
@@ -221,6 +223,7 @@ BEGIN
 				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
 			IF ok THEN
 				best := (t - now)::float8;
+				known := true;
 				settled := true;
 				EXIT;
 			END IF;
@@ -236,10 +239,53 @@ BEGIN
 				t := t + 1;
 			END IF;
 		END LOOP;
-		IF NOT settled THEN
-			best := least(best, ceil(est));
+		IF NOT settled AND ceil(est) < best THEN
+			best := ceil(est);
+			known := false;
 		END IF;
 	END LOOP;
+	-- searchBack: the first ms in (now, now + best] at which the call
+	-- succeeds, stepping back doubling from now + best, then halving.
+	IF known THEN
+		lo := now; hi := now + best::bigint; d := 1;
+		WHILE hi - lo > 1 LOOP
+			t := hi - d;
+			IF d = 0 OR t <= lo THEN
+				d := 0; t := lo + (hi - lo) / 2;
+			END IF;
+			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
+				IF NOT fnd[s] THEN
+					lv[s] := cc[s];
+					IF kk[s] = {{fixed}} THEN
+						off := (t - ph[s]) % pp[s];
+						IF off < 0 THEN off := off + pp[s]; END IF;
+						lt[s] := t - off;
+					ELSE
+						lt[s] := t;
+					END IF;
+				ELSIF kk[s] = {{fixed}} THEN
+					lv[s] := v0[s]; lt[s] := t0[s];
+					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
+					IF k > 0 THEN
+						lv[s] := lv[s] + rt[s] * k::float8;
+						lt[s] := t0[s] + k * pp[s];
+					END IF;
+					lv[s] := least(lv[s], cc[s]);
+				ELSE
+					lt[s] := greatest(t, t0[s]);
+					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
+				END IF;
+			END LOOP;
+			SELECT z.ok INTO ok FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
+				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			IF ok THEN
+				hi := t; d := d * 2;
+			ELSE
+				lo := t; d := 0;
+			END IF;
+		END LOOP;
+		best := (hi - now)::float8;
+	END IF;
 	RETURN best;
 END
 {{q}};

@@ -277,7 +277,8 @@ local function split(pa, pb, sa, tsa, sb, tsb, now, count, reserve)
   return na, nb, 0, 0, false
 end
 
--- sumWait: ms from now, never late, until two shards hold need tokens.
+-- sumWait: ms from now until two shards hold need tokens, counting the
+-- shortfall in full (it may be late by the tolerance of split).
 local function sum_wait(pa, pb, sa, tsa, sb, tsb, now, need)
   local short = need - sa - sb
   if short <= 0 then
@@ -338,7 +339,8 @@ local function sum_wait(pa, pb, sa, tsa, sb, tsb, now, need)
 end
 
 -- pairWait: the least wait after which a refused call on two shards would
--- succeed on them (fa, sa0, tsa0 and fb, sb0, tsb0: the records as read).
+-- succeed on them (fa, sa0, tsa0 and fb, sb0, tsb0: the records as read):
+-- the estimates tried forward, then the earliest found searched back.
 local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa, sb, tsb, now, count, reserve)
   local function ok_at(t)
     local a, ta = load(pa, pha, fa, sa0, tsa0, t)
@@ -358,6 +360,7 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
     return t + 1
   end
   local best = MAX_RETRY
+  local found = false -- whether the call succeeds at now + best
   local function try(est)
     if not (est < best) then
       return
@@ -368,12 +371,14 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
         return
       end
       if ok_at(t) then
-        best = t - now
+        best, found = t - now, true
         return
       end
       t = next_at(t)
     end
-    best = min(best, ceil(est))
+    if ceil(est) < best then
+      best, found = ceil(est), false
+    end
   end
   local function single_at(p, f, v0, ts0, v, ts)
     local allow = 0
@@ -395,6 +400,23 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
   end
   if need <= pa[4] + pb[4] then
     try(sum_wait(pa, pb, sa, tsa, sb, tsb, now, need))
+  end
+  if found then
+    -- searchBack: the first ms in (now, now + best] at which the call
+    -- succeeds, stepping back doubling from now + best, then halving.
+    local lo, hi, d = now, now + best, 1
+    while hi - lo > 1 do
+      local t = hi - d
+      if d == 0 or t <= lo then
+        d, t = 0, lo + floor((hi - lo) / 2)
+      end
+      if ok_at(t) then
+        hi, d = t, d * 2
+      else
+        lo, d = t, 0
+      end
+    end
+    best = hi - now
   end
   return best
 end
