@@ -14,10 +14,9 @@ type Result struct {
 	OK bool
 	// RetryAfter is, for a reserved call, when its tokens will have been
 	// granted, and for a denied call, how long until the same call would
-	// succeed; 0 when allowed outright. Whole milliseconds, rounded up.
-	// For a sharded limit it may be later than the least such wait by the
-	// time a shard takes to be granted 2e-9 tokens, in whole milliseconds
-	// or windows (docs/sharding.md).
+	// succeed; 0 when allowed outright. Whole milliseconds, rounded up:
+	// the least such wait, for a sharded limit as for one record, on the
+	// two shards the call evaluated (docs/sharding.md).
 	RetryAfter time.Duration
 	// Remaining is the tokens left after an OK call (negative: owed through
 	// reservations), or the tokens available now after a denied one. For a
