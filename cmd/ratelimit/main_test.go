@@ -569,3 +569,29 @@ func TestSampleTimes(t *testing.T) {
 	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--at", "876576h=1")
 	require.Equal(t, 0, code, errOut)
 }
+
+// TestSchemaDoc: the example of docs/cli.md's schema section shows the
+// lines that `ratelimit schema --table limits.records` prints, the
+// version's digest included, so that the page follows each change of the
+// SQL.
+func TestSchemaDoc(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	const grep = "$ grep -E '^(CREATE|DROP|ALTER|COMMENT)' migrations/0042_ratelimit.up.sql\n"
+	_, rest, ok := strings.Cut(string(doc), grep)
+	require.True(t, ok, "docs/cli.md has no schema example")
+	shown, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	code, out, errOut := exec("schema", "--table", "limits.records")
+	require.Equal(t, 0, code, errOut)
+	var want strings.Builder
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, "CREATE") || strings.HasPrefix(line, "DROP") ||
+			strings.HasPrefix(line, "ALTER") || strings.HasPrefix(line, "COMMENT") {
+			want.WriteString(line)
+		}
+	}
+	require.Equal(t, want.String(), shown, "docs/cli.md's schema example")
+	head := strings.Join(strings.SplitAfter(out, "\n")[:6], "")
+	require.Contains(t, string(doc), head, "docs/cli.md's head -6 of the schema")
+}
