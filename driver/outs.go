@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // ErrOutLength is the error, wrapped, of a call whose out has a place for
@@ -54,13 +55,23 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 //
 //   - Mode is ModeLimit, ModeCheck or ModeRefund;
 //   - Now is within ±MaxTime;
-//   - no item's Count is NaN;
-//   - every item has one shard or two, and one in ModeRefund;
+//   - every item's Count is a finite number ≥ 0;
+//   - every item has one shard or two, and one in ModeRefund; an item's
+//     two shards have different indexes;
+//   - every item has the Key of the first, and no two items name the same
+//     record (Name and shard index);
+//   - every shard's Params are in range (see Params): Kind FixedWindow or
+//     TokenBucket; Period from 1 ms to 100 years (ratelimit.MaxPeriod);
+//     Phase in [0, Period); Rate from 1e-9/1024 to 1e15; Capacity and
+//     MaxReserved from 0 to 1e15 (NaN and infinities are out of every
+//     range);
 //   - Settle is nil unless Mode is ModeRefund, and a Settlement comes with
 //     at least one item and has Kind SettleCancel or SettleUse.
 //
-// CheckOut and CheckOuts call it: a store that calls those need not call
-// it again.
+// These are the bounds of the limits ratelimit.New accepts, divided among
+// their shards: within them every store computes every decision alike,
+// and the Limiter sends nothing outside them. CheckOut and CheckOuts call
+// it: a store that calls those need not call it again.
 func CheckOp(op *Op) error {
 	if op.Mode > ModeRefund {
 		return opError("mode %d: use ModeLimit, ModeCheck or ModeRefund", op.Mode)
@@ -71,11 +82,28 @@ func CheckOp(op *Op) error {
 	one := op.Mode == ModeRefund
 	for i := range op.Items {
 		it := &op.Items[i]
-		if n := len(it.Shards); n != 1 && (n != 2 || one) {
+		n := len(it.Shards)
+		if n != 1 && (n != 2 || one) {
 			return opError("item %d (%q) of a mode %d op has %d shards: give an item one or two, a refund's one", i, it.Name, op.Mode, n)
 		}
-		if it.Count != it.Count {
-			return opError("item %d (%q) has a count of NaN: give a number", i, it.Name)
+		if !(it.Count >= 0 && it.Count <= math.MaxFloat64) {
+			return opError("item %d (%q) has a count of %v: give a finite number of tokens ≥ 0", i, it.Name, it.Count)
+		}
+		if !paramsValid(&it.Shards[0].Params) {
+			return paramsError(i, it, 0)
+		}
+		if n == 2 {
+			if !paramsValid(&it.Shards[1].Params) {
+				return paramsError(i, it, 1)
+			}
+			if it.Shards[0].Index == it.Shards[1].Index {
+				return opError("item %d (%q) names shard %d twice: give a sharded item two different shards", i, it.Name, it.Shards[0].Index)
+			}
+		}
+	}
+	if len(op.Items) > 1 {
+		if err := checkDistinct(op.Items); err != nil {
+			return err
 		}
 	}
 	if st := op.Settle; st != nil {
@@ -89,6 +117,103 @@ func CheckOp(op *Op) error {
 		}
 	}
 	return nil
+}
+
+// The bounds of Params that CheckOp enforces: those of the limits
+// ratelimit.New accepts (ratelimit.MaxTokens, ratelimit.MaxPeriod, the
+// least Rate, 1e-9, over at most ratelimit.MaxShards shards), which the
+// suite of package storetest checks against a Limiter at those bounds.
+const (
+	maxTokens = 1e15
+	maxPeriod = 36524 * 24 * 3600 * 1000 // 100 years, in milliseconds
+	minRate   = 1e-9 / 1024
+)
+
+// paramsValid reports whether p is within the bounds of Params (CheckOp).
+// A NaN fails every comparison; a negative int64 is a large uint64.
+func paramsValid(p *Params) bool {
+	return uint8(p.Kind-FixedWindow) <= uint8(TokenBucket-FixedWindow) &&
+		uint64(p.Period-1) < maxPeriod && uint64(p.Phase) < uint64(p.Period) &&
+		p.Rate >= minRate && p.Rate <= maxTokens &&
+		p.Capacity >= 0 && p.Capacity <= maxTokens &&
+		p.MaxReserved >= 0 && p.MaxReserved <= maxTokens
+}
+
+// paramsError is the error of item i, it, whose shard j has params that
+// paramsValid refused: which bound they break.
+func paramsError(i int, it *Item, j int) error {
+	p := &it.Shards[j].Params
+	return opError("item %d (%q), shard %d: %s", i, it.Name, it.Shards[j].Index, paramsProblem(p))
+}
+
+// paramsProblem says which bound p breaks.
+func paramsProblem(p *Params) string {
+	switch {
+	case p.Kind != FixedWindow && p.Kind != TokenBucket:
+		return fmt.Sprintf("kind %v: use FixedWindow or TokenBucket", p.Kind)
+	case p.Period < 1 || p.Period > maxPeriod:
+		return fmt.Sprintf("period %d: give a period from 1 to %d milliseconds (100 years)", p.Period, int64(maxPeriod))
+	case p.Phase < 0 || p.Phase >= p.Period:
+		return fmt.Sprintf("phase %d: give a phase in [0, Period) = [0, %d)", p.Phase, p.Period)
+	case !(p.Rate >= minRate && p.Rate <= maxTokens):
+		return fmt.Sprintf("rate %v: give a rate from %v to %v tokens per period", p.Rate, minRate, maxTokens)
+	case !(p.Capacity >= 0 && p.Capacity <= maxTokens):
+		return fmt.Sprintf("capacity %v: give a capacity from 0 to %v tokens", p.Capacity, maxTokens)
+	}
+	return fmt.Sprintf("max reserved %v: give a number of tokens from 0 (unlimited) to %v", p.MaxReserved, maxTokens)
+}
+
+// fewItems is the most items of an op whose records checkDistinct
+// compares pair by pair; beyond, it keeps them in a map.
+const fewItems = 8
+
+// checkDistinct returns an error matching ErrInvalidOp if items, of two
+// or more, do not all have the same Key, or if two of them (each of
+// different shards) name the same record.
+func checkDistinct(items []Item) error {
+	key := items[0].Key
+	for i := 1; i < len(items); i++ {
+		if items[i].Key != key {
+			return opError("item %d (%q) has key %q, item 0 key %q: the items of an op share one key; send an op per key (in one ApplyBatch)", i, items[i].Name, items[i].Key, key)
+		}
+	}
+	if len(items) <= fewItems {
+		for i := 1; i < len(items); i++ {
+			for j := range i {
+				if items[i].Name != items[j].Name {
+					continue
+				}
+				for _, a := range items[i].Shards {
+					for _, b := range items[j].Shards {
+						if a.Index == b.Index {
+							return sameRecord(j, i, &items[i], a.Index)
+						}
+					}
+				}
+			}
+		}
+		return nil
+	}
+	type record struct {
+		name  string
+		shard int
+	}
+	seen := make(map[record]int, 2*len(items))
+	for i := range items {
+		for _, sh := range items[i].Shards {
+			r := record{items[i].Name, sh.Index}
+			if j, ok := seen[r]; ok && j != i {
+				return sameRecord(j, i, &items[i], sh.Index)
+			}
+			seen[r] = i
+		}
+	}
+	return nil
+}
+
+// sameRecord is the error of items j and i, it, both naming shard.
+func sameRecord(j, i int, it *Item, shard int) error {
+	return opError("items %d and %d both name the record of limit %q, key %q, shard %d: name each record once in an op", j, i, it.Name, it.Key, shard)
 }
 
 // opError is ErrInvalidOp with what was wrong.

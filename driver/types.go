@@ -32,19 +32,31 @@ const WaitTries = 3
 const MaxRetryAfter int64 = math.MaxInt64 / 1_000_000
 
 // Params is one record's share of a limit, in the units of the transition:
-// milliseconds and tokens. Config.Params computes it for a shard.
+// milliseconds and tokens. The Limiter computes it for a shard of a
+// Config: Rate, Capacity and MaxReserved divided by the shard count.
+//
+// Its fields have the ranges below, those of the limits ratelimit.New
+// accepts, shared among at most ratelimit.MaxShards shards: within them
+// every store decides alike. An Op with params outside them is invalid
+// (ErrInvalidOp, CheckOp); NaN and infinities are outside every range.
 type Params struct {
+	// Kind is FixedWindow or TokenBucket.
 	Kind Kind
-	// Rate is the tokens granted per Period.
+	// Rate is the tokens granted per Period: from 1e-9/1024 (the least
+	// Rate of a Config over the most shards) to 1e15
+	// (ratelimit.MaxTokens).
 	Rate float64
-	// Period is the window or refill period in milliseconds, ≥ 1.
+	// Period is the window or refill period in milliseconds: from 1 to
+	// 100 years (ratelimit.MaxPeriod).
 	Period int64
-	// Capacity is the most tokens the record may hold.
+	// Capacity is the most tokens the record may hold: from 0 to 1e15.
 	Capacity float64
-	// MaxReserved is the most tokens the record may owe; 0 is unlimited.
+	// MaxReserved is the most tokens the record may owe, from 0 to 1e15;
+	// 0 is unlimited.
 	MaxReserved float64
 	// Phase places the windows of a fixed window: they begin at
-	// Phase + k·Period. In [0, Period). Unused by a token bucket.
+	// Phase + k·Period. In [0, Period), whatever the kind; unused by a
+	// token bucket.
 	Phase int64
 }
 
@@ -171,8 +183,10 @@ const (
 // written, or nothing is written.
 //
 // An Op that breaks a rule of its fields below (a mode that is none of
-// the three, a time beyond ±MaxTime, a count that is NaN, an item of no
-// shards or of more than two, a refund's of two, a Settle outside
+// the three, a time beyond ±MaxTime, a count that is NaN, negative or
+// infinite, an item of no shards or of more than two, a refund's of two,
+// an item of one shard twice, items of different keys, two items of one
+// record, params out of the ranges of Params, a Settle outside
 // ModeRefund, without items or of a Kind that is neither SettleCancel nor
 // SettleUse) is invalid: every store refuses it, with an error matching
 // ErrInvalidOp, and decides, writes and marks nothing (CheckOp). The
@@ -185,7 +199,10 @@ type Op struct {
 	Reserve bool
 	// Items are the limits decided. They all have the same Key (so that a
 	// store may keep all records of one key together, e.g. in one Redis
-	// Cluster slot), and two items never name the same record.
+	// Cluster slot, where items of two keys would fail with CROSSSLOT),
+	// and no two name the same record (Name and shard index): an op of
+	// either is invalid (ErrInvalidOp). Calls of several keys are several
+	// ops (BatchApplier).
 	Items []Item
 	// Settle, in ModeRefund only, makes the refund a settlement, applied
 	// at most once (see Settlement); nil for a plain refund, and in the
@@ -210,15 +227,16 @@ func (op *Op) SettledBefore(kind SettleKind, out []Decision) {
 type Item struct {
 	Name string
 	Key  string
-	// Count is the tokens asked for, or handed back in ModeRefund; never
-	// NaN (the Limiter sends only finite counts ≥ 0).
+	// Count is the tokens asked for, or handed back in ModeRefund: a
+	// finite number ≥ 0 (NaN, a negative count or an infinite one make
+	// the op invalid: ErrInvalidOp).
 	Count float64
 	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
 	// charged: Decision.Now of the call that took them.
 	At int64
-	// Shards holds one record, or two for a sharded limit (power of two
-	// choices: the call may be granted by either or by both together); a
-	// refund's, one.
+	// Shards holds one record, or two of different indexes for a sharded
+	// limit (power of two choices: the call may be granted by either or by
+	// both together); a refund's, one.
 	Shards []Shard
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
@@ -87,7 +89,7 @@ func testContract(t *testing.T, newStore NewStore) {
 	t.Run("ApplyInvalidOp", func(t *testing.T) {
 		s := newStore(t)
 		charge(t, s, now, "a", p)
-		ids := []driver.RecordID{id("a"), {Name: "a", Key: "k", Shard: 1}, {Name: "a", Key: "k", Shard: 2}}
+		ids := invalidOpRecords()
 		before := make([]driver.Record, len(ids))
 		require.NoError(t, s.Load(context.Background(), ids, before))
 		ops := invalidOps(now, p)
@@ -100,6 +102,36 @@ func testContract(t *testing.T, newStore NewStore) {
 			require.Equal(t, before, after, "%s: a refused op writes nothing", c.name)
 			requireUnsettled(t, s, now, p, invalidID(i), c.name)
 		}
+	})
+	t.Run("LimiterOpsAtTheBounds", func(t *testing.T) {
+		// The ops a Limiter sends for limits at the bounds of what New
+		// accepts are valid (driver.CheckOp): the store decides them.
+		ctx := context.Background()
+		mock := clock.NewMock()
+		mock.Set(epoch)
+		hundredYears := ratelimit.MaxPeriod
+		lim, err := ratelimit.New(newStore(t), ratelimit.Limits{
+			"slow":   {Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: hundredYears, Capacity: 1, Shards: ratelimit.MaxShards},
+			"long":   {Kind: ratelimit.FixedWindow, Rate: 3, Period: hundredYears, Start: epoch.Add(-7 * time.Millisecond)},
+			"fast":   {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Millisecond, MaxReserved: ratelimit.MaxTokens},
+			"tiny":   {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 5e-324, MaxReserved: 5e-324, Shards: 2},
+			"thirds": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Millisecond, Capacity: 1.0 / 3, Shards: 3},
+		}, ratelimit.WithClock(mock))
+		require.NoError(t, err)
+		for _, c := range []struct {
+			name  string
+			count float64
+		}{{"slow", 1e-3}, {"long", 3}, {"fast", ratelimit.MaxTokens}, {"tiny", 0}, {"thirds", 0.2}} {
+			_, err := lim.Limit(ctx, c.name, "k", ratelimit.Count(c.count))
+			require.NoError(t, err, c.name)
+			r, err := lim.Reserve(ctx, c.name, "k", ratelimit.Count(c.count))
+			require.NoError(t, err, c.name)
+			require.NoError(t, r.Cancel(ctx), c.name)
+		}
+		res, err := lim.LimitAll(ctx, "k2", []string{"slow", "long", "fast", "tiny", "thirds"}, ratelimit.Count(0), ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		require.NoError(t, lim.Settle(ctx, res.Token, 0))
 	})
 	if _, ok := newStore(t).(driver.BatchApplier); !ok {
 		return
@@ -138,7 +170,7 @@ func testContract(t *testing.T, newStore NewStore) {
 		s := newStore(t)
 		b := s.(driver.BatchApplier)
 		charge(t, s, now, "a", p)
-		ids := []driver.RecordID{id("a"), {Name: "a", Key: "k", Shard: 1}, {Name: "a", Key: "k", Shard: 2}, id("v")}
+		ids := append(invalidOpRecords(), id("v"))
 		before := make([]driver.Record, len(ids))
 		require.NoError(t, s.Load(context.Background(), ids, before))
 		for i, c := range invalidOps(now, p) {
@@ -164,11 +196,26 @@ type invalidOp struct {
 	op   *driver.Op
 }
 
+// invalidOpRecords returns the records that invalidOps touch (they must
+// write none): the limits a to i of key k, shards 0 to 2, and b of k2.
+func invalidOpRecords() []driver.RecordID {
+	var ids []driver.RecordID
+	for _, name := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"} {
+		for sh := range 3 {
+			ids = append(ids, driver.RecordID{Name: name, Key: "k", Shard: sh})
+		}
+	}
+	return append(ids, driver.RecordID{Name: "b", Key: "k2"})
+}
+
 // invalidOps returns one op of each invalid kind, on the records (a, k) of
-// params p at now: a settlement in a mode other than ModeRefund, without
-// items or with a kind that is not one, a mode that is not one, a time
-// beyond ±MaxTime, a count of NaN, and items of no shards, of three, or a
-// refund's of two. The settlement of the i-th has ID invalidID(i).
+// params p at now (and those of invalidOpRecords): a settlement in a mode
+// other than ModeRefund, without items or with a kind that is not one, a
+// mode that is not one, a time beyond ±MaxTime, a count of NaN, negative
+// or infinite, items of no shards, of three, or a
+// refund's of two, items of two keys, two items of one record, an item of
+// one shard twice, and params out of range (kind, period, phase, rate,
+// capacity, max reserved). The settlement of the i-th has ID invalidID(i).
 func invalidOps(now int64, p driver.Params) []invalidOp {
 	shards := func(n int) []driver.Shard {
 		sh := make([]driver.Shard, n)
@@ -214,6 +261,83 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 		{"a time far before -MaxTime", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Now = -far })},
 		{"a check far past MaxTime", op(driver.ModeCheck, 1, false, 0, func(o *driver.Op) { o.Now = far })},
 		{"a settlement far past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Now = far })},
+		{"a negative count", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = -1 })},
+		{"a refund of a negative count", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = -1 })},
+		{"a reservation of +Inf", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Reserve, o.Items[0].Count = true, math.Inf(1) })},
+		{"a refund of +Inf", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.Inf(1) })},
+		{"a count of -Inf", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.Inf(-1) })},
+	}
+	// Items of two keys, or two of one record.
+	item := func(name, key string, idx ...int) driver.Item {
+		it := driver.Item{Name: name, Key: key, Count: 1, At: now}
+		for _, i := range idx {
+			it.Shards = append(it.Shards, driver.Shard{Index: i, Params: p})
+		}
+		return it
+	}
+	items := func(its ...driver.Item) func(*driver.Op) { return func(o *driver.Op) { o.Items = its } }
+	nine := func(o *driver.Op) { // beyond the few items compared pair by pair
+		o.Items = nil
+		for _, name := range []string{"b", "c", "d", "e", "f", "g", "h", "i", "a"} {
+			o.Items = append(o.Items, item(name, "k", 0))
+		}
+		o.Items = append(o.Items, item("a", "k", 0))
+	}
+	ops = append(ops,
+		invalidOp{"items of two keys", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0), item("b", "k2", 0)))},
+		invalidOp{"a check of items of two keys", op(driver.ModeCheck, 1, false, 0, items(item("a", "k", 0), item("b", "k2", 0)))},
+		invalidOp{"a refund of items of two keys", op(driver.ModeRefund, 1, false, 0, items(item("a", "k", 0), item("b", "k2", 0)))},
+		invalidOp{"a settlement of items of two keys", op(driver.ModeRefund, 1, true, driver.SettleUse, items(item("a", "k", 0), item("b", "k2", 0)))},
+		invalidOp{"a sharded item of another key", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0), item("b", "k2", 0, 1)))},
+		invalidOp{"two items of one record", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0), item("a", "k", 0)))},
+		invalidOp{"a reservation of one record twice", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) {
+			o.Reserve, o.Items = true, []driver.Item{item("a", "k", 1), item("b", "k", 0), item("a", "k", 1)}
+		})},
+		invalidOp{"a check of one record twice", op(driver.ModeCheck, 1, false, 0, items(item("a", "k", 0), item("a", "k", 0)))},
+		invalidOp{"a refund of one record twice", op(driver.ModeRefund, 1, false, 0, items(item("a", "k", 0), item("a", "k", 0)))},
+		invalidOp{"a settlement of one record twice", op(driver.ModeRefund, 1, true, driver.SettleCancel, items(item("a", "k", 0), item("a", "k", 0)))},
+		invalidOp{"a sharded item and one of its shards", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0, 1), item("a", "k", 1)))},
+		invalidOp{"two sharded items sharing a shard", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0, 2), item("a", "k", 1, 2)))},
+		invalidOp{"an item of one shard twice", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 1, 1)))},
+		invalidOp{"one record twice among ten items", op(driver.ModeLimit, 1, false, 0, nine)},
+	)
+	// Params out of range, on an item's only shard, on its second, and on
+	// a refund's.
+	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
+	for _, c := range []struct {
+		name   string
+		change func(*driver.Params)
+	}{
+		{"kind 0", func(q *driver.Params) { q.Kind = 0 }},
+		{"kind 3", func(q *driver.Params) { q.Kind = 3 }},
+		{"period 0", func(q *driver.Params) { q.Period = 0 }},
+		{"a negative period", func(q *driver.Params) { q.Period = -60_000 }},
+		{"a period beyond MaxPeriod", func(q *driver.Params) { q.Period = maxPeriod + 1 }},
+		{"a negative phase", func(q *driver.Params) { q.Kind, q.Phase = ratelimit.FixedWindow, -1 }},
+		{"a phase of a period", func(q *driver.Params) { q.Kind, q.Phase = ratelimit.FixedWindow, q.Period }},
+		{"a token bucket's phase beyond its period", func(q *driver.Params) { q.Phase = 1 << 62 }},
+		{"a rate of NaN", func(q *driver.Params) { q.Rate = math.NaN() }},
+		{"a rate of 0", func(q *driver.Params) { q.Rate = 0 }},
+		{"a negative rate", func(q *driver.Params) { q.Rate = -1 }},
+		{"a rate of +Inf", func(q *driver.Params) { q.Rate = math.Inf(1) }},
+		{"a rate below 1e-9 over MaxShards", func(q *driver.Params) { q.Rate = 1e-9 / ratelimit.MaxShards / 2 }},
+		{"a rate beyond MaxTokens", func(q *driver.Params) { q.Rate = 2 * ratelimit.MaxTokens }},
+		{"a capacity of NaN", func(q *driver.Params) { q.Capacity = math.NaN() }},
+		{"a negative capacity", func(q *driver.Params) { q.Capacity = -1 }},
+		{"a capacity of +Inf", func(q *driver.Params) { q.Capacity = math.Inf(1) }},
+		{"a capacity beyond MaxTokens", func(q *driver.Params) { q.Capacity = 2 * ratelimit.MaxTokens }},
+		{"a max reserved of NaN", func(q *driver.Params) { q.MaxReserved = math.NaN() }},
+		{"a negative max reserved", func(q *driver.Params) { q.MaxReserved = -1 }},
+		{"a max reserved of +Inf", func(q *driver.Params) { q.MaxReserved = math.Inf(1) }},
+		{"a max reserved beyond MaxTokens", func(q *driver.Params) { q.MaxReserved = 2 * ratelimit.MaxTokens }},
+	} {
+		bad := p
+		c.change(&bad)
+		ops = append(ops,
+			invalidOp{c.name, op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Shards[0].Params = bad })},
+			invalidOp{c.name + " on a second shard", op(driver.ModeLimit, 2, false, 0, func(o *driver.Op) { o.Reserve, o.Items[0].Shards[1].Params = true, bad })},
+			invalidOp{c.name + " in a settlement", op(driver.ModeRefund, 1, true, driver.SettleUse, func(o *driver.Op) { o.Items[0].Shards[0].Params = bad })},
+		)
 	}
 	for i := range ops {
 		if st := ops[i].op.Settle; st != nil {
@@ -224,7 +348,7 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 }
 
 // invalidID is the settlement ID of the i-th of invalidOps.
-func invalidID(i int) [16]byte { return [16]byte{0x1d, 0xe5, byte(i)} }
+func invalidID(i int) [16]byte { return [16]byte{0x1d, 0xe5, byte(i), byte(i >> 8)} }
 
 // requireUnsettled requires that the settlement id was not settled by an
 // op refused before (the case named what): a refund settling it now, of a
