@@ -47,8 +47,8 @@ type Config struct {
 	// shard's share of them) are whole numbers.
 	MaxReserved float64 `json:"maxReserved,omitempty" yaml:"maxReserved,omitempty"`
 	// Shards splits a hot limit into that many independent records, each
-	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards. 0 or 1
-	// means one record.
+	// holding Rate/Shards, Capacity/Shards and MaxReserved/Shards (a share
+	// that rounds to 0 tokens is refused). 0 or 1 means one record.
 	Shards int `json:"shards,omitempty" yaml:"shards,omitempty"`
 	// Start fixes the phase of a fixed window: windows begin at
 	// Start + k·Period for every integer k. The zero time.Time means a phase
@@ -108,6 +108,16 @@ func (c Config) validate(name string) error {
 	}
 	if c.Shards > MaxShards {
 		return bad("Shards", "is %d: at most %d shards are supported", c.Shards, MaxShards)
+	}
+	if n := float64(c.shards()); n > 1 {
+		// Each shard holds its share: one that rounds to 0 would leave a
+		// shard's bucket empty for good or, of MaxReserved, unbounded.
+		if c.Capacity != 0 && c.Capacity/n == 0 {
+			return bad("Capacity", "is %v: over %d shards, each shard's share rounds to 0 tokens: raise it, or use fewer shards", c.Capacity, c.Shards)
+		}
+		if c.MaxReserved != 0 && c.MaxReserved/n == 0 {
+			return bad("MaxReserved", "is %v: over %d shards, each shard's share rounds to 0 tokens, which would mean as many as %v: raise it, or use fewer shards", c.MaxReserved, c.Shards, MaxTokens)
+		}
 	}
 	if reach := c.reach(); reach < 1 && c.Capacity == 0 {
 		// Set explicitly, a capacity below 1 serves calls of fractional

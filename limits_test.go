@@ -464,3 +464,30 @@ func TestEveryDeclaredLimitIsFound(t *testing.T) {
 		})
 	}
 }
+
+// TestShardShareRoundingToZeroIsRefused: a Capacity or MaxReserved so
+// small that each shard's share rounds to 0 is refused. A MaxReserved
+// share of 0 would mean as many as MaxTokens: a tiny bound on debt would
+// become none.
+func TestShardShareRoundingToZeroIsRefused(t *testing.T) {
+	base := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1, Shards: 2}
+	for _, tc := range []struct {
+		field string
+		edit  func(*ratelimit.Config)
+	}{
+		{"MaxReserved", func(c *ratelimit.Config) { c.MaxReserved = 5e-324 }},
+		{"Capacity", func(c *ratelimit.Config) { c.Capacity = 5e-324 }},
+	} {
+		c := base
+		tc.edit(&c)
+		err := c.Validate()
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.Equal(t, tc.field, ce.Field)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+		require.ErrorContains(t, err, "rounds to 0")
+
+		c.Shards = 1 // one record holds it all: a tiny share, not none
+		require.NoError(t, c.Validate(), tc.field)
+	}
+}
