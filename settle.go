@@ -203,6 +203,9 @@ func (t *Token) decode(b []byte) error {
 		}
 		t.items = append(t.items, it)
 	}
+	if r.err == "" && repeats(t.items) {
+		r.fail("an item (a limit's shard) twice")
+	}
 	if t.mac {
 		copy(t.tag[:], r.bytes(tagLen))
 	}
@@ -218,6 +221,35 @@ func (t *Token) decode(b []byte) error {
 	}
 	t.run, t.until = t.at+int64(run), t.at+int64(until)
 	return nil
+}
+
+// repeats reports whether items name one limit's shard twice: pair by
+// pair for a few, through a set for more (a token holds up to
+// maxTokenItems).
+func repeats(items []tokenItem) bool {
+	type id struct {
+		name  string
+		shard int
+	}
+	if len(items) <= 8 {
+		for i := range items {
+			for _, o := range items[:i] {
+				if o.name == items[i].name && o.shard == items[i].shard {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[id]struct{}, len(items))
+	for _, it := range items {
+		k := id{it.name, it.shard}
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
 }
 
 // reader reads a token's binary form; the first problem sticks in err.

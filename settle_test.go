@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,7 +117,17 @@ func FuzzParseToken(f *testing.F) {
 
 // tokenOfShard returns the text form of a token, made by hand, that
 // charges 1 token of shard of limit "jobs" for key "k" at t0.
-func tokenOfShard(shard uint64) string {
+func tokenOfShard(shard uint64) string { return tokenOfItems(tokenItem{"jobs", shard}) }
+
+// tokenItem is an item of a token made by hand: a limit's name and shard.
+type tokenItem struct {
+	name  string
+	shard uint64
+}
+
+// tokenOfItems returns the text form of a token, made by hand, that
+// charges 1 token of each of items for key "k" at t0.
+func tokenOfItems(items ...tokenItem) string {
 	b := []byte{1, 0}                  // version, flags
 	b = append(b, make([]byte, 16)...) // id
 	b = binary.AppendVarint(b, t0.UnixMilli())
@@ -124,12 +135,43 @@ func tokenOfShard(shard uint64) string {
 	b = binary.AppendUvarint(b, 600_000) // until - at
 	b = binary.AppendUvarint(b, 1)
 	b = append(b, 'k')
-	b = binary.AppendUvarint(b, 1) // one item
-	b = binary.AppendUvarint(b, 4)
-	b = append(b, "jobs"...)
-	b = binary.AppendUvarint(b, shard)
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(1))
+	b = binary.AppendUvarint(b, uint64(len(items)))
+	for _, it := range items {
+		b = binary.AppendUvarint(b, uint64(len(it.name)))
+		b = append(b, it.name...)
+		b = binary.AppendUvarint(b, it.shard)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(1))
+	}
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// A token that names one limit's shard twice is refused with
+// ErrInvalidToken: no Limiter makes one, and settled, its op would name
+// one record twice, which stores refuse as an invalid op.
+func TestTokenWithAnItemTwiceIsRefused(t *testing.T) {
+	var many []tokenItem // past the few compared pair by pair
+	for i := range 12 {
+		many = append(many, tokenItem{fmt.Sprint("l", i), uint64(i % 2)})
+	}
+	for _, tc := range []struct {
+		items []tokenItem
+		ok    bool
+	}{
+		{[]tokenItem{{"jobs", 0}, {"jobs", 1}}, true},
+		{[]tokenItem{{"jobs", 0}, {"mail", 0}}, true},
+		{[]tokenItem{{"jobs", 0}, {"jobs", 0}}, false},
+		{[]tokenItem{{"jobs", 1}, {"mail", 0}, {"jobs", 1}}, false},
+		{many, true},
+		{append(slices.Clone(many), many[5]), false},
+	} {
+		_, err := ratelimit.ParseToken(tokenOfItems(tc.items...))
+		if tc.ok {
+			require.NoError(t, err, "%v", tc.items)
+		} else {
+			require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "%v", tc.items)
+			require.ErrorContains(t, err, "twice")
+		}
+	}
 }
 
 // A token naming a shard the limit cannot have is refused with
