@@ -1,0 +1,9 @@
+package driver
+
+// The bounds CheckOp holds params to, for the external tests, which
+// compare them with the root package's.
+const (
+	MaxTokensForTest = maxTokens
+	MaxPeriodForTest = maxPeriod
+	MinRateForTest   = minRate
+)
