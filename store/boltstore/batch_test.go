@@ -85,9 +85,9 @@ func TestApplyBatchOpFailsAlone(t *testing.T) {
 		takeOp("l", "a", 4, now),
 		takeOp("l", "bad", 3, now),
 		takeOp("l", "a", 4, now), // sees the first op's write
-		{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{ // two items, the second failing
+		{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{ // two items of one key
 			{Name: "l", Key: "b", Count: 1, Shards: []driver.Shard{{Params: tb}}},
-			{Name: "m", Key: "bad", Count: 1, Shards: []driver.Shard{{Params: tb}}},
+			{Name: "m", Key: "b", Count: 1, Shards: []driver.Shard{{Params: tb}}},
 		}},
 		takeOp("l", "a", 4, now), // refused: 2 left
 	}

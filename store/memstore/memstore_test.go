@@ -399,10 +399,10 @@ func TestApplyRefusesAShortOut(t *testing.T) {
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
 	const t0 = int64(1_700_000_000_000)
 	s := must(memstore.New())
-	op := func(count float64, keys ...string) *driver.Op {
+	op := func(count float64, names ...string) *driver.Op { // of the key "k"
 		op := &driver.Op{Now: t0}
-		for _, k := range keys {
-			op.Items = append(op.Items, driver.Item{Name: "l", Key: k, Count: count, Shards: []driver.Shard{{Params: p}}})
+		for _, n := range names {
+			op.Items = append(op.Items, driver.Item{Name: n, Key: "k", Count: count, Shards: []driver.Shard{{Params: p}}})
 		}
 		return op
 	}
@@ -418,7 +418,7 @@ func TestApplyRefusesAShortOut(t *testing.T) {
 
 	done := make(chan driver.Verdict, 1)
 	go func() {
-		v, err := s.Bind("l", p, func(string) int64 { return 0 }).Decide(ctx, "b", driver.ModeLimit, t0, 1, false)
+		v, err := s.Bind("b", p, func(string) int64 { return 0 }).Decide(ctx, "k", driver.ModeLimit, t0, 1, false)
 		assert.NoError(t, err)
 		done <- v
 	}()

@@ -114,7 +114,7 @@ func testContract(t *testing.T, newStore NewStore) {
 			"slow":   {Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: hundredYears, Capacity: 1, Shards: ratelimit.MaxShards},
 			"long":   {Kind: ratelimit.FixedWindow, Rate: 3, Period: hundredYears, Start: epoch.Add(-7 * time.Millisecond)},
 			"fast":   {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Millisecond, MaxReserved: ratelimit.MaxTokens},
-			"tiny":   {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 5e-324, MaxReserved: 5e-324, Shards: 2},
+			"tiny":   {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 2 * math.SmallestNonzeroFloat64, MaxReserved: 2 * math.SmallestNonzeroFloat64, Shards: 2},
 			"thirds": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Millisecond, Capacity: 1.0 / 3, Shards: 3},
 		}, ratelimit.WithClock(mock))
 		require.NoError(t, err)
