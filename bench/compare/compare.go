@@ -320,7 +320,7 @@ func runCell(ctx context.Context, o *Options, e *env, mr *MediumReport, cell *Ce
 	}
 	for _, r := range runs {
 		res := r.res
-		res.P50, res.P99 = r.hist.quantile(0.50), r.hist.quantile(0.99)
+		res.P50, res.P99 = r.hist.quantile(1, 2), r.hist.quantile(99, 100)
 		sorted := slices.Sorted(slices.Values(res.PerRound))
 		res.Min, res.Max = sorted[0], sorted[len(sorted)-1]
 		res.Median = median(sorted)

@@ -50,17 +50,20 @@ func (h *histogram) merge(o *histogram) {
 	h.max = max(h.max, o.max)
 }
 
-// quantile returns the upper end of the bucket that holds the p quantile,
-// at most the largest latency seen; 0 when empty.
-func (h *histogram) quantile(p float64) time.Duration {
+// quantile returns the num/den quantile by the nearest rank: the upper
+// end of the bucket that holds the ⌈n·num/den⌉-th smallest latency (the
+// least one that a share num/den of the calls did not exceed), at most the
+// largest latency seen; 0 when empty. The share is a fraction of integers,
+// so that no rounding of a float moves the rank.
+func (h *histogram) quantile(num, den uint64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	rank := min(h.n-1, uint64(p*float64(h.n)))
+	need := min(max((h.n*num+den-1)/den, 1), h.n) // ⌈n·num/den⌉, within [1, n]
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
-		if seen > rank {
+		if seen >= need {
 			return time.Duration(min(histUpper(i), h.max))
 		}
 	}
