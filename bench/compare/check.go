@@ -137,14 +137,18 @@ func check(b Bound, grants []grant, keys []string) Check {
 //
 // Grants i..j (in call order) were decided within [from_i, M_j], M_j the
 // latest answer among grants 0..j, so within a span of at most
-// widen(M_j - from_i). Two scans find the worst run in linear time:
+// widen(M_j - from_i). Scans in linear time find the worst run:
 //
 //   - for every bound, the linear bound Base' + r·S (Base' = Base for a
-//     bucket; Base + PerWindow for windows, as ⌈x⌉ < x + 1): the run
-//     i..j exceeds it by (j-i+1) - Base' - r·widen(M_j - from_i), and the
-//     best i for each j is kept as a running maximum of r'·from_i - i;
-//   - for windows, runs whose widened span is at most one Period: at most
-//     Base + PerWindow. The earliest such i only moves forward with j.
+//     bucket, where it is the bound itself; Base + PerWindow for windows,
+//     as ⌈x⌉ < x + 1): the run i..j exceeds it by (j-i+1) - Base' -
+//     r·widen(M_j - from_i), and the best i for each j is kept as a
+//     running maximum of r'·from_i - i;
+//   - for windows, the staircase itself over spans of up to maxSteps
+//     periods: for each k, runs whose widened span is at most k periods
+//     may hold Base + k·PerWindow. The earliest such i only moves forward
+//     with j. Beyond maxSteps periods, the linear bound allows less than
+//     PerWindow more than the staircase, a share under 1/maxSteps of it.
 func checkKey(b Bound, gs []grant, key string, c *Check) {
 	note := func(excess float64, i, j int, span int64, allows float64) {
 		if excess > c.Excess {
@@ -154,16 +158,21 @@ func checkKey(b Bound, gs []grant, key string, c *Check) {
 		}
 	}
 	base, perNs := b.Base, b.PerSecond/1e9
+	var firsts []int // firsts[k-1]: the staircase scan's earliest i for k periods
 	if b.Period > 0 {
 		base, perNs = b.Base+b.PerWindow, b.PerWindow/float64(b.Period)
+		latest := int64(0)
+		for _, g := range gs {
+			latest = max(latest, g.to())
+		}
+		steps := math.Ceil(widen(latest-gs[0].from) / float64(b.Period))
+		firsts = make([]int, int(min(steps, maxSteps)))
 	}
 	var (
 		latest  int64          // M_j
 		best    = math.Inf(-1) // max over i ≤ j of perNs·(1+clockRate)·from_i - i
 		bestI   int            // its i
 		stretch = perNs * (1 + clockRate)
-		first   int // the short scan's i
-		short   = b.Period > 0
 	)
 	for j, g := range gs {
 		latest = max(latest, g.to())
@@ -175,13 +184,16 @@ func checkKey(b Bound, gs []grant, key string, c *Check) {
 			span := latest - gs[bestI].from
 			note(excess, bestI, j, span, base+perNs*widen(span))
 		}
-		if short {
+		for k := range firsts {
 			// A single slow answer may leave no run short enough.
-			for first <= j && widen(latest-gs[first].from) > float64(b.Period) {
+			limit := float64(k+1) * float64(b.Period)
+			first := firsts[k]
+			for first <= j && widen(latest-gs[first].from) > limit {
 				first++
 			}
+			firsts[k] = first
 			if first <= j {
-				allows := b.Base + b.PerWindow
+				allows := b.Base + float64(k+1)*b.PerWindow
 				if excess := float64(j-first+1) - allows; excess > c.Excess {
 					note(excess, first, j, latest-gs[first].from, allows)
 				}
@@ -189,3 +201,6 @@ func checkKey(b Bound, gs []grant, key string, c *Check) {
 		}
 	}
 }
+
+// maxSteps is how many periods the staircase scan of windows covers.
+const maxSteps = 64

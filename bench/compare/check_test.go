@@ -235,3 +235,39 @@ func TestXRateOutOfOrderTimes(t *testing.T) {
 	assert.True(t, c.Violated())
 	assert.Contains(t, c.Worst, "160 grants")
 }
+
+// TestCheckWindowsOverSeveralPeriods requires the check to hold windows to
+// their staircase, N + N·⌈S/P⌉, over spans longer than a period, not only
+// to the line above it, N + N + N·S/P, which allows up to N more.
+func TestCheckWindowsOverSeveralPeriods(t *testing.T) {
+	b := WindowBound("window counter", 100, 100, time.Second)
+	at := func(gs []grant, ms int64, n int) []grant {
+		for range n {
+			gs = append(gs, grant{from: ms * int64(time.Millisecond), lat: 1})
+		}
+		return gs
+	}
+	// 200 grants at 0 and 180 at 1.9 s: each group within what one
+	// period's span allows (200), but 380 within 1.9 s, which touches at
+	// most three windows: 300 at most.
+	gs := at(at(nil, 0, 200), 1900, 180)
+	c := check(b, gs, []string{"k"})
+	assert.True(t, c.Violated(), c.Worst)
+	assert.InDelta(t, 80, c.Excess, 1e-9)
+	assert.Contains(t, c.Worst, "380 grants")
+
+	// 601 grants within 4.1 s (five windows at most: 600), each part
+	// within its own bound: 0 to 1.4 s 300 of 300, 1.4 to 4.1 s 401 of
+	// 400.
+	gs = at(at(at(at(nil, 0, 200), 1400, 100), 2800, 101), 4100, 200)
+	c = check(b, gs, []string{"k"})
+	assert.True(t, c.Violated(), c.Worst)
+	assert.InDelta(t, 1, c.Excess, 1e-9)
+
+	// A counter whose windows start at 0, 1, 2 and 3 s, spending each at
+	// its ends: 400 grants from 0.999 s to 3 s, three windows and a bit.
+	gs = at(at(at(at(nil, 999, 100), 1000, 100), 2000, 100), 3000, 100)
+	c = check(b, gs, []string{"k"})
+	assert.False(t, c.Violated(), c.Worst)
+	assert.InDelta(t, 0, c.Excess, 1e-9, c.Worst)
+}
