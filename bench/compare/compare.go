@@ -311,8 +311,13 @@ func runCell(ctx context.Context, o *Options, e *env, mr *MediumReport, cell *Ce
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			// Rotate who goes first, so that no contender always follows
-			// the same one.
+			// Rotate who goes first, so that each goes first in turn.
+			// The cycle is the same in every round: a contender follows
+			// the one before it in every round but the one it opens, so
+			// what a slice leaves behind (garbage to collect, a server's
+			// or a disk's backlog) falls mostly on the same next one.
+			// Each slice's keys are drawn from a stream of its own: the
+			// contenders' streams differ, alike in distribution.
 			r := runs[(n+round)%len(runs)]
 			seed := uint64(index)<<40 ^ uint64(round)<<20 ^ uint64(n)
 			runSlice(ctx, r, cell.Goroutines, o.Slice, base, round > 0, seed)
