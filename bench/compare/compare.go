@@ -351,13 +351,19 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-// worker is one goroutine's share of a slice.
+// worker is one goroutine's share of a slice. The pads keep what one
+// goroutine writes on every call off the cache lines of its neighbours in
+// the slice of workers (the counters of one, the grants of the one
+// before), so that workers on different cores do not pass lines back and
+// forth, a cost that would fall on the contenders granted most.
 type worker struct {
+	_                      [64]byte
 	calls, granted, errors int64
 	err                    error
 	last                   time.Duration
 	hist                   histogram
 	grants                 []grant
+	_                      [64]byte
 }
 
 // runSlice runs r from goroutines goroutines for about d: each goroutine
