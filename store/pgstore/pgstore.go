@@ -81,7 +81,7 @@ var schemaSQL string
 // schema.sql, and of the statements its waits are written out as
 // (expandWaits).
 var schemaVersion = func() string {
-	sum := sha256.Sum256([]byte(expandWaits(schemaSQL)))
+	sum := sha256.Sum256([]byte(expand(schemaSQL)))
 	return "ratelimit pgstore schema 2 " + hex.EncodeToString(sum[:6])
 }()
 
@@ -304,7 +304,7 @@ func Schema(table string) (string, error) {
 }
 
 func (n names) schema() string {
-	sql := expandWaits(schemaSQL)
+	sql := expand(schemaSQL)
 	subs := []string{
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
@@ -350,6 +350,43 @@ func holds(sql string, subs []string, tag string) bool {
 	}
 	return false
 }
+
+// expand writes out the script's calls of wait and of okat.
+func expand(sql string) string {
+	return strings.ReplaceAll(expandWaits(sql), "{{ok := okat(t)}}", okAt)
+}
+
+// okAt is {{pwait}}'s one spelling of state.go's okAt, written where the
+// script says {{ok := okat(t)}} (the forward search from each estimate,
+// and searchBack): it sets ok to whether split grants the call at t on
+// the two shards, each refreshed to t from its record as stored (fresh at
+// t if missing), as StateAt refreshes it. It uses the function's
+// variables s, k, off, lv and lt.
+const okAt = `FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
+				IF NOT fnd[s] THEN
+					lv[s] := cc[s];
+					IF kk[s] = {{fixed}} THEN
+						off := (t - ph[s]) % pp[s];
+						IF off < 0 THEN off := off + pp[s]; END IF;
+						lt[s] := t - off;
+					ELSE
+						lt[s] := t;
+					END IF;
+				ELSIF kk[s] = {{fixed}} THEN
+					lv[s] := v0[s]; lt[s] := t0[s];
+					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
+					IF k > 0 THEN
+						lv[s] := lv[s] + rt[s] * k::float8;
+						lt[s] := t0[s] + k * pp[s];
+					END IF;
+					lv[s] := least(lv[s], cc[s]);
+				ELSE
+					lt[s] := greatest(t, t0[s]);
+					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
+				END IF;
+			END LOOP;
+			SELECT z.ok INTO ok FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
+				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;`
 
 // waitCall is the script's one spelling of state.go's wait:
 // {{target := wait(kind, period, rate, capacity, bv, bts, v, ts, cnt, allow)}}

@@ -110,7 +110,9 @@ END
 -- {{pwait}} is state.go's pairWait (with sumWait and searchBack): the least
 -- wait, in ms, after which a call refused on two shards would succeed on
 -- them. The shards come as their limit, phase and record as stored (found,
--- value, ts), then refreshed to now (value, ts).
+-- value, ts), then refreshed to now (value, ts). Each call of okat(t) is
+-- written out, by pgstore.go's okAt, as the statements that set ok to
+-- whether split grants the call at t.
 CREATE OR REPLACE FUNCTION {{pwait}}(
 	ka bigint, rta float8, pa bigint, ca float8, ma float8, pha bigint, fa boolean, va0 float8, ta0 bigint,
 	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
@@ -196,31 +198,7 @@ BEGIN
 				settled := true;
 				EXIT;
 			END IF;
-			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
-				IF NOT fnd[s] THEN
-					lv[s] := cc[s];
-					IF kk[s] = {{fixed}} THEN
-						off := (t - ph[s]) % pp[s];
-						IF off < 0 THEN off := off + pp[s]; END IF;
-						lt[s] := t - off;
-					ELSE
-						lt[s] := t;
-					END IF;
-				ELSIF kk[s] = {{fixed}} THEN
-					lv[s] := v0[s]; lt[s] := t0[s];
-					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
-					IF k > 0 THEN
-						lv[s] := lv[s] + rt[s] * k::float8;
-						lt[s] := t0[s] + k * pp[s];
-					END IF;
-					lv[s] := least(lv[s], cc[s]);
-				ELSE
-					lt[s] := greatest(t, t0[s]);
-					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
-				END IF;
-			END LOOP;
-			SELECT z.ok INTO ok FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
-				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			{{ok := okat(t)}}
 			IF ok THEN
 				best := (t - now)::float8;
 				known := true;
@@ -253,31 +231,7 @@ BEGIN
 			IF d = 0 OR t <= lo THEN
 				d := 0; t := lo + (hi - lo) / 2;
 			END IF;
-			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
-				IF NOT fnd[s] THEN
-					lv[s] := cc[s];
-					IF kk[s] = {{fixed}} THEN
-						off := (t - ph[s]) % pp[s];
-						IF off < 0 THEN off := off + pp[s]; END IF;
-						lt[s] := t - off;
-					ELSE
-						lt[s] := t;
-					END IF;
-				ELSIF kk[s] = {{fixed}} THEN
-					lv[s] := v0[s]; lt[s] := t0[s];
-					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
-					IF k > 0 THEN
-						lv[s] := lv[s] + rt[s] * k::float8;
-						lt[s] := t0[s] + k * pp[s];
-					END IF;
-					lv[s] := least(lv[s], cc[s]);
-				ELSE
-					lt[s] := greatest(t, t0[s]);
-					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
-				END IF;
-			END LOOP;
-			SELECT z.ok INTO ok FROM {{split}}(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
-				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			{{ok := okat(t)}}
 			IF ok THEN
 				hi := t; d := d * 2;
 			ELSE
