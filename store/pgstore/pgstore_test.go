@@ -229,8 +229,8 @@ func TestNoDeadlock(t *testing.T) {
 // READ COMMITTED transaction, and every call is decided once, exactly.
 func TestIsolationLevels(t *testing.T) {
 	bucket := driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: 1e9}
-	one := func(key string) driver.Item {
-		return driver.Item{Name: "n", Key: key, Count: 1, Shards: []driver.Shard{{Index: 0, Params: bucket}}}
+	one := func(name string) driver.Item { // of the hot key
+		return driver.Item{Name: name, Key: "hot", Count: 1, Shards: []driver.Shard{{Index: 0, Params: bucket}}}
 	}
 	for _, iso := range []string{"repeatable read", "serializable"} {
 		for _, c := range []struct {
@@ -279,9 +279,9 @@ func TestIsolationLevels(t *testing.T) {
 						for i := range calls {
 							// One item on the hot key (a lone statement), or
 							// two (the function _apply).
-							op := &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(), Items: []driver.Item{one("hot")}}
+							op := &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(), Items: []driver.Item{one("n")}}
 							if i%2 == 1 {
-								op.Items = append(op.Items, one("warm"))
+								op.Items = append(op.Items, one("w"))
 							}
 							out := make([]driver.Decision, len(op.Items))
 							err := stores[g%len(stores)].Apply(ctx, op, out)
@@ -306,11 +306,11 @@ func TestIsolationLevels(t *testing.T) {
 				}
 				t.Logf("%d statements sent again", retried)
 				recs := make([]driver.Record, 2)
-				require.NoError(t, stores[0].Load(ctx, []driver.RecordID{{Name: "n", Key: "hot"}, {Name: "n", Key: "warm"}}, recs))
+				require.NoError(t, stores[0].Load(ctx, []driver.RecordID{{Name: "n", Key: "hot"}, {Name: "w", Key: "hot"}}, recs))
 				// Every call charged its token once (a refill of a token an
 				// hour adds nothing close to one at the server's time).
-				require.InDelta(t, 1e9-goroutines*calls, recs[0].State.Remaining, 0.01, "the hot key")
-				require.InDelta(t, 1e9-goroutines*calls/2, recs[1].State.Remaining, 0.01, "the warm key")
+				require.InDelta(t, 1e9-goroutines*calls, recs[0].State.Remaining, 0.01, "the limit of every call")
+				require.InDelta(t, 1e9-goroutines*calls/2, recs[1].State.Remaining, 0.01, "the limit of every other call")
 			})
 		}
 	}
@@ -356,8 +356,9 @@ func TestSerializationFailureGivesUp(t *testing.T) {
 	require.False(t, pgstore.Direct(stores["pgx"]))
 	stores["server time"], err = pgstore.New(ctx, direct, pgstore.WithTable(table), pgstore.WithMaxBatch(1), pgstore.WithServerTime())
 	require.NoError(t, err)
-	two := limitOp("a", 1)
-	two.Items = append(two.Items, limitOp("b", 1).Items...)
+	two := limitOp("a", 1) // two limits of one key
+	two.Items = append(two.Items, two.Items[0])
+	two.Items[1].Name = "m"
 	for _, c := range []struct {
 		name string
 		call func() error
@@ -591,13 +592,13 @@ func TestTableNamesWithPlaceholders(t *testing.T) {
 		// Two items: the function _apply, installed with the schema.
 		op := &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{
 			{Name: "l", Key: "a", Count: 1, Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}},
-			{Name: "l", Key: "b", Count: 2, Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}},
+			{Name: "m", Key: "a", Count: 2, Shards: []driver.Shard{{Index: 0, Params: tenPerHour}}},
 		}}
 		out := make([]driver.Decision, 2)
 		require.NoError(t, s.Apply(ctx, op, out), "%q", name)
 		require.True(t, out[0].OK && out[1].OK)
 		got := make([]driver.Record, 2)
-		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "a"}, {Name: "l", Key: "b"}}, got))
+		require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "a"}, {Name: "m", Key: "a"}}, got))
 		require.Equal(t, []float64{9, 8}, []float64{got[0].State.Remaining, got[1].State.Remaining}, "%q", name)
 	}
 }
@@ -694,8 +695,9 @@ func TestStatementDroppedBetweenTries(t *testing.T) {
 		" FOR EACH ROW EXECUTE FUNCTION "+fail+"()")
 	require.NoError(t, err)
 	two := func(key string) *driver.Op {
-		op := limitOp(key+"a", 1)
-		op.Items = append(op.Items, limitOp(key+"b", 1).Items...)
+		op := limitOp(key+"a", 1) // two limits of one key
+		op.Items = append(op.Items, op.Items[0])
+		op.Items[1].Name = "m"
 		return op
 	}
 	for _, c := range []struct {
