@@ -285,3 +285,56 @@ func fillExpired(b *testing.B, s *boltstore.Store, n int, fullAt time.Time) {
 		}
 	}
 }
+
+// BenchmarkLoneWrite measures a lone caller's writes (Limit, Delete) with
+// a context that cannot end and with one that can, which the store hands
+// to another goroutine so that its caller may leave on time.
+func BenchmarkLoneWrite(b *testing.B) {
+	for _, withCancel := range []bool{false, true} {
+		name := "ctx=background"
+		if withCancel {
+			name = "ctx=cancelable"
+		}
+		ctxOf := func() (context.Context, context.CancelFunc) {
+			if withCancel {
+				return context.WithCancel(context.Background())
+			}
+			return context.Background(), func() {}
+		}
+		b.Run("Limit/"+name, func(b *testing.B) {
+			s, err := boltstore.Open(filepath.Join(b.TempDir(), "bench.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			lim, err := ratelimit.New(s, ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := ctxOf()
+			defer cancel()
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := lim.Limit(ctx, "bench", "k"); err != nil || !res.OK {
+					b.Fatal(res, err)
+				}
+			}
+		})
+		b.Run("Delete/"+name, func(b *testing.B) {
+			s, err := boltstore.Open(filepath.Join(b.TempDir(), "bench.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx, cancel := ctxOf()
+			defer cancel()
+			ids := []driver.RecordID{{Name: "bench", Key: "k"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Delete(ctx, ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
