@@ -77,8 +77,11 @@ func (e *OpError) Unwrap() error { return e.Err }
 // item of ops[i]). An op that fails on its own (none does: the decisions
 // are pure) is left out: the others are decided and committed without it,
 // and the error joins an *OpError for each op left out. Any other error
-// means that nothing was written: outs of the wrong length, or an invalid
-// op (driver.CheckOp), are refused before any op is decided.
+// means that nothing was written (outs of the wrong length, or an invalid
+// op (driver.CheckOp), are refused before any op is decided), but ctx's:
+// a call whose context ends while its transaction commits returns at once
+// with ctx's error, and the batch is committed (see Deadlines in the
+// package doc).
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -86,13 +89,25 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := driver.CheckOuts(ops, outs); err != nil {
 		return fmt.Errorf("boltstore: ApplyBatch: %w", err)
 	}
+	// When ctx can end, the transaction runs on another goroutine, which
+	// the caller leaves when ctx ends (detached): the requests are then
+	// copies that decide into memory of their own, read once it is done.
+	own := ctx.Done() != nil
 	reqs := make([]*request, len(ops))
 	for i, op := range ops {
-		reqs[i] = newRequest(ctx, op, false)
-		reqs[i].out = outs[i]
+		reqs[i] = newRequest(ctx, op, own)
+		if !own {
+			reqs[i].out = outs[i]
+		}
 	}
 	res := make([]error, len(ops))
-	if err := s.send(ctx, reqs, res); err != nil {
+	var err error
+	if own {
+		err = detached(ctx, func() error { return s.send(ctx, reqs, res) })
+	} else {
+		err = s.send(ctx, reqs, res)
+	}
+	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return err
 		}
@@ -102,6 +117,8 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	for i, err := range res {
 		if err != nil {
 			errs = append(errs, &OpError{Index: i, Err: err})
+		} else if own {
+			copy(outs[i], reqs[i].out)
 		}
 	}
 	return errors.Join(errs...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
@@ -214,10 +215,10 @@ func TestLoneCallRollsBackWhenContextEnds(t *testing.T) {
 	require.False(t, stored(t, s, "l", "k").Found)
 }
 
-// A panic while a lone call's op is decided goes on to its caller, on
-// whose goroutine the transaction runs: bbolt rolls the transaction back,
-// and a caller that recovers (as net/http does for a handler) finds the
-// store usable.
+// A panic while a lone call's op is decided, with a context that cannot
+// end, goes on to its caller, on whose goroutine the transaction runs:
+// bbolt rolls the transaction back, and a caller that recovers (as
+// net/http does for a handler) finds the store usable.
 func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
@@ -238,6 +239,33 @@ func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, s.Apply(wctx, takeOp("l", "good", 1, now), out), "Apply after a recovered panic")
+	require.True(t, out[0].OK)
+	require.True(t, stored(t, s, "l", "good").Found)
+}
+
+// With a context that can end, a lone call's transaction runs on another
+// goroutine, so that its caller may leave: a panic there, where its
+// caller could not recover it, fails the call with an error, as a
+// group's does; bbolt rolls the transaction back, and the store goes on.
+func TestDetachedPanicFailsItsCall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
+		if op.Items[0].Key == "bad" {
+			panic("decide failed")
+		}
+		return nil
+	}})
+	now := t0.UnixMilli()
+	out := make([]driver.Decision, 1)
+	err := s.Apply(ctx, takeOp("l", "bad", 1, now), out)
+	require.EqualError(t, err, "boltstore: a batch's send panicked: decide failed")
+	var pe *coalesce.PanicError
+	require.ErrorAs(t, err, &pe)
+	require.False(t, stored(t, s, "l", "bad").Found, "the transaction is rolled back")
+
+	require.NoError(t, s.Apply(ctx, takeOp("l", "good", 1, now), out), "Apply after a panic")
 	require.True(t, out[0].OK)
 	require.True(t, stored(t, s, "l", "good").Found)
 }

@@ -13,17 +13,22 @@
 // # Group commit
 //
 // bbolt has a single writer, and each commit pays two fsyncs. A call that
-// finds no write transaction under way runs its own at once, on its
-// caller's goroutine: a caller alone waits for nobody. Calls that arrive
-// while a transaction is under way wait for it, then go together in the
-// next one (at most WithMaxBatch of them), decided one after another in
-// their order of arrival: many callers share one transaction and one commit,
-// with no timer. The store also implements driver.BatchApplier.
+// finds no write transaction under way runs its own at once: a caller
+// alone waits for nobody (with a context that can end, its transaction
+// runs on another goroutine, which its caller waits for, so that it can
+// leave on time: see Deadlines). Calls that arrive while a transaction is
+// under way wait for it, then go together in the next one (at most
+// WithMaxBatch of them), decided one after another in their order of
+// arrival: many callers share one transaction and one commit, with no
+// timer. The store also implements driver.BatchApplier.
 //
 // A panic in a transaction rolls it back and leaves the store usable: a
-// lone caller's goes on to that caller, on whose goroutine it ran; a
-// group's, run in the background, fails every call of the group with an
-// error instead.
+// lone caller's, run on its goroutine (its context cannot end), goes on
+// to that caller; one run in the background, a group's or a lone call's
+// with a context that can end, fails every call of the transaction with
+// an error instead ("a batch's send panicked: ..."). Delete's,
+// ApplyBatch's and DeleteExpired's go on to their callers, if they are
+// still there.
 //
 // # Deadlines
 //
@@ -33,18 +38,24 @@
 // decided either; once decided, its op is committed with the others of its
 // transaction (its caller, gone, hears the context's error), so it may
 // have been charged, as for any call over a network. A caller alone in its
-// transaction whose context ends before the commit rolls it back; the
-// commit itself (two fsyncs) is not interrupted.
+// transaction whose context ends before the commit rolls it back.
 //
-// A read (a check, Load, a step of DeleteExpired's sweep) waits for no
-// writer, except while bbolt remaps a file that a write has grown, which
-// waits for every read transaction under way: behind a long one of the
-// application (a backup through DB, say), it could wait as long. Given a
-// context that can end, a read runs on a goroutine of its own, and the
-// call returns when its context ends (the read finishes in the
-// background, touching nothing of the caller's). The write that remaps
-// waits for such a transaction too: a lone caller's commit returns when it
-// does.
+// bbolt itself knows no context: its writer lock waits for a write of the
+// application's (through DB), and a write that grows the file past its
+// memory map remaps it, in its commit, once every read transaction under
+// way has ended, and every new read transaction waits for that remap:
+// behind a long read transaction of the application (a backup through DB,
+// say), all of them could wait as long. So, given a context that can end,
+// a call runs its transaction, read or write, on another goroutine, and
+// returns when its context ends, with the context's error; the
+// transaction goes on in the background, touching nothing of the
+// caller's. A write whose context ends before its commit rolls back (if
+// it has not begun, it does when it begins); one whose context ends in
+// its commit (the fsyncs, or the remap) commits: Apply's op, Delete's
+// removals, a step of DeleteExpired may have taken effect, as for any
+// call whose context ends. With a context that cannot end
+// (context.Background()), a transaction runs on its caller's goroutine,
+// which returns when bbolt does.
 //
 // # One process at a time
 //
@@ -119,6 +130,7 @@ type hooks struct {
 	waitWriter func()                    // a writer finds the writer lock held
 	inWrite    func(tx *bolt.Tx)         // in a batch's transaction, before its ops
 	inSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
+	scanned    func()                    // a sweep's step has read its keys, before its write
 	failOp     func(op *driver.Op) error // an op fails on its own, after its writes
 }
 
@@ -196,9 +208,10 @@ func Open(path string, opts ...Option) (*Store, error) {
 }
 
 // New returns a store in db, a database the caller already has and keeps
-// owning: Close does not close it. The store's calls wait for the
-// application's own write transactions on db as bbolt makes every writer
-// wait, whatever their contexts say.
+// owning: Close does not close it. The store's transactions wait for the
+// application's own write transactions on db, as bbolt makes every writer
+// wait; a call whose context can end leaves when it ends (see Deadlines
+// in the package doc).
 func New(db *bolt.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("boltstore: New needs a *bbolt.DB: pass an open database, or use Open")
@@ -229,9 +242,15 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", o.bucket, err)
 	}
-	co := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: 1}
+	// Detach: a lone call's transaction runs on another goroutine when its
+	// context can end, so that its caller leaves on time even while bbolt
+	// holds the transaction back, which no context interrupts (its writer
+	// lock, behind a write of the application's; a remap, behind a long
+	// read transaction). send writes only to its request's memory, which
+	// Apply reads once Do has returned nil.
+	co := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: 1, Detach: true}
 	if o.maxBatch == 1 {
-		co = coalesce.Off
+		co = coalesce.Options{MaxBatch: 1, Detach: true}
 	}
 	s.batcher = coalesce.New(s.send, co)
 	return s, nil
@@ -302,8 +321,24 @@ func (s *Store) lock(ctx context.Context) error {
 func (s *Store) unlock() { <-s.writer }
 
 // update runs fn in a write transaction under the writer lock; fn's
-// changes are rolled back if ctx ends before the commit.
+// changes are rolled back if ctx ends before the commit. When ctx can
+// end, it runs the transaction on another goroutine and returns ctx's
+// error once ctx ends first (detached): bbolt's own writer lock, held by
+// a write of the application's, and a remap of the file in the commit,
+// which waits for every read transaction under way, know no context. fn
+// must then write only to memory its caller reads after update returns
+// nil. A transaction left behind rolls back if it has not reached its
+// commit; one left in its commit commits.
 func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if ctx.Done() == nil {
+		return s.write(ctx, fn)
+	}
+	return detached(ctx, func() error { return s.write(ctx, fn) })
+}
+
+// write runs fn in a write transaction under the writer lock, on the
+// caller's goroutine, for update.
+func (s *Store) write(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -385,22 +420,34 @@ func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // view runs fn in a read transaction. When ctx can end, it runs it on
-// another goroutine and returns ctx's error once ctx ends first: a read
-// transaction waits to begin while bbolt remaps the file, which a write
-// that grows it does once every read transaction under way has ended, so
-// that a long one of the application (a backup, say) would keep the
-// caller past its deadline. fn must then write only to memory its caller
-// reads after view returns nil: when ctx ends first, fn runs in the
-// background. A panic in fn goes on to the caller if it is still there
-// (bbolt has rolled the transaction back); one left behind is dropped.
+// another goroutine and returns ctx's error once ctx ends first
+// (detached): a read transaction waits to begin while bbolt remaps the
+// file, which a write that grows it does once every read transaction
+// under way has ended, so that a long one of the application (a backup,
+// say) would keep the caller past its deadline. fn must then write only
+// to memory its caller reads after view returns nil.
 func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if ctx.Done() == nil {
 		return s.db.View(fn)
 	}
+	return detached(ctx, func() error { return s.db.View(fn) })
+}
+
+// detached runs fn on a goroutine of its own (on the caller's when ctx
+// cannot end, though its callers skip it then, saving fn's closure) and
+// returns its error, or ctx's once ctx ends first: fn then finishes in
+// the background, and must write only to memory its caller reads after
+// detached returns nil. A panic in fn goes
+// on to the caller if it is still there (bbolt has rolled the
+// transaction back); one left behind is dropped.
+func detached(ctx context.Context, fn func() error) error {
+	if ctx.Done() == nil {
+		return fn()
+	}
 	type result struct {
 		err      error
 		panicked any
-		ok       bool // View returned: it did not panic
+		ok       bool // fn returned: it did not panic
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -411,7 +458,7 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 			}
 			done <- r
 		}()
-		r.err = s.db.View(fn)
+		r.err = fn()
 		r.ok = true
 	}()
 	select {

@@ -10,12 +10,13 @@ type Hooks struct {
 	WaitWriter func()                    // a writer finds the writer lock held
 	InWrite    func(tx *bolt.Tx)         // in a batch's transaction, before its ops
 	InSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
+	Scanned    func()                    // a sweep's step has read its keys, before its write
 	FailOp     func(op *driver.Op) error // an op fails on its own, after its writes
 }
 
 // SetHooks sets s's hooks; call it before s is used.
 func SetHooks(s *Store, h Hooks) {
-	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, failOp: h.FailOp}
+	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, scanned: h.Scanned, failOp: h.FailOp}
 }
 
 // SetSweepBatch sets the most keys a transaction of DeleteExpired visits.

@@ -2,9 +2,11 @@ package boltstore_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +129,117 @@ func TestReadLeavesWhenContextEnds(t *testing.T) {
 			require.NoError(t, call(context.Background(), s), "the store serves reads again once the remap is done")
 		})
 	}
+}
+
+// A write that goes alone (a lone Apply, ApplyBatch, Delete, a step of
+// DeleteExpired), waiting for bbolt's writer lock behind a write of the
+// application that waits for a remap, which waits for a long read
+// transaction of the application, returns when its context ends. The
+// write goes on in the background; once it begins, it finds its context
+// ended and rolls back.
+func TestWriteLeavesWhenContextEnds(t *testing.T) {
+	now := t0.UnixMilli()
+	calls := map[string]func(ctx context.Context, s *boltstore.Store) error{
+		"Apply": func(ctx context.Context, s *boltstore.Store) error {
+			return s.Apply(ctx, takeOp("l", "new", 1, now), make([]driver.Decision, 1))
+		},
+		"ApplyBatch": func(ctx context.Context, s *boltstore.Store) error {
+			return s.ApplyBatch(ctx, []*driver.Op{takeOp("l", "new", 1, now)}, [][]driver.Decision{make([]driver.Decision, 1)})
+		},
+		"Delete": func(ctx context.Context, s *boltstore.Store) error {
+			return s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "k"}})
+		},
+		"DeleteExpired": func(ctx context.Context, s *boltstore.Store) error {
+			_, err := s.DeleteExpired(ctx, t0.Add(time.Hour))
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+			// DeleteExpired's scan, a read, would wait for the remap too
+			// (TestReadLeavesWhenContextEnds): the remap starts once a
+			// step has read its keys, before its write.
+			scanned, remapping := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			if name == "DeleteExpired" {
+				boltstore.SetHooks(s, boltstore.Hooks{Scanned: func() {
+					once.Do(func() { close(scanned); <-remapping })
+				}})
+			}
+			require.NoError(t, s.Apply(context.Background(), takeOp("l", "k", 1, now), make([]driver.Decision, 1)))
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res := make(chan error, 1)
+			var release func()
+			if name == "DeleteExpired" {
+				go func() { res <- call(ctx, s) }()
+				select {
+				case <-scanned:
+				case err := <-res:
+					t.Fatalf("DeleteExpired returned %v before its write", err)
+				case <-time.After(10 * time.Second):
+					t.Fatal("DeleteExpired found no expired record to remove")
+				}
+				release = remapBehindReader(t, s)
+				close(remapping)
+			} else {
+				release = remapBehindReader(t, s)
+				go func() { res <- call(ctx, s) }()
+			}
+			waitStack(t, "the store's write waiting for bbolt's writer lock",
+				"go.etcd.io/bbolt.(*DB).beginRWTx", "ratelimit/store/boltstore.(*Store).")
+			cancel()
+			select {
+			case err := <-res:
+				require.ErrorIs(t, err, context.Canceled)
+			case <-time.After(10 * time.Second):
+				release()
+				t.Fatalf("%s did not return when its context ended: it waited for the application's write (returned %v once it was done)", name, <-res)
+			}
+			release()
+			require.NoError(t, call(context.Background(), s), "the store serves writes again once the remap is done")
+		})
+	}
+}
+
+// A lone Apply whose own commit grows the file past its map waits in the
+// commit for the remap, and so for a long read transaction of the
+// application: its caller returns when its context ends, and the write,
+// committed once the read ends, has taken effect (as a call over a
+// network may have).
+func TestRemappingWriteLeavesWhenContextEnds(t *testing.T) {
+	now := t0.UnixMilli()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	rtx, err := s.DB().Begin(false) // a long read: a backup, say
+	require.NoError(t, err)
+	var once sync.Once
+	release := func() { once.Do(func() { require.NoError(t, rtx.Rollback()) }) }
+	t.Cleanup(release)
+
+	// 2,000 records: past the map of a new file (32 KiB).
+	op := &driver.Op{Mode: driver.ModeLimit, Now: now}
+	for i := range 2000 {
+		op.Items = append(op.Items, driver.Item{Name: fmt.Sprint("l", i), Key: "k", Count: 1, Shards: []driver.Shard{{Params: tb}}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- s.Apply(ctx, op, make([]driver.Decision, len(op.Items))) }()
+	waitStack(t, "the store's commit waiting for the remap",
+		"sync.(*RWMutex).Lock", "go.etcd.io/bbolt.(*DB).mmap", "ratelimit/store/boltstore.(*Store).send")
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatalf("Apply did not return when its context ended: it waited for the remap (returned %v once it was done)", <-res)
+	}
+	release()
+	// The next call goes after the write left behind, which commits.
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "after", 1, now), make([]driver.Decision, 1)))
+	require.True(t, stored(t, s, "l0", "k").Found, "the write whose caller left has committed")
+	require.True(t, stored(t, s, "l1999", "k").Found)
 }

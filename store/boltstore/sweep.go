@@ -30,7 +30,10 @@ const defaultSweepBatch = 1000
 // expired in a write transaction of their own, so that a call waits at
 // most one small transaction for the writer, however large the bucket.
 // When ctx ends, it stops between steps and returns what it removed with
-// ctx's error.
+// ctx's error; if ctx ends during a step, it returns at once (see
+// Deadlines in the package doc), and the step's write, left in the
+// background, rolls back, unless it was committing: then its records are
+// removed, and not counted.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, err
@@ -44,6 +47,9 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		}
 		expired, last, err := s.scan(ctx, after, cutoff)
 		if err == nil && len(expired) > 0 {
+			if s.hooks.scanned != nil {
+				s.hooks.scanned()
+			}
 			var d int
 			d, err = s.deleteExpired(ctx, expired, cutoff)
 			n += d
