@@ -46,7 +46,8 @@ type denyPart struct {
 	// gen counts the forgets of the stripe. learn reads it before it
 	// loads a record and keeps the record only if it has not moved: a
 	// Reset or Cancel in between may have given back what the record
-	// shows spent.
+	// shows spent, and a change of limits let calls of another config
+	// spend it otherwise (forgetLimit).
 	gen atomic.Uint64
 }
 
@@ -132,11 +133,20 @@ func (c *denyCache) forget(name, key string) {
 	pt.mu.Unlock()
 }
 
-// forgetLimit drops every entry of the limit name.
+// forgetLimit drops every entry of the limit name, and every learn under
+// way (of any limit: a learn does not say which it is of). SetLimits and
+// SetLimit call it once the changed limit is published. A learn of a call
+// decided under the old config keeps its record with the old params,
+// which no call of the new config uses; but the limit may change back to
+// them while the learn waits for the store, after calls of the other
+// config were granted on a record the learn read before: a looser config
+// leaves it more tokens than the old one's refill of the record read, and
+// the entry would refuse calls that the store grants.
 func (c *denyCache) forgetLimit(name string) {
 	for i := range c.n {
 		pt := &c.parts[i]
 		pt.mu.Lock()
+		pt.gen.Add(1)
 		for k := range pt.m {
 			if k.name == name {
 				delete(pt.m, k)

@@ -191,10 +191,13 @@ func (l *Limiter) bind(lim *limit) {
 	}
 }
 
-// forgetLimits drops what the deny cache knows of the limits names. Its
-// entries would not refuse a call against an old config anyway (an entry
-// is used only with the params it was learnt with); dropping them frees
-// the room at once.
+// forgetLimits drops what the deny cache knows of the limits names, and
+// the learns under way. An entry is used only with the params it was
+// learnt with, so an entry of an old config refuses no call of the new
+// one; but a learn of the old config that waited for the store across the
+// change, and across a change back to the old config, would keep a record
+// read before calls of the other config changed it (denyCache.forgetLimit).
+// Dropping the entries frees their room at once.
 func (l *Limiter) forgetLimits(names []string) {
 	if l.deny == nil {
 		return

@@ -491,3 +491,47 @@ func TestShardShareRoundingToZeroIsRefused(t *testing.T) {
 		require.NoError(t, c.Validate(), tc.field)
 	}
 }
+
+// A refused call learns its record for the deny cache by loading it, then
+// keeping it with the params of the config it was decided under. Limits
+// changed in between (to a looser config, whose calls the store grants,
+// and back) must not leave the record read before in the cache: it shows
+// fewer tokens than the looser config's calls left, and the next call
+// would be refused locally although the store grants it.
+func TestSetLimitsDuringLearn(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	strict := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}}
+	loose := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}}
+	store := &learnHookStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, strict, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	store.afterLoad = func() {
+		// The record read: 0 tokens. Meanwhile the limit is loosened, a
+		// second passes, a call is granted (10 refilled, 9 left), and the
+		// strict config comes back.
+		require.NoError(t, lim.SetLimits(loose))
+		mock.Add(time.Second)
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		require.Equal(t, 9.0, res.Remaining)
+		require.NoError(t, lim.SetLimits(strict))
+	}
+	res, err = lim.Limit(ctx, "l", "k") // refused by the store: the cache learns
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Nil(t, store.afterLoad, "the cache loaded the record")
+
+	// The store holds 9 tokens, cut to the strict capacity of 1: it grants.
+	st, err := lim.Value(ctx, "l", "k")
+	require.NoError(t, err)
+	require.Equal(t, 1.0, st.Remaining)
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+}
