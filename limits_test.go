@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -535,3 +537,138 @@ func TestSetLimitsDuringLearn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
 }
+
+// stallStore wraps a memstore, and runs a hook (once) before a call
+// reaches the store, through Apply or, with stallBinder, a BoundLimit,
+// and one after Load has read the records: what other goroutines may do
+// while a call is on its way to the store.
+type stallStore struct {
+	*memstore.Store
+	beforeCall, afterLoad atomic.Pointer[func()]
+}
+
+func runOnce(h *atomic.Pointer[func()]) {
+	if f := h.Swap(nil); f != nil {
+		(*f)()
+	}
+}
+
+func (s *stallStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	runOnce(&s.beforeCall)
+	return s.Store.Apply(ctx, op, out)
+}
+
+func (s *stallStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	err := s.Store.Load(ctx, ids, out)
+	runOnce(&s.afterLoad)
+	return err
+}
+
+// stallBinder is a stallStore whose limits are bound.
+type stallBinder struct{ stallStore }
+
+func (s *stallBinder) Bind(name string, p driver.Params, phase func(string) int64) driver.BoundLimit {
+	return &stallBound{BoundLimit: s.Store.Bind(name, p, phase), s: s}
+}
+
+type stallBound struct {
+	driver.BoundLimit
+	s *stallBinder
+}
+
+func (b *stallBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
+	runOnce(&b.s.beforeCall)
+	return b.BoundLimit.Decide(ctx, key, mode, now, count, reserve)
+}
+
+func (b *stallBound) Store() ratelimit.Store { return b.s }
+
+// A call decided under a config that SetLimits has since replaced may
+// reach the store late, after a call of the new config was refused and
+// while the deny cache learns that call's record. The late call, granted
+// by the old, looser config, leaves the record more tokens than the new
+// config's refill of the record learnt: the entry must not be kept, or it
+// refuses calls that the store grants.
+func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
+	ctx := context.Background()
+	other := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second}
+	loose := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}, "m": other}
+	strict := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}, "m": other}
+	for _, tc := range []struct {
+		name  string
+		store func() (ratelimit.Store, *stallStore)
+		call  func(lim *ratelimit.Limiter) (ratelimit.Result, error)
+	}{
+		{"apply", func() (ratelimit.Store, *stallStore) {
+			s := &stallStore{Store: must(memstore.New())}
+			return s, s
+		}, func(lim *ratelimit.Limiter) (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") }},
+		{"bound", func() (ratelimit.Store, *stallStore) {
+			s := &stallBinder{stallStore{Store: must(memstore.New())}}
+			return s, &s.stallStore
+		}, func(lim *ratelimit.Limiter) (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") }},
+		{"reserve", func() (ratelimit.Store, *stallStore) {
+			s := &stallBinder{stallStore{Store: must(memstore.New())}}
+			return s, &s.stallStore
+		}, func(lim *ratelimit.Limiter) (ratelimit.Result, error) {
+			r, err := lim.Reserve(ctx, "l", "k")
+			if err != nil {
+				return ratelimit.Result{}, err
+			}
+			return r.Result(), nil
+		}},
+		{"limitall", func() (ratelimit.Store, *stallStore) {
+			s := &stallStore{Store: must(memstore.New())}
+			return s, s
+		}, func(lim *ratelimit.Limiter) (ratelimit.Result, error) {
+			return lim.LimitAll(ctx, "k", []string{"l", "m"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock := newMock()
+			store, stall := tc.store()
+			lim, err := ratelimit.New(store, loose, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			require.NoError(t, err)
+			res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(10))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			mock.Add(time.Second) // the loose config refills the 10
+
+			arrived, release := make(chan struct{}), make(chan struct{})
+			late := make(chan ratelimit.Result, 1)
+			stall.beforeCall.Store(ptr(func() {
+				close(arrived)
+				<-release
+			}))
+			go func() { // decided by the loose config, held on its way to the store
+				res, err := tc.call(lim)
+				assert.NoError(t, err)
+				late <- res
+			}()
+			<-arrived
+			require.NoError(t, lim.SetLimits(strict))
+
+			var lateRes ratelimit.Result
+			stall.afterLoad.Store(ptr(func() {
+				// The record read: 0 tokens. Now the late call is granted
+				// (10 refilled, 9 left).
+				close(release)
+				lateRes = <-late
+			}))
+			res, err = lim.Limit(ctx, "l", "k") // the strict config: refused by the store, learnt
+			require.NoError(t, err)
+			require.False(t, res.OK)
+			require.False(t, res.Local)
+			require.Nil(t, stall.afterLoad.Load(), "the cache loaded the record")
+			require.True(t, lateRes.OK)
+			require.Equal(t, 9.0, lateRes.Remaining)
+
+			// The store holds 9 tokens, cut to the strict capacity of 1.
+			res, err = lim.Limit(ctx, "l", "k")
+			require.NoError(t, err)
+			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -508,6 +508,9 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		if ch != nil {
 			ch.lim, ch.key, ch.n, ch.amount[0], ch.at = lim, skey, 1, c.count, now
 		}
+		if l.deny != nil && mode == driver.ModeLimit {
+			l.grantedStale(lim, skey)
+		}
 	} else if l.deny != nil {
 		l.deny.learn(ctx, l.store, lim.name, skey, lim.params(l.seed, skey, 0))
 	}
@@ -613,13 +616,40 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				its, ls := chargeItems(&ch)
 				res.Token = l.newToken(ch.key, ch.at, ch.at+out[0].RetryAfter, its, ls, false)
 			}
+			if l.deny != nil && mode == driver.ModeLimit {
+				l.grantedStale(lims[0], skey)
+			}
 		} else if single && l.deny != nil {
 			l.deny.learn(ctx, l.store, names[0], skey, items[0].Shards[0].Params)
 		}
 		l.observe(ctx, mode, res, start, nil)
 		return res, ch, nil
 	}
-	return l.combine(ctx, mode, names, key, c, lims, items, out, start), ch, nil
+	res := l.combine(ctx, mode, names, key, c, lims, items, out, start)
+	if res.OK && l.deny != nil && mode == driver.ModeLimit {
+		for _, lim := range lims {
+			l.grantedStale(lim, skey)
+		}
+	}
+	return res, ch, nil
+}
+
+// grantedStale drops the deny cache's memory of (lim, key), key the
+// store's, after the store granted and charged a call of lim, if lim is no
+// longer the limit declared under its name: a call decided under an old
+// config (it started before SetLimits or SetLimit returned) that reached
+// the store late. The old config may refill faster than the new one, and
+// leave the record more tokens than an entry learnt under the new config
+// meanwhile, from the record as it was before, would show: that entry
+// would refuse calls that the store grants. Forgetting also stops a learn
+// under way (denyCache.forget). A name declared no longer has no entries
+// of its declared configs left to drop: SetLimits dropped them, and no
+// call learns under them since. The check costs a granted call one atomic
+// load, and only with a deny cache.
+func (l *Limiter) grantedStale(lim *limit, key string) {
+	if cur := l.declared(lim.name); cur != nil && cur != lim {
+		l.deny.forget(lim.name, key)
+	}
 }
 
 // combine makes the Result of a LimitAll call from its limits' decisions:
