@@ -82,8 +82,8 @@ func (l *Limiter) declared(name string) *limit { return l.limits.Load().lookup(n
 // the key's next call: a lowered Capacity cuts the tokens held down to it,
 // a raised one lets them grow; see docs/model.md for a changed Kind,
 // Period, Start or Shards, where Reset or a new name may be wiser. The
-// deny cache (WithDenyCache) forgets what it knew of the limits changed or
-// removed.
+// deny cache (WithDenyCache) forgets what it knew of the limits changed,
+// added or removed.
 func (l *Limiter) SetLimits(limits Limits) error {
 	l.limitsMu.Lock()
 	defer l.limitsMu.Unlock()
@@ -144,7 +144,7 @@ func (l *Limiter) Config(name string) (Config, bool) {
 
 // compileSet validates and compiles limits, taking from old (which may be
 // nil) the limits whose config is unchanged, and returns the new set and
-// the names of old's limits changed or removed. It validates every config,
+// the names of the limits changed, added or removed. It validates every config,
 // in the order of the names so that the error reported is always the
 // same, before it binds any.
 func (l *Limiter) compileSet(limits Limits, old *limitSet) (*limitSet, []string, error) {
@@ -169,10 +169,16 @@ func (l *Limiter) compileSet(limits Limits, old *limitSet) (*limitSet, []string,
 	for _, lim := range fresh {
 		l.bind(lim)
 	}
-	var stale []string
+	// Stale: every name compiled afresh (changed, or added: calls with
+	// configs given inline may have used it before), and every name
+	// removed.
+	stale := make([]string, 0, len(fresh))
+	for _, lim := range fresh {
+		stale = append(stale, lim.name)
+	}
 	if old != nil {
-		for name, prev := range old.byName {
-			if set.byName[name] != prev {
+		for name := range old.byName {
+			if _, ok := set.byName[name]; !ok {
 				stale = append(stale, name)
 			}
 		}

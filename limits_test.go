@@ -672,3 +672,49 @@ func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// SetLimits forgets what the deny cache knows of a name it adds, as
+// SetLimit does: calls under the name before, with configs given inline,
+// may have left it entries, or learns under way, of the config now
+// declared, from a record that calls of another config have changed since.
+func TestSetLimitsAddingANameAndTheDenyCache(t *testing.T) {
+	ctx := context.Background()
+	strict := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
+	loose := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	for _, add := range []string{"SetLimits", "SetLimit"} {
+		t.Run(add, func(t *testing.T) {
+			mock := newMock()
+			store := &stallStore{Store: must(memstore.New())}
+			lim, err := ratelimit.New(store, nil, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			require.NoError(t, err)
+			res, err := lim.Limit(ctx, "l", "k", ratelimit.WithConfig(strict))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+
+			store.afterLoad.Store(ptr(func() {
+				// The record read: 0 tokens. Meanwhile a call with the
+				// loose config is granted a second later (9 left), and the
+				// strict config is declared.
+				mock.Add(time.Second)
+				res, err := lim.Limit(ctx, "l", "k", ratelimit.WithConfig(loose))
+				require.NoError(t, err)
+				require.True(t, res.OK)
+				require.Equal(t, 9.0, res.Remaining)
+				if add == "SetLimits" {
+					require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": strict}))
+				} else {
+					require.NoError(t, lim.SetLimit("l", strict))
+				}
+			}))
+			res, err = lim.Limit(ctx, "l", "k", ratelimit.WithConfig(strict)) // refused by the store: learnt
+			require.NoError(t, err)
+			require.False(t, res.OK)
+			require.Nil(t, store.afterLoad.Load(), "the cache loaded the record")
+
+			// The store holds 9 tokens, cut to the strict capacity of 1.
+			res, err = lim.Limit(ctx, "l", "k")
+			require.NoError(t, err)
+			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+		})
+	}
+}
