@@ -718,3 +718,32 @@ func TestSetLimitsAddingANameAndTheDenyCache(t *testing.T) {
 		})
 	}
 }
+
+// A token of a limit removed since it was made cannot be settled through
+// the Limiter, which no longer knows the limit's config: the error says
+// so, and nothing is settled (declared again, the limit settles it). The
+// Reservation itself still cancels, under the config it was made with.
+func TestSettleTokenOfARemovedLimit(t *testing.T) {
+	ctx := context.Background()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": cfg}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "a", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	require.NotNil(t, res.Token)
+	r, err := lim.Reserve(ctx, "a", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+
+	require.NoError(t, lim.SetLimits(nil))
+	err = lim.Refund(ctx, res.Token)
+	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+	assert.ErrorContains(t, err, "SetLimits")
+	require.NoError(t, r.Cancel(ctx))
+
+	require.NoError(t, lim.SetLimit("a", cfg))
+	require.NoError(t, lim.Refund(ctx, res.Token), "the refused refund settled nothing")
+	st, err := lim.Value(ctx, "a", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 10.0, st.Remaining)
+}

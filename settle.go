@@ -386,7 +386,10 @@ func chargeItems(ch *charge) ([]tokenItem, []*limit) {
 // token was settled before (an error matching ErrAlreadySettled, and
 // ErrReservationCanceled if it was canceled), has expired
 // (ErrTokenExpired), is not valid (ErrInvalidToken), names a limit this
-// Limiter does not declare (ErrUnknownLimit), or the store failed.
+// Limiter does not declare (ErrUnknownLimit: say, one SetLimits removed
+// since; nothing is settled), or the store failed. A token is settled
+// under the config in force when it is settled, not the one it was
+// charged under (see Refund).
 func (l *Limiter) Use(ctx context.Context, t *Token) error {
 	return l.settleToken(ctx, t, driver.SettleUse, 0, true)
 }
@@ -401,6 +404,14 @@ func (l *Limiter) Use(ctx context.Context, t *Token) error {
 // Refund whose store call failed may be retried: if the first attempt
 // went through after all, the retry says ErrAlreadySettled with
 // SettledError.Kind driver.SettleCancel.
+//
+// The refund rule counts the grants since the charge by the config in
+// force when Refund is called (Reservation.Cancel, by the reservation's
+// own). If the limit's Rate or Period changed between the charge and the
+// refund, calls of the other config were refilled at the other rate, and
+// the refund may hand back up to the count charged more than those
+// grants leave room for, once (docs/api.md, "Changing limits at
+// runtime").
 func (l *Limiter) Refund(ctx context.Context, t *Token) error {
 	return l.settleToken(ctx, t, driver.SettleCancel, 0, true)
 }
@@ -433,7 +444,7 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 	for i, it := range t.items {
 		lim := l.declared(it.name)
 		if lim == nil {
-			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it in New: %w", it.name, ErrUnknownLimit)
+			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it (New, SetLimits or SetLimit) with the config it was charged under, then settle again; nothing was settled: %w", it.name, ErrUnknownLimit)
 		}
 		if it.shard < 0 || it.shard >= lim.shards {
 			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, which has %d: %w", it.shard, it.name, lim.shards, ErrInvalidToken)
