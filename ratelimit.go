@@ -807,8 +807,10 @@ func timeError(ms int64) error {
 		ms, driver.MaxTime, ErrTimeRange)
 }
 
-// Reset forgets the state of (name, key) in every shard: the next call
-// finds a full bucket. The phase of a fixed window stays.
+// Reset forgets the state of (name, key) in every shard of its config in
+// force, and what the deny cache knew of it: the next call finds a full
+// bucket. The phase of a fixed window stays. Records of shards beyond a
+// lowered Shards are not deleted: they expire.
 func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOption) error {
 	lim, err := l.resolveOpts(name, opts)
 	if err != nil {
