@@ -57,7 +57,8 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 //   - Now is within ±MaxTime;
 //   - every item's Count is a finite number ≥ 0;
 //   - every item has one shard or two, and one in ModeRefund; an item's
-//     two shards have different indexes;
+//     two shards have different indexes, and the same params but for
+//     their phases (a limit's shares);
 //   - every item has the Key of the first, and no two items name the same
 //     record (Name and shard index);
 //   - every shard's Params are in range (see Params): Kind FixedWindow or
@@ -98,6 +99,10 @@ func CheckOp(op *Op) error {
 			}
 			if it.Shards[0].Index == it.Shards[1].Index {
 				return opError("item %d (%q) names shard %d twice: give a sharded item two different shards", i, it.Name, it.Shards[0].Index)
+			}
+			if a, b := &it.Shards[0].Params, &it.Shards[1].Params; a.Kind != b.Kind || a.Rate != b.Rate ||
+				a.Period != b.Period || a.Capacity != b.Capacity || a.MaxReserved != b.MaxReserved {
+				return opError("item %d (%q) has shards of different params (%+v and %+v): give the two shards of a limit the same params but their phases", i, it.Name, *a, *b)
 			}
 		}
 	}

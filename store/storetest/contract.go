@@ -299,6 +299,23 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 		invalidOp{"a sharded item and one of its shards", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0, 1), item("a", "k", 1)))},
 		invalidOp{"two sharded items sharing a shard", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 0, 2), item("a", "k", 1, 2)))},
 		invalidOp{"an item of one shard twice", op(driver.ModeLimit, 1, false, 0, items(item("a", "k", 1, 1)))},
+	)
+	// The two shards of an item with other params (but for their phase).
+	for _, c := range []struct {
+		name   string
+		change func(*driver.Params)
+	}{
+		{"kinds", func(q *driver.Params) { q.Kind = 3 - q.Kind }},
+		{"rates", func(q *driver.Params) { q.Rate *= 2 }},
+		{"periods", func(q *driver.Params) { q.Period++ }},
+		{"capacities", func(q *driver.Params) { q.Capacity /= 2 }},
+		{"max reserved", func(q *driver.Params) { q.MaxReserved += 1 }},
+	} {
+		other := p
+		c.change(&other)
+		ops = append(ops, invalidOp{"two shards of other " + c.name, op(driver.ModeLimit, 2, false, 0, func(o *driver.Op) { o.Items[0].Shards[1].Params = other })})
+	}
+	ops = append(ops,
 		invalidOp{"one record twice among ten items", op(driver.ModeLimit, 1, false, 0, nine)},
 	)
 	// Params out of range, on an item's only shard, on its second, and on
