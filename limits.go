@@ -112,6 +112,7 @@ func (l *Limiter) SetLimit(name string, c Config) error {
 	if err != nil {
 		return err
 	}
+	lim.declared = true
 	l.bind(lim)
 	set := &limitSet{byName: make(map[string]*limit, len(old.byName)+1)}
 	maps.Copy(set.byName, old.byName)
@@ -167,6 +168,7 @@ func (l *Limiter) compileSet(limits Limits, old *limitSet) (*limitSet, []string,
 		fresh = append(fresh, lim)
 	}
 	for _, lim := range fresh {
+		lim.declared = true
 		l.bind(lim)
 	}
 	// Stale: every name compiled afresh (changed, or added: calls with
@@ -228,6 +230,9 @@ type limit struct {
 	// bound decides the single calls of a declared, unsharded limit when
 	// the store is a Binder; nil otherwise.
 	bound driver.BoundLimit
+	// declared is whether the limit was declared (New, SetLimits,
+	// SetLimit), not given inline (WithConfig).
+	declared bool
 }
 
 func compile(name string, c Config) (*limit, error) {

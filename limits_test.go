@@ -747,3 +747,66 @@ func TestSettleTokenOfARemovedLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 10.0, st.Remaining)
 }
+
+// A name SetLimits removes may be used with a config given inline
+// (WithConfig). A call decided under the removed config that reaches the
+// store late, after an inline call was refused and while the deny cache
+// learns that call's record, leaves the record more tokens than the
+// inline config's refill of the record learnt: the entry must not be
+// kept, or it refuses calls that the store grants.
+func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
+	ctx := context.Background()
+	loose := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	strict := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour})
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
+			mock := newMock()
+			stall := &stallStore{Store: must(memstore.New())}
+			var store ratelimit.Store = stall
+			if bound {
+				b := &stallBinder{stallStore{Store: must(memstore.New())}}
+				store, stall = b, &b.stallStore
+			}
+			lim, err := ratelimit.New(store, ratelimit.Limits{"l": loose}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			require.NoError(t, err)
+			res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(10))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			mock.Add(time.Second) // the loose config refills the 10
+
+			arrived, release := make(chan struct{}), make(chan struct{})
+			late := make(chan ratelimit.Result, 1)
+			stall.beforeCall.Store(ptr(func() {
+				close(arrived)
+				<-release
+			}))
+			go func() { // decided by the loose config, held on its way to the store
+				res, err := lim.Limit(ctx, "l", "k")
+				assert.NoError(t, err)
+				late <- res
+			}()
+			<-arrived
+			require.NoError(t, lim.SetLimits(nil)) // "l" removed
+
+			var lateRes ratelimit.Result
+			stall.afterLoad.Store(ptr(func() {
+				// The record read: 0 tokens. Now the late call is granted
+				// (10 refilled, 9 left).
+				close(release)
+				lateRes = <-late
+			}))
+			res, err = lim.Limit(ctx, "l", "k", strict) // refused by the store, learnt
+			require.NoError(t, err)
+			require.False(t, res.OK)
+			require.False(t, res.Local)
+			require.Nil(t, stall.afterLoad.Load(), "the cache loaded the record")
+			require.True(t, lateRes.OK)
+			require.Equal(t, 9.0, lateRes.Remaining)
+
+			// The store holds 9 tokens, cut to the strict capacity of 1.
+			res, err = lim.Limit(ctx, "l", "k", strict)
+			require.NoError(t, err)
+			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+		})
+	}
+}

@@ -642,12 +642,13 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 // leave the record more tokens than an entry learnt under the new config
 // meanwhile, from the record as it was before, would show: that entry
 // would refuse calls that the store grants. Forgetting also stops a learn
-// under way (denyCache.forget). A name declared no longer has no entries
-// of its declared configs left to drop: SetLimits dropped them, and no
-// call learns under them since. The check costs a granted call one atomic
-// load, and only with a deny cache.
+// under way (denyCache.forget). A name declared no longer may be called
+// with a config given inline (WithConfig), whose entries are as exposed:
+// a late call of a removed limit drops them too. A call given inline of a
+// name still undeclared drops nothing. The check costs a granted call a
+// look-up of its name, and only with a deny cache.
 func (l *Limiter) grantedStale(lim *limit, key string) {
-	if cur := l.declared(lim.name); cur != nil && cur != lim {
+	if cur := l.declared(lim.name); cur != lim && (cur != nil || lim.declared) {
 		l.deny.forget(lim.name, key)
 	}
 }
