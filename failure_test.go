@@ -529,3 +529,39 @@ func TestFailureThroughBinder(t *testing.T) {
 	assert.True(t, res.OK)
 	assert.False(t, res.Degraded)
 }
+
+// invalidOpStore refuses every op of the limit "bad" as invalid, as a store
+// does (driver.CheckOp) an op that a bug made: a refusal of that op alone,
+// made before the store is asked anything.
+type invalidOpStore struct{ *memstore.Store }
+
+func (s invalidOpStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if len(op.Items) > 0 && op.Items[0].Name == "bad" {
+		return fmt.Errorf("teststore: %w: item 0 (%q) is of a bug", driver.ErrInvalidOp, op.Items[0].Name)
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+// An op the store refuses as invalid (driver.ErrInvalidOp) says nothing of
+// the store's health: it is answered by its limit's failure policy, but
+// does not count toward the breaker, which would otherwise open for every
+// limit and key on the calls of one limit.
+func TestInvalidOpIsNoStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	store := invalidOpStore{must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"bad":  {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+		"good": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(2, time.Hour))
+	require.NoError(t, err)
+	for range 5 {
+		res, err := lim.Limit(ctx, "bad", "k")
+		require.ErrorIs(t, err, driver.ErrInvalidOp)
+		require.True(t, res.OK, "the failure policy answers: fail open")
+		require.True(t, res.Degraded)
+	}
+	res, err := lim.Limit(ctx, "good", "k")
+	require.NoError(t, err, "the breaker opened on invalid ops")
+	require.True(t, res.OK)
+	require.False(t, res.Degraded)
+}

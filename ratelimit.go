@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -593,7 +594,15 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			l.breaker.abandon(probe)
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
-		l.storeFailed(names[0], err)
+		if errors.Is(err, driver.ErrInvalidOp) {
+			// Refused before the store was asked: a bug, not the
+			// store's health, which the breaker must not judge by it
+			// (it would open for every limit and key).
+			l.breaker.abandon(probe)
+			l.opRefused(names[0], err)
+		} else {
+			l.storeFailed(names[0], err)
+		}
 		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Err: err})
 	}
 	// The time of the answer, not of the call's start: the store may have
@@ -744,6 +753,15 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 	res := all[max(decider, 0)]
 	res.All = all
 	return res, charge{start: start}, serr
+}
+
+// opRefused logs an op the store refused as invalid (driver.ErrInvalidOp):
+// the Limiter never sends one, so it is a bug, answered by the failure
+// policy without counting as a failure of the store.
+func (l *Limiter) opRefused(name string, err error) {
+	if l.logger != nil {
+		l.logger.Error("ratelimit: the store refused an invalid op, which is a bug: please report it; the failure policy decides", "limit", name, "err", err)
+	}
 }
 
 func (l *Limiter) storeFailed(name string, err error) {
