@@ -564,7 +564,7 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 // then halves the interval between the last time it failed and the first
 // it held. Each probe narrows (lo, hi], so the search ends; the doubling
 // and the halving take at most 44 probes each over any wait within
-// MaxRetryAfter (< 2^43 ms). For a fixed window, whose shards gain tokens
+// MaxRetryAfter (< 2^44 ms). For a fixed window, whose shards gain tokens
 // only at their windows' starts, the millisecond found is such a start.
 func searchBack(ok func(int64) bool, lo, hi int64) int64 {
 	d := int64(1) // the step back, while ok holds
