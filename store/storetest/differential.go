@@ -176,23 +176,30 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 	}
 }
 
-// compareRecords requires every record of the universe to read the same,
-// refreshed to now, from both stores (a store may have dropped a record
-// whose bucket is full again: it reads as the same full bucket).
-func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.Store, u *universe, now int64, where string) {
+// loadBoth reads the records of names and keys, shards 0 to 2, from
+// store (got) and from model (want).
+func loadBoth(t *testing.T, ctx context.Context, store, model ratelimit.Store, names, keys []string, where string) (ids []driver.RecordID, got, want []driver.Record) {
 	t.Helper()
-	var ids []driver.RecordID
-	for _, n := range u.names {
-		for _, k := range u.keys {
+	for _, n := range names {
+		for _, k := range keys {
 			for sh := range 3 {
 				ids = append(ids, driver.RecordID{Name: n, Key: k, Shard: sh})
 			}
 		}
 	}
-	got := make([]driver.Record, len(ids))
-	want := make([]driver.Record, len(ids))
+	got = make([]driver.Record, len(ids))
+	want = make([]driver.Record, len(ids))
 	require.NoError(t, store.Load(ctx, ids, got), where)
 	require.NoError(t, model.Load(ctx, ids, want), where)
+	return ids, got, want
+}
+
+// compareRecords requires every record of the universe to read the same,
+// refreshed to now, from both stores (a store may have dropped a record
+// whose bucket is full again: it reads as the same full bucket).
+func compareRecords(t *testing.T, ctx context.Context, store, model ratelimit.Store, u *universe, now int64, where string) {
+	t.Helper()
+	ids, got, want := loadBoth(t, ctx, store, model, u.names, u.keys, where)
 	for i, id := range ids {
 		p := u.params[id.Name]
 		p.Phase = u.phases[id]

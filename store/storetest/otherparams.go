@@ -465,18 +465,7 @@ func (f *fleet) batch(t *testing.T, ctx context.Context, rng *rand.Rand, batcher
 // unless a store may have dropped it.
 func (f *fleet) compare(t *testing.T, ctx context.Context, store, model ratelimit.Store, where string) {
 	t.Helper()
-	var ids []driver.RecordID
-	for _, n := range f.names {
-		for _, k := range f.keys {
-			for sh := range 3 {
-				ids = append(ids, driver.RecordID{Name: n, Key: k, Shard: sh})
-			}
-		}
-	}
-	got := make([]driver.Record, len(ids))
-	want := make([]driver.Record, len(ids))
-	require.NoError(t, store.Load(ctx, ids, got), where)
-	require.NoError(t, model.Load(ctx, ids, want), where)
+	ids, got, want := loadBoth(t, ctx, store, model, f.names, f.keys, where)
 	for i, id := range ids {
 		if !got[i].Found && want[i].Found && ratelimit.FullAt(f.writer[id], want[i].State) <= f.maxNow {
 			continue // full again: the store may have dropped it
