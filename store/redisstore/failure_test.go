@@ -510,3 +510,68 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	require.NoError(t, err, "a limit is sent again")
 	require.Equal(t, 93.0, d.Remaining, "and ran twice")
 }
+
+// panicHook panics in every command and pipeline the client sends while
+// armed, as an application's hook might.
+type panicHook struct{ armed *atomic.Bool }
+
+func (h panicHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() {
+			panic("hook failed")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			panic("hook failed")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestDetachedPanicGoesToItsCaller: ApplyBatch, Load and CheckServer make
+// their round trips on another goroutine when their context can end. A
+// panic there (in a hook of the application's) must go on to the caller,
+// as it does when the round trip runs on the caller's goroutine
+// (context.Background()), rather than end the process where nobody can
+// recover it.
+func TestDetachedPanicGoesToItsCaller(t *testing.T) {
+	c := client(t)
+	armed := new(atomic.Bool)
+	c.AddHook(panicHook{armed: armed})
+	store := newStore(c, uniquePrefix(t, c))
+	p0 := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	op := &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(), Items: []driver.Item{
+		{Name: "l", Key: "k", Count: 1, Shards: []driver.Shard{{Index: 0, Params: p0}}}}}
+	calls := map[string]func(ctx context.Context) error{
+		"ApplyBatch": func(ctx context.Context) error {
+			return store.ApplyBatch(ctx, []*driver.Op{op}, [][]driver.Decision{make([]driver.Decision, 1)})
+		},
+		"Load": func(ctx context.Context) error {
+			return store.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, make([]driver.Record, 1))
+		},
+		"CheckServer": func(ctx context.Context) error {
+			_, err := store.CheckServer(ctx)
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, canEnd := range []bool{false, true} {
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if canEnd {
+				ctx, cancel = context.WithCancel(ctx)
+			}
+			armed.Store(true)
+			assert.PanicsWithValue(t, "hook failed", func() { _ = call(ctx) }, "%s, context can end: %v", name, canEnd)
+			armed.Store(false)
+			cancel()
+			require.NoError(t, call(context.Background()), "%s after a panic", name)
+		}
+	}
+}

@@ -217,16 +217,38 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // context, so that a call made on its caller's goroutine would keep the
 // caller past its deadline. (Apply's calls are detached by the batcher.)
 // send must write only to memory its caller reads after detached returns
-// nil: when ctx ends first, send finishes in the background.
+// nil: when ctx ends first, send finishes in the background. A panic in
+// send (in a hook of the client's, say) goes on to the caller, as it
+// would on the caller's goroutine, if the caller is still there; one left
+// behind is dropped, rather than end the process where nobody can recover
+// it.
 func detached(ctx context.Context, send func() error) error {
 	if ctx.Done() == nil {
 		return send()
 	}
-	done := make(chan error, 1)
-	go func() { done <- send() }()
+	type result struct {
+		err      error
+		panicked any
+		ok       bool // send returned: it did not panic
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if !r.ok {
+				r.panicked = recover()
+			}
+			done <- r
+		}()
+		r.err = send()
+		r.ok = true
+	}()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		if !r.ok {
+			panic(r.panicked)
+		}
+		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
