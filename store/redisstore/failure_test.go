@@ -314,9 +314,6 @@ func (h afterFcall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return next
 }
 
-// TestStalledServerDenyCacheLearn: a Limit the store refuses, with the
-// deny cache, reads the record back (Load) to keep it; a server that
-// stalls right after the refusal must not keep the caller past its
 // TestStalledServerApplyBatchAndCheckServer: docs/stores/redis.md promises
 // that every call of the store returns when its context ends, whatever the
 // client's settings. ApplyBatch and CheckServer must then return from a
@@ -358,6 +355,9 @@ func TestStalledServerApplyBatchAndCheckServer(t *testing.T) {
 	}
 }
 
+// TestStalledServerDenyCacheLearn: a Limit the store refuses, with the
+// deny cache, reads the record back (Load) to keep it; a server that
+// stalls right after the refusal must not keep the caller past its
 // deadline.
 func TestStalledServerDenyCacheLearn(t *testing.T) {
 	p := newStallProxy(t)
