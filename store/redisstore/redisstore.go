@@ -365,8 +365,8 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
 // ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
 // that met, where a record of the store belongs, a string that is none, or
 // a key of another type (a hash, a list, ...): a value written there by
-// something else, or cut short. The error names the key. The call changed nothing; every call on that record fails
-// until the key is deleted.
+// something else, or cut short. The error names the key. The call changed
+// nothing; every call on that record fails until the key is deleted.
 var ErrBadRecord = errors.New("not a record of this store")
 
 // badRecord returns the error, matching ErrBadRecord, for what (the key
@@ -378,8 +378,7 @@ func badRecord(what string) error {
 // asBadRecord returns err, a call's error, as badRecord's when it is the
 // function failing on a string it cannot read or a key of another type
 // (BADRECORD, from bad and wrong in ratelimit.lua, which name the key and
-// what it holds). Redis appends the
-// function and line, which are left out.
+// what it holds). Redis appends the function and line, which are left out.
 func asBadRecord(err error) error {
 	if err == nil || !redis.HasErrorPrefix(err, "BADRECORD") {
 		return err
