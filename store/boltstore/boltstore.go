@@ -437,9 +437,9 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 // cannot end, though its callers skip it then, saving fn's closure) and
 // returns its error, or ctx's once ctx ends first: fn then finishes in
 // the background, and must write only to memory its caller reads after
-// detached returns nil. A panic in fn goes
-// on to the caller if it is still there (bbolt has rolled the
-// transaction back); one left behind is dropped.
+// detached returns nil. A panic in fn goes on to the caller if it is
+// still there (bbolt has rolled the transaction back); one left behind is
+// dropped.
 func detached(ctx context.Context, fn func() error) error {
 	if ctx.Done() == nil {
 		return fn()
