@@ -818,3 +818,40 @@ func TestShareCountsEveryCallOut(t *testing.T) {
 		}
 	}
 }
+
+// TestDetached: a call with a context that can end runs on another
+// goroutine and returns when the context ends, leaving the call to finish
+// in the background; its panic goes on to the caller still waiting; with
+// a context that cannot end, it runs on the caller's goroutine.
+func TestDetached(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	finished := make(chan struct{})
+	started := make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		res <- Detached(ctx, func() error {
+			close(started)
+			<-release
+			close(finished)
+			return nil
+		})
+	}()
+	<-started
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Detached returned %v when its context ended, want context.Canceled", err)
+	}
+	close(release)
+	<-finished // the call went on in the background
+
+	boom := errors.New("boom")
+	require.Equal(t, boom, Detached(context.Background(), func() error { return boom }))
+	for _, ctx := range []context.Context{context.Background(), t.Context()} {
+		func() {
+			defer func() { require.Equal(t, "hook failed", recover()) }()
+			_ = Detached(ctx, func() error { panic("hook failed") })
+			t.Fatal("the panic did not reach the caller")
+		}()
+	}
+}

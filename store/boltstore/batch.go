@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -90,7 +91,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		return fmt.Errorf("boltstore: ApplyBatch: %w", err)
 	}
 	// When ctx can end, the transaction runs on another goroutine, which
-	// the caller leaves when ctx ends (detached): the requests are then
+	// the caller leaves when ctx ends (coalesce.Detached): the requests are then
 	// copies that decide into memory of their own, read once it is done.
 	own := ctx.Done() != nil
 	reqs := make([]*request, len(ops))
@@ -103,7 +104,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	res := make([]error, len(ops))
 	var err error
 	if own {
-		err = detached(ctx, func() error { return s.send(ctx, reqs, res) })
+		err = coalesce.Detached(ctx, func() error { return s.send(ctx, reqs, res) })
 	} else {
 		err = s.send(ctx, reqs, res)
 	}

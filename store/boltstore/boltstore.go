@@ -323,7 +323,7 @@ func (s *Store) unlock() { <-s.writer }
 // update runs fn in a write transaction under the writer lock; fn's
 // changes are rolled back if ctx ends before the commit. When ctx can
 // end, it runs the transaction on another goroutine and returns ctx's
-// error once ctx ends first (detached): bbolt's own writer lock, held by
+// error once ctx ends first (coalesce.Detached): bbolt's own writer lock, held by
 // a write of the application's, and a remap of the file in the commit,
 // which waits for every read transaction under way, know no context. fn
 // must then write only to memory its caller reads after update returns
@@ -333,7 +333,7 @@ func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if ctx.Done() == nil {
 		return s.write(ctx, fn)
 	}
-	return detached(ctx, func() error { return s.write(ctx, fn) })
+	return coalesce.Detached(ctx, func() error { return s.write(ctx, fn) })
 }
 
 // write runs fn in a write transaction under the writer lock, on the
@@ -421,7 +421,7 @@ func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision)
 
 // view runs fn in a read transaction. When ctx can end, it runs it on
 // another goroutine and returns ctx's error once ctx ends first
-// (detached): a read transaction waits to begin while bbolt remaps the
+// (coalesce.Detached): a read transaction waits to begin while bbolt remaps the
 // file, which a write that grows it does once every read transaction
 // under way has ended, so that a long one of the application (a backup,
 // say) would keep the caller past its deadline. fn must then write only
@@ -430,46 +430,7 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if ctx.Done() == nil {
 		return s.db.View(fn)
 	}
-	return detached(ctx, func() error { return s.db.View(fn) })
-}
-
-// detached runs fn on a goroutine of its own (on the caller's when ctx
-// cannot end, though its callers skip it then, saving fn's closure) and
-// returns its error, or ctx's once ctx ends first: fn then finishes in
-// the background, and must write only to memory its caller reads after
-// detached returns nil. A panic in fn goes on to the caller if it is
-// still there (bbolt has rolled the transaction back); one left behind is
-// dropped.
-func detached(ctx context.Context, fn func() error) error {
-	if ctx.Done() == nil {
-		return fn()
-	}
-	type result struct {
-		err      error
-		panicked any
-		ok       bool // fn returned: it did not panic
-	}
-	done := make(chan result, 1)
-	go func() {
-		r := result{}
-		defer func() {
-			if !r.ok {
-				r.panicked = recover()
-			}
-			done <- r
-		}()
-		r.err = fn()
-		r.ok = true
-	}()
-	select {
-	case r := <-done:
-		if !r.ok {
-			panic(r.panicked)
-		}
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return coalesce.Detached(ctx, func() error { return s.db.View(fn) })
 }
 
 // get reads a record; one whose bucket is full again by now reads as

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -235,7 +236,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	// not go-redis's read timeout, bounds the wait. When ctx ends first,
 	// send finishes in the background, writing only reqs and errs, which
 	// are not read then.
-	if err := detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
+	if err := coalesce.Detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
 		return fmt.Errorf("redisstore: apply batch: %w", err)
 	}
 	for j, r := range reqs {

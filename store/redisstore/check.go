@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/coalesce"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -74,7 +75,7 @@ func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	// Detached, so that ctx, not go-redis's read timeout, bounds a stalled
 	// server; when ctx ends first, the checks finish in the background and
 	// the warnings found by then are returned.
-	err := detached(ctx, func() error {
+	err := coalesce.Detached(ctx, func() error {
 		switch c := s.client.(type) {
 		case *redis.Client:
 			return check(ctx, c)

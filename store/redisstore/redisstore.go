@@ -201,7 +201,7 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
 	cmd := redis.NewTimeCmd(ctx, "time")
-	err := detached(ctx, func() error { return s.client.Process(ctx, cmd) })
+	err := coalesce.Detached(ctx, func() error { return s.client.Process(ctx, cmd) })
 	if err == nil {
 		err = cmd.Err()
 	}
@@ -209,49 +209,6 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("redisstore: time: %w", err)
 	}
 	return cmd.Val().UnixMilli(), nil
-}
-
-// detached runs send, a round trip, on another goroutine when ctx can end,
-// and returns its error, or ctx's error once ctx ends first: go-redis
-// bounds a stalled read by its own ReadTimeout, not by the caller's
-// context, so that a call made on its caller's goroutine would keep the
-// caller past its deadline. (Apply's calls are detached by the batcher.)
-// send must write only to memory its caller reads after detached returns
-// nil: when ctx ends first, send finishes in the background. A panic in
-// send (in a hook of the client's, say) goes on to the caller, as it
-// would on the caller's goroutine, if the caller is still there; one left
-// behind is dropped, rather than end the process where nobody can recover
-// it.
-func detached(ctx context.Context, send func() error) error {
-	if ctx.Done() == nil {
-		return send()
-	}
-	type result struct {
-		err      error
-		panicked any
-		ok       bool // send returned: it did not panic
-	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		defer func() {
-			if !r.ok {
-				r.panicked = recover()
-			}
-			done <- r
-		}()
-		r.err = send()
-		r.ok = true
-	}()
-	select {
-	case r := <-done:
-		if !r.ok {
-			panic(r.panicked)
-		}
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Key returns the Redis key of a record. Every record of one ratelimit key
@@ -308,7 +265,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	for i, id := range ids {
 		cmds[i] = redis.NewStringCmd(ctx, "get", s.Key(id))
 	}
-	err := detached(ctx, func() error { return s.pipeline(ctx, cmds) })
+	err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) })
 	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 		return fmt.Errorf("redisstore: load: %w", err)
 	}
@@ -344,7 +301,7 @@ func isWrongType(err error) bool {
 // ...; "another type" when the server does not say.
 func (s *Store) typeOf(ctx context.Context, key string) string {
 	cmd := redis.NewStatusCmd(ctx, "type", key)
-	if err := detached(ctx, func() error { return s.client.Process(ctx, cmd) }); err != nil || cmd.Val() == "" {
+	if err := coalesce.Detached(ctx, func() error { return s.client.Process(ctx, cmd) }); err != nil || cmd.Val() == "" {
 		return "another type"
 	}
 	return "a " + cmd.Val()
@@ -436,7 +393,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	for i, id := range ids {
 		cmds[i] = redis.NewIntCmd(ctx, "del", s.Key(id))
 	}
-	if err := detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
+	if err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
 		return fmt.Errorf("redisstore: delete: %w", err)
 	}
 	return nil
