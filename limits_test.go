@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
@@ -629,23 +630,7 @@ func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
 			store, stall := tc.store()
 			lim, err := ratelimit.New(store, loose, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
 			require.NoError(t, err)
-			res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(10))
-			require.NoError(t, err)
-			require.True(t, res.OK)
-			mock.Add(time.Second) // the loose config refills the 10
-
-			arrived, release := make(chan struct{}), make(chan struct{})
-			late := make(chan ratelimit.Result, 1)
-			stall.beforeCall.Store(ptr(func() {
-				close(arrived)
-				<-release
-			}))
-			go func() { // decided by the loose config, held on its way to the store
-				res, err := tc.call(lim)
-				assert.NoError(t, err)
-				late <- res
-			}()
-			<-arrived
+			late, release := holdLateCall(t, lim, mock, stall, func() (ratelimit.Result, error) { return tc.call(lim) })
 			require.NoError(t, lim.SetLimits(strict))
 
 			var lateRes ratelimit.Result
@@ -655,7 +640,7 @@ func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
 				close(release)
 				lateRes = <-late
 			}))
-			res, err = lim.Limit(ctx, "l", "k") // the strict config: refused by the store, learnt
+			res, err := lim.Limit(ctx, "l", "k") // the strict config: refused by the store, learnt
 			require.NoError(t, err)
 			require.False(t, res.OK)
 			require.False(t, res.Local)
@@ -769,23 +754,7 @@ func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
 			}
 			lim, err := ratelimit.New(store, ratelimit.Limits{"l": loose}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
 			require.NoError(t, err)
-			res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(10))
-			require.NoError(t, err)
-			require.True(t, res.OK)
-			mock.Add(time.Second) // the loose config refills the 10
-
-			arrived, release := make(chan struct{}), make(chan struct{})
-			late := make(chan ratelimit.Result, 1)
-			stall.beforeCall.Store(ptr(func() {
-				close(arrived)
-				<-release
-			}))
-			go func() { // decided by the loose config, held on its way to the store
-				res, err := lim.Limit(ctx, "l", "k")
-				assert.NoError(t, err)
-				late <- res
-			}()
-			<-arrived
+			late, release := holdLateCall(t, lim, mock, stall, func() (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") })
 			require.NoError(t, lim.SetLimits(nil)) // "l" removed
 
 			var lateRes ratelimit.Result
@@ -795,7 +764,7 @@ func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
 				close(release)
 				lateRes = <-late
 			}))
-			res, err = lim.Limit(ctx, "l", "k", strict) // refused by the store, learnt
+			res, err := lim.Limit(ctx, "l", "k", strict) // refused by the store, learnt
 			require.NoError(t, err)
 			require.False(t, res.OK)
 			require.False(t, res.Local)
@@ -809,4 +778,30 @@ func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
 			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
 		})
 	}
+}
+
+// holdLateCall spends the 10 tokens of limit "l" of key "k", lets the
+// loose config refill them, and starts call, decided by the loose config
+// and held by stall on its way to the store. It returns once the call is
+// held: the channel of its result, and the one whose close lets it go.
+func holdLateCall(t *testing.T, lim *ratelimit.Limiter, mock *clock.Mock, stall *stallStore, call func() (ratelimit.Result, error)) (<-chan ratelimit.Result, chan struct{}) {
+	t.Helper()
+	res, err := lim.Limit(context.Background(), "l", "k", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	mock.Add(time.Second) // the loose config refills the 10
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	late := make(chan ratelimit.Result, 1)
+	stall.beforeCall.Store(ptr(func() {
+		close(arrived)
+		<-release
+	}))
+	go func() {
+		res, err := call()
+		assert.NoError(t, err)
+		late <- res
+	}()
+	<-arrived
+	return late, release
 }
