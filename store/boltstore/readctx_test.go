@@ -117,14 +117,7 @@ func TestReadLeavesWhenContextEnds(t *testing.T) {
 			res := make(chan error, 1)
 			go func() { res <- call(ctx, s) }()
 			waitStack(t, "the call waiting to begin its read transaction", "go.etcd.io/bbolt.(*DB).beginTx")
-			cancel()
-			select {
-			case err := <-res:
-				require.ErrorIs(t, err, context.Canceled)
-			case <-time.After(10 * time.Second):
-				release()
-				t.Fatalf("%s did not return when its context ended: it waited for the remap (returned %v once it was done)", name, <-res)
-			}
+			requireLeft(t, cancel, res, release, name, "the remap")
 			release()
 			require.NoError(t, call(context.Background(), s), "the store serves reads again once the remap is done")
 		})
@@ -190,14 +183,7 @@ func TestWriteLeavesWhenContextEnds(t *testing.T) {
 			}
 			waitStack(t, "the store's write waiting for bbolt's writer lock",
 				"go.etcd.io/bbolt.(*DB).beginRWTx", "ratelimit/store/boltstore.(*Store).")
-			cancel()
-			select {
-			case err := <-res:
-				require.ErrorIs(t, err, context.Canceled)
-			case <-time.After(10 * time.Second):
-				release()
-				t.Fatalf("%s did not return when its context ended: it waited for the application's write (returned %v once it was done)", name, <-res)
-			}
+			requireLeft(t, cancel, res, release, name, "the application's write")
 			release()
 			require.NoError(t, call(context.Background(), s), "the store serves writes again once the remap is done")
 		})
@@ -229,17 +215,25 @@ func TestRemappingWriteLeavesWhenContextEnds(t *testing.T) {
 	go func() { res <- s.Apply(ctx, op, make([]driver.Decision, len(op.Items))) }()
 	waitStack(t, "the store's commit waiting for the remap",
 		"sync.(*RWMutex).Lock", "go.etcd.io/bbolt.(*DB).mmap", "ratelimit/store/boltstore.(*Store).send")
+	requireLeft(t, cancel, res, release, "Apply", "the remap")
+	release()
+	// The next call goes after the write left behind, which commits.
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "after", 1, now), make([]driver.Decision, 1)))
+	require.True(t, stored(t, s, "l0", "k").Found, "the write whose caller left has committed")
+	require.True(t, stored(t, s, "l1999", "k").Found)
+}
+
+// requireLeft cancels a call's context and requires the call, held by
+// what, to return context.Canceled at once; should it not within 10 s, it
+// lets what go (release) and fails with what the call returned then.
+func requireLeft(t *testing.T, cancel func(), res <-chan error, release func(), name, what string) {
+	t.Helper()
 	cancel()
 	select {
 	case err := <-res:
 		require.ErrorIs(t, err, context.Canceled)
 	case <-time.After(10 * time.Second):
 		release()
-		t.Fatalf("Apply did not return when its context ended: it waited for the remap (returned %v once it was done)", <-res)
+		t.Fatalf("%s did not return when its context ended: it waited for %s (returned %v once it was done)", name, what, <-res)
 	}
-	release()
-	// The next call goes after the write left behind, which commits.
-	require.NoError(t, s.Apply(context.Background(), takeOp("l", "after", 1, now), make([]driver.Decision, 1)))
-	require.True(t, stored(t, s, "l0", "k").Found, "the write whose caller left has committed")
-	require.True(t, stored(t, s, "l1999", "k").Found)
 }
