@@ -211,7 +211,10 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // (on a Cluster, one per node), decided in order, each op atomic. Outs of
 // the wrong length, or an invalid op, are refused with an error, and
 // nothing is sent. It returns when ctx ends, whatever the client's
-// timeouts; the ops may then have been decided.
+// timeouts; the ops may then have been decided. An op that fails on its
+// own (a record it cannot read: ErrBadRecord) fails alone: the others are
+// decided and their outs filled, and the error names each op that failed
+// ("op i: …", joined).
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -239,12 +242,17 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := coalesce.Detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
 		return fmt.Errorf("redisstore: apply batch: %w", err)
 	}
+	var failed []error
 	for j, r := range reqs {
 		if errs[j] != nil {
-			return fmt.Errorf("redisstore: apply batch: op %d: %w", at[j], errs[j])
+			failed = append(failed, fmt.Errorf("op %d: %w", at[j], errs[j]))
+			continue
 		}
 		copy(outs[at[j]], r.out)
 		release(r)
+	}
+	if failed != nil {
+		return fmt.Errorf("redisstore: apply batch: %w", errors.Join(failed...))
 	}
 	s.warnOnce()
 	return nil

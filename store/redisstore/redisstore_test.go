@@ -789,6 +789,10 @@ func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store
 		require.Equal(t, want, outs[i][0].Remaining, "op %d", i)
 	}
 	require.Zero(t, outs[2][0].Settled, "the settlement was not done before")
+	require.ErrorContains(t, err, "op 4:", "the second bad op")
+	require.NotContains(t, err.Error(), "op 5:")
+	require.True(t, outs[5][0].OK, "the op after the bad ones is reported")
+	require.Equal(t, 96.0, outs[5][0].Remaining)
 
 	// The last op, after the bad ones, was decided too, and each op once.
 	value := func() float64 {
