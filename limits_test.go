@@ -633,25 +633,7 @@ func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
 			late, release := holdLateCall(t, lim, mock, stall, func() (ratelimit.Result, error) { return tc.call(lim) })
 			require.NoError(t, lim.SetLimits(strict))
 
-			var lateRes ratelimit.Result
-			stall.afterLoad.Store(ptr(func() {
-				// The record read: 0 tokens. Now the late call is granted
-				// (10 refilled, 9 left).
-				close(release)
-				lateRes = <-late
-			}))
-			res, err := lim.Limit(ctx, "l", "k") // the strict config: refused by the store, learnt
-			require.NoError(t, err)
-			require.False(t, res.OK)
-			require.False(t, res.Local)
-			require.Nil(t, stall.afterLoad.Load(), "the cache loaded the record")
-			require.True(t, lateRes.OK)
-			require.Equal(t, 9.0, lateRes.Remaining)
-
-			// The store holds 9 tokens, cut to the strict capacity of 1.
-			res, err = lim.Limit(ctx, "l", "k")
-			require.NoError(t, err)
-			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+			requireLateGrantForgotten(t, lim, stall, late, release)
 		})
 	}
 }
@@ -757,25 +739,7 @@ func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
 			late, release := holdLateCall(t, lim, mock, stall, func() (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") })
 			require.NoError(t, lim.SetLimits(nil)) // "l" removed
 
-			var lateRes ratelimit.Result
-			stall.afterLoad.Store(ptr(func() {
-				// The record read: 0 tokens. Now the late call is granted
-				// (10 refilled, 9 left).
-				close(release)
-				lateRes = <-late
-			}))
-			res, err := lim.Limit(ctx, "l", "k", strict) // refused by the store, learnt
-			require.NoError(t, err)
-			require.False(t, res.OK)
-			require.False(t, res.Local)
-			require.Nil(t, stall.afterLoad.Load(), "the cache loaded the record")
-			require.True(t, lateRes.OK)
-			require.Equal(t, 9.0, lateRes.Remaining)
-
-			// The store holds 9 tokens, cut to the strict capacity of 1.
-			res, err = lim.Limit(ctx, "l", "k", strict)
-			require.NoError(t, err)
-			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+			requireLateGrantForgotten(t, lim, stall, late, release, strict)
 		})
 	}
 }
@@ -804,4 +768,31 @@ func holdLateCall(t *testing.T, lim *ratelimit.Limiter, mock *clock.Mock, stall 
 	}()
 	<-arrived
 	return late, release
+}
+
+// requireLateGrantForgotten lets the call held by holdLateCall go once a
+// call of the strict config (given by opts, or declared), refused by the
+// store, has the deny cache read the record (0 tokens), and requires the
+// late call granted (9 left) and the cache's entry dropped: the next
+// call, which the store allows (9 tokens, cut to the strict capacity of
+// 1), is not refused from memory.
+func requireLateGrantForgotten(t *testing.T, lim *ratelimit.Limiter, stall *stallStore, late <-chan ratelimit.Result, release chan struct{}, opts ...ratelimit.CallOption) {
+	t.Helper()
+	ctx := context.Background()
+	var lateRes ratelimit.Result
+	stall.afterLoad.Store(ptr(func() {
+		close(release)
+		lateRes = <-late
+	}))
+	res, err := lim.Limit(ctx, "l", "k", opts...)
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.False(t, res.Local)
+	require.Nil(t, stall.afterLoad.Load(), "the cache loaded the record")
+	require.True(t, lateRes.OK)
+	require.Equal(t, 9.0, lateRes.Remaining)
+
+	res, err = lim.Limit(ctx, "l", "k", opts...)
+	require.NoError(t, err)
+	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
 }
