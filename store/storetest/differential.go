@@ -125,18 +125,12 @@ func (u *universe) randomOp(rng *rand.Rand, now int64) *driver.Op {
 		if op.Mode != driver.ModeRefund && rng.IntN(3) == 0 {
 			n = 2
 		}
-		a := rng.IntN(3)
-		idx := []int{a, (a + 1 + rng.IntN(2)) % 3}[:n]
-		clash := false
-		for _, i := range idx {
-			clash = clash || used[driver.RecordID{Name: name, Key: key, Shard: i}]
-		}
-		if clash {
+		idx, ok := claimShards(rng, used, name, key, 3, n)
+		if !ok {
 			continue
 		}
 		it := driver.Item{Name: name, Key: key}
 		for _, i := range idx {
-			used[driver.RecordID{Name: name, Key: key, Shard: i}] = true
 			it.Shards = append(it.Shards, u.shard(rng, name, key, i))
 		}
 		p := u.params[name]
@@ -174,6 +168,23 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 		}
 		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
 	}
+}
+
+// claimShards picks n (1 or 2) distinct shards of name and key among
+// shards, and marks their records used, unless one of them is used
+// already (an op names a record once): then it returns false.
+func claimShards(rng *rand.Rand, used map[driver.RecordID]bool, name, key string, shards, n int) ([]int, bool) {
+	a := rng.IntN(shards)
+	idx := []int{a, (a + 1 + rng.IntN(max(shards-1, 1))) % shards}[:n]
+	for _, i := range idx {
+		if used[driver.RecordID{Name: name, Key: key, Shard: i}] {
+			return nil, false
+		}
+	}
+	for _, i := range idx {
+		used[driver.RecordID{Name: name, Key: key, Shard: i}] = true
+	}
+	return idx, true
 }
 
 // loadBoth reads the records of names and keys, shards 0 to 2, from

@@ -299,18 +299,12 @@ func (f *fleet) randomOp(rng *rand.Rand, m int, now int64) *driver.Op {
 		if op.Mode != driver.ModeRefund && l.shards > 1 && rng.IntN(4) > 0 {
 			n = 2
 		}
-		a := rng.IntN(l.shards)
-		idx := []int{a, (a + 1 + rng.IntN(max(l.shards-1, 1))) % l.shards}[:n]
-		clash := false
-		for _, i := range idx {
-			clash = clash || used[driver.RecordID{Name: name, Key: key, Shard: i}]
-		}
-		if clash {
+		idx, ok := claimShards(rng, used, name, key, l.shards, n)
+		if !ok {
 			continue
 		}
 		it := driver.Item{Name: name, Key: key}
 		for _, i := range idx {
-			used[driver.RecordID{Name: name, Key: key, Shard: i}] = true
 			it.Shards = append(it.Shards, driver.Shard{Index: i, Params: f.params(m, name, key, i)})
 		}
 		p := it.Shards[0].Params
