@@ -221,13 +221,7 @@ func TestLoneCallRollsBackWhenContextEnds(t *testing.T) {
 // net/http does for a handler) finds the store usable.
 func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
-		if op.Items[0].Key == "bad" {
-			panic("decide failed")
-		}
-		return nil
-	}})
+	s := panicsOnBad(t)
 	now := t0.UnixMilli()
 	out := make([]driver.Decision, 1)
 	func() {
@@ -250,13 +244,7 @@ func TestLonePanicLeavesTheStoreUsable(t *testing.T) {
 func TestDetachedPanicFailsItsCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
-		if op.Items[0].Key == "bad" {
-			panic("decide failed")
-		}
-		return nil
-	}})
+	s := panicsOnBad(t)
 	now := t0.UnixMilli()
 	out := make([]driver.Decision, 1)
 	err := s.Apply(ctx, takeOp("l", "bad", 1, now), out)
@@ -314,4 +302,17 @@ func TestBatchPanicFailsItsCalls(t *testing.T) {
 	out := make([]driver.Decision, 1)
 	require.NoError(t, s.Apply(wctx, takeOp("l", "after", 1, now), out))
 	require.True(t, out[0].OK)
+}
+
+// panicsOnBad opens a store whose decision of an op of the key "bad"
+// panics with "decide failed".
+func panicsOnBad(t *testing.T) *boltstore.Store {
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	boltstore.SetHooks(s, boltstore.Hooks{FailOp: func(op *driver.Op) error {
+		if op.Items[0].Key == "bad" {
+			panic("decide failed")
+		}
+		return nil
+	}})
+	return s
 }
