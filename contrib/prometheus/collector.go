@@ -35,6 +35,10 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 )
 
+// bucketLabel is the label of a histogram's buckets, which Prometheus
+// gives every histogram series.
+const bucketLabel = "le"
+
 // DefaultNamespace is the metrics' prefix unless WithNamespace changes it.
 const DefaultNamespace = "ratelimit"
 
@@ -76,7 +80,8 @@ func WithSubsystem(s string) Option { return func(o *options) { o.subsystem = s 
 
 // WithConstLabels adds labels with fixed values to both metrics, such as
 // the store's or the service's name. NewCollector refuses a label named as
-// one of the Collector's own (LabelLimit and the others).
+// one of the Collector's own (LabelLimit and the others) or "le", the
+// histogram's bucket label.
 func WithConstLabels(l prometheus.Labels) Option {
 	return func(o *options) {
 		if o.constLabels == nil {
@@ -137,7 +142,8 @@ var ErrInvalidOption = errors.New("ratelimitprom: invalid option")
 // NewCollector returns a Collector, or an error matching ErrInvalidOption
 // for an option Prometheus would refuse: a namespace, subsystem or const
 // label that is not a valid name, a const label named as one of the
-// Collector's own labels, buckets that do not increase.
+// Collector's own labels or as the histogram's bucket label ("le"),
+// buckets that do not increase.
 func NewCollector(opts ...Option) (*Collector, error) {
 	o := options{namespace: DefaultNamespace, buckets: DefaultBuckets()}
 	for _, opt := range opts {
@@ -150,6 +156,13 @@ func NewCollector(opts ...Option) (*Collector, error) {
 			return nil, fmt.Errorf("ratelimitprom: histogram buckets %v do not increase at %v: give increasing upper bounds: %w",
 				o.buckets, b, ErrInvalidOption)
 		}
+	}
+	// Prometheus refuses the histogram's bucket label as a const label
+	// only when the histogram's first series is made: on the first
+	// decision, with a panic, where registration passed.
+	if _, ok := o.constLabels[bucketLabel]; ok {
+		return nil, fmt.Errorf("ratelimitprom: const label %q is the duration histogram's bucket label: name it otherwise: %w",
+			bucketLabel, ErrInvalidOption)
 	}
 	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal}
 	c := &Collector{

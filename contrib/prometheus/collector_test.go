@@ -193,6 +193,10 @@ func TestCollectorInvalidOptions(t *testing.T) {
 		"const label clashes":  {ratelimitprom.WithConstLabels(prometheus.Labels{"limit": "x"})},
 		"buckets not sorted":   {ratelimitprom.WithBuckets([]float64{0.1, 0.01})},
 		"buckets repeated":     {ratelimitprom.WithBuckets([]float64{0.1, 0.1})},
+		// The histogram's bucket label: Prometheus refuses it only when
+		// the histogram's first series is made, with a panic, on the
+		// decision path.
+		"const label le": {ratelimitprom.WithConstLabels(prometheus.Labels{"le": "x"})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := ratelimitprom.NewCollector(opts...)
