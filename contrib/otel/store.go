@@ -110,8 +110,10 @@ func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Dec
 	}
 	err := s.next.Apply(ctx, op, out)
 	if rec && err == nil {
+		// Of the op's items only: out may be longer, and what lies
+		// past them is not the op's. (A store refuses a shorter out.)
 		ok := true
-		for _, d := range out {
+		for _, d := range out[:min(len(op.Items), len(out))] {
 			ok = ok && d.OK
 		}
 		span.SetAttributes(OKKey.Bool(ok))

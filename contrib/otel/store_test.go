@@ -98,6 +98,22 @@ func TestWrapStoreSpans(t *testing.T) {
 	}
 }
 
+// ratelimit.ok is of the op's items only: an out may be longer than the
+// op (driver.Store's Apply fills one decision per item), and the decisions
+// past its items are not the op's.
+func TestWrapStoreOKOfItemsOnly(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	w := ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider(tp))
+	op := &driver.Op{Now: 1000, Items: []driver.Item{{Name: "api", Key: secretKey, Count: 1,
+		Shards: []driver.Shard{{Params: driver.Params{Kind: ratelimit.FixedWindow, Rate: 1, Period: 1000, Capacity: 1}}}}}}
+	out := make([]driver.Decision, 3) // a buffer of a larger op, say
+	require.NoError(t, w.Apply(ctx, op, out))
+	require.True(t, out[0].OK)
+	require.Len(t, spans.GetSpans(), 1)
+	assert.Equal(t, "true", attrs(spans.GetSpans()[0])[ratelimitotel.OKKey])
+}
+
 // failStore fails every call.
 type failStore struct{ ratelimit.Store }
 
