@@ -27,12 +27,13 @@
 // WrapStore returns a Store that starts a span around every call to the
 // store it wraps (ratelimit.store.apply, ratelimit.store.load, ...),
 // with the names of the limits the call touches but never their keys, and
-// the error recorded on the span when the store fails. The wrapper keeps
-// the optional capabilities of the store visible, so that a Limiter treats
-// it exactly as the store: driver.BatchApplier and DeleteExpired are
-// implemented when the wrapped store implements them, and
-// driver.TimeSource always, its OwnClock reporting the wrapped store's
-// answer (false for a store that keeps no clock of its own). The
+// the error recorded on the span when the store fails. A store that
+// panics ends its span too, as an error, and the panic goes on as it is.
+// The wrapper keeps the optional capabilities of the store visible, so
+// that a Limiter treats it exactly as the store: driver.BatchApplier and
+// DeleteExpired are implemented when the wrapped store implements them,
+// and driver.TimeSource always, its OwnClock reporting the wrapped
+// store's answer (false for a store that keeps no clock of its own). The
 // shortcut of driver.Binder is left out, so that every decision has its
 // span.
 //

@@ -84,27 +84,46 @@ var _ driver.TimeSource = (*tracedStore)(nil)
 
 // start starts the span of a store call, and reports whether it records,
 // so that attributes are built only for a span that keeps them.
-func (s *tracedStore) start(ctx context.Context, name string) (context.Context, trace.Span, bool) {
+func (s *tracedStore) start(ctx context.Context, name string) (context.Context, storeSpan, bool) {
 	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	rec := span.IsRecording()
 	if rec && len(s.attrs) > 0 {
 		span.SetAttributes(s.attrs...)
 	}
-	return ctx, span, rec
+	return ctx, storeSpan{Span: span}, rec
 }
 
-// end records err, if any, and ends span.
-func end(span trace.Span, err error) {
+// storeSpan is the span of one store call. A method defers its
+// endPanicked, so that the span ends, as an error, when the store panics;
+// the panic goes on as it is (it is not recovered).
+type storeSpan struct {
+	trace.Span
+	ended bool
+}
+
+// end records err, if any, and ends the span.
+func (s *storeSpan) end(err error) {
+	s.ended = true
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
+	s.End()
+}
+
+// endPanicked ends the span of a call that did not return: the store
+// panicked.
+func (s *storeSpan) endPanicked() {
+	if !s.ended {
+		s.SetStatus(codes.Error, "the store panicked")
+		s.End()
+	}
 }
 
 // Apply calls the wrapped store's Apply in a span named SpanApply.
 func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	ctx, span, rec := s.start(ctx, SpanApply)
+	defer span.endPanicked()
 	if rec {
 		span.SetAttributes(ModeKey.String(modeName(op.Mode)), ReserveKey.Bool(op.Reserve), itemNames(op.Items))
 	}
@@ -118,29 +137,31 @@ func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Dec
 		}
 		span.SetAttributes(OKKey.Bool(ok))
 	}
-	end(span, err)
+	span.end(err)
 	return err
 }
 
 // Load calls the wrapped store's Load in a span named SpanLoad.
 func (s *tracedStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	ctx, span, rec := s.start(ctx, SpanLoad)
+	defer span.endPanicked()
 	if rec {
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
 	}
 	err := s.next.Load(ctx, ids, out)
-	end(span, err)
+	span.end(err)
 	return err
 }
 
 // Delete calls the wrapped store's Delete in a span named SpanDelete.
 func (s *tracedStore) Delete(ctx context.Context, ids []driver.RecordID) error {
 	ctx, span, rec := s.start(ctx, SpanDelete)
+	defer span.endPanicked()
 	if rec {
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
 	}
 	err := s.next.Delete(ctx, ids)
-	end(span, err)
+	span.end(err)
 	return err
 }
 
@@ -156,8 +177,9 @@ func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 		return 0, errNoClock
 	}
 	ctx, span, _ := s.start(ctx, SpanNow)
+	defer span.endPanicked()
 	now, err := s.clock.Now(ctx)
-	end(span, err)
+	span.end(err)
 	return now, err
 }
 
@@ -173,6 +195,7 @@ type batch struct {
 // SpanApplyBatch.
 func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	ctx, span, rec := b.s.start(ctx, SpanApplyBatch)
+	defer span.endPanicked()
 	if rec {
 		var items []driver.Item
 		for _, op := range ops {
@@ -181,7 +204,7 @@ func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver
 		span.SetAttributes(OpsKey.Int(len(ops)), itemNames(items))
 	}
 	err := b.next.ApplyBatch(ctx, ops, outs)
-	end(span, err)
+	span.end(err)
 	return err
 }
 
@@ -194,11 +217,12 @@ type expire struct {
 // SpanDeleteExpired.
 func (e expire) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	ctx, span, rec := e.s.start(ctx, SpanDeleteExpired)
+	defer span.endPanicked()
 	n, err := e.next.DeleteExpired(ctx, now)
 	if rec {
 		span.SetAttributes(RecordsKey.Int(n))
 	}
-	end(span, err)
+	span.end(err)
 	return n, err
 }
 

@@ -150,6 +150,53 @@ func TestWrapStoreRecordsErrors(t *testing.T) {
 	}
 }
 
+// panicStore panics in every call, as a store with a bug may.
+type panicStore struct{ ratelimit.Store }
+
+func (panicStore) Apply(context.Context, *driver.Op, []driver.Decision) error { panic("store bug") }
+func (panicStore) Load(context.Context, []driver.RecordID, []driver.Record) error {
+	panic("store bug")
+}
+func (panicStore) Delete(context.Context, []driver.RecordID) error { panic("store bug") }
+func (panicStore) ApplyBatch(context.Context, []*driver.Op, [][]driver.Decision) error {
+	panic("store bug")
+}
+func (panicStore) DeleteExpired(context.Context, time.Time) (int, error) { panic("store bug") }
+func (panicStore) OwnClock() bool                                        { return true }
+func (panicStore) Now(context.Context) (int64, error)                    { panic("store bug") }
+
+// A store call that panics still ends its span, marked as an error, and
+// the panic goes on to the caller as it is: a caller that recovers it (an
+// HTTP server does) has the failed call in its trace.
+func TestWrapStoreEndsSpanOnPanic(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	w := ratelimitotel.WrapStore(panicStore{}, ratelimitotel.WithTracerProvider(tp))
+	ids := []driver.RecordID{{Name: "api", Key: secretKey}}
+	for name, call := range map[string]func(){
+		ratelimitotel.SpanApply: func() { _ = w.Apply(ctx, &driver.Op{}, nil) },
+		ratelimitotel.SpanApplyBatch: func() {
+			_ = w.(driver.BatchApplier).ApplyBatch(ctx, []*driver.Op{{}}, [][]driver.Decision{nil})
+		},
+		ratelimitotel.SpanLoad:   func() { _ = w.Load(ctx, ids, make([]driver.Record, 1)) },
+		ratelimitotel.SpanDelete: func() { _ = w.Delete(ctx, ids) },
+		ratelimitotel.SpanDeleteExpired: func() {
+			_, _ = w.(driver.Expirer).DeleteExpired(ctx, time.Now())
+		},
+		ratelimitotel.SpanNow: func() { _, _ = w.(driver.TimeSource).Now(ctx) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			spans.Reset()
+			assert.PanicsWithValue(t, "store bug", call)
+			got := spans.GetSpans()
+			require.Len(t, got, 1, "the span is ended")
+			assert.Equal(t, name, got[0].Name)
+			assert.Equal(t, codes.Error, got[0].Status.Code)
+			assert.Equal(t, "the store panicked", got[0].Status.Description)
+		})
+	}
+}
+
 // The stores' optional methods, in every combination the wrapper must
 // mirror: each capability apart, then stores made of them.
 type (
