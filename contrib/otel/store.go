@@ -170,10 +170,14 @@ func (s *tracedStore) Delete(ctx context.Context, ids []driver.RecordID) error {
 func (s *tracedStore) OwnClock() bool { return s.clock != nil && s.clock.OwnClock() }
 
 // Now calls the wrapped store's Now in a span named SpanNow. A store that
-// is no driver.TimeSource has no time to give: Now returns an error,
-// and OwnClock false tells a Limiter not to ask.
+// is no driver.TimeSource has no time to give: Now returns an error (the
+// context's, when it is done, as package driver requires), and OwnClock
+// false tells a Limiter not to ask.
 func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	if s.clock == nil {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		return 0, errNoClock
 	}
 	ctx, span, _ := s.start(ctx, SpanNow)

@@ -282,6 +282,12 @@ func TestWrapStoreKeepsCapabilities(t *testing.T) {
 				names = append(names, ratelimitotel.SpanNow)
 			} else {
 				require.Error(t, err)
+				// As every method of package driver's interfaces: given a
+				// context already done, the context's error.
+				done, cancel := context.WithCancel(ctx)
+				cancel()
+				_, err = wts.Now(done)
+				require.ErrorIs(t, err, context.Canceled)
 			}
 
 			se, isExp := s.(driver.Expirer)
