@@ -9,6 +9,8 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,6 +244,56 @@ func TestBehindReverseProxy(t *testing.T) {
 			require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
 			require.Equal(t, []string{"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2"}, keys)
 			require.NoError(t, lim.Reset(t.Context(), "api", "127.0.0.2"))
+		})
+	}
+}
+
+// A long forwarding list cost the key function memory and time in
+// proportion to its entries: a trusted proxy that passes headers of 1 MB
+// (Go's default) let one request of commas allocate 256 MB. The walk
+// reads only the hops it passes (X-Forwarded-For) or keeps nothing per
+// hop (Forwarded, read from the left).
+func TestLongForwardingListsCostLittle(t *testing.T) {
+	const size = 64 << 10
+	long := func(unit, tail string) string {
+		return strings.Repeat(unit, size/len(unit)) + tail
+	}
+	tests := []struct {
+		header string
+		value  string
+		want   string
+	}{
+		{"X-Forwarded-For", long(",", "198.51.100.1"), "198.51.100.1"},
+		{"X-Forwarded-For", long("x,", "198.51.100.1, 10.0.0.9"), "198.51.100.1"},
+		{"X-Forwarded-For", long("10.0.0.7,", "10.0.0.9"), "10.0.0.7"},
+		{"Forwarded", long(",", "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long("for=x,", "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long(`for="x",`, "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long(`for="\x",`, "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long("for=1,", "for=198.51.100.1, for=10.0.0.9"), "198.51.100.1"},
+		{"Forwarded", long("for=10.0.0.7,", "for=10.0.0.9"), "10.0.0.7"},
+	}
+	keys := map[string]httplimit.KeyFunc{
+		"X-Forwarded-For": clientIP(t, httplimit.TrustProxies(httplimit.XForwardedFor, lbs...)),
+		"Forwarded":       clientIP(t, httplimit.TrustProxies(httplimit.Forwarded, lbs...)),
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %.12s", tt.header, tt.value), func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "10.0.0.2:80"
+			r.Header.Set(tt.header, tt.value)
+			key := keys[tt.header]
+			got, err := key(r)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range 10 {
+				key(r)
+			}
+			runtime.ReadMemStats(&after)
+			perCall := (after.TotalAlloc - before.TotalAlloc) / 10
+			require.Less(t, perCall, uint64(4<<10), "bytes allocated per key, for a header of %d bytes", len(tt.value))
 		})
 	}
 }

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -206,9 +205,13 @@ func (c *clientIP) addr(r *http.Request) (netip.Addr, error) {
 		}
 		return peer, nil
 	case xffList:
-		return c.walk(peer, xffHops(lines)), nil
+		return c.walkXFF(peer, lines), nil
 	default:
-		return c.walk(peer, forwardedHops(lines)), nil
+		w := walker{c: c, peer: peer, client: peer}
+		for _, line := range lines {
+			forwardedHops(line, w.add)
+		}
+		return w.client, nil
 	}
 }
 
@@ -219,50 +222,79 @@ type hop struct {
 	ok bool
 }
 
-// walk reads hops from the right, starting from a trusted peer: the first
-// untrusted address is the client; an unreadable hop stops the walk at the
-// last trusted address; if every hop is trusted, the leftmost is.
-func (c *clientIP) walk(peer netip.Addr, hops []hop) netip.Addr {
+// The client is found by a walk of the list from the right, starting from
+// a trusted peer: the first untrusted address is the client; a hop that is
+// not an address stops the walk at the last trusted address (or the peer);
+// if every hop is trusted, the leftmost is.
+//
+// The walk keeps nothing per hop: a proxy that passes a header of a
+// megabyte of commas must not make a request allocate hundreds of
+// megabytes. X-Forwarded-For is read from the right, one hop at a time, up
+// to where the walk ends. A Forwarded list can only be read from the left
+// (a quote changes the meaning of what follows it): walker takes its hops
+// from the left and keeps, instead of the list, the walk's answer for the
+// hops so far.
+
+// walkXFF walks X-Forwarded-For lines, one list in their order, from the
+// right.
+func (c *clientIP) walkXFF(peer netip.Addr, lines []string) netip.Addr {
 	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		if !hops[i].ok {
-			return client
-		}
-		client = hops[i].ip
-		if !c.isTrusted(client) {
-			return client
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for end := len(line); end >= 0; {
+			start := strings.LastIndexByte(line[:end], ',') + 1
+			ip, ok := parseAddr(line[start:end])
+			if !ok {
+				return client
+			}
+			client = ip
+			if !c.isTrusted(ip) {
+				return client
+			}
+			end = start - 1 // -1 past the line's first hop
 		}
 	}
 	return client
 }
 
-// xffHops reads X-Forwarded-For lines as one list, leftmost first.
-func xffHops(lines []string) []hop {
-	var hops []hop
-	for _, line := range lines {
-		for v := range strings.SplitSeq(line, ",") {
-			ip, ok := parseAddr(v)
-			hops = append(hops, hop{ip, ok})
-		}
-	}
-	return hops
+// walker finds the client of a list given hop by hop from the left, as the
+// walk from the right finds it.
+type walker struct {
+	c    *clientIP
+	peer netip.Addr
+	// client is the walk's answer for the hops added so far.
+	client netip.Addr
+	// n counts the hops added.
+	n int
+	// afterBad is true when the rightmost hop that ends the walk is not an
+	// address and no hop was added right of it.
+	afterBad bool
 }
 
-// forwardedHops reads Forwarded lines (RFC 7239) as one list of elements,
-// leftmost first, each by its for= parameter. An element that breaks the
-// syntax (an unclosed quote, a pair without "=", a repeated or missing
-// for=) is a hop that is not an address; an unclosed quote takes the rest
-// of its line with it, so that a client's stray quote can never make a
-// proxy's appended element read as something else.
-func forwardedHops(lines []string) []hop {
-	var hops []hop
-	for _, line := range lines {
-		hops = appendForwarded(hops, line)
+// add takes the next hop to the right.
+func (w *walker) add(h hop) {
+	w.n++
+	switch {
+	case !h.ok:
+		w.client, w.afterBad = w.peer, true // the walk stops right of it
+	case !w.c.isTrusted(h.ip):
+		w.client, w.afterBad = h.ip, false
+	case w.afterBad:
+		w.client, w.afterBad = h.ip, false // the first hop right of it
+	case w.n == 1:
+		w.client = h.ip // every hop trusted so far: the leftmost
 	}
-	return hops
 }
 
-func appendForwarded(hops []hop, s string) []hop {
+// forwardedHops reads a Forwarded line (RFC 7239) as a list of elements,
+// from the left, and gives add each element's hop, by its for= parameter.
+// An element that breaks the syntax (an unclosed quote, a pair without
+// "=", a repeated or missing for=) is a hop that is not an address; an
+// unclosed quote takes the rest of its line with it, so that a client's
+// stray quote can never make a proxy's appended element read as something
+// else. A quoted value holding a quoted-pair (a backslash) is not an
+// address either: no proxy escapes a character of one.
+func forwardedHops(s string, add func(hop)) {
 	i := 0
 	for {
 		// One element: pairs separated by ";", up to a "," outside quotes.
@@ -282,11 +314,15 @@ func appendForwarded(hops []hop, s string) []hop {
 			i++
 			var value string
 			if i < len(s) && s[i] == '"' {
-				v, n, ok := quotedString(s[i:])
+				v, n, escaped, ok := quotedString(s[i:])
 				if !ok {
-					return append(hops, hop{}) // unclosed quote: the rest of the line is one bad element
+					add(hop{}) // unclosed quote: the rest of the line is one bad element
+					return
 				}
 				value, i = v, i+n
+				if escaped && strings.EqualFold(name, "for") {
+					bad = true
+				}
 			} else {
 				start := i
 				for i < len(s) && isValueChar(s[i]) {
@@ -313,11 +349,12 @@ func appendForwarded(hops []hop, s string) []hop {
 		for i < len(s) && s[i] != ',' {
 			bad = true
 			if s[i] == '"' {
-				if _, n, ok := quotedString(s[i:]); ok {
+				if _, n, _, ok := quotedString(s[i:]); ok {
 					i += n
 					continue
 				}
-				return append(hops, hop{})
+				add(hop{})
+				return
 			}
 			i++
 		}
@@ -325,31 +362,28 @@ func appendForwarded(hops []hop, s string) []hop {
 		if !bad && fors == 1 {
 			h.ip, h.ok = parseAddr(forValue)
 		}
-		hops = append(hops, h)
+		add(h)
 		if i >= len(s) {
-			return hops
+			return
 		}
 		i++ // the ','
 	}
 }
 
-// quotedString reads a quoted-string at the start of s: its unescaped
-// value, its length in s, and whether it is closed.
-func quotedString(s string) (string, int, bool) {
-	var b strings.Builder
+// quotedString reads a quoted-string at the start of s: what it holds
+// between its quotes, as written (quoted-pairs not undone), its length in
+// s, whether it holds a quoted-pair, and whether it is closed.
+func quotedString(s string) (value string, n int, escaped, ok bool) {
 	for i := 1; i < len(s); i++ {
 		switch s[i] {
 		case '"':
-			return b.String(), i + 1, true
+			return s[1:i], i + 1, escaped, true
 		case '\\':
+			escaped = true
 			i++
-			if i == len(s) {
-				return "", 0, false
-			}
 		}
-		b.WriteByte(s[i])
 	}
-	return "", 0, false
+	return "", 0, false, false
 }
 
 func skipOWS(s string, i int) int {
@@ -388,22 +422,158 @@ func validHeaderName(s string) bool {
 // quotes: 192.0.2.1, 192.0.2.1:443, 2001:db8::1, [2001:db8::1]:443,
 // "[2001:db8::1]:443". An IPv4-mapped IPv6 address reads as IPv4, and a
 // zone is dropped.
+//
+// It allocates nothing, whatever s holds: a forwarding list may hold any
+// number of values that are not addresses, and netip.ParseAddr and
+// net.SplitHostPort allocate the error that says so. isAddr and
+// splitHostPort answer as they do, without it.
 func parseAddr(s string) (netip.Addr, bool) {
 	s = strings.Trim(strings.TrimSpace(s), `"`)
-	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.Unmap().WithZone(""), true
-	}
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		if ip, err := netip.ParseAddr(host); err == nil {
-			return ip.Unmap().WithZone(""), true
+	host := s
+	if !isAddr(host) {
+		var ok bool
+		if host, ok = splitHostPort(s); !ok || !isAddr(host) {
+			if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
+				return netip.Addr{}, false
+			}
+			if host = s[1 : len(s)-1]; !isAddr(host) {
+				return netip.Addr{}, false
+			}
 		}
 	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if ip, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return ip.Unmap().WithZone(""), true
+	ip, err := netip.ParseAddr(host)
+	if err != nil { // cannot happen: isAddr(host)
+		return netip.Addr{}, false
+	}
+	return ip.Unmap().WithZone(""), true
+}
+
+// splitHostPort returns the host of net.SplitHostPort(s), and whether it
+// returns no error.
+func splitHostPort(s string) (string, bool) {
+	i := strings.LastIndexByte(s, ':') // the port starts after the last colon
+	if i < 0 {
+		return "", false
+	}
+	host, j, k := s[:i], 0, 0
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 || end+1 != i { // "]:" must end the host
+			return "", false
+		}
+		host, j, k = s[1:end], 1, end+1
+	} else if strings.IndexByte(host, ':') >= 0 {
+		return "", false
+	}
+	if strings.IndexByte(s[j:], '[') >= 0 || strings.IndexByte(s[k:], ']') >= 0 {
+		return "", false
+	}
+	return host, true
+}
+
+// isAddr reports whether netip.ParseAddr(s) returns no error.
+func isAddr(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '.':
+			return isIPv4(s)
+		case ':':
+			return isIPv6(s)
+		case '%':
+			return false
 		}
 	}
-	return netip.Addr{}, false
+	return false
+}
+
+// isIPv4 reports whether s is an IPv4 address in dotted decimal, as
+// netip.ParseAddr reads one: four decimal octets of at most 255, without
+// leading zeros.
+func isIPv4(s string) bool {
+	dots, val, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case '0' <= c && c <= '9':
+			if digits == 1 && val == 0 {
+				return false // a leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return false
+			}
+		case c == '.':
+			if digits == 0 || i == len(s)-1 || dots == 3 {
+				return false
+			}
+			dots++
+			val, digits = 0, 0
+		default:
+			return false
+		}
+	}
+	return dots == 3
+}
+
+// isIPv6 reports whether s is an IPv6 address, with or without a zone, as
+// netip.ParseAddr reads one.
+func isIPv6(s string) bool {
+	if i := strings.IndexByte(s, '%'); i >= 0 {
+		if i == len(s)-1 {
+			return false // an empty zone
+		}
+		s = s[:i]
+	}
+	ellipsis := false
+	if strings.HasPrefix(s, "::") {
+		ellipsis, s = true, s[2:]
+		if s == "" {
+			return true
+		}
+	}
+	n := 0 // bytes of the address read
+	for n < 16 {
+		digits := 0
+		for digits < len(s) && isHexDigit(s[digits]) {
+			digits++
+		}
+		if digits == 0 || digits > 4 {
+			return false
+		}
+		if digits < len(s) && s[digits] == '.' {
+			// An IPv4 address ends it, in place of the last two groups.
+			if !ellipsis && n != 12 || n+4 > 16 || !isIPv4(s) {
+				return false
+			}
+			n, s = n+4, ""
+			break
+		}
+		n += 2
+		if s = s[digits:]; s == "" {
+			break
+		}
+		if s[0] != ':' || len(s) == 1 {
+			return false
+		}
+		if s = s[1:]; s[0] == ':' {
+			if ellipsis {
+				return false // a second "::"
+			}
+			if ellipsis, s = true, s[1:]; s == "" {
+				break
+			}
+		}
+	}
+	if s != "" {
+		return false
+	}
+	// Without "::", eight groups; with it, fewer, for it stands for one
+	// at least.
+	return (n == 16) != ellipsis
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // Header keys a request by the value of a header, such as an API key.

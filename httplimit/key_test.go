@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"math"
+	"net"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -83,6 +84,16 @@ func FuzzClientIP(f *testing.F) {
 			}
 			got, _ := k(r)
 			require.Contains(t, allowed, got, "%s: the key comes from left of the first untrusted hop", name)
+			// And it is the one the walk from the right over the whole
+			// list finds.
+			want := peer
+			for i := len(hops) - 1; i >= 0 && hops[i].ok; i-- {
+				want = hops[i].ip
+				if !keyed.isTrusted(want) {
+					break
+				}
+			}
+			require.Equal(t, keyed.format(want), got, "%s: not the walk's answer", name)
 		}
 		// X-Forwarded-For, split here on its own: a comma-separated list.
 		var hops []hop
@@ -93,7 +104,7 @@ func FuzzClientIP(f *testing.F) {
 			}
 		}
 		check("X-Forwarded-For", xff, hops)
-		check("Forwarded", fwd, forwardedHops(r.Header.Values("Forwarded")))
+		check("Forwarded", fwd, forwardedLines(r.Header.Values("Forwarded")))
 	})
 }
 
@@ -140,6 +151,15 @@ func FuzzForwardedAppend(f *testing.F) {
 	})
 }
 
+// forwardedLines reads Forwarded lines as one list of hops, leftmost first.
+func forwardedLines(lines []string) []hop {
+	var hops []hop
+	for _, line := range lines {
+		forwardedHops(line, func(h hop) { hops = append(hops, h) })
+	}
+	return hops
+}
+
 func TestForwardedSyntax(t *testing.T) {
 	tests := []struct {
 		line string
@@ -154,6 +174,7 @@ func TestForwardedSyntax(t *testing.T) {
 		{`for=1.1.1.1;for=2.2.2.2`, []string{""}},
 		{`for="1.1.1.1, for=2.2.2.2", for=3.3.3.3`, []string{"", "3.3.3.3"}},
 		{`for="\"", for=3.3.3.3`, []string{"", "3.3.3.3"}},
+		{`for="\1.1.1.1", for="1.1.1.1";by="\x"`, []string{"", "1.1.1.1"}}, // no proxy escapes an address
 		{`for=", for=3.3.3.3`, []string{""}},
 		{`for=1.1.1.1 junk, for=3.3.3.3`, []string{"", "3.3.3.3"}},
 		{`, for=3.3.3.3`, []string{"", "3.3.3.3"}},
@@ -162,7 +183,7 @@ func TestForwardedSyntax(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, h := range forwardedHops([]string{tt.line}) {
+		for _, h := range forwardedLines([]string{tt.line}) {
 			if h.ok {
 				got = append(got, h.ip.String())
 			} else {
@@ -216,5 +237,55 @@ func TestQuotaNeverPromisesMore(t *testing.T) {
 			require.GreaterOrEqual(t, w, int64(1), "rate %v per %v", rate, period)
 			require.LessOrEqual(t, float64(q)/float64(w), perSecond*(1+1e-9), "rate %v per %v: q=%d w=%d", rate, period, q, w)
 		}
+	}
+}
+
+// FuzzParseAddr checks that parseAddr, which allocates nothing, reads what
+// netip.ParseAddr and net.SplitHostPort read.
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"192.0.2.1", "192.0.2.1:443", "2001:db8::1", "[2001:db8::1]:443", `"[2001:db8::1]:443"`,
+		"[192.0.2.1]", "fe80::1%eth0", "::ffff:192.0.2.1", "1:2:3:4:5:6:7::", "::1:2:3:4:5:6:7", "1:2:3:4:5:6:1.2.3.4",
+		"::1.2.3.4", "01.2.3.4", "1.2.3.256", "1:2:3:4:5:6:7:8::", ":1::", "1::2:", "::", "%x", "::%", "[::1]:_obf", "1.2.3.4:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := netip.ParseAddr(s)
+		require.Equal(t, err == nil, isAddr(s), "isAddr(%q); netip: %v", s, err)
+		host, _, err := net.SplitHostPort(s)
+		got, ok := splitHostPort(s)
+		require.Equal(t, err == nil, ok, "splitHostPort(%q); net: %v", s, err)
+		if ok {
+			require.Equal(t, host, got, "splitHostPort(%q)", s)
+		}
+		want, wantOK := parseAddrByNet(s)
+		ip, ok := parseAddr(s)
+		require.Equal(t, wantOK, ok, "parseAddr(%q)", s)
+		require.Equal(t, want, ip, "parseAddr(%q)", s)
+	})
+}
+
+// parseAddrByNet is parseAddr written with netip.ParseAddr and
+// net.SplitHostPort.
+func parseAddrByNet(s string) (netip.Addr, bool) {
+	s = strings.Trim(strings.TrimSpace(s), `"`)
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Unmap().WithZone(""), true
+	}
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			return ip.Unmap().WithZone(""), true
+		}
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		if ip, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return ip.Unmap().WithZone(""), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func TestParseAddrAllocatesNothing(t *testing.T) {
+	for _, s := range []string{"", "x", "1", "1.2.3", "::::", "[::1", "1.2.3.4:5:6", "unknown", "192.0.2.1", "[2001:db8::1]:443"} {
+		require.Zero(t, testing.AllocsPerRun(10, func() { parseAddr(s) }), "parseAddr(%q)", s)
 	}
 }
