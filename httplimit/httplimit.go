@@ -30,6 +30,12 @@ type CostFunc func(r *http.Request) (float64, error)
 // as a missing header.
 var ErrNoKey = errors.New("httplimit: the request carries no key")
 
+// errNeverGranted marks the error of a request of the default cost that a
+// limit can no longer grant: New refuses such a limit, but SetLimits may
+// make one.
+var errNeverGranted = errors.New("httplimit: a request costs 1 token, which a limit as now configured can never grant: " +
+	"set its Capacity to 1 or more, or give WithCost")
+
 // StatusClientClosedRequest is the status the default error handler
 // records for a request whose client went away before it was decided
 // (nginx's 499): nobody reads the response, and it is not a server error.
@@ -149,7 +155,8 @@ func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } 
 // of lim, which must all be declared in ratelimit.New, each named once.
 //
 // Without WithCost a request costs one token, so New refuses a limit that
-// can never grant one (a Capacity, or a Rate standing for it, below 1).
+// can never grant one (a Capacity, or a Rate standing for it, below 1); a
+// limit changed so later (SetLimits) answers every request 500.
 func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, error) {
 	if lim == nil {
 		return nil, fmt.Errorf("httplimit: New needs a *ratelimit.Limiter: %w", ErrInvalidOption)
@@ -246,6 +253,12 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case err != nil:
+			if m.cost == nil && errors.Is(err, ratelimit.ErrInvalidCount) {
+				// The cost is the middleware's own 1: a limit changed since
+				// New (SetLimits) to grant less, which is not the client's
+				// fault.
+				err = fmt.Errorf("%w: %w", errNeverGranted, err)
+			}
 			m.fail(w, r, key, err)
 			return
 		}
@@ -296,7 +309,10 @@ func (m *Middleware) keyID(key string) string {
 //     StatusClientClosedRequest, debug;
 //   - the request's deadline passed: 503, warn;
 //   - ErrNoKey: 400, debug (routine: a request without its API key);
-//   - ratelimit.ErrInvalidCount (a cost no limit can grant): 400, info;
+//   - a request of the default cost that a limit, changed since New, can
+//     never grant: 500, error (the configuration's fault);
+//   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant):
+//     400, info;
 //   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
 func errorStatus(r *http.Request, err error) (int, slog.Level) {
 	switch ctxErr := r.Context().Err(); {
@@ -306,6 +322,8 @@ func errorStatus(r *http.Request, err error) (int, slog.Level) {
 		return http.StatusServiceUnavailable, slog.LevelWarn
 	case errors.Is(err, ErrNoKey):
 		return http.StatusBadRequest, slog.LevelDebug
+	case errors.Is(err, errNeverGranted):
+		return http.StatusInternalServerError, slog.LevelError
 	case errors.Is(err, ratelimit.ErrInvalidCount):
 		return http.StatusBadRequest, slog.LevelInfo
 	}

@@ -624,3 +624,30 @@ func TestHeadersFollowSetLimits(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, w.Code)
 	require.Empty(t, w.Header().Get("RateLimit"))
 }
+
+// A limit changed at run time (SetLimit) so that it can never grant a
+// request's default cost of 1 made every request 400 Bad Request, logged
+// at info level: the client's fault, for the server's configuration, which
+// New refuses.
+func TestLimitChangedToGrantNoRequestIsAServerError(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 1, Period: time.Second}}, nil)
+	var log logged
+	mw := must(httplimit.New(lim, []string{"api"}, httplimit.WithLogger(log.logger())))
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
+
+	require.NoError(t, lim.SetLimit("api", ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 0.5, Capacity: 0.5, Period: time.Second}))
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+	require.Equal(t, "Internal Server Error\n", w.Body.String())
+	recs := log.records(t)
+	require.Len(t, recs, 1)
+	require.Equal(t, "ERROR", recs[0]["level"])
+	require.Contains(t, recs[0]["error"], "Capacity")
+
+	// A cost of the request's own (WithCost) that no limit can grant is
+	// still the request's fault.
+	cm := must(httplimit.New(lim, []string{"api"}, httplimit.WithLogger(slog.New(slog.DiscardHandler)),
+		httplimit.WithCost(func(*http.Request) (float64, error) { return 1, nil })))
+	require.Equal(t, http.StatusBadRequest, serve(cm.Wrap(ok), "192.0.2.1:1").Code)
+}
