@@ -39,10 +39,11 @@
 // # Errors
 //
 // A request that cannot be decided (no key, a cost no limit can grant, a
-// failing CostFunc) is logged with the detail (WithLogger; keys are never
-// logged in clear) and answered with a bare status: 400 or 500 and its
-// status text, never the error's words. A request whose client went away
-// is logged at debug level and recorded as StatusClientClosedRequest.
+// failing CostFunc, a deadline passed) is logged with the detail
+// (WithLogger; keys are never logged in clear) and answered with a bare
+// status: 400, 500 or 503 and its status text, never the error's words. A
+// request whose client went away is logged at debug level and recorded as
+// StatusClientClosedRequest.
 // WithProblemDetails answers in application/problem+json (RFC 9457), a
 // refusal with the draft's quota-exceeded problem type.
 package httplimit

@@ -118,7 +118,7 @@ func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res rateli
 
 // WithErrorHandler replaces the response to a request that could not be
 // decided: a KeyFunc or CostFunc error, a bad count, a request whose
-// client went away. The middleware has logged the error when f runs; f
+// client went away or whose deadline passed. The middleware has logged the error when f runs; f
 // writes the response, and must not send err's text to the client: it may
 // name limits, their configuration and internal addresses.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
