@@ -38,7 +38,8 @@ func WithReserve() CallOption { return CallOption{set: setReserve} }
 
 // WithConfig gives the config of a limit not declared (in New, SetLimits or
 // SetLimit). Using it with a declared name is an error unless the configs
-// are equal.
+// are equal. The deny cache (WithDenyCache) does not keep the calls of a
+// config given inline: calls of an undeclared name may each give another.
 func WithConfig(cfg Config) CallOption { return CallOption{set: setConfig, cfg: &cfg} }
 
 // newCall returns the call that opts describe.

@@ -641,9 +641,12 @@ func TestLateCallOfAnOldConfigAndTheDenyCache(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // SetLimits forgets what the deny cache knows of a name it adds, as
-// SetLimit does: calls under the name before, with configs given inline,
-// may have left it entries, or learns under way, of the config now
-// declared, from a record that calls of another config have changed since.
+// SetLimit does. A call of a limit since removed, refused by the store
+// late, leaves an entry of the removed config; calls of the name with
+// another config given inline, granted meanwhile, change the record
+// without touching the cache (they are not cached). Declared again with
+// the removed config, the name must not find the entry, which shows
+// fewer tokens than the record holds.
 func TestSetLimitsAddingANameAndTheDenyCache(t *testing.T) {
 	ctx := context.Background()
 	strict := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
@@ -652,31 +655,45 @@ func TestSetLimitsAddingANameAndTheDenyCache(t *testing.T) {
 		t.Run(add, func(t *testing.T) {
 			mock := newMock()
 			store := &stallStore{Store: must(memstore.New())}
-			lim, err := ratelimit.New(store, nil, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			lim, err := ratelimit.New(store, ratelimit.Limits{"l": strict}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
 			require.NoError(t, err)
-			res, err := lim.Limit(ctx, "l", "k", ratelimit.WithConfig(strict))
+			res, err := lim.Limit(ctx, "l", "k")
 			require.NoError(t, err)
 			require.True(t, res.OK)
 
-			store.afterLoad.Store(ptr(func() {
-				// The record read: 0 tokens. Meanwhile a call with the
-				// loose config is granted a second later (9 left), and the
-				// strict config is declared.
-				mock.Add(time.Second)
-				res, err := lim.Limit(ctx, "l", "k", ratelimit.WithConfig(loose))
-				require.NoError(t, err)
-				require.True(t, res.OK)
-				require.Equal(t, 9.0, res.Remaining)
-				if add == "SetLimits" {
-					require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": strict}))
-				} else {
-					require.NoError(t, lim.SetLimit("l", strict))
-				}
+			// A call of the strict config, held on its way to the store
+			// while "l" is removed, is refused there: the cache learns
+			// the record (0 tokens) under the removed config.
+			arrived, release := make(chan struct{}), make(chan struct{})
+			store.beforeCall.Store(ptr(func() {
+				close(arrived)
+				<-release
 			}))
-			res, err = lim.Limit(ctx, "l", "k", ratelimit.WithConfig(strict)) // refused by the store: learnt
-			require.NoError(t, err)
+			late := make(chan ratelimit.Result, 1)
+			go func() {
+				res, err := lim.Limit(ctx, "l", "k")
+				assert.NoError(t, err)
+				late <- res
+			}()
+			<-arrived
+			require.NoError(t, lim.SetLimits(nil))
+			close(release)
+			res = <-late
 			require.False(t, res.OK)
-			require.Nil(t, store.afterLoad.Load(), "the cache loaded the record")
+			require.False(t, res.Local)
+
+			// A second later a call of the loose config is granted (10
+			// refilled, 9 left), and the strict config is declared again.
+			mock.Add(time.Second)
+			res, err = lim.Limit(ctx, "l", "k", ratelimit.WithConfig(loose))
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			require.Equal(t, 9.0, res.Remaining)
+			if add == "SetLimits" {
+				require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": strict}))
+			} else {
+				require.NoError(t, lim.SetLimit("l", strict))
+			}
 
 			// The store holds 9 tokens, cut to the strict capacity of 1.
 			res, err = lim.Limit(ctx, "l", "k")
@@ -715,35 +732,6 @@ func TestSettleTokenOfARemovedLimit(t *testing.T) {
 	assert.Equal(t, 10.0, st.Remaining)
 }
 
-// A name SetLimits removes may be used with a config given inline
-// (WithConfig). A call decided under the removed config that reaches the
-// store late, after an inline call was refused and while the deny cache
-// learns that call's record, leaves the record more tokens than the
-// inline config's refill of the record learnt: the entry must not be
-// kept, or it refuses calls that the store grants.
-func TestLateCallOfARemovedLimitAndTheDenyCache(t *testing.T) {
-	ctx := context.Background()
-	loose := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
-	strict := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour})
-	for _, bound := range []bool{false, true} {
-		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
-			mock := newMock()
-			stall := &stallStore{Store: must(memstore.New())}
-			var store ratelimit.Store = stall
-			if bound {
-				b := &stallBinder{stallStore{Store: must(memstore.New())}}
-				store, stall = b, &b.stallStore
-			}
-			lim, err := ratelimit.New(store, ratelimit.Limits{"l": loose}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
-			require.NoError(t, err)
-			late, release := holdLateCall(t, lim, mock, stall, func() (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") })
-			require.NoError(t, lim.SetLimits(nil)) // "l" removed
-
-			requireLateGrantForgotten(t, lim, stall, late, release, strict)
-		})
-	}
-}
-
 // holdLateCall spends the 10 tokens of limit "l" of key "k", lets the
 // loose config refill them, and starts call, decided by the loose config
 // and held by stall on its way to the store. It returns once the call is
@@ -771,12 +759,11 @@ func holdLateCall(t *testing.T, lim *ratelimit.Limiter, mock *clock.Mock, stall 
 }
 
 // requireLateGrantForgotten lets the call held by holdLateCall go once a
-// call of the strict config (given by opts, or declared), refused by the
-// store, has the deny cache read the record (0 tokens), and requires the
+// call of the strict config, refused by the store, has the deny cache read the record (0 tokens), and requires the
 // late call granted (9 left) and the cache's entry dropped: the next
 // call, which the store allows (9 tokens, cut to the strict capacity of
 // 1), is not refused from memory.
-func requireLateGrantForgotten(t *testing.T, lim *ratelimit.Limiter, stall *stallStore, late <-chan ratelimit.Result, release chan struct{}, opts ...ratelimit.CallOption) {
+func requireLateGrantForgotten(t *testing.T, lim *ratelimit.Limiter, stall *stallStore, late <-chan ratelimit.Result, release chan struct{}) {
 	t.Helper()
 	ctx := context.Background()
 	var lateRes ratelimit.Result
@@ -784,7 +771,7 @@ func requireLateGrantForgotten(t *testing.T, lim *ratelimit.Limiter, stall *stal
 		close(release)
 		lateRes = <-late
 	}))
-	res, err := lim.Limit(ctx, "l", "k", opts...)
+	res, err := lim.Limit(ctx, "l", "k")
 	require.NoError(t, err)
 	require.False(t, res.OK)
 	require.False(t, res.Local)
@@ -792,7 +779,52 @@ func requireLateGrantForgotten(t *testing.T, lim *ratelimit.Limiter, stall *stal
 	require.True(t, lateRes.OK)
 	require.Equal(t, 9.0, lateRes.Remaining)
 
-	res, err = lim.Limit(ctx, "l", "k", opts...)
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+}
+
+// Calls of a name declared nowhere may each give their own config inline
+// (WithConfig). A call of one config, refused by the store, has the deny
+// cache read the record; a call of another, looser config granted
+// meanwhile leaves the record more tokens than the first config's refill
+// of the record read. Nothing declared changes, so nothing tells the cache
+// that the record moved: an entry kept would refuse calls that the store
+// grants. Calls with configs given inline are not cached.
+func TestInlineConfigsAndTheDenyCache(t *testing.T) {
+	ctx := context.Background()
+	strict := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour})
+	loose := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second})
+	mock := newMock()
+	store := &stallStore{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, nil, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "k", strict)
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	store.afterLoad.Store(ptr(func() {
+		// The record read: 0 tokens. Meanwhile, a second later, a call
+		// of the loose config is granted (10 refilled, 9 left).
+		mock.Add(time.Second)
+		res, err := lim.Limit(ctx, "l", "k", loose)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		require.Equal(t, 9.0, res.Remaining)
+	}))
+	res, err = lim.Limit(ctx, "l", "k", strict) // refused by the store
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	if store.afterLoad.Load() != nil {
+		// The cache read nothing: the loose call all the same.
+		runOnce(&store.afterLoad)
+	}
+
+	// The store holds 9 tokens, cut to the strict capacity of 1: it grants.
+	st, err := lim.Value(ctx, "l", "k", strict)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, st.Remaining)
+	res, err = lim.Limit(ctx, "l", "k", strict)
 	require.NoError(t, err)
 	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
 }

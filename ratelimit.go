@@ -103,9 +103,10 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
 
 // WithDenyCache enables the local deny cache, holding at most size keys
-// (when full, an arbitrary entry makes room). It applies to unsharded
-// limits called one at a time, and is ignored with a store that keeps its
-// own time (TimeSource), whose clock the Limiter cannot read locally.
+// (when full, an arbitrary entry makes room). It applies to declared,
+// unsharded limits called one at a time (not to a config given inline
+// with WithConfig), and is ignored with a store that keeps its own time
+// (TimeSource), whose clock the Limiter cannot read locally.
 func WithDenyCache(size int) Option {
 	return func(l *Limiter) {
 		if size > 0 {
@@ -559,8 +560,13 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			return Result{}, ch, err
 		}
 	}
-	single := len(lims) == 1 && lims[0].shards == 1
-	if single && l.deny != nil {
+	// The deny cache keeps declared, unsharded limits called alone. Not
+	// a config given inline: calls of a name declared nowhere may each
+	// give another one, and nothing tells the cache when a call of one
+	// config changed the record that an entry, or a learn under way, of
+	// another holds (grantedStale).
+	cached := l.deny != nil && len(lims) == 1 && lims[0].shards == 1 && lims[0].declared
+	if cached {
 		p := lims[0].params(l.seed, skey, 0)
 		if d, ok := l.deny.refuse(names[0], skey, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
@@ -628,7 +634,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			if l.deny != nil && mode == driver.ModeLimit {
 				l.grantedStale(lims[0], skey)
 			}
-		} else if single && l.deny != nil {
+		} else if cached {
 			l.deny.learn(ctx, l.store, names[0], skey, items[0].Shards[0].Params)
 		}
 		l.observe(ctx, mode, res, start, nil)
@@ -651,11 +657,12 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 // leave the record more tokens than an entry learnt under the new config
 // meanwhile, from the record as it was before, would show: that entry
 // would refuse calls that the store grants. Forgetting also stops a learn
-// under way (denyCache.forget). A name declared no longer may be called
-// with a config given inline (WithConfig), whose entries are as exposed:
-// a late call of a removed limit drops them too. A call given inline of a
-// name still undeclared drops nothing. The check costs a granted call a
-// look-up of its name, and only with a deny cache.
+// under way (denyCache.forget). A late call of a removed limit drops the
+// key's entry too: a late call refused meanwhile may have left one of the
+// removed config, which other late calls would read. Calls given a config
+// inline are not cached (do): a call given inline of a name still
+// undeclared drops nothing. The check costs a granted call a look-up of
+// its name, and only with a deny cache.
 func (l *Limiter) grantedStale(lim *limit, key string) {
 	if cur := l.declared(lim.name); cur != lim && (cur != nil || lim.declared) {
 		l.deny.forget(lim.name, key)
