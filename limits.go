@@ -92,6 +92,7 @@ func (l *Limiter) SetLimits(limits Limits) error {
 	if err != nil {
 		return err
 	}
+	l.noteShards(set.byName)
 	l.limits.Store(set)
 	l.forgetLimits(stale)
 	return nil
@@ -117,6 +118,7 @@ func (l *Limiter) SetLimit(name string, c Config) error {
 	set := &limitSet{byName: make(map[string]*limit, len(old.byName)+1)}
 	maps.Copy(set.byName, old.byName)
 	set.byName[name] = lim
+	l.noteShards(map[string]*limit{name: lim})
 	l.limits.Store(set.publish())
 	l.forgetLimits([]string{name})
 	return nil

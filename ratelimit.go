@@ -44,6 +44,12 @@ type Limiter struct {
 	// and the key that signs them (none: unsigned).
 	settleWindow time.Duration
 	tokenKey     []byte
+	// mostShards holds, for each name declared (New, SetLimits,
+	// SetLimit) with more than one shard, the most shards a config of it
+	// has had, so that Reset deletes the records of shards a lowered
+	// Shards no longer reaches; under shardsMu.
+	shardsMu   sync.Mutex
+	mostShards map[string]int
 }
 
 // Store keeps the state records of a Limiter: store/memstore,
@@ -205,8 +211,32 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.noteShards(set.byName)
 	l.limits.Store(set)
 	return l, nil
+}
+
+// noteShards remembers the shards of the limits declared: Reset deletes
+// the records of the most shards each name has had.
+func (l *Limiter) noteShards(lims map[string]*limit) {
+	l.shardsMu.Lock()
+	defer l.shardsMu.Unlock()
+	for name, lim := range lims {
+		if lim.shards > max(l.mostShards[name], 1) {
+			if l.mostShards == nil {
+				l.mostShards = make(map[string]int)
+			}
+			l.mostShards[name] = lim.shards
+		}
+	}
+}
+
+// shardsHad returns the most shards a config declared as name has had
+// (noteShards), or 1.
+func (l *Limiter) shardsHad(name string) int {
+	l.shardsMu.Lock()
+	defer l.shardsMu.Unlock()
+	return max(l.mostShards[name], 1)
 }
 
 // now reads the Limiter's clock.
@@ -835,15 +865,23 @@ func timeError(ms int64) error {
 
 // Reset forgets the state of (name, key) in every shard of its config in
 // force, and what the deny cache knew of it: the next call finds a full
-// bucket. The phase of a fixed window stays. Records of shards beyond a
-// lowered Shards are not deleted: they expire.
+// bucket. The phase of a fixed window stays. After Shards was lowered, it
+// deletes the records of the shards beyond it too, up to the most shards
+// a config declared under the name (New, SetLimits, SetLimit) has had in
+// this process, so that raising Shards again finds them missing; records
+// of shards only another process, or this one before a restart, declared
+// are not deleted: they expire.
 func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOption) error {
 	lim, err := l.resolveOpts(name, opts)
 	if err != nil {
 		return err
 	}
 	skey := l.storeKey(key)
-	err = l.store.Delete(ctx, lim.ids(skey, nil))
+	ids := lim.ids(skey, nil)
+	for i := len(ids); i < l.shardsHad(name); i++ {
+		ids = append(ids, driver.RecordID{Name: name, Key: skey, Shard: i})
+	}
+	err = l.store.Delete(ctx, ids)
 	if l.deny != nil {
 		// After the delete, failed or not (it may have taken effect): a
 		// refused call that read the record before it is not to keep it.

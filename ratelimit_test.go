@@ -642,3 +642,51 @@ func TestWithConfigOfADeclaredName(t *testing.T) {
 		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%+v", other)
 	}
 }
+
+// Reset deletes the records of every shard the limit has had in this
+// process: after Shards is lowered from 4 to 2, a Reset that deleted only
+// shards 0 and 1 left 2 and 3 as they were, and raising Shards again
+// brought back their state from before the Reset.
+func TestResetAfterLoweringShards(t *testing.T) {
+	ctx := context.Background()
+	for _, change := range []string{"SetLimits", "SetLimit", "removed"} {
+		t.Run(change, func(t *testing.T) {
+			four := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 8, Period: time.Hour, Shards: 4}
+			two := four
+			two.Shards = 2
+			lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": four},
+				ratelimit.WithClock(newMock()), ratelimit.WithRand(rand.NewPCG(1, 2)))
+			require.NoError(t, err)
+			for range 20 {
+				_, err := lim.Limit(ctx, "l", "k")
+				require.NoError(t, err)
+			}
+			st, err := lim.Value(ctx, "l", "k")
+			require.NoError(t, err)
+			for _, sh := range st.Shards {
+				require.True(t, sh.Stored, "shard %d", sh.Index)
+				require.Less(t, sh.Remaining, 2.0, "shard %d", sh.Index)
+			}
+
+			var opts []ratelimit.CallOption
+			switch change {
+			case "SetLimits":
+				require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": two}))
+			case "SetLimit":
+				require.NoError(t, lim.SetLimit("l", two))
+			case "removed":
+				require.NoError(t, lim.SetLimits(nil))
+				opts = append(opts, ratelimit.WithConfig(two))
+			}
+			require.NoError(t, lim.Reset(ctx, "l", "k", opts...))
+
+			require.NoError(t, lim.SetLimit("l", four))
+			st, err = lim.Value(ctx, "l", "k")
+			require.NoError(t, err)
+			assert.Equal(t, 8.0, st.Remaining)
+			for _, sh := range st.Shards {
+				assert.False(t, sh.Stored, "shard %d", sh.Index)
+			}
+		})
+	}
+}
