@@ -565,3 +565,65 @@ func TestInvalidOpIsNoStoreFailure(t *testing.T) {
 	require.True(t, res.OK)
 	require.False(t, res.Degraded)
 }
+
+// A probe whose store panics, with a caller that recovers (as net/http
+// does for a handler), leaves the breaker to the next call: it stayed
+// marked in flight, and the breaker open for good, every call decided by
+// the failure policy however long the store had been back.
+func TestBreakerPanickingProbe(t *testing.T) {
+	ctx := context.Background()
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
+			hook := &hookStore{Store: must(memstore.New())}
+			var store ratelimit.Store = hook
+			if bound {
+				store = &hookBinder{hook}
+			}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Second))
+			require.NoError(t, err)
+			hook.apply = func(context.Context) error { return errDown }
+			for range 3 {
+				_, err := lim.Limit(ctx, "l", "k")
+				require.ErrorIs(t, err, errDown)
+			}
+			mock.Add(time.Second)
+			hook.apply = func(context.Context) error { panic("store bug") }
+			require.PanicsWithValue(t, "store bug", func() { _, _ = lim.Limit(ctx, "l", "k") })
+
+			hook.apply = nil
+			mock.Add(time.Second) // past any cool-down
+			res, err := lim.Limit(ctx, "l", "k")
+			require.NoError(t, err, "the breaker stayed open")
+			require.True(t, res.OK)
+			require.False(t, res.Degraded)
+		})
+	}
+}
+
+// hookBinder is a hookStore whose limits are bound: its BoundLimits run
+// the hook too.
+type hookBinder struct{ *hookStore }
+
+func (s *hookBinder) Bind(name string, p driver.Params, phase func(string) int64) driver.BoundLimit {
+	return &hookBound{BoundLimit: s.Store.(driver.Binder).Bind(name, p, phase), s: s}
+}
+
+type hookBound struct {
+	driver.BoundLimit
+	s *hookBinder
+}
+
+func (b *hookBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
+	b.s.calls.Add(1)
+	if b.s.apply != nil {
+		if err := b.s.apply(ctx); err != nil {
+			return driver.Verdict{}, err
+		}
+	}
+	return b.BoundLimit.Decide(ctx, key, mode, now, count, reserve)
+}
+
+func (b *hookBound) Store() ratelimit.Store { return b.s }

@@ -529,7 +529,11 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			return v, now, false, err
 		}
 	}
-	v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve)
+	if probe {
+		v, err = l.probeDecide(ctx, lim, skey, mode, now, c)
+	} else {
+		v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve)
+	}
 	if err != nil {
 		return l.boundFailed(ctx, mode, lim, key, c, res, start, now, probe, err)
 	}
@@ -625,7 +629,13 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		items[i] = driver.Item{Name: names[i], Key: skey, Count: c.count, Shards: l.pickShards(lim, skey, shards)}
 	}
 	b.op = driver.Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
-	if err := l.store.Apply(ctx, &b.op, out); err != nil {
+	var err error
+	if probe {
+		err = l.probeApply(ctx, &b.op, out)
+	} else {
+		err = l.store.Apply(ctx, &b.op, out)
+	}
+	if err != nil {
 		if l.breaker.callerGaveUp(ctx, start, l.now()) {
 			l.breaker.abandon(probe)
 			return Result{}, ch, callerError(ctx, names[0], err)
@@ -677,6 +687,36 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		}
 	}
 	return res, ch, nil
+}
+
+// probeApply is the store's Apply for the call that probes it (the
+// breaker is open). A panic of the store goes on to the caller, who may
+// recover it (as net/http does for a handler); the probe is abandoned on
+// its way, so that the next call probes: it stayed under way for good,
+// and the breaker open.
+func (l *Limiter) probeApply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	returned := false
+	defer func() {
+		if !returned {
+			l.breaker.abandon(true)
+		}
+	}()
+	err := l.store.Apply(ctx, op, out)
+	returned = true
+	return err
+}
+
+// probeDecide is probeApply for a call of a bound limit.
+func (l *Limiter) probeDecide(ctx context.Context, lim *limit, key string, mode driver.Mode, now int64, c call) (driver.Verdict, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			l.breaker.abandon(true)
+		}
+	}()
+	v, err := lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
+	returned = true
+	return v, err
 }
 
 // grantedStale drops the deny cache's memory of (lim, key), key the
