@@ -109,7 +109,7 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
 
 // WithDenyCache enables the local deny cache, holding at most size keys
-// (when full, an arbitrary entry makes room). It applies to declared,
+// (when full, an arbitrary entry makes room); a size ≤ 0 leaves it off. It applies to declared,
 // unsharded limits called one at a time (not to a config given inline
 // with WithConfig), and is ignored with a store that keeps its own time
 // (TimeSource), whose clock the Limiter cannot read locally.

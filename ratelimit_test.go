@@ -572,9 +572,15 @@ func TestExtremeValuesAreClearErrors(t *testing.T) {
 	// Debt beyond MaxTokens, even with MaxReserved unset: refused, finite.
 	_, err = lim.Limit(ctx, "debt", "k", ratelimit.WithReserve(), ratelimit.Count(1e308))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
-	for range 2 {
+	for i := range 2 {
 		res, err = lim.Limit(ctx, "debt", "k", ratelimit.WithReserve(), ratelimit.Count(ratelimit.MaxTokens))
 		require.NoError(t, err)
+		if i == 0 {
+			// 10^15 seconds, clamped to the longest time.Duration.
+			require.True(t, res.OK)
+			assert.Equal(t, time.Duration(driver.MaxRetryAfter)*time.Millisecond, res.RetryAfter)
+			assert.Equal(t, time.Duration(driver.MaxRetryAfter)*time.Millisecond, res.ResetAfter)
+		}
 	}
 	require.False(t, res.OK, "the second would owe twice MaxTokens")
 	st, err := lim.Value(ctx, "debt", "k")

@@ -16,7 +16,9 @@ type Result struct {
 	// granted, and for a denied call, how long until the same call would
 	// succeed; 0 when allowed outright. Whole milliseconds, rounded up:
 	// the least such wait, for a sharded limit as for one record, on the
-	// two shards the call evaluated (docs/sharding.md).
+	// two shards the call evaluated (docs/sharding.md). A longer wait than
+	// the longest time.Duration (about 292 years, driver.MaxRetryAfter
+	// milliseconds) is reported as that.
 	RetryAfter time.Duration
 	// Remaining is the tokens left after an OK call (negative: owed through
 	// reservations), or the tokens available now after a denied one. For a
