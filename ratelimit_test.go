@@ -696,3 +696,32 @@ func TestResetAfterLoweringShards(t *testing.T) {
 		})
 	}
 }
+
+// A count of 0 is OK unless the bucket owes tokens, even with none left,
+// as Count and docs/model.md say (they said it asked whether any capacity
+// was left, which an empty bucket has not).
+func TestCountZero(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"tb": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+		"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	for _, name := range []string{"tb", "fw"} {
+		res, err := lim.Limit(ctx, name, "k", ratelimit.Count(10))
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		res, err = lim.Limit(ctx, name, "k", ratelimit.Count(0))
+		require.NoError(t, err)
+		assert.True(t, res.OK, "%s: empty", name)
+		assert.Equal(t, 0.0, res.Remaining)
+		res, err = lim.Limit(ctx, name, "k", ratelimit.WithReserve())
+		require.NoError(t, err)
+		require.True(t, res.Reserved())
+		res, err = lim.Check(ctx, name, "k", ratelimit.Count(0))
+		require.NoError(t, err)
+		assert.False(t, res.OK, "%s: in debt", name)
+		assert.Equal(t, -1.0, res.Remaining)
+		assert.Positive(t, res.RetryAfter)
+	}
+}
