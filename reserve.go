@@ -31,7 +31,9 @@ type Reservation struct {
 
 	mu       sync.Mutex
 	canceled bool   // its tokens were handed back
-	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn
+	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
+	held     bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
+	useSent  bool   // a use of its token was sent and failed: the store may have taken it
 	tok      *Token // made by Token, or by Cancel; nil before
 }
 
@@ -107,6 +109,13 @@ func (r *Reservation) Delay() time.Duration {
 // is done while waiting, the tokens are handed back and its error
 // returned. Use a context made by the Limiter's clock (clock.WithTimeout)
 // when that clock is a mock.
+//
+// Once a token was taken, Wait marks the reservation used in the store,
+// and the job must not run if it returns an error: a holder of the token
+// may have canceled it (a *SettledError matching ErrReservationCanceled)
+// or used it (one matching ErrReservationUsed: the job is the holder's).
+// A Wait that failed on a store error may be retried: if the store took
+// the first one's use after all, the retry returns nil.
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.res.OK {
 		return r.res.Err()
@@ -146,6 +155,8 @@ func (r *Reservation) use(ctx context.Context) error {
 	switch {
 	case r.canceled:
 		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+	case r.held:
+		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
 	case r.used:
 		return nil
 	}
@@ -153,12 +164,18 @@ func (r *Reservation) use(ctx context.Context) error {
 		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true)
 		var se *SettledError
 		switch {
+		case errors.As(err, &se) && se.Kind == driver.SettleUse && r.useSent:
+			// This reservation's own use, taken by the store on a call
+			// whose answer was lost: the job may run.
 		case errors.As(err, &se) && se.Kind == driver.SettleUse:
-			// Marked used by a holder of the token: the job may run.
+			// Used by a holder of the token, which runs the job.
+			r.used, r.held = true, true
+			return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
 		case errors.As(err, &se):
 			r.canceled = true
 			return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
 		case err != nil:
+			r.useSent = r.useSent || sentToStore(err)
 			return err
 		}
 	}
@@ -231,7 +248,8 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // then hands the tokens back. A refused or canceled reservation never
 // runs fn, and AfterFunc then returns a stop that reports false. Once a
 // token was taken, fn does not run either if the store could not mark the
-// reservation used (it may have been canceled by a holder of the token).
+// reservation used: a holder of the token canceled it, or used it (the
+// job is the holder's), or the store failed.
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
 	r.mu.Lock()
 	canceled := r.canceled

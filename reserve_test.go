@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -539,4 +541,88 @@ func TestFractionalTokensAboveTheBoundAreRefused(t *testing.T) {
 		require.NoError(t, err, "%+v", cfg)
 		require.True(t, res.OK, "%+v: a reservation of Capacity plus MaxReserved on a full bucket", cfg)
 	}
+}
+
+// A reservation whose token a holder marked used (Limiter.Use, or Settle)
+// is the holder's job: the owner's Wait refuses it, with a *SettledError
+// matching ErrReservationUsed, AfterFunc does not run its function, and
+// Cancel hands nothing back. Wait used to take the holder's use for its
+// own and return nil, so that the job ran in both processes on one
+// reservation.
+func TestWaitAfterAHolderUsedTheToken(t *testing.T) {
+	ctx := context.Background()
+	for _, settle := range []string{"Use", "Settle"} {
+		mock := newMock()
+		store := must(memstore.New())
+		limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+		owner := must(ratelimit.New(store, limits, ratelimit.WithClock(mock)))
+		worker := must(ratelimit.New(store, limits, ratelimit.WithClock(mock)))
+		holderUses := func(r *ratelimit.Reservation) {
+			tok, err := ratelimit.ParseToken(r.Token().String())
+			require.NoError(t, err)
+			if settle == "Use" {
+				require.NoError(t, worker.Use(ctx, tok), "the worker runs the job")
+			} else {
+				require.NoError(t, worker.Settle(ctx, tok, 1), "the worker runs the job")
+			}
+		}
+
+		r, err := owner.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+		require.NoError(t, err)
+		holderUses(r)
+		for range 2 {
+			err = r.Wait(ctx)
+			require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "%s: the job is the worker's", settle)
+			require.ErrorIs(t, err, ratelimit.ErrAlreadySettled, settle)
+		}
+		require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, settle)
+
+		r, err = owner.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+		require.NoError(t, err)
+		holderUses(r)
+		ran := make(chan struct{}, 1)
+		stop := r.AfterFunc(func() { ran <- struct{}{} })
+		mock.Add(time.Millisecond)
+		select {
+		case <-ran:
+			t.Fatalf("%s: AfterFunc ran a job the worker ran", settle)
+		default:
+		}
+		assert.False(t, stop(ctx), settle)
+	}
+}
+
+// lostReplyStore applies an op and then, when lose is set, fails as if
+// the reply had been lost on the way back: the op took effect.
+type lostReplyStore struct {
+	ratelimit.Store
+	lose atomic.Bool
+}
+
+func (s *lostReplyStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if err := s.Store.Apply(ctx, op, out); err != nil || !s.lose.Load() {
+		return err
+	}
+	return errors.New("connection reset: the reply was lost")
+}
+
+// A Wait that failed on a store error after the store took its use may
+// be retried: the retry finds its own use, not a holder's, and lets the
+// job run.
+func TestWaitRetriedAfterALostReply(t *testing.T) {
+	ctx := context.Background()
+	store := &lostReplyStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	store.lose.Store(true)
+	require.Error(t, r.Wait(ctx))
+	store.lose.Store(false)
+	require.NoError(t, r.Wait(ctx), "the retry finds its own use")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.Equal(t, 6.0, st.Remaining)
 }

@@ -496,12 +496,26 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)
+		return &storeSettleError{fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)}
 	}
 	if k := out[0].Settled; k != 0 {
 		return &SettledError{ID: t.id, Kind: k}
 	}
 	return nil
+}
+
+// storeSettleError is the error of a settlement the store failed: it was
+// sent, and may have taken effect.
+type storeSettleError struct{ err error }
+
+func (e *storeSettleError) Error() string { return e.err.Error() }
+func (e *storeSettleError) Unwrap() error { return e.err }
+
+// sentToStore reports whether err, of a settlement, is the store's: the
+// settlement may have taken effect.
+func sentToStore(err error) bool {
+	var se *storeSettleError
+	return errors.As(err, &se)
 }
 
 // receiptFits refuses, before the call is made, a call with WithReceipt
