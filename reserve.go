@@ -29,12 +29,13 @@ type Reservation struct {
 	at     time.Time
 	charge charge
 
-	mu       sync.Mutex
-	canceled bool   // its tokens were handed back
-	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
-	held     bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
-	useSent  bool   // a use of its token was sent and failed: the store may have taken it
-	tok      *Token // made by Token, or by Cancel; nil before
+	mu         sync.Mutex
+	canceled   bool   // its tokens were handed back
+	used       bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
+	held       bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
+	useSent    bool   // a use of its token was sent and failed: the store may have taken it
+	cancelSent bool   // a cancel of its token was sent and failed: the store may have taken it
+	tok        *Token // made by Token, or by Cancel; nil before
 }
 
 // Reserve takes Count tokens (default 1) of the named limit for key, for a
@@ -282,7 +283,8 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 // AfterFunc then do not let its job run. Once the job was let run
 // (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
 // back and returns an error matching ErrReservationUsed. A failed refund
-// (a store error) may be retried.
+// (a store error) may be retried: if the store took the first one after
+// all, the retry returns nil.
 //
 // The refund goes through the store's record of settlements, as
 // Limiter.Refund of the reservation's token does: if a holder of the token
@@ -315,6 +317,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	var se *SettledError
 	switch {
 	case err == nil, errors.Is(err, ErrTokenExpired):
+	case errors.As(err, &se) && se.Kind == driver.SettleCancel && r.cancelSent:
+		// This reservation's own cancel, taken by the store on a call
+		// whose answer was lost.
 	case errors.As(err, &se):
 		if se.Kind == driver.SettleUse {
 			r.used = true
@@ -323,6 +328,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		}
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	default:
+		r.cancelSent = r.cancelSent || sentToStore(err)
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	}
 	if r.lim.deny != nil {

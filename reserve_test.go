@@ -626,3 +626,37 @@ func TestWaitRetriedAfterALostReply(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 6.0, st.Remaining)
 }
+
+// A Cancel that failed on a store error after the store took its refund
+// may be retried: the retry finds its own cancel and returns nil, as a
+// second Cancel does, and the tokens came back once. It returned a
+// *SettledError, as if a holder of the token had canceled it.
+func TestCancelRetriedAfterALostReply(t *testing.T) {
+	ctx := context.Background()
+	store := &lostReplyStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	value := func() float64 {
+		st, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		return st.Remaining
+	}
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.Equal(t, 7.0, value())
+	store.lose.Store(true)
+	require.Error(t, r.Cancel(ctx))
+	store.lose.Store(false)
+	require.Equal(t, 10.0, value(), "the first cancel took effect")
+	require.NoError(t, r.Cancel(ctx), "the retry finds its own cancel")
+	require.NoError(t, r.Cancel(ctx))
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+	require.Equal(t, 10.0, value(), "handed back once")
+
+	// A holder's cancel is still reported as such.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, r.Token()))
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationCanceled)
+}
