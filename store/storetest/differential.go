@@ -330,9 +330,10 @@ func (c *stepClock) Now() time.Time { return c.now }
 // testBatchDifferential drives ApplyBatch of a store that implements
 // driver.BatchApplier with random batches of mixed ops (limit, check,
 // refund, reserving or not, several limits, two-shard items, the same
-// records several times in one batch, nows a few milliseconds apart and
-// out of order, as concurrent callers read them) and requires the answers
-// of Model applying the same ops one after another, bit for bit.
+// records several times in one batch, settlements of a few IDs, so that
+// a batch may settle one twice, nows a few milliseconds apart and out of
+// order, as concurrent callers read them) and requires the answers of
+// Model applying the same ops one after another, bit for bit.
 func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 	ctx := context.Background()
 	for seed := range s.diffSeeds {
@@ -340,12 +341,19 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 		batcher := store.(driver.BatchApplier)
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xba7c))
 		u := newUniverse(rng)
+		var ids [4][16]byte
+		for i := range ids {
+			ids[i] = [16]byte{byte(seed), byte(i), 0xba, 0x7c, byte(rng.Uint32())}
+		}
 		now := epoch.UnixMilli()
 		for step := 0; step < s.diffSteps; step += 8 {
 			now += randomStep(rng, periods[rng.IntN(len(periods))])
 			var ops []*driver.Op
 			for range 1 + rng.IntN(24) {
 				op := u.randomOp(rng, now+rng.Int64N(7)-3)
+				if rng.IntN(4) == 0 {
+					op = u.randomSettle(rng, now+rng.Int64N(7)-3, ids[rng.IntN(len(ids))])
+				}
 				if len(op.Items) > 0 {
 					ops = append(ops, op)
 				}
