@@ -80,7 +80,10 @@ func (t *Token) ID() [16]byte { return t.id }
 // Time; for a plain charge, the time of the charge.
 func (t *Token) RunAt() time.Time { return time.UnixMilli(t.run) }
 
-// Expires returns the last moment the token may be settled.
+// Expires returns the last moment the token may be settled, on the clock
+// that decided its charge: the Limiter's, or the store's for a store that
+// keeps its own clock (driver.TimeSource), whose time the Limiter then
+// reads before each settlement.
 func (t *Token) Expires() time.Time { return time.UnixMilli(t.until) }
 
 // Charged returns the tokens charged to the named limit, all its shards
@@ -459,6 +462,18 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
 		return fmt.Errorf("ratelimit: settle: %w", err)
+	}
+	if ts := ownClock(l.store); ts != nil {
+		// The token's times are the store's (Decision.Now), and so is its
+		// mark's life: judged on the Limiter's clock, a token would be
+		// refused at once by a Limiter ahead of the store, and sent by one
+		// behind it after the store had dropped the mark of its first
+		// settlement, to be settled a second time.
+		n, err := ts.Now(ctx)
+		if err != nil {
+			return fmt.Errorf("ratelimit: settle token %x: store time: %w; nothing was settled", t.id[:4], err)
+		}
+		now = n
 	}
 	if now > t.until {
 		return fmt.Errorf("ratelimit: settle token %x: it expired at %v: %w", t.id[:4], t.Expires(), ErrTokenExpired)
