@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"hash"
 	"sync"
+	"unsafe"
 )
 
 // MinKeySecret is the fewest bytes of secret WithKeyHash accepts, and of
@@ -58,11 +59,55 @@ func (k *keyHasher) sum(key string) string {
 	return string(out[:])
 }
 
+// maxRawKey is the longest key, in bytes, that the store is given as it
+// is when no WithKeyHash is set. A longer one (a header, path segment or
+// metadata value that a client chose) is given as its digest form,
+// longKeyPrefix and the unkeyed SHA-256 of the key in unpadded base64url,
+// longKeyLen bytes in all, so that what a store holds for one key is
+// bounded whatever its length: a fresh key of a megabyte would otherwise
+// make a record of a megabyte in Redis or in the process, kept until its
+// bucket is full again. Keys up to maxRawKey keep the store key they had.
+const maxRawKey = 256
+
+// longKeyPrefix begins the store key of a key longer than maxRawKey, so
+// that the digest form is recognisable where the store shows its keys
+// (redis-cli, psql, bbolt). A key of maxRawKey bytes or fewer that is
+// spelt as the digest form of a longer one names the same record: finding
+// it takes the longer key, whose calls share the record anyway.
+const longKeyPrefix = "sha256:"
+
+// longKeyLen is the length of the digest form: the prefix, then the 32
+// bytes of a SHA-256 in 43 characters of unpadded base64url.
+const longKeyLen = len(longKeyPrefix) + 43
+
 // storeKey returns the key under which the store knows key: key itself,
-// or its keyed hash (WithKeyHash).
+// its digest form if it is longer than maxRawKey (longKey), or its keyed
+// hash (WithKeyHash), whatever its length. A short key costs a length
+// check and no allocation.
 func (l *Limiter) storeKey(key string) string {
-	if l.keys == nil {
+	if l.keys == nil && len(key) <= maxRawKey {
 		return key
 	}
+	return l.hashedKey(key)
+}
+
+// hashedKey is storeKey of a key that the store is not given as it is:
+// apart, so that storeKey is inlined into the hot path.
+func (l *Limiter) hashedKey(key string) string {
+	if l.keys == nil {
+		return longKey(key)
+	}
 	return l.keys.sum(key)
+}
+
+// longKey returns the digest form of key: longKeyPrefix, then the SHA-256
+// of key in unpadded base64url.
+func longKey(key string) string {
+	// The key's bytes as they are, not a copy: a long key may be large,
+	// and Sum256 only reads them.
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(key), len(key)))
+	var out [longKeyLen]byte
+	copy(out[:], longKeyPrefix)
+	base64.RawURLEncoding.Encode(out[len(longKeyPrefix):], sum[:])
+	return string(out[:])
 }

@@ -196,8 +196,9 @@ func (r *Reservation) use(ctx context.Context) error {
 // back.
 //
 // Token is nil too when the token would be too large for ParseToken to
-// read back (a key of nearly 64 KiB or more, unless WithKeyHash makes the
-// store's key short): no process could settle it. The reservation itself
+// read back (a limit whose name takes nearly 64 KiB or more; the store key
+// in a token is at most 256 bytes, a longer key being known to the store
+// by its digest form): no process could settle it. The reservation itself
 // still runs and cancels. Reserve with WithReceipt refuses such a call
 // before charging anything, for a caller that needs the token.
 func (r *Reservation) Token() *Token {

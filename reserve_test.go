@@ -423,59 +423,73 @@ func TestReserveWithReceipt(t *testing.T) {
 }
 
 // A Reserve with WithReceipt whose receipt would be too large to read back
-// (here of a key of 70,000 bytes) is refused before it charges anything,
-// with an error matching ErrInvalidConfig, as Limit's is: sharded (through
-// Apply) or not (through the limit's bound path). An unsharded limit's
-// charged, and gave a token that ParseToken refused.
+// (here of a limit named by 70,000 bytes) is refused before it charges
+// anything, with an error matching ErrInvalidConfig, as Limit's is:
+// sharded (through Apply) or not (through the limit's bound path). An
+// unsharded limit's charged, and gave a token that ParseToken refused. A
+// key of 70,000 bytes no longer makes one: the store, and the token, know
+// it by its digest form.
 func TestReserveWithReceiptTooLargeIsRefused(t *testing.T) {
 	ctx := context.Background()
-	key := strings.Repeat("k", 70_000)
+	name := strings.Repeat("n", 70_000)
 	for _, shards := range []int{1, 2} {
-		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0})
-		_, err := lim.Limit(ctx, "jobs", key, ratelimit.WithReceipt())
+		lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+			name: {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0},
+		}, ratelimit.WithClock(newMock()))
+		require.NoError(t, err)
+		_, err = lim.Limit(ctx, name, "k", ratelimit.WithReceipt())
 		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%d shards: Limit", shards)
-		r, err := lim.Reserve(ctx, "jobs", key, ratelimit.WithReceipt())
+		r, err := lim.Reserve(ctx, name, "k", ratelimit.WithReceipt())
 		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%d shards: Reserve", shards)
 		require.Nil(t, r)
-		st, err := lim.Value(ctx, "jobs", key)
+		st, err := lim.Value(ctx, name, "k")
 		require.NoError(t, err)
 		require.Equal(t, 10.0, st.Remaining, "%d shards: nothing was charged", shards)
 
-		r, err = lim.Reserve(ctx, "jobs", key)
-		require.NoError(t, err, "%d shards: without WithReceipt, any key", shards)
+		r, err = lim.Reserve(ctx, name, "k")
+		require.NoError(t, err, "%d shards: without WithReceipt, any name", shards)
 		require.True(t, r.OK())
 	}
+
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	r, err := lim.Reserve(ctx, "jobs", strings.Repeat("k", 70_000), ratelimit.WithReceipt())
+	require.NoError(t, err, "a long key: its digest form is in the receipt")
+	require.NotNil(t, r.Result().Token)
 }
 
-// A plain Reserve (without WithReceipt) of a key so long that its token
-// would be longer than ParseToken reads (here 70,000 bytes) gives no token:
-// Token returns nil rather than one that no process could settle, and the
-// reservation still runs and cancels by itself. It gave a token that
-// ParseToken refused. A key that fits, or one the store sees hashed
-// (WithKeyHash), gives a token that reads back.
-func TestReservationTokenOfTooLongKeyIsNil(t *testing.T) {
+// A plain Reserve (without WithReceipt) of a limit whose name is so long
+// that its token would be longer than ParseToken reads (here 70,000
+// bytes) gives no token: Token returns nil rather than one that no
+// process could settle, and the reservation still runs and cancels by
+// itself. It gave a token that ParseToken refused. A name that fits gives
+// a token that reads back, whatever the key's length (the store knows a
+// long key by its digest form, or by its keyed hash with WithKeyHash).
+func TestReservationTokenTooLargeIsNil(t *testing.T) {
 	ctx := context.Background()
-	key := strings.Repeat("k", 70_000)
 	for _, shards := range []int{1, 2} {
-		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0})
-		r, err := lim.Reserve(ctx, "jobs", key, ratelimit.Count(3))
+		long, short := strings.Repeat("n", 70_000), strings.Repeat("n", 25_000)
+		lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+			long:  {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0},
+			short: {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Shards: shards, Start: t0},
+		}, ratelimit.WithClock(newMock()))
+		require.NoError(t, err)
+		r, err := lim.Reserve(ctx, long, "k", ratelimit.Count(3))
 		require.NoError(t, err)
 		require.True(t, r.OK())
 		require.Nil(t, r.Token(), "%d shards: a token no process could read back", shards)
 		require.Nil(t, r.Token(), "%d shards: asked again", shards)
 		require.NoError(t, r.Cancel(ctx), "%d shards", shards)
-		st, err := lim.Value(ctx, "jobs", key)
+		st, err := lim.Value(ctx, long, "k")
 		require.NoError(t, err)
 		require.Equal(t, 10.0, st.Remaining, "%d shards: canceled without a token", shards)
-		r, err = lim.Reserve(ctx, "jobs", key)
+		r, err = lim.Reserve(ctx, long, "k")
 		require.NoError(t, err)
 		require.NoError(t, r.Wait(ctx), "%d shards: runs without a token", shards)
 
-		short := strings.Repeat("k", 60_000)
-		r, err = lim.Reserve(ctx, "jobs", short)
+		r, err = lim.Reserve(ctx, short, strings.Repeat("k", 70_000))
 		require.NoError(t, err)
 		tok := r.Token()
-		require.NotNil(t, tok, "%d shards: a key that fits", shards)
+		require.NotNil(t, tok, "%d shards: a name that fits, and a long key", shards)
 		back, err := ratelimit.ParseToken(tok.String())
 		require.NoError(t, err, "%d shards", shards)
 		require.NoError(t, lim.Refund(ctx, back), "%d shards", shards)
@@ -484,7 +498,7 @@ func TestReservationTokenOfTooLongKeyIsNil(t *testing.T) {
 	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}},
 		ratelimit.WithClock(clock.NewMock()), ratelimit.WithKeyHash([]byte("0123456789abcdef0123456789abcdef")))
 	require.NoError(t, err)
-	r, err := lim.Reserve(ctx, "jobs", key)
+	r, err := lim.Reserve(ctx, "jobs", strings.Repeat("k", 70_000))
 	require.NoError(t, err)
 	tok := r.Token()
 	require.NotNil(t, tok, "the store key is a hash of the key")

@@ -550,7 +550,7 @@ func receiptFits(skey string, lims []*limit) error {
 		return fmt.Errorf("ratelimit: the call charges %d shards, and a receipt (WithReceipt) holds at most %d: name fewer limits, or drop WithReceipt: %w",
 			items, maxTokenItems, ErrInvalidConfig)
 	case size > maxTokenBytes:
-		return fmt.Errorf("ratelimit: the receipt (WithReceipt) of the call could take %d bytes, and a token at most %d: use shorter keys and limit names, or drop WithReceipt: %w",
+		return fmt.Errorf("ratelimit: the receipt (WithReceipt) of the call could take %d bytes, and a token at most %d: use shorter limit names, or drop WithReceipt: %w",
 			size, maxTokenBytes, ErrInvalidConfig)
 	}
 	return nil
