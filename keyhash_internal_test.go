@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,5 +47,47 @@ func BenchmarkKeyHasherSum(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = k.sum("user-1234567")
+	}
+}
+
+// The digest form of a long key is "sha256:" and the key's SHA-256 in
+// unpadded base64url, longKeyLen (50) bytes, as docs/api.md says; keys of
+// up to maxRawKey (256) bytes reach the store as they are, with no
+// allocation, and longer ones as their digest form.
+func TestStoreKeyOfLongKeys(t *testing.T) {
+	assert.Equal(t, 256, maxRawKey)
+	assert.Equal(t, 50, longKeyLen)
+	l := &Limiter{}
+	for _, n := range []int{0, 1, 255, 256} {
+		key := strings.Repeat("k", n)
+		assert.Equal(t, key, l.storeKey(key), "a key of %d bytes", n)
+	}
+	for _, n := range []int{257, 4096, 1 << 20} {
+		key := strings.Repeat("k", n)
+		sum := sha256.Sum256([]byte(key))
+		want := "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
+		got := l.storeKey(key)
+		assert.Equal(t, want, got, "a key of %d bytes", n)
+		assert.Len(t, got, longKeyLen)
+	}
+	short := strings.Repeat("k", maxRawKey)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = l.storeKey(short) }), "a short key allocates nothing")
+	h := &Limiter{keys: newKeyHasher([]byte("0123456789abcdef"))}
+	long := strings.Repeat("k", 1000)
+	assert.Equal(t, h.keys.sum(long), h.storeKey(long), "WithKeyHash: the keyed hash of the key as given")
+}
+
+// BenchmarkStoreKey measures the store key of a short key (as it is) and
+// of a long one (its digest form).
+func BenchmarkStoreKey(b *testing.B) {
+	l := &Limiter{}
+	for _, n := range []int{16, 1024} {
+		key := strings.Repeat("k", n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = l.storeKey(key)
+			}
+		})
 	}
 }
