@@ -43,6 +43,17 @@
 // clients of many keys do not all retry at one instant; every process
 // agrees on it without a read. A Start in the future only fixes the phase.
 //
+// # Keys
+//
+// A key is any string: empty, binary, megabytes long; two different
+// (name, key) pairs never share a record. A key of up to 256 bytes is
+// given to the store as it is. A longer one, such as a header or a path
+// segment a client chose, is given as its digest form: "sha256:" and the
+// SHA-256 of the key in unpadded base64url, 50 bytes, so that what a store
+// keeps for one key is bounded whatever the key's length. WithKeyHash
+// gives the store a keyed hash of every key instead. Results, errors and
+// observer events carry the key as given, and Value and Reset take it.
+//
 // # Reservations
 //
 // A call with Reserve may take tokens the bucket does not have yet: it is

@@ -127,7 +127,9 @@ func WithDenyCache(size int) Option {
 // IDs and addresses then appear neither in the store's record names
 // (Redis keys, PostgreSQL rows, bbolt keys) nor in what the store logs or
 // replicates; what the Limiter returns (Result.Key, LimitError) and tells
-// its Observer keeps the key as given.
+// its Observer keeps the key as given. Without it, a key longer than 256
+// bytes reaches the store as an unkeyed SHA-256 digest, which bounds its
+// size but hides nothing: anyone can compute it from a guessed key.
 //
 // Every process sharing a store must use the same secret, and so must
 // the ratelimit command's inspect and reset (--key-secret, or the
@@ -268,7 +270,8 @@ func timeAt(start time.Time, now int64) time.Time {
 
 // Limit asks for tokens (one, or Count(n)) of the named limit for key, and
 // spends them when the call is allowed or reserved. A denied call changes
-// nothing. The error is non-nil only for bad input (ErrUnknownLimit,
+// nothing. The key may be any string; one longer than 256 bytes reaches
+// the store as a digest of 50 bytes (see the package's Keys). The error is non-nil only for bad input (ErrUnknownLimit,
 // ErrInvalidConfig, ErrInvalidCount), a done context, or a store failure;
 // being rate limited is Result.OK false (or Result.Err).
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
