@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -85,9 +86,19 @@ type LimitError struct {
 	RetryAfter time.Duration
 }
 
+// Error names the key as given, cut to its first maxErrorKey bytes when it
+// is longer, so that an application that logs refusals of keys a client
+// chose (a header) does not log a line as long as each one.
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("ratelimit: limit %q exceeded for key %q: retry after %v", e.Name, e.Key, e.RetryAfter)
+	key, more := e.Key, ""
+	if len(key) > maxErrorKey {
+		key, more = strings.ToValidUTF8(key[:maxErrorKey], ""), fmt.Sprintf("… (%d bytes)", len(e.Key))
+	}
+	return fmt.Sprintf("ratelimit: limit %q exceeded for key %q%s: retry after %v", e.Name, key, more, e.RetryAfter)
 }
+
+// maxErrorKey is the most bytes of a key that LimitError's message shows.
+const maxErrorKey = 64
 
 // Is reports whether target is ErrLimited.
 func (e *LimitError) Is(target error) bool { return target == ErrLimited }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -724,4 +725,15 @@ func TestCountZero(t *testing.T) {
 		assert.Equal(t, -1.0, res.Remaining)
 		assert.Positive(t, res.RetryAfter)
 	}
+}
+
+// A refusal's message names a key a client chose, however long, in a line
+// of bounded length, and a short key whole.
+func TestLimitErrorOfALongKey(t *testing.T) {
+	long := strings.Repeat("é", 1<<19) // a megabyte
+	err := (&ratelimit.LimitError{Name: "api", Key: long, RetryAfter: time.Second}).Error()
+	require.Less(t, len(err), 200, "the message of a megabyte key")
+	require.Contains(t, err, `"`+strings.Repeat("é", 32)+`"… (1048576 bytes)`)
+	err = (&ratelimit.LimitError{Name: "api", Key: "user-42", RetryAfter: time.Second}).Error()
+	require.Equal(t, `ratelimit: limit "api" exceeded for key "user-42": retry after 1s`, err)
 }
