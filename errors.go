@@ -18,8 +18,9 @@ var (
 	ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 	// ErrInvalidConfig is matched by every *ConfigError.
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
-	// ErrInvalidOption is matched by the error of New given an option with
-	// a bad argument, such as WithKeyHash with a short secret.
+	// ErrInvalidOption is matched by the error of New given a bad
+	// argument: no store, or an option such as WithKeyHash with a short
+	// secret.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,20 @@ type Limiter struct {
 // store/boltstore, store/redisstore, store/pgstore, or one of your own.
 // What a store implements is the contract of package driver.
 type Store = driver.Store
+
+// isNil reports whether s is nil, or holds a nil pointer (or map, slice,
+// func or channel) of its type: a store whose New failed, say, kept
+// instead of its error.
+func isNil(s Store) bool {
+	if s == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
 
 // ownClock returns the store's TimeSource when it uses its own clock, and
 // nil otherwise.
@@ -186,11 +201,12 @@ func WithTokenKey(key []byte) Option {
 
 // New returns a Limiter that keeps state in store and knows the given
 // limits. Every config is validated: an invalid one is reported as a
-// *ConfigError naming the limit and the field. A bad option argument is
-// reported as an error matching ErrInvalidOption.
+// *ConfigError naming the limit and the field. No store (nil, or a nil
+// pointer of a store's type), or a bad option argument, is reported as an
+// error matching ErrInvalidOption.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
-	if store == nil {
-		return nil, fmt.Errorf("ratelimit: New needs a Store: pass memstore.New() or another store")
+	if isNil(store) {
+		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %T(nil): pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", store, ErrInvalidOption)
 	}
 	wall := clock.New()
 	l := &Limiter{store: store, clock: wall,

@@ -62,7 +62,13 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 		})
 	}
 	_, err := ratelimit.New(nil, nil)
-	require.Error(t, err)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	// A store whose New failed, kept instead of its error: its first call
+	// would panic.
+	var none *memstore.Store
+	_, err = ratelimit.New(none, nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	require.ErrorContains(t, err, "*memstore.Store(nil)")
 }
 
 // An option given a bad argument makes New fail (docs/api.md). A nil
