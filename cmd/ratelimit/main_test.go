@@ -595,3 +595,17 @@ func TestSchemaDoc(t *testing.T) {
 	head := strings.Join(strings.SplitAfter(out, "\n")[:6], "")
 	require.Contains(t, string(doc), head, "docs/cli.md's head -6 of the schema")
 }
+
+// A simulation of many requests ends in seconds: clock.Mock's Set sleeps
+// a millisecond at every move, and the temporary file was synced at every
+// commit, so 20,000 requests took over a minute and the 1,000,000 that
+// simulate allows over an hour.
+func TestSimulateManyRequestsIsQuick(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	code, out, errOut := execContext(ctx, "simulate", "--kind", "token bucket", "--rate", "3", "--period", "1ms",
+		"--every", "1ms", "--for", "19999ms", "--svg", filepath.Join(t.TempDir(), "many.svg"))
+	require.Equal(t, 0, code, "after %v: %s", time.Since(start), errOut)
+	require.Len(t, rows(out), 20_000)
+}
