@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -608,4 +609,33 @@ func TestSimulateManyRequestsIsQuick(t *testing.T) {
 		"--every", "1ms", "--for", "19999ms", "--svg", filepath.Join(t.TempDir(), "many.svg"))
 	require.Equal(t, 0, code, "after %v: %s", time.Since(start), errOut)
 	require.Len(t, rows(out), 20_000)
+}
+
+// Amounts below 0.0005 show with three significant digits: a limit of
+// rate 1e-9 printed 0 for every count, before and after, and labelled
+// every tick of its chart 0.
+func TestNumSmallAmounts(t *testing.T) {
+	for x, want := range map[float64]string{
+		0: "0", math.Copysign(0, -1): "0", 1: "1", 0.1666666: "0.167", -4.66666: "-4.667", 2.5: "2.5",
+		1e15: "1000000000000000", -1e15: "-1000000000000000", 0.0004: "0.0004", 1e-9: "1e-09",
+		-2.346e-7: "-2.35e-07", 0.0005: "0.001", math.NaN(): "NaN", math.Inf(-1): "-Inf", 1e300: "1e+300",
+	} {
+		assert.Equal(t, want, num(x), "%v", x)
+	}
+
+	svg := filepath.Join(t.TempDir(), "tiny.svg")
+	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1e-9", "--capacity", "1e-9", "--period", "1ms",
+		"--at", "0s=1e-9,0s=1e-9", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, [][]string{
+		{"00:00:00", "-", "1e-09", "1e-09", "allowed", "0", "0s"},
+		{"00:00:00", "-", "0", "1e-09", "denied", "0", "1ms"},
+	}, rows(out), out)
+	chart, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var labels []string
+	for _, m := range regexp.MustCompile(`text-anchor="end">([^<]*)<`).FindAllStringSubmatch(string(chart), -1) {
+		labels = append(labels, m[1])
+	}
+	require.Equal(t, []string{"0", "2e-10", "4e-10", "6e-10", "8e-10", "1e-09", "capacity 1e-09"}, labels)
 }

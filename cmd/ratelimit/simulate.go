@@ -435,14 +435,19 @@ func clockTime(d time.Duration) string {
 	return s
 }
 
-// num formats tokens with at most three decimals.
+// num formats tokens with at most three decimals; an amount that three
+// decimals would show as 0, such as the tokens of a limit of rate 1e-9,
+// with three significant digits (1e-09); one beyond the limits' 1e15, or
+// not a number, as Go writes it.
 func num(x float64) string {
-	return strconv.FormatFloat(float64(int64(x*1000+copysignHalf(x)))/1000, 'f', -1, 64)
-}
-
-func copysignHalf(x float64) float64 {
-	if x < 0 {
-		return -0.5
+	switch {
+	case x == 0:
+		return "0"
+	case !(math.Abs(x) < 1e16):
+		return strconv.FormatFloat(x, 'g', -1, 64)
 	}
-	return 0.5
+	if r := math.Round(x*1000) / 1000; r != 0 {
+		return strconv.FormatFloat(r, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
 }

@@ -55,8 +55,11 @@ func writeSVG(w io.Writer, name string, cfg ratelimit.Config, steps []step, samp
 		p(`<text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n", x(t), padT+plotH+20, clockTime(t.Truncate(time.Millisecond)))
 	}
 	// Token ticks on the y axis.
+	// Each tick a whole multiple of the step, not a sum of steps, so that
+	// the one at 0 is 0 and not the sum's rounding error (5.55e-17).
 	vstep := niceStep(hi - lo)
-	for v := math.Ceil(lo/vstep) * vstep; v <= hi; v += vstep {
+	for k := math.Ceil(lo / vstep); k*vstep <= hi; k++ {
+		v := k * vstep
 		p(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#444"/>`+"\n", padL-5, y(v), padL, y(v))
 		p(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-8, y(v)+4, num(v))
 	}
