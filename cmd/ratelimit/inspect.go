@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/spf13/cobra"
 )
 
@@ -16,7 +19,10 @@ type target struct {
 	sf     storeFlags
 	key    string
 	output output
-	store  ratelimit.Store // set by limiter
+	// checked makes the Limiter read records through checkedStore, which
+	// refuses those no release of the library writes.
+	checked bool
+	store   ratelimit.Store // set by limiter
 }
 
 func (t *target) register(cmd *cobra.Command, withKey bool) {
@@ -38,7 +44,11 @@ func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, st
 	if err != nil {
 		return nil, "", nil, err
 	}
-	lim, err := ratelimit.New(store, ratelimit.Limits{name: cfg}, t.sf.options()...)
+	var read ratelimit.Store = store
+	if t.checked {
+		read = checkedStore{store}
+	}
+	lim, err := ratelimit.New(read, ratelimit.Limits{name: cfg}, t.sf.options()...)
 	if err != nil {
 		closeStore()
 		return nil, "", nil, usageError{err}
@@ -47,8 +57,54 @@ func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, st
 	return lim, name, closeStore, nil
 }
 
+// checkedStore is a store whose Load refuses a record that no release of
+// the library writes: tokens that are not a finite number within
+// ±ratelimit.MaxTokens, or a time beyond ±driver.MaxTime (and a period).
+// The stores read any number they find where a record belongs (NaN, 1e300,
+// a time of 2^63 ms), written by something else or damaged, and the
+// Limiter turns it into nonsense: NaN tokens, debts of 10^16, windows that
+// start hundreds of millions of years away. inspect reads through it, to
+// report such a record rather than print what it makes.
+type checkedStore struct{ ratelimit.Store }
+
+// Load implements ratelimit.Store.
+func (s checkedStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	if err := s.Store.Load(ctx, ids, out); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if !out[i].Found {
+			continue
+		}
+		if err := checkRecord(out[i].State); err != nil {
+			return fmt.Errorf("the record of shard %d is not one this library writes: %w: "+
+				"something else wrote it where a record belongs, or it is damaged; "+
+				"reset the key (ratelimit reset, with the same flags) to start its limit full again", id.Shard, err)
+		}
+	}
+	return nil
+}
+
+// maxRecordTime bounds the time of a record, in Unix milliseconds either
+// side of the epoch: a call's time is within ±driver.MaxTime, and a fixed
+// window's start at most a period before it.
+const maxRecordTime = driver.MaxTime + int64(ratelimit.MaxPeriod/time.Millisecond)
+
+// checkRecord returns an error saying what is wrong with st, a record's
+// state as a store read it, when no release of the library writes it.
+func checkRecord(st driver.State) error {
+	if !(math.Abs(st.Remaining) <= ratelimit.MaxTokens) {
+		return fmt.Errorf("it holds %v tokens, and a record holds from %v to %v",
+			st.Remaining, -ratelimit.MaxTokens, ratelimit.MaxTokens)
+	}
+	if st.TS < -maxRecordTime || st.TS > maxRecordTime {
+		return fmt.Errorf("its time is %d ms from 1970, and a record's is within ±%d ms", st.TS, maxRecordTime)
+	}
+	return nil
+}
+
 func newInspect() *cobra.Command {
-	var t target
+	t := target{checked: true}
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Show the state of a (name, key) in a store: tokens, window, next grant, debt, per shard",
