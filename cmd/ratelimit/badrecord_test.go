@@ -35,7 +35,8 @@ var badRecords = []struct {
 // makes it each of badRecords with corrupt, and checks that inspect
 // refuses it, with status 1 and what to do, rather than print what the
 // Limiter makes of it (NaN tokens, debts of 10^16, windows that start
-// hundreds of millions of years away), and that reset clears it.
+// hundreds of millions of years away), that limit refuses to decide on
+// it, and that reset clears it.
 func inspectBadRecords(t *testing.T, corrupt func(tokens float64, ts int64), storeArgs ...string) {
 	key := fmt.Sprint("cli-bad-", time.Now().UnixNano())
 	for _, kind := range []string{"fixed window", "token bucket"} {
@@ -55,6 +56,13 @@ func inspectBadRecords(t *testing.T, corrupt func(tokens float64, ts int64), sto
 			code, out, errOut = exec(append(args("inspect"), "-o", "json")...)
 			require.Equal(t, 1, code, "%s, %s:\n%s%s", kind, bad.name, out, errOut)
 			require.Empty(t, out)
+			// limit refuses to decide on it too.
+			for _, extra := range [][]string{nil, {"--check"}, {"--reserve", "-o", "json"}} {
+				code, out, errOut = exec(append(args("limit"), extra...)...)
+				require.Equal(t, 1, code, "%s, %s, limit %q:\n%s%s", kind, bad.name, extra, out, errOut)
+				require.Empty(t, out)
+				require.Contains(t, errOut, "is not one this library writes")
+			}
 
 			code, _, errOut = exec(args("reset")...)
 			require.Equal(t, 0, code, errOut)

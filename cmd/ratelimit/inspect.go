@@ -19,8 +19,8 @@ type target struct {
 	sf     storeFlags
 	key    string
 	output output
-	// checked makes the Limiter read records through checkedStore, which
-	// refuses those no release of the library writes.
+	// checked makes the Limiter use the store through checkedStore, which
+	// refuses records no release of the library writes.
 	checked bool
 	store   ratelimit.Store // set by limiter
 }
@@ -64,7 +64,8 @@ func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, st
 // a time of 2^63 ms), written by something else or damaged, and the
 // Limiter turns it into nonsense: NaN tokens, debts of 10^16, windows that
 // start hundreds of millions of years away. inspect reads through it, to
-// report such a record rather than print what it makes.
+// report such a record rather than print what it makes, and limit, to
+// refuse to decide on one.
 type checkedStore struct{ ratelimit.Store }
 
 // Load implements ratelimit.Store.
@@ -215,7 +216,7 @@ func newReset() *cobra.Command {
 
 func newLimit() *cobra.Command {
 	var (
-		t       target
+		t       = target{checked: true}
 		count   float64
 		reserve bool
 		check   bool
@@ -231,6 +232,12 @@ func newLimit() *cobra.Command {
 				return err
 			}
 			defer closeStore()
+			// The records are read first, to refuse one that no release
+			// writes, as inspect does: the call would decide on nonsense
+			// (denied, retry after 0s) and report NaN tokens.
+			if _, err := lim.Value(cmd.Context(), name, t.key); err != nil {
+				return err
+			}
 			opts := []ratelimit.CallOption{ratelimit.Count(count)}
 			if reserve {
 				opts = append(opts, ratelimit.WithReserve())
