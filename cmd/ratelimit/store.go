@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -97,12 +98,10 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		if path == "" {
 			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", u)
 		}
-		if acc == mustExist {
-			if err := boltExists(path, f.bucket); err != nil {
-				return nil, nil, err
-			}
+		if err := boltCheck(path, f.bucket, acc); err != nil {
+			return nil, nil, err
 		}
-		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket))
+		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltTimeout))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,27 +174,69 @@ func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, whe
 // errNotFound is matched by the error of a store that is not there.
 var errNotFound = errors.New("no such store")
 
-// boltExists checks, without creating or changing anything, that the
-// file at path exists and holds bucket.
-func boltExists(path, bucket string) error {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("bbolt file %s does not exist: check the path in --store (the application's boltstore.Open path): %w", path, errNotFound)
-	} else if err != nil {
+// boltTimeout is how long opening a bbolt file waits for another process
+// that holds it.
+var boltTimeout = boltstore.DefaultTimeout
+
+// boltCheck checks, without creating or changing anything, that the file
+// at path, if there is one, is a bbolt file that is whole and whose pages
+// of bucket bbolt can read, and for acc mustExist that it exists and holds
+// bucket. A file cut short would make bbolt read past the end of its
+// mapping, a fault that ends the process, and a damaged page makes it
+// panic: both are reported instead.
+func boltCheck(path, bucket string, acc access) error {
+	const check = "check the path in --store (the application's boltstore.Open path)"
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && acc == mayCreate:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("bbolt file %s does not exist: %s: %w", path, check, errNotFound)
+	case err != nil:
 		return fmt.Errorf("bbolt file %s: %w", path, err)
+	case fi.IsDir():
+		return fmt.Errorf("bbolt file %s is a directory, not a file: %s", path, check)
+	case fi.Size() == 0 && acc == mayCreate:
+		return nil // bbolt writes its first pages into it
+	case fi.Size() == 0:
+		// bbolt would write its first pages into it, and fail read-only
+		// with "bad file descriptor".
+		return fmt.Errorf("bbolt file %s is empty: no store was opened on it: %s: %w", path, check, errNotFound)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: boltstore.DefaultTimeout})
-	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return fmt.Errorf("bbolt file %s: another process holds the file; stop it first, a bbolt file serves one process at a time: %w", path, err)
-		}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: boltTimeout})
+	var pathErr *fs.PathError
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("bbolt file %s: another process holds the file; stop it first, a bbolt file serves one process at a time: %w", path, err)
+	case errors.As(err, &pathErr):
 		return fmt.Errorf("bbolt file %s: %w", path, err)
+	case err != nil:
+		return fmt.Errorf("%s is not a bbolt file, or a damaged one (%w): %s", path, err, check)
 	}
 	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte(bucket)) == nil {
-			return fmt.Errorf("bbolt file %s has no bucket %q: check --bucket (the application's boltstore.WithBucket): %w", path, bucket, errNotFound)
+	damaged := func(what any) error {
+		return fmt.Errorf("bbolt file %s is damaged (%v): restore it from a copy, or remove it (every limit starts full again)", path, what)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return db.View(func(tx *bolt.Tx) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = damaged(p)
+			}
+		}()
+		if tx.Size() > fi.Size() {
+			return damaged(fmt.Sprintf("cut short: it has %d bytes, and its pages reach %d", fi.Size(), tx.Size()))
 		}
-		return nil
+		b := tx.Bucket([]byte(bucket))
+		if b == nil {
+			if acc == mustExist {
+				return fmt.Errorf("bbolt file %s has no bucket %q: check --bucket (the application's boltstore.WithBucket): %w", path, bucket, errNotFound)
+			}
+			return nil
+		}
+		// Every page of the bucket's records, once: what the store reads
+		// later is then known to be readable.
+		return b.ForEach(func(_, _ []byte) error { return nil })
 	})
 }
 

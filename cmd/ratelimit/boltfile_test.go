@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// boltStore writes a bbolt file at path whose bucket ratelimit holds n
+// records (of keys of its own), and returns its page size.
+func boltStore(t *testing.T, path string, n int) int {
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("ratelimit"))
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := b.Put(fmt.Appendf(nil, "record-%06d", i), make([]byte, 24)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	return db.Info().PageSize
+}
+
+// inspect, reset and limit refuse a bbolt file that is not a store, or a
+// damaged one, with status 1 and what is wrong, and never end the process:
+// a file cut short made bbolt read past the end of its mapping, a fault
+// that ended it (SIGBUS), a damaged page made it panic, and an empty file
+// read "bad file descriptor".
+func TestBoltFileNotAStore(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	whole := filepath.Join(dir, "whole.db")
+	pageSize := boltStore(t, whole, 2000)
+	data, err := os.ReadFile(whole)
+	require.NoError(t, err)
+	// The pages of the bucket's records (leaf pages of more than one
+	// element; the root's holds the bucket alone) name other pages.
+	damaged := append([]byte(nil), data...)
+	var leaves int
+	for off := 0; off+16 <= len(damaged); off += pageSize {
+		flags, count := binary.LittleEndian.Uint16(damaged[off+8:]), binary.LittleEndian.Uint16(damaged[off+10:])
+		if flags == 0x02 && count > 1 {
+			binary.LittleEndian.PutUint64(damaged[off:], 0xdead_beef)
+			leaves++
+		}
+	}
+	require.Positive(t, leaves)
+
+	for _, tc := range []struct {
+		name, path string
+		inspect    string // inspect's and reset's error
+		limit      string // limit's error; "" when it opens the file
+	}{
+		{"an empty file", file("empty.db", nil), "is empty: no store was opened on it: check the path in --store", ""},
+		{"a directory", dir, "is a directory, not a file: check the path in --store", "is a directory, not a file"},
+		{"a text file", file("text.db", []byte("not a bbolt file, only some text that is long enough")),
+			"is not a bbolt file, or a damaged one (invalid database): check the path in --store", "is not a bbolt file"},
+		{"a file cut short", file("short.db", data[:len(data)/2]),
+			fmt.Sprintf("is damaged (cut short: it has %d bytes, and its pages reach ", len(data)/2), "is damaged (cut short"},
+		{"damaged pages", file("damaged.db", damaged), "is damaged (", "is damaged ("},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limit := []string{"--store", "bolt://" + tc.path, "--kind", "token bucket", "--rate", "10", "--period", "1h", "--key", "k"}
+			for _, cmd := range []string{"inspect", "reset"} {
+				code, out, errOut := exec(append([]string{cmd}, limit...)...)
+				require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
+				require.Contains(t, errOut, tc.inspect, cmd)
+				require.Equal(t, 1, strings.Count(errOut, "\n"), "%s: one line: %s", cmd, errOut)
+			}
+			code, out, errOut := exec(append([]string{"limit"}, limit...)...)
+			if tc.limit == "" {
+				require.Equal(t, 0, code, errOut)
+				require.Contains(t, out, "allowed 1 of limit")
+				return
+			}
+			require.Equal(t, 1, code, "limit:\n%s%s", out, errOut)
+			require.Contains(t, errOut, tc.limit)
+		})
+	}
+
+	// A file another process holds: refused once the wait ends.
+	defer func(d time.Duration) { boltTimeout = d }(boltTimeout)
+	boltTimeout = 100 * time.Millisecond
+	db, err := bolt.Open(whole, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, cmd := range []string{"inspect", "limit"} {
+		code, out, errOut := exec(cmd, "--store", "bolt://"+whole, "--kind", "token bucket", "--rate", "10", "--period", "1h")
+		require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
+		require.Contains(t, errOut, "another process holds the file", cmd)
+	}
+}
