@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -638,4 +639,46 @@ func TestNumSmallAmounts(t *testing.T) {
 		labels = append(labels, m[1])
 	}
 	require.Equal(t, []string{"0", "2e-10", "4e-10", "6e-10", "8e-10", "1e-09", "capacity 1e-09"}, labels)
+}
+
+// A relation named by --table that is not the store's table, a view or
+// the table of another program, is refused by every command with what it
+// is, and left as it was: inspect and reset said it had "the schema of an
+// earlier release" and to apply the store's SQL, and limit let pgstore.New
+// mark it as the store's table, after which every call failed on a
+// column it lacks.
+func TestPostgresTableNotAStore(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.PostgresURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	base := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
+	other, view := base+"_other", base+"_view"
+	t.Cleanup(func() {
+		defer pool.Close()
+		_, err := pool.Exec(ctx, "DROP VIEW IF EXISTS "+pgx.Identifier{view}.Sanitize())
+		assert.NoError(t, err)
+		dropTable(t, pool, other)
+		dropTable(t, pool, view)
+	})
+	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (a integer, id text)", pgx.Identifier{other}.Sanitize()))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE VIEW %s AS SELECT 1 AS x", pgx.Identifier{view}.Sanitize()))
+	require.NoError(t, err)
+	for table, want := range map[string]string{
+		other: fmt.Sprintf("postgres: table %q is not the store's table: it lacks the columns id bytea, name bytea, key bytea, shard integer, value double precision, ts bigint, expires bigint (it has a integer, id text): check --table", other),
+		view:  fmt.Sprintf("postgres: %q is a view, not the store's table: check --table", view),
+	} {
+		for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
+			code, out, errOut := exec(append([]string{cmd, "--store", url, "--table", table}, tokenBucket...)...)
+			require.Equal(t, 1, code, "%s %s:\n%s%s", cmd, table, out, errOut)
+			require.Contains(t, errOut, want, cmd)
+		}
+		var comment *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", pgx.Identifier{table}.Sanitize()).Scan(&comment))
+		require.Nil(t, comment, "%s is not marked as a store's table", table)
+		var fns int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1)", table+"_").Scan(&fns))
+		require.Zero(t, fns, "no function of the store was made for %s", table)
+	}
 }

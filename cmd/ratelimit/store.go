@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -133,11 +134,9 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 			pool.Close()
 			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
-		if acc == mustExist {
-			if err := pgExists(ctx, pool, f.table); err != nil {
-				pool.Close()
-				return nil, nil, err
-			}
+		if err := pgCheck(ctx, pool, f.table, acc); err != nil {
+			pool.Close()
+			return nil, nil, err
 		}
 		p, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(f.table))...)
 		if err != nil {
@@ -240,15 +239,55 @@ func boltCheck(path, bucket string, acc access) error {
 	})
 }
 
-// pgExists checks that the store's table exists.
-func pgExists(ctx context.Context, pool *pgxpool.Pool, table string) error {
+// pgColumns are the columns of the store's table, and their types, as
+// format_type writes them.
+var pgColumns = []string{"id bytea", "name bytea", "key bytea", "shard integer", "value double precision", "ts bigint", "expires bigint"}
+
+// pgCheck checks that the store's table, if there is one, is a table
+// with the store's columns, and for acc mustExist that there is one. A
+// relation of that name that is something else (a view, the table of
+// another program) is refused: pgstore.New would take it for the table of
+// an earlier release, and without WithoutDDL mark it as its own, so that
+// every call then fails on a column it lacks.
+func pgCheck(ctx context.Context, pool *pgxpool.Pool, table string, acc access) error {
 	name := pgx.Identifier(strings.SplitN(table, ".", 2)).Sanitize()
-	var ok bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+	var (
+		kind    *string
+		columns []string
+	)
+	err := pool.QueryRow(ctx, "SELECT c.relkind::text, array_remove(array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)), NULL)"+
+		" FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"+
+		" WHERE c.oid = to_regclass($1) GROUP BY c.relkind", name).Scan(&kind, &columns)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && acc == mayCreate:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("postgres: table %s does not exist in this database: check --table (the application's pgstore.WithTable) and the database in --store; the application creates the table when it starts, or a migration does (ratelimit schema): %w", name, errNotFound)
+	case err != nil:
 		return fmt.Errorf("postgres: look for table %s: %w", name, err)
 	}
-	if !ok {
-		return fmt.Errorf("postgres: table %s does not exist in this database: check --table (the application's pgstore.WithTable) and the database in --store; the application creates the table when it starts, or a migration does (ratelimit schema): %w", name, errNotFound)
+	const check = "check --table (the application's pgstore.WithTable) and the database in --store"
+	if k := *kind; k != "r" && k != "p" {
+		what := map[string]string{"v": "a view", "m": "a materialized view", "i": "an index", "S": "a sequence",
+			"f": "a foreign table", "c": "a composite type"}[k]
+		if what == "" {
+			what = "not a table"
+		}
+		return fmt.Errorf("postgres: %s is %s, not the store's table: %s", name, what, check)
+	}
+	var missing []string
+	for _, c := range pgColumns {
+		if !slices.Contains(columns, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		has := "none"
+		if len(columns) > 0 {
+			has = strings.Join(columns, ", ")
+		}
+		return fmt.Errorf("postgres: table %s is not the store's table: it lacks the columns %s (it has %s): %s",
+			name, strings.Join(missing, ", "), has, check)
 	}
 	return nil
 }
