@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -422,4 +423,59 @@ func TestSimulateTooManyRequests(t *testing.T) {
 		require.Contains(t, errOut, "at most 1000000", "%q", args)
 		require.Contains(t, errOut, "--help' for usage.", "%q", args)
 	}
+}
+
+// silentServer returns the address of a server that accepts connections
+// and never answers, as a host whose port another program holds can.
+func silentServer(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// A server that accepts and never answers is given up on in a bounded
+// time, with the hint to check the server: PostgreSQL without
+// connect_timeout waited for ever, and Redis's read timeout lacked the
+// hint.
+func TestSilentServer(t *testing.T) {
+	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
+	connectTimeout = 200 * time.Millisecond
+	addr := silentServer(t)
+	for _, store := range []string{"postgres://postgres@" + addr + "/test", "redis://" + addr + "/0"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		code, out, errOut := execContext(ctx, append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		cancel()
+		require.Equal(t, 1, code, "%s after %v:\n%s%s", store, time.Since(start), out, errOut)
+		require.Less(t, time.Since(start), 10*time.Second, store)
+		require.Contains(t, errOut, "(is the server up? check --store)", store)
+	}
+	// connect_timeout in the connection string is kept.
+	start := time.Now()
+	code, _, errOut := exec(append([]string{"inspect", "--store", "postgres://postgres@" + addr + "/test?connect_timeout=1"}, tokenBucket...)...)
+	require.Equal(t, 1, code, errOut)
+	require.GreaterOrEqual(t, time.Since(start), time.Second)
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,6 +68,11 @@ func (f *storeFlags) options() []ratelimit.Option {
 	}
 	return []ratelimit.Option{ratelimit.WithKeyHash([]byte(secret))}
 }
+
+// connectTimeout bounds the connection to a PostgreSQL server whose
+// connection string gives no connect_timeout, as go-redis bounds its own
+// (a dial of 5 s, then 3 s for each answer).
+var connectTimeout = 10 * time.Second
 
 // access says whether opening a store may create what it lacks.
 type access int
@@ -126,7 +132,16 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 			}
 			opts = append(opts, pgstore.WithoutDDL())
 		}
-		pool, err := pgxpool.New(ctx, u)
+		cfg, err := pgxpool.ParseConfig(u)
+		if err != nil {
+			return nil, nil, usagef("--store: %v", err)
+		}
+		// Without connect_timeout, pgx waits as long as the server takes
+		// to answer: for ever, for one that accepts and never speaks.
+		if cfg.ConnConfig.ConnectTimeout == 0 {
+			cfg.ConnConfig.ConnectTimeout = connectTimeout
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, nil, usagef("--store: %v", err)
 		}
@@ -341,7 +356,9 @@ func globEscape(s string) string {
 }
 
 // isConnError reports whether err is a failure to reach a server, rather
-// than one the server reported (a refused login, a bad query).
+// than one the server reported (a refused login, a bad query): a refused
+// or reset connection, a host not found, or no answer in time (a server
+// that accepts and never speaks, or another program on the port).
 func isConnError(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -350,8 +367,9 @@ func isConnError(err error) bool {
 	var (
 		opErr  *net.OpError
 		dnsErr *net.DNSError
+		netErr net.Error
 	)
-	return errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.As(err, &netErr) && netErr.Timeout() ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
