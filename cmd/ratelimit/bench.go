@@ -45,8 +45,13 @@ Ctrl-C stops the run early: bench reports and checks the calls made until then, 
 and exits with status 130 (1 if the check failed).`,
 		Example: `  ratelimit bench --store redis://127.0.0.1:6379/0 --kind "fixed window" --rate 1000 --period 1s --keys 100 --goroutines 64 --duration 10s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if keys < 1 || goroutines < 1 || duration <= 0 {
-				return usagef("--keys and --goroutines must be at least 1, --duration above 0")
+			switch {
+			case keys < 1 || keys > maxKeys:
+				return usagef("--keys %d: give from 1 to %d keys", keys, maxKeys)
+			case goroutines < 1 || goroutines > maxGoroutines:
+				return usagef("--goroutines %d: give from 1 to %d goroutines", goroutines, maxGoroutines)
+			case duration <= 0:
+				return usagef("--duration %v: give a time above 0, such as 10s", duration)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
@@ -99,6 +104,14 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// The most keys and goroutines bench takes: each key costs a name and,
+// after the run, a read and a reset, and each goroutine a histogram of
+// 30 KB; --keys 2000000000 ran out of memory.
+const (
+	maxKeys       = 1_000_000
+	maxGoroutines = 10_000
+)
+
 // grant is an allowed call: judged by the store at some moment between
 // from and to, when the call was made and when it was answered.
 type grant struct {
@@ -147,11 +160,43 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	defer stopOnCancel()
 	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancelCleanup()
+	// The keys a call was made on: only those are read and removed after
+	// the run, by the bench's goroutines at once.
+	touched := make([]atomic.Bool, keys)
+	eachTouched := func(f func(k int) error) error {
+		var (
+			next  atomic.Int64
+			wg    sync.WaitGroup
+			errMu sync.Mutex
+			first error
+		)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := int(next.Add(1) - 1); k < keys; k = int(next.Add(1) - 1) {
+					if !touched[k].Load() {
+						continue
+					}
+					if err := f(k); err != nil {
+						errMu.Lock()
+						if first == nil {
+							first = err
+						}
+						errMu.Unlock()
+						next.Store(int64(keys)) // the others stop too
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return first
+	}
 	removeKeys := func() error {
-		for _, key := range keyNames {
-			if err := lim.Reset(cleanup, name, key); err != nil {
-				return fmt.Errorf("removing the bench's keys: %w", err)
-			}
+		err := eachTouched(func(k int) error { return lim.Reset(cleanup, name, keyNames[k]) })
+		if err != nil {
+			return fmt.Errorf("removing the bench's keys: %w", err)
 		}
 		return nil
 	}
@@ -169,6 +214,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 			)
 			for i := g; !done.Load() && time.Now().Before(deadline); i += goroutines {
 				k := i % keys
+				touched[k].Store(true)
 				t0 := time.Now()
 				res, err := lim.Limit(ctx, name, keyNames[k], ratelimit.Count(count))
 				t1 := time.Now()
@@ -235,12 +281,14 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	var phases []int64
 	if localClock && cfg.Kind == ratelimit.FixedWindow && cfg.Shards <= 1 {
 		phases = make([]int64, keys)
-		for k, key := range keyNames {
-			st, err := lim.Value(cleanup, name, key)
-			if err != nil {
-				return nil, err
-			}
+		err := eachTouched(func(k int) error {
+			st, err := lim.Value(cleanup, name, keyNames[k])
 			phases[k] = st.WindowStart.UnixMilli()
+			return err
+		})
+		if err != nil {
+			_ = removeKeys()
+			return nil, err
 		}
 	}
 	rep.violation = verify(cfg, grants, count, keys, phases)

@@ -682,3 +682,61 @@ func TestPostgresTableNotAStore(t *testing.T) {
 		require.Zero(t, fns, "no function of the store was made for %s", table)
 	}
 }
+
+// bench's flags out of range are usage errors that name the flag and say
+// what to give: --keys 2000000000 ran out of memory, and the three flags
+// shared one message.
+func TestBenchFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--keys", "0"}, "--keys 0: give from 1 to 1000000 keys"},
+		{[]string{"--goroutines", "-1"}, "--goroutines -1: give from 1 to 10000 goroutines"},
+		{[]string{"--duration", "0s"}, "--duration 0s: give a time above 0, such as 10s"},
+		{[]string{"--keys", "2000000000"}, "--keys 2000000000: give from 1 to 1000000 keys"},
+		{[]string{"--goroutines", "10000000"}, "--goroutines 10000000: give from 1 to 10000 goroutines"},
+	} {
+		code, out, errOut := exec(append(append([]string{"bench", "--store", "mem:"}, tokenBucket...), tc.flags...)...)
+		require.Equal(t, 2, code, "%q: %s%s", tc.flags, out, errOut)
+		require.Contains(t, errOut, tc.want, "%q", tc.flags)
+	}
+}
+
+// slow is a store of a round trip of a millisecond (and without the
+// in-process calls of memstore's Bind).
+type slow struct{ ratelimit.Store }
+
+func (s slow) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	time.Sleep(time.Millisecond)
+	return s.Store.Apply(ctx, op, out)
+}
+
+func (s slow) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	time.Sleep(time.Millisecond)
+	return s.Store.Load(ctx, ids, out)
+}
+
+func (s slow) Delete(ctx context.Context, ids []driver.RecordID) error {
+	time.Sleep(time.Millisecond)
+	return s.Store.Delete(ctx, ids)
+}
+
+// After the run, bench reads and removes only the keys it called on, from
+// all its goroutines: it read and removed every key of --keys one after
+// the other, so that a run of many keys on a store a round trip away
+// failed when its 30 s to remove them ran out.
+func TestBenchManyKeys(t *testing.T) {
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second}
+	mem := must(memstore.New())
+	lim, err := ratelimit.New(slow{mem}, ratelimit.Limits{"x": cfg})
+	require.NoError(t, err)
+	start := time.Now()
+	rep, err := bench(context.Background(), lim, "x", cfg, 100_000, 8, 50*time.Millisecond, 1, true, false, io.Discard)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Positive(t, rep.calls)
+	require.Empty(t, rep.violation)
+	require.True(t, rep.windows)
+	require.Zero(t, mem.Len(), "the keys are removed")
+}
