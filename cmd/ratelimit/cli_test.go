@@ -409,7 +409,6 @@ func TestSimulateTooManyRequests(t *testing.T) {
 		want string
 	}{
 		{[]string{"--every", "1ms", "--for", "876000h"}, "--every 1ms --for 876000h0m0s: 3153600000001 requests"},
-		{[]string{"--every", "1ns", "--for", "876000h"}, "--every 1ns --for 876000h0m0s: 3153600000000000001 requests"},
 		{[]string{"--every", "1ms", "--for", "1000s"}, "--every 1ms --for 16m40s: 1000001 requests"},
 		// --at's requests count too.
 		{[]string{"--every", "1ms", "--for", "999999ms", "--at", "0s=1,1s=1"}, "--every 1ms --for 16m39.999s and --at: 1000002 requests"},

@@ -509,14 +509,29 @@ func TestParsePattern(t *testing.T) {
 	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1",
 		// Not a time, or past 100 years: these were taken, as a Duration
 		// that overflowed, and printed as garbage times.
-		"NaN:00=1", "00:NaN=1", "Inf:00=1", "00:00:+Inf=1", "1e12:00=1", "876577:00=1", "876577h=1"} {
+		"NaN:00=1", "00:NaN=1", "Inf:00=1", "00:00:+Inf=1", "1e12:00=1", "876577:00=1", "876577h=1",
+		// Not hh:mm or hh:mm:ss, which ParseFloat read all the same, or
+		// minutes and seconds of 60 and more.
+		"0x1p4:00=1", "+1:00=1", "1_0:00=1", "1.5:00=1", "00:.5=1", "00:30.=1", "00:75=1", "00:30:60=1",
+		// Not whole milliseconds, which ran as the millisecond before.
+		"1ns=1", "1.5ms=1", "00:00:00.0001=1"} {
 		_, err := parsePattern(bad)
 		var u usageError
 		require.ErrorAs(t, err, &u, bad)
 	}
-	reqs, err = parsePattern("876576:00=1,876576h=1")
+	reqs, err = parsePattern("876576:00=1,876576h=1,00:00:01.5=1,00:00:01.001=1,00:59:59=1,00:01.5=1")
 	require.NoError(t, err)
-	assert.Equal(t, []request{{at: ratelimit.MaxPeriod, count: 1}, {at: ratelimit.MaxPeriod, count: 1}}, reqs)
+	assert.Equal(t, []request{{at: ratelimit.MaxPeriod, count: 1}, {at: ratelimit.MaxPeriod, count: 1},
+		{at: 1500 * time.Millisecond, count: 1}, {at: 1001 * time.Millisecond, count: 1},
+		{at: time.Hour - time.Second, count: 1}, {at: 90 * time.Second, count: 1}}, reqs)
+
+	_, err = parsePattern("00:75=1")
+	require.EqualError(t, err, `time "00:75": minutes and seconds run from 00 to 59: for 1h15m0s, write 01:15:00`)
+	_, err = parsePattern("1.5ms=1")
+	require.EqualError(t, err, `time "1.5ms" is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms`)
+	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1500us", "--for", "1s")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--every is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms")
 }
 
 func TestHistogram(t *testing.T) {

@@ -90,6 +90,8 @@ seed gives the same output.`,
 			switch {
 			case flags.Changed("every") && every <= 0:
 				return usagef("--every %v: the steady pattern needs a time between requests above 0", every)
+			case flags.Changed("every") && wholeMillis("--every", every) != nil:
+				return wholeMillis("--every", every)
 			case every == 0 && (flags.Changed("for") || flags.Changed("count")):
 				return usagef("--for and --count are of the steady pattern: give --every too, or give each --at request its count (TIME=COUNT)")
 			case duration > maxOffset:
@@ -123,8 +125,8 @@ seed gives the same output.`,
 		},
 	}
 	lf.register(cmd.Flags())
-	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s); a trailing r reserves (01:30=30r)")
-	cmd.Flags().DurationVar(&every, "every", 0, "a steady pattern: one request every so often")
+	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s), in whole milliseconds; a trailing r reserves (01:30=30r)")
+	cmd.Flags().DurationVar(&every, "every", 0, "a steady pattern: one request every so often, in whole milliseconds")
 	cmd.Flags().DurationVar(&duration, "for", 0, "a steady pattern: for so long")
 	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
@@ -180,37 +182,75 @@ func tooMany(what string, n int64, hint string) error {
 	return usagef("%s: %d requests, and a simulation runs at most %d: %s", what, n, maxRequests, hint)
 }
 
-// parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset.
+// parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset,
+// in whole milliseconds.
 func parseOffset(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
+	d, err := time.ParseDuration(s)
+	if err == nil {
 		if d < 0 {
 			return 0, usagef("time %q: requests come at or after the start, 0s", s)
 		}
 		if d > maxOffset {
 			return 0, tooLate(fmt.Sprintf("time %q", s))
 		}
-		return d, nil
+	} else if d, err = parseClock(s); err != nil {
+		return 0, err
 	}
+	if err := wholeMillis(fmt.Sprintf("time %q", s), d); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// parseClock reads hh:mm or hh:mm:ss: hours of any number of digits,
+// minutes and seconds from 00 to 59, the last part with decimals if any
+// (00:00:01.5), up to maxOffset. ParseFloat alone read what is no clock
+// time (0x1p4:00, +1:00, 1_0:00, NaN:00) and minutes of 60 or more.
+func parseClock(s string) (time.Duration, error) {
+	bad := usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 {
-		return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
+		return 0, bad
 	}
 	units := []time.Duration{time.Hour, time.Minute, time.Second}
-	var ns float64
+	var ns float64 // summed in float64, checked before it becomes a Duration
+	sixty := false
 	for i, p := range parts {
-		// ParseFloat reads NaN and Inf, which are no time, and large numbers
-		// whose conversion to a Duration overflows: the sum is checked in
-		// float64 before it becomes one.
-		n, err := strconv.ParseFloat(p, 64)
-		if err != nil || !(n >= 0) || math.IsInf(n, 0) {
-			return 0, usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
+		digits, decimals, dot := strings.Cut(p, ".")
+		if !allDigits(digits) || dot && (i < len(parts)-1 || !allDigits(decimals)) {
+			return 0, bad
 		}
+		n, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			return 0, bad
+		}
+		sixty = sixty || i > 0 && n >= 60
 		ns += n * float64(units[i])
 	}
 	if ns > float64(maxOffset) {
 		return 0, tooLate(fmt.Sprintf("time %q", s))
 	}
-	return time.Duration(ns), nil
+	d := time.Duration(math.Round(ns))
+	if sixty {
+		return 0, usagef("time %q: minutes and seconds run from 00 to 59: for %v, write %s", s, d, clockTime(d))
+	}
+	return d, nil
+}
+
+// allDigits reports whether s is one or more decimal digits.
+func allDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// wholeMillis is the usage error of d, a time given by what, that is not
+// a whole number of milliseconds: the Limiter's clock counts them, so
+// that 1.5ms would run as 1ms.
+func wholeMillis(what string, d time.Duration) error {
+	if d%time.Millisecond == 0 {
+		return nil
+	}
+	return usagef("%s is %v: the limiter's clock counts whole milliseconds: give %v or %v", what, d,
+		d.Truncate(time.Millisecond), d.Truncate(time.Millisecond)+time.Millisecond)
 }
 
 // simClock is simulate's clock: it reads the time it was last set to.
