@@ -478,3 +478,27 @@ func TestSilentServer(t *testing.T) {
 	require.Equal(t, 1, code, errOut)
 	require.GreaterOrEqual(t, time.Since(start), time.Second)
 }
+
+// redis+cluster:// reads credentials and the database 0 as a redis:// URL
+// does, and refuses what is not a list of nodes as a usage error: without
+// a node go-redis dialed localhost:6379, and a path or credentials were
+// taken for a node's address ("unknown port", "too many colons").
+func TestRedisClusterURL(t *testing.T) {
+	for rest, want := range map[string]redis.ClusterOptions{
+		"//10.0.0.1:7000":                  {Addrs: []string{"10.0.0.1:7000"}},
+		"//10.0.0.1:7000,10.0.0.2:7000/0":  {Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}},
+		"//app:s%40cret@10.0.0.1:7000":     {Addrs: []string{"10.0.0.1:7000"}, Username: "app", Password: "s@cret"},
+		"//:pw@[::1]:7000,cache.local:700": {Addrs: []string{"[::1]:7000", "cache.local:700"}, Password: "pw"},
+	} {
+		opt, err := parseClusterURL(rest)
+		require.NoError(t, err, rest)
+		require.Equal(t, want, *opt, rest)
+	}
+	for _, bad := range []string{"", "//", "//10.0.0.1:7000,", "//10.0.0.1", "//10.0.0.1:7000/1", "//10.0.0.1:7000?x=1", "10.0.0.1:7000"} {
+		_, err := parseClusterURL(bad)
+		require.Error(t, err, bad)
+		code, _, errOut := exec(append([]string{"inspect", "--store", "redis+cluster:" + bad}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%q: %s", bad, errOut)
+		require.Contains(t, errOut, "write redis+cluster://HOST:PORT,HOST:PORT", bad)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -49,7 +50,7 @@ type storeFlags struct {
 const keySecretEnv = "RATELIMIT_KEY_SECRET"
 
 func (f *storeFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://H1:P1,H2:P2, postgres://..., or mem:")
+	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2, postgres://..., or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
@@ -120,9 +121,11 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		return f.openRedis(ctx, redis.NewClient(opt), "redis at "+opt.Addr, acc)
 	case "redis+cluster":
-		addrs := strings.Split(strings.TrimPrefix(rest, "//"), ",")
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		return f.openRedis(ctx, c, "redis cluster at "+strings.Join(addrs, ","), acc)
+		opt, err := parseClusterURL(rest)
+		if err != nil {
+			return nil, nil, usagef("--store %q: %v: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", u, err)
+		}
+		return f.openRedis(ctx, redis.NewClusterClient(opt), "redis cluster at "+strings.Join(opt.Addrs, ","), acc)
 	case "postgres", "postgresql":
 		var opts []pgstore.Option
 		if acc == mustExist {
@@ -161,6 +164,42 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		return p, pool.Close, nil
 	}
 	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", u, scheme)
+}
+
+// parseClusterURL reads what follows "redis+cluster:" in --store:
+// //[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/0]. Without a node, go-redis
+// would dial localhost:6379; a path or credentials were taken for a node's
+// address ("unknown port", "too many colons").
+func parseClusterURL(rest string) (*redis.ClusterOptions, error) {
+	rest, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return nil, errors.New("the nodes follow //")
+	}
+	opt := &redis.ClusterOptions{}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		user, password, _ := strings.Cut(rest[:i], ":")
+		var err1, err2 error
+		opt.Username, err1 = url.PathUnescape(user)
+		opt.Password, err2 = url.PathUnescape(password)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, errors.New("the user or password is not escaped as in a URL")
+		}
+		rest = rest[i+1:]
+	}
+	nodes, path, _ := strings.Cut(rest, "/")
+	switch {
+	case path != "" && path != "0":
+		return nil, fmt.Errorf("a cluster has one database, 0, not %q", path)
+	case strings.ContainsAny(nodes, "?#"):
+		return nil, errors.New("options (?...) are not read")
+	}
+	for addr := range strings.SplitSeq(nodes, ",") {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return nil, fmt.Errorf("node %q is not HOST:PORT", addr)
+		}
+		opt.Addrs = append(opt.Addrs, addr)
+	}
+	return opt, nil
 }
 
 // openRedis makes the store on c, a client of the server or Cluster
