@@ -502,3 +502,25 @@ func TestRedisClusterURL(t *testing.T) {
 		require.Contains(t, errOut, "write redis+cluster://HOST:PORT,HOST:PORT", bad)
 	}
 }
+
+// An error about --store hides its password, in the command's words and
+// in the client's: they quoted the URL whole.
+func TestStorePasswordHidden(t *testing.T) {
+	for _, store := range []string{"reddis://app:hunter22@db.local:1/0", "redis://app:hunter22@db.local:1/x",
+		"rediss://app:hunter22@db.local:1/0?bogus=1", "redis+cluster://app:hunter22@db.local:1/5",
+		"postgres://app:hunter22@db.local:x/db", "redis://app:hun%2Fter22@db.local:1/x"} {
+		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s", store, errOut)
+		require.NotContains(t, errOut, "hunter22", store)
+		require.NotContains(t, errOut, "hun%2Fter22", store)
+		require.NotContains(t, errOut, "hun/ter22", store)
+		require.Contains(t, errOut, "app:xxxxx", store)
+	}
+	shown, hide := hidePassword("redis://:pw@10.0.0.1:6379/0")
+	require.Equal(t, "redis://:xxxxx@10.0.0.1:6379/0", shown)
+	require.Equal(t, "10.0.0.1:6379 pw", hide("10.0.0.1:6379 pw"), "a short password is left in the client's text")
+	for _, u := range []string{"bolt://a@b:c/d.db", "bolt://u:secretive@x.db", "bolt:///var/lib/x@y.db", "redis://10.0.0.1:6379/0", "mem:", "redis://app@h:1/0"} {
+		shown, _ := hidePassword(u)
+		require.Equal(t, u, shown)
+	}
+}

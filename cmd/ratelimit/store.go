@@ -91,6 +91,10 @@ const (
 // open opens the store; close releases what it opened.
 func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, close func(), err error) {
 	u := f.url
+	// The usage errors below quote --store, and the clients' errors about
+	// it may too: with its password hidden, and its password hidden in
+	// theirs.
+	shown, hide := hidePassword(u)
 	scheme, rest, _ := strings.Cut(u, ":")
 	switch scheme {
 	case "":
@@ -104,7 +108,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	case "bolt":
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
-			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", u)
+			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", shown)
 		}
 		if err := boltCheck(path, f.bucket, acc); err != nil {
 			return nil, nil, err
@@ -117,13 +121,13 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	case "redis", "rediss":
 		opt, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, nil, usagef("--store %q: %v", u, err)
+			return nil, nil, usagef("--store %q: %s", shown, hide(err.Error()))
 		}
 		return f.openRedis(ctx, redis.NewClient(opt), "redis at "+opt.Addr, acc)
 	case "redis+cluster":
 		opt, err := parseClusterURL(rest)
 		if err != nil {
-			return nil, nil, usagef("--store %q: %v: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", u, err)
+			return nil, nil, usagef("--store %q: %s: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", shown, hide(err.Error()))
 		}
 		return f.openRedis(ctx, redis.NewClusterClient(opt), "redis cluster at "+strings.Join(opt.Addrs, ","), acc)
 	case "postgres", "postgresql":
@@ -137,7 +141,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
-			return nil, nil, usagef("--store: %v", err)
+			return nil, nil, usagef("--store: %s", hide(err.Error()))
 		}
 		// Without connect_timeout, pgx waits as long as the server takes
 		// to answer: for ever, for one that accepts and never speaks.
@@ -146,7 +150,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
-			return nil, nil, usagef("--store: %v", err)
+			return nil, nil, usagef("--store: %s", hide(err.Error()))
 		}
 		if err := pool.Ping(ctx); err != nil {
 			pool.Close()
@@ -163,7 +167,42 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		return p, pool.Close, nil
 	}
-	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", u, scheme)
+	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", shown, scheme)
+}
+
+// hidePassword returns the store URL u with its password, if it has one
+// (SCHEME://USER:PASSWORD@...), written as xxxxx, and a function that
+// does the same to a text that quotes u, such as a client's error.
+func hidePassword(u string) (string, func(string) string) {
+	none := func(s string) string { return s }
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || scheme == "bolt" { // a path, whatever it holds
+		return u, none
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 || strings.Contains(rest[:at], "/") {
+		return u, none
+	}
+	user, password, ok := strings.Cut(rest[:at], ":")
+	if !ok || password == "" {
+		return u, none
+	}
+	shown := u[:len(u)-len(rest)] + user + ":xxxxx" + rest[at:]
+	// A password of a few characters would be found all over a text
+	// (in a port, an address), and hides nothing worth hiding.
+	if len(password) < 4 {
+		return shown, none
+	}
+	forms := []string{password}
+	if clear, err := url.PathUnescape(password); err == nil && clear != password {
+		forms = append(forms, clear)
+	}
+	return shown, func(s string) string {
+		for _, p := range forms {
+			s = strings.ReplaceAll(s, p, "xxxxx")
+		}
+		return s
+	}
 }
 
 // parseClusterURL reads what follows "redis+cluster:" in --store:
