@@ -524,3 +524,16 @@ func TestStorePasswordHidden(t *testing.T) {
 		require.Equal(t, u, shown)
 	}
 }
+
+// A node of a Redis Cluster given as redis:// is refused with what to
+// write: the commands read only its part of the keys and failed on the
+// others with "MOVED 1373 127.0.0.1:7101".
+func TestRedisClusterNodeAsServer(t *testing.T) {
+	addrs := testserver.ClusterAddrs(t)
+	node, _, _ := strings.Cut(addrs, ",")
+	for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
+		code, out, errOut := exec(append([]string{cmd, "--store", "redis://" + node + "/0"}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s:\n%s%s", cmd, out, errOut)
+		require.Contains(t, errOut, fmt.Sprintf("redis at %s is a node of a Redis Cluster, which holds some of the keys: write --store redis+cluster://%s (any of its nodes)", node, node), cmd)
+	}
+}

@@ -249,6 +249,15 @@ func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, whe
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: %w", where, err)
 	}
+	// A node of a Cluster, given as redis://, holds a part of the keys and
+	// answers MOVED for the others. (A server whose INFO is turned off is
+	// taken as it is.)
+	if node, ok := c.(*redis.Client); ok {
+		if info, err := node.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			c.Close()
+			return nil, nil, usagef("%s is a node of a Redis Cluster, which holds some of the keys: write --store redis+cluster://%s (any of its nodes)", where, node.Options().Addr)
+		}
+	}
 	if acc == mustExist {
 		if err := redisExists(ctx, c, f.prefix, where); err != nil {
 			c.Close()
