@@ -128,3 +128,44 @@ func TestInspectBadRecordPostgres(t *testing.T) {
 		require.Positive(t, tag.RowsAffected())
 	}, "--store", url, "--table", table)
 }
+
+// Where a record of the Redis store belongs, a key of another type or a
+// string that is no record is refused by the store (ErrBadRecord), which
+// names the key and what to do; inspect and limit report it with status 1.
+func TestInspectRedisNotARecord(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.RedisURL(t)
+	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
+	opt, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	c := redis.NewClient(opt)
+	cleanRedis(t, c, prefix)
+	args := func(cmd string) []string {
+		return []string{cmd, "--store", url, "--prefix", prefix, "--kind", "token bucket", "--rate", "10", "--period", "1h",
+			"--name", "cli", "--key", "k"}
+	}
+	code, _, errOut := exec(args("limit")...)
+	require.Equal(t, 0, code, errOut)
+	keys, err := c.Keys(ctx, globEscape(prefix)+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	for what, write := range map[string]func() error{
+		`holds "garbage"`: func() error { return c.Set(ctx, keys[0], "garbage", time.Hour).Err() },
+		"holds a hash, not a string": func() error {
+			if err := c.Del(ctx, keys[0]).Err(); err != nil {
+				return err
+			}
+			return c.HSet(ctx, keys[0], "a", "b").Err()
+		},
+	} {
+		require.NoError(t, write())
+		for _, cmd := range []string{"inspect", "limit"} {
+			code, out, errOut := exec(args(cmd)...)
+			require.Equal(t, 1, code, "%s, %s:\n%s%s", what, cmd, out, errOut)
+			require.Empty(t, out)
+			require.Contains(t, errOut, "not a record of this store: key ")
+			require.Contains(t, errOut, what)
+			require.Contains(t, errOut, "delete the key (its limit starts full again)")
+		}
+	}
+}
