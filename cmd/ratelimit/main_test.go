@@ -755,3 +755,16 @@ func TestBenchManyKeys(t *testing.T) {
 	require.True(t, rep.windows)
 	require.Zero(t, mem.Len(), "the keys are removed")
 }
+
+// Times of the simulation print as hh:mm:ss[.mmm], up to the 150 years a
+// chart of a request at 100 years spans. (With an int of 32 bits, as on
+// 386 and arm, the seconds of 100 years overflowed: 876576:00:-16.)
+func TestClockTime(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "00:00:00", 90 * time.Minute: "01:30:00", 1500 * time.Millisecond: "00:00:01.500",
+		-30 * time.Minute: "-00:30:00", ratelimit.MaxPeriod: "876576:00:00",
+		ratelimit.MaxPeriod + ratelimit.MaxPeriod/2 + 59*time.Second + time.Millisecond: "1314864:00:59.001",
+	} {
+		assert.Equal(t, want, clockTime(d), "%v", d)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -120,7 +121,9 @@ seed gives the same output.`,
 			if len(reqs) == 0 {
 				return usagef("give requests: --at 00:30=15,01:30=30 or --every 1m --for 1h")
 			}
-			slices.SortStableFunc(reqs, func(a, b request) int { return int(a.at - b.at) })
+			// cmp.Compare, not int(a.at - b.at): an int of 32 bits cuts the
+			// difference, and the requests ran out of order.
+			slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(a.at, b.at) })
 			return simulate(cmd.Context(), cmd.OutOrStdout(), name, cfg, reqs, svg, seed)
 		},
 	}
@@ -468,9 +471,10 @@ func clockTime(d time.Duration) string {
 	if d < 0 {
 		neg, d = "-", -d
 	}
-	s := fmt.Sprintf("%s%02d:%02d:%02d", neg, int(d/time.Hour), int(d/time.Minute)%60, int(d/time.Second)%60)
+	// In int64: the seconds of 100 years overflow an int of 32 bits.
+	s := fmt.Sprintf("%s%02d:%02d:%02d", neg, int64(d/time.Hour), int64(d/time.Minute)%60, int64(d/time.Second)%60)
 	if ms := d % time.Second; ms != 0 {
-		s += fmt.Sprintf(".%03d", ms/time.Millisecond)
+		s += fmt.Sprintf(".%03d", int64(ms/time.Millisecond))
 	}
 	return s
 }
