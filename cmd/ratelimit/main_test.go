@@ -768,3 +768,30 @@ func TestClockTime(t *testing.T) {
 		assert.Equal(t, want, clockTime(d), "%v", d)
 	}
 }
+
+// chartTicks returns the labels of the y axis of the chart at path.
+func chartTicks(t *testing.T, path string) []string {
+	chart, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var labels []string
+	for _, m := range regexp.MustCompile(`text-anchor="end">([^<]*)<`).FindAllStringSubmatch(string(chart), -1) {
+		if !strings.HasPrefix(m[1], "capacity ") {
+			labels = append(labels, m[1])
+		}
+	}
+	return labels
+}
+
+// The y axis's labels fit its margin: those of a capacity of 1e15 were
+// 16 digits long and ran off the chart's left edge.
+func TestChartTicksFit(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "huge.svg")
+	code, _, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--capacity", "1e15", "--period", "1h",
+		"--at", "0s=1", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []string{"0", "2e+14", "4e+14", "6e+14", "8e+14", "1e+15"}, chartTicks(t, svg))
+	code, _, errOut = exec("simulate", "--kind", "token bucket", "--rate", "100", "--capacity", "150", "--period", "1h",
+		"--at", "0s=1,1s=1500000r", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []string{"-1e+06", "-500000", "0"}, chartTicks(t, svg))
+}

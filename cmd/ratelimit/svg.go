@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +62,7 @@ func writeSVG(w io.Writer, name string, cfg ratelimit.Config, steps []step, samp
 	for k := math.Ceil(lo / vstep); k*vstep <= hi; k++ {
 		v := k * vstep
 		p(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#444"/>`+"\n", padL-5, y(v), padL, y(v))
-		p(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-8, y(v)+4, num(v))
+		p(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-8, y(v)+4, tick(v))
 	}
 	p(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#444"/>`+"\n", padL, padT, padL, padT+plotH)
 	p(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#444"/>`+"\n", padL, padT+plotH, padL+plotW, padT+plotH)
@@ -128,6 +129,17 @@ func niceStep(span float64) float64 {
 		}
 	}
 	return base * 10
+}
+
+// tick formats the tokens of a tick of the y axis, in the few characters
+// its margin holds: as num does, or with four significant digits when that
+// is longer than 7 characters (1e+15, not 1000000000000000, which ran off
+// the chart's left edge).
+func tick(v float64) string {
+	if s := num(v); len(s) <= 7 {
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
 func escape(s string) string {
