@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -93,12 +92,7 @@ func TestInspectBadRecordBolt(t *testing.T) {
 }
 
 func TestInspectBadRecordRedis(t *testing.T) {
-	url := testserver.RedisURL(t)
-	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	c := redis.NewClient(opt)
-	cleanRedis(t, c, prefix)
+	url, prefix, c := testRedis(t)
 	inspectBadRecords(t, func(tokens float64, ts int64) {
 		ctx := context.Background()
 		keys, err := c.Keys(ctx, globEscape(prefix)+"*").Result()
@@ -134,12 +128,7 @@ func TestInspectBadRecordPostgres(t *testing.T) {
 // names the key and what to do; inspect and limit report it with status 1.
 func TestInspectRedisNotARecord(t *testing.T) {
 	ctx := context.Background()
-	url := testserver.RedisURL(t)
-	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	c := redis.NewClient(opt)
-	cleanRedis(t, c, prefix)
+	url, prefix, c := testRedis(t)
 	args := func(cmd string) []string {
 		return []string{cmd, "--store", url, "--prefix", prefix, "--kind", "token bucket", "--rate", "10", "--period", "1h",
 			"--name", "cli", "--key", "k"}

@@ -279,12 +279,21 @@ func TestInspectResetBolt(t *testing.T) {
 }
 
 func TestInspectResetRedis(t *testing.T) {
-	url := testserver.RedisURL(t)
-	prefix := fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
+	url, prefix, _ := testRedis(t)
+	inspectReset(t, "no key starts with prefix", "--store", url, "--prefix", prefix)
+}
+
+// testRedis returns the test server's URL, a key prefix of the test's own
+// and a client of the server, whose keys under the prefix are deleted
+// when the test ends.
+func testRedis(t *testing.T) (url, prefix string, c *redis.Client) {
+	url = testserver.RedisURL(t)
+	prefix = fmt.Sprintf("ratelimit-cli-test-%d:", time.Now().UnixNano())
 	opt, err := redis.ParseURL(url)
 	require.NoError(t, err)
-	cleanRedis(t, redis.NewClient(opt), prefix)
-	inspectReset(t, "no key starts with prefix", "--store", url, "--prefix", prefix)
+	c = redis.NewClient(opt)
+	cleanRedis(t, c, prefix)
+	return url, prefix, c
 }
 
 func TestInspectResetRedisCluster(t *testing.T) {
