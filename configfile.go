@@ -45,7 +45,8 @@ import (
 // unknown field is an error, so that a misspelt one is not silently
 // ignored; errors name the line and the field as written here. Anchors,
 // aliases and merges read as yaml.Unmarshal reads them ("<<: *defaults"
-// gives the fields of defaults that the limit does not give). A file is
+// gives the fields of defaults that the limit does not give), and a
+// mapping merged into itself is an error, as it is there. A file is
 // one YAML document: a second one, after a "---", is an error rather than
 // ignored.
 
@@ -239,49 +240,76 @@ type field struct{ key, val *yaml.Node }
 // mappings it merges ("<<: *defaults") that it does not give itself, as
 // yaml.Unmarshal reads a struct: a key of n wins over a merged one, and an
 // earlier merged mapping over a later one. A key n gives twice is an
-// error, naming it as a what ("field", "limit").
+// error, naming it as a what ("field", "limit"). A mapping merged again
+// (through another alias of its anchor) is read once: it can give nothing
+// new. A mapping merged into itself, through an alias within its own
+// anchor, is an error, as it is to yaml.Unmarshal.
 func mappingFields(n *yaml.Node, what string) ([]field, error) {
-	var own, merged []field
-	seen := map[string]bool{}
+	w := fieldWalk{what: what, seen: map[string]bool{}, walked: map[*yaml.Node]bool{n: false}}
+	if err := w.walk(n); err != nil {
+		return nil, err
+	}
+	return w.fields, nil
+}
+
+// fieldWalk walks a mapping and those it merges, depth first, in order:
+// the first of the keys it meets wins.
+type fieldWalk struct {
+	what   string
+	seen   map[string]bool     // the keys met
+	walked map[*yaml.Node]bool // the mappings met: false while being walked
+	fields []field
+}
+
+func (w *fieldWalk) walk(n *yaml.Node) error {
+	own := make(map[string]bool, len(n.Content)/2)
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
 		if key.Kind == yaml.ScalarNode && key.ShortTag() == "!!merge" {
-			var from []*yaml.Node
-			switch v := resolve(val); v.Kind {
-			case yaml.MappingNode:
-				from = []*yaml.Node{v}
-			case yaml.SequenceNode:
-				from = v.Content
-			}
-			for _, m := range from {
-				if m = resolve(m); m.Kind != yaml.MappingNode {
-					return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
-				}
-				fields, err := mappingFields(m, what)
-				if err != nil {
-					return nil, err
-				}
-				merged = append(merged, fields...)
-			}
-			if len(from) == 0 {
-				return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
-			}
+			merges = append(merges, val)
 			continue
 		}
 		name := resolve(key).Value
-		if seen[name] {
-			return nil, fmt.Errorf("line %d: %s %q given twice", key.Line, what, name)
+		if own[name] {
+			return fmt.Errorf("line %d: %s %q given twice", key.Line, w.what, name)
 		}
-		seen[name] = true
-		own = append(own, field{key, val})
-	}
-	for _, f := range merged {
-		if name := resolve(f.key).Value; !seen[name] {
-			seen[name] = true
-			own = append(own, f)
+		own[name] = true
+		if !w.seen[name] {
+			w.seen[name] = true
+			w.fields = append(w.fields, field{key, val})
 		}
 	}
-	return own, nil
+	for _, val := range merges {
+		var from []*yaml.Node
+		switch v := resolve(val); v.Kind {
+		case yaml.MappingNode:
+			from = []*yaml.Node{v}
+		case yaml.SequenceNode:
+			from = v.Content
+		}
+		if len(from) == 0 {
+			return fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
+		}
+		for _, m := range from {
+			if m = resolve(m); m.Kind != yaml.MappingNode {
+				return fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", val.Line)
+			}
+			done, met := w.walked[m]
+			switch {
+			case met && !done:
+				return fmt.Errorf("line %d: a merge (<<) of a mapping into itself (the mapping of line %d)", val.Line, m.Line)
+			case met:
+				continue // all its keys are met already
+			}
+			w.walked[m] = false
+			if err := w.walk(m); err != nil {
+				return err
+			}
+			w.walked[m] = true
+		}
+	}
+	return nil
 }
 
 func fieldIndex(name string) int {

@@ -155,6 +155,43 @@ func TestParseLimitsAliases(t *testing.T) {
 	}
 }
 
+// A mapping merged into itself, through an alias within its anchor, is
+// an error, as it is to yaml.Unmarshal: ParseLimits followed the merge
+// until the stack overflowed, a fatal error that no recover catches.
+func TestParseLimitsMergeCycle(t *testing.T) {
+	for _, in := range []string{
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\n  <<: *x\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\n  <<: [{capacity: 2}, *x]\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\n  <<: {capacity: 2, <<: *x}\n",
+		"&x\na:\n  kind: fixed window\n  rate: 1\n<<: *x\n",
+	} {
+		_, err := ratelimit.ParseLimits([]byte(in))
+		assert.ErrorContains(t, err, "line 5: a merge (<<) of a mapping into itself", in)
+		var limits ratelimit.Limits
+		assert.Error(t, yaml.Unmarshal([]byte(in), &limits), in)
+	}
+}
+
+// Merges through aliases, a few bytes each, read each mapping once: a
+// mapping of ten aliases of one of ten aliases of ... (a "billion
+// laughs") was walked once per path to its fields, ten times more for
+// each level, and 40 levels would not finish.
+func TestParseLimitsMergeBomb(t *testing.T) {
+	bomb := "&l0 {rate: 1}"
+	for i := 1; i <= 40; i++ {
+		bomb = fmt.Sprintf("&l%d {<<: [%s%s]}", i, bomb, strings.Repeat(fmt.Sprintf(", *l%d", i-1), 9))
+	}
+	want := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}
+	limits, err := ratelimit.ParseLimits([]byte("a: {kind: fixed window, period: 1h, <<: " + bomb + "}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Limits{"a": want}, limits)
+
+	// At the top, of limits.
+	limits, err = ratelimit.ParseLimits([]byte("<<: " + strings.Replace(bomb, "{rate: 1}", "{a: {kind: fixed window, rate: 1, period: 1h}}", 1) + "\n"))
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Limits{"a": want}, limits)
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
