@@ -46,7 +46,10 @@ import (
 // ignored; errors name the line and the field as written here. Anchors,
 // aliases and merges read as yaml.Unmarshal reads them ("<<: *defaults"
 // gives the fields of defaults that the limit does not give), and a
-// mapping merged into itself is an error, as it is there. A file is
+// mapping merged into itself is an error, as it is there; a limit's keys,
+// counting those of the mappings it merges, overridden ones included, are
+// at most 100, so that merges through aliases cannot make a small file
+// long to read. A file is
 // one YAML document: a second one, after a "---", is an error rather than
 // ignored.
 
@@ -105,7 +108,7 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 	case n.Kind != yaml.MappingNode:
 		return fmt.Errorf("limits: line %d: write an object of limit names to their fields", n.Line)
 	}
-	entries, err := mappingFields(n, "limit")
+	entries, err := mappingFields(n, "limit", 0)
 	if err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
@@ -201,7 +204,7 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: a limit is a mapping of fields (%s)", n.Line, fieldNames())
 	}
-	fields, err := mappingFields(n, "field")
+	fields, err := mappingFields(n, "field", maxLimitKeys)
 	if err != nil {
 		return err
 	}
@@ -243,9 +246,11 @@ type field struct{ key, val *yaml.Node }
 // error, naming it as a what ("field", "limit"). A mapping merged again
 // (through another alias of its anchor) is read once: it can give nothing
 // new. A mapping merged into itself, through an alias within its own
-// anchor, is an error, as it is to yaml.Unmarshal.
-func mappingFields(n *yaml.Node, what string) ([]field, error) {
-	w := fieldWalk{what: what, seen: map[string]bool{}, walked: map[*yaml.Node]bool{n: false}}
+// anchor, is an error, as it is to yaml.Unmarshal. With most > 0, more
+// than most keys, counting those of n and of every mapping merged, those
+// overridden included, are an error.
+func mappingFields(n *yaml.Node, what string, most int) ([]field, error) {
+	w := fieldWalk{what: what, seen: map[string]bool{}, walked: map[*yaml.Node]bool{n: false}, most: most}
 	if err := w.walk(n); err != nil {
 		return nil, err
 	}
@@ -259,13 +264,24 @@ type fieldWalk struct {
 	seen   map[string]bool     // the keys met
 	walked map[*yaml.Node]bool // the mappings met: false while being walked
 	fields []field
+	most   int // the most keys to meet, if > 0
+	met    int // the keys met, those of merges and overridden ones included
 }
+
+// maxLimitKeys bounds the keys of a limit, counting those of the mappings
+// it merges: merges through aliases of a long list of mappings, a few
+// bytes each, made reading each limit as long as reading the list, so
+// that a file of 2.5 MB took 20 s. A limit has 8 fields.
+const maxLimitKeys = 100
 
 func (w *fieldWalk) walk(n *yaml.Node) error {
 	own := make(map[string]bool, len(n.Content)/2)
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
+		if w.met++; w.most > 0 && w.met > w.most {
+			return fmt.Errorf("line %d: more than %d keys, counting those of the mappings merged (<<): a limit has %d fields", key.Line, w.most, len(configFields))
+		}
 		if key.Kind == yaml.ScalarNode && key.ShortTag() == "!!merge" {
 			merges = append(merges, val)
 			continue
@@ -355,7 +371,7 @@ func ParseLimits(data []byte) (Limits, error) {
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errors.New("ratelimit: limits file: write a mapping of limit names to their fields")
 	}
-	entries, err := mappingFields(doc.Content[0], "limit")
+	entries, err := mappingFields(doc.Content[0], "limit", 0)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}

@@ -192,6 +192,25 @@ func TestParseLimitsMergeBomb(t *testing.T) {
 	assert.Equal(t, ratelimit.Limits{"a": want}, limits)
 }
 
+// A limit's keys, counting those of the mappings it merges, are bounded:
+// each limit merging an alias of one long list of mappings took as long
+// to read as the list, so that a file of 2.5 MB, 50,000 limits merging a
+// list of 5,000, took 20 s.
+func TestParseLimitsMergeBound(t *testing.T) {
+	list := "&list [" + strings.Repeat("{rate: 1}, ", 100) + "{rate: 2}]"
+	in := "a: {kind: fixed window, period: 1h, <<: " + list + "}\nb: {kind: fixed window, period: 1h, <<: *list}\n"
+	_, err := ratelimit.ParseLimits([]byte(in))
+	assert.ErrorContains(t, err, `limit "a": line 1: more than 100 keys, counting those of the mappings merged (<<): a limit has 8 fields`)
+	var limits ratelimit.Limits
+	assert.ErrorContains(t, yaml.Unmarshal([]byte(in), &limits), "more than 100 keys")
+
+	// Within the bound, as before.
+	in = "a: {kind: fixed window, period: 1h, <<: [" + strings.Repeat("{rate: 1, capacity: 2}, ", 45) + "{rate: 3}]}\n"
+	limits, err = ratelimit.ParseLimits([]byte(in))
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Capacity: 2, Period: time.Hour}, limits["a"])
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
