@@ -43,15 +43,15 @@ import (
 // 3339 time) and failOpen; omitted fields take their zero values, and a
 // field written without a value ("capacity:", null) is an error. An
 // unknown field is an error, so that a misspelt one is not silently
-// ignored; errors name the line and the field as written here. Anchors,
-// aliases and merges read as yaml.Unmarshal reads them ("<<: *defaults"
-// gives the fields of defaults that the limit does not give), and a
-// mapping merged into itself is an error, as it is there; a limit's keys,
-// counting those of the mappings it merges, overridden ones included, are
-// at most 100, so that merges through aliases cannot make a small file
-// long to read. A file is
-// one YAML document: a second one, after a "---", is an error rather than
-// ignored.
+// ignored; errors name the line and the field as written here. A limit
+// name or a field name is text: a list, a mapping or null (~) is an
+// error. Anchors, aliases and merges read as yaml.Unmarshal reads them
+// ("<<: *defaults" gives the fields of defaults that the limit does not
+// give), and a mapping merged into itself is an error, as it is there; a
+// limit's keys, counting those of the mappings it merges, overridden ones
+// included, are at most 100, so that merges through aliases cannot make a
+// small file long to read. A file is one YAML document: a second one,
+// after a "---", is an error rather than ignored.
 
 // configFile is a Config as files write it.
 type configFile struct {
@@ -236,6 +236,18 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// shown returns how an error shows the value n: as written, or as the
+// list or mapping it is.
+func shown(n *yaml.Node) string {
+	switch resolve(n).Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	}
+	return strconv.Quote(n.Value)
+}
+
 // field is one key and its value in a mapping.
 type field struct{ key, val *yaml.Node }
 
@@ -286,7 +298,14 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 			merges = append(merges, val)
 			continue
 		}
-		name := resolve(key).Value
+		k := resolve(key)
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			return fmt.Errorf("line %d: a %s name is %s: write text", key.Line, w.what, shown(k))
+		case k.ShortTag() == "!!null":
+			return fmt.Errorf("line %d: a %s name is null (%q): write another, or quote it", key.Line, w.what, k.Value)
+		}
+		name := k.Value
 		if own[name] {
 			return fmt.Errorf("line %d: %s %q given twice", key.Line, w.what, name)
 		}

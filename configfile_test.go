@@ -211,6 +211,36 @@ func TestParseLimitsMergeBound(t *testing.T) {
 	assert.Equal(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Capacity: 2, Period: time.Hour}, limits["a"])
 }
 
+// A limit name or a field name is text: a list or a mapping as a key
+// was read as the name "", and a null one as "~" or "null", which
+// yaml.Unmarshal of Limits drops.
+func TestParseLimitsKeys(t *testing.T) {
+	const limit = "{kind: fixed window, rate: 1, period: 1h}"
+	for _, bad := range []struct{ in, want string }{
+		{"a: " + limit + "\n? [b, c]\n: " + limit + "\n", `line 2: a limit name is a list: write text`},
+		{"? {b: 1}\n: " + limit + "\n", `line 1: a limit name is a mapping: write text`},
+		{"a: &x " + limit + "\n*x : " + limit + "\n", `line 2: a limit name is a mapping: write text`},
+		{"~: " + limit + "\n", `line 1: a limit name is null ("~"): write another, or quote it`},
+		{"null: " + limit + "\n", `line 1: a limit name is null ("null")`},
+		{"a:\n  kind: fixed window\n  ? [rate]\n  : 1\n  period: 1h\n", `limit "a": line 3: a field name is a list: write text`},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  ~: 1\n", `limit "a": line 5: a field name is null ("~")`},
+	} {
+		limits, err := ratelimit.ParseLimits([]byte(bad.in))
+		assert.ErrorContains(t, err, bad.want, "%q: got %v", bad.in, limits)
+	}
+	var c ratelimit.Config
+	assert.ErrorContains(t, yaml.Unmarshal([]byte("kind: fixed window\n? [rate]\n: 1\n"), &c), "line 2: a field name is a list")
+
+	// A quoted null, or another scalar, is a name like any.
+	limits, err := ratelimit.ParseLimits([]byte("\"~\": " + limit + "\n'null': " + limit + "\n1: " + limit + "\ntrue: " + limit + "\n"))
+	require.NoError(t, err)
+	assert.Len(t, limits, 4)
+	assert.Contains(t, limits, "~")
+	assert.Contains(t, limits, "null")
+	assert.Contains(t, limits, "1")
+	assert.Contains(t, limits, "true")
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
