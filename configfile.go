@@ -36,7 +36,9 @@ import (
 // or, in JSON, {"sendMessage": {"kind": "token bucket", "rate": 10,
 // "period": "1m", "capacity": 3}, ...}. A file that is a JSON object is
 // read by JSON's rules (its strings may hold any escape JSON allows, which
-// YAML's do not), with the same fields and errors.
+// YAML's do not), with the same fields and errors. json.Marshal and
+// yaml.Marshal of a Config write this format, which reads back as the
+// Config written, but for the location of Start (see MarshalJSON).
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
@@ -65,21 +67,33 @@ type configFile struct {
 	FailOpen    bool        `json:"failOpen,omitempty" yaml:"failOpen,omitempty"`
 }
 
-func (c Config) file() configFile {
+func (c Config) file() (configFile, error) {
 	f := configFile{Kind: c.Kind, Rate: c.Rate, Period: c.Period.String(), Capacity: c.Capacity,
 		MaxReserved: c.MaxReserved, Shards: c.Shards, FailOpen: c.FailOpen}
 	if !c.Start.IsZero() {
 		start := c.Start.UTC()
+		if y := start.Year(); y < 0 || y > 9999 {
+			return f, fmt.Errorf("ratelimit: cannot encode start %v: an RFC 3339 time has a year from 0 to 9999", start)
+		}
 		f.Start = &start
 	}
-	return f
+	return f, nil
 }
 
-// MarshalJSON writes c in the configuration file format.
-func (c Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
+// MarshalJSON writes c in the configuration file format. Start is written
+// in UTC, so that it reads back as the same instant (time.Time.Equal) in
+// UTC, without its location or monotonic clock reading; a Start outside
+// the years 0 to 9999, which an RFC 3339 time cannot write, is an error.
+func (c Config) MarshalJSON() ([]byte, error) {
+	f, err := c.file()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(f)
+}
 
-// MarshalYAML writes c in the configuration file format.
-func (c Config) MarshalYAML() (any, error) { return c.file(), nil }
+// MarshalYAML writes c in the configuration file format, as MarshalJSON.
+func (c Config) MarshalYAML() (any, error) { return c.file() }
 
 // UnmarshalJSON reads c from the configuration file format. It does not
 // validate: ParseLimits and New do.

@@ -241,6 +241,45 @@ func TestParseLimitsKeys(t *testing.T) {
 	assert.Contains(t, limits, "true")
 }
 
+// Every field of a valid config reads back as written, in JSON and YAML;
+// Start as the same instant, in UTC. A Start that an RFC 3339 time cannot
+// write, before year 0 or after 9999, is refused: yaml.Marshal wrote one
+// that ParseLimits refused to read ("10000-01-01T00:00:00Z is not a time").
+func TestConfigRoundTrip(t *testing.T) {
+	berlin := time.FixedZone("CET", 3600)
+	for _, c := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: 1500 * time.Millisecond, Capacity: 1e15, Start: time.Date(2024, 1, 1, 0, 0, 0, 123456789, berlin)},
+		{Kind: ratelimit.TokenBucket, Rate: 0.1, Period: ratelimit.MaxPeriod - time.Millisecond, Capacity: 1024 * 120563270520, MaxReserved: 1e15, Shards: ratelimit.MaxShards, FailOpen: true},
+		{Kind: ratelimit.TokenBucket, Rate: 1e15, Period: 7*time.Hour + 3*time.Millisecond, Capacity: 0.1, MaxReserved: 0.3, Shards: 1},
+		{Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Millisecond, Start: time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Millisecond, Start: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+		{Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Millisecond, Start: time.Date(10000, 1, 1, 0, 30, 0, 0, berlin)},
+	} {
+		require.NoError(t, c.Validate())
+		j, err := json.Marshal(ratelimit.Limits{"a": c})
+		require.NoError(t, err)
+		y, err := yaml.Marshal(ratelimit.Limits{"a": c})
+		require.NoError(t, err)
+		for _, b := range [][]byte{j, y} {
+			limits, err := ratelimit.ParseLimits(b)
+			require.NoError(t, err, "%s", b)
+			got, want := limits["a"], c
+			assert.Equal(t, want.Start.UTC(), got.Start, "%s", b)
+			got.Start, want.Start = time.Time{}, time.Time{}
+			assert.Equal(t, want, got, "%s", b)
+		}
+	}
+
+	for _, start := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)} {
+		c := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: start}
+		require.NoError(t, c.Validate())
+		_, err := json.Marshal(c)
+		assert.ErrorContains(t, err, "cannot encode start", start)
+		_, err = yaml.Marshal(c)
+		assert.ErrorContains(t, err, "cannot encode start", start)
+	}
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
