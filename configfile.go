@@ -158,7 +158,7 @@ var configFields = []struct {
 			return fmt.Errorf("%q is out of range: a period is from 1ms to %v (100 years)", n.Value, MaxPeriod)
 		}
 		if n.Kind != yaml.ScalarNode || err != nil {
-			return fmt.Errorf("%q is not a duration: write one such as \"1m\" or \"1h30m\"", n.Value)
+			return fmt.Errorf("%s is not a duration: write one such as \"1m\" or \"1h30m\"", shown(n))
 		}
 		c.Period = d
 		return nil
@@ -167,16 +167,21 @@ var configFields = []struct {
 	{"maxReserved", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.MaxReserved) }},
 	{"shards", func(c *Config, n *yaml.Node) error {
 		var f float64
-		if err := readNumber(n, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > MaxShards*2 {
+		switch err := readNumber(n, &f); {
+		case err != nil && n.Kind != yaml.ScalarNode:
+			return err
+		case err != nil || f != math.Trunc(f):
 			return fmt.Errorf("%q is not a whole number of shards", n.Value)
+		case math.Abs(f) > math.MaxInt32:
+			return fmt.Errorf("%q is out of range: at most %d shards are supported", n.Value, MaxShards)
 		}
-		c.Shards = int(f)
+		c.Shards = int(f) // Validate refuses more than MaxShards
 		return nil
 	}},
 	{"start", func(c *Config, n *yaml.Node) error {
 		t, err := time.Parse(time.RFC3339Nano, n.Value)
 		if n.Kind != yaml.ScalarNode || err != nil {
-			return fmt.Errorf("%q is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", n.Value)
+			return fmt.Errorf("%s is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", shown(n))
 		}
 		c.Start = t
 		return nil
@@ -184,7 +189,7 @@ var configFields = []struct {
 	{"failOpen", func(c *Config, n *yaml.Node) error {
 		var b bool
 		if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-			return fmt.Errorf("%q is not true or false", n.Value)
+			return fmt.Errorf("%s is not true or false", shown(n))
 		}
 		c.FailOpen = b
 		return nil
@@ -196,10 +201,14 @@ var configFields = []struct {
 var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func readNumber(n *yaml.Node, x *float64) error {
-	if n.Kind != yaml.ScalarNode || n.Decode(x) != nil {
-		return fmt.Errorf("%q is not a number", n.Value)
+	if n.Kind == yaml.ScalarNode && n.Decode(x) == nil {
+		return nil
 	}
-	return nil
+	const quoted = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.TaggedStyle
+	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quoted == 0 && errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("%q is out of range: a number of tokens is at most %v", n.Value, MaxTokens)
+	}
+	return fmt.Errorf("%s is not a number", shown(n))
 }
 
 // fieldNames lists the file format's fields, for messages.

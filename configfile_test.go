@@ -280,6 +280,44 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 }
 
+// A value of the wrong shape or size is named as such: a list or a
+// mapping was shown as "" ("\"\" is not a number"), a number beyond a
+// float64 was "not a number", and a whole number of shards above 2048
+// "not a whole number of shards".
+func TestParseLimitsValueErrors(t *testing.T) {
+	for _, bad := range []struct{ field, value, want string }{
+		{"rate", "[1]", `rate: a list is not a number`},
+		{"capacity", "{a: 1}", `capacity: a mapping is not a number`},
+		{"rate", "1e400", `rate: "1e400" is out of range: a number of tokens is at most 1e+15`},
+		{"maxReserved", "-1e400", `maxReserved: "-1e400" is out of range`},
+		{"rate", `"1e400"`, `rate: "1e400" is not a number`},
+		{"period", "[1h]", `period: a list is not a duration`},
+		{"start", "{a: 1}", `start: a mapping is not a time`},
+		{"failOpen", "[true]", `failOpen: a list is not true or false`},
+		{"shards", "[4]", `shards: a list is not a number`},
+		{"shards", "4.5", `shards: "4.5" is not a whole number of shards`},
+		{"shards", "1e300", `shards: "1e300" is out of range: at most 1024 shards are supported`},
+		{"shards", "5000", `limit "a": Shards is 5000: at most 1024 shards are supported`},
+		{"shards", "-5000", `limit "a": Shards is -5000: it must be 0 or 1`},
+	} {
+		fields := map[string]string{"kind": `"fixed window"`, "rate": "1", "period": `"1h"`, bad.field: bad.value}
+		var y, j strings.Builder
+		y.WriteString("a:\n")
+		for _, f := range []string{"kind", "rate", "period", "shards", "capacity", "maxReserved", "start", "failOpen"} {
+			if v, ok := fields[f]; ok {
+				fmt.Fprintf(&y, "  %s: %s\n", f, v)
+				fmt.Fprintf(&j, `, "%s": %s`, f, v)
+			}
+		}
+		_, err := ratelimit.ParseLimits([]byte(y.String()))
+		assert.ErrorContains(t, err, bad.want, y.String())
+		if js := `{"a": {` + j.String()[2:] + `}}`; json.Valid([]byte(js)) {
+			_, err := ratelimit.ParseLimits([]byte(js))
+			assert.ErrorContains(t, err, bad.want, js)
+		}
+	}
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
