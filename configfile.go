@@ -42,8 +42,10 @@ import (
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
-// 3339 time) and failOpen; omitted fields take their zero values, and a
-// field written without a value ("capacity:", null) is an error. An
+// 3339 time) and failOpen (true or false, or yes, no, on and off
+// unquoted, as yaml.Unmarshal reads a bool); omitted fields take their
+// zero values, and a field written without a value ("capacity:", null) is
+// an error. An
 // unknown field is an error, so that a misspelt one is not silently
 // ignored; errors name the line and the field as written here. A limit
 // name or a field name is text: a list, a mapping or null (~) is an
@@ -187,8 +189,10 @@ var configFields = []struct {
 		return nil
 	}},
 	{"failOpen", func(c *Config, n *yaml.Node) error {
+		// Plain, yes, no, on and off are read as yaml.Unmarshal reads them
+		// into a bool; quoted, as in JSON, they are text, as "true" is.
 		var b bool
-		if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		if n.Kind != yaml.ScalarNode || n.Style&quotedStyle != 0 && n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
 			return fmt.Errorf("%s is not true or false", shown(n))
 		}
 		c.FailOpen = b
@@ -200,12 +204,15 @@ var configFields = []struct {
 // duration it refuses though it matches is out of its range.
 var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
+// quotedStyle marks a scalar written as text: quoted, as JSON strings
+// are, or tagged.
+const quotedStyle = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.TaggedStyle
+
 func readNumber(n *yaml.Node, x *float64) error {
 	if n.Kind == yaml.ScalarNode && n.Decode(x) == nil {
 		return nil
 	}
-	const quoted = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.TaggedStyle
-	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quoted == 0 && errors.Is(err, strconv.ErrRange) {
+	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quotedStyle == 0 && errors.Is(err, strconv.ErrRange) {
 		return fmt.Errorf("%q is out of range: a number of tokens is at most %v", n.Value, MaxTokens)
 	}
 	return fmt.Errorf("%s is not a number", shown(n))

@@ -318,6 +318,31 @@ func TestParseLimitsValueErrors(t *testing.T) {
 	}
 }
 
+// failOpen is true or false, or yes, no, on and off written plain, as
+// yaml.Unmarshal reads a bool; quoted, as JSON writes strings, they are
+// text, as "true" always was: "on" and "yes" were read as true and "no"
+// and "off" as false, from JSON too.
+func TestParseLimitsFailOpen(t *testing.T) {
+	for in, want := range map[string]bool{"true": true, "false": false, "yes": true, "on": true, "no": false, "off": false, "!!bool true": true} {
+		limits, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: " + in + "\n"))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, limits["a"].FailOpen, in)
+	}
+	limits, err := ratelimit.ParseLimits([]byte(`{"a": {"kind": "fixed window", "rate": 1, "period": "1h", "failOpen": true}}`))
+	require.NoError(t, err)
+	assert.True(t, limits["a"].FailOpen)
+
+	for _, v := range []string{`"true"`, `"on"`, `"yes"`, `"off"`, `"no"`, `'on'`, `!!str on`, `1`} {
+		_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: " + v + "\n"))
+		assert.ErrorContains(t, err, "line 5: failOpen:", v)
+		assert.ErrorContains(t, err, "is not true or false", v)
+		if strings.HasPrefix(v, `"`) || v == "1" {
+			_, err := ratelimit.ParseLimits([]byte(`{"a": {"kind": "fixed window", "rate": 1, "period": "1h", "failOpen": ` + v + `}}`))
+			assert.ErrorContains(t, err, "is not true or false", v)
+		}
+	}
+}
+
 // JSON is read by JSON's rules: the YAML parser, which read it before,
 // refuses valid JSON strings such as a surrogate pair escape (what
 // encoders write for a character outside the BMP), \/ and \u0000.
