@@ -98,13 +98,19 @@ func (c Config) MarshalJSON() ([]byte, error) {
 func (c Config) MarshalYAML() (any, error) { return c.file() }
 
 // UnmarshalJSON reads c from the configuration file format. It does not
-// validate: ParseLimits and New do.
+// validate: ParseLimits and New do. JSON null leaves c as it is, as
+// json.Unmarshal does for any value, and yaml.Unmarshal for a null Config;
+// a limit of a limits file (Limits, ParseLimits) written null is an error.
 func (c *Config) UnmarshalJSON(b []byte) error {
-	n, err := jsonDocument(b)
+	doc, err := jsonDocument(b)
 	if err != nil {
 		return fmt.Errorf("limit config: %w", err)
 	}
-	return c.UnmarshalYAML(n.Content[0]) // a document of one value
+	n := doc.Content[0] // a document of one value
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	return c.UnmarshalYAML(n)
 }
 
 // UnmarshalJSON reads l from a JSON object of limit names to configs, as

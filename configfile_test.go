@@ -421,6 +421,28 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 	assert.ErrorContains(t, err, "🚀")
 }
 
+// JSON null leaves a Config as it is, as json.Unmarshal does for any value
+// (and for Limits) and yaml.Unmarshal for a Config: it was an error ("a
+// limit is a mapping of fields"). A limit written null is still one.
+func TestConfigJSONNull(t *testing.T) {
+	var s struct {
+		A ratelimit.Config `json:"a" yaml:"a"`
+		B ratelimit.Config `json:"b" yaml:"b"`
+	}
+	kept := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}
+	s.A = kept
+	require.NoError(t, json.Unmarshal([]byte(`{"a": null, "b": {"kind": "token bucket", "rate": 2, "period": "1m"}}`), &s))
+	assert.Equal(t, kept, s.A)
+	assert.Equal(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute}, s.B)
+	require.NoError(t, yaml.Unmarshal([]byte("a: null\n"), &s))
+	assert.Equal(t, kept, s.A)
+
+	var limits ratelimit.Limits
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"a": null}`), &limits), `limit "a": line 1: a limit is a mapping`)
+	_, err := ratelimit.ParseLimits([]byte(`{"a": null}`))
+	assert.ErrorContains(t, err, `limit "a": line 1: a limit is a mapping`)
+}
+
 // A field written without a value (capacity:, or null) is an error, as
 // an empty period always was; an empty capacity, maxReserved, shards or
 // failOpen used to mean the default without a word.
