@@ -392,18 +392,51 @@ func fieldIndex(name string) int {
 	return -1
 }
 
-// didYouMean suggests the field a misspelt name stands for, written in
-// another case or with separators ("max_reserved", "FailOpen").
+// didYouMean suggests the field a misspelt name stands for: written in
+// another case or with separators ("max_reserved", "FailOpen"), or a
+// letter or two off ("capcity", "perid").
 func didYouMean(name string) string {
 	fold := func(s string) string {
 		return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
 	}
+	best, bestDist := "", 0
 	for _, f := range configFields {
-		if fold(f.name) == fold(name) {
-			return fmt.Sprintf(" (did you mean %q?)", f.name)
+		d := editDistance(fold(f.name), fold(name))
+		if d <= 1+len(f.name)/4 && (best == "" || d < bestDist) {
+			best, bestDist = f.name, d
 		}
 	}
-	return ""
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance returns the least number of letters to insert, delete,
+// replace or swap with the next to make a into b.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return max(len(a), len(b)) // not a field's name, and not worth the time
+	}
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // ParseLimits reads named limits from YAML or JSON (a mapping of name to

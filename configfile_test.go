@@ -443,6 +443,25 @@ func TestConfigJSONNull(t *testing.T) {
 	assert.ErrorContains(t, err, `limit "a": line 1: a limit is a mapping`)
 }
 
+// An unknown field a letter or two off a field's name is told which field
+// it may mean, as one in another case or with separators was; "capcity"
+// and "perid" were given no suggestion.
+func TestParseLimitsDidYouMean(t *testing.T) {
+	for name, want := range map[string]string{
+		"capcity": "capacity", "perid": "period", "maxReserve": "maxReserved", "Max_Reservd": "maxReserved",
+		"shard": "shards", "failOpn": "failOpen", "fail_open": "failOpen", "strat": "start", "rtae": "rate", "knid": "kind",
+		"burst": "", "limit": "", "window": "", "x": "", strings.Repeat("capacity", 20): "",
+	} {
+		_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  " + name + ": 1\n"))
+		require.Error(t, err, name)
+		if want == "" {
+			assert.NotContains(t, err.Error(), "did you mean", name)
+			continue
+		}
+		assert.ErrorContains(t, err, fmt.Sprintf(`line 5: unknown field %q (did you mean %q?)`, name, want))
+	}
+}
+
 // A field written without a value (capacity:, or null) is an error, as
 // an empty period always was; an empty capacity, maxReserved, shards or
 // failOpen used to mean the default without a word.
