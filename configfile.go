@@ -157,7 +157,10 @@ var configFields = []struct {
 		if n.Kind != yaml.ScalarNode {
 			return errors.New(`write "fixed window" or "token bucket"`)
 		}
-		return c.Kind.UnmarshalText([]byte(n.Value))
+		if err := c.Kind.UnmarshalText([]byte(n.Value)); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "ratelimit: ")) // named once, by the caller
+		}
+		return nil
 	}},
 	{"rate", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.Rate) }},
 	{"period", func(c *Config, n *yaml.Node) error {

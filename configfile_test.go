@@ -83,6 +83,7 @@ llm:
 		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: sometimes\n", `line 5: failOpen: "sometimes" is not true or false`},
 		{"a:\n  kind: fixed window\n  rate: 0\n  period: 1h\n", `line 1: limit "a": Rate is 0`},
 		{"a: 3\n", `line 1: a limit is a mapping`},
+		{"a:\n  kind: leaky\n  rate: 1\n  period: 1h\n", `line 2: kind: unknown kind "leaky": write "fixed window" or "token bucket"`},
 	} {
 		_, err := ratelimit.ParseLimits([]byte(bad.in))
 		require.Error(t, err, bad.in)
