@@ -518,3 +518,75 @@ func BenchmarkParseLimitsJSON(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseLimits reads any input without a panic, and limits it reads
+// are written by json.Marshal and yaml.Marshal as files that read back as
+// the same limits (Start as the same instant, in UTC).
+func FuzzParseLimits(f *testing.F) {
+	for _, s := range []string{
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nb: *x\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\nb:\n  <<: *x\n  rate: 2\n",
+		"a: &x\n  kind: fixed window\n  rate: 1\n  period: 1h\n  <<: *x\n",
+		`{"a": {"kind": "token bucket", "rate": 10, "period": "1m", "capacity": 3, "shards": 2, "failOpen": true}}`,
+		"a: {kind: fixed window, rate: 1.5e-3, period: 1500ms, start: 2024-01-01T00:00:00.5+01:00, maxReserved: 3, capacity: 2}\n",
+		"\uFEFF{\"\\ud83d\\ude80\": {\"kind\": \"fixed_window\", \"rate\": 1e15, \"period\": \"876576h\"}}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		limits, err := ratelimit.ParseLimits(data)
+		if err != nil {
+			return
+		}
+		for _, marshal := range []func(any) ([]byte, error){json.Marshal, yaml.Marshal} {
+			b, err := marshal(limits)
+			require.NoError(t, err)
+			again, err := ratelimit.ParseLimits(b)
+			require.NoError(t, err, "%s", b)
+			require.Len(t, again, len(limits), "%s", b)
+			for name, c := range limits {
+				got, ok := again[name]
+				require.True(t, ok, "%q in %s", name, b)
+				require.Equal(t, c.Start.UTC(), got.Start, "%s", b)
+				c.Start, got.Start = time.Time{}, time.Time{}
+				require.Equal(t, c, got, "%s", b)
+			}
+		}
+	})
+}
+
+// FuzzConfigRoundTrip writes valid configs of any fields with json.Marshal
+// and yaml.Marshal, and reads them back as written (Start as the same
+// instant, in UTC), or they are refused when written.
+func FuzzConfigRoundTrip(f *testing.F) {
+	f.Add(uint8(1), 1.0, int64(1000), 0.0, 0.0, 0, int64(1700000000), int64(123456789), int32(3600), false)
+	f.Add(uint8(2), 1e-9, int64(1), 1e15, 1e15, 1024, int64(0), int64(0), int32(0), true)
+	f.Add(uint8(1), 0.1, int64(ratelimit.MaxPeriod/time.Millisecond), 0.3, 0.0, 3, int64(253402300800), int64(0), int32(-60), false)
+	f.Fuzz(func(t *testing.T, kind uint8, rate float64, periodMS int64, capacity, maxReserved float64, shards int, sec, nsec int64, zone int32, failOpen bool) {
+		c := ratelimit.Config{Kind: ratelimit.Kind(kind), Rate: rate, Period: time.Duration(periodMS) * time.Millisecond,
+			Capacity: capacity, MaxReserved: maxReserved, Shards: shards, FailOpen: failOpen}
+		if sec != 0 || nsec != 0 {
+			c.Start = time.Unix(sec, nsec).In(time.FixedZone("", int(zone%(24*3600))))
+		}
+		if c.Validate() != nil {
+			return
+		}
+		j, jerr := json.Marshal(ratelimit.Limits{"a": c})
+		y, yerr := yaml.Marshal(ratelimit.Limits{"a": c})
+		if year := c.Start.UTC().Year(); !c.Start.IsZero() && (year < 0 || year > 9999) {
+			require.ErrorContains(t, jerr, "cannot encode start")
+			require.ErrorContains(t, yerr, "cannot encode start")
+			return
+		}
+		require.NoError(t, jerr)
+		require.NoError(t, yerr)
+		for _, b := range [][]byte{j, y} {
+			limits, err := ratelimit.ParseLimits(b)
+			require.NoError(t, err, "%s", b)
+			got, want := limits["a"], c
+			require.Equal(t, want.Start.UTC(), got.Start, "%s", b)
+			got.Start, want.Start = time.Time{}, time.Time{}
+			require.Equal(t, want, got, "%s", b)
+		}
+	})
+}
