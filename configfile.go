@@ -101,6 +101,8 @@ func (c Config) MarshalYAML() (any, error) { return c.file() }
 // validate: ParseLimits and New do. JSON null leaves c as it is, as
 // json.Unmarshal does for any value, and yaml.Unmarshal for a null Config;
 // a limit of a limits file (Limits, ParseLimits) written null is an error.
+// json.Unmarshal gives c its value alone, so that the lines its errors
+// name are counted from the value's first, not the document's.
 func (c *Config) UnmarshalJSON(b []byte) error {
 	doc, err := jsonDocument(b)
 	if err != nil {
@@ -117,7 +119,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 // json.Unmarshal of a map would, into l's map if it has one, except that a
 // name given twice is an error, as in YAML and ParseLimits, rather than
 // the last one taking its place unseen. It does not validate: ParseLimits
-// and New do. JSON null leaves l as it is.
+// and New do. JSON null leaves l as it is. As for a Config, the lines its
+// errors name are counted from the value's first line, not the
+// document's.
 func (l *Limits) UnmarshalJSON(b []byte) error {
 	doc, err := jsonDocument(b)
 	if err != nil {
