@@ -42,17 +42,16 @@ import (
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
-// 3339 time) and failOpen (true or false, or yes, no, on and off
-// unquoted, as yaml.Unmarshal reads a bool); omitted fields take their
-// zero values, and a field written without a value ("capacity:", null) is
-// an error. An
+// 3339 time) and failOpen (true or false, or yes, no, on and off unquoted,
+// as yaml.Unmarshal reads a bool); omitted fields take their zero values,
+// and a field written without a value ("capacity:", null) is an error. An
 // unknown field is an error, so that a misspelt one is not silently
 // ignored; errors name the line and the field as written here. A limit
-// name or a field name is text: a list, a mapping or null (~) is an
-// error. Anchors, aliases and merges read as yaml.Unmarshal reads them
-// ("<<: *defaults" gives the fields of defaults that the limit does not
-// give), and a mapping merged into itself is an error, as it is there; a
-// limit's keys, counting those of the mappings it merges, overridden ones
+// name or a field name is text: a list, a mapping or null (~) is an error.
+// Anchors, aliases and merges read as yaml.Unmarshal reads them ("<<:
+// *defaults" gives the fields of defaults that the limit does not give),
+// and a mapping merged into itself is an error, as it is there; a limit's
+// keys, counting those of the mappings it merges, overridden ones
 // included, are at most 100, so that merges through aliases cannot make a
 // small file long to read. A file is one YAML document: a second one,
 // after a "---", is an error rather than ignored.
