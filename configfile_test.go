@@ -261,14 +261,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		y, err := yaml.Marshal(ratelimit.Limits{"a": c})
 		require.NoError(t, err)
-		for _, b := range [][]byte{j, y} {
-			limits, err := ratelimit.ParseLimits(b)
-			require.NoError(t, err, "%s", b)
-			got, want := limits["a"], c
-			assert.Equal(t, want.Start.UTC(), got.Start, "%s", b)
-			got.Start, want.Start = time.Time{}, time.Time{}
-			assert.Equal(t, want, got, "%s", b)
-		}
+		requireReadsBack(t, c, j, y)
 	}
 
 	for _, start := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)} {
@@ -278,6 +271,20 @@ func TestConfigRoundTrip(t *testing.T) {
 		assert.ErrorContains(t, err, "cannot encode start", start)
 		_, err = yaml.Marshal(c)
 		assert.ErrorContains(t, err, "cannot encode start", start)
+	}
+}
+
+// requireReadsBack requires each document, limits of one limit "a"
+// written from c, to read back as c, its Start as the same instant in UTC.
+func requireReadsBack(t *testing.T, c ratelimit.Config, docs ...[]byte) {
+	t.Helper()
+	for _, b := range docs {
+		limits, err := ratelimit.ParseLimits(b)
+		require.NoError(t, err, "%s", b)
+		got, want := limits["a"], c
+		require.Equal(t, want.Start.UTC(), got.Start, "%s", b)
+		got.Start, want.Start = time.Time{}, time.Time{}
+		require.Equal(t, want, got, "%s", b)
 	}
 }
 
@@ -580,13 +587,6 @@ func FuzzConfigRoundTrip(f *testing.F) {
 		}
 		require.NoError(t, jerr)
 		require.NoError(t, yerr)
-		for _, b := range [][]byte{j, y} {
-			limits, err := ratelimit.ParseLimits(b)
-			require.NoError(t, err, "%s", b)
-			got, want := limits["a"], c
-			require.Equal(t, want.Start.UTC(), got.Start, "%s", b)
-			got.Start, want.Start = time.Time{}, time.Time{}
-			require.Equal(t, want, got, "%s", b)
-		}
+		requireReadsBack(t, c, j, y)
 	})
 }
