@@ -247,7 +247,9 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // AfterFunc runs fn in its own goroutine when the job may run (at once if
 // it may run now), marking the reservation used, and returns a function
 // that stops it: stop reports whether it stopped fn before it ran, and
-// then hands the tokens back. A refused or canceled reservation never
+// then hands the tokens back (Cancel, with stop's context); a refund
+// that fails is not reported by stop, which has stopped fn all the same:
+// call Cancel, which tries the refund again and returns its error. A refused or canceled reservation never
 // runs fn, and AfterFunc then returns a stop that reports false. Once a
 // token was taken, fn does not run either if the store could not mark the
 // reservation used: a holder of the token canceled it, or used it (the
