@@ -804,3 +804,22 @@ func TestChartTicksFit(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, []string{"-1e+06", "-500000", "0"}, chartTicks(t, svg))
 }
+
+// A chart that cannot be written fails the command before it prints the
+// table: it printed the whole run, then failed.
+func TestSimulateSVGUnwritable(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "missing", "chart.svg")
+	code, out, errOut := exec("simulate", "--kind", "fixed window", "--rate", "100", "--period", "1h", "--at", "00:30=15", "--svg", svg)
+	require.Equal(t, 1, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "--svg: open "+svg)
+	// A run that fails after the file was made (here, its context ended)
+	// leaves no empty chart.
+	svg = filepath.Join(t.TempDir(), "chart.svg")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour}
+	err := simulate(ctx, io.Discard, "limit", cfg, []request{{at: time.Minute, count: 1}}, svg, 1)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoFileExists(t, svg)
+}

@@ -326,6 +326,22 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	var chart *os.File
+	if svgPath != "" {
+		// Before the run: a path that cannot be written fails the command
+		// before it prints anything, not after the table.
+		f, err := os.Create(svgPath)
+		if err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
+		chart = f
+		defer func() {
+			if chart != nil { // not written: no chart is left behind
+				chart.Close()
+				os.Remove(svgPath)
+			}
+		}()
+	}
 	dir, err := os.MkdirTemp("", "ratelimit-simulate-")
 	if err != nil {
 		return err
@@ -403,17 +419,14 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 	}
 
 	printSteps(out, name, cfg, steps)
-	if svgPath != "" {
-		f, err := os.Create(svgPath)
-		if err != nil {
-			return err
+	if chart != nil {
+		if err := writeSVG(chart, name, cfg, steps, samples, end); err != nil {
+			return fmt.Errorf("--svg: %w", err)
 		}
-		if err := writeSVG(f, name, cfg, steps, samples, end); err != nil {
-			f.Close()
-			return err
-		}
+		f := chart
+		chart = nil
 		if err := f.Close(); err != nil {
-			return err
+			return fmt.Errorf("--svg: %w", err)
 		}
 		fmt.Fprintf(out, "\nchart: %s\n", svgPath)
 	}
