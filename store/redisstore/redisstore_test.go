@@ -260,10 +260,7 @@ func TestExpiryMarginBelowGrace(t *testing.T) {
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour.Milliseconds(), Capacity: 10}
 	now := t0.UnixMilli()
 	full := now/p.Period*p.Period + p.Period // the window's end: every window refills the bucket
-	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: now,
-			Items: []driver.Item{{Name: "l", Key: key, Count: 10, Shards: []driver.Shard{{Params: p}}}}}
-	}
+	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 10, p) }
 	// kept checks that Redis keeps key at least need ms past the server's
 	// time read before the write (at or before the write's own).
 	kept := func(key string, from, need int64) {
@@ -362,6 +359,13 @@ func TestKeysShareASlot(t *testing.T) {
 	require.NotEqual(t, tag(a), tag(s.Key(driver.RecordID{Name: "perHour", Key: "user:{43}"})))
 }
 
+// oneItemOp returns an op of mode at now of one item, name and key, of
+// count tokens of one shard under p; its At is now (read by a refund only).
+func oneItemOp(mode driver.Mode, now int64, name, key string, count float64, p driver.Params) *driver.Op {
+	return &driver.Op{Mode: mode, Now: now,
+		Items: []driver.Item{{Name: name, Key: key, Count: count, At: now, Shards: []driver.Shard{{Params: p}}}}}
+}
+
 // undialled is a client for tests of what a store computes without a
 // server: it would dial a closed port, and is never used.
 var undialled = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
@@ -379,10 +383,7 @@ func TestWrongTypeKey(t *testing.T) {
 	ctx := context.Background()
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
 	now := t0.UnixMilli()
-	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: now,
-			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
-	}
+	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 1, p) }
 	isBad := func(err error, key, typ, how string) {
 		t.Helper()
 		require.ErrorIs(t, err, redisstore.ErrBadRecord, how)
@@ -438,14 +439,8 @@ func TestCorruptRecord(t *testing.T) {
 	ctx := context.Background()
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
-	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: now,
-			Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
-	}
-	check := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeCheck, Now: now,
-			Items: []driver.Item{{Name: "l", Key: key, Shards: []driver.Shard{{Params: p}}}}}
-	}
+	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 1, p) }
+	check := func(key string) *driver.Op { return oneItemOp(driver.ModeCheck, now, "l", key, 0, p) }
 	id := driver.RecordID{Name: "l", Key: "bad"}
 	key := store.Key(id)
 	ts := strconv.FormatInt(now, 10)
@@ -553,8 +548,7 @@ func TestSettlementInAFailedBatch(t *testing.T) {
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
 	op := func(mode driver.Mode, key string, count float64) *driver.Op {
-		return &driver.Op{Mode: mode, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: count, At: now,
-			Shards: []driver.Shard{{Params: p}}}}}
+		return oneItemOp(mode, now, "l", key, count, p)
 	}
 	out := make([]driver.Decision, 1)
 	require.NoError(t, store.Apply(ctx, op(driver.ModeLimit, "good", 10), out))
@@ -587,10 +581,7 @@ func TestRecordTimeNotWholeMs(t *testing.T) {
 		rec = binary.LittleEndian.AppendUint64(rec, math.Float64bits(x))
 	}
 	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "l", Key: "odd"}), rec, 0).Err())
-	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1,
-			Shards: []driver.Shard{{Params: p}}}}}
-	}
+	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 1, p) }
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	require.NoError(t, store.ApplyBatch(ctx, []*driver.Op{op("good"), op("odd")}, outs))
 	require.True(t, outs[1][0].OK)
@@ -764,8 +755,7 @@ func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
 	op := func(mode driver.Mode, name, key string, count float64) *driver.Op {
-		return &driver.Op{Mode: mode, Now: now, Items: []driver.Item{{Name: name, Key: key, Count: count, At: now,
-			Shards: []driver.Shard{{Params: p}}}}}
+		return oneItemOp(mode, now, name, key, count, p)
 	}
 	settle := op(driver.ModeRefund, "l", good, 3)
 	settle.Settle = &driver.Settlement{ID: [16]byte{4, 5, 6}, Kind: driver.SettleCancel, Until: now + time.Minute.Milliseconds()}
