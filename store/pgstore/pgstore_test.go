@@ -603,18 +603,25 @@ func TestTableNamesWithPlaceholders(t *testing.T) {
 	}
 }
 
+// onePool returns a pool of the test server of one connection, closed
+// when the test ends.
+func onePool(t *testing.T) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // TestStatementsDeallocatedBehindTheConnection drops a connection's
 // prepared statements behind pgx's back, as a connection pooler's
 // DEALLOCATE ALL or DISCARD ALL does: a lone call's statement that the
 // server no longer holds is prepared again, and the call decided.
 func TestStatementsDeallocatedBehindTheConnection(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1 // every call on the one connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := onePool(t) // every call on the one connection
 	s := newStore(t, pool)
 	require.True(t, pgstore.Direct(s))
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
@@ -667,12 +674,7 @@ func TestDropTableLeavesNothing(t *testing.T) {
 // prepares: the lone ones, sent directly, the functions, the batch upsert.
 func TestStatementDroppedBetweenTries(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1 // every try on the one connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := onePool(t) // every try on the one connection
 	table := fmt.Sprintf("ratelimit_test_storemisc_%d", time.Now().UnixNano())
 	t.Cleanup(func() { dropTable(pool, table) })
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
