@@ -485,16 +485,16 @@ func TestSilentServer(t *testing.T) {
 // taken for a node's address ("unknown port", "too many colons").
 func TestRedisClusterURL(t *testing.T) {
 	for rest, want := range map[string]redis.ClusterOptions{
-		"//10.0.0.1:7000":                  {Addrs: []string{"10.0.0.1:7000"}},
-		"//10.0.0.1:7000,10.0.0.2:7000/0":  {Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}},
-		"//app:s%40cret@10.0.0.1:7000":     {Addrs: []string{"10.0.0.1:7000"}, Username: "app", Password: "s@cret"},
-		"//:pw@[::1]:7000,cache.local:700": {Addrs: []string{"[::1]:7000", "cache.local:700"}, Password: "pw"},
+		"//127.0.0.1:7000":                  {Addrs: []string{"127.0.0.1:7000"}},
+		"//127.0.0.1:7000,127.0.0.2:7000/0": {Addrs: []string{"127.0.0.1:7000", "127.0.0.2:7000"}},
+		"//app:s%40cret@127.0.0.1:7000":     {Addrs: []string{"127.0.0.1:7000"}, Username: "app", Password: "s@cret"},
+		"//:pw@[::1]:7000,cache.local:700":  {Addrs: []string{"[::1]:7000", "cache.local:700"}, Password: "pw"},
 	} {
 		opt, err := parseClusterURL(rest)
 		require.NoError(t, err, rest)
 		require.Equal(t, want, *opt, rest)
 	}
-	for _, bad := range []string{"", "//", "//10.0.0.1:7000,", "//10.0.0.1", "//10.0.0.1:7000/1", "//10.0.0.1:7000?x=1", "10.0.0.1:7000"} {
+	for _, bad := range []string{"", "//", "//127.0.0.1:7000,", "//127.0.0.1", "//127.0.0.1:7000/1", "//127.0.0.1:7000?x=1", "127.0.0.1:7000"} {
 		_, err := parseClusterURL(bad)
 		require.Error(t, err, bad)
 		code, _, errOut := exec(append([]string{"inspect", "--store", "redis+cluster:" + bad}, tokenBucket...)...)
@@ -506,9 +506,9 @@ func TestRedisClusterURL(t *testing.T) {
 // An error about --store hides its password, in the command's words and
 // in the client's: they quoted the URL whole.
 func TestStorePasswordHidden(t *testing.T) {
-	for _, store := range []string{"reddis://app:hunter22@db.local:1/0", "redis://app:hunter22@db.local:1/x",
-		"rediss://app:hunter22@db.local:1/0?bogus=1", "redis+cluster://app:hunter22@db.local:1/5",
-		"postgres://app:hunter22@db.local:x/db", "redis://app:hun%2Fter22@db.local:1/x"} {
+	for _, store := range []string{"reddis://app:hunter22@127.0.0.1:1/0", "redis://app:hunter22@127.0.0.1:1/x",
+		"rediss://app:hunter22@127.0.0.1:1/0?bogus=1", "redis+cluster://app:hunter22@127.0.0.1:1/5",
+		"postgres://app:hunter22@127.0.0.1:x/db", "redis://app:hun%2Fter22@127.0.0.1:1/x"} {
 		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
 		require.Equal(t, 2, code, "%s: %s", store, errOut)
 		require.NotContains(t, errOut, "hunter22", store)
@@ -516,10 +516,10 @@ func TestStorePasswordHidden(t *testing.T) {
 		require.NotContains(t, errOut, "hun/ter22", store)
 		require.Contains(t, errOut, "app:xxxxx", store)
 	}
-	shown, hide := hidePassword("redis://:pw@10.0.0.1:6379/0")
-	require.Equal(t, "redis://:xxxxx@10.0.0.1:6379/0", shown)
-	require.Equal(t, "10.0.0.1:6379 pw", hide("10.0.0.1:6379 pw"), "a short password is left in the client's text")
-	for _, u := range []string{"bolt://a@b:c/d.db", "bolt://u:secretive@x.db", "bolt:///var/lib/x@y.db", "redis://10.0.0.1:6379/0", "mem:", "redis://app@h:1/0"} {
+	shown, hide := hidePassword("redis://:pw@127.0.0.1:6379/0")
+	require.Equal(t, "redis://:xxxxx@127.0.0.1:6379/0", shown)
+	require.Equal(t, "127.0.0.1:6379 pw", hide("127.0.0.1:6379 pw"), "a short password is left in the client's text")
+	for _, u := range []string{"bolt://a@b:c/d.db", "bolt://u:secretive@x.db", "bolt:///var/lib/x@y.db", "redis://127.0.0.1:6379/0", "mem:", "redis://app@h:1/0"} {
 		shown, _ := hidePassword(u)
 		require.Equal(t, u, shown)
 	}
