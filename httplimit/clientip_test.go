@@ -189,6 +189,91 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 	}
 }
 
+// others returns the prefixes that, with p, cover p's whole address
+// space without overlapping it: the sibling of each of its ancestors.
+func others(p netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	b := p.Masked().Addr().AsSlice()
+	for i := range p.Bits() {
+		s := append([]byte(nil), b...)
+		s[i/8] ^= 0x80 >> (i % 8)
+		a, _ := netip.AddrFromSlice(s)
+		out = append(out, netip.PrefixFrom(a, i+1).Masked())
+	}
+	return out
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// Prefixes that trust every address of a family together, none of them
+// alone, let any client choose its key as 0.0.0.0/0 does: TrustProxies
+// refuses them, and takes any list that leaves one address untrusted.
+func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
+	v4Mapped := func(ps []netip.Prefix) []netip.Prefix { // as IPv4-mapped IPv6
+		var out []netip.Prefix
+		for _, p := range ps {
+			out = append(out, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96))
+		}
+		return out
+	}
+	refused := []struct {
+		name    string
+		trusted []netip.Prefix
+		want    string
+	}{
+		{"IPv4 halves", prefixes("0.0.0.0/1", "128.0.0.0/1"), "every IPv4 address"},
+		{"IPv6 halves", prefixes("::/1", "8000::/1"), "every IPv6 address"},
+		{"IPv4 halves, one IPv4-mapped", prefixes("::ffff:0.0.0.0/97", "128.0.0.0/1"), "every IPv4 address"},
+		{"IPv4 quarters, overlapping, unordered, among IPv6 proxies", prefixes("fd00::/8", "192.0.0.0/2", "10.0.0.0/8", "64.0.0.0/2", "0.0.0.0/2", "128.0.0.0/3", "160.0.0.0/3", "128.0.0.0/2"), "every IPv4 address"},
+		{"IPv4 from the complement of a /32", append(others(netip.MustParsePrefix("203.0.113.7/32")), netip.MustParsePrefix("203.0.113.7/32")), "every IPv4 address"},
+		{"IPv4-mapped complement of a /8 with the /8", append(v4Mapped(others(netip.MustParsePrefix("10.0.0.0/8"))), netip.MustParsePrefix("10.0.0.0/8")), "every IPv4 address"},
+		{"IPv6 from the complement of a /128", append(others(netip.MustParsePrefix("2001:db8::1/128")), netip.MustParsePrefix("2001:db8::1/128")), "every IPv6 address"},
+		// Addresses are compared unmapped: no client is ever at an
+		// IPv4-mapped IPv6 address, so the rest of IPv6 is all of it.
+		{"IPv6 but for the IPv4-mapped range", others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...))
+			require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, k)
+		})
+	}
+	taken := []struct {
+		name      string
+		trusted   []netip.Prefix
+		untrusted string // an address the list leaves untrusted
+	}{
+		{"IPv4 but one address", others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
+		{"IPv4 but the last address", others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
+		{"IPv4 but the first address, IPv4-mapped", v4Mapped(others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
+		{"IPv6 but one address", others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
+		{"IPv6 but the last address", others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+		{"IPv4 and IPv6 halves", prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
+		{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
+	}
+	for _, tt := range taken {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...), httplimit.IPv6Prefix(128))
+			require.NoError(t, err)
+			// The one untrusted address is its own key, whatever it sends.
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = net.JoinHostPort(tt.untrusted, "1")
+			r.Header.Set("X-Forwarded-For", "198.51.100.1")
+			got, err := k(r)
+			require.NoError(t, err)
+			require.Equal(t, tt.untrusted, got)
+		})
+	}
+}
+
 // TestBehindReverseProxy runs the middleware behind Go's
 // httputil.ReverseProxy on loopback, both ways it can forward: the
 // client, on 127.0.0.2, forges X-Forwarded-For and Forwarded on every

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -74,8 +75,10 @@ type IPOption struct {
 // trusted address, which becomes the key. List every proxy in front of the
 // service: load balancers, CDN ranges, sidecars.
 //
-// Prefixes that trust every address (0.0.0.0/0, ::/0) are refused: they
-// would let any client choose its key.
+// Prefixes that trust every IPv4 or every IPv6 address are refused, one
+// alone (0.0.0.0/0, ::/0) or several together (0.0.0.0/1 and
+// 128.0.0.0/1; ::ffff:0:0/97 and 128.0.0.0/1): they would let any client
+// choose its key.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 	return IPOption{func(c *clientIP) error {
 		switch header.kind {
@@ -110,9 +113,70 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 			}
 			c.trusted = append(c.trusted, p.Masked())
 		}
+		if coversEvery(c.trusted, netip.IPv4Unspecified()) {
+			return fmt.Errorf("httplimit: TrustProxies: prefixes %v together trust every IPv4 address, which lets any client choose its key: list only your proxies: %w",
+				family(c.trusted, true), ErrInvalidOption)
+		}
+		// Addresses are compared unmapped, so no address ever compared
+		// lies in the IPv4-mapped range: prefixes that trust the rest of
+		// IPv6 trust every IPv6 client.
+		if coversEvery(append(family(c.trusted, false), mappedIPv4), netip.IPv6Unspecified()) {
+			return fmt.Errorf("httplimit: TrustProxies: prefixes %v together trust every IPv6 address, which lets any client choose its key: list only your proxies: %w",
+				family(c.trusted, false), ErrInvalidOption)
+		}
 		c.header = header
 		return nil
 	}}
+}
+
+// mappedIPv4 is the range of the IPv4-mapped IPv6 addresses.
+var mappedIPv4 = netip.MustParsePrefix("::ffff:0:0/96")
+
+// family returns the IPv4 prefixes of ps, or its IPv6 ones.
+func family(ps []netip.Prefix, v4 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() == v4 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// coversEvery reports whether the prefixes of ps of first's family
+// together hold every address of that family, first (its lowest) to its
+// highest: their ranges, merged in order, leave no gap.
+func coversEvery(ps []netip.Prefix, first netip.Addr) bool {
+	type span struct{ lo, hi netip.Addr }
+	var spans []span
+	for _, p := range ps {
+		if p.Addr().BitLen() == first.BitLen() {
+			spans = append(spans, span{p.Masked().Addr(), lastAddr(p)})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
+	next := first // the lowest address no span seen so far holds
+	for _, s := range spans {
+		if next.Less(s.lo) {
+			return false // a gap
+		}
+		if !s.hi.Less(next) {
+			if next = s.hi.Next(); !next.IsValid() {
+				return true // past the highest address
+			}
+		}
+	}
+	return false
+}
+
+// lastAddr returns the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b) // cannot fail: 4 or 16 bytes
+	return a
 }
 
 // IPv6Prefix keys an IPv6 client by its network of the given prefix length
