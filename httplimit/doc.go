@@ -43,7 +43,9 @@
 // (WithLogger; keys are never logged in clear) and answered with a bare
 // status: 400, 500 or 503 and its status text, never the error's words. A
 // request whose client went away is logged at debug level and recorded as
-// StatusClientClosedRequest.
+// StatusClientClosedRequest. A store failure is decided by the limits'
+// failure policy: a refusal gets 503 with Retry-After. WithErrorHandler
+// replaces every one of these responses.
 // WithProblemDetails answers in application/problem+json (RFC 9457), a
 // refusal with the draft's quota-exceeded problem type.
 package httplimit

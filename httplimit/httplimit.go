@@ -118,9 +118,14 @@ func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res rateli
 
 // WithErrorHandler replaces the response to a request that could not be
 // decided: a KeyFunc or CostFunc error, a bad count, a request whose
-// client went away or whose deadline passed. The middleware has logged the error when f runs; f
-// writes the response, and must not send err's text to the client: it may
-// name limits, their configuration and internal addresses.
+// client went away or whose deadline passed, and a store failure that
+// the limits' failure policy refuses (err matches
+// ratelimit.ErrStoreUnavailable; Retry-After, the time until the store is
+// asked again, is already set when f runs). The middleware has logged the
+// error when f runs, but for a store failure, which the Limiter's logger
+// and OnStoreFailure report; f writes the response, and must not send
+// err's text to the client: it may name limits, their configuration and
+// internal addresses.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.failed = f }
 }
@@ -142,7 +147,9 @@ func WithProblemDetails() Option { return func(m *Middleware) { m.problem = true
 
 // OnStoreFailure sets a function told of every store failure (an error
 // matching ratelimit.ErrStoreUnavailable), e.g. to log it. The request is
-// still decided by the limits' failure policy.
+// still decided by the limits' failure policy: it reaches the handler if
+// they fail open, and is answered by the error handler (503 by default,
+// see WithErrorHandler) if they fail closed.
 func OnStoreFailure(f func(r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.storeFailure = f }
 }
@@ -245,9 +252,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			}
 			if !res.OK {
 				// The limits fail closed: the service cannot decide, which
-				// is its failure, not the client's excess.
+				// is its failure, not the client's excess (503 by default).
+				// The Limiter's logger and OnStoreFailure report it: it is
+				// not logged again here, once a request while it lasts.
 				retryAfter(w, res.RetryAfter)
-				m.writeStatus(w, http.StatusServiceUnavailable)
+				m.failed(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -307,6 +316,9 @@ func (m *Middleware) keyID(key string) string {
 //
 //   - the request's client went away (its context canceled):
 //     StatusClientClosedRequest, debug;
+//   - a store failure the limits' failure policy refuses
+//     (ratelimit.ErrStoreUnavailable): 503, warn (not logged by the
+//     middleware: see Wrap);
 //   - the request's deadline passed: 503, warn;
 //   - ErrNoKey: 400, debug (routine: a request without its API key);
 //   - a request of the default cost that a limit, changed since New, can
@@ -316,6 +328,8 @@ func (m *Middleware) keyID(key string) string {
 //   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
 func errorStatus(r *http.Request, err error) (int, slog.Level) {
 	switch ctxErr := r.Context().Err(); {
+	case errors.Is(err, ratelimit.ErrStoreUnavailable):
+		return http.StatusServiceUnavailable, slog.LevelWarn
 	case ctxErr != nil && errors.Is(err, context.Canceled):
 		return StatusClientClosedRequest, slog.LevelDebug
 	case ctxErr != nil && errors.Is(err, context.DeadlineExceeded):

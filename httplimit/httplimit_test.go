@@ -193,6 +193,49 @@ func TestStoreFailureFollowsPolicy(t *testing.T) {
 	}
 }
 
+// A store failure that the limits' policy refuses is a request the
+// middleware could not decide: the error handler answers it, as it does
+// the others, with Retry-After already set; it was a fixed 503 no option
+// could change.
+func TestErrorHandlerAnswersStoreFailures(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"open":   {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, FailOpen: true},
+		"closed": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute},
+	}, downStore{})
+	var handled []error
+	custom := httplimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+		handled = append(handled, err)
+		w.Header().Set("Cache-Control", "no-store")
+		http.Error(w, "try again shortly", http.StatusServiceUnavailable)
+	})
+	mw, err := httplimit.New(lim, []string{"closed"}, custom)
+	require.NoError(t, err)
+	w := serve(mw.Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Equal(t, "try again shortly\n", w.Body.String())
+	require.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+	require.Equal(t, "1", w.Header().Get("Retry-After"), "no breaker: the next request asks the store again")
+	require.Len(t, handled, 1)
+	require.ErrorIs(t, handled[0], ratelimit.ErrStoreUnavailable)
+	require.ErrorIs(t, handled[0], errDown)
+
+	// A limit that fails open lets the request through: nothing to answer.
+	mw, err = httplimit.New(lim, []string{"open"}, custom)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, serve(mw.Wrap(ok), "192.0.2.1:1").Code)
+	require.Len(t, handled, 1)
+
+	// The default answers 503, Retry-After set, in problem details too.
+	for _, opts := range [][]httplimit.Option{nil, {httplimit.WithProblemDetails()}} {
+		mw, err = httplimit.New(lim, []string{"closed"}, opts...)
+		require.NoError(t, err)
+		w = serve(mw.Wrap(ok), "192.0.2.1:1")
+		require.Equal(t, http.StatusServiceUnavailable, w.Code)
+		require.NotEmpty(t, w.Header().Get("Retry-After"))
+		require.Contains(t, w.Body.String(), "Service Unavailable")
+	}
+}
+
 func TestCustomResponsesAndNoHeaders(t *testing.T) {
 	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, nil)
 	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithoutHeaders(),
