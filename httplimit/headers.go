@@ -104,8 +104,10 @@ func policyItem(quotedName string, cfg ratelimit.Config) string {
 // rate that no such window states exactly (Rate π per second) is rounded
 // down: the window of that range whose floored quota comes closest to the
 // rate without exceeding it, or else the shortest whole-second window that
-// holds one token. The announcement never promises more than the limit
-// grants.
+// holds one token. A limit too slow for that, with less than one token in
+// the longest window a field holds (maxSFInteger seconds, 31.7 million
+// years), is announced as a quota of 0 over the shortest window above.
+// The announcement never promises more than the limit grants.
 func quota(rate float64, period time.Duration) (q, w int64) {
 	ms := period.Milliseconds()
 	stepMs := ms / gcd(ms, 1000) * 1000 // the shortest window of whole periods and whole seconds
@@ -138,7 +140,15 @@ func quota(rate float64, period time.Duration) (q, w int64) {
 	// Less than one token in the whole range: the shortest whole-second
 	// window that holds one.
 	perSecond := rate * 1000 / float64(ms)
-	return 1, min(int64(math.Ceil(1/perSecond)), maxSFInteger)
+	if one := math.Ceil(1 / perSecond); one <= maxSFInteger {
+		return 1, int64(one)
+	}
+	// Less than one token in the longest window a field holds (31.7
+	// million years): no whole quota, over the shortest window of whole
+	// periods and whole seconds (1,000 periods of 100 years at most, well
+	// within a field). A quota of 1 over that longest window would
+	// promise more.
+	return 0, step
 }
 
 // states reports whether the whole quota r states x tokens exactly: r

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -693,4 +695,59 @@ func TestLimitChangedToGrantNoRequestIsAServerError(t *testing.T) {
 	cm := must(httplimit.New(lim, []string{"api"}, httplimit.WithLogger(slog.New(slog.DiscardHandler)),
 		httplimit.WithCost(func(*http.Request) (float64, error) { return 1, nil })))
 	require.Equal(t, http.StatusBadRequest, serve(cm.Wrap(ok), "192.0.2.1:1").Code)
+}
+
+// Both header fields are well-formed, and the policy never promises more
+// than the limit grants, for every config Validate accepts, out to its
+// edges: the longest Period, the smallest Rate, fractional rates and
+// periods. A limit slower than one token in 999,999,999,999,999 seconds
+// (31.7 million years) was announced as q=1 over that many seconds, a
+// rate thousands of times its own.
+func TestPolicyWellFormedAtTheEdges(t *testing.T) {
+	item := regexp.MustCompile(`^"edge";q=(\d{1,15});w=(\d{1,15})$`)
+	state := regexp.MustCompile(`^"edge";r=\d{1,15}(;t=\d{1,15})?$`)
+	rates := []float64{1e-9, 1.5e-9, 3.17e-9, 1e-7, 0.3, math.Pi, 1, 1e9 + 0.5, 999_999_999_999_999.9, ratelimit.MaxTokens}
+	periods := []time.Duration{time.Millisecond, 999 * time.Millisecond, time.Second, 1001 * time.Millisecond, 7 * 24 * time.Hour,
+		ratelimit.MaxPeriod / 4 * 3, ratelimit.MaxPeriod/4*3 + time.Millisecond, ratelimit.MaxPeriod - time.Millisecond, ratelimit.MaxPeriod}
+	checked := 0
+	for _, kind := range []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket} {
+		for _, rate := range rates {
+			for _, period := range periods {
+				cfg := ratelimit.Config{Kind: kind, Rate: rate, Period: period, Capacity: max(rate, 1)}
+				require.NoError(t, cfg.Validate())
+				lim, _ := limiter(t, ratelimit.Limits{"edge": cfg}, nil)
+				mw := must(httplimit.New(lim, []string{"edge"}))
+				p := mw.Policy()
+				m := item.FindStringSubmatch(p)
+				require.NotNil(t, m, "%v per %v: RateLimit-Policy: %s", rate, period, p)
+				q, w := must(strconv.ParseInt(m[1], 10, 64)), must(strconv.ParseInt(m[2], 10, 64))
+				require.GreaterOrEqual(t, w, int64(1), "%v per %v: RateLimit-Policy: %s", rate, period, p)
+				perSecond := rate / period.Seconds()
+				require.LessOrEqual(t, float64(q)/float64(w), perSecond*(1+1e-9), "%v per %v: RateLimit-Policy: %s promises more", rate, period, p)
+				rec := serve(mw.Wrap(ok), "192.0.2.1:1")
+				require.Equal(t, http.StatusOK, rec.Code)
+				require.Regexp(t, state, rec.Header().Get("RateLimit"), "%v per %v", rate, period)
+				checked++
+			}
+		}
+	}
+	require.Equal(t, 2*len(rates)*len(periods), checked)
+
+	// Less than one token in the longest window a field holds: no whole
+	// quota, over the shortest window of whole periods and whole seconds.
+	for _, tt := range []struct {
+		cfg  ratelimit.Config
+		want string
+	}{
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1e-9, Period: ratelimit.MaxPeriod, Capacity: 1}, `"edge";q=0;w=3155673600`},
+		{ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1.5e-9, Period: ratelimit.MaxPeriod - time.Millisecond, Capacity: 1}, `"edge";q=0;w=3155673599999`},
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 3e-9, Period: 1e7 * time.Second, Capacity: 1}, `"edge";q=0;w=10000000`},
+		// One token in 10¹⁵ seconds, one more than a field holds.
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1e-8, Period: 1e7 * time.Second, Capacity: 1}, `"edge";q=0;w=10000000`},
+		// One token in fewer seconds is stated.
+		{ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 2e-8, Period: 1e7 * time.Second, Capacity: 1}, `"edge";q=1;w=500000000000000`},
+	} {
+		lim, _ := limiter(t, ratelimit.Limits{"edge": tt.cfg}, nil)
+		require.Equal(t, tt.want, must(httplimit.New(lim, []string{"edge"})).Policy(), "%v per %v", tt.cfg.Rate, tt.cfg.Period)
+	}
 }
