@@ -31,7 +31,7 @@
 // fields of the IETF draft draft-ietf-httpapi-ratelimit-headers-10
 // (September 2025). A limit's policy is a whole quota over a whole number
 // of seconds stating its rate ("api";q=100;w=60; a Rate of 0.5 per second
-// is q=1;w=2). Its RateLimit item has r, the tokens left, and t, the
+// is q=1;w=2; a fixed window grants at most its Capacity per window). Its RateLimit item has r, the tokens left, and t, the
 // seconds until additional quota is made available: the next window of a
 // fixed window; for a token bucket, the next whole token (no t when the
 // bucket holds all the whole tokens it can).

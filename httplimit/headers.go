@@ -88,8 +88,17 @@ func sfInteger(x float64) int64 {
 
 // policyItem describes a limit for RateLimit-Policy: a whole quota q per
 // window of w seconds that states its rate (see quota).
+//
+// The rate is what the limit grants in the long run: a token bucket
+// refills Rate per Period whatever it holds, but a fixed window's grant
+// is cut to its Capacity, so that one whose Capacity is below its Rate
+// grants Capacity per window.
 func policyItem(quotedName string, cfg ratelimit.Config) string {
-	q, w := quota(cfg.Rate, cfg.Period)
+	rate := cfg.Rate
+	if cfg.Kind == ratelimit.FixedWindow && cfg.Capacity != 0 {
+		rate = min(rate, cfg.Capacity)
+	}
+	q, w := quota(rate, cfg.Period)
 	return quotedName + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 

@@ -751,3 +751,37 @@ func TestPolicyWellFormedAtTheEdges(t *testing.T) {
 		require.Equal(t, tt.want, must(httplimit.New(lim, []string{"edge"})).Policy(), "%v per %v", tt.cfg.Rate, tt.cfg.Period)
 	}
 }
+
+// A fixed window grants Rate at each window, but its bucket holds at most
+// Capacity: below the rate, Capacity is all a window ever grants. Such a
+// limit was announced at its Rate, ten times what it grants. A token
+// bucket still refills at its Rate, whatever it holds.
+func TestPolicyOfAFixedWindowIsWhatItsBucketHolds(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"fw":      {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Capacity: 10, Start: t0},
+		"sharded": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Capacity: 16, Shards: 8},
+		"half":    {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Second, Capacity: 0.5},
+		"tb":      {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute, Capacity: 3},
+	}, nil)
+	for name, want := range map[string]string{
+		"fw":      `"fw";q=10;w=3600`,
+		"sharded": `"sharded";q=16;w=3600`,
+		"half":    `"half";q=1;w=2`,
+		"tb":      `"tb";q=10;w=60`,
+	} {
+		mw := must(httplimit.New(lim, []string{name}, httplimit.WithCost(func(*http.Request) (float64, error) { return 0.5, nil })))
+		require.Equal(t, want, mw.Policy(), name)
+	}
+	// What "fw" grants, three hours long: 10 an hour.
+	h := must(httplimit.New(lim, []string{"fw"})).Wrap(ok)
+	for hour := range 3 {
+		granted := 0
+		for range 100 {
+			if serve(h, "192.0.2.1:1").Code == http.StatusOK {
+				granted++
+			}
+		}
+		require.Equal(t, 10, granted, "hour %d", hour)
+		mock.Add(time.Hour)
+	}
+}
