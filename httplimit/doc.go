@@ -31,10 +31,12 @@
 // fields of the IETF draft draft-ietf-httpapi-ratelimit-headers-10
 // (September 2025). A limit's policy is a whole quota over a whole number
 // of seconds stating its rate ("api";q=100;w=60; a Rate of 0.5 per second
-// is q=1;w=2; a fixed window grants at most its Capacity per window). Its RateLimit item has r, the tokens left, and t, the
-// seconds until additional quota is made available: the next window of a
-// fixed window; for a token bucket, the next whole token (no t when the
-// bucket holds all the whole tokens it can).
+// is q=1;w=2; a fixed window grants at most its Capacity per window). Its
+// RateLimit item has r, the tokens left, and t, the seconds until
+// additional quota is made available, that is until r grows by one: for a
+// token bucket, the next whole token; for a fixed window, the next window,
+// or the first whose grants add up to a whole token (no t when the bucket
+// holds all the whole tokens it can).
 //
 // # Errors
 //

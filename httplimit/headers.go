@@ -49,15 +49,15 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 
 // resetSeconds is the "t" of a limit's RateLimit item: in the words of
 // draft-ietf-httpapi-ratelimit-headers-10, the seconds until additional
-// quota is made available, rounded up. For a fixed window that is its next
-// window (Result.ResetAfter). A token bucket refills continuously, and its quota
-// unit is one token: t is the time until the floored tokens left ("r") grow
-// by one. A bucket that holds as many whole tokens as it ever will has no
-// such time, and ok is false: the item carries no t.
+// quota is made available, rounded up. The quota unit is one token: t is
+// the time until the floored tokens left ("r") grow by one. A token bucket
+// refills continuously; a fixed window grants Rate at the start of each
+// window, the next in Result.ResetAfter, so that r grows then unless the
+// window grants less than the whole token missing (a Rate below 1): then
+// at the first window by which the grants add up to it. A bucket that
+// holds as many whole tokens as it ever will has no such time, and ok is
+// false: the item carries no t.
 func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool) {
-	if cfg.Kind != ratelimit.TokenBucket {
-		return min(seconds(res.ResetAfter), maxSFInteger), true
-	}
 	// A sharded call evaluates two shards (or its one): their share of
 	// the capacity and the rate, as Result.Remaining counts them.
 	n := float64(max(cfg.Shards, 1))
@@ -72,7 +72,18 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 	if next > capacity {
 		return 0, false
 	}
-	ms := (next - res.Remaining) * float64(cfg.Period.Milliseconds()) / rate
+	period := float64(cfg.Period.Milliseconds())
+	if cfg.Kind == ratelimit.FixedWindow {
+		// The windows whose grants make up the missing part of a token;
+		// the first is the next.
+		windows := max(math.Ceil((next-res.Remaining)/rate), 1)
+		if windows > 1 && res.Remaining+rate*(windows-1) >= next {
+			windows-- // the division rounded up past a sum that reaches next
+		}
+		ms := float64(res.ResetAfter.Milliseconds()) + (windows-1)*period
+		return sfInteger(math.Ceil(ms / 1000)), true
+	}
+	ms := (next - res.Remaining) * period / rate
 	return sfInteger(math.Ceil(ms / 1000)), true
 }
 

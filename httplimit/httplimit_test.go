@@ -785,3 +785,42 @@ func TestPolicyOfAFixedWindowIsWhatItsBucketHolds(t *testing.T) {
 		mock.Add(time.Hour)
 	}
 }
+
+// A fixed window's t is, as a token bucket's, the time until r grows: a
+// window that grants less than a whole token does not make one available,
+// and a full bucket gains nothing at all from the next window. t was the
+// next window in both cases.
+func TestFixedWindowResetIsWhenRGrows(t *testing.T) {
+	lim, mock := limiter(t, ratelimit.Limits{
+		"half":     {Kind: ratelimit.FixedWindow, Rate: 0.5, Period: time.Second, Capacity: 1, Start: t0},
+		"rollover": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Capacity: 150, Start: t0},
+		"tenth":    {Kind: ratelimit.FixedWindow, Rate: 0.1, Period: time.Minute, Capacity: 1, Shards: 2},
+	}, nil)
+	h := must(httplimit.New(lim, []string{"half"})).Wrap(ok)
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, `"half";r=0;t=2`, w.Header().Get("RateLimit"), "half a token in 1 s, the whole one in 2")
+	mock.Add(time.Second)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, `"half";r=0;t=1`, w.Header().Get("RateLimit"))
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	mock.Add(time.Second)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code, "when t said")
+
+	cost := 0.0
+	h = must(httplimit.New(lim, []string{"rollover"}, httplimit.WithCost(func(*http.Request) (float64, error) { return cost, nil }))).Wrap(ok)
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"rollover";r=150`, w.Header().Get("RateLimit"), "a full bucket makes no more quota: no t")
+	cost = 1
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"rollover";r=149;t=3598`, w.Header().Get("RateLimit"), "the next window, 2 s into this one")
+
+	// Sharded: the two shards a call draws on grant 0.1 a minute together.
+	w = serve(must(httplimit.New(lim, []string{"tenth"})).Wrap(ok), "192.0.2.1:1")
+	require.Equal(t, http.StatusOK, w.Code)
+	rl := w.Header().Get("RateLimit")
+	require.Regexp(t, `^"tenth";r=0;t=\d+$`, rl)
+	sec := must(strconv.Atoi(rl[strings.LastIndexByte(rl, '=')+1:]))
+	require.Greater(t, sec, 9*60, "%s: ten windows at least, not the next", rl)
+}
