@@ -104,6 +104,13 @@ type Option func(*Middleware)
 
 // WithKey sets how a request's key is found (default: ClientIP with no
 // options, the connection's peer address).
+//
+// A limit's records are named by the limit and the key alone: Middlewares
+// (or other callers of the Limiter) that decide one limit by different
+// KeyFuncs share its budget wherever their keys are equal, so that a
+// client sending the header X-API-Key: 203.0.113.7 to one spends the
+// budget of the client at 203.0.113.7 in another keyed by ClientIP. Give
+// each KeyFunc a limit of its own, or prefix its keys (docs/http.md).
 func WithKey(f KeyFunc) Option { return func(m *Middleware) { m.key = f } }
 
 // WithCost sets how many tokens a request costs (default 1).
