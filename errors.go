@@ -31,8 +31,15 @@ var (
 	// reservation.
 	ErrReservationCanceled = errors.New("ratelimit: reservation canceled")
 	// ErrReservationUsed is returned by Reservation.Cancel once the job was
-	// let run: its tokens were spent and nothing is handed back.
+	// let run: its tokens were spent and nothing is handed back. It is
+	// matched too by the error of a Wait or AfterFunc then: a reservation
+	// runs one job.
 	ErrReservationUsed = errors.New("ratelimit: reservation already used: the job was let run")
+	// ErrReservationScheduled is matched by the error of Reservation.Wait
+	// or AfterFunc while another Wait or AfterFunc of the same reservation
+	// is under way: a reservation runs one job, so a second would run it
+	// twice. Stop the first, or reserve again for another job.
+	ErrReservationScheduled = errors.New("ratelimit: reservation already scheduled")
 	// ErrAlreadySettled is matched by the error of Use, Refund, Settle or
 	// Reservation.Cancel on a token settled before (a *SettledError): the
 	// call did nothing.

@@ -174,12 +174,15 @@ func ExampleLimiter_Reserve() {
 			panic(fmt.Sprint("not reserved: ", err))
 		}
 		wg.Add(1)
-		r.AfterFunc(func() {
+		_, err = r.AfterFunc(func() {
 			defer wg.Done()
 			mu.Lock()
 			ranAt[job] = mock.Now().Sub(start)
 			mu.Unlock()
 		})
+		if err != nil {
+			panic(err)
+		}
 	}
 	mock.Add(5 * time.Second) // the mock clock fires the jobs in time order
 	wg.Wait()

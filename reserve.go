@@ -17,6 +17,12 @@ import (
 // (Cancel) when the job will not run. A Reservation is safe for
 // concurrent use.
 //
+// A reservation is one job, let run once: by the first Wait that returns
+// nil, or the first AfterFunc that runs its function. While a Wait or an
+// AfterFunc of it is under way, another fails at once with an error
+// matching ErrReservationScheduled; once the job was let run, with one
+// matching ErrReservationUsed.
+//
 // Its Token lets another process settle it: a worker that runs the job
 // marks it used (Limiter.Use), one that drops it cancels it
 // (Limiter.Refund). The store settles a reservation at most once, whoever
@@ -33,6 +39,7 @@ type Reservation struct {
 	canceled   bool   // its tokens were handed back
 	used       bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
 	held       bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
+	claimed    bool   // a Wait or an AfterFunc of it is under way: no other may let the job run
 	useSent    bool   // a use of its token was sent and failed: the store may have taken it
 	cancelSent bool   // a cancel of its token was sent and failed: the store may have taken it
 	tok        *Token // made by Token, or by Cancel; nil before
@@ -117,16 +124,19 @@ func (r *Reservation) Delay() time.Duration {
 // or used it (one matching ErrReservationUsed: the job is the holder's).
 // A Wait that failed on a store error may be retried: if the store took
 // the first one's use after all, the retry returns nil.
+//
+// The job is let run once: Wait returns at once with an error matching
+// ErrReservationScheduled while another Wait or an AfterFunc of the
+// reservation is under way, and with one matching ErrReservationUsed once
+// the job was let run.
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.res.OK {
 		return r.res.Err()
 	}
-	r.mu.Lock()
-	canceled := r.canceled
-	r.mu.Unlock()
-	if canceled {
-		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+	if err := r.claim("Wait"); err != nil {
+		return err
 	}
+	defer r.release()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
 		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
 			r.res.Name, r.at, dl, context.DeadlineExceeded)
@@ -153,13 +163,8 @@ func (r *Reservation) Wait(ctx context.Context) error {
 func (r *Reservation) use(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.canceled:
-		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
-	case r.held:
-		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
-	case r.used:
-		return nil
+	if err := r.settled(); err != nil {
+		return err
 	}
 	if r.tok != nil {
 		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true)
@@ -182,6 +187,45 @@ func (r *Reservation) use(ctx context.Context) error {
 	}
 	r.used = true
 	return nil
+}
+
+// settled returns the error of letting the job run when it may not any
+// more: it was canceled, or let run (by this Reservation, or by a holder
+// of its token); nil otherwise. r.mu is held.
+func (r *Reservation) settled() error {
+	switch {
+	case r.canceled:
+		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+	case r.held:
+		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
+	case r.used:
+		return fmt.Errorf("ratelimit: limit %q: the job was let run already (a reservation runs one job; reserve again for another): %w", r.res.Name, ErrReservationUsed)
+	}
+	return nil
+}
+
+// claim takes the job for a Wait or an AfterFunc (what), or returns why
+// it may not: the reservation was canceled, its job let run, or another
+// Wait or AfterFunc holds it. The holder calls release when done.
+func (r *Reservation) claim(what string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.settled(); err != nil {
+		return err
+	}
+	if r.claimed {
+		return fmt.Errorf("ratelimit: limit %q: %s: another Wait or AfterFunc of the reservation is under way (a reservation runs one job; reserve again for another, or stop the first): %w",
+			r.res.Name, what, ErrReservationScheduled)
+	}
+	r.claimed = true
+	return nil
+}
+
+// release ends the claim of a Wait or an AfterFunc.
+func (r *Reservation) release() {
+	r.mu.Lock()
+	r.claimed = false
+	r.mu.Unlock()
 }
 
 // Token returns the reservation's token, for another process to mark it
@@ -249,20 +293,30 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // that stops it: stop reports whether it stopped fn before it ran, and
 // then hands the tokens back (Cancel, with stop's context); a refund
 // that fails is not reported by stop, which has stopped fn all the same:
-// call Cancel, which tries the refund again and returns its error. A refused or canceled reservation never
-// runs fn, and AfterFunc then returns a stop that reports false. Once a
-// token was taken, fn does not run either if the store could not mark the
+// call Cancel, which tries the refund again and returns its error. Once a
+// token was taken, fn does not run if the store could not mark the
 // reservation used: a holder of the token canceled it, or used it (the
 // job is the holder's), or the store failed.
-func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool) {
-	r.mu.Lock()
-	canceled := r.canceled
-	r.mu.Unlock()
-	if !r.res.OK || canceled {
-		return func(context.Context) bool { return false }
+//
+// Unlike time.AfterFunc, whose calls are independent, AfterFunc schedules
+// the reservation's one job: it schedules nothing, and returns an error
+// at once, when the reservation was refused (a *LimitError) or canceled
+// (ErrReservationCanceled), when another AfterFunc or a Wait of it is
+// under way (ErrReservationScheduled: stop that one first), or when the
+// job was let run (ErrReservationUsed). The stop it then returns reports
+// false. An AfterFunc whose fn did not run because the store failed lets
+// go of the job: a new AfterFunc (or Wait) tries the use again.
+func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool, err error) {
+	if !r.res.OK {
+		return stopped, r.res.Err()
+	}
+	if err := r.claim("AfterFunc"); err != nil {
+		return stopped, err
 	}
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {
-		if r.use(context.Background()) == nil {
+		err := r.use(context.Background())
+		r.release()
+		if err == nil {
 			fn()
 		}
 	})
@@ -271,9 +325,13 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool)
 			return false
 		}
 		_ = r.Cancel(ctx)
+		r.release()
 		return true
-	}
+	}, nil
 }
+
+// stopped is the stop of an AfterFunc that scheduled nothing.
+func stopped(context.Context) bool { return false }
 
 // Cancel hands the reservation's tokens back to the shards that were
 // charged, when the job will not run. It gives back the tokens charged,

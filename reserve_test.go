@@ -77,7 +77,8 @@ func TestReservationAfterFunc(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1500*time.Millisecond, r.Result().RetryAfter)
 	ran := make(chan time.Time, 1)
-	r.AfterFunc(func() { ran <- mock.Now() })
+	_, err = r.AfterFunc(func() { ran <- mock.Now() })
+	require.NoError(t, err)
 	mock.Add(1499 * time.Millisecond)
 	select {
 	case <-ran:
@@ -90,7 +91,8 @@ func TestReservationAfterFunc(t *testing.T) {
 	// A stopped job hands its tokens back.
 	r2, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(1))
 	require.NoError(t, err)
-	stop := r2.AfterFunc(func() { t.Error("a stopped job ran") })
+	stop, err := r2.AfterFunc(func() { t.Error("a stopped job ran") })
+	require.NoError(t, err)
 	before, err := lim.Value(ctx, "jobs", "k")
 	require.NoError(t, err)
 	require.True(t, stop(ctx))
@@ -190,10 +192,10 @@ func TestReservationDeadline(t *testing.T) {
 	assert.Equal(t, 0.0, st.Remaining)
 }
 
-// A canceled reservation never runs AfterFunc's fn, and its stop reports
-// false. AfterFunc used to schedule fn all the same (which then found the
-// reservation canceled), and stop reported true, as if it had stopped a
-// job that was going to run.
+// A canceled reservation never runs AfterFunc's fn: AfterFunc says so, and
+// its stop reports false. AfterFunc used to schedule fn all the same (which
+// then found the reservation canceled), and stop reported true, as if it
+// had stopped a job that was going to run.
 func TestAfterFuncOfCanceledReservation(t *testing.T) {
 	ctx := context.Background()
 	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
@@ -203,9 +205,120 @@ func TestAfterFuncOfCanceledReservation(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.OK())
 	require.NoError(t, r.Cancel(ctx))
-	stop := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	stop, err := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	require.ErrorIs(t, err, ratelimit.ErrReservationCanceled)
 	assert.False(t, stop(ctx), "stop of a canceled reservation reports false")
 	mock.Add(2 * time.Minute)
+}
+
+// A reservation runs one job. A second AfterFunc, or a Wait, while an
+// AfterFunc of it is under way fails at once with ErrReservationScheduled
+// and schedules nothing; once the job was let run, by AfterFunc or by Wait,
+// another fails with ErrReservationUsed. Both AfterFuncs used to run their
+// function, and a Wait after them returned nil: the job ran three times on
+// one reservation's tokens.
+func TestReservationRunsOneJob(t *testing.T) {
+	ctx := context.Background()
+	for _, receipt := range []bool{false, true} {
+		lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0, MaxReserved: 10})
+		var opts []ratelimit.CallOption
+		if receipt {
+			opts = append(opts, ratelimit.WithReceipt()) // the use goes through the store
+		}
+		reserve := func(n float64) *ratelimit.Reservation {
+			r, err := lim.Reserve(ctx, "jobs", "k", append(opts, ratelimit.Count(n))...)
+			require.NoError(t, err)
+			require.True(t, r.OK())
+			return r
+		}
+		var runs atomic.Int32
+		job := func() { runs.Add(1) }
+
+		// AfterFunc first.
+		r := reserve(4)
+		stop, err := r.AfterFunc(job)
+		require.NoError(t, err)
+		stop2, err := r.AfterFunc(job)
+		require.ErrorIs(t, err, ratelimit.ErrReservationScheduled, "receipt %v: a second AfterFunc while the first is under way", receipt)
+		assert.False(t, stop2(ctx), "receipt %v: the stop of an AfterFunc that scheduled nothing", receipt)
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationScheduled, "receipt %v: a Wait while AfterFunc is under way", receipt)
+		mock.Add(0) // the mock clock runs the function now, on this goroutine
+		require.Equal(t, int32(1), runs.Load(), "receipt %v: the job ran once", receipt)
+		assert.False(t, stop(ctx), "receipt %v", receipt)
+		_, err = r.AfterFunc(job)
+		require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "receipt %v: AfterFunc after the job ran", receipt)
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationUsed, "receipt %v: Wait after the job ran", receipt)
+		mock.Add(time.Minute)
+		require.Equal(t, int32(1), runs.Load(), "receipt %v: the job ran once", receipt)
+
+		// Wait first.
+		r = reserve(2)
+		require.NoError(t, r.Wait(ctx))
+		_, err = r.AfterFunc(job)
+		require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "receipt %v: AfterFunc after Wait let the job run", receipt)
+
+		// Stopped, the job is canceled: no AfterFunc runs it again.
+		r = reserve(1)
+		stop, err = r.AfterFunc(job)
+		require.NoError(t, err)
+		require.True(t, stop(ctx))
+		_, err = r.AfterFunc(job)
+		require.ErrorIs(t, err, ratelimit.ErrReservationCanceled, "receipt %v: AfterFunc after stop", receipt)
+		mock.Add(time.Minute)
+		require.Equal(t, int32(1), runs.Load(), "receipt %v: no other job ran", receipt)
+
+		// Refused (past MaxReserved): AfterFunc says why.
+		reserve(15)
+		refused, err := lim.Reserve(ctx, "jobs", "k", append(opts, ratelimit.Count(10))...)
+		require.NoError(t, err)
+		require.False(t, refused.OK())
+		_, err = refused.AfterFunc(job)
+		require.ErrorIs(t, err, ratelimit.ErrLimited, "receipt %v", receipt)
+	}
+}
+
+// A Wait after a Wait that let the job run fails with ErrReservationUsed,
+// with or without a token. It returned nil, so that a caller that waited
+// twice (two goroutines given one reservation) ran the job twice.
+func TestSecondWaitAfterTheJobRan(t *testing.T) {
+	ctx := context.Background()
+	for _, receipt := range []bool{false, true} {
+		lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+		opts := []ratelimit.CallOption{ratelimit.Count(2)}
+		if receipt {
+			opts = append(opts, ratelimit.WithReceipt())
+		}
+		r, err := lim.Reserve(ctx, "jobs", "k", opts...)
+		require.NoError(t, err)
+		require.NoError(t, r.Wait(ctx))
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationUsed, "receipt %v: a second Wait", receipt)
+	}
+}
+
+// An AfterFunc whose use the store failed did not run its function and
+// let go of the job: a new AfterFunc tries the use again, and runs the job
+// once the store answers, finding the first attempt's use its own.
+func TestAfterFuncAgainAfterAStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &lostReplyStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock)))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	store.lose.Store(true)
+	_, err = r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	mock.Add(0)
+	require.Equal(t, int32(0), runs.Load(), "the store failed: the job does not run")
+	store.lose.Store(false)
+	_, err = r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err, "the failed AfterFunc let go of the job")
+	mock.Add(0)
+	require.Equal(t, int32(1), runs.Load())
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
 }
 
 func TestReservationRefusedPastMaxReserved(t *testing.T) {
@@ -285,7 +398,8 @@ func TestCancelAfterTheJobRan(t *testing.T) {
 	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
 	require.NoError(t, err)
 	ran := make(chan struct{})
-	stop := r.AfterFunc(func() { close(ran) })
+	stop, err := r.AfterFunc(func() { close(ran) })
+	require.NoError(t, err)
 	mock.Add(time.Millisecond)
 	<-ran
 	assert.False(t, stop(ctx), "already ran")
@@ -379,7 +493,8 @@ func TestCancelOfDegradedReservation(t *testing.T) {
 	require.NoError(t, r.Cancel(ctx))
 	require.NoError(t, r.Cancel(ctx), "a second Cancel returns nil")
 	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
-	stop := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	stop, err := r.AfterFunc(func() { t.Error("a canceled reservation ran fn") })
+	require.ErrorIs(t, err, ratelimit.ErrReservationCanceled)
 	assert.False(t, stop(ctx))
 
 	// Let run, it cannot be canceled any more.
@@ -595,7 +710,8 @@ func TestWaitAfterAHolderUsedTheToken(t *testing.T) {
 		require.NoError(t, err)
 		holderUses(r)
 		ran := make(chan struct{}, 1)
-		stop := r.AfterFunc(func() { ran <- struct{}{} })
+		stop, err := r.AfterFunc(func() { ran <- struct{}{} })
+		require.NoError(t, err, settle)
 		mock.Add(time.Millisecond)
 		select {
 		case <-ran:
