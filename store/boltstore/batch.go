@@ -75,9 +75,10 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // ApplyBatch implements driver.BatchApplier: it decides ops one after
 // another, in one write transaction, and fills outs[i] (one Decision per
-// item of ops[i]). An op that fails on its own (none does: the decisions
-// are pure) is left out: the others are decided and committed without it,
-// and the error joins an *OpError for each op left out. Any other error
+// item of ops[i]). An op that fails on its own (a settlement whose mark
+// cannot be read: ErrBadMark; the decisions are pure) is left out: the
+// others are decided and committed without it, and the error joins an
+// *OpError for each op left out. Any other error
 // means that nothing was written (outs of the wrong length, or an invalid
 // op (driver.CheckOp), are refused before any op is decided), but ctx's:
 // a call whose context ends while its transaction commits returns at once
@@ -185,13 +186,16 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 	if op.Settle != nil {
 		// A settlement: at most once per ID. Its mark is a value like a
 		// record's (the kind, the time, the expiry), swept as records are.
+		// One that cannot be read may be a settlement's: the op fails,
+		// rather than settle the token a second time.
 		mark = markKey(op.Settle.ID)
 		if v := b.Get(mark); v != nil {
-			st, _, ok := decodeValue(v)
-			if ok {
-				op.SettledBefore(driver.SettleKind(st.Remaining), r.out)
-				return nil
+			kind, ok := decodeMark(v)
+			if !ok {
+				return badMark(s.bucket, op.Settle.ID, v)
 			}
+			op.SettledBefore(kind, r.out)
+			return nil
 		}
 	}
 	for i, k := range r.keys {

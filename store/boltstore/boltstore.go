@@ -10,6 +10,12 @@
 // leaves a file that opens with the last committed state, holding no grant
 // that was not made.
 //
+// A settlement (a reservation's or receipt's token settled by a Limiter)
+// leaves a mark beside the records, a key of its own, so that the token is
+// settled at most once. A mark the store cannot read (something other than
+// this store wrote the key) fails the settlement with ErrBadMark, rather
+// than be taken for no mark: the token may have been settled already.
+//
 // # Group commit
 //
 // bbolt has a single writer, and each commit pays two fsyncs. A call that
@@ -97,6 +103,14 @@ const DefaultMaxBatch = 128
 // ErrAlreadyOpen is returned by Open for a file that this process already
 // has open through another Store.
 var ErrAlreadyOpen = errors.New("boltstore: the file is already open in this process")
+
+// ErrBadMark is matched by the error of a settlement (Apply, ApplyBatch:
+// a Limiter's Use, Refund, Settle or Reservation.Cancel) whose mark in the
+// bucket cannot be read: a value of the wrong size, or of no kind of
+// settlement, written by something other than this store. The mark's token
+// may have been settled already, so the store settles it no more, and
+// writes nothing for the op.
+var ErrBadMark = errors.New("a settlement's mark cannot be read")
 
 // Store is a ratelimit.Store in a bbolt database, safe for concurrent use.
 // Build it with Open or New.
@@ -538,6 +552,34 @@ const (
 // markKey returns the bbolt key of the mark of a settlement.
 func markKey(id [16]byte) []byte {
 	return append([]byte{tagMark}, id[:]...)
+}
+
+// A settlement's mark is a value like a record's: the settlement's kind
+// (as the value), the time it was made, and when it may be dropped.
+
+// decodeMark returns the kind of the settlement whose mark is v; false for
+// a value that is no mark.
+func decodeMark(v []byte) (driver.SettleKind, bool) {
+	st, _, ok := decodeValue(v)
+	switch k := st.Remaining; {
+	case !ok:
+		return 0, false
+	case k == float64(driver.SettleCancel):
+		return driver.SettleCancel, true
+	case k == float64(driver.SettleUse):
+		return driver.SettleUse, true
+	}
+	return 0, false
+}
+
+// badMark returns the error, matching ErrBadMark, of the settlement id
+// whose mark v, in bucket, cannot be read.
+func badMark(bucket []byte, id [16]byte, v []byte) error {
+	return fmt.Errorf("%w: token %x: the value at its mark's key %x in bucket %q (%d bytes: %x) is not a mark of this store: "+
+		"the token may have been settled already: treat it as settled (do not run its job, nor hand its tokens back); "+
+		"once the token has expired (Token.Expires), delete the key through the store's DB; "+
+		"if something else writes into the bucket, give the store a bucket of its own (WithBucket)",
+		ErrBadMark, id[:4], markKey(id), bucket, len(v), v[:min(len(v), valueLen)])
 }
 
 // appendRecordKey appends the bbolt key of id to dst.

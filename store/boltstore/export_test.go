@@ -24,3 +24,6 @@ func SetSweepBatch(s *Store, n int) { s.sweepBatch = n }
 
 // RecordKey is the bbolt key of id.
 func RecordKey(id driver.RecordID) []byte { return appendRecordKey(nil, id) }
+
+// MarkKey is the bbolt key of the mark of the settlement id.
+func MarkKey(id [16]byte) []byte { return markKey(id) }
