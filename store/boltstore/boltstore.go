@@ -547,6 +547,7 @@ const (
 	tagRaw    = 0
 	tagDigest = 1
 	tagMark   = 2
+	markLen   = 1 + 16 // a mark's key: tagMark and the settlement's ID
 )
 
 // markKey returns the bbolt key of the mark of a settlement.

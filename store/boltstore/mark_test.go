@@ -81,3 +81,37 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		require.True(t, outs[1][0].OK, "%s: the other op is decided", name)
 	}
 }
+
+// DeleteExpired keeps a mark it cannot read, however late: its expiry is
+// unknown, and without it the token could be settled again. It removed
+// it as it removes a record that does not decode, and the next settlement
+// of the token took effect. A mark that reads is removed once expired.
+func TestSweepKeepsBadMarks(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	lim, err := ratelimit.New(s, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	var bad []*ratelimit.Token
+	for _, v := range [][]byte{{2}, markValue(0)} {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.NoError(t, err)
+		tok := r.Token()
+		bad = append(bad, tok)
+		require.NoError(t, s.DB().Update(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte(boltstore.DefaultBucket)).Put(boltstore.MarkKey(tok.ID()), v)
+		}))
+	}
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	good := r.Token()
+	require.NoError(t, lim.Refund(ctx, good))
+
+	n, err := s.DeleteExpired(ctx, t0.Add(1000*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the record and the good mark")
+	for _, tok := range bad {
+		require.ErrorIs(t, lim.Refund(ctx, tok), boltstore.ErrBadMark, "the mark was kept")
+	}
+}

@@ -23,7 +23,10 @@ const defaultSweepBatch = 1000
 // a moment before. Such records read as a full bucket whether kept or not;
 // removing them keeps the file's size proportional to the keys active
 // recently. Call it periodically (say every few minutes) from one
-// goroutine.
+// goroutine. It removes the marks of settlements once they have expired
+// too, but keeps a mark it cannot read (ErrBadMark): its expiry is
+// unknown, and without it its token could be settled again. Delete such
+// a key through DB once its token has expired.
 //
 // It sweeps the bucket in small steps, resuming where the last stopped:
 // each reads a thousand keys in a read transaction, then removes those
@@ -70,9 +73,17 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
-// expiredAt reports whether a record's value says it may be removed at
-// cutoff (now less ExpiryGrace); one that does not decode may.
-func expiredAt(v []byte, cutoff int64) bool {
+// expiredAt reports whether the value v of the key k says it may be
+// removed at cutoff (now less ExpiryGrace). A record's that does not decode
+// may, as it reads as missing; a settlement's mark that does not decode
+// may not: its expiry is unknown, and without it the token could be
+// settled again (ErrBadMark).
+func expiredAt(k, v []byte, cutoff int64) bool {
+	if len(k) == markLen && k[0] == tagMark {
+		if _, ok := decodeMark(v); !ok {
+			return false
+		}
+	}
 	_, expires, ok := decodeValue(v)
 	return !ok || expires <= cutoff
 }
@@ -101,7 +112,7 @@ func (s *Store) scan(ctx context.Context, after []byte, cutoff int64) ([][]byte,
 		}
 		for i := 0; k != nil && i < s.sweepBatch; i++ {
 			// v is nil for a nested bucket, which is none of the store's.
-			if v != nil && expiredAt(v, cutoff) {
+			if v != nil && expiredAt(k, v, cutoff) {
 				expired = append(expired, bytes.Clone(k))
 			}
 			last = k
@@ -134,7 +145,7 @@ func (s *Store) deleteExpired(ctx context.Context, keys [][]byte, cutoff int64) 
 			s.hooks.inSweep(tx)
 		}
 		for _, k := range keys {
-			if v := b.Get(k); v == nil || !expiredAt(v, cutoff) {
+			if v := b.Get(k); v == nil || !expiredAt(k, v, cutoff) {
 				continue
 			}
 			if err := b.Delete(k); err != nil {
