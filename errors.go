@@ -14,7 +14,9 @@ var (
 	// returned by Result.Err.
 	ErrLimited = errors.New("ratelimit: rate limited")
 	// ErrUnknownLimit means a call named a limit that is not declared (in
-	// New, SetLimits or SetLimit) and came without WithConfig.
+	// New, SetLimits or SetLimit) and came without WithConfig, or that a
+	// token given to settle charges such a limit, or a shard the limit no
+	// longer has (its Shards was lowered since the charge).
 	ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 	// ErrInvalidConfig is matched by every *ConfigError.
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")

@@ -98,6 +98,18 @@ func (t *Token) Charged(name string) float64 {
 	return n
 }
 
+// shardsOf returns the fewest shards the named limit had when it charged
+// the token: one more than the highest shard of it the token charges.
+func (t *Token) shardsOf(name string) int {
+	n := 0
+	for _, it := range t.items {
+		if it.name == name {
+			n = max(n, it.shard+1)
+		}
+	}
+	return n
+}
+
 // String returns the token's text form.
 func (t *Token) String() string {
 	return base64.RawURLEncoding.EncodeToString(t.appendBinary(nil))
@@ -390,7 +402,9 @@ func chargeItems(ch *charge) ([]tokenItem, []*limit) {
 // ErrReservationCanceled if it was canceled), has expired
 // (ErrTokenExpired), is not valid (ErrInvalidToken), names a limit this
 // Limiter does not declare (ErrUnknownLimit: say, one SetLimits removed
-// since; nothing is settled), or the store failed. A token is settled
+// since; nothing is settled) or a shard the limit no longer has
+// (ErrUnknownLimit too: its Shards was lowered since the charge; nothing is
+// settled), or the store failed. A token is settled
 // under the config in force when it is settled, not the one it was
 // charged under (see Refund).
 func (l *Limiter) Use(ctx context.Context, t *Token) error {
@@ -449,8 +463,14 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		if lim == nil {
 			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it (New, SetLimits or SetLimit) with the config it was charged under, then settle again; nothing was settled: %w", it.name, ErrUnknownLimit)
 		}
-		if it.shard < 0 || it.shard >= lim.shards {
-			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, which has %d: %w", it.shard, it.name, lim.shards, ErrInvalidToken)
+		if it.shard >= lim.shards {
+			// Not a bad token: the limit had more shards when it was
+			// charged, and the shard takes no calls any more.
+			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, whose Shards is %d now: "+
+				"Shards was lowered since the charge, and that shard takes no calls any more; nothing was settled: "+
+				"to settle the token, declare the limit with Shards %d or more (SetLimit), settle it, then lower Shards again; "+
+				"or drop the token, and reserve again for a job not run yet: %w",
+				it.shard, it.name, lim.shards, t.shardsOf(it.name), ErrUnknownLimit)
 		}
 		lims[i] = lim
 	}

@@ -174,23 +174,66 @@ func TestTokenWithAnItemTwiceIsRefused(t *testing.T) {
 	}
 }
 
-// A token naming a shard the limit cannot have is refused with
+// A token naming a shard no limit can have is refused with
 // ErrInvalidToken. A shard index of 2^63 or more used to decode to a
 // negative int, which passed both the decoder's bound and the settling
 // Limiter's check against the limit's shards, and reached the store.
 func TestTokenWithOutOfRangeShardIsRefused(t *testing.T) {
 	ctx := context.Background()
 	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
-	for _, shard := range []uint64{math.MaxUint64, 1 << 63, ratelimit.MaxShards, 1} {
+	for _, shard := range []uint64{math.MaxUint64, 1 << 63, ratelimit.MaxShards} {
 		tok, err := ratelimit.ParseToken(tokenOfShard(shard))
 		if err == nil {
 			err = lim.Refund(ctx, tok)
 		}
 		require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "a token of shard %d of an unsharded limit", shard)
 	}
-	tok, err := ratelimit.ParseToken(tokenOfShard(0))
+	// A shard a limit may have is no bad token: the limit's Shards may
+	// have been lowered since (TestTokenOfARemovedShard).
+	tok, err := ratelimit.ParseToken(tokenOfShard(1))
+	require.NoError(t, err)
+	require.ErrorIs(t, lim.Refund(ctx, tok), ratelimit.ErrUnknownLimit, "shard 1 of an unsharded limit")
+	tok, err = ratelimit.ParseToken(tokenOfShard(0))
 	require.NoError(t, err)
 	require.NoError(t, lim.Refund(ctx, tok), "shard 0 is the limit's")
+}
+
+// A token of a shard that the limit no longer has, its Shards lowered
+// since the charge, is refused with ErrUnknownLimit, as a token of a limit
+// removed since, and a message that says why and what to do; nothing is
+// settled, and declared again with the shards, the limit settles it. It
+// was refused with ErrInvalidToken, as if it could not be read or were
+// forged, and a message that said neither.
+func TestTokenOfARemovedShard(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := must(memstore.New())
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 80, Period: time.Minute, Start: t0, Shards: 8}
+	owner := must(ratelimit.New(store, ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock)))
+	lowered := cfg
+	lowered.Shards = 1
+	worker := must(ratelimit.New(store, ratelimit.Limits{"jobs": lowered}, ratelimit.WithClock(mock)))
+
+	// 15 tokens need two shards of 10: one of them is not shard 0.
+	r, err := owner.Reserve(ctx, "jobs", "k", ratelimit.Count(15))
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	tok := must(ratelimit.ParseToken(r.Token().String()))
+	for _, settle := range []func() error{
+		func() error { return worker.Use(ctx, tok) },
+		func() error { return worker.Refund(ctx, tok) },
+		func() error { return worker.Settle(ctx, tok, 5) },
+	} {
+		err := settle()
+		require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
+		require.NotErrorIs(t, err, ratelimit.ErrInvalidToken, "the token is good")
+		require.ErrorContains(t, err, "Shards was lowered")
+		require.ErrorContains(t, err, "nothing was settled")
+	}
+
+	require.NoError(t, worker.SetLimit("jobs", cfg))
+	require.NoError(t, worker.Use(ctx, tok), "declared again with its shards, the limit settles it")
+	require.ErrorIs(t, owner.Use(ctx, tok), ratelimit.ErrAlreadySettled)
 }
 
 // A LimitAll receipt reads back from its text form whatever the number of
