@@ -58,16 +58,24 @@ var (
 // SettledError is the error of settling a token that was settled before:
 // Kind says how it was. It matches ErrAlreadySettled, and also
 // ErrReservationUsed when it was used, or ErrReservationCanceled when it
-// was canceled.
+// was canceled; neither when the store's mark of it holds another Kind,
+// which no Limiter writes.
 type SettledError struct {
 	ID   [16]byte
 	Kind driver.SettleKind
 }
 
 func (e *SettledError) Error() string {
-	how := "used"
-	if e.Kind == driver.SettleCancel {
+	var how string
+	switch e.Kind {
+	case driver.SettleCancel:
 		how = "canceled"
+	case driver.SettleUse:
+		how = "used"
+	default:
+		// A store's mark that no Limiter wrote: something else wrote
+		// the store's keys.
+		how = fmt.Sprintf("how, its mark in the store cannot say: it reads %v, which no Limiter writes; treat the token as settled", e.Kind)
 	}
 	return fmt.Sprintf("ratelimit: token %x was already settled (%s): nothing done", e.ID[:4], how)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -377,4 +378,37 @@ func TestSettleCountErrorNamesNoLimit(t *testing.T) {
 		require.Contains(t, err.Error(), "Settle")
 	}
 	require.NoError(t, lim.Settle(ctx, res.Token, 1), "and the token is still to settle")
+}
+
+// settledAsStore answers every settlement as settled before, of kind.
+type settledAsStore struct {
+	ratelimit.Store
+	kind driver.SettleKind
+}
+
+func (s *settledAsStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if op.Settle == nil {
+		return s.Store.Apply(ctx, op, out)
+	}
+	op.SettledBefore(s.kind, out)
+	return nil
+}
+
+// A store whose mark of a token holds a kind no Limiter writes (its keys
+// written by something else) is reported as such: settled, neither used
+// nor canceled. Its message said "used", though it matched neither
+// ErrReservationUsed nor ErrReservationCanceled.
+func TestSettledOfAnUnknownKind(t *testing.T) {
+	ctx := context.Background()
+	lim := must(ratelimit.New(&settledAsStore{Store: must(memstore.New()), kind: 3}, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	err = lim.Use(ctx, r.Token())
+	require.ErrorIs(t, err, ratelimit.ErrAlreadySettled)
+	require.NotErrorIs(t, err, ratelimit.ErrReservationUsed)
+	require.NotErrorIs(t, err, ratelimit.ErrReservationCanceled)
+	require.NotContains(t, err.Error(), "(used)")
+	require.ErrorContains(t, err, "SettleKind(3), which no Limiter writes")
 }
