@@ -536,6 +536,12 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 	if k := out[0].Settled; k != 0 {
 		return &SettledError{ID: t.id, Kind: k}
 	}
+	if !out[0].OK {
+		// A refund is always OK (Evaluate): a store that answers one
+		// refused, and not settled before, read a mark of the token it
+		// could not tell the kind of. The token may have been settled.
+		return &SettledError{ID: t.id}
+	}
 	return nil
 }
 

@@ -394,6 +394,30 @@ func (s *settledAsStore) Apply(ctx context.Context, op *driver.Op, out []driver.
 	return nil
 }
 
+// A store that answers a settlement neither done (a refund is OK) nor
+// settled before, as one whose mark of the token holds kind 0, is taken
+// to have found the token settled: nothing done. The Limiter took it for
+// a settlement done, so that Use let the job run, and Refund reported its
+// tokens handed back, though the store did nothing.
+func TestSettlementNeitherDoneNorSettled(t *testing.T) {
+	ctx := context.Background()
+	lim := must(ratelimit.New(&settledAsStore{Store: must(memstore.New()), kind: 0}, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	for _, settle := range []func(*ratelimit.Token) error{
+		func(tok *ratelimit.Token) error { return lim.Use(ctx, tok) },
+		func(tok *ratelimit.Token) error { return lim.Refund(ctx, tok) },
+		func(tok *ratelimit.Token) error { return lim.Settle(ctx, tok, 0.5) },
+	} {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.NoError(t, err)
+		err = settle(r.Token())
+		require.ErrorIs(t, err, ratelimit.ErrAlreadySettled)
+		require.ErrorContains(t, err, "SettleKind(0), which no Limiter writes")
+		require.Error(t, r.Wait(ctx), "the owner does not run the job either")
+	}
+}
+
 // A store whose mark of a token holds a kind no Limiter writes (its keys
 // written by something else) is reported as such: settled, neither used
 // nor canceled. Its message said "used", though it matched neither
