@@ -121,9 +121,12 @@ func (r *Reservation) Delay() time.Duration {
 // Once a token was taken, Wait marks the reservation used in the store,
 // and the job must not run if it returns an error: a holder of the token
 // may have canceled it (a *SettledError matching ErrReservationCanceled)
-// or used it (one matching ErrReservationUsed: the job is the holder's).
-// A Wait that failed on a store error may be retried: if the store took
-// the first one's use after all, the retry returns nil.
+// or used it (one matching ErrReservationUsed: the job is the holder's),
+// or the token has expired (ErrTokenExpired: a Wait later than the token's
+// Expires, when the store may have forgotten a holder's settlement of it;
+// Cancel then hands nothing back). A Wait that failed on a store error may
+// be retried: if the store took the first one's use after all, the retry
+// returns nil.
 //
 // The job is let run once: Wait returns at once with an error matching
 // ErrReservationScheduled while another Wait or an AfterFunc of the
