@@ -22,7 +22,7 @@ var (
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
 	// ErrInvalidOption is matched by the error of New given a bad
 	// argument: no store, or an option such as WithKeyHash with a short
-	// secret.
+	// secret; and by that of Reservation.AfterFunc given a nil function.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")

@@ -790,3 +790,17 @@ func TestCancelRetriedAfterALostReply(t *testing.T) {
 	require.NoError(t, lim.Refund(ctx, r.Token()))
 	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationCanceled)
 }
+
+// An AfterFunc of a nil function schedules nothing and says so, rather than
+// panicking when the job may run; the reservation stays the caller's.
+func TestAfterFuncOfNil(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0, MaxReserved: 10})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	stop, err := r.AfterFunc(nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.False(t, stop(ctx))
+	mock.Add(time.Minute) // nothing was scheduled: nothing fires
+	require.NoError(t, r.Wait(ctx), "the reservation is still the caller's to run")
+}
