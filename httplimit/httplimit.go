@@ -23,7 +23,9 @@ import (
 // request through the error handler (400 for ErrNoKey by default).
 type KeyFunc func(r *http.Request) (string, error)
 
-// CostFunc returns the tokens a request costs.
+// CostFunc returns the tokens a request costs. Its error answers the
+// request 500, or 400 if it wraps ratelimit.ErrInvalidCount: the request
+// was malformed.
 type CostFunc func(r *http.Request) (float64, error)
 
 // ErrNoKey is returned by a KeyFunc that finds no key in the request, such
@@ -330,8 +332,8 @@ func (m *Middleware) keyID(key string) string {
 //   - ErrNoKey: 400, debug (routine: a request without its API key);
 //   - a request of the default cost that a limit, changed since New, can
 //     never grant: 500, error (the configuration's fault);
-//   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant):
-//     400, info;
+//   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant,
+//     or a CostFunc's error that wraps it): 400, info;
 //   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
 func errorStatus(r *http.Request, err error) (int, slog.Level) {
 	switch ctxErr := r.Context().Err(); {

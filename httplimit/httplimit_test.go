@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -823,4 +824,25 @@ func TestFixedWindowResetIsWhenRGrows(t *testing.T) {
 	require.Regexp(t, `^"tenth";r=0;t=\d+$`, rl)
 	sec := must(strconv.Atoi(rl[strings.LastIndexByte(rl, '=')+1:]))
 	require.Greater(t, sec, 9*60, "%s: ten windows at least, not the next", rl)
+}
+
+// A cost function that finds the request malformed answers 400 by wrapping
+// ratelimit.ErrInvalidCount, and 500 with any other error, as docs/http.md
+// says.
+func TestCostFunctionErrors(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour}}, nil)
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithCost(func(r *http.Request) (float64, error) {
+		switch r.Header.Get("X-Batch") {
+		case "bad":
+			return 0, fmt.Errorf("X-Batch is not a number: %w", ratelimit.ErrInvalidCount)
+		case "broken":
+			return 0, errors.New("the pricing table is unavailable")
+		}
+		return 1, nil
+	}))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	require.Equal(t, http.StatusBadRequest, serve(h, "192.0.2.1:1", "X-Batch", "bad").Code)
+	require.Equal(t, http.StatusInternalServerError, serve(h, "192.0.2.1:1", "X-Batch", "broken").Code)
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
 }
