@@ -54,7 +54,8 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 // error matching ErrInvalidOp that says which it breaks:
 //
 //   - Mode is ModeLimit, ModeCheck or ModeRefund;
-//   - Now is within ±MaxTime;
+//   - Now is within ±MaxTime, and so is every item's At in ModeRefund
+//     (At is unused, and unchecked, in the other modes);
 //   - every item's Count is a finite number ≥ 0;
 //   - every item has one shard or two, and one in ModeRefund; an item's
 //     two shards have different indexes, and the same params but for
@@ -89,6 +90,9 @@ func CheckOp(op *Op) error {
 		}
 		if !(it.Count >= 0 && it.Count <= math.MaxFloat64) {
 			return opError("item %d (%q) has a count of %v: give a finite number of tokens ≥ 0", i, it.Name, it.Count)
+		}
+		if one && (it.At < -MaxTime || it.At > MaxTime) {
+			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
 		}
 		if !paramsValid(&it.Shards[0].Params) {
 			return paramsError(i, it, 0)

@@ -1,6 +1,8 @@
 package driver_test
 
 import (
+	"errors"
+	"math"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -30,5 +32,34 @@ func BenchmarkCheckOut(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A refund's At is a time like Now, and is held to the same bounds: the
+// stores compute what the record was granted since At, which Go's int64
+// arithmetic overflows for an At of math.MinInt64 (a refund of 1 token
+// gave back the whole capacity), Lua's doubles round and PostgreSQL's
+// bigints refuse. Outside a refund, At is unused and not checked.
+func TestCheckOpRefusesARefundChargedBeyondMaxTime(t *testing.T) {
+	p := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 1000, Capacity: 10, MaxReserved: 1e15}
+	op := func(mode driver.Mode, at int64) *driver.Op {
+		return &driver.Op{Mode: mode, Now: 1_700_000_000_000, Items: []driver.Item{
+			{Name: "a", Key: "k", Count: 1, At: at, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	for _, at := range []int64{math.MinInt64, -driver.MaxTime - 1, driver.MaxTime + 1, math.MaxInt64} {
+		err := driver.CheckOp(op(driver.ModeRefund, at))
+		if !errors.Is(err, driver.ErrInvalidOp) {
+			t.Errorf("a refund charged at %d: got %v, want ErrInvalidOp", at, err)
+		}
+		for _, m := range []driver.Mode{driver.ModeLimit, driver.ModeCheck} {
+			if err := driver.CheckOp(op(m, at)); err != nil {
+				t.Errorf("mode %d with an unused At of %d: %v", m, at, err)
+			}
+		}
+	}
+	for _, at := range []int64{-driver.MaxTime, 0, driver.MaxTime} {
+		if err := driver.CheckOp(op(driver.ModeRefund, at)); err != nil {
+			t.Errorf("a refund charged at %d: %v", at, err)
+		}
 	}
 }

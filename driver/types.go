@@ -183,12 +183,12 @@ const (
 // written, or nothing is written.
 //
 // An Op that breaks a rule of its fields below (a mode that is none of
-// the three, a time beyond ±MaxTime, a count that is NaN, negative or
-// infinite, an item of no shards or of more than two, a refund's of two,
-// an item of one shard twice, items of different keys, two items of one
-// record, params out of the ranges of Params, a Settle outside
-// ModeRefund, without items or of a Kind that is neither SettleCancel nor
-// SettleUse) is invalid: every store refuses it, with an error matching
+// the three, a time beyond ±MaxTime, a refund's At beyond it, a count
+// that is NaN, negative or infinite, an item of no shards or of more than
+// two, a refund's of two, an item of one shard twice, items of different
+// keys, two items of one record, params out of the ranges of Params, a
+// Settle outside ModeRefund, without items or of a Kind that is neither
+// SettleCancel nor SettleUse) is invalid: every store refuses it, with an error matching
 // ErrInvalidOp, and decides, writes and marks nothing (CheckOp). The
 // Limiter never sends one.
 type Op struct {
@@ -232,7 +232,9 @@ type Item struct {
 	// the op invalid: ErrInvalidOp).
 	Count float64
 	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
-	// charged: Decision.Now of the call that took them.
+	// charged: Decision.Now of the call that took them, within ±MaxTime
+	// (an At beyond makes a refund invalid: ErrInvalidOp). Unused in the
+	// other modes.
 	At int64
 	// Shards holds one record, or two of different indexes for a sharded
 	// limit (power of two choices: the call may be granted by either or by

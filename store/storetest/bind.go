@@ -143,7 +143,7 @@ func testBindHotKeys(t *testing.T, newStore NewStore, s suite) {
 			if rng.IntN(10) == 0 {
 				// A refund of what a call at about now took.
 				op := &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{{Name: "h", Key: key,
-					Count: 1, At: now - rng.Int64N(3), Shards: []driver.Shard{sh}}}}
+					Count: 1, At: clampTime(now - rng.Int64N(3)), Shards: []driver.Shard{sh}}}}
 				want, got := make([]driver.Decision, 1), make([]driver.Decision, 1)
 				require.NoError(t, model.Apply(ctx, op, want))
 				require.NoError(t, store.Apply(ctx, op, got), where)

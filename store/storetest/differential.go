@@ -451,7 +451,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 					it.Count = rng.Float64() * reach
 				}
 				if op.Mode == driver.ModeRefund {
-					it.At = now - rng.Int64N(maxPeriod)
+					it.At = clampTime(now - rng.Int64N(maxPeriod))
 				}
 			}
 			applyBoth(t, ctx, store, model, op, seed, step)

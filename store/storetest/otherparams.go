@@ -335,9 +335,9 @@ func (f *fleet) randomOp(rng *rand.Rand, m int, now int64) *driver.Op {
 			case 0:
 				it.At = now
 			case 1:
-				it.At = now + f.members[1].lag - f.members[m].lag // the other member's clock
+				it.At = clampTime(now + f.members[1].lag - f.members[m].lag) // the other member's clock
 			default:
-				it.At = now - rng.Int64N(3*p.Period+1)
+				it.At = clampTime(now - rng.Int64N(3*p.Period+1))
 			}
 			if op.Settle != nil && op.Settle.Kind == driver.SettleUse && rng.IntN(2) == 0 {
 				it.Count = 0

@@ -80,7 +80,7 @@ func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.
 		used[driver.RecordID{Name: name, Key: key, Shard: idx}] = true
 		p := u.params[name]
 		it := driver.Item{Name: name, Key: key, Shards: []driver.Shard{u.shard(rng, name, key, idx)},
-			At: now - rng.Int64N(3*p.Period)}
+			At: clampTime(now - rng.Int64N(3*p.Period))}
 		if kind == driver.SettleCancel || rng.IntN(2) == 0 {
 			it.Count = randomCount(rng, p, 1)
 		}

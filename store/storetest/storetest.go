@@ -623,3 +623,11 @@ func testDebtOutlivesLimiter(t *testing.T, newStore NewStore) {
 	require.False(t, res.OK)
 	require.Equal(t, 186*time.Second, res.RetryAfter, "a new call queues behind the reserved debt")
 }
+
+// clampTime returns t held to ±driver.MaxTime, where the times of a
+// valid op lie: a refund's At is the time of a charge, which a call
+// judged within those bounds made (beyond, the op is invalid:
+// driver.CheckOp).
+func clampTime(t int64) int64 {
+	return min(max(t, -driver.MaxTime), driver.MaxTime)
+}
