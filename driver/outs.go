@@ -68,7 +68,8 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 //     MaxReserved from 0 to 1e15 (NaN and infinities are out of every
 //     range);
 //   - Settle is nil unless Mode is ModeRefund, and a Settlement comes with
-//     at least one item and has Kind SettleCancel or SettleUse.
+//     at least one item, has Kind SettleCancel or SettleUse, and its Until
+//     is within ±MaxTime.
 //
 // These are the bounds of the limits ratelimit.New accepts, divided among
 // their shards: within them every store computes every decision alike,
@@ -123,6 +124,8 @@ func CheckOp(op *Op) error {
 			return opError("a settlement without items: settle the refund of at least one")
 		case st.Kind != SettleCancel && st.Kind != SettleUse:
 			return opError("a settlement of kind %v: use SettleCancel or SettleUse", st.Kind)
+		case st.Until < -MaxTime || st.Until > MaxTime:
+			return opError("a settlement kept until %d, beyond ±MaxTime (%d): give a time in Unix milliseconds within it", st.Until, MaxTime)
 		}
 	}
 	return nil

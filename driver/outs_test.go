@@ -63,3 +63,27 @@ func TestCheckOpRefusesARefundChargedBeyondMaxTime(t *testing.T) {
 		}
 	}
 }
+
+// A settlement's Until is a time like Now, and is held to the same
+// bounds: redisstore's mark of one kept until math.MaxInt64 failed the
+// script (an expiry Redis cannot hold), after the marks of the ops
+// before it in the script were written, where memstore and pgstore kept
+// it.
+func TestCheckOpRefusesASettlementKeptBeyondMaxTime(t *testing.T) {
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10, MaxReserved: 1e15}
+	op := func(until int64) *driver.Op {
+		return &driver.Op{Mode: driver.ModeRefund, Now: 1_700_000_000_000,
+			Settle: &driver.Settlement{Kind: driver.SettleCancel, Until: until},
+			Items:  []driver.Item{{Name: "a", Key: "k", Count: 1, At: 1_700_000_000_000, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	for _, until := range []int64{math.MinInt64, -driver.MaxTime - 1, driver.MaxTime + 1, math.MaxInt64} {
+		if err := driver.CheckOp(op(until)); !errors.Is(err, driver.ErrInvalidOp) {
+			t.Errorf("a settlement kept until %d: got %v, want ErrInvalidOp", until, err)
+		}
+	}
+	for _, until := range []int64{-driver.MaxTime, 0, driver.MaxTime} {
+		if err := driver.CheckOp(op(until)); err != nil {
+			t.Errorf("a settlement kept until %d: %v", until, err)
+		}
+	}
+}

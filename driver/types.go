@@ -158,8 +158,8 @@ type Settlement struct {
 	ID [16]byte
 	// Kind is how this op settles it: SettleCancel or SettleUse.
 	Kind SettleKind
-	// Until is a Unix time in milliseconds: the marker's expiry, less
-	// ExpiryGrace.
+	// Until is a Unix time in milliseconds, within ±MaxTime (beyond, the
+	// op is invalid: ErrInvalidOp): the marker's expiry, less ExpiryGrace.
 	Until int64
 }
 
@@ -187,8 +187,8 @@ const (
 // that is NaN, negative or infinite, an item of no shards or of more than
 // two, a refund's of two, an item of one shard twice, items of different
 // keys, two items of one record, params out of the ranges of Params, a
-// Settle outside ModeRefund, without items or of a Kind that is neither
-// SettleCancel nor SettleUse) is invalid: every store refuses it, with an error matching
+// Settle outside ModeRefund, without items, of a Kind that is neither
+// SettleCancel nor SettleUse or of an Until beyond ±MaxTime) is invalid: every store refuses it, with an error matching
 // ErrInvalidOp, and decides, writes and marks nothing (CheckOp). The
 // Limiter never sends one.
 type Op struct {

@@ -212,11 +212,11 @@ func invalidOpRecords() []driver.RecordID {
 // params p at now (and those of invalidOpRecords): a settlement in a mode
 // other than ModeRefund, without items or with a kind that is not one, a
 // mode that is not one, a time beyond ±MaxTime, a count of NaN, negative
-// or infinite, a refund charged at a time beyond ±MaxTime, items of no
-// shards, of three, or a refund's of two, items of two keys, two items of
-// one record, an item of one shard twice, and params out of range (kind,
-// period, phase, rate, capacity, max reserved). The settlement of the i-th
-// has ID invalidID(i).
+// or infinite, a refund charged at a time beyond ±MaxTime, a settlement
+// kept until a time beyond it, items of no shards, of three, or a refund's
+// of two, items of two keys, two items of one record, an item of one shard
+// twice, and params out of range (kind, period, phase, rate, capacity, max
+// reserved). The settlement of the i-th has ID invalidID(i).
 func invalidOps(now int64, p driver.Params) []invalidOp {
 	shards := func(n int) []driver.Shard {
 		sh := make([]driver.Shard, n)
@@ -271,6 +271,9 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 		{"a refund charged before -MaxTime", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].At = -driver.MaxTime - 1 })},
 		{"a settlement charged past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Items[0].At = driver.MaxTime + 1 })},
 		{"a settlement charged far past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleUse, func(o *driver.Op) { o.Items[0].At = math.MaxInt64 })},
+		{"a settlement kept until past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Settle.Until = driver.MaxTime + 1 })},
+		{"a settlement kept until far past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleUse, func(o *driver.Op) { o.Settle.Until = math.MaxInt64 })},
+		{"a settlement kept until far before -MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Settle.Until = math.MinInt64 })},
 	}
 	// Items of two keys, or two of one record.
 	item := func(name, key string, idx ...int) driver.Item {

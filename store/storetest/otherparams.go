@@ -285,7 +285,7 @@ func (f *fleet) randomOp(rng *rand.Rand, m int, now int64) *driver.Op {
 			kind = driver.SettleUse
 		}
 		op.Settle = &driver.Settlement{ID: f.ids[rng.IntN(len(f.ids))], Kind: kind,
-			Until: max(f.maxNow, now) + 315_569_520_000} // never dropped in the test
+			Until: clampTime(max(f.maxNow, now) + 315_569_520_000)} // never dropped in the test
 	}
 	key := f.keys[rng.IntN(len(f.keys))]
 	if op.Settle != nil {

@@ -68,7 +68,7 @@ func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.
 		kind = driver.SettleUse
 	}
 	op := &driver.Op{Mode: driver.ModeRefund, Now: now,
-		Settle: &driver.Settlement{ID: id, Kind: kind, Until: now + rng.Int64N(3_600_000)}}
+		Settle: &driver.Settlement{ID: id, Kind: kind, Until: clampTime(now + rng.Int64N(3_600_000))}}
 	key := u.keys[int(id[1])%len(u.keys)] // an ID comes with one key
 	used := map[driver.RecordID]bool{}
 	for range 1 + rng.IntN(3) {

@@ -625,9 +625,9 @@ func testDebtOutlivesLimiter(t *testing.T, newStore NewStore) {
 }
 
 // clampTime returns t held to ±driver.MaxTime, where the times of a
-// valid op lie: a refund's At is the time of a charge, which a call
-// judged within those bounds made (beyond, the op is invalid:
-// driver.CheckOp).
+// valid op lie: a refund's At, the time of a charge that a call judged
+// within those bounds made, and a settlement's Until, which the Limiter
+// holds to them (beyond, the op is invalid: driver.CheckOp).
 func clampTime(t int64) int64 {
 	return min(max(t, -driver.MaxTime), driver.MaxTime)
 }
