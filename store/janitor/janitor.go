@@ -32,8 +32,9 @@ var (
 // goroutine in between.
 //
 // Sweeps never overlap: the timer starts the next sweep Every after the
-// last one ended, a tick that finds a Sweep call under way is skipped, and
-// Sweep waits for the sweep under way before starting its own.
+// last one ended, the timer's or a Sweep call's; a tick that finds a
+// Sweep call under way is skipped, and Sweep waits for the sweep under
+// way before starting its own.
 //
 // The time passed to DeleteExpired is the janitor's clock at the start of
 // the sweep, or, for a store that keeps its own clock (driver.TimeSource
@@ -50,8 +51,11 @@ type Janitor struct {
 	cancel context.CancelFunc
 	timer  *clock.Timer
 	sem    chan struct{} // held by the sweep under way; Close takes it for good
-	exited chan struct{} // closed when the loop has returned
-	once   sync.Once
+	// lastEnd is when the last sweep ended, the timer's or a Sweep
+	// call's; under sem.
+	lastEnd time.Time
+	exited  chan struct{} // closed when the loop has returned
+	once    sync.Once
 }
 
 // Result describes one sweep of a Janitor, as the function given to
@@ -157,6 +161,13 @@ func (j *Janitor) loop() {
 		}
 		select {
 		case j.sem <- struct{}{}:
+			if wait := j.lastEnd.Add(j.every).Sub(j.clock.Now()); wait > 0 {
+				// A tick due before a Sweep call re-armed the timer: the
+				// next sweep is due an interval after that call's end.
+				j.timer.Reset(wait)
+				<-j.sem
+				continue
+			}
 			res := j.sweep(j.ctx, false)
 			// Re-armed before the observer hears of the sweep, so that the
 			// next is due one interval after this one's end.
@@ -171,7 +182,8 @@ func (j *Janitor) loop() {
 }
 
 // Sweep runs one sweep now and returns how many records the store removed.
-// If a sweep is under way, it waits for it to end first. It returns
+// If a sweep is under way, it waits for it to end first. The timer's next
+// sweep is then due one interval after this one's end. It returns
 // ErrClosed after Close, and ctx's error if ctx ends while it
 // waits; Close interrupts the sweep (the store stops at its next step
 // with what it removed so far and an error matching context.Canceled).
@@ -196,6 +208,9 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	stop := context.AfterFunc(j.ctx, cancel)
 	defer stop()
 	res := j.sweep(sctx, true)
+	if j.ctx.Err() == nil {
+		j.timer.Reset(j.every) // Close stops it again once it holds sem
+	}
 	j.report(sctx, res)
 	return res.Deleted, res.Err
 }
@@ -209,12 +224,14 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 		if err != nil {
 			res.Err = fmt.Errorf("janitor: sweep: reading the store's clock: %w", err)
 			res.Duration = j.clock.Since(start)
+			j.lastEnd = start.Add(res.Duration)
 			return res
 		}
 		res.Now = time.UnixMilli(ms)
 	}
 	res.Deleted, res.Err = j.store.DeleteExpired(ctx, res.Now)
 	res.Duration = j.clock.Since(start)
+	j.lastEnd = start.Add(res.Duration)
 	return res
 }
 
@@ -254,6 +271,7 @@ func (j *Janitor) Close() error {
 		j.cancel()
 		<-j.exited
 		j.sem <- struct{}{} // held for good: no sweep starts again
+		j.timer.Stop()      // which a Sweep call may have re-armed
 	})
 	return nil
 }

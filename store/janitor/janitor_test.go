@@ -172,6 +172,24 @@ func TestJanitorCountsTheIntervalFromTheEnd(t *testing.T) {
 	assert.Equal(t, 2, r.Deleted)
 }
 
+// TestJanitorCountsTheIntervalFromASweepCall: the interval runs from the
+// end of the last sweep, a Sweep call's too: after one at t0+50s, the
+// timer's next sweep is at t0+110s, not t0+60s, ten seconds after it.
+func TestJanitorCountsTheIntervalFromASweepCall(t *testing.T) {
+	store := &expirer{deleted: 1}
+	j, mock, results := newJanitor(t, store, time.Minute)
+	mock.Add(50 * time.Second)
+	_, err := j.Sweep(context.Background())
+	require.NoError(t, err)
+	require.True(t, next(t, results).Manual)
+
+	mock.Add(10 * time.Second) // t0+60s: an interval after New
+	mock.Add(50 * time.Second) // t0+110s: an interval after the Sweep call
+	r := next(t, results)
+	assert.False(t, r.Manual)
+	assert.Equal(t, janitorT0.Add(110*time.Second), r.Now, "the timer's sweep an interval after the Sweep call ended")
+}
+
 func TestJanitorSweepNow(t *testing.T) {
 	store := &expirer{deleted: 7}
 	j, mock, results := newJanitor(t, store, time.Hour)
