@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -120,10 +121,14 @@ func WithObserver(f func(Result)) Option {
 // to a few minutes suits every store of this module: a record is removed
 // only once its bucket has been full again for driver.ExpiryGrace, so
 // sweeping more often than that buys little. An interval that is not
-// positive, or a nil store, is an error matching ErrInvalid.
+// positive, or no store (nil, or a nil pointer of a store's type), is an
+// error matching ErrInvalid.
 func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, error) {
 	if store == nil {
 		return nil, fmt.Errorf("janitor: New needs a store that implements driver.Expirer: %w", ErrInvalid)
+	}
+	if isNil(store) {
+		return nil, fmt.Errorf("janitor: New needs a store, and was given %T(nil): pass the store that its New or Open returned, once it returned no error: %w", store, ErrInvalid)
 	}
 	if every <= 0 {
 		return nil, fmt.Errorf("janitor: New: interval %v is not positive: pass how often to sweep, such as time.Minute: %w", every, ErrInvalid)
@@ -144,6 +149,16 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 	j.timer = j.clock.Timer(every)
 	go j.loop()
 	return j, nil
+}
+
+// isNil reports whether store holds a nil pointer (or map, slice, func or
+// channel) of its type, which would panic on the janitor's goroutine.
+func isNil(store driver.Expirer) bool {
+	switch v := reflect.ValueOf(store); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Every returns the interval between the end of one sweep and the start of

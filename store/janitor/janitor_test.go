@@ -18,6 +18,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/janitor"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -120,6 +122,25 @@ func TestNewRejectsBadArguments(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 			assert.Nil(t, j)
 		})
+	}
+}
+
+// TestNewRejectsANilStoreOfItsType: a store that is a nil pointer of its
+// type (one whose New or Open failed, kept in place of its error) is
+// refused as no store is. Taken, it made the janitor's goroutine panic at
+// its first sweep, where no caller could recover it, or New itself, when
+// it asked the store whether it keeps its own clock.
+func TestNewRejectsANilStoreOfItsType(t *testing.T) {
+	for _, store := range []driver.Expirer{(*memstore.Store)(nil), (*boltstore.Store)(nil), (*pgstore.Store)(nil), (*ownClockExpirer)(nil)} {
+		var j *janitor.Janitor
+		var err error
+		require.NotPanics(t, func() { j, err = janitor.New(store, time.Minute, janitor.WithClock(clock.NewMock())) }, "%T(nil)", store)
+		if j != nil {
+			j.Close() // before it sweeps
+		}
+		require.ErrorIs(t, err, janitor.ErrInvalid, "%T(nil)", store)
+		assert.ErrorContains(t, err, fmt.Sprintf("%T(nil)", store))
+		assert.Nil(t, j)
 	}
 }
 
