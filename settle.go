@@ -231,7 +231,11 @@ func (t *Token) decode(b []byte) error {
 		return errors.New("trailing bytes")
 	case flags&^(tokenMAC|tokenUsed) != 0:
 		return errors.New("unknown flags")
-	case t.at < -driver.MaxTime || t.at > driver.MaxTime || run > uint64(2*driver.MaxTime) || until > uint64(2*driver.MaxTime):
+	case t.at < -driver.MaxTime || t.at > driver.MaxTime || run > uint64(2*driver.MaxTime) || until > uint64(2*driver.MaxTime),
+		t.at+int64(until) > driver.MaxTime:
+		// A Limiter caps a token's expiry at MaxTime (settleUntil); a
+		// settlement kept beyond it is an op every store refuses. Its job
+		// time may lie beyond (a long wait near the bound).
 		return errors.New("times out of range")
 	}
 	t.run, t.until = t.at+int64(run), t.at+int64(until)

@@ -129,11 +129,17 @@ type tokenItem struct {
 // tokenOfItems returns the text form of a token, made by hand, that
 // charges 1 token of each of items for key "k" at t0.
 func tokenOfItems(items ...tokenItem) string {
+	return tokenOfTimes(t0.UnixMilli(), 0, 600_000, items...)
+}
+
+// tokenOfTimes is tokenOfItems of a token charged at at (Unix ms), whose
+// job may run run ms later and which may be settled until ms later.
+func tokenOfTimes(at int64, run, until uint64, items ...tokenItem) string {
 	b := []byte{1, 0}                  // version, flags
 	b = append(b, make([]byte, 16)...) // id
-	b = binary.AppendVarint(b, t0.UnixMilli())
-	b = binary.AppendUvarint(b, 0)       // run - at
-	b = binary.AppendUvarint(b, 600_000) // until - at
+	b = binary.AppendVarint(b, at)
+	b = binary.AppendUvarint(b, run)
+	b = binary.AppendUvarint(b, until)
 	b = binary.AppendUvarint(b, 1)
 	b = append(b, 'k')
 	b = binary.AppendUvarint(b, uint64(len(items)))
@@ -435,4 +441,31 @@ func TestSettledOfAnUnknownKind(t *testing.T) {
 	require.NotErrorIs(t, err, ratelimit.ErrReservationCanceled)
 	require.NotContains(t, err.Error(), "(used)")
 	require.ErrorContains(t, err, "SettleKind(3), which no Limiter writes")
+}
+
+// A token whose expiry lies beyond driver.MaxTime is refused by ParseToken
+// with ErrInvalidToken: no Limiter makes one (it caps it at MaxTime), and
+// its settlement is an op every store refuses, which Settle reported as a
+// store failure that may have taken effect. Its job time may lie beyond:
+// a wait of years from near the bound.
+func TestTokenWithTimesBeyondMaxTimeIsRefused(t *testing.T) {
+	near := driver.MaxTime - 1000
+	for _, tc := range []struct {
+		run, until uint64
+		ok         bool
+	}{
+		{0, 1000, true},
+		{1000, 1000, true},
+		{5000, 1000, true},
+		{0, 1001, false},
+		{1001, 1001, false},
+		{0, uint64(2 * driver.MaxTime), false},
+	} {
+		_, err := ratelimit.ParseToken(tokenOfTimes(near, tc.run, tc.until, tokenItem{"jobs", 0}))
+		if tc.ok {
+			require.NoError(t, err, "run %d, until %d", tc.run, tc.until)
+		} else {
+			require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "run %d, until %d", tc.run, tc.until)
+		}
+	}
 }
