@@ -109,6 +109,8 @@ func WithLogger(logger *slog.Logger) Option {
 // goroutine that swept (the janitor's own, or Sweep's caller), before the
 // next sweep may start: calls never overlap. Use it to feed metrics or to
 // alert on Err; keep it fast, since it delays the next sweep and Close.
+// It must not call the janitor's Sweep or Close, which wait for it: the
+// call would never return (start them on another goroutine).
 func WithObserver(f func(Result)) Option {
 	return func(j *Janitor) error {
 		j.observer = f
