@@ -27,9 +27,12 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 type Outcome uint8
 
 const (
-	// Allowed: the tokens were there and were taken (or, for Check, would be).
+	// Allowed: the limit had the tokens, and they were taken (or, for
+	// Check, would be). In a LimitAll that another limit refused, the
+	// limit's own answer is reported: it had them, but nothing was taken.
 	Allowed Outcome = iota + 1
-	// Reserved: OK, with tokens owed until RetryAfter.
+	// Reserved: OK, with tokens owed until RetryAfter (and, as for
+	// Allowed, nothing taken if another limit of a LimitAll refused).
 	Reserved
 	// Denied: refused; nothing was taken.
 	Denied
