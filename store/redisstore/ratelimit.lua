@@ -35,8 +35,10 @@
 -- second shard, now (the time the op was judged at) and the first
 -- record's time after the op (ratelimit.Decision).
 --
--- A settlement's mark is the string "\2" followed by a byte, its kind;
--- Redis expires it. An op that finds its settlement's mark does nothing.
+-- A settlement's mark is the string "\2" followed by a byte, its kind (1
+-- cancel, 2 use); Redis expires it. An op that finds its settlement's mark
+-- does nothing; one that finds anything else at the mark's key fails
+-- (BADMARK): its token may have been settled.
 --
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
@@ -520,23 +522,41 @@ local function shown(s, n)
   return t
 end
 
+-- is_mark reports whether key is a settlement's mark's: it has "s:" after
+-- its hash tag, where a record's has a digit (the prefix holds no brace).
+local function is_mark(key)
+  return string.byte(key, string.find(key, '}', 1, true) + 1) == 115
+end
+
+-- fail fails the call for key, which holds what (a quoted string, or a
+-- key's type): BADMARK at a mark's key, BADRECORD at a record's, which the
+-- store (apply.go) reports as redisstore.ErrBadRecord, each with what to
+-- do.
+local function fail(key, what)
+  local code = 'BADRECORD'
+  if is_mark(key) then
+    code = 'BADMARK'
+  end
+  error({err = code .. ' key "' .. shown(key, 1000) .. '" holds ' .. what})
+end
+
 -- bad fails the call for the string raw at key, which is neither a record
--- nor, at a mark's key, a mark: the store (apply.go) reports BADRECORD as
--- redisstore.ErrBadRecord, as Load reports a string parseState refuses.
+-- nor, at a mark's key, a mark of a cancel or a use, as Load fails for a
+-- string parseState refuses.
 local function bad(key, raw)
-  error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds "' .. shown(raw, 40) .. '"'})
+  fail(key, '"' .. shown(raw, 40) .. '"')
 end
 
 -- wrong fails the call for the error e that GET answered (redis.pcall's
 -- table) for key: a key of another type than a string fails as a string
--- that is no record does (BADRECORD, with the key's type); any other
--- error (a key not on this node) is raised as it came.
+-- that is no record does (with the key's type); any other error (a key not
+-- on this node) is raised as it came.
 local function wrong(key, e)
   if string.sub(e.err, 1, 9) ~= 'WRONGTYPE' then
     error(e)
   end
   local t = call('TYPE', key)
-  error({err = 'BADRECORD key "' .. shown(key, 1000) .. '" holds a ' .. tostring(t.ok or t) .. ', not a string'})
+  fail(key, 'a ' .. tostring(t.ok or t) .. ', not a string')
 end
 
 -- underscores_ok is strconv's underscoreOK for s, lower case, a number
@@ -620,8 +640,10 @@ end
 -- expiry kept in the record (false: none known), and a mark's kind
 -- (false: not a mark). It accepts what parseState (redisstore.go)
 -- accepts, numbers of a text record as ParseFloat reads them (gonum),
--- and a mark at a mark's key; anything else fails the call (bad), rather
--- than reach the arithmetic as nil.
+-- and a mark of a cancel or a use at a mark's key; anything else fails
+-- the call (bad), rather than reach the arithmetic as nil, or be taken
+-- for a settlement of a kind no Limiter makes. (A record at a mark's key
+-- is refused where the mark is looked for: apply.)
 local function parse(raw, key)
   if not raw then
     return false, nil, nil, false, false
@@ -634,12 +656,11 @@ local function parse(raw, key)
     local _, v, ts, dl = sunpack('<Bddd', raw)
     return true, v, ts, dl, false
   elseif b1 == 2 and #raw == 2 then
-    -- A mark's key has "s:" after its hash tag, a record's a digit (the
-    -- prefix holds no brace).
-    if string.byte(key, string.find(key, '}', 1, true) + 1) ~= 115 then
+    local kind = string.byte(raw, 2)
+    if (kind ~= 1 and kind ~= 2) or not is_mark(key) then
       bad(key, raw)
     end
-    return false, nil, nil, false, string.byte(raw, 2)
+    return false, nil, nil, false, kind
   elseif b1 ~= 1 and b1 ~= 2 then
     -- The text of earlier versions, read as parseState reads it: only
     -- here, not on the common path above.
@@ -948,6 +969,11 @@ local function apply(keys, args)
         skind = reserve
         mk = at[k + nitems]
         found = rmark[mk]
+        if rfound[mk] then
+          -- A record where the mark belongs (parse took it for one): the
+          -- token may have been settled, and the mark overwritten.
+          bad(rkey[mk], call('GET', rkey[mk]))
+        end
       end
       reserve = reserve == 1
       local nw = 0

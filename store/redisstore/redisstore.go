@@ -324,6 +324,12 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
 // a key of another type (a hash, a list, ...): a value written there by
 // something else, or cut short. The error names the key. The call changed
 // nothing; every call on that record fails until the key is deleted.
+//
+// It is matched too by the error of a settlement (a refund with a
+// driver.Settlement: a Limiter's Use, Refund, Settle or
+// Reservation.Cancel) whose mark's key holds what is no mark of a cancel
+// or a use: the token may have been settled already, so the store
+// settles it no more, and writes nothing for the op.
 var ErrBadRecord = errors.New("not a record of this store")
 
 // badRecord returns the error, matching ErrBadRecord, for what (the key
@@ -332,19 +338,35 @@ func badRecord(what string) error {
 	return fmt.Errorf("%w: %s: delete the key (its limit starts full again); if keys under the store's prefix are written by something else, give the store a prefix of its own (WithPrefix)", ErrBadRecord, what)
 }
 
-// asBadRecord returns err, a call's error, as badRecord's when it is the
-// function failing on a string it cannot read or a key of another type
-// (BADRECORD, from bad and wrong in ratelimit.lua, which name the key and
-// what it holds). Redis appends the function and line, which are left out.
+// badMark returns the error, matching ErrBadRecord, for what (the key of
+// a settlement's mark and what it holds, which is no mark) and what to do.
+func badMark(what string) error {
+	return fmt.Errorf("%w: %s, which is no settlement's mark of this store: the token may have been settled already: "+
+		"treat it as settled (do not run its job, nor hand its tokens back); once the token has expired (Token.Expires), delete the key; "+
+		"if keys under the store's prefix are written by something else, give the store a prefix of its own (WithPrefix)", ErrBadRecord, what)
+}
+
+// asBadRecord returns err, a call's error, as badRecord's or badMark's
+// when it is the function failing on a string it cannot read or a key of
+// another type (BADRECORD at a record's key, BADMARK at a mark's, from
+// fail in ratelimit.lua, which names the key and what it holds). Redis
+// appends the function and line, which are left out.
 func asBadRecord(err error) error {
-	if err == nil || !redis.HasErrorPrefix(err, "BADRECORD") {
+	if err == nil {
 		return err
 	}
-	what := strings.TrimPrefix(err.Error(), "BADRECORD ")
+	as := badRecord
+	if !redis.HasErrorPrefix(err, "BADRECORD") {
+		if !redis.HasErrorPrefix(err, "BADMARK") {
+			return err
+		}
+		as = badMark
+	}
+	_, what, _ := strings.Cut(err.Error(), " ")
 	if i := strings.LastIndex(what, " script: "); i >= 0 {
 		what = what[:i]
 	}
-	return badRecord(what)
+	return as(what)
 }
 
 // shown returns at most the first n bytes of s, for an error's text, as
