@@ -109,8 +109,18 @@ var ErrAlreadyOpen = errors.New("boltstore: the file is already open in this pro
 // bucket cannot be read: a value of the wrong size, or of no kind of
 // settlement, written by something other than this store. The mark's token
 // may have been settled already, so the store settles it no more, and
-// writes nothing for the op.
-var ErrBadMark = errors.New("a settlement's mark cannot be read")
+// writes nothing for the op. It matches driver.ErrBadRecord too, the error
+// every store gives for what no release of it writes.
+var ErrBadMark error = badMarkError{}
+
+// badMarkError is the type of ErrBadMark: its own message, and a match for
+// driver.ErrBadRecord.
+type badMarkError struct{}
+
+func (badMarkError) Error() string { return "a settlement's mark cannot be read" }
+
+// Is reports whether target is driver.ErrBadRecord.
+func (badMarkError) Is(target error) bool { return target == driver.ErrBadRecord }
 
 // Store is a ratelimit.Store in a bbolt database, safe for concurrent use.
 // Build it with Open or New.

@@ -60,6 +60,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		} {
 			err := settle()
 			require.ErrorIs(t, err, boltstore.ErrBadMark, name)
+			require.ErrorIs(t, err, driver.ErrBadRecord, "%s: the error of every store", name)
 			require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)
 			require.ErrorContains(t, err, "treat it as settled", name)
 		}

@@ -66,6 +66,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		} {
 			err := settle()
 			require.ErrorIs(t, err, redisstore.ErrBadRecord, name)
+			require.ErrorIs(t, err, driver.ErrBadRecord, "%s: the error of every store", name)
 			require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)
 			require.ErrorContains(t, err, strconv.Quote(mark), "%s: names the key", name)
 			require.ErrorContains(t, err, "treat it as settled", name)

@@ -330,7 +330,10 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
 // Reservation.Cancel) whose mark's key holds what is no mark of a cancel
 // or a use: the token may have been settled already, so the store
 // settles it no more, and writes nothing for the op.
-var ErrBadRecord = errors.New("not a record of this store")
+//
+// It is driver.ErrBadRecord, the error every store gives for what no
+// release of it writes.
+var ErrBadRecord = driver.ErrBadRecord
 
 // badRecord returns the error, matching ErrBadRecord, for what (the key
 // and the string it holds) and what to do.

@@ -387,6 +387,7 @@ func TestWrongTypeKey(t *testing.T) {
 	isBad := func(err error, key, typ, how string) {
 		t.Helper()
 		require.ErrorIs(t, err, redisstore.ErrBadRecord, how)
+		require.ErrorIs(t, err, driver.ErrBadRecord, "%s: the error of every store", how)
 		require.ErrorContains(t, err, fmt.Sprintf("key %q holds a %s, not a string", key, typ), how)
 		require.ErrorContains(t, err, "delete the key", "%s: says what to do", how)
 		require.NotContains(t, err.Error(), "WRONGTYPE", how)
@@ -453,6 +454,7 @@ func TestCorruptRecord(t *testing.T) {
 		isBad := func(err error, how string) {
 			t.Helper()
 			require.ErrorIs(t, err, redisstore.ErrBadRecord, "%q %s", raw, how)
+			require.ErrorIs(t, err, driver.ErrBadRecord, "%q %s: the error of every store", raw, how)
 			require.ErrorContains(t, err, fmt.Sprintf("key %q", key), "%q %s: names the key", raw, how)
 			require.ErrorContains(t, err, "delete the key", "%q %s: says what to do", raw, how)
 			require.NotContains(t, err.Error(), "user_function", "%q %s", raw, how)
