@@ -62,6 +62,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -132,12 +133,22 @@ var (
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
 	// the function is missing or from another release.
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
+	// ErrBadRecord is matched by the error of a call that met, in the
+	// store's table, a row that no release writes: a settlement's mark
+	// of a kind other than a cancel or a use. The error names the row and
+	// says what to do. The call changed nothing; every call on that row
+	// fails until it is deleted. A mark that cannot be read fails its
+	// settlement: the token may have been settled already. It is
+	// driver.ErrBadRecord, the error every store gives for what no release
+	// of it writes.
+	ErrBadRecord = driver.ErrBadRecord
 )
 
 // Store is a ratelimit.Store on PostgreSQL, safe for concurrent use. Build
 // it with New.
 type Store struct {
 	pool       *pgxpool.Pool
+	table      string // quoted, for errors
 	serverTime bool
 	batcher    *coalesce.Batcher[*request, struct{}]
 	// fresh is set while batches find records missing: the next batch
@@ -454,6 +465,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	s := &Store{
 		pool:       pool,
+		table:      n.table,
 		serverTime: o.serverTime,
 		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
@@ -586,6 +598,9 @@ type request struct {
 	// settlement.
 	mark   *record
 	settle driver.Settlement
+	// err is the error of an op that failed on its own, a bad record's
+	// (ErrBadRecord), in a batch whose other ops were decided.
+	err error
 }
 
 type item struct {
@@ -807,11 +822,22 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 	return s.sendApply(ctx, reqs)
 }
 
-// sendApply decides a batch with the function _apply.
+// sendApply decides a batch with the function _apply. When the function
+// fails the batch on a row that no release writes (ErrBadRecord), each op
+// goes again alone: a statement that failed wrote nothing, so each takes
+// effect once, and only the op that read the row fails (its request's
+// err), rather than every call coalesced with it.
 func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
-	return s.applyWith(ctx, e, reqs)
+	err := s.applyWith(ctx, e, reqs)
+	if len(reqs) == 1 || !errors.Is(err, ErrBadRecord) {
+		return err
+	}
+	for i, r := range reqs {
+		r.err = s.applyWith(ctx, e, reqs[i:i+1])
+	}
+	return nil
 }
 
 // applyWith is sendApply with the encoder e.
@@ -833,7 +859,7 @@ func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) erro
 			wait, s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
 	})
 	if err != nil {
-		return err
+		return s.asBadRecord(err)
 	}
 	s.fresh.Store(fresh)
 	n := len(e.counts) / 2
@@ -919,7 +945,11 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		return fmt.Errorf("pgstore: Apply: %w", err)
 	}
 	r := s.newRequest(op)
-	if _, err := s.batcher.Do(ctx, r); err != nil {
+	_, err := s.batcher.Do(ctx, r)
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
 		return fmt.Errorf("pgstore: apply: %w", err)
 	}
 	copy(out, r.out)
@@ -928,7 +958,10 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 
 // ApplyBatch implements driver.BatchApplier: ops decided one after
 // another, in one statement; none for no ops. Outs of the wrong length, or
-// an invalid op, are refused with an error, and nothing is sent.
+// an invalid op, are refused with an error, and nothing is sent. An op
+// that fails on its own (a row no release writes: ErrBadRecord) fails
+// alone: the others are decided and their outs filled, and the error
+// names each op that failed ("op i: …", joined).
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -946,8 +979,16 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	if err := s.send(ctx, reqs, nil); err != nil {
 		return fmt.Errorf("pgstore: apply: %w", err)
 	}
+	var failed []error
 	for i, r := range reqs {
+		if r.err != nil {
+			failed = append(failed, fmt.Errorf("op %d: %w", i, r.err))
+			continue
+		}
 		copy(outs[i], r.out)
+	}
+	if failed != nil {
+		return fmt.Errorf("pgstore: apply batch: %w", errors.Join(failed...))
 	}
 	return nil
 }
@@ -1067,4 +1108,24 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		}
 		after = last
 	}
+}
+
+// The SQLSTATEs with which the functions fail on a row that no release
+// writes (schema.sql), with the row's id in hex as the error's DETAIL.
+const (
+	codeBadMark = "RLBMK" // a settlement's mark of another kind than a cancel or a use
+)
+
+// asBadRecord returns err, a statement's error, as an error matching
+// ErrBadRecord, which says what to do, when it is a function failing on a
+// row that no release writes; otherwise err.
+func (s *Store) asBadRecord(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeBadMark {
+		return err
+	}
+	return fmt.Errorf("%w: table %s: %s: the token may have been settled already: treat it as settled "+
+		"(do not run its job, nor hand its tokens back); once the token has expired (Token.Expires), delete the row "+
+		"(DELETE FROM %s WHERE id = '\\x%s'); if something else writes into the table, give the store a table of its own (WithTable)",
+		ErrBadRecord, s.table, pe.Message, s.table, pe.Detail)
 }

@@ -272,7 +272,10 @@ END
 --             is a row of the table whose id is the settlement's 16 bytes
 --             (no record's, a SHA-256, is that short), value its kind, ts
 --             and expires its time: DeleteExpired drops it as a record.
---             An op that finds its mark does nothing.
+--             An op that finds its mark does nothing; one that finds a
+--             value other than 1 or 2 there fails the call (SQLSTATE
+--             RLBMK, DETAIL the row's id in hex), which pgstore reports
+--             as ErrBadRecord.
 -- It returns, per item of every op in order: ok, retry (ms; for an op
 -- that found its settlement's mark, minus the mark's kind), and in num
 -- 5 per item: remaining, charged to the first shard, to the second, the
@@ -480,11 +483,19 @@ BEGIN
 		mode := flags & 3;
 		reserve := flags & 4 <> 0;
 		all_ok := true;
-		-- A settlement: its mark, and the kind found there (0: none).
+		-- A settlement: its mark, and the kind found there (0: none). A
+		-- mark of another kind than a cancel or a use fails the batch:
+		-- its token may have been settled already.
 		mk := p_marks[3 * o + 1]::integer;
 		found := 0;
 		IF mk > 0 AND sf[mk] THEN
-			found := sv[mk]::bigint;
+			IF sv[mk] = 1 OR sv[mk] = 2 THEN
+				found := sv[mk]::bigint;
+			ELSE
+				RAISE SQLSTATE 'RLBMK' USING DETAIL = encode(p_id[mk], 'hex'),
+					MESSAGE = format('the mark of the settlement %s holds %s, which is no mark of a cancel (1) or a use (2)',
+						encode(p_id[mk], 'hex'), sv[mk]);
+			END IF;
 		END IF;
 		FOR i IN it + 1 .. it + n LOOP
 			IF found > 0 THEN
