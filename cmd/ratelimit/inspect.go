@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -68,9 +69,15 @@ func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, st
 // refuse to decide on one.
 type checkedStore struct{ ratelimit.Store }
 
-// Load implements ratelimit.Store.
+// Load implements ratelimit.Store. A record that the store itself
+// refuses as one no release writes (driver.ErrBadRecord: NaN tokens, a
+// time beyond any call's, a string that is no record) is reported alike.
 func (s checkedStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := s.Store.Load(ctx, ids, out); err != nil {
+		if errors.Is(err, driver.ErrBadRecord) {
+			return fmt.Errorf("a record is not one this library writes: %w; "+
+				"to start its limit full again, reset the key (ratelimit reset, with the same flags)", err)
+		}
 		return err
 	}
 	for i, id := range ids {

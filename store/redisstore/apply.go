@@ -47,6 +47,8 @@ var luaConstants = strings.NewReplacer(
 	"{{MODE_REFUND}}", strconv.Itoa(int(driver.ModeRefund)),
 	"{{PAIR_TRIES}}", strconv.Itoa(driver.PairTries),
 	"{{WAIT_TRIES}}", strconv.Itoa(driver.WaitTries),
+	"{{MIN_TS}}", strconv.FormatInt(driver.MinRecordTime, 10),
+	"{{MAX_TS}}", strconv.FormatInt(driver.MaxTime, 10),
 )
 
 func newLibrary(src string) library {

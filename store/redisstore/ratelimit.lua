@@ -43,7 +43,9 @@
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
 -- key (at most: 0 when not known, after a lone op's write; infinity for
--- never). The text "<value> <ts>" of earlier versions is still read. Every
+-- never). The text "<value> <ts>" of earlier versions is still read. A
+-- value that is NaN or infinite, or a ts beyond the times of any op
+-- (driver.CheckState), fails the call (BADRECORD), as Load fails. Every
 -- record the batch touches is read once and, if an op changed it, written
 -- once at the end: the same outcome as the ops run one after another.
 --
@@ -66,6 +68,8 @@ local FIXED = {{FIXED}}
 local MODE_LIMIT, MODE_REFUND = {{MODE_LIMIT}}, {{MODE_REFUND}}
 local PAIR_TRIES = {{PAIR_TRIES}}
 local WAIT_TRIES = {{WAIT_TRIES}}
+-- The times of a record that a release writes (driver.CheckState).
+local MIN_TS, MAX_TS = {{MIN_TS}}, {{MAX_TS}}
 local INF = 1 / 0
 -- The bytes of a batch of one op of one item on one shard, and one limit:
 -- a header, a limit and the op, 4 + 5 + 9 doubles.
@@ -547,6 +551,20 @@ local function bad(key, raw)
   fail(key, '"' .. shown(raw, 40) .. '"')
 end
 
+-- sound reports whether a record of v tokens at ts is one a release
+-- writes (driver.CheckState): v finite (v - v is NaN for NaN and the
+-- infinities), ts within [MIN_TS, MAX_TS].
+local function sound(v, ts)
+  return v - v == 0 and ts >= MIN_TS and ts <= MAX_TS
+end
+
+-- unsound fails the call for the record of v tokens at ts, which sound
+-- refuses, at key.
+local function unsound(key, v, ts)
+  fail(key, string.format('a record of %.17g tokens at %.17g ms from 1970, which no release writes: '
+    .. 'a record holds a finite number of tokens at a time from %.0f to %.0f ms', v, ts, MIN_TS, MAX_TS))
+end
+
 -- wrong fails the call for the error e that GET answered (redis.pcall's
 -- table) for key: a key of another type than a string fails as a string
 -- that is no record does (with the key's type); any other error (a key not
@@ -654,7 +672,10 @@ local function parse(raw, key)
   local b1 = string.byte(raw, 1)
   if b1 == 1 and #raw == 25 then
     local _, v, ts, dl = sunpack('<Bddd', raw)
-    return true, v, ts, dl, false
+    if v - v == 0 and ts >= MIN_TS and ts <= MAX_TS then -- sound, inline
+      return true, v, ts, dl, false
+    end
+    unsound(key, v, ts)
   elseif b1 == 2 and #raw == 2 then
     local kind = string.byte(raw, 2)
     if (kind ~= 1 and kind ~= 2) or not is_mark(key) then
@@ -669,6 +690,9 @@ local function parse(raw, key)
       v, ts = gonum(v), gonum(ts)
     end
     if v and ts then
+      if not sound(v, ts) then
+        unsound(key, v, ts)
+      end
       return true, v, ts, false, false
     end
   end
@@ -680,7 +704,7 @@ local function decode(i, raw)
   rnow[i], rmark[i] = false, false
   if raw and #raw == 25 then
     local b1, v, ts, dl = sunpack('<Bddd', raw)
-    if b1 == 1 then
+    if b1 == 1 and v - v == 0 and ts >= MIN_TS and ts <= MAX_TS then -- sound, inline
       rfound[i], rv[i], rts[i], rdl[i] = true, v, ts, dl
       return
     end

@@ -385,13 +385,14 @@ func shown(s string, n int) string {
 // value, ts and the key's expiry; or, as earlier versions wrote it, the
 // text "<value> <ts>". ratelimit.lua's parse accepts the same strings:
 // its gonum reads a number as ParseFloat does, and fails where it fails
-// ("0x10", "-nan", "1e400"), which Lua's tonumber alone would not.
+// ("0x10", "-nan", "1e400"), which Lua's tonumber alone would not; and
+// both refuse a state that no release writes (driver.CheckState).
 func parseState(raw string) (driver.State, error) {
 	if len(raw) > 0 && raw[0] == 1 {
 		if len(raw) != recordSize {
 			return driver.State{}, fmt.Errorf("a record is %d bytes, not %d", recordSize, len(raw))
 		}
-		return driver.State{Remaining: f64(raw[1:]), TS: int64(f64(raw[9:]))}, nil
+		return checkState(f64(raw[1:]), f64(raw[9:]))
 	}
 	v, ts, ok := strings.Cut(raw, " ")
 	if !ok {
@@ -402,7 +403,20 @@ func parseState(raw string) (driver.State, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return driver.State{}, err
 	}
-	return driver.State{Remaining: value, TS: int64(t)}, nil
+	return checkState(value, t)
+}
+
+// checkState returns the state of a record that holds v tokens at ts, as
+// read, or an error if it is one that no release writes
+// (driver.CheckState): ts is checked before it is made an int64, which
+// for NaN or a double beyond the int64s would be any number. The function
+// makes the same comparisons (ratelimit.lua's parse and decode).
+func checkState(v, ts float64) (driver.State, error) {
+	if ts >= float64(driver.MinRecordTime) && ts <= float64(driver.MaxTime) {
+		st := driver.State{Remaining: v, TS: int64(ts)}
+		return st, driver.CheckState(st)
+	}
+	return driver.State{}, fmt.Errorf("its time is %v ms from 1970, and a record's is from %d to %d ms", ts, driver.MinRecordTime, driver.MaxTime)
 }
 
 // recordSize is the bytes of a record: a version byte and three doubles.

@@ -483,7 +483,7 @@ func TestCorruptRecord(t *testing.T) {
 	// Numbers that ParseFloat reads and Lua's tonumber does not, or reads
 	// otherwise: the function reads them as Load does.
 	for _, raw := range []string{"1_0 " + ts, "0x1.8p1 " + ts, "0X_1P4 " + ts, "+.5e1 " + ts, "1e-400 " + ts, "4_9.5 1_700_000_000_000",
-		"49.5 0x18bcfe568p8", "49.5 0x1.8BCFE568P+40", "INF " + ts, "-Infinity " + ts} {
+		"49.5 0x18bcfe568p8", "49.5 0x1.8BCFE568P+40", "1E300 " + ts, "-0x1p1000 " + ts} {
 		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
 		require.NoError(t, store.Load(ctx, []driver.RecordID{id}, recs), "%q", raw)
 		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
@@ -512,7 +512,7 @@ func TestCorruptRecordSpellings(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	parts := []string{"0", "1", "5", "9", "0x", "0X", "a", "e", "E", "f", "p", "P", "+", "-", ".", "_", "inf", "Infinity", "nan", "n", "(", "400"}
 	accepted := 0
-	for range 1500 {
+	for range 2000 {
 		var b strings.Builder
 		for range 1 + rng.IntN(6) {
 			b.WriteString(parts[rng.IntN(len(parts))])
