@@ -145,10 +145,19 @@ func (x transition) fullAt() (fullAt, first string) {
 	return fullAt + " ELSE " + never + " END", first
 }
 
+// sound returns the SQL of whether the record (v, ts), not a placeholder,
+// is one that a release writes (driver.CheckState): v finite (NaN − NaN
+// and Infinity − Infinity are NaN), ts within the times of any op (NULL
+// reads as not). Where it is false, a statement writes nothing, and the
+// Go side, reading the record, fails the call (checkRow).
+func sound(v, ts string) string {
+	return "(" + v + " - " + v + " = 0 AND " + ts + " BETWEEN " + sqlMinTS + " AND " + sqlMaxTS + ")"
+}
+
 // set returns the SET of an ON CONFLICT DO UPDATE on the row c that writes
 // the state after the call computed by x on it, or excluded's state (the
 // record's fresh one) if c is a placeholder; and the WHERE that lets only
-// a granted call write.
+// a granted call on a sound record write.
 func (x transition) set() (set, where string) {
 	cva, cts := x.va("c.value", "c.ts")
 	fullAt, first := x.fullAt()
@@ -159,7 +168,7 @@ func (x transition) set() (set, where string) {
 		" FROM (SELECT CASE WHEN r.va < 0 AND r.va > -" + sqlNoise + " THEN 0::float8 ELSE r.va END AS v, r.t" +
 		" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n," +
 		" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)"
-	return set, "c.value IS NULL OR " + x.ok(cva)
+	return set, "c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + x.ok(cva) + ")"
 }
 
 // sqlNoise is driver.Noise as SQL.
@@ -170,7 +179,7 @@ func loneSQL(table string, k loneKind) string {
 	x := transition{fixed: k.fixed, reserve: k.reserve, now: pNow, count: pCount, rate: pRate, period: pPeriod, capa: pCap, maxr: pMaxR}
 	set, where := x.set()
 	sva, _ := x.va("s.value", "s.ts")
-	gate := "s.value IS NULL OR " + x.ok(sva)
+	gate := "s.value IS NULL OR (" + sound("s.value", "s.ts") + " AND " + x.ok(sva) + ")"
 	if k.wait {
 		n := 13 // the last parameter
 		if k.reserve == 1 {
@@ -238,7 +247,7 @@ func freshSQL(table string, fixed, wait bool) string {
 		b.WriteString("VALUES (" + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx + ")")
 	}
 	b.WriteString(" ON CONFLICT (id) DO UPDATE SET value = excluded.value, ts = excluded.ts, expires = excluded.expires")
-	b.WriteString(" WHERE c.value IS NULL OR (" + ts + " = " + fFreshTS + " AND " + v + " >= " + fCap + ")")
+	b.WriteString(" WHERE c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + ts + " = " + fFreshTS + " AND " + v + " >= " + fCap + ")")
 	return b.String()
 }
 
@@ -301,7 +310,10 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		if _, err := s.run(ctx, &s.readSQL, &a, &row); err != nil {
 			return err
 		}
-		st, found := readState(&row)
+		st, found, err := s.readState(rec.id[:], &row)
+		if err != nil {
+			return err
+		}
 		s.noteRead(s.fullHint(&rec.id), p, st, found)
 		decideRead(d, p, st, found, r.now, it.count, reserve)
 		return nil
@@ -361,7 +373,10 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		hint.Store(ratelimit.FullAt(*p, driver.State{Remaining: v, TS: ts}))
 		return nil
 	}
-	st, found := readState(&row)
+	st, found, err := s.readState(rec.id[:], &row)
+	if err != nil {
+		return err // a record no release writes, which the upsert left as it was
+	}
 	s.noteRead(hint, p, st, found)
 	if decideRead(d, p, st, found, r.now, it.count, reserve) {
 		return errRaced // the record read grants it: a newer row did not
@@ -372,13 +387,22 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 // waitText is a lock wait of ms milliseconds as lock_timeout takes it.
 func waitText(ms int32) string { return strconv.Itoa(int(ms)) + "ms" }
 
-// readState returns the record read as row (value, ts): found false if
-// none, or a placeholder.
-func readState(row *row) (st driver.State, found bool) {
-	if !row.found || row.null[0] || row.null[1] {
-		return driver.State{}, false
+// readState returns the record id read as row (value, ts): found false if
+// none, or a placeholder (no value); an error matching ErrBadRecord if it
+// is one that no release writes (checkRow).
+func (s *Store) readState(id []byte, row *row) (st driver.State, found bool, err error) {
+	if !row.found || row.null[0] {
+		return driver.State{}, false, nil
 	}
-	return driver.State{Remaining: math.Float64frombits(row.bits[0]), TS: int64(row.bits[1])}, true
+	st = driver.State{Remaining: math.Float64frombits(row.bits[0]), TS: int64(row.bits[1])}
+	if row.null[1] || driver.CheckState(st) != nil {
+		ts := &st.TS
+		if row.null[1] {
+			ts = nil
+		}
+		return driver.State{}, false, s.checkRow(id, st.Remaining, ts)
+	}
+	return st, true, nil
 }
 
 // noteRead keeps in hint FullAt of the record read, st if found.

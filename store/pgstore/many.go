@@ -82,7 +82,7 @@ func upsertSQL(table, read string, wait bool) string {
 	b.WriteString(" SELECT u.id, u.name, u.key, u.shard, u.fv, u.now, u.fex")
 	b.WriteString(" FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::integer[], $5::bigint[], $6::float8[], $7::bigint[], $8::boolean[])")
 	b.WriteString(" AS u(id, name, key, shard, now, fv, fex, w) LEFT JOIN s ON s.id = u.id")
-	b.WriteString(" WHERE u.w AND (s.value IS NULL OR " + g.ok(sva) + ")" + lock + " ORDER BY u.id")
+	b.WriteString(" WHERE u.w AND (s.value IS NULL OR (" + sound("s.value", "s.ts") + " AND " + g.ok(sva) + "))" + lock + " ORDER BY u.id")
 	b.WriteString(" ON CONFLICT (id) DO UPDATE SET " + set + " WHERE " + where)
 	b.WriteString(" RETURNING c.id, c.value, c.ts) ")
 	b.WriteString("SELECT array_agg(w.id IS NOT NULL ORDER BY q.id), array_agg(coalesce(w.value, s.value) ORDER BY q.id),")
@@ -170,6 +170,12 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 			continue
 		}
 		st, found := ptrState(b.v[i], b.ts[i])
+		if b.v[i] != nil {
+			if err := s.checkRow(b.ids[i], *b.v[i], b.ts[i]); err != nil {
+				r.err = err // a record no release writes, which the upsert left as it was
+				continue
+			}
+		}
 		if decideRead(d, p, st, found, r.now, it.count, false) && driver.Mode(r.flags&3) == driver.ModeLimit {
 			b.redo = append(b.redo, r) // the record read grants it: a newer row did not
 		}

@@ -133,14 +133,15 @@ var (
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
 	// the function is missing or from another release.
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
-	// ErrBadRecord is matched by the error of a call that met, in the
-	// store's table, a row that no release writes: a settlement's mark
-	// of a kind other than a cancel or a use. The error names the row and
-	// says what to do. The call changed nothing; every call on that row
-	// fails until it is deleted. A mark that cannot be read fails its
-	// settlement: the token may have been settled already. It is
-	// driver.ErrBadRecord, the error every store gives for what no release
-	// of it writes.
+	// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch,
+	// Load) that met, in the store's table, a row that no release writes:
+	// a record of NaN or infinitely many tokens, or of a ts NULL or beyond
+	// any call's (driver.CheckState), or a settlement's mark of a kind
+	// other than a cancel or a use. The error names the row and says what
+	// to do. The call changed nothing; every call on that row fails until
+	// it is deleted. A mark that cannot be read fails its settlement: the
+	// token may have been settled already. It is driver.ErrBadRecord, the
+	// error every store gives for what no release of it writes.
 	ErrBadRecord = driver.ErrBadRecord
 )
 
@@ -332,6 +333,8 @@ func (n names) schema() string {
 		"{{max_retry}}", strconv.FormatInt(driver.MaxRetryAfter, 10),
 		"{{never}}", strconv.FormatInt(driver.Never, 10),
 		"{{never_span}}", strconv.FormatInt(driver.Never-driver.MaxTime, 10),
+		"{{min_ts}}", sqlMinTS,
+		"{{max_ts}}", sqlMaxTS,
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
@@ -899,11 +902,11 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 	}
 	d := &r.out[0]
 	wait := lockWait(ctx)
-	return s.serial(ctx, s.pool, func(q querier) error {
+	return s.asBadRecord(s.serial(ctx, s.pool, func(q querier) error {
 		return q.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
 			int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), wait).
 			Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Now, &d.TS)
-	})
+	}))
 }
 
 // lockWait returns how long, in ms, the statement of a call with ctx may
@@ -994,7 +997,9 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 }
 
 // Load implements ratelimit.Store: one statement. An id given more than
-// once is read once, and its record reported at each of its positions.
+// once is read once, and its record reported at each of its positions. A
+// record that no release writes (driver.CheckState) fails it with
+// ErrBadRecord.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -1025,13 +1030,17 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		for rows.Next() {
 			var (
 				id []byte
-				st driver.State
+				v  float64
+				ts *int64
 			)
-			if err := rows.Scan(&id, &st.Remaining, &st.TS); err != nil {
+			if err := rows.Scan(&id, &v, &ts); err != nil {
 				return err
 			}
 			if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
-				out[i] = driver.Record{State: st, Found: true}
+				if err := s.checkRow(id, v, ts); err != nil {
+					return err
+				}
+				out[i] = driver.Record{State: driver.State{Remaining: v, TS: *ts}, Found: true}
 			}
 		}
 		return rows.Err()
@@ -1113,7 +1122,8 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 // The SQLSTATEs with which the functions fail on a row that no release
 // writes (schema.sql), with the row's id in hex as the error's DETAIL.
 const (
-	codeBadMark = "RLBMK" // a settlement's mark of another kind than a cancel or a use
+	codeBadMark   = "RLBMK" // a settlement's mark of another kind than a cancel or a use
+	codeBadRecord = "RLBAD" // a record that driver.CheckState refuses
 )
 
 // asBadRecord returns err, a statement's error, as an error matching
@@ -1121,11 +1131,47 @@ const (
 // row that no release writes; otherwise err.
 func (s *Store) asBadRecord(err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != codeBadMark {
+	if !errors.As(err, &pe) {
 		return err
 	}
-	return fmt.Errorf("%w: table %s: %s: the token may have been settled already: treat it as settled "+
-		"(do not run its job, nor hand its tokens back); once the token has expired (Token.Expires), delete the row "+
-		"(DELETE FROM %s WHERE id = '\\x%s'); if something else writes into the table, give the store a table of its own (WithTable)",
-		ErrBadRecord, s.table, pe.Message, s.table, pe.Detail)
+	switch pe.Code {
+	case codeBadMark:
+		return fmt.Errorf("%w: table %s: %s: the token may have been settled already: treat it as settled "+
+			"(do not run its job, nor hand its tokens back); once the token has expired (Token.Expires), delete the row "+
+			"(DELETE FROM %s WHERE id = '\\x%s'); if something else writes into the table, give the store a table of its own (WithTable)",
+			ErrBadRecord, s.table, pe.Message, s.table, pe.Detail)
+	case codeBadRecord:
+		return s.badRecord(pe.Detail, pe.Message)
+	}
+	return err
 }
+
+// badRecord returns the error, matching ErrBadRecord, of the record whose
+// row's id is id (in hex), which holds what no release writes (what).
+func (s *Store) badRecord(id, what string) error {
+	return fmt.Errorf("%w: table %s: %s, which no release writes (a record holds a finite number of tokens at a time from %d to %d ms): "+
+		"delete the row (DELETE FROM %s WHERE id = '\\x%s'), and its limit starts full again; "+
+		"if something else writes into the table, give the store a table of its own (WithTable)",
+		ErrBadRecord, s.table, what, driver.MinRecordTime, driver.MaxTime, s.table, id)
+}
+
+// checkRow returns nil if the row id holds a record that a release writes
+// (driver.CheckState), of v tokens at ts (nil: NULL), and otherwise
+// badRecord's error: the check of a record read in Go, as the functions
+// check those they read.
+func (s *Store) checkRow(id []byte, v float64, ts *int64) error {
+	if ts != nil && driver.CheckState(driver.State{Remaining: v, TS: *ts}) == nil {
+		return nil
+	}
+	t := "NULL"
+	if ts != nil {
+		t = strconv.FormatInt(*ts, 10)
+	}
+	return s.badRecord(hex.EncodeToString(id), fmt.Sprintf("the record %x holds value %v, ts %s", id, v, t))
+}
+
+// The bounds of a record's ts (driver.CheckState) as SQL.
+var (
+	sqlMinTS = strconv.FormatInt(driver.MinRecordTime, 10)
+	sqlMaxTS = strconv.FormatInt(driver.MaxTime, 10)
+)

@@ -276,6 +276,11 @@ END
 --             value other than 1 or 2 there fails the call (SQLSTATE
 --             RLBMK, DETAIL the row's id in hex), which pgstore reports
 --             as ErrBadRecord.
+-- A record read that no release writes (a value NaN or infinite, a ts
+-- NULL or beyond the times of any op: driver.CheckState) fails the call
+-- (SQLSTATE RLBAD, DETAIL the row's id in hex), which pgstore reports as
+-- ErrBadRecord.
+--
 -- It returns, per item of every op in order: ok, retry (ms; for an op
 -- that found its settlement's mark, minus the mark's kind), and in num
 -- 5 per item: remaining, charged to the first shard, to the second, the
@@ -337,6 +342,8 @@ DECLARE
 	bv float8; bt bigint;
 	short float8; kk float8; dt float8; fullat bigint;
 	mk integer; found bigint;
+	-- Whether every record read is one a release writes (see below).
+	lsound boolean := true; csound boolean := true; bid bytea; bv0 float8; bt0 bigint;
 BEGIN
 	IF p_wait > 0 THEN
 		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
@@ -356,7 +363,11 @@ BEGIN
 	-- a placeholder reads as missing; one past its expires is found too,
 	-- full again by its own refresh, as the Go transition sees it. The
 	-- rows' addresses (ctid) stay valid until the update below: the rows
-	-- are locked, and nothing else in this function writes them.
+	-- are locked, and nothing else in this function writes them. Whether
+	-- every record is sound, one that a release writes (driver.CheckState:
+	-- a finite value, NaN - NaN and Infinity - Infinity being NaN, and a
+	-- ts within the times of any op), is read with them; a settlement's
+	-- mark (a 16-byte id) is read as one below.
 	IF p_nlock > 0 THEN
 		IF NOT p_fresh THEN
 			BEGIN
@@ -364,8 +375,10 @@ BEGIN
 				-- locked them; the ids they return prove it, and that none
 				-- is missing.
 				SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
-					array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
-					INTO got_ids, sf, sv, sts, tids
+					array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid),
+					bool_and(x.value IS NULL OR length(x.id) = 16
+						OR coalesce(x.value - x.value = 0 AND x.ts BETWEEN {{min_ts}} AND {{max_ts}}, false))
+					INTO got_ids, sf, sv, sts, tids, lsound
 					FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
 						WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id FOR NO KEY UPDATE) x;
 				IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
@@ -386,8 +399,10 @@ BEGIN
 			fresh := fresh OR n > 0;
 			-- A new statement, a new snapshot: it sees every row, locked.
 			SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
-				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid)
-				INTO got_ids, sf, sv, sts, tids
+				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid),
+				bool_and(x.value IS NULL OR length(x.id) = 16
+					OR coalesce(x.value - x.value = 0 AND x.ts BETWEEN {{min_ts}} AND {{max_ts}}, false))
+				INTO got_ids, sf, sv, sts, tids, lsound
 				FROM (SELECT t.id, t.value, t.ts, t.ctid FROM {{table}} t
 					WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id) x;
 			IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
@@ -398,11 +413,24 @@ BEGIN
 	-- Read the records only checked, without locks.
 	IF nrec > p_nlock THEN
 		SELECT array_agg(t.value IS NOT NULL ORDER BY u.o),
-			array_agg(coalesce(t.value, 0) ORDER BY u.o), array_agg(coalesce(t.ts, 0) ORDER BY u.o)
-			INTO cf, cv, cts
+			array_agg(coalesce(t.value, 0) ORDER BY u.o), array_agg(coalesce(t.ts, 0) ORDER BY u.o),
+			bool_and(t.value IS NULL OR coalesce(t.value - t.value = 0 AND t.ts BETWEEN {{min_ts}} AND {{max_ts}}, false))
+			INTO cf, cv, cts, csound
 			FROM unnest(p_id[p_nlock + 1:nrec]) WITH ORDINALITY AS u(id, o)
 			LEFT JOIN LATERAL (SELECT r.value, r.ts FROM {{table}} r WHERE r.id = u.id LIMIT 1) t ON true;
 		sf := coalesce(sf, '{}') || cf; sv := coalesce(sv, '{}') || cv; sts := coalesce(sts, '{}') || cts;
+	END IF;
+	-- A record that no release writes fails the batch, rather than be
+	-- decided on: NaN reads here as more than any number (a full bucket),
+	-- and as no number in Go. Which one is looked up only then.
+	IF NOT (lsound AND csound) THEN
+		SELECT t.id, t.value, t.ts INTO bid, bv0, bt0 FROM {{table}} t
+			WHERE t.id = ANY (p_id) AND length(t.id) <> 16 AND t.value IS NOT NULL
+				AND NOT coalesce(t.value - t.value = 0 AND t.ts BETWEEN {{min_ts}} AND {{max_ts}}, false)
+			ORDER BY t.id LIMIT 1;
+		RAISE SQLSTATE 'RLBAD' USING DETAIL = coalesce(encode(bid, 'hex'), ''),
+			MESSAGE = format('the record %s holds value %s, ts %s', coalesce(encode(bid, 'hex'), '(changed since)'),
+				bv0, coalesce(bt0::text, 'NULL'));
 	END IF;
 
 	FOR o IN 0 .. nops - 1 LOOP
@@ -765,6 +793,11 @@ BEGIN
 	SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM {{table}} t WHERE t.id = p_id;
 	present := FOUND;
 	LOOP
+		-- A record that no release writes fails the call, as in {{apply}}.
+		IF ov IS NOT NULL AND NOT coalesce(ov - ov = 0 AND ots BETWEEN {{min_ts}} AND {{max_ts}}, false) THEN
+			RAISE SQLSTATE 'RLBAD' USING DETAIL = encode(p_id, 'hex'),
+				MESSAGE = format('the record %s holds value %s, ts %s', encode(p_id, 'hex'), ov, coalesce(ots::text, 'NULL'));
+		END IF;
 		-- Load the record as the transition sees it: refreshed if found,
 		-- fresh if missing (a placeholder, with no value, reads as missing).
 		IF ov IS NULL THEN
