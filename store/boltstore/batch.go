@@ -75,8 +75,9 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // ApplyBatch implements driver.BatchApplier: it decides ops one after
 // another, in one write transaction, and fills outs[i] (one Decision per
-// item of ops[i]). An op that fails on its own (a settlement whose mark
-// cannot be read: ErrBadMark; the decisions are pure) is left out: the
+// item of ops[i]). An op that fails on its own (a record that no release
+// writes: ErrBadRecord; a settlement whose mark cannot be read:
+// ErrBadMark; the decisions are pure) is left out: the
 // others are decided and committed without it, and the error joins an
 // *OpError for each op left out. Any other error
 // means that nothing was written (outs of the wrong length, or an invalid
@@ -199,7 +200,10 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 		}
 	}
 	for i, k := range r.keys {
-		prev[i] = get(b, k, op.Now)
+		var err error
+		if prev[i], err = s.get(b, k, op.Now); err != nil {
+			return err // a record no release writes: the op fails alone
+		}
 	}
 	ratelimit.Evaluate(op, prev, r.out, next)
 	if mark != nil {

@@ -14,7 +14,9 @@
 // leaves a mark beside the records, a key of its own, so that the token is
 // settled at most once. A mark the store cannot read (something other than
 // this store wrote the key) fails the settlement with ErrBadMark, rather
-// than be taken for no mark: the token may have been settled already.
+// than be taken for no mark: the token may have been settled already. A
+// record it cannot read, or one that no release writes, fails every call
+// on it with ErrBadRecord, rather than be taken for a full bucket.
 //
 // # Group commit
 //
@@ -112,6 +114,16 @@ var ErrAlreadyOpen = errors.New("boltstore: the file is already open in this pro
 // writes nothing for the op. It matches driver.ErrBadRecord too, the error
 // every store gives for what no release of it writes.
 var ErrBadMark error = badMarkError{}
+
+// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
+// that met, where a record belongs in the bucket, a value that no release
+// writes: of another size, or a record of NaN or infinitely many tokens,
+// or of a time beyond any call's (driver.CheckState); written there by
+// something else, or damaged. The error names the key and says what to do.
+// The call changed nothing; every call on that record fails until the key
+// is deleted. It is driver.ErrBadRecord, the error every store gives for
+// what no release of it writes.
+var ErrBadRecord = driver.ErrBadRecord
 
 // badMarkError is the type of ErrBadMark: its own message, and a match for
 // driver.ErrBadRecord.
@@ -429,7 +441,9 @@ func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision)
 			return err
 		}
 		for i, k := range keys {
-			prev[i] = get(b, k, now)
+			if prev[i], err = s.get(b, k, now); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -457,18 +471,35 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	return coalesce.Detached(ctx, func() error { return s.db.View(fn) })
 }
 
-// get reads a record; one whose bucket is full again by now reads as
-// missing, which is the same full bucket.
-func get(b *bolt.Bucket, k []byte, now int64) driver.Record {
+// get reads the record at k; one whose bucket is full again by now reads
+// as missing, which is the same full bucket. A value that no release
+// writes there, expired or not, is an error matching ErrBadRecord: read
+// as missing, a damaged file would let every limit start over.
+func (s *Store) get(b *bolt.Bucket, k []byte, now int64) (driver.Record, error) {
 	v := b.Get(k)
 	if v == nil {
-		return driver.Record{}
+		return driver.Record{}, nil
 	}
 	st, expires, ok := decodeValue(v)
-	if !ok || expires <= now {
-		return driver.Record{}
+	if !ok {
+		return driver.Record{}, s.badRecord(k, v, fmt.Sprintf("a record is %d bytes", valueLen))
 	}
-	return driver.Record{State: st, Found: true}
+	if err := driver.CheckState(st); err != nil {
+		return driver.Record{}, s.badRecord(k, v, err.Error())
+	}
+	if expires <= now {
+		return driver.Record{}, nil
+	}
+	return driver.Record{State: st, Found: true}, nil
+}
+
+// badRecord returns the error, matching ErrBadRecord, of the value v at
+// the record's key k, which no release writes, for why.
+func (s *Store) badRecord(k, v []byte, why string) error {
+	return fmt.Errorf("%w: key %q of bucket %q holds %d bytes, %x: %s: "+
+		"delete the key through the store's DB (its limit starts full again); "+
+		"if something else writes into the bucket, give the store a bucket of its own (WithBucket)",
+		ErrBadRecord, k, s.bucket, len(v), v[:min(len(v), 2*valueLen)], why)
 }
 
 // Load implements ratelimit.Store.
@@ -503,7 +534,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 				buf = appendRecordKey(buf[:0], ids[i])
 				k = buf
 			}
-			recs[i] = get(b, k, math.MinInt64)
+			if recs[i], err = s.get(b, k, math.MinInt64); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

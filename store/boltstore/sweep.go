@@ -26,7 +26,9 @@ const defaultSweepBatch = 1000
 // goroutine. It removes the marks of settlements once they have expired
 // too, but keeps a mark it cannot read (ErrBadMark): its expiry is
 // unknown, and without it its token could be settled again. Delete such
-// a key through DB once its token has expired.
+// a key through DB once its token has expired. It keeps as well a value
+// of another size than a record's where a record belongs (ErrBadRecord):
+// its limit would start full again unseen.
 //
 // It sweeps the bucket in small steps, resuming where the last stopped:
 // each reads a thousand keys in a read transaction, then removes those
@@ -74,10 +76,12 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 }
 
 // expiredAt reports whether the value v of the key k says it may be
-// removed at cutoff (now less ExpiryGrace). A record's that does not decode
-// may, as it reads as missing; a settlement's mark that does not decode
-// may not: its expiry is unknown, and without it the token could be
-// settled again (ErrBadMark).
+// removed at cutoff (now less ExpiryGrace). A value that does not decode
+// may not: its expiry is unknown, and without it a record's limit would
+// start full again unseen (ErrBadRecord), a settlement's token could be
+// settled again (ErrBadMark). Nor may a mark of no kind of settlement. A
+// record that no release writes but whose expiry reads goes once expired,
+// as any record.
 func expiredAt(k, v []byte, cutoff int64) bool {
 	if len(k) == markLen && k[0] == tagMark {
 		if _, ok := decodeMark(v); !ok {
@@ -85,7 +89,7 @@ func expiredAt(k, v []byte, cutoff int64) bool {
 		}
 	}
 	_, expires, ok := decodeValue(v)
-	return !ok || expires <= cutoff
+	return ok && expires <= cutoff
 }
 
 // scan reads up to sweepBatch keys after after (from the first if nil),
