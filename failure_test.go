@@ -566,6 +566,43 @@ func TestInvalidOpIsNoStoreFailure(t *testing.T) {
 	require.False(t, res.Degraded)
 }
 
+// A record the store cannot read (driver.ErrBadRecord: one key's damage,
+// or a foreign value under the store's prefix) says nothing of the store's
+// health either: the failure policy answers the call, but the breaker does
+// not count it, or one damaged hot key would open it for every limit and
+// key. The same holds on the bound fast path.
+func TestBadRecordIsNoStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	bad := fmt.Errorf("teststore: key %q: %w", "k", driver.ErrBadRecord)
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
+			hook := &hookStore{Store: must(memstore.New())}
+			var store ratelimit.Store = hook
+			if bound {
+				store = &hookBinder{hook}
+			}
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+			}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(2, time.Hour))
+			require.NoError(t, err)
+			hook.apply = func(context.Context) error { return bad }
+			for range 5 {
+				res, err := lim.Limit(ctx, "l", "k")
+				require.ErrorIs(t, err, driver.ErrBadRecord)
+				require.True(t, res.OK, "the failure policy answers: fail open")
+				require.True(t, res.Degraded)
+			}
+			hook.apply = nil
+			calls := hook.calls.Load()
+			res, err := lim.Limit(ctx, "l", "other")
+			require.NoError(t, err, "the breaker opened on bad records")
+			require.True(t, res.OK)
+			require.False(t, res.Degraded)
+			require.Equal(t, calls+1, hook.calls.Load(), "the store was asked")
+		})
+	}
+}
+
 // A probe whose store panics, with a caller that recovers (as net/http
 // does for a handler), leaves the breaker to the next call: it stayed
 // marked in flight, and the breaker open for good, every call decided by

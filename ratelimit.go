@@ -479,7 +479,7 @@ func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit,
 		l.breaker.abandon(probe)
 		return driver.Verdict{}, now, false, callerError(ctx, lim.name, err)
 	}
-	l.storeFailed(lim.name, err)
+	l.storeErr(lim.name, probe, err)
 	lims := [1]*limit{lim}
 	r, _, err := l.degraded(ctx, mode, lims[:], key, c, timeAt(start, now), &StoreError{Name: lim.name, Err: err})
 	*res = r
@@ -659,15 +659,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			l.breaker.abandon(probe)
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
-		if errors.Is(err, driver.ErrInvalidOp) {
-			// Refused before the store was asked: a bug, not the
-			// store's health, which the breaker must not judge by it
-			// (it would open for every limit and key).
-			l.breaker.abandon(probe)
-			l.opRefused(names[0], err)
-		} else {
-			l.storeFailed(names[0], err)
-		}
+		l.storeErr(names[0], probe, err)
 		return l.degraded(ctx, mode, lims, key, c, start, &StoreError{Name: names[0], Err: err})
 	}
 	// The time of the answer, not of the call's start: the store may have
@@ -851,12 +843,27 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 	return res, charge{start: start}, serr
 }
 
-// opRefused logs an op the store refused as invalid (driver.ErrInvalidOp):
-// the Limiter never sends one, so it is a bug, answered by the failure
-// policy without counting as a failure of the store.
-func (l *Limiter) opRefused(name string, err error) {
+// storeErr accounts for err, the error of a store call of limit name, that
+// the failure policy is to answer. Two refusals say nothing of the store's
+// health, and the breaker must not judge it by them (it would open for
+// every limit and key on the calls of one): an op the store refused as
+// invalid (driver.ErrInvalidOp), which the Limiter never sends, so a bug;
+// and a record it cannot read (driver.ErrBadRecord), one key's damage.
+// Both are logged at error level; any other error counts as a failure.
+func (l *Limiter) storeErr(name string, probe bool, err error) {
+	var msg string
+	switch {
+	case errors.Is(err, driver.ErrInvalidOp):
+		msg = "ratelimit: the store refused an invalid op, which is a bug: please report it; the failure policy decides"
+	case errors.Is(err, driver.ErrBadRecord):
+		msg = "ratelimit: the store holds a record it cannot read: see the error for what to do; the failure policy decides"
+	default:
+		l.storeFailed(name, err)
+		return
+	}
+	l.breaker.abandon(probe)
 	if l.logger != nil {
-		l.logger.Error("ratelimit: the store refused an invalid op, which is a bug: please report it; the failure policy decides", "limit", name, "err", err)
+		l.logger.Error(msg, "limit", name, "err", err)
 	}
 }
 

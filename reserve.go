@@ -305,10 +305,11 @@ func (r *Reservation) cancelWith(ctx context.Context, err error) error {
 // the reservation's one job: it schedules nothing, and returns an error
 // at once, when the reservation was refused (a *LimitError) or canceled
 // (ErrReservationCanceled), when another AfterFunc or a Wait of it is
-// under way (ErrReservationScheduled: stop that one first), or when the
-// job was let run (ErrReservationUsed), or when fn is nil
-// (ErrInvalidOption). The stop it then returns reports false. An AfterFunc whose fn did not run because the store failed lets
-// go of the job: a new AfterFunc (or Wait) tries the use again.
+// under way (ErrReservationScheduled: stop that one first), when the job
+// was let run (ErrReservationUsed), or when fn is nil (ErrInvalidOption).
+// The stop it then returns reports false. An AfterFunc whose fn did not
+// run because the store failed lets go of the job: a new AfterFunc (or
+// Wait) tries the use again.
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool, err error) {
 	if fn == nil {
 		return stopped, fmt.Errorf("ratelimit: AfterFunc: the function to run is nil: pass the job's function; nothing was scheduled: %w", ErrInvalidOption)
