@@ -180,7 +180,7 @@ func (c Config) shards() int {
 }
 
 // MaxShards is the largest Config.Shards accepted.
-const MaxShards = 1024
+const MaxShards = driver.MaxShards
 
 // Bounds of the config space: within them every store, whatever its
 // arithmetic (Go, Lua, SQL), computes every decision exactly and alike.

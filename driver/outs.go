@@ -95,6 +95,11 @@ func CheckOp(op *Op) error {
 		if one && (it.At < -MaxTime || it.At > MaxTime) {
 			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
 		}
+		for j := range it.Shards {
+			if k := it.Shards[j].Index; k < 0 || k >= MaxShards {
+				return opError("item %d (%q) names shard %d: give an index in [0, MaxShards), %d", i, it.Name, k, MaxShards)
+			}
+		}
 		if !paramsValid(&it.Shards[0].Params) {
 			return paramsError(i, it, 0)
 		}

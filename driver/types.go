@@ -244,9 +244,15 @@ type Item struct {
 
 // Shard is one record of an Item and its params.
 type Shard struct {
+	// Index is the shard's, in [0, MaxShards): 0 for an unsharded limit.
 	Index  int
 	Params Params
 }
+
+// MaxShards bounds a Shard's Index (an index of MaxShards or more, or
+// below 0, makes the op invalid): ratelimit.MaxShards, the most shards a
+// limit may have.
+const MaxShards = 1024
 
 // RecordID names one record: a (limit name, key, shard). Two different
 // RecordIDs never share a record in any store.

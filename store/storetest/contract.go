@@ -214,7 +214,7 @@ func invalidOpRecords() []driver.RecordID {
 // mode that is not one, a time beyond ±MaxTime, a count of NaN, negative
 // or infinite, a refund charged at a time beyond ±MaxTime, a settlement
 // kept until a time beyond it, items of no shards, of three, or a refund's
-// of two, items of two keys, two items of one record, an item of one shard
+// of two, a shard's index out of [0, MaxShards), items of two keys, two items of one record, an item of one shard
 // twice, and params out of range (kind, period, phase, rate, capacity, max
 // reserved). The settlement of the i-th has ID invalidID(i).
 func invalidOps(now int64, p driver.Params) []invalidOp {
@@ -255,6 +255,10 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 		{"an item of three shards", op(driver.ModeLimit, 3, false, 0, nil)},
 		{"a refund of two shards", op(driver.ModeRefund, 2, false, 0, nil)},
 		{"a settlement of two shards", op(driver.ModeRefund, 2, true, driver.SettleUse, nil)},
+		{"a shard of index -1", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Shards[0].Index = -1 })},
+		{"a shard of index MaxShards", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Shards[0].Index = driver.MaxShards })},
+		{"a second shard of index MaxShards", op(driver.ModeLimit, 2, false, 0, func(o *driver.Op) { o.Items[0].Shards[1].Index = driver.MaxShards })},
+		{"a refund of a shard of index -1", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].Shards[0].Index = -1 })},
 		{"a count of NaN", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.NaN() })},
 		{"a reservation of NaN", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Reserve, o.Items[0].Count = true, math.NaN() })},
 		{"a refund of NaN", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.NaN() })},
