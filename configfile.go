@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,16 +46,18 @@ import (
 // 3339 time) and failOpen (true or false, or yes, no, on and off unquoted,
 // as yaml.Unmarshal reads a bool); omitted fields take their zero values,
 // and a field written without a value ("capacity:", null) is an error. An
-// unknown field is an error, so that a misspelt one is not silently
-// ignored; errors name the line and the field as written here. A limit
-// name or a field name is text: a list, a mapping or null (~) is an error.
-// Anchors, aliases and merges read as yaml.Unmarshal reads them ("<<:
-// *defaults" gives the fields of defaults that the limit does not give),
-// and a mapping merged into itself is an error, as it is there; a limit's
-// keys, counting those of the mappings it merges, overridden ones
-// included, are at most 100, so that merges through aliases cannot make a
-// small file long to read. A file is one YAML document: a second one,
-// after a "---", is an error rather than ignored.
+// integer with a leading zero (010) is an error: yaml.Unmarshal reads it
+// as YAML 1.1 does, the octal 8; octal is written 0o10. An unknown field
+// is an error, so that a misspelt one is not silently ignored; errors name
+// the line and the field as written here. A limit name or a field name is
+// text: a list, a mapping or null (~) is an error. Anchors, aliases and
+// merges read as yaml.Unmarshal reads them ("<<: *defaults" gives the
+// fields of defaults that the limit does not give), and a mapping merged
+// into itself is an error, as it is there; a limit's keys, counting those
+// of the mappings it merges, overridden ones included, are at most 100, so
+// that merges through aliases cannot make a small file long to read. A
+// file is one YAML document: a second one, after a "---", is an error
+// rather than ignored.
 
 // configFile is a Config as files write it.
 type configFile struct {
@@ -181,8 +184,9 @@ var configFields = []struct {
 	{"maxReserved", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.MaxReserved) }},
 	{"shards", func(c *Config, n *yaml.Node) error {
 		var f float64
+		var lz *leadingZeroError
 		switch err := readNumber(n, &f); {
-		case err != nil && n.Kind != yaml.ScalarNode:
+		case err != nil && (n.Kind != yaml.ScalarNode || errors.As(err, &lz)):
 			return err
 		case err != nil || f != math.Trunc(f):
 			return fmt.Errorf("%q is not a whole number of shards", n.Value)
@@ -222,13 +226,44 @@ const quotedStyle = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.Tagge
 
 func readNumber(n *yaml.Node, x *float64) error {
 	if n.Kind == yaml.ScalarNode && n.Decode(x) == nil {
-		return nil
+		return leadingZero(n.Value)
 	}
 	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quotedStyle == 0 && errors.Is(err, strconv.ErrRange) {
 		return fmt.Errorf("%q is out of range: a number of tokens is at most %v", n.Value, MaxTokens)
 	}
 	return fmt.Errorf("%s is not a number", shown(n))
 }
+
+// leadingZeroSyntax matches an integer written with a leading zero, its
+// underscores removed: its sign, and its digits after the zeros.
+var leadingZeroSyntax = regexp.MustCompile(`^([-+]?)0+([0-9]*)$`)
+
+// leadingZero refuses a number, as written, that is an integer with a
+// leading zero: yaml.Unmarshal reads 010 as YAML 1.1 does, the octal 8,
+// where YAML 1.2, JSON's rules and a reader mean 10. Octal is written
+// 0o10, as YAML 1.2 writes it.
+func leadingZero(s string) error {
+	plain := strings.ReplaceAll(s, "_", "")
+	m := leadingZeroSyntax.FindStringSubmatch(plain)
+	if m == nil || len(plain) == len(m[1])+1 { // 0, +0, -0
+		return nil
+	}
+	sign, digits := m[1], m[2]
+	if digits == "" || strings.Trim(digits, "01234567") != "" { // 00, 08: as decimal
+		return &leadingZeroError{fmt.Sprintf("%q has a leading zero: write %s%s", s, sign, cmp.Or(digits, "0"))}
+	}
+	octal := "octal"
+	if v, err := strconv.ParseInt(sign+digits, 8, 64); err == nil {
+		octal = fmt.Sprintf("octal (%d)", v)
+	}
+	return &leadingZeroError{fmt.Sprintf("%q has a leading zero, which YAML reads as %s: write %s%s, or %s0o%s if octal is meant",
+		s, octal, sign, digits, sign, digits)}
+}
+
+// leadingZeroError is the error of leadingZero.
+type leadingZeroError struct{ msg string }
+
+func (e *leadingZeroError) Error() string { return e.msg }
 
 // fieldNames lists the file format's fields, for messages.
 func fieldNames() string {

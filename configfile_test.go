@@ -375,8 +375,9 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 	assert.Contains(t, limits, "🚀")
 
 	// Read as YAML where JSON does not read it all: a trailing comma, a
-	// leading zero, a comment after the object.
-	for _, in := range []string{`{"a": ` + limit + `,}`, `{"a": {"kind": "fixed window", "rate": 01, "period": "1h"}}`, `{"a": ` + limit + `} # one`} {
+	// number ending in its point, a comment after the object. (A leading
+	// zero is refused: TestParseLimitsLeadingZero.)
+	for _, in := range []string{`{"a": ` + limit + `,}`, `{"a": {"kind": "fixed window", "rate": 1., "period": "1h"}}`, `{"a": ` + limit + `} # one`} {
 		limits, err := ratelimit.ParseLimits([]byte(in))
 		require.NoError(t, err, in)
 		assert.Equal(t, 1.0, limits["a"].Rate, in)
@@ -589,4 +590,51 @@ func FuzzConfigRoundTrip(f *testing.F) {
 		require.NoError(t, yerr)
 		requireReadsBack(t, c, j, y)
 	})
+}
+
+// An integer written with a leading zero is refused: YAML 1.1, as
+// yaml.Unmarshal reads it, takes 010 for the octal 8, where YAML 1.2 and
+// the reader mean 10. A rate of 010 was a rate of 8, without a word, and
+// so was one in a file that starts as JSON (read as YAML: JSON has no
+// leading zeros). Octal written as YAML 1.2 writes it, 0o10, is 8.
+func TestParseLimitsLeadingZero(t *testing.T) {
+	for _, bad := range []struct{ field, value, want string }{
+		{"rate", "010", `line 3: rate: "010" has a leading zero, which YAML reads as octal (8): write 10, or 0o10 if octal is meant`},
+		{"rate", "+010", `rate: "+010" has a leading zero, which YAML reads as octal (8): write +10, or +0o10 if octal is meant`},
+		{"capacity", "0_10", `capacity: "0_10" has a leading zero, which YAML reads as octal (8): write 10, or 0o10 if octal is meant`},
+		{"maxReserved", "0777", `maxReserved: "0777" has a leading zero, which YAML reads as octal (511): write 777, or 0o777 if octal is meant`},
+		{"shards", "010", `shards: "010" has a leading zero, which YAML reads as octal (8): write 10, or 0o10 if octal is meant`},
+		{"shards", "-010", `shards: "-010" has a leading zero, which YAML reads as octal (-8): write -10, or -0o10 if octal is meant`},
+		{"rate", "!!int 012", `rate: "012" has a leading zero, which YAML reads as octal (10): write 12, or 0o12 if octal is meant`},
+		{"rate", "01", `rate: "01" has a leading zero, which YAML reads as octal (1): write 1, or 0o1 if octal is meant`},
+		{"rate", "09", `rate: "09" has a leading zero: write 9`},
+		{"rate", "00", `rate: "00" has a leading zero: write 0`},
+	} {
+		fields := map[string]string{"kind": "fixed window", "rate": "1", "period": "1h", bad.field: bad.value}
+		var b strings.Builder
+		b.WriteString("a:\n")
+		for _, f := range []string{"kind", "rate", "period", "capacity", "maxReserved", "shards"} {
+			if v, ok := fields[f]; ok {
+				fmt.Fprintf(&b, "  %s: %s\n", f, v)
+			}
+		}
+		_, err := ratelimit.ParseLimits([]byte(b.String()))
+		assert.ErrorContains(t, err, bad.want, b.String())
+	}
+	// A file that starts as JSON, with a leading zero, is read as YAML:
+	// the same error.
+	_, err := ratelimit.ParseLimits([]byte(`{"a": {"kind": "fixed window", "rate": 010, "period": "1h"}}`))
+	assert.ErrorContains(t, err, `limit "a": line 1: rate: "010" has a leading zero, which YAML reads as octal (8): write 10`)
+	var c ratelimit.Config
+	assert.ErrorContains(t, yaml.Unmarshal([]byte("kind: fixed window\nrate: 010\nperiod: 1h\n"), &c), `line 2: rate: "010" has a leading zero`)
+	assert.Error(t, json.Unmarshal([]byte(`{"kind": "fixed window", "rate": 010, "period": "1h"}`), &c), "not JSON")
+
+	// What has no leading zero, or is text, reads as it did.
+	for in, want := range map[string]float64{"0o10": 8, "0x10": 16, "10": 10, "0": 0, "0_": 0, "0.5": 0.5, "010.5": 10.5, "010e1": 100, "1_000": 1000} {
+		limits, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  capacity: " + in + "\n"))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, limits["a"].Capacity, in)
+	}
+	_, err = ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  period: 1h\n  rate: \"010\"\n"))
+	assert.ErrorContains(t, err, `rate: "010" is not a number`)
 }
