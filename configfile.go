@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,22 +43,24 @@ import (
 // Config written, but for the location of Start (see MarshalJSON).
 //
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
-// Go duration: "1h", "90s"), capacity, maxReserved, shards, start (an RFC
-// 3339 time) and failOpen (true or false, or yes, no, on and off unquoted,
-// as yaml.Unmarshal reads a bool); omitted fields take their zero values,
-// and a field written without a value ("capacity:", null) is an error. An
-// integer with a leading zero (010) is an error: yaml.Unmarshal reads it
-// as YAML 1.1 does, the octal 8; octal is written 0o10. An unknown field
-// is an error, so that a misspelt one is not silently ignored; errors name
-// the line and the field as written here. A limit name or a field name is
-// text: a list, a mapping or null (~) is an error. Anchors, aliases and
-// merges read as yaml.Unmarshal reads them ("<<: *defaults" gives the
-// fields of defaults that the limit does not give), and a mapping merged
-// into itself is an error, as it is there; a limit's keys, counting those
-// of the mappings it merges, overridden ones included, are at most 100, so
-// that merges through aliases cannot make a small file long to read. A
-// file is one YAML document: a second one, after a "---", is an error
-// rather than ignored.
+// Go duration: "1h", "90s", read exactly: one that is not a whole number
+// of nanoseconds, such as 1.0000005ms, is an error), capacity,
+// maxReserved, shards, start (an RFC 3339 time) and failOpen (true or
+// false, or yes, no, on and off unquoted, as yaml.Unmarshal reads a bool);
+// omitted fields take their zero values, and a field written without a
+// value ("capacity:", null) is an error. An integer with a leading zero
+// (010) is an error: yaml.Unmarshal reads it as YAML 1.1 does, the octal
+// 8; octal is written 0o10. An unknown field is an error, so that a
+// misspelt one is not silently ignored; errors name the line and the field
+// as written here. A limit name or a field name is text: a list, a mapping
+// or null (~) is an error. Anchors, aliases and merges read as
+// yaml.Unmarshal reads them ("<<: *defaults" gives the fields of defaults
+// that the limit does not give), and a mapping merged into itself is an
+// error, as it is there; a limit's keys, counting those of the mappings it
+// merges, overridden ones included, are at most 100, so that merges
+// through aliases cannot make a small file long to read. A file is one
+// YAML document: a second one, after a "---", is an error rather than
+// ignored.
 
 // configFile is a Config as files write it.
 type configFile struct {
@@ -170,12 +173,16 @@ var configFields = []struct {
 	}},
 	{"rate", func(c *Config, n *yaml.Node) error { return readNumber(n, &c.Rate) }},
 	{"period", func(c *Config, n *yaml.Node) error {
-		d, err := time.ParseDuration(n.Value)
+		_, err := time.ParseDuration(n.Value)
 		if n.Kind == yaml.ScalarNode && err != nil && durationSyntax.MatchString(n.Value) {
 			return fmt.Errorf("%q is out of range: a period is from 1ms to %v (100 years)", n.Value, MaxPeriod)
 		}
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%s is not a duration: write one such as \"1m\" or \"1h30m\"", shown(n))
+		}
+		d, err := exactDuration(n.Value)
+		if err != nil {
+			return fmt.Errorf("%q %w: a period is a whole number of milliseconds, from 1ms to %v (100 years)", n.Value, err, MaxPeriod)
 		}
 		c.Period = d
 		return nil
@@ -219,6 +226,57 @@ var configFields = []struct {
 // durationSyntax matches what time.ParseDuration reads, of any size: a
 // duration it refuses though it matches is out of its range.
 var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// durationPart matches one number and its unit of what time.ParseDuration
+// reads: its whole part, its decimals and its unit.
+var durationPart = regexp.MustCompile(`(\d*)(?:\.(\d*))?(ns|us|µs|μs|ms|s|m|h)`)
+
+// durationUnits are the units of time.ParseDuration, in nanoseconds.
+var durationUnits = map[string]int64{"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+
+// maxDurationDecimals bounds the decimals of a number of a duration, but
+// for trailing zeros: more are finer than a nanosecond of any unit (an
+// hour has 3.6e12).
+const maxDurationDecimals = 100
+
+// exactDuration returns s, a duration time.ParseDuration reads, as the
+// exact number of nanoseconds it writes, or an error if it is not a whole
+// number of them. ParseDuration truncates the fraction of each unit,
+// computed in float64, so that it reads 0.5ns as 0 and 1.0000005ms as 1ms,
+// and drops the decimals beyond its range (1.00000000000000000001s).
+func exactDuration(s string) (time.Duration, error) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimLeft(s, "+-")
+	// Summed over a common denominator, 10^decimals: the decimals of
+	// two units may add up to a whole nanosecond (0.5ns0.5ns).
+	sum, ten := new(big.Int), big.NewInt(10)
+	decimals := 0
+	for _, m := range durationPart.FindAllStringSubmatch(s, -1) {
+		whole, frac, unit := m[1], strings.TrimRight(m[2], "0"), big.NewInt(durationUnits[m[3]])
+		if len(frac) > maxDurationDecimals {
+			return 0, errors.New("is not a whole number of nanoseconds")
+		}
+		if len(frac) > decimals {
+			sum.Mul(sum, new(big.Int).Exp(ten, big.NewInt(int64(len(frac)-decimals)), nil))
+			decimals = len(frac)
+		}
+		x, _ := new(big.Int).SetString(cmp.Or(whole, "0")+frac, 10) // digits, as ParseDuration read them
+		x.Mul(x, unit)
+		x.Mul(x, new(big.Int).Exp(ten, big.NewInt(int64(decimals-len(frac))), nil))
+		sum.Add(sum, x)
+	}
+	ns, rem := sum.QuoRem(sum, new(big.Int).Exp(ten, big.NewInt(int64(decimals)), nil), new(big.Int))
+	if rem.Sign() != 0 {
+		return 0, errors.New("is not a whole number of nanoseconds")
+	}
+	if neg {
+		ns.Neg(ns)
+	}
+	if !ns.IsInt64() {
+		return 0, errors.New("is out of range")
+	}
+	return time.Duration(ns.Int64()), nil
+}
 
 // quotedStyle marks a scalar written as text: quoted, as JSON strings
 // are, or tagged.

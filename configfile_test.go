@@ -638,3 +638,35 @@ func TestParseLimitsLeadingZero(t *testing.T) {
 	_, err = ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  period: 1h\n  rate: \"010\"\n"))
 	assert.ErrorContains(t, err, `rate: "010" is not a number`)
 }
+
+// A period is read exactly, and one that is not a whole number of
+// nanoseconds is refused: time.ParseDuration truncates each unit's
+// fraction, computed in float64, and drops decimals beyond its range, so
+// that 1.0000005ms was a period of 1ms without a word, and 0.5ns one of 0
+// ("Period is 0s").
+func TestParseLimitsPeriodExact(t *testing.T) {
+	for _, p := range []string{"0.5ns", "1.0000005ms", "1ms0.5ns", "1.5ns", "0.0000000015s", "1.00000000000000000001s",
+		"0." + strings.Repeat("0", 200) + "1s", "1.5μs0.0000001ns", "0." + strings.Repeat("1", 120) + "m"} {
+		want := `line 4: period: "` + p + `" is not a whole number of nanoseconds: a period is a whole number of milliseconds, from 1ms to 876576h0m0s (100 years)`
+		for _, doc := range []string{"a:\n  kind: token bucket\n  rate: 1\n  period: " + p + "\n",
+			"{\"a\": {\"kind\": \"token bucket\",\n \"rate\": 1,\n\n \"period\": \"" + p + "\"}}"} {
+			_, err := ratelimit.ParseLimits([]byte(doc))
+			assert.ErrorContains(t, err, want, doc)
+		}
+	}
+	for p, want := range map[string]time.Duration{
+		"0.5000000000000h":                30 * time.Minute,
+		"1.5000000000000000000000000000s": 1500 * time.Millisecond,
+		"2.000001s":                       2000001 * time.Microsecond, // whole nanoseconds: Validate refuses it
+		"0.5ns0.5ns":                      time.Nanosecond,
+		"1h0.5m":                          time.Hour + 30*time.Second,
+		"0.001h":                          3600 * time.Millisecond,
+		"-1.5s":                           -1500 * time.Millisecond,
+		"+.5s":                            500 * time.Millisecond,
+		"0":                               0,
+	} {
+		var c ratelimit.Config
+		require.NoError(t, yaml.Unmarshal([]byte("kind: token bucket\nrate: 1\nperiod: "+p+"\n"), &c), p)
+		assert.Equal(t, want, c.Period, p)
+	}
+}
