@@ -54,7 +54,11 @@ type Config struct {
 	// Start + k·Period for every integer k. The zero time.Time means a phase
 	// derived per key, so that clients of different keys do not all retry at
 	// the same instant; time.UnixMilli(0) aligns windows to the epoch. Only
-	// for FixedWindow.
+	// for FixedWindow. The phase is computed from Start's Unix milliseconds,
+	// so that Start must be an instant whose milliseconds an int64 holds:
+	// from time.UnixMilli(math.MinInt64) to the end of the millisecond
+	// time.UnixMilli(math.MaxInt64), some 292 million years either side of
+	// 1970.
 	Start time.Time `json:"start,omitzero" yaml:"start,omitempty"`
 	// FailOpen is the failure policy: when the store cannot be asked, a
 	// call is allowed if FailOpen is true, and refused if it is false (the
@@ -149,8 +153,21 @@ func (c Config) validate(name string) error {
 	if !c.Start.IsZero() && c.Kind != driver.FixedWindow {
 		return bad("Start", "is set on a token bucket, which has no windows: remove Start")
 	}
+	if !c.Start.IsZero() && (c.Start.Before(minStart) || !c.Start.Before(maxStart)) {
+		// Its Unix milliseconds would overflow, and the windows fall at
+		// another phase.
+		return bad("Start", "is %v: it must be within some 292 million years of 1970, from %v to %v, whose Unix milliseconds an int64 holds",
+			c.Start, minStart.UTC(), maxStart.Add(-time.Millisecond).UTC())
+	}
 	return nil
 }
+
+// The bounds of Start, the instants whose Unix milliseconds an int64
+// holds: maxStart is the first instant after them.
+var (
+	minStart = time.UnixMilli(math.MinInt64)
+	maxStart = time.UnixMilli(math.MaxInt64).Add(time.Millisecond)
+)
 
 func finitePositive(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
 

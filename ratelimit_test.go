@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -205,6 +206,60 @@ func TestFutureStartFixesOnlyThePhase(t *testing.T) {
 	st, err := lim.Value(ctx, "launch", "k")
 	require.NoError(t, err)
 	assert.Equal(t, t0.Add(-43*time.Minute), st.WindowStart.UTC())
+}
+
+// A Start of any year a Limiter can compute fixes the windows at Start +
+// k·Period, however far from now: the year 1 (a millisecond after the
+// zero time.Time, which means a derived phase), 9999, beyond RFC 3339's
+// years, and up to some 292 million years either side of 1970. Beyond,
+// its Unix milliseconds overflow an int64 and the windows fell at another
+// phase (a Start of 292278995-01-01T00:00:00Z made hourly windows start
+// at 34m8.384s past the hour), without a word: Validate refuses it.
+func TestExtremeStart(t *testing.T) {
+	ctx := context.Background()
+	const period = 7 * time.Hour // not a divisor of a day or a year
+	// unixMilli is t's Unix milliseconds, exactly, rounded down.
+	unixMilli := func(t time.Time) *big.Int {
+		ms := new(big.Int).Mul(big.NewInt(t.Unix()), big.NewInt(1000))
+		return ms.Add(ms, big.NewInt(int64(t.Nanosecond()/1e6)))
+	}
+	for _, start := range []time.Time{
+		time.Date(1, 1, 1, 0, 0, 0, 1e6, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC),
+		time.Date(123456, 7, 8, 9, 10, 11, 12e6, time.UTC),
+		time.Date(-4000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.UnixMilli(math.MaxInt64),
+		time.UnixMilli(math.MaxInt64).Add(time.Millisecond - 1),
+		time.UnixMilli(math.MinInt64),
+	} {
+		c := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: period, Start: start}
+		require.NoError(t, c.Validate(), start)
+		lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"x": c}, ratelimit.WithClock(newMock()))
+		require.NoError(t, err)
+		st, err := lim.Value(ctx, "x", "k")
+		require.NoError(t, err)
+		off := new(big.Int).Sub(unixMilli(st.WindowStart), unixMilli(start))
+		assert.Zero(t, new(big.Int).Mod(off, big.NewInt(period.Milliseconds())).Sign(), "%v: window at %v", start, st.WindowStart)
+		assert.False(t, st.WindowStart.After(t0), start)
+		assert.True(t, st.NextGrant.After(t0), start)
+	}
+
+	for _, start := range []time.Time{
+		time.Date(292278995, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.UnixMilli(math.MaxInt64).Add(time.Millisecond),
+		time.UnixMilli(math.MinInt64).Add(-time.Nanosecond),
+		time.Date(-1e9, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(1<<62, 0),
+	} {
+		c := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: period, Start: start}
+		err := c.Validate()
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, start)
+		assert.Equal(t, "Start", ce.Field)
+		assert.ErrorContains(t, err, "it must be within some 292 million years of 1970", start)
+		_, err = ratelimit.New(must(memstore.New()), ratelimit.Limits{"x": c})
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig, start)
+	}
 }
 
 func TestShardChoiceIsInjectable(t *testing.T) {
