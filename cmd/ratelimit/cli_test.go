@@ -184,7 +184,7 @@ func TestOutputJSON(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var s statusJSON
 	m = decode(t, out, &s)
-	require.Equal(t, []string{"at", "capacity", "debt", "key", "limit", "next_grant", "shards", "tokens", "window_start"}, keysOf(m))
+	require.Equal(t, []string{"at", "capacity", "debt", "key", "limit", "next_grant", "shards", "store_key", "tokens", "window_start"}, keysOf(m))
 	require.Equal(t, []string{"debt", "index", "next_grant", "stored", "tokens", "window_start"},
 		keysOf(m["shards"].([]any)[0].(map[string]any)))
 	require.Equal(t, 7.0, s.Tokens)

@@ -130,10 +130,11 @@ func newInspect() *cobra.Command {
 				return err
 			}
 			cfg, _ := lim.Config(name)
+			storeKey, form := t.sf.storeKey(t.key)
 			if t.output == jsonOutput {
-				return writeJSON(cmd.OutOrStdout(), statusOf(name, t.key, cfg, at, st))
+				return writeJSON(cmd.OutOrStdout(), statusOf(name, t.key, storeKey, cfg, at, st))
 			}
-			printStatus(cmd.OutOrStdout(), name, t.key, cfg, at, st)
+			printStatus(cmd.OutOrStdout(), name, t.key, storeKey, form, cfg, at, st)
 			return nil
 		},
 	}
@@ -146,6 +147,7 @@ func newInspect() *cobra.Command {
 type statusJSON struct {
 	Limit       limitJSON   `json:"limit"`
 	Key         string      `json:"key"`
+	StoreKey    string      `json:"store_key"` // the key as the store knows it
 	At          *string     `json:"at"`
 	Tokens      float64     `json:"tokens"`
 	Debt        float64     `json:"debt"`
@@ -165,8 +167,8 @@ type shardJSON struct {
 	NextGrant   *string `json:"next_grant"`
 }
 
-func statusOf(name, key string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) statusJSON {
-	s := statusJSON{Limit: limitOf(name, cfg), Key: key, At: timeJSON(at), Tokens: st.Remaining, Debt: max(-st.Remaining, 0),
+func statusOf(name, key, storeKey string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) statusJSON {
+	s := statusJSON{Limit: limitOf(name, cfg), Key: key, StoreKey: storeKey, At: timeJSON(at), Tokens: st.Remaining, Debt: max(-st.Remaining, 0),
 		Capacity: st.Capacity, WindowStart: timeJSON(st.WindowStart), NextGrant: timeJSON(st.NextGrant), Shards: []shardJSON{}}
 	for _, sh := range st.Shards {
 		s.Shards = append(s.Shards, shardJSON{Index: sh.Index, Stored: sh.Stored, Tokens: sh.Remaining, Debt: max(-sh.Remaining, 0),
@@ -175,9 +177,18 @@ func statusOf(name, key string, cfg ratelimit.Config, at time.Time, st ratelimit
 	return s
 }
 
-func printStatus(out io.Writer, name, key string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) {
+// printStatus prints inspect's report. storeKey is the key as the store
+// knows it, and form what it is of key (storeFlags.storeKey).
+func printStatus(out io.Writer, name, key, storeKey, form string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) {
 	fmt.Fprintln(out, describe(name, cfg))
-	fmt.Fprintf(out, "key %q at %s\n\n", key, at.UTC().Format(time.RFC3339))
+	fmt.Fprintf(out, "key %q at %s\n", key, at.UTC().Format(time.RFC3339))
+	switch form {
+	case "keyed hash":
+		fmt.Fprintf(out, "stored as %q, its keyed hash (--key-secret)\n", storeKey)
+	case "digest":
+		fmt.Fprintf(out, "stored as %q, its digest: the key has %d bytes, more than %d\n", storeKey, len(key), maxRawKey)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shard\tstored\ttokens\tdebt\twindow start\tnext grant\t")
 	for _, sh := range st.Shards {

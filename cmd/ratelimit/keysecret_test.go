@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 )
 
 // With the application's secret, by --key-secret or RATELIMIT_KEY_SECRET,
@@ -88,4 +91,72 @@ func TestLongKey(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 10 of capacity 10")
 	require.Contains(t, out, "false", "reset dropped the record")
+}
+
+// inspect shows the key as the store knows it, when the store is not
+// given the key itself: the digest of a key longer than 256 bytes, or the
+// keyed hash of --key-secret. It showed the key alone, so that what to
+// look for in redis-cli, psql or a bbolt file was nowhere.
+func TestInspectStoreKey(t *testing.T) {
+	ctx := context.Background()
+	const secret = "cli test secret, of 32 bytes...."
+	long := strings.Repeat("k", 4096)
+	path := filepath.Join(t.TempDir(), "limits.db")
+	store, err := boltstore.Open(path)
+	require.NoError(t, err)
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}
+	plain, err := ratelimit.New(store, ratelimit.Limits{"long": cfg, "short": cfg})
+	require.NoError(t, err)
+	hashed, err := ratelimit.New(store, ratelimit.Limits{"hashed": cfg}, ratelimit.WithKeyHash([]byte(secret)))
+	require.NoError(t, err)
+	for _, call := range []struct {
+		lim       *ratelimit.Limiter
+		name, key string
+	}{{plain, "long", long}, {plain, "short", "user-42"}, {hashed, "hashed", "user-42"}} {
+		_, err := call.lim.Limit(ctx, call.name, call.key)
+		require.NoError(t, err)
+	}
+	require.NoError(t, store.Close())
+
+	// The keys the store holds, by limit: a record's bbolt key is a tag
+	// byte and driver.RecordID.AppendKey, which ends with the key.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	stored := map[string]string{}
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(boltstore.DefaultBucket)).ForEach(func(k, _ []byte) error {
+			k = k[1:]
+			n, w := binary.Uvarint(k)
+			name := string(k[w : w+int(n)])
+			_, w2 := binary.Uvarint(k[w+int(n):])
+			stored[name] = string(k[w+int(n)+w2:])
+			return nil
+		})
+	}))
+	require.NoError(t, db.Close())
+	require.Len(t, stored, 3)
+	require.True(t, strings.HasPrefix(stored["long"], "sha256:"), stored["long"])
+
+	inspect := func(name, key string, extra ...string) (string, map[string]any) {
+		args := append([]string{"inspect", "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h",
+			"--name", name, "--key", key}, extra...)
+		code, out, errOut := exec(args...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "tokens now 9 of capacity 10", "the record the application wrote")
+		code, js, errOut := exec(append(args, "-o", "json")...)
+		require.Equal(t, 0, code, errOut)
+		return out, decode(t, js, &statusJSON{})
+	}
+	out, js := inspect("long", long)
+	require.Contains(t, out, fmt.Sprintf("stored as %q, its digest: the key has 4096 bytes, more than 256\n", stored["long"]))
+	require.Equal(t, stored["long"], js["store_key"])
+	require.Equal(t, long, js["key"])
+
+	out, js = inspect("hashed", "user-42", "--key-secret", secret)
+	require.Contains(t, out, fmt.Sprintf("key \"user-42\" at %s\nstored as %q, its keyed hash (--key-secret)\n\n", js["at"].(string)[:19]+"Z", stored["hashed"]))
+	require.Equal(t, stored["hashed"], js["store_key"])
+
+	out, js = inspect("short", "user-42")
+	require.NotContains(t, out, "stored as")
+	require.Equal(t, "user-42", js["store_key"])
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,17 +60,46 @@ func (f *storeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
 }
 
+// secret returns the secret of the keys' hashes, given by --key-secret or
+// by the environment; "" for none.
+func (f *storeFlags) secret() string {
+	if f.keySecret != "" {
+		return f.keySecret
+	}
+	return os.Getenv(keySecretEnv)
+}
+
 // options returns the Limiter options the flags ask for: WithKeyHash when
 // a secret is given, by --key-secret or by the environment.
 func (f *storeFlags) options() []ratelimit.Option {
-	secret := f.keySecret
-	if secret == "" {
-		secret = os.Getenv(keySecretEnv)
-	}
+	secret := f.secret()
 	if secret == "" {
 		return nil
 	}
 	return []ratelimit.Option{ratelimit.WithKeyHash([]byte(secret))}
+}
+
+// maxRawKey is the longest key the Limiter gives a store as it is, without
+// WithKeyHash (docs/api.md#keys).
+const maxRawKey = 256
+
+// storeKey returns the key under which the store knows key, as the
+// Limiter gives it (docs/api.md#keys), and what it is of key: its keyed
+// hash when a secret is given (WithKeyHash: HMAC-SHA256 under the secret,
+// cut to 16 bytes, in unpadded base64url), its digest when it is longer
+// than maxRawKey ("sha256:" and its SHA-256 in unpadded base64url), and
+// key itself otherwise ("").
+func (f *storeFlags) storeKey(key string) (stored, form string) {
+	if secret := f.secret(); secret != "" {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(key))
+		return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16]), "keyed hash"
+	}
+	if len(key) <= maxRawKey {
+		return key, ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]), "digest"
 }
 
 // connectTimeout bounds the connection to a PostgreSQL server whose
