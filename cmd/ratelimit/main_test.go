@@ -93,6 +93,24 @@ func TestSimulateRollover(t *testing.T) {
 	require.Equal(t, 2, counts[".window"], "boundaries at 01:00 and 02:00 within the chart")
 }
 
+// A window that began before the simulation's start is shown with its
+// start in parentheses, so that its minus is not taken for the dash
+// between the bounds: it read -00:40:00-00:20:00.
+func TestSimulateWindowBeforeStart(t *testing.T) {
+	for _, start := range []string{"2024-01-01T00:20:00Z", "1969-06-01T00:20:00Z", "2025-03-01T00:20:00.5Z"} {
+		code, out, errOut := exec("simulate", "--kind", "fixed window", "--rate", "10", "--period", "1h", "--start", start, "--at", "0s=1,30m=1")
+		require.Equal(t, 0, code, errOut)
+		want := [][]string{
+			{"00:00:00", "(-00:40:00)-00:20:00", "10", "1", "allowed", "9", "0s"},
+			{"00:30:00", "00:20:00-01:20:00", "10", "1", "allowed", "9", "0s"},
+		}
+		if strings.HasSuffix(start, ".5Z") {
+			want[0][1], want[1][1] = "(-00:39:59.500)-00:20:00.500", "00:20:00.500-01:20:00.500"
+		}
+		require.Equal(t, want, rows(out), "--start %s:\n%s", start, out)
+	}
+}
+
 func TestSimulateTokenBucketAndReserve(t *testing.T) {
 	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3",
 		"--max-reserved", "6", "--at", "0s=3,1s=1,2s=5r,3s=2r")

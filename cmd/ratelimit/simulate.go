@@ -455,7 +455,7 @@ func printSteps(out io.Writer, name string, cfg ratelimit.Config, steps []step) 
 	for _, s := range steps {
 		window := "-"
 		if cfg.Kind == ratelimit.FixedWindow {
-			window = clockTime(s.window[0]) + "-" + clockTime(s.window[1])
+			window = windowTime(s.window[0]) + "-" + windowTime(s.window[1])
 		}
 		count := num(s.count)
 		if s.reserve {
@@ -490,6 +490,16 @@ func clockTime(d time.Duration) string {
 		s += fmt.Sprintf(".%03d", int64(ms/time.Millisecond))
 	}
 	return s
+}
+
+// windowTime formats a bound of a window as clockTime does, one before
+// the start (a window that began before the simulation) in parentheses, so
+// that its minus is not taken for the dash between the bounds.
+func windowTime(d time.Duration) string {
+	if d < 0 {
+		return "(" + clockTime(d) + ")"
+	}
+	return clockTime(d)
 }
 
 // num formats tokens with at most three decimals; an amount that three
