@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -83,7 +85,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		cfg.Start = t
 	}
 	if err := cfg.Validate(); err != nil {
-		return "", cfg, usageError{err}
+		return "", cfg, usageError{inFlags(err)}
 	}
 	name := f.name
 	if name == "" {
@@ -109,3 +111,38 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 	}
 	return limits, nil
 }
+
+// configFlags are the flags of an inline limit by the Config field each
+// sets.
+var configFlags = map[string]string{"Kind": "--kind", "Rate": "--rate", "Period": "--period", "Capacity": "--capacity",
+	"MaxReserved": "--max-reserved", "Shards": "--shards", "Start": "--start"}
+
+// configField matches the name of a Config field in a ConfigError's text.
+var configField = regexp.MustCompile(`\b(Kind|Rate|Period|Capacity|MaxReserved|Shards|Start)\b`)
+
+// inFlags returns err, the error of an inline limit's Config.Validate, in
+// the words of the command line: a *ratelimit.ConfigError names the
+// Config's fields (Rate, MaxReserved), which are the flags --rate and
+// --max-reserved here. It still matches ratelimit.ErrInvalidConfig.
+func inFlags(err error) error {
+	var ce *ratelimit.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	flag, ok := configFlags[ce.Field]
+	if !ok {
+		return err
+	}
+	problem := configField.ReplaceAllStringFunc(ce.Problem, func(field string) string { return configFlags[field] })
+	return &flagError{msg: flag + " " + problem, err: err}
+}
+
+// flagError is an error of a flag's value, told in its own words, that
+// unwraps to the error it tells.
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() error { return e.err }

@@ -186,6 +186,44 @@ func TestLimitsFileWithInlineFlags(t *testing.T) {
 	assert.Contains(t, errOut, "not both: --shards, --start with --limits")
 }
 
+// An invalid inline limit is told in the flags' names, the ones to
+// change: the library's message named the config's fields ("invalid
+// config: Rate is NaN", "set Capacity to at least 1"), which the command
+// line has not.
+func TestInlineLimitErrorsNameFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--kind", "fixed window", "--rate", "NaN", "--period", "1s"}, "ratelimit: --rate is NaN: it must be a number of tokens from 1e-09 to 1e+15\n"},
+		{[]string{"--kind", "fixed window", "--rate", "0.5", "--period", "1s"}, "ratelimit: --rate is 0.5 and --capacity is unset (so also 0.5): one call can take at most 0.5 tokens, " +
+			"so no call of the default count 1 can ever pass: set --capacity to at least 1 (a bucket may hold more than one period's --rate), or explicitly below 1 for calls of fractional counts\n"},
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1500us"}, "ratelimit: --period is 1.5ms: it must be a whole number of milliseconds\n"},
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--capacity", "-1"}, "ratelimit: --capacity is -1: it must be a number of tokens > 0"},
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--max-reserved", "Inf"}, "ratelimit: --max-reserved is +Inf: it must be"},
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--shards", "5000"}, "ratelimit: --shards is 5000: at most 1024 shards are supported\n"},
+		{[]string{"--kind", "token bucket", "--rate", "1", "--period", "1s", "--start", "2024-01-01T00:00:00Z"}, "ratelimit: --start is set on a token bucket, which has no windows: remove --start\n"},
+		{[]string{"--kind", "token bucket", "--rate", "1.5", "--period", "1s", "--capacity", "1.5", "--max-reserved", "8388607"},
+			"ratelimit: --max-reserved is 8.388607e+06 and --capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of --capacity plus --max-reserved would be refused forever"},
+	} {
+		args := append(append([]string{"simulate"}, tc.flags...), "--at", "0s=1")
+		code, _, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.True(t, strings.HasPrefix(errOut, tc.want), "%q: got %q, want it to start with %q", args, errOut, tc.want)
+	}
+	err := inFlags(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: math.NaN(), Period: time.Second}.Validate())
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.EqualError(t, err, "--rate is NaN: it must be a number of tokens from 1e-09 to 1e+15")
+
+	// A limit of a limits file is named by its fields, as the file writes
+	// them.
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n"), 0o600))
+	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, `limits file: line 1: limit "x": Rate is NaN`)
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"simulate", "--at", "0s=1"},
