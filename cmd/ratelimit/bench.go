@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,14 +54,19 @@ and exits with status 130 (1 if the check failed).`,
 			case duration <= 0:
 				return usagef("--duration %v: give a time above 0, such as 10s", duration)
 			}
+			if err := t.sf.checkTimeout(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			// After the first Ctrl-C, a second one ends the command at once,
 			// even while the keys are being removed.
 			context.AfterFunc(ctx, stop)
-			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
+			opening, cancel := context.WithTimeoutCause(ctx, t.sf.timeout, errTimeout)
+			defer cancel()
+			lim, name, closeStore, err := t.limiter(opening, mayCreate)
 			if err != nil {
-				return err
+				return t.sf.timedOut(opening, err)
 			}
 			defer closeStore()
 			cfg, _ := lim.Config(name)
@@ -69,7 +75,7 @@ and exits with status 130 (1 if the check failed).`,
 			// store judges by its own clock.
 			ts, ok := t.store.(driver.TimeSource)
 			localClock := !ok || !ts.OwnClock()
-			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, count, localClock, show, cmd.ErrOrStderr())
+			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, t.sf.timeout, count, localClock, show, cmd.ErrOrStderr())
 			if err != nil {
 				return countUsage("--count", err)
 			}
@@ -130,11 +136,15 @@ type report struct {
 }
 
 // cleanupTimeout bounds the removal of bench's keys, which goes on after
-// the run's context has ended.
+// the run's context has ended, when bench is given no timeout.
 const cleanupTimeout = 30 * time.Second
 
+// bench runs the calls of the command bench for duration, and checks them.
+// A call the store has not answered timeout after the run's end fails it,
+// and the reads and the removal of the keys after the run end within
+// timeout (0: no bound on the calls, and cleanupTimeout on the rest).
 func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelimit.Config, keys, goroutines int,
-	duration time.Duration, count float64, localClock bool, show bool, progress io.Writer) (*report, error) {
+	duration, timeout time.Duration, count float64, localClock bool, show bool, progress io.Writer) (*report, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -158,7 +168,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	// their own.
 	stopOnCancel := context.AfterFunc(ctx, func() { done.Store(true) })
 	defer stopOnCancel()
-	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(timeout, cleanupTimeout))
 	defer cancelCleanup()
 	// The keys a call was made on: only those are read and removed after
 	// the run, by the bench's goroutines at once.
@@ -202,6 +212,14 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	}
 	start := time.Now()
 	deadline := start.Add(duration)
+	// The calls end at the latest timeout after the run's: a store that
+	// stops answering fails the run, rather than hold it for ever.
+	callCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithDeadlineCause(ctx, deadline.Add(timeout), errTimeout)
+		defer cancel()
+	}
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
@@ -216,7 +234,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 				k := i % keys
 				touched[k].Store(true)
 				t0 := time.Now()
-				res, err := lim.Limit(ctx, name, keyNames[k], ratelimit.Count(count))
+				res, err := lim.Limit(callCtx, name, keyNames[k], ratelimit.Count(count))
 				t1 := time.Now()
 				if err != nil && ctx.Err() != nil {
 					break // interrupted: the call may or may not have been decided
@@ -272,6 +290,9 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	rep.interrupted = ctx.Err() != nil
 	if firstErr != nil {
 		_ = removeKeys() // the store failed: this may fail too
+		if errors.Is(context.Cause(callCtx), errTimeout) {
+			return nil, fmt.Errorf("no answer from the store within --timeout %v of the run's end: %w", timeout, firstErr)
+		}
 		return nil, firstErr
 	}
 	rep.calls = rep.allowed + rep.denied

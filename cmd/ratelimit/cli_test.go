@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,12 +15,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -339,7 +342,7 @@ func TestBenchInterrupted(t *testing.T) {
 		lim, err := ratelimit.New(store, ratelimit.Limits{"x": cfg})
 		require.NoError(t, err)
 		// An hour: only the cancel can end the run.
-		rep, err := bench(ctx, lim, "x", cfg, 3, 4, time.Hour, 1, true, false, io.Discard)
+		rep, err := bench(ctx, lim, "x", cfg, 3, 4, time.Hour, 0, 1, true, false, io.Discard)
 		require.NoError(t, err)
 		require.True(t, rep.interrupted)
 		require.GreaterOrEqual(t, rep.calls, 190, "the calls before the cancel, less those it caught in flight")
@@ -477,6 +480,149 @@ func TestSilentServer(t *testing.T) {
 	code, _, errOut := exec(append([]string{"inspect", "--store", "postgres://postgres@" + addr + "/test?connect_timeout=1"}, tokenBucket...)...)
 	require.Equal(t, 1, code, errOut)
 	require.GreaterOrEqual(t, time.Since(start), time.Second)
+}
+
+// stallingServer returns the address of a server that answers the
+// handshake of a connection as proto ("postgres" or "redis") does, then
+// never answers a query: a server stalled, or one whose disk hangs.
+func stallingServer(t *testing.T, proto string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	handshake := map[string]func(net.Conn) error{"postgres": pgHandshake, "redis": redisHandshake}[proto]
+	require.NotNil(t, handshake, proto)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				if handshake(c) == nil {
+					_, _ = io.Copy(io.Discard, c) // the queries, unanswered
+				}
+				c.Close()
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// pgHandshake answers a PostgreSQL client's startup, refusing TLS and
+// asking for no password, up to ReadyForQuery.
+func pgHandshake(c net.Conn) error {
+	be := pgproto3.NewBackend(c, c)
+	for {
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			return err
+		}
+		switch msg.(type) {
+		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
+			if _, err := c.Write([]byte("N")); err != nil {
+				return err
+			}
+			continue
+		case *pgproto3.StartupMessage:
+		default: // a CancelRequest: nothing to cancel
+			return io.EOF
+		}
+		be.Send(&pgproto3.AuthenticationOk{})
+		be.Send(&pgproto3.ParameterStatus{Name: "server_version", Value: "16.0"})
+		be.Send(&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: 1})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		return be.Flush()
+	}
+}
+
+// redisHandshake answers what a Redis client sends as it connects (HELLO,
+// as a server of RESP2 only, CLIENT, SELECT) and PING, until the first
+// other command, which it leaves unanswered.
+func redisHandshake(c net.Conn) error {
+	r := bufio.NewReader(c)
+	for {
+		var args []string
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+		for range n {
+			if line, err = r.ReadString('\n'); err != nil {
+				return err
+			}
+			size, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+			arg := make([]byte, size+2)
+			if _, err := io.ReadFull(r, arg); err != nil {
+				return err
+			}
+			args = append(args, string(arg[:size]))
+		}
+		if len(args) == 0 {
+			return io.EOF
+		}
+		var reply string
+		switch strings.ToUpper(args[0]) {
+		case "HELLO":
+			reply = "-ERR unknown command 'HELLO'\r\n"
+		case "PING":
+			reply = "+PONG\r\n"
+		case "CLIENT", "SELECT":
+			reply = "+OK\r\n"
+		default:
+			return nil // stalled from now on
+		}
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return err
+		}
+	}
+}
+
+// A server that answers the handshake and then never a query is given
+// up on at --timeout, by every command that uses a store, with what
+// happened: PostgreSQL waited for ever on its first query, and Redis for
+// its client's retries of 3 s reads.
+func TestStalledServer(t *testing.T) {
+	defer func(d time.Duration) { defaultTimeout = d }(defaultTimeout)
+	defaultTimeout = 300 * time.Millisecond
+	stores := []string{"postgres://postgres@" + stallingServer(t, "postgres") + "/test?sslmode=disable",
+		"postgres://postgres@" + stallingServer(t, "postgres") + "/test",
+		"redis://" + stallingServer(t, "redis") + "/0"}
+	for _, store := range stores {
+		for _, cmd := range [][]string{{"inspect"}, {"limit"}, {"reset"}, {"bench", "--duration", "100ms", "--quiet"}} {
+			// Were the command not bounded, it would end here, with another
+			// error.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			args := append(append(cmd, "--store", store), tokenBucket...)
+			code, out, errOut := execContext(ctx, args...)
+			cancel()
+			require.Equal(t, 1, code, "%q:\n%s%s", args, out, errOut)
+			require.Contains(t, errOut, "ratelimit: no answer from the store within --timeout 300ms", "%q", args)
+			require.Contains(t, errOut, "(is the server up? check --store)", "%q", args)
+		}
+	}
+	code, _, errOut := exec(append([]string{"inspect", "--store", stores[0], "--timeout", "200ms"}, tokenBucket...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "no answer from the store within --timeout 200ms")
+	for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
+		code, _, errOut := exec(append([]string{cmd, "--store", "mem:", "--timeout", "0s"}, tokenBucket...)...)
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, "--timeout 0s: give a time above 0", cmd)
+	}
 }
 
 // redis+cluster:// reads credentials and the database 0 as a redis:// URL

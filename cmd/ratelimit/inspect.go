@@ -36,12 +36,12 @@ func (t *target) register(cmd *cobra.Command, withKey bool) {
 
 // limiter opens the store and returns a Limiter on it with the selected
 // limit, and its name.
-func (t *target) limiter(cmd *cobra.Command, acc access) (*ratelimit.Limiter, string, func(), error) {
+func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, string, func(), error) {
 	name, cfg, err := t.lf.limit()
 	if err != nil {
 		return nil, "", nil, err
 	}
-	store, closeStore, err := t.sf.open(cmd.Context(), acc)
+	store, closeStore, err := t.sf.open(ctx, acc)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -111,6 +111,26 @@ func checkRecord(st driver.State) error {
 	return nil
 }
 
+// run runs f, a command on the Limiter of the selected limit in the
+// store, opened with acc, within --timeout: opening the store, and every
+// call of f on it, end by then.
+func (t *target) run(cmd *cobra.Command, acc access, f func(ctx context.Context, lim *ratelimit.Limiter, name string) error) error {
+	if err := t.sf.checkTimeout(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeoutCause(cmd.Context(), t.sf.timeout, errTimeout)
+	defer cancel()
+	err := func() error {
+		lim, name, closeStore, err := t.limiter(ctx, acc)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		return f(ctx, lim, name)
+	}()
+	return t.sf.timedOut(ctx, err)
+}
+
 func newInspect() *cobra.Command {
 	t := target{checked: true}
 	cmd := &cobra.Command{
@@ -119,23 +139,20 @@ func newInspect() *cobra.Command {
 		Example: `  ratelimit inspect --store redis://127.0.0.1:6379/0 --limits limits.json --name sendMessage --key user-42
   ratelimit inspect --store bolt://limits.db --kind "fixed window" --rate 100 --period 1h --name signup --key 203.0.113.9`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd, mustExist)
-			if err != nil {
-				return err
-			}
-			defer closeStore()
-			at := time.Now()
-			st, err := lim.Value(cmd.Context(), name, t.key)
-			if err != nil {
-				return err
-			}
-			cfg, _ := lim.Config(name)
-			storeKey, form := t.sf.storeKey(t.key)
-			if t.output == jsonOutput {
-				return writeJSON(cmd.OutOrStdout(), statusOf(name, t.key, storeKey, cfg, at, st))
-			}
-			printStatus(cmd.OutOrStdout(), name, t.key, storeKey, form, cfg, at, st)
-			return nil
+			return t.run(cmd, mustExist, func(ctx context.Context, lim *ratelimit.Limiter, name string) error {
+				at := time.Now()
+				st, err := lim.Value(ctx, name, t.key)
+				if err != nil {
+					return err
+				}
+				cfg, _ := lim.Config(name)
+				storeKey, form := t.sf.storeKey(t.key)
+				if t.output == jsonOutput {
+					return writeJSON(cmd.OutOrStdout(), statusOf(name, t.key, storeKey, cfg, at, st))
+				}
+				printStatus(cmd.OutOrStdout(), name, t.key, storeKey, form, cfg, at, st)
+				return nil
+			})
 		},
 	}
 	t.register(cmd, true)
@@ -216,16 +233,13 @@ func newReset() *cobra.Command {
 		Short:   "Forget the state of a (name, key) in a store: the next call finds a full bucket",
 		Example: `  ratelimit reset --store postgres://postgres@127.0.0.1:5432/test --limits limits.yaml --name signup --key 203.0.113.9`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd, mustExist)
-			if err != nil {
-				return err
-			}
-			defer closeStore()
-			if err := lim.Reset(cmd.Context(), name, t.key); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "reset %s for key %q\n", name, t.key)
-			return nil
+			return t.run(cmd, mustExist, func(ctx context.Context, lim *ratelimit.Limiter, name string) error {
+				if err := lim.Reset(ctx, name, t.key); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "reset %s for key %q\n", name, t.key)
+				return nil
+			})
 		},
 	}
 	t.register(cmd, true)
@@ -245,37 +259,34 @@ func newLimit() *cobra.Command {
 		Example: `  ratelimit limit --store redis://127.0.0.1:6379/0 --limits limits.yaml --name signup --key 203.0.113.9 --count 60
   ratelimit limit --store bolt://limits.db --limits limits.yaml --name sendMessage --key user-42 --check`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, name, closeStore, err := t.limiter(cmd, mayCreate)
-			if err != nil {
-				return err
-			}
-			defer closeStore()
-			// The records are read first, to refuse one that no release
-			// writes, as inspect does: the call would decide on nonsense
-			// (denied, retry after 0s) and report NaN tokens.
-			if _, err := lim.Value(cmd.Context(), name, t.key); err != nil {
-				return err
-			}
-			opts := []ratelimit.CallOption{ratelimit.Count(count)}
-			if reserve {
-				opts = append(opts, ratelimit.WithReserve())
-			}
-			call := lim.Limit
-			if check {
-				call = lim.Check
-			}
-			res, err := call(cmd.Context(), name, t.key, opts...)
-			if err != nil {
-				return countUsage("--count", err)
-			}
-			if t.output == jsonOutput {
-				cfg, _ := lim.Config(name)
-				return writeJSON(cmd.OutOrStdout(), decisionJSON{Limit: limitOf(name, cfg), Key: t.key, Count: count,
-					Check: check, Reserve: reserve, Outcome: outcome(res), OK: res.OK, RetryAfterMS: ms(res.RetryAfter),
-					Remaining: res.Remaining, ResetMS: ms(res.ResetAfter)})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), name, t.key, res.RetryAfter)
-			return nil
+			return t.run(cmd, mayCreate, func(ctx context.Context, lim *ratelimit.Limiter, name string) error {
+				// The records are read first, to refuse one that no release
+				// writes, as inspect does: the call would decide on nonsense
+				// (denied, retry after 0s) and report NaN tokens.
+				if _, err := lim.Value(ctx, name, t.key); err != nil {
+					return err
+				}
+				opts := []ratelimit.CallOption{ratelimit.Count(count)}
+				if reserve {
+					opts = append(opts, ratelimit.WithReserve())
+				}
+				call := lim.Limit
+				if check {
+					call = lim.Check
+				}
+				res, err := call(ctx, name, t.key, opts...)
+				if err != nil {
+					return countUsage("--count", err)
+				}
+				if t.output == jsonOutput {
+					cfg, _ := lim.Config(name)
+					return writeJSON(cmd.OutOrStdout(), decisionJSON{Limit: limitOf(name, cfg), Key: t.key, Count: count,
+						Check: check, Reserve: reserve, Outcome: outcome(res), OK: res.OK, RetryAfterMS: ms(res.RetryAfter),
+						Remaining: res.Remaining, ResetMS: ms(res.ResetAfter)})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), name, t.key, res.RetryAfter)
+				return nil
+			})
 		},
 	}
 	t.register(cmd, true)

@@ -522,7 +522,7 @@ func TestBenchCatchesBrokenStore(t *testing.T) {
 		// limit: on a slow machine, run again until one had them.
 		var rep *report
 		for rep == nil || rep.calls < 300 {
-			rep, err = bench(context.Background(), lim, "x", cfg, 2, 4, 100*time.Millisecond, 1, true, false, io.Discard)
+			rep, err = bench(context.Background(), lim, "x", cfg, 2, 4, 100*time.Millisecond, 0, 1, true, false, io.Discard)
 			require.NoError(t, err)
 		}
 		require.NotEmpty(t, rep.violation, "%+v", cfg)
@@ -812,7 +812,7 @@ func TestBenchManyKeys(t *testing.T) {
 	lim, err := ratelimit.New(slow{mem}, ratelimit.Limits{"x": cfg})
 	require.NoError(t, err)
 	start := time.Now()
-	rep, err := bench(context.Background(), lim, "x", cfg, 100_000, 8, 50*time.Millisecond, 1, true, false, io.Discard)
+	rep, err := bench(context.Background(), lim, "x", cfg, 100_000, 8, 50*time.Millisecond, 0, 1, true, false, io.Discard)
 	require.NoError(t, err)
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.Positive(t, rep.calls)

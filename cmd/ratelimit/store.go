@@ -41,10 +41,12 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// storeFlags select a store by URL, and the secret of its keys' hashes.
+// storeFlags select a store by URL, and the secret of its keys' hashes,
+// and bound the time to wait for it.
 type storeFlags struct {
 	url, prefix, table, bucket string
 	keySecret                  string
+	timeout                    time.Duration
 }
 
 // keySecretEnv names the environment variable that gives the secret when
@@ -58,6 +60,34 @@ func (f *storeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
 	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
+	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: inspect, limit and reset end within it, bench's calls within it of the run's end")
+}
+
+// defaultTimeout is --timeout's default: far more than any store takes to
+// answer a command, short enough that a stalled one is given up on.
+var defaultTimeout = 30 * time.Second
+
+// errTimeout is the cause of the end of a command's context at --timeout.
+var errTimeout = errors.New("--timeout")
+
+// checkTimeout refuses a --timeout that is not above 0.
+func (f *storeFlags) checkTimeout() error {
+	if f.timeout <= 0 {
+		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
+	}
+	return nil
+}
+
+// timedOut returns err, an error of a command whose context is ctx, told
+// as the store's silence when --timeout ended ctx: a server that accepts a
+// connection and answers its handshake, then never answers a query, or a
+// store that is far slower than it should be. Clients report it in their
+// own words (a timeout, a context deadline, a closed connection).
+func (f *storeFlags) timedOut(ctx context.Context, err error) error {
+	if err == nil || !errors.Is(context.Cause(ctx), errTimeout) {
+		return err
+	}
+	return fmt.Errorf("no answer from the store within --timeout %v: %w", f.timeout, err)
 }
 
 // secret returns the secret of the keys' hashes, given by --key-secret or
@@ -155,12 +185,14 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		if err != nil {
 			return nil, nil, usagef("--store %q: %s", shown, hide(err.Error()))
 		}
+		opt.ContextTimeoutEnabled = true // --timeout ends a read that waits
 		return f.openRedis(ctx, redis.NewClient(opt), "redis at "+opt.Addr, acc)
 	case "redis+cluster":
 		opt, err := parseClusterURL(rest)
 		if err != nil {
 			return nil, nil, usagef("--store %q: %s: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", shown, hide(err.Error()))
 		}
+		opt.ContextTimeoutEnabled = true
 		return f.openRedis(ctx, redis.NewClusterClient(opt), "redis cluster at "+strings.Join(opt.Addrs, ","), acc)
 	case "postgres", "postgresql":
 		var opts []pgstore.Option
@@ -301,7 +333,29 @@ func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, whe
 		c.Close()
 		return nil, nil, usagef("--prefix: %v", err)
 	}
-	return rs, func() { c.Close() }, nil
+	return rs, func() { closeWithin(closeWait, c.Close) }, nil
+}
+
+// closeWait bounds the wait for a Redis client's Close. go-redis's Close
+// clears the read deadline of a connection that a call still waits on,
+// then waits for that read: for ever, on a server that stopped answering
+// calls the command gave up on at --timeout (the store sends them from
+// goroutines of its own). The command is done by then: the process's exit
+// closes what is left.
+var closeWait = time.Second
+
+// closeWithin calls closeFn, and returns when it has returned or after d,
+// whichever comes first.
+func closeWithin(d time.Duration, closeFn func() error) {
+	done := make(chan struct{})
+	go func() {
+		_ = closeFn()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // errNotFound is matched by the error of a store that is not there.
