@@ -637,6 +637,31 @@ func TestHistogram(t *testing.T) {
 // every window boundary was sampled besides, one move of the mock clock
 // each, and a run with a 1s period and a request at 3h took half a minute
 // (at 100 years, it would not end).
+// The chart of a fixed window whose --start is off the simulation's start
+// draws its window boundaries, and the steps of its grants, at Start +
+// k·Period: they were drawn at k·Period, where nothing happens.
+func TestChartWindowsAtStart(t *testing.T) {
+	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second, Start: simStart.Add(-750 * time.Millisecond)}
+	assert.Equal(t, []time.Duration{0, 249 * time.Millisecond, 250 * time.Millisecond, 1249 * time.Millisecond, 1250 * time.Millisecond,
+		2249 * time.Millisecond, 2250 * time.Millisecond, 3 * time.Second}, sampleTimes(cfg, 3*time.Second))
+	cfg.Start = time.UnixMilli(math.MinInt64) // a phase computed without overflow
+	assert.Equal(t, 192*time.Millisecond, windowPhase(cfg))
+
+	svg := filepath.Join(t.TempDir(), "start.svg")
+	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "10", "--period", "1h", "--start", "2024-01-01T00:20:00Z",
+		"--at", "0s=1,90m=5", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	chart, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var lines []string
+	for _, m := range regexp.MustCompile(`class="window" x1="([^"]*)"`).FindAllStringSubmatch(string(chart), -1) {
+		lines = append(lines, m[1])
+	}
+	// The chart runs to 02:00; windows begin at 00:20 and 01:20.
+	x := func(d time.Duration) string { return fmt.Sprintf("%.1f", padL+plotW*float64(d)/float64(2*time.Hour)) }
+	require.Equal(t, []string{x(20 * time.Minute), x(80 * time.Minute)}, lines)
+}
+
 func TestSampleTimes(t *testing.T) {
 	fixed := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}
 	times := sampleTimes(fixed, 10*time.Second)

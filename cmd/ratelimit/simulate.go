@@ -306,11 +306,11 @@ type sample struct {
 func sampleTimes(cfg ratelimit.Config, end time.Duration) []time.Duration {
 	var times []time.Duration
 	if cfg.Kind == ratelimit.FixedWindow && end/cfg.Period <= 200 {
-		for w := time.Duration(0); w <= end; w += cfg.Period {
+		times = append(times, 0)
+		for w := windowPhase(cfg); w <= end; w += cfg.Period {
 			if w > 0 {
-				times = append(times, w-time.Millisecond)
+				times = append(times, w-time.Millisecond, w)
 			}
-			times = append(times, w)
 		}
 	} else {
 		for i := range 150 {
@@ -320,6 +320,18 @@ func sampleTimes(cfg ratelimit.Config, end time.Duration) []time.Duration {
 	times = append(times, end)
 	slices.Sort(times)
 	return times
+}
+
+// windowPhase returns when, from the simulation's start, the first window
+// of a fixed window begins at or after it: windows begin at Start +
+// k·Period (Start is the simulation's start unless --start gives one).
+func windowPhase(cfg ratelimit.Config) time.Duration {
+	if cfg.Start.IsZero() {
+		return 0
+	}
+	period := cfg.Period.Milliseconds()
+	mod := func(ms int64) int64 { return (ms%period + period) % period } // without overflow, for any Start
+	return time.Duration(mod(mod(cfg.Start.UnixMilli())-mod(simStart.UnixMilli()))) * time.Millisecond
 }
 
 func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string, seed uint64) error {

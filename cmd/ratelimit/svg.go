@@ -46,8 +46,10 @@ func writeSVG(w io.Writer, name string, cfg ratelimit.Config, steps []step, samp
 
 	// Window boundaries, and time ticks on the x axis.
 	if cfg.Kind == ratelimit.FixedWindow && end/cfg.Period <= 200 {
-		for t := cfg.Period; t < end; t += cfg.Period {
-			p(`<line class="window" x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#ddd"/>`+"\n", x(t), padT, x(t), padT+plotH)
+		for t := windowPhase(cfg); t < end; t += cfg.Period {
+			if t > 0 {
+				p(`<line class="window" x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#ddd"/>`+"\n", x(t), padT, x(t), padT+plotH)
+			}
 		}
 	}
 	step := niceDuration(end)
