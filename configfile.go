@@ -45,22 +45,22 @@ import (
 // The fields are kind ("fixed window" or "token bucket"), rate, period (a
 // Go duration: "1h", "90s", read exactly: one that is not a whole number
 // of nanoseconds, such as 1.0000005ms, is an error), capacity,
-// maxReserved, shards, start (an RFC 3339 time) and failOpen (true or
-// false, or yes, no, on and off unquoted, as yaml.Unmarshal reads a bool);
-// omitted fields take their zero values, and a field written without a
-// value ("capacity:", null) is an error. An integer with a leading zero
-// (010) is an error: yaml.Unmarshal reads it as YAML 1.1 does, the octal
-// 8; octal is written 0o10. An unknown field is an error, so that a
-// misspelt one is not silently ignored; errors name the line and the field
-// as written here. A limit name or a field name is text: a list, a mapping
-// or null (~) is an error. Anchors, aliases and merges read as
-// yaml.Unmarshal reads them ("<<: *defaults" gives the fields of defaults
-// that the limit does not give), and a mapping merged into itself is an
-// error, as it is there; a limit's keys, counting those of the mappings it
-// merges, overridden ones included, are at most 100, so that merges
-// through aliases cannot make a small file long to read. A file is one
-// YAML document: a second one, after a "---", is an error rather than
-// ignored.
+// maxReserved, shards, start (an RFC 3339 time, but for the zero
+// time.Time, which means no start) and failOpen (true or false, or yes,
+// no, on and off unquoted, as yaml.Unmarshal reads a bool); omitted fields
+// take their zero values, and a field written without a value
+// ("capacity:", null) is an error. An integer with a leading zero (010) is
+// an error: yaml.Unmarshal reads it as YAML 1.1 does, the octal 8; octal
+// is written 0o10. An unknown field is an error, so that a misspelt one is
+// not silently ignored; errors name the line and the field as written
+// here. A limit name or a field name is text: a list, a mapping or null
+// (~) is an error. Anchors, aliases and merges read as yaml.Unmarshal
+// reads them ("<<: *defaults" gives the fields of defaults that the limit
+// does not give), and a mapping merged into itself is an error, as it is
+// there; a limit's keys, counting those of the mappings it merges,
+// overridden ones included, are at most 100, so that merges through
+// aliases cannot make a small file long to read. A file is one YAML
+// document: a second one, after a "---", is an error rather than ignored.
 
 // configFile is a Config as files write it.
 type configFile struct {
@@ -207,6 +207,9 @@ var configFields = []struct {
 		t, err := time.Parse(time.RFC3339Nano, n.Value)
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%s is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", shown(n))
+		}
+		if t.IsZero() { // which Config reads as no Start
+			return fmt.Errorf("%q is the zero time, which means no start (a phase derived per key): leave start out for that, or write another time", n.Value)
 		}
 		c.Start = t
 		return nil

@@ -670,3 +670,20 @@ func TestParseLimitsPeriodExact(t *testing.T) {
 		assert.Equal(t, want, c.Period, p)
 	}
 }
+
+// A start at the zero time.Time, 0001-01-01T00:00:00Z however written, is
+// refused: a Config reads it as no Start, a phase derived per key, so
+// that windows the file aligned to it fell elsewhere, key by key, without
+// a word. A millisecond later is a start like any other.
+func TestParseLimitsZeroStart(t *testing.T) {
+	for _, start := range []string{"0001-01-01T00:00:00Z", "0001-01-01T01:00:00+01:00", "0000-12-31T23:00:00-01:00"} {
+		for _, doc := range []string{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  start: " + start + "\n",
+			`{"a": {"kind": "fixed window", "rate": 1, "period": "1h",` + "\n\n\n\n" + `"start": "` + start + `"}}`} {
+			_, err := ratelimit.ParseLimits([]byte(doc))
+			assert.ErrorContains(t, err, `line 5: start: "`+start+`" is the zero time, which means no start (a phase derived per key): leave start out for that, or write another time`, doc)
+		}
+	}
+	limits, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  start: 0001-01-01T00:00:00.001Z\n"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Date(1, 1, 1, 0, 0, 0, 1e6, time.UTC), limits["a"].Start)
+}
