@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/duration"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -180,7 +180,7 @@ var configFields = []struct {
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%s is not a duration: write one such as \"1m\" or \"1h30m\"", shown(n))
 		}
-		d, err := exactDuration(n.Value)
+		d, err := duration.Exact(n.Value)
 		if err != nil {
 			return fmt.Errorf("%q %w: a period is a whole number of milliseconds, from 1ms to %v (100 years)", n.Value, err, MaxPeriod)
 		}
@@ -229,57 +229,6 @@ var configFields = []struct {
 // durationSyntax matches what time.ParseDuration reads, of any size: a
 // duration it refuses though it matches is out of its range.
 var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
-
-// durationPart matches one number and its unit of what time.ParseDuration
-// reads: its whole part, its decimals and its unit.
-var durationPart = regexp.MustCompile(`(\d*)(?:\.(\d*))?(ns|us|µs|μs|ms|s|m|h)`)
-
-// durationUnits are the units of time.ParseDuration, in nanoseconds.
-var durationUnits = map[string]int64{"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
-
-// maxDurationDecimals bounds the decimals of a number of a duration, but
-// for trailing zeros: more are finer than a nanosecond of any unit (an
-// hour has 3.6e12).
-const maxDurationDecimals = 100
-
-// exactDuration returns s, a duration time.ParseDuration reads, as the
-// exact number of nanoseconds it writes, or an error if it is not a whole
-// number of them. ParseDuration truncates the fraction of each unit,
-// computed in float64, so that it reads 0.5ns as 0 and 1.0000005ms as 1ms,
-// and drops the decimals beyond its range (1.00000000000000000001s).
-func exactDuration(s string) (time.Duration, error) {
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimLeft(s, "+-")
-	// Summed over a common denominator, 10^decimals: the decimals of
-	// two units may add up to a whole nanosecond (0.5ns0.5ns).
-	sum, ten := new(big.Int), big.NewInt(10)
-	decimals := 0
-	for _, m := range durationPart.FindAllStringSubmatch(s, -1) {
-		whole, frac, unit := m[1], strings.TrimRight(m[2], "0"), big.NewInt(durationUnits[m[3]])
-		if len(frac) > maxDurationDecimals {
-			return 0, errors.New("is not a whole number of nanoseconds")
-		}
-		if len(frac) > decimals {
-			sum.Mul(sum, new(big.Int).Exp(ten, big.NewInt(int64(len(frac)-decimals)), nil))
-			decimals = len(frac)
-		}
-		x, _ := new(big.Int).SetString(cmp.Or(whole, "0")+frac, 10) // digits, as ParseDuration read them
-		x.Mul(x, unit)
-		x.Mul(x, new(big.Int).Exp(ten, big.NewInt(int64(decimals-len(frac))), nil))
-		sum.Add(sum, x)
-	}
-	ns, rem := sum.QuoRem(sum, new(big.Int).Exp(ten, big.NewInt(int64(decimals)), nil), new(big.Int))
-	if rem.Sign() != 0 {
-		return 0, errors.New("is not a whole number of nanoseconds")
-	}
-	if neg {
-		ns.Neg(ns)
-	}
-	if !ns.IsInt64() {
-		return 0, errors.New("is out of range")
-	}
-	return time.Duration(ns.Int64()), nil
-}
 
 // quotedStyle marks a scalar written as text: quoted, as JSON strings
 // are, or tagged.
