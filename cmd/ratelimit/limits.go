@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/duration"
 	"github.com/spf13/pflag"
 )
 
@@ -36,7 +37,7 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "the limit's name (in the limits file, or for an inline limit)")
 	fs.StringVar(&f.kind, "kind", "", `inline limit: "fixed window" or "token bucket"`)
 	fs.Float64Var(&f.rate, "rate", 0, "inline limit: tokens granted per period")
-	fs.DurationVar(&f.period, "period", 0, "inline limit: window length or refill period (e.g. 1m, 1h)")
+	fs.Var((*exactDuration)(&f.period), "period", "inline limit: window length or refill period (e.g. 1m, 1h)")
 	fs.Float64Var(&f.capacity, "capacity", 0, "inline limit: most tokens held (default: rate)")
 	fs.Float64Var(&f.reserved, "max-reserved", 0, "inline limit: most tokens owed by reservations (default: unlimited)")
 	fs.IntVar(&f.shards, "shards", 0, "inline limit: records the limit is split into")
@@ -81,6 +82,9 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		t, err := time.Parse(time.RFC3339, f.start)
 		if err != nil {
 			return "", cfg, usagef("--start %q: write an RFC 3339 time such as 2024-01-01T00:00:00Z", f.start)
+		}
+		if t.IsZero() { // which a Config reads as no Start
+			return "", cfg, usagef("--start %q is the zero time, which means no --start (a phase derived per key): leave --start out for that, or give another time", f.start)
 		}
 		cfg.Start = t
 	}
@@ -146,3 +150,31 @@ type flagError struct {
 
 func (e *flagError) Error() string { return e.msg }
 func (e *flagError) Unwrap() error { return e.err }
+
+// exactDuration is a flag of a duration read exactly (duration.Parse), as
+// the limits file reads one: pflag's Duration truncates what is finer than
+// a nanosecond, so that --period 1.0000005ms was a period of 1ms.
+type exactDuration time.Duration
+
+// String returns the duration; 0 as "0", which pflag takes for no default
+// in the help, as it takes a Duration's "0s".
+func (d *exactDuration) String() string {
+	if *d == 0 {
+		return "0"
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *exactDuration) Type() string { return "duration" }
+
+func (d *exactDuration) Set(s string) error {
+	v, err := duration.Parse(s)
+	if errors.Is(err, duration.ErrNotWhole) {
+		return fmt.Errorf("the duration %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	*d = exactDuration(v)
+	return nil
+}

@@ -224,6 +224,48 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	require.Contains(t, errOut, `limits file: line 1: limit "x": Rate is NaN`)
 }
 
+// The command reads its times exactly, as the limits file does, and
+// refuses what it would take for another: a --period, --every or --at
+// time finer than a nanosecond was truncated (--period 1.0000005ms was a
+// period of 1ms, --at 00:00:00.0000000001 a request at 0), and a --start
+// at the zero time read as no --start.
+func TestFlagsReadExactly(t *testing.T) {
+	fixed := []string{"--kind", "fixed window", "--rate", "1", "--period", "1s"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1.0000005ms", "--at", "0s=1"},
+			`invalid argument "1.0000005ms" for "--period" flag: the duration is not a whole number of nanoseconds`},
+		{append(fixed, "--every", "1.0000005ms", "--for", "1s"), `invalid argument "1.0000005ms" for "--every" flag: the duration is not a whole number of nanoseconds`},
+		{append(fixed, "--every", "1s", "--for", "1.00000000000000000001s"), `invalid argument "1.00000000000000000001s" for "--for" flag: the duration is not a whole number of nanoseconds`},
+		{append(fixed, "--at", "1.0000005ms=1"), `time "1.0000005ms" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{append(fixed, "--at", "00:00:00.0000000001=1"), `time "00:00:00.0000000001" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{append(fixed, "--at", "00:00.00000000001=1"), `time "00:00.00000000001" is not a whole number of nanoseconds`},
+		{append(fixed, "--at", "99999999999999999999:00=1"), `time "99999999999999999999:00": requests come at most 876576h0m0s (100 years) after the start`},
+		{append(fixed, "--at", "0s=1", "--start", "0001-01-01T00:00:00Z"), `--start "0001-01-01T00:00:00Z" is the zero time, which means no --start`},
+	} {
+		args := append([]string{"simulate"}, tc.args...)
+		code, _, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.Contains(t, errOut, tc.want, "%q", args)
+	}
+	// Exact, they read as they did.
+	code, out, errOut := exec(append([]string{"simulate"}, append(fixed, "--at", "00:00:01.5=1,0.0025h=1,00:01.5=1", "--every", "1.5s", "--for", "3s")...)...)
+	require.Equal(t, 0, code, errOut)
+	var times []string
+	for _, r := range rows(out) {
+		times = append(times, r[0])
+	}
+	require.Equal(t, []string{"00:00:00", "00:00:01.500", "00:00:01.500", "00:00:03", "00:00:09", "00:01:30"}, times, out)
+
+	// The help gives no default of 0, as for pflag's Duration.
+	code, out, errOut = exec("simulate", "--help")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "--period duration ")
+	require.NotContains(t, out, "(default 0")
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"simulate", "--at", "0s=1"},

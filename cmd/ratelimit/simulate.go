@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/duration"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
@@ -56,11 +58,11 @@ type step struct {
 
 func newSimulate() *cobra.Command {
 	var (
-		lf              limitFlags
-		at, svg         string
-		every, duration time.Duration
-		count           float64
-		seed            uint64
+		lf          limitFlags
+		at, svg     string
+		every, span time.Duration
+		count       float64
+		seed        uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -95,23 +97,23 @@ seed gives the same output.`,
 				return wholeMillis("--every", every)
 			case every == 0 && (flags.Changed("for") || flags.Changed("count")):
 				return usagef("--for and --count are of the steady pattern: give --every too, or give each --at request its count (TIME=COUNT)")
-			case duration > maxOffset:
-				return tooLate(fmt.Sprintf("--for %v", duration))
+			case span > maxOffset:
+				return tooLate(fmt.Sprintf("--for %v", span))
 			}
 			if every > 0 {
-				if duration <= 0 {
+				if span <= 0 {
 					return usagef("--every needs --for, the length of the steady pattern")
 				}
 				// Counted before any is made: --every 1ms --for 100y
 				// would be some 3·10¹² requests.
-				if n := int64(duration/every) + 1 + int64(len(reqs)); n > maxRequests {
-					what := fmt.Sprintf("--every %v --for %v", every, duration)
+				if n := int64(span/every) + 1 + int64(len(reqs)); n > maxRequests {
+					what := fmt.Sprintf("--every %v --for %v", every, span)
 					if len(reqs) > 0 {
 						what += " and --at"
 					}
 					return tooMany(what, n, "make --every longer or --for shorter")
 				}
-				for t := time.Duration(0); t <= duration; t += every {
+				for t := time.Duration(0); t <= span; t += every {
 					reqs = append(reqs, request{at: t, count: count, steady: true})
 				}
 			}
@@ -129,8 +131,8 @@ seed gives the same output.`,
 	}
 	lf.register(cmd.Flags())
 	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s), in whole milliseconds; a trailing r reserves (01:30=30r)")
-	cmd.Flags().DurationVar(&every, "every", 0, "a steady pattern: one request every so often, in whole milliseconds")
-	cmd.Flags().DurationVar(&duration, "for", 0, "a steady pattern: for so long")
+	cmd.Flags().Var((*exactDuration)(&every), "every", "a steady pattern: one request every so often, in whole milliseconds")
+	cmd.Flags().Var((*exactDuration)(&span), "for", "a steady pattern: for so long")
 	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "a sharded limit: the seed of the random choice of shards; the same seed, the same output")
@@ -188,7 +190,10 @@ func tooMany(what string, n int64, hint string) error {
 // parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset,
 // in whole milliseconds.
 func parseOffset(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
+	d, err := duration.Parse(s)
+	if errors.Is(err, duration.ErrNotWhole) {
+		return 0, notWhole(s)
+	}
 	if err == nil {
 		if d < 0 {
 			return 0, usagef("time %q: requests come at or after the start, 0s", s)
@@ -207,16 +212,17 @@ func parseOffset(s string) (time.Duration, error) {
 
 // parseClock reads hh:mm or hh:mm:ss: hours of any number of digits,
 // minutes and seconds from 00 to 59, the last part with decimals if any
-// (00:00:01.5), up to maxOffset. ParseFloat alone read what is no clock
-// time (0x1p4:00, +1:00, 1_0:00, NaN:00) and minutes of 60 or more.
+// (00:00:01.5), up to maxOffset, exactly. ParseFloat alone read what is no
+// clock time (0x1p4:00, +1:00, 1_0:00, NaN:00) and minutes of 60 or
+// more, and a sum in float64 took 00:00:00.0000000001 for 0.
 func parseClock(s string) (time.Duration, error) {
 	bad := usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 {
 		return 0, bad
 	}
-	units := []time.Duration{time.Hour, time.Minute, time.Second}
-	var ns float64 // summed in float64, checked before it becomes a Duration
+	units := []string{"h", "m", "s"}
+	var written strings.Builder // as a Go duration: 1h30m0.5s
 	sixty := false
 	for i, p := range parts {
 		digits, decimals, dot := strings.Cut(p, ".")
@@ -228,16 +234,23 @@ func parseClock(s string) (time.Duration, error) {
 			return 0, bad
 		}
 		sixty = sixty || i > 0 && n >= 60
-		ns += n * float64(units[i])
+		written.WriteString(p + units[i])
 	}
-	if ns > float64(maxOffset) {
+	d, err := duration.Parse(written.String())
+	switch {
+	case errors.Is(err, duration.ErrNotWhole):
+		return 0, notWhole(s)
+	case err != nil || d > maxOffset: // of digits alone, an error is one of range
 		return 0, tooLate(fmt.Sprintf("time %q", s))
-	}
-	d := time.Duration(math.Round(ns))
-	if sixty {
+	case sixty:
 		return 0, usagef("time %q: minutes and seconds run from 00 to 59: for %v, write %s", s, d, clockTime(d))
 	}
 	return d, nil
+}
+
+// notWhole is the usage error of a time s finer than a nanosecond.
+func notWhole(s string) error {
+	return usagef("time %q %v: the limiter's clock counts whole milliseconds", s, duration.ErrNotWhole)
 }
 
 // allDigits reports whether s is one or more decimal digits.
