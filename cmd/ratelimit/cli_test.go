@@ -662,6 +662,19 @@ func TestStorePasswordHidden(t *testing.T) {
 		require.NotContains(t, errOut, "hun/ter22", store)
 		require.Contains(t, errOut, "app:xxxxx", store)
 	}
+	// A password given as a parameter, of a URL (which pgx reads) or of a
+	// connection string of keywords (which --store does not take), is
+	// hidden too: a URL that did not parse was quoted whole.
+	for _, store := range []string{"postgres://app@127.0.0.1:x/db?password=hunter22", "postgresql://app@127.0.0.1:x/db?sslmode=disable&password=hunter22&x=1",
+		"postgres://app@127.0.0.1:x/db?password=hun%2Fter22", "host=127.0.0.1 password=hunter22 user=app", "host=127.0.0.1 password='hunter22'",
+		"redis://127.0.0.1:1/x?password=hunter22"} {
+		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s", store, errOut)
+		require.NotContains(t, errOut, "hunter22", store)
+		require.NotContains(t, errOut, "hun%2Fter22", store)
+		require.NotContains(t, errOut, "hun/ter22", store)
+		require.Contains(t, errOut, "password=xxxxx", store)
+	}
 	shown, hide := hidePassword("redis://:pw@127.0.0.1:6379/0")
 	require.Equal(t, "redis://:xxxxx@127.0.0.1:6379/0", shown)
 	require.Equal(t, "127.0.0.1:6379 pw", hide("127.0.0.1:6379 pw"), "a short password is left in the client's text")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -231,35 +232,48 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		return p, pool.Close, nil
 	}
-	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", shown, scheme)
+	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", shown, hide(scheme))
 }
 
 // hidePassword returns the store URL u with its password, if it has one
-// (SCHEME://USER:PASSWORD@...), written as xxxxx, and a function that
-// does the same to a text that quotes u, such as a client's error.
+// (SCHEME://USER:PASSWORD@..., or a parameter password=..., of a URL or
+// of a connection string of keywords), written as xxxxx, and a function
+// that does the same to a text that quotes u, such as a client's error.
 func hidePassword(u string) (string, func(string) string) {
+	var passwords []string
+	shown := u
+	if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "bolt" { // a bolt path holds anything
+		at := strings.LastIndex(rest, "@")
+		if user, password, ok := strings.Cut(rest[:max(at, 0)], ":"); at >= 0 && !strings.Contains(rest[:at], "/") && ok && password != "" {
+			shown = u[:len(u)-len(rest)] + user + ":xxxxx" + rest[at:]
+			passwords = append(passwords, password)
+		}
+	}
+	if !strings.HasPrefix(u, "bolt:") {
+		shown = passwordParam.ReplaceAllStringFunc(shown, func(p string) string {
+			m := passwordParam.FindStringSubmatch(p)
+			passwords = append(passwords, strings.Trim(m[2], "'"))
+			return m[1] + "password=xxxxx"
+		})
+	}
 	none := func(s string) string { return s }
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok || scheme == "bolt" { // a path, whatever it holds
-		return u, none
+	var forms []string
+	for _, p := range passwords {
+		// A password of a few characters would be found all over a text
+		// (in a port, an address), and hides nothing worth hiding.
+		if len(p) < 4 {
+			continue
+		}
+		forms = append(forms, p)
+		if clear, err := url.PathUnescape(p); err == nil && clear != p {
+			forms = append(forms, clear)
+		}
+		if clear, err := url.QueryUnescape(p); err == nil && clear != p {
+			forms = append(forms, clear)
+		}
 	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 || strings.Contains(rest[:at], "/") {
-		return u, none
-	}
-	user, password, ok := strings.Cut(rest[:at], ":")
-	if !ok || password == "" {
-		return u, none
-	}
-	shown := u[:len(u)-len(rest)] + user + ":xxxxx" + rest[at:]
-	// A password of a few characters would be found all over a text
-	// (in a port, an address), and hides nothing worth hiding.
-	if len(password) < 4 {
+	if len(forms) == 0 {
 		return shown, none
-	}
-	forms := []string{password}
-	if clear, err := url.PathUnescape(password); err == nil && clear != password {
-		forms = append(forms, clear)
 	}
 	return shown, func(s string) string {
 		for _, p := range forms {
@@ -268,6 +282,11 @@ func hidePassword(u string) (string, func(string) string) {
 		return s
 	}
 }
+
+// passwordParam matches a parameter password=... of a URL's query or of a
+// connection string of keywords (password=x, password='x y'): what
+// precedes it, and its value.
+var passwordParam = regexp.MustCompile(`(^|[?&\s])password=('[^']*'|[^&#\s]*)`)
 
 // parseClusterURL reads what follows "redis+cluster:" in --store:
 // //[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/0]. Without a node, go-redis
