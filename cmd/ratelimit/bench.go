@@ -97,8 +97,9 @@ and exits with status 130 (1 if the check failed).`,
 	}
 	t.register(cmd, false)
 	t.output.register(cmd.Flags())
-	cmd.Flags().IntVar(&keys, "keys", 1, "how many keys to spread the calls over")
-	cmd.Flags().IntVar(&goroutines, "goroutines", 16, "how many goroutines call at once")
+	keys, goroutines = 1, 16
+	cmd.Flags().Var((*decimalInt)(&keys), "keys", "how many keys to spread the calls over")
+	cmd.Flags().Var((*decimalInt)(&goroutines), "goroutines", "how many goroutines call at once")
 	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")
 	cmd.Flags().Float64Var(&count, "count", 1, "tokens per call")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +42,7 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.Var((*exactDuration)(&f.period), "period", "inline limit: window length or refill period (e.g. 1m, 1h)")
 	fs.Float64Var(&f.capacity, "capacity", 0, "inline limit: most tokens held (default: rate)")
 	fs.Float64Var(&f.reserved, "max-reserved", 0, "inline limit: most tokens owed by reservations (default: unlimited)")
-	fs.IntVar(&f.shards, "shards", 0, "inline limit: records the limit is split into")
+	fs.Var((*decimalInt)(&f.shards), "shards", "inline limit: records the limit is split into")
 	fs.StringVar(&f.start, "start", "", "inline fixed window: RFC 3339 time its windows are aligned to")
 }
 
@@ -176,5 +178,29 @@ func (d *exactDuration) Set(s string) error {
 		return err
 	}
 	*d = exactDuration(v)
+	return nil
+}
+
+// decimalInt is a flag of a whole number written in decimal: pflag's Int
+// reads 010 as the octal 8 and 0x10 as 16. A leading zero is refused, as
+// in a limits file.
+type decimalInt int
+
+func (n *decimalInt) String() string { return strconv.Itoa(int(*n)) }
+func (n *decimalInt) Type() string   { return "int" }
+
+func (n *decimalInt) Set(s string) error {
+	digits := strings.TrimLeft(s, "+-")
+	switch {
+	case len(digits) > 1 && digits[0] == '0' && allDigits(digits):
+		return fmt.Errorf("%q has a leading zero: write %s%s", s, s[:len(s)-len(digits)], cmp.Or(strings.TrimLeft(digits, "0"), "0"))
+	case len(s)-len(digits) > 1 || !allDigits(digits):
+		return errors.New("write a whole number in decimal, such as 4")
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("out of range")
+	}
+	*n = decimalInt(v)
 	return nil
 }

@@ -850,6 +850,39 @@ func TestBenchFlags(t *testing.T) {
 	}
 }
 
+// --shards, --keys and --goroutines are read in decimal, and a leading
+// zero is refused as in a limits file: pflag's Int reads 010 as the octal
+// 8, so that --shards 010 split a limit into 8 shards, and 0x10 as 16.
+func TestIntFlagsDecimal(t *testing.T) {
+	for _, tc := range []struct {
+		cmd   string
+		flags []string
+		want  string
+	}{
+		{"simulate", []string{"--shards", "010"}, `invalid argument "010" for "--shards" flag: "010" has a leading zero: write 10`},
+		{"simulate", []string{"--shards", "-010"}, `invalid argument "-010" for "--shards" flag: "-010" has a leading zero: write -10`},
+		{"simulate", []string{"--shards", "0x10"}, `invalid argument "0x10" for "--shards" flag: write a whole number in decimal, such as 4`},
+		{"simulate", []string{"--shards", "1_0"}, `invalid argument "1_0" for "--shards" flag: write a whole number in decimal`},
+		{"simulate", []string{"--shards", "99999999999999999999"}, `invalid argument "99999999999999999999" for "--shards" flag: out of range`},
+		{"bench", []string{"--store", "mem:", "--keys", "010"}, `invalid argument "010" for "--keys" flag: "010" has a leading zero: write 10`},
+		{"bench", []string{"--store", "mem:", "--goroutines", "0o10"}, `invalid argument "0o10" for "--goroutines" flag: write a whole number in decimal`},
+	} {
+		args := append(append([]string{tc.cmd}, tokenBucket...), tc.flags...)
+		args = append(args, "--at", "0s=1")
+		if tc.cmd == "bench" {
+			args = append(args[:len(args)-2], "--duration", "1ms")
+		}
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.Contains(t, errOut, tc.want, "%q", args)
+	}
+	for shards, want := range map[string]string{"4": "4 shards", "+2": "2 shards", "0": "capacity 3\n"} {
+		code, out, errOut := exec(append(append([]string{"simulate"}, tokenBucket...), "--shards", shards, "--at", "0s=1")...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, want, shards)
+	}
+}
+
 // slow is a store of a round trip of a millisecond (and without the
 // in-process calls of memstore's Bind).
 type slow struct{ ratelimit.Store }
