@@ -102,3 +102,22 @@ func TestDocExamples(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, ran, 10, "the examples docs/cli.md shows")
 }
+
+// TestReadmeExample: the command README.md shows (go run ./cmd/ratelimit
+// ...) prints the output shown under it, in the next code block. It
+// lacked the line of the chart the command draws.
+func TestReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "```sh\ngo run ./cmd/ratelimit ")
+	require.True(t, ok, "README.md shows no command")
+	line, rest, _ := strings.Cut(rest, "\n")
+	_, rest, ok = strings.Cut(rest, "```\n\n```\n")
+	require.True(t, ok, "README.md shows no output under %q", line)
+	want, _, ok := strings.Cut(rest, "```\n")
+	require.True(t, ok)
+	t.Chdir(t.TempDir()) // for the chart
+	code, out, errOut := exec(shellWords(line)...)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, want, out, "README.md: go run ./cmd/ratelimit %s", line)
+}
