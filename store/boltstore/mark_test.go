@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -52,13 +53,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 			return tx.Bucket([]byte(boltstore.DefaultBucket)).Put(boltstore.MarkKey(tok.ID()), bad)
 		}))
 
-		for _, settle := range []func() error{
-			func() error { return lim.Refund(ctx, tok) },
-			func() error { return lim.Use(ctx, tok) },
-			func() error { return lim.Settle(ctx, tok, 1) },
-			func() error { return r.Cancel(ctx) },
-		} {
-			err := settle()
+		for _, err := range storetest.SettleEveryWay(ctx, lim, r) {
 			require.ErrorIs(t, err, boltstore.ErrBadMark, name)
 			require.ErrorIs(t, err, driver.ErrBadRecord, "%s: the error of every store", name)
 			require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,13 +40,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 			id[:], bad, tok.Expires().UnixMilli())
 		require.NoError(t, err)
 
-		for _, settle := range []func() error{
-			func() error { return lim.Refund(ctx, tok) },
-			func() error { return lim.Use(ctx, tok) },
-			func() error { return lim.Settle(ctx, tok, 1) },
-			func() error { return r.Cancel(ctx) },
-		} {
-			err := settle()
+		for _, err := range storetest.SettleEveryWay(ctx, lim, r) {
 			require.ErrorIs(t, err, driver.ErrBadRecord, name)
 			require.ErrorIs(t, err, pgstore.ErrBadRecord, name)
 			require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)

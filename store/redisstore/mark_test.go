@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,13 +59,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		mark := markKeyOf(store.Key(driver.RecordID{Name: "jobs", Key: "k"}), tok.ID())
 		require.NoError(t, c.Set(ctx, mark, bad, 0).Err())
 
-		for _, settle := range []func() error{
-			func() error { return lim.Refund(ctx, tok) },
-			func() error { return lim.Use(ctx, tok) },
-			func() error { return lim.Settle(ctx, tok, 1) },
-			func() error { return r.Cancel(ctx) },
-		} {
-			err := settle()
+		for _, err := range storetest.SettleEveryWay(ctx, lim, r) {
 			require.ErrorIs(t, err, redisstore.ErrBadRecord, name)
 			require.ErrorIs(t, err, driver.ErrBadRecord, "%s: the error of every store", name)
 			require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)

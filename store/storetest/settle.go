@@ -347,3 +347,13 @@ func testReceipts(t *testing.T, newStore NewStore) {
 	require.False(t, res.OK)
 	require.Nil(t, res.Token)
 }
+
+// SettleEveryWay settles r's token each way a caller can, one after the
+// other: Limiter.Refund, Use, Settle of one token, and r's Cancel; it
+// returns their errors in that order. It is for a store's own tests of a
+// settlement that every way must meet alike, such as one whose mark the
+// store cannot read.
+func SettleEveryWay(ctx context.Context, lim *ratelimit.Limiter, r *ratelimit.Reservation) []error {
+	tok := r.Token()
+	return []error{lim.Refund(ctx, tok), lim.Use(ctx, tok), lim.Settle(ctx, tok, 1), r.Cancel(ctx)}
+}
