@@ -429,34 +429,7 @@ func TestSimulateTooManyRequests(t *testing.T) {
 
 // silentServer returns the address of a server that accepts connections
 // and never answers, as a host whose port another program holds can.
-func silentServer(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	return l.Addr().String()
-}
+func silentServer(t *testing.T) string { return stallingServer(t, "") }
 
 // A server that accepts and never answers is given up on in a bounded
 // time, with the hint to check the server: PostgreSQL without
@@ -484,7 +457,8 @@ func TestSilentServer(t *testing.T) {
 
 // stallingServer returns the address of a server that answers the
 // handshake of a connection as proto ("postgres" or "redis") does, then
-// never answers a query: a server stalled, or one whose disk hangs.
+// never answers a query: a server stalled, or one whose disk hangs. With
+// proto "" it answers nothing at all.
 func stallingServer(t *testing.T, proto string) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -500,7 +474,8 @@ func stallingServer(t *testing.T, proto string) string {
 			c.Close()
 		}
 	})
-	handshake := map[string]func(net.Conn) error{"postgres": pgHandshake, "redis": redisHandshake}[proto]
+	none := func(net.Conn) error { return nil }
+	handshake := map[string]func(net.Conn) error{"": none, "postgres": pgHandshake, "redis": redisHandshake}[proto]
 	require.NotNil(t, handshake, proto)
 	go func() {
 		for {
