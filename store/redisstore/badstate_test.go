@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,6 +26,66 @@ func binaryRecord(v, ts float64) string {
 	return string(rec)
 }
 
+// badRecords is the setting of the tests of what the store refuses to
+// read: a store of its own, a fixed window of 100 an hour at now, and the
+// record (l, bad) at key, which the tests write by hand.
+type badRecords struct {
+	c     *redis.Client
+	store *redisstore.Store
+	now   int64
+	id    driver.RecordID
+	key   string
+}
+
+func newBadRecords(t *testing.T) *badRecords {
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	id := driver.RecordID{Name: "l", Key: "bad"}
+	return &badRecords{c: c, store: store, now: t0.UnixMilli(), id: id, key: store.Key(id)}
+}
+
+var badRecordParams = driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+
+// op is a limit of one token of key's record; check a check of it.
+func (b *badRecords) op(key string) *driver.Op {
+	return oneItemOp(driver.ModeLimit, b.now, "l", key, 1, badRecordParams)
+}
+
+func (b *badRecords) check(key string) *driver.Op {
+	return oneItemOp(driver.ModeCheck, b.now, "l", key, 0, badRecordParams)
+}
+
+// requireRefused writes raw at the record's key and requires that its op,
+// alone, checked and batched (the other op of the batch decided), and
+// Load fail with ErrBadRecord, naming the key and what to do, with no Lua
+// runtime error, and leave raw as it is; what names raw in failures.
+func (b *badRecords) requireRefused(t *testing.T, what, raw string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, b.c.Set(ctx, b.key, raw, 0).Err())
+	isBad := func(err error, how string) {
+		t.Helper()
+		require.ErrorIs(t, err, redisstore.ErrBadRecord, "%s %s", what, how)
+		require.ErrorIs(t, err, driver.ErrBadRecord, "%s %s: the error of every store", what, how)
+		require.ErrorContains(t, err, fmt.Sprintf("key %q", b.key), "%s %s: names the key", what, how)
+		require.ErrorContains(t, err, "delete the key", "%s %s: says what to do", what, how)
+		require.NotContains(t, err.Error(), "user_function", "%s %s", what, how)
+		require.NotContains(t, err.Error(), "script:", "%s %s", what, how)
+	}
+	isBad(b.store.Apply(ctx, b.op("bad"), make([]driver.Decision, 1)), "alone")
+	isBad(b.store.Apply(ctx, b.check("bad"), make([]driver.Decision, 1)), "checked")
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	err := b.store.ApplyBatch(ctx, []*driver.Op{b.op("good"), b.op("bad")}, outs)
+	isBad(err, "batched")
+	require.ErrorContains(t, err, "op 1:", what)
+	require.NotContains(t, err.Error(), "op 0:", what)
+	require.True(t, outs[0][0].OK, "%s: the other op is decided", what)
+	isBad(b.store.Load(ctx, []driver.RecordID{b.id}, make([]driver.Record, 1)), "loaded")
+	got, err := b.c.Get(ctx, b.key).Result()
+	require.NoError(t, err)
+	require.Equal(t, raw, got, "%s: left as it is", what)
+}
+
 // TestRecordNoReleaseWrites: a record of NaN or infinite tokens, or of a
 // time beyond any op's (driver.CheckState), as binary or as text, fails
 // its op, alone or batched, and Load, with ErrBadRecord, the key and what
@@ -35,15 +96,9 @@ func binaryRecord(v, ts float64) string {
 // finite number of tokens (a debt of any size, a value above the
 // capacity) at a time within the bounds reads as before.
 func TestRecordNoReleaseWrites(t *testing.T) {
-	c := client(t)
-	store := newStore(c, uniquePrefix(t, c))
-	ctx := context.Background()
-	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
-	now := t0.UnixMilli()
-	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 1, p) }
-	check := func(key string) *driver.Op { return oneItemOp(driver.ModeCheck, now, "l", key, 0, p) }
-	id := driver.RecordID{Name: "l", Key: "bad"}
-	key := store.Key(id)
+	b := newBadRecords(t)
+	ctx, c, store, key, id, now := context.Background(), b.c, b.store, b.key, b.id, b.now
+	op, check := b.op, b.check
 	tn := float64(now)
 	bad := map[string]string{}
 	for name, st := range map[string][2]float64{
@@ -63,27 +118,7 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 		}
 	}
 	for name, raw := range bad {
-		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
-		isBad := func(err error, how string) {
-			t.Helper()
-			require.ErrorIs(t, err, redisstore.ErrBadRecord, "%s %s", name, how)
-			require.ErrorIs(t, err, driver.ErrBadRecord, "%s %s", name, how)
-			require.ErrorContains(t, err, fmt.Sprintf("key %q", key), "%s %s: names the key", name, how)
-			require.ErrorContains(t, err, "delete the key", "%s %s: says what to do", name, how)
-			require.NotContains(t, err.Error(), "script:", "%s %s", name, how)
-		}
-		isBad(store.Apply(ctx, op("bad"), make([]driver.Decision, 1)), "alone")
-		isBad(store.Apply(ctx, check("bad"), make([]driver.Decision, 1)), "checked")
-		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
-		err := store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
-		isBad(err, "batched")
-		require.ErrorContains(t, err, "op 1:")
-		require.NotContains(t, err.Error(), "op 0:")
-		require.True(t, outs[0][0].OK, "%s: the other op is decided", name)
-		isBad(store.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), "loaded")
-		got, err := c.Get(ctx, key).Result()
-		require.NoError(t, err)
-		require.Equal(t, raw, got, "%s: left as it is", name)
+		b.requireRefused(t, name, raw)
 	}
 
 	// At the bounds, and any finite number of tokens: read alike.

@@ -435,40 +435,16 @@ func TestWrongTypeKey(t *testing.T) {
 // "-nan") included, and read the same record from a text one, spelled as
 // ParseFloat reads it and tonumber does not ("1_0") included.
 func TestCorruptRecord(t *testing.T) {
-	c := client(t)
-	store := newStore(c, uniquePrefix(t, c))
-	ctx := context.Background()
-	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
-	now := t0.UnixMilli()
-	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, now, "l", key, 1, p) }
-	check := func(key string) *driver.Op { return oneItemOp(driver.ModeCheck, now, "l", key, 0, p) }
-	id := driver.RecordID{Name: "l", Key: "bad"}
-	key := store.Key(id)
+	b := newBadRecords(t)
+	ctx, c, store, key, id, now := context.Background(), b.c, b.store, b.key, b.id, b.now
+	op, check := b.op, b.check
 	ts := strconv.FormatInt(now, 10)
 	for _, raw := range []string{"garbage", "", "1 x", "1 2 3", "\x01short", "\x01" + strings.Repeat("\x00", 25), "\x02\x01",
 		// Numbers that Lua's tonumber reads and ParseFloat does not.
 		"0x10 " + ts, "-nan " + ts, "+nan " + ts, "nan(1) " + ts, "1e400 " + ts, "infin " + ts, "0x1p " + ts,
 		"5 0x18bcfe56800", "5 -nan", "5 1e999", " 5 " + ts, "5  " + ts, "5\t" + ts,
 	} {
-		require.NoError(t, c.Set(ctx, key, raw, 0).Err())
-		isBad := func(err error, how string) {
-			t.Helper()
-			require.ErrorIs(t, err, redisstore.ErrBadRecord, "%q %s", raw, how)
-			require.ErrorIs(t, err, driver.ErrBadRecord, "%q %s: the error of every store", raw, how)
-			require.ErrorContains(t, err, fmt.Sprintf("key %q", key), "%q %s: names the key", raw, how)
-			require.ErrorContains(t, err, "delete the key", "%q %s: says what to do", raw, how)
-			require.NotContains(t, err.Error(), "user_function", "%q %s", raw, how)
-			require.NotContains(t, err.Error(), "script:", "%q %s", raw, how)
-		}
-		isBad(store.Apply(ctx, op("bad"), make([]driver.Decision, 1)), "alone")
-		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
-		err := store.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, outs)
-		isBad(err, "batched")
-		require.ErrorContains(t, err, "op 1:")
-		isBad(store.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), "loaded")
-		got, err := c.Get(ctx, key).Result()
-		require.NoError(t, err)
-		require.Equal(t, raw, got, "left as it is")
+		b.requireRefused(t, strconv.Quote(raw), raw)
 	}
 
 	// A text record, as earlier versions wrote it: read alike.
