@@ -3,6 +3,7 @@ package ratelimitotel
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"time"
 
@@ -41,8 +42,13 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // a BoundLimit would decide calls without passing through the wrapper,
 // so a Limiter decides every call through Apply and its span, with the
 // same answers. Unwrap returns s.
+//
+// WrapStore returns nil when s is nil or holds a nil pointer (a store
+// whose New failed, kept instead of its error), so that ratelimit.New
+// refuses it with its error, as it would s: a wrapper around it would be
+// accepted, and panic on the first decision.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
-	if s == nil {
+	if isNil(s) {
 		return nil
 	}
 	c := newConfig(opts)
@@ -69,6 +75,19 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 		}{t, batch{t, b}}
 	}
 	return t
+}
+
+// isNil reports whether s is nil or holds a nil pointer (or map, slice,
+// func or channel) of its type, as ratelimit.New judges a store.
+func isNil(s ratelimit.Store) bool {
+	if s == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // tracedStore is the part of a wrapped store every store has; WrapStore returns

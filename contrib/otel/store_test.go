@@ -350,6 +350,18 @@ func TestWrapStoreNil(t *testing.T) {
 	assert.Nil(t, ratelimitotel.WrapStore(nil))
 }
 
+// A store whose New failed, kept instead of its error, is a nil pointer:
+// wrapped, it is refused by ratelimit.New as it would be unwrapped, rather
+// than accepted and panicking on the first decision.
+func TestWrapStoreNilPointer(t *testing.T) {
+	var mem *memstore.Store
+	w := ratelimitotel.WrapStore(mem)
+	assert.Nil(t, w)
+	lim, err := ratelimit.New(w, ratelimit.Limits{"api": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute}})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.Nil(t, lim)
+}
+
 // The wrapper passes the conformance suite of stores: it changes nothing
 // of what the store decides, with spans recorded (and dropped).
 func TestConformance(t *testing.T) {
