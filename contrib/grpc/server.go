@@ -256,7 +256,14 @@ func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, m
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
 		st = withInfo // cannot fail: RetryInfo marshals
 	}
-	ms := (wait + time.Millisecond - 1) / time.Millisecond
+	// Rounded up without adding to wait: the longest wait a Result
+	// reports (driver.MaxRetryAfter ms) is within a millisecond of the
+	// longest time.Duration, and wait + 999999 ns overflowed to a negative
+	// pushback.
+	ms := wait / time.Millisecond
+	if wait%time.Millisecond != 0 {
+		ms++
+	}
 	return st, metadata.Pairs(PushbackTrailer, strconv.FormatInt(int64(ms), 10))
 }
 

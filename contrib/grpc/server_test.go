@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,6 +119,30 @@ func TestUnaryRefusal(t *testing.T) {
 	st2, err := lim.Value(ctx, "api", "127.0.0.1")
 	require.NoError(t, err)
 	assert.Zero(t, st2.Remaining)
+}
+
+// The longest wait a Result reports, about 292 years (a token of a
+// limit whose rate is a quarter token a century, past what a Duration
+// holds), is sent as the pushback of its milliseconds: rounding it up
+// overflowed to a negative pushback, which tells gRPC's retry policy never
+// to retry, not to wait.
+func TestPushbackOfLongestWait(t *testing.T) {
+	ctx := context.Background()
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 0.25, Period: ratelimit.MaxPeriod, Capacity: 1},
+	})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"})
+	require.NoError(t, err)
+	client, _ := serve(t, []grpc.UnaryServerInterceptor{ic.Unary()}, nil)
+	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	var trailer metadata.MD
+	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	wait, ok := retryInfo(t, err)
+	require.True(t, ok)
+	assert.Equal(t, time.Duration(driver.MaxRetryAfter)*time.Millisecond, wait)
+	assert.Equal(t, []string{strconv.FormatInt(driver.MaxRetryAfter, 10)}, trailer.Get(ratelimitgrpc.PushbackTrailer))
 }
 
 func TestStreamRefusal(t *testing.T) {
