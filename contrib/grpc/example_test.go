@@ -119,17 +119,3 @@ func ExampleInterceptor_Limit() {
 	// call 2: OK "" details 0
 	// call 3: ResourceExhausted "/grpc.health.v1.Health/Check is rejected by grpc_ratelimit middleware, please retry later. rate limit exceeded: retry after 30s" details 0
 }
-
-// A client that waits out a refusal and retries once, when a call asks.
-func ExampleUnaryClientInterceptor() {
-	conn, err := grpc.NewClient("127.0.0.1:50051",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(ratelimitgrpc.MaxWait(5*time.Second))))
-	if err != nil {
-		panic(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, _ = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, ratelimitgrpc.WaitRetry())
-}
