@@ -182,7 +182,9 @@ func NewCollector(opts ...Option) (*Collector, error) {
 	// The descriptions carry the errors of names and labels; a registry
 	// reports them.
 	if err := prometheus.NewRegistry().Register(c); err != nil {
-		return nil, fmt.Errorf("ratelimitprom: %w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("ratelimitprom: Prometheus refuses the metrics as the options name them: %w: "+
+			"give a namespace, subsystem and const label names of ASCII letters, digits and underscores, not starting with a digit "+
+			"(nor a label with \"__\"), const labels named apart from the Collector's own, and values in UTF-8: %w", err, ErrInvalidOption)
 	}
 	return c, nil
 }

@@ -202,6 +202,7 @@ func TestCollectorInvalidOptions(t *testing.T) {
 			c, err := ratelimitprom.NewCollector(opts...)
 			require.ErrorIs(t, err, ratelimitprom.ErrInvalidOption)
 			assert.Nil(t, c)
+			assert.NotContains(t, err.Error(), "ratelimitprom: ratelimitprom:", "the package names itself once")
 		})
 	}
 }
