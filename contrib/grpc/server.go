@@ -40,6 +40,13 @@ type Option func(*Interceptor) error
 
 // WithKey sets how a call's key is found (default: PeerIP with no options,
 // the peer's IP address).
+//
+// A limit's records are named by the limit and the key alone: callers of
+// the Limiter that decide one limit by keys of different kinds share its
+// budget wherever their keys are equal, so that a client sending the
+// metadata x-api-key: 203.0.113.7 to an Interceptor keyed by Metadata
+// spends the budget of the client at 203.0.113.7 in one keyed by PeerIP.
+// Give each KeyFunc a limit of its own, or prefix its keys.
 func WithKey(f KeyFunc) Option {
 	return func(i *Interceptor) error {
 		if f == nil {
@@ -68,7 +75,10 @@ func WithMethod(fullMethod string, names ...string) Option {
 }
 
 // WithLogger sets where the interceptor logs the calls it could not
-// decide (default: slog.Default()). Keys are never logged.
+// decide (default: slog.Default()). The key is never logged, but the
+// error is, and a store's error within it is the store's own: one for a
+// record the store cannot read names the record's key, unless the
+// Limiter hashes keys (ratelimit.WithKeyHash).
 func WithLogger(l *slog.Logger) Option {
 	return func(i *Interceptor) error {
 		if l == nil {
