@@ -234,7 +234,15 @@ func mostAtOnce(cfg ratelimit.Config) float64 {
 func (m *Middleware) Policy() string { return m.current().policy }
 
 // Wrap returns next behind the limits.
+//
+// A nil next (or a nil http.HandlerFunc) is a programming error that no
+// request could be served by: Wrap panics at once, with an error matching
+// ErrInvalidOption, as http.ServeMux.Handle does for a nil handler,
+// rather than return a handler that panics at the first request.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	if f, ok := next.(http.HandlerFunc); next == nil || ok && f == nil {
+		panic(fmt.Errorf("httplimit: Wrap was given a nil handler: give it the handler the limits protect: %w", ErrInvalidOption))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := m.key(r)
 		if err != nil {

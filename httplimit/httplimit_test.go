@@ -846,3 +846,22 @@ func TestCostFunctionErrors(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, serve(h, "192.0.2.1:1", "X-Batch", "broken").Code)
 	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
 }
+
+// Wrap(nil) returned a handler that panicked at the first request, with a
+// nil pointer dereference that named nothing: it panics at once, as
+// http.ServeMux.Handle does, with an error matching ErrInvalidOption.
+func TestWrapRefusesANilHandler(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	mw := must(httplimit.New(lim, []string{"api"}))
+	for name, next := range map[string]http.Handler{"nil": nil, "nil HandlerFunc": http.HandlerFunc(nil)} {
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			mw.Wrap(next)
+		}()
+		err, isErr := got.(error)
+		require.True(t, isErr, "%s: Wrap panics with an error, got %v", name, got)
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, name)
+		require.ErrorContains(t, err, "nil handler", name)
+	}
+}
