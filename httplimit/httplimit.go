@@ -204,6 +204,9 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	if m.key == nil || m.denied == nil || m.failed == nil {
 		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
 	}
+	if err := keyError(m.key); err != nil {
+		return nil, err
+	}
 	if m.cost == nil {
 		for i, cfg := range v.cfgs {
 			if most := mostAtOnce(cfg); most < 1 {

@@ -865,3 +865,25 @@ func TestWrapRefusesANilHandler(t *testing.T) {
 		require.ErrorContains(t, err, "nil handler", name)
 	}
 }
+
+// Header("") made every request answer 400, as if each client had left
+// out its key: a name no request carries is refused by New, with advice.
+func TestNewRefusesAHeaderNoRequestCarries(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	for _, name := range []string{"", "  ", "X API Key", "X-API-Key:"} {
+		_, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header(name)))
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, "Header(%q)", name)
+		require.ErrorContains(t, err, `name the header that holds the key, such as Header("X-API-Key")`, "Header(%q)", name)
+	}
+
+	// Spaces around a name are ignored.
+	mw := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header(" X-API-Key "))))
+	require.Equal(t, http.StatusOK, serve(mw.Wrap(ok), "192.0.2.1:1", "X-API-Key", "k1").Code)
+
+	// Inside a KeyFunc of the caller's, New cannot see it: every request
+	// is the configuration's fault, 500, not the client's.
+	inner := httplimit.Header("")
+	wrapped := func(r *http.Request) (string, error) { k, err := inner(r); return "key:" + k, err }
+	mw = must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(wrapped), httplimit.WithLogger(slog.New(slog.DiscardHandler))))
+	require.Equal(t, http.StatusInternalServerError, serve(mw.Wrap(ok), "192.0.2.1:1", "X-API-Key", "k1").Code)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -642,8 +643,24 @@ func isHexDigit(c byte) bool {
 
 // Header keys a request by the value of a header, such as an API key.
 // A request without it is refused through the error handler with ErrNoKey
-// (400 by default).
+// (400 by default). Spaces around name are ignored.
+//
+// An empty name, or one that is not a header field name, is carried by no
+// request, and would refuse every one: New refuses a KeyFunc of Header
+// given one, with an error matching ErrInvalidOption. (Wrapped in a
+// KeyFunc of your own, which New cannot see into, it answers every
+// request 500, logged at error level: the fault is the configuration's.)
 func Header(name string) KeyFunc {
+	switch n := strings.TrimSpace(name); {
+	case n == "":
+		return badKey{fmt.Errorf("httplimit: Header was given an empty header name, which no request carries: "+
+			"name the header that holds the key, such as Header(\"X-API-Key\"): %w", ErrInvalidOption)}.key
+	case !validHeaderName(n):
+		return badKey{fmt.Errorf("httplimit: Header(%q): %q is not a header field name, which no request carries: "+
+			"name the header that holds the key, such as Header(\"X-API-Key\"): %w", name, n, ErrInvalidOption)}.key
+	default:
+		name = n
+	}
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
@@ -663,4 +680,26 @@ func PathValue(name string) KeyFunc {
 		}
 		return v, nil
 	}
+}
+
+// badKey is the KeyFunc of Header given a name no request can carry: a
+// configuration error, which New finds (keyError) and returns. New cannot
+// see into a KeyFunc of the caller's that calls it: then err answers every
+// request 500 (errorStatus), not 400, for the fault is not the client's.
+type badKey struct{ err error }
+
+func (b badKey) key(*http.Request) (string, error) { return "", b.err }
+
+// badKeyCode identifies the method value badKey.key among KeyFuncs: every
+// method value of one method runs the same code.
+var badKeyCode = reflect.ValueOf(badKey{}.key).Pointer()
+
+// keyError returns the configuration error of f if f is a badKey's, and
+// nil for any other KeyFunc, which it does not call.
+func keyError(f KeyFunc) error {
+	if reflect.ValueOf(f).Pointer() != badKeyCode {
+		return nil
+	}
+	_, err := f(nil) // badKey.key, which reads no request
+	return err
 }
