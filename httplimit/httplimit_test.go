@@ -887,3 +887,12 @@ func TestNewRefusesAHeaderNoRequestCarries(t *testing.T) {
 	mw = must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(wrapped), httplimit.WithLogger(slog.New(slog.DiscardHandler))))
 	require.Equal(t, http.StatusInternalServerError, serve(mw.Wrap(ok), "192.0.2.1:1", "X-API-Key", "k1").Code)
 }
+
+// PathValue("") made every request answer 400: no wildcard has an empty
+// name. New refuses it, as it does Header("").
+func TestNewRefusesAnEmptyPathValue(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	_, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.PathValue("")))
+	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+	require.ErrorContains(t, err, `name the wildcard that holds the key, such as PathValue("tenant")`)
+}

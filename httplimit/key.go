@@ -672,7 +672,14 @@ func Header(name string) KeyFunc {
 
 // PathValue keys a request by a wildcard of its http.ServeMux pattern
 // (r.PathValue), such as {tenant} in "/t/{tenant}/".
+//
+// An empty name is no wildcard's, and would refuse every request: New
+// refuses a KeyFunc of PathValue given one, as it does Header's.
 func PathValue(name string) KeyFunc {
+	if name == "" {
+		return badKey{fmt.Errorf("httplimit: PathValue was given an empty name, which no wildcard has: "+
+			"name the wildcard that holds the key, such as PathValue(\"tenant\") for /t/{tenant}/: %w", ErrInvalidOption)}.key
+	}
 	return func(r *http.Request) (string, error) {
 		v := r.PathValue(name)
 		if v == "" {
@@ -682,10 +689,11 @@ func PathValue(name string) KeyFunc {
 	}
 }
 
-// badKey is the KeyFunc of Header given a name no request can carry: a
-// configuration error, which New finds (keyError) and returns. New cannot
-// see into a KeyFunc of the caller's that calls it: then err answers every
-// request 500 (errorStatus), not 400, for the fault is not the client's.
+// badKey is the KeyFunc of Header or PathValue given a name no request
+// can carry: a configuration error, which New finds (keyError) and
+// returns. New cannot see into a KeyFunc of the caller's that calls it:
+// then err answers every request 500 (errorStatus), not 400, for the fault
+// is not the client's.
 type badKey struct{ err error }
 
 func (b badKey) key(*http.Request) (string, error) { return "", b.err }
