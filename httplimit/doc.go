@@ -36,7 +36,10 @@
 // additional quota is made available, that is until r grows by one: for a
 // token bucket, the next whole token; for a fixed window, the next window,
 // or the first whose grants add up to a whole token (no t when the bucket
-// holds all the whole tokens it can).
+// holds all the whole tokens it can). Retry-After speaks for the request:
+// never before the t of a limit that refused it for want of its next whole
+// token, it may come before the t of a limit that did not refuse it, or
+// that refused a fractional cost it grants before a whole token.
 //
 // # Errors
 //

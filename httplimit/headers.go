@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // Bounds of the RateLimit-Policy announcement.
@@ -38,7 +39,7 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 		}
 		b = append(b, m.quoted[i]...)
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, sfInteger(p.Remaining), 10)
+		b = strconv.AppendInt(b, wholeTokens(p.Remaining), 10)
 		if t, ok := resetSeconds(p, v.cfgs[i]); ok {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, t, 10)
@@ -47,16 +48,38 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 	h.Set("RateLimit", string(b))
 }
 
+// wholeTokens is the "r" of a limit's RateLimit item: the whole tokens of
+// remaining, as the Limiter grants them. It grants a call that a record
+// falls short of by less than driver.Noise (float noise: 0.4 + 0.6 is
+// 0.9999999999999999), so that such a record holds its whole token: r
+// says 1 when a request of 1 passes.
+func wholeTokens(remaining float64) int64 { return sfInteger(remaining + driver.Noise) }
+
 // resetSeconds is the "t" of a limit's RateLimit item: in the words of
 // draft-ietf-httpapi-ratelimit-headers-10, the seconds until additional
 // quota is made available, rounded up. The quota unit is one token: t is
-// the time until the floored tokens left ("r") grow by one. A token bucket
-// refills continuously; a fixed window grants Rate at the start of each
-// window, the next in Result.ResetAfter, so that r grows then unless the
-// window grants less than the whole token missing (a Rate below 1): then
-// at the first window by which the grants add up to it. A bucket that
-// holds as many whole tokens as it ever will has no such time, and ok is
-// false: the item carries no t.
+// the time until the whole tokens left ("r", wholeTokens) grow by one. A
+// token bucket refills continuously; a fixed window grants Rate at the
+// start of each window, the next in Result.ResetAfter, so that r grows
+// then unless the window grants less than the whole token missing (a Rate
+// below 1): then at the first window by which the grants add up to it. A
+// bucket that holds as many whole tokens as it ever will has no such
+// time, and ok is false: the item carries no t.
+//
+// A limit that refused a request of at least the next whole token cannot
+// grant it before r grows: its own RetryAfter, the least wait the Limiter
+// computed for the request, bounds t, and is t itself when the request
+// costs exactly that token. The estimate from the config alone is late
+// where the Limiter knows better: a sharded fixed window's second shard,
+// whose window may come first (ResetAfter is the first shard's), and a
+// sharded token bucket one of whose two shards is full, which refills at
+// half the rate.
+//
+// Retry-After may still be below the t of a limit, and rightly so: of a
+// limit that did not refuse the request (it holds the request's cost
+// already, and its next token is not needed), and of a limit that refused
+// a request of a fractional cost it will grant before its next whole
+// token (0.3 left, a cost of 0.5).
 func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool) {
 	// A sharded call evaluates two shards (or its one): their share of
 	// the capacity and the rate, as Result.Remaining counts them.
@@ -68,23 +91,40 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 	}
 	capacity *= k / n
 	rate := cfg.Rate * k / n // tokens per Period
-	next := math.Max(math.Floor(res.Remaining), 0) + 1
+	next := float64(wholeTokens(res.Remaining)) + 1
 	if next > capacity {
 		return 0, false
 	}
+	// The shortfall as the Limiter compares it: a record within
+	// driver.Noise of next holds it.
+	short := next - res.Remaining - driver.Noise
 	period := float64(cfg.Period.Milliseconds())
+	var ms float64
 	if cfg.Kind == ratelimit.FixedWindow {
-		// The windows whose grants make up the missing part of a token;
-		// the first is the next.
-		windows := max(math.Ceil((next-res.Remaining)/rate), 1)
-		if windows > 1 && res.Remaining+rate*(windows-1) >= next {
-			windows-- // the division rounded up past a sum that reaches next
+		// The windows whose grants make up the shortfall; the first is
+		// the next. The division may round past the count that makes it
+		// up, or short of it.
+		windows := max(math.Ceil(short/rate), 1)
+		for windows > 1 && rate*(windows-1) >= short {
+			windows--
 		}
-		ms := float64(res.ResetAfter.Milliseconds()) + (windows-1)*period
-		return sfInteger(math.Ceil(ms / 1000)), true
+		for range 4 {
+			if rate*windows >= short {
+				break
+			}
+			windows++
+		}
+		ms = float64(res.ResetAfter.Milliseconds()) + (windows-1)*period
+	} else {
+		ms = math.Ceil(short * period / rate) // whole milliseconds, as RetryAfter
 	}
-	ms := (next - res.Remaining) * period / rate
-	return sfInteger(math.Ceil(ms / 1000)), true
+	t = sfInteger(math.Ceil(ms / 1000))
+	if wait := res.RetryAfter.Milliseconds(); !res.OK && wait > 0 && wait < driver.MaxRetryAfter && res.Count+driver.Noise >= next {
+		if ra := seconds(res.RetryAfter); res.Count-driver.Noise <= next || ra < t {
+			t = ra
+		}
+	}
+	return t, true
 }
 
 // sfInteger is x floored as a structured-field Integer: never negative,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -587,7 +588,10 @@ func TestHeadersAtTheEdges(t *testing.T) {
 		n, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, (driver.MaxRetryAfter+999)/1000, n, "rounded up, never negative")
-		require.Equal(t, 10*int64(ratelimit.MaxPeriod/time.Second), field(t, w.Header().Get("RateLimit"), "t"), "one token in 1,000 years")
+		// One token in 1,000 years, less the 31.6 s in which the bucket
+		// refills the last driver.Noise (10⁻⁹) of it, which the Limiter
+		// does not wait for.
+		require.Equal(t, 10*int64(ratelimit.MaxPeriod/time.Second)-31, field(t, w.Header().Get("RateLimit"), "t"), "one token in 1,000 years")
 	})
 	t.Run("t of a bucket that refills once in millions of years", func(t *testing.T) {
 		for _, shards := range []int{0, 8} {
@@ -895,4 +899,119 @@ func TestNewRefusesAnEmptyPathValue(t *testing.T) {
 	_, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.PathValue("")))
 	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
 	require.ErrorContains(t, err, `name the wildcard that holds the key, such as PathValue("tenant")`)
+}
+
+// A limit that refused a request of its next whole token can grant it no
+// sooner than r grows: its t is at most Retry-After, and equal when the
+// request costs that one token. t was computed from the config alone and
+// said later than Retry-After: after float noise (0.4 + 0.6 tokens, which
+// the Limiter grants as 1), for the second shard of a sharded fixed
+// window, whose window came first, and with several limits; and earlier,
+// for a sharded token bucket one of whose two shards was full. Retry-After
+// below the t of a limit that did not refuse the request, or that refused
+// a fractional cost it grants before its next whole token, is right.
+func TestResetAgreesWithRetryAfter(t *testing.T) {
+	type step struct {
+		advance time.Duration
+		cost    float64
+		code    int
+		rl      string // RateLimit, "" for any
+		retry   string
+	}
+	tests := []struct {
+		name   string
+		limits ratelimit.Limits
+		names  []string
+		steps  []step
+	}{{
+		name:   "float noise",
+		limits: ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 0.6, Period: time.Second, Capacity: 2, Start: t0}},
+		names:  []string{"l"},
+		steps: []step{
+			{0, 1, 200, `"l";r=1;t=2`, ""},
+			{0, 1, 200, `"l";r=0;t=2`, ""},
+			{2 * time.Second, 1, 200, "", ""}, // 1.2 granted: 0.2 left
+			{2 * time.Second, 1, 200, "", ""}, // 1.4 granted: 0.4 left (0.3999999999999999)
+			{100 * time.Millisecond, 1, 429, `"l";r=0;t=1`, "1"},
+			{900 * time.Millisecond, 0, 200, `"l";r=1;t=2`, ""}, // 0.9999999999999999: a whole token
+			{0, 1, 200, `"l";r=0;t=2`, ""},
+		},
+	}, {
+		name: "several limits",
+		limits: ratelimit.Limits{
+			"day": {Kind: ratelimit.FixedWindow, Rate: 100, Period: 24 * time.Hour, Start: t0},
+			"l":   {Kind: ratelimit.FixedWindow, Rate: 0.6, Period: time.Second, Capacity: 2, Start: t0},
+		},
+		names: []string{"day", "l"},
+		steps: []step{
+			{0, 1, 200, "", ""},
+			{0, 1, 200, "", ""},
+			{2 * time.Second, 1, 200, "", ""},
+			{2 * time.Second, 1, 200, "", ""},
+			// The day's t is past Retry-After: it holds the request's token
+			// (r ≥ 1), and its next one is not needed.
+			{100 * time.Millisecond, 1, 429, `"day";r=96;t=86396, "l";r=0;t=1`, "1"},
+			{900 * time.Millisecond, 1, 200, "", ""},
+		},
+	}, {
+		// Retry-After below a refusing limit's t, and rightly: t is when
+		// a whole token comes, and the request needs less.
+		name:   "fractional cost",
+		limits: ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: 10 * time.Second, Capacity: 1}},
+		names:  []string{"l"},
+		steps: []step{
+			{0, 0.7, 200, `"l";r=0;t=7`, ""},
+			{0, 0.5, 429, `"l";r=0;t=7`, "2"},
+			{2 * time.Second, 0.5, 200, `"l";r=0;t=10`, ""},
+		},
+	}, {
+		name: "sharded token bucket, one shard full",
+		// Two shards of 2 tokens, each refilling 1 in 10 s.
+		limits: ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 2, Period: 10 * time.Second, Capacity: 4, Shards: 2}},
+		names:  []string{"l"},
+		steps: []step{
+			{0, 1.5, 200, `"l";r=2;t=3`, ""}, // one shard alone: 0.5 and 2
+			// 0.5 short, which only the shard below full makes up: 5 s,
+			// not the 2.5 s of both shards' rate.
+			{0, 3, 429, `"l";r=2;t=5`, "5"},
+			{5 * time.Second, 3, 200, "", ""},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, mock := limiter(t, tt.limits, nil)
+			var cost float64
+			h := must(httplimit.New(lim, tt.names, httplimit.WithCost(func(*http.Request) (float64, error) { return cost, nil }))).Wrap(ok)
+			for i, s := range tt.steps {
+				mock.Add(s.advance)
+				cost = s.cost
+				w := serve(h, "192.0.2.1:1")
+				require.Equal(t, s.code, w.Code, "step %d", i)
+				if s.rl != "" {
+					require.Equal(t, s.rl, w.Header().Get("RateLimit"), "step %d", i)
+				}
+				require.Equal(t, s.retry, w.Header().Get("Retry-After"), "step %d", i)
+			}
+		})
+	}
+
+	// A sharded fixed window: each shard has its own phase, and the
+	// Result's ResetAfter is the window of the first shard the call
+	// evaluated, which may come after the other's.
+	t.Run("sharded fixed window", func(t *testing.T) {
+		mock := clock.NewMock()
+		mock.Set(t0)
+		lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+			"l": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Shards: 2}, // one token a minute each
+		}, ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(1, 2))))
+		h := must(httplimit.New(lim, []string{"l"})).Wrap(ok)
+		for c := range 16 {
+			client := fmt.Sprintf("192.0.2.%d:1", c+1)
+			require.Equal(t, http.StatusOK, serve(h, client).Code)
+			require.Equal(t, http.StatusOK, serve(h, client).Code)
+			w := serve(h, client)
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			require.Equal(t, `"l";r=0;t=`+w.Header().Get("Retry-After"), w.Header().Get("RateLimit"), "client %d", c)
+		}
+	})
 }
