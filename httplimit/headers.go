@@ -167,6 +167,13 @@ func policyItem(quotedName string, cfg ratelimit.Config) string {
 // holds one token. A limit too slow for that, with less than one token in
 // the longest window a field holds (maxSFInteger seconds, 31.7 million
 // years), is announced as a quota of 0 over the shortest window above.
+//
+// A limit so fast that the shortest window of whole periods and whole
+// seconds holds more tokens than a field can say (10¹³ per 1,001 ms: that
+// window is 1,000 periods, 10¹⁶ tokens) is stated over whole seconds
+// alone, by the same rule: that window's quota cut to maxSFInteger would
+// state a thousandth of the rate at worst.
+//
 // The announcement never promises more than the limit grants.
 func quota(rate float64, period time.Duration) (q, w int64) {
 	ms := period.Milliseconds()
@@ -175,27 +182,13 @@ func quota(rate float64, period time.Duration) (q, w int64) {
 	step := stepMs / 1000               // seconds in that window
 
 	limit := max(int64(maxExactWindow), step)
-	bestQ, bestW := int64(0), int64(0)
-	for m := int64(1); m*step <= limit; m++ {
-		x := rate * float64(k1*m)
-		if x > maxSFInteger {
-			if bestW == 0 {
-				return maxSFInteger, m * step // below the rate: the most a field holds
-			}
-			break
-		}
-		r := math.Round(x)
-		if r >= 1 && states(r, x) {
-			return int64(r), m * step
-		}
-		// The best from below so far: the floored quota whose rate comes
-		// closest to the limit's.
-		if f := math.Floor(x); f >= 1 && (bestW == 0 || f/float64(m*step) > float64(bestQ)/float64(bestW)) {
-			bestQ, bestW = int64(f), m*step
-		}
+	if rate*float64(k1) > maxSFInteger {
+		// Every window of whole periods is too long: one of whole seconds,
+		// shorter than step, holds a quota a field can say.
+		return closest(func(w int64) float64 { return rate * float64(1000*w) / float64(ms) }, 1, min(step, limit))
 	}
-	if bestW > 0 {
-		return bestQ, bestW
+	if q, w = closest(func(m int64) float64 { return rate * float64(k1*m) }, step, limit/step); w > 0 {
+		return q, w
 	}
 	// Less than one token in the whole range: the shortest whole-second
 	// window that holds one.
@@ -209,6 +202,34 @@ func quota(rate float64, period time.Duration) (q, w int64) {
 	// within a field). A quota of 1 over that longest window would
 	// promise more.
 	return 0, step
+}
+
+// closest searches the windows of m units of unit seconds, m from 1 to
+// most, x(m) tokens each, for the shortest whose quota states x(m)
+// exactly, or else the one whose floored quota comes closest to the rate
+// from below. A window whose x(m) is more than a field holds ends the
+// search; if it is the first, its quota is cut to maxSFInteger (below the
+// rate: the most a field holds). w is 0 when no window holds a token.
+func closest(x func(m int64) float64, unit, most int64) (q, w int64) {
+	for m := int64(1); m <= most; m++ {
+		x := x(m)
+		if x > maxSFInteger {
+			if w == 0 {
+				return maxSFInteger, m * unit
+			}
+			break
+		}
+		r := math.Round(x)
+		if r >= 1 && states(r, x) {
+			return int64(r), m * unit
+		}
+		// The best from below so far: the floored quota whose rate comes
+		// closest to the limit's.
+		if f := math.Floor(x); f >= 1 && (w == 0 || f/float64(m*unit) > float64(q)/float64(w)) {
+			q, w = int64(f), m*unit
+		}
+	}
+	return q, w
 }
 
 // states reports whether the whole quota r states x tokens exactly: r

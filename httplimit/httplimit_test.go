@@ -1015,3 +1015,41 @@ func TestResetAgreesWithRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// A rate so fast that the shortest window of whole periods and whole
+// seconds holds more tokens than a structured field can say was announced
+// as the most a field holds over that window: 10¹³ per 1,001 ms, whose
+// shortest such window is 1,000 periods (1,001 s), as q=999999999999999;
+// w=1001, a tenth of its rate, and 10¹⁵ per 7 ms as a thousandth of it.
+// Such a rate is stated over whole seconds alone, from below, as closely as
+// a field can.
+func TestPolicyOfAFastRateOverAnAwkwardPeriod(t *testing.T) {
+	for _, tt := range []struct {
+		rate   float64
+		period time.Duration
+		want   string // "" for any closest from below
+	}{
+		{1e13, 1001 * time.Millisecond, ""},
+		{3.14159e13, 1234 * time.Millisecond, ""},
+		{1e13, 999 * time.Millisecond, ""},
+		{3e12, time.Minute + time.Millisecond, ""},
+		{1e14, 7 * time.Millisecond, `"l";q=999999999999999;w=1`}, // 1.4·10¹⁶ a second: the most a field holds
+		{1e15, 1500 * time.Millisecond, `"l";q=666666666666666;w=1`},
+		{1e15, ratelimit.MaxPeriod - time.Millisecond, ""},
+	} {
+		for _, kind := range []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket} {
+			lim, _ := limiter(t, ratelimit.Limits{"l": {Kind: kind, Rate: tt.rate, Period: tt.period}}, nil)
+			p := must(httplimit.New(lim, []string{"l"})).Policy()
+			if tt.want != "" {
+				require.Equal(t, tt.want, p, "%v per %v", tt.rate, tt.period)
+			}
+			m := regexp.MustCompile(`^"l";q=(\d{1,15});w=(\d{1,15})$`).FindStringSubmatch(p)
+			require.NotNil(t, m, p)
+			q, w := must(strconv.ParseFloat(m[1], 64)), must(strconv.ParseFloat(m[2], 64))
+			perSecond := tt.rate / tt.period.Seconds()
+			best := min(perSecond, 999_999_999_999_999) // a quota over 1 s at most
+			require.LessOrEqual(t, q/w, perSecond*(1+1e-12), "%v per %v: %s promises more", tt.rate, tt.period, p)
+			require.Greater(t, q/w, best*(1-1e-9), "%v per %v: %s states %.3g of the most a field can say", tt.rate, tt.period, p, q/w/best)
+		}
+	}
+}
