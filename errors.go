@@ -27,7 +27,9 @@ var (
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
 	// ErrTimeRange is matched by the error of a call made while the
-	// Limiter's clock reads a time beyond ±driver.MaxTime.
+	// Limiter's clock reads a time beyond ±driver.MaxTime, or, for a store
+	// that keeps its own clock (driver.TimeSource), while the store's
+	// does (Value, and the settlement of a token).
 	ErrTimeRange = errors.New("ratelimit: time out of range")
 	// ErrReservationCanceled is returned by Reservation.Wait on a canceled
 	// reservation.

@@ -929,6 +929,22 @@ func timeError(ms int64) error {
 		ms, driver.MaxTime, ErrTimeRange)
 }
 
+// storeTime reads the clock of ts, a store that keeps its own
+// (ownClock), and checks it as checkTime checks the Limiter's: a server
+// whose clock reads beyond ±driver.MaxTime is an error, not a time to
+// judge records or tokens by.
+func storeTime(ctx context.Context, ts driver.TimeSource) (int64, error) {
+	now, err := ts.Now(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store time: %w", err)
+	}
+	if now < -driver.MaxTime || now > driver.MaxTime {
+		return 0, fmt.Errorf("the store's clock reads %d ms since 1970, beyond ±%d that every store computes exactly: check the clock of the store's server: %w",
+			now, driver.MaxTime, ErrTimeRange)
+	}
+	return now, nil
+}
+
 // Reset forgets the state of (name, key) in every shard of its config in
 // force, and what the deny cache knew of it: the next call finds a full
 // bucket. The phase of a fixed window stays. After Shards was lowered, it
@@ -977,8 +993,8 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 	}
 	if ts := ownClock(l.store); ts != nil {
-		if now, err = ts.Now(ctx); err != nil {
-			return Status{}, fmt.Errorf("ratelimit: value of limit %q: store time: %w", name, err)
+		if now, err = storeTime(ctx, ts); err != nil {
+			return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 		}
 	}
 	st := Status{Capacity: lim.cfg.capacity(), Shards: make([]ShardStatus, len(ids))}

@@ -439,6 +439,40 @@ func TestStoreClock(t *testing.T) {
 	}
 }
 
+// A store that keeps its own clock and reads a time beyond ±MaxTime
+// (a server whose clock is wrong) makes Value, and the settlement of a
+// token, fail with ErrTimeRange naming the store's clock, as the
+// Limiter's own clock would: not a Status computed at that time, nor a
+// token judged expired by it.
+func TestStoreClockOutOfRange(t *testing.T) {
+	ctx := context.Background()
+	limits := ratelimit.Limits{"fw": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+	for _, at := range []int64{driver.MaxTime + 1, -driver.MaxTime - 1} {
+		t.Run(fmt.Sprint(at), func(t *testing.T) {
+			store := &clockStore{Store: must(memstore.New()), own: true, now: t0}
+			lim, err := ratelimit.New(store, limits, ratelimit.WithClock(newMock()))
+			require.NoError(t, err)
+			r, err := lim.Reserve(ctx, "fw", "k")
+			require.NoError(t, err)
+			require.True(t, r.OK())
+
+			store.now = time.UnixMilli(at)
+			_, err = lim.Value(ctx, "fw", "k")
+			require.ErrorIs(t, err, ratelimit.ErrTimeRange)
+			assert.ErrorContains(t, err, "store's clock")
+			err = r.Cancel(ctx)
+			require.ErrorIs(t, err, ratelimit.ErrTimeRange)
+			assert.ErrorContains(t, err, "store's clock")
+
+			store.now = t0
+			require.NoError(t, r.Cancel(ctx), "nothing was settled")
+			st, err := lim.Value(ctx, "fw", "k")
+			require.NoError(t, err)
+			assert.Equal(t, 10.0, st.Remaining)
+		})
+	}
+}
+
 func TestResultReset(t *testing.T) {
 	ctx := context.Background()
 	mock := newMock()

@@ -493,9 +493,9 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		// refused at once by a Limiter ahead of the store, and sent by one
 		// behind it after the store had dropped the mark of its first
 		// settlement, to be settled a second time.
-		n, err := ts.Now(ctx)
+		n, err := storeTime(ctx, ts)
 		if err != nil {
-			return fmt.Errorf("ratelimit: settle token %x: store time: %w; nothing was settled", t.id[:4], err)
+			return fmt.Errorf("ratelimit: settle token %x: %w; nothing was settled", t.id[:4], err)
 		}
 		now = n
 	}
