@@ -20,6 +20,16 @@ import (
 // local refusal is one the store would make — unless another process reset
 // the key or cancelled a reservation, which only this process's own Reset
 // and Cancel invalidate.
+//
+// An entry answers only the calls of the compiled limit whose call learnt
+// it, not of another with the same params: a limit changed by SetLimits
+// or SetLimit (or removed, and declared again) is compiled afresh, and
+// calls of the configs in force between may have changed the record
+// without dropping the entry (a late call of the old config learns it
+// while they are granted; calls given a config inline are not cached).
+// SetLimits forgets the name's entries too, but only after it has
+// published the new limits: between the two, such an entry would refuse
+// calls of the new config that the store grants.
 
 // denyStripes is the most stripes the cache is split into, each under its
 // own lock; a cache of fewer keys has one stripe a key.
@@ -28,6 +38,7 @@ const denyStripes = 16
 type denyKey struct{ name, key string }
 
 type denyEntry struct {
+	lim *limit // the limit whose call learnt it: it answers no other's
 	p   driver.Params
 	rec driver.Record
 }
@@ -70,10 +81,11 @@ func (c *denyCache) part(k denyKey) *denyPart {
 	return &c.parts[maphash.Comparable(c.seed, k)%c.n]
 }
 
-// refuse decides a call locally: ok reports a local refusal, with its
-// decision; otherwise the call must go to the store.
-func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count float64, reserve bool) (driver.Decision, bool) {
-	k := denyKey{name, key}
+// refuse decides a call of lim locally, p its params for key: ok reports
+// a local refusal, with its decision; otherwise the call must go to the
+// store.
+func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, count float64, reserve bool) (driver.Decision, bool) {
+	k := denyKey{lim.name, key}
 	pt := c.part(k)
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -81,7 +93,7 @@ func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count f
 	if !ok {
 		return driver.Decision{}, false
 	}
-	if e.p != p {
+	if e.lim != lim || e.p != p {
 		delete(pt.m, k)
 		return driver.Decision{}, false
 	}
@@ -94,14 +106,15 @@ func (c *denyCache) refuse(name, key string, p driver.Params, now int64, count f
 	return d, true
 }
 
-// learn reads the record of a call the store just refused and keeps it,
-// unless this process forgot the key (Reset, Cancel) while it read: the
-// record read may predate what was given back.
-func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p driver.Params) {
-	k := denyKey{name, key}
+// learn reads the record of a call of lim the store just refused (p its
+// params for key) and keeps it, unless this process forgot the key
+// (Reset, Cancel) while it read: the record read may predate what was
+// given back.
+func (c *denyCache) learn(ctx context.Context, store Store, lim *limit, key string, p driver.Params) {
+	k := denyKey{lim.name, key}
 	pt := c.part(k)
 	gen := pt.gen.Load()
-	ids := [1]driver.RecordID{{Name: name, Key: key}}
+	ids := [1]driver.RecordID{{Name: lim.name, Key: key}}
 	var recs [1]driver.Record
 	if store.Load(ctx, ids[:], recs[:]) != nil || !recs[0].Found {
 		return // nothing to learn; the store is asked again next time
@@ -117,7 +130,7 @@ func (c *denyCache) learn(ctx context.Context, store Store, name, key string, p 
 			break
 		}
 	}
-	pt.m[k] = denyEntry{p: p, rec: recs[0]}
+	pt.m[k] = denyEntry{lim: lim, p: p, rec: recs[0]}
 }
 
 // forget drops the entry of (name, key), and any learn of it under way.
@@ -136,12 +149,13 @@ func (c *denyCache) forget(name, key string) {
 // forgetLimit drops every entry of the limit name, and every learn under
 // way (of any limit: a learn does not say which it is of). SetLimits and
 // SetLimit call it once the changed limit is published. A learn of a call
-// decided under the old config keeps its record with the old params,
-// which no call of the new config uses; but the limit may change back to
-// them while the learn waits for the store, after calls of the other
-// config were granted on a record the learn read before: a looser config
-// leaves it more tokens than the old one's refill of the record read, and
-// the entry would refuse calls that the store grants.
+// decided under the old config keeps its record for the old limit, which
+// no call of the new config uses (refuse); but calls of the old limit
+// that started before the change may still be under way, and calls of
+// the new config may be granted on the record after the learn read it: a
+// looser config leaves it more tokens than the old one's refill of the
+// record read, and the entry would refuse those late calls where the
+// store grants them.
 func (c *denyCache) forgetLimit(name string) {
 	for i := range c.n {
 		pt := &c.parts[i]

@@ -202,12 +202,13 @@ func (l *Limiter) bind(lim *limit) {
 }
 
 // forgetLimits drops what the deny cache knows of the limits names, and
-// the learns under way. An entry is used only with the params it was
-// learnt with, so an entry of an old config refuses no call of the new
-// one; but a learn of the old config that waited for the store across the
-// change, and across a change back to the old config, would keep a record
-// read before calls of the other config changed it (denyCache.forgetLimit).
-// Dropping the entries frees their room at once.
+// the learns under way. An entry answers only calls of the compiled limit
+// whose call learnt it, so an entry of an old config refuses no call of
+// the new one, even between the publication of the new limits and this
+// forget; but a learn of the old config that waited for the store across
+// the change, and across a change back to the old config, would keep a
+// record read before calls of the other config changed it
+// (denyCache.forgetLimit). Dropping the entries frees their room at once.
 func (l *Limiter) forgetLimits(names []string) {
 	if l.deny == nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -827,4 +828,94 @@ func TestInlineConfigsAndTheDenyCache(t *testing.T) {
 	res, err = lim.Limit(ctx, "l", "k", strict)
 	require.NoError(t, err)
 	require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+}
+
+// A late call of a config no longer in force, refused by the store, has
+// the deny cache learn the record (0 tokens) while calls of another config
+// are granted on it: under another name's declared config (changed)
+// during the learn, or given inline once the name was removed (removed).
+// Nothing tells the cache that the record moved, and the entry stays. When
+// the first config is declared again, SetLimits publishes it before it
+// forgets the name's entries: a call in between must not be refused by
+// that entry, which shows fewer tokens than the record holds. The change
+// is held between the two steps by the stripe of the deny cache it
+// forgets first, which is not the key's.
+func TestDenyCacheEntryOfAnOldConfigAfterSetLimits(t *testing.T) {
+	ctx := context.Background()
+	strict := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
+	loose := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}
+	for _, how := range []string{"changed", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			mock := newMock()
+			store := &stallStore{Store: must(memstore.New())}
+			lim, err := ratelimit.New(store, ratelimit.Limits{"l": strict}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(100))
+			require.NoError(t, err)
+			key := ""
+			for i := 0; key == ""; i++ {
+				if k := fmt.Sprint("k", i); ratelimit.DenyStripe(lim, "l", k) != 0 {
+					key = k
+				}
+			}
+			res, err := lim.Limit(ctx, "l", key)
+			require.NoError(t, err)
+			require.True(t, res.OK)
+
+			// A call of the strict config, held on its way to the store
+			// while "l" changes or goes away.
+			arrived, release := make(chan struct{}), make(chan struct{})
+			store.beforeCall.Store(ptr(func() {
+				close(arrived)
+				<-release
+			}))
+			late := make(chan ratelimit.Result, 1)
+			go func() {
+				res, err := lim.Limit(ctx, "l", key)
+				assert.NoError(t, err)
+				late <- res
+			}()
+			<-arrived
+			grantLoose := func() {
+				// A second later, a call of the loose config is
+				// granted: 10 refilled, 9 left.
+				mock.Add(time.Second)
+				opts := []ratelimit.CallOption{}
+				if how == "removed" {
+					opts = append(opts, ratelimit.WithConfig(loose))
+				}
+				res, err := lim.Limit(ctx, "l", key, opts...)
+				require.NoError(t, err)
+				require.True(t, res.OK)
+				require.Equal(t, 9.0, res.Remaining)
+			}
+			if how == "changed" {
+				require.NoError(t, lim.SetLimits(ratelimit.Limits{"l": loose}))
+				// While the cache learns the late call's record.
+				store.afterLoad.Store(ptr(grantLoose))
+			} else {
+				require.NoError(t, lim.SetLimits(nil))
+			}
+			close(release)
+			res = <-late
+			require.False(t, res.OK)
+			require.False(t, res.Local)
+			require.Nil(t, store.afterLoad.Load(), "the cache loaded the record")
+			if how == "removed" {
+				grantLoose()
+			}
+
+			// The strict config again, held once it is published.
+			hold := ratelimit.HoldDenyStripe(lim, 0)
+			done := make(chan error, 1)
+			go func() { done <- lim.SetLimits(ratelimit.Limits{"l": strict}) }()
+			for c, ok := lim.Config("l"); !ok || c != strict; c, ok = lim.Config("l") {
+				runtime.Gosched()
+			}
+			// The store holds 9 tokens, cut to the strict capacity of 1.
+			res, err = lim.Limit(ctx, "l", key)
+			hold()
+			require.NoError(t, <-done)
+			require.NoError(t, err)
+			require.True(t, res.OK, "the store would allow the call; got a refusal (Local=%v)", res.Local)
+		})
+	}
 }

@@ -526,7 +526,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	}
 	if l.deny != nil {
 		p := lim.params(l.seed, skey, 0)
-		if d, ok := l.deny.refuse(lim.name, skey, p, now, c.count, c.reserve); ok {
+		if d, ok := l.deny.refuse(lim, skey, p, now, c.count, c.reserve); ok {
 			*res = l.result(lim.name, key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
@@ -567,7 +567,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			l.grantedStale(lim, skey)
 		}
 	} else if l.deny != nil {
-		l.deny.learn(ctx, l.store, lim.name, skey, lim.params(l.seed, skey, 0))
+		l.deny.learn(ctx, l.store, lim, skey, lim.params(l.seed, skey, 0))
 	}
 	if l.observer != nil {
 		*res = boundResult(lim, key, c, v, now)
@@ -621,7 +621,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	cached := l.deny != nil && len(lims) == 1 && lims[0].shards == 1 && lims[0].declared
 	if cached {
 		p := lims[0].params(l.seed, skey, 0)
-		if d, ok := l.deny.refuse(names[0], skey, p, now, c.count, c.reserve); ok {
+		if d, ok := l.deny.refuse(lims[0], skey, p, now, c.count, c.reserve); ok {
 			res := l.result(names[0], key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
@@ -686,7 +686,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				l.grantedStale(lims[0], skey)
 			}
 		} else if cached {
-			l.deny.learn(ctx, l.store, names[0], skey, items[0].Shards[0].Params)
+			l.deny.learn(ctx, l.store, lims[0], skey, items[0].Shards[0].Params)
 		}
 		l.observe(ctx, mode, res, start, nil)
 		return res, ch, nil

@@ -1,0 +1,24 @@
+package ratelimit
+
+// HoldDenyStripe locks stripe i of l's deny cache until release is called:
+// a change of limits that forgets entries (SetLimits, SetLimit) stops
+// there, after it has published the new limits, and so do the calls of
+// the keys the stripe keeps.
+func HoldDenyStripe(l *Limiter, i int) (release func()) {
+	pt := &l.deny.parts[i]
+	pt.mu.Lock()
+	return pt.mu.Unlock
+}
+
+// DenyStripe returns the stripe of l's deny cache that keeps the entry of
+// (name, key), key as the store knows it.
+func DenyStripe(l *Limiter, name, key string) int {
+	c := l.deny
+	k := denyKey{name, key}
+	for i := range c.n {
+		if c.part(k) == &c.parts[i] {
+			return int(i)
+		}
+	}
+	return -1
+}
