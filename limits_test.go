@@ -919,3 +919,64 @@ func TestDenyCacheEntryOfAnOldConfigAfterSetLimits(t *testing.T) {
 		})
 	}
 }
+
+// A reservation made under one config and canceled after SetLimit changed
+// its Rate, Period or Capacity is handed back under the config in force,
+// as Refund of its token is (both are checked): the record it writes
+// holds no more than the new capacity, and expires when the new config
+// would have filled it.
+// Written under the reservation's own config, a refund of 1 token left a
+// record that expired within a second, and the key had a full bucket
+// again (100 tokens, or 10) where the new config had granted it about 1.
+func TestCancelAcrossAChangeOfRate(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name           string
+		before, after  ratelimit.Config
+		reserve, spend float64
+		capacity       float64 // the new config's
+		most           float64 // the most the key may hold two minutes later
+	}{
+		{"token bucket", ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second},
+			ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour, Capacity: 100}, 1, 99, 100, 1 + 120.0/3600},
+		{"fixed window", ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Second, Start: t0},
+			ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: t0}, 1, 9, 10, 1},
+		{"capacity lowered", ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second},
+			ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour, Capacity: 5}, 100, 0, 5, 5},
+	} {
+		for _, by := range []string{"cancel", "token"} {
+			t.Run(tc.name+"/"+by, func(t *testing.T) {
+				mock := newMock()
+				store := must(memstore.New(memstore.WithClock(mock)))
+				lim, err := ratelimit.New(store, ratelimit.Limits{"l": tc.before}, ratelimit.WithClock(mock))
+				require.NoError(t, err)
+				r, err := lim.Reserve(ctx, "l", "k", ratelimit.Count(tc.reserve))
+				require.NoError(t, err)
+				require.True(t, r.OK())
+				require.NoError(t, lim.SetLimit("l", tc.after))
+				if tc.spend > 0 {
+					res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(tc.spend))
+					require.NoError(t, err)
+					require.True(t, res.OK)
+				}
+				if by == "token" {
+					require.NoError(t, lim.Refund(ctx, r.Token()))
+				} else {
+					require.NoError(t, r.Cancel(ctx))
+				}
+				recs := make([]driver.Record, 1)
+				require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, recs))
+				require.True(t, recs[0].Found)
+				assert.LessOrEqual(t, recs[0].State.Remaining, tc.capacity,
+					"the record the cancel wrote holds more than the new config's capacity")
+
+				mock.Add(2 * time.Minute)
+				_, err = store.DeleteExpired(ctx, mock.Now())
+				require.NoError(t, err)
+				st, err := lim.Value(ctx, "l", "k")
+				require.NoError(t, err)
+				assert.LessOrEqual(t, st.Remaining, tc.most+1e-9, "the cancel handed back more than the reservation took")
+			})
+		}
+	}
+}

@@ -276,9 +276,27 @@ func (r *Reservation) token() *Token {
 	return r.tok
 }
 
-// tokenLimits returns the limit of each item of the reservation's token.
+// tokenLimits returns the limit each item of the reservation's token is
+// settled under: the one declared under its name now, as Limiter.Refund
+// of the token would, so that a refund across a change of limits writes
+// the record under the config its calls now meet (its capacity, its
+// refill, and its expiry, which the reservation's own config may set
+// much sooner: the key would then start full); or the reservation's own,
+// when the limit was removed since, or no longer has a shard charged.
 func (r *Reservation) tokenLimits() []*limit {
 	_, lims := chargeItems(&r.charge)
+	cur := r.lim.declared(r.charge.lim.name)
+	if cur == nil || cur == r.charge.lim {
+		return lims
+	}
+	for _, sh := range r.charge.shards[:r.charge.n] {
+		if sh >= cur.shards {
+			return lims
+		}
+	}
+	for i := range lims {
+		lims[i] = cur
+	}
 	return lims
 }
 
@@ -353,6 +371,11 @@ func stopped(context.Context) bool { return false }
 // back and returns an error matching ErrReservationUsed. A failed refund
 // (a store error) may be retried: if the store took the first one after
 // all, the retry returns nil.
+//
+// After a change of the limit (SetLimits, SetLimit), the tokens go back
+// under the config in force, as Limiter.Refund of the token would send
+// them; under the reservation's own config when the limit was removed
+// since, or no longer has the shard charged.
 //
 // The refund goes through the store's record of settlements, as
 // Limiter.Refund of the reservation's token does: if a holder of the token

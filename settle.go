@@ -427,12 +427,13 @@ func (l *Limiter) Use(ctx context.Context, t *Token) error {
 // SettledError.Kind driver.SettleCancel.
 //
 // The refund rule counts the grants since the charge by the config in
-// force when Refund is called (Reservation.Cancel, by the reservation's
-// own). If the limit's Rate or Period changed between the charge and the
-// refund, calls of the other config were refilled at the other rate, and
-// the refund may hand back up to the count charged more than those
-// grants leave room for, once (docs/api.md, "Changing limits at
-// runtime").
+// force when Refund is called (and so does Reservation.Cancel, unless the
+// limit was removed or lost the shard charged since). If the limit's Rate
+// or Period changed between the charge and the refund, calls of the old
+// config were refilled at the old rate, and the refund may hand back up
+// to the count charged more than those grants leave room for, once
+// (docs/model.md, "Changing limits"); never more than the count charged,
+// nor above the capacity in force.
 func (l *Limiter) Refund(ctx context.Context, t *Token) error {
 	return l.settleToken(ctx, t, driver.SettleCancel, 0, true)
 }
