@@ -44,6 +44,15 @@ var (
 	// is under way: a reservation runs one job, so a second would run it
 	// twice. Stop the first, or reserve again for another job.
 	ErrReservationScheduled = errors.New("ratelimit: reservation already scheduled")
+	// ErrNotRefunded is matched by the error of a Reservation.Wait that
+	// gave up (its context ended, or its deadline comes before the job's
+	// time) and could not hand the reservation's tokens back within its
+	// bound (WithRefundTimeout): the store failed, or had not answered by
+	// then. The error matches the context's error too. The reservation
+	// may still hold its tokens: call Cancel, with a context of your own,
+	// to hand them back; it returns nil once they are (also when the store
+	// took the refund of Wait after all).
+	ErrNotRefunded = errors.New("ratelimit: the reservation's tokens were not handed back")
 	// ErrAlreadySettled is matched by the error of Use, Refund, Settle or
 	// Reservation.Cancel on a token settled before (a *SettledError): the
 	// call did nothing.

@@ -45,6 +45,9 @@ type Limiter struct {
 	// and the key that signs them (none: unsigned).
 	settleWindow time.Duration
 	tokenKey     []byte
+	// refundTimeout bounds the refund of a Reservation.Wait that gives up,
+	// past the end of its context (WithRefundTimeout).
+	refundTimeout time.Duration
 	// mostShards holds, for each name declared (New, SetLimits,
 	// SetLimit) with more than one shard, the most shards a config of it
 	// has had, so that Reset deletes the records of shards a lowered
@@ -178,6 +181,23 @@ func WithSettleWindow(d time.Duration) Option {
 	return func(l *Limiter) { l.settleWindow = max(d, 0) }
 }
 
+// WithRefundTimeout bounds the refund of a Reservation.Wait that gives
+// up: its context ended, or its deadline comes before the job's time.
+// Wait hands the tokens back on a context of its own, which keeps the
+// values of Wait's but ends d after the later of Wait's deadline and the
+// moment Wait gives up; so Wait returns at most d after its context's
+// deadline, or after it saw its context canceled (the stores of this
+// module, as the driver contract asks, end a call when its context
+// ends). A refund the store has not made by then is reported: Wait's
+// error matches ErrNotRefunded beside the context's, and Cancel, with a
+// context of the caller's, hands the tokens back. With d 0, Wait sends no
+// refund once its context has ended, and returns at once with such an
+// error; it still hands the tokens back within a deadline not passed yet.
+// The default is DefaultRefundTimeout; a negative d counts as 0.
+func WithRefundTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.refundTimeout = max(d, 0) }
+}
+
 // WithTokenKey makes the Limiter authenticate its tokens: every token it
 // makes carries an HMAC-SHA-256 tag under key, and every token it is
 // given to settle must carry a valid one (ErrInvalidToken otherwise).
@@ -211,7 +231,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	wall := clock.New()
 	l := &Limiter{store: store, clock: wall,
 		breaker:      breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
-		settleWindow: DefaultSettleWindow}
+		settleWindow: DefaultSettleWindow, refundTimeout: DefaultRefundTimeout}
 	for _, o := range opts {
 		o(l)
 	}

@@ -10,6 +10,11 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 )
 
+// DefaultRefundTimeout is how long past the end of its context a
+// Reservation.Wait that gives up may take to hand the tokens back, unless
+// WithRefundTimeout says otherwise.
+const DefaultRefundTimeout = time.Second
+
 // Reservation is capacity taken for a job that may have to wait for it:
 // the answer to Limiter.Reserve. When OK, the tokens are the job's, and
 // Time says when the job may run; the job's owner waits for that moment
@@ -110,13 +115,22 @@ func (r *Reservation) Delay() time.Duration {
 
 // Wait blocks until the job may run, on the Limiter's clock, and then
 // marks the reservation used: the job runs, and Cancel hands nothing back.
-// It returns at once with an error, and hands the tokens back, when the
-// reservation was refused (a *LimitError), was canceled
-// (ErrReservationCanceled), or the context's deadline comes before the
-// job's time (an error matching context.DeadlineExceeded); if the context
-// is done while waiting, the tokens are handed back and its error
-// returned. Use a context made by the Limiter's clock (clock.WithTimeout)
-// when that clock is a mock.
+// It returns at once with an error when the reservation was refused (a
+// *LimitError) or was canceled (ErrReservationCanceled). It gives up, and
+// hands the tokens back, when the context's deadline comes before the
+// job's time (at once, with an error matching context.DeadlineExceeded)
+// or the context is done while waiting (with the context's error). Use a
+// context made by the Limiter's clock (clock.WithTimeout) when that clock
+// is a mock.
+//
+// Giving up, Wait returns once the tokens are handed back, and at most
+// the Limiter's refund timeout (WithRefundTimeout, default
+// DefaultRefundTimeout) after the context's deadline, or after it saw the
+// context canceled, however slow the store. If its error does not match
+// ErrNotRefunded, the tokens were handed back (or a holder of the token
+// settled it first); if it does, the store did not hand them back in
+// that time, and the reservation may still hold them: call Cancel, which
+// hands them back and returns nil once they are.
 //
 // Once a token was taken, Wait marks the reservation used in the store,
 // and the job must not run if it returns an error: a holder of the token
@@ -143,9 +157,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
 		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
 			r.res.Name, r.at, dl, context.DeadlineExceeded)
-		// The deadline may have passed already: the refund must not
-		// carry it, or the store refuses the refund.
-		return r.cancelWith(context.WithoutCancel(ctx), err)
+		return r.giveUp(ctx, err)
 	}
 	if d := r.Delay(); d > 0 {
 		t := r.lim.clock.Timer(d)
@@ -153,12 +165,42 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return r.cancelWith(context.WithoutCancel(ctx), ctx.Err())
+			return r.giveUp(ctx, ctx.Err())
 		}
 	} else if err := ctx.Err(); err != nil {
-		return r.cancelWith(context.WithoutCancel(ctx), err)
+		return r.giveUp(ctx, err)
 	}
 	return r.use(ctx)
+}
+
+// giveUp hands the tokens back for a Wait that gives up with err because
+// of ctx, and returns err, joined with ErrNotRefunded and the refund's
+// failure when the tokens were not handed back. The refund is sent on a
+// context of its own: ctx may have ended already, and the store would
+// refuse it. That context ends the refund timeout after the later of
+// ctx's deadline and now, so that a slow store holds Wait no longer than
+// that past the caller's deadline; with no time left, no refund is sent.
+func (r *Reservation) giveUp(ctx context.Context, err error) error {
+	l := r.lim
+	end := l.clock.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.After(end) {
+		end = dl
+	}
+	rctx, cancel := l.clock.WithDeadline(context.WithoutCancel(ctx), end.Add(l.refundTimeout))
+	defer cancel()
+	var cerr error
+	if rctx.Err() != nil {
+		cerr = fmt.Errorf("ratelimit: cancel reservation of limit %q: not sent: the context ended, and the refund timeout (WithRefundTimeout) is 0", r.res.Name)
+	} else {
+		cerr = r.Cancel(rctx)
+	}
+	// Handed back; or settled by a holder of the token (canceled: handed
+	// back; used: the job is the holder's), or the job let run: nothing
+	// the reservation holds is lost.
+	if cerr == nil || errors.Is(cerr, ErrAlreadySettled) || errors.Is(cerr, ErrReservationUsed) {
+		return err
+	}
+	return fmt.Errorf("%w; %w: %w; call Cancel, with a context of your own, to hand them back", err, ErrNotRefunded, cerr)
 }
 
 // use marks the reservation used, unless it was canceled: in the store,
@@ -298,15 +340,6 @@ func (r *Reservation) tokenLimits() []*limit {
 		lims[i] = cur
 	}
 	return lims
-}
-
-// cancelWith hands the tokens back and returns err, joined with the
-// refund's failure if any.
-func (r *Reservation) cancelWith(ctx context.Context, err error) error {
-	if cerr := r.Cancel(ctx); cerr != nil && !errors.Is(cerr, ErrReservationUsed) {
-		return fmt.Errorf("%w (and the tokens could not be handed back: %v)", err, cerr)
-	}
-	return err
 }
 
 // AfterFunc runs fn in its own goroutine when the job may run (at once if

@@ -172,7 +172,7 @@ func TestReservationDeadline(t *testing.T) {
 		err = r.Wait(dctx)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NotContains(t, err.Error(), "could not be handed back")
+		require.NotErrorIs(t, err, ratelimit.ErrNotRefunded)
 		assert.Equal(t, t0, mock.Now(), "Wait returns at once when the deadline comes first")
 		st, err := lim.Value(ctx, "jobs", "k")
 		require.NoError(t, err)
@@ -803,4 +803,114 @@ func TestAfterFuncOfNil(t *testing.T) {
 	assert.False(t, stop(ctx))
 	mock.Add(time.Minute) // nothing was scheduled: nothing fires
 	require.NoError(t, r.Wait(ctx), "the reservation is still the caller's to run")
+}
+
+// stallRefundStore is a memstore whose refunds, while stall is set, tell
+// arrived the deadline they were sent with and wait for their context to
+// end (a store that does not answer). A refund sent with no deadline tells
+// arrived the zero time and fails at once, rather than wait for good.
+type stallRefundStore struct {
+	*memstore.Store
+	stall   atomic.Bool
+	arrived chan time.Time
+	refunds atomic.Int32
+}
+
+func (s *stallRefundStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if op.Mode != driver.ModeRefund || !s.stall.Load() {
+		return s.Store.Apply(ctx, op, out)
+	}
+	s.refunds.Add(1)
+	dl, ok := ctx.Deadline()
+	s.arrived <- dl
+	if !ok {
+		return errors.New("a refund sent with no deadline: it would wait for the store for good")
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Wait that gives up hands the tokens back within its refund bound
+// (WithRefundTimeout) past the moment its context ends, not for as long
+// as the store takes: a store that does not answer used to hold Wait for
+// good. A refund the store did not make within the bound is reported
+// (ErrNotRefunded, beside the context's error), and Cancel hands the
+// tokens back later. With a bound of 0, Wait returns when its context
+// ends, without asking the store, and says the tokens are still held.
+func TestWaitGivingUpIsBounded(t *testing.T) {
+	ctx := context.Background()
+	const bound = 3 * time.Second
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // WithRefundTimeout; -1: the default
+		cancel  bool          // the context is canceled while Wait waits; else its deadline comes before the job's time
+	}{
+		{"deadline", -1, false},
+		{"deadline, bound set", bound, false},
+		{"canceled", -1, true},
+		{"canceled, bound set", bound, true},
+		{"canceled, bound 0", 0, true},
+		{"deadline, bound 0", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock := newMock()
+			store := &stallRefundStore{Store: must(memstore.New()), arrived: make(chan time.Time, 1)}
+			opts := []ratelimit.Option{ratelimit.WithClock(mock)}
+			want := ratelimit.DefaultRefundTimeout
+			if tc.timeout >= 0 {
+				opts = append(opts, ratelimit.WithRefundTimeout(tc.timeout))
+				want = tc.timeout
+			}
+			lim, err := ratelimit.New(store, ratelimit.Limits{"jobs": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}}, opts...)
+			require.NoError(t, err)
+			r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(10)) // runs in 9 s
+			require.NoError(t, err)
+			require.True(t, r.OK())
+			store.stall.Store(true)
+
+			wctx, cancel := mock.WithTimeout(ctx, 2*time.Second)
+			if tc.cancel {
+				wctx, cancel = context.WithCancel(ctx)
+			}
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- r.Wait(wctx) }()
+			if tc.cancel {
+				cancel()
+			}
+			ends := t0 // when the context ends, or Wait sees that it has
+			if !tc.cancel {
+				ends = t0.Add(2 * time.Second)
+			}
+			if want > 0 || !tc.cancel {
+				// The refund is sent, bounded, and the store holds it.
+				dl := <-store.arrived
+				require.False(t, dl.IsZero(), "the refund was sent with no deadline")
+				assert.Equal(t, ends.Add(want), dl, "the refund's deadline")
+				mock.Add(dl.Sub(mock.Now()))
+			}
+			err = <-done
+			assert.Equal(t, ends.Add(want), mock.Now(), "Wait returned when the refund's bound passed")
+			if tc.cancel {
+				require.ErrorIs(t, err, context.Canceled)
+			} else {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			require.ErrorIs(t, err, ratelimit.ErrNotRefunded)
+			assert.ErrorContains(t, err, "call Cancel")
+			if want == 0 && tc.cancel {
+				assert.Zero(t, store.refunds.Load(), "no refund sent with no time for it")
+			}
+			st, err := lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			assert.Equal(t, -9.0+mock.Now().Sub(t0).Seconds(), st.Remaining, "the tokens are still held")
+
+			store.stall.Store(false)
+			require.NoError(t, r.Cancel(ctx))
+			st, err = lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			assert.Equal(t, 1.0, st.Remaining, "handed back by Cancel")
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+		})
+	}
 }
