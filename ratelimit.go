@@ -61,10 +61,10 @@ type Limiter struct {
 // What a store implements is the contract of package driver.
 type Store = driver.Store
 
-// isNil reports whether s is nil, or holds a nil pointer (or map, slice,
-// func or channel) of its type: a store whose New failed, say, kept
-// instead of its error.
-func isNil(s Store) bool {
+// isNil reports whether s (a Store, an Observer) is nil, or holds a nil
+// pointer (or map, slice, func or channel) of its type: a store whose New
+// failed, say, kept instead of its error.
+func isNil(s any) bool {
 	if s == nil {
 		return true
 	}
@@ -123,8 +123,18 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = failures, cooldown }
 }
 
-// WithObserver sets the Observer that sees every decision.
-func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
+// WithObserver sets the Observer that sees every decision; nil sets none.
+// An Observer holding a nil pointer (or a nil ObserverFunc), which would
+// panic at the first decision, makes New fail with ErrInvalidOption.
+func WithObserver(o Observer) Option {
+	return func(l *Limiter) {
+		if o != nil && isNil(o) {
+			l.optErr = fmt.Errorf("ratelimit: WithObserver was given %T(nil), which would fail at the first decision: pass the observer its constructor returned, once it returned no error, or leave WithObserver out: %w", o, ErrInvalidOption)
+			return
+		}
+		l.observer = o
+	}
+}
 
 // WithDenyCache enables the local deny cache, holding at most size keys
 // (when full, an arbitrary entry makes room); a size ≤ 0 leaves it off. It applies to declared,

@@ -89,6 +89,37 @@ func TestNewRefusesANilClock(t *testing.T) {
 	assert.Contains(t, err.Error(), "WithClock")
 }
 
+// nilObserver is an Observer whose methods need a non-nil receiver.
+type nilObserver struct{ seen int }
+
+func (o *nilObserver) Observe(context.Context, ratelimit.Event) { o.seen++ }
+
+func TestNewRefusesANilObserver(t *testing.T) {
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}}
+	for name, o := range map[string]ratelimit.Observer{
+		"nil pointer":      (*nilObserver)(nil),
+		"nil ObserverFunc": ratelimit.ObserverFunc(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() {
+				var lim *ratelimit.Limiter
+				lim, err = ratelimit.New(must(memstore.New()), limits, ratelimit.WithObserver(o))
+				if err == nil {
+					_, err = lim.Limit(context.Background(), "l", "k")
+				}
+			}, "an observer holding nil panics at the first decision instead of being reported")
+			require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+			assert.Contains(t, err.Error(), "WithObserver")
+		})
+	}
+	// A plain nil sets no observer, as leaving the option out does.
+	lim, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithObserver(nil))
+	require.NoError(t, err)
+	_, err = lim.Limit(context.Background(), "l", "k")
+	require.NoError(t, err)
+}
+
 func TestBadCallsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
