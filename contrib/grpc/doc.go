@@ -26,6 +26,8 @@
 // message ever carries the key or
 // an error's text (which may name limits, their configuration and
 // internal addresses): the error is logged (WithLogger), the key never.
+// Refusals for an unavailable store are logged at most once a second,
+// with the count of those not logged.
 //
 // # Clients
 //

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -33,6 +35,56 @@ type Interceptor struct {
 	methods  map[string][]string
 	key      KeyFunc
 	logger   *slog.Logger // nil: slog.Default() at the time of logging
+	refusals refusalLog
+}
+
+// refusalLogInterval is the least time between two log lines of calls
+// refused because the store is unavailable: with the breaker open, every
+// call is refused at once, and a line each would flood the log.
+const refusalLogInterval = time.Second
+
+// refusalLog spaces the log lines of calls refused because the store is
+// unavailable: a refusal is logged when no line was written for an
+// interval (the first one of an outage, so), and the line counts the
+// refusals not logged since the line before. Once the store answers
+// again, a last line counts those of the end of the outage. It holds no
+// lock: with the breaker open, every call comes through here at once.
+type refusalLog struct {
+	clock clock.Clock
+	start time.Time // the origin of next, on clock
+	// next is the time, in nanoseconds since start, from which a line may
+	// be written again.
+	next atomic.Int64
+	// suppressed counts the refusals not logged since the last line.
+	suppressed atomic.Int64
+}
+
+// refused records a refusal: it reports whether to log it and, if so,
+// how many refusals were not logged since the last line.
+func (r *refusalLog) refused() (write bool, suppressed int64) {
+	if !r.take() {
+		r.suppressed.Add(1)
+		return false, 0
+	}
+	return true, r.suppressed.Swap(0)
+}
+
+// answered is called when the store answers a call, after a refusal was
+// not logged: it returns how many were not, once a line may be written,
+// and 0 until then.
+func (r *refusalLog) answered() (suppressed int64) {
+	if !r.take() {
+		return 0
+	}
+	return r.suppressed.Swap(0)
+}
+
+// take reports whether a line may be written now, and if so holds the
+// next one back for an interval.
+func (r *refusalLog) take() bool {
+	now := int64(r.clock.Since(r.start)) // monotonic: a step of the wall clock moves nothing
+	next := r.next.Load()
+	return now >= next && r.next.CompareAndSwap(next, now+int64(refusalLogInterval))
 }
 
 // Option configures an Interceptor in New.
@@ -79,6 +131,13 @@ func WithMethod(fullMethod string, names ...string) Option {
 // error is, and a store's error within it is the store's own: one for a
 // record the store cannot read names the record's key, unless the
 // Limiter hashes keys (ratelimit.WithKeyHash).
+//
+// Calls refused because the store is unavailable and their limits fail
+// closed are logged at Warn at most once a second, with the count of
+// those refused meanwhile (suppressed), and the count of the last second
+// of an outage once the store answers again: with the Limiter's breaker
+// open every call is refused at once, and a line a call would flood the
+// log.
 func WithLogger(l *slog.Logger) Option {
 	return func(i *Interceptor) error {
 		if l == nil {
@@ -100,6 +159,8 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, 
 	}
 	key, _ := PeerIP()
 	i := &Interceptor{lim: lim, defaults: slices.Clone(names), methods: make(map[string][]string), key: key}
+	i.refusals.clock = clock.New()
+	i.refusals.start = i.refusals.clock.Now()
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("ratelimitgrpc: New was given a nil option: %w", ErrInvalidOption)
@@ -239,6 +300,12 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 	} else {
 		res, err = i.lim.LimitAll(ctx, key, names)
 	}
+	if err == nil && i.refusals.suppressed.Load() != 0 {
+		if n := i.refusals.answered(); n > 0 {
+			i.loggerOrDefault().LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "ratelimitgrpc: the store answers again; calls refused while it was unavailable were not all logged",
+				slog.Int64("suppressed", n))
+		}
+	}
 	switch {
 	case errors.Is(err, ratelimit.ErrStoreUnavailable):
 		if res.OK {
@@ -246,7 +313,10 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 		}
 		// They fail closed: the service cannot decide, which is its
 		// failure, not the client's excess.
-		i.log(ctx, slog.LevelWarn, "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed", method, codes.Unavailable, err)
+		if write, suppressed := i.refusals.refused(); write {
+			i.log(ctx, slog.LevelWarn, "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed", method, codes.Unavailable, err,
+				slog.Int64("suppressed", suppressed))
+		}
 		return refusal(codes.Unavailable, "rate limit unavailable", res.RetryAfter)
 	case err != nil:
 		return i.fail(ctx, method, err), nil
@@ -294,13 +364,21 @@ func (i *Interceptor) fail(ctx context.Context, method string, err error) *statu
 	return status.New(code, msg)
 }
 
-func (i *Interceptor) log(ctx context.Context, level slog.Level, msg, method string, code codes.Code, err error) {
-	logger := i.logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+// log logs a call the interceptor answered for want of a decision: its
+// method, the status code and the error, and any attributes more.
+func (i *Interceptor) log(ctx context.Context, level slog.Level, msg, method string, code codes.Code, err error, more ...slog.Attr) {
+	logger := i.loggerOrDefault()
 	ctx = context.WithoutCancel(ctx)
 	if logger.Enabled(ctx, level) {
-		logger.LogAttrs(ctx, level, msg, slog.String("method", method), slog.String("code", code.String()), slog.String("error", err.Error()))
+		attrs := append([]slog.Attr{slog.String("method", method), slog.String("code", code.String()), slog.String("error", err.Error())}, more...)
+		logger.LogAttrs(ctx, level, msg, attrs...)
 	}
+}
+
+// loggerOrDefault returns the logger: WithLogger's, or slog.Default().
+func (i *Interceptor) loggerOrDefault() *slog.Logger {
+	if i.logger == nil {
+		return slog.Default()
+	}
+	return i.logger
 }
