@@ -6,11 +6,13 @@
 //	if err != nil { ... }
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
 //
-// Each call is keyed (by default by its peer's IP address; Metadata keys
-// by an API key, WithKey by any function of the call's context), costs one
-// token, and is decided by the limits of its method, all or nothing: the
-// default limits given to New, or those WithMethod names for a full
-// method name. A stream is decided once, when it opens.
+// Each call is keyed (by default by its peer's IP address; ClientIP with
+// TrustProxies by the client's address behind proxies, as the trusted
+// ones wrote it into x-forwarded-for; Metadata by an API key, WithKey by
+// any function of the call's context), costs one token, and is decided by
+// the limits of its method, all or nothing: the default limits given to
+// New, or those WithMethod names for a full method name. A stream is
+// decided once, when it opens.
 //
 // # Refusals
 //

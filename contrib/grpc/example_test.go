@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -118,4 +120,102 @@ func ExampleInterceptor_Limit() {
 	// call 1: OK "" details 0
 	// call 2: OK "" details 0
 	// call 3: ResourceExhausted "/grpc.health.v1.Health/Check is rejected by grpc_ratelimit middleware, please retry later. rate limit exceeded: retry after 30s" details 0
+}
+
+// A service behind Envoy, whose address (here 127.0.0.1, where the client
+// of the example calls from) is the only one trusted: Envoy appends the
+// address it received each call from, 203.0.113.7, to the x-forwarded-for
+// the client sent, which the client makes up anew for every call. The
+// client is keyed by what Envoy appended, and its third call is refused.
+func ExampleClientIP() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+	}, ratelimit.WithClock(clock.NewMock()))
+	if err != nil {
+		panic(err)
+	}
+	key, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor,
+		netip.MustParsePrefix("127.0.0.1/32"))) // Envoy's address
+	if err != nil {
+		panic(err)
+	}
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key))
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	for i := range 3 {
+		forged := fmt.Sprintf("198.51.100.%d", i+1)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", forged+", 203.0.113.7")
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		fmt.Printf("call %d, forged %s: %v\n", i+1, forged, status.Code(err))
+	}
+	st, err := lim.Value(context.Background(), "api", "203.0.113.7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("203.0.113.7 remaining:", st.Remaining)
+	// Output:
+	// call 1, forged 198.51.100.1: OK
+	// call 2, forged 198.51.100.2: OK
+	// call 3, forged 198.51.100.3: ResourceExhausted
+	// 203.0.113.7 remaining: 0
+}
+
+// The key ClientIP finds behind load balancers at 10.0.0.0/16 that append
+// to x-forwarded-for: the first address, from the right, that is not a
+// load balancer's; what a client wrote left of it is never read, and
+// neither is anything a peer that is not a load balancer sends.
+func ExampleTrustProxies() {
+	key, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor,
+		netip.MustParsePrefix("10.0.0.0/16")))
+	if err != nil {
+		panic(err)
+	}
+	call := func(from, xff string) context.Context {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(from))})
+		return metadata.NewIncomingContext(ctx, metadata.Pairs("x-forwarded-for", xff))
+	}
+	for _, c := range []struct{ from, xff string }{
+		{"10.0.0.2:5000", "203.0.113.7"},
+		{"10.0.0.2:5000", "1.1.1.1, 203.0.113.7"},                  // 1.1.1.1 is the client's own
+		{"10.0.0.2:5000", "1.1.1.1, 203.0.113.7, 10.0.0.3"},        // two load balancers
+		{"10.0.0.2:5000", "2001:db8:1:2::7"},                       // an IPv6 client, by its /64
+		{"198.51.100.4:5000", "203.0.113.7"},                       // not a load balancer
+		{"10.0.0.2:5000", "203.0.113.7, not-an-address, 10.0.0.3"}, // the walk stops at 10.0.0.3
+	} {
+		k, err := key(call(c.from, c.xff))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%-17s %-38s -> %s\n", c.from, c.xff, k)
+	}
+	_, err = ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, netip.MustParsePrefix("0.0.0.0/0")))
+	fmt.Println(err)
+	// Output:
+	// 10.0.0.2:5000     203.0.113.7                            -> 203.0.113.7
+	// 10.0.0.2:5000     1.1.1.1, 203.0.113.7                   -> 203.0.113.7
+	// 10.0.0.2:5000     1.1.1.1, 203.0.113.7, 10.0.0.3         -> 203.0.113.7
+	// 10.0.0.2:5000     2001:db8:1:2::7                        -> 2001:db8:1:2::/64
+	// 198.51.100.4:5000 203.0.113.7                            -> 198.51.100.4
+	// 10.0.0.2:5000     203.0.113.7, not-an-address, 10.0.0.3  -> 10.0.0.3
+	// ratelimitgrpc: TrustProxies: prefix 0.0.0.0/0 trusts every address, which lets any client choose its key: list only your proxies: ratelimitgrpc: invalid option
 }

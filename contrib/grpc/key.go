@@ -23,8 +23,8 @@ type KeyFunc func(ctx context.Context) (string, error)
 // a missing metadata value.
 var ErrNoKey = errors.New("ratelimitgrpc: the call carries no key")
 
-// ErrInvalidOption is matched (errors.Is) by the error of New or PeerIP
-// when an option cannot work as given.
+// ErrInvalidOption is matched (errors.Is) by the error of New, PeerIP or
+// ClientIP when an option cannot work as given.
 var ErrInvalidOption = errors.New("ratelimitgrpc: invalid option")
 
 // DefaultIPv6Prefix is the prefix length an IPv6 peer is keyed by unless
@@ -32,19 +32,20 @@ var ErrInvalidOption = errors.New("ratelimitgrpc: invalid option")
 // usually given, so one client can take any of its 2^64 addresses.
 const DefaultIPv6Prefix = 64
 
-// IPOption configures PeerIP.
+// IPOption configures PeerIP and ClientIP: IPv6Prefix, and for ClientIP
+// TrustProxies.
 type IPOption struct {
-	apply func(*peerIP) error
+	apply func(*clientIP) error
 }
 
 // IPv6Prefix keys an IPv6 peer by its network of the given prefix length
 // (1 to 128) instead of DefaultIPv6Prefix; 128 keys every address apart.
 func IPv6Prefix(bits int) IPOption {
-	return IPOption{func(p *peerIP) error {
+	return IPOption{func(c *clientIP) error {
 		if bits < 1 || bits > 128 {
 			return fmt.Errorf("ratelimitgrpc: IPv6Prefix(%d): the prefix length must be 1 to 128: %w", bits, ErrInvalidOption)
 		}
-		p.v6bits = bits
+		c.v6bits = bits
 		return nil
 	}}
 }
@@ -54,29 +55,88 @@ func IPv6Prefix(bits int) IPOption {
 // IPv4-mapped IPv6 one) as it is, an IPv6 address by its /64 network
 // (IPv6Prefix changes the width). It is the default key of New.
 //
-// Behind a proxy every call's peer is the proxy: key by a metadata value
-// the proxy sets instead (Metadata), one it overwrites whatever the client
-// sent. The KeyFunc fails with ErrNoKey when the peer has no IP address (a
-// Unix socket, an in-memory listener).
+// Behind a proxy every call's peer is the proxy: key by ClientIP with
+// TrustProxies instead, which reads the client's address from the
+// metadata the proxies write, and only as far as they vouch for it. The
+// KeyFunc fails with ErrNoKey when the peer has no IP address (a Unix
+// socket, an in-memory listener).
 func PeerIP(opts ...IPOption) (KeyFunc, error) {
-	p := &peerIP{v6bits: DefaultIPv6Prefix}
+	c, err := newClientIP("PeerIP", opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.header.kind != 0 {
+		return nil, fmt.Errorf("ratelimitgrpc: PeerIP reads no metadata, and was given TrustProxies: give it to ClientIP: %w", ErrInvalidOption)
+	}
+	return c.key, nil
+}
+
+// ClientIP returns a KeyFunc that keys a call by its client's IP address:
+// an IPv4 address as it is, an IPv6 address by its /64 network
+// (IPv6Prefix changes the width).
+//
+// With no options, the client is the call's peer, as PeerIP keys it, and
+// no metadata is read: a client cannot choose its own key. Behind proxies
+// (Envoy, an Istio gateway and its sidecar, a load balancer) every call's
+// peer is a proxy: TrustProxies says which metadata they write and which
+// addresses are theirs, and the client is read from that metadata only as
+// far as the trusted proxies vouch for it. Keying by the metadata value
+// itself (Metadata("x-forwarded-for")) would let a client choose a fresh
+// key, and a fresh budget, with every call, since a proxy appends to the
+// x-forwarded-for the client sent.
+//
+// ClientIP finds the same client, for the same peer and the same values,
+// as the ClientIP of package httplimit does for an HTTP request's
+// RemoteAddr and header lines, so that a service limited over both HTTP
+// and gRPC behind the same proxies keys a client alike on both.
+//
+// The KeyFunc fails with ErrNoKey when the peer has no IP address (a Unix
+// socket, an in-memory listener).
+func ClientIP(opts ...IPOption) (KeyFunc, error) {
+	c, err := newClientIP("ClientIP", opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.key, nil
+}
+
+func newClientIP(fn string, opts []IPOption) (*clientIP, error) {
+	c := &clientIP{v6bits: DefaultIPv6Prefix}
 	for _, o := range opts {
 		if o.apply == nil {
-			return nil, fmt.Errorf("ratelimitgrpc: PeerIP was given a zero IPOption: %w", ErrInvalidOption)
+			return nil, fmt.Errorf("ratelimitgrpc: %s was given a zero IPOption: %w", fn, ErrInvalidOption)
 		}
-		if err := o.apply(p); err != nil {
+		if err := o.apply(c); err != nil {
 			return nil, err
 		}
 	}
-	return p.key, nil
+	return c, nil
 }
 
-type peerIP struct{ v6bits int }
+// clientIP is the configuration of a PeerIP or ClientIP KeyFunc.
+type clientIP struct {
+	header  ProxyHeader // zero: read no metadata
+	trusted []netip.Prefix
+	v6bits  int
+}
 
-func (p *peerIP) key(ctx context.Context) (string, error) {
+func (c *clientIP) key(ctx context.Context) (string, error) {
+	ip, err := peerAddr(ctx)
+	if err != nil {
+		return "", err
+	}
+	if c.header.kind != 0 && c.isTrusted(ip) {
+		ip = c.walk(ip, metadata.ValueFromIncomingContext(ctx, c.header.name))
+	}
+	return c.format(ip), nil
+}
+
+// peerAddr returns the IP address of the call's peer, unmapped and
+// without a zone.
+func peerAddr(ctx context.Context) (netip.Addr, error) {
 	pr, ok := peer.FromContext(ctx)
 	if !ok || pr.Addr == nil {
-		return "", fmt.Errorf("ratelimitgrpc: the call has no peer: %w", ErrNoKey)
+		return netip.Addr{}, fmt.Errorf("ratelimitgrpc: the call has no peer: %w", ErrNoKey)
 	}
 	var ip netip.Addr
 	switch a := pr.Addr.(type) {
@@ -90,20 +150,29 @@ func (p *peerIP) key(ctx context.Context) (string, error) {
 		}
 	}
 	if !ip.IsValid() {
-		return "", fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
+		return netip.Addr{}, fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
 	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() && p.v6bits < 128 {
-		pfx, _ := ip.Prefix(p.v6bits) // cannot fail: 1 ≤ v6bits ≤ 128, ip is IPv6
-		return pfx.String(), nil
+	return ip.Unmap().WithZone(""), nil
+}
+
+// format writes the key of ip: the address, or its IPv6 network.
+func (c *clientIP) format(ip netip.Addr) string {
+	if ip.Is6() && c.v6bits < 128 {
+		p, _ := ip.Prefix(c.v6bits) // cannot fail: 1 ≤ v6bits ≤ 128, ip is IPv6
+		return p.String()
 	}
-	return ip.String(), nil
+	return ip.String()
 }
 
 // Metadata returns a KeyFunc that keys a call by a value of its incoming
 // metadata, such as an API key ("x-api-key"); the name is not case
 // sensitive. A call without the value, with an empty one, or with several
 // (which would be ambiguous) has no key: ErrNoKey.
+//
+// The value is what the client sent, or what a proxy made of it: a proxy
+// appends to the x-forwarded-for a client sent, so that keyed by it a
+// client chooses its key. Key by the client's address with ClientIP and
+// TrustProxies.
 func Metadata(name string) KeyFunc {
 	name = strings.ToLower(strings.TrimSpace(name))
 	return func(ctx context.Context) (string, error) {

@@ -1,0 +1,474 @@
+package ratelimitgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
+	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// The tests of this file hold ratelimitgrpc.ClientIP to the answers of
+// httplimit.ClientIP: every case runs through both, a call with the
+// request's remote address as its peer and its header lines as its
+// metadata, and both must find the same key.
+
+var lbs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+
+// keyPair is a key function of each package, configured alike.
+type keyPair struct {
+	grpc ratelimitgrpc.KeyFunc
+	http httplimit.KeyFunc
+}
+
+// pair builds a keyPair from the options of each package.
+func pair(t testing.TB, g []ratelimitgrpc.IPOption, h []httplimit.IPOption) keyPair {
+	t.Helper()
+	gk, err := ratelimitgrpc.ClientIP(g...)
+	require.NoError(t, err)
+	hk, err := httplimit.ClientIP(h...)
+	require.NoError(t, err)
+	return keyPair{gk, hk}
+}
+
+// trusting returns a keyPair that trusts the prefixes for header:
+// "X-Forwarded-For", "Forwarded", or the name of a single-address header.
+func trusting(t testing.TB, header string, trusted []netip.Prefix, more ...int) keyPair {
+	t.Helper()
+	var g []ratelimitgrpc.IPOption
+	var h []httplimit.IPOption
+	switch header {
+	case "X-Forwarded-For":
+		g, h = append(g, ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, trusted...)), append(h, httplimit.TrustProxies(httplimit.XForwardedFor, trusted...))
+	case "Forwarded":
+		g, h = append(g, ratelimitgrpc.TrustProxies(ratelimitgrpc.Forwarded, trusted...)), append(h, httplimit.TrustProxies(httplimit.Forwarded, trusted...))
+	default:
+		g, h = append(g, ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader(header), trusted...)), append(h, httplimit.TrustProxies(httplimit.SingleIPHeader(header), trusted...))
+	}
+	for _, bits := range more {
+		g, h = append(g, ratelimitgrpc.IPv6Prefix(bits)), append(h, httplimit.IPv6Prefix(bits))
+	}
+	return pair(t, g, h)
+}
+
+// callContext is the context of a call from remote (host:port) carrying
+// the header lines (name, value, name, value...) as metadata, in order. A
+// remote that is not an address and port is a peer without an IP
+// address.
+func callContext(remote string, headers ...string) context.Context {
+	var addr net.Addr = fakeAddr(remote)
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		addr = &net.TCPAddr{IP: ap.Addr().AsSlice(), Zone: ap.Addr().Zone(), Port: int(ap.Port())}
+	}
+	md := metadata.MD{}
+	for i := 0; i+1 < len(headers); i += 2 {
+		md.Append(headers[i], headers[i+1]) // lower-cases the name, as gRPC does
+	}
+	return metadata.NewIncomingContext(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), md)
+}
+
+// request is the HTTP request of the same client.
+func request(remote string, headers ...string) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	return r
+}
+
+// keys returns the key each package finds for a client at remote sending
+// the header lines.
+func (k keyPair) keys(remote string, headers ...string) (g, h string, gerr, herr error) {
+	g, gerr = k.grpc(callContext(remote, headers...))
+	h, herr = k.http(request(remote, headers...))
+	return g, h, gerr, herr
+}
+
+func TestClientIPAsHTTPLimit(t *testing.T) {
+	xff := trusting(t, "X-Forwarded-For", lbs)
+	fwd := trusting(t, "Forwarded", lbs)
+	real := trusting(t, "X-Real-IP", lbs)
+	bare := pair(t, nil, nil)
+	wide := trusting(t, "X-Forwarded-For", lbs, 56)
+	exact := trusting(t, "X-Forwarded-For", lbs, 128)
+	mapped := trusting(t, "X-Forwarded-For", []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")})
+	tests := []struct {
+		name    string
+		key     keyPair
+		remote  string
+		headers []string
+		want    string
+	}{
+		// The cases of httplimit's TestClientIP.
+		{"no proxy", xff, "203.0.113.7:4000", nil, "203.0.113.7"},
+		{"no options read no header", bare, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "Forwarded", "for=198.51.100.2", "X-Real-IP", "198.51.100.3"}, "10.0.0.2"},
+		{"spoofed header from an untrusted peer", xff, "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
+		{"behind a trusted proxy", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"spoofed leftmost values", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 2.2.2.2, 198.51.100.1"}, "198.51.100.1"},
+		{"spoofed trusted-looking value", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1"},
+		{"two trusted hops", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1, 10.0.0.9, 10.0.0.8"}, "198.51.100.1"},
+		{"several header lines are one list", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1", "X-Forwarded-For", "10.0.0.9"}, "198.51.100.1"},
+		{"several header lines, in order", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "198.51.100.2, 10.0.0.9"}, "198.51.100.2"},
+		{"a port on a hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1:5555"}, "198.51.100.1"},
+		{"an IPv6 hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "[2001:db8:a:b::1]:5555"}, "2001:db8:a:b::/64"},
+		{"garbage stops at the last trusted address", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, \x00not an ip, 10.0.0.9"}, "10.0.0.9"},
+		{"an empty hop stops the walk", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1,"}, "10.0.0.2"},
+		{"all hops trusted: the leftmost", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 10.0.0.3"}, "10.9.9.9"},
+		{"no header behind a proxy: the proxy", xff, "10.0.0.2:80", nil, "10.0.0.2"},
+		{"X-Forwarded-For is not read for Forwarded", fwd, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.2"},
+		{"Forwarded is not read for X-Forwarded-For", xff, "10.0.0.2:80", []string{"Forwarded", "for=198.51.100.1"}, "10.0.0.2"},
+		{"Forwarded with quoted IPv6 and port", fwd, "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::/64"},
+		{"Forwarded chain", fwd, "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
+		{"Forwarded spoofed leftmost", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1, for=192.0.2.60`}, "192.0.2.60"},
+		{"Forwarded lines are one list", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1`, "Forwarded", `for=192.0.2.60;proto=https`}, "192.0.2.60"},
+		{"Forwarded obfuscated hop", fwd, "10.0.0.2:80", []string{"Forwarded", "for=192.0.2.60, for=_hidden"}, "10.0.0.2"},
+		{"Forwarded unclosed quote swallows the rest", fwd, "10.0.0.2:80", []string{"Forwarded", `for="1.1.1.1, for=192.0.2.60`}, "10.0.0.2"},
+		{"single header", real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1", "X-Forwarded-For", "1.1.1.1"}, "198.51.100.1"},
+		{"single header from an untrusted peer", real, "203.0.113.7:1", []string{"X-Real-Ip", "198.51.100.1"}, "203.0.113.7"},
+		{"single header missing", real, "10.0.0.2:80", nil, "10.0.0.2"},
+		{"single header not overwritten (two lines)", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1", "X-Real-Ip", "198.51.100.1"}, "10.0.0.2"},
+		{"single header holding a list", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1, 198.51.100.1"}, "10.0.0.2"},
+		{"IPv6 peer", bare, "[2001:db8::5]:443", nil, "2001:db8::/64"},
+		{"IPv4-mapped IPv6 peer", bare, "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
+		{"IPv6 peer with a zone", bare, "[fe80::1%eth0]:443", nil, "fe80::/64"},
+		{"a trusted prefix written IPv4-mapped", mapped, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		// And more.
+		{"a trusted IPv6 peer", xff, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"a trusted IPv4-mapped peer", xff, "[::ffff:10.0.0.2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"an IPv4-mapped hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "::ffff:198.51.100.1"}, "198.51.100.1"},
+		{"an IPv6 hop by its /56", wide, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1::/56"},
+		{"an IPv6 hop by its address", exact, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1:2::1"},
+		{"a trusted IPv6 hop, then the client", xff, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1, fd00::9"}, "198.51.100.1"},
+		{"an empty value", xff, "10.0.0.2:80", []string{"X-Forwarded-For", ""}, "10.0.0.2"},
+		{"Forwarded, an empty value, then the client", fwd, "10.0.0.2:80", []string{"Forwarded", "", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
+		{"single header with a port", real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1:4000"}, "198.51.100.1"},
+		{"single header, not an address", real, "10.0.0.2:80", []string{"X-Real-Ip", "unknown"}, "10.0.0.2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, h, gerr, herr := tt.key.keys(tt.remote, tt.headers...)
+			require.NoError(t, gerr)
+			require.NoError(t, herr)
+			assert.Equal(t, tt.want, g, "ratelimitgrpc")
+			assert.Equal(t, tt.want, h, "httplimit")
+		})
+	}
+	for _, remote := range []string{"not-an-address", "bufconn", "/run/app.sock"} {
+		_, _, gerr, herr := xff.keys(remote, "X-Forwarded-For", "198.51.100.1")
+		assert.ErrorIs(t, gerr, ratelimitgrpc.ErrNoKey, remote)
+		assert.ErrorIs(t, herr, httplimit.ErrNoKey, remote)
+	}
+	_, err := xff.grpc(context.Background())
+	assert.ErrorIs(t, err, ratelimitgrpc.ErrNoKey, "no peer")
+}
+
+// Options that cannot be safe are refused by both packages, with the same
+// words: an error matching ErrInvalidOption, never a panic.
+func TestClientIPRefusesAsHTTPLimit(t *testing.T) {
+	all4, all6 := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")
+	type (
+		g = []ratelimitgrpc.IPOption
+		h = []httplimit.IPOption
+	)
+	tests := []struct {
+		name string
+		g    g
+		h    h
+		want string
+	}{
+		{"no trusted proxies", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor)}, h{httplimit.TrustProxies(httplimit.XForwardedFor)}, "names no trusted proxy"},
+		{"trust everyone", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, all4)}, h{httplimit.TrustProxies(httplimit.XForwardedFor, all4)}, "trusts every address"},
+		{"trust every IPv6 address", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.Forwarded, all6)}, h{httplimit.TrustProxies(httplimit.Forwarded, all6)}, "trusts every address"},
+		{"trust every IPv4 address, IPv4-mapped", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, netip.MustParsePrefix("::ffff:0.0.0.0/96"))},
+			h{httplimit.TrustProxies(httplimit.XForwardedFor, netip.MustParsePrefix("::ffff:0.0.0.0/96"))}, "trusts every address"},
+		{"an invalid prefix", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, netip.Prefix{})}, h{httplimit.TrustProxies(httplimit.XForwardedFor, netip.Prefix{})}, "is not valid"},
+		{"no header", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.ProxyHeader{}, lbs...)}, h{httplimit.TrustProxies(httplimit.ProxyHeader{}, lbs...)}, "no header chosen"},
+		{"a list as a single header", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader("X-Forwarded-For"), lbs...)},
+			h{httplimit.TrustProxies(httplimit.SingleIPHeader("X-Forwarded-For"), lbs...)}, "is a list that proxies append to"},
+		{"Forwarded as a single header", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader("Forwarded"), lbs...)},
+			h{httplimit.TrustProxies(httplimit.SingleIPHeader("Forwarded"), lbs...)}, "is a list that proxies append to"},
+		{"a bad header name", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader("X Real IP"), lbs...)}, h{httplimit.TrustProxies(httplimit.SingleIPHeader("X Real IP"), lbs...)}, "is not a"},
+		{"an empty header name", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader(" "), lbs...)}, h{httplimit.TrustProxies(httplimit.SingleIPHeader(" "), lbs...)}, `""`},
+		{"twice", g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...), ratelimitgrpc.TrustProxies(ratelimitgrpc.Forwarded, lbs...)},
+			h{httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.TrustProxies(httplimit.Forwarded, lbs...)}, "given twice"},
+		{"IPv6 prefix 0", g{ratelimitgrpc.IPv6Prefix(0)}, h{httplimit.IPv6Prefix(0)}, "1 to 128"},
+		{"IPv6 prefix 129", g{ratelimitgrpc.IPv6Prefix(129)}, h{httplimit.IPv6Prefix(129)}, "1 to 128"},
+		{"a zero option", g{{}}, h{{}}, "zero IPOption"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gk, err := ratelimitgrpc.ClientIP(tt.g...)
+			require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, gk)
+			hk, err := httplimit.ClientIP(tt.h...)
+			require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, hk)
+		})
+	}
+}
+
+// Metadata keys that gRPC would not carry an address in are refused; as
+// is TrustProxies given to PeerIP, which reads no metadata.
+func TestClientIPRefusesMetadataKeys(t *testing.T) {
+	for name, c := range map[string]struct {
+		header ratelimitgrpc.ProxyHeader
+		want   string
+	}{
+		"binary":            {ratelimitgrpc.SingleIPHeader("x-real-ip-bin"), "binary metadata"},
+		"reserved":          {ratelimitgrpc.SingleIPHeader("grpc-peer"), "reserved by gRPC"},
+		"pseudo-header":     {ratelimitgrpc.SingleIPHeader(":authority"), "not a metadata key"},
+		"not a key":         {ratelimitgrpc.SingleIPHeader("x-real-ip;"), "not a metadata key"},
+		"list as single":    {ratelimitgrpc.SingleIPHeader("X-Forwarded-For"), "use ratelimitgrpc.XForwardedFor"},
+		"Forwarded, single": {ratelimitgrpc.SingleIPHeader(" forwarded "), "use ratelimitgrpc.Forwarded"},
+	} {
+		k, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(c.header, lbs...))
+		assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, name)
+		assert.ErrorContains(t, err, c.want, name)
+		assert.Nil(t, k, name)
+	}
+	k, err := ratelimitgrpc.PeerIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...))
+	assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+	assert.ErrorContains(t, err, "give it to ClientIP")
+	assert.Nil(t, k)
+
+	// A SingleIPHeader is named as the proxy writes it, in any case.
+	k, err = ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.SingleIPHeader(" X-Envoy-External-Address "), lbs...))
+	require.NoError(t, err)
+	got, err := k(callContext("10.0.0.2:80", "x-envoy-external-address", "198.51.100.1"))
+	require.NoError(t, err)
+	assert.Equal(t, "198.51.100.1", got)
+	assert.Equal(t, "x-envoy-external-address", ratelimitgrpc.SingleIPHeader(" X-Envoy-External-Address ").String())
+	assert.Equal(t, "x-forwarded-for", ratelimitgrpc.XForwardedFor.String())
+}
+
+// others returns the prefixes that, with p, cover p's whole address
+// space without overlapping it: the sibling of each of its ancestors.
+func others(p netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	b := p.Masked().Addr().AsSlice()
+	for i := range p.Bits() {
+		s := append([]byte(nil), b...)
+		s[i/8] ^= 0x80 >> (i % 8)
+		a, _ := netip.AddrFromSlice(s)
+		out = append(out, netip.PrefixFrom(a, i+1).Masked())
+	}
+	return out
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// Prefixes that trust every address of a family together, none of them
+// alone, are refused as httplimit refuses them, and a list that leaves
+// one address untrusted is taken: the cases of httplimit's
+// TestTrustProxiesRefusesPrefixesCoveringEveryAddress.
+func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
+	v4Mapped := func(ps []netip.Prefix) []netip.Prefix { // as IPv4-mapped IPv6
+		var out []netip.Prefix
+		for _, p := range ps {
+			out = append(out, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96))
+		}
+		return out
+	}
+	refused := []struct {
+		name    string
+		trusted []netip.Prefix
+		want    string
+	}{
+		{"IPv4 halves", prefixes("0.0.0.0/1", "128.0.0.0/1"), "every IPv4 address"},
+		{"IPv6 halves", prefixes("::/1", "8000::/1"), "every IPv6 address"},
+		{"IPv4 halves, one IPv4-mapped", prefixes("::ffff:0.0.0.0/97", "128.0.0.0/1"), "every IPv4 address"},
+		{"IPv4 quarters, overlapping, unordered, among IPv6 proxies", prefixes("fd00::/8", "192.0.0.0/2", "10.0.0.0/8", "64.0.0.0/2", "0.0.0.0/2", "128.0.0.0/3", "160.0.0.0/3", "128.0.0.0/2"), "every IPv4 address"},
+		{"IPv4 from the complement of a /32", append(others(netip.MustParsePrefix("203.0.113.7/32")), netip.MustParsePrefix("203.0.113.7/32")), "every IPv4 address"},
+		{"IPv4-mapped complement of a /8 with the /8", append(v4Mapped(others(netip.MustParsePrefix("10.0.0.0/8"))), netip.MustParsePrefix("10.0.0.0/8")), "every IPv4 address"},
+		{"IPv6 from the complement of a /128", append(others(netip.MustParsePrefix("2001:db8::1/128")), netip.MustParsePrefix("2001:db8::1/128")), "every IPv6 address"},
+		{"IPv6 but for the IPv4-mapped range", others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			gk, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, tt.trusted...))
+			require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, gk)
+			hk, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...))
+			require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.Nil(t, hk)
+		})
+	}
+	taken := []struct {
+		name      string
+		trusted   []netip.Prefix
+		untrusted string // an address the list leaves untrusted
+	}{
+		{"IPv4 but one address", others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
+		{"IPv4 but the last address", others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
+		{"IPv4 but the first address, IPv4-mapped", v4Mapped(others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
+		{"IPv6 but one address", others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
+		{"IPv6 but the last address", others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+		{"IPv4 and IPv6 halves", prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
+		{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
+	}
+	for _, tt := range taken {
+		t.Run(tt.name, func(t *testing.T) {
+			k := trusting(t, "X-Forwarded-For", tt.trusted, 128)
+			// The one untrusted address is its own key, whatever it sends.
+			g, h, gerr, herr := k.keys(net.JoinHostPort(tt.untrusted, "1"), "X-Forwarded-For", "198.51.100.1")
+			require.NoError(t, gerr)
+			require.NoError(t, herr)
+			assert.Equal(t, tt.untrusted, g, "ratelimitgrpc")
+			assert.Equal(t, tt.untrusted, h, "httplimit")
+		})
+	}
+}
+
+// A long forwarding list costs the key function no memory per entry: gRPC
+// takes metadata of up to 16 MiB by default, and a trusted proxy may pass
+// on what a client sent.
+func TestLongForwardingListsCostLittle(t *testing.T) {
+	const size = 64 << 10
+	long := func(unit, tail string) string {
+		return strings.Repeat(unit, size/len(unit)) + tail
+	}
+	tests := []struct {
+		header string
+		value  string
+		want   string
+	}{
+		{"X-Forwarded-For", long(",", "198.51.100.1"), "198.51.100.1"},
+		{"X-Forwarded-For", long("x,", "198.51.100.1, 10.0.0.9"), "198.51.100.1"},
+		{"X-Forwarded-For", long("10.0.0.7,", "10.0.0.9"), "10.0.0.7"},
+		{"Forwarded", long(",", "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long("for=x,", "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long(`for="x",`, "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long(`for="\x",`, "for=198.51.100.1"), "198.51.100.1"},
+		{"Forwarded", long("for=1,", "for=198.51.100.1, for=10.0.0.9"), "198.51.100.1"},
+		{"Forwarded", long("for=10.0.0.7,", "for=10.0.0.9"), "10.0.0.7"},
+	}
+	keys := map[string]keyPair{"X-Forwarded-For": trusting(t, "X-Forwarded-For", lbs), "Forwarded": trusting(t, "Forwarded", lbs)}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %.12s", tt.header, tt.value), func(t *testing.T) {
+			k := keys[tt.header]
+			g, h, gerr, herr := k.keys("10.0.0.2:80", tt.header, tt.value)
+			require.NoError(t, gerr)
+			require.NoError(t, herr)
+			assert.Equal(t, tt.want, g, "ratelimitgrpc")
+			assert.Equal(t, tt.want, h, "httplimit")
+			ctx := callContext("10.0.0.2:80", tt.header, tt.value)
+			allocs := testing.AllocsPerRun(10, func() { _, _ = k.grpc(ctx) })
+			assert.LessOrEqual(t, allocs, 3.0, "allocations per key, for metadata of %d bytes", len(tt.value))
+		})
+	}
+}
+
+var fuzzTrusted = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+
+// FuzzClientIPAsHTTPLimit checks that, for any peer and any values of the
+// forwarding metadata, ratelimitgrpc.ClientIP finds the key that
+// httplimit.ClientIP finds for the same remote address and header lines.
+func FuzzClientIPAsHTTPLimit(f *testing.F) {
+	f.Add("10.0.0.1:80", "198.51.100.1, 10.0.0.2", "1.1.1.1", `for="[2001:db8::1]:80"`, "", "198.51.100.9")
+	f.Add("203.0.113.1:1", "\x00", "", "for=;;;,,", "for=1.2.3.4", "")
+	f.Add("[fd00::1]:1", "[", "", `for="[`, `for=10.0.0.3, for="x`, "[fd00::5]:80")
+	f.Add("10.0.0.1:80", "1.1.1.1, 10.0.0.9", "10.0.0.8", `for=1.1.1.1;proto=https, for=10.2.2.2`, `For="\"", for=2001:db8::7`, "1.1.1.1, 2.2.2.2")
+	f.Add("[::ffff:10.0.0.1]:80", "::ffff:1.2.3.4", "fe80::1%eth0", `for="[::ffff:10.1.1.1]"`, "for=10.0.0.4", `"1.2.3.4"`)
+	f.Add("[fe80::1%eth0]:80", ",,,", "10.0.0.1:8080", "for=unknown", "", "unknown")
+	pairs := []keyPair{
+		pair(f, nil, nil),
+		trusting(f, "X-Forwarded-For", fuzzTrusted),
+		trusting(f, "Forwarded", fuzzTrusted),
+		trusting(f, "X-Real-IP", fuzzTrusted),
+		trusting(f, "X-Forwarded-For", fuzzTrusted, 128),
+		trusting(f, "Forwarded", fuzzTrusted, 48),
+	}
+	f.Fuzz(func(t *testing.T, remote, xff1, xff2, fwd1, fwd2, real string) {
+		ap, err := netip.ParseAddrPort(remote)
+		if err != nil || strings.ContainsAny(ap.Addr().Zone(), "[]") {
+			// A gRPC peer is an address and a port. One whose zone holds a
+			// bracket is written as a host:port that net.SplitHostPort, as
+			// httplimit reads RemoteAddr, refuses; a gRPC peer is no string.
+			return
+		}
+		headers := []string{"X-Forwarded-For", xff1, "X-Forwarded-For", xff2, "Forwarded", fwd1, "Forwarded", fwd2, "X-Real-IP", real}
+		for i, k := range pairs {
+			g, h, gerr, herr := k.keys(remote, headers...)
+			require.NoError(t, herr, "key %d", i)
+			require.NoError(t, gerr, "key %d", i)
+			require.Equal(t, h, g, "key %d: ratelimitgrpc's key is not httplimit's", i)
+		}
+	})
+}
+
+// The bypass of keying by the metadata behind Envoy, over loopback: the
+// service's peer is the proxy at 127.0.0.1, which appends the address it
+// received the call from (203.0.113.9) to the x-forwarded-for the client
+// sent, a fresh one with every call. Keyed by the metadata value, each
+// call had a key of its own and 100 of 100 passed a limit of 5; keyed by
+// ClientIP behind the trusted proxy, 5 pass. A client that calls the
+// service directly, from 127.0.0.2, is keyed by its own address, whatever
+// it sends.
+func TestClientIPBehindProxyOverLoopback(t *testing.T) {
+	trusted, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, netip.MustParsePrefix("127.0.0.1/32")))
+	require.NoError(t, err)
+	passed := func(key ratelimitgrpc.KeyFunc, from string, xff func(i int) string) (int, *ratelimit.Limiter) {
+		t.Helper()
+		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key))
+		require.NoError(t, err)
+		dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		client, _ := serve(t, []grpc.UnaryServerInterceptor{ic.Unary()}, nil,
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
+		n := 0
+		for i := range 100 {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", xff(i))
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				n++
+			} else {
+				require.Equal(t, codes.ResourceExhausted, status.Code(err), err)
+			}
+		}
+		return n, lim
+	}
+	viaProxy := func(i int) string { return fmt.Sprintf("198.18.%d.%d, 203.0.113.9", i/256, i%256) }
+
+	n, _ := passed(ratelimitgrpc.Metadata("x-forwarded-for"), "127.0.0.1", viaProxy)
+	assert.Equal(t, 100, n, "keyed by the metadata value, which the client chooses")
+
+	n, lim := passed(trusted, "127.0.0.1", viaProxy)
+	assert.Equal(t, 5, n, "keyed by the address the proxy appended")
+	st, err := lim.Value(context.Background(), "api", "203.0.113.9")
+	require.NoError(t, err)
+	assert.Zero(t, st.Remaining)
+
+	n, lim = passed(trusted, "127.0.0.2", func(i int) string { return fmt.Sprintf("198.18.%d.%d", i/256, i%256) })
+	assert.Equal(t, 5, n, "a client that is no proxy is keyed by its address")
+	st, err = lim.Value(context.Background(), "api", "127.0.0.2")
+	require.NoError(t, err)
+	assert.Zero(t, st.Remaining)
+}
