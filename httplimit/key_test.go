@@ -2,13 +2,13 @@ package httplimit
 
 import (
 	"math"
-	"net"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/clientip"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +30,9 @@ func FuzzClientIP(f *testing.F) {
 	require.NoError(f, err)
 	bare, err := ClientIP()
 	require.NoError(f, err)
-	keyed := &clientIP{trusted: fuzzTrusted, v6bits: DefaultIPv6Prefix}
+	keyed, err := clientip.Trust(clientip.XForwardedFor, fuzzTrusted)
+	require.NoError(f, err)
+	format := func(ip netip.Addr) string { return clientip.Format(ip, DefaultIPv6Prefix) }
 	f.Fuzz(func(t *testing.T, remote, xff1, xff2, fwd1, fwd2 string) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = remote
@@ -44,7 +46,7 @@ func FuzzClientIP(f *testing.F) {
 				r.Header.Add("Forwarded", v)
 			}
 		}
-		peer, ok := parseAddr(remote)
+		peer, ok := clientip.ParseAddr(remote)
 		for _, k := range []KeyFunc{bare, xff, fwd} {
 			got, err := k(r)
 			if !ok {
@@ -64,21 +66,21 @@ func FuzzClientIP(f *testing.F) {
 			return
 		}
 		got, _ := bare(r)
-		require.Equal(t, keyed.format(peer), got, "ClientIP() read a header")
-		if !keyed.isTrusted(peer) {
+		require.Equal(t, format(peer), got, "ClientIP() read a header")
+		if !keyed.Trusts(peer) {
 			for _, k := range []KeyFunc{xff, fwd} {
 				got, _ := k(r)
-				require.Equal(t, keyed.format(peer), got, "an untrusted peer chose its key through headers")
+				require.Equal(t, format(peer), got, "an untrusted peer chose its key through headers")
 			}
 			return
 		}
 		// The hops a key may come from: the peer, and the hops from the
 		// right up to and including the first untrusted one.
-		check := func(name string, k KeyFunc, hops []hop) {
-			allowed := []string{keyed.format(peer)}
-			for i := len(hops) - 1; i >= 0 && hops[i].ok; i-- {
-				allowed = append(allowed, keyed.format(hops[i].ip))
-				if !keyed.isTrusted(hops[i].ip) {
+		check := func(name string, k KeyFunc, hops []clientip.Hop) {
+			allowed := []string{format(peer)}
+			for i := len(hops) - 1; i >= 0 && hops[i].OK; i-- {
+				allowed = append(allowed, format(hops[i].IP))
+				if !keyed.Trusts(hops[i].IP) {
 					break
 				}
 			}
@@ -87,20 +89,20 @@ func FuzzClientIP(f *testing.F) {
 			// And it is the one the walk from the right over the whole
 			// list finds.
 			want := peer
-			for i := len(hops) - 1; i >= 0 && hops[i].ok; i-- {
-				want = hops[i].ip
-				if !keyed.isTrusted(want) {
+			for i := len(hops) - 1; i >= 0 && hops[i].OK; i-- {
+				want = hops[i].IP
+				if !keyed.Trusts(want) {
 					break
 				}
 			}
-			require.Equal(t, keyed.format(want), got, "%s: not the walk's answer", name)
+			require.Equal(t, format(want), got, "%s: not the walk's answer", name)
 		}
 		// X-Forwarded-For, split here on its own: a comma-separated list.
-		var hops []hop
+		var hops []clientip.Hop
 		for _, line := range r.Header.Values("X-Forwarded-For") {
 			for _, v := range strings.Split(line, ",") {
-				ip, ok := parseAddr(v)
-				hops = append(hops, hop{ip, ok})
+				ip, ok := clientip.ParseAddr(v)
+				hops = append(hops, clientip.Hop{IP: ip, OK: ok})
 			}
 		}
 		check("X-Forwarded-For", xff, hops)
@@ -121,10 +123,12 @@ func FuzzForwardedAppend(f *testing.F) {
 	require.NoError(f, err)
 	xff, err := ClientIP(TrustProxies(XForwardedFor, fuzzTrusted...))
 	require.NoError(f, err)
-	keyed := &clientIP{trusted: fuzzTrusted, v6bits: DefaultIPv6Prefix}
+	keyed, err := clientip.Trust(clientip.XForwardedFor, fuzzTrusted)
+	require.NoError(f, err)
+	format := func(ip netip.Addr) string { return clientip.Format(ip, DefaultIPv6Prefix) }
 	f.Fuzz(func(t *testing.T, forged, client string, newLine bool) {
 		ip, err := netip.ParseAddr(client)
-		if err != nil || keyed.isTrusted(ip.Unmap()) || ip.Zone() != "" {
+		if err != nil || keyed.Trusts(ip.Unmap()) || ip.Zone() != "" {
 			return
 		}
 		ip = ip.Unmap()
@@ -146,52 +150,9 @@ func FuzzForwardedAppend(f *testing.F) {
 			}
 			got, err := tc.k(r)
 			require.NoError(t, err)
-			require.Contains(t, []string{keyed.format(ip), "10.0.0.2"}, got, "%s: forged %q", tc.header, forged)
+			require.Contains(t, []string{format(ip), "10.0.0.2"}, got, "%s: forged %q", tc.header, forged)
 		}
 	})
-}
-
-// forwardedLines reads Forwarded lines as one list of hops, leftmost first.
-func forwardedLines(lines []string) []hop {
-	var hops []hop
-	for _, line := range lines {
-		forwardedHops(line, func(h hop) { hops = append(hops, h) })
-	}
-	return hops
-}
-
-func TestForwardedSyntax(t *testing.T) {
-	tests := []struct {
-		line string
-		want []string // "" for a hop that is not an address
-	}{
-		{`for=192.0.2.60;proto=http;by=203.0.113.43`, []string{"192.0.2.60"}},
-		{`for="[2001:db8:cafe::17]:4711"`, []string{"2001:db8:cafe::17"}},
-		{`for=192.0.2.43, for=198.51.100.17`, []string{"192.0.2.43", "198.51.100.17"}},
-		{`For=192.0.2.43,FOR=198.51.100.17`, []string{"192.0.2.43", "198.51.100.17"}},
-		{`for=unknown, for=_hidden`, []string{"", ""}},
-		{`proto=https`, []string{""}},
-		{`for=1.1.1.1;for=2.2.2.2`, []string{""}},
-		{`for="1.1.1.1, for=2.2.2.2", for=3.3.3.3`, []string{"", "3.3.3.3"}},
-		{`for="\"", for=3.3.3.3`, []string{"", "3.3.3.3"}},
-		{`for="\1.1.1.1", for="1.1.1.1";by="\x"`, []string{"", "1.1.1.1"}}, // no proxy escapes an address
-		{`for=", for=3.3.3.3`, []string{""}},
-		{`for=1.1.1.1 junk, for=3.3.3.3`, []string{"", "3.3.3.3"}},
-		{`, for=3.3.3.3`, []string{"", "3.3.3.3"}},
-		{`for=[2001:db8::1]`, []string{"2001:db8::1"}},
-		{`for=`, []string{""}},
-	}
-	for _, tt := range tests {
-		var got []string
-		for _, h := range forwardedLines([]string{tt.line}) {
-			if h.ok {
-				got = append(got, h.ip.String())
-			} else {
-				got = append(got, "")
-			}
-		}
-		require.Equal(t, tt.want, got, "%s", tt.line)
-	}
 }
 
 func TestQuota(t *testing.T) {
@@ -240,52 +201,11 @@ func TestQuotaNeverPromisesMore(t *testing.T) {
 	}
 }
 
-// FuzzParseAddr checks that parseAddr, which allocates nothing, reads what
-// netip.ParseAddr and net.SplitHostPort read.
-func FuzzParseAddr(f *testing.F) {
-	for _, s := range []string{"192.0.2.1", "192.0.2.1:443", "2001:db8::1", "[2001:db8::1]:443", `"[2001:db8::1]:443"`,
-		"[192.0.2.1]", "fe80::1%eth0", "::ffff:192.0.2.1", "1:2:3:4:5:6:7::", "::1:2:3:4:5:6:7", "1:2:3:4:5:6:1.2.3.4",
-		"::1.2.3.4", "01.2.3.4", "1.2.3.256", "1:2:3:4:5:6:7:8::", ":1::", "1::2:", "::", "%x", "::%", "[::1]:_obf", "1.2.3.4:"} {
-		f.Add(s)
+// forwardedLines reads Forwarded lines as one list of hops, leftmost first.
+func forwardedLines(lines []string) []clientip.Hop {
+	var hops []clientip.Hop
+	for _, line := range lines {
+		clientip.ForwardedHops(line, func(h clientip.Hop) { hops = append(hops, h) })
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		_, err := netip.ParseAddr(s)
-		require.Equal(t, err == nil, isAddr(s), "isAddr(%q); netip: %v", s, err)
-		host, _, err := net.SplitHostPort(s)
-		got, ok := splitHostPort(s)
-		require.Equal(t, err == nil, ok, "splitHostPort(%q); net: %v", s, err)
-		if ok {
-			require.Equal(t, host, got, "splitHostPort(%q)", s)
-		}
-		want, wantOK := parseAddrByNet(s)
-		ip, ok := parseAddr(s)
-		require.Equal(t, wantOK, ok, "parseAddr(%q)", s)
-		require.Equal(t, want, ip, "parseAddr(%q)", s)
-	})
-}
-
-// parseAddrByNet is parseAddr written with netip.ParseAddr and
-// net.SplitHostPort.
-func parseAddrByNet(s string) (netip.Addr, bool) {
-	s = strings.Trim(strings.TrimSpace(s), `"`)
-	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.Unmap().WithZone(""), true
-	}
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		if ip, err := netip.ParseAddr(host); err == nil {
-			return ip.Unmap().WithZone(""), true
-		}
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if ip, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return ip.Unmap().WithZone(""), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-func TestParseAddrAllocatesNothing(t *testing.T) {
-	for _, s := range []string{"", "x", "1", "1.2.3", "::::", "[::1", "1.2.3.4:5:6", "unknown", "192.0.2.1", "[2001:db8::1]:443"} {
-		require.Zero(t, testing.AllocsPerRun(10, func() { parseAddr(s) }), "parseAddr(%q)", s)
-	}
+	return hops
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/ratelimit-go/ratelimit/internal/clientip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
@@ -113,10 +114,12 @@ func newClientIP(fn string, opts []IPOption) (*clientIP, error) {
 	return c, nil
 }
 
-// clientIP is the configuration of a PeerIP or ClientIP KeyFunc.
+// clientIP is the configuration of a PeerIP or ClientIP KeyFunc. The
+// reading of the metadata is package clientip's, which httplimit.ClientIP
+// shares: a client is keyed alike over HTTP and gRPC.
 type clientIP struct {
-	header  ProxyHeader // zero: read no metadata
-	trusted []netip.Prefix
+	header  ProxyHeader      // zero: read no metadata
+	proxies clientip.Proxies // zero: trust no peer
 	v6bits  int
 }
 
@@ -125,10 +128,10 @@ func (c *clientIP) key(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if c.header.kind != 0 && c.isTrusted(ip) {
-		ip = c.walk(ip, metadata.ValueFromIncomingContext(ctx, c.header.name))
+	if c.proxies.Trusts(ip) { // only then read the metadata, which copies its values
+		ip = c.proxies.Client(ip, metadata.ValueFromIncomingContext(ctx, c.header.name))
 	}
-	return c.format(ip), nil
+	return clientip.Format(ip, c.v6bits), nil
 }
 
 // peerAddr returns the IP address of the call's peer, unmapped and
@@ -153,15 +156,6 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
 	}
 	return ip.Unmap().WithZone(""), nil
-}
-
-// format writes the key of ip: the address, or its IPv6 network.
-func (c *clientIP) format(ip netip.Addr) string {
-	if ip.Is6() && c.v6bits < 128 {
-		p, _ := ip.Prefix(c.v6bits) // cannot fail: 1 ≤ v6bits ≤ 128, ip is IPv6
-		return p.String()
-	}
-	return ip.String()
 }
 
 // Metadata returns a KeyFunc that keys a call by a value of its incoming

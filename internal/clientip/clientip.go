@@ -1,0 +1,249 @@
+// Package clientip finds a client's address behind trusted proxies, in
+// the values of the header they write it into: X-Forwarded-For, Forwarded
+// (RFC 7239) or a header of one address. It is the one reading of those
+// headers that httplimit.ClientIP (from an HTTP request's header lines)
+// and ratelimitgrpc.ClientIP (from a call's metadata) share, so that a
+// client is keyed alike over HTTP and gRPC, and a fix to the reading
+// reaches both.
+//
+// # The walk
+//
+// The client is found by a walk of the list from the right, starting from
+// a trusted peer: the first untrusted address is the client; a hop that is
+// not an address stops the walk at the last trusted address (or the peer);
+// if every hop is trusted, the leftmost is. A client writes only left of
+// what the trusted proxies append, so nothing it wrote is ever reached.
+//
+// The walk keeps nothing per hop: a proxy that passes a header of a
+// megabyte of commas (net/http takes header lists of 1 MB by default, gRPC
+// of 16 MiB) must not make a request allocate hundreds of megabytes. X-Forwarded-For is read from the right, one hop at a time, up
+// to where the walk ends. A Forwarded list can only be read from the left
+// (a quote changes the meaning of what follows it): walker takes its hops
+// from the left and keeps, instead of the list, the walk's answer for the
+// hops so far.
+package clientip
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Kind says how the proxies write the client's address into their header.
+// The zero Kind is no header.
+type Kind uint8
+
+const (
+	// XForwardedFor is a list of addresses, comma-separated, to which
+	// each proxy appends.
+	XForwardedFor Kind = iota + 1
+	// Forwarded is a list of elements (RFC 7239) with for= parameters, to
+	// which each proxy appends.
+	Forwarded
+	// SingleIP is one address, which the proxy sets, overwriting whatever
+	// the client sent.
+	SingleIP
+)
+
+// Proxies are the proxies in front of a service: the Kind of header they
+// write and the prefixes of their addresses. The zero Proxies trusts no
+// address, and Client always answers the peer.
+type Proxies struct {
+	kind    Kind
+	trusted []netip.Prefix
+}
+
+// Trust returns the Proxies at the trusted prefixes that write a header of
+// kind. A prefix written as IPv4-mapped IPv6 (::ffff:10.0.0.0/104) stands
+// for the IPv4 addresses it maps, for addresses are compared unmapped.
+//
+// It refuses an invalid prefix, and prefixes that trust every IPv4 or
+// every IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
+// (0.0.0.0/1 and 128.0.0.0/1): they would let any client choose its key.
+// Its error says what is wrong, without the name of the caller's
+// function: the caller adds it, and the sentinel its package's callers
+// match.
+func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
+	ps := make([]netip.Prefix, 0, len(trusted))
+	for _, p := range trusted {
+		if !p.IsValid() {
+			return Proxies{}, fmt.Errorf("prefix %v is not valid", p)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			// Addresses are compared unmapped: ::ffff:10.0.0.0/104 is 10.0.0.0/8.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		if p.Bits() == 0 {
+			return Proxies{}, fmt.Errorf("prefix %v trusts every address, which lets any client choose its key: list only your proxies", p)
+		}
+		ps = append(ps, p.Masked())
+	}
+	if coversEvery(ps, netip.IPv4Unspecified()) {
+		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv4 address, which lets any client choose its key: list only your proxies",
+			family(ps, true))
+	}
+	// Addresses are compared unmapped, so no address ever compared lies in
+	// the IPv4-mapped range: prefixes that trust the rest of IPv6 trust
+	// every IPv6 client.
+	if coversEvery(append(family(ps, false), mappedIPv4), netip.IPv6Unspecified()) {
+		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv6 address, which lets any client choose its key: list only your proxies",
+			family(ps, false))
+	}
+	return Proxies{kind: kind, trusted: ps}, nil
+}
+
+// mappedIPv4 is the range of the IPv4-mapped IPv6 addresses.
+var mappedIPv4 = netip.MustParsePrefix("::ffff:0:0/96")
+
+// family returns the IPv4 prefixes of ps, or its IPv6 ones.
+func family(ps []netip.Prefix, v4 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() == v4 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// coversEvery reports whether the prefixes of ps of first's family
+// together hold every address of that family, first (its lowest) to its
+// highest: their ranges, merged in order, leave no gap.
+func coversEvery(ps []netip.Prefix, first netip.Addr) bool {
+	type span struct{ lo, hi netip.Addr }
+	var spans []span
+	for _, p := range ps {
+		if p.Addr().BitLen() == first.BitLen() {
+			spans = append(spans, span{p.Masked().Addr(), lastAddr(p)})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
+	next := first // the lowest address no span seen so far holds
+	for _, s := range spans {
+		if next.Less(s.lo) {
+			return false // a gap
+		}
+		if !s.hi.Less(next) {
+			if next = s.hi.Next(); !next.IsValid() {
+				return true // past the highest address
+			}
+		}
+	}
+	return false
+}
+
+// lastAddr returns the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b) // cannot fail: 4 or 16 bytes
+	return a
+}
+
+// Trusts reports whether ip, unmapped and without a zone, is the address
+// of one of the proxies. A caller whose header values cost something to
+// get asks it first: Client reads them only from a trusted peer.
+func (p *Proxies) Trusts(ip netip.Addr) bool {
+	for _, t := range p.trusted {
+		if t.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Client returns the client of a request or call from peer (unmapped and
+// without a zone) that carries values, the lines of the proxies' header
+// in order: the peer itself unless it is trusted; behind trusted proxies,
+// the address the walk finds (see the package doc) in a list, or the one
+// address of a single-address header when there is exactly one line and
+// it is an address.
+func (p *Proxies) Client(peer netip.Addr, values []string) netip.Addr {
+	if !p.Trusts(peer) {
+		return peer
+	}
+	switch p.kind {
+	case SingleIP:
+		if len(values) != 1 {
+			return peer // missing, or not overwritten by the proxy
+		}
+		if ip, ok := ParseAddr(values[0]); ok {
+			return ip
+		}
+		return peer
+	case XForwardedFor:
+		return p.walkXFF(peer, values)
+	case Forwarded:
+		w := walker{p: p, peer: peer, client: peer}
+		for _, line := range values {
+			ForwardedHops(line, w.add)
+		}
+		return w.client
+	}
+	return peer
+}
+
+// walkXFF walks X-Forwarded-For lines, one list in their order, from the
+// right.
+func (p *Proxies) walkXFF(peer netip.Addr, lines []string) netip.Addr {
+	client := peer
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for end := len(line); end >= 0; {
+			start := strings.LastIndexByte(line[:end], ',') + 1
+			ip, ok := ParseAddr(line[start:end])
+			if !ok {
+				return client
+			}
+			client = ip
+			if !p.Trusts(ip) {
+				return client
+			}
+			end = start - 1 // -1 past the line's first hop
+		}
+	}
+	return client
+}
+
+// walker finds the client of a list given hop by hop from the left, as the
+// walk from the right finds it.
+type walker struct {
+	p    *Proxies
+	peer netip.Addr
+	// client is the walk's answer for the hops added so far.
+	client netip.Addr
+	// n counts the hops added.
+	n int
+	// afterBad is true when the rightmost hop that ends the walk is not an
+	// address and no hop was added right of it.
+	afterBad bool
+}
+
+// add takes the next hop to the right.
+func (w *walker) add(h Hop) {
+	w.n++
+	switch {
+	case !h.OK:
+		w.client, w.afterBad = w.peer, true // the walk stops right of it
+	case !w.p.Trusts(h.IP):
+		w.client, w.afterBad = h.IP, false
+	case w.afterBad:
+		w.client, w.afterBad = h.IP, false // the first hop right of it
+	case w.n == 1:
+		w.client = h.IP // every hop trusted so far: the leftmost
+	}
+}
+
+// Format returns the key of a client at ip: the address, or for an IPv6
+// address its network of v6bits (1 to 128; 128 keeps the address).
+func Format(ip netip.Addr, v6bits int) string {
+	if ip.Is6() && v6bits < 128 {
+		if p, err := ip.Prefix(v6bits); err == nil { // fails only for v6bits out of range
+			return p.String()
+		}
+	}
+	return ip.String()
+}
