@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 
 	"github.com/ratelimit-go/ratelimit/internal/clientip"
@@ -160,15 +161,34 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 
 // Metadata returns a KeyFunc that keys a call by a value of its incoming
 // metadata, such as an API key ("x-api-key"); the name is not case
-// sensitive. A call without the value, with an empty one, or with several
-// (which would be ambiguous) has no key: ErrNoKey.
+// sensitive, and spaces around it are ignored. A call without the value,
+// with an empty one, or with several (which would be ambiguous) has no
+// key: ErrNoKey.
+//
+// An empty name, or one that is not a metadata key (lower-case letters,
+// digits, '-', '_' and '.', or ":authority", which gRPC puts in the
+// metadata), is carried by no call, and would refuse every one: New
+// refuses a KeyFunc of Metadata given one, with an error matching
+// ErrInvalidOption. (Wrapped in a KeyFunc of your own, which New cannot
+// see into, it answers every call Internal, logged at error level: the
+// fault is the configuration's.)
 //
 // The value is what the client sent, or what a proxy made of it: a proxy
 // appends to the x-forwarded-for a client sent, so that keyed by it a
 // client chooses its key. Key by the client's address with ClientIP and
 // TrustProxies.
 func Metadata(name string) KeyFunc {
-	name = strings.ToLower(strings.TrimSpace(name))
+	switch n := strings.ToLower(strings.TrimSpace(name)); {
+	case n == "":
+		return badKey{fmt.Errorf("ratelimitgrpc: Metadata was given an empty name, which no call carries: "+
+			"name the metadata that holds the key, such as Metadata(\"x-api-key\"): %w", ErrInvalidOption)}.key
+	case !validMetadataKey(n) && n != ":authority":
+		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): %q is not a metadata key, which no call carries: "+
+			"a key is made of letters, digits, '-', '_' and '.': "+
+			"name the metadata that holds the key, such as Metadata(\"x-api-key\"): %w", name, n, ErrInvalidOption)}.key
+	default:
+		name = n
+	}
 	return func(ctx context.Context) (string, error) {
 		vs := metadata.ValueFromIncomingContext(ctx, name)
 		switch {
@@ -179,4 +199,27 @@ func Metadata(name string) KeyFunc {
 		}
 		return vs[0], nil
 	}
+}
+
+// badKey is the KeyFunc of Metadata given a name no call can carry: a
+// configuration error, which WithKey finds (keyError) and New returns. New
+// cannot see into a KeyFunc of the caller's that calls it: then err
+// answers every call Internal (fail), not InvalidArgument, for the fault
+// is not the client's.
+type badKey struct{ err error }
+
+func (b badKey) key(context.Context) (string, error) { return "", b.err }
+
+// badKeyCode identifies the method value badKey.key among KeyFuncs: every
+// method value of one method runs the same code.
+var badKeyCode = reflect.ValueOf(badKey{}.key).Pointer()
+
+// keyError returns the configuration error of f if f is a badKey's, and
+// nil for any other KeyFunc, which it does not call.
+func keyError(f KeyFunc) error {
+	if reflect.ValueOf(f).Pointer() != badKeyCode {
+		return nil
+	}
+	_, err := f(context.Background()) // badKey.key, which reads no call
+	return err
 }

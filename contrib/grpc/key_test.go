@@ -2,14 +2,22 @@ package ratelimitgrpc_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"testing"
+	"time"
 
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
 	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 func withPeer(addr net.Addr) context.Context {
@@ -95,4 +103,56 @@ func TestMetadata(t *testing.T) {
 		_, err := key(ctx)
 		assert.ErrorIs(t, err, ratelimitgrpc.ErrNoKey, name)
 	}
+}
+
+// Metadata("") made every call answer InvalidArgument, as if each client
+// had left out its key: a name no call carries is refused by New, with
+// advice.
+func TestNewRefusesMetadataNoCallCarries(t *testing.T) {
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}})
+	for _, name := range []string{"", "  ", "x api key", "x-api-key:", "x-api-key;", "clé", ":path", ":"} {
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata(name)))
+		require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, "Metadata(%q)", name)
+		require.ErrorContains(t, err, `name the metadata that holds the key, such as Metadata("x-api-key")`, "Metadata(%q)", name)
+		require.Nil(t, ic, "Metadata(%q)", name)
+	}
+
+	// Spaces around a name and its case are ignored; binary metadata and
+	// the call's authority, which gRPC puts in the metadata, are keys.
+	for name, md := range map[string]metadata.MD{
+		" X-API-Key ": metadata.Pairs("x-api-key", "k1"),
+		"tenant-bin":  metadata.Pairs("tenant-bin", "k1"),
+		":authority":  metadata.Pairs(":authority", "k1"),
+	} {
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata(name)))
+		require.NoError(t, err, "Metadata(%q)", name)
+		require.NoError(t, ic.Limit(metadata.NewIncomingContext(context.Background(), md)), "Metadata(%q)", name)
+	}
+
+	// Inside a KeyFunc of the caller's, New cannot see it: every call is
+	// the configuration's fault, Internal, not the client's.
+	inner := ratelimitgrpc.Metadata("")
+	wrapped := func(ctx context.Context) (string, error) { k, err := inner(ctx); return "key:" + k, err }
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(wrapped), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "k1"))
+	assert.Equal(t, codes.Internal, status.Code(ic.Limit(ctx)))
+	_, err = inner(ctx)
+	assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+}
+
+// A call through a gRPC server carries its authority in the metadata, so
+// that Metadata(":authority") keys it.
+func TestMetadataAuthorityOverLoopback(t *testing.T) {
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata(":authority")))
+	require.NoError(t, err)
+	client, _ := serve(t, []grpc.UnaryServerInterceptor{ic.Unary()}, nil, grpc.WithAuthority("tenant-a.example"))
+	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), err)
+	st, err := lim.Value(context.Background(), "api", "tenant-a.example")
+	require.NoError(t, err)
+	assert.Zero(t, st.Remaining)
 }

@@ -91,7 +91,8 @@ func (r *refusalLog) take() bool {
 type Option func(*Interceptor) error
 
 // WithKey sets how a call's key is found (default: PeerIP with no options,
-// the peer's IP address).
+// the peer's IP address). It refuses, with an error matching
+// ErrInvalidOption, a KeyFunc of Metadata given a name no call carries.
 //
 // A limit's records are named by the limit and the key alone: callers of
 // the Limiter that decide one limit by keys of different kinds share its
@@ -103,6 +104,9 @@ func WithKey(f KeyFunc) Option {
 	return func(i *Interceptor) error {
 		if f == nil {
 			return fmt.Errorf("ratelimitgrpc: WithKey was given a nil KeyFunc: %w", ErrInvalidOption)
+		}
+		if err := keyError(f); err != nil {
+			return err
 		}
 		i.key = f
 		return nil
