@@ -10,12 +10,12 @@ import (
 	"net/netip"
 	"net/url"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/ratelimit-go/ratelimit/internal/clientip/clientiptest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -90,74 +90,49 @@ func TestIPv6ClientKeyedByItsNetwork(t *testing.T) {
 	require.Equal(t, 5, passed(t, clientIP(t, httplimit.TrustProxies(httplimit.XForwardedFor, lbs...)), behind))
 }
 
-func TestClientIP(t *testing.T) {
-	xff := clientIP(t, httplimit.TrustProxies(httplimit.XForwardedFor, lbs...))
-	fwd := clientIP(t, httplimit.TrustProxies(httplimit.Forwarded, lbs...))
-	real := clientIP(t, httplimit.TrustProxies(httplimit.SingleIPHeader("x-real-ip"), lbs...))
-	bare := clientIP(t)
-	tests := []struct {
-		name    string
-		key     httplimit.KeyFunc
-		remote  string
-		headers []string
-		want    string
-	}{
-		{"no proxy", xff, "203.0.113.7:4000", nil, "203.0.113.7"},
-		{"no options read no header", bare, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "Forwarded", "for=198.51.100.2", "X-Real-IP", "198.51.100.3"}, "10.0.0.2"},
-		{"spoofed header from an untrusted peer", xff, "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
-		{"behind a trusted proxy", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"spoofed leftmost values", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 2.2.2.2, 198.51.100.1"}, "198.51.100.1"},
-		{"spoofed trusted-looking value", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1"},
-		{"two trusted hops", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1, 10.0.0.9, 10.0.0.8"}, "198.51.100.1"},
-		{"several header lines are one list", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1", "X-Forwarded-For", "10.0.0.9"}, "198.51.100.1"},
-		{"several header lines, in order", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "198.51.100.2, 10.0.0.9"}, "198.51.100.2"},
-		{"a port on a hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1:5555"}, "198.51.100.1"},
-		{"an IPv6 hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "[2001:db8:a:b::1]:5555"}, "2001:db8:a:b::/64"},
-		{"garbage stops at the last trusted address", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, \x00not an ip, 10.0.0.9"}, "10.0.0.9"},
-		{"an empty hop stops the walk", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1,"}, "10.0.0.2"},
-		{"all hops trusted: the leftmost", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 10.0.0.3"}, "10.9.9.9"},
-		{"no header behind a proxy: the proxy", xff, "10.0.0.2:80", nil, "10.0.0.2"},
-		{"X-Forwarded-For is not read for Forwarded", fwd, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.2"},
-		{"Forwarded is not read for X-Forwarded-For", xff, "10.0.0.2:80", []string{"Forwarded", "for=198.51.100.1"}, "10.0.0.2"},
-		{"Forwarded with quoted IPv6 and port", fwd, "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::/64"},
-		{"Forwarded chain", fwd, "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
-		{"Forwarded spoofed leftmost", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1, for=192.0.2.60`}, "192.0.2.60"},
-		{"Forwarded lines are one list", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1`, "Forwarded", `for=192.0.2.60;proto=https`}, "192.0.2.60"},
-		{"Forwarded obfuscated hop", fwd, "10.0.0.2:80", []string{"Forwarded", "for=192.0.2.60, for=_hidden"}, "10.0.0.2"},
-		{"Forwarded unclosed quote swallows the rest", fwd, "10.0.0.2:80", []string{"Forwarded", `for="1.1.1.1, for=192.0.2.60`}, "10.0.0.2"},
-		{"single header", real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1", "X-Forwarded-For", "1.1.1.1"}, "198.51.100.1"},
-		{"single header from an untrusted peer", real, "203.0.113.7:1", []string{"X-Real-Ip", "198.51.100.1"}, "203.0.113.7"},
-		{"single header missing", real, "10.0.0.2:80", nil, "10.0.0.2"},
-		{"single header not overwritten (two lines)", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1", "X-Real-Ip", "198.51.100.1"}, "10.0.0.2"},
-		{"single header holding a list", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1, 198.51.100.1"}, "10.0.0.2"},
-		{"IPv6 peer", bare, "[2001:db8::5]:443", nil, "2001:db8::/64"},
-		{"IPv4-mapped IPv6 peer", bare, "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
-		{"IPv6 peer with a zone", bare, "[fe80::1%eth0]:443", nil, "fe80::/64"},
+// configured returns the KeyFunc of a configuration of the shared cases.
+func configured(t *testing.T, p clientiptest.Proxies) httplimit.KeyFunc {
+	t.Helper()
+	var opts []httplimit.IPOption
+	switch p.Header {
+	case "":
+	case "X-Forwarded-For":
+		opts = append(opts, httplimit.TrustProxies(httplimit.XForwardedFor, p.Trusted...))
+	case "Forwarded":
+		opts = append(opts, httplimit.TrustProxies(httplimit.Forwarded, p.Trusted...))
+	default:
+		opts = append(opts, httplimit.TrustProxies(httplimit.SingleIPHeader(p.Header), p.Trusted...))
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := httptest.NewRequest("GET", "/", nil)
-			r.RemoteAddr = tt.remote
-			for i := 0; i+1 < len(tt.headers); i += 2 {
-				r.Header.Add(tt.headers[i], tt.headers[i+1])
-			}
-			got, err := tt.key(r)
+	if p.V6Bits != 0 {
+		opts = append(opts, httplimit.IPv6Prefix(p.V6Bits))
+	}
+	return clientIP(t, opts...)
+}
+
+// request returns the request of a case.
+func request(c clientiptest.Case) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = c.Remote
+	for i := 0; i+1 < len(c.Headers); i += 2 {
+		r.Header.Add(c.Headers[i], c.Headers[i+1])
+	}
+	return r
+}
+
+// TestClientIP runs the cases that ratelimitgrpc's ClientIP is held to as
+// well.
+func TestClientIP(t *testing.T) {
+	for _, tt := range clientiptest.Cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			got, err := configured(t, tt.Proxies)(request(tt))
 			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.Want, got)
 		})
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "not-an-address"
-	_, err := bare(r)
+	_, err := clientIP(t)(r)
 	require.ErrorIs(t, err, httplimit.ErrNoKey)
-
-	// A trusted prefix written as IPv4-mapped IPv6 trusts the IPv4 proxies.
-	mapped := clientIP(t, httplimit.TrustProxies(httplimit.XForwardedFor, netip.MustParsePrefix("::ffff:10.0.0.0/104")))
-	r.RemoteAddr = "10.0.0.2:80"
-	r.Header.Set("X-Forwarded-For", "198.51.100.1")
-	got, err := mapped(r)
-	require.NoError(t, err)
-	require.Equal(t, "198.51.100.1", got)
 }
 
 func TestClientIPRefusesUnsafeOptions(t *testing.T) {
@@ -189,87 +164,30 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 	}
 }
 
-// others returns the prefixes that, with p, cover p's whole address
-// space without overlapping it: the sibling of each of its ancestors.
-func others(p netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	b := p.Masked().Addr().AsSlice()
-	for i := range p.Bits() {
-		s := append([]byte(nil), b...)
-		s[i/8] ^= 0x80 >> (i % 8)
-		a, _ := netip.AddrFromSlice(s)
-		out = append(out, netip.PrefixFrom(a, i+1).Masked())
-	}
-	return out
-}
-
-func prefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
-
 // Prefixes that trust every address of a family together, none of them
 // alone, let any client choose its key as 0.0.0.0/0 does: TrustProxies
-// refuses them, and takes any list that leaves one address untrusted.
+// refuses them, and takes any list that leaves one address untrusted. The
+// lists are those ratelimitgrpc's TrustProxies is tested with.
 func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
-	v4Mapped := func(ps []netip.Prefix) []netip.Prefix { // as IPv4-mapped IPv6
-		var out []netip.Prefix
-		for _, p := range ps {
-			out = append(out, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96))
-		}
-		return out
-	}
-	refused := []struct {
-		name    string
-		trusted []netip.Prefix
-		want    string
-	}{
-		{"IPv4 halves", prefixes("0.0.0.0/1", "128.0.0.0/1"), "every IPv4 address"},
-		{"IPv6 halves", prefixes("::/1", "8000::/1"), "every IPv6 address"},
-		{"IPv4 halves, one IPv4-mapped", prefixes("::ffff:0.0.0.0/97", "128.0.0.0/1"), "every IPv4 address"},
-		{"IPv4 quarters, overlapping, unordered, among IPv6 proxies", prefixes("fd00::/8", "192.0.0.0/2", "10.0.0.0/8", "64.0.0.0/2", "0.0.0.0/2", "128.0.0.0/3", "160.0.0.0/3", "128.0.0.0/2"), "every IPv4 address"},
-		{"IPv4 from the complement of a /32", append(others(netip.MustParsePrefix("203.0.113.7/32")), netip.MustParsePrefix("203.0.113.7/32")), "every IPv4 address"},
-		{"IPv4-mapped complement of a /8 with the /8", append(v4Mapped(others(netip.MustParsePrefix("10.0.0.0/8"))), netip.MustParsePrefix("10.0.0.0/8")), "every IPv4 address"},
-		{"IPv6 from the complement of a /128", append(others(netip.MustParsePrefix("2001:db8::1/128")), netip.MustParsePrefix("2001:db8::1/128")), "every IPv6 address"},
-		// Addresses are compared unmapped: no client is ever at an
-		// IPv4-mapped IPv6 address, so the rest of IPv6 is all of it.
-		{"IPv6 but for the IPv4-mapped range", others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
-	}
-	for _, tt := range refused {
-		t.Run(tt.name, func(t *testing.T) {
-			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...))
+	for _, tt := range clientiptest.CoveringEvery {
+		t.Run(tt.Name, func(t *testing.T) {
+			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.Trusted...))
 			require.ErrorIs(t, err, httplimit.ErrInvalidOption)
-			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, tt.Want)
 			require.Nil(t, k)
 		})
 	}
-	taken := []struct {
-		name      string
-		trusted   []netip.Prefix
-		untrusted string // an address the list leaves untrusted
-	}{
-		{"IPv4 but one address", others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
-		{"IPv4 but the last address", others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
-		{"IPv4 but the first address, IPv4-mapped", v4Mapped(others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
-		{"IPv6 but one address", others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
-		{"IPv6 but the last address", others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
-		{"IPv4 and IPv6 halves", prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
-		{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
-	}
-	for _, tt := range taken {
-		t.Run(tt.name, func(t *testing.T) {
-			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...), httplimit.IPv6Prefix(128))
+	for _, tt := range clientiptest.LeavingOne {
+		t.Run(tt.Name, func(t *testing.T) {
+			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.Trusted...), httplimit.IPv6Prefix(128))
 			require.NoError(t, err)
 			// The one untrusted address is its own key, whatever it sends.
 			r := httptest.NewRequest("GET", "/", nil)
-			r.RemoteAddr = net.JoinHostPort(tt.untrusted, "1")
+			r.RemoteAddr = net.JoinHostPort(tt.Untrusted, "1")
 			r.Header.Set("X-Forwarded-For", "198.51.100.1")
 			got, err := k(r)
 			require.NoError(t, err)
-			require.Equal(t, tt.untrusted, got)
+			require.Equal(t, tt.Untrusted, got)
 		})
 	}
 }
@@ -339,38 +257,13 @@ func TestBehindReverseProxy(t *testing.T) {
 // reads only the hops it passes (X-Forwarded-For) or keeps nothing per
 // hop (Forwarded, read from the left).
 func TestLongForwardingListsCostLittle(t *testing.T) {
-	const size = 64 << 10
-	long := func(unit, tail string) string {
-		return strings.Repeat(unit, size/len(unit)) + tail
-	}
-	tests := []struct {
-		header string
-		value  string
-		want   string
-	}{
-		{"X-Forwarded-For", long(",", "198.51.100.1"), "198.51.100.1"},
-		{"X-Forwarded-For", long("x,", "198.51.100.1, 10.0.0.9"), "198.51.100.1"},
-		{"X-Forwarded-For", long("10.0.0.7,", "10.0.0.9"), "10.0.0.7"},
-		{"Forwarded", long(",", "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long("for=x,", "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long(`for="x",`, "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long(`for="\x",`, "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long("for=1,", "for=198.51.100.1, for=10.0.0.9"), "198.51.100.1"},
-		{"Forwarded", long("for=10.0.0.7,", "for=10.0.0.9"), "10.0.0.7"},
-	}
-	keys := map[string]httplimit.KeyFunc{
-		"X-Forwarded-For": clientIP(t, httplimit.TrustProxies(httplimit.XForwardedFor, lbs...)),
-		"Forwarded":       clientIP(t, httplimit.TrustProxies(httplimit.Forwarded, lbs...)),
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s %.12s", tt.header, tt.value), func(t *testing.T) {
-			r := httptest.NewRequest("GET", "/", nil)
-			r.RemoteAddr = "10.0.0.2:80"
-			r.Header.Set(tt.header, tt.value)
-			key := keys[tt.header]
+	for _, tt := range clientiptest.LongLists() {
+		t.Run(tt.Name, func(t *testing.T) {
+			r := request(tt)
+			key := configured(t, tt.Proxies)
 			got, err := key(r)
 			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.Want, got)
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			for range 10 {
@@ -378,7 +271,7 @@ func TestLongForwardingListsCostLittle(t *testing.T) {
 			}
 			runtime.ReadMemStats(&after)
 			perCall := (after.TotalAlloc - before.TotalAlloc) / 10
-			require.Less(t, perCall, uint64(4<<10), "bytes allocated per key, for a header of %d bytes", len(tt.value))
+			require.Less(t, perCall, uint64(4<<10), "bytes allocated per key, for a header of %d bytes", len(tt.Headers[1]))
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
 	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/ratelimit-go/ratelimit/internal/clientip/clientiptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -28,7 +29,8 @@ import (
 // The tests of this file hold ratelimitgrpc.ClientIP to the answers of
 // httplimit.ClientIP: every case runs through both, a call with the
 // request's remote address as its peer and its header lines as its
-// metadata, and both must find the same key.
+// metadata, and both must find the same key. The cases are those of
+// httplimit's tests (internal/clientip/clientiptest).
 
 var lbs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
 
@@ -49,12 +51,14 @@ func pair(t testing.TB, g []ratelimitgrpc.IPOption, h []httplimit.IPOption) keyP
 }
 
 // trusting returns a keyPair that trusts the prefixes for header:
-// "X-Forwarded-For", "Forwarded", or the name of a single-address header.
+// "X-Forwarded-For", "Forwarded", or the name of a single-address header;
+// "" trusts none and reads no header.
 func trusting(t testing.TB, header string, trusted []netip.Prefix, more ...int) keyPair {
 	t.Helper()
 	var g []ratelimitgrpc.IPOption
 	var h []httplimit.IPOption
 	switch header {
+	case "":
 	case "X-Forwarded-For":
 		g, h = append(g, ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, trusted...)), append(h, httplimit.TrustProxies(httplimit.XForwardedFor, trusted...))
 	case "Forwarded":
@@ -66,6 +70,16 @@ func trusting(t testing.TB, header string, trusted []netip.Prefix, more ...int) 
 		g, h = append(g, ratelimitgrpc.IPv6Prefix(bits)), append(h, httplimit.IPv6Prefix(bits))
 	}
 	return pair(t, g, h)
+}
+
+// configured returns the keyPair of a configuration of the shared cases.
+func configured(t testing.TB, p clientiptest.Proxies) keyPair {
+	t.Helper()
+	var bits []int
+	if p.V6Bits != 0 {
+		bits = append(bits, p.V6Bits)
+	}
+	return trusting(t, p.Header, p.Trusted, bits...)
 }
 
 // callContext is the context of a call from remote (host:port) carrying
@@ -103,74 +117,16 @@ func (k keyPair) keys(remote string, headers ...string) (g, h string, gerr, herr
 }
 
 func TestClientIPAsHTTPLimit(t *testing.T) {
-	xff := trusting(t, "X-Forwarded-For", lbs)
-	fwd := trusting(t, "Forwarded", lbs)
-	real := trusting(t, "X-Real-IP", lbs)
-	bare := pair(t, nil, nil)
-	wide := trusting(t, "X-Forwarded-For", lbs, 56)
-	exact := trusting(t, "X-Forwarded-For", lbs, 128)
-	mapped := trusting(t, "X-Forwarded-For", []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")})
-	tests := []struct {
-		name    string
-		key     keyPair
-		remote  string
-		headers []string
-		want    string
-	}{
-		// The cases of httplimit's TestClientIP.
-		{"no proxy", xff, "203.0.113.7:4000", nil, "203.0.113.7"},
-		{"no options read no header", bare, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "Forwarded", "for=198.51.100.2", "X-Real-IP", "198.51.100.3"}, "10.0.0.2"},
-		{"spoofed header from an untrusted peer", xff, "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
-		{"behind a trusted proxy", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"spoofed leftmost values", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 2.2.2.2, 198.51.100.1"}, "198.51.100.1"},
-		{"spoofed trusted-looking value", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1"},
-		{"two trusted hops", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1, 10.0.0.9, 10.0.0.8"}, "198.51.100.1"},
-		{"several header lines are one list", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1", "X-Forwarded-For", "10.0.0.9"}, "198.51.100.1"},
-		{"several header lines, in order", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "198.51.100.2, 10.0.0.9"}, "198.51.100.2"},
-		{"a port on a hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1:5555"}, "198.51.100.1"},
-		{"an IPv6 hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "[2001:db8:a:b::1]:5555"}, "2001:db8:a:b::/64"},
-		{"garbage stops at the last trusted address", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, \x00not an ip, 10.0.0.9"}, "10.0.0.9"},
-		{"an empty hop stops the walk", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1,"}, "10.0.0.2"},
-		{"all hops trusted: the leftmost", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 10.0.0.3"}, "10.9.9.9"},
-		{"no header behind a proxy: the proxy", xff, "10.0.0.2:80", nil, "10.0.0.2"},
-		{"X-Forwarded-For is not read for Forwarded", fwd, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.2"},
-		{"Forwarded is not read for X-Forwarded-For", xff, "10.0.0.2:80", []string{"Forwarded", "for=198.51.100.1"}, "10.0.0.2"},
-		{"Forwarded with quoted IPv6 and port", fwd, "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::/64"},
-		{"Forwarded chain", fwd, "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
-		{"Forwarded spoofed leftmost", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1, for=192.0.2.60`}, "192.0.2.60"},
-		{"Forwarded lines are one list", fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1`, "Forwarded", `for=192.0.2.60;proto=https`}, "192.0.2.60"},
-		{"Forwarded obfuscated hop", fwd, "10.0.0.2:80", []string{"Forwarded", "for=192.0.2.60, for=_hidden"}, "10.0.0.2"},
-		{"Forwarded unclosed quote swallows the rest", fwd, "10.0.0.2:80", []string{"Forwarded", `for="1.1.1.1, for=192.0.2.60`}, "10.0.0.2"},
-		{"single header", real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1", "X-Forwarded-For", "1.1.1.1"}, "198.51.100.1"},
-		{"single header from an untrusted peer", real, "203.0.113.7:1", []string{"X-Real-Ip", "198.51.100.1"}, "203.0.113.7"},
-		{"single header missing", real, "10.0.0.2:80", nil, "10.0.0.2"},
-		{"single header not overwritten (two lines)", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1", "X-Real-Ip", "198.51.100.1"}, "10.0.0.2"},
-		{"single header holding a list", real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1, 198.51.100.1"}, "10.0.0.2"},
-		{"IPv6 peer", bare, "[2001:db8::5]:443", nil, "2001:db8::/64"},
-		{"IPv4-mapped IPv6 peer", bare, "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
-		{"IPv6 peer with a zone", bare, "[fe80::1%eth0]:443", nil, "fe80::/64"},
-		{"a trusted prefix written IPv4-mapped", mapped, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		// And more.
-		{"a trusted IPv6 peer", xff, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"a trusted IPv4-mapped peer", xff, "[::ffff:10.0.0.2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
-		{"an IPv4-mapped hop", xff, "10.0.0.2:80", []string{"X-Forwarded-For", "::ffff:198.51.100.1"}, "198.51.100.1"},
-		{"an IPv6 hop by its /56", wide, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1::/56"},
-		{"an IPv6 hop by its address", exact, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1:2::1"},
-		{"a trusted IPv6 hop, then the client", xff, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1, fd00::9"}, "198.51.100.1"},
-		{"an empty value", xff, "10.0.0.2:80", []string{"X-Forwarded-For", ""}, "10.0.0.2"},
-		{"Forwarded, an empty value, then the client", fwd, "10.0.0.2:80", []string{"Forwarded", "", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
-		{"single header with a port", real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1:4000"}, "198.51.100.1"},
-		{"single header, not an address", real, "10.0.0.2:80", []string{"X-Real-Ip", "unknown"}, "10.0.0.2"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g, h, gerr, herr := tt.key.keys(tt.remote, tt.headers...)
+	for _, tt := range clientiptest.Cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			g, h, gerr, herr := configured(t, tt.Proxies).keys(tt.Remote, tt.Headers...)
 			require.NoError(t, gerr)
 			require.NoError(t, herr)
-			assert.Equal(t, tt.want, g, "ratelimitgrpc")
-			assert.Equal(t, tt.want, h, "httplimit")
+			assert.Equal(t, tt.Want, g, "ratelimitgrpc")
+			assert.Equal(t, tt.Want, h, "httplimit")
 		})
 	}
+	xff := configured(t, clientiptest.XFF)
 	for _, remote := range []string{"not-an-address", "bufconn", "/run/app.sock"} {
 		_, _, gerr, herr := xff.keys(remote, "X-Forwarded-For", "198.51.100.1")
 		assert.ErrorIs(t, gerr, ratelimitgrpc.ErrNoKey, remote)
@@ -261,88 +217,32 @@ func TestClientIPRefusesMetadataKeys(t *testing.T) {
 	assert.Equal(t, "x-forwarded-for", ratelimitgrpc.XForwardedFor.String())
 }
 
-// others returns the prefixes that, with p, cover p's whole address
-// space without overlapping it: the sibling of each of its ancestors.
-func others(p netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	b := p.Masked().Addr().AsSlice()
-	for i := range p.Bits() {
-		s := append([]byte(nil), b...)
-		s[i/8] ^= 0x80 >> (i % 8)
-		a, _ := netip.AddrFromSlice(s)
-		out = append(out, netip.PrefixFrom(a, i+1).Masked())
-	}
-	return out
-}
-
-func prefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
-
 // Prefixes that trust every address of a family together, none of them
 // alone, are refused as httplimit refuses them, and a list that leaves
-// one address untrusted is taken: the cases of httplimit's
+// one address untrusted is taken: the lists of httplimit's
 // TestTrustProxiesRefusesPrefixesCoveringEveryAddress.
 func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
-	v4Mapped := func(ps []netip.Prefix) []netip.Prefix { // as IPv4-mapped IPv6
-		var out []netip.Prefix
-		for _, p := range ps {
-			out = append(out, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96))
-		}
-		return out
-	}
-	refused := []struct {
-		name    string
-		trusted []netip.Prefix
-		want    string
-	}{
-		{"IPv4 halves", prefixes("0.0.0.0/1", "128.0.0.0/1"), "every IPv4 address"},
-		{"IPv6 halves", prefixes("::/1", "8000::/1"), "every IPv6 address"},
-		{"IPv4 halves, one IPv4-mapped", prefixes("::ffff:0.0.0.0/97", "128.0.0.0/1"), "every IPv4 address"},
-		{"IPv4 quarters, overlapping, unordered, among IPv6 proxies", prefixes("fd00::/8", "192.0.0.0/2", "10.0.0.0/8", "64.0.0.0/2", "0.0.0.0/2", "128.0.0.0/3", "160.0.0.0/3", "128.0.0.0/2"), "every IPv4 address"},
-		{"IPv4 from the complement of a /32", append(others(netip.MustParsePrefix("203.0.113.7/32")), netip.MustParsePrefix("203.0.113.7/32")), "every IPv4 address"},
-		{"IPv4-mapped complement of a /8 with the /8", append(v4Mapped(others(netip.MustParsePrefix("10.0.0.0/8"))), netip.MustParsePrefix("10.0.0.0/8")), "every IPv4 address"},
-		{"IPv6 from the complement of a /128", append(others(netip.MustParsePrefix("2001:db8::1/128")), netip.MustParsePrefix("2001:db8::1/128")), "every IPv6 address"},
-		{"IPv6 but for the IPv4-mapped range", others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
-	}
-	for _, tt := range refused {
-		t.Run(tt.name, func(t *testing.T) {
-			gk, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, tt.trusted...))
+	for _, tt := range clientiptest.CoveringEvery {
+		t.Run(tt.Name, func(t *testing.T) {
+			gk, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, tt.Trusted...))
 			require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
-			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, tt.Want)
 			require.Nil(t, gk)
-			hk, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.trusted...))
+			hk, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.Trusted...))
 			require.ErrorIs(t, err, httplimit.ErrInvalidOption)
-			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, tt.Want)
 			require.Nil(t, hk)
 		})
 	}
-	taken := []struct {
-		name      string
-		trusted   []netip.Prefix
-		untrusted string // an address the list leaves untrusted
-	}{
-		{"IPv4 but one address", others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
-		{"IPv4 but the last address", others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
-		{"IPv4 but the first address, IPv4-mapped", v4Mapped(others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
-		{"IPv6 but one address", others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
-		{"IPv6 but the last address", others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
-		{"IPv4 and IPv6 halves", prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
-		{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
-	}
-	for _, tt := range taken {
-		t.Run(tt.name, func(t *testing.T) {
-			k := trusting(t, "X-Forwarded-For", tt.trusted, 128)
+	for _, tt := range clientiptest.LeavingOne {
+		t.Run(tt.Name, func(t *testing.T) {
+			k := trusting(t, "X-Forwarded-For", tt.Trusted, 128)
 			// The one untrusted address is its own key, whatever it sends.
-			g, h, gerr, herr := k.keys(net.JoinHostPort(tt.untrusted, "1"), "X-Forwarded-For", "198.51.100.1")
+			g, h, gerr, herr := k.keys(net.JoinHostPort(tt.Untrusted, "1"), "X-Forwarded-For", "198.51.100.1")
 			require.NoError(t, gerr)
 			require.NoError(t, herr)
-			assert.Equal(t, tt.untrusted, g, "ratelimitgrpc")
-			assert.Equal(t, tt.untrusted, h, "httplimit")
+			assert.Equal(t, tt.Untrusted, g, "ratelimitgrpc")
+			assert.Equal(t, tt.Untrusted, h, "httplimit")
 		})
 	}
 }
@@ -351,37 +251,17 @@ func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
 // takes metadata of up to 16 MiB by default, and a trusted proxy may pass
 // on what a client sent.
 func TestLongForwardingListsCostLittle(t *testing.T) {
-	const size = 64 << 10
-	long := func(unit, tail string) string {
-		return strings.Repeat(unit, size/len(unit)) + tail
-	}
-	tests := []struct {
-		header string
-		value  string
-		want   string
-	}{
-		{"X-Forwarded-For", long(",", "198.51.100.1"), "198.51.100.1"},
-		{"X-Forwarded-For", long("x,", "198.51.100.1, 10.0.0.9"), "198.51.100.1"},
-		{"X-Forwarded-For", long("10.0.0.7,", "10.0.0.9"), "10.0.0.7"},
-		{"Forwarded", long(",", "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long("for=x,", "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long(`for="x",`, "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long(`for="\x",`, "for=198.51.100.1"), "198.51.100.1"},
-		{"Forwarded", long("for=1,", "for=198.51.100.1, for=10.0.0.9"), "198.51.100.1"},
-		{"Forwarded", long("for=10.0.0.7,", "for=10.0.0.9"), "10.0.0.7"},
-	}
-	keys := map[string]keyPair{"X-Forwarded-For": trusting(t, "X-Forwarded-For", lbs), "Forwarded": trusting(t, "Forwarded", lbs)}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s %.12s", tt.header, tt.value), func(t *testing.T) {
-			k := keys[tt.header]
-			g, h, gerr, herr := k.keys("10.0.0.2:80", tt.header, tt.value)
+	for _, tt := range clientiptest.LongLists() {
+		t.Run(tt.Name, func(t *testing.T) {
+			k := configured(t, tt.Proxies)
+			g, h, gerr, herr := k.keys(tt.Remote, tt.Headers...)
 			require.NoError(t, gerr)
 			require.NoError(t, herr)
-			assert.Equal(t, tt.want, g, "ratelimitgrpc")
-			assert.Equal(t, tt.want, h, "httplimit")
-			ctx := callContext("10.0.0.2:80", tt.header, tt.value)
+			assert.Equal(t, tt.Want, g, "ratelimitgrpc")
+			assert.Equal(t, tt.Want, h, "httplimit")
+			ctx := callContext(tt.Remote, tt.Headers...)
 			allocs := testing.AllocsPerRun(10, func() { _, _ = k.grpc(ctx) })
-			assert.LessOrEqual(t, allocs, 3.0, "allocations per key, for metadata of %d bytes", len(tt.value))
+			assert.LessOrEqual(t, allocs, 3.0, "allocations per key, for metadata of %d bytes", len(tt.Headers[1]))
 		})
 	}
 }

@@ -1,0 +1,198 @@
+// Package clientiptest holds the cases that the tests of httplimit's and
+// ratelimitgrpc's ClientIP and TrustProxies run alike: requests and their
+// keys, lists of trusted prefixes that trust every address of a family
+// together, none of them alone, and lists that leave one address
+// untrusted. A case added here reaches the tests of both packages.
+package clientiptest
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Proxies is a configuration of ClientIP that a Case runs with: the header
+// the trusted proxies write ("X-Forwarded-For", "Forwarded", the name of a
+// single-address header, or "" for ClientIP with no TrustProxies), the
+// trusted prefixes, and the IPv6 prefix length (0 for the default).
+type Proxies struct {
+	Header  string
+	Trusted []netip.Prefix
+	V6Bits  int
+}
+
+// LBs are the trusted proxies of the cases: 10.0.0.0/8 and fd00::/8.
+var LBs = Prefixes("10.0.0.0/8", "fd00::/8")
+
+// The configurations of the cases.
+var (
+	Bare   = Proxies{}
+	XFF    = Proxies{Header: "X-Forwarded-For", Trusted: LBs}
+	Fwd    = Proxies{Header: "Forwarded", Trusted: LBs}
+	Real   = Proxies{Header: "X-Real-IP", Trusted: LBs}
+	Wide   = Proxies{Header: "X-Forwarded-For", Trusted: LBs, V6Bits: 56}
+	Exact  = Proxies{Header: "X-Forwarded-For", Trusted: LBs, V6Bits: 128}
+	Mapped = Proxies{Header: "X-Forwarded-For", Trusted: Prefixes("::ffff:10.0.0.0/104")}
+)
+
+// Case is a request or call from Remote (host:port) carrying the header
+// lines Headers (name, value, name, value...), in order, whose key under
+// Proxies is Want.
+type Case struct {
+	Name    string
+	Proxies Proxies
+	Remote  string
+	Headers []string
+	Want    string
+}
+
+// Cases are the requests whose keys the tests of both packages check.
+var Cases = []Case{
+	{"no proxy", XFF, "203.0.113.7:4000", nil, "203.0.113.7"},
+	{"no options read no header", Bare, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "Forwarded", "for=198.51.100.2", "X-Real-IP", "198.51.100.3"}, "10.0.0.2"},
+	{"spoofed header from an untrusted peer", XFF, "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
+	{"behind a trusted proxy", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"spoofed leftmost values", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 2.2.2.2, 198.51.100.1"}, "198.51.100.1"},
+	{"spoofed trusted-looking value", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1"},
+	{"two trusted hops", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1, 10.0.0.9, 10.0.0.8"}, "198.51.100.1"},
+	{"several header lines are one list", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1", "X-Forwarded-For", "10.0.0.9"}, "198.51.100.1"},
+	{"several header lines, in order", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "198.51.100.2, 10.0.0.9"}, "198.51.100.2"},
+	{"a port on a hop", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1:5555"}, "198.51.100.1"},
+	{"an IPv6 hop", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "[2001:db8:a:b::1]:5555"}, "2001:db8:a:b::/64"},
+	{"garbage stops at the last trusted address", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1, \x00not an ip, 10.0.0.9"}, "10.0.0.9"},
+	{"an empty hop stops the walk", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1,"}, "10.0.0.2"},
+	{"all hops trusted: the leftmost", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "10.9.9.9, 10.0.0.3"}, "10.9.9.9"},
+	{"no header behind a proxy: the proxy", XFF, "10.0.0.2:80", nil, "10.0.0.2"},
+	{"X-Forwarded-For is not read for Forwarded", Fwd, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.2"},
+	{"Forwarded is not read for X-Forwarded-For", XFF, "10.0.0.2:80", []string{"Forwarded", "for=198.51.100.1"}, "10.0.0.2"},
+	{"Forwarded with quoted IPv6 and port", Fwd, "10.0.0.2:80", []string{"Forwarded", `for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::/64"},
+	{"Forwarded chain", Fwd, "10.0.0.2:80", []string{"Forwarded", `for=192.0.2.60;proto=http, For=10.1.2.3`}, "192.0.2.60"},
+	{"Forwarded spoofed leftmost", Fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1, for=192.0.2.60`}, "192.0.2.60"},
+	{"Forwarded lines are one list", Fwd, "10.0.0.2:80", []string{"Forwarded", `for=1.1.1.1`, "Forwarded", `for=192.0.2.60;proto=https`}, "192.0.2.60"},
+	{"Forwarded obfuscated hop", Fwd, "10.0.0.2:80", []string{"Forwarded", "for=192.0.2.60, for=_hidden"}, "10.0.0.2"},
+	{"Forwarded unclosed quote swallows the rest", Fwd, "10.0.0.2:80", []string{"Forwarded", `for="1.1.1.1, for=192.0.2.60`}, "10.0.0.2"},
+	{"single header", Real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1", "X-Forwarded-For", "1.1.1.1"}, "198.51.100.1"},
+	{"single header from an untrusted peer", Real, "203.0.113.7:1", []string{"X-Real-Ip", "198.51.100.1"}, "203.0.113.7"},
+	{"single header missing", Real, "10.0.0.2:80", nil, "10.0.0.2"},
+	{"single header not overwritten (two lines)", Real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1", "X-Real-Ip", "198.51.100.1"}, "10.0.0.2"},
+	{"single header holding a list", Real, "10.0.0.2:80", []string{"X-Real-Ip", "1.1.1.1, 198.51.100.1"}, "10.0.0.2"},
+	{"IPv6 peer", Bare, "[2001:db8::5]:443", nil, "2001:db8::/64"},
+	{"IPv4-mapped IPv6 peer", Bare, "[::ffff:192.0.2.9]:443", nil, "192.0.2.9"},
+	{"IPv6 peer with a zone", Bare, "[fe80::1%eth0]:443", nil, "fe80::/64"},
+	{"a trusted prefix written IPv4-mapped", Mapped, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"a trusted IPv6 peer", XFF, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"a trusted IPv4-mapped peer", XFF, "[::ffff:10.0.0.2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"an IPv4-mapped hop", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "::ffff:198.51.100.1"}, "198.51.100.1"},
+	{"an IPv6 hop by its /56", Wide, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1::/56"},
+	{"an IPv6 hop by its address", Exact, "10.0.0.2:80", []string{"X-Forwarded-For", "2001:db8:1:2::1"}, "2001:db8:1:2::1"},
+	{"a trusted IPv6 hop, then the client", XFF, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1, fd00::9"}, "198.51.100.1"},
+	{"an empty value", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", ""}, "10.0.0.2"},
+	{"Forwarded, an empty value, then the client", Fwd, "10.0.0.2:80", []string{"Forwarded", "", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
+	{"single header with a port", Real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1:4000"}, "198.51.100.1"},
+	{"single header, not an address", Real, "10.0.0.2:80", []string{"X-Real-Ip", "unknown"}, "10.0.0.2"},
+}
+
+// LongLists returns requests whose header holds a forwarding list of 64
+// KiB, mostly of hops that are not addresses or are trusted: the key of
+// each must cost no memory per hop.
+func LongLists() []Case {
+	const size = 64 << 10
+	long := func(unit, tail string) string {
+		return strings.Repeat(unit, size/len(unit)) + tail
+	}
+	lists := []struct {
+		proxies      Proxies
+		header, want string
+		value        string
+	}{
+		{XFF, "X-Forwarded-For", "198.51.100.1", long(",", "198.51.100.1")},
+		{XFF, "X-Forwarded-For", "198.51.100.1", long("x,", "198.51.100.1, 10.0.0.9")},
+		{XFF, "X-Forwarded-For", "10.0.0.7", long("10.0.0.7,", "10.0.0.9")},
+		{Fwd, "Forwarded", "198.51.100.1", long(",", "for=198.51.100.1")},
+		{Fwd, "Forwarded", "198.51.100.1", long("for=x,", "for=198.51.100.1")},
+		{Fwd, "Forwarded", "198.51.100.1", long(`for="x",`, "for=198.51.100.1")},
+		{Fwd, "Forwarded", "198.51.100.1", long(`for="\x",`, "for=198.51.100.1")},
+		{Fwd, "Forwarded", "198.51.100.1", long("for=1,", "for=198.51.100.1, for=10.0.0.9")},
+		{Fwd, "Forwarded", "10.0.0.7", long("for=10.0.0.7,", "for=10.0.0.9")},
+	}
+	var cases []Case
+	for _, l := range lists {
+		cases = append(cases, Case{fmt.Sprintf("%s %.12s", l.header, l.value), l.proxies, "10.0.0.2:80", []string{l.header, l.value}, l.want})
+	}
+	return cases
+}
+
+// Refused is a list of trusted prefixes that together trust every
+// address of a family, which lets any client choose its key as 0.0.0.0/0
+// does: TrustProxies refuses it, with an error that holds Want.
+type Refused struct {
+	Name    string
+	Trusted []netip.Prefix
+	Want    string
+}
+
+// Taken is a list of trusted prefixes that leaves one address,
+// Untrusted, untrusted: TrustProxies takes it, and a client at Untrusted
+// is its own key, whatever it sends.
+type Taken struct {
+	Name      string
+	Trusted   []netip.Prefix
+	Untrusted string
+}
+
+// CoveringEvery are the lists TrustProxies refuses.
+var CoveringEvery = []Refused{
+	{"IPv4 halves", Prefixes("0.0.0.0/1", "128.0.0.0/1"), "every IPv4 address"},
+	{"IPv6 halves", Prefixes("::/1", "8000::/1"), "every IPv6 address"},
+	{"IPv4 halves, one IPv4-mapped", Prefixes("::ffff:0.0.0.0/97", "128.0.0.0/1"), "every IPv4 address"},
+	{"IPv4 quarters, overlapping, unordered, among IPv6 proxies", Prefixes("fd00::/8", "192.0.0.0/2", "10.0.0.0/8", "64.0.0.0/2", "0.0.0.0/2", "128.0.0.0/3", "160.0.0.0/3", "128.0.0.0/2"), "every IPv4 address"},
+	{"IPv4 from the complement of a /32", append(Others(netip.MustParsePrefix("203.0.113.7/32")), netip.MustParsePrefix("203.0.113.7/32")), "every IPv4 address"},
+	{"IPv4-mapped complement of a /8 with the /8", append(V4Mapped(Others(netip.MustParsePrefix("10.0.0.0/8"))), netip.MustParsePrefix("10.0.0.0/8")), "every IPv4 address"},
+	{"IPv6 from the complement of a /128", append(Others(netip.MustParsePrefix("2001:db8::1/128")), netip.MustParsePrefix("2001:db8::1/128")), "every IPv6 address"},
+	// Addresses are compared unmapped: no client is ever at an
+	// IPv4-mapped IPv6 address, so the rest of IPv6 is all of it.
+	{"IPv6 but for the IPv4-mapped range", Others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
+}
+
+// LeavingOne are the lists TrustProxies takes.
+var LeavingOne = []Taken{
+	{"IPv4 but one address", Others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
+	{"IPv4 but the last address", Others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
+	{"IPv4 but the first address, IPv4-mapped", V4Mapped(Others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
+	{"IPv6 but one address", Others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
+	{"IPv6 but the last address", Others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+	{"IPv4 and IPv6 halves", Prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
+	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
+}
+
+// Others returns the prefixes that, with p, cover p's whole address
+// space without overlapping it: the sibling of each of its ancestors.
+func Others(p netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	b := p.Masked().Addr().AsSlice()
+	for i := range p.Bits() {
+		s := append([]byte(nil), b...)
+		s[i/8] ^= 0x80 >> (i % 8)
+		a, _ := netip.AddrFromSlice(s)
+		out = append(out, netip.PrefixFrom(a, i+1).Masked())
+	}
+	return out
+}
+
+// V4Mapped returns the IPv4 prefixes ps written as IPv4-mapped IPv6.
+func V4Mapped(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		out = append(out, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96))
+	}
+	return out
+}
+
+// Prefixes parses each of ss as a prefix, and panics if one is not.
+func Prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
