@@ -133,6 +133,15 @@ var (
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
 	// the function is missing or from another release.
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
+	// ErrNotStoreTable is matched by the error of New, with or without
+	// WithoutDDL, when a relation of the table's name exists and is not a
+	// table of the store's (of any release): a view, or a table whose
+	// columns or primary key are others (see the SQL that Schema returns).
+	// New then creates, changes and marks nothing: a store never takes over
+	// a table it did not make. The error names the relation, says what it
+	// is, and what to do: give the store a table of its own (WithTable).
+	// The SQL of Schema refuses such a relation too (SQLSTATE RLTBL).
+	ErrNotStoreTable = errors.New("pgstore: the table is not the store's")
 	// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch,
 	// Load) that met, in the store's table, a row that no release writes:
 	// a record of NaN or infinitely many tokens, or of a ts NULL or beyond
@@ -289,6 +298,53 @@ func tableNames(table string) (names, error) {
 	return n, nil
 }
 
+// storeColumns are the columns of the store's table, each with its type as
+// format_type writes it, in the order the schema creates them. Every
+// schema version (1 and 2) has these, with id the primary key: a relation
+// of the table's name with others is not the store's (tableCheck).
+var storeColumns = []string{"id bytea", "name bytea", "key bytea", "shard integer", "value double precision", "ts bigint", "expires bigint"}
+
+// tableCheck returns an SQL expression of type text that says what keeps
+// the relation rel (an expression of type regclass) from being a table of
+// the store's, as the rest of a sentence that begins "it": "is a view",
+// "has the columns a integer, id text", "has no primary key"; NULL when
+// it is one, or when rel is NULL (no such relation). New reads it, and
+// the schema's SQL checks it first ({{table_check}}), so that neither
+// takes over a table of the application's. The columns are compared as a
+// set, by name and type; the rows are never read.
+func tableCheck(rel string) string {
+	want := slices.Sorted(slices.Values(storeColumns)) // in attname's order (collation C)
+	for i, c := range want {
+		want[i] = quoteLiteral(c)
+	}
+	return `(SELECT CASE
+		WHEN c.relkind NOT IN ('r', 'p') THEN 'is ' || CASE c.relkind WHEN 'v' THEN 'a view' WHEN 'm' THEN 'a materialized view'
+			WHEN 'i' THEN 'an index' WHEN 'I' THEN 'an index' WHEN 'S' THEN 'a sequence' WHEN 'f' THEN 'a foreign table'
+			WHEN 'c' THEN 'a composite type' ELSE 'not a table' END
+		WHEN a.cols IS DISTINCT FROM ARRAY[` + strings.Join(want, ", ") + `]::text[]
+			THEN 'has the columns ' || coalesce(array_to_string(a.cols, ', '), 'none')
+		WHEN k.pk IS NULL THEN 'has no primary key'
+		WHEN k.pk <> ARRAY['id']::text[] THEN 'has the primary key (' || array_to_string(k.pk, ', ') || ')'
+	END
+	FROM pg_class c
+	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text || ' ' || format_type(t.atttypid, t.atttypmod) ORDER BY t.attname) AS cols
+		FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped) a
+	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text ORDER BY t.attname) AS pk
+		FROM pg_index i JOIN pg_attribute t ON t.attrelid = i.indrelid AND t.attnum = ANY (i.indkey)
+		WHERE i.indrelid = c.oid AND i.indisprimary) k
+	WHERE c.oid = ` + rel + `)`
+}
+
+// notStoreTable returns the error, matching ErrNotStoreTable, of the
+// relation named table (quoted) that is not the store's table: why says
+// what it is (tableCheck).
+func notStoreTable(table, why string) error {
+	return fmt.Errorf("pgstore: %s exists and is not the store's table: it %s, where the store's has the columns %s, "+
+		"with id its primary key; the store neither takes over nor changes a table it did not make: give it a table of its own "+
+		"with WithTable (a name no other relation has; New creates it), or drop or rename that relation if nothing needs it: %w",
+		table, why, strings.Join(storeColumns, ", "), ErrNotStoreTable)
+}
+
 // truncate cuts name to the bytes PostgreSQL keeps of it, at a character
 // boundary, as it does: the name version 1 gave its index on a long table
 // name, which this release drops.
@@ -338,6 +394,8 @@ func (n names) schema() string {
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
+		"{{table_literal}}", quoteLiteral(n.table),
+		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	}
 	// A dollar-quote tag that neither the script nor anything written into
@@ -505,20 +563,37 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 }
 
 // schemaState reads what the database holds of n's schema: the table's
-// comment (empty if none), and whether the table and the functions exist.
-func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, err error) {
+// comment (empty if none), whether the table and the functions exist, and
+// what keeps a relation of the table's name from being the store's table
+// (tableCheck; empty if nothing).
+func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, foreign string, err error) {
+	var why *string
 	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
-		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL)",
-		n.table, n.sigs).Scan(&comment, &table, &fn)
-	return comment, table, fn, err
+		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
+		tableCheck("to_regclass($1)"),
+		n.table, n.sigs).Scan(&comment, &table, &fn, &why)
+	if why != nil {
+		foreign = *why
+	}
+	return comment, table, fn, foreign, err
 }
 
+// codeNotStoreTable is the SQLSTATE with which the schema's SQL refuses a
+// relation of the table's name that is not the store's table, with what it
+// is (tableCheck) as the error's DETAIL.
+const codeNotStoreTable = "RLTBL"
+
 // installSchema creates or upgrades n's schema unless it is this
-// release's; with check only, it says what is missing instead.
+// release's; with check only, it says what is missing instead. A relation
+// of the table's name that is not the store's table is refused either way,
+// and left as it is.
 func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
-	comment, exists, fn, err := s.schemaState(ctx, n)
+	comment, exists, fn, foreign, err := s.schemaState(ctx, n)
 	if err != nil {
 		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
+	}
+	if exists && foreign != "" {
+		return notStoreTable(n.table, foreign)
 	}
 	if exists && fn && comment == schemaVersion {
 		return nil
@@ -545,6 +620,12 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		_, err := tx.Exec(ctx, n.schema())
 		return err
 	})
+	// A relation made under the name since schemaState read it: the
+	// script's own check refused it, under the lock.
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codeNotStoreTable {
+		return notStoreTable(n.table, pe.Detail)
+	}
 	if err != nil {
 		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)
 	}

@@ -18,6 +18,24 @@
 -- braces, which pgstore writes out as the statements that compute it where
 -- it stands (with the function's variables wj, wk and noise).
 
+-- A relation of the table's name that is not a table of this store, of
+-- any version (a table of the application's with other columns, a view),
+-- is refused first, and left as it is: the script neither takes it over
+-- nor changes it. The expression that why is set to says what keeps it
+-- from being one (pgstore.go's tableCheck, written in by pgstore): the
+-- columns below, with id the primary key.
+DO {{q}}
+DECLARE
+	why text := {{table_check}};
+BEGIN
+	IF why IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'RLTBL', DETAIL = why,
+			MESSAGE = format('%s exists and is not the table of a ratelimit store: it %s', {{table_literal}}, why),
+			HINT = 'give the store a table of its own (pgstore.WithTable, ratelimit schema --table), or drop or rename that relation if nothing needs it';
+	END IF;
+END
+{{q}};
+
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
 	name    bytea NOT NULL,

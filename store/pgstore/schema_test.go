@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -213,4 +214,132 @@ func TestHotUpdates(t *testing.T) {
 		return upd >= 199
 	}, 10*time.Second, 50*time.Millisecond)
 	require.GreaterOrEqual(t, hot, upd*9/10, "HOT updates: %d of %d", hot, upd)
+}
+
+// relationState is what a test reads of a relation that New must leave as
+// it was: its kind, comment and storage options, its rows, and the
+// functions named after it.
+type relationState struct {
+	Kind             string
+	Comment, Options *string
+	Rows, Functions  int
+}
+
+func readRelation(t *testing.T, pool *pgxpool.Pool, name string) relationState {
+	t.Helper()
+	ctx := context.Background()
+	quoted := pgx.Identifier{name}.Sanitize()
+	var st relationState
+	require.NoError(t, pool.QueryRow(ctx, "SELECT relkind::text, obj_description(oid, 'pg_class'), array_to_string(reloptions, ',') "+
+		"FROM pg_class WHERE oid = to_regclass($1)", quoted).Scan(&st.Kind, &st.Comment, &st.Options))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+quoted).Scan(&st.Rows))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1)", name+"_").Scan(&st.Functions))
+	return st
+}
+
+// A relation of the table's name that is not a table of the store's (a
+// table of the application's, with other columns, other types, a column
+// more, another primary key; a view) is refused by New, with or without
+// WithoutDDL, and by the SQL of Schema, with an error that names it and
+// says what to do; and it is left as it was: no comment marks it as the
+// store's, no option, row or function is changed or added. New marked such
+// a table as its own, and every call on it then failed.
+func TestNewRefusesARelationNotItsOwn(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	const storeColumns = "id bytea, name bytea, key bytea, shard integer, value double precision, ts bigint, expires bigint"
+	for _, tc := range []struct {
+		name, create, why string
+		mark              bool // with the store's functions, and marked as its table (as New left one it took over)
+	}{
+		{name: "another table", create: "CREATE TABLE %s (a integer, id text)", why: "has the columns a integer, id text"},
+		{name: "a column of another type", create: "CREATE TABLE %s (" + storeColumns + ", PRIMARY KEY (id)); ALTER TABLE %[1]s ALTER value TYPE numeric",
+			why: "has the columns expires bigint, id bytea, key bytea, name bytea, shard integer, ts bigint, value numeric"},
+		{name: "a column more", create: "CREATE TABLE %s (" + storeColumns + ", owner text, PRIMARY KEY (id))",
+			why: "has the columns expires bigint, id bytea, key bytea, name bytea, owner text, shard integer, ts bigint, value double precision"},
+		{name: "no primary key", create: "CREATE TABLE %s (" + storeColumns + ")", why: "has no primary key"},
+		{name: "another primary key", create: "CREATE TABLE %s (" + storeColumns + ", PRIMARY KEY (name, key))", why: "has the primary key (key, name)"},
+		{name: "a view", create: "CREATE VIEW %s AS SELECT 1 AS x", why: "is a view"},
+		{name: "another table marked as the store's", create: "CREATE TABLE %s (a integer, id text)", why: "has the columns a integer, id text", mark: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			quoted := pgx.Identifier{name}.Sanitize()
+			t.Cleanup(func() { _, _ = pool.Exec(ctx, "DROP VIEW IF EXISTS "+quoted) }) // before uniqueTable's
+			comment := "the orders of the shop"
+			if tc.mark {
+				// The store's table and functions, then the table
+				// replaced by another with the store's mark on it.
+				_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+				require.NoError(t, err)
+				require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", quoted).Scan(&comment))
+				_, err = pool.Exec(ctx, "DROP TABLE "+quoted)
+				require.NoError(t, err)
+			}
+			_, err := pool.Exec(ctx, fmt.Sprintf(tc.create, quoted))
+			require.NoError(t, err)
+			if !strings.Contains(tc.create, "VIEW") {
+				rows := "(a, id) SELECT i, i::text"
+				if strings.Contains(tc.create, storeColumns) {
+					rows = "(id, name, key, shard, value, ts, expires) SELECT i::text::bytea, 'l', i::text::bytea, 0, 1, 1, 1"
+				}
+				_, err = pool.Exec(ctx, "INSERT INTO "+quoted+" "+rows+" FROM generate_series(1, 3) i")
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, "COMMENT ON TABLE "+quoted+" IS "+quoteLiteral(comment))
+				require.NoError(t, err)
+			}
+			before := readRelation(t, pool, name)
+
+			for _, opts := range [][]pgstore.Option{{pgstore.WithTable(name)}, {pgstore.WithTable(name), pgstore.WithoutDDL()}} {
+				_, err := pgstore.New(ctx, pool, opts...)
+				require.ErrorIs(t, err, pgstore.ErrNotStoreTable)
+				require.NotErrorIs(t, err, pgstore.ErrSchema)
+				require.ErrorContains(t, err, quoted+" exists and is not the store's table: it "+tc.why+", where the store's has the columns "+storeColumns)
+				require.ErrorContains(t, err, "give it a table of its own with WithTable")
+				require.Equal(t, before, readRelation(t, pool, name), "New left the relation as it was")
+			}
+
+			// The SQL of Schema, applied by hand, refuses it too.
+			sql, err := pgstore.Schema(name)
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, sql)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "RLTBL", pgErr.Code)
+			require.Equal(t, quoted+" exists and is not the table of a ratelimit store: it "+tc.why, pgErr.Message)
+			require.Equal(t, before, readRelation(t, pool, name), "the schema's SQL left the relation as it was")
+		})
+	}
+}
+
+// The tables of the store, of this release and of the previous one, and
+// one whose columns the schema's SQL made in another order, are the
+// store's: New takes them, and the schema's SQL applies again.
+func TestNewTakesItsOwnTables(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+
+	current := uniqueTable(t, pool)
+	_, err := pgstore.New(ctx, pool, pgstore.WithTable(current))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{current}.Sanitize()+" IS NULL") // as if from another build
+	require.NoError(t, err)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(current))
+	require.NoError(t, err)
+
+	v1 := uniqueTable(t, pool)
+	installV1(t, pool, v1)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(v1))
+	require.NoError(t, err)
+
+	reordered := uniqueTable(t, pool)
+	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{reordered}.Sanitize()+
+		" (expires bigint NOT NULL, ts bigint, value double precision, shard integer NOT NULL, key bytea NOT NULL, name bytea NOT NULL, id bytea PRIMARY KEY)")
+	require.NoError(t, err)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(reordered))
+	require.NoError(t, err)
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: "k", Count: 1,
+		Shards: []driver.Shard{{Params: driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}}}}}}, out))
+	require.True(t, out[0].OK)
 }
