@@ -394,6 +394,7 @@ func (n names) schema() string {
 		"{{pair_tries}}", strconv.Itoa(driver.PairTries),
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
+		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
 		"{{table_literal}}", quoteLiteral(n.table),
 		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),

@@ -529,7 +529,7 @@ func TestCoalescingOptionsBelowOne(t *testing.T) {
 func TestOddTableNames(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
-	name := fmt.Sprintf(`weird "name"; drop table x; %d`, time.Now().UnixNano())
+	name := fmt.Sprintf(`weird "name"; it's; drop table x; %d`, time.Now().UnixNano())
 	t.Cleanup(func() { dropTable(pool, name) })
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
 	require.NoError(t, err)

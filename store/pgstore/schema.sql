@@ -50,8 +50,16 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 -- value, ts and expires, is a HOT update: written beside the old row on
 -- its page (kept with room to spare by the fillfactor), with no index entry
 -- to add. Version 1 indexed expires; DeleteExpired walks the primary key
--- instead.
-DROP INDEX IF EXISTS {{old_index}};
+-- instead. Its index is dropped only if it is an index of this table: an
+-- index of that name on another table is the application's.
+DO {{q}}
+BEGIN
+	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass({{old_index_literal}})
+		AND indrelid = to_regclass({{table_literal}})) THEN
+		DROP INDEX {{old_index}};
+	END IF;
+END
+{{q}};
 ALTER TABLE {{table}} SET (fillfactor = 70);
 
 -- {{split}} is state.go's split: the values two refreshed shards (a, b)

@@ -343,3 +343,23 @@ func TestNewTakesItsOwnTables(t *testing.T) {
 		Shards: []driver.Shard{{Params: driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}}}}}}, out))
 	require.True(t, out[0].OK)
 }
+
+// Version 1's index on expires, which New drops, is "<table>_expires_idx":
+// an index of that name on another table is the application's, and New
+// leaves it.
+func TestNewLeavesAnIndexOfItsOldNameOnAnotherTable(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	other := uniqueTable(t, pool)
+	_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (expires bigint); CREATE INDEX %s ON %[1]s (expires)",
+		pgx.Identifier{other}.Sanitize(), pgx.Identifier{name + "_expires_idx"}.Sanitize()))
+	require.NoError(t, err)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	var on *string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT indrelid::regclass::text FROM pg_index WHERE indexrelid = to_regclass($1))",
+		pgx.Identifier{name + "_expires_idx"}.Sanitize()).Scan(&on))
+	require.NotNil(t, on, "the index of the other table was dropped")
+	require.Equal(t, other, *on)
+}
