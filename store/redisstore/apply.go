@@ -192,7 +192,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		var node string
 		if node, err = s.master(ctx, r); err != nil {
 			release(r)
-			return fmt.Errorf("redisstore: apply: %w", err)
+			return fmt.Errorf("redisstore: apply: %w", callerError(ctx, err))
 		}
 		res, err = s.nodes.Do(ctx, node, r)
 	}
@@ -201,7 +201,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	if err != nil {
 		// r may still be in a batch in flight: leave it to the collector.
-		return fmt.Errorf("redisstore: apply: %w", err)
+		return fmt.Errorf("redisstore: apply: %w", callerError(ctx, err))
 	}
 	copy(out, r.out)
 	release(r)
@@ -242,7 +242,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	// send finishes in the background, writing only reqs and errs, which
 	// are not read then.
 	if err := coalesce.Detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
-		return fmt.Errorf("redisstore: apply batch: %w", err)
+		return fmt.Errorf("redisstore: apply batch: %w", callerError(ctx, err))
 	}
 	var failed []error
 	for j, r := range reqs {
@@ -254,7 +254,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		release(r)
 	}
 	if failed != nil {
-		return fmt.Errorf("redisstore: apply batch: %w", errors.Join(failed...))
+		return fmt.Errorf("redisstore: apply batch: %w", callerError(ctx, errors.Join(failed...)))
 	}
 	s.warnOnce()
 	return nil

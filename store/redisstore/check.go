@@ -90,7 +90,7 @@ func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	found := slices.Clone(warnings)
 	mu.Unlock()
 	if err != nil {
-		return found, fmt.Errorf("redisstore: check server: %w", err)
+		return found, fmt.Errorf("redisstore: check server: %w", callerError(ctx, err))
 	}
 	return found, nil
 }

@@ -206,7 +206,7 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 		err = cmd.Err()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("redisstore: time: %w", err)
+		return 0, fmt.Errorf("redisstore: time: %w", callerError(ctx, err))
 	}
 	return cmd.Val().UnixMilli(), nil
 }
@@ -252,6 +252,29 @@ func (s *Store) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// callerError returns err, the error of a call made with ctx, wrapped so
+// that it matches ctx's error too (errors.Is) when ctx has ended, or its
+// deadline has passed: the caller's deadline or cancel then ended the
+// call, not the server. On a client with ContextTimeoutEnabled, go-redis
+// stops a read at ctx's deadline with a network timeout ("i/o timeout"),
+// often a moment before ctx itself reports its end, and its goroutine may
+// report it before the caller sees ctx end: the error then read as the
+// server's failure, and a Limiter counted it against the store. nil stays
+// nil: a call answered is answered, even if ctx ended meanwhile.
+func callerError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
+
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
 // client splits by node. It returns when ctx ends, whatever the server.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
@@ -267,7 +290,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	}
 	err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) })
 	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
-		return fmt.Errorf("redisstore: load: %w", err)
+		return fmt.Errorf("redisstore: load: %w", callerError(ctx, err))
 	}
 	for i, c := range cmds {
 		raw, err := c.(*redis.StringCmd).Result()
@@ -280,7 +303,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			return fmt.Errorf("redisstore: load: %w", badRecord(fmt.Sprintf("key %q holds %s, not a string", shown(key, 1000), s.typeOf(ctx, key))))
 		}
 		if err != nil {
-			return fmt.Errorf("redisstore: load: %w", err)
+			return fmt.Errorf("redisstore: load: %w", callerError(ctx, err))
 		}
 		st, err := parseState(raw)
 		if err != nil {
@@ -433,7 +456,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		cmds[i] = redis.NewIntCmd(ctx, "del", s.Key(id))
 	}
 	if err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
-		return fmt.Errorf("redisstore: delete: %w", err)
+		return fmt.Errorf("redisstore: delete: %w", callerError(ctx, err))
 	}
 	return nil
 }
