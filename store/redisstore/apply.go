@@ -261,11 +261,30 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 }
 
 // master returns the address of the Cluster master that serves r's slot.
+// Until the client knows the Cluster's slots, it asks a node for them
+// (CLUSTER SLOTS), a read that go-redis bounds by its ReadTimeout only
+// (not at all with -1), not by ctx: that lookup goes from a goroutine of
+// its own (coalesce.Detached), so that its caller leaves when ctx ends,
+// as from any call of the store. Once the client has told a master, it
+// knows the slots, and tells the next from memory (it reloads them in the
+// background): the lookup stays on the caller's goroutine.
 func (s *Store) master(ctx context.Context, r *request) (string, error) {
-	node, err := s.cluster.MasterForKey(ctx, r.keys[0])
+	var node *redis.Client
+	key := r.keys[0] // read here: r goes back to its pool while a lookup left behind may go on
+	lookup := func() (err error) {
+		node, err = s.cluster.MasterForKey(ctx, key)
+		return err
+	}
+	var err error
+	if s.routed.Load() {
+		err = lookup()
+	} else {
+		err = coalesce.Detached(ctx, lookup)
+	}
 	if err != nil {
 		return "", err
 	}
+	s.routed.Store(true)
 	return node.Options().Addr, nil
 }
 

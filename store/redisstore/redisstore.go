@@ -90,6 +90,9 @@ type Store struct {
 	maxBatch   int
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
+	// routed is set once the Cluster client has told a key's master: it
+	// knows the slots from then on (see master).
+	routed atomic.Bool
 	// The calls coalesce per server: on a Cluster per master (nodes), on
 	// others in one batcher (one).
 	nodes *coalesce.Group[string, *request, error]

@@ -125,3 +125,33 @@ func TestDeadlineErrorOnAContextTimeoutClient(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentServer: every call of the store returns when its context
+// ends, by deadline or by cancel, from a server that accepts connections
+// and never answers, not when go-redis's read timeout passes (10 s here),
+// a Cluster client's first call included: it asks a node for the slots
+// (CLUSTER SLOTS), a read that go-redis bounds by its read timeout only,
+// and Apply did so on its caller's goroutine, which it held until then.
+func TestSilentServer(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	for kind, c := range silentClients(t, redis.Options{ReadTimeout: 10 * time.Second}) {
+		for _, sc := range storeCalls {
+			for _, cancel := range []bool{false, true} {
+				s := newStore(c, "ratelimit-test:silent:") // a fresh store: its first call
+				ctx, stop := context.WithTimeout(context.Background(), wait)
+				want := context.DeadlineExceeded
+				if cancel {
+					ctx, stop = context.WithCancel(context.Background())
+					time.AfterFunc(wait, stop)
+					want = context.Canceled
+				}
+				start := time.Now()
+				err := sc.call(ctx, s)
+				took := time.Since(start)
+				stop()
+				assert.ErrorIs(t, err, want, "%s on a %s", sc.name, kind)
+				assert.Less(t, took, wait+2*time.Second, "%s on a %s returned after %v, not when its context ended", sc.name, kind, took)
+			}
+		}
+	}
+}
