@@ -56,3 +56,6 @@ func Retried(s *Store) int64 { return s.retried.Load() }
 // SerialRetries is how many times a statement that failed on a
 // concurrent transaction is sent again, for a test.
 const SerialRetries = serialRetries
+
+// SchemaLock is the advisory lock under which New installs the schema.
+const SchemaLock = int64(schemaLock)
