@@ -269,19 +269,20 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 // knows the slots, and tells the next from memory (it reloads them in the
 // background): the lookup stays on the caller's goroutine.
 func (s *Store) master(ctx context.Context, r *request) (string, error) {
+	if s.routed.Load() {
+		// The common case, kept free of the closure below, which escapes.
+		node, err := s.cluster.MasterForKey(ctx, r.keys[0])
+		if err != nil {
+			return "", err
+		}
+		return node.Options().Addr, nil
+	}
 	var node *redis.Client
 	key := r.keys[0] // read here: r goes back to its pool while a lookup left behind may go on
-	lookup := func() (err error) {
+	if err := coalesce.Detached(ctx, func() (err error) {
 		node, err = s.cluster.MasterForKey(ctx, key)
 		return err
-	}
-	var err error
-	if s.routed.Load() {
-		err = lookup()
-	} else {
-		err = coalesce.Detached(ctx, lookup)
-	}
-	if err != nil {
+	}); err != nil {
 		return "", err
 	}
 	s.routed.Store(true)
