@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -190,6 +191,42 @@ func (n *decimalInt) String() string { return strconv.Itoa(int(*n)) }
 func (n *decimalInt) Type() string   { return "int" }
 
 func (n *decimalInt) Set(s string) error {
+	if err := checkDecimal(s); err != nil {
+		return err
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("out of range")
+	}
+	*n = decimalInt(v)
+	return nil
+}
+
+// decimalUint64 is a flag of a whole number from 0 to math.MaxUint64
+// written in decimal, as decimalInt: pflag's Uint64 reads 010 as the octal
+// 8 too.
+type decimalUint64 uint64
+
+func (n *decimalUint64) String() string { return strconv.FormatUint(uint64(*n), 10) }
+func (n *decimalUint64) Type() string   { return "uint" }
+
+func (n *decimalUint64) Set(s string) error {
+	if err := checkDecimal(s); err != nil {
+		return err
+	}
+	digits := strings.TrimLeft(s, "+-")
+	v, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || v != 0 && strings.HasPrefix(s, "-") {
+		return fmt.Errorf("give a whole number from 0 to %d", uint64(math.MaxUint64))
+	}
+	*n = decimalUint64(v)
+	return nil
+}
+
+// checkDecimal returns an error saying what to write when s is not a
+// whole number in decimal digits, with an optional sign and no leading
+// zero.
+func checkDecimal(s string) error {
 	digits := strings.TrimLeft(s, "+-")
 	switch {
 	case len(digits) > 1 && digits[0] == '0' && allDigits(digits):
@@ -197,10 +234,5 @@ func (n *decimalInt) Set(s string) error {
 	case len(s)-len(digits) > 1 || !allDigits(digits):
 		return errors.New("write a whole number in decimal, such as 4")
 	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("out of range")
-	}
-	*n = decimalInt(v)
 	return nil
 }

@@ -850,9 +850,11 @@ func TestBenchFlags(t *testing.T) {
 	}
 }
 
-// --shards, --keys and --goroutines are read in decimal, and a leading
-// zero is refused as in a limits file: pflag's Int reads 010 as the octal
-// 8, so that --shards 010 split a limit into 8 shards, and 0x10 as 16.
+// --shards, --keys, --goroutines and --seed, the command's whole numbers,
+// are read in decimal, and a leading zero is refused as in a limits file:
+// pflag's Int reads 010 as the octal 8, so that --shards 010 split a limit
+// into 8 shards, and 0x10 as 16; its Uint64 did the same to --seed, which
+// then drew as seed 8.
 func TestIntFlagsDecimal(t *testing.T) {
 	for _, tc := range []struct {
 		cmd   string
@@ -866,6 +868,12 @@ func TestIntFlagsDecimal(t *testing.T) {
 		{"simulate", []string{"--shards", "99999999999999999999"}, `invalid argument "99999999999999999999" for "--shards" flag: out of range`},
 		{"bench", []string{"--store", "mem:", "--keys", "010"}, `invalid argument "010" for "--keys" flag: "010" has a leading zero: write 10`},
 		{"bench", []string{"--store", "mem:", "--goroutines", "0o10"}, `invalid argument "0o10" for "--goroutines" flag: write a whole number in decimal`},
+		{"simulate", []string{"--seed", "010"}, `invalid argument "010" for "--seed" flag: "010" has a leading zero: write 10`},
+		{"simulate", []string{"--seed", "0x10"}, `invalid argument "0x10" for "--seed" flag: write a whole number in decimal`},
+		{"simulate", []string{"--seed", "0b1"}, `invalid argument "0b1" for "--seed" flag: write a whole number in decimal`},
+		{"simulate", []string{"--seed", "1_0"}, `invalid argument "1_0" for "--seed" flag: write a whole number in decimal`},
+		{"simulate", []string{"--seed", "-1"}, `invalid argument "-1" for "--seed" flag: give a whole number from 0 to 18446744073709551615`},
+		{"simulate", []string{"--seed", "18446744073709551616"}, `invalid argument "18446744073709551616" for "--seed" flag: give a whole number from 0 to 18446744073709551615`},
 	} {
 		args := append(append([]string{tc.cmd}, tokenBucket...), tc.flags...)
 		args = append(args, "--at", "0s=1")
@@ -881,6 +889,22 @@ func TestIntFlagsDecimal(t *testing.T) {
 		require.Equal(t, 0, code, errOut)
 		require.Contains(t, out, want, shards)
 	}
+	// A seed draws as the same number in decimal: --seed 10 is seed 10,
+	// and none of 0, -0, +10 and the largest is refused.
+	sharded := []string{"simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "8", "--shards", "4",
+		"--every", "2s", "--for", "1m", "--count", "2"}
+	draw := func(seed string) string {
+		code, out, errOut := exec(append(slices.Clone(sharded), "--seed", seed)...)
+		require.Equal(t, 0, code, "--seed %s: %s", seed, errOut)
+		return out
+	}
+	require.Equal(t, draw("10"), draw("+10"))
+	require.Equal(t, draw("0"), draw("-0"))
+	draw("18446744073709551615")
+	var seed decimalUint64
+	require.NoError(t, seed.Set("10"))
+	require.Equal(t, decimalUint64(10), seed)
+	require.Equal(t, "10", seed.String())
 }
 
 // slow is a store of a round trip of a millisecond (and without the

@@ -135,7 +135,8 @@ seed gives the same output.`,
 	cmd.Flags().Var((*exactDuration)(&span), "for", "a steady pattern: for so long")
 	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
-	cmd.Flags().Uint64Var(&seed, "seed", 1, "a sharded limit: the seed of the random choice of shards; the same seed, the same output")
+	seed = 1
+	cmd.Flags().Var((*decimalUint64)(&seed), "seed", "a sharded limit: the seed of the random choice of shards, in decimal; the same seed, the same output")
 	return cmd
 }
 
