@@ -77,7 +77,7 @@ and exits with status 130 (1 if the check failed).`,
 			localClock := !ok || !ts.OwnClock()
 			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, t.sf.timeout, count, localClock, show, cmd.ErrOrStderr())
 			if err != nil {
-				return countUsage("--count", err)
+				return t.lf.countUsage(fmt.Sprintf("--count %v", count), "", err)
 			}
 			if t.output == jsonOutput {
 				if err := writeJSON(cmd.OutOrStdout(), rep.json(name, cfg, goroutines, count)); err != nil {

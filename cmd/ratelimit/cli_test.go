@@ -62,7 +62,7 @@ func TestErrorsSayRatelimitOnce(t *testing.T) {
 		{[]string{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"}, 2,
 			`ratelimit: unknown kind "sliding"`},
 		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), 2,
-			`ratelimit: --count: limit "limit": count -1`},
+			`ratelimit: --count -1 is not a finite number ≥ 0`},
 		{[]string{"nope"}, 2, `ratelimit: unknown command "nope"`},
 	} {
 		code, _, errOut := exec(tc.args...)
@@ -94,13 +94,13 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"simulate", "extra"}, 2, `simulate takes no arguments, only flags: got ["extra"]`},
 		{append([]string{"inspect", "--store", "mem:", "-o", "xml"}, tokenBucket...), 2, `invalid argument "xml" for "-o, --output" flag: write text or json`},
 		{[]string{"schema", "--table", ""}, 2, "--table: pgstore: table name"},
-		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
-		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
+		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},
+		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count 4 exceeds 3"},
 		// simulate too: its count errors were failures (1).
-		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...), 2, "--count: limit \"limit\": count 4 exceeds 3"},
-		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...), 2, "--at 1s=4: limit \"limit\": count 4 exceeds 3"},
-		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, "--at 0s=-1: limit \"limit\": count -1"},
-		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, "--at 0s=NaNr: limit \"limit\": count NaN"},
+		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},
+		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...), 2, "--at 1s=4: count 4 exceeds 3"},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, "--at 0s=-1: count -1 is not a finite number ≥ 0"},
+		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, "--at 0s=NaNr: count NaN is not a finite number ≥ 0"},
 		// The limits file is data, not the command line: a failure.
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
 		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "no such file"},

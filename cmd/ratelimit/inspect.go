@@ -276,7 +276,7 @@ func newLimit() *cobra.Command {
 				}
 				res, err := call(ctx, name, t.key, opts...)
 				if err != nil {
-					return countUsage("--count", err)
+					return t.lf.countUsage(fmt.Sprintf("--count %v", count), "--reserve", err)
 				}
 				if t.output == jsonOutput {
 					cfg, _ := lim.Config(name)

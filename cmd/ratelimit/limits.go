@@ -144,6 +144,37 @@ func inFlags(err error) error {
 	return &flagError{msg: flag + " " + problem, err: err}
 }
 
+// countUsage returns err, an error of a call, as a usage error in the
+// command line's words when it is the count that the limit refuses
+// (*ratelimit.CountError: not a number ≥ 0, or more than the limit can
+// ever grant): what is the count as the command line gave it, such as
+// "--count 4" or "--at 1s=4: count 4", and reserve the way to reserve on
+// it ("--reserve"), "" when there is none. The library names the Config's
+// fields and its call option (Capacity, WithReserve()); an inline limit's
+// fields are flags here, a limits file's keep their names. Other errors
+// are returned as they are.
+func (f *limitFlags) countUsage(what, reserve string, err error) error {
+	var ce *ratelimit.CountError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	problem := ce.Problem
+	if reserve == "" {
+		problem = strings.Replace(problem, ", split the call, or ask with WithReserve()", ", or split the call", 1)
+	} else {
+		problem = strings.ReplaceAll(problem, "WithReserve()", reserve)
+	}
+	if f.file == "" {
+		problem = configField.ReplaceAllStringFunc(problem, func(field string) string { return configFlags[field] })
+		problem = shardsHint.ReplaceAllString(problem, "give --shards $1 or fewer")
+	}
+	return usageError{&flagError{msg: what + " " + problem, err: err}}
+}
+
+// shardsHint matches the advice of a CountError of a sharded limit to
+// use fewer shards, and their number.
+var shardsHint = regexp.MustCompile(`use at most (\d+) shards`)
+
 // flagError is an error of a flag's value, told in its own words, that
 // unwraps to the error it tells.
 type flagError struct {

@@ -14,7 +14,6 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/spf13/cobra"
 )
 
@@ -29,17 +28,6 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-// countUsage returns err, an error of a call, as a usage error when it is
-// the count that the limit refuses (ErrInvalidCount: not a number ≥ 0, or
-// more than the limit can ever grant): the count came from flag, so the
-// command was called wrong. Other errors are returned as they are.
-func countUsage(flag string, err error) error {
-	if errors.Is(err, ratelimit.ErrInvalidCount) {
-		return usageError{fmt.Errorf("%s: %w", flag, err)}
-	}
-	return err
-}
 
 // exitError ends the command with an exit code of its own.
 type exitError struct {

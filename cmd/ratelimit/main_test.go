@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -222,6 +223,59 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, `limits file: line 1: limit "x": Rate is NaN`)
+}
+
+// A count the limit refuses is told in the flags' names, as an invalid
+// inline limit is: the count's flag (--count, or the --at request) and
+// the limit's (--capacity, --max-reserved), and the way to reserve of the
+// command, if it has one. The library's message named the Config's fields
+// and its call option: "--count: limit "limit": count 4 exceeds 3, ...:
+// raise Capacity, split the call, or ask with WithReserve()". A limit of a
+// limits file keeps the names of its fields, as its other errors do.
+func TestCountErrorsNameFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("x:\n  kind: token bucket\n  rate: 10\n  period: 1m\n  capacity: 3\n"), 0o600))
+	reserving := []string{"--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3", "--max-reserved", "2"}
+	sharded := []string{"--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "4", "--shards", "4"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...),
+			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --reserve"},
+		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), "--count -1 is not a finite number ≥ 0"},
+		{append([]string{"limit", "--store", "mem:", "--count", "Inf", "--reserve"}, tokenBucket...), "--count +Inf is not a finite number ≥ 0"},
+		{append([]string{"limit", "--store", "mem:", "--count", "6", "--reserve"}, reserving...),
+			"--count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call"},
+		{append([]string{"limit", "--store", "mem:", "--count", "6"}, reserving...),
+			"--count 6 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
+		{append([]string{"limit", "--store", "mem:", "--count", "3"}, sharded...),
+			"--count 3 exceeds 2, the most the limit can grant at once (two of its 4 shards together): give --shards 2 or fewer, or raise --capacity to 6"},
+		{[]string{"limit", "--store", "mem:", "--limits", path, "--name", "x", "--count", "4"},
+			"--count 4 exceeds 3, the most the limit can grant at once: raise Capacity, split the call, or ask with --reserve"},
+		// bench and the steady pattern of simulate cannot reserve.
+		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...),
+			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
+		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...),
+			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
+		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...),
+			"--at 1s=4: count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --at 1s=4r"},
+		{append([]string{"simulate", "--at", "0s=6r"}, reserving...),
+			"--at 0s=6r: count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call"},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), "--at 0s=-1: count -1 is not a finite number ≥ 0"},
+	} {
+		code, out, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
+		require.Equal(t, "ratelimit: "+tc.want+"\n", strings.SplitAfter(errOut, "\n")[0], "%q", tc.args)
+	}
+	// It still matches the library's error.
+	err := (&limitFlags{}).countUsage("--count 4", "", &ratelimit.CountError{Name: "x", Count: 4, Max: 3, Problem: "exceeds 3"})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	var ce *ratelimit.CountError
+	require.ErrorAs(t, err, &ce)
+	require.EqualError(t, err, "--count 4 exceeds 3")
+	other := errors.New("store down")
+	require.Equal(t, other, (&limitFlags{}).countUsage("--count 4", "", other))
 }
 
 // The command reads its times exactly, as the limits file does, and
@@ -999,7 +1053,7 @@ func TestSimulateSVGUnwritable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour}
-	err := simulate(ctx, io.Discard, "limit", cfg, []request{{at: time.Minute, count: 1}}, svg, 1)
+	err := simulate(ctx, io.Discard, &limitFlags{}, "limit", cfg, []request{{at: time.Minute, count: 1}}, svg, 1)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoFileExists(t, svg)
 }

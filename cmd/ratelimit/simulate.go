@@ -36,16 +36,19 @@ type request struct {
 	steady  bool // of the steady pattern (--every), not of --at
 }
 
-// flag names the flag that gave r, for an error about its count.
-func (r request) flag() string {
+// counted returns r's count as the command line gave it, for an error
+// about it ("--count 4", "--at 1s=4: count 4"), and how to reserve it
+// there: "" for the steady pattern, which cannot.
+func (r request) counted() (what, reserve string) {
 	if r.steady {
-		return "--count"
+		return fmt.Sprintf("--count %v", r.count), ""
 	}
-	reserve := ""
+	count := strconv.FormatFloat(r.count, 'g', -1, 64)
+	at := fmt.Sprintf("--at %v=%s", r.at, count)
 	if r.reserve {
-		reserve = "r"
+		return fmt.Sprintf("%sr: count %v", at, r.count), ""
 	}
-	return fmt.Sprintf("--at %v=%s%s", r.at, strconv.FormatFloat(r.count, 'g', -1, 64), reserve)
+	return fmt.Sprintf("%s: count %v", at, r.count), at + "r"
 }
 
 // step is what became of one request.
@@ -126,7 +129,7 @@ seed gives the same output.`,
 			// cmp.Compare, not int(a.at - b.at): an int of 32 bits cuts the
 			// difference, and the requests ran out of order.
 			slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(a.at, b.at) })
-			return simulate(cmd.Context(), cmd.OutOrStdout(), name, cfg, reqs, svg, seed)
+			return simulate(cmd.Context(), cmd.OutOrStdout(), &lf, name, cfg, reqs, svg, seed)
 		},
 	}
 	lf.register(cmd.Flags())
@@ -348,7 +351,7 @@ func windowPhase(cfg ratelimit.Config) time.Duration {
 	return time.Duration(mod(mod(cfg.Start.UnixMilli())-mod(simStart.UnixMilli()))) * time.Millisecond
 }
 
-func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Config, reqs []request, svgPath string, seed uint64) error {
+func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, cfg ratelimit.Config, reqs []request, svgPath string, seed uint64) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -423,7 +426,8 @@ func simulate(ctx context.Context, out io.Writer, name string, cfg ratelimit.Con
 		}
 		res, err := lim.Limit(ctx, name, key, opts...)
 		if err != nil {
-			return countUsage(r.flag(), err)
+			what, reserve := r.counted()
+			return lf.countUsage(what, reserve, err)
 		}
 		after, err := value(r.at)
 		if err != nil {
