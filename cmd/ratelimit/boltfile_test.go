@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -106,4 +107,48 @@ func TestBoltFileNotAStore(t *testing.T) {
 		require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
 		require.Contains(t, errOut, "another process holds the file", cmd)
 	}
+}
+
+// A file another process holds is given up on at --timeout when it is
+// shorter than bbolt's wait for the lock: the wait was 5 s whatever
+// --timeout said. A process that only reads the file (another inspect)
+// makes limit's open to write wait, within --timeout too.
+func TestBoltLockWaitWithinTimeout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	boltStore(t, path, 1)
+	limit := []string{"--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h", "--key", "k", "--timeout", "300ms"}
+	for _, readOnly := range []bool{false, true} {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: readOnly})
+		require.NoError(t, err)
+		cmds := []string{"inspect", "reset", "limit"}
+		if readOnly {
+			cmds = []string{"limit"}
+		}
+		for _, cmd := range cmds {
+			start := time.Now()
+			code, out, errOut := exec(append([]string{cmd}, limit...)...)
+			elapsed := time.Since(start)
+			require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
+			require.Contains(t, errOut, "another process holds the file", cmd)
+			require.Less(t, elapsed, 2*time.Second, "%s, the file held read-only %v: the wait ends at --timeout 300ms", cmd, readOnly)
+		}
+		require.NoError(t, db.Close())
+	}
+	// Released, the file opens.
+	code, out, errOut := exec(append([]string{"limit"}, limit...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "allowed 1 of limit")
+
+	// The wait is bbolt's 5 s at most, and never none, which bbolt takes
+	// for no bound.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	require.Equal(t, boltTimeout, boltWait(ctx))
+	require.Equal(t, boltTimeout, boltWait(context.Background()))
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	require.InDelta(t, time.Second, boltWait(ctx), float64(100*time.Millisecond))
+	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	require.Positive(t, boltWait(ended))
 }

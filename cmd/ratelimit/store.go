@@ -173,10 +173,10 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		if path == "" {
 			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", shown)
 		}
-		if err := boltCheck(path, f.bucket, acc); err != nil {
+		if err := boltCheck(path, f.bucket, acc, boltWait(ctx)); err != nil {
 			return nil, nil, err
 		}
-		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltTimeout))
+		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltWait(ctx)))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -380,17 +380,30 @@ func closeWithin(d time.Duration, closeFn func() error) {
 // errNotFound is matched by the error of a store that is not there.
 var errNotFound = errors.New("no such store")
 
-// boltTimeout is how long opening a bbolt file waits for another process
-// that holds it.
+// boltTimeout is how long opening a bbolt file waits at most for another
+// process that holds it.
 var boltTimeout = boltstore.DefaultTimeout
+
+// boltWait returns how long opening a bbolt file may wait for another
+// process that holds it: boltTimeout, or less when ctx ends sooner (at
+// --timeout). bbolt takes a wait of 0 for no bound, so a ctx that has
+// ended gives the shortest wait there is: one try.
+func boltWait(ctx context.Context) time.Duration {
+	wait := boltTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline))
+	}
+	return max(wait, time.Nanosecond)
+}
 
 // boltCheck checks, without creating or changing anything, that the file
 // at path, if there is one, is a bbolt file that is whole and whose pages
 // of bucket bbolt can read, and for acc mustExist that it exists and holds
 // bucket. A file cut short would make bbolt read past the end of its
 // mapping, a fault that ends the process, and a damaged page makes it
-// panic: both are reported instead.
-func boltCheck(path, bucket string, acc access) error {
+// panic: both are reported instead. It waits up to wait for a process
+// that holds the file.
+func boltCheck(path, bucket string, acc access, wait time.Duration) error {
 	const check = "check the path in --store (the application's boltstore.Open path)"
 	fi, err := os.Stat(path)
 	switch {
@@ -409,7 +422,7 @@ func boltCheck(path, bucket string, acc access) error {
 		// with "bad file descriptor".
 		return fmt.Errorf("bbolt file %s is empty: no store was opened on it: %s: %w", path, check, errNotFound)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: boltTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: wait})
 	var pathErr *fs.PathError
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
