@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -30,6 +32,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 )
 
 // execContext runs the command line with ctx and returns its exit code
@@ -670,4 +673,61 @@ func TestRedisClusterNodeAsServer(t *testing.T) {
 		require.Equal(t, 2, code, "%s:\n%s%s", cmd, out, errOut)
 		require.Contains(t, errOut, fmt.Sprintf("redis at %s is a node of a Redis Cluster, which holds some of the keys: write --store redis+cluster://%s (any of its nodes)", node, node), cmd)
 	}
+}
+
+// A time RFC 3339 cannot write, before year 0 or after 9999, is written
+// with ISO 8601's expanded year, a sign and six digits, as JavaScript's
+// Date writes it, in the JSON reports and in the text alike. Go's Format
+// wrote "73326-09-11T20:14:45.248Z", which no reader of RFC 3339 takes
+// (Go's own time.Time refuses it) and which sorts as text before 2024.
+// Such a time comes from a record of a far future, which the stores
+// keep: a call's time may be up to driver.MaxTime from 1970.
+func TestTimesBeyondRFC3339(t *testing.T) {
+	for ms, want := range map[int64]string{
+		0:                 "1970-01-01T00:00:00.000Z",
+		-62167219200000:   "0000-01-01T00:00:00.000Z",
+		-62167219200001:   "-000001-12-31T23:59:59.999Z",
+		253402300799999:   "9999-12-31T23:59:59.999Z",
+		253402300800000:   "+010000-01-01T00:00:00.000Z",
+		1 << 51:           "+073326-09-11T20:14:45.248Z",
+		-(1 << 52):        "-140744-08-10T07:30:29.504Z",
+		math.MaxInt64 / 8: "+36536598-01-28T21:54:06.975Z",
+	} {
+		got := timeText(time.UnixMilli(ms))
+		require.Equal(t, want, got, "%d ms", ms)
+		if y := time.UnixMilli(ms).UTC().Year(); y >= 0 && y <= 9999 {
+			_, err := time.Parse(time.RFC3339, got)
+			require.NoError(t, err, got)
+		}
+	}
+	require.Nil(t, timeJSON(time.Time{}))
+	require.Equal(t, "-", stamp(time.Time{}))
+
+	// A record of the year 73326, through inspect.
+	path := filepath.Join(t.TempDir(), "limits.db")
+	args := []string{"--store", "bolt://" + path, "--kind", "fixed window", "--rate", "10", "--period", "1h", "--key", "k"}
+	code, _, errOut := exec(append([]string{"limit"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("ratelimit"))
+		return b.ForEach(func(k, _ []byte) error {
+			v := binary.BigEndian.AppendUint64(nil, math.Float64bits(5))
+			v = binary.BigEndian.AppendUint64(v, 1<<51)
+			v = binary.BigEndian.AppendUint64(v, math.MaxInt64)
+			return b.Put(k, v)
+		})
+	}))
+	require.NoError(t, db.Close())
+	code, out, errOut := exec(append([]string{"inspect", "-o", "json"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	var s statusJSON
+	decode(t, out, &s)
+	require.Equal(t, "+073326-09-11T20:14:45.248Z", *s.WindowStart)
+	require.Equal(t, "+073326-09-11T21:14:45.248Z", *s.NextGrant)
+	require.Equal(t, "+073326-09-11T20:14:45.248Z", *s.Shards[0].WindowStart)
+	code, out, errOut = exec(append([]string{"inspect"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "+073326-09-11T20:14:45.248Z  +073326-09-11T21:14:45.248Z")
 }

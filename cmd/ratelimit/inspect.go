@@ -219,11 +219,13 @@ func printStatus(out io.Writer, name, key, storeKey, form string, cfg ratelimit.
 	fmt.Fprintf(out, "\ntokens now %s of capacity %s\n", num(st.Remaining), num(st.Capacity))
 }
 
+// stamp returns t as timeText writes it, for a table; "-" for the zero
+// time.
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+	return timeText(t)
 }
 
 func newReset() *cobra.Command {

@@ -65,14 +65,34 @@ func limitOf(name string, cfg ratelimit.Config) limitJSON {
 		Capacity: capacity, MaxReserved: cfg.MaxReserved, Shards: max(cfg.Shards, 1), Start: timeJSON(cfg.Start)}
 }
 
-// timeJSON returns t in RFC 3339, UTC, to the millisecond; nil (null) for
-// the zero time.
+// timeJSON returns t as timeText writes it; nil (null) for the zero time.
 func timeJSON(t time.Time) *string {
 	if t.IsZero() {
 		return nil
 	}
-	s := t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	s := timeText(t)
 	return &s
+}
+
+// timeText returns t in UTC to the millisecond: in RFC 3339
+// (2024-01-01T00:00:00.000Z) for the years 0000 to 9999, the ones RFC 3339
+// writes, and otherwise with ISO 8601's expanded year, a sign and six
+// digits or more (+073326-09-11T20:14:45.248Z), as JavaScript's Date
+// writes such a time. Go's Format writes the year's digits alone
+// (73326-09-11T...), which no reader of RFC 3339 takes, and which sorts
+// as text before the year 2024. A record of such a time is one the
+// stores keep: a call's time may be as far as driver.MaxTime from 1970.
+func timeText(t time.Time) string {
+	t = t.UTC()
+	year := t.Year()
+	if year >= 0 && year <= 9999 {
+		return t.Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	sign := "+"
+	if year < 0 {
+		sign, year = "-", -year
+	}
+	return fmt.Sprintf("%s%06d%s", sign, year, t.Format("-01-02T15:04:05.000Z07:00"))
 }
 
 // ms returns d in milliseconds.
