@@ -169,7 +169,7 @@ func TestOutputJSON(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var d decisionJSON
 	m := decode(t, out, &d)
-	require.Equal(t, []string{"check", "count", "key", "limit", "ok", "outcome", "remaining", "reserve", "reset_ms", "retry_after_ms"}, keysOf(m))
+	require.Equal(t, []string{"check", "count", "key", "key_base64", "limit", "ok", "outcome", "remaining", "reserve", "reset_ms", "retry_after_ms"}, keysOf(m))
 	require.Equal(t, limitFields, keysOf(m["limit"].(map[string]any)))
 	require.Equal(t, limitJSON{Name: "signup", Kind: "fixed window", Rate: 10, PeriodMS: 3_600_000, Capacity: 10, Shards: 2}, d.Limit)
 	require.Equal(t, "k", d.Key)
@@ -190,7 +190,7 @@ func TestOutputJSON(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var s statusJSON
 	m = decode(t, out, &s)
-	require.Equal(t, []string{"at", "capacity", "debt", "key", "limit", "next_grant", "shards", "store_key", "tokens", "window_start"}, keysOf(m))
+	require.Equal(t, []string{"at", "capacity", "debt", "key", "key_base64", "limit", "next_grant", "shards", "store_key", "tokens", "window_start"}, keysOf(m))
 	require.Equal(t, []string{"debt", "index", "next_grant", "stored", "tokens", "window_start"},
 		keysOf(m["shards"].([]any)[0].(map[string]any)))
 	require.Equal(t, 7.0, s.Tokens)

@@ -163,8 +163,9 @@ func newInspect() *cobra.Command {
 // statusJSON is the report of inspect --output json.
 type statusJSON struct {
 	Limit       limitJSON   `json:"limit"`
-	Key         string      `json:"key"`
-	StoreKey    string      `json:"store_key"` // the key as the store knows it
+	Key         string      `json:"key"`        // lossy for a key not valid UTF-8: see KeyBase64
+	KeyBase64   string      `json:"key_base64"` // the key's bytes, exactly
+	StoreKey    string      `json:"store_key"`  // the key as the store knows it
 	At          *string     `json:"at"`
 	Tokens      float64     `json:"tokens"`
 	Debt        float64     `json:"debt"`
@@ -185,7 +186,7 @@ type shardJSON struct {
 }
 
 func statusOf(name, key, storeKey string, cfg ratelimit.Config, at time.Time, st ratelimit.Status) statusJSON {
-	s := statusJSON{Limit: limitOf(name, cfg), Key: key, StoreKey: storeKey, At: timeJSON(at), Tokens: st.Remaining, Debt: max(-st.Remaining, 0),
+	s := statusJSON{Limit: limitOf(name, cfg), Key: key, KeyBase64: keyBase64(key), StoreKey: storeKey, At: timeJSON(at), Tokens: st.Remaining, Debt: max(-st.Remaining, 0),
 		Capacity: st.Capacity, WindowStart: timeJSON(st.WindowStart), NextGrant: timeJSON(st.NextGrant), Shards: []shardJSON{}}
 	for _, sh := range st.Shards {
 		s.Shards = append(s.Shards, shardJSON{Index: sh.Index, Stored: sh.Stored, Tokens: sh.Remaining, Debt: max(-sh.Remaining, 0),
@@ -282,7 +283,7 @@ func newLimit() *cobra.Command {
 				}
 				if t.output == jsonOutput {
 					cfg, _ := lim.Config(name)
-					return writeJSON(cmd.OutOrStdout(), decisionJSON{Limit: limitOf(name, cfg), Key: t.key, Count: count,
+					return writeJSON(cmd.OutOrStdout(), decisionJSON{Limit: limitOf(name, cfg), Key: t.key, KeyBase64: keyBase64(t.key), Count: count,
 						Check: check, Reserve: reserve, Outcome: outcome(res), OK: res.OK, RetryAfterMS: ms(res.RetryAfter),
 						Remaining: res.Remaining, ResetMS: ms(res.ResetAfter)})
 				}
@@ -302,7 +303,8 @@ func newLimit() *cobra.Command {
 // decisionJSON is the report of limit --output json.
 type decisionJSON struct {
 	Limit        limitJSON `json:"limit"`
-	Key          string    `json:"key"`
+	Key          string    `json:"key"`        // lossy for a key not valid UTF-8: see KeyBase64
+	KeyBase64    string    `json:"key_base64"` // the key's bytes, exactly
 	Count        float64   `json:"count"`
 	Check        bool      `json:"check"`
 	Reserve      bool      `json:"reserve"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
@@ -159,4 +160,46 @@ func TestInspectStoreKey(t *testing.T) {
 	out, js = inspect("short", "user-42")
 	require.NotContains(t, out, "stored as")
 	require.Equal(t, "user-42", js["store_key"])
+}
+
+// A key is any bytes, and JSON text is UTF-8: encoding/json writes each
+// byte of a key that is not valid UTF-8 as U+FFFD, so that the keys
+// "\xff", "\xfe" and "\uFFFD" itself all read "key": "\ufffd". The
+// reports of inspect and limit also give the key's bytes exactly, in
+// key_base64, and their text quotes the key as Go does ("\xff").
+func TestKeysNotUTF8(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	keys := []string{"\xff", "\xfe", "\uFFFD", "user-\xc3\x28", "203.0.113.9"}
+	seen := map[string]string{}
+	for i, key := range keys {
+		args := func(cmd string, extra ...string) []string {
+			return append([]string{cmd, "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h",
+				"--name", "cli", "--key", key}, extra...)
+		}
+		// Each key its own record: key i has taken i+1 tokens.
+		code, out, errOut := exec(args("limit", "-o", "json", "--count", fmt.Sprint(i+1))...)
+		require.Equal(t, 0, code, errOut)
+		var d decisionJSON
+		m := decode(t, out, &d)
+		require.Contains(t, m, "key_base64")
+		require.Equal(t, base64.StdEncoding.EncodeToString([]byte(key)), d.KeyBase64, "%q", key)
+		require.Equal(t, strings.ToValidUTF8(key, "\uFFFD"), d.Key, "%q: the key as text", key)
+
+		code, out, errOut = exec(args("inspect", "-o", "json")...)
+		require.Equal(t, 0, code, errOut)
+		var s statusJSON
+		m = decode(t, out, &s)
+		require.Contains(t, m, "key_base64")
+		got, err := base64.StdEncoding.DecodeString(s.KeyBase64)
+		require.NoError(t, err)
+		require.Equal(t, key, string(got))
+		require.InDelta(t, float64(10-(i+1)), s.Tokens, 0.01, "%q: its own record", key)
+		prev, dup := seen[s.KeyBase64]
+		require.False(t, dup, "%q and %q read alike", key, prev)
+		seen[s.KeyBase64] = key
+
+		code, out, errOut = exec(args("inspect")...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, fmt.Sprintf("key %q at ", key))
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -94,6 +95,12 @@ func timeText(t time.Time) string {
 	}
 	return fmt.Sprintf("%s%06d%s", sign, year, t.Format("-01-02T15:04:05.000Z07:00"))
 }
+
+// keyBase64 returns key's bytes in standard base64, for the JSON reports.
+// A key is any bytes, and JSON text is UTF-8: encoding/json writes each
+// byte of a key that is not valid UTF-8 as U+FFFD, so that "key" alone
+// reads alike for "\xff", "\xfe" and "\uFFFD".
+func keyBase64(key string) string { return base64.StdEncoding.EncodeToString([]byte(key)) }
 
 // ms returns d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
