@@ -641,10 +641,11 @@ func TestStorePasswordHidden(t *testing.T) {
 		require.Contains(t, errOut, "app:xxxxx", store)
 	}
 	// A password given as a parameter, of a URL (which pgx reads) or of a
-	// connection string of keywords (which --store does not take), is
-	// hidden too: a URL that did not parse was quoted whole.
+	// connection string of keywords, is hidden too: a URL that did not
+	// parse was quoted whole.
 	for _, store := range []string{"postgres://app@127.0.0.1:x/db?password=hunter22", "postgresql://app@127.0.0.1:x/db?sslmode=disable&password=hunter22&x=1",
-		"postgres://app@127.0.0.1:x/db?password=hun%2Fter22", "host=127.0.0.1 password=hunter22 user=app", "host=127.0.0.1 password='hunter22'",
+		"postgres://app@127.0.0.1:x/db?password=hun%2Fter22", "postgres://app@127.0.0.1:x/db?sslpassword=hunter22",
+		"host=127.0.0.1 port=x password=hunter22 user=app", "host=127.0.0.1 port=x password='hunter22'",
 		"redis://127.0.0.1:1/x?password=hunter22"} {
 		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
 		require.Equal(t, 2, code, "%s: %s", store, errOut)
@@ -653,6 +654,51 @@ func TestStorePasswordHidden(t *testing.T) {
 		require.NotContains(t, errOut, "hun/ter22", store)
 		require.Contains(t, errOut, "password=xxxxx", store)
 	}
+	// A connection string of keywords, read as pgx reads it: spaces
+	// around the =, quotes, backslashes, the key's sslpassword. pgx's own
+	// error showed the password of "password = x", and the command's
+	// hiding stopped a password at a & or # and missed the others.
+	for store, secrets := range map[string][]string{
+		"host=127.0.0.1 port=x user=app password=hunter22":                        {"hunter22"},
+		"host=127.0.0.1 port=x password = Zq9 user=app":                           {"Zq9"},
+		"host=127.0.0.1 port=x password = 'hunter 22' user=app":                   {"hunter 22", "hunter"},
+		`host=127.0.0.1 port=x password='hun\'ter 22'`:                            {"hun\\'ter 22", "hun'ter 22", "ter 22"},
+		"password=hun&ter#22 host=127.0.0.1 port=x":                               {"hun&ter#22", "ter#22", "22 host"},
+		`port=x password=hun\ ter22`:                                              {"hun\\ ter22", "ter22"},
+		"host=127.0.0.1 port=x sslpassword=hunter22 password=Zq9 sslmode=require": {"hunter22", "Zq9"},
+		"host=127.0.0.1 port=x password='hunter22 dbname=test":                    {"hunter22"},
+	} {
+		code, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s%s", store, out, errOut)
+		for _, secret := range secrets {
+			require.NotContains(t, errOut, secret, store)
+		}
+		require.Regexp(t, `password *= *xxxxx`, errOut, store)
+	}
+	// As the store, refused or not reached.
+	for store, code := range map[string]int{
+		"host=127.0.0.1 port=1 user=app password=hunter22 dbname=test":       1,
+		"host=127.0.0.1 port=1 user=app password = 'hunter 22' dbname=test":  1,
+		"host=127.0.0.1 port=1 user=app password = Zq9 dbname=test":          1,
+		"host=127.0.0.1 port=1 password=hunter22 pool_max_conns=x":           2,
+		"host=127.0.0.1 port=1 password=Zq9 connect_timeout=x":               2,
+		"host=127.0.0.1 port=1 password=hunter22 statement_cache_capacity=x": 2,
+	} {
+		got, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, code, got, "%s: %s%s", store, out, errOut)
+		require.NotContains(t, errOut, "hunter", store)
+		require.NotContains(t, errOut, "Zq9", store)
+	}
+	for in, want := range map[string]string{
+		"host=h password=hunter22":          "host=h password=xxxxx",
+		" host = h  password = 'a b'  x=1 ": " host = h  password = xxxxx  x=1 ",
+		`password='a\'b c' sslpassword=x`:   "password=xxxxx sslpassword=xxxxx",
+		"host=h password=":                  "host=h password=xxxxx",
+		"dbname=test host=::1":              "dbname=test host=::1",
+	} {
+		shown, _ := hidePassword(in)
+		require.Equal(t, want, shown, in)
+	}
 	shown, hide := hidePassword("redis://:pw@127.0.0.1:6379/0")
 	require.Equal(t, "redis://:xxxxx@127.0.0.1:6379/0", shown)
 	require.Equal(t, "127.0.0.1:6379 pw", hide("127.0.0.1:6379 pw"), "a short password is left in the client's text")
@@ -660,6 +706,56 @@ func TestStorePasswordHidden(t *testing.T) {
 		shown, _ := hidePassword(u)
 		require.Equal(t, u, shown)
 	}
+}
+
+// --store takes a PostgreSQL connection string of keywords, as pgx does
+// (host=... port=... dbname=...), not only a URL: it was an unknown kind
+// of store.
+func TestPostgresKeywordString(t *testing.T) {
+	ctx := context.Background()
+	u, err := url.Parse(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(u.Host)
+	require.NoError(t, err)
+	var password string
+	if p, ok := u.User.Password(); ok {
+		password = " password='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p) + "'"
+	}
+	store := fmt.Sprintf("host=%s port = %s  user=%s dbname=%s sslmode=disable%s", host, port, u.User.Username(), strings.TrimPrefix(u.Path, "/"), password)
+	table := fmt.Sprintf("ratelimit_cli_kw_%d", time.Now().UnixNano())
+	pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		defer pool.Close()
+		dropTable(t, pool, table)
+	})
+	args := func(cmd string) []string {
+		return []string{cmd, "--store", store, "--table", table, "--key", "k", "--kind", "fixed window", "--rate", "3", "--period", "1h"}
+	}
+	code, _, errOut := exec(args("inspect")...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "does not exist in this database", "inspect creates nothing")
+	code, out, errOut := exec(append(args("limit"), "--count", "2")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "allowed 2 of limit")
+	code, out, errOut = exec(args("inspect")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tokens now 1 of capacity 3")
+	code, out, errOut = exec(args("reset")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "reset limit")
+
+	// The server's refusal, and a closed port, as for a URL.
+	code, _, errOut = exec(append([]string{"inspect", "--store", fmt.Sprintf("host=%s port=%s user=nobody_%d dbname=test", host, port, time.Now().UnixNano())}, tokenBucket...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "(SQLSTATE 28000)")
+	code, _, errOut = exec(append([]string{"inspect", "--store", "host=127.0.0.1 port=1 dbname=test"}, tokenBucket...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "(is the server up? check --store)")
+	// One that does not parse is a usage error that says what is wrong.
+	code, _, errOut = exec(append([]string{"inspect", "--store", "host=127.0.0.1 port=x"}, tokenBucket...)...)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `ratelimit: --store "host=127.0.0.1 port=x": invalid port`)
 }
 
 // A node of a Redis Cluster given as redis:// is refused with what to

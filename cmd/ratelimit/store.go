@@ -56,7 +56,7 @@ type storeFlags struct {
 const keySecretEnv = "RATELIMIT_KEY_SECRET"
 
 func (f *storeFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2, postgres://..., or mem:")
+	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2, postgres://... or 'host=... dbname=...', or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
@@ -159,9 +159,12 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	// theirs.
 	shown, hide := hidePassword(u)
 	scheme, rest, _ := strings.Cut(u, ":")
+	if keywords.MatchString(u) {
+		scheme = "postgres" // a connection string of keywords, which pgx reads as it does a URL
+	}
 	switch scheme {
 	case "":
-		return nil, nil, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... or mem:")
+		return nil, nil, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... (or 'host=... dbname=...') or mem:")
 	case "mem":
 		m, err := memstore.New()
 		if err != nil {
@@ -206,7 +209,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
-			return nil, nil, usagef("--store: %s", hide(err.Error()))
+			return nil, nil, usagef("--store %q: %s", shown, hide(pgParseError(err)))
 		}
 		// Without connect_timeout, pgx waits as long as the server takes
 		// to answer: for ever, for one that accepts and never speaks.
@@ -215,7 +218,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
-			return nil, nil, usagef("--store: %s", hide(err.Error()))
+			return nil, nil, usagef("--store %q: %s", shown, hide(pgParseError(err)))
 		}
 		if err := pool.Ping(ctx); err != nil {
 			pool.Close()
@@ -232,28 +235,55 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		return p, pool.Close, nil
 	}
-	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres or mem", shown, hide(scheme))
+	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres (or a connection string of keywords, host=... dbname=...) or mem", shown, hide(scheme))
+}
+
+// keywords matches a PostgreSQL connection string of keywords, as libpq
+// and pgx read one (host=127.0.0.1 port=5432 dbname=test): a keyword and
+// =, where every other store starts with a scheme and a colon.
+var keywords = regexp.MustCompile(`^[ \t\n\r\v\f]*[A-Za-z_][A-Za-z0-9_]*[ \t\n\r\v\f]*=`)
+
+// pgParseError returns the text of err, pgx's error about the connection
+// string it could not read, without the string, which the command quotes
+// itself with its password hidden: pgx quotes it hiding the password of
+// password=x and password='x', not of password = x.
+func pgParseError(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	// "cannot parse `STRING`: what is wrong (the cause)"; what is wrong
+	// holds no backquote.
+	whole := pe.Error()
+	what := "pgx cannot read it"
+	if i := strings.LastIndex(whole, "`: "); i >= 0 {
+		what = whole[i+len("`: "):]
+	}
+	return strings.Replace(err.Error(), whole, what, 1)
 }
 
 // hidePassword returns the store URL u with its password, if it has one
-// (SCHEME://USER:PASSWORD@..., or a parameter password=..., of a URL or
-// of a connection string of keywords), written as xxxxx, and a function
-// that does the same to a text that quotes u, such as a client's error.
+// (SCHEME://USER:PASSWORD@..., or a parameter password=... or
+// sslpassword=..., of a URL or of a connection string of keywords),
+// written as xxxxx, and a function that does the same to a text that
+// quotes u, such as a client's error.
 func hidePassword(u string) (string, func(string) string) {
 	var passwords []string
 	shown := u
-	if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "bolt" { // a bolt path holds anything
+	if keywords.MatchString(u) {
+		shown, passwords = hideKeywords(u)
+	} else if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "bolt" { // a bolt path holds anything
 		at := strings.LastIndex(rest, "@")
 		if user, password, ok := strings.Cut(rest[:max(at, 0)], ":"); at >= 0 && !strings.Contains(rest[:at], "/") && ok && password != "" {
 			shown = u[:len(u)-len(rest)] + user + ":xxxxx" + rest[at:]
 			passwords = append(passwords, password)
 		}
 	}
-	if !strings.HasPrefix(u, "bolt:") {
+	if !strings.HasPrefix(u, "bolt:") && !keywords.MatchString(u) {
 		shown = passwordParam.ReplaceAllStringFunc(shown, func(p string) string {
 			m := passwordParam.FindStringSubmatch(p)
-			passwords = append(passwords, strings.Trim(m[2], "'"))
-			return m[1] + "password=xxxxx"
+			passwords = append(passwords, strings.Trim(m[3], "'"))
+			return m[1] + m[2] + "=xxxxx"
 		})
 	}
 	none := func(s string) string { return s }
@@ -283,10 +313,70 @@ func hidePassword(u string) (string, func(string) string) {
 	}
 }
 
-// passwordParam matches a parameter password=... of a URL's query or of a
-// connection string of keywords (password=x, password='x y'): what
-// precedes it, and its value.
-var passwordParam = regexp.MustCompile(`(^|[?&\s])password=('[^']*'|[^&#\s]*)`)
+// passwordParam matches a parameter password=... or sslpassword=... of a
+// URL's query, or of a text that looks like one (password=x,
+// password='x y'): what precedes it, its name, and its value.
+var passwordParam = regexp.MustCompile(`(^|[?&\s])((?:ssl)?password)=('[^']*'|[^&#\s]*)`)
+
+// spaces are the characters that separate the settings of a connection
+// string of keywords, as pgx reads it.
+const spaces = " \t\n\r\v\f"
+
+// hideKeywords returns s, a connection string of keywords, with the
+// values of its settings password and sslpassword written as xxxxx, and
+// those values, as written and as pgx reads them. It reads s as pgx does:
+// a setting is a keyword, =, and a value, with spaces around the = or
+// none; a value in quotes holds spaces, and a backslash takes the next
+// character as it is (\' and \\ are ' and \). A value left open, by an
+// unterminated quote or a backslash at the end, runs to the end.
+func hideKeywords(s string) (string, []string) {
+	var (
+		shown     strings.Builder
+		passwords []string
+	)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			shown.WriteString(s)
+			break
+		}
+		key := strings.Trim(s[:eq], spaces)
+		rest := strings.TrimLeft(s[eq+1:], spaces)
+		shown.WriteString(s[:len(s)-len(rest)])
+		// The value's end: its closing quote, or the first space.
+		end, quoted := 0, strings.HasPrefix(rest, "'")
+		if quoted {
+			end = 1
+		}
+		for end < len(rest) {
+			c := rest[end]
+			if quoted && c == '\'' {
+				end++
+				break
+			}
+			if !quoted && strings.IndexByte(spaces, c) >= 0 {
+				break
+			}
+			if c == '\\' {
+				end++
+			}
+			end++
+		}
+		end = min(end, len(rest))
+		value := rest[:end]
+		s = rest[end:]
+		if key != "password" && key != "sslpassword" {
+			shown.WriteString(value)
+			continue
+		}
+		shown.WriteString("xxxxx")
+		if quoted {
+			value = strings.TrimSuffix(value[1:], "'")
+		}
+		passwords = append(passwords, value, strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(value))
+	}
+	return shown.String(), passwords
+}
 
 // parseClusterURL reads what follows "redis+cluster:" in --store:
 // //[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/0]. Without a node, go-redis
