@@ -437,7 +437,10 @@ func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, whe
 			return nil, nil, err
 		}
 	}
-	rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix))
+	// No background check of the server's settings (redisstore.WithLogger):
+	// a command is over in a moment, and its client's Close would race the
+	// check's calls still in flight.
+	rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix), redisstore.WithLogger(nil))
 	if err != nil {
 		c.Close()
 		return nil, nil, usagef("--prefix: %v", err)
