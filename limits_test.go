@@ -665,18 +665,7 @@ func TestSetLimitsAddingANameAndTheDenyCache(t *testing.T) {
 			// A call of the strict config, held on its way to the store
 			// while "l" is removed, is refused there: the cache learns
 			// the record (0 tokens) under the removed config.
-			arrived, release := make(chan struct{}), make(chan struct{})
-			store.beforeCall.Store(ptr(func() {
-				close(arrived)
-				<-release
-			}))
-			late := make(chan ratelimit.Result, 1)
-			go func() {
-				res, err := lim.Limit(ctx, "l", "k")
-				assert.NoError(t, err)
-				late <- res
-			}()
-			<-arrived
+			late, release := stallCall(t, store, func() (ratelimit.Result, error) { return lim.Limit(ctx, "l", "k") })
 			require.NoError(t, lim.SetLimits(nil))
 			close(release)
 			res = <-late
@@ -743,20 +732,26 @@ func holdLateCall(t *testing.T, lim *ratelimit.Limiter, mock *clock.Mock, stall 
 	require.NoError(t, err)
 	require.True(t, res.OK)
 	mock.Add(time.Second) // the loose config refills the 10
+	return stallCall(t, stall, call)
+}
 
-	arrived, release := make(chan struct{}), make(chan struct{})
-	late := make(chan ratelimit.Result, 1)
+// stallCall starts call, and returns once it has arrived at stall's next
+// Apply, where it waits until release is closed; late has its result.
+func stallCall(t *testing.T, stall *stallStore, call func() (ratelimit.Result, error)) (late <-chan ratelimit.Result, release chan struct{}) {
+	t.Helper()
+	arrived, rel := make(chan struct{}), make(chan struct{})
+	res := make(chan ratelimit.Result, 1)
 	stall.beforeCall.Store(ptr(func() {
 		close(arrived)
-		<-release
+		<-rel
 	}))
 	go func() {
-		res, err := call()
+		r, err := call()
 		assert.NoError(t, err)
-		late <- res
+		res <- r
 	}()
 	<-arrived
-	return late, release
+	return res, rel
 }
 
 // requireLateGrantForgotten lets the call held by holdLateCall go once a
@@ -862,18 +857,7 @@ func TestDenyCacheEntryOfAnOldConfigAfterSetLimits(t *testing.T) {
 
 			// A call of the strict config, held on its way to the store
 			// while "l" changes or goes away.
-			arrived, release := make(chan struct{}), make(chan struct{})
-			store.beforeCall.Store(ptr(func() {
-				close(arrived)
-				<-release
-			}))
-			late := make(chan ratelimit.Result, 1)
-			go func() {
-				res, err := lim.Limit(ctx, "l", key)
-				assert.NoError(t, err)
-				late <- res
-			}()
-			<-arrived
+			late, release := stallCall(t, store, func() (ratelimit.Result, error) { return lim.Limit(ctx, "l", key) })
 			grantLoose := func() {
 				// A second later, a call of the loose config is
 				// granted: 10 refilled, 9 left.
