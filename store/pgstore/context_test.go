@@ -2,14 +2,13 @@ package pgstore_test
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -125,32 +124,8 @@ func holdTables(t *testing.T, pool *pgxpool.Pool, tables ...string) (release fun
 // New returns when its context ends on a PostgreSQL server that accepts
 // connections and never answers, with the context's error.
 func TestContextEndsNewOnASilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	pool, err := pgxpool.New(context.Background(), "postgres://app@"+ln.Addr().String()+"/test?sslmode=disable")
+	addr, _ := testserver.Silent(t)
+	pool, err := pgxpool.New(context.Background(), "postgres://app@"+addr+"/test?sslmode=disable")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	for _, end := range contextEnds {

@@ -2,51 +2,16 @@ package redisstore_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
-
-// silentServer listens on loopback, accepts every connection and never
-// answers, not even the client's handshake: a server stalled from its
-// first byte. drop closes the listener and the connections, which ends
-// the reads the client has in flight; call it before closing the client,
-// whose Close otherwise waits for them (see docs/stores/redis.md).
-func silentServer(t *testing.T) (addr string, drop func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	return ln.Addr().String(), func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	}
-}
 
 // storeCall is one call of the store, made with ctx.
 type storeCall struct {
@@ -82,8 +47,8 @@ func silentOp() *driver.Op {
 // each of a silent server of its own, built with opts; they are closed at
 // cleanup, once their servers have dropped their connections.
 func silentClients(t *testing.T, opts redis.Options) map[string]redis.UniversalClient {
-	one, dropOne := silentServer(t)
-	nodes, dropNodes := silentServer(t)
+	one, dropOne := testserver.Silent(t)
+	nodes, dropNodes := testserver.Silent(t)
 	single := opts
 	single.Addr = one
 	c := redis.NewClient(&single)
