@@ -338,3 +338,14 @@ func BenchmarkLoneWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettle is storetest.BenchmarkSettle: a reservation canceled, a
+// receipt refunded.
+func BenchmarkSettle(b *testing.B) {
+	s, err := boltstore.Open(filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchmarkSettle(b, s)
+}

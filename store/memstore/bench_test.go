@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 )
 
 // BenchmarkMemoryPerKey measures the heap a memstore holds per idle key:
@@ -98,4 +99,13 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+}
+
+// go test -run '^$' -bench Settle ./store/memstore
+func BenchmarkSettle(b *testing.B) {
+	s, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchmarkSettle(b, s)
 }

@@ -70,3 +70,10 @@ func BenchmarkShardedHotKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettle is storetest.BenchmarkSettle: a reservation canceled, a
+// receipt refunded.
+func BenchmarkSettle(b *testing.B) {
+	pool := newPool(b, testserver.PostgresURL(b), nil)
+	storetest.BenchmarkSettle(b, newStore(b, pool))
+}

@@ -238,3 +238,10 @@ func reportServerTime(b *testing.B, before, after cmdStat, decisions int) {
 		b.ReportMetric(float64(decisions)/float64(calls), "decisions/call")
 	}
 }
+
+// BenchmarkSettle is storetest.BenchmarkSettle: a reservation canceled, a
+// receipt refunded.
+func BenchmarkSettle(b *testing.B) {
+	c := client(b)
+	storetest.BenchmarkSettle(b, newStore(c, uniquePrefix(b, c)))
+}

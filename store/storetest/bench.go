@@ -76,3 +76,47 @@ func BenchmarkParallel(b *testing.B, goroutines int, call func(ctx context.Conte
 		}
 	})
 }
+
+// BenchmarkSettle measures a settlement over store, each of its iterations
+// two calls: a Reserve and the Reservation's Cancel (the owner's
+// settlement), or a Limit with a receipt and Limiter.Refund of it (a
+// holder's), from 1 and from 64 goroutines, on 10,000 keys.
+func BenchmarkSettle(b *testing.B, store ratelimit.Store) {
+	lim, err := ratelimit.New(store, ratelimit.Limits{"bench": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second, MaxReserved: 1e12}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := fmt.Sprint(time.Now().UnixNano()) // fresh keys on a shared server
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = fmt.Sprint("bench-settle-", run, "-", i)
+	}
+	ways := []struct {
+		name   string
+		settle func(ctx context.Context, key string) error
+	}{
+		{"cancel", func(ctx context.Context, key string) error {
+			r, err := lim.Reserve(ctx, "bench", key)
+			if err != nil {
+				return err
+			}
+			return r.Cancel(ctx)
+		}},
+		{"refund", func(ctx context.Context, key string) error {
+			res, err := lim.Limit(ctx, "bench", key, ratelimit.WithReceipt())
+			if err != nil {
+				return err
+			}
+			return lim.Refund(ctx, res.Token)
+		}},
+	}
+	for _, w := range ways {
+		for _, par := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", w.name, par), func(b *testing.B) {
+				BenchmarkParallel(b, par, func(ctx context.Context, i int) error {
+					return w.settle(ctx, names[i%len(names)])
+				})
+			})
+		}
+	}
+}
