@@ -111,9 +111,15 @@ type Decision struct {
 	TS int64
 	// Settled is set, in an op that carries a Settlement, when the
 	// settlement's ID had been settled before: how it was. The op then did
-	// nothing, and every field of its decisions but Now and Settled is
-	// zero (see Op.SettledBefore).
+	// nothing, and every field of its decisions but Now, Settled and Own
+	// is zero (see Op.SettledBefore).
 	Settled SettleKind
+	// Own is set, with Settled, when the mark found records the op's own
+	// Settlement.Settler, not zero: the settlement found is the sender's
+	// own earlier attempt (one whose answer it did not get), not another
+	// settler's. A mark of no settler (the zero Settler, or a mark written
+	// by a release that kept none) is never Own.
+	Own bool
 }
 
 // SettleKind says how a reservation or a receipt was settled.
@@ -144,8 +150,9 @@ func (k SettleKind) String() string {
 // In the atomic step that decides the op, the store looks for a marker of
 // ID. If there is one, the op does nothing: it writes no record, and each
 // decision says how the ID was settled (Decision.Settled, the marker's
-// kind). If there is none, the store decides the op as any refund and
-// writes the marker, recording Kind. It keeps the marker at least until
+// kind) and whether the marker records this op's Settler (Decision.Own).
+// If there is none, the store decides the op as any refund and writes the
+// marker, recording Kind and Settler. It keeps the marker at least until
 // Until + ExpiryGrace on the op's clock (the store's own, for a
 // TimeSource), and may drop it after, as it drops expired records: the
 // Limiter no longer settles the token then (by the refund rule, nothing
@@ -161,6 +168,20 @@ type Settlement struct {
 	// Until is a Unix time in milliseconds, within ±MaxTime (beyond, the
 	// op is invalid: ErrInvalidOp): the marker's expiry, less ExpiryGrace.
 	Until int64
+	// Settler names who settles: 128 random bits that one sender keeps
+	// across the retries of one settlement (a Reservation's Wait and
+	// Cancel), so that a retry whose first attempt took effect, its answer
+	// lost, finds its own marker (Decision.Own) and tells it from another
+	// settler's of the same token. Zero names no settler: the marker then
+	// records none, and is nobody's own. Any value is valid.
+	Settler [16]byte
+}
+
+// SettledBy reports whether a marker of s's ID that records the settler
+// kept (zero for one that records none) is the sender's own
+// (Decision.Own): kept is s.Settler, and not zero.
+func (s *Settlement) SettledBy(kept [16]byte) bool {
+	return kept != [16]byte{} && kept == s.Settler
 }
 
 // Mode is what an Op asks of a store: one of the three below (an Op of
@@ -213,12 +234,23 @@ type Op struct {
 
 // SettledBefore fills out with the decisions of op, a refund carrying a
 // Settlement, when the store found the settlement's ID settled before, by
-// kind: the op does nothing, and each decision says so. Stores that run
-// ratelimit.Evaluate call it instead when they find the marker; native
-// ports answer the same.
+// kind, by a settler it does not know (a marker that records none): the op
+// does nothing, and each decision says so. It is SettledBeforeBy with the
+// zero settler.
 func (op *Op) SettledBefore(kind SettleKind, out []Decision) {
+	op.SettledBeforeBy(kind, [16]byte{}, out)
+}
+
+// SettledBeforeBy fills out with the decisions of op, a refund carrying a
+// Settlement, when the store found the settlement's ID settled before, by
+// kind, and the marker records the settler kept (zero: none): the op does
+// nothing, and each decision says so, and whether the marker is the
+// sender's own (Settlement.SettledBy). Stores that run ratelimit.Evaluate
+// call it instead when they find the marker; native ports answer the same.
+func (op *Op) SettledBeforeBy(kind SettleKind, kept [16]byte, out []Decision) {
+	own := op.Settle.SettledBy(kept)
 	for i := range op.Items {
-		out[i] = Decision{Now: op.Now, Settled: kind}
+		out[i] = Decision{Now: op.Now, Settled: kind, Own: own}
 	}
 }
 
