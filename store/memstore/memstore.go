@@ -105,10 +105,12 @@ type Store struct {
 	markWrites int
 }
 
-// mark is a settlement: how it was settled, and when it may be dropped.
+// mark is a settlement: how it was settled, by whom (Settlement.Settler),
+// and when it may be dropped.
 type mark struct {
 	kind    driver.SettleKind
 	expires int64
+	settler [16]byte
 }
 
 // Option configures a Store in New.
@@ -780,14 +782,14 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
 	if m, ok := s.marks[op.Settle.ID]; ok {
-		op.SettledBefore(m.kind, out)
+		op.SettledBeforeBy(m.kind, m.settler, out)
 		return nil
 	}
 	s.apply(op, out)
 	if s.marks == nil {
 		s.marks = make(map[[16]byte]mark)
 	}
-	s.marks[op.Settle.ID] = mark{kind: op.Settle.Kind, expires: op.Settle.Until}
+	s.marks[op.Settle.ID] = mark{kind: op.Settle.Kind, expires: op.Settle.Until, settler: op.Settle.Settler}
 	// Every so many marks, drop those expired: amortized O(1) a mark.
 	if s.markWrites++; s.markWrites >= max(1024, len(s.marks)) {
 		s.markWrites = 0
