@@ -74,6 +74,10 @@ var (
 type SettledError struct {
 	ID   [16]byte
 	Kind driver.SettleKind
+	// own: the store's mark records the settler that asked
+	// (driver.Decision.Own), a Reservation whose earlier attempt took
+	// effect, its answer lost.
+	own bool
 }
 
 func (e *SettledError) Error() string {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,14 +41,18 @@ type Reservation struct {
 	at     time.Time
 	charge charge
 
-	mu         sync.Mutex
-	canceled   bool   // its tokens were handed back
-	used       bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
-	held       bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
-	claimed    bool   // a Wait or an AfterFunc of it is under way: no other may let the job run
-	useSent    bool   // a use of its token was sent and failed: the store may have taken it
-	cancelSent bool   // a cancel of its token was sent and failed: the store may have taken it
-	tok        *Token // made by Token, or by Cancel; nil before
+	mu       sync.Mutex
+	canceled bool   // its tokens were handed back
+	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
+	held     bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
+	claimed  bool   // a Wait or an AfterFunc of it is under way: no other may let the job run
+	tok      *Token // made by Token, or by Cancel; nil before
+	// settler names the reservation in the store's marks of its
+	// settlements (driver.Settlement.Settler), so that a retried Wait or
+	// Cancel tells its own earlier attempt, whose answer was lost, from a
+	// holder's settlement of its token; random, chosen at its first
+	// settlement (settlerID).
+	settler [16]byte
 }
 
 // Reserve takes Count tokens (default 1) of the named limit for key, for a
@@ -140,7 +145,11 @@ func (r *Reservation) Delay() time.Duration {
 // Expires, when the store may have forgotten a holder's settlement of it;
 // Cancel then hands nothing back). A Wait that failed on a store error may
 // be retried: if the store took the first one's use after all, the retry
-// returns nil.
+// returns nil. The store's mark of a settlement names the Reservation
+// that made it (driver.Settlement.Settler), so the retry returns nil only
+// for its own use: a use by a holder of the token, made while the first
+// attempt never reached the store, is the holder's (ErrReservationUsed),
+// as is a mark that names no settler (one written by an earlier release).
 //
 // The job is let run once: Wait returns at once with an error matching
 // ErrReservationScheduled while another Wait or an AfterFunc of the
@@ -212,26 +221,41 @@ func (r *Reservation) use(ctx context.Context) error {
 		return err
 	}
 	if r.tok != nil {
-		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true)
+		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true, r.settlerID())
 		var se *SettledError
 		switch {
-		case errors.As(err, &se) && se.Kind == driver.SettleUse && r.useSent:
-			// This reservation's own use, taken by the store on a call
-			// whose answer was lost: the job may run.
+		case errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
+			// This reservation's own use, taken by the store on an
+			// earlier call whose answer was lost: the job may run.
 		case errors.As(err, &se) && se.Kind == driver.SettleUse:
-			// Used by a holder of the token, which runs the job.
+			// Used by a holder of the token, which runs the job; or by
+			// a settler the mark does not name (one an earlier release
+			// wrote), which may be the holder too.
 			r.used, r.held = true, true
 			return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
+		case errors.As(err, &se) && se.own:
+			r.canceled = true
+			return fmt.Errorf("ratelimit: limit %q: canceled by an earlier Cancel of the reservation, whose answer was lost: %w", r.res.Name, err)
 		case errors.As(err, &se):
 			r.canceled = true
 			return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
 		case err != nil:
-			r.useSent = r.useSent || sentToStore(err)
 			return err
 		}
 	}
 	r.used = true
 	return nil
+}
+
+// settlerID returns the reservation's settler, choosing it at the first
+// call; r.mu is held. Should the random source fail (it does not on
+// supported platforms), it stays zero, which names no settler: a retry
+// then takes no mark for its own, and the job does not run twice.
+func (r *Reservation) settlerID() [16]byte {
+	if r.settler == ([16]byte{}) {
+		_, _ = rand.Read(r.settler[:])
+	}
+	return r.settler
 }
 
 // settled returns the error of letting the job run when it may not any
@@ -403,7 +427,11 @@ func stopped(context.Context) bool { return false }
 // (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
 // back and returns an error matching ErrReservationUsed. A failed refund
 // (a store error) may be retried: if the store took the first one after
-// all, the retry returns nil.
+// all, the retry returns nil; a cancel by a holder of the token, or one
+// whose mark names no settler, is not the Reservation's own, and the
+// retry returns a *SettledError (see Wait). If the store took the use of
+// an earlier Wait or AfterFunc whose answer was lost, Cancel returns a
+// *SettledError matching ErrReservationUsed, and a Wait lets the job run.
 //
 // After a change of the limit (SetLimits, SetLimit), the tokens go back
 // under the config in force, as Limiter.Refund of the token would send
@@ -437,22 +465,26 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if tok == nil {
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: no random source for its token", r.res.Name)
 	}
-	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleCancel, 0, true)
+	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleCancel, 0, true, r.settlerID())
 	var se *SettledError
 	switch {
 	case err == nil, errors.Is(err, ErrTokenExpired):
-	case errors.As(err, &se) && se.Kind == driver.SettleCancel && r.cancelSent:
-		// This reservation's own cancel, taken by the store on a call
-		// whose answer was lost.
+	case errors.As(err, &se) && se.Kind == driver.SettleCancel && se.own:
+		// This reservation's own cancel, taken by the store on an
+		// earlier call whose answer was lost.
+	case errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
+		// Its own use, by an earlier Wait or AfterFunc whose answer
+		// was lost: the tokens are spent, and the job has not run yet;
+		// a Wait lets it run.
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: an earlier Wait or AfterFunc of it marked it used, and its answer was lost: the tokens are spent (a Wait lets the job run): %w", r.res.Name, err)
 	case errors.As(err, &se):
 		if se.Kind == driver.SettleUse {
-			r.used = true
+			r.used, r.held = true, true
 		} else {
 			r.canceled = true
 		}
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	default:
-		r.cancelSent = r.cancelSent || sentToStore(err)
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	}
 	if r.lim.deny != nil {

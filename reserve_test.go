@@ -791,6 +791,39 @@ func TestCancelRetriedAfterALostReply(t *testing.T) {
 	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationCanceled)
 }
 
+// A Wait whose use never reached the store, retried after a holder of
+// the token used it in another process, finds the holder's use, not its
+// own: the job is the holder's, and must not run twice. The retry used to
+// take any use for its own earlier attempt, and let the job run in both
+// processes. A Cancel retried after a holder's refund alike.
+func TestRetryAfterAFailureFindsAHoldersSettlement(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+	owner := must(ratelimit.New(store, limits, ratelimit.WithClock(newMock())))
+	holder := must(ratelimit.New(store.Store, limits, ratelimit.WithClock(newMock())))
+
+	r, err := owner.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	store.fail.Store(true)
+	require.ErrorIs(t, r.Wait(ctx), errDown)
+	store.fail.Store(false)
+	require.NoError(t, holder.Use(ctx, r.Token()), "the holder runs the job")
+	err = r.Wait(ctx)
+	require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the owner must not run it too")
+	var se *ratelimit.SettledError
+	require.ErrorAs(t, err, &se)
+
+	r, err = owner.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	tok := r.Token()
+	store.fail.Store(true)
+	require.Error(t, r.Cancel(ctx))
+	store.fail.Store(false)
+	require.NoError(t, holder.Refund(ctx, tok))
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationCanceled, "the holder's cancel, not the owner's")
+}
+
 // An AfterFunc of a nil function schedules nothing and says so, rather than
 // panicking when the job may run; the reservation stays the caller's.
 func TestAfterFuncOfNil(t *testing.T) {

@@ -424,7 +424,9 @@ func (l *Limiter) Use(ctx context.Context, t *Token) error {
 // ErrReservationUsed, if it was used). The other errors are Use's. A
 // Refund whose store call failed may be retried: if the first attempt
 // went through after all, the retry says ErrAlreadySettled with
-// SettledError.Kind driver.SettleCancel.
+// SettledError.Kind driver.SettleCancel, as it does after another
+// process's Refund of the token: a Refund names no settler, and cannot
+// tell the two apart (a Reservation's Cancel can).
 //
 // The refund rule counts the grants since the charge by the config in
 // force when Refund is called (and so does Reservation.Cancel, unless the
@@ -479,11 +481,14 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		}
 		lims[i] = lim
 	}
-	return l.settle(ctx, t, lims, kind, used, all)
+	return l.settle(ctx, t, lims, kind, used, all, [16]byte{})
 }
 
-// settle sends the settlement of t, whose items' limits are lims.
-func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driver.SettleKind, used float64, all bool) error {
+// settle sends the settlement of t, whose items' limits are lims, as
+// settler (driver.Settlement.Settler: zero for none, as a holder of the
+// token settles it). The *SettledError of a settlement found before says
+// whether it was settler's own (own).
+func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driver.SettleKind, used float64, all bool, settler [16]byte) error {
 	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
 		return fmt.Errorf("ratelimit: settle: %w", err)
@@ -509,7 +514,7 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		return &SettledError{ID: t.id, Kind: driver.SettleUse}
 	}
 	op := driver.Op{Mode: driver.ModeRefund, Now: now,
-		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until},
+		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until, Settler: settler},
 		Items:  make([]driver.Item, len(t.items))}
 	for i, it := range t.items {
 		back := it.amount
@@ -536,10 +541,10 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		}
 	}
 	if err != nil {
-		return &storeSettleError{fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)}
+		return fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)
 	}
 	if k := out[0].Settled; k != 0 {
-		return &SettledError{ID: t.id, Kind: k}
+		return &SettledError{ID: t.id, Kind: k, own: out[0].Own}
 	}
 	if !out[0].OK {
 		// A refund is always OK (Evaluate): a store that answers one
@@ -548,20 +553,6 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		return &SettledError{ID: t.id}
 	}
 	return nil
-}
-
-// storeSettleError is the error of a settlement the store failed: it was
-// sent, and may have taken effect.
-type storeSettleError struct{ err error }
-
-func (e *storeSettleError) Error() string { return e.err.Error() }
-func (e *storeSettleError) Unwrap() error { return e.err }
-
-// sentToStore reports whether err, of a settlement, is the store's: the
-// settlement may have taken effect.
-func sentToStore(err error) bool {
-	var se *storeSettleError
-	return errors.As(err, &se)
 }
 
 // receiptFits refuses, before the call is made, a call with WithReceipt
