@@ -186,16 +186,17 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 	var mark []byte
 	if op.Settle != nil {
 		// A settlement: at most once per ID. Its mark is a value like a
-		// record's (the kind, the time, the expiry), swept as records are.
+		// record's (the kind, the time, the expiry, and the settler if
+		// any), swept as records are.
 		// One that cannot be read may be a settlement's: the op fails,
 		// rather than settle the token a second time.
 		mark = markKey(op.Settle.ID)
 		if v := b.Get(mark); v != nil {
-			kind, ok := decodeMark(v)
+			kind, settler, _, ok := decodeMark(v)
 			if !ok {
 				return badMark(s.bucket, op.Settle.ID, v)
 			}
-			op.SettledBefore(kind, r.out)
+			op.SettledBeforeBy(kind, settler, r.out)
 			return nil
 		}
 	}
@@ -207,8 +208,7 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 	}
 	ratelimit.Evaluate(op, prev, r.out, next)
 	if mark != nil {
-		v := appendValue(make([]byte, 0, valueLen),
-			driver.State{Remaining: float64(op.Settle.Kind), TS: op.Now}, op.Settle.Until)
+		v := appendMark(make([]byte, 0, markSettlerLen), op.Settle, op.Now)
 		if err := b.Put(mark, v); err != nil {
 			return err
 		}

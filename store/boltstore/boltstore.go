@@ -599,21 +599,42 @@ func markKey(id [16]byte) []byte {
 }
 
 // A settlement's mark is a value like a record's: the settlement's kind
-// (as the value), the time it was made, and when it may be dropped.
+// (as the value), the time it was made, and when it may be dropped. A
+// settlement of a settler (driver.Settlement.Settler, not zero) appends
+// the settler's 16 bytes (markSettlerLen in all); one of none is the
+// record-sized value alone, as releases that kept no settler write every
+// mark, and read only that.
+const markSettlerLen = valueLen + 16
 
-// decodeMark returns the kind of the settlement whose mark is v; false for
-// a value that is no mark.
-func decodeMark(v []byte) (driver.SettleKind, bool) {
-	st, _, ok := decodeValue(v)
+// appendMark appends the mark of the settlement st, made at now.
+func appendMark(dst []byte, st *driver.Settlement, now int64) []byte {
+	dst = appendValue(dst, driver.State{Remaining: float64(st.Kind), TS: now}, st.Until)
+	if st.Settler != ([16]byte{}) {
+		dst = append(dst, st.Settler[:]...)
+	}
+	return dst
+}
+
+// decodeMark returns the kind, the settler (zero: none) and the expiry of
+// the settlement whose mark is v; false for a value that is no mark.
+func decodeMark(v []byte) (kind driver.SettleKind, settler [16]byte, expires int64, ok bool) {
+	if len(v) == markSettlerLen {
+		copy(settler[:], v[valueLen:])
+		if settler == ([16]byte{}) {
+			return 0, settler, 0, false // written as a mark of none
+		}
+		v = v[:valueLen]
+	}
+	st, expires, ok := decodeValue(v)
 	switch k := st.Remaining; {
 	case !ok:
-		return 0, false
+		return 0, settler, 0, false
 	case k == float64(driver.SettleCancel):
-		return driver.SettleCancel, true
+		return driver.SettleCancel, settler, expires, true
 	case k == float64(driver.SettleUse):
-		return driver.SettleUse, true
+		return driver.SettleUse, settler, expires, true
 	}
-	return 0, false
+	return 0, settler, 0, false
 }
 
 // badMark returns the error, matching ErrBadMark, of the settlement id
@@ -623,7 +644,7 @@ func badMark(bucket []byte, id [16]byte, v []byte) error {
 		"the token may have been settled already: treat it as settled (do not run its job, nor hand its tokens back); "+
 		"once the token has expired (Token.Expires), delete the key through the store's DB; "+
 		"if something else writes into the bucket, give the store a bucket of its own (WithBucket)",
-		ErrBadMark, id[:4], markKey(id), bucket, len(v), v[:min(len(v), valueLen)])
+		ErrBadMark, id[:4], markKey(id), bucket, len(v), v[:min(len(v), markSettlerLen)])
 }
 
 // appendRecordKey appends the bbolt key of id to dst.

@@ -35,6 +35,8 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		"empty":     {},
 		"short":     {2},
 		"long":      append(markValue(2), 0),
+		"settler 0": append(markValue(2), make([]byte, 16)...),
+		"settler 1": append(markValue(2), make([]byte, 15)...),
 		"kind 0":    markValue(0),
 		"kind 3":    markValue(3),
 		"kind 1.5":  markValue(1.5),
@@ -110,4 +112,68 @@ func TestSweepKeepsBadMarks(t *testing.T) {
 	for _, tok := range bad {
 		require.ErrorIs(t, lim.Refund(ctx, tok), boltstore.ErrBadMark, "the mark was kept")
 	}
+}
+
+// A settlement of no settler (a holder's, by its token) writes the mark
+// releases that kept no settler write, and read; one of a settler (a
+// Reservation's) appends it. A mark of no settler, as an earlier release
+// wrote it, is nobody's own: a Reservation's retried Wait or Cancel that
+// finds one takes it for a holder's, rather than let the job run twice.
+// Marks of both forms are swept once expired.
+func TestMarkFormat(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	lim, err := ratelimit.New(s, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	mark := func(tok *ratelimit.Token) []byte {
+		var v []byte
+		require.NoError(t, s.DB().View(func(tx *bolt.Tx) error {
+			v = append(v, tx.Bucket([]byte(boltstore.DefaultBucket)).Get(boltstore.MarkKey(tok.ID()))...)
+			return nil
+		}))
+		return v
+	}
+	put := func(tok *ratelimit.Token, v []byte) {
+		require.NoError(t, s.DB().Update(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte(boltstore.DefaultBucket)).Put(boltstore.MarkKey(tok.ID()), v)
+		}))
+	}
+
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	holders := r.Token()
+	require.NoError(t, lim.Refund(ctx, holders))
+	v := mark(holders)
+	require.Len(t, v, 24, "a holder's mark: kind, time, expiry")
+	require.Equal(t, markValue(1)[:16], v[:16])
+	require.Equal(t, holders.Expires().UnixMilli(), int64(binary.BigEndian.Uint64(v[16:])))
+
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	owners := r.Token()
+	require.NoError(t, r.Cancel(ctx))
+	v = mark(owners)
+	require.Len(t, v, 40, "the owner's mark: kind, time, expiry, settler")
+	require.Equal(t, markValue(1)[:16], v[:16])
+	require.Equal(t, owners.Expires().UnixMilli(), int64(binary.BigEndian.Uint64(v[16:])))
+	require.NotEqual(t, make([]byte, 16), v[24:])
+
+	// Marks of an earlier release: a use, a cancel, of no settler.
+	for kind, want := range map[float64]error{2: ratelimit.ErrReservationUsed, 1: ratelimit.ErrReservationCanceled} {
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		put(r.Token(), markValue(kind))
+		require.ErrorIs(t, r.Wait(ctx), want, "kind %v: Wait", kind)
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		put(r.Token(), markValue(kind))
+		require.ErrorIs(t, r.Cancel(ctx), want, "kind %v: Cancel", kind)
+	}
+
+	n, err := s.DeleteExpired(ctx, t0.Add(1000*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1+2, n, "the record and the two marks this store wrote (the others expire never)")
+	require.Nil(t, mark(owners))
 }

@@ -84,9 +84,8 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 // as any record.
 func expiredAt(k, v []byte, cutoff int64) bool {
 	if len(k) == markLen && k[0] == tagMark {
-		if _, ok := decodeMark(v); !ok {
-			return false
-		}
+		_, _, expires, ok := decodeMark(v)
+		return ok && expires <= cutoff
 	}
 	_, expires, ok := decodeValue(v)
 	return ok && expires <= cutoff
