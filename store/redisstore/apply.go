@@ -659,7 +659,8 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 			reply = reply[decisionSize:]
 			r.out[i] = driver.Decision{
 				OK:         d[0]&1 == 1,
-				Settled:    driver.SettleKind(d[0] >> 1),
+				Settled:    driver.SettleKind(d[0] >> 1 & 3),
+				Own:        d[0]&8 != 0,
 				RetryAfter: int64(f64(d[1:])),
 				Remaining:  f64(d[9:]),
 				Charged:    [2]float64{f64(d[17:]), f64(d[25:])},
@@ -757,6 +758,7 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots b
 		}
 		if r.settle.Kind != 0 {
 			b = appendF64(b, float64(r.settle.Until))
+			b = append(b, r.settle.Settler[:]...) // raw bytes, not a double
 		}
 	}
 	e.buf = b

@@ -42,6 +42,9 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		"kind 128":    "\x02\x80",
 		"short":       "\x02",
 		"long":        "\x02\x01\x00",
+		"settler 0":   "\x02\x02" + strings.Repeat("\x00", 16),
+		"settler 15":  "\x02\x02" + strings.Repeat("\x01", 15),
+		"settler 17":  "\x02\x02" + strings.Repeat("\x01", 17),
 		"a record":    string(record),
 		"a text one":  "5 " + strconv.FormatInt(t0.UnixMilli(), 10),
 		"no record":   "garbage",
@@ -86,5 +89,52 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		got, err := c.Get(ctx, mark).Result()
 		require.NoError(t, err)
 		require.Equal(t, bad, got, "%s: the mark is left as it is", name)
+	}
+}
+
+// A settlement of no settler (a holder's, by its token) writes the mark
+// releases that kept no settler write and read, "\x02" and its kind; one
+// of a settler (a Reservation's) appends the settler's 16 bytes. A mark of
+// no settler, as an earlier release wrote it, is nobody's own: a
+// Reservation's retried Wait or Cancel that finds one takes it for a
+// holder's, rather than let the job run twice.
+func TestMarkFormat(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	store := newStore(c, uniquePrefix(t, c))
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	markOf := func(tok *ratelimit.Token) string {
+		return markKeyOf(store.Key(driver.RecordID{Name: "jobs", Key: "k"}), tok.ID())
+	}
+
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	holders := r.Token()
+	require.NoError(t, lim.Refund(ctx, holders))
+	require.Equal(t, "\x02\x01", c.Get(ctx, markOf(holders)).Val(), "a holder's mark")
+
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	owners := r.Token()
+	require.NoError(t, r.Cancel(ctx))
+	v := c.Get(ctx, markOf(owners)).Val()
+	require.Len(t, v, 18, "the owner's mark: kind and settler")
+	require.Equal(t, "\x02\x01", v[:2])
+	require.NotEqual(t, strings.Repeat("\x00", 16), v[2:])
+	require.NoError(t, r.Cancel(ctx), "its own mark")
+
+	// Marks of an earlier release: a use, a cancel, of no settler.
+	for kind, want := range map[string]error{"\x02\x02": ratelimit.ErrReservationUsed, "\x02\x01": ratelimit.ErrReservationCanceled} {
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.NoError(t, c.Set(ctx, markOf(r.Token()), kind, time.Hour).Err())
+		require.ErrorIs(t, r.Wait(ctx), want, "%q: Wait", kind)
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.NoError(t, c.Set(ctx, markOf(r.Token()), kind, time.Hour).Err())
+		require.ErrorIs(t, r.Cancel(ctx), want, "%q: Cancel", kind)
 	}
 }

@@ -27,18 +27,23 @@
 --           refund: when the tokens were charged), shards; then per shard:
 --           its limit (1-based), phase; then, for a settlement, the time
 --           (Unix ms, the op's clock) until which its mark is kept, less
---           the margin. The settlement's mark is the key after the op's
+--           the margin, and its settler: 16 bytes, not a double (all zero:
+--           none). The settlement's mark is the key after the op's
 --           records, in the slot of its records.
 -- The reply is one string: per item of every op, in order, a byte ok (+2
--- times the kind of the settlement found, which did nothing) and
+-- times the kind of the settlement found, which did nothing; +8 when that
+-- mark names the op's settler, not none) and
 -- the doubles retry after (ms), remaining, charged to the first and to the
 -- second shard, now (the time the op was judged at) and the first
 -- record's time after the op (ratelimit.Decision).
 --
 -- A settlement's mark is the string "\2" followed by a byte, its kind (1
--- cancel, 2 use); Redis expires it. An op that finds its settlement's mark
--- does nothing; one that finds anything else at the mark's key fails
--- (BADMARK): its token may have been settled.
+-- cancel, 2 use), and, for a settlement of a settler, the settler's 16
+-- bytes (never all zero: a settlement of none writes the two bytes alone,
+-- as releases that kept no settler write and read every mark); Redis
+-- expires it. An op that finds its settlement's mark does nothing; one that
+-- finds anything else at the mark's key fails (BADMARK): its token may have
+-- been settled.
 --
 -- A record is the string "\1" followed by three doubles: value and ts (the
 -- ratelimit.State), and the server time (ms) at which Redis expires the
@@ -509,8 +514,9 @@ end
 -- (false: none known), and, once written, the limit and now of the last
 -- write (false: not written).
 local slot, rkey, rfound, rv, rts, rdl, rp, rnow = {}, {}, {}, {}, {}, {}, {}, {}
-local rmark = {} -- a mark's kind (false: not a mark)
-local mkey, mkind, mdl = {}, {}, {} -- the marks to write at the end: key, kind, expiry
+local rmark, rsettler = {}, {} -- a mark's kind (false: not a mark) and settler ('': none)
+local mkey, mkind, mdl, msettler = {}, {}, {}, {} -- the marks to write at the end: key, kind, expiry, settler
+local NONE -- the settler of a settlement of none: 16 zero bytes (set by apply)
 local nrec = 0
 
 -- shown returns s for an error's text: at most n bytes (then "..."),
@@ -655,8 +661,8 @@ end
 
 -- parse reads the stored string raw (false: missing; a table: the error
 -- GET answered, from redis.pcall) of key: found, value, ts, the key's
--- expiry kept in the record (false: none known), and a mark's kind
--- (false: not a mark). It accepts what parseState (redisstore.go)
+-- expiry kept in the record (false: none known), a mark's kind (false:
+-- not a mark) and a mark's settler ('': none, or not a mark). It accepts what parseState (redisstore.go)
 -- accepts, numbers of a text record as ParseFloat reads them (gonum),
 -- and a mark of a cancel or a use at a mark's key; anything else fails
 -- the call (bad), rather than reach the arithmetic as nil, or be taken
@@ -664,7 +670,7 @@ end
 -- is refused where the mark is looked for: apply.)
 local function parse(raw, key)
   if not raw then
-    return false, nil, nil, false, false
+    return false, nil, nil, false, false, ''
   end
   if typeof(raw) == 'table' then
     wrong(key, raw)
@@ -673,15 +679,16 @@ local function parse(raw, key)
   if b1 == 1 and #raw == 25 then
     local _, v, ts, dl = sunpack('<Bddd', raw)
     if v - v == 0 and ts >= MIN_TS and ts <= MAX_TS then -- sound, inline
-      return true, v, ts, dl, false
+      return true, v, ts, dl, false, ''
     end
     unsound(key, v, ts)
-  elseif b1 == 2 and #raw == 2 then
+  elseif b1 == 2 and (#raw == 2 or #raw == 18) then
     local kind = string.byte(raw, 2)
-    if (kind ~= 1 and kind ~= 2) or not is_mark(key) then
+    local settler = string.sub(raw, 3)
+    if (kind ~= 1 and kind ~= 2) or settler == NONE or not is_mark(key) then
       bad(key, raw)
     end
-    return false, nil, nil, false, kind
+    return false, nil, nil, false, kind, settler
   elseif b1 ~= 1 and b1 ~= 2 then
     -- The text of earlier versions, read as parseState reads it: only
     -- here, not on the common path above.
@@ -693,7 +700,7 @@ local function parse(raw, key)
       if not sound(v, ts) then
         unsound(key, v, ts)
       end
-      return true, v, ts, false, false
+      return true, v, ts, false, false, ''
     end
   end
   bad(key, raw)
@@ -709,7 +716,7 @@ local function decode(i, raw)
       return
     end
   end
-  rfound[i], rv[i], rts[i], rdl[i], rmark[i] = parse(raw, rkey[i])
+  rfound[i], rv[i], rts[i], rdl[i], rmark[i], rsettler[i] = parse(raw, rkey[i])
 end
 
 local at = {} -- the record of each key of the call
@@ -916,6 +923,7 @@ local function apply(keys, args)
   if not call then
     floor, ceil, min, lunpack = math.floor, math.ceil, math.min, unpack
     sunpack, pack, call, rpcall, typeof = struct.unpack, struct.pack, redis.call, redis.pcall, type
+    NONE = string.rep('\0', 16)
   end
   tnow = nil
   local b = args[1]
@@ -988,7 +996,7 @@ local function apply(keys, args)
     else
       -- a settlement: its kind, its mark, and the kind found there (false:
       -- none, the op settles it)
-      local skind, mk, found = 0, false, false
+      local skind, mk, found, first = 0, false, false, no
       if mode == MODE_REFUND and reserve > 0 then
         skind = reserve
         mk = at[k + nitems]
@@ -1073,7 +1081,18 @@ local function apply(keys, args)
       if skind > 0 then
         local keep
         keep, pos = sunpack('<d', b, pos)
+        local settler = string.sub(b, pos, pos + 15)
+        pos = pos + 16
         k = k + 1
+        if found and settler ~= NONE and rsettler[mk] == settler then
+          -- the op's own settler's mark: say so in each item's ok byte
+          for o = first + 1, no, 7 do
+            out[o] = out[o] + 8
+          end
+        end
+        if settler == NONE then
+          settler = ''
+        end
         if not found then
           -- Mark it settled until its time, the grace and the margin, on
           -- Redis's clock: written at the end, with the records.
@@ -1082,8 +1101,8 @@ local function apply(keys, args)
             dl = tnow + 1
           end
           nm = nm + 1
-          mkey[nm], mkind[nm], mdl[nm] = rkey[mk], skind, dl
-          rmark[mk] = skind
+          mkey[nm], mkind[nm], mdl[nm], msettler[nm] = rkey[mk], skind, dl, settler
+          rmark[mk], rsettler[mk] = skind, settler
         end
       end
       if mode == MODE_REFUND or (mode == MODE_LIMIT and all) then
@@ -1101,7 +1120,7 @@ local function apply(keys, args)
 
   -- write, with its common case first: the key's expiry still suffices
   for i = 1, nm do
-    call('SET', mkey[i], pack('<BB', 2, mkind[i]), 'PXAT', mdl[i])
+    call('SET', mkey[i], pack('<BB', 2, mkind[i]) .. msettler[i], 'PXAT', mdl[i])
   end
   local st = tnow
   for i = 1, nd do
