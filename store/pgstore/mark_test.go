@@ -71,3 +71,92 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1.0, st.Remaining, "each other op decided once")
 }
+
+// A settlement keeps its settler (driver.Settlement.Settler) in the key
+// column of its mark's row: empty for none (a holder's, by its token),
+// as releases that kept no settler write every mark, which they read by
+// its value alone; the settler's 16 bytes for a Reservation's. A mark of
+// no settler, as an earlier release wrote it, is nobody's own: a
+// Reservation's retried Wait or Cancel that finds one takes it for a
+// holder's, rather than let the job run twice. A batch in which two
+// settlers settle one ID tells each whose mark it finds.
+func TestMarkFormat(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s := newTableStore(t)
+	lim, err := ratelimit.New(s, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	row := func(tok *ratelimit.Token) (value float64, key []byte) {
+		id := tok.ID()
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf("SELECT value, key FROM %q WHERE id = $1", table), id[:]).Scan(&value, &key))
+		return value, key
+	}
+	put := func(tok *ratelimit.Token, kind float64) {
+		id := tok.ID()
+		_, err := pool.Exec(ctx, fmt.Sprintf("INSERT INTO %q (id, name, key, shard, value, ts, expires) VALUES ($1, '', '', 0, $2, $3, $3)", table),
+			id[:], kind, tok.Expires().UnixMilli())
+		require.NoError(t, err)
+	}
+
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	holders := r.Token()
+	require.NoError(t, lim.Refund(ctx, holders))
+	v, key := row(holders)
+	require.Equal(t, 1.0, v)
+	require.Empty(t, key, "a holder's mark names no settler")
+
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	owners := r.Token()
+	require.NoError(t, r.Cancel(ctx))
+	v, key = row(owners)
+	require.Equal(t, 1.0, v)
+	require.Len(t, key, 16, "the owner's mark names its settler")
+	require.NotEqual(t, make([]byte, 16), key)
+	require.NoError(t, r.Cancel(ctx), "its own mark")
+
+	// Marks of an earlier release: a use, a cancel, of no settler.
+	for kind, want := range map[float64]error{2: ratelimit.ErrReservationUsed, 1: ratelimit.ErrReservationCanceled} {
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		put(r.Token(), kind)
+		require.ErrorIs(t, r.Wait(ctx), want, "kind %v: Wait", kind)
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+		require.NoError(t, err)
+		put(r.Token(), kind)
+		require.ErrorIs(t, r.Cancel(ctx), want, "kind %v: Cancel", kind)
+	}
+
+	// One batch: settler a settles, then b, none and a again find a's mark.
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	now := t0.UnixMilli()
+	id, a, b := [16]byte{0x5e, 1}, [16]byte{0xa}, [16]byte{0xb}
+	_, err = pool.Exec(ctx, fmt.Sprintf("DELETE FROM %q WHERE id = $1", table), id[:])
+	require.NoError(t, err)
+	var ops []*driver.Op
+	var outs [][]driver.Decision
+	for _, settler := range [][16]byte{a, b, {}, a} {
+		ops = append(ops, &driver.Op{Mode: driver.ModeRefund, Now: now,
+			Settle: &driver.Settlement{ID: id, Kind: driver.SettleUse, Until: now + 60_000, Settler: settler},
+			Items:  []driver.Item{{Name: "jobs", Key: "batch", Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}}})
+		outs = append(outs, make([]driver.Decision, 1))
+	}
+	require.NoError(t, s.ApplyBatch(ctx, ops, outs))
+	require.True(t, outs[0][0].OK)
+	for i, want := range []bool{false, false, true} {
+		d := outs[i+1][0]
+		require.Equal(t, driver.SettleUse, d.Settled, "op %d", i+1)
+		require.Equal(t, want, d.Own, "op %d", i+1)
+	}
+	// One batch of one settler: the second finds the first's mark, written
+	// by the same call, its own.
+	id[1] = 2
+	for _, op := range ops {
+		op.Settle.ID, op.Settle.Settler = id, a
+	}
+	require.NoError(t, s.ApplyBatch(ctx, ops[:2], outs[:2]))
+	require.True(t, outs[0][0].OK)
+	require.Equal(t, driver.Decision{Now: now, Settled: driver.SettleUse, Own: true}, outs[1][0])
+}

@@ -697,7 +697,7 @@ type item struct {
 
 type record struct {
 	id     [sha256.Size]byte
-	mark   bool // a settlement's mark: its id is id[:16]
+	mark   bool // a settlement's mark: its id is id[:16], its key the settler (empty: none)
 	name   string
 	key    string
 	shard  int32
@@ -716,6 +716,9 @@ func (s *Store) newRequest(op *driver.Op) *request {
 		r.settle = *op.Settle
 		r.mark = &record{mark: true}
 		copy(r.mark.id[:], op.Settle.ID[:])
+		if op.Settle.Settler != ([16]byte{}) {
+			r.mark.key = string(op.Settle.Settler[:]) // kept in the mark's key column
+		}
 	}
 	if len(op.Items) == 1 {
 		r.items, r.out = r.one[:], r.outOne[:]
@@ -748,7 +751,11 @@ type encoder struct {
 	nlock  int32
 	marks  []int64
 	pint   []int64
-	pflt   []float64
+	// settlers: two ops of the batch settle one ID as different settlers
+	// (driver.Settlement.Settler); the function takes one per mark, so the
+	// batch goes op by op (errSettlers).
+	settlers bool
+	pflt     []float64
 
 	recs   map[[sha256.Size]byte]int32 // 1-based index in list
 	list   []*record
@@ -780,6 +787,7 @@ func (e *encoder) reset() {
 	e.ids, e.names, e.keys, e.list = e.ids[:0], e.names[:0], e.keys[:0], e.list[:0]
 	e.shards, e.lock, e.order, e.pint, e.pflt = e.shards[:0], e.lock[:0], e.order[:0], e.pint[:0], e.pflt[:0]
 	e.nlock = 0
+	e.settlers = false
 	clear(e.recs)
 	clear(e.params)
 }
@@ -797,6 +805,10 @@ func (e *encoder) add(r *request) {
 		e.refs = append(e.refs, refs[:]...)
 	}
 	if r.mark != nil {
+		if i, ok := e.recs[r.mark.id]; ok && e.list[i-1].key != r.mark.key {
+			// Two settlers of one ID: the function knows one per mark.
+			e.settlers = true
+		}
 		e.marks = append(e.marks, int64(e.record(r.mark, true)), int64(r.settle.Kind), r.settle.Until)
 	} else {
 		e.marks = append(e.marks, 0, 0, 0)
@@ -907,6 +919,10 @@ func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
 	return s.sendApply(ctx, reqs)
 }
 
+// errSettlers is applyWith's answer for a batch in which two ops settle
+// one ID as different settlers: sendApply sends them one by one.
+var errSettlers = errors.New("pgstore: two settlers of one settlement in a batch")
+
 // sendApply decides a batch with the function _apply. When the function
 // fails the batch on a row that no release writes (ErrBadRecord), each op
 // goes again alone: a statement that failed wrote nothing, so each takes
@@ -916,7 +932,7 @@ func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
 	err := s.applyWith(ctx, e, reqs)
-	if len(reqs) == 1 || !errors.Is(err, ErrBadRecord) {
+	if len(reqs) == 1 || !(errors.Is(err, ErrBadRecord) || err == errSettlers) {
 		return err
 	}
 	for i, r := range reqs {
@@ -932,6 +948,9 @@ func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) erro
 		e.add(r) // the ids point into the requests, alive until send returns
 	}
 	e.finish()
+	if e.settlers && len(reqs) > 1 {
+		return errSettlers
+	}
 	var (
 		oks     []bool
 		retries []int64
@@ -957,8 +976,8 @@ func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) erro
 			num := nums[5*i:]
 			r.out[j] = driver.Decision{OK: oks[i], RetryAfter: retries[i], Remaining: num[0],
 				Charged: [2]float64{num[1], num[2]}, Now: int64(num[3]), TS: int64(num[4])}
-			if retries[i] < 0 { // the op found its settlement's mark
-				r.out[j].RetryAfter, r.out[j].Settled = 0, driver.SettleKind(-retries[i])
+			if retries[i] < 0 { // the op found its settlement's mark: minus its kind, and 4 if its settler's
+				r.out[j].RetryAfter, r.out[j].Settled, r.out[j].Own = 0, driver.SettleKind(-retries[i]&3), -retries[i]&4 != 0
 			}
 			i++
 		}

@@ -297,18 +297,23 @@ END
 --             the mark is kept (less the grace); 0, 0, 0 otherwise. A mark
 --             is a row of the table whose id is the settlement's 16 bytes
 --             (no record's, a SHA-256, is that short), value its kind, ts
---             and expires its time: DeleteExpired drops it as a record.
---             An op that finds its mark does nothing; one that finds a
---             value other than 1 or 2 there fails the call (SQLSTATE
---             RLBMK, DETAIL the row's id in hex), which pgstore reports
---             as ErrBadRecord.
+--             and expires its time, key its settler (16 bytes; empty for
+--             none, as releases that kept no settler write every mark):
+--             DeleteExpired drops it as a record. The mark's p_key is the
+--             settler of the ops of the call that settle its ID, which
+--             pgstore sends in one call only if they share it. An op
+--             that finds its mark does nothing; one that finds a value
+--             other than 1 or 2 there fails the call (SQLSTATE RLBMK,
+--             DETAIL the row's id in hex), which pgstore reports as
+--             ErrBadRecord.
 -- A record read that no release writes (a value NaN or infinite, a ts
 -- NULL or beyond the times of any op: driver.CheckState) fails the call
 -- (SQLSTATE RLBAD, DETAIL the row's id in hex), which pgstore reports as
 -- ErrBadRecord.
 --
 -- It returns, per item of every op in order: ok, retry (ms; for an op
--- that found its settlement's mark, minus the mark's kind), and in num
+-- that found its settlement's mark, minus the mark's kind, and minus 4
+-- more when the mark names the op's settler, not none), and in num
 -- 5 per item: remaining, charged to the first shard, to the second, the
 -- time the op was judged at, the first record's time after the op
 -- (ratelimit.Decision); and in fresh whether a record was missing.
@@ -367,7 +372,7 @@ DECLARE
 	da float8; db float8; w float8; wv float8; back float8; wj float8; wk float8;
 	bv float8; bt bigint;
 	short float8; kk float8; dt float8; fullat bigint;
-	mk integer; found bigint;
+	mk integer; found bigint; mown bigint;
 	-- Whether every record read is one a release writes (see below).
 	lsound boolean := true; csound boolean := true; bid bytea; bv0 float8; bt0 bigint;
 BEGIN
@@ -541,10 +546,16 @@ BEGIN
 		-- mark of another kind than a cancel or a use fails the batch:
 		-- its token may have been settled already.
 		mk := p_marks[3 * o + 1]::integer;
-		found := 0;
+		found := 0; mown := 0;
 		IF mk > 0 AND sf[mk] THEN
 			IF sv[mk] = 1 OR sv[mk] = 2 THEN
 				found := sv[mk]::bigint;
+				-- The op's own settler's mark: written by an op of this
+				-- call (all of one settler), or kept with its key.
+				IF length(p_key[mk]) = 16 AND (dirty[mk]
+					OR EXISTS (SELECT FROM {{table}} t WHERE t.id = p_id[mk] AND t.key = p_key[mk])) THEN
+					mown := 4;
+				END IF;
 			ELSE
 				RAISE SQLSTATE 'RLBMK' USING DETAIL = encode(p_id[mk], 'hex'),
 					MESSAGE = format('the mark of the settlement %s holds %s, which is no mark of a cancel (1) or a use (2)',
@@ -554,7 +565,7 @@ BEGIN
 		FOR i IN it + 1 .. it + n LOOP
 			IF found > 0 THEN
 				-- Settled before: nothing done.
-				ok[i] := false; retry[i] := -found; num[5 * i - 1] := now;
+				ok[i] := false; retry[i] := -found - mown; num[5 * i - 1] := now;
 				wa[i] := false; wb[i] := false;
 				all_ok := false;
 				CONTINUE;
