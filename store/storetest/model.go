@@ -15,7 +15,7 @@ import (
 type Model struct {
 	mu    sync.Mutex
 	recs  map[driver.RecordID]driver.State
-	marks map[[16]byte]driver.SettleKind // settlements: never forgotten
+	marks map[[16]byte]modelMark // settlements: never forgotten
 }
 
 var (
@@ -23,9 +23,15 @@ var (
 	_ driver.BatchApplier = (*Model)(nil)
 )
 
+// modelMark is a settlement's mark: its kind and settler.
+type modelMark struct {
+	kind    driver.SettleKind
+	settler [16]byte
+}
+
 // NewModel returns an empty Model.
 func NewModel() *Model {
-	return &Model{recs: make(map[driver.RecordID]driver.State), marks: make(map[[16]byte]driver.SettleKind)}
+	return &Model{recs: make(map[driver.RecordID]driver.State), marks: make(map[[16]byte]modelMark)}
 }
 
 // Apply implements ratelimit.Store.
@@ -40,10 +46,10 @@ func (m *Model) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	defer m.mu.Unlock()
 	if op.Settle != nil {
 		if k, ok := m.marks[op.Settle.ID]; ok {
-			op.SettledBefore(k, out)
+			op.SettledBeforeBy(k.kind, k.settler, out)
 			return nil
 		}
-		m.marks[op.Settle.ID] = op.Settle.Kind
+		m.marks[op.Settle.ID] = modelMark{op.Settle.Kind, op.Settle.Settler}
 	}
 	ids := op.AppendRecordIDs(nil)
 	prev := make([]driver.Record, len(ids))

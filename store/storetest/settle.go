@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -26,6 +27,8 @@ func testSettle(t *testing.T, newStore NewStore, s suite) {
 	t.Run("UseAndCancel", func(t *testing.T) { testUseAndCancel(t, newStore) })
 	t.Run("RefundRule", func(t *testing.T) { testSettleRefundRule(t, newStore) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, newStore) })
+	t.Run("Settlers", func(t *testing.T) { testSettlers(t, newStore) })
+	t.Run("RetriedAfterAFailure", func(t *testing.T) { testRetriedAfterAFailure(t, newStore) })
 }
 
 // testSettleDifferential compares the store with the Model over random
@@ -68,7 +71,8 @@ func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.
 		kind = driver.SettleUse
 	}
 	op := &driver.Op{Mode: driver.ModeRefund, Now: now,
-		Settle: &driver.Settlement{ID: id, Kind: kind, Until: clampTime(now + rng.Int64N(3_600_000))}}
+		Settle: &driver.Settlement{ID: id, Kind: kind, Until: clampTime(now + rng.Int64N(3_600_000)),
+			Settler: settlers[rng.IntN(len(settlers))]}}
 	key := u.keys[int(id[1])%len(u.keys)] // an ID comes with one key
 	used := map[driver.RecordID]bool{}
 	for range 1 + rng.IntN(3) {
@@ -88,6 +92,10 @@ func (u *universe) randomSettle(rng *rand.Rand, now int64, id [16]byte) *driver.
 	}
 	return op
 }
+
+// settlers are those of the random settlements: none, and two that an ID
+// may be settled by, so that retries find their own marks and others'.
+var settlers = [...][16]byte{{}, {0xa, 1}, {0xb, 2}}
 
 // settleLimits are the limits of the Limiter-level settlement cases.
 var settleLimits = ratelimit.Limits{
@@ -356,4 +364,206 @@ func testReceipts(t *testing.T, newStore NewStore) {
 func SettleEveryWay(ctx context.Context, lim *ratelimit.Limiter, r *ratelimit.Reservation) []error {
 	tok := r.Token()
 	return []error{lim.Refund(ctx, tok), lim.Use(ctx, tok), lim.Settle(ctx, tok, 1), r.Cancel(ctx)}
+}
+
+// testSettlers checks that a settlement found settled before says whether
+// its mark records the same settler (driver.Decision.Own): a settler's
+// retry finds its own mark, whatever the kind it asks; another settler,
+// of the same kind or not, finds another's; a mark of no settler is
+// nobody's own, not even a retry of no settler.
+func testSettlers(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	p := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	key := fmt.Sprintf("settlers-%d", time.Now().UnixNano())
+	now := epoch.UnixMilli()
+	var a, b [16]byte
+	randomBytes(t, a[:], b[:])
+	settle := func(id [16]byte, kind driver.SettleKind, settler [16]byte) driver.Decision {
+		t.Helper()
+		op := &driver.Op{Mode: driver.ModeRefund, Now: now,
+			Items:  []driver.Item{{Name: "jobs", Key: key, Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}},
+			Settle: &driver.Settlement{ID: id, Kind: kind, Until: now + 3_600_000, Settler: settler}}
+		out := make([]driver.Decision, 1)
+		require.NoError(t, store.Apply(ctx, op, out))
+		return out[0]
+	}
+	use, cancel := driver.SettleUse, driver.SettleCancel
+	for _, c := range []struct {
+		name        string
+		first, then driver.SettleKind
+		by, retry   [16]byte
+		own         bool
+	}{
+		{"a use retried by its settler", use, use, a, a, true},
+		{"a cancel retried by its settler", cancel, cancel, a, a, true},
+		{"a use, then a cancel by its settler", use, cancel, a, a, true},
+		{"a cancel, then a use by its settler", cancel, use, a, a, true},
+		{"a use, then one by another settler", use, use, a, b, false},
+		{"a cancel, then one by another settler", cancel, cancel, a, b, false},
+		{"a use, then a cancel by another settler", use, cancel, a, b, false},
+		{"a use, then one of no settler", use, use, a, [16]byte{}, false},
+		{"a use of no settler, then one by a settler", use, use, [16]byte{}, a, false},
+		{"a cancel of no settler, retried by none", cancel, cancel, [16]byte{}, [16]byte{}, false},
+	} {
+		var id [16]byte
+		randomBytes(t, id[:])
+		d := settle(id, c.first, c.by)
+		require.True(t, d.OK, c.name)
+		require.Zero(t, d.Settled, c.name)
+		require.False(t, d.Own, c.name)
+		d = settle(id, c.then, c.retry)
+		require.Equal(t, c.first, d.Settled, "%s: the kind of the first settlement", c.name)
+		require.Equal(t, c.own, d.Own, "%s: whose mark", c.name)
+		require.Equal(t, driver.Decision{Now: now, Settled: c.first, Own: c.own}, d, c.name)
+		// Asked again, the mark still says the first settler's.
+		require.Equal(t, d, settle(id, c.then, c.retry), c.name)
+	}
+}
+
+// randomBytes fills each of bs with random bytes.
+func randomBytes(t *testing.T, bs ...[]byte) {
+	for _, b := range bs {
+		_, err := crand.Read(b)
+		require.NoError(t, err)
+	}
+}
+
+// failingStore fails Apply while fail is set, before the store sees the
+// op (it never reached it), or, while lose is set, after the store
+// applied it (its answer was lost on the way back).
+type failingStore struct {
+	ratelimit.Store
+	fail, lose atomic.Bool
+}
+
+func (s *failingStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if s.fail.Load() {
+		return errors.New("connection refused: the op never reached the store")
+	}
+	if err := s.Store.Apply(ctx, op, out); err != nil || !s.lose.Load() {
+		return err
+	}
+	return errors.New("connection reset: the answer was lost")
+}
+
+// failingClock is a failingStore over a store that keeps its own clock,
+// which the Limiter reads before a settlement as it would the store's.
+type failingClock struct {
+	*failingStore
+	driver.TimeSource
+}
+
+// failing wraps store in a failingStore, keeping its own clock.
+func failing(store ratelimit.Store) (ratelimit.Store, *failingStore) {
+	f := &failingStore{Store: store}
+	if ts, ok := store.(driver.TimeSource); ok {
+		return failingClock{f, ts}, f
+	}
+	return f, f
+}
+
+// testRetriedAfterAFailure checks a Reservation's Wait and Cancel retried
+// after a store error against a holder of its token in another process:
+// the retry takes the store's mark for its own only when the first
+// attempt made it. When the first never reached the store and a holder
+// settled the token meanwhile, the holder's use is the holder's (the
+// owner's Wait fails: the job must not run twice), and so is its cancel.
+func testRetriedAfterAFailure(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := epoch.Truncate(time.Minute).Add(time.Second)
+	wrapped, f := failing(store)
+	owner, err := ratelimit.New(wrapped, settleLimits, ratelimit.WithClock(newMock(now)))
+	require.NoError(t, err)
+	holder := limiters(t, store, 1, now)[0]
+	key := fmt.Sprintf("retried-%d", now.UnixNano())
+	reserve := func() (*ratelimit.Reservation, *ratelimit.Token) {
+		t.Helper()
+		r, err := owner.Reserve(ctx, "jobs", key, ratelimit.Count(2), ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		tok, err := ratelimit.ParseToken(r.Token().String())
+		require.NoError(t, err)
+		return r, tok
+	}
+	for _, lost := range []bool{false, true} {
+		set := &f.fail
+		if lost {
+			set = &f.lose
+		}
+		what := map[bool]string{false: "never sent", true: "answer lost"}[lost]
+
+		// Wait, then a holder's use.
+		r, tok := reserve()
+		set.Store(true)
+		require.Error(t, r.Wait(ctx), what)
+		set.Store(false)
+		if lost {
+			require.ErrorIs(t, holder.Use(ctx, tok), ratelimit.ErrAlreadySettled, "%s: the owner's use took effect", what)
+			require.NoError(t, r.Wait(ctx), "%s: the owner's retry finds its own use", what)
+		} else {
+			require.NoError(t, holder.Use(ctx, tok), what)
+			err := r.Wait(ctx)
+			require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "%s: the holder's use is not the owner's: the job must not run twice", what)
+			require.ErrorIs(t, err, ratelimit.ErrAlreadySettled, what)
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationUsed, what)
+		}
+
+		// Cancel, then a holder's refund.
+		r, tok = reserve()
+		set.Store(true)
+		require.Error(t, r.Cancel(ctx), what)
+		set.Store(false)
+		if lost {
+			require.ErrorIs(t, holder.Refund(ctx, tok), ratelimit.ErrAlreadySettled, "%s: the owner's cancel took effect", what)
+			require.NoError(t, r.Cancel(ctx), "%s: the owner's retry finds its own cancel", what)
+		} else {
+			require.NoError(t, holder.Refund(ctx, tok), what)
+			err := r.Cancel(ctx)
+			require.ErrorIs(t, err, ratelimit.ErrReservationCanceled, "%s: the holder's cancel is not the owner's", what)
+			require.ErrorIs(t, err, ratelimit.ErrAlreadySettled, what)
+		}
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, what)
+
+		// Wait, then a holder's refund; Cancel, then a holder's use.
+		r, tok = reserve()
+		set.Store(true)
+		require.Error(t, r.Wait(ctx), what)
+		set.Store(false)
+		if lost {
+			require.ErrorIs(t, holder.Refund(ctx, tok), ratelimit.ErrReservationUsed, what)
+			require.NoError(t, r.Wait(ctx), what)
+		} else {
+			require.NoError(t, holder.Refund(ctx, tok), what)
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, what)
+		}
+		r, tok = reserve()
+		set.Store(true)
+		require.Error(t, r.Cancel(ctx), what)
+		set.Store(false)
+		if lost {
+			require.ErrorIs(t, holder.Use(ctx, tok), ratelimit.ErrReservationCanceled, what)
+			require.NoError(t, r.Cancel(ctx), what)
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, what)
+		} else {
+			require.NoError(t, holder.Use(ctx, tok), what)
+			require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, what)
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationUsed, what)
+		}
+
+		// A Wait whose use was lost, then a Cancel: the use was the
+		// owner's, the tokens are spent, and a Wait lets the job run.
+		r, _ = reserve()
+		set.Store(true)
+		require.Error(t, r.Wait(ctx), what)
+		set.Store(false)
+		if lost {
+			require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, what)
+			require.NoError(t, r.Wait(ctx), what)
+		} else {
+			require.NoError(t, r.Cancel(ctx), what)
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, what)
+		}
+	}
 }
