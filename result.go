@@ -26,13 +26,14 @@ type Result struct {
 	Remaining float64
 	// ResetAfter is how long until the limit next replenishes: for a fixed
 	// window, until its next window starts (for a sharded one, the window
-	// of the first shard evaluated); for a token bucket, until it is full
-	// again. For a sharded token bucket it is how long the two shards the
-	// call evaluated take to refill their shortfall together (their two
-	// capacities less Remaining) at their rate together: until both are
-	// full when they are short alike, while a shard shorter than the other
-	// is full later, up to twice as late (a store reports the two shards'
-	// sum, not each one's). It feeds the "t" of the IETF RateLimit header
+	// of the first shard evaluated, though the other's may come first);
+	// for a token bucket, until it is full again. For a sharded token
+	// bucket it is how long the two shards the call evaluated take to
+	// refill their shortfall together (their two capacities less
+	// Remaining) at their rate together: until both are full when they are
+	// short alike, while a shard shorter than the other is full later, up
+	// to twice as late. A store reports the two shards' sum, not each
+	// one's level or window. It feeds the "t" of the IETF RateLimit header
 	// (package httplimit). Whole milliseconds, rounded up.
 	ResetAfter time.Duration
 	// Name, Key and Count repeat the call. For LimitAll, Name is the limit

@@ -69,11 +69,11 @@ func wholeTokens(remaining float64) int64 { return sfInteger(remaining + driver.
 // A limit that refused a request of at least the next whole token cannot
 // grant it before r grows: its own RetryAfter, the least wait the Limiter
 // computed for the request, bounds t, and is t itself when the request
-// costs exactly that token. The estimate from the config alone is late
-// where the Limiter knows better: a sharded fixed window's second shard,
-// whose window may come first (ResetAfter is the first shard's), and a
-// sharded token bucket one of whose two shards is full, which refills at
-// half the rate.
+// costs exactly that token. The estimate from the config alone is late or
+// early where the Limiter knows better: a sharded fixed window's second
+// shard, whose window may come first (ResetAfter is the first shard's),
+// and a sharded token bucket one of whose two shards is full, which
+// refills at half the rate.
 //
 // Retry-After may still be below the t of a limit, and rightly so: of a
 // limit that did not refuse the request (it holds the request's cost
