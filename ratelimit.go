@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 
 	"github.com/benbjohnson/clock"
 )
@@ -60,20 +60,6 @@ type Limiter struct {
 // store/boltstore, store/redisstore, store/pgstore, or one of your own.
 // What a store implements is the contract of package driver.
 type Store = driver.Store
-
-// isNil reports whether s (a Store, an Observer) is nil, or holds a nil
-// pointer (or map, slice, func or channel) of its type: a store whose New
-// failed, say, kept instead of its error.
-func isNil(s any) bool {
-	if s == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(s); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
-}
 
 // ownClock returns the store's TimeSource when it uses its own clock, and
 // nil otherwise.
@@ -128,7 +114,7 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // panic at the first decision, makes New fail with ErrInvalidOption.
 func WithObserver(o Observer) Option {
 	return func(l *Limiter) {
-		if o != nil && isNil(o) {
+		if o != nil && isnil.Is(o) {
 			l.optErr = fmt.Errorf("ratelimit: WithObserver was given %T(nil), which would fail at the first decision: pass the observer its constructor returned, once it returned no error, or leave WithObserver out: %w", o, ErrInvalidOption)
 			return
 		}
@@ -235,7 +221,7 @@ func WithTokenKey(key []byte) Option {
 // pointer of a store's type), or a bad option argument, is reported as an
 // error matching ErrInvalidOption.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
-	if isNil(store) {
+	if isnil.Is(store) {
 		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %T(nil): pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", store, ErrInvalidOption)
 	}
 	wall := clock.New()

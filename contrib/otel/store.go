@@ -3,12 +3,12 @@ package ratelimitotel
 import (
 	"context"
 	"errors"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -48,7 +48,7 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // refuses it with its error, as it would s: a wrapper around it would be
 // accepted, and panic on the first decision.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
-	if isNil(s) {
+	if isnil.Is(s) {
 		return nil
 	}
 	c := newConfig(opts)
@@ -75,19 +75,6 @@ func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
 		}{t, batch{t, b}}
 	}
 	return t
-}
-
-// isNil reports whether s is nil or holds a nil pointer (or map, slice,
-// func or channel) of its type, as ratelimit.New judges a store.
-func isNil(s ratelimit.Store) bool {
-	if s == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(s); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }
 
 // tracedStore is the part of a wrapped store every store has; WrapStore returns
