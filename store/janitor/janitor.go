@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 
 	"github.com/benbjohnson/clock"
 )
@@ -129,7 +129,7 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 	if store == nil {
 		return nil, fmt.Errorf("janitor: New needs a store that implements driver.Expirer: %w", ErrInvalid)
 	}
-	if isNil(store) {
+	if isnil.Is(store) {
 		return nil, fmt.Errorf("janitor: New needs a store, and was given %T(nil): pass the store that its New or Open returned, once it returned no error: %w", store, ErrInvalid)
 	}
 	if every <= 0 {
@@ -151,16 +151,6 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 	j.timer = j.clock.Timer(every)
 	go j.loop()
 	return j, nil
-}
-
-// isNil reports whether store holds a nil pointer (or map, slice, func or
-// channel) of its type, which would panic on the janitor's goroutine.
-func isNil(store driver.Expirer) bool {
-	switch v := reflect.ValueOf(store); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }
 
 // Every returns the interval between the end of one sweep and the start of
