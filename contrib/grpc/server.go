@@ -34,6 +34,9 @@ type Interceptor struct {
 	defaults []string
 	methods  map[string][]string
 	key      KeyFunc
+	// messages says whose stream messages are decided (WithStreamMessages):
+	// nil, none; empty, every stream's; otherwise the named methods'.
+	messages map[string]bool
 	logger   *slog.Logger // nil: slog.Default() at the time of logging
 	refusals refusalLog
 }
@@ -130,6 +133,53 @@ func WithMethod(fullMethod string, names ...string) Option {
 	}
 }
 
+// WithStreamMessages decides each message a client sends on a stream as
+// one more call, not the stream's open alone: the open is decided as
+// before, and pays for the stream's first message; every message after it
+// costs one token of the same limits, by the same key, both found once
+// when the stream opens. A stream of n messages thus costs what n unary
+// calls do, and a client can no longer open one long-lived stream and
+// send through it what the limits refuse as calls. Without it (the
+// default), a stream is decided once, when it opens, whatever it carries.
+//
+// With no names, every client-streaming and bidirectional stream the
+// Interceptor limits is decided so; with names, only the streams of the
+// methods named, as gRPC names them ("/package.Service/Method"), each of
+// which must be limited. A server-streaming call carries one message, the
+// first, and is decided as before. Only Stream decides messages: Limit,
+// under go-grpc-middleware's stream interceptor, decides the open alone.
+//
+// A message refused is read and dropped: the handler's RecvMsg (Recv of
+// the generated code) returns, instead of it, the status a unary call
+// would get (ResourceExhausted with a RetryInfo detail; Unavailable when
+// the store is down and the limits fail closed, whose refusals are logged
+// as the calls' are) as an error. The stream is not ended by the
+// interceptor: a handler that returns the error, as most do, ends it with
+// that status, and then the trailer grpc-retry-pushback-ms (PushbackTrailer)
+// goes with it; one that goes on reading gets the next message if the
+// limits grant it, and no pushback is sent with the status it ends with.
+// The decision is made with the stream's context: once the client is gone
+// or the deadline has passed, RecvMsg returns Canceled or
+// DeadlineExceeded, and nothing is spent.
+func WithStreamMessages(fullMethods ...string) Option {
+	return func(i *Interceptor) error {
+		if i.messages != nil {
+			return fmt.Errorf("ratelimitgrpc: WithStreamMessages is given twice: give it once, with every method: %w", ErrInvalidOption)
+		}
+		i.messages = make(map[string]bool, len(fullMethods))
+		for _, m := range fullMethods {
+			if !validMethod(m) {
+				return fmt.Errorf("ratelimitgrpc: WithStreamMessages(%q): a method is named \"/package.Service/Method\": %w", m, ErrInvalidOption)
+			}
+			if i.messages[m] {
+				return fmt.Errorf("ratelimitgrpc: WithStreamMessages names method %q twice: name it once: %w", m, ErrInvalidOption)
+			}
+			i.messages[m] = true
+		}
+		return nil
+	}
+}
+
 // WithLogger sets where the interceptor logs the calls it could not
 // decide (default: slog.Default()). The key is never logged, but the
 // error is, and a store's error within it is the store's own: one for a
@@ -186,6 +236,12 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, 
 	if !limited {
 		return nil, fmt.Errorf("ratelimitgrpc: New limits nothing: name default limits or give WithMethod with limits: %w", ErrInvalidOption)
 	}
+	for m := range i.messages {
+		if len(i.limits(m)) == 0 {
+			return nil, fmt.Errorf("ratelimitgrpc: WithStreamMessages(%q): the method is not limited, so neither are its messages: "+
+				"give it limits with WithMethod, or name default limits: %w", m, ErrInvalidOption)
+		}
+	}
 	return i, nil
 }
 
@@ -241,16 +297,37 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 }
 
 // Stream returns the stream server interceptor. A stream is decided once,
-// when it opens, as one call.
+// when it opens, as one call; with WithStreamMessages, each message the
+// client sends after the first is decided too.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if st, pushback := i.decide(ss.Context(), info.FullMethod); st != nil {
+		ctx, method := ss.Context(), info.FullMethod
+		names := i.limits(method)
+		if len(names) == 0 {
+			return handler(srv, ss)
+		}
+		key, err := i.key(ctx)
+		if err != nil {
+			return i.fail(ctx, &callUnit, method, err).Err()
+		}
+		if st, pushback := i.charge(ctx, &callUnit, method, names, key); st != nil {
 			if pushback != nil {
 				ss.SetTrailer(pushback)
 			}
 			return st.Err()
 		}
-		return handler(srv, ss)
+		if !info.IsClientStream || !i.decidesMessages(method) {
+			return handler(srv, ss)
+		}
+		ms := &messageStream{ServerStream: ss, ic: i, method: method, names: names, key: key}
+		err = handler(srv, ms)
+		// The pushback goes with the refusal it is for: trailers are
+		// sent when the handler returns, with its status, and a handler
+		// that went on after a refusal ends with another.
+		if r := ms.refused.Load(); r != nil && err != nil && errors.Is(err, r.err) {
+			ss.SetTrailer(r.pushback)
+		}
+		return err
 	}
 }
 
@@ -287,18 +364,58 @@ func (e *limitError) GRPCStatus() *status.Status { return e.st }
 // on, and otherwise the status to answer with and, for a wait, the
 // pushback trailer.
 func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status, metadata.MD) {
-	names, ok := i.methods[method]
-	if !ok {
-		names = i.defaults
-	}
+	names := i.limits(method)
 	if len(names) == 0 {
 		return nil, nil
 	}
 	key, err := i.key(ctx)
 	if err != nil {
-		return i.fail(ctx, method, err), nil
+		return i.fail(ctx, &callUnit, method, err), nil
 	}
-	var res ratelimit.Result
+	return i.charge(ctx, &callUnit, method, names, key)
+}
+
+// limits returns the names of the limits that decide the calls of method.
+func (i *Interceptor) limits(method string) []string {
+	if names, ok := i.methods[method]; ok {
+		return names
+	}
+	return i.defaults
+}
+
+// decidesMessages reports whether the messages of method's streams are
+// decided (WithStreamMessages).
+func (i *Interceptor) decidesMessages(method string) bool {
+	return i.messages != nil && (len(i.messages) == 0 || i.messages[method])
+}
+
+// unit is what the interceptor decides, a call or a stream's message, as
+// its log lines name it.
+type unit struct {
+	refused    string // the line of a refusal for an unavailable store
+	notDecided string // the line of an error
+}
+
+var (
+	callUnit = unit{
+		refused:    "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed",
+		notDecided: "ratelimitgrpc: call not decided",
+	}
+	messageUnit = unit{
+		refused:    "ratelimitgrpc: stream message refused: the store is unavailable and the limits fail closed",
+		notDecided: "ratelimitgrpc: stream message not decided",
+	}
+)
+
+// charge spends one token of the named limits for key: a call of method,
+// or a message of its stream (u). It returns nil when the call may go on,
+// and otherwise the status to answer with and, for a wait, the pushback
+// trailer.
+func (i *Interceptor) charge(ctx context.Context, u *unit, method string, names []string, key string) (*status.Status, metadata.MD) {
+	var (
+		res ratelimit.Result
+		err error
+	)
 	if len(names) == 1 {
 		res, err = i.lim.Limit(ctx, names[0], key)
 	} else {
@@ -318,12 +435,12 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 		// They fail closed: the service cannot decide, which is its
 		// failure, not the client's excess.
 		if write, suppressed := i.refusals.refused(); write {
-			i.log(ctx, slog.LevelWarn, "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed", method, codes.Unavailable, err,
+			i.log(ctx, slog.LevelWarn, u.refused, method, codes.Unavailable, err,
 				slog.Int64("suppressed", suppressed))
 		}
 		return refusal(codes.Unavailable, "rate limit unavailable", res.RetryAfter)
 	case err != nil:
-		return i.fail(ctx, method, err), nil
+		return i.fail(ctx, u, method, err), nil
 	case !res.OK:
 		return refusal(codes.ResourceExhausted, "rate limit exceeded", res.RetryAfter)
 	}
@@ -351,10 +468,11 @@ func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, m
 	return st, metadata.Pairs(PushbackTrailer, strconv.FormatInt(int64(ms), 10))
 }
 
-// fail answers a call that could not be decided: it logs the error and
-// returns a status that carries none of its words (they may name limits,
+// fail answers a call, or a stream's message (u), that could not be
+// decided: it logs the error and returns a status that carries none of
+// its words (they may name limits,
 // their configuration and internal addresses).
-func (i *Interceptor) fail(ctx context.Context, method string, err error) *status.Status {
+func (i *Interceptor) fail(ctx context.Context, u *unit, method string, err error) *status.Status {
 	code, msg, level := codes.Internal, "rate limit: internal error", slog.LevelError
 	switch ctxErr := ctx.Err(); {
 	case ctxErr != nil && errors.Is(err, context.Canceled):
@@ -364,7 +482,7 @@ func (i *Interceptor) fail(ctx context.Context, method string, err error) *statu
 	case errors.Is(err, ErrNoKey):
 		code, msg, level = codes.InvalidArgument, "rate limit: the call carries no key", slog.LevelDebug
 	}
-	i.log(ctx, level, "ratelimitgrpc: call not decided", method, code, err)
+	i.log(ctx, level, u.notDecided, method, code, err)
 	return status.New(code, msg)
 }
 

@@ -379,6 +379,11 @@ func TestNewRefuses(t *testing.T) {
 		{"nil key", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithKey(nil)}, ratelimitgrpc.ErrInvalidOption},
 		{"nil logger", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithLogger(nil)}, ratelimitgrpc.ErrInvalidOption},
 		{"nil option", lim, []string{"api"}, []ratelimitgrpc.Option{nil}, ratelimitgrpc.ErrInvalidOption},
+		{"stream messages of a bad method", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithStreamMessages("Chat/Talk")}, ratelimitgrpc.ErrInvalidOption},
+		{"stream messages of a method twice", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithStreamMessages(watchMethod, watchMethod)}, ratelimitgrpc.ErrInvalidOption},
+		{"stream messages twice", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithStreamMessages(), ratelimitgrpc.WithStreamMessages(watchMethod)}, ratelimitgrpc.ErrInvalidOption},
+		{"stream messages of an exempt method", lim, []string{"api"}, []ratelimitgrpc.Option{ratelimitgrpc.WithMethod(watchMethod), ratelimitgrpc.WithStreamMessages(watchMethod)}, ratelimitgrpc.ErrInvalidOption},
+		{"stream messages of a method not limited", lim, nil, []ratelimitgrpc.Option{ratelimitgrpc.WithMethod(checkMethod, "api"), ratelimitgrpc.WithStreamMessages(watchMethod)}, ratelimitgrpc.ErrInvalidOption},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ic, err := ratelimitgrpc.New(c.lim, c.names, c.opts...)
