@@ -12,7 +12,33 @@
 // any function of the call's context), costs one token, and is decided by
 // the limits of its method, all or nothing: the default limits given to
 // New, or those WithMethod names for a full method name. A stream is
-// decided once, when it opens.
+// decided once, when it opens, unless WithStreamMessages decides each of
+// its messages too.
+//
+// # Streams
+//
+// A stream decided at its open alone carries as many messages as its
+// client sends: a limit of five calls a minute lets one bidirectional
+// stream through with ten thousand messages. Where each message is the
+// unit of work (a chat message, a record uploaded, a prompt), give
+// WithStreamMessages, for every stream or for the named methods: the open
+// is still decided as a call, and pays for the first message; each
+// message after it costs one token of the same limits, by the same key,
+// found once when the stream opens. A stream of n messages so costs what
+// n unary calls do, and a stream opened and left idle still costs one.
+// Server-streaming calls carry one message, and are unchanged.
+//
+// A refused message is dropped, and the handler's RecvMsg returns the
+// status a unary call would get instead: ResourceExhausted with a
+// RetryInfo detail, or, when the store is down and the limits fail
+// closed, Unavailable (logged as the calls' refusals are, at most once a
+// second); fail-open limits let it through. The handler decides: one that
+// returns the error, as most do, ends the stream with that status, and
+// the pushback trailer goes with it (trailers are sent only at a stream's
+// end); one that goes on reading gets the next message the limits grant.
+// A message is decided with the stream's context: once the client is gone
+// or its deadline has passed, RecvMsg returns Canceled or
+// DeadlineExceeded, and nothing is spent.
 //
 // # Refusals
 //
