@@ -22,7 +22,8 @@ var (
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
 	// ErrInvalidOption is matched by the error of New given a bad
 	// argument: no store, or an option such as WithKeyHash with a short
-	// secret; and by that of Reservation.AfterFunc given a nil function.
+	// secret; by that of Reservation.AfterFunc given a nil function; and
+	// by that of Use, Refund or Settle given Settler with an all-zero ID.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
@@ -75,8 +76,8 @@ type SettledError struct {
 	ID   [16]byte
 	Kind driver.SettleKind
 	// own: the store's mark records the settler that asked
-	// (driver.Decision.Own), a Reservation whose earlier attempt took
-	// effect, its answer lost.
+	// (driver.Decision.Own), a Reservation or a holder of the token
+	// (Settler) whose earlier attempt took effect, its answer lost.
 	own bool
 }
 

@@ -400,6 +400,58 @@ func chargeItems(ch *charge) ([]tokenItem, []*limit) {
 	return items, lims
 }
 
+// SettleOption configures a settlement by token: Limiter.Use, Refund and
+// Settle. The zero SettleOption changes nothing.
+type SettleOption struct {
+	settler [16]byte
+	set     bool
+}
+
+// Settler names who settles the token, so that a retry of a settlement
+// whose answer was lost (the store took it, the reply never came) can tell
+// its own earlier attempt from another process's settlement of the same
+// token, as a Reservation's Wait and Cancel do: a Use, Refund or Settle
+// with a Settler that finds the token settled before returns nil when the
+// store's mark is of the same settlement by the same settler (the same
+// kind and, for Settle, the same used), and a *SettledError otherwise, as
+// without a Settler. A retry with the same ID but another settlement (Use
+// after Refund, Settle with another used) never returns nil: the first
+// settlement holds, and the call did nothing.
+//
+// id must stay the same across the retries of one settlement, and differ
+// between processes that may both use the token, each of which would take
+// the other's use for its own. A job attempt's ID (a queue's delivery ID,
+// or the job's ID and attempt number) makes each delivery of a job its own
+// settler: a redelivery finds the first attempt's use, and does not run
+// the job twice. The job's ID alone makes every delivery the same settler:
+// a redelivery after a crash runs the job again, as would two deliveries
+// at once (docs/reservations.md). A uuid.UUID converts to id.
+//
+// An all-zero id names no settler: the settlement fails with an error
+// matching ErrInvalidOption, and nothing is settled. The store keeps, in
+// its mark, a digest of id, the token and the settlement
+// (driver.Settlement.Settler), not id itself. Given twice, the last
+// Settler counts.
+func Settler(id [16]byte) SettleOption { return SettleOption{settler: id, set: true} }
+
+// settleSettler returns the settler that opts name, and whether they name
+// one; an all-zero one is an error.
+func settleSettler(opts []SettleOption) ([16]byte, bool, error) {
+	var (
+		id  [16]byte
+		set bool
+	)
+	for _, o := range opts {
+		if o.set {
+			id, set = o.settler, true
+		}
+	}
+	if set && id == ([16]byte{}) {
+		return id, false, fmt.Errorf("ratelimit: settle: Settler's ID is all zero, which names no settler: give the ID of this settling attempt (a job attempt's ID), or leave Settler out; nothing was settled: %w", ErrInvalidOption)
+	}
+	return id, set, nil
+}
+
 // Use marks the token's charge used: its job runs. Call it before running
 // a job reserved elsewhere: it fails, and the job must not run, when the
 // token was settled before (an error matching ErrAlreadySettled, and
@@ -411,8 +463,17 @@ func chargeItems(ch *charge) ([]tokenItem, []*limit) {
 // settled), or the store failed. A token is settled
 // under the config in force when it is settled, not the one it was
 // charged under (see Refund).
-func (l *Limiter) Use(ctx context.Context, t *Token) error {
-	return l.settleToken(ctx, t, driver.SettleUse, 0, true)
+//
+// A Use whose store call failed may be retried, but without a Settler
+// option its retry cannot tell its own earlier use, taken by the store
+// with the answer lost, from another process's: both return a
+// *SettledError matching ErrReservationUsed. With Settler(id), the same id
+// in every attempt, the retry returns nil when the use found is its own:
+// the job may run. A use by another settler, or by none, stays a
+// *SettledError, and so does a token that carries a use (one taken after
+// its job was let run): the job is not this caller's.
+func (l *Limiter) Use(ctx context.Context, t *Token, opts ...SettleOption) error {
+	return l.settleToken(ctx, t, driver.SettleUse, 0, true, opts)
 }
 
 // Refund hands every token of t's charge back, by the refund rule: the
@@ -425,8 +486,9 @@ func (l *Limiter) Use(ctx context.Context, t *Token) error {
 // Refund whose store call failed may be retried: if the first attempt
 // went through after all, the retry says ErrAlreadySettled with
 // SettledError.Kind driver.SettleCancel, as it does after another
-// process's Refund of the token: a Refund names no settler, and cannot
-// tell the two apart (a Reservation's Cancel can).
+// process's Refund of the token, unless both name their settler: with
+// Settler(id), the same id in every attempt, the retry returns nil when
+// the cancel found is its own (see Settler).
 //
 // The refund rule counts the grants since the charge by the config in
 // force when Refund is called (and so does Reservation.Cancel, unless the
@@ -436,28 +498,41 @@ func (l *Limiter) Use(ctx context.Context, t *Token) error {
 // to the count charged more than those grants leave room for, once
 // (docs/model.md, "Changing limits"); never more than the count charged,
 // nor above the capacity in force.
-func (l *Limiter) Refund(ctx context.Context, t *Token) error {
-	return l.settleToken(ctx, t, driver.SettleCancel, 0, true)
+func (l *Limiter) Refund(ctx context.Context, t *Token, opts ...SettleOption) error {
+	return l.settleToken(ctx, t, driver.SettleCancel, 0, true, opts)
 }
 
 // Settle settles t's charge by its outcome: used tokens (of each limit
 // charged) were spent, and the rest is handed back by the refund rule,
 // once, as Refund does. used ≥ the count charged spends it all, as Use;
 // used 0 is Refund. used must be a finite number ≥ 0.
-func (l *Limiter) Settle(ctx context.Context, t *Token, used float64) error {
+//
+// With Settler(id), a retry whose first attempt took effect, its answer
+// lost, returns nil only if it gives the same used (or, for each limit,
+// one that hands back as much: 0 and Refund, or ≥ the count charged and
+// Use, are the same settlement): the store's mark tells one settlement
+// from another, and a retry with another used finds the first one, which
+// holds, and returns a *SettledError.
+func (l *Limiter) Settle(ctx context.Context, t *Token, used float64, opts ...SettleOption) error {
 	if !(used >= 0) || math.IsInf(used, 1) {
 		return &CountError{Count: used, Problem: "used, given to Settle, is not a finite number ≥ 0: give the tokens the job used (0 hands them all back)"}
 	}
 	if used == 0 {
-		return l.Refund(ctx, t)
+		return l.Refund(ctx, t, opts...)
 	}
-	return l.settleToken(ctx, t, driver.SettleUse, used, false)
+	return l.settleToken(ctx, t, driver.SettleUse, used, false, opts)
 }
 
-// settleToken settles t by kind: for a cancel, every amount comes back;
-// for a use, with all, nothing; otherwise each limit gives back its
-// charge less used.
-func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleKind, used float64, all bool) error {
+// settleToken settles t by kind, for a holder of the token: for a cancel,
+// every amount comes back; for a use, with all, nothing; otherwise each
+// limit gives back its charge less used. With a Settler in opts, a
+// settlement found before that is the same settlement by the same settler
+// is this one, whose answer was lost: nil.
+func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleKind, used float64, all bool, opts []SettleOption) error {
+	id, named, err := settleSettler(opts)
+	if err != nil {
+		return err
+	}
 	if t == nil || len(t.items) == 0 {
 		return fmt.Errorf("ratelimit: settle: no token: %w", ErrInvalidToken)
 	}
@@ -481,12 +556,67 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		}
 		lims[i] = lim
 	}
-	return l.settle(ctx, t, lims, kind, used, all, [16]byte{})
+	var settler [16]byte
+	if named {
+		settler = t.holderSettler(id, kind, used, all)
+	}
+	err = l.settle(ctx, t, lims, kind, used, all, settler)
+	if se := (*SettledError)(nil); named && errors.As(err, &se) && se.own && se.Kind == kind {
+		// This settler's own settlement, the same one (the settler
+		// digests it), taken by the store on an earlier call whose
+		// answer was lost.
+		return nil
+	}
+	return err
+}
+
+// holderSettler returns the settler that a holder's settlement of t by
+// kind, used and all (see settle) sends for the caller's id: a digest of
+// id, t's ID, kind and what each item hands back, so that the store's
+// mark is the caller's own only for the same settlement (driver.Decision.Own),
+// which the mark could not tell otherwise (it keeps the kind, not the
+// amounts). It is never zero, which would name no settler.
+func (t *Token) holderSettler(id [16]byte, kind driver.SettleKind, used float64, all bool) [16]byte {
+	b := make([]byte, 0, 64+8*len(t.items))
+	b = append(b, "ratelimit settler\x00"...)
+	b = append(b, id[:]...)
+	b = append(b, t.id[:]...)
+	b = append(b, byte(kind))
+	for i := range t.items {
+		back := t.back(i, kind, used, all)
+		if back == 0 {
+			back = 0 // not -0: the same settlement, the same digest
+		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(back))
+	}
+	sum := sha256.Sum256(b)
+	var s [16]byte
+	copy(s[:], sum[:])
+	if s == ([16]byte{}) {
+		s[0] = 1
+	}
+	return s
+}
+
+// back returns the tokens item i of t hands back when settled by kind:
+// for a cancel, its amount; for a use, with all, nothing; otherwise its
+// limit's charge less used, shared by its shards as they were charged.
+func (t *Token) back(i int, kind driver.SettleKind, used float64, all bool) float64 {
+	it := t.items[i]
+	switch {
+	case kind == driver.SettleUse && all:
+		return 0
+	case kind == driver.SettleUse:
+		if total := t.Charged(it.name); total > 0 {
+			return it.amount * (max(total-used, 0) / total)
+		}
+	}
+	return it.amount
 }
 
 // settle sends the settlement of t, whose items' limits are lims, as
 // settler (driver.Settlement.Settler: zero for none, as a holder of the
-// token settles it). The *SettledError of a settlement found before says
+// token settles it without Settler). The *SettledError of a settlement found before says
 // whether it was settler's own (own).
 func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driver.SettleKind, used float64, all bool, settler [16]byte) error {
 	now := l.now().UnixMilli()
@@ -517,18 +647,7 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until, Settler: settler},
 		Items:  make([]driver.Item, len(t.items))}
 	for i, it := range t.items {
-		back := it.amount
-		switch {
-		case kind == driver.SettleUse && all:
-			back = 0
-		case kind == driver.SettleUse:
-			// Each limit gives back its charge less used, shared by its
-			// shards as they were charged.
-			if total := t.Charged(it.name); total > 0 {
-				back = it.amount * (max(total-used, 0) / total)
-			}
-		}
-		op.Items[i] = driver.Item{Name: it.name, Key: t.key, Count: back, At: t.at,
+		op.Items[i] = driver.Item{Name: it.name, Key: t.key, Count: t.back(i, kind, used, all), At: t.at,
 			Shards: []driver.Shard{{Index: it.shard, Params: lims[i].params(l.seed, t.key, it.shard)}}}
 	}
 	out := make([]driver.Decision, len(op.Items))

@@ -469,3 +469,154 @@ func TestTokenWithTimesBeyondMaxTimeIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A holder of a token whose settlement's answer was lost (the store took
+// it) retries it with the same Settler: the retry finds its own
+// settlement and returns nil, as a Reservation's Wait or Cancel does, and
+// the store settled the token once. Another settler's, or none's, or the
+// same settler's other settlement (another kind, or a Settle of another
+// amount) is still a *SettledError: the call did nothing. Without
+// Settler, a retry could not tell its own use from another worker's, and
+// a worker fleet lost the job or ran it twice.
+func TestHolderRetriedWithItsSettler(t *testing.T) {
+	ctx := context.Background()
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+	a, b := ratelimit.Settler([16]byte{'a'}), ratelimit.Settler([16]byte{'b'})
+	type settle func(lim *ratelimit.Limiter, tok *ratelimit.Token, opts ...ratelimit.SettleOption) error
+	use := func(lim *ratelimit.Limiter, tok *ratelimit.Token, opts ...ratelimit.SettleOption) error {
+		return lim.Use(ctx, tok, opts...)
+	}
+	refund := func(lim *ratelimit.Limiter, tok *ratelimit.Token, opts ...ratelimit.SettleOption) error {
+		return lim.Refund(ctx, tok, opts...)
+	}
+	settleN := func(n float64) settle {
+		return func(lim *ratelimit.Limiter, tok *ratelimit.Token, opts ...ratelimit.SettleOption) error {
+			return lim.Settle(ctx, tok, n, opts...)
+		}
+	}
+	for _, key := range [][]byte{nil, []byte("token key of the fleet, 32 bytes")} {
+		for _, tc := range []struct {
+			name   string
+			settle settle
+			left   float64 // Remaining after the settlement of a charge of 4 of 10
+			same   []settle
+			other  []settle // the same settler's other settlements
+			kind   error
+		}{
+			{"Use", use, 6, []settle{settleN(4), settleN(9)}, []settle{refund, settleN(2), settleN(0)}, ratelimit.ErrReservationUsed},
+			{"Refund", refund, 10, []settle{settleN(0)}, []settle{use, settleN(2)}, ratelimit.ErrReservationCanceled},
+			{"Settle", settleN(1), 9, nil, []settle{use, refund, settleN(2), settleN(0.5)}, ratelimit.ErrReservationUsed},
+		} {
+			name := fmt.Sprintf("%s key=%t", tc.name, key != nil)
+			mem := must(memstore.New())
+			flaky := &flakyStore{Store: mem}
+			store := &lostReplyStore{Store: flaky}
+			var opts []ratelimit.Option
+			if key != nil {
+				opts = append(opts, ratelimit.WithTokenKey(key))
+			}
+			owner := must(ratelimit.New(mem, limits, append(opts, ratelimit.WithClock(newMock()))...))
+			holder := must(ratelimit.New(store, limits, append(opts, ratelimit.WithClock(newMock()))...))
+			other := must(ratelimit.New(mem, limits, append(opts, ratelimit.WithClock(newMock()))...))
+			reserve := func(k string) *ratelimit.Token {
+				r, err := owner.Reserve(ctx, "jobs", k, ratelimit.Count(4))
+				require.NoError(t, err)
+				tok, err := ratelimit.ParseToken(r.Token().String())
+				require.NoError(t, err)
+				return tok
+			}
+			remaining := func(k string) float64 {
+				st, err := owner.Value(ctx, "jobs", k)
+				require.NoError(t, err)
+				return st.Remaining
+			}
+
+			// The answer lost: the retry finds its own settlement.
+			tok := reserve("lost")
+			store.lose.Store(true)
+			require.Error(t, tc.settle(holder, tok, a), name)
+			store.lose.Store(false)
+			require.NoError(t, tc.settle(holder, tok, a), "%s: the retry finds its own settlement", name)
+			require.NoError(t, tc.settle(holder, tok, a), name)
+			require.NoError(t, tc.settle(other, tok, a), "%s: the settler's, from any process", name)
+			for i, s := range tc.same {
+				require.NoError(t, s(holder, tok, a), "%s: the same settlement, said another way (%d)", name, i)
+			}
+			require.Equal(t, tc.left, remaining("lost"), "%s: settled once", name)
+			for i, s := range tc.other {
+				err := s(holder, tok, a)
+				require.ErrorIs(t, err, tc.kind, "%s: the settler's other settlement (%d) did not happen", name, i)
+				var se *ratelimit.SettledError
+				require.ErrorAs(t, err, &se, name)
+			}
+			for _, opts := range [][]ratelimit.SettleOption{{b}, nil, {{}}} {
+				err := tc.settle(holder, tok, opts...)
+				require.ErrorIs(t, err, tc.kind, "%s: another settler's, or none's (%v)", name, opts)
+				require.ErrorIs(t, err, ratelimit.ErrAlreadySettled, name)
+			}
+			require.Equal(t, tc.left, remaining("lost"), name)
+
+			// Never sent: another settler settled it meanwhile, and the
+			// retry finds that one's settlement, not its own.
+			tok = reserve("never")
+			flaky.fail.Store(true)
+			require.ErrorIs(t, tc.settle(holder, tok, a), errDown, name)
+			flaky.fail.Store(false)
+			require.NoError(t, tc.settle(other, tok, b), name)
+			err := tc.settle(holder, tok, a)
+			require.ErrorIs(t, err, tc.kind, "%s: the other settler's: the job is not this one's", name)
+			require.NoError(t, tc.settle(other, tok, b), name)
+
+			// Without a settler, the retry cannot tell: as before.
+			tok = reserve("none")
+			store.lose.Store(true)
+			require.Error(t, tc.settle(holder, tok), name)
+			store.lose.Store(false)
+			require.ErrorIs(t, tc.settle(holder, tok), tc.kind, "%s: a settlement of no settler is nobody's own", name)
+			require.ErrorIs(t, tc.settle(holder, tok, a), tc.kind, name)
+		}
+	}
+}
+
+// Settler with an all-zero ID, which names no settler, is refused with an
+// error matching ErrInvalidOption, and nothing is settled; the zero
+// SettleOption changes nothing.
+func TestSettlerOfZeroIsRefused(t *testing.T) {
+	ctx := context.Background()
+	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	tok := r.Token()
+	zero := ratelimit.Settler([16]byte{})
+	for _, err := range []error{
+		lim.Use(ctx, tok, zero),
+		lim.Refund(ctx, tok, zero),
+		lim.Settle(ctx, tok, 1, zero),
+		lim.Settle(ctx, tok, 0, zero),
+		lim.Use(ctx, tok, ratelimit.Settler([16]byte{1}), zero),
+	} {
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+		require.ErrorContains(t, err, "all zero")
+	}
+	require.NoError(t, lim.Use(ctx, tok, ratelimit.SettleOption{}), "nothing was settled")
+	require.ErrorIs(t, lim.Use(ctx, tok, ratelimit.SettleOption{}), ratelimit.ErrReservationUsed)
+}
+
+// A token that carries a use (taken after its job was let run) is no
+// holder's own use: Use with a Settler returns a *SettledError, and the
+// job does not run twice.
+func TestSettlerOfATokenTakenAfterTheJobRan(t *testing.T) {
+	ctx := context.Background()
+	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.NoError(t, r.Wait(ctx))
+	tok := r.Token()
+	for range 2 {
+		require.ErrorIs(t, lim.Use(ctx, tok, ratelimit.Settler([16]byte{'a'})), ratelimit.ErrReservationUsed)
+	}
+}

@@ -170,10 +170,12 @@ type Settlement struct {
 	Until int64
 	// Settler names who settles: 128 random bits that one sender keeps
 	// across the retries of one settlement (a Reservation's Wait and
-	// Cancel), so that a retry whose first attempt took effect, its answer
-	// lost, finds its own marker (Decision.Own) and tells it from another
-	// settler's of the same token. Zero names no settler: the marker then
-	// records none, and is nobody's own. Any value is valid.
+	// Cancel; or a digest of the ID, the token and the settlement that a
+	// holder of the token names with ratelimit.Settler), so that a retry
+	// whose first attempt took effect, its answer lost, finds its own
+	// marker (Decision.Own) and tells it from another settler's of the
+	// same token. Zero names no settler: the marker then records none,
+	// and is nobody's own. Any value is valid.
 	Settler [16]byte
 }
 
