@@ -29,6 +29,7 @@ func testSettle(t *testing.T, newStore NewStore, s suite) {
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, newStore) })
 	t.Run("Settlers", func(t *testing.T) { testSettlers(t, newStore) })
 	t.Run("RetriedAfterAFailure", func(t *testing.T) { testRetriedAfterAFailure(t, newStore) })
+	t.Run("HolderRetried", func(t *testing.T) { testHolderRetried(t, newStore) })
 }
 
 // testSettleDifferential compares the store with the Model over random
@@ -564,6 +565,84 @@ func testRetriedAfterAFailure(t *testing.T, newStore NewStore) {
 		} else {
 			require.NoError(t, r.Cancel(ctx), what)
 			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, what)
+		}
+	}
+}
+
+// testHolderRetried checks a holder's Use, Refund and Settle with a
+// Settler, retried after a call that never reached the store or whose
+// answer was lost, against another holder with a settler of its own: the
+// retry returns nil only when the store's mark is its own settlement (the
+// same settler, kind and amount), and the token is settled once.
+func testHolderRetried(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := epoch.Truncate(time.Minute).Add(time.Second)
+	wrapped, f := failing(store)
+	holder, err := ratelimit.New(wrapped, settleLimits, ratelimit.WithClock(newMock(now)))
+	require.NoError(t, err)
+	others := limiters(t, store, 2, now)
+	owner, other := others[0], others[1]
+	key := fmt.Sprintf("holder-retried-%d", now.UnixNano())
+	var a, b [16]byte
+	randomBytes(t, a[:], b[:])
+	mine, theirs := ratelimit.Settler(a), ratelimit.Settler(b)
+	// On a store's own clock (a server's) the window may turn during the
+	// test: the count is checked on the Limiters' mock clocks only.
+	ts, own := store.(driver.TimeSource)
+	own = own && ts.OwnClock()
+	remaining := func() float64 {
+		t.Helper()
+		if own {
+			return 0
+		}
+		st, err := owner.Value(ctx, "jobs", key)
+		require.NoError(t, err)
+		return st.Remaining
+	}
+	for _, c := range []struct {
+		name   string
+		settle func(*ratelimit.Limiter, *ratelimit.Token, ...ratelimit.SettleOption) error
+		kind   error
+		spent  float64 // of the 4 charged
+	}{
+		{"Use", func(l *ratelimit.Limiter, tok *ratelimit.Token, o ...ratelimit.SettleOption) error {
+			return l.Use(ctx, tok, o...)
+		}, ratelimit.ErrReservationUsed, 4},
+		{"Refund", func(l *ratelimit.Limiter, tok *ratelimit.Token, o ...ratelimit.SettleOption) error {
+			return l.Refund(ctx, tok, o...)
+		}, ratelimit.ErrReservationCanceled, 0},
+		{"Settle", func(l *ratelimit.Limiter, tok *ratelimit.Token, o ...ratelimit.SettleOption) error {
+			return l.Settle(ctx, tok, 1, o...)
+		}, ratelimit.ErrReservationUsed, 1},
+	} {
+		for _, lost := range []bool{false, true} {
+			set := &f.fail
+			if lost {
+				set = &f.lose
+			}
+			what := fmt.Sprintf("%s, %s", c.name, map[bool]string{false: "never sent", true: "answer lost"}[lost])
+			before := remaining()
+			r, err := owner.Reserve(ctx, "jobs", key, ratelimit.Count(4))
+			require.NoError(t, err)
+			tok, err := ratelimit.ParseToken(r.Token().String())
+			require.NoError(t, err)
+			set.Store(true)
+			require.Error(t, c.settle(holder, tok, mine), what)
+			set.Store(false)
+			if lost {
+				require.ErrorIs(t, c.settle(other, tok, theirs), c.kind, "%s: the first attempt took effect", what)
+				require.NoError(t, c.settle(holder, tok, mine), "%s: the retry finds its own settlement", what)
+			} else {
+				require.NoError(t, c.settle(other, tok, theirs), what)
+				require.ErrorIs(t, c.settle(holder, tok, mine), c.kind, "%s: the other settler's is not the holder's", what)
+				require.NoError(t, c.settle(other, tok, theirs), what)
+			}
+			require.ErrorIs(t, c.settle(holder, tok), c.kind, "%s: none is nobody's", what)
+			require.ErrorIs(t, holder.Settle(ctx, tok, 2, mine), ratelimit.ErrAlreadySettled, "%s: another settlement of the settler", what)
+			if !own {
+				require.InDelta(t, before-c.spent, remaining(), 1e-9, "%s: settled once", what)
+			}
 		}
 	}
 }
