@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -172,4 +173,48 @@ func Example_fleet() {
 	// owed after the refunds: 6
 	// jobs run: 11, early: 0, failed to start: 0
 	// most jobs in one window: 5 (the limit grants 5 a second)
+}
+
+// A worker marks a job's token used with Settler, naming the job's
+// attempt, so that a retry after a lost reply knows whether the use was
+// its own. Here the store takes the first Use, and the worker, its reply
+// lost, retries: the retry finds its own use and runs the job. The queue
+// then delivers the job again, as a new attempt, to another worker: its
+// Use finds the first worker's and does not run it.
+func ExampleSettler() {
+	ctx := context.Background()
+	clk := clock.NewMock()
+	store, _ := memstore.New()
+	limits := ratelimit.Limits{"send": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Second}}
+	producer, _ := ratelimit.New(store, limits, ratelimit.WithClock(clk))
+	worker, _ := ratelimit.New(store, limits, ratelimit.WithClock(clk))
+	r, _ := producer.Reserve(ctx, "send", "tenant-1")
+	payload := r.Token().String() // enqueued with the job
+
+	// attempt names one delivery of a job: the job's ID alone would be
+	// shared by a redelivery, which must not take the first use for its own.
+	attempt := func(job string, n int) ratelimit.SettleOption {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%s attempt %d", job, n))
+		return ratelimit.Settler([16]byte(sum[:16]))
+	}
+	run := func(who string, err error) {
+		switch {
+		case err == nil:
+			fmt.Printf("%s: runs the job\n", who)
+		case errors.Is(err, ratelimit.ErrAlreadySettled):
+			fmt.Printf("%s: settled elsewhere (used: %t), not run\n", who, errors.Is(err, ratelimit.ErrReservationUsed))
+		default:
+			fmt.Printf("%s: retry later: %v\n", who, err)
+		}
+	}
+
+	tok, _ := ratelimit.ParseToken(payload)
+	_ = worker.Use(ctx, tok, attempt("job-7", 1)) // taken by the store; say the reply is lost
+	run("worker, retrying", worker.Use(ctx, tok, attempt("job-7", 1)))
+	run("another worker, attempt 2", worker.Use(ctx, tok, attempt("job-7", 2)))
+	run("a worker naming no settler", worker.Use(ctx, tok))
+	// Output:
+	// worker, retrying: runs the job
+	// another worker, attempt 2: settled elsewhere (used: true), not run
+	// a worker naming no settler: settled elsewhere (used: true), not run
 }
