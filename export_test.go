@@ -22,3 +22,14 @@ func DenyStripe(l *Limiter, name, key string) int {
 	}
 	return -1
 }
+
+// ReservationLocked reports whether r's lock is held: a test that stops
+// one of r's store calls halfway asks whether it holds up r's other
+// methods.
+func ReservationLocked(r *Reservation) bool {
+	if r.mu.TryLock() {
+		r.mu.Unlock()
+		return false
+	}
+	return true
+}

@@ -29,6 +29,13 @@ const DefaultRefundTimeout = time.Second
 // matching ErrReservationScheduled; once the job was let run, with one
 // matching ErrReservationUsed.
 //
+// A method waiting on the store holds up no other: while a Cancel, or the
+// use of a Wait or an AfterFunc, is on its way to a slow store, Token,
+// Delay, a Cancel, and a Wait or an AfterFunc (which fails at once while
+// another holds the job) go on, each within its own context; the store,
+// which settles a reservation once, decides between a use and a cancel
+// sent together.
+//
 // Its Token lets another process settle it: a worker that runs the job
 // marks it used (Limiter.Use), one that drops it cancels it
 // (Limiter.Refund). The store settles a reservation at most once, whoever
@@ -214,37 +221,58 @@ func (r *Reservation) giveUp(ctx context.Context, err error) error {
 
 // use marks the reservation used, unless it was canceled: in the store,
 // once a token was taken (a holder of the token may have settled it).
+// The store call is made without r.mu, so that Token, Cancel and another
+// Wait or AfterFunc (which then fails at once: the job is claimed) do not
+// wait on the store; a Cancel sent meanwhile reaches the store too, which
+// settles the reservation once, and the flags follow its answer.
 func (r *Reservation) use(ctx context.Context) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if err := r.settled(); err != nil {
+		r.mu.Unlock()
 		return err
 	}
-	if r.tok != nil {
-		err := r.lim.settle(ctx, r.tok, r.tokenLimits(), driver.SettleUse, 0, true, r.settlerID())
-		var se *SettledError
-		switch {
-		case errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
-			// This reservation's own use, taken by the store on an
-			// earlier call whose answer was lost: the job may run.
-		case errors.As(err, &se) && se.Kind == driver.SettleUse:
-			// Used by a holder of the token, which runs the job; or by
-			// a settler the mark does not name (one an earlier release
-			// wrote), which may be the holder too.
-			r.used, r.held = true, true
-			return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
-		case errors.As(err, &se) && se.own:
-			r.canceled = true
-			return fmt.Errorf("ratelimit: limit %q: canceled by an earlier Cancel of the reservation, whose answer was lost: %w", r.res.Name, err)
-		case errors.As(err, &se):
-			r.canceled = true
-			return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
-		case err != nil:
-			return err
-		}
+	tok := r.tok
+	if tok == nil {
+		// No other process can know the reservation: a local use.
+		r.used = true
+		r.mu.Unlock()
+		return nil
 	}
-	r.used = true
-	return nil
+	settler := r.settlerID()
+	r.mu.Unlock()
+
+	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleUse, 0, true, settler)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var se *SettledError
+	switch {
+	case err == nil, errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
+		// Marked used; or this reservation's own use, taken by the store
+		// on an earlier call whose answer was lost: the job may run.
+		if r.canceled {
+			// A Cancel sent while the use was on its way returned nil
+			// for a token the store judged expired, and the job must not
+			// run after a Cancel that returned nil. (The store settles
+			// once: this is the only way both can succeed.)
+			return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+		}
+		r.used = true
+		return nil
+	case errors.As(err, &se) && se.Kind == driver.SettleUse:
+		// Used by a holder of the token, which runs the job; or by a
+		// settler the mark does not name (one an earlier release wrote),
+		// which may be the holder too.
+		r.used, r.held = true, true
+		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
+	case errors.As(err, &se) && se.own:
+		r.canceled = true
+		return fmt.Errorf("ratelimit: limit %q: canceled by a Cancel of the reservation (one under way, or an earlier one whose answer was lost): %w", r.res.Name, err)
+	case errors.As(err, &se):
+		r.canceled = true
+		return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
+	}
+	return err
 }
 
 // settlerID returns the reservation's settler, choosing it at the first
@@ -443,40 +471,68 @@ func stopped(context.Context) bool { return false }
 // settled it first, Cancel does nothing and returns a *SettledError (which
 // matches ErrReservationUsed when the token was used). A second Cancel
 // of the same Reservation returns nil. Past the token's Expires, Cancel
-// hands nothing back (nothing would come back by then) and returns nil.
+// hands nothing back (nothing would come back by then) and returns nil,
+// and the job does not run: a Wait or AfterFunc whose use was on its way
+// to the store then does not let it run.
+//
+// Cancel waits on the store for no longer than its context allows, and
+// the Reservation's other methods do not wait with it: Token, Delay and
+// a Wait or AfterFunc (which claims the job, then marks it used in the
+// store) go on while a Cancel is on its way. Concurrent Cancels, or a
+// Cancel and the use of a Wait or an AfterFunc, may reach the store
+// together; it settles the reservation once. The tokens come back once,
+// and every Cancel returns nil (the later ones find the first one's mark,
+// their own); or the use came first, the job runs, and Cancel returns an
+// error matching ErrReservationUsed. Never both.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.res.OK {
 		return nil
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	switch {
 	case r.used:
+		r.mu.Unlock()
 		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
 	case r.canceled:
+		r.mu.Unlock()
 		return nil
 	case r.charge.n == 0:
 		// Granted by the failure policy: nothing was charged, so
 		// nothing goes back, but the job must not run.
 		r.canceled = true
+		r.mu.Unlock()
 		return nil
 	}
 	tok := r.token()
+	settler := r.settlerID()
+	r.mu.Unlock()
 	if tok == nil {
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: no random source for its token", r.res.Name)
 	}
-	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleCancel, 0, true, r.settlerID())
+	// The store call is made without r.mu, so that it holds up no other
+	// method (Token; a Wait or an AfterFunc, which claims the job). A
+	// concurrent Cancel, or the use of a Wait or an AfterFunc, may reach
+	// the store meanwhile: the store settles the reservation once, and the
+	// flags follow its answer. A second Cancel finds the first's mark, its
+	// own, and returns nil.
+	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleCancel, 0, true, settler)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var se *SettledError
 	switch {
 	case err == nil, errors.Is(err, ErrTokenExpired):
 	case errors.As(err, &se) && se.Kind == driver.SettleCancel && se.own:
-		// This reservation's own cancel, taken by the store on an
-		// earlier call whose answer was lost.
+		// This reservation's own cancel: another Cancel of it (or a Wait
+		// giving up) got there first, or an earlier call whose answer
+		// was lost.
 	case errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
-		// Its own use, by an earlier Wait or AfterFunc whose answer
-		// was lost: the tokens are spent, and the job has not run yet;
-		// a Wait lets it run.
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: an earlier Wait or AfterFunc of it marked it used, and its answer was lost: the tokens are spent (a Wait lets the job run): %w", r.res.Name, err)
+		// Its own use, by a Wait or an AfterFunc: one under way, whose
+		// answer lets the job run, or an earlier one whose answer was
+		// lost: the tokens are spent, and a Wait lets the job run.
+		if r.used {
+			return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+		}
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: a Wait or AfterFunc of it marked it used (one under way, or an earlier one whose answer was lost): the tokens are spent (a Wait lets the job run, if none does): %w", r.res.Name, err)
 	case errors.As(err, &se):
 		if se.Kind == driver.SettleUse {
 			r.used, r.held = true, true
@@ -486,6 +542,11 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	default:
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
+	}
+	if r.used {
+		// A use sent meanwhile let the job run: the store took it
+		// before this token's Expires, and judged the cancel after it.
+		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
 	}
 	if r.lim.deny != nil {
 		r.lim.deny.forget(r.res.Name, r.charge.key)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -946,4 +947,185 @@ func TestWaitGivingUpIsBounded(t *testing.T) {
 			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
 		})
 	}
+}
+
+// settleHookStore is a memstore that stops the next settlement of kind,
+// once armed (stall), on its way to the store, to see what other
+// goroutines may do while a Reservation's store call is under way.
+type settleHookStore struct {
+	*memstore.Store
+	kind driver.SettleKind
+	hook atomic.Pointer[func(ctx context.Context) error]
+}
+
+func (s *settleHookStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if op.Settle != nil && op.Settle.Kind == s.kind {
+		if h := s.hook.Swap(nil); h != nil {
+			if err := (*h)(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+// stalled is a settlement stopped by settleHookStore.
+type stalled struct {
+	arrived chan time.Time // the deadline it was sent with (zero: none), once it is stopped
+	release chan struct{}  // closed by let: it goes on to the store
+	once    sync.Once
+}
+
+// let sends the stopped settlement on to the store; more calls do nothing.
+func (s *stalled) let() { s.once.Do(func() { close(s.release) }) }
+
+// stall arms the store: the next settlement of its kind tells arrived its
+// deadline and waits until let is called (then reaches the store) or its
+// context ends (then fails with the context's error, as a store that does
+// not answer). The test's cleanup lets it go.
+func (s *settleHookStore) stall(t *testing.T) *stalled {
+	st := &stalled{arrived: make(chan time.Time, 1), release: make(chan struct{})}
+	t.Cleanup(st.let)
+	s.hook.Store(ptr(func(ctx context.Context) error {
+		dl, _ := ctx.Deadline()
+		st.arrived <- dl
+		select {
+		case <-st.release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	return st
+}
+
+// While a Cancel waits on the store (a partitioned Redis, a locked
+// PostgreSQL row), the Reservation's other methods do not wait with it:
+// Cancel used to hold the Reservation's lock for its whole store call, and
+// a Wait of a caller with a short deadline, a Token, a second Cancel all
+// waited on the store too, whatever their context. The second Cancel (or
+// the refund of a Wait giving up) reaches the store, which settles the
+// reservation once: the tokens come back once, and the first Cancel, let
+// go, finds the mark its own and returns nil. A Cancel while a Wait marks
+// the reservation used alike: it reaches the store first, and the Wait,
+// let go, finds the cancel and does not let the job run.
+func TestReservationStoreCallsHoldNoLock(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		stall driver.SettleKind // the settlement that waits on the store
+		other string            // what the test does meanwhile
+	}{
+		{"second Cancel", driver.SettleCancel, "cancel"},
+		{"Wait giving up", driver.SettleCancel, "wait"},
+		{"Cancel while Wait marks it used", driver.SettleUse, "cancel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &settleHookStore{Store: must(memstore.New()), kind: tc.stall}
+			lim := must(ratelimit.New(store, ratelimit.Limits{
+				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+			}, ratelimit.WithClock(newMock())))
+			remaining := func() float64 {
+				st, err := lim.Value(ctx, "jobs", "k")
+				require.NoError(t, err)
+				return st.Remaining
+			}
+			r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+			require.NoError(t, err)
+			require.Equal(t, 6.0, remaining())
+			tok := r.Token()
+			require.NotNil(t, tok)
+
+			st := store.stall(t)
+			first := make(chan error, 1)
+			if tc.stall == driver.SettleCancel {
+				go func() { first <- r.Cancel(ctx) }()
+			} else {
+				go func() { first <- r.Wait(ctx) }()
+			}
+			<-st.arrived
+			require.False(t, ratelimit.ReservationLocked(r), "the Reservation is locked while the store takes its call")
+
+			assert.Same(t, tok, r.Token())
+			assert.Zero(t, r.Delay())
+			switch tc.other {
+			case "cancel":
+				require.NoError(t, r.Cancel(ctx))
+			case "wait":
+				wctx, cancel := context.WithCancel(ctx)
+				cancel() // a caller that leaves at once
+				err := r.Wait(wctx)
+				require.ErrorIs(t, err, context.Canceled)
+				require.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "its refund reached the store")
+			}
+			assert.Equal(t, 10.0, remaining(), "handed back")
+			require.NoError(t, r.Cancel(ctx), "a Cancel after the refund returns nil")
+
+			st.let()
+			err = <-first
+			if tc.stall == driver.SettleCancel {
+				require.NoError(t, err, "the first Cancel finds its own mark")
+			} else {
+				require.ErrorIs(t, err, ratelimit.ErrReservationCanceled, "the Wait finds the cancel: the job must not run")
+			}
+			assert.Equal(t, 10.0, remaining(), "handed back once")
+			require.NoError(t, r.Cancel(ctx))
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+			require.ErrorIs(t, lim.Use(ctx, tok), ratelimit.ErrReservationCanceled)
+		})
+	}
+}
+
+// Cancels of one Reservation from many goroutines at once may all reach
+// the store; it settles the reservation once, the later ones find the
+// first one's mark, their own, and every Cancel returns nil: the tokens
+// come back once.
+func TestConcurrentCancels(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	for range 20 {
+		require.NoError(t, lim.Reset(ctx, "jobs", "k"))
+		r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = r.Cancel(ctx) }()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "Cancel %d", i)
+		}
+		st, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		require.Equal(t, 10.0, st.Remaining, "handed back once")
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+	}
+}
+
+// A Cancel past the token's Expires hands nothing back and returns nil,
+// without asking the store: the job must then not run, even when a Wait's
+// use, sent before the token expired, reaches the store after it (the
+// store takes it: the one case where a use and a cancel both succeed).
+func TestCancelPastExpiryWhileWaitMarksItUsed(t *testing.T) {
+	ctx := context.Background()
+	store := &settleHookStore{Store: must(memstore.New()), kind: driver.SettleUse}
+	mock := newMock()
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock)))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	st := store.stall(t)
+	waited := make(chan error, 1)
+	go func() { waited <- r.Wait(ctx) }()
+	<-st.arrived
+	require.False(t, ratelimit.ReservationLocked(r), "the Reservation is locked while the store takes its call")
+	mock.Set(r.Token().Expires().Add(time.Second))
+	require.NoError(t, r.Cancel(ctx), "past Expires, Cancel hands nothing back")
+	st.let()
+	require.ErrorIs(t, <-waited, ratelimit.ErrReservationCanceled, "the job must not run after a Cancel that returned nil")
+	require.NoError(t, r.Cancel(ctx))
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
 }
