@@ -48,6 +48,9 @@ type Limiter struct {
 	// refundTimeout bounds the refund of a Reservation.Wait that gives up,
 	// past the end of its context (WithRefundTimeout).
 	refundTimeout time.Duration
+	// afterFuncTimeout bounds the store call by which Reservation.AfterFunc
+	// marks a reservation used (WithAfterFuncTimeout).
+	afterFuncTimeout time.Duration
 	// mostShards holds, for each name declared (New, SetLimits,
 	// SetLimit) with more than one shard, the most shards a config of it
 	// has had, so that Reset deletes the records of shards a lowered
@@ -194,6 +197,31 @@ func WithRefundTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.refundTimeout = max(d, 0) }
 }
 
+// WithAfterFuncTimeout bounds the store call by which
+// Reservation.AfterFunc, when the job's time comes, marks a reservation
+// used (once its token was taken; before that, the use is local and asks
+// no store). AfterFunc has no caller's context to end that call; without
+// a bound, a store that does not answer (a partitioned Redis without read
+// timeouts, a locked PostgreSQL row) would hold it for good: the function
+// would never run, nor the job be let go. A use the store has not made
+// within d fails as any store failure does: the function does not run,
+// the failure is logged (WithLogger), and the AfterFunc lets go of the
+// job, so that a new AfterFunc or a Wait may try the use again (if the
+// store took the first after all, it finds that use its own and lets the
+// job run). So d is how late a job may run for a slow store before it is
+// dropped. The default is DefaultAfterFuncTimeout; a d ≤ 0 (which would
+// never let a job run) makes New fail with an error matching
+// ErrInvalidOption.
+func WithAfterFuncTimeout(d time.Duration) Option {
+	return func(l *Limiter) {
+		if d <= 0 {
+			l.optErr = fmt.Errorf("ratelimit: WithAfterFuncTimeout: the timeout is %v: AfterFunc could never mark a reservation used in the store, and no job would run: give how late a job may run for a slow store before it is dropped (a few seconds), or leave the option out for DefaultAfterFuncTimeout: %w", d, ErrInvalidOption)
+			return
+		}
+		l.afterFuncTimeout = d
+	}
+}
+
 // WithTokenKey makes the Limiter authenticate its tokens: every token it
 // makes carries an HMAC-SHA-256 tag under key, and every token it is
 // given to settle must carry a valid one (ErrInvalidToken otherwise).
@@ -227,7 +255,8 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	wall := clock.New()
 	l := &Limiter{store: store, clock: wall,
 		breaker:      breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
-		settleWindow: DefaultSettleWindow, refundTimeout: DefaultRefundTimeout}
+		settleWindow: DefaultSettleWindow, refundTimeout: DefaultRefundTimeout,
+		afterFuncTimeout: DefaultAfterFuncTimeout}
 	for _, o := range opts {
 		o(l)
 	}

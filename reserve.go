@@ -16,6 +16,12 @@ import (
 // WithRefundTimeout says otherwise.
 const DefaultRefundTimeout = time.Second
 
+// DefaultAfterFuncTimeout is how long Reservation.AfterFunc waits on the
+// store to mark a reservation used, when the job's time comes, before it
+// gives up and lets go of the job, unless WithAfterFuncTimeout says
+// otherwise.
+const DefaultAfterFuncTimeout = 10 * time.Second
+
 // Reservation is capacity taken for a job that may have to wait for it:
 // the answer to Limiter.Reserve. When OK, the tokens are the job's, and
 // Time says when the job may run; the job's owner waits for that moment
@@ -186,7 +192,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	} else if err := ctx.Err(); err != nil {
 		return r.giveUp(ctx, err)
 	}
-	return r.use(ctx)
+	return r.use(ctx, 0)
 }
 
 // giveUp hands the tokens back for a Wait that gives up with err because
@@ -224,8 +230,10 @@ func (r *Reservation) giveUp(ctx context.Context, err error) error {
 // The store call is made without r.mu, so that Token, Cancel and another
 // Wait or AfterFunc (which then fails at once: the job is claimed) do not
 // wait on the store; a Cancel sent meanwhile reaches the store too, which
-// settles the reservation once, and the flags follow its answer.
-func (r *Reservation) use(ctx context.Context) error {
+// settles the reservation once, and the flags follow its answer. With
+// timeout > 0 (AfterFunc's, which has no caller's context), the store
+// call ends after timeout.
+func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 	r.mu.Lock()
 	if err := r.settled(); err != nil {
 		r.mu.Unlock()
@@ -241,7 +249,15 @@ func (r *Reservation) use(ctx context.Context) error {
 	settler := r.settlerID()
 	r.mu.Unlock()
 
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = r.lim.clock.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleUse, 0, true, settler)
+	if err != nil && timeout > 0 && ctx.Err() != nil {
+		err = fmt.Errorf("ratelimit: limit %q: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v; it may have taken it, which a new AfterFunc or Wait finds its own: %w", r.res.Name, timeout, err)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -399,20 +415,35 @@ func (r *Reservation) tokenLimits() []*limit {
 // that stops it: stop reports whether it stopped fn before it ran, and
 // then hands the tokens back (Cancel, with stop's context); a refund
 // that fails is not reported by stop, which has stopped fn all the same:
-// call Cancel, which tries the refund again and returns its error. Once a
-// token was taken, fn does not run if the store could not mark the
-// reservation used: a holder of the token canceled it, or used it (the
-// job is the holder's), or the store failed.
+// call Cancel, which tries the refund again and returns its error.
+//
+// Once a token was taken, AfterFunc marks the reservation used in the
+// store before fn runs, waiting on the store at most the Limiter's
+// AfterFunc timeout (WithAfterFuncTimeout, default
+// DefaultAfterFuncTimeout): fn runs as late as the store makes it, within
+// that bound. fn does not run if the store could not mark the reservation
+// used: a holder of the token canceled it, or used it (the job is the
+// holder's), or the store failed or did not answer in time (which is
+// logged, with WithLogger). Such an AfterFunc lets go of the job: a new
+// AfterFunc (or Wait) tries the use again, and lets the job run if the
+// store took the first one's use after all.
+//
+// Once the job's time has come, stop reports false at once, also while
+// the use is on its way to the store: it neither waits for the store nor
+// calls the use off, and fn runs if the store marks the reservation used.
+// To have the tokens back unless fn runs, call Cancel: the store settles
+// the reservation once, so either the use comes first (fn runs, and
+// Cancel returns an error matching ErrReservationUsed) or the cancel does
+// (the tokens come back, and fn does not run).
 //
 // Unlike time.AfterFunc, whose calls are independent, AfterFunc schedules
 // the reservation's one job: it schedules nothing, and returns an error
 // at once, when the reservation was refused (a *LimitError) or canceled
 // (ErrReservationCanceled), when another AfterFunc or a Wait of it is
-// under way (ErrReservationScheduled: stop that one first), when the job
-// was let run (ErrReservationUsed), or when fn is nil (ErrInvalidOption).
-// The stop it then returns reports false. An AfterFunc whose fn did not
-// run because the store failed lets go of the job: a new AfterFunc (or
-// Wait) tries the use again.
+// under way (ErrReservationScheduled: stop that one first, or, once the
+// job's time has come, let its use end), when the job was let run
+// (ErrReservationUsed), or when fn is nil (ErrInvalidOption). The stop it
+// then returns reports false.
 func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool, err error) {
 	if fn == nil {
 		return stopped, fmt.Errorf("ratelimit: AfterFunc: the function to run is nil: pass the job's function; nothing was scheduled: %w", ErrInvalidOption)
@@ -424,10 +455,18 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool,
 		return stopped, err
 	}
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {
-		err := r.use(context.Background())
+		err := r.use(context.Background(), r.lim.afterFuncTimeout)
 		r.release()
-		if err == nil {
+		switch {
+		case err == nil:
 			fn()
+		case errors.Is(err, ErrReservationCanceled), errors.Is(err, ErrReservationUsed), errors.Is(err, ErrAlreadySettled):
+			// Settled by a Cancel, or by a holder of the token: the job
+			// is not this AfterFunc's to run.
+		case r.lim.logger != nil:
+			// No one else learns that the job was dropped.
+			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back",
+				"limit", r.res.Name, "err", err)
 		}
 	})
 	return func(ctx context.Context) bool {

@@ -1,9 +1,11 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1128,4 +1130,125 @@ func TestCancelPastExpiryWhileWaitMarksItUsed(t *testing.T) {
 	require.ErrorIs(t, <-waited, ratelimit.ErrReservationCanceled, "the job must not run after a Cancel that returned nil")
 	require.NoError(t, r.Cancel(ctx))
 	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+}
+
+// AfterFunc marks the reservation used on a context of its own, bounded
+// by WithAfterFuncTimeout: it has no caller's context, and used to send
+// the use with none, so that a store that does not answer held it for
+// good: the function never ran, the job was never let go (every new
+// AfterFunc or Wait failed with ErrReservationScheduled), and stop
+// reported false. Now the use fails at the bound as a store failure does:
+// the function does not run, the failure is logged, and a new AfterFunc
+// tries again and runs the job. While the use is on its way, stop reports
+// false at once, and the job stays claimed.
+func TestAfterFuncUseIsBounded(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // WithAfterFuncTimeout; 0: the default
+	}{
+		{"default", 0},
+		{"set", 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &settleHookStore{Store: must(memstore.New()), kind: driver.SettleUse}
+			mock := newMock()
+			var logs bytes.Buffer
+			opts := []ratelimit.Option{ratelimit.WithClock(mock), ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
+			want := ratelimit.DefaultAfterFuncTimeout
+			if tc.timeout > 0 {
+				opts = append(opts, ratelimit.WithAfterFuncTimeout(tc.timeout))
+				want = tc.timeout
+			}
+			lim := must(ratelimit.New(store, ratelimit.Limits{
+				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+			}, opts...))
+			r, err := lim.Reserve(ctx, "jobs", "user-4711", ratelimit.Count(4), ratelimit.WithReceipt())
+			require.NoError(t, err)
+			var runs atomic.Int32
+			st := store.stall(t)
+			stop, err := r.AfterFunc(func() { runs.Add(1) })
+			require.NoError(t, err)
+			fired := make(chan struct{})
+			go func() { mock.Add(0); close(fired) }() // the job's time: the mock runs the timer's function
+			dl := <-st.arrived
+			require.False(t, dl.IsZero(), "AfterFunc's use was sent with no deadline: a store that does not answer holds it for good")
+			assert.Equal(t, t0.Add(want), dl, "the use's deadline")
+
+			// While the use waits on the store.
+			assert.False(t, stop(ctx), "the job's time has come: too late to stop")
+			_, err = r.AfterFunc(func() { runs.Add(1) })
+			require.ErrorIs(t, err, ratelimit.ErrReservationScheduled, "the job is claimed while its use is on its way")
+			assert.NotNil(t, r.Token())
+
+			// The bound passes: the store ends the call, as the driver
+			// contract asks.
+			mock.Add(want)
+			<-fired
+			mock.Set(t0.Add(want)) // the two Adds ran together: end at the later time
+			require.Zero(t, runs.Load(), "the use failed: the function does not run")
+			assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+			assert.Contains(t, logs.String(), "WithAfterFuncTimeout")
+			assert.NotContains(t, logs.String(), "user-4711", "keys are not logged")
+
+			// The failed AfterFunc let go of the job: a new one runs it.
+			stop, err = r.AfterFunc(func() { runs.Add(1) })
+			require.NoError(t, err, "the job was let go")
+			mock.Add(0)
+			require.Equal(t, int32(1), runs.Load())
+			assert.False(t, stop(ctx))
+			require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+			st2, err := lim.Value(ctx, "jobs", "user-4711")
+			require.NoError(t, err)
+			assert.Equal(t, 6.0, st2.Remaining, "the job's tokens are spent")
+		})
+	}
+}
+
+// A stop called while AfterFunc's use is on its way to the store reports
+// false at once, without waiting for the store; a Cancel then reaches the
+// store too, which settles the reservation once: here the cancel comes
+// first, the tokens come back, and the function does not run (nor is a
+// Cancel logged as a failure).
+func TestCancelWhileAfterFuncMarksItUsed(t *testing.T) {
+	ctx := context.Background()
+	store := &settleHookStore{Store: must(memstore.New()), kind: driver.SettleUse}
+	mock := newMock()
+	var logs bytes.Buffer
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock), ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	st := store.stall(t)
+	stop, err := r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	fired := make(chan struct{})
+	go func() { mock.Add(0); close(fired) }()
+	<-st.arrived
+	require.False(t, ratelimit.ReservationLocked(r), "the Reservation is locked while the store takes its call")
+	assert.False(t, stop(ctx), "stop does not wait for the store")
+	require.NoError(t, r.Cancel(ctx), "the cancel reaches the store first")
+	value := func() float64 {
+		v, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		return v.Remaining
+	}
+	assert.Equal(t, 10.0, value(), "handed back")
+	st.let()
+	<-fired
+	require.Zero(t, runs.Load(), "the use found the cancel: the function does not run")
+	assert.Empty(t, logs.String())
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+	require.NoError(t, r.Cancel(ctx))
+	assert.Equal(t, 10.0, value(), "handed back once")
+}
+
+func TestWithAfterFuncTimeoutOfZero(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := ratelimit.New(must(memstore.New()), nil, ratelimit.WithAfterFuncTimeout(d))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+		assert.ErrorContains(t, err, "WithAfterFuncTimeout")
+	}
 }
