@@ -40,7 +40,11 @@
 //
 // New creates or upgrades the table and the functions (Schema returns the
 // SQL). With WithoutDDL it only checks that they are there, for
-// deployments that apply schema changes with a migration tool.
+// deployments that apply schema changes with a migration tool. Either way
+// it never takes over a relation, nor replaces a function, that it did
+// not make (ErrNotStoreTable, ErrNotStoreFunction): the functions it makes
+// carry a mark, and those of earlier releases are told by rules that the
+// SQL of Schema spells out.
 package pgstore
 
 import (
@@ -122,6 +126,12 @@ const (
 	waitSuffix  = "_pwait"
 )
 
+// fnSuffixes are the suffixes of every function's name; from splitFn on,
+// those of the functions that read no table (_split and _pwait).
+var fnSuffixes = []string{applySuffix, oneSuffix, readSuffix, delSuffix, sweepSuffix, splitSuffix, waitSuffix}
+
+const splitFn = 5
+
 // schemaLock is the advisory lock key under which New installs the schema,
 // so that processes starting together do not race on the DDL.
 const schemaLock = 0x7261_7465_6c69_6d74 // "ratelimt"
@@ -142,6 +152,18 @@ var (
 	// is, and what to do: give the store a table of its own (WithTable).
 	// The SQL of Schema refuses such a relation too (SQLSTATE RLTBL).
 	ErrNotStoreTable = errors.New("pgstore: the table is not the store's")
+	// ErrNotStoreFunction is matched by the error of New, with or without
+	// WithoutDDL, when a function that bears the name of one of the
+	// store's (the table's name and a suffix: see WithTable), whatever its
+	// arguments, exists in the table's schema and is not the store's: a
+	// function of the application's. New then creates, replaces and drops
+	// nothing: a store never replaces a function it did not make, nor makes
+	// its own beside one of the same name. The error names the functions
+	// and says what to do: give the store a table of another name
+	// (WithTable). The SQL of Schema refuses them too (SQLSTATE RLFUN).
+	// The functions of earlier releases, which carry no mark, are the
+	// store's: see the SQL that Schema returns for how it tells them.
+	ErrNotStoreFunction = errors.New("pgstore: a function of the store's name is not the store's")
 	// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch,
 	// Load) that met, in the store's table, a row that no release writes:
 	// a record of NaN or infinitely many tokens, or of a ts NULL or beyond
@@ -208,7 +230,10 @@ type options struct {
 // table name longer than 57 bytes (63 with the longest suffix), a schema
 // name longer than 63, rather than let two long names share one table, and
 // a name that holds a NUL byte or is not valid UTF-8, which no PostgreSQL
-// name can be. Each is an error matching ErrTableName.
+// name can be. Each is an error matching ErrTableName. Choose a name that
+// no relation of the application's bears, nor a function of the
+// application's with one of those suffixes: New refuses a name that is
+// taken (ErrNotStoreTable, ErrNotStoreFunction).
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -257,6 +282,13 @@ type names struct {
 	pwait    string
 	oldIndex string   // version 1's index on expires
 	sigs     []string // the functions' regprocedures, for to_regprocedure
+	// fnSchema is the schema the functions are made in, as an SQL
+	// expression: the one given, or current_schema(); fns are the
+	// functions' names as the catalog keeps them (proname); bare is the
+	// table's own name, quoted, as the functions' bodies name it.
+	fnSchema string
+	fns      []string
+	bare     string
 }
 
 // tableNames checks a WithTable name and returns its identifiers.
@@ -289,13 +321,88 @@ func tableNames(table string) (names, error) {
 		sweep: ident(sweepSuffix), split: ident(splitSuffix),
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
 	n.sigs = []string{
-		n.apply + "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])",
+		n.apply + "(" + applyArgs + ")",
 		n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)",
 		n.read + "(bytea[])",
 		n.del + "(bytea[])",
 		n.sweep + "(bytea, integer, bigint)",
+		n.split + "(bigint, float8, bigint, float8, float8, bigint, float8, bigint, float8, float8, float8, bigint, float8, bigint, bigint, float8, boolean)",
+		n.pwait + "(bigint, float8, bigint, float8, float8, bigint, boolean, float8, bigint, bigint, float8, bigint, float8, float8, bigint, boolean, float8, bigint, " +
+			"float8, bigint, float8, bigint, bigint, float8, boolean)",
 	}
+	n.fnSchema = "current_schema()"
+	if last == 1 {
+		n.fnSchema = quoteLiteral(parts[0])
+	}
+	for _, suffix := range fnSuffixes {
+		n.fns = append(n.fns, truncate(parts[last]+suffix))
+	}
+	n.bare = pgx.Identifier{parts[last]}.Sanitize()
 	return n, nil
+}
+
+// applyArgs are the argument types of this release's _apply.
+const applyArgs = "bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[]"
+
+// The argument types of the functions _apply of earlier releases, which
+// carry no mark (funcMark): version 1's, and two of version 2's, which
+// builds of version 2 made before this release's. They are the store's
+// (funcCheck).
+const (
+	applyArgsV1 = "integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[]"
+	applyArgs11 = "bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer"
+	applyArgs12 = applyArgs11 + ", boolean"
+)
+
+// funcMark marks a function as the store's: the schema's SQL writes it as
+// the comment of every function it makes, and funcCheck reads it.
+const funcMark = "ratelimit pgstore function"
+
+// funcCheck returns an SQL expression of type text that names the
+// functions that are not the store's among those that bear the names the
+// store gives its functions (whatever their arguments), in the schema
+// where the schema's SQL makes them: "function f(integer)" or "functions
+// f(integer), g(text)"; NULL when there are none. New reads it, and the
+// schema's SQL checks it before it replaces or drops a function, so that
+// neither replaces a function of the application's, nor makes the store's
+// beside one as an overload (a call of the store's, whose parameters the
+// server types, could then find two candidates, or the application's
+// calls the store's function).
+//
+// A function is the store's when its comment is funcMark, which the
+// schema's SQL writes on each function it makes. Those of earlier releases
+// have no comment: such a function is the store's when it is PL/pgSQL and
+// either version 1's _apply, by its argument types, or one of the
+// functions of version 2, by its name and argument types, while the table
+// carries a mark of version 2, which every build of version 2 wrote in the
+// transaction that made its functions, and, but for _split and _pwait,
+// which read no table, the function's body names the table. (The table
+// itself is checked first: tableCheck.)
+func (n names) funcCheck() string {
+	list := func(ss []string, f func(string) string, sep string) string {
+		q := make([]string, len(ss))
+		for i, s := range ss {
+			q[i] = f(quoteLiteral(s))
+		}
+		return strings.Join(q, sep)
+	}
+	lit := func(s string) string { return s }
+	reg := func(s string) string { return "to_regprocedure(" + s + ")" }
+	v2 := append(slices.Clone(n.sigs), n.apply+"("+applyArgs11+")", n.apply+"("+applyArgs12+")")
+	table := quoteLiteral(n.table)
+	return `(SELECT CASE count(*) WHEN 1 THEN 'function ' ELSE 'functions ' END || string_agg(f.sig, ', ' ORDER BY f.sig)
+	FROM (SELECT p.oid::regprocedure::text AS sig FROM pg_proc p
+		WHERE p.pronamespace = (SELECT s.oid FROM pg_namespace s WHERE s.nspname = ` + n.fnSchema + `)
+		AND p.proname = ANY (ARRAY[` + list(n.fns, lit, ", ") + `]::name[])
+		AND obj_description(p.oid, 'pg_proc') IS DISTINCT FROM ` + quoteLiteral(funcMark) + `
+		AND NOT coalesce(obj_description(p.oid, 'pg_proc') IS NULL
+			AND p.prolang = (SELECT l.oid FROM pg_language l WHERE l.lanname = 'plpgsql')
+			AND (p.oid = ` + reg(quoteLiteral(n.apply+"("+applyArgsV1+")")) + `
+				OR p.oid = ANY (ARRAY[
+					` + list(v2, reg, ",\n\t\t\t\t\t") + `]::oid[])
+				AND obj_description(to_regclass(` + table + `), 'pg_class') LIKE 'ratelimit pgstore schema 2 %'
+				AND (p.proname IN (` + list(n.fns[splitFn:], lit, ", ") + `) OR strpos(p.prosrc, ` + quoteLiteral(n.bare) + `) > 0)), false)) f
+	HAVING count(*) > 0)`
 }
 
 // storeColumns are the columns of the store's table, each with its type as
@@ -397,6 +504,8 @@ func (n names) schema() string {
 		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
 		"{{table_literal}}", quoteLiteral(n.table),
 		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
+		"{{function_check}}", n.funcCheck(),
+		"{{mark_functions}}", n.markFunctions(),
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	}
 	// A dollar-quote tag that neither the script nor anything written into
@@ -408,6 +517,16 @@ func (n names) schema() string {
 		tag = fmt.Sprintf("$fn%d$", i)
 	}
 	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+}
+
+// markFunctions returns the statements that mark each of n's functions
+// as the store's (funcMark).
+func (n names) markFunctions() string {
+	var b strings.Builder
+	for _, sig := range n.sigs {
+		b.WriteString("COMMENT ON FUNCTION " + sig + " IS " + quoteLiteral(funcMark) + ";\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // holds reports whether sql, or one of the replacements of the
@@ -563,40 +682,71 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	return s, nil
 }
 
-// schemaState reads what the database holds of n's schema: the table's
-// comment (empty if none), whether the table and the functions exist, and
-// what keeps a relation of the table's name from being the store's table
-// (tableCheck; empty if nothing).
-func (s *Store) schemaState(ctx context.Context, n names) (comment string, table, fn bool, foreign string, err error) {
-	var why *string
-	err = s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
-		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
-		tableCheck("to_regclass($1)"),
-		n.table, n.sigs).Scan(&comment, &table, &fn, &why)
-	if why != nil {
-		foreign = *why
-	}
-	return comment, table, fn, foreign, err
+// schemaState is what the database holds of a store's schema.
+type schemaState struct {
+	comment string // the table's comment; empty if none
+	table   bool   // whether a relation of the table's name exists
+	fn      bool   // whether every function of this release exists
+	foreign string // what keeps that relation from being the store's table (tableCheck); empty if nothing
+	fns     string // the functions of the store's names that are not the store's (funcCheck); empty if none
 }
 
-// codeNotStoreTable is the SQLSTATE with which the schema's SQL refuses a
-// relation of the table's name that is not the store's table, with what it
-// is (tableCheck) as the error's DETAIL.
-const codeNotStoreTable = "RLTBL"
+// schemaState reads what the database holds of n's schema.
+func (s *Store) schemaState(ctx context.Context, n names) (schemaState, error) {
+	var (
+		st       schemaState
+		why, fns *string
+	)
+	err := s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
+		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
+		tableCheck("to_regclass($1)")+", "+n.funcCheck(),
+		n.table, n.sigs).Scan(&st.comment, &st.table, &st.fn, &why, &fns)
+	if why != nil {
+		st.foreign = *why
+	}
+	if fns != nil {
+		st.fns = *fns
+	}
+	return st, err
+}
+
+// The SQLSTATEs with which the schema's SQL refuses a relation of the
+// table's name that is not the store's table, with what it is
+// (tableCheck) as the error's DETAIL, and functions of the store's names
+// that are not the store's, named (funcCheck) in the DETAIL.
+const (
+	codeNotStoreTable    = "RLTBL"
+	codeNotStoreFunction = "RLFUN"
+)
+
+// notStoreFunction returns the error, matching ErrNotStoreFunction, of
+// fns (funcCheck), functions of the names of the functions of the store
+// of table (quoted) that are not the store's.
+func notStoreFunction(table, fns string) error {
+	return fmt.Errorf("pgstore: %s: not the store's, yet named as the store of table %s names its functions (the table's name and %s): "+
+		"the store neither replaces nor drops a function it did not make, nor makes its own beside one of the same name: "+
+		"give it a table of another name with WithTable, or, if nothing needs them, drop or rename the functions listed: %w",
+		fns, table, strings.Join(fnSuffixes, ", "), ErrNotStoreFunction)
+}
 
 // installSchema creates or upgrades n's schema unless it is this
 // release's; with check only, it says what is missing instead. A relation
-// of the table's name that is not the store's table is refused either way,
-// and left as it is.
+// of the table's name that is not the store's table, and functions of the
+// store's names that are not the store's, are refused either way, and
+// left as they are.
 func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
-	comment, exists, fn, foreign, err := s.schemaState(ctx, n)
+	st, err := s.schemaState(ctx, n)
 	if err != nil {
 		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
 	}
-	if exists && foreign != "" {
-		return notStoreTable(n.table, foreign)
+	comment, exists := st.comment, st.table
+	if exists && st.foreign != "" {
+		return notStoreTable(n.table, st.foreign)
 	}
-	if exists && fn && comment == schemaVersion {
+	if st.fns != "" {
+		return notStoreFunction(n.table, st.fns)
+	}
+	if exists && st.fn && comment == schemaVersion {
 		return nil
 	}
 	if check {
@@ -621,11 +771,14 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		_, err := tx.Exec(ctx, n.schema())
 		return err
 	})
-	// A relation made under the name since schemaState read it: the
-	// script's own check refused it, under the lock.
+	// A relation or function made under the names since schemaState read
+	// them: the script's own checks refused them, under the lock.
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == codeNotStoreTable {
+	switch {
+	case errors.As(err, &pe) && pe.Code == codeNotStoreTable:
 		return notStoreTable(n.table, pe.Detail)
+	case errors.As(err, &pe) && pe.Code == codeNotStoreFunction:
+		return notStoreFunction(n.table, pe.Detail)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)

@@ -24,14 +24,32 @@
 -- nor changes it. The expression that why is set to says what keeps it
 -- from being one (pgstore.go's tableCheck, written in by pgstore): the
 -- columns below, with id the primary key.
+--
+-- Then a function that bears the name of one of the store's (the table's
+-- name and a suffix, whatever its arguments) and is not the store's is
+-- refused, and left as it is: the script would replace it, or make the
+-- store's beside it. The expression that fns is set to names such
+-- functions (pgstore.go's funcCheck): a function is the store's when its
+-- comment is the mark that this script writes at the end on each of its
+-- functions, or, for those of earlier releases, which have no mark, when
+-- it is PL/pgSQL, has the arguments of one of theirs, and either is
+-- version 1's {{apply}} or was made with the version 2 mark of the table
+-- and reads that table.
 DO {{q}}
 DECLARE
 	why text := {{table_check}};
+	fns text;
 BEGIN
 	IF why IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLTBL', DETAIL = why,
 			MESSAGE = format('%s exists and is not the table of a ratelimit store: it %s', {{table_literal}}, why),
 			HINT = 'give the store a table of its own (pgstore.WithTable, ratelimit schema --table), or drop or rename that relation if nothing needs it';
+	END IF;
+	fns := {{function_check}};
+	IF fns IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'RLFUN', DETAIL = fns,
+			MESSAGE = format('%s: not a ratelimit store''s, yet named as the store of table %s names its functions', fns, {{table_literal}}),
+			HINT = 'give the store a table of another name (pgstore.WithTable, ratelimit schema --table), or drop or rename those functions if nothing needs them';
 	END IF;
 END
 {{q}};
@@ -998,4 +1016,7 @@ BEGIN
 END
 {{q}};
 
+-- Each function is marked as the store's (funcCheck above), and the
+-- table with the schema's version, last.
+{{mark_functions}}
 COMMENT ON TABLE {{table}} IS 'ratelimit pgstore schema 2';

@@ -187,6 +187,10 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisprimary",
 		pgx.Identifier{name}.Sanitize()).Scan(&indexes))
 	require.Zero(t, indexes, "version 1's index on expires, which rules out HOT updates, is gone")
+	var v1 bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", pgx.Identifier{name + "_apply"}.Sanitize()+
+		"(integer, bigint, boolean, float8[], integer[], bytea[], bytea[], bytea[], integer[], integer[], float8[], bigint[], float8[], float8[], bigint[])").Scan(&v1))
+	require.True(t, v1, "version 1's function, unmarked, is the store's, and left for its processes still running")
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
 	require.NoError(t, err)
 }
@@ -362,4 +366,234 @@ func TestNewLeavesAnIndexOfItsOldNameOnAnotherTable(t *testing.T) {
 		pgx.Identifier{name + "_expires_idx"}.Sanitize()).Scan(&on))
 	require.NotNil(t, on, "the index of the other table was dropped")
 	require.Equal(t, other, *on)
+}
+
+//go:embed testdata/schema_2_unmarked.sql
+var schema2Unmarked string
+
+// installUnmarked makes table as the build before the store marked its
+// functions did.
+func installUnmarked(t *testing.T, pool *pgxpool.Pool, name string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), strings.ReplaceAll(schema2Unmarked, "{{name}}", name))
+	require.NoError(t, err)
+}
+
+// The signatures of the store's functions, as a test creates functions of
+// the application's with them.
+const (
+	applyArgs = "(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[])"
+	splitArgs = "(bigint, float8, bigint, float8, float8, bigint, float8, bigint, float8, float8, float8, bigint, float8, bigint, bigint, float8, boolean)"
+)
+
+// functionState is what a test reads of the functions named after a
+// table: each one's signature, language, comment and body.
+func functionState(t *testing.T, pool *pgxpool.Pool, name string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT oid::regprocedure::text || ' ' || prolang::text || ' ' || "+
+		"coalesce(obj_description(oid, 'pg_proc'), '-') || ' ' || prosrc FROM pg_proc WHERE starts_with(proname, $1) ORDER BY 1", name+"_")
+	require.NoError(t, err)
+	fns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return fns
+}
+
+// A function of the application's that bears the name of one of the
+// store's (the table's name and a suffix), with the store's arguments or
+// others, is refused by New, with or without WithoutDDL, and by the SQL of
+// Schema, with an error that names it and says what to do; and it is left
+// as it was, and nothing is made beside it. New replaced such a function
+// with its own (CREATE OR REPLACE), or dropped it (the DROP FUNCTION IF
+// EXISTS of an earlier signature, which _one's is), and made its own
+// beside one of other arguments, where the application's calls and the
+// store's could then find two candidates.
+func TestNewLeavesTheApplicationsFunctions(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	for _, tc := range []struct {
+		name   string
+		create string // %s: the table's name, unquoted
+		call   string // a call of the application's function, and what it returns
+		want   string
+		table  func(t *testing.T, name string)
+		sig    string // as the error names it; %s: the table's name
+	}{
+		{name: "_del with the store's arguments", create: `CREATE FUNCTION "%s_del"(ids bytea[]) RETURNS text LANGUAGE sql AS $$SELECT 'the application''s'$$`,
+			call: `SELECT "%s_del"(ARRAY[]::bytea[])`, want: "the application's", sig: "function %s_del(bytea[])"},
+		{name: "_one, whose old signature the script dropped", create: `CREATE FUNCTION "%s_one"(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)
+			RETURNS text LANGUAGE plpgsql AS $$BEGIN RETURN 'the application''s'; END$$`,
+			call: `SELECT "%s_one"('', '', '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)`, want: "the application's",
+			sig: "function %s_one(bytea,bytea,bytea,integer,integer,double precision,bigint,double precision,double precision,bigint,bigint,double precision,integer,integer)"},
+		{name: "_split, PL/pgSQL with the store's arguments", create: `CREATE FUNCTION "%s_split"` + splitArgs + ` RETURNS text LANGUAGE plpgsql AS $$BEGIN RETURN 'the application''s'; END$$`,
+			call: `SELECT "%s_split"(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false)`, want: "the application's",
+			sig: "function %s_split(bigint,double precision,bigint,double precision,double precision,bigint,double precision,bigint,double precision,double precision,double precision,bigint,double precision,bigint,bigint,double precision,boolean)"},
+		{name: "_read with other arguments", create: `CREATE FUNCTION "%s_read"(id integer) RETURNS integer LANGUAGE sql AS 'SELECT id + 1'`,
+			call: `SELECT "%s_read"(41)::text`, want: "42", sig: "function %s_read(integer)"},
+		{name: "_sweep beside the store's table", create: `CREATE FUNCTION "%s_sweep"(text) RETURNS text LANGUAGE sql AS 'SELECT $1'`,
+			call: `SELECT "%s_sweep"('the application''s')`, want: "the application's", sig: "function %s_sweep(text)",
+			table: func(t *testing.T, name string) {
+				_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+				require.NoError(t, err)
+				_, err = pool.Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{name}.Sanitize()+" IS NULL") // as if from an earlier build
+				require.NoError(t, err)
+			}},
+		// A build of version 2 before _read existed made the table and
+		// its mark beside the application's _read, which does not read
+		// the table: it is not the store's.
+		{name: "_read with the store's arguments beside a table of version 2", create: `CREATE FUNCTION "%s_read"(p_id bytea[]) RETURNS TABLE (id bytea, value float8, ts bigint)
+			LANGUAGE plpgsql AS $$BEGIN RETURN QUERY SELECT 'a'::bytea, 1::float8, 2::bigint; END$$`,
+			call: `SELECT count(*)::text FROM "%s_read"(ARRAY[]::bytea[])`, want: "1", sig: "function %s_read(bytea[])",
+			table: func(t *testing.T, name string) {
+				installUnmarked(t, pool, name)
+				_, err := pool.Exec(ctx, "DROP FUNCTION "+pgx.Identifier{name + "_read"}.Sanitize()+"(bytea[])")
+				require.NoError(t, err)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			if tc.table != nil {
+				tc.table(t, name)
+			}
+			_, err := pool.Exec(ctx, fmt.Sprintf(tc.create, name))
+			require.NoError(t, err)
+			before := functionState(t, pool, name)
+			var table *string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", pgx.Identifier{name}.Sanitize()).Scan(&table))
+			sig := fmt.Sprintf(tc.sig, name)
+
+			for _, opts := range [][]pgstore.Option{{pgstore.WithTable(name)}, {pgstore.WithTable(name), pgstore.WithoutDDL()}} {
+				_, err := pgstore.New(ctx, pool, opts...)
+				require.ErrorIs(t, err, pgstore.ErrNotStoreFunction)
+				require.NotErrorIs(t, err, pgstore.ErrSchema)
+				require.ErrorContains(t, err, sig+": not the store's, yet named as the store of table "+pgx.Identifier{name}.Sanitize()+" names its functions")
+				require.ErrorContains(t, err, "give it a table of another name with WithTable")
+				require.Equal(t, before, functionState(t, pool, name), "New left the functions as they were")
+				var got string
+				require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(tc.call, name)).Scan(&got))
+				require.Equal(t, tc.want, got)
+			}
+			var after *string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", pgx.Identifier{name}.Sanitize()).Scan(&after))
+			require.Equal(t, table, after, "New neither made nor marked the table")
+
+			// The SQL of Schema, applied by hand, refuses it too.
+			sql, err := pgstore.Schema(name)
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, sql)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "RLFUN", pgErr.Code)
+			require.Equal(t, sig+": not a ratelimit store's, yet named as the store of table "+pgx.Identifier{name}.Sanitize()+" names its functions", pgErr.Message)
+			require.Equal(t, before, functionState(t, pool, name), "the schema's SQL left the functions as they were")
+		})
+	}
+}
+
+// The functions of the build before the store marked them, which carry no
+// mark, are the store's: New upgrades them beside a table of that build
+// and marks them, keeping the table's records; so is a PL/pgSQL _apply of
+// an earlier argument list, which New leaves. Every function New makes is
+// marked.
+func TestUpgradeFromUnmarkedFunctions(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	installUnmarked(t, pool, name)
+	// An _apply of the first builds of version 2 (eleven arguments), left
+	// by the builds after them as an overload.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION "%s_apply"(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer)
+		RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM FROM "%[1]s"; END$$`, name))
+	require.NoError(t, err)
+	var unmarked int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1) AND obj_description(oid, 'pg_proc') IS NULL",
+		name+"_").Scan(&unmarked))
+	require.Equal(t, 8, unmarked, "the earlier build's 7 functions and the old _apply, unmarked")
+
+	// A record written by the earlier build's function: 3 of 10 tokens
+	// spent.
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Start: time.UnixMilli(0)}}
+	id := driver.RecordID{Name: "l", Key: "user", Shard: 0}
+	var ok bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT ok FROM "+pgx.Identifier{name + "_one"}.Sanitize()+
+		"(sha256($1), $2, $3, 0, 1, 10, 3600000, 10, 0, 0, $4, 3, 0, 0)",
+		id.AppendKey(nil), []byte("l"), []byte("user"), t0.UnixMilli()).Scan(&ok))
+	require.True(t, ok)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.ErrorIs(t, err, pgstore.ErrSchema, "the table of an earlier build")
+	require.ErrorContains(t, err, "another release")
+
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(s, limits, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	st, err := lim.Value(ctx, "l", "user")
+	require.NoError(t, err)
+	require.Equal(t, 7.0, st.Remaining, "the record of the earlier build is read as it was")
+	res, err := lim.Limit(ctx, "l", "user", ratelimit.Count(7))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "l", "user")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+
+	fns := functionState(t, pool, name)
+	require.Len(t, fns, 8)
+	marked := 0
+	for _, fn := range fns {
+		if strings.Contains(fn, " ratelimit pgstore function ") {
+			marked++
+		} else {
+			require.True(t, strings.HasPrefix(fn, name+"_apply(bigint[],double precision[],integer[],bytea[],bytea[],bytea[],integer[],integer,bigint[],double precision[],integer) "),
+				"only the old _apply is left unmarked: %s", fn)
+		}
+	}
+	require.Equal(t, 7, marked, "New marked every function it made")
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.NoError(t, err)
+}
+
+// The functions of a table in a schema are made in that schema: a
+// function of the application's of one of their names there is refused,
+// one in another schema is not in the way, and each is left as it was.
+func TestFunctionsInTheTablesSchema(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	schema := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	name := uniqueTable(t, pool) // its functions in the default schema go with it
+	_, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	mine := func(s string) string {
+		var got string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT "+s).Scan(&got))
+		return got
+	}
+	inSchema := pgx.Identifier{schema, name + "_read"}.Sanitize()
+	outside := pgx.Identifier{name + "_del"}.Sanitize()
+	_, err = pool.Exec(ctx, "CREATE FUNCTION "+inSchema+"(integer) RETURNS text LANGUAGE sql AS $$SELECT 'the application''s'$$; "+
+		"CREATE FUNCTION "+outside+"(bytea[]) RETURNS text LANGUAGE sql AS $$SELECT 'the application''s too'$$")
+	require.NoError(t, err)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(schema+"."+name))
+	require.ErrorIs(t, err, pgstore.ErrNotStoreFunction)
+	require.ErrorContains(t, err, "function "+schema+"."+name+"_read(integer): not the store's")
+	require.NotContains(t, err.Error(), name+"_del")
+	require.Equal(t, "the application's", mine(inSchema+"(1)"))
+
+	_, err = pool.Exec(ctx, "DROP FUNCTION "+inSchema+"(integer)")
+	require.NoError(t, err)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(schema+"."+name))
+	require.NoError(t, err)
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: "k", Count: 1,
+		Shards: []driver.Shard{{Params: driver.Params{Kind: driver.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}}}}}}, out))
+	require.True(t, out[0].OK)
+	require.Equal(t, "the application's too", mine(outside+"(ARRAY[]::bytea[])"))
+	var marked int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace AND obj_description(oid, 'pg_proc') = 'ratelimit pgstore function'",
+		pgx.Identifier{schema}.Sanitize()).Scan(&marked))
+	require.Equal(t, 7, marked)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(schema+"."+name), pgstore.WithoutDDL())
+	require.NoError(t, err)
 }

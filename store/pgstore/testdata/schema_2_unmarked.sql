@@ -1,0 +1,1069 @@
+-- The schema as the build before the store marked its functions installed
+-- it (`ratelimit schema --table {{name}}`, version 2, digest 15d533d379f0):
+-- kept to test that New upgrades its table and takes over its functions,
+-- which carry no mark. {{name}} is replaced by the table's name, unquoted.
+
+-- The schema of pgstore (github.com/ratelimit-go/ratelimit/store/pgstore),
+-- version 2: the table of records, a function that decides a batch of ops
+-- over them in one statement, one that decides a single op, and those that
+-- read, delete and sweep records. The script is idempotent and upgrades a
+-- table of version 1. pgstore.New runs it unless given WithoutDDL;
+-- `ratelimit schema` prints it.
+--
+-- The arithmetic follows state.go operation for operation (multiply
+-- before dividing, left to right, every step rounded to float8), so that
+-- the functions give the Go functions' results to the last bit; the
+-- differential tests of store/storetest check that they do. Its constants
+-- (the noise, the retry bound, the kind and mode codes, the pair's tries)
+-- are package driver's, written in by pgstore (names.schema) so that the
+-- port cannot drift from Go. state.go's wait, until a call of cnt that may
+-- leave a debt of allow is granted on a record stored as (bv, bts), whose
+-- state at now is (v, ts), is written once, as a placeholder target :=
+-- wait(kind, period, rate, capacity, bv, bts, v, ts, cnt, allow) in double
+-- braces, which pgstore writes out as the statements that compute it where
+-- it stands (with the function's variables wj, wk and noise).
+
+-- A relation of the table's name that is not a table of this store, of
+-- any version (a table of the application's with other columns, a view),
+-- is refused first, and left as it is: the script neither takes it over
+-- nor changes it. The expression that why is set to says what keeps it
+-- from being one (pgstore.go's tableCheck, written in by pgstore): the
+-- columns below, with id the primary key.
+DO $fn$
+DECLARE
+	why text := (SELECT CASE
+		WHEN c.relkind NOT IN ('r', 'p') THEN 'is ' || CASE c.relkind WHEN 'v' THEN 'a view' WHEN 'm' THEN 'a materialized view'
+			WHEN 'i' THEN 'an index' WHEN 'I' THEN 'an index' WHEN 'S' THEN 'a sequence' WHEN 'f' THEN 'a foreign table'
+			WHEN 'c' THEN 'a composite type' ELSE 'not a table' END
+		WHEN a.cols IS DISTINCT FROM ARRAY['expires bigint', 'id bytea', 'key bytea', 'name bytea', 'shard integer', 'ts bigint', 'value double precision']::text[]
+			THEN 'has the columns ' || coalesce(array_to_string(a.cols, ', '), 'none')
+		WHEN k.pk IS NULL THEN 'has no primary key'
+		WHEN k.pk <> ARRAY['id']::text[] THEN 'has the primary key (' || array_to_string(k.pk, ', ') || ')'
+	END
+	FROM pg_class c
+	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text || ' ' || format_type(t.atttypid, t.atttypmod) ORDER BY t.attname) AS cols
+		FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped) a
+	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text ORDER BY t.attname) AS pk
+		FROM pg_index i JOIN pg_attribute t ON t.attrelid = i.indrelid AND t.attnum = ANY (i.indkey)
+		WHERE i.indrelid = c.oid AND i.indisprimary) k
+	WHERE c.oid = to_regclass('"{{name}}"'));
+BEGIN
+	IF why IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'RLTBL', DETAIL = why,
+			MESSAGE = format('%s exists and is not the table of a ratelimit store: it %s', '"{{name}}"', why),
+			HINT = 'give the store a table of its own (pgstore.WithTable, ratelimit schema --table), or drop or rename that relation if nothing needs it';
+	END IF;
+END
+$fn$;
+
+CREATE TABLE IF NOT EXISTS "{{name}}" (
+	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
+	name    bytea NOT NULL,
+	key     bytea NOT NULL,
+	shard   integer NOT NULL,
+	value   double precision,  -- NULL: a placeholder, which reads as missing
+	ts      bigint,
+	expires bigint NOT NULL    -- Unix ms from which the bucket is full again
+) WITH (fillfactor = 70);
+
+-- Only the primary key is indexed, so that an update, which changes
+-- value, ts and expires, is a HOT update: written beside the old row on
+-- its page (kept with room to spare by the fillfactor), with no index entry
+-- to add. Version 1 indexed expires; DeleteExpired walks the primary key
+-- instead. Its index is dropped only if it is an index of this table: an
+-- index of that name on another table is the application's.
+DO $fn$
+BEGIN
+	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass('"{{name}}_expires_idx"')
+		AND indrelid = to_regclass('"{{name}}"')) THEN
+		DROP INDEX "{{name}}_expires_idx";
+	END IF;
+END
+$fn$;
+ALTER TABLE "{{name}}" SET (fillfactor = 70);
+
+-- "{{name}}_split" is state.go's split: the values two refreshed shards (a, b)
+-- would hold after a call of cnt, the tokens charged to each, and whether
+-- the call is OK. Each shard's limit is kind, rate, period, capacity, max
+-- reserved.
+CREATE OR REPLACE FUNCTION "{{name}}_split"(
+	ka bigint, rta float8, pa bigint, ca float8, ma float8,
+	kb bigint, rtb float8, pb bigint, cb float8, mb float8,
+	sva float8, sta bigint, svb float8, stb bigint, now bigint, cnt float8, reserve boolean,
+	OUT na float8, OUT nb float8, OUT c0 float8, OUT c1 float8, OUT ok boolean
+) LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+DECLARE
+	noise CONSTANT float8 := 1e-09;
+	va float8; vb float8; x float8; wa float8; wb float8; wj float8; wk float8;
+BEGIN
+	va := sva - cnt;
+	IF va < 0 AND va > -noise THEN va := 0; END IF;
+	vb := svb - cnt;
+	IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
+	IF va >= 0 OR vb >= 0 THEN
+		IF va >= vb THEN
+			na := va; nb := svb; c0 := cnt; c1 := 0;
+		ELSE
+			na := sva; nb := vb; c0 := 0; c1 := cnt;
+		END IF;
+		ok := true;
+		RETURN;
+	END IF;
+	-- Neither alone: both down to one level x, or the other alone.
+	na := sva; nb := svb;
+	x := (sva + svb - cnt) / 2;
+	IF x < 0 AND x > -noise THEN x := 0; END IF;
+	IF x <= sva AND x <= svb THEN
+		na := x; nb := x;
+	ELSIF sva >= svb THEN
+		na := va;
+	ELSE
+		nb := vb;
+	END IF;
+	IF na >= 0 AND nb >= 0 THEN
+		c0 := sva - na; c1 := svb - nb; ok := true;
+		RETURN;
+	END IF;
+	c0 := 0; c1 := 0; ok := false;
+	IF NOT reserve THEN
+		RETURN;
+	END IF;
+	-- A reservation's debt on one shard, the one whose debt is granted first.
+	IF ma = 0 OR va + ma > -noise THEN
+		IF NOT (mb = 0 OR vb + mb > -noise) THEN
+			na := va; nb := svb; c0 := cnt; ok := true;
+			RETURN;
+		END IF;
+		IF ka = 1 THEN wj := ceil((-((va - 0) + 0) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - sta) / pa)::float8; IF wj > 0 AND (least(va + rta * (wk + wj - 1), ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + rta * (wk + wj), ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wa := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((va - 0) + 0) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - sta)::float8; IF wj > 0 AND (least(va + (wk + wj - 1) * rta / pa::float8, ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + (wk + wj) * rta / pa::float8, ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wa := (greatest(now, sta) - now)::float8 + wj; END IF;
+		IF kb = 1 THEN wj := ceil((-((vb - 0) + 0) - noise) / rtb); IF wj < 0 THEN wj := 0; END IF; wk := ((stb - stb) / pb)::float8; IF wj > 0 AND (least(vb + rtb * (wk + wj - 1), cb) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(vb + rtb * (wk + wj), cb) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wb := pb::float8 * wj + (stb - now)::float8; ELSE wj := ceil((-((vb - 0) + 0) - noise) * pb::float8 / rtb); IF wj < 0 THEN wj := 0; END IF; wk := (stb - stb)::float8; IF wj > 0 AND (least(vb + (wk + wj - 1) * rtb / pb::float8, cb) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(vb + (wk + wj) * rtb / pb::float8, cb) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wb := (greatest(now, stb) - now)::float8 + wj; END IF;
+		IF wa <= wb THEN
+			na := va; nb := svb; c0 := cnt; ok := true;
+			RETURN;
+		END IF;
+	END IF;
+	IF mb = 0 OR vb + mb > -noise THEN
+		na := sva; nb := vb; c1 := cnt; ok := true;
+		RETURN;
+	END IF;
+	-- Only a count no shard could owe alone is spread as debt over both.
+	IF (cnt > ca + ma OR cnt > cb + mb) AND (ma = 0 OR na + ma > -noise) AND (mb = 0 OR nb + mb > -noise) THEN
+		c0 := sva - na; c1 := svb - nb; ok := true;
+	END IF;
+END
+$fn$;
+
+-- "{{name}}_pwait" is state.go's pairWait (with sumWait and searchBack): the least
+-- wait, in ms, after which a call refused on two shards would succeed on
+-- them. The shards come as their limit, phase and record as stored (found,
+-- value, ts), then refreshed to now (value, ts). Each call of okat(t) is
+-- written out, by pgstore.go's okAt, as the statements that set ok to
+-- whether split grants the call at t.
+CREATE OR REPLACE FUNCTION "{{name}}_pwait"(
+	ka bigint, rta float8, pa bigint, ca float8, ma float8, pha bigint, fa boolean, va0 float8, ta0 bigint,
+	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
+	sva float8, sta bigint, svb float8, stb bigint, now bigint, cnt float8, reserve boolean
+) RETURNS float8 LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+DECLARE
+	noise    CONSTANT float8 := 1e-09;
+	maxretry CONSTANT float8 := 9223372036854;
+	tries    CONSTANT integer := 4;
+	best float8 := maxretry;
+	est float8; need float8; t bigint; e integer; i integer; ok boolean;
+	s integer; kk bigint[]; rt float8[]; pp bigint[]; cc float8[]; ph bigint[];
+	fnd boolean[]; v0 float8[]; t0 bigint[]; lv float8[]; lt bigint[];
+	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
+	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
+	al float8; wj float8; wk float8;
+	known boolean := false; -- whether the call succeeds at now + best
+	lo bigint; hi bigint; d bigint;
+BEGIN
+	kk := ARRAY[ka, kb]; rt := ARRAY[rta, rtb]; pp := ARRAY[pa, pb]; cc := ARRAY[ca, cb]; ph := ARRAY[pha, phb];
+	fnd := ARRAY[fa, fb]; v0 := ARRAY[va0, vb0]; t0 := ARRAY[ta0, tb0];
+	lv := ARRAY[0, 0]::float8[]; lt := ARRAY[0, 0]::bigint[];
+	FOR e IN 1 .. 3 LOOP
+		-- The estimates: shard a alone, shard b alone, both together.
+		est := NULL;
+		IF e < 3 THEN
+			al := 0;
+			IF reserve THEN al := CASE e WHEN 1 THEN ma ELSE mb END; END IF;
+			IF (cc[e] - cnt) + al > -noise THEN -- it grants the call when full
+				x := CASE e WHEN 1 THEN sva ELSE svb END;
+				y := CASE e WHEN 1 THEN sta ELSE stb END;
+				IF fnd[e] THEN
+					IF kk[e] = 1 THEN wj := ceil((-((x - cnt) + al) - noise) / rt[e]); IF wj < 0 THEN wj := 0; END IF; wk := ((y::bigint - t0[e]) / pp[e])::float8; IF wj > 0 AND (least(v0[e] + rt[e] * (wk + wj - 1), cc[e]) - cnt) + al > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(v0[e] + rt[e] * (wk + wj), cc[e]) - cnt) + al > -noise; wj := wj + 1; END LOOP; END IF; est := pp[e]::float8 * wj + (y::bigint - now)::float8; ELSE wj := ceil((-((x - cnt) + al) - noise) * pp[e]::float8 / rt[e]); IF wj < 0 THEN wj := 0; END IF; wk := (y::bigint - t0[e])::float8; IF wj > 0 AND (least(v0[e] + (wk + wj - 1) * rt[e] / pp[e]::float8, cc[e]) - cnt) + al > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(v0[e] + (wk + wj) * rt[e] / pp[e]::float8, cc[e]) - cnt) + al > -noise; wj := wj + 1; END LOOP; END IF; est := (greatest(now, y::bigint) - now)::float8 + wj; END IF;
+				ELSE
+					IF kk[e] = 1 THEN wj := ceil((-((x - cnt) + al) - noise) / rt[e]); IF wj < 0 THEN wj := 0; END IF; wk := ((y::bigint - y::bigint) / pp[e])::float8; IF wj > 0 AND (least(x + rt[e] * (wk + wj - 1), cc[e]) - cnt) + al > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(x + rt[e] * (wk + wj), cc[e]) - cnt) + al > -noise; wj := wj + 1; END LOOP; END IF; est := pp[e]::float8 * wj + (y::bigint - now)::float8; ELSE wj := ceil((-((x - cnt) + al) - noise) * pp[e]::float8 / rt[e]); IF wj < 0 THEN wj := 0; END IF; wk := (y::bigint - y::bigint)::float8; IF wj > 0 AND (least(x + (wk + wj - 1) * rt[e] / pp[e]::float8, cc[e]) - cnt) + al > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(x + (wk + wj) * rt[e] / pp[e]::float8, cc[e]) - cnt) + al > -noise; wj := wj + 1; END LOOP; END IF; est := (greatest(now, y::bigint) - now)::float8 + wj; END IF;
+				END IF;
+			END IF;
+		ELSE
+			need := cnt;
+			IF reserve AND (cnt > ca + ma OR cnt > cb + mb) THEN need := need - 2 * least(ma, mb); END IF;
+			IF need <= ca + cb THEN
+				short := need - sva - svb;
+				IF short <= 0 THEN
+					est := 0;
+				ELSIF ka = 1 THEN
+					r := greatest(rta, rtb);
+					f1 := sta + pa; f2 := stb + pb;
+					first := f1; second := f2;
+					IF f2 < f1 THEN first := f2; second := f1; END IF;
+					j := greatest(ceil(short / r - noise), 1);
+					at := second::float8 + pa::float8 * (j / 2 - 1);
+					IF j - 2 * floor(j / 2) = 1 THEN at := first::float8 + pa::float8 * ((j - 1) / 2); END IF;
+					x := ceil(j / 2); y := floor(j / 2);
+					IF f2 < f1 THEN x := floor(j / 2); y := ceil(j / 2); END IF;
+					IF sva + rta * x > ca THEN
+						x := ceil((need - ca - svb) / rtb - noise);
+						IF x >= 1 THEN at := greatest(at, f2::float8 + pb::float8 * (x - 1)); END IF;
+					ELSIF svb + rtb * y > cb THEN
+						x := ceil((need - cb - sva) / rta - noise);
+						IF x >= 1 THEN at := greatest(at, f1::float8 + pa::float8 * (x - 1)); END IF;
+					END IF;
+					est := at - now::float8;
+				ELSE
+					at := (greatest(sta, stb) - now)::float8 + short * pa::float8 / (rta + rtb);
+					fulla := (sta - now)::float8 + (ca - sva) * pa::float8 / rta;
+					fullb := (stb - now)::float8 + (cb - svb) * pb::float8 / rtb;
+					IF fulla < at THEN
+						at := greatest(at, (stb - now)::float8 + (need - ca - svb) * pb::float8 / rtb);
+					ELSIF fullb < at THEN
+						at := greatest(at, (sta - now)::float8 + (need - cb - sva) * pa::float8 / rta);
+					END IF;
+					est := greatest(floor(at), 0);
+				END IF;
+			END IF;
+		END IF;
+		CONTINUE WHEN est IS NULL OR NOT (est < best);
+		-- Try the candidate times from the estimate on.
+		t := now + ceil(est)::bigint;
+		settled := false;
+		FOR i IN 1 .. tries LOOP
+			IF NOT ((t - now)::float8 < best) THEN
+				settled := true;
+				EXIT;
+			END IF;
+			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
+				IF NOT fnd[s] THEN
+					lv[s] := cc[s];
+					IF kk[s] = 1 THEN
+						off := (t - ph[s]) % pp[s];
+						IF off < 0 THEN off := off + pp[s]; END IF;
+						lt[s] := t - off;
+					ELSE
+						lt[s] := t;
+					END IF;
+				ELSIF kk[s] = 1 THEN
+					lv[s] := v0[s]; lt[s] := t0[s];
+					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
+					IF k > 0 THEN
+						lv[s] := lv[s] + rt[s] * k::float8;
+						lt[s] := t0[s] + k * pp[s];
+					END IF;
+					lv[s] := least(lv[s], cc[s]);
+				ELSE
+					lt[s] := greatest(t, t0[s]);
+					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
+				END IF;
+			END LOOP;
+			SELECT z.ok INTO ok FROM "{{name}}_split"(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
+				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			IF ok THEN
+				best := (t - now)::float8;
+				known := true;
+				settled := true;
+				EXIT;
+			END IF;
+			-- The next time a shard gains tokens.
+			IF ka = 1 THEN
+				off := (t - pha) % pa;
+				IF off < 0 THEN off := off + pa; END IF;
+				k := t - off + pa;
+				off := (t - phb) % pb;
+				IF off < 0 THEN off := off + pb; END IF;
+				t := least(k, t - off + pb);
+			ELSE
+				t := t + 1;
+			END IF;
+		END LOOP;
+		IF NOT settled AND ceil(est) < best THEN
+			best := ceil(est);
+			known := false;
+		END IF;
+	END LOOP;
+	-- searchBack: the first ms in (now, now + best] at which the call
+	-- succeeds, stepping back doubling from now + best, then halving.
+	IF known THEN
+		lo := now; hi := now + best::bigint; d := 1;
+		WHILE hi - lo > 1 LOOP
+			t := hi - d;
+			IF d = 0 OR t <= lo THEN
+				d := 0; t := lo + (hi - lo) / 2;
+			END IF;
+			FOR s IN 1 .. 2 LOOP -- each shard as the transition sees it at t
+				IF NOT fnd[s] THEN
+					lv[s] := cc[s];
+					IF kk[s] = 1 THEN
+						off := (t - ph[s]) % pp[s];
+						IF off < 0 THEN off := off + pp[s]; END IF;
+						lt[s] := t - off;
+					ELSE
+						lt[s] := t;
+					END IF;
+				ELSIF kk[s] = 1 THEN
+					lv[s] := v0[s]; lt[s] := t0[s];
+					k := (greatest(t, t0[s]) - t0[s]) / pp[s];
+					IF k > 0 THEN
+						lv[s] := lv[s] + rt[s] * k::float8;
+						lt[s] := t0[s] + k * pp[s];
+					END IF;
+					lv[s] := least(lv[s], cc[s]);
+				ELSE
+					lt[s] := greatest(t, t0[s]);
+					lv[s] := least(v0[s] + (lt[s] - t0[s])::float8 * rt[s] / pp[s]::float8, cc[s]);
+				END IF;
+			END LOOP;
+			SELECT z.ok INTO ok FROM "{{name}}_split"(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb,
+				lv[1], lt[1], lv[2], lt[2], t, cnt, reserve) z;
+			IF ok THEN
+				hi := t; d := d * 2;
+			ELSE
+				lo := t; d := 0;
+			END IF;
+		END LOOP;
+		best := (hi - now)::float8;
+	END IF;
+	RETURN best;
+END
+$fn$;
+
+-- "{{name}}_apply" decides a batch of ops, one after another, in arrival order,
+-- exactly as that many calls deciding one op each would.
+--
+-- Ops, items, records and limits arrive as flat arrays:
+--   p_ops     3 per op: flags (mode: 0 limit, 1 check, 2 refund; +4 reserve;
+--             +8 the server's clock), the time in Unix ms, its item count
+--   p_counts  2 per item: the tokens asked, and for a refund the time (Unix
+--             ms) they were charged
+--   p_refs    4 per item: record and limit of its first shard, record and
+--             limit of its second (0, 0: none); 1-based
+--   p_id, p_name, p_key, p_shard
+--             1 per record, each record once: its primary key, name, key and
+--             shard; first the p_nlock records that an op may write (a limit
+--             or a refund), in ascending order of id, then those only checked
+--   p_pint    3 per limit: kind (1 fixed window, 2 token bucket), period, phase
+--   p_pflt    3 per limit: rate, capacity, max reserved
+--   p_wait    how long, in ms, the caller waits for the answer (0: no
+--             bound): the longest the function waits for a lock, so that
+--             it gives up, and releases its locks, soon after its caller
+--   p_fresh   whether records are likely missing (the last batch found
+--             some): then lock them with the insert at once
+--   p_marks   3 per op: for a refund that settles (driver.Settlement), the
+--             record of its mark (1-based, among those it may write), the
+--             settlement's kind (1 cancel, 2 use) and the time until which
+--             the mark is kept (less the grace); 0, 0, 0 otherwise. A mark
+--             is a row of the table whose id is the settlement's 16 bytes
+--             (no record's, a SHA-256, is that short), value its kind, ts
+--             and expires its time, key its settler (16 bytes; empty for
+--             none, as releases that kept no settler write every mark):
+--             DeleteExpired drops it as a record. The mark's p_key is the
+--             settler of the ops of the call that settle its ID, which
+--             pgstore sends in one call only if they share it. An op
+--             that finds its mark does nothing; one that finds a value
+--             other than 1 or 2 there fails the call (SQLSTATE RLBMK,
+--             DETAIL the row's id in hex), which pgstore reports as
+--             ErrBadRecord.
+-- A record read that no release writes (a value NaN or infinite, a ts
+-- NULL or beyond the times of any op: driver.CheckState) fails the call
+-- (SQLSTATE RLBAD, DETAIL the row's id in hex), which pgstore reports as
+-- ErrBadRecord.
+--
+-- It returns, per item of every op in order: ok, retry (ms; for an op
+-- that found its settlement's mark, minus the mark's kind, and minus 4
+-- more when the mark names the op's settler, not none), and in num
+-- 5 per item: remaining, charged to the first shard, to the second, the
+-- time the op was judged at, the first record's time after the op
+-- (ratelimit.Decision); and in fresh whether a record was missing.
+--
+-- Locks: the records an op may write are locked first, all at once, in
+-- ascending id order, so that every batch (and every process) takes its
+-- locks in one global order and no cycle of waits can form. When they all
+-- exist, one SELECT ... FOR NO KEY UPDATE locks and reads them. When one
+-- is missing, that statement's locks are undone (it runs in a
+-- subtransaction: locking the others and then inserting the missing one
+-- would break the order) and an INSERT of placeholders takes them all in
+-- order, inserted or existing alike: its ON CONFLICT locks the rows that
+-- exist (a row is locked even when the DO UPDATE's WHERE skips it). After
+-- a batch that found a record missing, the next (p_fresh) goes to the
+-- INSERT at once. Records only checked are read without locks.
+DROP FUNCTION IF EXISTS "{{name}}_apply"(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean);
+CREATE OR REPLACE FUNCTION "{{name}}_apply"(
+	p_ops bigint[], p_counts float8[], p_refs integer[],
+	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
+	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean, p_marks bigint[],
+	OUT ok boolean[], OUT retry bigint[], OUT num float8[], OUT fresh boolean
+) LANGUAGE plpgsql VOLATILE
+-- Plans made once per connection, whatever the batch, and that reach the
+-- records through the primary key (or their row's address) even while the
+-- table is small, so that they stay cheap as it grows.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $fn$
+DECLARE
+	noise    CONSTANT float8 := 1e-9;
+	maxretry CONSTANT float8 := 9223372036854;  -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := 9223372036854775807;      -- ratelimit.Never
+	nops     integer := cardinality(p_ops) / 3;
+	nitems   integer := cardinality(p_counts) / 2;
+	nrec     integer := cardinality(p_id);
+	-- Per record, the state as the batch has left it: found, value, ts;
+	-- whether to write it, with which limit's params, and its expires.
+	sf boolean[]; sv float8[]; sts bigint[]; tids tid[]; got_ids bytea[];
+	cf boolean[]; cv float8[]; cts bigint[];
+	dirty boolean[]; wpar integer[]; sexp bigint[];
+	-- Per item of the current op, the state to write to its shards if the
+	-- op is OK: value, ts, write.
+	nva float8[]; nta bigint[]; wa boolean[];
+	nvb float8[]; ntb bigint[]; wb boolean[];
+	srv bigint;
+	now bigint; flags bigint; mode bigint; reserve boolean; n integer; it integer := 0;
+	all_ok boolean; ok_ boolean;
+	i integer; j integer; o integer; r integer; q integer;
+	cnt float8; rt float8; rem float8; c0 float8; c1 float8;
+	ra integer; qa integer; rb integer; qb integer;
+	ka bigint; pa bigint; pha bigint; rta float8; ca float8; ma float8;
+	kb bigint; pb bigint; phb bigint; rtb float8; cb float8; mb float8;
+	fa boolean; sva float8; sta bigint; svb float8; stb bigint;
+	k bigint; off bigint; va float8; vb float8; na float8; nb float8; x float8;
+	da float8; db float8; w float8; wv float8; back float8; wj float8; wk float8;
+	bv float8; bt bigint;
+	short float8; kk float8; dt float8; fullat bigint;
+	mk integer; found bigint; mown bigint;
+	-- Whether every record read is one a release writes (see below).
+	lsound boolean := true; csound boolean := true; bid bytea; bv0 float8; bt0 bigint;
+BEGIN
+	IF p_wait > 0 THEN
+		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
+	END IF;
+	fresh := false;
+	ok := array_fill(false, ARRAY[nitems]);
+	retry := array_fill(0::bigint, ARRAY[nitems]);
+	num := array_fill(0::float8, ARRAY[5 * nitems]);
+	dirty := array_fill(false, ARRAY[nrec]);
+	wpar := array_fill(0, ARRAY[nrec]);
+	IF nops > 0 AND p_ops[1] & 8 <> 0 THEN -- the store's own clock: one now for the batch
+		srv := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+	END IF;
+
+	-- Lock and read the records an op may write. The rows come in id
+	-- order, that of p_id[1:p_nlock]. A record is found if it has a value:
+	-- a placeholder reads as missing; one past its expires is found too,
+	-- full again by its own refresh, as the Go transition sees it. The
+	-- rows' addresses (ctid) stay valid until the update below: the rows
+	-- are locked, and nothing else in this function writes them. Whether
+	-- every record is sound, one that a release writes (driver.CheckState:
+	-- a finite value, NaN - NaN and Infinity - Infinity being NaN, and a
+	-- ts within the times of any op), is read with them; a settlement's
+	-- mark (a 16-byte id) is read as one below.
+	IF p_nlock > 0 THEN
+		IF NOT p_fresh THEN
+			BEGIN
+				-- The aggregates take the rows in the order the subquery
+				-- locked them; the ids they return prove it, and that none
+				-- is missing.
+				SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+					array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid),
+					bool_and(x.value IS NULL OR length(x.id) = 16
+						OR coalesce(x.value - x.value = 0 AND x.ts BETWEEN -4506755300970496 AND 4503599627370496, false))
+					INTO got_ids, sf, sv, sts, tids, lsound
+					FROM (SELECT t.id, t.value, t.ts, t.ctid FROM "{{name}}" t
+						WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id FOR NO KEY UPDATE) x;
+				IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+					RAISE SQLSTATE 'RLMIS';
+				END IF;
+			EXCEPTION WHEN SQLSTATE 'RLMIS' THEN
+				fresh := true;
+			END;
+		END IF;
+		IF p_fresh OR fresh THEN
+			INSERT INTO "{{name}}" AS t (id, name, key, shard, value, ts, expires)
+				SELECT u.id, u.name, u.key, u.shard, NULL, NULL, 0
+				FROM unnest(p_id[1:p_nlock], p_name[1:p_nlock], p_key[1:p_nlock], p_shard[1:p_nlock])
+					AS u(id, name, key, shard)
+				ORDER BY u.id
+				ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard WHERE false;
+			GET DIAGNOSTICS n = ROW_COUNT; -- the rows inserted
+			fresh := fresh OR n > 0;
+			-- A new statement, a new snapshot: it sees every row, locked.
+			SELECT array_agg(x.id), array_agg(x.value IS NOT NULL),
+				array_agg(coalesce(x.value, 0)), array_agg(coalesce(x.ts, 0)), array_agg(x.ctid),
+				bool_and(x.value IS NULL OR length(x.id) = 16
+					OR coalesce(x.value - x.value = 0 AND x.ts BETWEEN -4506755300970496 AND 4503599627370496, false))
+				INTO got_ids, sf, sv, sts, tids, lsound
+				FROM (SELECT t.id, t.value, t.ts, t.ctid FROM "{{name}}" t
+					WHERE t.id = ANY (p_id[1:p_nlock]) ORDER BY t.id) x;
+			IF got_ids IS DISTINCT FROM p_id[1:p_nlock] THEN
+				RAISE 'pgstore: records locked but not read in order: % of %', got_ids, p_id[1:p_nlock];
+			END IF;
+		END IF;
+	END IF;
+	-- Read the records only checked, without locks.
+	IF nrec > p_nlock THEN
+		SELECT array_agg(t.value IS NOT NULL ORDER BY u.o),
+			array_agg(coalesce(t.value, 0) ORDER BY u.o), array_agg(coalesce(t.ts, 0) ORDER BY u.o),
+			bool_and(t.value IS NULL OR coalesce(t.value - t.value = 0 AND t.ts BETWEEN -4506755300970496 AND 4503599627370496, false))
+			INTO cf, cv, cts, csound
+			FROM unnest(p_id[p_nlock + 1:nrec]) WITH ORDINALITY AS u(id, o)
+			LEFT JOIN LATERAL (SELECT r.value, r.ts FROM "{{name}}" r WHERE r.id = u.id LIMIT 1) t ON true;
+		sf := coalesce(sf, '{}') || cf; sv := coalesce(sv, '{}') || cv; sts := coalesce(sts, '{}') || cts;
+	END IF;
+	-- A record that no release writes fails the batch, rather than be
+	-- decided on: NaN reads here as more than any number (a full bucket),
+	-- and as no number in Go. Which one is looked up only then.
+	IF NOT (lsound AND csound) THEN
+		SELECT t.id, t.value, t.ts INTO bid, bv0, bt0 FROM "{{name}}" t
+			WHERE t.id = ANY (p_id) AND length(t.id) <> 16 AND t.value IS NOT NULL
+				AND NOT coalesce(t.value - t.value = 0 AND t.ts BETWEEN -4506755300970496 AND 4503599627370496, false)
+			ORDER BY t.id LIMIT 1;
+		RAISE SQLSTATE 'RLBAD' USING DETAIL = coalesce(encode(bid, 'hex'), ''),
+			MESSAGE = format('the record %s holds value %s, ts %s', coalesce(encode(bid, 'hex'), '(changed since)'),
+				bv0, coalesce(bt0::text, 'NULL'));
+	END IF;
+
+	FOR o IN 0 .. nops - 1 LOOP
+		flags := p_ops[3 * o + 1];
+		now := coalesce(srv, p_ops[3 * o + 2]);
+		n := p_ops[3 * o + 3];
+		IF n = 1 AND p_refs[4 * it + 3] = 0 AND flags & 3 <> 2 THEN
+			-- The common op, one item on one record, a limit or a check:
+			-- decided and kept here with as few steps as can be.
+			it := it + 1;
+			r := p_refs[4 * it - 3]; q := p_refs[4 * it - 2];
+			cnt := p_counts[2 * it - 1];
+			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
+			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
+			IF NOT sf[r] THEN
+				sva := ca;
+				IF ka = 1 THEN
+					off := (now - p_pint[3 * q]) % pa;
+					IF off < 0 THEN off := off + pa; END IF;
+					sta := now - off;
+				ELSE
+					sta := now;
+				END IF;
+			ELSIF ka = 1 THEN
+				sva := sv[r]; sta := sts[r];
+				k := (greatest(now, sta) - sta) / pa;
+				IF k > 0 THEN
+					sva := sva + rta * k::float8;
+					sta := sta + k * pa;
+				END IF;
+				sva := least(sva, ca);
+			ELSE
+				sta := greatest(now, sts[r]);
+				sva := least(sv[r] + (sta - sts[r])::float8 * rta / pa::float8, ca);
+			END IF;
+			va := sva - cnt;
+			IF va < 0 AND va > -noise THEN va := 0; END IF;
+			num[5 * it - 1] := now; num[5 * it] := sta;
+			IF va >= 0 THEN
+				ok[it] := true;
+				num[5 * it - 4] := va; num[5 * it - 3] := cnt;
+				IF flags & 4 <> 0 THEN -- a reservation waits for its record's time
+					rt := ceil((sta - now)::float8);
+					IF NOT (rt > 0) THEN rt := 0; END IF;
+					retry[it] := rt::bigint;
+				END IF;
+			ELSE
+				reserve := flags & 4 <> 0;
+				ma := p_pflt[3 * q];
+				IF reserve AND (ma = 0 OR va + ma > -noise) THEN
+					ok[it] := true;
+					IF ka = 1 THEN wj := ceil((-((va - 0) + 0) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - sta) / pa)::float8; IF wj > 0 AND (least(va + rta * (wk + wj - 1), ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + rta * (wk + wj), ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((va - 0) + 0) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - sta)::float8; IF wj > 0 AND (least(va + (wk + wj - 1) * rta / pa::float8, ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + (wk + wj) * rta / pa::float8, ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sta) - now)::float8 + wj; END IF;
+					num[5 * it - 4] := va; num[5 * it - 3] := cnt;
+				ELSE
+					da := 0;
+					IF reserve THEN da := ma; END IF;
+					bv := sva; bt := sta;
+					IF sf[r] THEN bv := sv[r]; bt := sts[r]; END IF;
+					IF ka = 1 THEN wj := ceil((-((sva - cnt) + da) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - bt) / pa)::float8; IF wj > 0 AND (least(bv + rta * (wk + wj - 1), ca) - cnt) + da > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(bv + rta * (wk + wj), ca) - cnt) + da > -noise; wj := wj + 1; END LOOP; END IF; rt := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((sva - cnt) + da) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - bt)::float8; IF wj > 0 AND (least(bv + (wk + wj - 1) * rta / pa::float8, ca) - cnt) + da > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(bv + (wk + wj) * rta / pa::float8, ca) - cnt) + da > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sta) - now)::float8 + wj; END IF;
+					num[5 * it - 4] := sva;
+				END IF;
+				rt := ceil(rt);
+				IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+				ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+				retry[it] := rt::bigint;
+			END IF;
+			IF ok[it] AND cnt > 0 AND flags & 3 = 0 THEN
+				sf[r] := true; sv[r] := va; sts[r] := sta;
+				dirty[r] := true; wpar[r] := q;
+			END IF;
+			CONTINUE;
+		END IF;
+
+		IF nva IS NULL THEN
+			nva := array_fill(0::float8, ARRAY[nitems]); nta := array_fill(0::bigint, ARRAY[nitems]); wa := array_fill(false, ARRAY[nitems]);
+			nvb := array_fill(0::float8, ARRAY[nitems]); ntb := array_fill(0::bigint, ARRAY[nitems]); wb := array_fill(false, ARRAY[nitems]);
+		END IF;
+		mode := flags & 3;
+		reserve := flags & 4 <> 0;
+		all_ok := true;
+		-- A settlement: its mark, and the kind found there (0: none). A
+		-- mark of another kind than a cancel or a use fails the batch:
+		-- its token may have been settled already.
+		mk := p_marks[3 * o + 1]::integer;
+		found := 0; mown := 0;
+		IF mk > 0 AND sf[mk] THEN
+			IF sv[mk] = 1 OR sv[mk] = 2 THEN
+				found := sv[mk]::bigint;
+				-- The op's own settler's mark: written by an op of this
+				-- call (all of one settler), or kept with its key.
+				IF length(p_key[mk]) = 16 AND (dirty[mk]
+					OR EXISTS (SELECT FROM "{{name}}" t WHERE t.id = p_id[mk] AND t.key = p_key[mk])) THEN
+					mown := 4;
+				END IF;
+			ELSE
+				RAISE SQLSTATE 'RLBMK' USING DETAIL = encode(p_id[mk], 'hex'),
+					MESSAGE = format('the mark of the settlement %s holds %s, which is no mark of a cancel (1) or a use (2)',
+						encode(p_id[mk], 'hex'), sv[mk]);
+			END IF;
+		END IF;
+		FOR i IN it + 1 .. it + n LOOP
+			IF found > 0 THEN
+				-- Settled before: nothing done.
+				ok[i] := false; retry[i] := -found - mown; num[5 * i - 1] := now;
+				wa[i] := false; wb[i] := false;
+				all_ok := false;
+				CONTINUE;
+			END IF;
+			cnt := p_counts[2 * i - 1];
+			ra := p_refs[4 * i - 3]; qa := p_refs[4 * i - 2];
+			rb := p_refs[4 * i - 1]; qb := p_refs[4 * i];
+			ka := p_pint[3 * qa - 2]; pa := p_pint[3 * qa - 1]; pha := p_pint[3 * qa];
+			rta := p_pflt[3 * qa - 2]; ca := p_pflt[3 * qa - 1]; ma := p_pflt[3 * qa];
+			-- Load shard a as the transition sees it: refreshed if found,
+			-- fresh if missing.
+			fa := sf[ra];
+			IF NOT fa THEN
+				sva := ca;
+				IF ka = 1 THEN
+					off := (now - pha) % pa;
+					IF off < 0 THEN off := off + pa; END IF;
+					sta := now - off;
+				ELSE
+					sta := now;
+				END IF;
+			ELSIF ka = 1 THEN
+				sva := sv[ra]; sta := sts[ra];
+				k := (greatest(now, sta) - sta) / pa;
+				IF k > 0 THEN
+					sva := sva + rta * k::float8;
+					sta := sta + k * pa;
+				END IF;
+				sva := least(sva, ca);
+			ELSE
+				sta := greatest(now, sts[ra]);
+				sva := least(sv[ra] + (sta - sts[ra])::float8 * rta / pa::float8, ca);
+			END IF;
+			ok_ := false; rt := 0; rem := 0; c0 := 0; c1 := 0;
+			wa[i] := false; wb[i] := false;
+			IF mode = 2 THEN
+				-- Refund: the count less what the record was granted since
+				-- it was charged, capped at capacity.
+				ok_ := true;
+				rem := sva;
+				IF fa THEN
+					IF sta <= p_counts[2 * i]::bigint THEN
+						back := cnt;
+					ELSIF ka = 1 THEN
+						back := cnt - rta * ((sta - p_counts[2 * i]::bigint + pa - 1) / pa)::float8;
+					ELSE
+						back := cnt - (sta - p_counts[2 * i]::bigint)::float8 * rta / pa::float8;
+					END IF;
+					IF back < 0 AND back > -noise THEN back := 0; END IF;
+					IF back > 0 AND least(sva + back, ca) > sva THEN
+						nva[i] := least(sva + back, ca); nta[i] := sta; wa[i] := true;
+						c0 := sva - nva[i];
+						rem := nva[i];
+					END IF;
+				END IF;
+			ELSIF rb = 0 THEN
+				va := sva - cnt;
+				IF va < 0 AND va > -noise THEN va := 0; END IF;
+				IF va >= 0 THEN
+					ok_ := true;
+					IF reserve THEN rt := (sta - now)::float8; END IF;
+				ELSIF reserve AND (ma = 0 OR va + ma > -noise) THEN
+					ok_ := true;
+					IF ka = 1 THEN wj := ceil((-((va - 0) + 0) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - sta) / pa)::float8; IF wj > 0 AND (least(va + rta * (wk + wj - 1), ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + rta * (wk + wj), ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((va - 0) + 0) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - sta)::float8; IF wj > 0 AND (least(va + (wk + wj - 1) * rta / pa::float8, ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + (wk + wj) * rta / pa::float8, ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sta) - now)::float8 + wj; END IF;
+				ELSE
+					da := 0;
+					IF reserve THEN da := ma; END IF;
+					bv := sva; bt := sta;
+					IF fa THEN bv := sv[ra]; bt := sts[ra]; END IF;
+					IF ka = 1 THEN wj := ceil((-((sva - cnt) + da) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - bt) / pa)::float8; IF wj > 0 AND (least(bv + rta * (wk + wj - 1), ca) - cnt) + da > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(bv + rta * (wk + wj), ca) - cnt) + da > -noise; wj := wj + 1; END LOOP; END IF; rt := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((sva - cnt) + da) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - bt)::float8; IF wj > 0 AND (least(bv + (wk + wj - 1) * rta / pa::float8, ca) - cnt) + da > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(bv + (wk + wj) * rta / pa::float8, ca) - cnt) + da > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sta) - now)::float8 + wj; END IF;
+					rem := sva;
+				END IF;
+				IF ok_ THEN
+					rem := va; c0 := cnt;
+					nva[i] := va; nta[i] := sta; wa[i] := cnt > 0;
+				END IF;
+			ELSE
+				-- Two shards (power of two choices), as state.go's pair.
+				kb := p_pint[3 * qb - 2]; pb := p_pint[3 * qb - 1]; phb := p_pint[3 * qb];
+				rtb := p_pflt[3 * qb - 2]; cb := p_pflt[3 * qb - 1]; mb := p_pflt[3 * qb];
+				IF NOT sf[rb] THEN
+					svb := cb;
+					IF kb = 1 THEN
+						off := (now - phb) % pb;
+						IF off < 0 THEN off := off + pb; END IF;
+						stb := now - off;
+					ELSE
+						stb := now;
+					END IF;
+				ELSIF kb = 1 THEN
+					svb := sv[rb]; stb := sts[rb];
+					k := (greatest(now, stb) - stb) / pb;
+					IF k > 0 THEN
+						svb := svb + rtb * k::float8;
+						stb := stb + k * pb;
+					END IF;
+					svb := least(svb, cb);
+				ELSE
+					stb := greatest(now, sts[rb]);
+					svb := least(sv[rb] + (stb - sts[rb])::float8 * rtb / pb::float8, cb);
+				END IF;
+				nva[i] := sva; nta[i] := sta; nvb[i] := svb; ntb[i] := stb;
+				SELECT z.na, z.nb, z.c0, z.c1, z.ok INTO na, nb, c0, c1, ok_
+					FROM "{{name}}_split"(ka, rta, pa, ca, ma, kb, rtb, pb, cb, mb, sva, sta, svb, stb, now, cnt, reserve) z;
+				IF NOT ok_ THEN
+					rt := "{{name}}_pwait"(ka, rta, pa, ca, ma, pha, sf[ra], sv[ra], sts[ra],
+						kb, rtb, pb, cb, mb, phb, sf[rb], sv[rb], sts[rb], sva, sta, svb, stb, now, cnt, reserve);
+					rem := sva + svb;
+				ELSE
+					-- A reservation runs once the tokens it took from each
+					-- shard were granted: debts, or a lagging caller's wait
+					-- for the record's time.
+					rt := 0;
+					IF c0 > 0 THEN
+						IF na < 0 THEN
+							IF ka = 1 THEN wj := ceil((-((na - 0) + 0) - noise) / rta); IF wj < 0 THEN wj := 0; END IF; wk := ((sta - sta) / pa)::float8; IF wj > 0 AND (least(na + rta * (wk + wj - 1), ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(na + rta * (wk + wj), ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wv := pa::float8 * wj + (sta - now)::float8; ELSE wj := ceil((-((na - 0) + 0) - noise) * pa::float8 / rta); IF wj < 0 THEN wj := 0; END IF; wk := (sta - sta)::float8; IF wj > 0 AND (least(na + (wk + wj - 1) * rta / pa::float8, ca) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(na + (wk + wj) * rta / pa::float8, ca) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wv := (greatest(now, sta) - now)::float8 + wj; END IF;
+							rt := greatest(rt, wv);
+						ELSIF reserve THEN
+							rt := greatest(rt, (sta - now)::float8);
+						END IF;
+					END IF;
+					IF c1 > 0 THEN
+						IF nb < 0 THEN
+							IF kb = 1 THEN wj := ceil((-((nb - 0) + 0) - noise) / rtb); IF wj < 0 THEN wj := 0; END IF; wk := ((stb - stb) / pb)::float8; IF wj > 0 AND (least(nb + rtb * (wk + wj - 1), cb) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(nb + rtb * (wk + wj), cb) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wv := pb::float8 * wj + (stb - now)::float8; ELSE wj := ceil((-((nb - 0) + 0) - noise) * pb::float8 / rtb); IF wj < 0 THEN wj := 0; END IF; wk := (stb - stb)::float8; IF wj > 0 AND (least(nb + (wk + wj - 1) * rtb / pb::float8, cb) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(nb + (wk + wj) * rtb / pb::float8, cb) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; wv := (greatest(now, stb) - now)::float8 + wj; END IF;
+							rt := greatest(rt, wv);
+						ELSIF reserve THEN
+							rt := greatest(rt, (stb - now)::float8);
+						END IF;
+					END IF;
+					rem := na + nb;
+					nva[i] := na; wa[i] := c0 > 0;
+					nvb[i] := nb; wb[i] := c1 > 0;
+				END IF;
+			END IF;
+			-- Retry-after: rounded up to whole ms, within [0, MaxRetryAfter].
+			rt := ceil(rt);
+			IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+			ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+			ok[i] := ok_;
+			retry[i] := rt::bigint;
+			num[5 * i - 4] := rem; num[5 * i - 3] := c0; num[5 * i - 2] := c1;
+			num[5 * i - 1] := now; num[5 * i] := sta;
+			all_ok := all_ok AND ok_;
+		END LOOP;
+		-- Keep the marked states: every one of a refund, or of a limit
+		-- whose items are all OK; a check keeps nothing.
+		IF mode = 2 OR (mode = 0 AND all_ok) THEN
+			FOR i IN it + 1 .. it + n LOOP
+				IF wa[i] THEN
+					r := p_refs[4 * i - 3];
+					sf[r] := true; sv[r] := nva[i]; sts[r] := nta[i];
+					dirty[r] := true; wpar[r] := p_refs[4 * i - 2];
+				END IF;
+				IF wb[i] THEN
+					r := p_refs[4 * i - 1];
+					sf[r] := true; sv[r] := nvb[i]; sts[r] := ntb[i];
+					dirty[r] := true; wpar[r] := p_refs[4 * i];
+				END IF;
+			END LOOP;
+		END IF;
+		IF mk > 0 AND found = 0 THEN
+			sf[mk] := true; sv[mk] := p_marks[3 * o + 2]::float8; sts[mk] := p_marks[3 * o + 3];
+			dirty[mk] := true; wpar[mk] := 0;
+		END IF;
+		it := it + n;
+	END LOOP;
+
+	-- Write each changed record once, with its FullAt: the first ms at
+	-- which its bucket is full again.
+	IF true = ANY (dirty) THEN
+		sexp := array_fill(0::bigint, ARRAY[nrec]);
+		FOR r IN 1 .. nrec LOOP
+			CONTINUE WHEN NOT dirty[r];
+			q := wpar[r];
+			IF q = 0 THEN -- a mark: kept until its time
+				sexp[r] := sts[r];
+				CONTINUE;
+			END IF;
+			ka := p_pint[3 * q - 2]; pa := p_pint[3 * q - 1];
+			rta := p_pflt[3 * q - 2]; ca := p_pflt[3 * q - 1];
+			IF sv[r] >= ca THEN
+				fullat := sts[r];
+			ELSE
+				fullat := never;
+				short := ca - sv[r];
+				IF ka = 1 THEN
+					kk := ceil(short / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + rta * kk >= ca THEN
+							IF pa::float8 * kk < 9218868437227405311::float8 THEN
+								fullat := sts[r] + (pa::float8 * kk)::bigint;
+							END IF;
+							EXIT;
+						END IF;
+						kk := kk + 1;
+					END LOOP;
+				ELSE
+					dt := ceil(short * pa::float8 / rta);
+					FOR j IN 1 .. 3 LOOP
+						IF sv[r] + dt * rta / pa::float8 >= ca THEN
+							IF dt < 9218868437227405311::float8 THEN
+								fullat := sts[r] + dt::bigint;
+							END IF;
+							EXIT;
+						END IF;
+						dt := dt + 1;
+					END LOOP;
+				END IF;
+			END IF;
+			sexp[r] := fullat;
+		END LOOP;
+		-- Only records an op may write are dirty: the first p_nlock. The
+		-- rows are found by address.
+		UPDATE "{{name}}" AS t SET value = u.value, ts = u.ts, expires = u.expires
+			FROM unnest(tids, sv[1:p_nlock], sts[1:p_nlock], sexp[1:p_nlock], dirty[1:p_nlock]) AS u(tid, value, ts, expires, dirty)
+			WHERE u.dirty AND t.ctid = u.tid;
+	END IF;
+END
+$fn$;
+
+-- "{{name}}_one" decides one op of one item on one record, a limit or a check:
+-- the case of every call that finds no other in flight, which the batch
+-- function above would decide at twice the cost (it prepares more
+-- expressions, each anew in every transaction, and runs more statements).
+--
+-- It reads the record without a lock, decides, and writes only if the
+-- record is still as read: an UPDATE of the row read whose value and ts
+-- are unchanged, or an INSERT that finds no row. A decision that writes
+-- nothing holds at the read (a refused call commits nothing, so it waits
+-- for no disk). If the write finds the record changed, the function locks
+-- it (inserting a placeholder if missing), reads it again and decides
+-- again. It waits for at most one row and holds no other, so it cannot
+-- take part in a deadlock.
+-- Version 2 of this release's development returned fewer columns: a
+-- function's result cannot change in place.
+DROP FUNCTION IF EXISTS "{{name}}_one"(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer);
+CREATE OR REPLACE FUNCTION "{{name}}_one"(
+	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
+	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
+	p_now bigint, p_count float8, p_flags integer, p_wait integer,
+	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint
+) LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+	noise    CONSTANT float8 := 1e-9;
+	maxretry CONSTANT float8 := 9223372036854;  -- ratelimit.MaxRetryAfter
+	never    CONSTANT bigint := 9223372036854775807;      -- ratelimit.Never
+	now      bigint := p_now;
+	reserve  boolean := p_flags & 4 <> 0;
+	ov float8; ots bigint; tid tid; present boolean;
+	sv float8; sts bigint; k bigint; off bigint; va float8; rt float8; d float8; wj float8; wk float8;
+	short float8; kk float8; dt float8; fullat bigint; j integer;
+BEGIN
+	IF p_wait > 0 THEN
+		PERFORM set_config('lock_timeout', p_wait || 'ms', true);
+	END IF;
+	IF p_flags & 8 <> 0 THEN
+		now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+	END IF;
+	SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM "{{name}}" t WHERE t.id = p_id;
+	present := FOUND;
+	LOOP
+		-- A record that no release writes fails the call, as in "{{name}}_apply".
+		IF ov IS NOT NULL AND NOT coalesce(ov - ov = 0 AND ots BETWEEN -4506755300970496 AND 4503599627370496, false) THEN
+			RAISE SQLSTATE 'RLBAD' USING DETAIL = encode(p_id, 'hex'),
+				MESSAGE = format('the record %s holds value %s, ts %s', encode(p_id, 'hex'), ov, coalesce(ots::text, 'NULL'));
+		END IF;
+		-- Load the record as the transition sees it: refreshed if found,
+		-- fresh if missing (a placeholder, with no value, reads as missing).
+		IF ov IS NULL THEN
+			sv := p_cap;
+			IF p_kind = 1 THEN
+				off := (now - p_phase) % p_period;
+				IF off < 0 THEN off := off + p_period; END IF;
+				sts := now - off;
+			ELSE
+				sts := now;
+			END IF;
+		ELSIF p_kind = 1 THEN
+			sv := ov; sts := ots;
+			k := (greatest(now, sts) - sts) / p_period;
+			IF k > 0 THEN
+				sv := sv + p_rate * k::float8;
+				sts := sts + k * p_period;
+			END IF;
+			sv := least(sv, p_cap);
+		ELSE
+			sts := greatest(now, ots);
+			sv := least(ov + (sts - ots)::float8 * p_rate / p_period::float8, p_cap);
+		END IF;
+		va := sv - p_count;
+		IF va < 0 AND va > -noise THEN va := 0; END IF;
+		rt := 0;
+		at := now; ts := sts;
+		IF va >= 0 THEN
+			ok := true;
+			IF reserve THEN rt := (sts - now)::float8; END IF; -- a reservation waits for its record's time
+		ELSIF reserve AND (p_maxr = 0 OR va + p_maxr > -noise) THEN
+			ok := true;
+			IF p_kind = 1 THEN wj := ceil((-((va - 0) + 0) - noise) / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := ((sts - sts) / p_period)::float8; IF wj > 0 AND (least(va + p_rate * (wk + wj - 1), p_cap) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + p_rate * (wk + wj), p_cap) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := p_period::float8 * wj + (sts - now)::float8; ELSE wj := ceil((-((va - 0) + 0) - noise) * p_period::float8 / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := (sts - sts)::float8; IF wj > 0 AND (least(va + (wk + wj - 1) * p_rate / p_period::float8, p_cap) - 0) + 0 > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(va + (wk + wj) * p_rate / p_period::float8, p_cap) - 0) + 0 > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sts) - now)::float8 + wj; END IF;
+		ELSE
+			ok := false;
+			d := 0;
+			IF reserve THEN d := p_maxr; END IF;
+			IF ov IS NULL THEN
+				IF p_kind = 1 THEN wj := ceil((-((sv - p_count) + d) - noise) / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := ((sts - sts) / p_period)::float8; IF wj > 0 AND (least(sv + p_rate * (wk + wj - 1), p_cap) - p_count) + d > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(sv + p_rate * (wk + wj), p_cap) - p_count) + d > -noise; wj := wj + 1; END LOOP; END IF; rt := p_period::float8 * wj + (sts - now)::float8; ELSE wj := ceil((-((sv - p_count) + d) - noise) * p_period::float8 / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := (sts - sts)::float8; IF wj > 0 AND (least(sv + (wk + wj - 1) * p_rate / p_period::float8, p_cap) - p_count) + d > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(sv + (wk + wj) * p_rate / p_period::float8, p_cap) - p_count) + d > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sts) - now)::float8 + wj; END IF;
+			ELSE
+				IF p_kind = 1 THEN wj := ceil((-((sv - p_count) + d) - noise) / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := ((sts - ots) / p_period)::float8; IF wj > 0 AND (least(ov + p_rate * (wk + wj - 1), p_cap) - p_count) + d > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(ov + p_rate * (wk + wj), p_cap) - p_count) + d > -noise; wj := wj + 1; END LOOP; END IF; rt := p_period::float8 * wj + (sts - now)::float8; ELSE wj := ceil((-((sv - p_count) + d) - noise) * p_period::float8 / p_rate); IF wj < 0 THEN wj := 0; END IF; wk := (sts - ots)::float8; IF wj > 0 AND (least(ov + (wk + wj - 1) * p_rate / p_period::float8, p_cap) - p_count) + d > -noise THEN wj := wj - 1; ELSE FOR wi IN 1 .. 3 LOOP EXIT WHEN (least(ov + (wk + wj) * p_rate / p_period::float8, p_cap) - p_count) + d > -noise; wj := wj + 1; END LOOP; END IF; rt := (greatest(now, sts) - now)::float8 + wj; END IF;
+			END IF;
+		END IF;
+		rt := ceil(rt);
+		IF rt = 'NaN'::float8 OR NOT (rt > 0) THEN rt := 0;
+		ELSIF rt >= maxretry THEN rt := maxretry; END IF;
+		retry := rt::bigint;
+		IF ok THEN
+			remaining := va; charged := p_count;
+		ELSE
+			remaining := sv; charged := 0;
+		END IF;
+		-- Only a limit that is OK and takes tokens writes.
+		EXIT WHEN NOT ok OR p_count <= 0 OR p_flags & 3 <> 0;
+
+		IF va >= p_cap THEN
+			fullat := sts;
+		ELSE
+			fullat := never;
+			short := p_cap - va;
+			IF p_kind = 1 THEN
+				kk := ceil(short / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + p_rate * kk >= p_cap THEN
+						IF p_period::float8 * kk < 9218868437227405311::float8 THEN
+							fullat := sts + (p_period::float8 * kk)::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					kk := kk + 1;
+				END LOOP;
+			ELSE
+				dt := ceil(short * p_period::float8 / p_rate);
+				FOR j IN 1 .. 3 LOOP
+					IF va + dt * p_rate / p_period::float8 >= p_cap THEN
+						IF dt < 9218868437227405311::float8 THEN
+							fullat := sts + dt::bigint;
+						END IF;
+						EXIT;
+					END IF;
+					dt := dt + 1;
+				END LOOP;
+			END IF;
+		END IF;
+		IF present THEN
+			UPDATE "{{name}}" AS t SET value = va, ts = sts, expires = fullat
+				WHERE t.ctid = tid AND t.value IS NOT DISTINCT FROM ov AND t.ts IS NOT DISTINCT FROM ots;
+		ELSE
+			INSERT INTO "{{name}}" (id, name, key, shard, value, ts, expires)
+				VALUES (p_id, p_name, p_key, p_shard, va, sts, fullat)
+				ON CONFLICT (id) DO NOTHING;
+		END IF;
+		EXIT WHEN FOUND;
+		-- The record changed since it was read: lock it, read it again
+		-- (a new statement sees it as locked) and decide again.
+		INSERT INTO "{{name}}" AS t (id, name, key, shard, value, ts, expires)
+			VALUES (p_id, p_name, p_key, p_shard, NULL, NULL, 0)
+			ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard WHERE false;
+		SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM "{{name}}" t WHERE t.id = p_id;
+		present := true;
+	END LOOP;
+END
+$fn$;
+
+-- "{{name}}_read" reads the records of p_id, in the calling statement's snapshot
+-- (it is STABLE): the read of the batch upsert (store/pgstore/many.go) and
+-- of Load. A plain SELECT … WHERE id = ANY(…) prepared while the table
+-- holds a few hundred rows gets a sequential scan as its generic plan, and
+-- the connection keeps that plan while the table grows; this function's
+-- plan reaches the records through the primary key whatever the table's
+-- size, as those of the functions above do.
+CREATE OR REPLACE FUNCTION "{{name}}_read"(p_id bytea[])
+RETURNS TABLE (id bytea, value float8, ts bigint)
+LANGUAGE plpgsql STABLE ROWS 10
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+BEGIN
+	RETURN QUERY SELECT t.id, t.value, t.ts FROM "{{name}}" t WHERE t.id = ANY (p_id);
+END
+$fn$;
+
+-- "{{name}}_del" deletes the records of p_id (Store.Delete), locking them first in
+-- id order, the order in which the functions above lock, so that it cannot
+-- wait on a batch in a cycle. A function, planned as the others are: a
+-- plain statement planned while the table was small kept a sequential scan
+-- of it.
+CREATE OR REPLACE FUNCTION "{{name}}_del"(p_id bytea[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+BEGIN
+	DELETE FROM "{{name}}" WHERE id IN (
+		SELECT t.id FROM "{{name}}" t WHERE t.id = ANY (p_id) ORDER BY t.id FOR UPDATE);
+END
+$fn$;
+
+-- "{{name}}_sweep" is one step of Store.DeleteExpired: of the chunk of at most
+-- p_n records after p_after in id order, it deletes those expired at
+-- p_cutoff and not locked by a call in flight (skipping them, it never
+-- waits for a call, so it cannot deadlock with one; a record skipped goes
+-- at the next sweep), and returns the chunk's last id, its size, and how
+-- many records and settlement marks went: a placeholder (a NULL value, left
+-- by an op refused on records it had locked) goes too, uncounted, as it
+-- was never a record. A function for the same reason as "{{name}}_del": a plain
+-- statement planned on a small table read the whole table at every chunk.
+CREATE OR REPLACE FUNCTION "{{name}}_sweep"(p_after bytea, p_n integer, p_cutoff bigint,
+	OUT last bytea, OUT scanned bigint, OUT gone bigint)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+BEGIN
+	WITH c AS (SELECT t.id FROM "{{name}}" t WHERE t.id > p_after ORDER BY t.id LIMIT p_n),
+	l AS (SELECT t.id FROM "{{name}}" t WHERE t.id IN (SELECT c.id FROM c) AND t.expires <= p_cutoff
+		FOR UPDATE SKIP LOCKED),
+	d AS (DELETE FROM "{{name}}" t WHERE t.id IN (SELECT l.id FROM l) AND t.expires <= p_cutoff RETURNING t.value)
+	SELECT (SELECT c.id FROM c ORDER BY c.id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(d.value) FROM d)
+	INTO last, scanned, gone;
+END
+$fn$;
+
+COMMENT ON TABLE "{{name}}" IS 'ratelimit pgstore schema 2 15d533d379f0';
