@@ -847,33 +847,46 @@ func TestNumSmallAmounts(t *testing.T) {
 // is, and left as it was: inspect and reset said it had "the schema of an
 // earlier release" and to apply the store's SQL, and limit let pgstore.New
 // mark it as the store's table, after which every call failed on a
-// column it lacks.
+// column it lacks. The commands apply pgstore.New's rules, not a looser
+// copy of their own, which took a table with the store's columns and one
+// more, or without a primary key, for the store's.
 func TestPostgresTableNotAStore(t *testing.T) {
 	ctx := context.Background()
 	url := testserver.PostgresURL(t)
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	base := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
-	other, view := base+"_other", base+"_view"
+	other, view, more, nokey := base+"_other", base+"_view", base+"_more", base+"_nokey"
 	t.Cleanup(func() {
 		defer pool.Close()
 		_, err := pool.Exec(ctx, "DROP VIEW IF EXISTS "+pgx.Identifier{view}.Sanitize())
 		assert.NoError(t, err)
-		dropTable(t, pool, other)
-		dropTable(t, pool, view)
+		for _, table := range []string{other, view, more, nokey} {
+			dropTable(t, pool, table)
+		}
 	})
-	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (a integer, id text)", pgx.Identifier{other}.Sanitize()))
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE VIEW %s AS SELECT 1 AS x", pgx.Identifier{view}.Sanitize()))
-	require.NoError(t, err)
+	const columns = "id bytea, name bytea, key bytea, shard integer, value double precision, ts bigint, expires bigint"
+	for _, create := range []string{
+		fmt.Sprintf("CREATE TABLE %s (a integer, id text)", pgx.Identifier{other}.Sanitize()),
+		fmt.Sprintf("CREATE VIEW %s AS SELECT 1 AS x", pgx.Identifier{view}.Sanitize()),
+		fmt.Sprintf("CREATE TABLE %s (%s, owner text, PRIMARY KEY (id))", pgx.Identifier{more}.Sanitize(), columns),
+		fmt.Sprintf("CREATE TABLE %s (%s)", pgx.Identifier{nokey}.Sanitize(), columns),
+	} {
+		_, err = pool.Exec(ctx, create)
+		require.NoError(t, err)
+	}
+	const check = "postgres: check --table (the application's pgstore.WithTable) and the database in --store: pgstore: "
 	for table, want := range map[string]string{
-		other: fmt.Sprintf("postgres: table %q is not the store's table: it lacks the columns id bytea, name bytea, key bytea, shard integer, value double precision, ts bigint, expires bigint (it has a integer, id text): check --table", other),
-		view:  fmt.Sprintf("postgres: %q is a view, not the store's table: check --table", view),
+		other: fmt.Sprintf("%q exists and is not the store's table: it has the columns a integer, id text, where the store's has the columns %s", other, columns),
+		view:  fmt.Sprintf("%q exists and is not the store's table: it is a view", view),
+		more:  fmt.Sprintf("%q exists and is not the store's table: it has the columns expires bigint, id bytea, key bytea, name bytea, owner text, shard integer, ts bigint, value double precision", more),
+		nokey: fmt.Sprintf("%q exists and is not the store's table: it has no primary key", nokey),
 	} {
 		for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
 			code, out, errOut := exec(append([]string{cmd, "--store", url, "--table", table}, tokenBucket...)...)
 			require.Equal(t, 1, code, "%s %s:\n%s%s", cmd, table, out, errOut)
-			require.Contains(t, errOut, want, cmd)
+			require.Contains(t, errOut, check+want, cmd)
+			require.Contains(t, errOut, "pgstore: the table is not the store's\n", cmd)
 		}
 		var comment *string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", pgx.Identifier{table}.Sanitize()).Scan(&comment))
@@ -881,6 +894,49 @@ func TestPostgresTableNotAStore(t *testing.T) {
 		var fns int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1)", table+"_").Scan(&fns))
 		require.Zero(t, fns, "no function of the store was made for %s", table)
+	}
+}
+
+// A function of the application's that bears the name of one of the
+// store's functions (here beside the store's table, so that inspect and
+// reset, which need one, get as far) is refused by every command, as
+// pgstore.New refuses it, and left as it was: limit and bench let New
+// replace it, or make the store's beside it.
+func TestPostgresFunctionNotAStores(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.PostgresURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	for _, tc := range []struct{ name, create, sig string }{
+		{"the store's arguments", `DROP FUNCTION "%s_del"(bytea[]); CREATE FUNCTION "%[1]s_del"(ids bytea[]) RETURNS text LANGUAGE sql AS $$SELECT 'the application''s'$$`, "%s_del(bytea[])"},
+		{"other arguments", `CREATE FUNCTION "%s_read"(id integer) RETURNS text LANGUAGE sql AS $$SELECT 'the application''s'$$`, "%s_read(integer)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
+			t.Cleanup(func() { dropTable(t, pool, table) })
+			_, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS NULL", pgx.Identifier{table}.Sanitize())) // to upgrade
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, fmt.Sprintf(tc.create, table))
+			require.NoError(t, err)
+			state := func() []string {
+				rows, err := pool.Query(ctx, "SELECT oid::regprocedure::text || ' ' || prosrc FROM pg_proc WHERE starts_with(proname, $1) ORDER BY 1", table+"_")
+				require.NoError(t, err)
+				fns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				require.NoError(t, err)
+				return fns
+			}
+			before := state()
+			want := fmt.Sprintf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: pgstore: function %s: not the store's", fmt.Sprintf(tc.sig, table))
+			for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
+				code, out, errOut := exec(append([]string{cmd, "--store", url, "--table", table}, tokenBucket...)...)
+				require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
+				require.Contains(t, errOut, want, cmd)
+				require.Contains(t, errOut, "give it a table of another name with WithTable", cmd)
+				require.Equal(t, before, state(), "%s left the functions as they were", cmd)
+			}
+		})
 	}
 }
 

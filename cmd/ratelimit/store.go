@@ -13,7 +13,6 @@ import (
 	"os"
 	"regexp"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -224,11 +223,21 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 			pool.Close()
 			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
-		if err := pgCheck(ctx, pool, f.table, acc); err != nil {
-			pool.Close()
-			return nil, nil, err
+		if acc == mustExist {
+			if err := pgExists(ctx, pool, f.table); err != nil {
+				pool.Close()
+				return nil, nil, err
+			}
 		}
+		// New refuses a relation of the table's name, or a function of
+		// the names it gives its functions, that is not the store's (a
+		// view, the table or a function of another program), with or
+		// without WithoutDDL, and leaves it as it is: the command applies
+		// the store's own rules.
 		p, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(f.table))...)
+		if errors.Is(err, pgstore.ErrNotStoreTable) || errors.Is(err, pgstore.ErrNotStoreFunction) {
+			err = fmt.Errorf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: %w", err)
+		}
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
@@ -552,55 +561,16 @@ func boltCheck(path, bucket string, acc access, wait time.Duration) error {
 	})
 }
 
-// pgColumns are the columns of the store's table, and their types, as
-// format_type writes them.
-var pgColumns = []string{"id bytea", "name bytea", "key bytea", "shard integer", "value double precision", "ts bigint", "expires bigint"}
-
-// pgCheck checks that the store's table, if there is one, is a table
-// with the store's columns, and for acc mustExist that there is one. A
-// relation of that name that is something else (a view, the table of
-// another program) is refused: pgstore.New would take it for the table of
-// an earlier release, and without WithoutDDL mark it as its own, so that
-// every call then fails on a column it lacks.
-func pgCheck(ctx context.Context, pool *pgxpool.Pool, table string, acc access) error {
+// pgExists checks that a relation of the store's table's name exists;
+// pgstore.New then checks that it is the store's table.
+func pgExists(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	name := pgx.Identifier(strings.SplitN(table, ".", 2)).Sanitize()
-	var (
-		kind    *string
-		columns []string
-	)
-	err := pool.QueryRow(ctx, "SELECT c.relkind::text, array_remove(array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)), NULL)"+
-		" FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"+
-		" WHERE c.oid = to_regclass($1) GROUP BY c.relkind", name).Scan(&kind, &columns)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) && acc == mayCreate:
-		return nil
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("postgres: table %s does not exist in this database: check --table (the application's pgstore.WithTable) and the database in --store; the application creates the table when it starts, or a migration does (ratelimit schema): %w", name, errNotFound)
-	case err != nil:
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres: look for table %s: %w", name, err)
 	}
-	const check = "check --table (the application's pgstore.WithTable) and the database in --store"
-	if k := *kind; k != "r" && k != "p" {
-		what := map[string]string{"v": "a view", "m": "a materialized view", "i": "an index", "S": "a sequence",
-			"f": "a foreign table", "c": "a composite type"}[k]
-		if what == "" {
-			what = "not a table"
-		}
-		return fmt.Errorf("postgres: %s is %s, not the store's table: %s", name, what, check)
-	}
-	var missing []string
-	for _, c := range pgColumns {
-		if !slices.Contains(columns, c) {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		has := "none"
-		if len(columns) > 0 {
-			has = strings.Join(columns, ", ")
-		}
-		return fmt.Errorf("postgres: table %s is not the store's table: it lacks the columns %s (it has %s): %s",
-			name, strings.Join(missing, ", "), has, check)
+	if !exists {
+		return fmt.Errorf("postgres: table %s does not exist in this database: check --table (the application's pgstore.WithTable) and the database in --store; the application creates the table when it starts, or a migration does (ratelimit schema): %w", name, errNotFound)
 	}
 	return nil
 }
