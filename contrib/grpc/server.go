@@ -150,7 +150,8 @@ func WithMethod(fullMethod string, names ...string) Option {
 // under go-grpc-middleware's stream interceptor, decides the open alone.
 //
 // A message refused is read and dropped: the handler's RecvMsg (Recv of
-// the generated code) returns, instead of it, the status a unary call
+// the generated code) returns, instead of it, and with the message given
+// to it reset (a protocol buffer message's Reset), the status a unary call
 // would get (ResourceExhausted with a RetryInfo detail; Unavailable when
 // the store is down and the limits fail closed, whose refusals are logged
 // as the calls' are) as an error. The stream is not ended by the

@@ -37,6 +37,11 @@ type messageRefusal struct {
 // the refusal's status as an error, and drops the message, when the
 // limits do not grant it. End of stream (io.EOF) and the stream's own
 // errors are returned as they are, and spend nothing.
+//
+// The message is decoded into m before it is decided: a refused one is
+// cleared from m (Reset, which every generated protocol buffer message
+// has), so that a handler that reads m after the error, or reuses m for
+// the next call, does not work on a message the limits refused.
 func (s *messageStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
@@ -48,6 +53,9 @@ func (s *messageStream) RecvMsg(m any) error {
 	st, pushback := s.ic.charge(s.Context(), &messageUnit, s.method, s.names, s.key)
 	if st == nil {
 		return nil
+	}
+	if r, ok := m.(interface{ Reset() }); ok {
+		r.Reset()
 	}
 	err := st.Err()
 	if pushback != nil {

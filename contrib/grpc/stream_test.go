@@ -428,3 +428,34 @@ func TestStreamMessagesHonourContext(t *testing.T) {
 	assert.Empty(t, ss.trailer)
 	assert.Equal(t, 3.0, remaining(t, lim, "chat"), "the open and the second message; not the third")
 }
+
+// A refused message is dropped: a handler that calls RecvMsg with a
+// message of its own, and goes on using it after an error (or reuses one
+// message for every call), finds it empty, not holding the message the
+// limits refused. RecvMsg had decoded the refused message into m before
+// deciding it, and left it there.
+func TestStreamMessagesRefusedIsDropped(t *testing.T) {
+	ctx := withPeer(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"chat": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute}})
+	ic, err := ratelimitgrpc.New(lim, []string{"chat"}, ratelimitgrpc.WithStreamMessages())
+	require.NoError(t, err)
+	ss := &fakeStream{ctx: ctx, msgs: []string{"1", "2", "3", "4"}}
+	type recv struct {
+		value string
+		code  codes.Code
+	}
+	var got []recv
+	err = ic.Stream()(nil, ss, &grpc.StreamServerInfo{FullMethod: talkMethod, IsClientStream: true, IsServerStream: true},
+		func(_ any, ss grpc.ServerStream) error {
+			m := new(wrapperspb.StringValue)
+			for {
+				err := ss.RecvMsg(m)
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				got = append(got, recv{m.GetValue(), status.Code(err)})
+			}
+		})
+	require.NoError(t, err)
+	assert.Equal(t, []recv{{"1", codes.OK}, {"2", codes.OK}, {"", codes.ResourceExhausted}, {"", codes.ResourceExhausted}}, got)
+}
