@@ -413,10 +413,12 @@ type SettleOption struct {
 // token, as a Reservation's Wait and Cancel do: a Use, Refund or Settle
 // with a Settler that finds the token settled before returns nil when the
 // store's mark is of the same settlement by the same settler (the same
-// kind and, for Settle, the same used), and a *SettledError otherwise, as
-// without a Settler. A retry with the same ID but another settlement (Use
-// after Refund, Settle with another used) never returns nil: the first
-// settlement holds, and the call did nothing.
+// kind, handing back as much of each limit: Settle of 0 is Refund, and
+// Settle of a used of at least each limit's charge is Use), and a
+// *SettledError otherwise, as without a Settler. A retry with the same ID
+// but another settlement (Use after Refund, Settle of a used that hands
+// back another amount) never returns nil: the first settlement holds, and
+// the call did nothing.
 //
 // id must stay the same across the retries of one settlement, and differ
 // between processes that may both use the token, each of which would take
