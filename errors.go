@@ -81,6 +81,7 @@ type SettledError struct {
 	own bool
 }
 
+// Error says which token was settled before, and how.
 func (e *SettledError) Error() string {
 	var how string
 	switch e.Kind {
@@ -146,6 +147,7 @@ type ConfigError struct {
 	Problem string
 }
 
+// Error names the limit, the field and what is wrong with it.
 func (e *ConfigError) Error() string {
 	if e.Name == "" {
 		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.Field, e.Problem)
@@ -167,6 +169,7 @@ type CountError struct {
 	Problem string
 }
 
+// Error gives the count and what is wrong with it.
 func (e *CountError) Error() string {
 	if e.Name == "" {
 		return fmt.Sprintf("ratelimit: count %v %s", e.Count, e.Problem)
@@ -193,6 +196,8 @@ type StoreError struct {
 	Until time.Time
 }
 
+// Error names the limit and the store's failure or, when the breaker was
+// open and the store not asked, until when the failure policy decides.
 func (e *StoreError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %v",

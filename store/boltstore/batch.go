@@ -67,6 +67,7 @@ type OpError struct {
 	Err   error
 }
 
+// Error names the op's index in the batch and its failure.
 func (e *OpError) Error() string {
 	return fmt.Sprintf("boltstore: op %d of the batch: %v", e.Index, e.Err)
 }
