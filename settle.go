@@ -213,7 +213,10 @@ func (t *Token) decode(b []byte) error {
 		shard := r.uvarint()
 		it.shard = int(min(shard, MaxShards))
 		it.amount = math.Float64frombits(binary.LittleEndian.Uint64(r.bytes(8)))
-		if !(it.amount >= 0) || math.IsInf(it.amount, 1) || shard >= MaxShards {
+		// No call takes more than MaxTokens, nor a shard of it more: a
+		// larger amount is forged, and a limit's sum of them could be
+		// +Inf.
+		if !(it.amount >= 0) || it.amount > MaxTokens || shard >= MaxShards {
 			r.fail("bad item")
 		}
 		t.items = append(t.items, it)

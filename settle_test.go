@@ -135,6 +135,12 @@ func tokenOfItems(items ...tokenItem) string {
 // tokenOfTimes is tokenOfItems of a token charged at at (Unix ms), whose
 // job may run run ms later and which may be settled until ms later.
 func tokenOfTimes(at int64, run, until uint64, items ...tokenItem) string {
+	return tokenOfAmount(at, run, until, 1, items...)
+}
+
+// tokenOfAmount is tokenOfTimes of a token that charges amount tokens of
+// each item.
+func tokenOfAmount(at int64, run, until uint64, amount float64, items ...tokenItem) string {
 	b := []byte{1, 0}                  // version, flags
 	b = append(b, make([]byte, 16)...) // id
 	b = binary.AppendVarint(b, at)
@@ -147,7 +153,7 @@ func tokenOfTimes(at int64, run, until uint64, items ...tokenItem) string {
 		b = binary.AppendUvarint(b, uint64(len(it.name)))
 		b = append(b, it.name...)
 		b = binary.AppendUvarint(b, it.shard)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(1))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(amount))
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -179,6 +185,25 @@ func TestTokenWithAnItemTwiceIsRefused(t *testing.T) {
 			require.ErrorContains(t, err, "twice")
 		}
 	}
+}
+
+// A token charging more of an item than one call may take (MaxTokens) is
+// refused with ErrInvalidToken: no Limiter makes one. Two items of 1e308
+// made a limit's charge +Inf, and Settle sent the store a count of NaN,
+// refused with a message that blamed the caller's used.
+func TestTokenWithAnAmountPastMaxTokensIsRefused(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0, Shards: 2})
+	at := t0.UnixMilli()
+	shards := []tokenItem{{"jobs", 0}, {"jobs", 1}}
+	for _, amount := range []float64{1e308, math.MaxFloat64, math.Nextafter(ratelimit.MaxTokens, math.Inf(1))} {
+		_, err := ratelimit.ParseToken(tokenOfAmount(at, 0, 600_000, amount, shards...))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "a token of %v tokens a shard", amount)
+		require.ErrorContains(t, err, "bad item")
+	}
+	tok, err := ratelimit.ParseToken(tokenOfAmount(at, 0, 600_000, ratelimit.MaxTokens, shards...))
+	require.NoError(t, err, "MaxTokens is a count a call may take")
+	require.NoError(t, lim.Settle(ctx, tok, 1))
 }
 
 // A token naming a shard no limit can have is refused with
