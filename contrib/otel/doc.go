@@ -29,6 +29,15 @@
 // with the names of the limits the call touches but never their keys, and
 // the error recorded on the span when the store fails. A store that
 // panics ends its span too, as an error, and the panic goes on as it is.
+//
+// A span's status is Error when the store failed. A call that failed
+// because its caller gave up is not the store's failure: when the call's
+// context was canceled or its deadline passed, and the error matches
+// that (context.Canceled or context.DeadlineExceeded, as the stores
+// return it), the error is recorded as an event and the status is left
+// Unset. A store's own timeout, with the caller's context live, is an
+// Error; so is an error of another cause that came as the context ended.
+//
 // The wrapper keeps the optional capabilities of the store visible, so
 // that a Limiter treats it exactly as the store: driver.BatchApplier and
 // DeleteExpired are implemented when the wrapped store implements them,

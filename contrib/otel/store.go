@@ -107,14 +107,33 @@ type storeSpan struct {
 	ended bool
 }
 
-// end records err, if any, and ends the span.
-func (s *storeSpan) end(err error) {
+// end records err, if any, and ends the span of a call made with ctx.
+// The status is Error unless the call failed because ctx ended
+// (callerEnded): the caller gave up, and the store did not fail.
+func (s *storeSpan) end(ctx context.Context, err error) {
 	s.ended = true
 	if err != nil {
 		s.RecordError(err)
-		s.SetStatus(codes.Error, err.Error())
+		if !callerEnded(ctx, err) {
+			s.SetStatus(codes.Error, err.Error())
+		}
 	}
 	s.End()
+}
+
+// callerEnded reports whether err, the error of a store call made with
+// ctx, is ctx's own: ctx was canceled or its deadline passed, and err
+// matches that (context.Canceled or context.DeadlineExceeded). A deadline
+// that has passed counts though ctx.Err does not report it yet: a client
+// that stops a read at the deadline may return before ctx says it ended.
+// A store's own timeout, with ctx live, is no caller's; nor is an error
+// of another cause that came as ctx ended.
+func callerEnded(ctx context.Context, err error) bool {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	return cerr != nil && errors.Is(err, cerr)
 }
 
 // endPanicked ends the span of a call that did not return: the store
@@ -143,7 +162,7 @@ func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Dec
 		}
 		span.SetAttributes(OKKey.Bool(ok))
 	}
-	span.end(err)
+	span.end(ctx, err)
 	return err
 }
 
@@ -155,7 +174,7 @@ func (s *tracedStore) Load(ctx context.Context, ids []driver.RecordID, out []dri
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
 	}
 	err := s.next.Load(ctx, ids, out)
-	span.end(err)
+	span.end(ctx, err)
 	return err
 }
 
@@ -167,7 +186,7 @@ func (s *tracedStore) Delete(ctx context.Context, ids []driver.RecordID) error {
 		span.SetAttributes(idNames(ids), RecordsKey.Int(len(ids)))
 	}
 	err := s.next.Delete(ctx, ids)
-	span.end(err)
+	span.end(ctx, err)
 	return err
 }
 
@@ -189,7 +208,7 @@ func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	ctx, span, _ := s.start(ctx, SpanNow)
 	defer span.endPanicked()
 	now, err := s.clock.Now(ctx)
-	span.end(err)
+	span.end(ctx, err)
 	return now, err
 }
 
@@ -214,7 +233,7 @@ func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver
 		span.SetAttributes(OpsKey.Int(len(ops)), itemNames(items))
 	}
 	err := b.next.ApplyBatch(ctx, ops, outs)
-	span.end(err)
+	span.end(ctx, err)
 	return err
 }
 
@@ -232,7 +251,7 @@ func (e expire) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if rec {
 		span.SetAttributes(RecordsKey.Int(n))
 	}
-	span.end(err)
+	span.end(ctx, err)
 	return n, err
 }
 
