@@ -30,6 +30,15 @@
 // the error recorded on the span when the store fails. A store that
 // panics ends its span too, as an error, and the panic goes on as it is.
 //
+// The span of an apply has the attributes ModeKey (limit, check or
+// refund), ReserveKey, LimitsKey and, after the answer, OKKey. A
+// settlement (a token's Use, Refund or Settle, a Reservation's Wait or
+// Cancel) is a refund that the store applies once: its span has
+// SettleKey too, use or cancel, and, when the store found the token
+// settled before and did nothing, SettledKey (how it was settled) and
+// SettledOwnKey (whether by the same settler: a retry finding its first
+// attempt).
+//
 // A span's status is Error when the store failed. A call that failed
 // because its caller gave up is not the store's failure: when the call's
 // context was canceled or its deadline passed, and the error matches

@@ -27,8 +27,22 @@ const (
 	// touches, once each.
 	LimitsKey = attribute.Key("ratelimit.limits")
 	// ModeKey is, on an apply span, what the call asks of the store:
-	// limit, check or refund.
+	// limit, check or refund. A settlement is a refund; SettleKey says
+	// which.
 	ModeKey = attribute.Key("ratelimit.mode")
+	// SettleKey is, on the apply span of a settlement (a token's Use,
+	// Refund or Settle, a Reservation's Wait or Cancel), how it settles:
+	// use (the job ran, or may: Use, Settle, Wait) or cancel (the tokens
+	// go back: Refund, Cancel). A plain refund has none.
+	SettleKey = attribute.Key("ratelimit.settle")
+	// SettledKey is, on the apply span of a settlement that the store
+	// found settled before, and so did nothing, how it was: use or
+	// cancel. A settlement the call made has none.
+	SettledKey = attribute.Key("ratelimit.settled")
+	// SettledOwnKey is, with SettledKey, true when the settlement found is
+	// the sender's own (driver.Decision.Own): a retry finding its first
+	// attempt, whose answer was lost, rather than another settler's.
+	SettledOwnKey = attribute.Key("ratelimit.settled_own")
 	// ReserveKey is, on an apply span, true for a call that may reserve.
 	ReserveKey = attribute.Key("ratelimit.reserve")
 	// OKKey is, on an apply span, true when the store granted every item.

@@ -151,16 +151,24 @@ func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Dec
 	defer span.endPanicked()
 	if rec {
 		span.SetAttributes(ModeKey.String(modeName(op.Mode)), ReserveKey.Bool(op.Reserve), itemNames(op.Items))
+		if op.Settle != nil {
+			span.SetAttributes(SettleKey.String(op.Settle.Kind.String()))
+		}
 	}
 	err := s.next.Apply(ctx, op, out)
 	if rec && err == nil {
 		// Of the op's items only: out may be longer, and what lies
 		// past them is not the op's. (A store refuses a shorter out.)
+		mine := out[:min(len(op.Items), len(out))]
 		ok := true
-		for _, d := range out[:min(len(op.Items), len(out))] {
+		for _, d := range mine {
 			ok = ok && d.OK
 		}
 		span.SetAttributes(OKKey.Bool(ok))
+		// A settlement found before is said alike in every decision.
+		if op.Settle != nil && len(mine) > 0 && mine[0].Settled != 0 {
+			span.SetAttributes(SettledKey.String(mine[0].Settled.String()), SettledOwnKey.Bool(mine[0].Own))
+		}
 	}
 	span.end(ctx, err)
 	return err
