@@ -12,7 +12,9 @@ import (
 //
 // Label metrics by the limit's name (Event.Result.Name) and Event.Outcome,
 // never by the key (Event.Result.Key): keys are unbounded (one per user or
-// IP), and a metric labelled by them grows without limit.
+// IP), and a metric labelled by them grows without limit. So may be the
+// names of limits given inline (Event.Inline): label those calls by one
+// value for all.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -66,6 +68,11 @@ type Event struct {
 	Outcome Outcome
 	// Check is true for Check, which spends nothing.
 	Check bool
+	// Inline is true when the call gave the limit's config (WithConfig)
+	// for a name not declared (in New, SetLimits or SetLimit). Such names
+	// may be made per call, one per tenant say, and a metric labelled by
+	// them grows without limit, as by keys: label such calls alike.
+	Inline bool
 	// Latency is the time the decision took, on the Limiter's clock.
 	Latency time.Duration
 	// Err is the store's error when the Outcome is Degraded.

@@ -83,6 +83,45 @@ func TestObserver(t *testing.T) {
 	}, got)
 }
 
+// Event.Inline tells the calls of a limit given inline (WithConfig on a
+// name not declared), whose names may be made per call, from those of a
+// declared limit, WithConfig or not, whichever path decided them: the
+// store, the failure policy, a reservation.
+func TestObserverInline(t *testing.T) {
+	ctx := context.Background()
+	var events []ratelimit.Event
+	store := &flakyStore{Store: must(memstore.New())}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}
+	lim, err := ratelimit.New(store, ratelimit.Limits{"l": cfg, "m": cfg}, ratelimit.WithClock(newMock()),
+		ratelimit.WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) { events = append(events, e) })))
+	require.NoError(t, err)
+	inline := ratelimit.WithConfig(cfg)
+	_, _ = lim.Limit(ctx, "l", "k")
+	_, _ = lim.Limit(ctx, "l", "k2", inline)
+	_, _ = lim.Limit(ctx, "tenant-42", "k", inline)
+	_, _ = lim.Check(ctx, "tenant-42", "k", inline)
+	_, _ = lim.Reserve(ctx, "tenant-43", "k", inline)
+	_, _ = lim.LimitAll(ctx, "k3", []string{"l", "m"})
+	store.fail.Store(true)
+	_, _ = lim.Limit(ctx, "tenant-44", "k", inline)
+	_, _ = lim.Limit(ctx, "l", "k4")
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%s/%v/inline=%v", e.Result.Name, e.Outcome, e.Inline))
+	}
+	assert.Equal(t, []string{
+		"l/allowed/inline=false",
+		"l/allowed/inline=false",
+		"tenant-42/allowed/inline=true",
+		"tenant-42/denied/inline=true",
+		"tenant-43/allowed/inline=true",
+		"l/allowed/inline=false",
+		"m/allowed/inline=false",
+		"tenant-44/degraded/inline=true",
+		"l/degraded/inline=false",
+	}, got)
+}
+
 // counterVec is a stand-in for a Prometheus CounterVec, to keep the
 // example free of dependencies.
 type counterVec struct {
@@ -97,12 +136,17 @@ func (c *counterVec) inc(labels string) {
 }
 
 // Feeding a metrics library: count decisions by limit and outcome. Never
-// label by key: one series per user or IP grows without bound.
+// label by key: one series per user or IP grows without bound. Nor by the
+// names of limits given inline, which may be made up per call.
 func ExampleWithObserver() {
 	ctx := context.Background()
 	decisions := &counterVec{n: map[string]int{}}
 	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
-		decisions.inc(fmt.Sprintf(`limit=%q,outcome=%q`, e.Result.Name, e.Outcome))
+		name := e.Result.Name
+		if e.Inline {
+			name = "_OTHER"
+		}
+		decisions.inc(fmt.Sprintf(`limit=%q,outcome=%q`, name, e.Outcome))
 	})
 	lim, _ := ratelimit.New(must(memstore.New()), ratelimit.Limits{
 		"search": {Kind: ratelimit.TokenBucket, Rate: 3, Period: time.Minute},

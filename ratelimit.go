@@ -575,7 +575,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			*res = l.result(lim.name, key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
-			l.observe(ctx, mode, *res, timeAt(start, now), nil)
+			l.observe(ctx, mode, lim, *res, timeAt(start, now), nil)
 			return v, now, false, nil
 		}
 	}
@@ -616,7 +616,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	}
 	if l.observer != nil {
 		*res = boundResult(lim, key, c, v, now)
-		l.observe(ctx, mode, *res, start, nil)
+		l.observe(ctx, mode, lim, *res, start, nil)
 		return v, now, false, nil
 	}
 	return v, now, true, nil
@@ -670,7 +670,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 			res := l.result(names[0], key, c, d)
 			res.ResetAfter = resetAfter(p, 1, d)
 			res.Local = true
-			l.observe(ctx, mode, res, start, nil)
+			l.observe(ctx, mode, lims[0], res, start, nil)
 			return res, ch, nil
 		}
 	}
@@ -733,7 +733,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		} else if cached {
 			l.deny.learn(ctx, l.store, lims[0], skey, items[0].Shards[0].Params)
 		}
-		l.observe(ctx, mode, res, start, nil)
+		l.observe(ctx, mode, lims[0], res, start, nil)
 		return res, ch, nil
 	}
 	res := l.combine(ctx, mode, names, key, c, lims, items, out, start)
@@ -829,7 +829,7 @@ func (l *Limiter) combine(ctx context.Context, mode driver.Mode, names []string,
 			// Granted alone but not charged: report the tokens as they are.
 			all[i].Remaining += c.count
 		}
-		l.observe(ctx, mode, all[i], start, nil)
+		l.observe(ctx, mode, lims[i], all[i], start, nil)
 	}
 	return res
 }
@@ -875,13 +875,13 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 	}
 	if len(lims) == 1 {
 		res := own(lims[0])
-		l.observe(ctx, mode, res, start, serr)
+		l.observe(ctx, mode, lims[0], res, start, serr)
 		return res, charge{start: start}, serr
 	}
 	all := make([]Result, len(lims))
 	for i, lim := range lims {
 		all[i] = own(lim)
-		l.observe(ctx, mode, all[i], start, serr)
+		l.observe(ctx, mode, lim, all[i], start, serr)
 	}
 	res := all[max(decider, 0)]
 	res.All = all
@@ -924,12 +924,13 @@ func (l *Limiter) storeFailed(name string, err error) {
 	}
 }
 
-func (l *Limiter) observe(ctx context.Context, mode driver.Mode, res Result, start time.Time, err error) {
+// observe tells the observer, if any, of res, the answer of lim.
+func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res Result, start time.Time, err error) {
 	if l.observer == nil {
 		return
 	}
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
-		Latency: l.clock.Since(start), Err: err})
+		Inline: !lim.declared, Latency: l.clock.Since(start), Err: err})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so
