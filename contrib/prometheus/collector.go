@@ -17,6 +17,10 @@
 //
 // The key a call was limited by is never a label: keys are unbounded (one
 // per user or address), and a metric labelled by them grows without limit.
+// Nor is the name of a limit given inline (ratelimit.WithConfig on a name
+// not declared, ratelimit.Event.Inline), which may be made up per call:
+// such calls are all labelled limit="_OTHER" (OtherLimit). Declare a limit
+// (New, SetLimits, SetLimit) for its calls to have series of their own.
 // A call of LimitAll counts one decision per limit. WithNamespace and
 // WithSubsystem change the prefix, WithConstLabels adds labels of the
 // process, WithBuckets changes the histogram's buckets.
@@ -49,6 +53,14 @@ const (
 	LabelCheck   = "check"
 	LabelLocal   = "local"
 )
+
+// OtherLimit is the limit label of the calls of limits given inline
+// (ratelimit.WithConfig on a name not declared): their names may be made
+// up per call, one per tenant say, and a series for each would grow
+// without limit. It is spelt as OpenTelemetry spells a value folded for
+// the same reason (an HTTP method it does not know); a declared limit of
+// that very name would share its series.
+const OtherLimit = "_OTHER"
 
 // DefaultBuckets returns the histogram's default buckets, in seconds: from
 // 10 µs (an in-memory store) to 2.5 s (a store timing out).
@@ -130,9 +142,10 @@ type series struct {
 	duration  prometheus.Observer
 }
 
-// maxSeries bounds the series the Collector keeps found. Limit names are
-// few; past the bound (names made up per call, which the metrics should
-// not have either) each decision looks its series up.
+// maxSeries bounds the series the Collector keeps found. Declared limits
+// are few, and the calls of limits given inline share one name
+// (OtherLimit); past the bound (thousands of declared limits) each
+// decision looks its series up.
 const maxSeries = 1024
 
 // ErrInvalidOption is matched by the error of NewCollector given an
@@ -202,9 +215,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Observe counts one decision and records how long it took, labelled by
-// the limit's name and the outcome, never the key.
+// the limit's name and the outcome, never the key; by OtherLimit for a
+// limit given inline (e.Inline).
 func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
-	s := c.find(seriesKey{name: e.Result.Name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	name := e.Result.Name
+	if e.Inline {
+		name = OtherLimit
+	}
+	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
 	s.decisions.Inc()
 	s.duration.Observe(e.Latency.Seconds())
 }

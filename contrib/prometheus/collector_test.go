@@ -3,6 +3,7 @@ package ratelimitprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -261,4 +262,35 @@ func BenchmarkObserve(b *testing.B) {
 			c.Observe(ctx, e)
 		}
 	})
+}
+
+// The calls of limits given inline (WithConfig on a name not declared),
+// whose names may be made per call, are counted under the one limit label
+// "_OTHER": one series for them all, however many names they make up,
+// where a declared limit, WithConfig or not, has its own.
+func TestCollectorInlineNames(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"api": cfg},
+		ratelimit.WithObserver(c), ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	const tenants = 2000 // past the series the Collector keeps found
+	for i := range tenants {
+		_, err := lim.Limit(ctx, fmt.Sprintf("tenant-%d", i), secretKey, ratelimit.WithConfig(cfg))
+		require.NoError(t, err)
+	}
+	_, err = lim.Limit(ctx, "api", secretKey)
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "api", secretKey, ratelimit.WithConfig(cfg))
+	require.NoError(t, err)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="_OTHER",local="false",outcome="allowed"} %d
+ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 2
+`, tenants)), "ratelimit_decisions_total"))
+	assert.Equal(t, 2, testutil.CollectAndCount(c, "ratelimit_decision_duration_seconds"), "the histogram too")
+	noKey(t, reg)
 }
