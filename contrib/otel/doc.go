@@ -20,7 +20,12 @@
 //
 // The key a call was limited by is never an attribute: keys are unbounded
 // (one per user or address), and a metric labelled by them grows without
-// limit. A call of LimitAll records one decision per limit.
+// limit. Nor is the name of a limit given inline (ratelimit.WithConfig on
+// a name not declared, ratelimit.Event.Inline), which may be made up per
+// call: such decisions all have ratelimit.limit "_OTHER" (OtherLimit).
+// Declare a limit (New, SetLimits, SetLimit) for its decisions to have
+// attribute sets of their own. A call of LimitAll records one decision
+// per limit.
 //
 // # Traces
 //

@@ -39,9 +39,10 @@ type measure struct {
 	record []metric.RecordOption
 }
 
-// maxSets bounds the attribute sets the Observer keeps built. Limit names
-// are few; past the bound (names made up per call, which the metrics
-// themselves should not have either) each decision builds its own.
+// maxSets bounds the attribute sets the Observer keeps built. Declared
+// limits are few, and the calls of limits given inline share one name
+// (OtherLimit); past the bound (thousands of declared limits) each
+// decision builds its own.
 const maxSets = 1024
 
 // NewObserver returns an Observer that records on a meter of the
@@ -68,9 +69,14 @@ func NewObserver(opts ...Option) (*Observer, error) {
 
 // Observe records one decision: it adds one to ratelimit.decisions and
 // records its latency in ratelimit.decision.duration, with the limit's
-// name and the outcome, never the key.
+// name and the outcome, never the key; with OtherLimit for a limit given
+// inline (e.Inline).
 func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
-	m := o.measure(setKey{name: e.Result.Name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	name := e.Result.Name
+	if e.Inline {
+		name = OtherLimit
+	}
+	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
 	o.decisions.Add(ctx, 1, m.add...)
 	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
 }

@@ -3,6 +3,7 @@ package ratelimitotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -299,4 +300,35 @@ func TestObserverNameNotUTF8(t *testing.T) {
 	require.NoError(t, err)
 	obs.Observe(context.Background(), ratelimit.Event{Result: ratelimit.Result{Name: "api\xff"}, Outcome: ratelimit.Allowed})
 	assert.Equal(t, map[string]int64{"api\ufffd allowed false false": 1}, counts(t, collect(t, reader)))
+}
+
+// The calls of limits given inline (WithConfig on a name not declared),
+// whose names may be made per call, are recorded under the one limit
+// attribute "_OTHER": one attribute set for them all, however many names
+// they make up, where a declared limit, WithConfig or not, has its own.
+func TestObserverInlineNames(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := newReader(t)
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
+	require.NoError(t, err)
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"api": cfg},
+		ratelimit.WithObserver(obs), ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	const tenants = 2000 // past the attribute sets the Observer keeps built
+	for i := range tenants {
+		_, err := lim.Limit(ctx, fmt.Sprintf("tenant-%d", i), secretKey, ratelimit.WithConfig(cfg))
+		require.NoError(t, err)
+	}
+	_, err = lim.Limit(ctx, "api", secretKey)
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "api", secretKey, ratelimit.WithConfig(cfg))
+	require.NoError(t, err)
+
+	sm := collect(t, reader)
+	assert.Equal(t, map[string]int64{"_OTHER allowed false false": tenants, "api allowed false false": 2}, counts(t, sm))
+	hist, ok := find(t, sm, "ratelimit.decision.duration").Data.(metricdata.Histogram[float64])
+	require.True(t, ok)
+	assert.Len(t, hist.DataPoints, 2, "the histogram too")
+	noKey(t, sm)
 }

@@ -13,7 +13,8 @@ const ScopeName = "github.com/ratelimit-go/ratelimit/contrib/otel"
 
 // The attributes of the metrics and spans.
 const (
-	// LimitKey is the name of the limit decided.
+	// LimitKey is the name of the limit decided; OtherLimit for a limit
+	// given inline.
 	LimitKey = attribute.Key("ratelimit.limit")
 	// OutcomeKey is what became of the call: allowed, reserved, denied or
 	// degraded (ratelimit.Outcome.String).
@@ -53,6 +54,15 @@ const (
 	// OpsKey is, on an apply_batch span, how many ops the batch holds.
 	OpsKey = attribute.Key("ratelimit.ops")
 )
+
+// OtherLimit is the LimitKey of the decisions of limits given inline
+// (ratelimit.WithConfig on a name not declared, ratelimit.Event.Inline):
+// their names may be made up per call, one per tenant say, and an
+// attribute set for each would grow without limit. It is spelt as the
+// semantic conventions spell a value folded for the same reason (an HTTP
+// method they do not know); a declared limit of that very name would share
+// its attribute sets.
+const OtherLimit = "_OTHER"
 
 // durationBuckets are the bucket boundaries, in seconds, the decision
 // duration histogram advises: from 10 µs (an in-memory store) to 2.5 s (a
