@@ -54,8 +54,9 @@
 // message ever carries the key or
 // an error's text (which may name limits, their configuration and
 // internal addresses): the error is logged (WithLogger), the key never.
-// Refusals for an unavailable store are logged at most once a second,
-// with the count of those not logged.
+// The lines that come in floods (refusals for an unavailable store, calls
+// whose deadline passed, internal errors) are logged at most once a second
+// each, with the count of those not logged; see WithLogger.
 //
 // # Clients
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -174,4 +175,128 @@ func TestStoreRefusalsCountedConcurrently(t *testing.T) {
 	}
 	assert.Equal(t, int64(goroutines*each), logged+suppressed, "every refusal logged or counted, once")
 	assert.LessOrEqual(t, logged, int64(2), "the first line, and one a second of the mock time after (1 s)")
+}
+
+const (
+	notDecidedLine   = "ratelimitgrpc: call not decided"
+	deadlineOverLine = "ratelimitgrpc: calls whose deadline passed while they were decided were not all logged"
+	internalOverLine = "ratelimitgrpc: calls not decided for an internal error were not all logged"
+)
+
+// brokenKey marks the calls whose KeyFunc fails.
+type brokenKey struct{}
+
+// The contexts of the calls of TestNotDecidedLoggedOnceASecond: a caller
+// whose deadline passed, one that went away, one the KeyFunc cannot key.
+var (
+	expired = func() context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+		cancel() // its error stays DeadlineExceeded
+		return ctx
+	}()
+	canceled = func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}()
+	broken = context.WithValue(context.Background(), brokenKey{}, true)
+)
+
+// notDecided returns a function that makes a call with a context, to an
+// interceptor whose KeyFunc fails for the broken ones and which logs at
+// level as JSON, the interceptor's log clock and its log.
+func notDecided(t *testing.T, level slog.Level) (call func(ctx context.Context) codes.Code, mock *clock.Mock, logs *bytes.Buffer) {
+	t.Helper()
+	mock = clock.NewMock()
+	lim := newLimiter(t, nil, mock, ratelimit.Limits{"api": {Kind: ratelimit.TokenBucket, Rate: 1e6, Period: time.Second}})
+	logs = new(bytes.Buffer)
+	ic, err := ratelimitgrpc.New(lim, []string{"api"},
+		ratelimitgrpc.WithLogger(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))),
+		ratelimitgrpc.WithKey(func(ctx context.Context) (string, error) {
+			if ctx.Value(brokenKey{}) != nil {
+				return "", errors.New("tenant lookup: dial 10.1.2.3:5432: connection refused")
+			}
+			return "svc", nil
+		}))
+	require.NoError(t, err)
+	ratelimitgrpc.SetLogClock(ic, mock)
+	unary := ic.Unary()
+	return func(ctx context.Context) codes.Code {
+		_, err := unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: checkMethod},
+			func(context.Context, any) (any, error) { return "ok", nil })
+		return status.Code(err)
+	}, mock, logs
+}
+
+// A flood of callers whose deadline passes, or of calls a broken KeyFunc
+// cannot key, was logged a line a call, at Warn and at Error. Each kind
+// is logged as the refusals of an unavailable store are: the first line,
+// then one a second at most with the count of those not logged, and a
+// last count once the flood is over; a flood of one kind never holds
+// back the other's first line.
+func TestNotDecidedLoggedOnceASecond(t *testing.T) {
+	call, mock, logs := notDecided(t, slog.LevelInfo)
+	calls := func(n int, ctx context.Context, want codes.Code) {
+		t.Helper()
+		for range n {
+			require.Equal(t, want, call(ctx))
+		}
+	}
+	ok := context.Background()
+
+	calls(100, expired, codes.DeadlineExceeded) // t0
+	calls(100, broken, codes.Internal)
+	assert.Equal(t, []string{notDecidedLine + " suppressed=0", notDecidedLine + " suppressed=0"}, logLines(t, logs),
+		"the first of each kind only")
+	assert.Contains(t, logs.String(), `"level":"WARN","msg":"`+notDecidedLine+`","method":"`+checkMethod+`","code":"DeadlineExceeded"`)
+	assert.Contains(t, logs.String(), `"level":"ERROR","msg":"`+notDecidedLine+`","method":"`+checkMethod+`","code":"Internal"`)
+	assert.Contains(t, logs.String(), "connection refused", "the error is logged")
+	mock.Add(999 * time.Millisecond)
+	calls(50, expired, codes.DeadlineExceeded)
+	calls(50, broken, codes.Internal)
+	calls(5, ok, codes.OK) // the floods go on: no last count yet
+	assert.Len(t, logLines(t, logs), 2, "no line within a second")
+	mock.Add(time.Millisecond)
+	calls(30, expired, codes.DeadlineExceeded) // t1 s
+	calls(20, broken, codes.Internal)
+	assert.Equal(t, []string{notDecidedLine + " suppressed=0", notDecidedLine + " suppressed=0",
+		notDecidedLine + " suppressed=149", notDecidedLine + " suppressed=149"}, logLines(t, logs))
+
+	// The floods are over: the first call decided a second after the last
+	// line not written counts those of their end, once.
+	mock.Add(999 * time.Millisecond)
+	calls(3, ok, codes.OK)
+	assert.Len(t, logLines(t, logs), 4, "a line not written less than a second ago")
+	mock.Add(time.Millisecond)
+	calls(3, ok, codes.OK)
+	assert.Equal(t, []string{deadlineOverLine + " suppressed=29", internalOverLine + " suppressed=19"}, logLines(t, logs)[4:])
+	mock.Add(time.Hour)
+	calls(3, ok, codes.OK)
+	assert.Len(t, logLines(t, logs), 6, "nothing more to count")
+
+	// The next flood's first line is written at once.
+	calls(10, expired, codes.DeadlineExceeded)
+	assert.Equal(t, []string{notDecidedLine + " suppressed=0"}, logLines(t, logs)[6:])
+	assert.Len(t, logLines(t, logs), 7)
+}
+
+// The lines of the client's doing, a call canceled or carrying no key,
+// are at Debug: written for each call, when Debug is enabled.
+func TestNotDecidedDebugEachCall(t *testing.T) {
+	call, _, logs := notDecided(t, slog.LevelDebug)
+	for range 3 {
+		require.Equal(t, codes.Canceled, call(canceled))
+	}
+	assert.Equal(t, []string{notDecidedLine, notDecidedLine, notDecidedLine}, logLines(t, logs))
+}
+
+// A level the logger does not enable neither writes nor counts a line.
+func TestNotDecidedLevelDisabled(t *testing.T) {
+	call, mock, logs := notDecided(t, slog.LevelError)
+	for range 3 {
+		require.Equal(t, codes.DeadlineExceeded, call(expired))
+	}
+	mock.Add(time.Hour)
+	require.Equal(t, codes.OK, call(context.Background()))
+	assert.Empty(t, logLines(t, logs), "Warn is not enabled: no line, no count")
 }

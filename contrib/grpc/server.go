@@ -38,56 +38,82 @@ type Interceptor struct {
 	// nil, none; empty, every stream's; otherwise the named methods'.
 	messages map[string]bool
 	logger   *slog.Logger // nil: slog.Default() at the time of logging
-	refusals refusalLog
+	// spaced spaces the lines of each kind a flood can bring (spacedRefused,
+	// spacedDeadline, spacedInternal).
+	spaced [spacedKinds]spacedLog
 }
 
-// refusalLogInterval is the least time between two log lines of calls
-// refused because the store is unavailable: with the breaker open, every
-// call is refused at once, and a line each would flood the log.
-const refusalLogInterval = time.Second
+// logInterval is the least time between two log lines of one kind
+// (spaced): with the breaker open every call is refused at once, and a
+// flood of callers with short deadlines, or a broken KeyFunc, fails every
+// call; a line each would flood the log.
+const logInterval = time.Second
 
-// refusalLog spaces the log lines of calls refused because the store is
-// unavailable: a refusal is logged when no line was written for an
-// interval (the first one of an outage, so), and the line counts the
-// refusals not logged since the line before. Once the store answers
-// again, a last line counts those of the end of the outage. It holds no
-// lock: with the breaker open, every call comes through here at once.
-type refusalLog struct {
+// The kinds of log lines written at most once a logInterval, each on its
+// own spacedLog, so that a flood of one kind never holds back the first
+// line of another.
+const (
+	spacedRefused  = iota // refused: the store is unavailable, the limits fail closed
+	spacedDeadline        // not decided: the caller's deadline passed
+	spacedInternal        // not decided: any other error (codes.Internal)
+	spacedKinds
+)
+
+// spacedLog spaces the log lines of one kind: a line is written when no
+// line of its kind was written for an interval (the first one of a flood,
+// so), and it counts the lines of its kind not written since the line
+// before (suppressed). Once the flood is over, the next call decided
+// writes a last line that counts those of its end. It holds no lock: in a
+// flood, every call comes through here at once.
+type spacedLog struct {
+	level slog.Level
+	code  codes.Code
+	// over is the message of the line that counts the end of a flood.
+	over  string
 	clock clock.Clock
-	start time.Time // the origin of next, on clock
+	start time.Time // the origin of next and last, on clock
 	// next is the time, in nanoseconds since start, from which a line may
 	// be written again.
 	next atomic.Int64
-	// suppressed counts the refusals not logged since the last line.
+	// last is the time, in nanoseconds since start, of the last line not
+	// written.
+	last atomic.Int64
+	// suppressed counts the lines not written since the last one.
 	suppressed atomic.Int64
 }
 
-// refused records a refusal: it reports whether to log it and, if so,
-// how many refusals were not logged since the last line.
-func (r *refusalLog) refused() (write bool, suppressed int64) {
-	if !r.take() {
+// now returns the time since start: monotonic, so that a step of the wall
+// clock moves nothing.
+func (r *spacedLog) now() int64 { return int64(r.clock.Since(r.start)) }
+
+// occurred records a line of r's kind: it reports whether to write it and,
+// if so, how many were not written since the last line.
+func (r *spacedLog) occurred() (write bool, suppressed int64) {
+	now := r.now()
+	if !r.take(now) {
+		r.last.Store(now)
 		r.suppressed.Add(1)
 		return false, 0
 	}
 	return true, r.suppressed.Swap(0)
 }
 
-// answered is called when the store answers a call, after a refusal was
-// not logged: it returns how many were not, once a line may be written,
-// and 0 until then.
-func (r *refusalLog) answered() (suppressed int64) {
-	if !r.take() {
+// ended is called when a call is decided after a line of r's kind was not
+// written: once none occurred for an interval and a line may be written,
+// it returns how many were not written, and 0 until then.
+func (r *spacedLog) ended() (suppressed int64) {
+	now := r.now()
+	if now-r.last.Load() < int64(logInterval) || !r.take(now) {
 		return 0
 	}
 	return r.suppressed.Swap(0)
 }
 
-// take reports whether a line may be written now, and if so holds the
+// take reports whether a line may be written at now, and if so holds the
 // next one back for an interval.
-func (r *refusalLog) take() bool {
-	now := int64(r.clock.Since(r.start)) // monotonic: a step of the wall clock moves nothing
+func (r *spacedLog) take(now int64) bool {
 	next := r.next.Load()
-	return now >= next && r.next.CompareAndSwap(next, now+int64(refusalLogInterval))
+	return now >= next && r.next.CompareAndSwap(next, now+int64(logInterval))
 }
 
 // Option configures an Interceptor in New.
@@ -187,12 +213,27 @@ func WithStreamMessages(fullMethods ...string) Option {
 // record the store cannot read names the record's key, unless the
 // Limiter hashes keys (ratelimit.WithKeyHash).
 //
-// Calls refused because the store is unavailable and their limits fail
-// closed are logged at Warn at most once a second, with the count of
-// those refused meanwhile (suppressed), and the count of the last second
-// of an outage once the store answers again: with the Limiter's breaker
-// open every call is refused at once, and a line a call would flood the
-// log.
+// What is logged, and how often:
+//
+//   - a call refused because the store is unavailable and its limits fail
+//     closed: Warn, code Unavailable;
+//   - a call whose deadline passed while it was decided: Warn, code
+//     DeadlineExceeded;
+//   - a call not decided for any other error (a KeyFunc's, the Limiter's):
+//     Error, code Internal;
+//   - a call canceled by its client, or carrying no key: Debug, code
+//     Canceled or InvalidArgument, a line each.
+//
+// The first three come in floods (with the Limiter's breaker open every
+// call is refused at once; callers with short deadlines in front of a slow
+// store, or a broken KeyFunc, fail every call) and a line a call would
+// flood the log: each of the three is logged at most once a second, each
+// apart from the others, with the count of the lines of its kind not
+// written since the line before (suppressed); once none came for a second,
+// the next call decided writes a last line with the count of the flood's
+// end. The Debug lines are the clients' doing and written only when Debug
+// is enabled, for diagnosis: a line each. Stream messages
+// (WithStreamMessages) are logged as calls are, and share their spacing.
 func WithLogger(l *slog.Logger) Option {
 	return func(i *Interceptor) error {
 		if l == nil {
@@ -214,8 +255,15 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, 
 	}
 	key, _ := PeerIP()
 	i := &Interceptor{lim: lim, defaults: slices.Clone(names), methods: make(map[string][]string), key: key}
-	i.refusals.clock = clock.New()
-	i.refusals.start = i.refusals.clock.Now()
+	i.spaced = [spacedKinds]spacedLog{
+		spacedRefused: {level: slog.LevelWarn, code: codes.Unavailable,
+			over: "ratelimitgrpc: the store answers again; calls refused while it was unavailable were not all logged"},
+		spacedDeadline: {level: slog.LevelWarn, code: codes.DeadlineExceeded,
+			over: "ratelimitgrpc: calls whose deadline passed while they were decided were not all logged"},
+		spacedInternal: {level: slog.LevelError, code: codes.Internal,
+			over: "ratelimitgrpc: calls not decided for an internal error were not all logged"},
+	}
+	i.setLogClock(clock.New())
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("ratelimitgrpc: New was given a nil option: %w", ErrInvalidOption)
@@ -422,11 +470,8 @@ func (i *Interceptor) charge(ctx context.Context, u *unit, method string, names 
 	} else {
 		res, err = i.lim.LimitAll(ctx, key, names)
 	}
-	if err == nil && i.refusals.suppressed.Load() != 0 {
-		if n := i.refusals.answered(); n > 0 {
-			i.loggerOrDefault().LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "ratelimitgrpc: the store answers again; calls refused while it was unavailable were not all logged",
-				slog.Int64("suppressed", n))
-		}
+	if err == nil {
+		i.floodsOver(ctx)
 	}
 	switch {
 	case errors.Is(err, ratelimit.ErrStoreUnavailable):
@@ -435,10 +480,7 @@ func (i *Interceptor) charge(ctx context.Context, u *unit, method string, names 
 		}
 		// They fail closed: the service cannot decide, which is its
 		// failure, not the client's excess.
-		if write, suppressed := i.refusals.refused(); write {
-			i.log(ctx, slog.LevelWarn, u.refused, method, codes.Unavailable, err,
-				slog.Int64("suppressed", suppressed))
-		}
+		i.logSpaced(ctx, spacedRefused, u.refused, method, err)
 		return refusal(codes.Unavailable, "rate limit unavailable", res.RetryAfter)
 	case err != nil:
 		return i.fail(ctx, u, method, err), nil
@@ -471,20 +513,25 @@ func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, m
 
 // fail answers a call, or a stream's message (u), that could not be
 // decided: it logs the error and returns a status that carries none of
-// its words (they may name limits,
-// their configuration and internal addresses).
+// its words (they may name limits, their configuration and internal
+// addresses). The lines of Canceled and InvalidArgument are at Debug, the
+// client's doing, written for each call when Debug is enabled; those of
+// DeadlineExceeded and Internal, which a flood of calls brings as a flood
+// of lines, are spaced (spacedLog).
 func (i *Interceptor) fail(ctx context.Context, u *unit, method string, err error) *status.Status {
-	code, msg, level := codes.Internal, "rate limit: internal error", slog.LevelError
 	switch ctxErr := ctx.Err(); {
 	case ctxErr != nil && errors.Is(err, context.Canceled):
-		code, msg, level = codes.Canceled, "call canceled", slog.LevelDebug
+		i.log(ctx, slog.LevelDebug, u.notDecided, method, codes.Canceled, err)
+		return status.New(codes.Canceled, "call canceled")
 	case ctxErr != nil && errors.Is(err, context.DeadlineExceeded):
-		code, msg, level = codes.DeadlineExceeded, "deadline exceeded", slog.LevelWarn
+		i.logSpaced(ctx, spacedDeadline, u.notDecided, method, err)
+		return status.New(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, ErrNoKey):
-		code, msg, level = codes.InvalidArgument, "rate limit: the call carries no key", slog.LevelDebug
+		i.log(ctx, slog.LevelDebug, u.notDecided, method, codes.InvalidArgument, err)
+		return status.New(codes.InvalidArgument, "rate limit: the call carries no key")
 	}
-	i.log(ctx, level, u.notDecided, method, code, err)
-	return status.New(code, msg)
+	i.logSpaced(ctx, spacedInternal, u.notDecided, method, err)
+	return status.New(codes.Internal, "rate limit: internal error")
 }
 
 // log logs a call the interceptor answered for want of a decision: its
@@ -495,6 +542,46 @@ func (i *Interceptor) log(ctx context.Context, level slog.Level, msg, method str
 	if logger.Enabled(ctx, level) {
 		attrs := append([]slog.Attr{slog.String("method", method), slog.String("code", code.String()), slog.String("error", err.Error())}, more...)
 		logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}
+
+// logSpaced logs a call as log does, at the level and with the code of
+// its kind, unless a line of that kind was written less than an interval
+// ago: then it only counts it, and the next line written says how many
+// were not (suppressed). A level the logger does not enable writes and
+// counts nothing.
+func (i *Interceptor) logSpaced(ctx context.Context, kind int, msg, method string, err error) {
+	r := &i.spaced[kind]
+	if !i.loggerOrDefault().Enabled(context.WithoutCancel(ctx), r.level) {
+		return
+	}
+	if write, suppressed := r.occurred(); write {
+		i.log(ctx, r.level, msg, method, r.code, err, slog.Int64("suppressed", suppressed))
+	}
+}
+
+// floodsOver is called for a call decided: for each kind of spaced line
+// with lines not written, once none occurred for an interval, it writes
+// the last line, which counts them.
+func (i *Interceptor) floodsOver(ctx context.Context) {
+	for k := range i.spaced {
+		r := &i.spaced[k]
+		if r.suppressed.Load() == 0 {
+			continue
+		}
+		if n := r.ended(); n > 0 {
+			i.loggerOrDefault().LogAttrs(context.WithoutCancel(ctx), r.level, r.over,
+				slog.String("code", r.code.String()), slog.Int64("suppressed", n))
+		}
+	}
+}
+
+// setLogClock makes the spaced log lines count time on c, from its present
+// time.
+func (i *Interceptor) setLogClock(c clock.Clock) {
+	for k := range i.spaced {
+		i.spaced[k].clock = c
+		i.spaced[k].start = c.Now()
 	}
 }
 
