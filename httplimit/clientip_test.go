@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,7 +10,10 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,13 +110,22 @@ func configured(t *testing.T, p clientiptest.Proxies) httplimit.KeyFunc {
 	if p.V6Bits != 0 {
 		opts = append(opts, httplimit.IPv6Prefix(p.V6Bits))
 	}
+	if p.Unix {
+		opts = append(opts, httplimit.TrustUnixSocket())
+	}
 	return clientIP(t, opts...)
 }
 
-// request returns the request of a case.
+// request returns the request of a case. One that came over a Unix socket
+// has the peer's name as its RemoteAddr, and the listener's address in its
+// context, as net/http serves it.
 func request(c clientiptest.Case) *http.Request {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = c.Remote
+	if name, ok := clientiptest.UnixPeer(c.Remote); ok {
+		r.RemoteAddr = name
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.UnixAddr{Name: "/run/app.sock", Net: "unix"}))
+	}
 	for i := 0; i+1 < len(c.Headers); i += 2 {
 		r.Header.Add(c.Headers[i], c.Headers[i+1])
 	}
@@ -129,10 +142,12 @@ func TestClientIP(t *testing.T) {
 			require.Equal(t, tt.Want, got)
 		})
 	}
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = "not-an-address"
-	_, err := clientIP(t)(r)
-	require.ErrorIs(t, err, httplimit.ErrNoKey)
+	for _, tt := range clientiptest.NoKey {
+		t.Run(tt.Name, func(t *testing.T) {
+			_, err := configured(t, tt.Proxies)(request(tt))
+			require.ErrorIs(t, err, httplimit.ErrNoKey)
+		})
+	}
 }
 
 func TestClientIPRefusesUnsafeOptions(t *testing.T) {
@@ -153,6 +168,8 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 		{"IPv6 prefix 0", []httplimit.IPOption{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", []httplimit.IPOption{httplimit.IPv6Prefix(129)}, "1 to 128"},
 		{"a zero option", []httplimit.IPOption{{}}, "zero IPOption"},
+		{"a Unix socket without a header", []httplimit.IPOption{httplimit.TrustUnixSocket()}, "no TrustProxies says which header"},
+		{"a Unix socket twice", []httplimit.IPOption{httplimit.TrustUnixSocket(), httplimit.TrustProxies(httplimit.XForwardedFor), httplimit.TrustUnixSocket()}, "given twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,4 +291,112 @@ func TestLongForwardingListsCostLittle(t *testing.T) {
 			require.Less(t, perCall, uint64(4<<10), "bytes allocated per key, for a header of %d bytes", len(tt.Headers[1]))
 		})
 	}
+}
+
+// unixSocket returns the path of a Unix socket in a directory of its own,
+// removed when the test ends. The directory is short-named under the
+// system's temporary directory: a socket's path is limited to about 100
+// bytes, which a test's own directory may exceed.
+func unixSocket(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "httplimit")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "app.sock")
+}
+
+// A service that listens on a Unix socket behind a reverse proxy on the
+// same machine (nginx → unix:/run/app.sock; here Go's
+// httputil.ReverseProxy on loopback, which appends to X-Forwarded-For)
+// sees the peer as net/http names a socket without a name: RemoteAddr "@"
+// on Linux, "" elsewhere, no IP address. With TrustProxies alone every
+// request was refused 400 (no key), and no option trusted the proxy:
+// TrustUnixSocket does. The client, on 127.0.0.2, forges X-Forwarded-For
+// on every request and is keyed by its own address; a request made on the
+// socket directly, with no header (a health check), is keyed UnixPeerKey.
+func TestBehindReverseProxyOnUnixSocket(t *testing.T) {
+	sock := unixSocket(t)
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 3, Period: time.Hour}}, nil)
+	var (
+		mu            sync.Mutex // guards what follows, which the server's goroutines share
+		keys, remotes []string
+		key           httplimit.KeyFunc
+	)
+	spy := func(r *http.Request) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		k, err := key(r)
+		keys, remotes = append(keys, k), append(remotes, r.RemoteAddr)
+		return k, err
+	}
+	seen := func() ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		k, r := keys, remotes
+		keys, remotes = nil, nil
+		return k, r
+	}
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(spy))
+	require.NoError(t, err)
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	app := &http.Server{Handler: mw.Wrap(ok), ReadHeaderTimeout: 10 * time.Second}
+	go app.Serve(ln)
+	t.Cleanup(func() { app.Close() })
+
+	overSocket := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+	t.Cleanup(overSocket.CloseIdleConnections)
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: "app"})
+	proxy.Transport = overSocket
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	front := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	go front.Serve(pln)
+	t.Cleanup(func() { front.Close() })
+	client := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)},
+	}).DialContext}}
+	t.Cleanup(client.CloseIdleConnections)
+	get := func(c *http.Client, url string, i int) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", url, nil)
+		require.NoError(t, err)
+		if i >= 0 {
+			req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.18.0.%d", i))
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	run := func(opts ...httplimit.IPOption) (codes []int, keyed, peers []string) {
+		t.Helper()
+		k := clientIP(t, opts...)
+		mu.Lock()
+		key = k
+		mu.Unlock()
+		for i := range 5 {
+			codes = append(codes, get(client, "http://"+pln.Addr().String()+"/", i))
+		}
+		keyed, peers = seen()
+		return codes, keyed, peers
+	}
+
+	codes, _, peers := run(httplimit.TrustProxies(httplimit.XForwardedFor, netip.MustParsePrefix("127.0.0.1/32")))
+	require.Equal(t, []int{400, 400, 400, 400, 400}, codes, "the proxy on the socket is not trusted: no key")
+	if runtime.GOOS == "linux" {
+		require.Equal(t, []string{"@", "@", "@", "@", "@"}, peers, "net/http's RemoteAddr of a peer on a Unix socket")
+	}
+
+	codes, got, _ := run(httplimit.TrustProxies(httplimit.XForwardedFor), httplimit.TrustUnixSocket())
+	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+	require.Equal(t, []string{"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2"}, got)
+
+	// Straight on the socket, with no header: the peer's key.
+	require.Equal(t, 200, get(&http.Client{Transport: overSocket}, "http://app/", -1))
+	got, _ = seen()
+	require.Equal(t, []string{httplimit.UnixPeerKey}, got)
 }

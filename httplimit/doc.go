@@ -23,7 +23,9 @@
 //
 // The header is then read from the right, past the trusted proxies, so
 // that what a client writes into it can never be taken for what the
-// proxies appended. Header and PathValue key by an API key or a tenant.
+// proxies appended. A proxy that connects through a Unix socket has no
+// address: TrustUnixSocket trusts it, when asked, never by default.
+// Header and PathValue key by an API key or a tenant.
 //
 // # Headers
 //

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -67,7 +68,9 @@ type IPOption struct {
 // that is not one is the client; a SingleIPHeader is taken as it is. An
 // unreadable, obfuscated or missing value stops the walk at the last
 // trusted address, which becomes the key. List every proxy in front of the
-// service: load balancers, CDN ranges, sidecars.
+// service: load balancers, CDN ranges, sidecars. A proxy that connects
+// through a Unix socket has no address: TrustUnixSocket trusts it, and
+// then the prefixes may be none.
 //
 // Prefixes that trust every IPv4 or every IPv6 address are refused, one
 // alone (0.0.0.0/0, ::/0) or several together (0.0.0.0/1 and
@@ -91,9 +94,6 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 		if c.header.kind != 0 {
 			return fmt.Errorf("httplimit: TrustProxies is given twice: give it once, with every trusted prefix: %w", ErrInvalidOption)
 		}
-		if len(trusted) == 0 {
-			return fmt.Errorf("httplimit: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service: %w", header.name, ErrInvalidOption)
-		}
 		proxies, err := clientip.Trust(header.kind, trusted)
 		if err != nil {
 			return fmt.Errorf("httplimit: TrustProxies: %w: %w", err, ErrInvalidOption)
@@ -102,6 +102,45 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 		return nil
 	}}
 }
+
+// TrustUnixSocket makes ClientIP trust the peer of a request that came
+// over a Unix socket as one of the proxies of TrustProxies: a reverse
+// proxy on the same machine that connects to the service through the
+// socket (nginx with proxy_pass http://unix:/run/app.sock, HAProxy,
+// Caddy, a sidecar). Such a peer has no IP address (net/http's RemoteAddr
+// is "@" or ""), and without this option ClientIP finds no key for its
+// requests, which are refused with ErrNoKey (400).
+//
+// TrustProxies must be given too: it says which header the proxy writes,
+// and lists the prefixes of any proxies in front of it, if any (none, when
+// the proxy on the socket is the only one). The header is read as from a
+// trusted address: the first untrusted address from the right is the
+// client. Where the key would be the peer's (no header, an unreadable
+// value right of every address), it is UnixPeerKey, one key for every
+// such request.
+//
+// Trust is never implied by the peer having no address: anyone who can
+// connect to the socket chooses the header, so give it only when the
+// socket's permissions keep all but the proxy out. A request came over a
+// Unix socket when its server's listener was (http.LocalAddrContextKey in
+// its context, as net/http and golang.org/x/net/http2 set it, names a Unix
+// address) and RemoteAddr is no IP address: one that is, such as a
+// PROXY protocol listener's, is keyed as before.
+func TrustUnixSocket() IPOption {
+	return IPOption{func(c *clientIP) error {
+		if c.unix {
+			return fmt.Errorf("httplimit: TrustUnixSocket is given twice: give it once: %w", ErrInvalidOption)
+		}
+		c.unix = true
+		return nil
+	}}
+}
+
+// UnixPeerKey is the key ClientIP with TrustUnixSocket gives a request
+// from the trusted peer on a Unix socket that names no client: no header,
+// or a value it cannot read right of every address. It is the name nginx
+// gives such a peer ($remote_addr), and no IP address's key.
+const UnixPeerKey = clientip.UnixPeer
 
 // IPv6Prefix keys an IPv6 client by its network of the given prefix length
 // (1 to 128) instead of DefaultIPv6Prefix; 128 keys every address apart.
@@ -126,7 +165,8 @@ func IPv6Prefix(bits int) IPOption {
 // from the client is never mistaken for theirs.
 //
 // The KeyFunc fails with ErrNoKey when RemoteAddr is not an IP address
-// (a Unix socket, a test request without one).
+// (a test request without one, or a request over a Unix socket, unless
+// TrustUnixSocket trusts its peer).
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := &clientIP{v6bits: DefaultIPv6Prefix}
 	for _, o := range opts {
@@ -137,6 +177,17 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 			return nil, err
 		}
 	}
+	if c.unix {
+		if c.header.kind == 0 {
+			return nil, fmt.Errorf("httplimit: TrustUnixSocket trusts the peer on a Unix socket as a proxy, but no TrustProxies says which header it writes: "+
+				"give TrustProxies(header) too: %w", ErrInvalidOption)
+		}
+		c.proxies.TrustUnix()
+	}
+	if c.header.kind != 0 && c.proxies.Empty() {
+		return nil, fmt.Errorf("httplimit: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service, "+
+			"or give TrustUnixSocket for a proxy that connects through a Unix socket: %w", c.header.name, ErrInvalidOption)
+	}
 	return c.key, nil
 }
 
@@ -146,19 +197,35 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 type clientIP struct {
 	header  ProxyHeader      // zero: read no header
 	proxies clientip.Proxies // zero: trust no peer
+	unix    bool             // TrustUnixSocket: ClientIP makes proxies trust the peer on a Unix socket
 	v6bits  int
 }
 
 func (c *clientIP) key(r *http.Request) (string, error) {
 	peer, ok := clientip.ParseAddr(r.RemoteAddr)
 	if !ok {
-		return "", fmt.Errorf("httplimit: remote address %q is not an IP address: %w", r.RemoteAddr, ErrNoKey)
+		if !overUnixSocket(r) {
+			return "", fmt.Errorf("httplimit: remote address %q is not an IP address: %w", r.RemoteAddr, ErrNoKey)
+		}
+		if !c.proxies.TrustsUnix() {
+			return "", fmt.Errorf("httplimit: the request came over a Unix socket, whose peer (%q) has no IP address: "+
+				"if a proxy connects through the socket, trust it with TrustUnixSocket and TrustProxies: %w", r.RemoteAddr, ErrNoKey)
+		}
+		return c.proxies.UnixKey(r.Header.Values(c.header.name), c.v6bits), nil
 	}
 	ip := peer
 	if c.proxies.Trusts(peer) {
 		ip = c.proxies.Client(peer, r.Header.Values(c.header.name))
 	}
 	return clientip.Format(ip, c.v6bits), nil
+}
+
+// overUnixSocket reports whether r came over a Unix socket: whether the
+// server's listener, as net/http puts it in the request's context, is
+// one.
+func overUnixSocket(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && local != nil && clientip.IsUnix(local.Network())
 }
 
 // Header keys a request by the value of a header, such as an API key.

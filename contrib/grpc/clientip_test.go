@@ -3,10 +3,13 @@ package ratelimitgrpc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +18,14 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
 	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/ratelimit-go/ratelimit/internal/clientip"
 	"github.com/ratelimit-go/ratelimit/internal/clientip/clientiptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -55,8 +61,18 @@ func pair(t testing.TB, g []ratelimitgrpc.IPOption, h []httplimit.IPOption) keyP
 // "" trusts none and reads no header.
 func trusting(t testing.TB, header string, trusted []netip.Prefix, more ...int) keyPair {
 	t.Helper()
+	return trustingUnix(t, header, trusted, false, more...)
+}
+
+// trustingUnix is trusting, and if unix, trusts the peer on a Unix socket
+// too (TrustUnixSocket).
+func trustingUnix(t testing.TB, header string, trusted []netip.Prefix, unix bool, more ...int) keyPair {
+	t.Helper()
 	var g []ratelimitgrpc.IPOption
 	var h []httplimit.IPOption
+	if unix {
+		g, h = append(g, ratelimitgrpc.TrustUnixSocket()), append(h, httplimit.TrustUnixSocket())
+	}
 	switch header {
 	case "":
 	case "X-Forwarded-For":
@@ -79,29 +95,39 @@ func configured(t testing.TB, p clientiptest.Proxies) keyPair {
 	if p.V6Bits != 0 {
 		bits = append(bits, p.V6Bits)
 	}
-	return trusting(t, p.Header, p.Trusted, bits...)
+	return trustingUnix(t, p.Header, p.Trusted, p.Unix, bits...)
 }
+
+// appSocket is the address of the service's Unix socket listener.
+var appSocket = &net.UnixAddr{Name: "/run/app.sock", Net: "unix"}
 
 // callContext is the context of a call from remote (host:port) carrying
 // the header lines (name, value, name, value...) as metadata, in order. A
 // remote that is not an address and port is a peer without an IP
-// address.
+// address; one of a Unix socket (clientiptest.UnixPeer) is the peer of a
+// call over the socket, as gRPC gives it.
 func callContext(remote string, headers ...string) context.Context {
-	var addr net.Addr = fakeAddr(remote)
+	pr := &peer.Peer{Addr: fakeAddr(remote)}
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		addr = &net.TCPAddr{IP: ap.Addr().AsSlice(), Zone: ap.Addr().Zone(), Port: int(ap.Port())}
+		pr.Addr = &net.TCPAddr{IP: ap.Addr().AsSlice(), Zone: ap.Addr().Zone(), Port: int(ap.Port())}
+	} else if name, ok := clientiptest.UnixPeer(remote); ok {
+		pr.Addr, pr.LocalAddr = &net.UnixAddr{Name: name, Net: "unix"}, appSocket
 	}
 	md := metadata.MD{}
 	for i := 0; i+1 < len(headers); i += 2 {
 		md.Append(headers[i], headers[i+1]) // lower-cases the name, as gRPC does
 	}
-	return metadata.NewIncomingContext(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), md)
+	return metadata.NewIncomingContext(peer.NewContext(context.Background(), pr), md)
 }
 
-// request is the HTTP request of the same client.
+// request is the HTTP request of the same client, as net/http serves it.
 func request(remote string, headers ...string) *http.Request {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = remote
+	if name, ok := clientiptest.UnixPeer(remote); ok {
+		r.RemoteAddr = name
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, appSocket))
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		r.Header.Add(headers[i], headers[i+1])
 	}
@@ -124,6 +150,13 @@ func TestClientIPAsHTTPLimit(t *testing.T) {
 			require.NoError(t, herr)
 			assert.Equal(t, tt.Want, g, "ratelimitgrpc")
 			assert.Equal(t, tt.Want, h, "httplimit")
+		})
+	}
+	for _, tt := range clientiptest.NoKey {
+		t.Run(tt.Name, func(t *testing.T) {
+			_, _, gerr, herr := configured(t, tt.Proxies).keys(tt.Remote, tt.Headers...)
+			assert.ErrorIs(t, gerr, ratelimitgrpc.ErrNoKey, "ratelimitgrpc")
+			assert.ErrorIs(t, herr, httplimit.ErrNoKey, "httplimit")
 		})
 	}
 	xff := configured(t, clientiptest.XFF)
@@ -168,6 +201,10 @@ func TestClientIPRefusesAsHTTPLimit(t *testing.T) {
 		{"IPv6 prefix 0", g{ratelimitgrpc.IPv6Prefix(0)}, h{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", g{ratelimitgrpc.IPv6Prefix(129)}, h{httplimit.IPv6Prefix(129)}, "1 to 128"},
 		{"a zero option", g{{}}, h{{}}, "zero IPOption"},
+		{"a Unix socket without a header", g{ratelimitgrpc.TrustUnixSocket()}, h{httplimit.TrustUnixSocket()}, "but no TrustProxies says which"},
+		{"a Unix socket twice", g{ratelimitgrpc.TrustUnixSocket(), ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket()},
+			h{httplimit.TrustUnixSocket(), httplimit.TrustProxies(httplimit.XForwardedFor), httplimit.TrustUnixSocket()}, "given twice"},
+		{"a Unix socket, no header, and a prefix", g{ratelimitgrpc.TrustUnixSocket(), ratelimitgrpc.IPv6Prefix(48)}, h{httplimit.TrustUnixSocket(), httplimit.IPv6Prefix(48)}, "give TrustProxies(header) too"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,6 +218,47 @@ func TestClientIPRefusesAsHTTPLimit(t *testing.T) {
 			require.Nil(t, hk)
 		})
 	}
+}
+
+// TrustProxies names no prefix when the proxy on a Unix socket is the only
+// one, given before or after TrustUnixSocket; the peer on the socket is
+// then the only trusted one, and the key words of the refusal of a peer
+// on a Unix socket that is not trusted say what to give.
+func TestTrustUnixSocketAlone(t *testing.T) {
+	type (
+		g = []ratelimitgrpc.IPOption
+		h = []httplimit.IPOption
+	)
+	for name, opts := range map[string]struct {
+		g g
+		h h
+	}{
+		"before": {g{ratelimitgrpc.TrustUnixSocket(), ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor)},
+			h{httplimit.TrustUnixSocket(), httplimit.TrustProxies(httplimit.XForwardedFor)}},
+		"after": {g{ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket()},
+			h{httplimit.TrustProxies(httplimit.XForwardedFor), httplimit.TrustUnixSocket()}},
+	} {
+		k := pair(t, opts.g, opts.h)
+		for _, c := range []struct{ remote, want string }{
+			{clientiptest.Nginx, "198.51.100.1"},
+			{"10.0.0.2:80", "10.0.0.2"},
+			{"127.0.0.1:80", "127.0.0.1"},
+		} {
+			g, h, gerr, herr := k.keys(c.remote, "X-Forwarded-For", "198.51.100.1")
+			require.NoError(t, gerr, name)
+			require.NoError(t, herr, name)
+			assert.Equal(t, c.want, g, "%s: ratelimitgrpc, from %s", name, c.remote)
+			assert.Equal(t, c.want, h, "%s: httplimit, from %s", name, c.remote)
+		}
+	}
+	assert.Equal(t, "unix:", ratelimitgrpc.UnixPeerKey)
+	assert.Equal(t, "unix:", httplimit.UnixPeerKey)
+
+	_, _, gerr, herr := configured(t, clientiptest.XFF).keys(clientiptest.Nginx, "X-Forwarded-For", "198.51.100.1")
+	assert.ErrorContains(t, gerr, "came over a Unix socket")
+	assert.ErrorContains(t, gerr, "TrustUnixSocket")
+	assert.ErrorContains(t, herr, "came over a Unix socket")
+	assert.ErrorContains(t, herr, "TrustUnixSocket")
 }
 
 // Metadata keys that gRPC would not carry an address in are refused; as
@@ -205,6 +283,10 @@ func TestClientIPRefusesMetadataKeys(t *testing.T) {
 	k, err := ratelimitgrpc.PeerIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...))
 	assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
 	assert.ErrorContains(t, err, "give it to ClientIP")
+	assert.Nil(t, k)
+	k, err = ratelimitgrpc.PeerIP(ratelimitgrpc.TrustUnixSocket())
+	assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+	assert.ErrorContains(t, err, "give it, with TrustProxies, to ClientIP")
 	assert.Nil(t, k)
 
 	// A SingleIPHeader is named as the proxy writes it, in any case.
@@ -278,6 +360,8 @@ func FuzzClientIPAsHTTPLimit(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.1.1.1, 10.0.0.9", "10.0.0.8", `for=1.1.1.1;proto=https, for=10.2.2.2`, `For="\"", for=2001:db8::7`, "1.1.1.1, 2.2.2.2")
 	f.Add("[::ffff:10.0.0.1]:80", "::ffff:1.2.3.4", "fe80::1%eth0", `for="[::ffff:10.1.1.1]"`, "for=10.0.0.4", `"1.2.3.4"`)
 	f.Add("[fe80::1%eth0]:80", ",,,", "10.0.0.1:8080", "for=unknown", "", "unknown")
+	f.Add(clientiptest.Nginx, "198.51.100.1, x", "10.0.0.9", "for=_x, for=10.1.1.1", "", "fd00::1")
+	f.Add("unix:", "", "", "", "for=192.0.2.1", "")
 	pairs := []keyPair{
 		pair(f, nil, nil),
 		trusting(f, "X-Forwarded-For", fuzzTrusted),
@@ -285,10 +369,20 @@ func FuzzClientIPAsHTTPLimit(f *testing.F) {
 		trusting(f, "X-Real-IP", fuzzTrusted),
 		trusting(f, "X-Forwarded-For", fuzzTrusted, 128),
 		trusting(f, "Forwarded", fuzzTrusted, 48),
+		trustingUnix(f, "X-Forwarded-For", nil, true),
+		trustingUnix(f, "Forwarded", fuzzTrusted, true),
+		trustingUnix(f, "X-Real-IP", nil, true, 56),
 	}
 	f.Fuzz(func(t *testing.T, remote, xff1, xff2, fwd1, fwd2, real string) {
-		ap, err := netip.ParseAddrPort(remote)
-		if err != nil || strings.ContainsAny(ap.Addr().Zone(), "[]") {
+		name, unix := clientiptest.UnixPeer(remote)
+		if unix {
+			if _, ok := clientip.ParseAddr(name); ok {
+				// No socket is named as an IP address: httplimit would take
+				// the RemoteAddr for one, and gRPC's peer, a Unix address,
+				// only with a port.
+				return
+			}
+		} else if ap, err := netip.ParseAddrPort(remote); err != nil || strings.ContainsAny(ap.Addr().Zone(), "[]") {
 			// A gRPC peer is an address and a port. One whose zone holds a
 			// bracket is written as a host:port that net.SplitHostPort, as
 			// httplimit reads RemoteAddr, refuses; a gRPC peer is no string.
@@ -297,6 +391,12 @@ func FuzzClientIPAsHTTPLimit(f *testing.F) {
 		headers := []string{"X-Forwarded-For", xff1, "X-Forwarded-For", xff2, "Forwarded", fwd1, "Forwarded", fwd2, "X-Real-IP", real}
 		for i, k := range pairs {
 			g, h, gerr, herr := k.keys(remote, headers...)
+			if unix && herr != nil {
+				// A peer on a Unix socket that is not trusted has no key.
+				require.ErrorIs(t, herr, httplimit.ErrNoKey, "key %d", i)
+				require.ErrorIs(t, gerr, ratelimitgrpc.ErrNoKey, "key %d", i)
+				continue
+			}
 			require.NoError(t, herr, "key %d", i)
 			require.NoError(t, gerr, "key %d", i)
 			require.Equal(t, h, g, "key %d: ratelimitgrpc's key is not httplimit's", i)
@@ -349,6 +449,73 @@ func TestClientIPBehindProxyOverLoopback(t *testing.T) {
 	n, lim = passed(trusted, "127.0.0.2", func(i int) string { return fmt.Sprintf("198.18.%d.%d", i/256, i%256) })
 	assert.Equal(t, 5, n, "a client that is no proxy is keyed by its address")
 	st, err = lim.Value(context.Background(), "api", "127.0.0.2")
+	require.NoError(t, err)
+	assert.Zero(t, st.Remaining)
+}
+
+// A service that listens on a Unix socket behind a proxy on the same
+// machine (Envoy, nginx's grpc_pass to unix:/run/app.sock; here a client
+// on the socket that appends to x-forwarded-for as they do): its calls'
+// peer is the socket's, with no IP address. With TrustProxies alone every
+// call was refused InvalidArgument (no key), and no option trusted the
+// proxy: TrustUnixSocket does. A client forging x-forwarded-for is keyed
+// by the address the proxy appended; a call with no metadata by
+// UnixPeerKey.
+func TestClientIPBehindProxyOnUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ratelimitgrpc") // short: a socket's path is limited to about 100 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "app.sock")
+
+	passed := func(key ratelimitgrpc.KeyFunc, xff func(i int) string) (n int, code codes.Code, lim *ratelimit.Limiter) {
+		t.Helper()
+		lim = newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		lis, err := net.Listen("unix", sock)
+		require.NoError(t, err)
+		go func() { _ = srv.Serve(lis) }()
+		defer srv.Stop() // removes the socket
+		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		for i := range 100 {
+			ctx := context.Background()
+			if v := xff(i); v != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-forwarded-for", v)
+			}
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				n++
+			} else {
+				code = status.Code(err)
+			}
+		}
+		return n, code, lim
+	}
+	viaProxy := func(i int) string { return fmt.Sprintf("198.18.%d.%d, 203.0.113.9", i/256, i%256) }
+
+	byAddress, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, netip.MustParsePrefix("127.0.0.1/32")))
+	require.NoError(t, err)
+	n, code, _ := passed(byAddress, viaProxy)
+	assert.Equal(t, 0, n, "the proxy on the socket is not trusted: no key")
+	assert.Equal(t, codes.InvalidArgument, code)
+
+	trusted, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket())
+	require.NoError(t, err)
+	n, code, lim := passed(trusted, viaProxy)
+	assert.Equal(t, 5, n, "keyed by the address the proxy appended")
+	assert.Equal(t, codes.ResourceExhausted, code)
+	st, err := lim.Value(context.Background(), "api", "203.0.113.9")
+	require.NoError(t, err)
+	assert.Zero(t, st.Remaining)
+
+	n, _, lim = passed(trusted, func(int) string { return "" })
+	assert.Equal(t, 5, n, "with no metadata, every call is the peer's")
+	st, err = lim.Value(context.Background(), "api", ratelimitgrpc.UnixPeerKey)
 	require.NoError(t, err)
 	assert.Zero(t, st.Remaining)
 }

@@ -8,12 +8,13 @@
 //
 // Each call is keyed (by default by its peer's IP address; ClientIP with
 // TrustProxies by the client's address behind proxies, as the trusted
-// ones wrote it into x-forwarded-for; Metadata by an API key, WithKey by
-// any function of the call's context), costs one token, and is decided by
-// the limits of its method, all or nothing: the default limits given to
-// New, or those WithMethod names for a full method name. A stream is
-// decided once, when it opens, unless WithStreamMessages decides each of
-// its messages too.
+// ones wrote it into x-forwarded-for, and with TrustUnixSocket behind a
+// proxy that connects through a Unix socket; Metadata by an API key,
+// WithKey by any function of the call's context), costs one token, and is
+// decided by the limits of its method, all or nothing: the default limits
+// given to New, or those WithMethod names for a full method name. A
+// stream is decided once, when it opens, unless WithStreamMessages
+// decides each of its messages too.
 //
 // # Streams
 //

@@ -70,6 +70,9 @@ func PeerIP(opts ...IPOption) (KeyFunc, error) {
 	if c.header.kind != 0 {
 		return nil, fmt.Errorf("ratelimitgrpc: PeerIP reads no metadata, and was given TrustProxies: give it to ClientIP: %w", ErrInvalidOption)
 	}
+	if c.unix {
+		return nil, fmt.Errorf("ratelimitgrpc: PeerIP reads no metadata, and was given TrustUnixSocket: give it, with TrustProxies, to ClientIP: %w", ErrInvalidOption)
+	}
 	return c.key, nil
 }
 
@@ -92,12 +95,24 @@ func PeerIP(opts ...IPOption) (KeyFunc, error) {
 // RemoteAddr and header lines, so that a service limited over both HTTP
 // and gRPC behind the same proxies keys a client alike on both.
 //
-// The KeyFunc fails with ErrNoKey when the peer has no IP address (a Unix
-// socket, an in-memory listener).
+// The KeyFunc fails with ErrNoKey when the peer has no IP address (an
+// in-memory listener, or a Unix socket, unless TrustUnixSocket trusts its
+// peer).
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c, err := newClientIP("ClientIP", opts)
 	if err != nil {
 		return nil, err
+	}
+	if c.unix {
+		if c.header.kind == 0 {
+			return nil, fmt.Errorf("ratelimitgrpc: TrustUnixSocket trusts the peer on a Unix socket as a proxy, but no TrustProxies says which metadata it writes: "+
+				"give TrustProxies(header) too: %w", ErrInvalidOption)
+		}
+		c.proxies.TrustUnix()
+	}
+	if c.header.kind != 0 && c.proxies.Empty() {
+		return nil, fmt.Errorf("ratelimitgrpc: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service, "+
+			"or give TrustUnixSocket for a proxy that connects through a Unix socket: %w", c.header.name, ErrInvalidOption)
 	}
 	return c.key, nil
 }
@@ -121,13 +136,25 @@ func newClientIP(fn string, opts []IPOption) (*clientIP, error) {
 type clientIP struct {
 	header  ProxyHeader      // zero: read no metadata
 	proxies clientip.Proxies // zero: trust no peer
+	unix    bool             // TrustUnixSocket: ClientIP makes proxies trust the peer on a Unix socket
 	v6bits  int
 }
 
 func (c *clientIP) key(ctx context.Context) (string, error) {
-	ip, err := peerAddr(ctx)
-	if err != nil {
-		return "", err
+	pr, ok := peer.FromContext(ctx)
+	if !ok || pr.Addr == nil {
+		return "", fmt.Errorf("ratelimitgrpc: the call has no peer: %w", ErrNoKey)
+	}
+	ip := peerAddr(pr)
+	if !ip.IsValid() {
+		if !overUnixSocket(pr) {
+			return "", fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
+		}
+		if !c.proxies.TrustsUnix() {
+			return "", fmt.Errorf("ratelimitgrpc: the call came over a Unix socket, whose peer (%q) has no IP address: "+
+				"if a proxy connects through the socket, trust it with ClientIP's TrustUnixSocket and TrustProxies: %w", pr.Addr, ErrNoKey)
+		}
+		return c.proxies.UnixKey(metadata.ValueFromIncomingContext(ctx, c.header.name), c.v6bits), nil
 	}
 	if c.proxies.Trusts(ip) { // only then read the metadata, which copies its values
 		ip = c.proxies.Client(ip, metadata.ValueFromIncomingContext(ctx, c.header.name))
@@ -135,13 +162,15 @@ func (c *clientIP) key(ctx context.Context) (string, error) {
 	return clientip.Format(ip, c.v6bits), nil
 }
 
-// peerAddr returns the IP address of the call's peer, unmapped and
-// without a zone.
-func peerAddr(ctx context.Context) (netip.Addr, error) {
-	pr, ok := peer.FromContext(ctx)
-	if !ok || pr.Addr == nil {
-		return netip.Addr{}, fmt.Errorf("ratelimitgrpc: the call has no peer: %w", ErrNoKey)
-	}
+// overUnixSocket reports whether the call of pr came over a Unix socket:
+// whether its peer's address or its local one is a Unix socket's.
+func overUnixSocket(pr *peer.Peer) bool {
+	return clientip.IsUnix(pr.Addr.Network()) || pr.LocalAddr != nil && clientip.IsUnix(pr.LocalAddr.Network())
+}
+
+// peerAddr returns the IP address of pr, unmapped and without a zone, or
+// the zero Addr if it has none.
+func peerAddr(pr *peer.Peer) netip.Addr {
 	var ip netip.Addr
 	switch a := pr.Addr.(type) {
 	case *net.TCPAddr:
@@ -153,10 +182,7 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 			ip = ap.Addr()
 		}
 	}
-	if !ip.IsValid() {
-		return netip.Addr{}, fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
-	}
-	return ip.Unmap().WithZone(""), nil
+	return ip.Unmap().WithZone("")
 }
 
 // Metadata returns a KeyFunc that keys a call by a value of its incoming

@@ -60,7 +60,9 @@ func (h ProxyHeader) String() string { return h.name }
 // carries exactly one value. An unreadable, obfuscated or missing value
 // stops the walk at the last trusted address, which becomes the key. List
 // every proxy in front of the service: load balancers, gateways, the
-// sidecar (on loopback, when the service's peer is its sidecar).
+// sidecar (on loopback, when the service's peer is its sidecar). A proxy
+// that connects through a Unix socket has no address: TrustUnixSocket
+// trusts it, and then the prefixes may be none.
 //
 // Prefixes that trust every IPv4 or every IPv6 address are refused, one
 // alone (0.0.0.0/0, ::/0) or several together (0.0.0.0/1 and
@@ -95,9 +97,6 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 		if c.header.kind != 0 {
 			return fmt.Errorf("ratelimitgrpc: TrustProxies is given twice: give it once, with every trusted prefix: %w", ErrInvalidOption)
 		}
-		if len(trusted) == 0 {
-			return fmt.Errorf("ratelimitgrpc: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service: %w", header.name, ErrInvalidOption)
-		}
 		proxies, err := clientip.Trust(header.kind, trusted)
 		if err != nil {
 			return fmt.Errorf("ratelimitgrpc: TrustProxies: %w: %w", err, ErrInvalidOption)
@@ -106,6 +105,46 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 		return nil
 	}}
 }
+
+// TrustUnixSocket makes ClientIP trust the peer of a call that came over a
+// Unix socket as one of the proxies of TrustProxies: a proxy on the same
+// machine that connects to the service through the socket (Envoy or
+// nginx's grpc_pass to unix:/run/app.sock, a sidecar). Such a peer has no
+// IP address, and without this option ClientIP finds no key for its
+// calls, which are refused with ErrNoKey (InvalidArgument).
+//
+// TrustProxies must be given too: it says which metadata the proxy writes,
+// and lists the prefixes of any proxies in front of it (none, when the
+// proxy on the socket is the only one). The metadata is read as from a
+// trusted address: the first untrusted address from the right is the
+// client. Where the key would be the peer's (no metadata, an unreadable
+// value right of every address), it is UnixPeerKey, one key for every
+// such call.
+//
+// Trust is never implied by the peer having no address: anyone who can
+// connect to the socket chooses the metadata, so give it only when the
+// socket's permissions keep all but the proxy out. A call came over a Unix
+// socket when its peer's address, or its local one, is a Unix socket's
+// (peer.Peer's Addr or LocalAddr of network "unix"). An in-memory
+// listener's peer (bufconn) is no Unix socket, and keeps no key.
+//
+// PeerIP refuses TrustUnixSocket, as it does TrustProxies.
+func TrustUnixSocket() IPOption {
+	return IPOption{func(c *clientIP) error {
+		if c.unix {
+			return fmt.Errorf("ratelimitgrpc: TrustUnixSocket is given twice: give it once: %w", ErrInvalidOption)
+		}
+		c.unix = true
+		return nil
+	}}
+}
+
+// UnixPeerKey is the key ClientIP with TrustUnixSocket gives a call from
+// the trusted peer on a Unix socket that names no client: no metadata, or
+// a value it cannot read right of every address. It is the name nginx
+// gives such a peer ($remote_addr), and no IP address's key; httplimit's
+// UnixPeerKey is the same.
+const UnixPeerKey = clientip.UnixPeer
 
 // validMetadataKey reports whether s is a key gRPC takes for metadata:
 // lower-case letters, digits, '-', '_' and '.'.

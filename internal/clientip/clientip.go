@@ -14,6 +14,12 @@
 // if every hop is trusted, the leftmost is. A client writes only left of
 // what the trusted proxies append, so nothing it wrote is ever reached.
 //
+// A peer on a Unix socket has no address. Trusted (TrustUnix), it starts
+// the walk as a trusted address does; where the walk would end at it, the
+// key is UnixPeer. It is trusted only when asked: a proxy on the socket is
+// the usual deployment, but trusting the header of every peer without an
+// address would let any local process choose its key.
+//
 // The walk keeps nothing per hop: a proxy that passes a header of a
 // megabyte of commas (net/http takes header lists of 1 MB by default, gRPC
 // of 16 MiB) must not make a request allocate hundreds of megabytes. X-Forwarded-For is read from the right, one hop at a time, up
@@ -47,12 +53,25 @@ const (
 )
 
 // Proxies are the proxies in front of a service: the Kind of header they
-// write and the prefixes of their addresses. The zero Proxies trusts no
-// address, and Client always answers the peer.
+// write, the prefixes of their addresses and, if TrustUnix was called, the
+// peer on a Unix socket. The zero Proxies trusts no peer, and Client always
+// answers the peer.
 type Proxies struct {
 	kind    Kind
 	trusted []netip.Prefix
+	// unix is set when a peer on a Unix socket is one of the proxies.
+	unix bool
 }
+
+// UnixPeer is the key of a request or call from a trusted peer on a Unix
+// socket (TrustUnix) when the walk ends at the peer, which has no address:
+// "unix:", the name nginx gives such a peer in $remote_addr. It is no IP
+// address's key.
+const UnixPeer = "unix:"
+
+// IsUnix reports whether network, a net.Addr's Network, is a Unix
+// socket's: "unix" or "unixpacket" (a connection's, never "unixgram").
+func IsUnix(network string) bool { return network == "unix" || network == "unixpacket" }
 
 // Trust returns the Proxies at the trusted prefixes that write a header of
 // kind. A prefix written as IPv4-mapped IPv6 (::ffff:10.0.0.0/104) stands
@@ -143,6 +162,23 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
+// TrustUnix makes p trust, besides the addresses of its prefixes, the peer
+// of a request or call that came over a Unix socket: a proxy on the same
+// machine that connects to the service through the socket (nginx's
+// proxy_pass http://unix:/run/app.sock). Whoever can connect to the
+// socket is then trusted to write the header: a caller gives it only
+// when the service's users say so, never because a peer has no address.
+func (p *Proxies) TrustUnix() { p.unix = true }
+
+// TrustsUnix reports whether p trusts the peer on a Unix socket
+// (TrustUnix). A caller whose header values cost something to get asks it
+// first: UnixKey reads them only from a trusted peer.
+func (p *Proxies) TrustsUnix() bool { return p.unix }
+
+// Empty reports whether p trusts no peer: no prefix, nor the peer on a
+// Unix socket.
+func (p *Proxies) Empty() bool { return len(p.trusted) == 0 && !p.unix }
+
 // Trusts reports whether ip, unmapped and without a zone, is the address
 // of one of the proxies. A caller whose header values cost something to
 // get asks it first: Client reads them only from a trusted peer.
@@ -165,6 +201,31 @@ func (p *Proxies) Client(peer netip.Addr, values []string) netip.Addr {
 	if !p.Trusts(peer) {
 		return peer
 	}
+	return p.walk(peer, values)
+}
+
+// UnixKey returns the key of a request or call that came over a Unix
+// socket carrying values, the lines of the proxies' header in order, when
+// p trusts the peer on the socket (TrustsUnix): the client the walk from
+// that peer finds, as Client finds it from a trusted address, keyed as
+// Format keys it with v6bits; or UnixPeer, where Client would answer the
+// peer (no header, a hop that is not an address right of every address),
+// for the peer has no address. It is UnixPeer too when p does not trust
+// the peer, which callers refuse before.
+func (p *Proxies) UnixKey(values []string, v6bits int) string {
+	if !p.unix {
+		return UnixPeer
+	}
+	if ip := p.walk(netip.Addr{}, values); ip.IsValid() {
+		return Format(ip, v6bits)
+	}
+	return UnixPeer
+}
+
+// walk returns the client of a request or call from a trusted peer: the
+// peer's address, or the zero Addr for a peer on a Unix socket, where the
+// walk ends at the peer.
+func (p *Proxies) walk(peer netip.Addr, values []string) netip.Addr {
 	switch p.kind {
 	case SingleIP:
 		if len(values) != 1 {

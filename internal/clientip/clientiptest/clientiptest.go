@@ -14,11 +14,13 @@ import (
 // Proxies is a configuration of ClientIP that a Case runs with: the header
 // the trusted proxies write ("X-Forwarded-For", "Forwarded", the name of a
 // single-address header, or "" for ClientIP with no TrustProxies), the
-// trusted prefixes, and the IPv6 prefix length (0 for the default).
+// trusted prefixes, the IPv6 prefix length (0 for the default), and
+// whether TrustUnixSocket trusts the peer on a Unix socket.
 type Proxies struct {
 	Header  string
 	Trusted []netip.Prefix
 	V6Bits  int
+	Unix    bool
 }
 
 // LBs are the trusted proxies of the cases: 10.0.0.0/8 and fd00::/8.
@@ -33,11 +35,21 @@ var (
 	Wide   = Proxies{Header: "X-Forwarded-For", Trusted: LBs, V6Bits: 56}
 	Exact  = Proxies{Header: "X-Forwarded-For", Trusted: LBs, V6Bits: 128}
 	Mapped = Proxies{Header: "X-Forwarded-For", Trusted: Prefixes("::ffff:10.0.0.0/104")}
+	// A proxy on a Unix socket (nginx's proxy_pass http://unix:/run/app.sock)
+	// in front of the service: alone (UnixXFF, UnixFwd, UnixReal), or behind
+	// the load balancers (UnixLBs).
+	UnixXFF  = Proxies{Header: "X-Forwarded-For", Unix: true}
+	UnixFwd  = Proxies{Header: "Forwarded", Unix: true}
+	UnixReal = Proxies{Header: "X-Real-IP", Unix: true}
+	UnixLBs  = Proxies{Header: "X-Forwarded-For", Trusted: LBs, Unix: true}
 )
 
-// Case is a request or call from Remote (host:port) carrying the header
-// lines Headers (name, value, name, value...), in order, whose key under
-// Proxies is Want.
+// Case is a request or call from Remote carrying the header lines Headers
+// (name, value, name, value...), in order, whose key under Proxies is Want.
+// Remote is an address and port (host:port), or, for a request or call
+// that came over a Unix socket, "unix:" followed by the peer's name as the
+// listener gives it: net/http's RemoteAddr, the Name of gRPC's peer
+// address (UnixPeer).
 type Case struct {
 	Name    string
 	Proxies Proxies
@@ -45,6 +57,15 @@ type Case struct {
 	Headers []string
 	Want    string
 }
+
+// Nginx is the Remote of a request or call from nginx, or any client whose
+// socket has no name, over a Unix socket: on Linux, Go names the peer "@"
+// (net/http's RemoteAddr is "@"); elsewhere "".
+const Nginx = "unix:@"
+
+// UnixPeer returns the name of the peer on a Unix socket of a Case's
+// Remote, and whether the request or call came over one.
+func UnixPeer(remote string) (name string, ok bool) { return strings.CutPrefix(remote, "unix:") }
 
 // Cases are the requests whose keys the tests of both packages check.
 var Cases = []Case{
@@ -90,6 +111,41 @@ var Cases = []Case{
 	{"Forwarded, an empty value, then the client", Fwd, "10.0.0.2:80", []string{"Forwarded", "", "Forwarded", "for=192.0.2.60"}, "192.0.2.60"},
 	{"single header with a port", Real, "10.0.0.2:80", []string{"X-Real-Ip", "198.51.100.1:4000"}, "198.51.100.1"},
 	{"single header, not an address", Real, "10.0.0.2:80", []string{"X-Real-Ip", "unknown"}, "10.0.0.2"},
+
+	// A proxy on a Unix socket, trusted by TrustUnixSocket: its peer has no
+	// address, and starts the walk as a trusted address does.
+	{"Unix socket: behind the proxy on it", UnixXFF, Nginx, []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"Unix socket: a peer whose socket has no name, elsewhere than Linux", UnixXFF, "unix:", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"Unix socket: a peer whose socket has a name", UnixXFF, "unix:/run/nginx/client.sock", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+	{"Unix socket: spoofed leftmost values", UnixXFF, Nginx, []string{"X-Forwarded-For", "1.1.1.1, 10.0.0.9, 198.51.100.1"}, "198.51.100.1"},
+	{"Unix socket: a hop of no trusted prefix is the client", UnixXFF, Nginx, []string{"X-Forwarded-For", "198.51.100.1, 10.0.0.9"}, "10.0.0.9"},
+	{"Unix socket: behind trusted load balancers", UnixLBs, Nginx, []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1, 10.0.0.9", "X-Forwarded-For", "fd00::7"}, "198.51.100.1"},
+	{"Unix socket: every hop trusted, the leftmost", UnixLBs, Nginx, []string{"X-Forwarded-For", "10.9.9.9, 10.0.0.3"}, "10.9.9.9"},
+	{"Unix socket: garbage stops at the last trusted address", UnixLBs, Nginx, []string{"X-Forwarded-For", "198.51.100.1, x, 10.0.0.9"}, "10.0.0.9"},
+	{"Unix socket: an IPv6 client by its /64", UnixXFF, Nginx, []string{"X-Forwarded-For", "[2001:db8:a:b::1]:5555"}, "2001:db8:a:b::/64"},
+	{"Unix socket: no header, the peer", UnixXFF, Nginx, nil, "unix:"},
+	{"Unix socket: garbage right of every address, the peer", UnixXFF, Nginx, []string{"X-Forwarded-For", "198.51.100.1, unknown"}, "unix:"},
+	{"Unix socket: an empty value, the peer", UnixXFF, Nginx, []string{"X-Forwarded-For", ""}, "unix:"},
+	{"Unix socket: Forwarded", UnixFwd, Nginx, []string{"Forwarded", "for=1.1.1.1, for=192.0.2.60;proto=https", "X-Forwarded-For", "198.51.100.1"}, "192.0.2.60"},
+	{"Unix socket: Forwarded obfuscated hop, the peer", UnixFwd, Nginx, []string{"Forwarded", "for=192.0.2.60, for=_hidden"}, "unix:"},
+	{"Unix socket: Forwarded after a bad hop", UnixFwd, Nginx, []string{"Forwarded", "for=_hidden, for=192.0.2.60"}, "192.0.2.60"},
+	{"Unix socket: single header", UnixReal, Nginx, []string{"X-Real-Ip", "198.51.100.1", "X-Forwarded-For", "1.1.1.1"}, "198.51.100.1"},
+	{"Unix socket: single header missing, the peer", UnixReal, Nginx, nil, "unix:"},
+	{"Unix socket: single header not overwritten (two lines), the peer", UnixReal, Nginx, []string{"X-Real-Ip", "1.1.1.1", "X-Real-Ip", "198.51.100.1"}, "unix:"},
+	// TrustUnixSocket trusts no address.
+	{"TrustUnixSocket: a peer with an address is not trusted", UnixXFF, "203.0.113.7:4000", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
+	{"TrustUnixSocket: a trusted load balancer still is", UnixLBs, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+}
+
+// NoKey are the requests and calls that have no key (ErrNoKey): a peer
+// with no address that is not a trusted one on a Unix socket. Want is
+// unused.
+var NoKey = []Case{
+	{"Unix socket, no options", Bare, Nginx, []string{"X-Forwarded-For", "198.51.100.1"}, ""},
+	{"Unix socket, proxies trusted by address only", XFF, Nginx, []string{"X-Forwarded-For", "198.51.100.1"}, ""},
+	{"Unix socket with a name, proxies trusted by address only", Fwd, "unix:/run/nginx/client.sock", []string{"Forwarded", "for=198.51.100.1"}, ""},
+	{"not an address", UnixXFF, "not-an-address", []string{"X-Forwarded-For", "198.51.100.1"}, ""},
+	{"no address", UnixXFF, "", []string{"X-Forwarded-For", "198.51.100.1"}, ""},
 }
 
 // LongLists returns requests whose header holds a forwarding list of 64
