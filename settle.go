@@ -621,8 +621,8 @@ func (t *Token) back(i int, kind driver.SettleKind, used float64, all bool) floa
 
 // settle sends the settlement of t, whose items' limits are lims, as
 // settler (driver.Settlement.Settler: zero for none, as a holder of the
-// token settles it without Settler). The *SettledError of a settlement found before says
-// whether it was settler's own (own).
+// token sends without the Settler option). The *SettledError of a
+// settlement found before says whether it was settler's own (own).
 func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driver.SettleKind, used float64, all bool, settler [16]byte) error {
 	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
