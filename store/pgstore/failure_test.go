@@ -53,6 +53,7 @@ func startFailover(t *testing.T) {
 
 func TestStoreFailure(t *testing.T) {
 	ctx := context.Background()
+	testserver.LockServer(t, "postgres-failover") // it stops and starts the server
 	testserver.RequireReachable(t, "failover", failoverAddr)
 	cfg, err := pgxpool.ParseConfig(failoverURL())
 	require.NoError(t, err)

@@ -42,6 +42,7 @@ func configure(t *testing.T, c *redis.Client) func(kv ...string) {
 }
 
 func TestCheckServer(t *testing.T) {
+	testserver.LockServer(t, "redis-failover") // it changes the server's settings
 	testserver.RequireReachable(t, "failover", failoverAddr)
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: failoverAddr})

@@ -51,6 +51,7 @@ func startFailover(t *testing.T) {
 }
 
 func TestStoreFailure(t *testing.T) {
+	testserver.LockServer(t, "redis-failover") // it stops and starts the server
 	testserver.RequireReachable(t, "failover", failoverAddr)
 	opt, err := redis.ParseURL(failoverURL())
 	require.NoError(t, err)
