@@ -44,7 +44,9 @@
 // it never takes over a relation, nor replaces a function, that it did
 // not make (ErrNotStoreTable, ErrNotStoreFunction): the functions it makes
 // carry a mark, and those of earlier releases are told by rules that the
-// SQL of Schema spells out.
+// SQL of Schema spells out. A New that finds this release's schema runs
+// nothing, and the SQL, run again, replaces each function in place, so
+// that processes start, and migrations run, while others serve calls.
 package pgstore
 
 import (
@@ -502,6 +504,8 @@ func (n names) schema() string {
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
 		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
+		"{{one_literal}}", quoteLiteral(n.one),
+		"{{lock}}", strconv.FormatInt(schemaLock, 10),
 		"{{table_literal}}", quoteLiteral(n.table),
 		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
 		"{{function_check}}", n.funcCheck(),
@@ -691,13 +695,18 @@ type schemaState struct {
 	fns     string // the functions of the store's names that are not the store's (funcCheck); empty if none
 }
 
-// schemaState reads what the database holds of n's schema.
-func (s *Store) schemaState(ctx context.Context, n names) (schemaState, error) {
+// current reports whether the schema is this release's: nothing to do.
+func (st schemaState) current() bool {
+	return st.table && st.foreign == "" && st.fns == "" && st.fn && st.comment == schemaVersion
+}
+
+// readSchema reads, on q, what the database holds of n's schema.
+func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	var (
 		st       schemaState
 		why, fns *string
 	)
-	err := s.pool.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
+	err := q.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
 		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
 		tableCheck("to_regclass($1)")+", "+n.funcCheck(),
 		n.table, n.sigs).Scan(&st.comment, &st.table, &st.fn, &why, &fns)
@@ -735,7 +744,7 @@ func notStoreFunction(table, fns string) error {
 // store's names that are not the store's, are refused either way, and
 // left as they are.
 func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
-	st, err := s.schemaState(ctx, n)
+	st, err := readSchema(ctx, s.pool, n)
 	if err != nil {
 		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
 	}
@@ -746,7 +755,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	if st.fns != "" {
 		return notStoreFunction(n.table, st.fns)
 	}
-	if exists && st.fn && comment == schemaVersion {
+	if st.current() {
 		return nil
 	}
 	if check {
@@ -768,10 +777,17 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
+		// Another process may have installed it while this one waited for
+		// the lock (processes that start together): then the script runs
+		// not again, and replaces nothing that the stores of those
+		// processes use. What is not the store's, the script refuses.
+		if st, err := readSchema(ctx, tx, n); err != nil || st.current() {
+			return err
+		}
 		_, err := tx.Exec(ctx, n.schema())
 		return err
 	})
-	// A relation or function made under the names since schemaState read
+	// A relation or function made under the names since readSchema read
 	// them: the script's own checks refused them, under the lock.
 	var pe *pgconn.PgError
 	switch {

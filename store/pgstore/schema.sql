@@ -18,6 +18,13 @@
 -- braces, which pgstore writes out as the statements that compute it where
 -- it stands (with the function's variables wj, wk and noise).
 
+-- The script runs under the advisory lock that pgstore.New takes to
+-- install it, so that installs do not race on the DDL: two processes that
+-- start together, or a migration beside them. It is held to the end of the
+-- transaction: apply the script in one (psql --single-transaction, as
+-- migration tools apply a migration).
+SELECT pg_advisory_xact_lock({{lock}});
+
 -- A relation of the table's name that is not a table of this store, of
 -- any version (a table of the application's with other columns, a view),
 -- is refused first, and left as it is: the script neither takes it over
@@ -818,8 +825,24 @@ END
 -- again. It waits for at most one row and holds no other, so it cannot
 -- take part in a deadlock.
 -- Version 2 of this release's development returned fewer columns: a
--- function's result cannot change in place.
-DROP FUNCTION IF EXISTS {{one}}(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer);
+-- function's result cannot change in place, so one whose parameters are
+-- not those below is dropped first. A function that has them is replaced
+-- in place, keeping its OID: a session that calls it, or holds a plan
+-- that names it, while the script runs again, goes on calling it, where a
+-- function dropped and made anew fails such a call ("cache lookup failed
+-- for function").
+DO {{q}}
+BEGIN
+	IF EXISTS (SELECT FROM pg_proc p
+		WHERE p.oid = to_regprocedure({{one_literal}} || '(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)')
+		AND pg_get_function_arguments(p.oid) <> 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
+			'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
+			'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
+			'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision, OUT at bigint, OUT ts bigint') THEN
+		DROP FUNCTION {{one}}(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer);
+	END IF;
+END
+{{q}};
 CREATE OR REPLACE FUNCTION {{one}}(
 	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
 	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
