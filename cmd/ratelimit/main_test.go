@@ -877,10 +877,10 @@ func TestPostgresTableNotAStore(t *testing.T) {
 	}
 	const check = "postgres: check --table (the application's pgstore.WithTable) and the database in --store: pgstore: "
 	for table, want := range map[string]string{
-		other: fmt.Sprintf("%q exists and is not the store's table: it has the columns a integer, id text, where the store's has the columns %s", other, columns),
-		view:  fmt.Sprintf("%q exists and is not the store's table: it is a view", view),
-		more:  fmt.Sprintf("%q exists and is not the store's table: it has the columns expires bigint, id bytea, key bytea, name bytea, owner text, shard integer, ts bigint, value double precision", more),
-		nokey: fmt.Sprintf("%q exists and is not the store's table: it has no primary key", nokey),
+		other: fmt.Sprintf(`"public".%q exists and is not the store's table: it has the columns a integer, id text, where the store's has the columns %s`, other, columns),
+		view:  fmt.Sprintf(`"public".%q exists and is not the store's table: it is a view`, view),
+		more:  fmt.Sprintf(`"public".%q exists and is not the store's table: it has the columns expires bigint, id bytea, key bytea, name bytea, owner text, shard integer, ts bigint, value double precision`, more),
+		nokey: fmt.Sprintf(`"public".%q exists and is not the store's table: it has no primary key`, nokey),
 	} {
 		for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
 			code, out, errOut := exec(append([]string{cmd, "--store", url, "--table", table}, tokenBucket...)...)

@@ -16,10 +16,13 @@ func newSchema() *cobra.Command {
 
 The application's pgstore.New runs the same SQL at start unless it is given
 pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
-SQL is idempotent, and upgrades a table of an earlier release. It connects to
-nothing.`,
-		Example: `  ratelimit schema > migrations/0042_ratelimit.up.sql
-  ratelimit schema --table limits.records | psql "$DATABASE_URL"`,
+SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
+transaction, which holds the lock it takes against installs beside it. Name
+the table's schema: a name without one is the table in the session's
+current_schema(), and the SQL refuses one that finds a relation in another
+schema along search_path. It connects to nothing.`,
+		Example: `  ratelimit schema --table public.ratelimit > migrations/0042_ratelimit.up.sql
+  ratelimit schema --table limits.records | psql --single-transaction "$DATABASE_URL"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sql, err := pgstore.Schema(table)
 			if err != nil {

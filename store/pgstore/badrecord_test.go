@@ -29,7 +29,8 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 	pool, table, s := newTableStore(t)
 	own, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithServerTime())
 	require.NoError(t, err)
-	ident := pgx.Identifier{table}.Sanitize()
+	// The table as New names it, with the schema it resolved the name to.
+	ident := pgx.Identifier{"public", table}.Sanitize()
 	now := time.Now().UnixMilli() // the server's clock too, for own
 	fw := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: time.Hour.Milliseconds(), Capacity: 10}
 	tb := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: time.Hour.Milliseconds(), Capacity: 10}

@@ -143,7 +143,9 @@ var (
 	// that PostgreSQL cannot keep as given.
 	ErrTableName = errors.New("pgstore: invalid table name")
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
-	// the function is missing or from another release.
+	// the function is missing or from another release, and of New, with
+	// or without it, when a table name without a schema finds no schema
+	// to be in: no schema of search_path exists (see WithTable).
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
 	// ErrNotStoreTable is matched by the error of New, with or without
 	// WithoutDDL, when a relation of the table's name exists and is not a
@@ -236,6 +238,16 @@ type options struct {
 // no relation of the application's bears, nor a function of the
 // application's with one of those suffixes: New refuses a name that is
 // taken (ErrNotStoreTable, ErrNotStoreFunction).
+//
+// A name without a schema is resolved once, by New, on one of the pool's
+// connections, as a query there resolves it: the schema of the relation
+// of that name that search_path finds, if there is one; otherwise
+// current_schema(), the first schema of search_path that exists, where
+// CREATE TABLE makes a table. From then on the store names the table and
+// its functions with that schema, whatever search_path a connection has,
+// so that it checks, makes and writes one table. New refuses a name that
+// finds a temporary table (ErrNotStoreTable), or no schema to be in
+// (ErrSchema). Errors name the table with its schema.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithServerTime makes the store judge every call at the database
@@ -291,6 +303,9 @@ type names struct {
 	fnSchema string
 	fns      []string
 	bare     string
+	// parts are the name's parts: the table's, or the schema's and the
+	// table's.
+	parts []string
 }
 
 // tableNames checks a WithTable name and returns its identifiers.
@@ -314,6 +329,13 @@ func tableNames(table string) (names, error) {
 		return names{}, fmt.Errorf("pgstore: table name %q is %d bytes: PostgreSQL keeps %d bytes of a name and would cut its function's, %q, so that tables differing only beyond would share records: use at most %d bytes: %w",
 			parts[last], len(parts[last]), maxIdent, parts[last]+applySuffix, maxIdent-len(applySuffix), ErrTableName)
 	}
+	return namesOf(parts), nil
+}
+
+// namesOf returns the identifiers of the table whose name's parts are
+// parts: the table's, or the schema's and the table's, checked.
+func namesOf(parts []string) names {
+	last := len(parts) - 1
 	ident := func(suffix string) string {
 		id := append(pgx.Identifier(nil), parts...)
 		id[last] = truncate(id[last] + suffix)
@@ -340,7 +362,8 @@ func tableNames(table string) (names, error) {
 		n.fns = append(n.fns, truncate(parts[last]+suffix))
 	}
 	n.bare = pgx.Identifier{parts[last]}.Sanitize()
-	return n, nil
+	n.parts = parts
+	return n
 }
 
 // applyArgs are the argument types of this release's _apply.
@@ -407,6 +430,32 @@ func (n names) funcCheck() string {
 	HAVING count(*) > 0)`
 }
 
+// pathCheck returns an SQL expression of type text that says why the
+// schema's SQL, for a table name without a schema, would check one
+// relation and make another: no schema of search_path exists to make the
+// table in, or the name finds a relation along search_path in a schema
+// other than current_schema() (a later one of the path, or the session's
+// temporary schema), or current_schema() is the temporary schema; NULL
+// when none holds, and for a name with a schema. New always names the
+// schema (resolve).
+func (n names) pathCheck() string {
+	if len(n.parts) == 2 {
+		return "NULL::text"
+	}
+	bare := quoteLiteral(n.parts[0])
+	return `(SELECT CASE
+		WHEN current_schema() IS NULL
+			THEN format('no schema of search_path (%s) exists to make it in', current_setting('search_path'))
+		WHEN f.nsp <> current_schema()
+			THEN format('the name finds %I.%I along search_path (%s), where the script would make the table in %I, current_schema()',
+				f.nsp, ` + bare + `, current_setting('search_path'), current_schema())
+		WHEN current_schema() = (SELECT s.nspname FROM pg_namespace s WHERE s.oid = pg_my_temp_schema())
+			THEN format('search_path (%s) would make it a temporary table, which only one session sees', current_setting('search_path'))
+	END
+	FROM (SELECT (SELECT s.nspname::text FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE c.oid = to_regclass(` + quoteLiteral(n.table) + `)) AS nsp) f)`
+}
+
 // storeColumns are the columns of the store's table, each with its type as
 // format_type writes it, in the order the schema creates them. Every
 // schema version (1 and 2) has these, with id the primary key: a relation
@@ -471,7 +520,16 @@ func truncate(name string) string {
 // Schema returns the SQL that creates the table named table (as WithTable
 // takes it) and its function, or upgrades them from an earlier release:
 // what New runs unless WithoutDDL is given, for migration tools. It is
-// idempotent. The command `ratelimit schema --table NAME` prints it.
+// idempotent; apply it in one transaction, which holds the advisory lock
+// it takes against installs beside it. The command `ratelimit schema
+// --table NAME` prints it.
+//
+// Name the schema. For a name without one, the SQL makes the table and
+// its functions in the session's current_schema(), and refuses (SQLSTATE
+// RLSCH) a name that finds a relation in another schema along search_path,
+// or a search_path of which no schema exists; its functions then name the
+// table as their caller's search_path finds it. New, which resolves the
+// name first (see WithTable), runs the SQL of the name with its schema.
 func Schema(table string) (string, error) {
 	n, err := tableNames(table)
 	if err != nil {
@@ -504,7 +562,10 @@ func (n names) schema() string {
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
 		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
-		"{{one_literal}}", quoteLiteral(n.one),
+		"{{fn_schema}}", n.fnSchema,
+		"{{apply_name}}", quoteLiteral(n.fns[0]),
+		"{{one_name}}", quoteLiteral(n.fns[1]),
+		"{{path_check}}", n.pathCheck(),
 		"{{lock}}", strconv.FormatInt(schemaLock, 10),
 		"{{table_literal}}", quoteLiteral(n.table),
 		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
@@ -648,6 +709,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err != nil {
 		return nil, err
 	}
+	if len(n.parts) == 1 {
+		if n, err = resolve(ctx, pool, n); err != nil {
+			return nil, err
+		}
+	}
 	s := &Store{
 		pool:       pool,
 		table:      n.table,
@@ -675,7 +741,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		}
 	}
 	s.direct, s.tracer = directPool(pool)
-	if err := s.installSchema(ctx, n, o.table, o.noDDL); err != nil {
+	// The name to give `ratelimit schema --table`: with the schema it
+	// resolved to, which a migration must make the table in, unless a dot
+	// in the schema's name keeps WithTable from naming it.
+	table := o.table
+	if !strings.Contains(n.parts[0], ".") {
+		table = strings.Join(n.parts, ".")
+	}
+	if err := s.installSchema(ctx, n, table, o.noDDL); err != nil {
 		return nil, err
 	}
 	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight, Overlap: overlap(o.maxBatch)}
@@ -684,6 +757,43 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	s.batcher = coalesce.New(s.send, opt)
 	return s, nil
+}
+
+// resolve returns the names of n, a table's name without a schema,
+// qualified with the schema it names on pool's connections: that of the
+// relation of its name that a query finds along search_path, if there is
+// one; otherwise the schema in which CREATE TABLE makes it,
+// current_schema(), the first schema of search_path that exists. From
+// then on the store names its table and its functions with that schema,
+// whatever search_path a connection has: its checks, the schema's SQL and
+// every statement are about one relation. A temporary relation is one
+// session's, which other connections do not see: the table is never one.
+func resolve(ctx context.Context, pool *pgxpool.Pool, n names) (names, error) {
+	var (
+		schema     *string
+		found, tmp bool
+		path       string
+	)
+	err := pool.QueryRow(ctx, `SELECT r.nsp, r.found, EXISTS (SELECT FROM pg_namespace s WHERE s.oid = pg_my_temp_schema() AND s.nspname = r.nsp),
+		current_setting('search_path')
+	FROM (SELECT coalesce(f.nsp, current_schema()::text) AS nsp, f.nsp IS NOT NULL AS found
+		FROM (SELECT (SELECT s.nspname::text FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+			WHERE c.oid = to_regclass($1)) AS nsp) f) r`, n.table).Scan(&schema, &found, &tmp, &path)
+	if err != nil {
+		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, err)
+	}
+	switch {
+	case schema == nil:
+		return names{}, fmt.Errorf("pgstore: table name %s has no schema, and no schema of search_path (%s) exists to make it in: "+
+			"name the table's schema (WithTable(\"schema.table\")), or create a schema of search_path: %w", n.table, path, ErrSchema)
+	case tmp && found:
+		return names{}, fmt.Errorf("pgstore: table name %s names a temporary table along search_path (%s), which only one session sees: "+
+			"name the table's schema (WithTable(\"schema.table\")): %w", n.table, path, ErrNotStoreTable)
+	case tmp:
+		return names{}, fmt.Errorf("pgstore: table name %s has no schema, and search_path (%s) would make it a temporary table, which only one session sees: "+
+			"name the table's schema (WithTable(\"schema.table\")): %w", n.table, path, ErrSchema)
+	}
+	return namesOf([]string{*schema, n.parts[0]}), nil
 }
 
 // schemaState is what the database holds of a store's schema.

@@ -25,9 +25,18 @@
 -- migration tools apply a migration).
 SELECT pg_advisory_xact_lock({{lock}});
 
--- A relation of the table's name that is not a table of this store, of
+-- A table name without a schema is the table of that name in
+-- current_schema(), where CREATE TABLE makes it, and the functions are
+-- made there too. A name that finds a relation in another schema along
+-- search_path (a later schema of the path, a temporary table), or a
+-- search_path of which no schema exists, is refused first (SQLSTATE
+-- RLSCH): the script would check one relation and make another. The
+-- expression that place is set to says why (pgstore.go's pathCheck); for
+-- a name with a schema, it is NULL. pgstore.New names the schema always.
+--
+-- Then a relation of the table's name that is not a table of this store, of
 -- any version (a table of the application's with other columns, a view),
--- is refused first, and left as it is: the script neither takes it over
+-- is refused, and left as it is: the script neither takes it over
 -- nor changes it. The expression that why is set to says what keeps it
 -- from being one (pgstore.go's tableCheck, written in by pgstore): the
 -- columns below, with id the primary key.
@@ -44,9 +53,16 @@ SELECT pg_advisory_xact_lock({{lock}});
 -- and reads that table.
 DO {{q}}
 DECLARE
-	why text := {{table_check}};
+	place text := {{path_check}};
+	why text;
 	fns text;
 BEGIN
+	IF place IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'RLSCH', DETAIL = place,
+			MESSAGE = format('table %s: %s', {{table_literal}}, place),
+			HINT = 'name the table''s schema (pgstore.WithTable("schema.table"), ratelimit schema --table schema.table)';
+	END IF;
+	why := {{table_check}};
 	IF why IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLTBL', DETAIL = why,
 			MESSAGE = format('%s exists and is not the table of a ratelimit store: it %s', {{table_literal}}, why),
@@ -354,7 +370,18 @@ END
 -- exist (a row is locked even when the DO UPDATE's WHERE skips it). After
 -- a batch that found a record missing, the next (p_fresh) goes to the
 -- INSERT at once. Records only checked are read without locks.
-DROP FUNCTION IF EXISTS {{apply}}(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean);
+-- An earlier build's, of other arguments, goes: found in the schema where
+-- the functions are made ({{fn_schema}}), whatever search_path.
+DO {{q}}
+DECLARE
+	f regprocedure := to_regprocedure(format('%I.%I(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)',
+		{{fn_schema}}, {{apply_name}}));
+BEGIN
+	IF f IS NOT NULL THEN
+		EXECUTE 'DROP FUNCTION ' || f::text;
+	END IF;
+END
+{{q}};
 CREATE OR REPLACE FUNCTION {{apply}}(
 	p_ops bigint[], p_counts float8[], p_refs integer[],
 	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
@@ -832,14 +859,15 @@ END
 -- function dropped and made anew fails such a call ("cache lookup failed
 -- for function").
 DO {{q}}
+DECLARE
+	f regprocedure := to_regprocedure(format('%I.%I(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)',
+		{{fn_schema}}, {{one_name}}));
 BEGIN
-	IF EXISTS (SELECT FROM pg_proc p
-		WHERE p.oid = to_regprocedure({{one_literal}} || '(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)')
-		AND pg_get_function_arguments(p.oid) <> 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
-			'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
-			'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
-			'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision, OUT at bigint, OUT ts bigint') THEN
-		DROP FUNCTION {{one}}(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer);
+	IF pg_get_function_arguments(f) <> 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
+		'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
+		'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
+		'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision, OUT at bigint, OUT ts bigint' THEN
+		EXECUTE 'DROP FUNCTION ' || f::text;
 	END IF;
 END
 {{q}};
