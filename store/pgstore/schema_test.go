@@ -137,6 +137,28 @@ func TestSchemaAndWithoutDDL(t *testing.T) {
 //go:embed testdata/schema_v1.sql
 var schemaV1 string
 
+// upgradeKeepsRecord makes a store of the table name, which an earlier
+// build (what) made and left a record of 7 tokens of limit l for key user
+// in: New upgrades it, the record reads as it was, and it goes on
+// deciding.
+func upgradeKeepsRecord(t *testing.T, pool *pgxpool.Pool, name string, limits ratelimit.Limits, what string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(s, limits, ratelimit.WithClock(newMock(t0)))
+	require.NoError(t, err)
+	st, err := lim.Value(ctx, "l", "user")
+	require.NoError(t, err)
+	require.Equal(t, 7.0, st.Remaining, "the record of %s is read as it was", what)
+	res, err := lim.Limit(ctx, "l", "user", ratelimit.Count(7))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "l", "user")
+	require.NoError(t, err)
+	require.False(t, res.OK)
+}
+
 // installV1 makes table as the previous release did.
 func installV1(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
@@ -169,19 +191,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	require.ErrorIs(t, err, pgstore.ErrSchema)
 	require.ErrorContains(t, err, "earlier release")
 
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
-	lim, err := ratelimit.New(s, limits, ratelimit.WithClock(newMock(t0)))
-	require.NoError(t, err)
-	st, err := lim.Value(ctx, "l", "user")
-	require.NoError(t, err)
-	require.Equal(t, 7.0, st.Remaining, "the record of version 1 is read as it was")
-	res, err := lim.Limit(ctx, "l", "user", ratelimit.Count(7))
-	require.NoError(t, err)
-	require.True(t, res.OK)
-	res, err = lim.Limit(ctx, "l", "user")
-	require.NoError(t, err)
-	require.False(t, res.OK)
+	upgradeKeepsRecord(t, pool, name, limits, "version 1")
 
 	var indexes int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisprimary",
@@ -524,19 +534,7 @@ func TestUpgradeFromUnmarkedFunctions(t *testing.T) {
 	require.ErrorIs(t, err, pgstore.ErrSchema, "the table of an earlier build")
 	require.ErrorContains(t, err, "another release")
 
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
-	lim, err := ratelimit.New(s, limits, ratelimit.WithClock(newMock(t0)))
-	require.NoError(t, err)
-	st, err := lim.Value(ctx, "l", "user")
-	require.NoError(t, err)
-	require.Equal(t, 7.0, st.Remaining, "the record of the earlier build is read as it was")
-	res, err := lim.Limit(ctx, "l", "user", ratelimit.Count(7))
-	require.NoError(t, err)
-	require.True(t, res.OK)
-	res, err = lim.Limit(ctx, "l", "user")
-	require.NoError(t, err)
-	require.False(t, res.OK)
+	upgradeKeepsRecord(t, pool, name, limits, "the earlier build")
 
 	fns := functionState(t, pool, name)
 	require.Len(t, fns, 8)
