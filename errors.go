@@ -63,7 +63,8 @@ var (
 	// nothing back.
 	ErrTokenExpired = errors.New("ratelimit: token expired")
 	// ErrInvalidToken means a token could not be read, or does not carry a
-	// valid tag under the Limiter's WithTokenKey.
+	// valid tag under any key of the Limiter's WithTokenKey (the signing
+	// key or one it accepts), or carries none where one is needed.
 	ErrInvalidToken = errors.New("ratelimit: invalid token")
 )
 

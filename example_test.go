@@ -196,3 +196,36 @@ func ExampleLimiter_Reserve() {
 	// jobs 31-40 ran at [3s 3s 3s 3s 3s 3s 3s 3s 3s 3s]
 	// jobs 41-50 ran at [4s 4s 4s 4s 4s 4s 4s 4s 4s 4s]
 }
+
+// Rotating the token key without dropping a queued job: a token signed
+// with the old key still settles in a process that signs with the new key
+// and accepts the old one (step 2 of the rotation in
+// docs/reservations.md), and is refused once the old key is dropped, which
+// is why step 3 waits until every token signed with it has expired.
+func ExampleWithTokenKey_rotation() {
+	ctx := context.Background()
+	// Keys come from the secret store: 32 random bytes each.
+	oldKey := []byte("the old token key, 32 random B..")
+	newKey := []byte("the new token key, 32 random B..")
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}}
+	store, _ := memstore.New()
+
+	// Before the rotation, a producer signs a job's token with the old key.
+	producer, _ := ratelimit.New(store, limits, ratelimit.WithTokenKey(oldKey))
+	r, _ := producer.Reserve(ctx, "jobs", "tenant-1")
+	payload := r.Token().String() // queued with the job
+
+	// Step 2: workers sign with the new key and accept the old one.
+	worker, _ := ratelimit.New(store, limits, ratelimit.WithTokenKey(newKey, oldKey))
+	tok, _ := ratelimit.ParseToken(payload)
+	fmt.Println("step 2, use:", worker.Use(ctx, tok))
+
+	// Step 3 too early: the old key is dropped while its tokens live.
+	r, _ = producer.Reserve(ctx, "jobs", "tenant-1")
+	tooEarly, _ := ratelimit.New(store, limits, ratelimit.WithTokenKey(newKey))
+	err := tooEarly.Use(ctx, r.Token())
+	fmt.Println("step 3 too early, refused:", errors.Is(err, ratelimit.ErrInvalidToken))
+	// Output:
+	// step 2, use: <nil>
+	// step 3 too early, refused: true
+}

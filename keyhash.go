@@ -11,7 +11,7 @@ import (
 )
 
 // MinKeySecret is the fewest bytes of secret WithKeyHash accepts, and of
-// key WithTokenKey accepts.
+// each key WithTokenKey is given (the signing key and each accepted one).
 const MinKeySecret = 16
 
 // Keyed hashes are HMAC-SHA256 cut to keyHashBytes (128 bits: distinct

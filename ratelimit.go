@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,10 +43,13 @@ type Limiter struct {
 	deny     *denyCache
 	observer Observer
 	logger   *slog.Logger
-	// Tokens (settle.go): how long past its job a token may be settled,
-	// and the key that signs them (none: unsigned).
-	settleWindow time.Duration
-	tokenKey     []byte
+	// Tokens (settle.go): how long past its job a token may be settled;
+	// the keys whose tags it accepts, the first of which signs the tokens
+	// it makes (none: unsigned, and every token is taken); and whether a
+	// Limiter with keys takes unsigned tokens too.
+	settleWindow   time.Duration
+	tokenKeys      [][]byte
+	acceptUnsigned bool
 	// refundTimeout bounds the refund of a Reservation.Wait that gives up,
 	// past the end of its context (WithRefundTimeout).
 	refundTimeout time.Duration
@@ -228,19 +233,74 @@ func WithAfterFuncTimeout(d time.Duration) Option {
 // Every process that makes or settles the tokens needs the same key.
 // Without it a token is a bearer capability: whoever can present it can
 // settle it, and its amounts are taken on trust (see docs/reservations.md).
-// The key must hold at least MinKeySecret bytes (32 random ones are best):
-// a shorter one, or none (an unset environment variable), makes New fail
-// with an error matching ErrInvalidOption rather than leave the tokens
-// unsigned.
-func WithTokenKey(key []byte) Option {
+//
+// A token tagged under one of accepted is taken too, though no token is
+// signed with them: this is how a fleet rotates its key without refusing
+// the tokens already queued. First every process accepts the new key,
+// then every process signs with it and accepts the old one, and once the
+// last token signed with the old key has expired, the old key goes
+// (docs/reservations.md, "Rotating the token key"). A token that carries
+// no valid tag under key or under any of accepted is refused; each key
+// tried costs an HMAC of the token, so keep accepted to the key or two of
+// a rotation.
+//
+// The key and each of accepted must hold at least MinKeySecret bytes (32
+// random ones are best): a shorter one, or none (an unset environment
+// variable), makes New fail with an error matching ErrInvalidOption
+// rather than leave the tokens unsigned. So does a key given twice (an
+// accepted key equal to key, or to another accepted key): a rotation's
+// keys are two different secrets, and two equal ones mean a
+// configuration that did not change what it meant to. Given twice, the
+// last WithTokenKey counts, accepted keys and all.
+func WithTokenKey(key []byte, accepted ...[]byte) Option {
 	return func(l *Limiter) {
 		if len(key) < MinKeySecret {
 			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: the key has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process that makes or settles tokens, or leave WithTokenKey out for unsigned tokens: %w",
 				len(key), MinKeySecret, MinKeySecret, ErrInvalidOption)
 			return
 		}
-		l.tokenKey = append([]byte(nil), key...)
+		keys := make([][]byte, 0, 1+len(accepted))
+		keys = append(keys, bytes.Clone(key))
+		for i, k := range accepted {
+			if len(k) < MinKeySecret {
+				l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d has %d bytes, fewer than %d: give each key of the rotation in full (at least %d random bytes), or leave it out once no token signed with it can be settled any more: %w",
+					i+1, len(k), MinKeySecret, MinKeySecret, ErrInvalidOption)
+				return
+			}
+			for j, o := range keys {
+				// Constant time: not that a comparison at start-up
+				// leaks much, but these are secrets.
+				if hmac.Equal(k, o) {
+					what := "the signing key (the first argument)"
+					if j > 0 {
+						what = fmt.Sprintf("accepted key %d", j)
+					}
+					l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d is the same as %s: a rotation accepts the old or the next key beside the signing key, each once; check which secrets the configuration reads: %w",
+						i+1, what, ErrInvalidOption)
+					return
+				}
+			}
+			keys = append(keys, bytes.Clone(k))
+		}
+		l.tokenKeys = keys
 	}
+}
+
+// WithUnsignedTokensAccepted makes a Limiter with WithTokenKey take
+// unsigned tokens too (made by a Limiter without a token key), for the
+// time a fleet moves from unsigned tokens to signed ones, or back, without
+// refusing the tokens already queued: a Limiter without a key takes every
+// token, signed or not, but one with a key refuses those that carry no
+// tag. It still signs the tokens it makes, and still refuses a token
+// whose tag is not valid under any of its keys.
+//
+// While it is on, tokens are not authenticated at all: anyone can strip a
+// token's tag and forge one, as without a key. Turn it on only for the
+// move, and off again once every unsigned token has expired
+// (docs/reservations.md, "Rotating the token key"). Without WithTokenKey
+// it changes nothing.
+func WithUnsignedTokensAccepted() Option {
+	return func(l *Limiter) { l.acceptUnsigned = true }
 }
 
 // New returns a Limiter that keeps state in store and knows the given

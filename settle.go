@@ -35,7 +35,7 @@ const DefaultSettleWindow = 15 * time.Minute
 // A Token is a capability: whoever holds it can settle it, and a forged
 // one could hand back tokens never charged (up to each limit's capacity).
 // Keep tokens where only your workers read them, or authenticate them
-// with WithTokenKey.
+// with WithTokenKey, whose keys may be rotated.
 //
 // A reservation's token taken after its job was let run (Reservation.Token
 // after Wait returned nil, or after AfterFunc ran its function) carries
@@ -342,15 +342,30 @@ func (t *Token) mac256(key []byte) []byte {
 	return h.Sum(nil)[:tagLen]
 }
 
-// verify checks t's tag under key, if the Limiter has one.
-func (t *Token) verify(key []byte) error {
-	if len(key) == 0 {
+// verify checks t's tag under keys, the Limiter's token keys: a token
+// with no keys to check is taken, and so is one without a tag if unsigned
+// says unsigned tokens are accepted. Each key is compared in constant
+// time; the loop stops at the one that matches, which tells a holder of
+// a valid token no more than it knows.
+func (t *Token) verify(keys [][]byte, unsigned bool) error {
+	if len(keys) == 0 {
 		return nil
 	}
-	if !t.mac || !hmac.Equal(t.tag[:], t.mac256(key)) {
-		return fmt.Errorf("ratelimit: token %x is not signed with this Limiter's token key (WithTokenKey): %w", t.id[:4], ErrInvalidToken)
+	if !t.mac {
+		if unsigned {
+			return nil
+		}
+		return fmt.Errorf("ratelimit: token %x carries no tag: it was made by a Limiter without WithTokenKey (or its tag was stripped), and this one has a token key; while a fleet moves to signed tokens, give its Limiters WithUnsignedTokensAccepted too: %w", t.id[:4], ErrInvalidToken)
 	}
-	return nil
+	body := t.body(nil)
+	for _, key := range keys {
+		h := hmac.New(sha256.New, key)
+		h.Write(body)
+		if hmac.Equal(t.tag[:], h.Sum(nil)[:tagLen]) {
+			return nil
+		}
+	}
+	return fmt.Errorf("ratelimit: token %x is not signed with this Limiter's token key, nor with a key it accepts (WithTokenKey): it was forged or altered, or signed with a key this process does not know: %w", t.id[:4], ErrInvalidToken)
 }
 
 // newToken makes a token of a charge under key (the store key) at `at`
@@ -364,7 +379,9 @@ func (l *Limiter) newToken(key string, at, run int64, items []tokenItem, lims []
 		return nil
 	}
 	t.until = settleUntil(at, t.run, items, lims, l.settleWindow)
-	t.sign(l.tokenKey)
+	if len(l.tokenKeys) > 0 {
+		t.sign(l.tokenKeys[0])
+	}
 	return t
 }
 
@@ -541,7 +558,7 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 	if t == nil || len(t.items) == 0 {
 		return fmt.Errorf("ratelimit: settle: no token: %w", ErrInvalidToken)
 	}
-	if err := t.verify(l.tokenKey); err != nil {
+	if err := t.verify(l.tokenKeys, l.acceptUnsigned); err != nil {
 		return err
 	}
 	lims := make([]*limit, len(t.items))

@@ -1,0 +1,296 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	oldTokenKey   = []byte("the fleet's old token key, 32 B.")
+	newTokenKey   = []byte("the fleet's new token key, 32 B.")
+	otherTokenKey = []byte("a key nobody in the fleet knows..")
+)
+
+var rotationLimits = ratelimit.Limits{"jobs": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Minute, MaxReserved: 100}}
+
+// A token signed with the old key settles in a Limiter that signs with the
+// new key and accepts the old one, and the tokens that Limiter makes carry
+// the new key's tag. A token signed with a key the Limiter neither signs
+// with nor accepts is refused. Before, a Limiter knew one key: a fleet
+// could not change it without refusing every token queued under the old
+// one.
+func TestTokenKeyAcceptsPreviousKeys(t *testing.T) {
+	ctx := context.Background()
+	clk := newMock()
+	store := must(memstore.New())
+	newLim := func(opts ...ratelimit.Option) *ratelimit.Limiter {
+		return must(ratelimit.New(store, rotationLimits, append(opts, ratelimit.WithClock(clk))...))
+	}
+	old := newLim(ratelimit.WithTokenKey(oldTokenKey))
+	rotated := newLim(ratelimit.WithTokenKey(newTokenKey, oldTokenKey))
+	next := newLim(ratelimit.WithTokenKey(newTokenKey))
+	stranger := newLim(ratelimit.WithTokenKey(otherTokenKey))
+	plain := newLim()
+	reserve := func(lim *ratelimit.Limiter) *ratelimit.Token {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.NoError(t, err)
+		tok, err := ratelimit.ParseToken(r.Token().String())
+		require.NoError(t, err)
+		return tok
+	}
+
+	require.NoError(t, rotated.Use(ctx, reserve(old)), "signed with the old key, accepted")
+	require.NoError(t, rotated.Use(ctx, reserve(rotated)), "signed with its own key")
+	require.NoError(t, next.Use(ctx, reserve(rotated)), "the rotated Limiter signs with the new key")
+	require.ErrorIs(t, old.Use(ctx, reserve(rotated)), ratelimit.ErrInvalidToken, "not with the old one")
+
+	tok := reserve(stranger)
+	err := rotated.Refund(ctx, tok)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "a key neither signing nor accepted")
+	assert.Contains(t, err.Error(), "nor with a key it accepts")
+	require.ErrorIs(t, rotated.Use(ctx, reserve(plain)), ratelimit.ErrInvalidToken, "unsigned, and unsigned not accepted")
+	require.NoError(t, stranger.Use(ctx, tok), "the refused settlement left it unsettled")
+
+	// An altered token fails under every key.
+	raw := []byte(reserve(old).String())
+	raw[len(raw)/2] ^= 1
+	if forged, err := ratelimit.ParseToken(string(raw)); err == nil {
+		require.ErrorIs(t, rotated.Refund(ctx, forged), ratelimit.ErrInvalidToken)
+	}
+}
+
+// Each accepted key obeys MinKeySecret, as the signing key does, and a key
+// given twice is a configuration error, not a silent no-op: a rotation's
+// keys are different secrets.
+func TestTokenKeyAcceptedKeyErrors(t *testing.T) {
+	short := []byte("fifteen bytes!!")
+	for _, c := range []struct {
+		name     string
+		accepted [][]byte
+		want     string
+	}{
+		{"empty", [][]byte{nil}, "accepted key 1 has 0 bytes, fewer than 16"},
+		{"short", [][]byte{oldTokenKey, short}, "accepted key 2 has 15 bytes"},
+		{"same as the signing key", [][]byte{append([]byte(nil), newTokenKey...)}, "accepted key 1 is the same as the signing key"},
+		{"twice", [][]byte{oldTokenKey, otherTokenKey, append([]byte(nil), oldTokenKey...)}, "accepted key 3 is the same as accepted key 1"},
+	} {
+		_, err := ratelimit.New(must(memstore.New()), rotationLimits, ratelimit.WithTokenKey(newTokenKey, c.accepted...))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, c.name)
+		assert.Contains(t, err.Error(), "WithTokenKey", c.name)
+		assert.Contains(t, err.Error(), c.want, c.name)
+		assert.NotContains(t, err.Error(), string(oldTokenKey), "%s: no secret in the message", c.name)
+		assert.NotContains(t, err.Error(), string(newTokenKey), "%s: no secret in the message", c.name)
+	}
+	_, err := ratelimit.New(must(memstore.New()), rotationLimits, ratelimit.WithTokenKey(newTokenKey, oldTokenKey, otherTokenKey))
+	require.NoError(t, err)
+
+	// The caller's slices may change after the option is made.
+	key, prev := append([]byte(nil), newTokenKey...), append([]byte(nil), oldTokenKey...)
+	store := must(memstore.New())
+	lim := must(ratelimit.New(store, rotationLimits, ratelimit.WithTokenKey(key, prev)))
+	key[0], prev[0] = 'X', 'X'
+	old := must(ratelimit.New(store, rotationLimits, ratelimit.WithTokenKey(oldTokenKey)))
+	r, err := old.Reserve(context.Background(), "jobs", "k")
+	require.NoError(t, err)
+	require.NoError(t, lim.Use(context.Background(), r.Token()))
+}
+
+// rollOut runs a fleet of three Limiters over one store through stages,
+// each a list of options for New, rolled out one process at a time, a
+// minute apart, and returns how many tokens the fleet settled and how
+// many it refused. At every step (one process restarted with the next
+// stage's options), each process makes three tokens for each process: one
+// settled at once, one at the next step, after the next restart, and one
+// as late as it may be, in the last step before it expires. Before the
+// last stage rolls out, the clock moves past the expiry of every token
+// made while some process had not reached the stage before it: the wait of
+// the procedure, before which the late tokens still pending are settled;
+// unless noWait.
+func rollOut(t *testing.T, noWait bool, stages ...[]ratelimit.Option) (settled, refused int) {
+	t.Helper()
+	ctx := context.Background()
+	clk := newMock()
+	store := must(memstore.New())
+	start := func(stage int) *ratelimit.Limiter {
+		return must(ratelimit.New(store, rotationLimits, append(stages[stage], ratelimit.WithClock(clk))...))
+	}
+	const n = 3
+	var (
+		procs     [n]*ratelimit.Limiter
+		stageOf   [n]int
+		pending   []queued
+		lastMixed time.Time
+	)
+	for i := range procs {
+		procs[i] = start(0)
+	}
+	settle := func(q queued) {
+		tok, err := ratelimit.ParseToken(q.tok)
+		require.NoError(t, err)
+		if err := procs[q.by].Use(ctx, tok); err != nil {
+			require.ErrorIs(t, err, ratelimit.ErrInvalidToken, "a token refused for its key, and for no other reason")
+			refused++
+			return
+		}
+		settled++
+	}
+	// settleBefore settles the pending tokens due before until.
+	settleBefore := func(until time.Time) {
+		keep := pending[:0]
+		for _, q := range pending {
+			if q.due.Before(until) {
+				settle(q)
+			} else {
+				keep = append(keep, q)
+			}
+		}
+		pending = keep
+	}
+	step := func() {
+		now := clk.Now()
+		settleBefore(now.Add(time.Minute))
+		mixed := false
+		for _, s := range stageOf {
+			mixed = mixed || s < len(stages)-2
+		}
+		for p := range procs {
+			for c := range procs {
+				for when := range 3 {
+					r, err := procs[p].Reserve(ctx, "jobs", "k")
+					require.NoError(t, err)
+					tok := r.Token()
+					if mixed && tok.Expires().After(lastMixed) {
+						lastMixed = tok.Expires()
+					}
+					q := queued{tok: tok.String(), by: c}
+					switch when {
+					case 0:
+						settle(q)
+						continue
+					case 1:
+						q.due = now.Add(time.Minute)
+					case 2:
+						q.due = tok.Expires()
+					}
+					pending = append(pending, q)
+				}
+			}
+		}
+		clk.Add(time.Minute)
+	}
+	step()
+	for s := 1; s < len(stages); s++ {
+		if wait := lastMixed.Add(time.Millisecond); s == len(stages)-1 && !noWait && clk.Now().Before(wait) {
+			settleBefore(wait)
+			clk.Set(wait)
+		}
+		for i := range procs {
+			procs[i], stageOf[i] = start(s), s
+			step()
+		}
+	}
+	settleBefore(clk.Now().Add(time.Hour))
+	require.Empty(t, pending)
+	return settled, refused
+}
+
+type queued struct {
+	tok string
+	by  int       // the process that settles it
+	due time.Time // the last moment it is settled
+}
+
+// The procedure of docs/reservations.md ("Rotating the token key") takes a
+// fleet from one key to another, and from unsigned tokens to signed ones
+// and back, without refusing a token, while each process restarts in
+// turn and tokens made before a restart are settled after it, some as
+// late as they may be. The shortcuts refuse tokens: going straight from
+// one configuration to the other, leaving out the first step, or not
+// waiting for the tokens of the old configuration to expire before the
+// last step; they are the controls that show the fleet would notice.
+func TestTokenKeyRotationDropsNoToken(t *testing.T) {
+	key := ratelimit.WithTokenKey
+	unsigned := ratelimit.WithUnsignedTokensAccepted()
+	// A fleet of 3 makes 27 tokens a step, at the first step and at each
+	// of 3 restarts a stage.
+	tokens := func(stages int) int { return 27 * (1 + 3*(stages-1)) }
+	for _, c := range []struct {
+		name    string
+		stages  [][]ratelimit.Option
+		noWait  bool
+		refuses bool
+	}{
+		{"rotation", [][]ratelimit.Option{
+			{key(oldTokenKey)},
+			{key(oldTokenKey, newTokenKey)}, // 1: accept the new key everywhere
+			{key(newTokenKey, oldTokenKey)}, // 2: sign with it, accept the old one
+			{key(newTokenKey)},              // 3: once the old tokens expired, drop the old key
+		}, false, false},
+		{"rotation without the wait", [][]ratelimit.Option{
+			{key(oldTokenKey)}, {key(oldTokenKey, newTokenKey)}, {key(newTokenKey, oldTokenKey)}, {key(newTokenKey)},
+		}, true, true},
+		{"rotation in one step", [][]ratelimit.Option{{key(oldTokenKey)}, {key(newTokenKey)}}, false, true},
+		{"rotation without accepting the new key first", [][]ratelimit.Option{
+			{key(oldTokenKey)}, {key(newTokenKey, oldTokenKey)}, {key(newTokenKey)},
+		}, false, true},
+		{"to signed tokens", [][]ratelimit.Option{
+			{},
+			{key(newTokenKey), unsigned}, // sign, and accept the unsigned tokens still queued
+			{key(newTokenKey)},           // once they expired, refuse unsigned tokens
+		}, false, false},
+		{"to signed tokens in one step", [][]ratelimit.Option{{}, {key(newTokenKey)}}, false, true},
+		{"to signed tokens without the wait", [][]ratelimit.Option{
+			{}, {key(newTokenKey), unsigned}, {key(newTokenKey)},
+		}, true, true},
+		{"to unsigned tokens", [][]ratelimit.Option{
+			{key(oldTokenKey)},
+			{key(oldTokenKey), unsigned}, // accept the unsigned tokens to come
+			{},                           // stop signing
+		}, false, false},
+		{"to unsigned tokens in one step", [][]ratelimit.Option{{key(oldTokenKey)}, {}}, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			settled, refused := rollOut(t, c.noWait, c.stages...)
+			require.Equal(t, tokens(len(c.stages)), settled+refused)
+			if c.refuses {
+				require.NotZero(t, refused, "the control refuses tokens")
+			} else {
+				require.Zero(t, refused, "tokens refused")
+			}
+		})
+	}
+}
+
+// WithUnsignedTokensAccepted takes unsigned tokens, and still refuses a
+// signed one whose tag is not valid under any key of the Limiter; without
+// WithTokenKey it changes nothing.
+func TestUnsignedTokensAccepted(t *testing.T) {
+	ctx := context.Background()
+	store := must(memstore.New())
+	newLim := func(opts ...ratelimit.Option) *ratelimit.Limiter {
+		return must(ratelimit.New(store, rotationLimits, append(opts, ratelimit.WithClock(newMock()))...))
+	}
+	moving := newLim(ratelimit.WithTokenKey(newTokenKey), ratelimit.WithUnsignedTokensAccepted())
+	signed := newLim(ratelimit.WithTokenKey(newTokenKey))
+	plain := newLim(ratelimit.WithUnsignedTokensAccepted())
+	stranger := newLim(ratelimit.WithTokenKey(otherTokenKey))
+	token := func(lim *ratelimit.Limiter) *ratelimit.Token {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.NoError(t, err)
+		return r.Token()
+	}
+
+	require.NoError(t, moving.Use(ctx, token(plain)), "unsigned, accepted")
+	require.NoError(t, signed.Use(ctx, token(moving)), "it signs its tokens")
+	require.ErrorIs(t, moving.Use(ctx, token(stranger)), ratelimit.ErrInvalidToken, "a bad tag is refused still")
+	require.NoError(t, plain.Use(ctx, token(stranger)), "a Limiter without a key takes every token, as before")
+	err := signed.Use(ctx, token(plain))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidToken)
+	assert.Contains(t, err.Error(), "WithUnsignedTokensAccepted", "the message names the way out")
+}
