@@ -52,6 +52,8 @@ func (b Bound) Allows(s time.Duration) float64 {
 	return b.Base + b.PerSecond*s.Seconds()
 }
 
+// String writes the bound as a report shows it: the algorithm and its
+// formula in the span S.
 func (b Bound) String() string {
 	if b.Period > 0 {
 		return fmt.Sprintf("%s: %g + %g·⌈S/%v⌉", b.Algorithm, b.Base, b.PerWindow, b.Period)

@@ -20,6 +20,7 @@ const (
 	Bare
 )
 
+// String returns the role's name in reports: library, peer or bare.
 func (r Role) String() string {
 	switch r {
 	case Library:

@@ -488,6 +488,7 @@ type PanicError struct {
 	Stack []byte // the stack of the send's goroutine when it panicked
 }
 
+// Error says that the send panicked, and with what.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("a batch's send panicked: %v", e.Value)
 }

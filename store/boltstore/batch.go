@@ -72,6 +72,7 @@ func (e *OpError) Error() string {
 	return fmt.Sprintf("boltstore: op %d of the batch: %v", e.Index, e.Err)
 }
 
+// Unwrap returns the op's failure, for errors.Is and errors.As.
 func (e *OpError) Unwrap() error { return e.Err }
 
 // ApplyBatch implements driver.BatchApplier: it decides ops one after
