@@ -99,8 +99,13 @@ func WithClock(c clock.Clock) Option {
 // Start. Every process sharing a store must use the same seed.
 func WithPhaseSeed(seed uint64) Option { return func(l *Limiter) { l.seed = seed } }
 
-// WithLogger sets a logger for store failures and for the breaker opening
-// and closing. Keys are not logged.
+// WithLogger sets a logger for store failures (Warn), the breaker opening
+// (Error) and closing (Info), a store's refusal of an op as invalid or of
+// a record it cannot read (Error), and a job that Reservation.AfterFunc
+// dropped because the store did not mark its reservation used (Error).
+// Without it nothing is logged. Keys are not logged, but a store's error is,
+// as it is: one for a record the store cannot read names the record's key,
+// unless the Limiter hashes keys (WithKeyHash).
 func WithLogger(logger *slog.Logger) Option { return func(l *Limiter) { l.logger = logger } }
 
 // WithRand sets the source of randomness that chooses the two shards of a
