@@ -56,9 +56,19 @@
 //
 // # Reservations
 //
-// A call with Reserve may take tokens the bucket does not have yet: it is
-// OK with a RetryAfter that says when they will have been granted, and the
-// bucket owes them (MaxReserved bounds the debt). Later calls see the debt.
+// A call with WithReserve may take tokens the bucket does not have yet: it
+// is OK with a RetryAfter that says when they will have been granted, and
+// the bucket owes them (MaxReserved bounds the debt). Later calls see the
+// debt. Limiter.Reserve makes such a call and returns a Reservation, whose
+// job waits for its time (Wait, AfterFunc) or hands the tokens back
+// (Cancel).
+//
+// A reservation's Token, or the receipt of a charge (WithReceipt), lets
+// any process settle it, once, whatever the retries and races: Use before
+// running the job, Refund to drop it, Settle by the outcome. Settler names
+// the settling attempt, so that a retry after a lost reply tells its own
+// settlement from another's; WithTokenKey signs tokens, with keys that can
+// be rotated without refusing queued ones. See docs/reservations.md.
 //
 // # Results and errors
 //

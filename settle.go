@@ -143,7 +143,10 @@ func (t *Token) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// ParseToken reads a token's text form (Token.String).
+// ParseToken reads a token's text form (Token.String). A text that is no
+// token's, or a token that charges more than any call can (an amount above
+// MaxTokens: forged), is an error matching ErrInvalidToken. It does not
+// check a tag: the Limiter that settles the token does (WithTokenKey).
 func ParseToken(s string) (*Token, error) {
 	t := new(Token)
 	if err := t.UnmarshalText([]byte(s)); err != nil {
