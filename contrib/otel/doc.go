@@ -37,9 +37,9 @@
 //
 // The span of an apply has the attributes ModeKey (limit, check or
 // refund), ReserveKey, LimitsKey and, after the answer, OKKey. A
-// settlement (a token's Use, Refund or Settle, a Reservation's Wait or
-// Cancel) is a refund that the store applies once: its span has
-// SettleKey too, use or cancel, and, when the store found the token
+// settlement (a token's Use, Refund or Settle, a Reservation's Wait,
+// AfterFunc or Cancel) is a refund that the store applies once: its span
+// has SettleKey too, use or cancel, and, when the store found the token
 // settled before and did nothing, SettledKey (how it was settled) and
 // SettledOwnKey (whether by the same settler: a retry finding its first
 // attempt).

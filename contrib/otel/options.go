@@ -32,9 +32,11 @@ const (
 	// which.
 	ModeKey = attribute.Key("ratelimit.mode")
 	// SettleKey is, on the apply span of a settlement (a token's Use,
-	// Refund or Settle, a Reservation's Wait or Cancel), how it settles:
-	// use (the job ran, or may: Use, Settle, Wait) or cancel (the tokens
-	// go back: Refund, Cancel). A plain refund has none.
+	// Refund or Settle, a Reservation's Cancel, and its Wait or AfterFunc
+	// once its token was taken), how it settles: use (the job ran, or
+	// may: Use, Settle of a used above 0, Wait, AfterFunc) or cancel (the
+	// tokens go back: Refund, Settle of 0, Cancel). A plain refund has
+	// none.
 	SettleKey = attribute.Key("ratelimit.settle")
 	// SettledKey is, on the apply span of a settlement that the store
 	// found settled before, and so did nothing, how it was: use or
