@@ -586,13 +586,22 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		settler = t.holderSettler(id, kind, used, all)
 	}
 	err = l.settle(ctx, t, lims, kind, used, all, settler)
-	if se := (*SettledError)(nil); named && errors.As(err, &se) && se.own && se.Kind == kind {
+	if named && err != nil && ownSettlement(err, kind) {
 		// This settler's own settlement, the same one (the settler
 		// digests it), taken by the store on an earlier call whose
 		// answer was lost.
 		return nil
 	}
 	return err
+}
+
+// ownSettlement reports whether err is the *SettledError of a settlement
+// of kind by the settler that asked. On its own, so that a settlement
+// with no settler, or no error, does not move the target of errors.As to
+// the heap: one allocation a call.
+func ownSettlement(err error, kind driver.SettleKind) bool {
+	var se *SettledError
+	return errors.As(err, &se) && se.own && se.Kind == kind
 }
 
 // holderSettler returns the settler that a holder's settlement of t by
