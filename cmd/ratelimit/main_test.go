@@ -510,7 +510,8 @@ func TestSchema(t *testing.T) {
 	require.Contains(t, errOut, "Run 'ratelimit schema --help' for usage.")
 
 	// What it prints is what a migration tool applies: then the store
-	// needs no DDL of its own.
+	// needs no DDL of its own. The name has its schema, as the store's
+	// statements name the table.
 	ctx := context.Background()
 	url := testserver.PostgresURL(t)
 	pool, err := pgxpool.New(ctx, url)
@@ -520,7 +521,7 @@ func TestSchema(t *testing.T) {
 		defer pool.Close()
 		dropTable(t, pool, table)
 	})
-	code, out, errOut = exec("schema", "--table", table)
+	code, out, errOut = exec("schema", "--table", "public."+table)
 	require.Equal(t, 0, code, errOut)
 	_, err = pool.Exec(ctx, out)
 	require.NoError(t, err)

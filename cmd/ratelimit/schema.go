@@ -20,7 +20,9 @@ SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
 transaction, which holds the lock it takes against installs beside it. Name
 the table's schema: a name without one is the table in the session's
 current_schema(), and the SQL refuses one that finds a relation in another
-schema along search_path. It connects to nothing.`,
+schema along search_path; its functions then name the table without the
+schema, which pgstore.New installs again and refuses with WithoutDDL. It
+connects to nothing.`,
 		Example: `  ratelimit schema --table public.ratelimit > migrations/0042_ratelimit.up.sql
   ratelimit schema --table limits.records | psql --single-transaction "$DATABASE_URL"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {

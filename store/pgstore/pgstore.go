@@ -143,9 +143,10 @@ var (
 	// that PostgreSQL cannot keep as given.
 	ErrTableName = errors.New("pgstore: invalid table name")
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
-	// the function is missing or from another release, and of New, with
-	// or without it, when a table name without a schema finds no schema
-	// to be in: no schema of search_path exists (see WithTable).
+	// the function is missing or from another release, or the functions
+	// name the table without its schema (see Schema), and of New, with or
+	// without it, when a table name without a schema finds no schema to
+	// be in: no schema of search_path exists (see WithTable).
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
 	// ErrNotStoreTable is matched by the error of New, with or without
 	// WithoutDDL, when a relation of the table's name exists and is not a
@@ -262,7 +263,8 @@ func WithServerTime() Option { return func(o *options) { o.serverTime = true } }
 // returns an error matching ErrSchema that says what is missing otherwise.
 // Choose it when schema changes go through a migration tool, or when the
 // application's database user may not run DDL; apply the SQL that Schema
-// returns (or `ratelimit schema --table NAME` prints) beforehand.
+// returns for the table's name with its schema (or `ratelimit schema
+// --table SCHEMA.NAME` prints) beforehand.
 func WithoutDDL() Option { return func(o *options) { o.noDDL = true } }
 
 // WithMaxBatch sets the most calls one statement carries (default
@@ -529,7 +531,11 @@ func truncate(name string) string {
 // RLSCH) a name that finds a relation in another schema along search_path,
 // or a search_path of which no schema exists; its functions then name the
 // table as their caller's search_path finds it. New, which resolves the
-// name first (see WithTable), runs the SQL of the name with its schema.
+// name first (see WithTable), runs the SQL of the name with its schema,
+// and names the table with it in every statement: it counts functions
+// that name it without as out of date, installs them again (in place),
+// and WithoutDDL refuses them (ErrSchema), since they could reach another
+// table of that name than its statements do.
 func Schema(table string) (string, error) {
 	n, err := tableNames(table)
 	if err != nil {
@@ -803,14 +809,28 @@ type schemaState struct {
 	fn      bool   // whether every function of this release exists
 	foreign string // what keeps that relation from being the store's table (tableCheck); empty if nothing
 	fns     string // the functions of the store's names that are not the store's (funcCheck); empty if none
+	// bare: whether a function that reads the table names it without its
+	// schema, as the SQL of Schema for a name without one makes them
+	// (see readSchema).
+	bare bool
 }
 
 // current reports whether the schema is this release's: nothing to do.
 func (st schemaState) current() bool {
-	return st.table && st.foreign == "" && st.fns == "" && st.fn && st.comment == schemaVersion
+	return st.table && st.foreign == "" && st.fns == "" && st.fn && !st.bare && st.comment == schemaVersion
 }
 
-// readSchema reads, on q, what the database holds of n's schema.
+// readSchema reads, on q, what the database holds of n's schema, n a
+// name with its schema, as New names the table.
+//
+// The functions that read the table must name it as n does, with its
+// schema: the SQL of Schema for a name without one makes functions that
+// name it without, which find the table along the search_path of the
+// session that calls them. Beside the store's statements, which name it
+// with its schema, they could then reach another table of that name, made
+// later in an earlier schema of a connection's path, so that a store's
+// lone calls and its batches went to two tables. Such functions carry the
+// mark of this release all the same; New counts them as out of date.
 func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	var (
 		st       schemaState
@@ -818,8 +838,9 @@ func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	)
 	err := q.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
 		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
+		"EXISTS (SELECT FROM unnest($3::text[]) f JOIN pg_proc p ON p.oid = to_regprocedure(f) WHERE strpos(p.prosrc, $1) = 0), "+
 		tableCheck("to_regclass($1)")+", "+n.funcCheck(),
-		n.table, n.sigs).Scan(&st.comment, &st.table, &st.fn, &why, &fns)
+		n.table, n.sigs, n.sigs[:splitFn]).Scan(&st.comment, &st.table, &st.fn, &st.bare, &why, &fns)
 	if why != nil {
 		st.foreign = *why
 	}
@@ -879,8 +900,13 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 				was = fmt.Sprintf("another release (%q)", comment)
 			}
 			return fmt.Errorf("pgstore: table %s has the schema of %s, not this release's (%q): %s: %w", n.table, was, schemaVersion, apply, ErrSchema)
-		default:
+		case !st.fn:
 			return fmt.Errorf("pgstore: one of the functions %s does not exist: %s: %w", strings.Join(n.sigs, ", "), apply, ErrSchema)
+		default:
+			return fmt.Errorf("pgstore: the functions of table %s name it without its schema, as the SQL of Schema makes them for a table name "+
+				"without one: they would find a table along the search_path of each connection, where the store names it with its schema; "+
+				"apply the SQL for the name with its schema (`ratelimit schema --table %s` prints it), or let New install it (without WithoutDDL): %w",
+				n.table, shellQuote(table), ErrSchema)
 		}
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

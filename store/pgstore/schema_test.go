@@ -104,9 +104,9 @@ func TestSchemaAndWithoutDDL(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists))
 	require.False(t, exists, "WithoutDDL must create nothing")
 
-	sql, err := pgstore.Schema(name)
+	sql, err := pgstore.Schema("public." + name) // named with its schema, as the error says
 	require.NoError(t, err)
-	require.Contains(t, sql, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{name}.Sanitize())
+	require.Contains(t, sql, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{"public", name}.Sanitize())
 	require.NotContains(t, sql, "{{", "every placeholder, constants of package driver included, is written in")
 	_, err = pool.Exec(ctx, sql)
 	require.NoError(t, err)

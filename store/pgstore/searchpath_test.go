@@ -178,3 +178,54 @@ func TestSearchPath(t *testing.T) {
 		require.Zero(t, rels+fns, "nothing made in %s", app)
 	})
 }
+
+// The SQL of Schema for a table name without a schema makes functions
+// that name the table without it too: they find it along the search_path
+// of the connection that calls them, where the store's statements name it
+// with the schema New resolved. New took such a schema for this release's:
+// with a table of that name made later in an earlier schema of the path,
+// a store's lone calls went to one table and its batches, Load, Delete and
+// DeleteExpired, which go through the functions, to the other. New now
+// installs the functions again, named with the schema, keeping their
+// OIDs; WithoutDDL refuses them and says what to apply.
+func TestSearchPathFunctionsOfASchemaWithoutOne(t *testing.T) {
+	ctx := context.Background()
+	def := newPool(t, testserver.PostgresURL(t), nil) // search_path "$user", public
+	app := testSchema(t, def)
+	name := uniqueTable(t, def)
+	sql, err := pgstore.Schema(name)
+	require.NoError(t, err)
+	_, err = def.Exec(ctx, sql)
+	require.NoError(t, err)
+	before := functionOIDs(t, def, name)
+	pool := pathPool(t, pgx.Identifier{app}.Sanitize()+", public", nil)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.ErrorIs(t, err, pgstore.ErrSchema)
+	require.ErrorContains(t, err, "name it without its schema")
+	require.ErrorContains(t, err, "ratelimit schema --table public."+name)
+
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	require.Equal(t, before, functionOIDs(t, def, name), "replaced in place")
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.NoError(t, err)
+
+	// A table of that name, another store's, made later in the first
+	// schema of the path; the pool's connections new.
+	_, err = pgstore.New(ctx, def, pgstore.WithTable(app+"."+name))
+	require.NoError(t, err)
+	pool.Reset()
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 3), out))
+	require.Equal(t, 7.0, out[0].Remaining)
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{limitOp("k", 1), limitOp("k", 1)}, outs), "the function _apply")
+	require.Equal(t, []float64{6, 5}, []float64{outs[0][0].Remaining, outs[1][0].Remaining})
+	got, found := remaining(t, s, "k")
+	require.True(t, found)
+	require.Equal(t, 5.0, got)
+	var n int
+	require.NoError(t, def.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{app, name}.Sanitize()).Scan(&n))
+	require.Zero(t, n, "nothing written in %s", app)
+}
