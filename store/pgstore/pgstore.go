@@ -140,7 +140,8 @@ const schemaLock = 0x7261_7465_6c69_6d74 // "ratelimt"
 
 var (
 	// ErrTableName is matched (errors.Is) by the error of a table name
-	// that PostgreSQL cannot keep as given.
+	// that PostgreSQL cannot keep as given, or that names a temporary
+	// schema (see WithTable).
 	ErrTableName = errors.New("pgstore: invalid table name")
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
 	// the function is missing or from another release, or the functions
@@ -233,9 +234,10 @@ type options struct {
 // "_sweep", "_split" and "_pwait". Names are quoted, so any characters are
 // safe, but PostgreSQL keeps at most 63 bytes of a name: New refuses a
 // table name longer than 57 bytes (63 with the longest suffix), a schema
-// name longer than 63, rather than let two long names share one table, and
-// a name that holds a NUL byte or is not valid UTF-8, which no PostgreSQL
-// name can be. Each is an error matching ErrTableName. Choose a name that
+// name longer than 63, rather than let two long names share one table, a
+// name that holds a NUL byte or is not valid UTF-8, which no PostgreSQL
+// name can be, and a name in a temporary schema (pg_temp, pg_temp_N),
+// whose tables one session sees. Each is an error matching ErrTableName. Choose a name that
 // no relation of the application's bears, nor a function of the
 // application's with one of those suffixes: New refuses a name that is
 // taken (ErrNotStoreTable, ErrNotStoreFunction).
@@ -323,6 +325,10 @@ func tableNames(table string) (names, error) {
 	}
 	parts := strings.SplitN(table, ".", 2)
 	last := len(parts) - 1
+	if len(parts) == 2 && tempSchema(parts[0]) {
+		return names{}, fmt.Errorf("pgstore: table name %q is in %s, a temporary schema, whose tables only one session sees, "+
+			"where the store's calls go on every connection of the pool: name a schema of the database: %w", table, parts[0], ErrTableName)
+	}
 	if len(parts) == 2 && len(parts[0]) > maxIdent {
 		return names{}, fmt.Errorf("pgstore: schema name %q is %d bytes: PostgreSQL keeps %d and would cut it, so that schemas differing only beyond would be one: use a shorter name: %w",
 			parts[0], len(parts[0]), maxIdent, ErrTableName)
@@ -332,6 +338,14 @@ func tableNames(table string) (names, error) {
 			parts[last], len(parts[last]), maxIdent, parts[last]+applySuffix, maxIdent-len(applySuffix), ErrTableName)
 	}
 	return namesOf(parts), nil
+}
+
+// tempSchema reports whether schema, as given (quoted), names a temporary
+// schema: pg_temp, the session's own, or one of pg_temp_N and
+// pg_toast_temp_N, the sessions' (PostgreSQL reserves names that begin
+// with pg_ to its own schemas).
+func tempSchema(schema string) bool {
+	return schema == "pg_temp" || strings.HasPrefix(schema, "pg_temp_") || strings.HasPrefix(schema, "pg_toast_temp_")
 }
 
 // namesOf returns the identifiers of the table whose name's parts are

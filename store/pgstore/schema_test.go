@@ -88,6 +88,40 @@ func TestTableNameInvalidUTF8(t *testing.T) {
 	}
 }
 
+// A table in a temporary schema (pg_temp, or a session's pg_temp_N) is one
+// session's: the other connections of a pool do not see it. New and Schema
+// refuse such a name with ErrTableName and make nothing. New made the
+// table and its functions in the temporary schema of the connection that
+// installed them, and succeeded; calls on the pool's other connections
+// then failed (schema "pg_temp" does not exist), and the records went
+// with the connection.
+func TestTableNameInATemporarySchema(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	var own string
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TEMPORARY TABLE ratelimit_test_tmp (a integer)")
+	require.NoError(t, err)
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_my_temp_schema()::regnamespace::text").Scan(&own))
+	conn.Release()
+	table := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	for _, schema := range []string{"pg_temp", own, "pg_toast_temp_1"} {
+		name := schema + "." + table
+		for _, opts := range [][]pgstore.Option{nil, {pgstore.WithoutDDL()}} {
+			_, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(name))...)
+			require.ErrorIs(t, err, pgstore.ErrTableName, "%q", name)
+			require.ErrorContains(t, err, "temporary schema")
+		}
+		_, err = pgstore.Schema(name)
+		require.ErrorIs(t, err, pgstore.ErrTableName, "%q", name)
+	}
+	var made int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_class WHERE relname = $1) + "+
+		"(SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1))", table).Scan(&made))
+	require.Zero(t, made, "nothing made")
+}
+
 // The SQL of Schema, applied by hand as a migration tool would, makes a
 // table that New WithoutDDL accepts; WithoutDDL creates nothing and says
 // what is missing.
