@@ -135,7 +135,10 @@ var fnSuffixes = []string{applySuffix, oneSuffix, readSuffix, delSuffix, sweepSu
 const splitFn = 5
 
 // schemaLock is the advisory lock key under which New installs the schema,
-// so that processes starting together do not race on the DDL.
+// so that processes starting together do not race on the DDL. It is
+// documented (docs/stores/postgres.md), so that applications keep their
+// own advisory locks clear of it, and earlier builds take it too: it
+// does not change.
 const schemaLock = 0x7261_7465_6c69_6d74 // "ratelimt"
 
 var (
@@ -537,8 +540,9 @@ func truncate(name string) string {
 // takes it) and its function, or upgrades them from an earlier release:
 // what New runs unless WithoutDDL is given, for migration tools. It is
 // idempotent; apply it in one transaction, which holds the advisory lock
-// it takes against installs beside it. The command `ratelimit schema
-// --table NAME` prints it.
+// it takes against installs beside it (pg_advisory_xact_lock of the one
+// key 8241996772024085876, for every table of the database). The command
+// `ratelimit schema --table NAME` prints it.
 //
 // Name the schema. For a name without one, the SQL makes the table and
 // its functions in the session's current_schema(), and refuses (SQLSTATE

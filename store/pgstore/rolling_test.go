@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,5 +254,19 @@ func TestConcurrentSchemaScripts(t *testing.T) {
 		for range 5 {
 			require.NoError(t, <-errs)
 		}
+	}
+}
+
+// The advisory lock's key is documented, so that an application's own
+// advisory locks can keep clear of it, and it is the one the script takes.
+func TestSchemaLockDocumented(t *testing.T) {
+	call := fmt.Sprintf("pg_advisory_xact_lock(%d)", pgstore.SchemaLock)
+	sql, err := pgstore.Schema("public.limits")
+	require.NoError(t, err)
+	require.Contains(t, sql, "SELECT "+call+";")
+	for _, page := range []string{"stores/postgres.md", "cli.md"} {
+		doc, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
+		require.NoError(t, err)
+		require.Contains(t, strings.Join(strings.Fields(string(doc)), " "), call, "docs/%s names the lock's key", page)
 	}
 }
