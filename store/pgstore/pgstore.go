@@ -51,6 +51,7 @@ package pgstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -173,6 +174,17 @@ var (
 	// The functions of earlier releases, which carry no mark, are the
 	// store's: see the SQL that Schema returns for how it tells them.
 	ErrNotStoreFunction = errors.New("pgstore: a function of the store's name is not the store's")
+	// ErrPermission is matched by the error of New when the database user
+	// lacks a privilege that the store needs: USAGE on the table's schema,
+	// EXECUTE on its functions (which PostgreSQL grants to PUBLIC unless
+	// revoked), or, without WithoutDDL, the right to create or change a
+	// schema that is not this release's. The error says what is missing
+	// and gives the GRANT that gives it, to run as the role that owns the
+	// table. (New does not check the privileges on the table, SELECT,
+	// INSERT, UPDATE and DELETE: a call that lacks one fails at once, where
+	// one of the functions fails only the calls that go through it, such
+	// as batches.)
+	ErrPermission = errors.New("pgstore: the database user lacks a privilege the store needs")
 	// ErrBadRecord is matched by the error of a call (Apply, ApplyBatch,
 	// Load) that met, in the store's table, a row that no release writes:
 	// a record of NaN or infinitely many tokens, or of a ts NULL or beyond
@@ -831,6 +843,10 @@ type schemaState struct {
 	// schema, as the SQL of Schema for a name without one makes them
 	// (see readSchema).
 	bare bool
+	// user is current_user; noExec the functions it may not execute
+	// (of n.sigs).
+	user   string
+	noExec []string
 }
 
 // current reports whether the schema is this release's: nothing to do.
@@ -857,8 +873,8 @@ func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	err := q.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
 		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
 		"EXISTS (SELECT FROM unnest($3::text[]) f JOIN pg_proc p ON p.oid = to_regprocedure(f) WHERE strpos(p.prosrc, $1) = 0), "+
-		tableCheck("to_regclass($1)")+", "+n.funcCheck(),
-		n.table, n.sigs, n.sigs[:splitFn]).Scan(&st.comment, &st.table, &st.fn, &st.bare, &why, &fns)
+		tableCheck("to_regclass($1)")+", "+n.funcCheck()+", current_user::text, "+privilegeCheck,
+		n.table, n.sigs, n.sigs[:splitFn]).Scan(&st.comment, &st.table, &st.fn, &st.bare, &why, &fns, &st.user, &st.noExec)
 	if why != nil {
 		st.foreign = *why
 	}
@@ -866,6 +882,49 @@ func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 		st.fns = *fns
 	}
 	return st, err
+}
+
+// privilegeCheck is an SQL expression of type text[]: the functions of $2
+// (regprocedures) that current_user may not execute; NULL for none, and
+// for a function that does not exist. The store's lone calls are plain
+// statements, which need none of them; its batches, Load, Delete and
+// DeleteExpired go through them, and every function that reads the table
+// calls _split and _pwait.
+const privilegeCheck = `(SELECT array_agg(u.f ORDER BY u.o) FROM unnest($2::text[]) WITH ORDINALITY u(f, o)
+		WHERE NOT has_function_privilege(to_regprocedure(u.f), 'EXECUTE'))`
+
+// codePermission is PostgreSQL's SQLSTATE insufficient_privilege.
+const codePermission = "42501"
+
+// permitted returns nil if st's user may execute every function of the
+// store, and otherwise the error, matching ErrPermission, that gives the
+// GRANT of those it may not.
+func (st schemaState) permitted(n names) error {
+	if st.noExec == nil {
+		return nil
+	}
+	user := pgx.Identifier{st.user}.Sanitize()
+	return fmt.Errorf("pgstore: the database user %s may not execute functions of the store of table %s: its lone calls would go through, "+
+		"and its batches, Load, Delete and DeleteExpired fail; grant it, as the role that owns them (GRANT EXECUTE ON FUNCTION %s TO %s): %w",
+		user, n.table, strings.Join(st.noExec, ", "), user, ErrPermission)
+}
+
+// mayNotUse returns the error, matching ErrPermission, of New reading the
+// schema of n, which the database user may not (err): use the table's
+// schema, most likely.
+func mayNotUse(ctx context.Context, q querier, n names, err error) error {
+	var (
+		user  string
+		usage *bool
+	)
+	if e := q.QueryRow(ctx, "SELECT current_user::text, (SELECT has_schema_privilege(s.oid, 'USAGE') FROM pg_namespace s WHERE s.nspname = $1)",
+		n.parts[0]).Scan(&user, &usage); e != nil || usage == nil || *usage {
+		return fmt.Errorf("pgstore: read the schema of %s: the database user may not (%w): %w", n.table, err, ErrPermission)
+	}
+	user = pgx.Identifier{user}.Sanitize()
+	schema := pgx.Identifier{n.parts[0]}.Sanitize()
+	return fmt.Errorf("pgstore: the database user %s may not use schema %s, table %s's (%w): grant it, as the role that owns the schema "+
+		"(GRANT USAGE ON SCHEMA %s TO %s), or give the store a table in another schema: %w", user, schema, n.table, err, schema, user, ErrPermission)
 }
 
 // The SQLSTATEs with which the schema's SQL refuses a relation of the
@@ -894,6 +953,10 @@ func notStoreFunction(table, fns string) error {
 // left as they are.
 func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
 	st, err := readSchema(ctx, s.pool, n)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codePermission {
+		return mayNotUse(ctx, s.pool, n, err)
+	}
 	if err != nil {
 		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
 	}
@@ -905,7 +968,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		return notStoreFunction(n.table, st.fns)
 	}
 	if st.current() {
-		return nil
+		return st.permitted(n)
 	}
 	if check {
 		apply := fmt.Sprintf("apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it), or let New install it (without WithoutDDL)", shellQuote(table))
@@ -936,19 +999,22 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		// not again, and replaces nothing that the stores of those
 		// processes use. What is not the store's, the script refuses.
 		if st, err := readSchema(ctx, tx, n); err != nil || st.current() {
-			return err
+			return cmp.Or(err, st.permitted(n))
 		}
 		_, err := tx.Exec(ctx, n.schema())
 		return err
 	})
 	// A relation or function made under the names since readSchema read
 	// them: the script's own checks refused them, under the lock.
-	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == codeNotStoreTable:
 		return notStoreTable(n.table, pe.Detail)
 	case errors.As(err, &pe) && pe.Code == codeNotStoreFunction:
 		return notStoreFunction(n.table, pe.Detail)
+	case errors.As(err, &pe) && pe.Code == codePermission:
+		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: the database user may not (%w): "+
+			"apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it) as the role that owns the table, "+
+			"and give New WithoutDDL; or run New as that role: %w", n.table, err, shellQuote(table), ErrPermission)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)
