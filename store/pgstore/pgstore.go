@@ -847,11 +847,22 @@ type schemaState struct {
 	// (of n.sigs).
 	user   string
 	noExec []string
+	// oldIndex: whether version 1's index on expires is on the table,
+	// made again by a process of version 1 that started after the
+	// upgrade; it rules out HOT updates, and the script drops it.
+	oldIndex bool
 }
 
 // current reports whether the schema is this release's: nothing to do.
 func (st schemaState) current() bool {
 	return st.table && st.foreign == "" && st.fns == "" && st.fn && !st.bare && st.comment == schemaVersion
+}
+
+// done reports whether New has nothing to install: the schema is this
+// release's and, but for a check (WithoutDDL), which changes nothing,
+// version 1's index is gone.
+func (st schemaState) done(check bool) bool {
+	return st.current() && (check || !st.oldIndex)
 }
 
 // readSchema reads, on q, what the database holds of n's schema, n a
@@ -873,8 +884,9 @@ func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	err := q.QueryRow(ctx, "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), ''), "+
 		"to_regclass($1) IS NOT NULL, NOT EXISTS (SELECT FROM unnest($2::text[]) f WHERE to_regprocedure(f) IS NULL), "+
 		"EXISTS (SELECT FROM unnest($3::text[]) f JOIN pg_proc p ON p.oid = to_regprocedure(f) WHERE strpos(p.prosrc, $1) = 0), "+
-		tableCheck("to_regclass($1)")+", "+n.funcCheck()+", current_user::text, "+privilegeCheck,
-		n.table, n.sigs, n.sigs[:splitFn]).Scan(&st.comment, &st.table, &st.fn, &st.bare, &why, &fns, &st.user, &st.noExec)
+		tableCheck("to_regclass($1)")+", "+n.funcCheck()+", current_user::text, "+privilegeCheck+", "+
+		"EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass($4) AND indrelid = to_regclass($1))",
+		n.table, n.sigs, n.sigs[:splitFn], n.oldIndex).Scan(&st.comment, &st.table, &st.fn, &st.bare, &why, &fns, &st.user, &st.noExec, &st.oldIndex)
 	if why != nil {
 		st.foreign = *why
 	}
@@ -967,7 +979,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	if st.fns != "" {
 		return notStoreFunction(n.table, st.fns)
 	}
-	if st.current() {
+	if st.done(check) {
 		return st.permitted(n)
 	}
 	if check {
@@ -998,7 +1010,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		// the lock (processes that start together): then the script runs
 		// not again, and replaces nothing that the stores of those
 		// processes use. What is not the store's, the script refuses.
-		if st, err := readSchema(ctx, tx, n); err != nil || st.current() {
+		if st, err := readSchema(ctx, tx, n); err != nil || st.done(false) {
 			return cmp.Or(err, st.permitted(n))
 		}
 		_, err := tx.Exec(ctx, n.schema())
