@@ -1002,7 +1002,11 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 				n.table, shellQuote(table), ErrSchema)
 		}
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// READ COMMITTED whatever default_transaction_isolation: under the
+	// lock, readSchema must see what was committed while this waited for
+	// it, where a snapshot of REPEATABLE READ or SERIALIZABLE, taken by
+	// the statement that waited, would not.
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}

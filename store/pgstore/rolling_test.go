@@ -204,34 +204,47 @@ func waitAdvisory(t *testing.T, pool *pgxpool.Pool, n int) {
 // schema, and waited for another's install) all succeed, and the schema
 // is installed once: a New that finds it installed once it holds the lock
 // runs nothing, so that it replaces no function that the stores made
-// meanwhile already call.
+// meanwhile already call. So too where the default isolation is
+// REPEATABLE READ or SERIALIZABLE: there the install's transaction took
+// its snapshot before it waited for the lock, did not see the install of
+// the process that held it, and installed again, every New of them.
 func TestConcurrentNew(t *testing.T) {
 	ctx := context.Background()
 	const procs = 4
-	tr := &tracer{}
-	pool := newPool(t, testserver.PostgresURL(t), tr)
-	table := uniqueTable(t, pool)
-	hold := newPool(t, testserver.PostgresURL(t), nil)
-	release := holdTables(t, hold)
-	errs := make(chan error, procs)
-	for range procs {
-		go func() {
-			_, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-			errs <- err
-		}()
+	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			tr := &tracer{}
+			cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			cfg.ConnConfig.Tracer = tr
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			table := uniqueTable(t, pool)
+			hold := newPool(t, testserver.PostgresURL(t), nil)
+			release := holdTables(t, hold)
+			errs := make(chan error, procs)
+			for range procs {
+				go func() {
+					_, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+					errs <- err
+				}()
+			}
+			waitAdvisory(t, hold, procs)
+			release()
+			for range procs {
+				require.NoError(t, <-errs)
+			}
+			installs := 0
+			for _, sql := range tr.sql {
+				if strings.Contains(sql, "CREATE TABLE IF NOT EXISTS") {
+					installs++
+				}
+			}
+			require.Equal(t, 1, installs, "the schema installed once")
+		})
 	}
-	waitAdvisory(t, hold, procs)
-	release()
-	for range procs {
-		require.NoError(t, <-errs)
-	}
-	installs := 0
-	for _, sql := range tr.sql {
-		if strings.Contains(sql, "CREATE TABLE IF NOT EXISTS") {
-			installs++
-		}
-	}
-	require.Equal(t, 1, installs, "the schema installed once")
 }
 
 // The script of Schema, applied by several migrations at once, each in a
