@@ -18,7 +18,9 @@ The application's pgstore.New runs the same SQL at start unless it is given
 pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
 SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
 transaction, which holds the lock it takes against installs beside it. Name
-the table's schema: a name without one is the table in the session's
+the table's schema (the default is public.ratelimit, the table that
+pgstore.New finds for its default name, ratelimit, along the usual
+search_path): a name without one is the table in the session's
 current_schema(), and the SQL refuses one that finds a relation in another
 schema along search_path; its functions then name the table without the
 schema, which pgstore.New installs again and refuses with WithoutDDL. It
@@ -34,6 +36,8 @@ connects to nothing.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&table, "table", pgstore.DefaultTable, `the store's table, as pgstore.WithTable takes it: "table" or "schema.table"`)
+	// The default names its schema: the SQL of a name without one makes
+	// functions that pgstore.New WithoutDDL refuses.
+	cmd.Flags().StringVar(&table, "table", "public."+pgstore.DefaultTable, `the store's table, as pgstore.WithTable takes it: "schema.table" (or "table", whose functions pgstore.New WithoutDDL refuses)`)
 	return cmd
 }
