@@ -98,6 +98,82 @@ func (t *Token) Charged(name string) float64 {
 	return n
 }
 
+// Key returns the store key the charge was made under: the key as the
+// store knows it, which is the caller's key only when the Limiter gave it
+// as it is. Under WithKeyHash it is the key's keyed hash, and without it a
+// key longer than 256 bytes is its digest form (docs/api.md#keys).
+func (t *Token) Key() string { return t.key }
+
+// ChargedAt returns when the charge was made, on the clock that decided
+// it (see Expires).
+func (t *Token) ChargedAt() time.Time { return time.UnixMilli(t.at) }
+
+// TokenItem is one shard a Token charged: the limit's name, the shard
+// and the tokens charged to it.
+type TokenItem struct {
+	Name   string  // the limit's name
+	Shard  int     // the shard charged, from 0
+	Amount float64 // the tokens charged to the shard
+}
+
+// Items returns what the token charged, shard by shard, in the order of
+// the charge: one item for an unsharded limit, two for a sharded one
+// (the two shards a call evaluates), for each limit of the call. The
+// slice is a copy, the caller's to keep.
+func (t *Token) Items() []TokenItem {
+	items := make([]TokenItem, len(t.items))
+	for i, it := range t.items {
+		items[i] = TokenItem{Name: it.name, Shard: it.shard, Amount: it.amount}
+	}
+	return items
+}
+
+// Signed reports whether the token carries a tag: it was made by a
+// Limiter with WithTokenKey. Whether the tag is valid is Verify's to say.
+func (t *Token) Signed() bool { return t.mac }
+
+// CarriesUse reports whether the token carries its use: it was taken
+// after its job was let run (Reservation.Token after Wait returned nil,
+// or after AfterFunc ran its function). Settling it does nothing, in any
+// process, and returns a *SettledError of kind driver.SettleUse. A token
+// used through the store (Use, Settle) does not carry it: the store's
+// mark does, which only a settlement reads.
+func (t *Token) CarriesUse() bool { return t.used }
+
+// Verify checks the token's tag as a Limiter with WithTokenKey(key,
+// accepted...) does before it settles the token: nil if the tag is valid
+// under key or under one of accepted, and an error matching
+// ErrInvalidToken if it is valid under none of them, or if the token
+// carries no tag (as a Limiter without WithUnsignedTokensAccepted
+// refuses it). A key shorter than MinKeySecret, which WithTokenKey
+// refuses, is an error matching ErrInvalidOption. It reads no store: a
+// valid tag says the token was made by a holder of the key, not that it
+// may still be settled.
+func (t *Token) Verify(key []byte, accepted ...[]byte) error {
+	keys := append([][]byte{key}, accepted...)
+	for i, k := range keys {
+		if len(k) < MinKeySecret {
+			what := "the key"
+			if i > 0 {
+				what = fmt.Sprintf("accepted key %d", i)
+			}
+			return fmt.Errorf("ratelimit: verify token: %s has %d bytes, fewer than %d, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
+				what, len(k), MinKeySecret, ErrInvalidOption)
+		}
+	}
+	if !t.mac {
+		return fmt.Errorf("ratelimit: token %x carries no tag: it was made by a Limiter without WithTokenKey (or its tag was stripped), and a Limiter with a token key refuses it unless given WithUnsignedTokensAccepted: %w", t.id[:4], ErrInvalidToken)
+	}
+	if t.verify(keys, false) != nil {
+		under := "the key given"
+		if len(keys) > 1 {
+			under = fmt.Sprintf("any of the %d keys given", len(keys))
+		}
+		return fmt.Errorf("ratelimit: token %x: its tag is not valid under %s: it was forged or altered, or signed with another key: %w", t.id[:4], under, ErrInvalidToken)
+	}
+	return nil
+}
+
 // shardsOf returns the fewest shards the named limit had when it charged
 // the token: one more than the highest shard of it the token charges.
 func (t *Token) shardsOf(name string) int {
