@@ -50,14 +50,8 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 // limit returns the selected limit's name and config, validated.
 func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	if f.file != "" {
-		var given []string
-		for _, name := range inlineFlags {
-			if f.fs.Changed(name) {
-				given = append(given, "--"+name)
-			}
-		}
-		if len(given) > 0 {
-			return "", ratelimit.Config{}, usagef("give a limit either by --limits and --name or inline (--kind, --rate, --period, ...), not both: %s with --limits", strings.Join(given, ", "))
+		if err := f.fileOnly(); err != nil {
+			return "", ratelimit.Config{}, err
 		}
 		limits, err := loadLimits(f.file)
 		if err != nil {
@@ -99,6 +93,40 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		name = "limit"
 	}
 	return name, cfg, nil
+}
+
+// fileOnly refuses the flags of an inline limit beside --limits.
+func (f *limitFlags) fileOnly() error {
+	var given []string
+	for _, name := range inlineFlags {
+		if f.fs.Changed(name) {
+			given = append(given, "--"+name)
+		}
+	}
+	if len(given) > 0 {
+		return usagef("give a limit either by --limits and --name or inline (--kind, --rate, --period, ...), not both: %s with --limits", strings.Join(given, ", "))
+	}
+	return nil
+}
+
+// all returns the limits the flags declare, for a command that settles
+// tokens, which name the limits they charged: every limit of the limits
+// file, or the one limit given inline, named by --name.
+func (f *limitFlags) all() (ratelimit.Limits, error) {
+	if f.file == "" {
+		name, cfg, err := f.limit()
+		if err != nil {
+			return nil, err
+		}
+		return ratelimit.Limits{name: cfg}, nil
+	}
+	if f.fs.Changed("name") {
+		return nil, usagef("--name with --limits: a token names the limits it charged, and every limit of %s is declared: leave --name out", f.file)
+	}
+	if err := f.fileOnly(); err != nil {
+		return nil, err
+	}
+	return loadLimits(f.file)
 }
 
 // loadLimits reads a limits file: YAML, or JSON of the same shape.

@@ -1,7 +1,8 @@
 // Command ratelimit shows what a limit does and operates limits in real
 // stores: simulate a limit on a timeline (and draw it), inspect or reset a
-// (name, key) in a store, and drive a store with load while checking that
-// no window grants more than its limit. See docs/cli.md.
+// (name, key) in a store, drive a store with load while checking that no
+// window grants more than its limit, and look into a reservation's or a
+// receipt's token or settle it by hand. See docs/cli.md.
 package main
 
 import (
@@ -42,15 +43,25 @@ func (e exitError) Unwrap() error { return e.err }
 const (
 	exitFailure     = 1
 	exitUsage       = 2
+	exitSettled     = 3   // token refund or use: a token was settled before, and nothing was done
+	exitExpired     = 4   // token refund or use: a token had expired, and nothing was done
 	exitInterrupted = 130 // 128 + SIGINT, as shells report a command that Ctrl-C ended
 )
 
 // run runs the command line args and returns the exit code: 0, 1 for a
-// failure, 2 for a usage error, 130 for a bench interrupted. Cancelling
-// ctx is what Ctrl-C does to a bench.
+// failure, 2 for a usage error, 3 and 4 for a token settled before or
+// expired, 130 for a bench interrupted. Cancelling ctx is what Ctrl-C
+// does to a bench.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runWith is run with stdin for standard input, which the token commands
+// read tokens from.
+func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
@@ -108,7 +119,7 @@ func version(info *debug.BuildInfo, ok bool) string {
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:               "ratelimit",
-		Short:             "Simulate, inspect, reset and load-test rate limits",
+		Short:             "Simulate, inspect, reset and load-test rate limits; look into and settle tokens",
 		Version:           version(debug.ReadBuildInfo()),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -130,8 +141,11 @@ func newRoot() *cobra.Command {
 	root.SuggestionsMinimumDistance = 2
 	root.SetVersionTemplate("ratelimit {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema())
+	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema(), newToken())
 	for _, c := range root.Commands() {
+		if c.HasSubCommands() {
+			continue // takes a command, or its help (token)
+		}
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("%s takes no arguments, only flags: got %q", cmd.Name(), args)

@@ -55,12 +55,31 @@ type storeFlags struct {
 const keySecretEnv = "RATELIMIT_KEY_SECRET"
 
 func (f *storeFlags) register(fs *pflag.FlagSet) {
+	f.registerURL(fs)
+	f.registerKeySecret(fs)
+	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: inspect, limit and reset end within it, bench's calls within it of the run's end")
+}
+
+// registerStore registers the flags of the store without --key-secret:
+// for the commands that settle tokens, which hold the key as the store
+// knows it.
+func (f *storeFlags) registerStore(fs *pflag.FlagSet) {
+	f.registerURL(fs)
+	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: to open it, and for each token's settlement")
+}
+
+// registerURL registers --store and the flags that name the store's part
+// of it.
+func (f *storeFlags) registerURL(fs *pflag.FlagSet) {
 	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2, postgres://... or 'host=... dbname=...', or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
+}
+
+// registerKeySecret registers --key-secret.
+func (f *storeFlags) registerKeySecret(fs *pflag.FlagSet) {
 	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
-	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: inspect, limit and reset end within it, bench's calls within it of the run's end")
 }
 
 // defaultTimeout is --timeout's default: far more than any store takes to
