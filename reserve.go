@@ -146,9 +146,13 @@ func (r *Reservation) Delay() time.Duration {
 // DefaultRefundTimeout) after the context's deadline, or after it saw the
 // context canceled, however slow the store. If its error does not match
 // ErrNotRefunded, the tokens were handed back (or a holder of the token
-// settled it first); if it does, the store did not hand them back in
-// that time, and the reservation may still hold them: call Cancel, which
-// hands them back and returns nil once they are.
+// settled it first), unless it matches ErrReservationUsed: the
+// reservation's own use, by an earlier Wait or AfterFunc whose answer was
+// lost, had reached the store, and the tokens are spent (no Cancel hands
+// them back; a Wait lets the job run). If it matches ErrNotRefunded, the
+// store did not hand them back in that time, and the reservation may
+// still hold them: call Cancel, which hands them back and returns nil
+// once they are.
 //
 // Once a token was taken, Wait marks the reservation used in the store,
 // and the job must not run if it returns an error: a holder of the token
@@ -216,10 +220,18 @@ func (r *Reservation) giveUp(ctx context.Context, err error) error {
 	} else {
 		cerr = r.Cancel(rctx)
 	}
-	// Handed back; or settled by a holder of the token (canceled: handed
-	// back; used: the job is the holder's), or the job let run: nothing
-	// the reservation holds is lost.
-	if cerr == nil || errors.Is(cerr, ErrAlreadySettled) || errors.Is(cerr, ErrReservationUsed) {
+	var se *SettledError
+	switch {
+	case errors.As(cerr, &se) && se.own && se.Kind == driver.SettleUse:
+		// The reservation's own use reached the store: an earlier Wait's
+		// or AfterFunc's, whose answer was lost. No cancel can hand the
+		// tokens back, and a Wait would let the job run: the caller must
+		// not take them for handed back.
+		return fmt.Errorf("%w; the tokens were not handed back: the reservation's own use (an earlier Wait or AfterFunc whose answer was lost) reached the store, and they are spent; a Wait with a live context lets the job run: %w", err, cerr)
+	case cerr == nil || errors.Is(cerr, ErrAlreadySettled) || errors.Is(cerr, ErrReservationUsed):
+		// Handed back; or settled by a holder of the token (canceled:
+		// handed back; used: the job is the holder's), or the job let
+		// run: nothing the reservation holds is lost.
 		return err
 	}
 	return fmt.Errorf("%w; %w: %w; call Cancel, with a context of your own, to hand them back", err, ErrNotRefunded, cerr)

@@ -1252,3 +1252,35 @@ func TestWithAfterFuncTimeoutOfZero(t *testing.T) {
 		assert.ErrorContains(t, err, "WithAfterFuncTimeout")
 	}
 }
+
+// A Wait that gives up after an earlier Wait's use reached the store, its
+// answer lost, cannot hand the tokens back: the store holds the use, and
+// its cancel finds it. It used to return the context's error alone, which
+// says the tokens are back and nothing is left to do, while the tokens
+// were spent and a Wait still let the job run. It says so now: the error
+// matches ErrReservationUsed beside the context's (not ErrNotRefunded:
+// no Cancel can hand them back).
+func TestWaitGivingUpAfterItsOwnLostUse(t *testing.T) {
+	ctx := context.Background()
+	store := &lostReplyStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	store.lose.Store(true)
+	require.Error(t, r.Wait(ctx), "the store took the use; its answer was lost")
+	store.lose.Store(false)
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	err = r.Wait(gone)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the tokens are spent, not handed back")
+	require.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "no Cancel can hand them back")
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Remaining, "spent")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+	require.NoError(t, r.Wait(ctx), "its own use: a Wait lets the job run")
+}
