@@ -137,9 +137,9 @@ func (r *Reservation) Delay() time.Duration {
 // *LimitError) or was canceled (ErrReservationCanceled). It gives up, and
 // hands the tokens back, when the context's deadline comes before the
 // job's time (at once, with an error matching context.DeadlineExceeded)
-// or the context is done while waiting (with the context's error). Use a
-// context made by the Limiter's clock (clock.WithTimeout) when that clock
-// is a mock.
+// or the context is done while waiting, or while the use is on its way to
+// the store (with the context's error). Use a context made by the
+// Limiter's clock (clock.WithTimeout) when that clock is a mock.
 //
 // Giving up, Wait returns once the tokens are handed back, and at most
 // the Limiter's refund timeout (WithRefundTimeout, default
@@ -147,12 +147,12 @@ func (r *Reservation) Delay() time.Duration {
 // context canceled, however slow the store. If its error does not match
 // ErrNotRefunded, the tokens were handed back (or a holder of the token
 // settled it first), unless it matches ErrReservationUsed: the
-// reservation's own use, by an earlier Wait or AfterFunc whose answer was
-// lost, had reached the store, and the tokens are spent (no Cancel hands
-// them back; a Wait lets the job run). If it matches ErrNotRefunded, the
-// store did not hand them back in that time, and the reservation may
-// still hold them: call Cancel, which hands them back and returns nil
-// once they are.
+// reservation's own use (Wait's, sent as its context ended, or an earlier
+// Wait's or AfterFunc's, its answer lost) had reached the store, and the
+// tokens are spent (no Cancel hands them back; a Wait lets the job run).
+// If it matches ErrNotRefunded, the store did not hand them back in that
+// time, and the reservation may still hold them: call Cancel, which hands
+// them back and returns nil once they are.
 //
 // Once a token was taken, Wait marks the reservation used in the store,
 // and the job must not run if it returns an error: a holder of the token
@@ -196,7 +196,19 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	} else if err := ctx.Err(); err != nil {
 		return r.giveUp(ctx, err)
 	}
-	return r.use(ctx, 0)
+	err := r.use(ctx, 0)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrAlreadySettled) &&
+		!errors.Is(err, ErrReservationCanceled) && !errors.Is(err, ErrReservationUsed) {
+		// The context ended while the use was on its way: the store did
+		// not take it, or took it and the answer was lost. Give up as
+		// while waiting: the refund hands the tokens back, or finds the
+		// use and says that they are spent.
+		if cerr := ctx.Err(); !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
+		return r.giveUp(ctx, err)
+	}
+	return err
 }
 
 // giveUp hands the tokens back for a Wait that gives up with err because
@@ -223,11 +235,12 @@ func (r *Reservation) giveUp(ctx context.Context, err error) error {
 	var se *SettledError
 	switch {
 	case errors.As(cerr, &se) && se.own && se.Kind == driver.SettleUse:
-		// The reservation's own use reached the store: an earlier Wait's
-		// or AfterFunc's, whose answer was lost. No cancel can hand the
-		// tokens back, and a Wait would let the job run: the caller must
-		// not take them for handed back.
-		return fmt.Errorf("%w; the tokens were not handed back: the reservation's own use (an earlier Wait or AfterFunc whose answer was lost) reached the store, and they are spent; a Wait with a live context lets the job run: %w", err, cerr)
+		// The reservation's own use reached the store: this Wait's, sent
+		// as its context ended, or an earlier Wait's or AfterFunc's, its
+		// answer lost. No cancel can hand the tokens back, and a Wait
+		// would let the job run: the caller must not take them for
+		// handed back.
+		return fmt.Errorf("%w; the tokens were not handed back: the reservation's own use (this Wait's, or an earlier Wait's or AfterFunc's, its answer lost) reached the store, and they are spent; a Wait with a live context lets the job run: %w", err, cerr)
 	case cerr == nil || errors.Is(cerr, ErrAlreadySettled) || errors.Is(cerr, ErrReservationUsed):
 		// Handed back; or settled by a holder of the token (canceled:
 		// handed back; used: the job is the holder's), or the job let

@@ -1284,3 +1284,107 @@ func TestWaitGivingUpAfterItsOwnLostUse(t *testing.T) {
 	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
 	require.NoError(t, r.Wait(ctx), "its own use: a Wait lets the job run")
 }
+
+// useThenStallStore is a memstore whose next use, once armed, takes
+// effect and then waits for its context to end, failing with the
+// context's error: the reply of a use the store took, lost as the
+// caller's context ended (a Redis command sent, then canceled).
+type useThenStallStore struct {
+	*memstore.Store
+	armed   atomic.Bool
+	arrived chan struct{}
+}
+
+func (s *useThenStallStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if op.Settle == nil || op.Settle.Kind != driver.SettleUse || !s.armed.CompareAndSwap(true, false) {
+		return s.Store.Apply(ctx, op, out)
+	}
+	if err := s.Store.Apply(ctx, op, out); err != nil {
+		return err
+	}
+	close(s.arrived)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A Wait whose context ends while its use is on its way to the store
+// gives up as one whose context ends while it waits for the job's time:
+// it hands the tokens back, or says why not. It used to return the
+// store's error, which matched the context's and not ErrNotRefunded, so
+// that by Wait's doc the tokens were back, while the reservation held
+// them, and a caller that dropped it lost them. If the store took the
+// use before the context ended, the error says the tokens are spent.
+func TestWaitWhoseContextEndsWhileItsUseIsOnItsWay(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		deadline bool // the context's deadline passes; else it is canceled
+		landed   bool // the store took the use before the context ended
+	}{
+		{"canceled", false, false},
+		{"deadline", true, false},
+		{"canceled, the use taken", false, true},
+		{"deadline, the use taken", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock := newMock()
+			hook := &settleHookStore{Store: must(memstore.New()), kind: driver.SettleUse}
+			landed := &useThenStallStore{Store: hook.Store, arrived: make(chan struct{})}
+			var store ratelimit.Store = hook
+			if tc.landed {
+				store = landed
+			}
+			lim := must(ratelimit.New(store, ratelimit.Limits{
+				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+			}, ratelimit.WithClock(mock)))
+			remaining := func() float64 {
+				st, err := lim.Value(ctx, "jobs", "k")
+				require.NoError(t, err)
+				return st.Remaining
+			}
+			r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+			require.NoError(t, err)
+
+			wctx, cancel := context.WithCancel(ctx)
+			if tc.deadline {
+				wctx, cancel = mock.WithTimeout(ctx, time.Second)
+			}
+			defer cancel()
+			var arrived <-chan struct{}
+			if tc.landed {
+				landed.armed.Store(true)
+				arrived = landed.arrived
+			} else {
+				st := hook.stall(t)
+				ch := make(chan struct{})
+				go func() { <-st.arrived; close(ch) }()
+				arrived = ch
+			}
+			done := make(chan error, 1)
+			go func() { done <- r.Wait(wctx) }()
+			<-arrived
+			if tc.deadline {
+				mock.Add(time.Second)
+			} else {
+				cancel()
+			}
+			err = <-done
+			if tc.deadline {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			} else {
+				require.ErrorIs(t, err, context.Canceled)
+			}
+			require.NotErrorIs(t, err, ratelimit.ErrNotRefunded)
+			if tc.landed {
+				require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the use was taken: the tokens are spent")
+				assert.Equal(t, 6.0, remaining())
+				require.NoError(t, r.Wait(ctx), "its own use: a Wait lets the job run")
+				return
+			}
+			assert.Equal(t, 10.0, remaining(), "handed back")
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+			require.NoError(t, r.Cancel(ctx))
+			assert.Equal(t, 10.0, remaining(), "handed back once")
+		})
+	}
+}
