@@ -459,7 +459,12 @@ func (r *Reservation) tokenLimits() []*limit {
 // To have the tokens back unless fn runs, call Cancel: the store settles
 // the reservation once, so either the use comes first (fn runs, and
 // Cancel returns an error matching ErrReservationUsed) or the cancel does
-// (the tokens come back, and fn does not run).
+// (the tokens come back, and fn does not run). One case is neither: the
+// store took the use, and its answer never came back (a store failure,
+// or an answer past the AfterFunc timeout). Then fn does not run (which
+// is logged), Cancel returns a *SettledError matching ErrReservationUsed,
+// the tokens are spent, and a new AfterFunc or a Wait runs the job on
+// them.
 //
 // Unlike time.AfterFunc, whose calls are independent, AfterFunc schedules
 // the reservation's one job: it schedules nothing, and returns an error

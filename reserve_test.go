@@ -1388,3 +1388,48 @@ func TestWaitWhoseContextEndsWhileItsUseIsOnItsWay(t *testing.T) {
 		})
 	}
 }
+
+// An AfterFunc whose use the store takes, its answer coming back only
+// past the AfterFunc timeout, does not run its function, though the use
+// is in the store: a Cancel then finds the use and returns an error
+// matching ErrReservationUsed without the function having run (the
+// tokens are spent), and a new AfterFunc runs the job on them. So an
+// ErrReservationUsed from Cancel does not by itself say that the function
+// ran.
+func TestCancelAfterAnAfterFuncUseAnsweredTooLate(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &useThenStallStore{Store: must(memstore.New()), arrived: make(chan struct{})}
+	var logs bytes.Buffer
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(3*time.Second),
+		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	store.armed.Store(true)
+	stop, err := r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	fired := make(chan struct{})
+	go func() { mock.Add(0); close(fired) }()
+	<-store.arrived // the store took the use; its answer waits
+	assert.False(t, stop(ctx))
+	mock.Add(3 * time.Second)
+	<-fired
+	mock.Set(t0.Add(3 * time.Second))
+	require.Zero(t, runs.Load(), "no answer within the timeout: the function does not run")
+	assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+
+	err = r.Cancel(ctx)
+	require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the store holds the use")
+	require.Zero(t, runs.Load())
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Remaining, "spent")
+
+	_, err = r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	mock.Add(0)
+	require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
+}
