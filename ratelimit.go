@@ -256,7 +256,8 @@ func WithAfterFuncTimeout(d time.Duration) Option {
 // accepted key equal to key, or to another accepted key): a rotation's
 // keys are two different secrets, and two equal ones mean a
 // configuration that did not change what it meant to. Given twice, the
-// last WithTokenKey counts, accepted keys and all.
+// last WithTokenKey counts, accepted keys and all; one with a bad key
+// makes New fail wherever it stands, the last or not.
 func WithTokenKey(key []byte, accepted ...[]byte) Option {
 	return func(l *Limiter) {
 		if len(key) < MinKeySecret {
@@ -300,7 +301,8 @@ func WithTokenKey(key []byte, accepted ...[]byte) Option {
 // whose tag is not valid under any of its keys.
 //
 // While it is on, tokens are not authenticated at all: anyone can strip a
-// token's tag and forge one, as without a key. Turn it on only for the
+// token's tag and forge one, as without a key, and forged tokens lift the
+// limits of any key they name (see Token). Turn it on only for the
 // move, and off again once every unsigned token has expired
 // (docs/reservations.md, "Rotating the token key"). Without WithTokenKey
 // it changes nothing.

@@ -33,9 +33,13 @@ const DefaultSettleWindow = 15 * time.Minute
 // or UnmarshalText read it back.
 //
 // A Token is a capability: whoever holds it can settle it, and a forged
-// one could hand back tokens never charged (up to each limit's capacity).
-// Keep tokens where only your workers read them, or authenticate them
-// with WithTokenKey, whose keys may be rotated.
+// one hands back tokens never charged. Each forged token hands back at
+// most each limit's capacity, but a forger makes as many as it likes,
+// each with a new ID: it can refill any key of any limit it names, again
+// and again, which lifts the limit; and the store keeps the mark of each
+// until the Expires the forger chose. Keep tokens where only your workers
+// read them, or authenticate them with WithTokenKey, whose keys may be
+// rotated (and do not leave WithUnsignedTokensAccepted on).
 //
 // A reservation's token taken after its job was let run (Reservation.Token
 // after Wait returned nil, or after AfterFunc ran its function) carries

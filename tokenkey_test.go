@@ -1,7 +1,11 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -293,4 +297,71 @@ func TestUnsignedTokensAccepted(t *testing.T) {
 	err := signed.Use(ctx, token(plain))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidToken)
 	assert.Contains(t, err.Error(), "WithUnsignedTokensAccepted", "the message names the way out")
+}
+
+// What a forger can do where unsigned tokens are taken (a Limiter without
+// a key, or one WithUnsignedTokensAccepted): a signed token stripped of
+// its tag settles, and forged tokens, each with a new ID, refill a key
+// as often as the forger likes, a capacity at a time, past any limit; the
+// mark of each stays in the store as long as the forged token says. A
+// Limiter with the key alone refuses them all. The docs said a forged
+// token hands back no more than a limit's capacity, which reads as a
+// bound: it bounds one token, not the forger.
+func TestUnsignedTokensAcceptedLetAForgerLiftTheLimit(t *testing.T) {
+	ctx := context.Background()
+	clk := newMock()
+	store := must(memstore.New())
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+	moving := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(newTokenKey), ratelimit.WithUnsignedTokensAccepted()))
+	signed := must(ratelimit.New(store, limits, ratelimit.WithClock(clk), ratelimit.WithTokenKey(newTokenKey)))
+
+	r, err := moving.Reserve(ctx, "jobs", "other")
+	require.NoError(t, err)
+	raw, err := base64.RawURLEncoding.DecodeString(r.Token().String())
+	require.NoError(t, err)
+	raw[1] &^= 1 // the tag flag
+	stripped, err := ratelimit.ParseToken(base64.RawURLEncoding.EncodeToString(raw[:len(raw)-16]))
+	require.NoError(t, err)
+	require.ErrorIs(t, signed.Refund(ctx, stripped), ratelimit.ErrInvalidToken)
+	require.NoError(t, moving.Refund(ctx, stripped), "the tag stripped, the token settles")
+
+	const years = 30 * 365 * 24 * time.Hour
+	granted := 0
+	for i := range 5 {
+		for {
+			res, err := moving.Limit(ctx, "jobs", "k")
+			require.NoError(t, err)
+			if !res.OK {
+				break
+			}
+			granted++
+		}
+		// A token made by hand, unsigned, with a new ID each time: 10
+		// tokens of key "k" charged now, settled for decades.
+		forged, err := ratelimit.ParseToken(forgedToken(byte(i+1), clk.Now().UnixMilli(), uint64(years.Milliseconds()), 10))
+		require.NoError(t, err)
+		require.ErrorIs(t, signed.Refund(ctx, forged), ratelimit.ErrInvalidToken)
+		require.NoError(t, moving.Refund(ctx, forged))
+		assert.Greater(t, forged.Expires(), clk.Now().Add(years-time.Hour), "its mark lives as long as it says")
+	}
+	assert.Equal(t, 50, granted, "five capacities of 10 in one window")
+}
+
+// forgedToken returns the text form of an unsigned token made by hand,
+// with an ID of id: amount tokens of limit "jobs", shard 0, key "k",
+// charged at at (Unix ms), settled until ms later.
+func forgedToken(id byte, at int64, until uint64, amount float64) string {
+	b := []byte{1, 0} // version, flags: no tag
+	b = append(b, bytes.Repeat([]byte{id}, 16)...)
+	b = binary.AppendVarint(b, at)
+	b = binary.AppendUvarint(b, 0)
+	b = binary.AppendUvarint(b, until)
+	b = binary.AppendUvarint(b, 1)
+	b = append(b, 'k')
+	b = binary.AppendUvarint(b, 1)
+	b = binary.AppendUvarint(b, 4)
+	b = append(b, "jobs"...)
+	b = binary.AppendUvarint(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(amount))
+	return base64.RawURLEncoding.EncodeToString(b)
 }
