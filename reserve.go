@@ -306,6 +306,12 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		// which may be the holder too.
 		r.used, r.held = true, true
 		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
+	case errors.As(err, &se) && se.Kind != driver.SettleCancel:
+		// A mark of a kind no Limiter writes (something else wrote the
+		// store's keys): settled, how the mark cannot say; the job is
+		// not this reservation's to run.
+		r.canceled = true
+		return fmt.Errorf("ratelimit: limit %q: settled before: %w", r.res.Name, err)
 	case errors.As(err, &se) && se.own:
 		r.canceled = true
 		return fmt.Errorf("ratelimit: limit %q: canceled by a Cancel of the reservation (one under way, or an earlier one whose answer was lost): %w", r.res.Name, err)

@@ -466,6 +466,17 @@ func TestSettledOfAnUnknownKind(t *testing.T) {
 	require.NotErrorIs(t, err, ratelimit.ErrReservationCanceled)
 	require.NotContains(t, err.Error(), "(used)")
 	require.ErrorContains(t, err, "SettleKind(3), which no Limiter writes")
+
+	// The owner's Wait does not run the job, and does not say who
+	// canceled it: nobody did, that the mark can tell.
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.NotNil(t, r.Token(), "a token taken: the use goes through the store")
+	err = r.Wait(ctx)
+	require.ErrorIs(t, err, ratelimit.ErrAlreadySettled)
+	require.NotErrorIs(t, err, ratelimit.ErrReservationCanceled)
+	require.NotContains(t, err.Error(), "canceled by")
+	require.ErrorContains(t, err, "SettleKind(3), which no Limiter writes")
 }
 
 // A token whose expiry lies beyond driver.MaxTime is refused by ParseToken
