@@ -127,16 +127,7 @@ func newRoot() *cobra.Command {
 		// The root runs only to refuse a command it does not know, as a
 		// usage error, or to print its help.
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "run 'ratelimit --help' for the commands"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = fmt.Sprintf("did you mean %q?", s[0])
-			}
-			return usagef("unknown command %q: %s", args[0], hint)
-		},
+		RunE: helpOrUnknown("", "run 'ratelimit --help' for the commands"),
 	}
 	root.SuggestionsMinimumDistance = 2
 	root.SetVersionTemplate("ratelimit {{.Version}}\n")
@@ -154,4 +145,24 @@ func newRoot() *cobra.Command {
 		}
 	}
 	return root
+}
+
+// helpOrUnknown is the RunE of a command that only groups others (the
+// root, or of what, such as "token"): with no arguments it prints its
+// help; given one it does not know, a usage error that suggests a near
+// name, or hint.
+func helpOrUnknown(of, hint string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		why := hint
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			why = fmt.Sprintf("did you mean %q?", s[0])
+		}
+		if of != "" {
+			return usagef("unknown command %q for \"ratelimit %s\": %s", args[0], of, why)
+		}
+		return usagef("unknown command %q: %s", args[0], why)
+	}
 }

@@ -362,15 +362,7 @@ func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
 	}
 
 	// Spend through the library on the same store, then look.
-	sf := storeFlags{url: storeArgs[1], prefix: redisstore.DefaultPrefix, table: pgstore.DefaultTable, bucket: boltstore.DefaultBucket}
-	for i := 2; i+1 < len(storeArgs); i += 2 {
-		switch storeArgs[i] {
-		case "--prefix":
-			sf.prefix = storeArgs[i+1]
-		case "--table":
-			sf.table = storeArgs[i+1]
-		}
-	}
+	sf := storeFlagsOf(storeArgs)
 	store, closeStore, err := sf.open(ctx, mayCreate)
 	require.NoError(t, err)
 	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Shards: 2}})
@@ -1117,4 +1109,20 @@ func TestSimulateSVGUnwritable(t *testing.T) {
 	err := simulate(ctx, io.Discard, &limitFlags{}, "limit", cfg, []request{{at: time.Minute, count: 1}}, svg, 1)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoFileExists(t, svg)
+}
+
+// storeFlagsOf returns the store flags that the command-line arguments
+// storeArgs ("--store", URL, then "--prefix" or "--table" and a value)
+// set, for a test to open the store the command opens.
+func storeFlagsOf(storeArgs []string) storeFlags {
+	sf := storeFlags{url: storeArgs[1], prefix: redisstore.DefaultPrefix, table: pgstore.DefaultTable, bucket: boltstore.DefaultBucket}
+	for i := 2; i+1 < len(storeArgs); i += 2 {
+		switch storeArgs[i] {
+		case "--prefix":
+			sf.prefix = storeArgs[i+1]
+		case "--table":
+			sf.table = storeArgs[i+1]
+		}
+	}
+	return sf
 }

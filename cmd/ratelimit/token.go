@@ -400,16 +400,7 @@ func newToken() *cobra.Command {
 		Use:   "token",
 		Short: "Look into a reservation's or a receipt's token, or settle it by hand: inspect, refund, use",
 		Args:  cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "run 'ratelimit token --help' for its commands"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = fmt.Sprintf("did you mean %q?", s[0])
-			}
-			return usagef("unknown command %q for \"ratelimit token\": %s", args[0], hint)
-		},
+		RunE:  helpOrUnknown("token", "run 'ratelimit token --help' for its commands"),
 	}
 	cmd.SuggestionsMinimumDistance = 2
 	cmd.AddCommand(newTokenInspect(), newTokenSettle("refund"), newTokenSettle("use"))

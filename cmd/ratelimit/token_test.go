@@ -15,10 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
-	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
-	"github.com/ratelimit-go/ratelimit/store/pgstore"
-	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -357,15 +354,7 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	keyB := writeFile(t, dir, "b.key", tokenKeyB)
 	key := fmt.Sprint("cli-token-", time.Now().UnixNano())
 
-	sf := storeFlags{url: storeArgs[1], prefix: redisstore.DefaultPrefix, table: pgstore.DefaultTable, bucket: boltstore.DefaultBucket}
-	for i := 2; i+1 < len(storeArgs); i += 2 {
-		switch storeArgs[i] {
-		case "--prefix":
-			sf.prefix = storeArgs[i+1]
-		case "--table":
-			sf.table = storeArgs[i+1]
-		}
-	}
+	sf := storeFlagsOf(storeArgs)
 	store, closeStore, err := sf.open(ctx, mayCreate)
 	require.NoError(t, err)
 	lim := must(ratelimit.New(store, signupLimits, ratelimit.WithTokenKey([]byte(tokenKeyA))))
