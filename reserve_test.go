@@ -28,6 +28,14 @@ func newReserveLimiter(t *testing.T, cfg ratelimit.Config) (*ratelimit.Limiter, 
 	return lim, mock
 }
 
+// jobsLimiter returns a Limiter over store, on a mock clock, of the limit
+// "jobs": a fixed window of 10 a minute from t0.
+func jobsLimiter(store ratelimit.Store) *ratelimit.Limiter {
+	return must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+}
+
 // advanceUntil moves the mock clock forward in steps until done is closed
 // (or the clock has moved by limit), and returns the clock's time then.
 func advanceUntil(t *testing.T, mock *clock.Mock, done <-chan struct{}, step, limit time.Duration) time.Time {
@@ -745,9 +753,7 @@ func (s *lostReplyStore) Apply(ctx context.Context, op *driver.Op, out []driver.
 func TestWaitRetriedAfterALostReply(t *testing.T) {
 	ctx := context.Background()
 	store := &lostReplyStore{Store: must(memstore.New())}
-	lim := must(ratelimit.New(store, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(store)
 	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
 	require.NoError(t, err)
 	store.lose.Store(true)
@@ -767,9 +773,7 @@ func TestWaitRetriedAfterALostReply(t *testing.T) {
 func TestCancelRetriedAfterALostReply(t *testing.T) {
 	ctx := context.Background()
 	store := &lostReplyStore{Store: must(memstore.New())}
-	lim := must(ratelimit.New(store, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(store)
 	value := func() float64 {
 		st, err := lim.Value(ctx, "jobs", "k")
 		require.NoError(t, err)
@@ -1024,9 +1028,7 @@ func TestReservationStoreCallsHoldNoLock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := &settleHookStore{Store: must(memstore.New()), kind: tc.stall}
-			lim := must(ratelimit.New(store, ratelimit.Limits{
-				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-			}, ratelimit.WithClock(newMock())))
+			lim := jobsLimiter(store)
 			remaining := func() float64 {
 				st, err := lim.Value(ctx, "jobs", "k")
 				require.NoError(t, err)
@@ -1263,9 +1265,7 @@ func TestWithAfterFuncTimeoutOfZero(t *testing.T) {
 func TestWaitGivingUpAfterItsOwnLostUse(t *testing.T) {
 	ctx := context.Background()
 	store := &lostReplyStore{Store: must(memstore.New())}
-	lim := must(ratelimit.New(store, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(store)
 	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
 	require.NoError(t, err)
 	store.lose.Store(true)

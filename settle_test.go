@@ -432,9 +432,7 @@ func (s *settledAsStore) Apply(ctx context.Context, op *driver.Op, out []driver.
 // tokens handed back, though the store did nothing.
 func TestSettlementNeitherDoneNorSettled(t *testing.T) {
 	ctx := context.Background()
-	lim := must(ratelimit.New(&settledAsStore{Store: must(memstore.New()), kind: 0}, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(&settledAsStore{Store: must(memstore.New()), kind: 0})
 	for _, settle := range []func(*ratelimit.Token) error{
 		func(tok *ratelimit.Token) error { return lim.Use(ctx, tok) },
 		func(tok *ratelimit.Token) error { return lim.Refund(ctx, tok) },
@@ -455,9 +453,7 @@ func TestSettlementNeitherDoneNorSettled(t *testing.T) {
 // ErrReservationUsed nor ErrReservationCanceled.
 func TestSettledOfAnUnknownKind(t *testing.T) {
 	ctx := context.Background()
-	lim := must(ratelimit.New(&settledAsStore{Store: must(memstore.New()), kind: 3}, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(&settledAsStore{Store: must(memstore.New()), kind: 3})
 	r, err := lim.Reserve(ctx, "jobs", "k")
 	require.NoError(t, err)
 	err = lim.Use(ctx, r.Token())
@@ -619,9 +615,7 @@ func TestHolderRetriedWithItsSettler(t *testing.T) {
 // SettleOption changes nothing.
 func TestSettlerOfZeroIsRefused(t *testing.T) {
 	ctx := context.Background()
-	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(must(memstore.New()))
 	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
 	require.NoError(t, err)
 	tok := r.Token()
@@ -645,9 +639,7 @@ func TestSettlerOfZeroIsRefused(t *testing.T) {
 // job does not run twice.
 func TestSettlerOfATokenTakenAfterTheJobRan(t *testing.T) {
 	ctx := context.Background()
-	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(newMock())))
+	lim := jobsLimiter(must(memstore.New()))
 	r, err := lim.Reserve(ctx, "jobs", "k")
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(ctx))
