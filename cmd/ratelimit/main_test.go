@@ -471,8 +471,16 @@ func cleanRedis(t *testing.T, c redis.UniversalClient, prefix string) {
 }
 
 func TestInspectResetPostgres(t *testing.T) {
-	url := testserver.PostgresURL(t)
-	table := fmt.Sprintf("ratelimit_cli_test_%d", time.Now().UnixNano())
+	url, table := postgresTable(t, "ratelimit_cli_test_")
+	inspectReset(t, fmt.Sprintf("table %q does not exist in this database: check --table", table), "--store", url, "--table", table)
+}
+
+// postgresTable returns the local PostgreSQL server's URL and a fresh
+// table name of prefix, whose table and functions are dropped when the
+// test ends.
+func postgresTable(t *testing.T, prefix string) (url, table string) {
+	url = testserver.PostgresURL(t)
+	table = fmt.Sprint(prefix, time.Now().UnixNano())
 	t.Cleanup(func() {
 		ctx := context.Background()
 		pool, err := pgxpool.New(ctx, url)
@@ -480,7 +488,7 @@ func TestInspectResetPostgres(t *testing.T) {
 		defer pool.Close()
 		dropTable(t, pool, table)
 	})
-	inspectReset(t, fmt.Sprintf("table %q does not exist in this database: check --table", table), "--store", url, "--table", table)
+	return url, table
 }
 
 // dropTable drops a store's table and functions.

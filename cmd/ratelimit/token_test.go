@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/require"
 )
@@ -497,15 +495,7 @@ func TestTokenSettleRedis(t *testing.T) {
 }
 
 func TestTokenSettlePostgres(t *testing.T) {
-	url := testserver.PostgresURL(t)
-	table := fmt.Sprintf("ratelimit_cli_token_%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		ctx := context.Background()
-		pool, err := pgxpool.New(ctx, url)
-		require.NoError(t, err)
-		defer pool.Close()
-		dropTable(t, pool, table)
-	})
+	url, table := postgresTable(t, "ratelimit_cli_token_")
 	tokenSettle(t, "--store", url, "--table", table)
 }
 
