@@ -280,13 +280,18 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		defer cancel()
 	}
 	err := r.lim.settle(ctx, tok, r.tokenLimits(), driver.SettleUse, 0, true, settler)
-	if err != nil && timeout > 0 && ctx.Err() != nil {
+	// late: AfterFunc's bound passed before the store's answer came.
+	late := timeout > 0 && ctx.Err() != nil
+	var se *SettledError
+	if err != nil && late && !errors.As(err, &se) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
 		err = fmt.Errorf("ratelimit: limit %q: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v; it may have taken it, which a new AfterFunc or Wait finds its own: %w", r.res.Name, timeout, err)
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var se *SettledError
 	switch {
 	case err == nil, errors.As(err, &se) && se.Kind == driver.SettleUse && se.own:
 		// Marked used; or this reservation's own use, taken by the store
@@ -297,6 +302,14 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 			// run after a Cancel that returned nil. (The store settles
 			// once: this is the only way both can succeed.)
 			return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+		}
+		if late {
+			// The store took the use, but said so past the bound: the
+			// job is not run that late. The use is the reservation's
+			// own in the store, as when its answer is lost: a new
+			// AfterFunc or a Wait finds it and runs the job.
+			return fmt.Errorf("ratelimit: limit %q: AfterFunc: the store marked the reservation used, but answered past the AfterFunc timeout (WithAfterFuncTimeout) of %v, and the job is not run that late: the tokens are spent; a new AfterFunc or a Wait of the reservation finds the use its own and runs the job: %w: %w",
+				r.res.Name, timeout, context.DeadlineExceeded, ErrReservationUsed)
 		}
 		r.used = true
 		return nil
@@ -496,9 +509,11 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool,
 		switch {
 		case err == nil:
 			fn()
-		case errors.Is(err, ErrReservationCanceled), errors.Is(err, ErrReservationUsed), errors.Is(err, ErrAlreadySettled):
+		case !errors.Is(err, context.DeadlineExceeded) &&
+			(errors.Is(err, ErrReservationCanceled) || errors.Is(err, ErrReservationUsed) || errors.Is(err, ErrAlreadySettled)):
 			// Settled by a Cancel, or by a holder of the token: the job
-			// is not this AfterFunc's to run.
+			// is not this AfterFunc's to run. (A use the store took past
+			// the bound matches ErrReservationUsed, and is a failure.)
 		case r.lim.logger != nil:
 			// No one else learns that the job was dropped.
 			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back",

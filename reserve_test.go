@@ -1288,11 +1288,14 @@ func TestWaitGivingUpAfterItsOwnLostUse(t *testing.T) {
 // useThenStallStore is a memstore whose next use, once armed, takes
 // effect and then waits for its context to end, failing with the
 // context's error: the reply of a use the store took, lost as the
-// caller's context ended (a Redis command sent, then canceled).
+// caller's context ended (a Redis command sent, then canceled). With
+// answerOK, it answers nil then instead: a store that says it took the
+// use only once the caller's bound has passed.
 type useThenStallStore struct {
 	*memstore.Store
-	armed   atomic.Bool
-	arrived chan struct{}
+	armed    atomic.Bool
+	arrived  chan struct{}
+	answerOK bool
 }
 
 func (s *useThenStallStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
@@ -1304,6 +1307,9 @@ func (s *useThenStallStore) Apply(ctx context.Context, op *driver.Op, out []driv
 	}
 	close(s.arrived)
 	<-ctx.Done()
+	if s.answerOK {
+		return nil
+	}
 	return ctx.Err()
 }
 
@@ -1428,6 +1434,47 @@ func TestCancelAfterAnAfterFuncUseAnsweredTooLate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 6.0, st.Remaining, "spent")
 
+	_, err = r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	mock.Add(0)
+	require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
+}
+
+// An AfterFunc whose use the store takes, and says so (nil) only past
+// the AfterFunc timeout, does not run its function that late: the
+// timeout is how late a job may run for a slow store. The function used
+// to run, as late as the store answered. The tokens are spent (Cancel
+// says so), the failure is logged, and a new AfterFunc finds the use its
+// own and runs the job.
+func TestAfterFuncUseAnsweredOKPastTheTimeout(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &useThenStallStore{Store: must(memstore.New()), arrived: make(chan struct{}), answerOK: true}
+	var logs bytes.Buffer
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(3*time.Second),
+		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	store.armed.Store(true)
+	_, err = r.AfterFunc(func() { runs.Add(1) })
+	require.NoError(t, err)
+	fired := make(chan struct{})
+	go func() { mock.Add(0); close(fired) }()
+	<-store.arrived // the store took the use; its answer waits for the bound
+	mock.Add(3 * time.Second)
+	<-fired
+	mock.Set(t0.Add(3 * time.Second))
+	require.Zero(t, runs.Load(), "the store answered past the timeout: the function does not run that late")
+	assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+	assert.Contains(t, logs.String(), "WithAfterFuncTimeout")
+
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, "the store holds the use")
+	st, err := lim.Value(ctx, "jobs", "k")
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, st.Remaining, "spent")
 	_, err = r.AfterFunc(func() { runs.Add(1) })
 	require.NoError(t, err)
 	mock.Add(0)
