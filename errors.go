@@ -22,8 +22,9 @@ var (
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
 	// ErrInvalidOption is matched by the error of New given a bad
 	// argument: no store, or an option such as WithKeyHash with a short
-	// secret; by that of Reservation.AfterFunc given a nil function; and
-	// by that of Use, Refund or Settle given Settler with an all-zero ID.
+	// secret; by that of Reservation.AfterFunc given a nil function, or
+	// OnDropped(nil); and by that of Use, Refund or Settle given Settler
+	// with an all-zero ID.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")
@@ -52,7 +53,12 @@ var (
 	// then. The error matches the context's error too. The reservation
 	// may still hold its tokens: call Cancel, with a context of your own,
 	// to hand them back; it returns nil once they are (also when the store
-	// took the refund of Wait after all).
+	// took the refund of Wait after all). It is matched too by the error
+	// that Reservation.AfterFunc gives an OnDropped function when the
+	// store failed to mark the reservation used, or did not answer within
+	// the AfterFunc timeout: AfterFunc hands nothing back, and the store
+	// may have taken the use (Cancel then says the tokens are spent) or
+	// not.
 	ErrNotRefunded = errors.New("ratelimit: the reservation's tokens were not handed back")
 	// ErrAlreadySettled is matched by the error of Use, Refund, Settle or
 	// Reservation.Cancel on a token settled before (a *SettledError): the

@@ -102,7 +102,8 @@ func WithPhaseSeed(seed uint64) Option { return func(l *Limiter) { l.seed = seed
 // WithLogger sets a logger for store failures (Warn), the breaker opening
 // (Error) and closing (Info), a store's refusal of an op as invalid or of
 // a record it cannot read (Error), and a job that Reservation.AfterFunc
-// dropped because the store did not mark its reservation used (Error).
+// dropped because the store did not mark its reservation used (Error;
+// the code that scheduled the job learns of it with OnDropped).
 // Without it nothing is logged. Keys are not logged, but a store's error is,
 // as it is: one for a record the store cannot read names the record's key,
 // unless the Limiter hashes keys (WithKeyHash).
@@ -214,9 +215,10 @@ func WithRefundTimeout(d time.Duration) Option {
 // a bound, a store that does not answer (a partitioned Redis without read
 // timeouts, a locked PostgreSQL row) would hold it for good: the function
 // would never run, nor the job be let go. A use the store has not made
-// within d fails as any store failure does: the function does not run,
-// the failure is logged (WithLogger), and the AfterFunc lets go of the
-// job, so that a new AfterFunc or a Wait may try the use again (if the
+// within d fails as any store failure does (and one it answers only past
+// d, even as taken, does not run the function either): the function does
+// not run, the failure is logged (WithLogger) and told to the OnDropped
+// function of the AfterFunc, and the AfterFunc lets go of the job, so that a new AfterFunc or a Wait may try the use again (if the
 // store took the first after all, it finds that use its own and lets the
 // job run). So d is how late a job may run for a slow store before it is
 // dropped. The default is DefaultAfterFuncTimeout; a d ≤ 0 (which would

@@ -287,7 +287,7 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		}
-		err = fmt.Errorf("ratelimit: limit %q: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v; it may have taken it, which a new AfterFunc or Wait finds its own: %w", r.res.Name, timeout, err)
+		err = fmt.Errorf("ratelimit: limit %q: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v: %w", r.res.Name, timeout, err)
 	}
 
 	r.mu.Lock()
@@ -308,8 +308,7 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 			// job is not run that late. The use is the reservation's
 			// own in the store, as when its answer is lost: a new
 			// AfterFunc or a Wait finds it and runs the job.
-			return fmt.Errorf("ratelimit: limit %q: AfterFunc: the store marked the reservation used, but answered past the AfterFunc timeout (WithAfterFuncTimeout) of %v, and the job is not run that late: the tokens are spent; a new AfterFunc or a Wait of the reservation finds the use its own and runs the job: %w: %w",
-				r.res.Name, timeout, context.DeadlineExceeded, ErrReservationUsed)
+			return &lateUseError{name: r.res.Name, timeout: timeout}
 		}
 		r.used = true
 		return nil
@@ -333,6 +332,25 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
 	}
 	return err
+}
+
+// lateUseError is the error of an AfterFunc whose use the store took, and
+// said so only past the AfterFunc timeout: the job is not run that late
+// (context.DeadlineExceeded), and its tokens are spent
+// (ErrReservationUsed).
+type lateUseError struct {
+	name    string
+	timeout time.Duration
+}
+
+func (e *lateUseError) Error() string {
+	return fmt.Sprintf("ratelimit: limit %q: AfterFunc: the store marked the reservation used, but answered past the AfterFunc timeout (WithAfterFuncTimeout) of %v, and the job is not run that late: the tokens are spent; a new AfterFunc or a Wait of the reservation finds the use its own and runs the job on them", e.name, e.timeout)
+}
+
+// Is reports whether target is context.DeadlineExceeded or
+// ErrReservationUsed.
+func (e *lateUseError) Is(target error) bool {
+	return target == context.DeadlineExceeded || target == ErrReservationUsed
 }
 
 // settlerID returns the reservation's settler, choosing it at the first
@@ -454,6 +472,26 @@ func (r *Reservation) tokenLimits() []*limit {
 	return lims
 }
 
+// AfterFuncOption modifies one Reservation.AfterFunc. It is a value, as
+// CallOption is; the zero AfterFuncOption changes nothing.
+type AfterFuncOption struct {
+	set     bool
+	dropped func(err error)
+}
+
+// OnDropped has AfterFunc call f, with why, when the job's time has come
+// and AfterFunc does not run its function: the use it marks in the store
+// failed, or found the reservation settled. It is how a caller learns, in
+// code, of a job dropped, to schedule it again or raise an alert; the
+// Limiter logs the failure only with WithLogger. f runs in the goroutine
+// the function would have run in. Of several OnDropped, the last counts;
+// OnDropped(nil) makes AfterFunc fail with an error matching
+// ErrInvalidOption, scheduling nothing. See Reservation.AfterFunc for the
+// errors f is given.
+func OnDropped(f func(err error)) AfterFuncOption {
+	return AfterFuncOption{set: true, dropped: f}
+}
+
 // AfterFunc runs fn in its own goroutine when the job may run (at once if
 // it may run now), marking the reservation used, and returns a function
 // that stops it: stop reports whether it stopped fn before it ran, and
@@ -472,6 +510,30 @@ func (r *Reservation) tokenLimits() []*limit {
 // AfterFunc (or Wait) tries the use again, and lets the job run if the
 // store took the first one's use after all.
 //
+// With OnDropped(f), the caller learns of a job that does not run: once
+// the job's time has come, AfterFunc either runs fn or calls f with why
+// it did not, never both, and neither once stop has reported true. So a
+// job scheduled without error ends in one of three ways: fn runs, stop
+// reports true, or f is called. f's error matches:
+//   - ErrReservationCanceled: the reservation was canceled (by Cancel, or
+//     by a holder of its token): its tokens came back.
+//   - ErrReservationUsed, alone: a holder of the token used it (a
+//     *SettledError): the job is the holder's.
+//   - ErrReservationUsed and context.DeadlineExceeded: the store took the
+//     use but said so only past the AfterFunc timeout, and fn does not
+//     run that late: the tokens are spent, and a new AfterFunc or a Wait
+//     finds the use its own and runs the job on them.
+//   - ErrNotRefunded, beside the store's error, or context.DeadlineExceeded
+//     when the store did not answer within the AfterFunc timeout: whether
+//     the store took the use is not known, and the tokens were not handed
+//     back. A new AfterFunc (which f may call: the job was let go) or a
+//     Wait tries the use again, and runs the job if the store took the
+//     first one after all; Cancel hands the tokens back, or says they are
+//     spent (ErrReservationUsed).
+//   - ErrTokenExpired: the job's time came past its token's Expires.
+//   - ErrAlreadySettled alone: the store holds a mark of the token of a
+//     kind no Limiter writes (something else wrote the store's keys).
+//
 // Once the job's time has come, stop reports false at once, also while
 // the use is on its way to the store: it neither waits for the store nor
 // calls the use off, and fn runs if the store marks the reservation used.
@@ -481,9 +543,9 @@ func (r *Reservation) tokenLimits() []*limit {
 // (the tokens come back, and fn does not run). One case is neither: the
 // store took the use, and its answer never came back (a store failure,
 // or an answer past the AfterFunc timeout). Then fn does not run (which
-// is logged), Cancel returns a *SettledError matching ErrReservationUsed,
-// the tokens are spent, and a new AfterFunc or a Wait runs the job on
-// them.
+// is logged, and told to OnDropped), Cancel returns a *SettledError
+// matching ErrReservationUsed, the tokens are spent, and a new AfterFunc
+// or a Wait runs the job on them.
 //
 // Unlike time.AfterFunc, whose calls are independent, AfterFunc schedules
 // the reservation's one job: it schedules nothing, and returns an error
@@ -491,11 +553,21 @@ func (r *Reservation) tokenLimits() []*limit {
 // (ErrReservationCanceled), when another AfterFunc or a Wait of it is
 // under way (ErrReservationScheduled: stop that one first, or, once the
 // job's time has come, let its use end), when the job was let run
-// (ErrReservationUsed), or when fn is nil (ErrInvalidOption). The stop it
-// then returns reports false.
-func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool, err error) {
+// (ErrReservationUsed), or when fn, or the function of an OnDropped, is
+// nil (ErrInvalidOption). The stop it then returns reports false, and no
+// OnDropped function is called.
+func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(ctx context.Context) bool, err error) {
 	if fn == nil {
 		return stopped, fmt.Errorf("ratelimit: AfterFunc: the function to run is nil: pass the job's function; nothing was scheduled: %w", ErrInvalidOption)
+	}
+	var dropped func(error)
+	for _, o := range opts {
+		if o.set && o.dropped == nil {
+			return stopped, fmt.Errorf("ratelimit: AfterFunc: OnDropped was given a nil function: pass the function that learns of a dropped job, or leave OnDropped out; nothing was scheduled: %w", ErrInvalidOption)
+		}
+		if o.set {
+			dropped = o.dropped
+		}
 	}
 	if !r.res.OK {
 		return stopped, r.res.Err()
@@ -506,18 +578,26 @@ func (r *Reservation) AfterFunc(fn func()) (stop func(ctx context.Context) bool,
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {
 		err := r.use(context.Background(), r.lim.afterFuncTimeout)
 		r.release()
-		switch {
-		case err == nil:
+		if err == nil {
 			fn()
-		case !errors.Is(err, context.DeadlineExceeded) &&
-			(errors.Is(err, ErrReservationCanceled) || errors.Is(err, ErrReservationUsed) || errors.Is(err, ErrAlreadySettled)):
-			// Settled by a Cancel, or by a holder of the token: the job
-			// is not this AfterFunc's to run. (A use the store took past
-			// the bound matches ErrReservationUsed, and is a failure.)
-		case r.lim.logger != nil:
-			// No one else learns that the job was dropped.
-			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back",
+			return
+		}
+		// A use the store took past the bound matches ErrReservationUsed
+		// and context.DeadlineExceeded: a failure, not a settlement by a
+		// Cancel or a holder of the token.
+		late := errors.Is(err, context.DeadlineExceeded)
+		settled := errors.Is(err, ErrReservationCanceled) || errors.Is(err, ErrReservationUsed) || errors.Is(err, ErrAlreadySettled)
+		if !settled && !errors.Is(err, ErrTokenExpired) {
+			// The store failed, or did not answer in time: whether it
+			// took the use is not known.
+			err = fmt.Errorf("%w; %w: the store may have taken the use (then they are spent, and a new AfterFunc or a Wait of the reservation runs the job on them) or not (then the reservation still holds them): call AfterFunc again to retry the job, or Cancel to hand them back (it says if they are spent)", err, ErrNotRefunded)
+		}
+		if (late || !settled) && r.lim.logger != nil {
+			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used in time; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back unless the store took the use",
 				"limit", r.res.Name, "err", err)
+		}
+		if dropped != nil {
+			dropped(err)
 		}
 	})
 	return func(ctx context.Context) bool {

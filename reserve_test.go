@@ -1480,3 +1480,213 @@ func TestAfterFuncUseAnsweredOKPastTheTimeout(t *testing.T) {
 	mock.Add(0)
 	require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
 }
+
+// OnDropped tells the caller, in code, of a job AfterFunc did not run,
+// and why: once the job's time has come, AfterFunc runs its function or
+// calls the OnDropped function, never both, and neither once stop has
+// reported true. The error matches the store's error, or
+// context.DeadlineExceeded for the AfterFunc timeout, and says what
+// became of the tokens: ErrNotRefunded while the store may or may not
+// have taken the use, ErrReservationUsed when they are spent,
+// ErrReservationCanceled when they came back. Before, a dropped job was
+// seen only in the Limiter's log, if it had one.
+func TestAfterFuncOnDropped(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 3 * time.Second
+	errTimeout := errors.New("read tcp 127.0.0.1:6379: i/o timeout")
+	// env is one run: the Limiter, over a memstore that fails (flaky),
+	// stops a use (hook) or takes it and answers at the timeout (late).
+	type env struct {
+		lim     *ratelimit.Limiter
+		r       *ratelimit.Reservation
+		stop    func(context.Context) bool
+		flaky   *flakyStore
+		hook    *settleHookStore
+		late    *useThenStallStore
+		arrived chan struct{} // closed when a stopped use reaches the store
+	}
+	// stall has the hook stop the use until its context ends, then fail
+	// with fail's error.
+	stall := func(e *env, fail func(ctx context.Context) error) {
+		e.hook.hook.Store(ptr(func(ctx context.Context) error {
+			close(e.arrived)
+			<-ctx.Done()
+			return fail(ctx)
+		}))
+	}
+	for _, tc := range []struct {
+		name    string
+		late    bool                       // the store is the late one
+		before  func(t *testing.T, e *env) // after AfterFunc, before the job's time
+		stalls  bool                       // the use waits on the store until the timeout
+		ran     bool                       // the function runs
+		is      []error                    // the OnDropped error matches each; none: OnDropped is not called
+		isNot   []error
+		settled bool    // the OnDropped error is a *SettledError
+		left    float64 // the tokens left, then
+		cancel  error   // what Cancel returns, then (nil: the tokens come back)
+	}{
+		{name: "ran", ran: true, left: 6, cancel: ratelimit.ErrReservationUsed},
+		{name: "stopped before its time",
+			before: func(t *testing.T, e *env) { require.True(t, e.stop(ctx)) },
+			left:   10},
+		{name: "store fails",
+			before: func(t *testing.T, e *env) { e.flaky.fail.Store(true) },
+			is:     []error{errDown, ratelimit.ErrNotRefunded},
+			isNot:  []error{context.DeadlineExceeded, ratelimit.ErrReservationUsed, ratelimit.ErrReservationCanceled},
+			left:   6},
+		{name: "no answer within the timeout",
+			before: func(t *testing.T, e *env) { stall(e, context.Context.Err) },
+			stalls: true,
+			is:     []error{context.DeadlineExceeded, ratelimit.ErrNotRefunded},
+			isNot:  []error{ratelimit.ErrReservationUsed, ratelimit.ErrReservationCanceled},
+			left:   6},
+		{name: "the store's own error at the timeout",
+			before: func(t *testing.T, e *env) { stall(e, func(context.Context) error { return errTimeout }) },
+			stalls: true,
+			is:     []error{errTimeout, context.DeadlineExceeded, ratelimit.ErrNotRefunded},
+			isNot:  []error{ratelimit.ErrReservationUsed},
+			left:   6},
+		{name: "use taken, its answer lost at the timeout", late: true,
+			before: func(t *testing.T, e *env) { e.late.armed.Store(true) },
+			stalls: true,
+			is:     []error{context.DeadlineExceeded, ratelimit.ErrNotRefunded},
+			isNot:  []error{ratelimit.ErrReservationCanceled},
+			left:   6, cancel: ratelimit.ErrReservationUsed},
+		{name: "use answered OK past the timeout", late: true,
+			before: func(t *testing.T, e *env) { e.late.answerOK = true; e.late.armed.Store(true) },
+			stalls: true,
+			is:     []error{context.DeadlineExceeded, ratelimit.ErrReservationUsed},
+			isNot:  []error{ratelimit.ErrNotRefunded, ratelimit.ErrReservationCanceled},
+			left:   6, cancel: ratelimit.ErrReservationUsed},
+		{name: "canceled before its time",
+			before: func(t *testing.T, e *env) { require.NoError(t, e.r.Cancel(ctx)) },
+			is:     []error{ratelimit.ErrReservationCanceled},
+			isNot:  []error{ratelimit.ErrNotRefunded, ratelimit.ErrReservationUsed, context.DeadlineExceeded},
+			left:   10},
+		{name: "used by a holder of its token",
+			before:  func(t *testing.T, e *env) { require.NoError(t, e.lim.Use(ctx, e.r.Token())) },
+			is:      []error{ratelimit.ErrReservationUsed},
+			isNot:   []error{ratelimit.ErrNotRefunded, context.DeadlineExceeded},
+			settled: true,
+			left:    6, cancel: ratelimit.ErrReservationUsed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock := newMock()
+			mem := must(memstore.New())
+			e := &env{arrived: make(chan struct{})}
+			e.late = &useThenStallStore{Store: mem, arrived: e.arrived}
+			e.hook = &settleHookStore{Store: mem, kind: driver.SettleUse}
+			e.flaky = &flakyStore{Store: e.hook}
+			var store ratelimit.Store = e.flaky
+			if tc.late {
+				store = e.late
+			}
+			e.lim = must(ratelimit.New(store, ratelimit.Limits{
+				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+			}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(timeout)))
+			var err error
+			e.r, err = e.lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+			require.NoError(t, err)
+
+			var runs, calls atomic.Int32
+			var dropErr error
+			e.stop, err = e.r.AfterFunc(func() { runs.Add(1) }, ratelimit.OnDropped(func(err error) {
+				calls.Add(1)
+				dropErr = err
+			}))
+			require.NoError(t, err)
+			if tc.before != nil {
+				tc.before(t, e)
+			}
+			fired := make(chan struct{})
+			go func() { mock.Add(0); close(fired) }() // the job's time
+			if tc.stalls {
+				<-e.arrived
+				mock.Add(timeout)
+			}
+			<-fired
+
+			if tc.ran {
+				require.Equal(t, int32(1), runs.Load(), "the function runs")
+			} else {
+				require.Zero(t, runs.Load(), "the function does not run")
+			}
+			if tc.is == nil {
+				require.Zero(t, calls.Load(), "OnDropped is not called: %v", dropErr)
+			} else {
+				require.Equal(t, int32(1), calls.Load(), "OnDropped is called once")
+				for _, want := range tc.is {
+					assert.ErrorIs(t, dropErr, want)
+				}
+				for _, not := range tc.isNot {
+					assert.NotErrorIs(t, dropErr, not)
+				}
+				var se *ratelimit.SettledError
+				assert.Equal(t, tc.settled, errors.As(dropErr, &se), "a *SettledError: %v", dropErr)
+			}
+			e.flaky.fail.Store(false)
+			st, err := e.lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			assert.Equal(t, tc.left, st.Remaining, "the tokens left")
+			if tc.cancel != nil {
+				require.ErrorIs(t, e.r.Cancel(ctx), tc.cancel)
+				return
+			}
+			require.NoError(t, e.r.Cancel(ctx))
+			st, err = e.lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			assert.Equal(t, 10.0, st.Remaining, "the tokens are back")
+		})
+	}
+}
+
+// The OnDropped function is called once the AfterFunc let go of the job:
+// it may schedule the job again on the same reservation, which runs it
+// once the store answers.
+func TestAfterFuncOnDroppedMayScheduleAgain(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &flakyStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock)))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	job := func() { runs.Add(1) }
+	again := make(chan error, 1)
+	store.fail.Store(true)
+	_, err = r.AfterFunc(job, ratelimit.OnDropped(func(err error) {
+		assert.ErrorIs(t, err, errDown)
+		store.fail.Store(false)
+		_, err = r.AfterFunc(job)
+		again <- err
+	}))
+	require.NoError(t, err)
+	mock.Add(0) // the job's time: the use fails, and the job is scheduled again at once
+	require.NoError(t, <-again, "the job was let go before OnDropped was called")
+	require.Equal(t, int32(1), runs.Load(), "scheduled again, the job runs")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+}
+
+// OnDropped of a nil function makes AfterFunc fail and schedule nothing,
+// rather than drop the news of a dropped job, or panic; the zero
+// AfterFuncOption changes nothing.
+func TestAfterFuncOnDroppedOfNil(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	stop, err := r.AfterFunc(func() { t.Error("a job AfterFunc refused ran") }, ratelimit.OnDropped(nil))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.ErrorContains(t, err, "OnDropped")
+	assert.False(t, stop(ctx))
+	mock.Add(time.Minute) // nothing was scheduled: nothing fires
+
+	ran := make(chan struct{})
+	_, err = r.AfterFunc(func() { close(ran) }, ratelimit.AfterFuncOption{})
+	require.NoError(t, err, "the reservation is still the caller's")
+	mock.Add(0)
+	<-ran
+}
