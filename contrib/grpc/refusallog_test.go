@@ -47,8 +47,8 @@ func logLines(t *testing.T, buf *bytes.Buffer) []string {
 }
 
 const (
-	refusedLine  = "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed"
-	answeredLine = "ratelimitgrpc: the store answers again; calls refused while it was unavailable were not all logged"
+	refusedLine      = "ratelimitgrpc: call refused: the store is unavailable and the limits fail closed"
+	refusalsOverLine = "ratelimitgrpc: calls refused while the store was unavailable were not all logged"
 )
 
 // storeDown returns an interceptor of a fail-closed limit over a store
@@ -105,7 +105,7 @@ func TestStoreRefusalsLoggedOnceASecond(t *testing.T) {
 	store.down.Store(false)
 	mock.Add(time.Second) // t2 s: the breaker's cool-down ends, a probe goes through
 	calls(3, codes.OK)
-	assert.Equal(t, []string{refusedLine + " suppressed=0", refusedLine + " suppressed=149", answeredLine + " suppressed=29"}, logLines(t, logs))
+	assert.Equal(t, []string{refusedLine + " suppressed=0", refusedLine + " suppressed=149", refusalsOverLine + " suppressed=29"}, logLines(t, logs))
 	mock.Add(time.Hour)
 	calls(3, codes.OK)
 	assert.Len(t, logLines(t, logs), 3, "nothing more to count")
@@ -136,7 +136,7 @@ func TestStoreRefusalsCountedAfterOutage(t *testing.T) {
 	for range 3 {
 		require.NoError(t, ic.Limit(ctx))
 	}
-	assert.Equal(t, []string{refusedLine + " suppressed=0", answeredLine + " suppressed=9"}, logLines(t, logs))
+	assert.Equal(t, []string{refusedLine + " suppressed=0", refusalsOverLine + " suppressed=9"}, logLines(t, logs))
 }
 
 // Refusals from many goroutines at once are each logged or counted, once.
@@ -262,8 +262,8 @@ func TestNotDecidedLoggedOnceASecond(t *testing.T) {
 	assert.Equal(t, []string{notDecidedLine + " suppressed=0", notDecidedLine + " suppressed=0",
 		notDecidedLine + " suppressed=149", notDecidedLine + " suppressed=149"}, logLines(t, logs))
 
-	// The floods are over: the first call decided a second after the last
-	// line not written counts those of their end, once.
+	// The floods are over: a second after the last line not written, the
+	// count of their end is written, once.
 	mock.Add(999 * time.Millisecond)
 	calls(3, ok, codes.OK)
 	assert.Len(t, logLines(t, logs), 4, "a line not written less than a second ago")
@@ -299,4 +299,41 @@ func TestNotDecidedLevelDisabled(t *testing.T) {
 	mock.Add(time.Hour)
 	require.Equal(t, codes.OK, call(context.Background()))
 	assert.Empty(t, logLines(t, logs), "Warn is not enabled: no line, no count")
+}
+
+// The count of a flood's end was written by the first call decided a
+// second after it: late, or never when no call came. It is written a
+// second after the last line not written, call or none, each kind on its
+// own time.
+func TestFloodCountWrittenWithoutACall(t *testing.T) {
+	call, mock, logs := notDecided(t, slog.LevelInfo)
+	calls := func(n int, ctx context.Context, want codes.Code) {
+		t.Helper()
+		for range n {
+			require.Equal(t, want, call(ctx))
+		}
+	}
+	calls(10, expired, codes.DeadlineExceeded) // t0
+	calls(5, broken, codes.Internal)
+	mock.Add(500 * time.Millisecond)
+	calls(10, expired, codes.DeadlineExceeded) // the deadlines' flood goes on
+	require.Equal(t, []string{notDecidedLine + " suppressed=0", notDecidedLine + " suppressed=0"}, logLines(t, logs))
+
+	mock.Add(499 * time.Millisecond)
+	require.Len(t, logLines(t, logs), 2, "at 999 ms, within a second of both floods")
+	mock.Add(time.Millisecond)
+	require.Equal(t, []string{internalOverLine + " suppressed=4"}, logLines(t, logs)[2:], "at 1 s, a second after the internal errors'")
+	mock.Add(499 * time.Millisecond)
+	require.Len(t, logLines(t, logs), 3, "at 1.499 s, within a second of the last deadline")
+	mock.Add(time.Millisecond)
+	require.Equal(t, []string{deadlineOverLine + " suppressed=19"}, logLines(t, logs)[3:], "at 1.5 s")
+	mock.Add(time.Hour)
+	require.Len(t, logLines(t, logs), 4, "nothing more to count")
+
+	// The next flood's first line is written at once, its count a second
+	// after its last line not written.
+	calls(3, expired, codes.DeadlineExceeded)
+	require.Equal(t, []string{notDecidedLine + " suppressed=0"}, logLines(t, logs)[4:])
+	mock.Add(time.Second)
+	require.Equal(t, []string{notDecidedLine + " suppressed=0", deadlineOverLine + " suppressed=2"}, logLines(t, logs)[4:])
 }

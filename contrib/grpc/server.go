@@ -39,8 +39,11 @@ type Interceptor struct {
 	messages map[string]bool
 	logger   *slog.Logger // nil: slog.Default() at the time of logging
 	// spaced spaces the lines of each kind a flood can bring (spacedRefused,
-	// spacedDeadline, spacedInternal).
-	spaced [spacedKinds]spacedLog
+	// spacedDeadline, spacedInternal), on logClock.
+	spaced   [spacedKinds]spacedLog
+	logClock logClock
+	// flushing is set while a timer is set to call flush.
+	flushing atomic.Bool
 }
 
 // logInterval is the least time between two log lines of one kind
@@ -62,34 +65,38 @@ const (
 // spacedLog spaces the log lines of one kind: a line is written when no
 // line of its kind was written for an interval (the first one of a flood,
 // so), and it counts the lines of its kind not written since the line
-// before (suppressed). Once the flood is over, the next call decided
-// writes a last line that counts those of its end. It holds no lock: in a
-// flood, every call comes through here at once.
+// before (suppressed). An interval after the last line not written, a
+// timer (Interceptor.flush) writes a last line that counts those of the
+// flood's end. It holds no lock: in a flood, every call comes through
+// here at once.
 type spacedLog struct {
 	level slog.Level
 	code  codes.Code
 	// over is the message of the line that counts the end of a flood.
-	over  string
-	clock clock.Clock
-	start time.Time // the origin of next and last, on clock
-	// next is the time, in nanoseconds since start, from which a line may
-	// be written again.
+	over string
+	// next is the time, in nanoseconds since logClock.start, from which a
+	// line may be written again.
 	next atomic.Int64
-	// last is the time, in nanoseconds since start, of the last line not
-	// written.
+	// last is the time, in nanoseconds since logClock.start, of the last
+	// line not written.
 	last atomic.Int64
 	// suppressed counts the lines not written since the last one.
 	suppressed atomic.Int64
 }
 
+// logClock is the time the spaced log lines are counted on.
+type logClock struct {
+	clock clock.Clock
+	start time.Time // the origin of spacedLog's times, on clock
+}
+
 // now returns the time since start: monotonic, so that a step of the wall
 // clock moves nothing.
-func (r *spacedLog) now() int64 { return int64(r.clock.Since(r.start)) }
+func (c *logClock) now() int64 { return int64(c.clock.Since(c.start)) }
 
-// occurred records a line of r's kind: it reports whether to write it and,
-// if so, how many were not written since the last line.
-func (r *spacedLog) occurred() (write bool, suppressed int64) {
-	now := r.now()
+// occurred records a line of r's kind at now: it reports whether to write
+// it and, if so, how many were not written since the last line.
+func (r *spacedLog) occurred(now int64) (write bool, suppressed int64) {
 	if !r.take(now) {
 		r.last.Store(now)
 		r.suppressed.Add(1)
@@ -98,15 +105,22 @@ func (r *spacedLog) occurred() (write bool, suppressed int64) {
 	return true, r.suppressed.Swap(0)
 }
 
-// ended is called when a call is decided after a line of r's kind was not
-// written: once none occurred for an interval and a line may be written,
-// it returns how many were not written, and 0 until then.
-func (r *spacedLog) ended() (suppressed int64) {
-	now := r.now()
-	if now-r.last.Load() < int64(logInterval) || !r.take(now) {
-		return 0
+// ended returns, at now, how many lines of r's kind were not written once
+// none occurred for an interval and a line may be written; otherwise 0,
+// and how long until then (0 when no line is waiting to be counted).
+func (r *spacedLog) ended(now int64) (suppressed int64, wait time.Duration) {
+	if r.suppressed.Load() == 0 {
+		return 0, 0
 	}
-	return r.suppressed.Swap(0)
+	if due := max(r.last.Load()+int64(logInterval), r.next.Load()); now < due {
+		return 0, time.Duration(due - now)
+	}
+	if !r.take(now) {
+		// A line was written at now, with the count: any not written
+		// since are later, and counted an interval on.
+		return 0, logInterval
+	}
+	return r.suppressed.Swap(0), 0
 }
 
 // take reports whether a line may be written at now, and if so holds the
@@ -229,11 +243,12 @@ func WithStreamMessages(fullMethods ...string) Option {
 // store, or a broken KeyFunc, fail every call) and a line a call would
 // flood the log: each of the three is logged at most once a second, each
 // apart from the others, with the count of the lines of its kind not
-// written since the line before (suppressed); once none came for a second,
-// the next call decided writes a last line with the count of the flood's
-// end. The Debug lines are the clients' doing and written only when Debug
-// is enabled, for diagnosis: a line each. Stream messages
-// (WithStreamMessages) are logged as calls are, and share their spacing.
+// written since the line before (suppressed); a second after the last
+// line not written, a last line counts those of the flood's end, whether
+// or not a call comes then. The Debug lines are the clients' doing and
+// written only when Debug is enabled, for diagnosis: a line each. Stream
+// messages (WithStreamMessages) are logged as calls are, and share their
+// spacing.
 func WithLogger(l *slog.Logger) Option {
 	return func(i *Interceptor) error {
 		if l == nil {
@@ -257,7 +272,7 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, 
 	i := &Interceptor{lim: lim, defaults: slices.Clone(names), methods: make(map[string][]string), key: key}
 	i.spaced = [spacedKinds]spacedLog{
 		spacedRefused: {level: slog.LevelWarn, code: codes.Unavailable,
-			over: "ratelimitgrpc: the store answers again; calls refused while it was unavailable were not all logged"},
+			over: "ratelimitgrpc: calls refused while the store was unavailable were not all logged"},
 		spacedDeadline: {level: slog.LevelWarn, code: codes.DeadlineExceeded,
 			over: "ratelimitgrpc: calls whose deadline passed while they were decided were not all logged"},
 		spacedInternal: {level: slog.LevelError, code: codes.Internal,
@@ -470,9 +485,6 @@ func (i *Interceptor) charge(ctx context.Context, u *unit, method string, names 
 	} else {
 		res, err = i.lim.LimitAll(ctx, key, names)
 	}
-	if err == nil {
-		i.floodsOver(ctx)
-	}
 	switch {
 	case errors.Is(err, ratelimit.ErrStoreUnavailable):
 		if res.OK {
@@ -555,34 +567,53 @@ func (i *Interceptor) logSpaced(ctx context.Context, kind int, msg, method strin
 	if !i.loggerOrDefault().Enabled(context.WithoutCancel(ctx), r.level) {
 		return
 	}
-	if write, suppressed := r.occurred(); write {
+	write, suppressed := r.occurred(i.logClock.now())
+	if write {
 		i.log(ctx, r.level, msg, method, r.code, err, slog.Int64("suppressed", suppressed))
+		return
+	}
+	if !i.flushing.Load() && i.flushing.CompareAndSwap(false, true) {
+		i.logClock.clock.AfterFunc(logInterval, i.flush)
 	}
 }
 
-// floodsOver is called for a call decided: for each kind of spaced line
-// with lines not written, once none occurred for an interval, it writes
-// the last line, which counts them.
-func (i *Interceptor) floodsOver(ctx context.Context) {
+// flush writes, for each kind of spaced line with lines not written, once
+// none occurred for an interval, the last line of the flood, which counts
+// them; a timer calls it, so that the count is written when the flood
+// ends, whether or not calls come after it. While lines of a kind wait to
+// be counted, it sets the timer again for the earliest time they may be.
+func (i *Interceptor) flush() {
+	var next time.Duration // 0: no line waits
 	for k := range i.spaced {
 		r := &i.spaced[k]
-		if r.suppressed.Load() == 0 {
-			continue
-		}
-		if n := r.ended(); n > 0 {
-			i.loggerOrDefault().LogAttrs(context.WithoutCancel(ctx), r.level, r.over,
+		n, wait := r.ended(i.logClock.now())
+		if n > 0 {
+			i.loggerOrDefault().LogAttrs(context.Background(), r.level, r.over,
 				slog.String("code", r.code.String()), slog.Int64("suppressed", n))
 		}
+		if wait > 0 && (next == 0 || wait < next) {
+			next = wait
+		}
+	}
+	i.flushing.Store(false)
+	if next == 0 {
+		// A line not written after its kind was read above found the
+		// timer still set: count it an interval on.
+		for k := range i.spaced {
+			if i.spaced[k].suppressed.Load() > 0 {
+				next = logInterval
+			}
+		}
+	}
+	if next > 0 && i.flushing.CompareAndSwap(false, true) {
+		i.logClock.clock.AfterFunc(next, i.flush)
 	}
 }
 
 // setLogClock makes the spaced log lines count time on c, from its present
 // time.
 func (i *Interceptor) setLogClock(c clock.Clock) {
-	for k := range i.spaced {
-		i.spaced[k].clock = c
-		i.spaced[k].start = c.Now()
-	}
+	i.logClock = logClock{clock: c, start: c.Now()}
 }
 
 // loggerOrDefault returns the logger: WithLogger's, or slog.Default().

@@ -355,9 +355,13 @@ func TestStreamMessagesStoreDown(t *testing.T) {
 		}
 		assert.Equal(t, []string{messageRefusedLine + " suppressed=0"}, logLines(t, &logs))
 		mock.Add(time.Second)
+		assert.Equal(t, []string{messageRefusedLine + " suppressed=0", refusalsOverLine + " suppressed=9"}, logLines(t, &logs),
+			"a second after the last refusal not logged, its count")
+		mock.Add(time.Second)
 		_, err = say(t, cs, "more")
 		require.NoError(t, err)
-		assert.Equal(t, []string{messageRefusedLine + " suppressed=0", messageRefusedLine + " suppressed=9"}, logLines(t, &logs))
+		assert.Equal(t, []string{messageRefusedLine + " suppressed=0", refusalsOverLine + " suppressed=9", messageRefusedLine + " suppressed=0"},
+			logLines(t, &logs))
 	})
 
 	t.Run("fail open", func(t *testing.T) {
