@@ -377,9 +377,11 @@ func FuzzClientIPAsHTTPLimit(f *testing.F) {
 		name, unix := clientiptest.UnixPeer(remote)
 		if unix {
 			if _, ok := clientip.ParseAddr(name); ok {
-				// No socket is named as an IP address: httplimit would take
-				// the RemoteAddr for one, and gRPC's peer, a Unix address,
-				// only with a port.
+				// A peer on a Unix socket named as an address: gRPC's peer is
+				// a Unix address, never an IP address
+				// (TestClientIPUnixPeerNamedAsAddress), while httplimit takes
+				// a RemoteAddr of that name for one, as it cannot tell it
+				// from a PROXY protocol listener's.
 				return
 			}
 		} else if ap, err := netip.ParseAddrPort(remote); err != nil || strings.ContainsAny(ap.Addr().Zone(), "[]") {
@@ -518,4 +520,62 @@ func TestClientIPBehindProxyOnUnixSocket(t *testing.T) {
 	st, err = lim.Value(context.Background(), "api", ratelimitgrpc.UnixPeerKey)
 	require.NoError(t, err)
 	assert.Zero(t, st.Remaining)
+}
+
+// A client on a Unix socket names its own end: it may bind its socket,
+// before it connects, to a path that reads as an address and port
+// ("10.0.0.5:80", in its working directory), and the server's peer is a
+// Unix address of that name. The peer's address was read from its name:
+// the client chose its key, and naming a trusted proxy's address, had
+// its x-forwarded-for read, a fresh key with every call; 100 of 100 calls
+// passed a limit of 5. A Unix address is no IP address, whatever its
+// name: PeerIP finds no key, and ClientIP trusts the peer only with
+// TrustUnixSocket.
+func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ratelimitgrpc") // short: a socket's path is limited to about 100 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "app.sock")
+	t.Chdir(dir) // the client's socket is bound to a relative path
+
+	passed := func(key ratelimitgrpc.KeyFunc) (n int, answers map[codes.Code]int) {
+		t.Helper()
+		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		lis, err := net.Listen("unix", sock)
+		require.NoError(t, err)
+		go func() { _ = srv.Serve(lis) }()
+		defer srv.Stop() // removes the socket
+		const name = "10.0.0.5:80"
+		conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				_ = os.Remove(name) // left by a connection before
+				return net.DialUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
+			}))
+		require.NoError(t, err)
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		answers = map[codes.Code]int{}
+		for i := range 100 {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", fmt.Sprintf("198.18.%d.%d", i/256, i%256))
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			answers[status.Code(err)]++
+		}
+		return answers[codes.OK], answers
+	}
+
+	peerIP, err := ratelimitgrpc.PeerIP()
+	require.NoError(t, err)
+	n, got := passed(peerIP)
+	assert.Equal(t, 0, n, "the peer has no IP address: no key")
+	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
+
+	byAddress, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...))
+	require.NoError(t, err)
+	n, got = passed(byAddress)
+	assert.Equal(t, 0, n, "a peer named as a trusted proxy is no proxy: no key")
+	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
 }

@@ -61,7 +61,8 @@ func IPv6Prefix(bits int) IPOption {
 // TrustProxies instead, which reads the client's address from the
 // metadata the proxies write, and only as far as they vouch for it. The
 // KeyFunc fails with ErrNoKey when the peer has no IP address (a Unix
-// socket, an in-memory listener).
+// socket, whatever the name its client gave its end, such as
+// "10.0.0.5:80"; an in-memory listener).
 func PeerIP(opts ...IPOption) (KeyFunc, error) {
 	c, err := newClientIP("PeerIP", opts)
 	if err != nil {
@@ -169,7 +170,9 @@ func overUnixSocket(pr *peer.Peer) bool {
 }
 
 // peerAddr returns the IP address of pr, unmapped and without a zone, or
-// the zero Addr if it has none.
+// the zero Addr if it has none. A Unix socket's address has none, whatever
+// its name: the client names its end of the socket (it may bind it to the
+// path "10.0.0.5:80" before it connects), and would choose its key.
 func peerAddr(pr *peer.Peer) netip.Addr {
 	var ip netip.Addr
 	switch a := pr.Addr.(type) {
@@ -177,7 +180,11 @@ func peerAddr(pr *peer.Peer) netip.Addr {
 		ip, _ = netip.AddrFromSlice(a.IP)
 	case *net.UDPAddr:
 		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.UnixAddr:
 	default:
+		if clientip.IsUnix(a.Network()) {
+			break
+		}
 		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
 			ip = ap.Addr()
 		}
