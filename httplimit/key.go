@@ -125,7 +125,13 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 // Unix socket when its server's listener was (http.LocalAddrContextKey in
 // its context, as net/http and golang.org/x/net/http2 set it, names a Unix
 // address) and RemoteAddr is no IP address: one that is, such as a
-// PROXY protocol listener's, is keyed as before.
+// PROXY protocol listener's, is keyed as before. A client on the socket
+// names its own end, though, and may name it as an address and port (it
+// binds its socket to the path "10.0.0.5:80" before it connects), which
+// RemoteAddr then reads as: net/http gives the name alone, which cannot be
+// told from a PROXY listener's address, and that client chooses its key,
+// or poses as a trusted proxy, with or without this option. Keep a Unix
+// socket's permissions to the proxy whenever the service listens on one.
 func TrustUnixSocket() IPOption {
 	return IPOption{func(c *clientIP) error {
 		if c.unix {
