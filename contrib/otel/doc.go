@@ -35,6 +35,15 @@
 // the error recorded on the span when the store fails. A store that
 // panics ends its span too, as an error, and the panic goes on as it is.
 //
+// Unlike the metrics, the spans name a limit given inline as the call
+// named it, not "_OTHER": a store is not told which limits are declared,
+// and a span is not aggregated, so a name per call adds no series. They
+// are exported with the traces, though: a name made up of what must not
+// leave the service (a user's e-mail address) belongs in the key, which
+// no span carries, under a name shared by the calls. The error recorded
+// is the store's own: one for a record the store cannot read names the
+// record's key, unless the Limiter hashes keys (ratelimit.WithKeyHash).
+//
 // The span of an apply has the attributes ModeKey (limit, check or
 // refund), ReserveKey, LimitsKey and, after the answer, OKKey. A
 // settlement (a token's Use, Refund or Settle, a Reservation's Wait,

@@ -25,7 +25,10 @@ const (
 	// the store.
 	LocalKey = attribute.Key("ratelimit.local")
 	// LimitsKey lists, on a span, the names of the limits a store call
-	// touches, once each.
+	// touches, once each, as the store is given them: a limit given
+	// inline is named as the call named it, not OtherLimit (a store does
+	// not know which limits are declared, and a span, which is not
+	// aggregated, may carry a name per call).
 	LimitsKey = attribute.Key("ratelimit.limits")
 	// ModeKey is, on an apply span, what the call asks of the store:
 	// limit, check or refund. A settlement is a refund; SettleKey says
@@ -63,7 +66,8 @@ const (
 // attribute set for each would grow without limit. It is spelt as the
 // semantic conventions spell a value folded for the same reason (an HTTP
 // method they do not know); a declared limit of that very name would share
-// its attribute sets.
+// its attribute sets. It is the metrics' alone: the spans of WrapStore
+// name such limits as the calls did (LimitsKey).
 const OtherLimit = "_OTHER"
 
 // durationBuckets are the bucket boundaries, in seconds, the decision

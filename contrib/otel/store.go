@@ -33,7 +33,8 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // Now. Spans are named SpanApply and so on, start on a tracer of the
 // TracerProvider (WithTracerProvider; the global one by default) named
 // ScopeName, carry the names of the limits the call touches (never the
-// keys), and record the store's error.
+// keys; a limit given inline by the name the call gave it, see LimitsKey),
+// and record the store's error.
 //
 // The Store returned implements driver.BatchApplier and DeleteExpired
 // when s does, and driver.TimeSource always:

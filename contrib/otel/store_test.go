@@ -395,3 +395,22 @@ func TestWrapStoreBolt(t *testing.T) {
 	require.Len(t, spans.GetSpans(), 1)
 	assert.Equal(t, map[attribute.Key]string{"ratelimit.records": "0"}, attrs(spans.GetSpans()[0]))
 }
+
+// A limit given inline is named on its spans as the call named it, not
+// "_OTHER" as in the metrics: the store is not told which limits are
+// declared, and a span adds no series. Its key is on no span.
+func TestWrapStoreInlineNames(t *testing.T) {
+	spans, tp := newTracer(t)
+	lim, err := ratelimit.New(ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider(tp)), nil,
+		ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	_, err = lim.Limit(context.Background(), "tenant-7", secretKey,
+		ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}))
+	require.NoError(t, err)
+	got := spans.GetSpans()
+	require.Len(t, got, 1)
+	assert.Equal(t, `["tenant-7"]`, attrs(got[0])[ratelimitotel.LimitsKey])
+	for _, kv := range got[0].Attributes {
+		assert.NotContains(t, kv.Value.Emit(), secretKey)
+	}
+}
