@@ -186,8 +186,12 @@ func WithMethod(fullMethod string, names ...string) Option {
 // Interceptor limits is decided so; with names, only the streams of the
 // methods named, as gRPC names them ("/package.Service/Method"), each of
 // which must be limited. A server-streaming call carries one message, the
-// first, and is decided as before. Only Stream decides messages: Limit,
-// under go-grpc-middleware's stream interceptor, decides the open alone.
+// first, and is decided as before. New does not know the server's
+// methods: a name of a unary method, or of none (a typo), decides nothing
+// and is no error; the methods of grpc.Server's GetServiceInfo whose
+// IsClientStream is true are those worth naming. Only Stream decides
+// messages: Limit, under go-grpc-middleware's stream interceptor, decides
+// the open alone.
 //
 // A message refused is read and dropped: the handler's RecvMsg (Recv of
 // the generated code) returns, instead of it, and with the message given
