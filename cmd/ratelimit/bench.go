@@ -101,7 +101,8 @@ and exits with status 130 (1 if the check failed).`,
 	cmd.Flags().Var((*decimalInt)(&keys), "keys", "how many keys to spread the calls over")
 	cmd.Flags().Var((*decimalInt)(&goroutines), "goroutines", "how many goroutines call at once")
 	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")
-	cmd.Flags().Float64Var(&count, "count", 1, "tokens per call")
+	count = 1
+	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens per call")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
 }

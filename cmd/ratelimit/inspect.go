@@ -294,7 +294,8 @@ func newLimit() *cobra.Command {
 	}
 	t.register(cmd, true)
 	t.output.register(cmd.Flags())
-	cmd.Flags().Float64Var(&count, "count", 1, "tokens to take")
+	count = 1
+	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens to take")
 	cmd.Flags().BoolVar(&reserve, "reserve", false, "reserve the tokens if they are not there yet")
 	cmd.Flags().BoolVar(&check, "check", false, "only check: decide without taking anything")
 	return cmd

@@ -39,10 +39,10 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.file, "limits", "", "a limits file, JSON or YAML (.json, .yaml, .yml)")
 	fs.StringVar(&f.name, "name", "", "the limit's name (in the limits file, or for an inline limit)")
 	fs.StringVar(&f.kind, "kind", "", `inline limit: "fixed window" or "token bucket"`)
-	fs.Float64Var(&f.rate, "rate", 0, "inline limit: tokens granted per period")
+	fs.Var((*decimalFloat)(&f.rate), "rate", "inline limit: tokens granted per period")
 	fs.Var((*exactDuration)(&f.period), "period", "inline limit: window length or refill period (e.g. 1m, 1h)")
-	fs.Float64Var(&f.capacity, "capacity", 0, "inline limit: most tokens held (default: rate)")
-	fs.Float64Var(&f.reserved, "max-reserved", 0, "inline limit: most tokens owed by reservations (default: unlimited)")
+	fs.Var((*decimalFloat)(&f.capacity), "capacity", "inline limit: most tokens held (default: rate)")
+	fs.Var((*decimalFloat)(&f.reserved), "max-reserved", "inline limit: most tokens owed by reservations (default: unlimited)")
 	fs.Var((*decimalInt)(&f.shards), "shards", "inline limit: records the limit is split into")
 	fs.StringVar(&f.start, "start", "", "inline fixed window: RFC 3339 time its windows are aligned to")
 }
@@ -280,6 +280,58 @@ func (n *decimalUint64) Set(s string) error {
 	}
 	*n = decimalUint64(v)
 	return nil
+}
+
+// decimalFloat is a flag of a number written in decimal, with an
+// exponent if any (10, 0.5, 1e3): pflag's Float64 reads Go's syntax, so
+// that the typo 1_0 was 10 and 0x1p3 was 8. A leading zero is refused,
+// as decimalInt refuses it. NaN and Inf are read, for the limit's rules
+// or the count's to refuse in their own words.
+type decimalFloat float64
+
+func (f *decimalFloat) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
+func (f *decimalFloat) Type() string   { return "float" }
+
+func (f *decimalFloat) Set(s string) error {
+	v, err := parseDecimalFloat(s)
+	if err != nil {
+		return err
+	}
+	*f = decimalFloat(v)
+	return nil
+}
+
+// decimalNumber matches a number in decimal: a sign, digits with a
+// fractional part or none (10, 10., 0.5, .5), and an exponent or none.
+var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
+// errNotDecimal is the error of a number that is not written in decimal.
+var errNotDecimal = errors.New("write a number in decimal, such as 10, 0.5 or 1e3")
+
+// parseDecimalFloat reads s, a number in decimal (decimalFloat), and
+// returns an error saying what to write when it is not one.
+func parseDecimalFloat(s string) (float64, error) {
+	if !decimalNumber.MatchString(s) {
+		switch strings.ToLower(strings.TrimLeft(s, "+-")) {
+		case "nan", "inf", "infinity":
+			return strconv.ParseFloat(s, 64)
+		}
+		return 0, errNotDecimal
+	}
+	digits := strings.TrimLeft(s, "+-")
+	if len(digits) > 1 && digits[0] == '0' && digits[1] >= '0' && digits[1] <= '9' {
+		plain := strings.TrimLeft(digits, "0")
+		if plain == "" || plain[0] == '.' || plain[0] == 'e' || plain[0] == 'E' {
+			plain = "0" + plain
+		}
+		return 0, fmt.Errorf("%q has a leading zero: write %s%s", s, s[:len(s)-len(digits)], plain)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		// Of digits alone, an error is one of range: 1e400.
+		return 0, fmt.Errorf("%q is out of range: write a number from %g to %g", s, -math.MaxFloat64, math.MaxFloat64)
+	}
+	return v, nil
 }
 
 // checkDecimal returns an error saying what to write when s is not a

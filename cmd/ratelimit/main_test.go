@@ -1134,3 +1134,52 @@ func storeFlagsOf(storeArgs []string) storeFlags {
 	}
 	return sf
 }
+
+// --rate, --capacity, --max-reserved, --count and the counts of --at are
+// read as plain decimal numbers, with an exponent if any: ParseFloat read
+// Go's syntax, so that the typo --rate 1_0 was a rate of 10, and 0x1p3
+// one of 8. A leading zero is refused, as the whole numbers refuse it.
+// NaN and Inf are read, and refused by the limit's rules, in their words.
+func TestFloatFlagsDecimal(t *testing.T) {
+	limit := []string{"--kind", "token bucket", "--period", "1m"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"simulate", "--rate", "1_0", "--at", "0s=1"}, limit...), `invalid argument "1_0" for "--rate" flag: write a number in decimal, such as 10, 0.5 or 1e3`},
+		{append([]string{"simulate", "--rate", "0x1p3", "--at", "0s=1"}, limit...), `invalid argument "0x1p3" for "--rate" flag: write a number in decimal`},
+		{append([]string{"simulate", "--rate", "0X10", "--at", "0s=1"}, limit...), `invalid argument "0X10" for "--rate" flag: write a number in decimal`},
+		{append([]string{"simulate", "--rate", "010", "--at", "0s=1"}, limit...), `invalid argument "010" for "--rate" flag: "010" has a leading zero: write 10`},
+		{append([]string{"simulate", "--rate", "10", "--capacity", "00.5", "--at", "0s=1"}, limit...), `invalid argument "00.5" for "--capacity" flag: "00.5" has a leading zero: write 0.5`},
+		{append([]string{"simulate", "--rate", "10", "--capacity", "1e", "--at", "0s=1"}, limit...), `invalid argument "1e" for "--capacity" flag: write a number in decimal`},
+		{append([]string{"simulate", "--rate", "10", "--max-reserved", "1_000", "--at", "0s=1"}, limit...), `invalid argument "1_000" for "--max-reserved" flag: write a number in decimal`},
+		{append([]string{"simulate", "--rate", "10", "--every", "1s", "--for", "1s", "--count", "0x1"}, limit...), `invalid argument "0x1" for "--count" flag: write a number in decimal`},
+		{append([]string{"limit", "--store", "mem:", "--rate", "10", "--count", "1_0"}, limit...), `invalid argument "1_0" for "--count" flag: write a number in decimal`},
+		{append([]string{"bench", "--store", "mem:", "--rate", "10", "--count", "0x1p0", "--duration", "1ms"}, limit...), `invalid argument "0x1p0" for "--count" flag: write a number in decimal`},
+		{append([]string{"simulate", "--rate", "10", "--at", "0s=1_0"}, limit...), `--at "0s=1_0": the count "1_0" is not a number in decimal, such as 10, 0.5 or 1e3`},
+		{append([]string{"simulate", "--rate", "10", "--at", "0s=0x1p3r"}, limit...), `--at "0s=0x1p3r": the count "0x1p3" is not a number in decimal`},
+		{append([]string{"simulate", "--rate", "10", "--at", "0s=01"}, limit...), `--at "0s=01": the count "01" has a leading zero: write 1`},
+		{append([]string{"simulate", "--rate", "10", "--at", "0s= 1"}, limit...), `--at "0s= 1": the count " 1" is not a number in decimal`},
+	} {
+		code, out, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
+		require.Contains(t, errOut, tc.want, "%q", tc.args)
+	}
+	for _, s := range []string{"10", "+10", "10.", "10.0", "1e1", "1E+1", "100e-1", ".1e2", "0.1e2"} {
+		code, out, errOut := exec(append([]string{"simulate", "--rate", s, "--at", "0s=1"}, limit...)...)
+		require.Equal(t, 0, code, "%s: %s", s, errOut)
+		require.Contains(t, out, "rate 10 per 1m0s", s)
+		reqs, err := parsePattern("0s=" + s)
+		require.NoError(t, err, s)
+		require.Equal(t, 10.0, reqs[0].count, s)
+	}
+	// Read, then judged by the limit's rules.
+	for s, want := range map[string]string{"0.5": "--rate is 0.5 and --capacity is unset", "-1": "--rate is -1:", "NaN": "--rate is NaN:", "-inf": "--rate is -Inf:"} {
+		code, _, errOut := exec(append([]string{"simulate", "--rate", s, "--at", "0s=1"}, limit...)...)
+		require.Equal(t, 2, code, "%s: %s", s, errOut)
+		require.Contains(t, errOut, want, s)
+	}
+	code, out, errOut := exec(append([]string{"simulate", "--rate", "1e1", "--capacity", "0.5e1", "--at", "0s=2.5e0"}, limit...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "rate 10 per 1m0s, capacity 5")
+}

@@ -136,7 +136,8 @@ seed gives the same output.`,
 	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s), in whole milliseconds; a trailing r reserves (01:30=30r)")
 	cmd.Flags().Var((*exactDuration)(&every), "every", "a steady pattern: one request every so often, in whole milliseconds")
 	cmd.Flags().Var((*exactDuration)(&span), "for", "a steady pattern: for so long")
-	cmd.Flags().Float64Var(&count, "count", 1, "a steady pattern: tokens per request")
+	count = 1
+	cmd.Flags().Var((*decimalFloat)(&count), "count", "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
 	seed = 1
 	cmd.Flags().Var((*decimalUint64)(&seed), "seed", "a sharded limit: the seed of the random choice of shards, in decimal; the same seed, the same output")
@@ -163,8 +164,11 @@ func parsePattern(s string) ([]request, error) {
 		if strings.HasSuffix(n, "r") {
 			r.reserve, n = true, strings.TrimSuffix(n, "r")
 		}
-		if r.count, err = strconv.ParseFloat(n, 64); err != nil {
-			return nil, usagef("--at %q: the count %q is not a number", part, n)
+		if r.count, err = parseDecimalFloat(n); err != nil {
+			if errors.Is(err, errNotDecimal) {
+				return nil, usagef("--at %q: the count %q is not a number in decimal, such as 10, 0.5 or 1e3", part, n)
+			}
+			return nil, usagef("--at %q: the count %v", part, err)
 		}
 		reqs = append(reqs, r)
 	}
