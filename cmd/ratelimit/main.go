@@ -43,8 +43,8 @@ func (e exitError) Unwrap() error { return e.err }
 const (
 	exitFailure     = 1
 	exitUsage       = 2
-	exitSettled     = 3   // token refund or use: a token was settled before, and nothing was done
-	exitExpired     = 4   // token refund or use: a token had expired, and nothing was done
+	exitSettled     = 3   // token refund, use or settle: a token was settled before, and nothing was done
+	exitExpired     = 4   // token refund, use or settle: a token had expired, and nothing was done
 	exitInterrupted = 130 // 128 + SIGINT, as shells report a command that Ctrl-C ended
 )
 

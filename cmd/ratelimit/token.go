@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -398,12 +399,12 @@ func base64URL(s string) bool {
 func newToken() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Look into a reservation's or a receipt's token, or settle it by hand: inspect, refund, use",
+		Short: "Look into a reservation's or a receipt's token, or settle it by hand: inspect, refund, use, settle",
 		Args:  cobra.ArbitraryArgs,
 		RunE:  helpOrUnknown("token", "run 'ratelimit token --help' for its commands"),
 	}
 	cmd.SuggestionsMinimumDistance = 2
-	cmd.AddCommand(newTokenInspect(), newTokenSettle("refund"), newTokenSettle("use"))
+	cmd.AddCommand(newTokenInspect(), newTokenSettle("refund"), newTokenSettle("use"), newTokenSettle("settle"))
 	return cmd
 }
 
@@ -595,11 +596,12 @@ func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, 
 	tw.Flush()
 }
 
-// settleJSON is the report of token refund and use --output json, one
+// settleJSON is the report of token refund, use and settle --output json, one
 // per token.
 type settleJSON struct {
 	Token          string     `json:"token"`  // as given
-	Action         string     `json:"action"` // refund or use
+	Action         string     `json:"action"` // refund, use or settle
+	Used           *float64   `json:"used"`   // settle: --used; null for refund and use
 	Outcome        string     `json:"outcome"`
 	SettledAs      *string    `json:"settled_as"` // already settled: used, canceled or unknown; null otherwise
 	Error          string     `json:"error"`      // why not settled; empty when settled
@@ -670,6 +672,7 @@ func newTokenSettle(action string) *cobra.Command {
 		keys    tokenKeyFlags
 		settler settlerFlag
 		out     output
+		used    float64
 	)
 	short, example, done := "Hand a token's tokens back, once: its job will not run (Limiter.Refund)",
 		`  ratelimit token refund --store redis://127.0.0.1:6379/0 --limits limits.yaml "$TOKEN"
@@ -680,6 +683,12 @@ func newTokenSettle(action string) *cobra.Command {
 			`  ratelimit token use --store redis://127.0.0.1:6379/0 --limits limits.yaml "$TOKEN"
   ratelimit token use --store bolt://limits.db --kind "token bucket" --rate 10 --period 1m --name llm --settler 6f1c2d3e4a5b46c7d8e9f0a1b2c3d4e5 "$TOKEN"`,
 			"used"
+	}
+	if action == "settle" {
+		short, example, done = "Settle a token by its outcome, once: the tokens used are spent, the rest handed back (Limiter.Settle)",
+			`  ratelimit token settle --store redis://127.0.0.1:6379/0 --limits limits.yaml --used 1200 "$TOKEN"
+  ratelimit token settle --store postgres://app@db/app --limits limits.yaml --used 0.5 --settler 6f1c2d3e4a5b46c7d8e9f0a1b2c3d4e5 "$TOKEN"`,
+			"settled"
 	}
 	cmd := &cobra.Command{
 		Use:   action + " TOKEN... | -",
@@ -697,6 +706,14 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkTokenArgs(args); err != nil {
 				return err
+			}
+			if action == "settle" {
+				switch {
+				case !cmd.Flags().Changed("used"):
+					return usagef("give --used N: the tokens the job used of each limit the token charged (0 hands them all back, as token refund does)")
+				case !(used >= 0) || math.IsInf(used, 1):
+					return usagef("--used %v: give the tokens used, a finite number ≥ 0 (0 hands them all back)", used)
+				}
 			}
 			limits, err := lf.all()
 			if err != nil {
@@ -734,6 +751,9 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 			}
 			err = eachToken(args, cmd.InOrStdin(), func(g givenToken) error {
 				r := settleJSON{Token: g.text, Action: action, Items: []itemJSON{}}
+				if action == "settle" {
+					r.Used = &used
+				}
 				report := func(outcome string, code int, err error) error {
 					r.Outcome = outcome
 					if err != nil {
@@ -764,9 +784,12 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 				}
 				ctx, cancel := context.WithTimeoutCause(cmd.Context(), sf.timeout, errTimeout)
 				defer cancel()
-				if action == "use" {
+				switch action {
+				case "use":
 					err = lim.Use(ctx, tok, settleOpt...)
-				} else {
+				case "settle":
+					err = lim.Settle(ctx, tok, used, settleOpt...)
+				default:
 					err = lim.Refund(ctx, tok, settleOpt...)
 				}
 				err = sf.timedOut(ctx, err)
@@ -775,8 +798,11 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 				case err == nil:
 					if out != jsonOutput {
 						fmt.Fprintf(cmd.OutOrStdout(), "%s token %s: %s for store key %q", done, r.ID, charges(tok), tok.Key())
-						if action == "use" {
+						switch action {
+						case "use":
 							fmt.Fprintf(cmd.OutOrStdout(), "; its job may run at %s", timeText(tok.RunAt()))
+						case "settle":
+							fmt.Fprintf(cmd.OutOrStdout(), "; used %s of each limit's charge, the rest handed back", num(used))
 						}
 						fmt.Fprintln(cmd.OutOrStdout())
 					}
@@ -813,6 +839,9 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 	sf.registerStore(cmd.Flags())
 	keys.register(cmd.Flags())
 	cmd.Flags().Var(&settler, "settler", "the ID of this settling attempt (ratelimit.Settler): 32 hex digits or a UUID; the same again in a retry, which then finds its own settlement")
+	if action == "settle" {
+		cmd.Flags().Var((*decimalFloat)(&used), "used", "the tokens the job used, of each limit the token charged: spent, and the rest handed back; 0 hands all back (refund), the charge or more spends all (use)")
+	}
 	out.register(cmd.Flags())
 	return cmd
 }

@@ -310,6 +310,11 @@ func TestTokenUsageErrors(t *testing.T) {
 		{append([]string{"token", "use", "--settler", "abc", "AQ"}, store...), nil, `invalid argument "abc" for "--settler" flag: write 16 bytes as 32 hex digits, or a UUID`},
 		{append([]string{"token", "use", "--settler", strings.Repeat("0", 32), "AQ"}, store...), nil, "an all-zero ID names no settler"},
 		{append([]string{"token", "use", "--timeout", "0s", "AQ"}, store...), nil, "--timeout 0s: give a time above 0"},
+		{append([]string{"token", "settle", "AQ"}, store...), nil, "give --used N: the tokens the job used of each limit the token charged (0 hands them all back, as token refund does)"},
+		{append([]string{"token", "settle", "--used", "-1", "AQ"}, store...), nil, "--used -1: give the tokens used, a finite number ≥ 0"},
+		{append([]string{"token", "settle", "--used", "NaN", "AQ"}, store...), nil, "--used NaN: give the tokens used, a finite number ≥ 0"},
+		{append([]string{"token", "settle", "--used", "1_0", "AQ"}, store...), nil, `invalid argument "1_0" for "--used" flag: write a number in decimal`},
+		{append([]string{"token", "refund", "--used", "1", "AQ"}, store...), nil, "unknown flag: --used"},
 		{[]string{"token", "refnd"}, nil, `unknown command "refnd" for "ratelimit token": did you mean "refund"?`},
 		{[]string{"token", "bogus"}, nil, `unknown command "bogus" for "ratelimit token": run 'ratelimit token --help' for its commands`},
 	} {
@@ -401,7 +406,7 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	require.Equal(t, exitSettled, code, errOut)
 	var js settleJSON
 	m := decode(t, out, &js)
-	require.Equal(t, []string{"action", "error", "expires_at", "id", "items", "outcome", "run_at", "settled_as", "store_key", "store_key_base64", "token"}, keysOf(m))
+	require.Equal(t, []string{"action", "error", "expires_at", "id", "items", "outcome", "run_at", "settled_as", "store_key", "store_key_base64", "token", "used"}, keysOf(m))
 	require.Equal(t, settleJSON{Token: reserved.String(), Action: "refund", Outcome: outAlreadySettled, SettledAs: ptr("used"),
 		Error: fmt.Sprintf("ratelimit: token %s was already settled (used): nothing done", tokenID(reserved)[:8]), ID: tokenID(reserved),
 		StoreKey: key, StoreKeyBase64: keyBase64(key), RunAt: timeJSON(reserved.RunAt()), ExpiresAt: timeJSON(reserved.Expires()),
@@ -473,6 +478,82 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	code, _, errOut = execIn(toks[0]+"\nAQ\n", append([]string{"token", "use", "--limits", limits, "-"}, storeArgs...)...)
 	require.Equal(t, 1, code, "an invalid token is worse than one settled before")
 	require.Contains(t, errOut, "ratelimit: 2 tokens: 1 already settled, 1 invalid\n")
+
+	tokenSettleUsed(t, limits, keyA, storeArgs)
+}
+
+// tokenSettleUsed checks token settle --used against the store of
+// storeArgs: a charge settled by its outcome, the tokens used spent and
+// the rest handed back, once. The application's tokens are signed with
+// the key of keyFile.
+func tokenSettleUsed(t *testing.T, limits, keyFile string, storeArgs []string) {
+	key := fmt.Sprint("cli-settle-", time.Now().UnixNano())
+	sf := storeFlagsOf(storeArgs)
+	store, closeStore, err := sf.open(context.Background(), mayCreate)
+	require.NoError(t, err)
+	app := must(ratelimit.New(store, signupLimits, ratelimit.WithTokenKey([]byte(tokenKeyA))))
+	var toks []string
+	for range 4 {
+		toks = append(toks, receipt(t, app, "signup", key, 10))
+	}
+	closeStore()
+	value := func() float64 {
+		code, out, errOut := exec(append([]string{"inspect", "-o", "json", "--limits", limits, "--name", "signup", "--key", key}, storeArgs...)...)
+		require.Equal(t, 0, code, errOut)
+		var s statusJSON
+		decode(t, out, &s)
+		return s.Tokens
+	}
+	settle := func(tok string, extra ...string) (int, string, string) {
+		return execIn("", append(append([]string{"token", "settle", "--limits", limits, "--token-key-file", keyFile, tok}, storeArgs...), extra...)...)
+	}
+	id := func(tok string) string { return tokenID(must(ratelimit.ParseToken(tok))) }
+	require.InDelta(t, 60.0, value(), 1e-9)
+
+	// 4 of the 10 used: 6 handed back, once.
+	code, out, errOut := settle(toks[0], "--used", "4")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, fmt.Sprintf("settled token %s: signup 10 for store key %q; used 4 of each limit's charge, the rest handed back\n", id(toks[0]), key), out)
+	require.InDelta(t, 66.0, value(), 1e-9)
+	code, out, errOut = settle(toks[0], "--used", "4")
+	require.Equal(t, exitSettled, code, errOut)
+	require.Empty(t, out)
+	require.Equal(t, fmt.Sprintf("ratelimit: token %s was already settled (used): nothing done\n", id(toks[0])[:8]), errOut)
+	code, _, errOut = execIn("", append([]string{"token", "refund", "--limits", limits, toks[0]}, storeArgs...)...)
+	require.Equal(t, exitSettled, code, errOut)
+	require.InDelta(t, 66.0, value(), 1e-9)
+
+	// 0 used is a refund; all used, or more, is a use.
+	code, out, errOut = settle(toks[1], "--used", "0", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var js settleJSON
+	m := decode(t, out, &js)
+	require.Equal(t, []string{"action", "error", "expires_at", "id", "items", "outcome", "run_at", "settled_as", "store_key", "store_key_base64", "token", "used"}, keysOf(m))
+	require.Equal(t, "settle", js.Action)
+	require.Equal(t, outSettled, js.Outcome)
+	require.Equal(t, 0.0, *js.Used)
+	require.InDelta(t, 76.0, value(), 1e-9)
+	code, _, errOut = settle(toks[1], "--used", "0")
+	require.Equal(t, exitSettled, code, errOut)
+	require.Contains(t, errOut, "already settled (canceled)")
+
+	// A settler's retry finds its own settlement only with the same
+	// outcome: 10 and 15 used hand back as much (nothing), 4 does not.
+	const settler = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	code, _, errOut = settle(toks[2], "--used", "15", "--settler", settler)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = settle(toks[2], "--used", "10", "--settler", settler)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = settle(toks[2], "--used", "4", "--settler", settler)
+	require.Equal(t, exitSettled, code, errOut)
+	require.InDelta(t, 76.0, value(), 1e-9)
+
+	// From standard input, as refund and use read them.
+	code, out, errOut = execIn(toks[3]+"\r\n"+toks[0]+"\r\n", append([]string{"token", "settle", "--limits", limits, "--used", "2.5", "-"}, storeArgs...)...)
+	require.Equal(t, exitSettled, code, errOut)
+	require.Equal(t, fmt.Sprintf("settled token %s: signup 10 for store key %q; used 2.5 of each limit's charge, the rest handed back\n", id(toks[3]), key), out)
+	require.Contains(t, errOut, "ratelimit: 2 tokens: 1 settled, 1 already settled\n")
+	require.InDelta(t, 83.5, value(), 1e-9)
 }
 
 func TestTokenSettleBolt(t *testing.T) {
