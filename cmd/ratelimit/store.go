@@ -47,6 +47,8 @@ type storeFlags struct {
 	url, prefix, table, bucket string
 	keySecret                  string
 	timeout                    time.Duration
+	serverTime                 bool   // the store's WithServerTime
+	phaseSeed                  uint64 // the Limiter's WithPhaseSeed
 }
 
 // keySecretEnv names the environment variable that gives the secret when
@@ -75,6 +77,8 @@ func (f *storeFlags) registerURL(fs *pflag.FlagSet) {
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
 	fs.StringVar(&f.bucket, "bucket", boltstore.DefaultBucket, "bbolt: the store's bucket")
+	fs.BoolVar(&f.serverTime, "server-time", false, "Redis, PostgreSQL: judge at the server's time, as the application's store given WithServerTime")
+	fs.Var((*decimalUint64)(&f.phaseSeed), "phase-seed", "the application's ratelimit.WithPhaseSeed, in decimal: where the windows of a fixed window without a start fall for each key")
 }
 
 // registerKeySecret registers --key-secret.
@@ -118,14 +122,25 @@ func (f *storeFlags) secret() string {
 	return os.Getenv(keySecretEnv)
 }
 
-// options returns the Limiter options the flags ask for: WithKeyHash when
-// a secret is given, by --key-secret or by the environment.
+// options returns the Limiter options the flags ask for: WithPhaseSeed,
+// and WithKeyHash when a secret is given, by --key-secret or by the
+// environment.
 func (f *storeFlags) options() []ratelimit.Option {
-	secret := f.secret()
-	if secret == "" {
+	opts := []ratelimit.Option{ratelimit.WithPhaseSeed(f.phaseSeed)}
+	if secret := f.secret(); secret != "" {
+		opts = append(opts, ratelimit.WithKeyHash([]byte(secret)))
+	}
+	return opts
+}
+
+// noClock returns the usage error of --server-time, if it is given, for
+// the store of --store shown, which has no clock of its own; nil without
+// --server-time.
+func (f *storeFlags) noClock(shown string) error {
+	if !f.serverTime {
 		return nil
 	}
-	return []ratelimit.Option{ratelimit.WithKeyHash([]byte(secret))}
+	return usagef("--server-time: the store of %s has no clock of its own: the application's Redis or PostgreSQL store takes WithServerTime; leave --server-time out", shown)
 }
 
 // maxRawKey is the longest key the Limiter gives a store as it is, without
@@ -184,6 +199,9 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	case "":
 		return nil, nil, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... (or 'host=... dbname=...') or mem:")
 	case "mem":
+		if err := f.noClock(shown); err != nil {
+			return nil, nil, err
+		}
 		m, err := memstore.New()
 		if err != nil {
 			return nil, nil, err
@@ -193,6 +211,9 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
 			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", shown)
+		}
+		if err := f.noClock(shown); err != nil {
+			return nil, nil, err
 		}
 		if err := boltCheck(path, f.bucket, acc, boltWait(ctx)); err != nil {
 			return nil, nil, err
@@ -218,6 +239,9 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		return f.openRedis(ctx, redis.NewClusterClient(opt), "redis cluster at "+strings.Join(opt.Addrs, ","), acc)
 	case "postgres", "postgresql":
 		var opts []pgstore.Option
+		if f.serverTime {
+			opts = append(opts, pgstore.WithServerTime())
+		}
 		if acc == mustExist {
 			// A bad name is refused before connecting.
 			if _, err := pgstore.Schema(f.table); err != nil {
@@ -468,7 +492,11 @@ func (f *storeFlags) openRedis(ctx context.Context, c redis.UniversalClient, whe
 	// No background check of the server's settings (redisstore.WithLogger):
 	// a command is over in a moment, and its client's Close would race the
 	// check's calls still in flight.
-	rs, err := redisstore.New(c, redisstore.WithPrefix(f.prefix), redisstore.WithLogger(nil))
+	opts := []redisstore.Option{redisstore.WithPrefix(f.prefix), redisstore.WithLogger(nil)}
+	if f.serverTime {
+		opts = append(opts, redisstore.WithServerTime())
+	}
+	rs, err := redisstore.New(c, opts...)
 	if err != nil {
 		c.Close()
 		return nil, nil, usagef("--prefix: %v", err)

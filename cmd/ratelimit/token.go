@@ -29,11 +29,15 @@ import (
 const tokenKeyEnv = "RATELIMIT_TOKEN_KEY"
 
 // tokenKeyFlags give the keys of the application's ratelimit.WithTokenKey,
-// which check the tags of signed tokens.
-type tokenKeyFlags struct{ files []string }
+// which check the tags of signed tokens, and whether unsigned tokens are taken too (WithUnsignedTokensAccepted).
+type tokenKeyFlags struct {
+	files    []string
+	unsigned bool
+}
 
 func (f *tokenKeyFlags) register(fs *pflag.FlagSet) {
 	fs.Var((*fileList)(&f.files), "token-key-file", "a file holding the key of the application's ratelimit.WithTokenKey, as text (without a final line break); again for each key a rotation accepts (default: $"+tokenKeyEnv+")")
+	fs.BoolVar(&f.unsigned, "unsigned-tokens-accepted", false, "with a token key, take unsigned tokens too, unchecked, as a Limiter given ratelimit.WithUnsignedTokensAccepted does; signed ones are still checked")
 }
 
 // fileList is a flag of files, given once for each.
@@ -76,6 +80,9 @@ func (f *tokenKeyFlags) keys() ([]tokenKey, error) {
 			keys = append(keys, tokenKey{from: "$" + tokenKeyEnv, key: []byte(v)})
 		}
 	}
+	if f.unsigned && len(keys) == 0 {
+		return nil, usagef("--unsigned-tokens-accepted without a token key: without one, every token is taken unchecked, signed or not; give the token key (--token-key-file, or $%s), or leave the flag out", tokenKeyEnv)
+	}
 	for i, k := range keys {
 		if len(k.key) < ratelimit.MinKeySecret {
 			return nil, usagef("the token key of %s has %d bytes, fewer than %d, which ratelimit.WithTokenKey refuses: give the key the application's Limiters are given, in full",
@@ -99,14 +106,19 @@ func keyBytes(keys []tokenKey) [][]byte {
 	return all
 }
 
-// tokenKeyOptions returns the Limiter option of keys: WithTokenKey, the
-// first signing and the others accepted; none without keys.
-func tokenKeyOptions(keys []tokenKey) []ratelimit.Option {
+// tokenKeyOptions returns the Limiter options of keys: WithTokenKey, the
+// first signing and the others accepted, and WithUnsignedTokensAccepted
+// with unsigned; none without keys.
+func tokenKeyOptions(keys []tokenKey, unsigned bool) []ratelimit.Option {
 	if len(keys) == 0 {
 		return nil
 	}
 	all := keyBytes(keys)
-	return []ratelimit.Option{ratelimit.WithTokenKey(all[0], all[1:]...)}
+	opts := []ratelimit.Option{ratelimit.WithTokenKey(all[0], all[1:]...)}
+	if unsigned {
+		opts = append(opts, ratelimit.WithUnsignedTokensAccepted())
+	}
+	return opts
 }
 
 // trimLineBreak returns b without a final line break (\n or \r\n), which
@@ -490,7 +502,7 @@ func newTokenInspect() *cobra.Command {
 				r.Expired = at.UnixMilli() > tok.Expires().UnixMilli()
 				r.Signed, r.CarriesUse, r.Items = tok.Signed(), tok.CarriesUse(), itemsOf(tok)
 				var verr error
-				if len(tkeys) > 0 {
+				if len(tkeys) > 0 && !(keys.unsigned && !tok.Signed()) {
 					ok := false
 					for _, k := range tkeys {
 						if tok.Verify(k.key) == nil {
@@ -517,7 +529,7 @@ func newTokenInspect() *cobra.Command {
 					fmt.Fprintln(cmd.OutOrStdout())
 				}
 				first = false
-				printToken(cmd.OutOrStdout(), tok, at, r, tkeys, withKey, key, storeKey, form)
+				printToken(cmd.OutOrStdout(), tok, at, r, tkeys, keys.unsigned, withKey, key, storeKey, form)
 				return nil
 			})
 			return b.end(err)
@@ -531,10 +543,11 @@ func newTokenInspect() *cobra.Command {
 }
 
 // printToken prints token inspect's report of tok, looked at at, whose
-// JSON report is r. keys are the token keys given; withKey says whether
-// --key was, key is its value, and storeKey and form what the store knows
-// it as (storeFlags.storeKey).
-func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, keys []tokenKey, withKey bool, key, storeKey, form string) {
+// JSON report is r. keys are the token keys given, and unsigned says
+// whether unsigned tokens are taken under them; withKey says whether --key
+// was, key is its value, and storeKey and form what the store knows it as
+// (storeFlags.storeKey).
+func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, keys []tokenKey, unsigned, withKey bool, key, storeKey, form string) {
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "%-12s %s\n", label, fmt.Sprintf(format, args...))
 	}
@@ -573,8 +586,10 @@ func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, 
 	switch {
 	case !tok.Signed() && len(keys) == 0:
 		line("signed", "no")
+	case !tok.Signed() && unsigned:
+		line("signed", "no: taken unchecked (--unsigned-tokens-accepted), as a Limiter given WithUnsignedTokensAccepted takes it")
 	case !tok.Signed():
-		line("signed", "no: a Limiter with a token key refuses it (unless WithUnsignedTokensAccepted)")
+		line("signed", "no: a Limiter with a token key refuses it (unless WithUnsignedTokensAccepted: --unsigned-tokens-accepted)")
 	case len(keys) == 0:
 		line("signed", "yes, not checked: give the token key to check it (--token-key-file, or $%s)", tokenKeyEnv)
 	case *r.Verified:
@@ -626,15 +641,16 @@ func settledAs(k driver.SettleKind) string {
 }
 
 // verifyTag checks tok's tag under keys, as the Limiter would, in the
-// command line's words; nil without keys.
-func verifyTag(tok *ratelimit.Token, keys []tokenKey) error {
-	if len(keys) == 0 {
+// command line's words; nil without keys, and for an unsigned token when
+// unsigned ones are accepted.
+func verifyTag(tok *ratelimit.Token, keys []tokenKey, unsigned bool) error {
+	if len(keys) == 0 || unsigned && !tok.Signed() {
 		return nil
 	}
 	all := keyBytes(keys)
 	err := tok.Verify(all[0], all[1:]...)
 	if err != nil && !tok.Signed() {
-		return fmt.Errorf("to settle it unchecked, if the application takes unsigned tokens, give no token key (no --token-key-file, and $%s unset): %w", tokenKeyEnv, err)
+		return fmt.Errorf("to settle it unchecked, if the application takes unsigned tokens, give --unsigned-tokens-accepted: %w", err)
 	}
 	return err
 }
@@ -743,7 +759,8 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 					return sf.timedOut(ctx, err)
 				}
 				closeFn = closeStore
-				lim, err = ratelimit.New(store, limits, tokenKeyOptions(tkeys)...)
+				opts := append(tokenKeyOptions(tkeys, keys.unsigned), ratelimit.WithPhaseSeed(sf.phaseSeed))
+				lim, err = ratelimit.New(store, limits, opts...)
 				if err != nil {
 					return usageError{err}
 				}
@@ -771,7 +788,7 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 				}
 				r.ID, r.StoreKey, r.StoreKeyBase64 = tokenID(tok), tok.Key(), keyBase64(tok.Key())
 				r.RunAt, r.ExpiresAt, r.Items = timeJSON(tok.RunAt()), timeJSON(tok.Expires()), itemsOf(tok)
-				if err := verifyTag(tok, tkeys); err != nil {
+				if err := verifyTag(tok, tkeys, keys.unsigned); err != nil {
 					return report(outInvalid, exitFailure, err)
 				}
 				if err := undeclared(tok, limits, lf.file); err != nil {

@@ -161,7 +161,7 @@ func TestTokenInspect(t *testing.T) {
 	unsigned := receipt(t, plain, "llm", "user-42", 2)
 	code, out, errOut = exec("token", "inspect", unsigned)
 	require.Equal(t, 1, code)
-	require.Contains(t, out, "signed       no: a Limiter with a token key refuses it (unless WithUnsignedTokensAccepted)\n")
+	require.Contains(t, out, "signed       no: a Limiter with a token key refuses it (unless WithUnsignedTokensAccepted: --unsigned-tokens-accepted)\n")
 	require.Contains(t, errOut, "carries no tag")
 	os.Unsetenv(tokenKeyEnv)
 	code, out, errOut = exec("token", "inspect", unsigned)
@@ -619,7 +619,7 @@ func TestTokenSettleMemory(t *testing.T) {
 	t.Setenv(tokenKeyEnv, tokenKeyA)
 	code, _, errOut = exec("token", "use", "--store", "mem:", "--limits", limits, tok)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "ratelimit: to settle it unchecked, if the application takes unsigned tokens, give no token key (no --token-key-file, and $RATELIMIT_TOKEN_KEY unset): token ")
+	require.Contains(t, errOut, "ratelimit: to settle it unchecked, if the application takes unsigned tokens, give --unsigned-tokens-accepted: token ")
 	require.Contains(t, errOut, " carries no tag")
 	os.Unsetenv(tokenKeyEnv)
 

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// --phase-seed gives the Limiter the application's WithPhaseSeed: the
+// windows of a fixed window without --start start where the
+// application's do. Without it, inspect showed the windows of seed 0,
+// and limit decided by them, where the application's fall elsewhere.
+func TestPhaseSeedFlag(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "limits.db")
+	hourly := []string{"--store", "bolt://" + path, "--kind", "fixed window", "--rate", "10", "--period", "1h", "--name", "hourly", "--key", "user-42"}
+	code, _, errOut := exec(append([]string{"limit", "--check"}, hourly...)...)
+	require.Equal(t, 0, code, errOut)
+	// The phase of the windows: a window's start, modulo the period.
+	phaseOf := func(opts ...ratelimit.Option) int64 {
+		lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{"hourly": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour}}, opts...))
+		st, err := lim.Value(ctx, "hourly", "user-42")
+		require.NoError(t, err)
+		return st.WindowStart.UnixMilli() % time.Hour.Milliseconds()
+	}
+	inspected := func(extra ...string) int64 {
+		code, out, errOut := exec(append(append([]string{"inspect", "-o", "json"}, hourly...), extra...)...)
+		require.Equal(t, 0, code, errOut)
+		var s statusJSON
+		decode(t, out, &s)
+		start, err := time.Parse(time.RFC3339, *s.WindowStart)
+		require.NoError(t, err)
+		return start.UnixMilli() % time.Hour.Milliseconds()
+	}
+	require.NotEqual(t, phaseOf(), phaseOf(ratelimit.WithPhaseSeed(7)), "the seed moves the phase")
+	require.Equal(t, phaseOf(), inspected())
+	require.Equal(t, phaseOf(ratelimit.WithPhaseSeed(7)), inspected("--phase-seed", "7"))
+	require.Equal(t, phaseOf(ratelimit.WithPhaseSeed(18446744073709551615)), inspected("--phase-seed", "18446744073709551615"))
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"inspect", "--phase-seed", "0x7"}, hourly...), `invalid argument "0x7" for "--phase-seed" flag: write a whole number in decimal`},
+		{append([]string{"inspect", "--phase-seed", "-1"}, hourly...), `invalid argument "-1" for "--phase-seed" flag: give a whole number from 0 to 18446744073709551615`},
+		{[]string{"token", "refund", "--store", "mem:", "--kind", "token bucket", "--rate", "1", "--period", "1s", "--phase-seed", "07", "AQ"}, `invalid argument "07" for "--phase-seed" flag: "07" has a leading zero`},
+	} {
+		code, _, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want, "%q", tc.args)
+	}
+}
+
+// --server-time opens a Redis or PostgreSQL store with its WithServerTime,
+// as the application's, so that a token's expiry and the windows are
+// judged at the server's time; bbolt and the in-memory store have no
+// clock of their own, and refuse it.
+func TestServerTimeFlag(t *testing.T) {
+	ctx := context.Background()
+	url, prefix, _ := testRedis(t)
+	pgURL, table := postgresTable(t, "ratelimit_cli_servertime_")
+	for _, args := range [][]string{{"--store", url, "--prefix", prefix}, {"--store", pgURL, "--table", table}} {
+		sf := storeFlagsOf(args)
+		sf.serverTime = true
+		store, closeStore, err := sf.open(ctx, mayCreate)
+		require.NoError(t, err, args)
+		ts, ok := store.(driver.TimeSource)
+		require.True(t, ok && ts.OwnClock(), "%q: the store judges at its own time", args)
+		closeStore()
+		sf.serverTime = false
+		store, closeStore, err = sf.open(ctx, mayCreate)
+		require.NoError(t, err, args)
+		require.False(t, store.(driver.TimeSource).OwnClock(), "%q", args)
+		closeStore()
+
+		code, out, errOut := exec(append([]string{"limit", "--server-time", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--key", "k"}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "allowed 1 of limit")
+	}
+	path := filepath.Join(t.TempDir(), "limits.db")
+	for _, store := range []string{"mem:", "bolt://" + path} {
+		code, _, errOut := exec("limit", "--store", store, "--server-time", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--key", "k")
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, "--server-time: the store of "+store+" has no clock of its own: the application's Redis or PostgreSQL store takes WithServerTime; leave --server-time out")
+	}
+}
+
+// --unsigned-tokens-accepted settles unsigned tokens under a token key,
+// as a Limiter given WithUnsignedTokensAccepted does during a move to
+// signed tokens, and still checks the tags of the signed ones: without
+// it, a batch of both could only be settled with no key at all, every
+// tag unchecked.
+func TestUnsignedTokensAcceptedFlag(t *testing.T) {
+	unsetenv(t, tokenKeyEnv)
+	dir := t.TempDir()
+	limits := writeFile(t, dir, "limits.yaml", signupLimitsYAML)
+	keyA := writeFile(t, dir, "a.key", tokenKeyA)
+	unsigned := receipt(t, must(ratelimit.New(must(memstore.New()), signupLimits)), "llm", "user-42", 1)
+	signed := receipt(t, must(ratelimit.New(must(memstore.New()), signupLimits, ratelimit.WithTokenKey([]byte(tokenKeyA)))), "llm", "user-42", 1)
+	forged := receipt(t, must(ratelimit.New(must(memstore.New()), signupLimits, ratelimit.WithTokenKey([]byte(tokenKeyB)))), "llm", "user-42", 1)
+	stdin := unsigned + "\n" + signed + "\n"
+
+	settle := []string{"token", "use", "--store", "mem:", "--limits", limits, "--token-key-file", keyA}
+	code, _, errOut := execIn(stdin, append(settle, "-")...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "ratelimit: 2 tokens: 1 settled, 1 invalid\n")
+	code, out, errOut := execIn(stdin, append(settle, "--unsigned-tokens-accepted", "-")...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "used token "+tokenID(must(ratelimit.ParseToken(unsigned))))
+	require.Contains(t, out, "used token "+tokenID(must(ratelimit.ParseToken(signed))))
+	code, _, errOut = execIn(forged, append(settle, "--unsigned-tokens-accepted", "-")...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "its tag is not valid under the key given")
+
+	// inspect takes it the same.
+	code, out, errOut = exec("token", "inspect", "--token-key-file", keyA, "--unsigned-tokens-accepted", unsigned)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "signed       no: taken unchecked (--unsigned-tokens-accepted), as a Limiter given WithUnsignedTokensAccepted takes it\n")
+
+	// Without a token key, every token is taken unchecked: the flag
+	// would say nothing.
+	code, _, errOut = exec("token", "refund", "--store", "mem:", "--limits", limits, "--unsigned-tokens-accepted", unsigned)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--unsigned-tokens-accepted without a token key: without one, every token is taken unchecked, signed or not; give the token key (--token-key-file, or $RATELIMIT_TOKEN_KEY), or leave the flag out")
+}
