@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -661,4 +664,43 @@ func TestTokenBatchStops(t *testing.T) {
 func unsetenv(t *testing.T, name string) {
 	t.Setenv(name, "")
 	os.Unsetenv(name)
+}
+
+// A Redis store of an application given WithPrefix("") keeps its records
+// at the database's top level: --prefix "" names it, and its tokens
+// settle as any others. The test's keys are its own, and deleted after.
+func TestTokenSettleRedisEmptyPrefix(t *testing.T) {
+	ctx := context.Background()
+	unsetenv(t, tokenKeyEnv)
+	url, _, c := testRedis(t)
+	key := fmt.Sprint("cli-empty-prefix-", time.Now().UnixNano())
+	store := must(redisstore.New(c, redisstore.WithPrefix(""), redisstore.WithLogger(nil)))
+	lim := must(ratelimit.New(store, signupLimits))
+	tok := receipt(t, lim, "llm", key, 3)
+	id := must(ratelimit.ParseToken(tok)).ID()
+	t.Cleanup(func() {
+		keys, err := c.Keys(ctx, "*"+globEscape(key)).Result()
+		require.NoError(t, err)
+		keys = append(keys, markKeyOf(store, key, id))
+		require.NoError(t, c.Del(ctx, keys...).Err())
+	})
+	limits := writeFile(t, t.TempDir(), "limits.yaml", signupLimitsYAML)
+	args := []string{"--store", url, "--prefix", "", "--limits", limits, tok}
+	code, out, errOut := exec(append([]string{"token", "refund"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "refunded token ")
+	st, err := lim.Value(ctx, "llm", key)
+	require.NoError(t, err)
+	require.Equal(t, 10.0, st.Remaining)
+	code, _, errOut = exec(append([]string{"token", "use"}, args...)...)
+	require.Equal(t, exitSettled, code, errOut)
+	require.Contains(t, errOut, "already settled (canceled)")
+}
+
+// markKeyOf returns the Redis key of the mark of the settlement of the
+// token id of limit llm for key, in store: beside its record, after the
+// hash tag, "s:" and the ID in hex.
+func markKeyOf(store *redisstore.Store, key string, id [16]byte) string {
+	rec := store.Key(driver.RecordID{Name: "llm", Key: key})
+	return rec[:strings.IndexByte(rec, '}')+1] + "s:" + hex.EncodeToString(id[:])
 }
