@@ -158,7 +158,7 @@ func decode(t *testing.T, out string, v any) map[string]any {
 	return m
 }
 
-var limitFields = []string{"capacity", "kind", "max_reserved", "name", "period_ms", "rate", "shards", "start"}
+var limitFields = []string{"capacity", "kind", "max_reserved", "name", "name_base64", "period_ms", "rate", "shards", "start"}
 
 func TestOutputJSON(t *testing.T) {
 	store := "bolt://" + filepath.Join(t.TempDir(), "limits.db")
@@ -171,7 +171,7 @@ func TestOutputJSON(t *testing.T) {
 	m := decode(t, out, &d)
 	require.Equal(t, []string{"check", "count", "key", "key_base64", "limit", "ok", "outcome", "remaining", "reserve", "reset_ms", "retry_after_ms"}, keysOf(m))
 	require.Equal(t, limitFields, keysOf(m["limit"].(map[string]any)))
-	require.Equal(t, limitJSON{Name: "signup", Kind: "fixed window", Rate: 10, PeriodMS: 3_600_000, Capacity: 10, Shards: 2}, d.Limit)
+	require.Equal(t, limitJSON{Name: "signup", NameBase64: "c2lnbnVw", Kind: "fixed window", Rate: 10, PeriodMS: 3_600_000, Capacity: 10, Shards: 2}, d.Limit)
 	require.Equal(t, "k", d.Key)
 	require.Equal(t, 3.0, d.Count)
 	require.Equal(t, "allowed", d.Outcome)
@@ -826,4 +826,31 @@ func TestTimesBeyondRFC3339(t *testing.T) {
 	code, out, errOut = exec(append([]string{"inspect"}, args...)...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "+073326-09-11T20:14:45.248Z  +073326-09-11T21:14:45.248Z")
+}
+
+// A limit's name is any bytes, as a key is, and JSON text is UTF-8: a
+// name that is not valid UTF-8 came out as U+FFFD, "\xff" and "\xfe"
+// alike. name_base64 (and a token item's limit_base64) gives its bytes
+// exactly, as key_base64 gives a key's.
+func TestNameNotUTF8JSON(t *testing.T) {
+	unsetenv(t, tokenKeyEnv)
+	names := map[string]string{"\xff": "/w==", "\xfe": "/g==", "\ufffd": "77+9", "signup": "c2lnbnVw"}
+	for name, b64 := range names {
+		code, out, errOut := exec("limit", "--store", "mem:", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--name", name, "--key", "k", "-o", "json")
+		require.Equal(t, 0, code, errOut)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &m))
+		limit := m["limit"].(map[string]any)
+		require.Equal(t, b64, limit["name_base64"], "%q", name)
+		require.Equal(t, strings.ToValidUTF8(name, "\ufffd"), limit["name"], "%q", name)
+
+		lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{name: {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}}))
+		tok := receipt(t, lim, name, "k", 1)
+		code, out, errOut = exec("token", "inspect", "-o", "json", tok)
+		require.Equal(t, 0, code, errOut)
+		require.NoError(t, json.Unmarshal([]byte(out), &m))
+		item := m["items"].([]any)[0].(map[string]any)
+		require.Equal(t, b64, item["limit_base64"], "%q", name)
+		require.Equal(t, []string{"amount", "limit", "limit_base64", "shard"}, keysOf(item))
+	}
 }

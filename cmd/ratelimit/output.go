@@ -47,7 +47,8 @@ func writeJSON(out io.Writer, v any) error {
 // capacity and the shards as the limit has them, not as they were left
 // to their defaults.
 type limitJSON struct {
-	Name        string  `json:"name"`
+	Name        string  `json:"name"`        // lossy for a name not valid UTF-8: see NameBase64
+	NameBase64  string  `json:"name_base64"` // the name's bytes, exactly
 	Kind        string  `json:"kind"`
 	Rate        float64 `json:"rate"`
 	PeriodMS    int64   `json:"period_ms"`
@@ -62,7 +63,7 @@ func limitOf(name string, cfg ratelimit.Config) limitJSON {
 	if capacity == 0 {
 		capacity = cfg.Rate
 	}
-	return limitJSON{Name: name, Kind: cfg.Kind.String(), Rate: cfg.Rate, PeriodMS: cfg.Period.Milliseconds(),
+	return limitJSON{Name: name, NameBase64: keyBase64(name), Kind: cfg.Kind.String(), Rate: cfg.Rate, PeriodMS: cfg.Period.Milliseconds(),
 		Capacity: capacity, MaxReserved: cfg.MaxReserved, Shards: max(cfg.Shards, 1), Start: timeJSON(cfg.Start)}
 }
 
@@ -96,10 +97,11 @@ func timeText(t time.Time) string {
 	return fmt.Sprintf("%s%06d%s", sign, year, t.Format("-01-02T15:04:05.000Z07:00"))
 }
 
-// keyBase64 returns key's bytes in standard base64, for the JSON reports.
-// A key is any bytes, and JSON text is UTF-8: encoding/json writes each
-// byte of a key that is not valid UTF-8 as U+FFFD, so that "key" alone
-// reads alike for "\xff", "\xfe" and "\uFFFD".
+// keyBase64 returns key's bytes in standard base64, for the JSON reports;
+// a limit's name's too. A key or a name is any bytes, and JSON text is
+// UTF-8: encoding/json writes each byte of a key that is not valid UTF-8
+// as U+FFFD, so that "key" alone reads alike for "\xff", "\xfe" and
+// "\uFFFD".
 func keyBase64(key string) string { return base64.StdEncoding.EncodeToString([]byte(key)) }
 
 // ms returns d in milliseconds.

@@ -339,9 +339,10 @@ func (b *batch) end(err error) error {
 
 // itemJSON is a shard a token charged, in the JSON reports.
 type itemJSON struct {
-	Limit  string  `json:"limit"`
-	Shard  int     `json:"shard"`
-	Amount float64 `json:"amount"`
+	Limit       string  `json:"limit"`        // lossy for a name not valid UTF-8: see LimitBase64
+	LimitBase64 string  `json:"limit_base64"` // the limit's name's bytes, exactly
+	Shard       int     `json:"shard"`
+	Amount      float64 `json:"amount"`
 }
 
 func itemsOf(tok *ratelimit.Token) []itemJSON {
@@ -350,7 +351,7 @@ func itemsOf(tok *ratelimit.Token) []itemJSON {
 		return items
 	}
 	for _, it := range tok.Items() {
-		items = append(items, itemJSON{Limit: it.Name, Shard: it.Shard, Amount: it.Amount})
+		items = append(items, itemJSON{Limit: it.Name, LimitBase64: keyBase64(it.Name), Shard: it.Shard, Amount: it.Amount})
 	}
 	return items
 }

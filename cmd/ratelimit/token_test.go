@@ -413,7 +413,7 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	require.Equal(t, settleJSON{Token: reserved.String(), Action: "refund", Outcome: outAlreadySettled, SettledAs: ptr("used"),
 		Error: fmt.Sprintf("ratelimit: token %s was already settled (used): nothing done", tokenID(reserved)[:8]), ID: tokenID(reserved),
 		StoreKey: key, StoreKeyBase64: keyBase64(key), RunAt: timeJSON(reserved.RunAt()), ExpiresAt: timeJSON(reserved.Expires()),
-		Items: []itemJSON{{Limit: "llm", Shard: 0, Amount: 5}}}, js)
+		Items: []itemJSON{{Limit: "llm", LimitBase64: "bGxt", Shard: 0, Amount: 5}}}, js)
 
 	// Signed: under another key, invalid, and nothing settled; under the
 	// right one among a rotation's, settled.
