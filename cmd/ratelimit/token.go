@@ -176,7 +176,20 @@ func (s *settlerFlag) options() []ratelimit.SettleOption {
 type givenToken struct {
 	text  string
 	where string // "token 2" of the arguments, "line 3" of standard input
+	err   error  // what is wrong with the line of standard input, before the token is read
 }
+
+// parse reads the token.
+func (g givenToken) parse() (*ratelimit.Token, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	return ratelimit.ParseToken(g.text)
+}
+
+// longLineHead is how much of a line too long for a token its report
+// shows (givenToken.text): enough to find the line.
+const longLineHead = 64
 
 // maxTokenLine bounds a line of standard input: more than the text form
 // of the longest token (64 KiB, in base64).
@@ -198,8 +211,10 @@ func checkTokenArgs(args []string) error {
 func fromStdin(args []string) bool { return len(args) == 1 && args[0] == "-" }
 
 // eachToken calls f with each token of args in turn, or, for -, of stdin,
-// one per line (blank lines skipped, spaces around a token trimmed),
-// until f returns an error.
+// one per line (blank lines skipped, spaces around a token and a
+// byte-order mark before the first trimmed), until f returns an error. A
+// line longer than maxTokenLine is given to f with its error, and the
+// lines after it are read.
 func eachToken(args []string, stdin io.Reader, f func(givenToken) error) error {
 	if !fromStdin(args) {
 		for i, a := range args {
@@ -209,29 +224,64 @@ func eachToken(args []string, stdin io.Reader, f func(givenToken) error) error {
 		}
 		return nil
 	}
-	sc := bufio.NewScanner(stdin)
-	sc.Buffer(make([]byte, 0, 4096), maxTokenLine)
+	rd := bufio.NewReader(stdin)
 	line, n := 0, 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
+	for {
+		raw, long, err := readLine(rd)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("standard input, line %d: %w", line+1, err)
 		}
-		n++
-		if err := f(givenToken{text: text, where: fmt.Sprintf("line %d", line)}); err != nil {
-			return err
+		if len(raw) > 0 || !errors.Is(err, io.EOF) {
+			line++
+			g := givenToken{where: fmt.Sprintf("line %d", line)}
+			if line == 1 {
+				raw = bytes.TrimPrefix(raw, []byte("\ufeff"))
+			}
+			if long {
+				g.text = strings.ToValidUTF8(string(raw[:min(len(raw), longLineHead)]), "\ufffd")
+				g.err = fmt.Errorf("longer than %d bytes, and no token is that long: give one token per line: %w", maxTokenLine, ratelimit.ErrInvalidToken)
+			} else {
+				g.text = strings.TrimSpace(string(raw))
+			}
+			if g.text != "" || long {
+				n++
+				if err := f(g); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
 		}
 	}
-	switch err := sc.Err(); {
-	case errors.Is(err, bufio.ErrTooLong):
-		return fmt.Errorf("standard input, line %d: longer than %d bytes, and no token is that long: give one token per line", line+1, maxTokenLine)
-	case err != nil:
-		return fmt.Errorf("standard input: %w", err)
-	case n == 0:
+	if n == 0 {
 		return errors.New("no token on standard input: give one token per line")
 	}
 	return nil
+}
+
+// readLine reads a line of rd and returns it without its line break (\n
+// or \r\n), and whether it is longer than maxTokenLine, when it returns
+// at most maxTokenLine+2 bytes of it, having read the rest; err is io.EOF
+// at the end of the input, after its last line.
+func readLine(rd *bufio.Reader) (line []byte, long bool, err error) {
+	size := 0
+	for {
+		chunk, err := rd.ReadSlice('\n')
+		size += len(chunk)
+		if room := maxTokenLine + 2 - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if size > maxTokenLine+2 {
+			return line, true, err
+		}
+		line, _ = bytes.CutSuffix(line, []byte("\n"))
+		line, _ = bytes.CutSuffix(line, []byte("\r"))
+		return line, len(line) > maxTokenLine, err
+	}
 }
 
 // The outcomes of a token, in the JSON reports ("outcome") and the
@@ -476,7 +526,7 @@ func newTokenInspect() *cobra.Command {
 			err = eachToken(args, cmd.InOrStdin(), func(g givenToken) error {
 				at := time.Now()
 				r := inspectJSON{Token: g.text, Outcome: outRead, At: timeJSON(at), Items: []itemJSON{}}
-				tok, err := ratelimit.ParseToken(g.text)
+				tok, err := g.parse()
 				if err != nil {
 					r.Outcome, r.Error = outInvalid, message(err)
 					b.add(g, outInvalid, exitFailure, err)
@@ -783,7 +833,7 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 					}
 					return nil
 				}
-				tok, err := ratelimit.ParseToken(g.text)
+				tok, err := g.parse()
 				if err != nil {
 					return report(outInvalid, exitFailure, err)
 				}
@@ -797,7 +847,17 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 				}
 				if lim == nil {
 					if err := open(); err != nil {
-						return err
+						var u usageError
+						if errors.As(err, &u) {
+							return err
+						}
+						// As a store that fails: the token is reported,
+						// and the command stops at it.
+						if err := report(outFailed, exitFailure, err); err != nil {
+							return err
+						}
+						b.stop = g.where
+						return errStop
 					}
 				}
 				ctx, cancel := context.WithTimeoutCause(cmd.Context(), sf.timeout, errTimeout)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,7 +267,7 @@ func TestTokenInspectStdin(t *testing.T) {
 	require.Equal(t, "ratelimit: no token on standard input: give one token per line\n", errOut)
 	code, _, errOut = execIn(strings.Repeat("A", maxTokenLine+1), "token", "inspect", "-")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "standard input, line 1: longer than 131072 bytes")
+	require.Contains(t, errOut, "ratelimit: line 1: longer than 131072 bytes")
 }
 
 // jsonStream decodes a stream of token inspect's JSON reports.
@@ -703,4 +705,108 @@ func TestTokenSettleRedisEmptyPrefix(t *testing.T) {
 func markKeyOf(store *redisstore.Store, key string, id [16]byte) string {
 	rec := store.Key(driver.RecordID{Name: "llm", Key: key})
 	return rec[:strings.IndexByte(rec, '}')+1] + "s:" + hex.EncodeToString(id[:])
+}
+
+// Standard input as files and pipes give it: a line too long for any
+// token is reported as an invalid token, and the lines after it are read
+// (a bufio.Scanner stopped at it, and the tokens after it were left
+// unsettled); a byte-order mark that an editor writes at the start of a
+// file is not part of the first token; CRLF line ends, blank lines and
+// spaces around a token are skipped.
+func TestTokenStdinLines(t *testing.T) {
+	unsetenv(t, tokenKeyEnv)
+	limits := writeFile(t, t.TempDir(), "limits.yaml", signupLimitsYAML)
+	app := must(ratelimit.New(must(memstore.New()), signupLimits))
+	a, b := receipt(t, app, "llm", "a", 1), receipt(t, app, "llm", "b", 1)
+	long := strings.Repeat("A", maxTokenLine+10)
+	stdin := "\ufeff" + a + "\r\n\r\n" + long + "\r\n \t" + b + " \r\n"
+
+	code, out, errOut := execIn(stdin, "token", "refund", "--store", "mem:", "--limits", limits, "-")
+	require.Equal(t, 1, code, errOut)
+	require.Equal(t, fmt.Sprintf("refunded token %s: llm 1 for store key \"a\"\nrefunded token %s: llm 1 for store key \"b\"\n",
+		tokenID(must(ratelimit.ParseToken(a))), tokenID(must(ratelimit.ParseToken(b)))), out)
+	require.Equal(t, "ratelimit: line 3: longer than 131072 bytes, and no token is that long: give one token per line: invalid token\n"+
+		"ratelimit: 3 tokens: 2 settled, 1 invalid\n", errOut)
+
+	code, out, errOut = execIn(stdin, "token", "settle", "--used", "1", "--store", "mem:", "--limits", limits, "-o", "json", "-")
+	require.Equal(t, 1, code, errOut)
+	var rs []settleJSON
+	for _, part := range strings.SplitAfter(out, "\n}\n") {
+		if part != "" {
+			var r settleJSON
+			decode(t, part, &r)
+			rs = append(rs, r)
+		}
+	}
+	require.Len(t, rs, 3)
+	require.Equal(t, a, rs[0].Token)
+	require.Equal(t, outInvalid, rs[1].Outcome)
+	require.Len(t, rs[1].Token, 64, "the start of the line, not all of it")
+	require.Equal(t, outSettled, rs[2].Outcome)
+
+	code, out, errOut = execIn(stdin, "token", "inspect", "-")
+	require.Equal(t, 1, code, errOut)
+	require.Equal(t, 2, strings.Count(out, "token "), out)
+	require.Contains(t, errOut, "ratelimit: 3 tokens: 2 read, 1 invalid\n")
+
+	// A lone line too long is the command's error.
+	code, _, errOut = execIn(long, "token", "inspect", "-")
+	require.Equal(t, 1, code)
+	require.Equal(t, "ratelimit: line 1: longer than 131072 bytes, and no token is that long: give one token per line: invalid token\nratelimit: 1 token: 1 invalid\n", errOut)
+}
+
+// A store that cannot be opened stops a batch as a store that fails
+// does, at the token that needed it: with JSON, that token has its
+// report ("failed"), as it has when the store fails later; the command
+// says where it stopped.
+func TestTokenStoreOpenFails(t *testing.T) {
+	unsetenv(t, tokenKeyEnv)
+	limits := writeFile(t, t.TempDir(), "limits.yaml", signupLimitsYAML)
+	app := must(ratelimit.New(must(memstore.New()), signupLimits))
+	a, b := receipt(t, app, "llm", "a", 1), receipt(t, app, "llm", "b", 1)
+	code, out, errOut := execIn("AQ\n"+a+"\n"+b+"\n", "token", "use", "--store", "redis://127.0.0.1:1/0", "--limits", limits, "-o", "json", "-")
+	require.Equal(t, 1, code, errOut)
+	rs := strings.SplitAfter(out, "\n}\n")
+	require.Len(t, rs, 3, out)
+	require.Empty(t, rs[2])
+	var r settleJSON
+	decode(t, rs[1], &r)
+	require.Equal(t, a, r.Token)
+	require.Equal(t, outFailed, r.Outcome)
+	require.Contains(t, r.Error, "connection refused")
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	require.Len(t, lines, 3, errOut)
+	require.Contains(t, lines[1], "ratelimit: line 2: redis at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (is the server up? check --store)")
+	require.True(t, strings.HasPrefix(lines[2], "ratelimit: 2 tokens: 1 invalid, 1 failed; stopped at line 2, where the store failed: the tokens after it were not read"), lines[2])
+}
+
+// readLine tells a line too long from one of maxTokenLine bytes and its
+// line break, at the end of the input or not.
+func TestReadLine(t *testing.T) {
+	fit, over := strings.Repeat("A", maxTokenLine), strings.Repeat("A", maxTokenLine+1)
+	for _, tc := range []struct {
+		in   string
+		long []bool
+	}{
+		{fit + "\r\n" + fit + "\n" + fit, []bool{false, false, false}},
+		{over + "\n" + fit + "\r\n", []bool{true, false}},
+		{fit + "\n" + over, []bool{false, true}},
+		{fit + "\r\r\n", []bool{true}},
+		{strings.Repeat("A", 3*maxTokenLine) + "\nAQ", []bool{true, false}},
+	} {
+		rd := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
+		var got []bool
+		for {
+			line, long, err := readLine(rd)
+			if len(line) > 0 {
+				got = append(got, long)
+				require.LessOrEqual(t, len(line), maxTokenLine+2)
+			}
+			if err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+		}
+		require.Equal(t, tc.long, got)
+	}
 }
