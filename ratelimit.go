@@ -414,6 +414,8 @@ func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOptio
 }
 
 // Check returns the answer Limit would give now, without spending anything.
+// For a sharded limit it is the answer of the two shards Check draws; the
+// next Limit draws its own, which may answer otherwise (docs/sharding.md).
 func (l *Limiter) Check(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
 	err = l.answer(&res, ctx, driver.ModeCheck, name, key, opts)
 	return res, err

@@ -149,9 +149,9 @@ func checkBound(t *testing.T, where string, kind ratelimit.Kind, start bool, sta
 // Reservations on a sharded limit never owe more than MaxReserved, nor
 // any shard more than its share, whatever the counts (up to two shards'
 // Capacity plus MaxReserved) and the gaps between calls; and, on a fixed
-// window whose shards share Start and hold whole tokens, a window runs no
-// more jobs of one token than Capacity. Plain calls, and in some runs
-// cancels, are mixed in.
+// window whose shards share Start and hold whole tokens, no window serves
+// more than Capacity in plain calls of one token and jobs of one token
+// that run in it. Plain calls, and in some runs cancels, are mixed in.
 func TestShardedReservationsStayWithinMaxReserved(t *testing.T) {
 	for _, kind := range []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket} {
 		t.Run(kind.String(), func(t *testing.T) {
@@ -176,7 +176,7 @@ func TestShardedReservationsStayWithinMaxReserved(t *testing.T) {
 					ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(uint64(i), 7)))
 				require.NoError(t, err)
 				where := fmt.Sprintf("case %d: %+v", i, cfg)
-				jobs := map[int64]float64{} // tokens of jobs by the window they run in
+				jobs := map[int64]float64{} // tokens of plain calls and jobs by the window they run in
 				var live []*ratelimit.Reservation
 				for range 1500 {
 					if rng.IntN(6) == 0 {
@@ -192,8 +192,12 @@ func TestShardedReservationsStayWithinMaxReserved(t *testing.T) {
 					}
 					switch op {
 					case 0:
-						if _, err := lim.Limit(ctx, "l", "k", ratelimit.Count(math.Min(c, 2*rate/n))); err != nil {
+						res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(math.Min(c, 2*rate/n)))
+						if err != nil {
 							t.Fatalf("%s: %v", where, err)
+						}
+						if res.OK {
+							jobs[mock.Now().Sub(t0).Milliseconds()/1000] += res.Count
 						}
 					case 1:
 						if len(live) > 0 {
@@ -229,11 +233,78 @@ func TestShardedReservationsStayWithinMaxReserved(t *testing.T) {
 				if kind == ratelimit.FixedWindow && !cfg.Start.IsZero() && unit && !cancels {
 					for w, tokens := range jobs {
 						if tokens > rate+1e-6 {
-							t.Fatalf("%s: window %d runs jobs of %v tokens", where, w, tokens)
+							t.Fatalf("%s: window %d serves %v tokens", where, w, tokens)
 						}
 					}
 				}
 			}
+		})
+	}
+}
+
+// RetryAfter of a refused sharded call is the least wait for the two
+// shards it drew; a retry draws two again. Where every pair is alike at
+// that time, the retry succeeds when nothing else was spent meanwhile: a
+// limit of two shards (there is one pair), and a fixed window whose shards
+// share Start and hold a whole Rate each (every shard is full again at
+// each window). Elsewhere the shards drawn by the retry may hold less, and
+// it may be refused again (docs/sharding.md); the test logs how often.
+func TestShardedRetryAfterWithShardsDrawnAgain(t *testing.T) {
+	type variant struct {
+		name   string
+		kind   ratelimit.Kind
+		start  bool
+		shards int
+		always bool // a retry at RetryAfter always succeeds
+	}
+	var vs []variant
+	for _, shards := range []int{2, 4, 8} {
+		vs = append(vs,
+			variant{"fixed window, shared start", ratelimit.FixedWindow, true, shards, true},
+			variant{"fixed window, own phases", ratelimit.FixedWindow, false, shards, shards == 2},
+			variant{"token bucket", ratelimit.TokenBucket, false, shards, shards == 2})
+	}
+	ctx := context.Background()
+	for _, v := range vs {
+		t.Run(fmt.Sprintf("%s/shards=%d", v.name, v.shards), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(47, uint64(v.shards)))
+			refused, again := 0, 0
+			for i := range 300 {
+				cfg := ratelimit.Config{Kind: v.kind, Rate: 100, Period: time.Second, Shards: v.shards}
+				if v.start {
+					cfg.Start = t0
+				}
+				mock := &stepClock{Mock: clock.NewMock(), now: t0.Add(time.Duration(rng.Int64N(1000)) * time.Millisecond)}
+				lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": cfg},
+					ratelimit.WithClock(mock), ratelimit.WithRand(rand.NewPCG(uint64(i), 9)))
+				require.NoError(t, err)
+				reach := 200 / float64(v.shards)
+				count := func() float64 { return math.Ceil(reach * rng.Float64()) }
+				for range 100 + rng.IntN(200) {
+					if rng.IntN(10) == 0 {
+						mock.add(time.Duration(rng.Int64N(100)) * time.Millisecond)
+					}
+					_, err := lim.Limit(ctx, "l", "k", ratelimit.Count(count()))
+					require.NoError(t, err)
+				}
+				c := count()
+				res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(c))
+				require.NoError(t, err)
+				if res.OK {
+					continue
+				}
+				refused++
+				require.Positive(t, res.RetryAfter, "case %d: count %v refused", i, c)
+				mock.add(res.RetryAfter)
+				again2, err := lim.Limit(ctx, "l", "k", ratelimit.Count(c))
+				require.NoError(t, err)
+				if !again2.OK {
+					again++
+					require.False(t, v.always, "case %d: count %v refused again at its RetryAfter %v", i, c, res.RetryAfter)
+				}
+			}
+			t.Logf("%d refused, %d (%.0f%%) refused again at their RetryAfter", refused, again, 100*float64(again)/float64(refused))
+			require.Greater(t, refused, 200)
 		})
 	}
 }
