@@ -49,7 +49,7 @@ func TestShardedGrantsNeverExceedTheBound(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(41, uint64(len(v.name))))
-			for i := range 300 {
+			for i := range 50 {
 				shards := 2 + rng.IntN(7)
 				period := []int64{10, 1000, 60_000}[rng.IntN(3)]
 				rate := []float64{100, 37, 10.5, 7, 1000.0 / 3, 2.2}[rng.IntN(6)]
@@ -157,7 +157,7 @@ func TestShardedReservationsStayWithinMaxReserved(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(43, uint64(kind)))
-			for i := range 150 {
+			for i := range 25 {
 				shards := []int{2, 4, 5}[rng.IntN(3)]
 				n := float64(shards)
 				rate := n * float64(1+rng.IntN(20))
