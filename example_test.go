@@ -2,9 +2,12 @@ package ratelimit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -228,4 +231,50 @@ func ExampleWithTokenKey_rotation() {
 	// Output:
 	// step 2, use: <nil>
 	// step 3 too early, refused: true
+}
+
+// Limits kept in a file: ParseLimits reads YAML (or JSON) and validates
+// every limit, as New does, so that a bad file is refused at start-up, or
+// at a reload (SetLimits), with the limit, the line and the field.
+func ExampleParseLimits() {
+	limits, err := ratelimit.ParseLimits([]byte(`
+signup:
+  kind: fixed window
+  rate: 100
+  period: 1h
+sendMessage:
+  kind: token bucket
+  rate: 10
+  period: 1m
+  capacity: 3
+search:
+  kind: token bucket
+  rate: 20
+  period: 1s
+  failOpen: true
+`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, limits)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(lim.Limits())) {
+		cfg, _ := lim.Config(name)
+		js, _ := json.Marshal(cfg) // the file's format, in JSON
+		fmt.Printf("%s: %s\n", name, js)
+	}
+
+	_, err = ratelimit.ParseLimits([]byte("signup:\n  kind: fixed window\n  rate: 100\n  period: 1h\n  capacty: 150\n"))
+	fmt.Println(err)
+	// Output:
+	// search: {"kind":"token bucket","rate":20,"period":"1s","failOpen":true}
+	// sendMessage: {"kind":"token bucket","rate":10,"period":"1m0s","capacity":3}
+	// signup: {"kind":"fixed window","rate":100,"period":"1h0m0s"}
+	// ratelimit: limits file: limit "signup": line 5: unknown field "capacty" (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen
 }
