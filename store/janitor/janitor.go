@@ -1,7 +1,9 @@
 // Package janitor drops the expired records of a store that keeps them
-// until told (store/memstore, store/boltstore, store/pgstore: every
-// driver.Expirer), periodically, the same way for every such store. Redis
-// expires its keys itself and needs no janitor.
+// until told (store/boltstore, store/pgstore: a driver.Expirer),
+// periodically, the same way for every such store. Redis expires its keys
+// itself, and store/memstore drops its own as calls go by: neither needs a
+// janitor (memstore's DeleteExpired, which a janitor may call too, drops
+// them all at once).
 package janitor
 
 import (
@@ -27,9 +29,8 @@ var (
 )
 
 // Janitor calls a store's DeleteExpired periodically, so that a store
-// that keeps records until told to drop them (memstore, boltstore,
-// pgstore: see driver.Expirer) stays proportional to the keys active
-// recently. Build it with New and Close it when done; it owns one
+// that keeps records until told to drop them (boltstore, pgstore: see
+// driver.Expirer) stays proportional to the keys active recently. Build it with New and Close it when done; it owns one
 // goroutine in between.
 //
 // Sweeps never overlap: the timer starts the next sweep Every after the
