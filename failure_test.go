@@ -664,3 +664,21 @@ func (b *hookBound) Decide(ctx context.Context, key string, mode driver.Mode, no
 }
 
 func (b *hookBound) Store() ratelimit.Store { return b.s }
+
+// A breaker that opens after some failures must stay open for a while:
+// WithBreaker(3, 0), or a negative cool-down, was taken and left a
+// breaker that never held, every call asking the store again, with
+// nothing to tell the caller why. It is refused, as other bad arguments
+// are; WithBreaker(0, 0) still disables the breaker.
+func TestWithBreakerRefusesACooldownNotAbove0(t *testing.T) {
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}}
+	for _, cooldown := range []time.Duration{0, -time.Second} {
+		_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithBreaker(3, cooldown))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "WithBreaker(3, %v)", cooldown)
+		assert.Contains(t, err.Error(), "WithBreaker")
+	}
+	for _, failures := range []int{0, -1} {
+		_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithBreaker(failures, 0))
+		require.NoError(t, err, "WithBreaker(%d, 0) disables the breaker", failures)
+	}
+}

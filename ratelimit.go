@@ -117,10 +117,20 @@ func WithRand(src rand.Source) Option { return func(l *Limiter) { l.picker.src =
 
 // WithBreaker sets how many consecutive store failures open the breaker,
 // and for how long it then decides calls by their failure policy without
-// asking the store. failures ≤ 0 disables the breaker: every call asks the
-// store.
+// asking the store (by default DefaultBreakerFailures and
+// DefaultBreakerCooldown). failures ≤ 0 disables the breaker: every call
+// asks the store. A breaker that opens needs a cooldown above 0: a
+// cooldown ≤ 0 with failures > 0 makes New fail with an error matching
+// ErrInvalidOption.
 func WithBreaker(failures int, cooldown time.Duration) Option {
-	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = failures, cooldown }
+	return func(l *Limiter) {
+		if failures > 0 && cooldown <= 0 {
+			l.optErr = fmt.Errorf("ratelimit: WithBreaker(%d, %v): a breaker that opens after %d failures must stay open for a cooldown above 0: give one (DefaultBreakerCooldown is %v), or WithBreaker(0, 0) to disable the breaker: %w",
+				failures, cooldown, failures, DefaultBreakerCooldown, ErrInvalidOption)
+			return
+		}
+		l.breaker.threshold, l.breaker.cooldown = failures, cooldown
+	}
 }
 
 // WithObserver sets the Observer that sees every decision; nil sets none.
