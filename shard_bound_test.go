@@ -49,7 +49,7 @@ func TestShardedGrantsNeverExceedTheBound(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(41, uint64(len(v.name))))
-			for i := range 50 {
+			for i := range 100 {
 				shards := 2 + rng.IntN(7)
 				period := []int64{10, 1000, 60_000}[rng.IntN(3)]
 				rate := []float64{100, 37, 10.5, 7, 1000.0 / 3, 2.2}[rng.IntN(6)]
