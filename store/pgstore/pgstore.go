@@ -135,6 +135,14 @@ var fnSuffixes = []string{applySuffix, oneSuffix, readSuffix, delSuffix, sweepSu
 
 const splitFn = 5
 
+// dropIndexWait is the longest, in ms, that the schema's SQL waits for its
+// table's lock to drop version 1's index on expires (when a process of
+// version 1 made it again): while DROP INDEX waits for a transaction that
+// holds the table, every call on the table, from every process, queues
+// behind it. Past it, the script leaves the index, with a warning, and New
+// drops it at its next run.
+const dropIndexWait = 200
+
 // schemaLock is the advisory lock key under which New installs the schema,
 // so that processes starting together do not race on the DDL. It is
 // documented (docs/stores/postgres.md), so that applications keep their
@@ -598,6 +606,7 @@ func (n names) schema() string {
 		"{{wait_tries}}", strconv.Itoa(driver.WaitTries),
 		"{{old_index}}", n.oldIndex,
 		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
+		"{{drop_wait}}", strconv.Itoa(dropIndexWait),
 		"{{fn_schema}}", n.fnSchema,
 		"{{apply_name}}", quoteLiteral(n.fns[0]),
 		"{{one_name}}", quoteLiteral(n.fns[1]),
@@ -1006,8 +1015,20 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	// lock, readSchema must see what was committed while this waited for
 	// it, where a snapshot of REPEATABLE READ or SERIALIZABLE, taken by
 	// the statement that waited, would not.
+	//
+	// When only version 1's index is left to drop, New takes the lock
+	// only if it is free: another process that holds it is installing,
+	// and drops the index, or a migration is; processes that start
+	// together then do not each wait in turn, up to dropIndexWait, for a
+	// table that a long transaction holds. The next New drops it.
+	indexOnly := st.current()
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
+		if indexOnly {
+			var got bool
+			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(schemaLock)).Scan(&got); err != nil || !got {
+				return cmp.Or(err, st.permitted(n))
+			}
+		} else if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
 		// Another process may have installed it while this one waited for

@@ -87,20 +87,6 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	expires bigint NOT NULL    -- Unix ms from which the bucket is full again
 ) WITH (fillfactor = 70);
 
--- Only the primary key is indexed, so that an update, which changes
--- value, ts and expires, is a HOT update: written beside the old row on
--- its page (kept with room to spare by the fillfactor), with no index entry
--- to add. Version 1 indexed expires; DeleteExpired walks the primary key
--- instead. Its index is dropped only if it is an index of this table: an
--- index of that name on another table is the application's.
-DO {{q}}
-BEGIN
-	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass({{old_index_literal}})
-		AND indrelid = to_regclass({{table_literal}})) THEN
-		DROP INDEX {{old_index}};
-	END IF;
-END
-{{q}};
 ALTER TABLE {{table}} SET (fillfactor = 70);
 
 -- {{split}} is state.go's split: the values two refreshed shards (a, b)
@@ -1064,6 +1050,41 @@ BEGIN
 	d AS (DELETE FROM {{table}} t WHERE t.id IN (SELECT l.id FROM l) AND t.expires <= p_cutoff RETURNING t.value)
 	SELECT (SELECT c.id FROM c ORDER BY c.id DESC LIMIT 1), (SELECT count(*) FROM c), (SELECT count(d.value) FROM d)
 	INTO last, scanned, gone;
+END
+{{q}};
+
+-- Only the primary key is indexed, so that an update, which changes
+-- value, ts and expires, is a HOT update: written beside the old row on
+-- its page (kept with room to spare by the fillfactor), with no index entry
+-- to add. Version 1 indexed expires; DeleteExpired walks the primary key
+-- instead. Its index is dropped only if it is an index of this table: an
+-- index of that name on another table is the application's.
+--
+-- DROP INDEX locks the table against every access until the transaction
+-- ends, and while it waits for that lock (for a long transaction that
+-- reads the table), every call on the table queues behind it. So it comes
+-- last, and waits at most {{drop_wait}} ms (less if lock_timeout is
+-- lower): if the table is still held then, the index is left, with a
+-- warning, for the next run (pgstore.New runs the script again while the
+-- index is there).
+DO {{q}}
+DECLARE
+	was text := current_setting('lock_timeout');
+BEGIN
+	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass({{old_index_literal}})
+		AND indrelid = to_regclass({{table_literal}})) THEN
+		IF (SELECT s.setting::bigint FROM pg_settings s WHERE s.name = 'lock_timeout') NOT BETWEEN 1 AND {{drop_wait}} THEN
+			PERFORM set_config('lock_timeout', '{{drop_wait}}ms', true);
+		END IF;
+		BEGIN
+			DROP INDEX {{old_index}};
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE WARNING USING MESSAGE = format('index %s, made by version 1 of the store, left in place: '
+				'a transaction held table %s for more than %s', {{old_index_literal}}, {{table_literal}}, current_setting('lock_timeout')),
+				HINT = 'it keeps updates from being HOT; run the script again, or let pgstore.New drop it, once no long transaction reads the table';
+		END;
+		PERFORM set_config('lock_timeout', was, true);
+	END IF;
 END
 {{q}};
 

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,12 +255,7 @@ func TestVersion1IndexMadeAgain(t *testing.T) {
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
 	require.NoError(t, err)
 	require.NoError(t, s.Apply(ctx, limitOp("k", 3), make([]driver.Decision, 1)))
-	indexes := func() int {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisprimary",
-			pgx.Identifier{name}.Sanitize()).Scan(&n))
-		return n
-	}
+	indexes := func() int { return oldIndexes(t, pool, name) }
 	require.Zero(t, indexes())
 
 	installV1(t, pool, name) // a process of version 1 starts
@@ -665,4 +661,135 @@ func TestFunctionsInTheTablesSchema(t *testing.T) {
 	require.Equal(t, 7, marked)
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable(schema+"."+name), pgstore.WithoutDDL())
 	require.NoError(t, err)
+}
+
+// oldIndexes counts the indexes of table other than its primary key: version
+// 1's on expires, if a process of version 1 made it.
+func oldIndexes(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisprimary",
+		pgx.Identifier{table}.Sanitize()).Scan(&n))
+	return n
+}
+
+// holdShared reads table in a transaction of its own, left open until
+// release is called (or the test ends), as a long report or pg_dump does:
+// it holds the table's ACCESS SHARE lock, which the store's calls do not
+// wait for, and which a DROP INDEX of the table waits for.
+func holdShared(t *testing.T, pool *pgxpool.Pool, table string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	release = sync.OnceFunc(func() { _ = tx.Rollback(ctx) })
+	t.Cleanup(release) // before the table is dropped, which waits for the lock
+	_, err = tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN ACCESS SHARE MODE")
+	require.NoError(t, err)
+	return release
+}
+
+// New drops version 1's index, made again by a process of version 1, only
+// if it gets the table's lock within a short bound: while a long
+// transaction reads the table, it leaves the index, returns, and the next
+// New drops it. Before, its DROP INDEX queued behind that transaction for
+// as long as it lasted, and every call on the table, from every process,
+// queued behind the DROP INDEX.
+func TestVersion1IndexDropWaitsBriefly(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 3), make([]driver.Decision, 1)))
+	installV1(t, pool, name) // a process of version 1 starts
+	require.Equal(t, 1, oldIndexes(t, pool, name))
+
+	release := holdShared(t, pool, name)
+	// Far longer than the bound: New returns long before, or fails.
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	s, err = pgstore.New(nctx, pool, pgstore.WithTable(name))
+	cancel()
+	require.NoError(t, err, "New waited for the table's lock")
+	require.Equal(t, 1, oldIndexes(t, pool, name), "the index is left while the table is held")
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+	release()
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	require.Zero(t, oldIndexes(t, pool, name), "the next New drops it")
+	got, found := remaining(t, s, "k")
+	require.True(t, found)
+	require.Equal(t, 6.0, got)
+}
+
+// The script of Schema, applied as a migration while a long transaction
+// reads the table, leaves version 1's index with a warning rather than
+// make every call on the table queue behind its DROP INDEX.
+func TestVersion1IndexDropInTheScript(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	installV1(t, pool, name)
+	sql, err := pgstore.Schema("public." + name)
+	require.NoError(t, err)
+
+	release := holdShared(t, pool, name)
+	defer release()
+	cfg, err := pgx.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	var warnings []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Severity == "WARNING" {
+			warnings = append(warnings, n.Message)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	// Far longer than the bound: the script ends long before, or fails.
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = pgx.BeginFunc(nctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(nctx, sql)
+		return err
+	})
+	require.NoError(t, err, "the script waited for the table's lock")
+	require.Len(t, warnings, 1)
+	require.Contains(t, warnings[0], name+"_expires_idx")
+	require.Equal(t, 1, oldIndexes(t, pool, name))
+}
+
+// A New that finds this release's schema, and version 1's index made
+// again, does not wait for the install lock to drop it: whoever holds the
+// lock is installing. Before, processes that started together each waited
+// for the lock in turn, and a migration in a long transaction held them
+// all, though none had anything to install but the drop.
+func TestVersion1IndexDropSkippedWhileInstalling(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	installV1(t, pool, name)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgstore.SchemaLock)
+	require.NoError(t, err)
+	// Far longer than New takes: it returns long before, or fails.
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	s, err := pgstore.New(nctx, pool, pgstore.WithTable(name))
+	cancel()
+	require.NoError(t, err, "New waited for the install lock")
+	require.Equal(t, 1, oldIndexes(t, pool, name))
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+	require.NoError(t, tx.Rollback(ctx))
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	require.Zero(t, oldIndexes(t, pool, name))
 }
