@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
@@ -228,4 +230,101 @@ func TestSearchPathFunctionsOfASchemaWithoutOne(t *testing.T) {
 	var n int
 	require.NoError(t, def.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{app, name}.Sanitize()).Scan(&n))
 	require.Zero(t, n, "nothing written in %s", app)
+}
+
+// shadowsOf returns the SQL that makes, in schema (quoted; "pg_temp" for
+// the session's temporary schema), a function of the name and arguments of
+// each of the store's functions of table in its schema home, whose body
+// fails with "shadowed".
+func shadowsOf(t *testing.T, pool *pgxpool.Pool, home, table, schema string) string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT p.proname::text, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), p.prorettype = 'record'::regtype "+
+		"FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND starts_with(p.proname, $2 || '_')", pgx.Identifier{home}.Sanitize(), table)
+	require.NoError(t, err)
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			name, args, result string
+			record             bool
+		)
+		require.NoError(t, rows.Scan(&name, &args, &result, &record))
+		returns := " RETURNS " + result
+		if record && !strings.HasPrefix(result, "TABLE") { // OUT parameters, among args
+			returns = ""
+		}
+		fmt.Fprintf(&b, "CREATE FUNCTION %s.%s(%s)%s LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'shadowed: %%', %s; END$$;\n",
+			schema, pgx.Identifier{name}.Sanitize(), args, returns, quoteLiteral(schema+"."+name))
+	}
+	require.NoError(t, rows.Err())
+	require.NotZero(t, b.Len())
+	return b.String()
+}
+
+// Every statement of the store names the store's functions, and its table,
+// with their schema: functions of the same names and arguments in a schema
+// that comes first along search_path, and a temporary table of the
+// table's name, are not what it calls. (Functions of the session's
+// temporary schema are never found without their schema; its tables and
+// types come first along search_path unless it is listed.) Each kind of
+// statement goes: a lone limit, a lone call at the server's clock
+// (_one), a batch on one token bucket (the batch upsert and _read), a batch
+// of sharded calls refused on both shards (_apply, _split and _pwait),
+// Load, Delete and DeleteExpired.
+func TestFunctionsOfTheSameNameElsewhere(t *testing.T) {
+	ctx := context.Background()
+	admin := newPool(t, testserver.PostgresURL(t), nil)
+	first, home := testSchema(t, admin), testSchema(t, admin)
+	name := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	table := home + "." + name
+	_, err := pgstore.New(ctx, admin, pgstore.WithTable(table))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, shadowsOf(t, admin, home, name, pgx.Identifier{first}.Sanitize()))
+	require.NoError(t, err)
+	temp := shadowsOf(t, admin, home, name, "pg_temp") +
+		"CREATE TEMPORARY TABLE " + pgx.Identifier{name}.Sanitize() + " (LIKE " + pgx.Identifier{home, name}.Sanitize() + ");"
+	pool := pathPool(t, pgx.Identifier{first}.Sanitize()+", "+pgx.Identifier{home}.Sanitize(), func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, temp)
+		return err
+	})
+	// The shadows are there: a call without the schema finds them.
+	_, err = pool.Exec(ctx, "SELECT "+pgx.Identifier{name + "_del"}.Sanitize()+"('{}')")
+	require.ErrorContains(t, err, "shadowed: "+pgx.Identifier{first}.Sanitize()+"."+name+"_del")
+
+	bucket := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: 10}
+	op := func(key string, count float64, shards ...int) *driver.Op {
+		it := driver.Item{Name: "l", Key: key, Count: count}
+		for _, sh := range shards {
+			it.Shards = append(it.Shards, driver.Shard{Index: sh, Params: bucket})
+		}
+		return &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{it}}
+	}
+	for _, serverTime := range []bool{false, true} {
+		opts := []pgstore.Option{pgstore.WithTable(table), pgstore.WithoutDDL(), pgstore.WithMaxBatch(1)}
+		if serverTime {
+			opts = append(opts, pgstore.WithServerTime())
+		}
+		s, err := pgstore.New(ctx, pool, opts...)
+		require.NoError(t, err)
+		out := make([]driver.Decision, 1)
+		require.NoError(t, s.Apply(ctx, op("lone", 3, 0), out), "server time %v", serverTime)
+		require.True(t, out[0].OK)
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+		require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{op("a", 2, 0), op("b", 2, 0)}, outs), "server time %v", serverTime)
+		require.True(t, outs[0][0].OK && outs[1][0].OK)
+		require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{op("pair", 25, 0, 1), op("pair", 1, 0, 1)}, outs), "server time %v", serverTime)
+		require.False(t, outs[0][0].OK)
+		require.True(t, outs[1][0].OK)
+	}
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithoutDDL())
+	require.NoError(t, err)
+	recs := make([]driver.Record, 2)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "lone"}, {Name: "l", Key: "a"}}, recs))
+	require.True(t, recs[0].Found && recs[1].Found)
+	require.Equal(t, 7.0, recs[0].State.Remaining) // 3 tokens at the server's clock, years after t0
+	require.NoError(t, s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "lone"}}))
+	_, err = s.DeleteExpired(ctx, time.Now().Add(1000*time.Hour)) // past every record's, at either clock
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{home, name}.Sanitize()).Scan(&left))
+	require.Zero(t, left)
 }
