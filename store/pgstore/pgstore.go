@@ -252,7 +252,12 @@ type options struct {
 }
 
 // WithTable sets the table that holds the records (default DefaultTable).
-// A dot separates a schema: "limits.records". The functions are named after
+// A dot separates a schema: "limits.records". Each part is the name as
+// PostgreSQL keeps it, case and spaces included ("Limits" is not
+// "limits"), unless it is in double quotes, as SQL quotes an identifier
+// ("" for a quote): then it is the name between them, so that a schema
+// whose name holds a dot is named `"my.schema".records`; a quoted part must
+// end the name or be followed by the dot. The functions are named after
 // the table, with the suffixes "_apply", "_one", "_read", "_del",
 // "_sweep", "_split" and "_pwait". Names are quoted, so any characters are
 // safe, but PostgreSQL keeps at most 63 bytes of a name: New refuses a
@@ -337,16 +342,16 @@ type names struct {
 
 // tableNames checks a WithTable name and returns its identifiers.
 func tableNames(table string) (names, error) {
-	if table == "" || strings.HasPrefix(table, ".") || strings.HasSuffix(table, ".") {
-		return names{}, fmt.Errorf("pgstore: table name %q is empty or has an empty part: write \"table\" or \"schema.table\": %w", table, ErrTableName)
-	}
 	if strings.IndexByte(table, 0) >= 0 {
 		return names{}, fmt.Errorf("pgstore: table name %q holds a NUL byte, which PostgreSQL names cannot: %w", table, ErrTableName)
 	}
 	if !utf8.ValidString(table) {
 		return names{}, fmt.Errorf("pgstore: table name %q is not valid UTF-8, the encoding pgx speaks to the server: %w", table, ErrTableName)
 	}
-	parts := strings.SplitN(table, ".", 2)
+	parts, err := splitName(table)
+	if err != nil {
+		return names{}, err
+	}
 	last := len(parts) - 1
 	if len(parts) == 2 && tempSchema(parts[0]) {
 		return names{}, fmt.Errorf("pgstore: table name %q is in %s, a temporary schema, whose tables only one session sees, "+
@@ -361,6 +366,76 @@ func tableNames(table string) (names, error) {
 			parts[last], len(parts[last]), maxIdent, parts[last]+applySuffix, maxIdent-len(applySuffix), ErrTableName)
 	}
 	return namesOf(parts), nil
+}
+
+// splitName splits a WithTable name into its parts, the table's, or the
+// schema's and the table's, at the first dot outside double quotes. A part
+// that begins with a double quote is the name between it and the next
+// lone one ("" standing for a quote), as SQL writes an identifier, and
+// must end the name or be followed by the dot; a part without, the text
+// up to that dot (the schema's) or to the end (the table's, dots
+// included), as it is, case and spaces kept.
+func splitName(table string) ([]string, error) {
+	const how = `write "table", "schema.table", or a part in double quotes as SQL quotes an identifier ("my.schema"."table", "" for a quote)`
+	var parts []string
+	for rest := table; ; {
+		var part string
+		switch {
+		case strings.HasPrefix(rest, `"`):
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return nil, fmt.Errorf("pgstore: table name %q opens a double quote it does not close: %s: %w", table, how, ErrTableName)
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if !strings.HasPrefix(rest[i:], `"`) {
+					break
+				}
+				b.WriteByte('"')
+				i++
+			}
+			part, rest = b.String(), rest[i:]
+			if rest != "" && (rest[0] != '.' || len(parts) == 1) {
+				return nil, fmt.Errorf("pgstore: table name %q has %q after a part in double quotes, where only a dot and the table's name may follow the schema's: %s: %w",
+					table, rest, how, ErrTableName)
+			}
+		case len(parts) == 0:
+			i := strings.IndexByte(rest, '.')
+			if i < 0 {
+				i = len(rest)
+			}
+			part, rest = rest[:i], rest[i:]
+		default:
+			part, rest = rest, ""
+		}
+		if part == "" {
+			return nil, fmt.Errorf("pgstore: table name %q is empty or has an empty part: %s: %w", table, how, ErrTableName)
+		}
+		parts = append(parts, part)
+		if rest == "" {
+			return parts, nil
+		}
+		rest = rest[1:] // the dot
+		if rest == "" {
+			return nil, fmt.Errorf("pgstore: table name %q is empty or has an empty part: %s: %w", table, how, ErrTableName)
+		}
+	}
+}
+
+// tableOption returns the name, as WithTable takes it, of the table whose
+// name's parts are parts: each in double quotes if it needs them.
+func tableOption(parts []string) string {
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		q[i] = p
+		if strings.Contains(p, ".") || strings.HasPrefix(p, `"`) {
+			q[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+		}
+	}
+	return strings.Join(q, ".")
 }
 
 // tempSchema reports whether schema, as given (quoted), names a temporary
@@ -787,13 +862,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	s.direct, s.tracer = directPool(pool)
 	// The name to give `ratelimit schema --table`: with the schema it
-	// resolved to, which a migration must make the table in, unless a dot
-	// in the schema's name keeps WithTable from naming it.
-	table := o.table
-	if !strings.Contains(n.parts[0], ".") {
-		table = strings.Join(n.parts, ".")
-	}
-	if err := s.installSchema(ctx, n, table, o.noDDL); err != nil {
+	// resolved to, which a migration must make the table in.
+	if err := s.installSchema(ctx, n, tableOption(n.parts), o.noDDL); err != nil {
 		return nil, err
 	}
 	opt := coalesce.Options{MaxBatch: o.maxBatch, MaxInFlight: o.maxInFlight, Overlap: overlap(o.maxBatch)}

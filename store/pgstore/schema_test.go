@@ -793,3 +793,49 @@ func TestVersion1IndexDropSkippedWhileInstalling(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, oldIndexes(t, pool, name))
 }
+
+// A name part in double quotes, as SQL writes an identifier, is the name
+// between them ("" for a quote), so that a schema whose name holds a dot
+// can be named: `"my.schema"."T a.b"` is the table T a.b of schema
+// my.schema. Before, the name was cut at its first dot, whatever the
+// quotes: New looked for schema `"my` and failed on it with PostgreSQL's
+// error. A part without quotes is taken as it is, upper case and spaces
+// included; a quoted part left open, or followed by anything but a dot,
+// is refused with ErrTableName.
+func TestQuotedTableNames(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	id := time.Now().UnixNano()
+	schema := fmt.Sprintf(`ratelimit test.%d "sch"`, id)
+	_, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	quoted := `"` + strings.ReplaceAll(schema, `"`, `""`) + `"`
+	for _, c := range []struct{ name, table string }{
+		{quoted + `."T a.b"`, "T a.b"},
+		{quoted + `.Upper Case`, "Upper Case"},
+		{quoted + `.x.y`, "x.y"}, // the rest of the name, unquoted, as before
+		{quoted + `."q""uote"`, `q"uote`},
+	} {
+		s, err := pgstore.New(ctx, pool, pgstore.WithTable(c.name))
+		require.NoError(t, err, c.name)
+		require.NoError(t, s.Apply(ctx, limitOp("k", 3), make([]driver.Decision, 1)), c.name)
+		var rows int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, c.table}.Sanitize()).Scan(&rows), c.name)
+		require.Equal(t, 1, rows, c.name)
+		sql, err := pgstore.Schema(c.name)
+		require.NoError(t, err)
+		require.Contains(t, sql, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{schema, c.table}.Sanitize()+" (")
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(c.name), pgstore.WithoutDDL())
+		require.NoError(t, err, c.name)
+	}
+	for _, name := range []string{`"open`, `"a"b.c`, `"a".`, `"".t`, `s.""`, `"a"."b".c`, `"a""`} {
+		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.ErrorIs(t, err, pgstore.ErrTableName, "%s", name)
+		_, err = pgstore.Schema(name)
+		require.ErrorIs(t, err, pgstore.ErrTableName, "%s", name)
+	}
+	_, err = pgstore.Schema(`"pg_temp".t`)
+	require.ErrorIs(t, err, pgstore.ErrTableName)
+	require.ErrorContains(t, err, "temporary schema")
+}
