@@ -987,6 +987,11 @@ const privilegeCheck = `(SELECT array_agg(u.f ORDER BY u.o) FROM unnest($2::text
 // codePermission is PostgreSQL's SQLSTATE insufficient_privilege.
 const codePermission = "42501"
 
+// codeOtherResults is PostgreSQL's SQLSTATE invalid_function_definition,
+// with which CREATE OR REPLACE FUNCTION refuses to change the results of a
+// function: one of another release's (schema.sql).
+const codeOtherResults = "42P13"
+
 // permitted returns nil if st's user may execute every function of the
 // store, and otherwise the error, matching ErrPermission, that gives the
 // GRANT of those it may not.
@@ -1118,6 +1123,11 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		return notStoreTable(n.table, pe.Detail)
 	case errors.As(err, &pe) && pe.Code == codeNotStoreFunction:
 		return notStoreFunction(n.table, pe.Detail)
+	case errors.As(err, &pe) && pe.Code == codeOtherResults:
+		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: a function of the store's has other results than this release's (%w; %s): "+
+			"another release made it, a later one most likely, whose processes call it; New neither drops nor changes it: "+
+			"run this release once that release's processes are gone, and, to go back to this release from it, drop that function first (as its owner): %w",
+			n.table, err, pe.Hint, ErrSchema)
 	case errors.As(err, &pe) && pe.Code == codePermission:
 		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: the database user may not (%w): "+
 			"apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it) as the role that owns the table, "+

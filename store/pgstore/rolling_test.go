@@ -167,12 +167,14 @@ func TestReinstallKeepsFunctions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, functionOIDs(t, pool, table))
 
-	// An _one of other results (a build of version 2 before this
-	// release's returned fewer columns) is dropped and made anew.
+	// The _one of a build of version 2 before this release's, which
+	// returned fewer columns, is dropped and made anew (one of any other
+	// results is another release's, and left: see
+	// TestNewLeavesALaterReleasesFunctions).
 	one := pgx.Identifier{table + "_one"}.Sanitize()
 	_, err = pool.Exec(ctx, "DROP FUNCTION "+one+oneArgs+"; CREATE FUNCTION "+one+"(p_id bytea, p_name bytea, p_key bytea, p_shard integer, "+
 		"p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint, "+
-		"p_now bigint, p_count float8, p_flags integer, p_wait integer, OUT ok boolean, OUT retry bigint) "+
+		"p_now bigint, p_count float8, p_flags integer, p_wait integer, OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8) "+
 		"LANGUAGE plpgsql AS $$BEGIN PERFORM FROM "+pgx.Identifier{table}.Sanitize()+"; END$$; "+
 		"COMMENT ON FUNCTION "+one+oneArgs+" IS 'ratelimit pgstore function'; "+
 		"COMMENT ON TABLE "+pgx.Identifier{table}.Sanitize()+" IS 'ratelimit pgstore schema 2 000000000000'")
@@ -282,4 +284,41 @@ func TestSchemaLockDocumented(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, strings.Join(strings.Fields(string(doc)), " "), call, "docs/%s names the lock's key", page)
 	}
+}
+
+// A New of this release that finds the store's functions made by another
+// release, with other results (a later release's _one, with a column
+// more), neither drops nor changes them: the processes of that release
+// call them. It fails with ErrSchema, saying what to do. Before, the
+// script dropped any _one whose parameters were not this release's and
+// made its own: every call of the later release's WithServerTime stores
+// failed ("cache lookup failed for function", then a result of other
+// columns) until they were restarted.
+func TestNewLeavesALaterReleasesFunctions(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	one := pgx.Identifier{"public", name + "_one"}.Sanitize()
+	table := pgx.Identifier{"public", name}.Sanitize()
+	_, err = pool.Exec(ctx, "DROP FUNCTION "+one+oneArgs+"; CREATE FUNCTION "+one+`(
+	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
+	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
+	p_now bigint, p_count float8, p_flags integer, p_wait integer,
+	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint, OUT later bigint
+) LANGUAGE plpgsql AS $$BEGIN ok := true; END$$;
+COMMENT ON FUNCTION `+one+oneArgs+` IS 'ratelimit pgstore function';
+COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
+	require.NoError(t, err)
+	before := functionOIDs(t, pool, name)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.ErrorIs(t, err, pgstore.ErrSchema)
+	require.ErrorContains(t, err, "other results")
+	require.ErrorContains(t, err, "DROP FUNCTION")
+	require.Equal(t, before, functionOIDs(t, pool, name), "the later release's functions are left")
+	var args string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_function_arguments($1::regprocedure)", one+oneArgs).Scan(&args))
+	require.Contains(t, args, "OUT later bigint")
 }

@@ -838,21 +838,23 @@ END
 -- again. It waits for at most one row and holds no other, so it cannot
 -- take part in a deadlock.
 -- Version 2 of this release's development returned fewer columns: a
--- function's result cannot change in place, so one whose parameters are
--- not those below is dropped first. A function that has them is replaced
--- in place, keeping its OID: a session that calls it, or holds a plan
--- that names it, while the script runs again, goes on calling it, where a
--- function dropped and made anew fails such a call ("cache lookup failed
--- for function").
+-- function's result cannot change in place, so that one, by its
+-- parameters, is dropped first. A function that has those below is
+-- replaced in place, keeping its OID: a session that calls it, or holds a
+-- plan that names it, while the script runs again, goes on calling it,
+-- where a function dropped and made anew fails such a call ("cache lookup
+-- failed for function"). One of any other results, another release's,
+-- which its processes call, is left: CREATE OR REPLACE fails on it
+-- (SQLSTATE 42P13), and the script with it.
 DO {{q}}
 DECLARE
 	f regprocedure := to_regprocedure(format('%I.%I(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)',
 		{{fn_schema}}, {{one_name}}));
 BEGIN
-	IF pg_get_function_arguments(f) <> 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
+	IF pg_get_function_arguments(f) = 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
 		'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
 		'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
-		'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision, OUT at bigint, OUT ts bigint' THEN
+		'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision' THEN
 		EXECUTE 'DROP FUNCTION ' || f::text;
 	END IF;
 END
