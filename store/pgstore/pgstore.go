@@ -157,9 +157,12 @@ var (
 	ErrTableName = errors.New("pgstore: invalid table name")
 	// ErrSchema is matched by the error of New WithoutDDL when the table or
 	// the function is missing or from another release, or the functions
-	// name the table without its schema (see Schema), and of New, with or
+	// name the table without its schema (see Schema); of New, with or
 	// without it, when a table name without a schema finds no schema to
-	// be in: no schema of search_path exists (see WithTable).
+	// be in: no schema of search_path exists (see WithTable); and of New
+	// without it when a function of the store's has other results than
+	// this release's, another release's, which New neither drops nor
+	// changes under that release's calls.
 	ErrSchema = errors.New("pgstore: schema missing or out of date")
 	// ErrNotStoreTable is matched by the error of New, with or without
 	// WithoutDDL, when a relation of the table's name exists and is not a
