@@ -196,7 +196,12 @@ func WithKeyHash(secret []byte) Option {
 // (ErrTokenExpired), and a cancel that late hands nothing back. The store
 // keeps a marker of each settled token for that long (and ExpiryGrace
 // more), so a longer window costs store memory. The window is written
-// into each token when it is made: processes may differ.
+// into each token when it is made: processes may differ. It counts in
+// whole milliseconds (a finer part is dropped). With d 0 a token may
+// still be settled until the later of its job's time and the time by
+// which its limits will have granted its amounts again since the charge,
+// one period more (Token.Expires without the window); a negative d
+// counts as 0.
 func WithSettleWindow(d time.Duration) Option {
 	return func(l *Limiter) { l.settleWindow = max(d, 0) }
 }
