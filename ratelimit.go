@@ -269,7 +269,9 @@ func WithAfterFuncTimeout(d time.Duration) Option {
 // The key and each of accepted must hold at least MinKeySecret bytes (32
 // random ones are best): a shorter one, or none (an unset environment
 // variable), makes New fail with an error matching ErrInvalidOption
-// rather than leave the tokens unsigned. So does a key given twice (an
+// rather than leave the tokens unsigned; so does one of zero bytes alone
+// (a buffer for the secret never filled), which HMAC takes for the empty
+// key. So does a key given twice (an
 // accepted key equal to key, or to another accepted key): a rotation's
 // keys are two different secrets, and two equal ones mean a
 // configuration that did not change what it meant to. Given twice, the
@@ -282,12 +284,22 @@ func WithTokenKey(key []byte, accepted ...[]byte) Option {
 				len(key), MinKeySecret, MinKeySecret, ErrInvalidOption)
 			return
 		}
+		if zeroKey(key) {
+			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: the key is %d zero bytes, a secret anyone knows (HMAC takes it for the empty key): fill it with random bytes (32 from crypto/rand are best), and check that the configuration read the secret into it: %w",
+				len(key), ErrInvalidOption)
+			return
+		}
 		keys := make([][]byte, 0, 1+len(accepted))
 		keys = append(keys, bytes.Clone(key))
 		for i, k := range accepted {
 			if len(k) < MinKeySecret {
 				l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d has %d bytes, fewer than %d: give each key of the rotation in full (at least %d random bytes), or leave it out once no token signed with it can be settled any more: %w",
 					i+1, len(k), MinKeySecret, MinKeySecret, ErrInvalidOption)
+				return
+			}
+			if zeroKey(k) {
+				l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d is %d zero bytes, a secret anyone knows (HMAC takes it for the empty key): give the key of the rotation, and check that the configuration read the secret into it: %w",
+					i+1, len(k), ErrInvalidOption)
 				return
 			}
 			for j, o := range keys {

@@ -149,21 +149,26 @@ func (t *Token) CarriesUse() bool { return t.used }
 // under key or under one of accepted, and an error matching
 // ErrInvalidToken if it is valid under none of them, or if the token
 // carries no tag (as a Limiter without WithUnsignedTokensAccepted
-// refuses it). A key shorter than MinKeySecret, which WithTokenKey
-// refuses, is an error matching ErrInvalidOption. It reads no store: a
-// valid tag says the token was made by a holder of the key, not that it
-// may still be settled.
+// refuses it). A key shorter than MinKeySecret, or of zero bytes alone,
+// which WithTokenKey refuses, is an error matching ErrInvalidOption. It
+// reads no store: a valid tag says the token was made by a holder of the
+// key, not that it may still be settled.
 func (t *Token) Verify(key []byte, accepted ...[]byte) error {
 	keys := append([][]byte{key}, accepted...)
 	for i, k := range keys {
+		if len(k) >= MinKeySecret && !zeroKey(k) {
+			continue
+		}
+		what := "the key"
+		if i > 0 {
+			what = fmt.Sprintf("accepted key %d", i)
+		}
 		if len(k) < MinKeySecret {
-			what := "the key"
-			if i > 0 {
-				what = fmt.Sprintf("accepted key %d", i)
-			}
 			return fmt.Errorf("ratelimit: verify token: %s has %d bytes, fewer than %d, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
 				what, len(k), MinKeySecret, ErrInvalidOption)
 		}
+		return fmt.Errorf("ratelimit: verify token: %s is %d zero bytes, a secret anyone knows, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
+			what, len(k), ErrInvalidOption)
 	}
 	if !t.mac {
 		return fmt.Errorf("ratelimit: token %x carries no tag: it was made by a Limiter without WithTokenKey (or its tag was stripped), and a Limiter with a token key refuses it unless given WithUnsignedTokensAccepted: %w", t.id[:4], ErrInvalidToken)
@@ -408,6 +413,18 @@ func (r *reader) varint() int64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// zeroKey reports whether key holds zero bytes alone: the buffer of a
+// secret never filled. HMAC pads a key shorter than its block with zero
+// bytes (and hashes a longer one), so such a key tags as the empty key
+// does, or as another key anyone can compute: no secret at all.
+func zeroKey(key []byte) bool {
+	var or byte
+	for _, c := range key {
+		or |= c
+	}
+	return or == 0
 }
 
 // sign sets t's tag under key (none without a key).

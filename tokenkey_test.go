@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"math"
@@ -364,4 +366,46 @@ func forgedToken(id byte, at int64, until uint64, amount float64) string {
 	b = binary.AppendUvarint(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(amount))
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HMAC pads a key shorter than its block with zero bytes, so a key of
+// zero bytes only signs as the empty key: anyone can tag a token with
+// it. Such a key is what a buffer made for the secret and never filled
+// holds (make([]byte, 32), or a hex decode of an unset variable into
+// it), and New took it as a 32-byte secret: the Limiter then settled a
+// token forged with the empty key. New refuses it, as it does the empty
+// key, and so does Verify.
+func TestTokenKeyRefusesAZeroKey(t *testing.T) {
+	ctx := context.Background()
+	zero := make([]byte, 32)
+	for _, c := range []struct {
+		name string
+		opt  ratelimit.Option
+		want string
+	}{
+		{"signing", ratelimit.WithTokenKey(zero), "the key is 32 zero bytes"},
+		{"long", ratelimit.WithTokenKey(make([]byte, 100)), "the key is 100 zero bytes"},
+		{"accepted", ratelimit.WithTokenKey(newTokenKey, oldTokenKey, make([]byte, 16)), "accepted key 2 is 16 zero bytes"},
+	} {
+		_, err := ratelimit.New(must(memstore.New()), rotationLimits, c.opt)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, c.name)
+		assert.Contains(t, err.Error(), "WithTokenKey", c.name)
+		assert.Contains(t, err.Error(), c.want, c.name)
+	}
+
+	// The forgery the key let through: a token tagged under the empty key.
+	raw, err := base64.RawURLEncoding.DecodeString(forgedToken(7, t0.UnixMilli(), 600_000, 10))
+	require.NoError(t, err)
+	raw[1] = 1 // the flag of a tag
+	mac := hmac.New(sha256.New, nil)
+	mac.Write(raw)
+	forged, err := ratelimit.ParseToken(base64.RawURLEncoding.EncodeToString(mac.Sum(raw)[:len(raw)+16]))
+	require.NoError(t, err)
+	require.True(t, forged.Signed())
+	err = forged.Verify(zero)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "the key is 32 zero bytes")
+	require.ErrorIs(t, forged.Verify(newTokenKey, zero), ratelimit.ErrInvalidOption)
+	lim := must(ratelimit.New(must(memstore.New()), rotationLimits, ratelimit.WithTokenKey(newTokenKey)))
+	require.ErrorIs(t, lim.Refund(ctx, forged), ratelimit.ErrInvalidToken)
 }
