@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -271,9 +270,10 @@ func WithAfterFuncTimeout(d time.Duration) Option {
 // variable), makes New fail with an error matching ErrInvalidOption
 // rather than leave the tokens unsigned; so does one of zero bytes alone
 // (a buffer for the secret never filled), which HMAC takes for the empty
-// key. So does a key given twice (an
-// accepted key equal to key, or to another accepted key): a rotation's
-// keys are two different secrets, and two equal ones mean a
+// key. So does a key given twice (an accepted key equal to key, or to
+// another accepted key, or that HMAC takes for it: the same bytes
+// followed by zero bytes, or the SHA-256 of a key longer than 64 bytes):
+// a rotation's keys are two different secrets, and two equal ones mean a
 // configuration that did not change what it meant to. Given twice, the
 // last WithTokenKey counts, accepted keys and all; one with a bad key
 // makes New fail wherever it stands, the last or not.
@@ -305,7 +305,7 @@ func WithTokenKey(key []byte, accepted ...[]byte) Option {
 			for j, o := range keys {
 				// Constant time: not that a comparison at start-up
 				// leaks much, but these are secrets.
-				if hmac.Equal(k, o) {
+				if sameMACKey(k, o) {
 					what := "the signing key (the first argument)"
 					if j > 0 {
 						what = fmt.Sprintf("accepted key %d", j)

@@ -427,6 +427,28 @@ func zeroKey(key []byte) bool {
 	return or == 0
 }
 
+// sameMACKey reports, in constant time, whether HMAC-SHA-256 takes a and
+// b for one key: it hashes a key longer than its block and pads a shorter
+// one with zero bytes, so a key and itself followed by zero bytes, or a
+// long key and its SHA-256, tag alike.
+func sameMACKey(a, b []byte) bool {
+	ka, kb := macKey(a), macKey(b)
+	return hmac.Equal(ka[:], kb[:])
+}
+
+// macKey returns key as HMAC-SHA-256 uses it: a block, of key's SHA-256
+// if key is longer, followed by zero bytes.
+func macKey(key []byte) [sha256.BlockSize]byte {
+	var b [sha256.BlockSize]byte
+	if len(key) > sha256.BlockSize {
+		sum := sha256.Sum256(key)
+		copy(b[:], sum[:])
+	} else {
+		copy(b[:], key)
+	}
+	return b
+}
+
 // sign sets t's tag under key (none without a key).
 func (t *Token) sign(key []byte) {
 	if len(key) == 0 {

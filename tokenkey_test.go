@@ -409,3 +409,30 @@ func TestTokenKeyRefusesAZeroKey(t *testing.T) {
 	lim := must(ratelimit.New(must(memstore.New()), rotationLimits, ratelimit.WithTokenKey(newTokenKey)))
 	require.ErrorIs(t, lim.Refund(ctx, forged), ratelimit.ErrInvalidToken)
 }
+
+// HMAC hashes a key longer than its block (64 bytes) and pads a shorter
+// one with zero bytes: a key and itself followed by zero bytes, or a long
+// key and its SHA-256, are one key, whose tokens each takes for its own.
+// WithTokenKey refuses them as a key given twice, as it does two equal
+// ones: the rotation they meant to make does not happen.
+func TestTokenKeyRefusesKeysHMACTakesForOne(t *testing.T) {
+	long := bytes.Repeat([]byte("a long token key "), 5)
+	sum := sha256.Sum256(long)
+	for _, c := range []struct {
+		name string
+		opt  ratelimit.Option
+		want string
+	}{
+		{"zero bytes after", ratelimit.WithTokenKey(newTokenKey, append(bytes.Clone(newTokenKey), 0, 0)), "accepted key 1 is the same as the signing key"},
+		{"the hash of a long key", ratelimit.WithTokenKey(newTokenKey, long, sum[:]), "accepted key 2 is the same as accepted key 1"},
+	} {
+		_, err := ratelimit.New(must(memstore.New()), rotationLimits, c.opt)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, c.name)
+		assert.Contains(t, err.Error(), c.want, c.name)
+	}
+	// What they let through: each signs as the other.
+	signer := must(ratelimit.New(must(memstore.New()), rotationLimits, ratelimit.WithTokenKey(long)))
+	r, err := signer.Reserve(context.Background(), "jobs", "k")
+	require.NoError(t, err)
+	require.NoError(t, r.Token().Verify(sum[:]), "a token of the long key is valid under its hash")
+}
