@@ -30,6 +30,7 @@ func testSettle(t *testing.T, newStore NewStore, s suite) {
 	t.Run("Settlers", func(t *testing.T) { testSettlers(t, newStore) })
 	t.Run("RetriedAfterAFailure", func(t *testing.T) { testRetriedAfterAFailure(t, newStore) })
 	t.Run("HolderRetried", func(t *testing.T) { testHolderRetried(t, newStore) })
+	t.Run("SettlersRace", func(t *testing.T) { testSettlersRace(t, newStore) })
 }
 
 // testSettleDifferential compares the store with the Model over random
@@ -644,5 +645,82 @@ func testHolderRetried(t *testing.T, newStore NewStore) {
 				require.InDelta(t, before-c.spent, remaining(), 1e-9, "%s: settled once", what)
 			}
 		}
+	}
+}
+
+// testSettlersRace has holders of receipts of several limits, one of them
+// sharded, each with a Settler of its own, settle each receipt at once
+// and retry: exactly one settler's settlement is taken, and only that
+// settler's calls return nil, its retries included (the store's mark is
+// its own); every other call is a *SettledError, whichever settlements
+// the store's batches gather.
+func testSettlersRace(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := epoch.Truncate(time.Minute).Add(time.Second)
+	lims := limiters(t, store, 4, now)
+	key := fmt.Sprintf("settlers-race-%d", now.UnixNano())
+	const tokens, holders = 20, 8
+	toks := make([]*ratelimit.Token, tokens)
+	for i := range toks {
+		res, err := lims[0].LimitAll(ctx, key, []string{"jobs", "wide"}, ratelimit.Count(2), ratelimit.WithReceipt())
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		toks[i], err = ratelimit.ParseToken(res.Token.String())
+		require.NoError(t, err)
+	}
+	var ids [holders][16]byte
+	for i := range ids {
+		randomBytes(t, ids[i][:])
+	}
+	var (
+		wins [tokens][holders]atomic.Int32
+		wg   sync.WaitGroup
+		errs = make(chan error, tokens*holders*2)
+	)
+	for h := range holders {
+		lim, by := lims[h%len(lims)], ratelimit.Settler(ids[h])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, tok := range toks {
+				for range 2 { // the call, then its retry
+					var err error
+					switch (i + h) % 3 {
+					case 0:
+						err = lim.Use(ctx, tok, by)
+					case 1:
+						err = lim.Refund(ctx, tok, by)
+					default:
+						err = lim.Settle(ctx, tok, float64(1+h%2), by)
+					}
+					var se *ratelimit.SettledError
+					switch {
+					case err == nil:
+						wins[i][h].Add(1)
+					case !errors.As(err, &se):
+						errs <- err
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for i := range wins {
+		winners := 0
+		for h := range wins[i] {
+			switch n := wins[i][h].Load(); n {
+			case 0:
+			case 2:
+				winners++
+			default:
+				t.Fatalf("token %d: settler %d won %d of its 2 calls: the retry of a taken settlement is its own", i, h, n)
+			}
+		}
+		require.Equal(t, 1, winners, "token %d: the settlers whose settlement was taken", i)
 	}
 }
