@@ -195,13 +195,17 @@ func (t *Token) shardsOf(name string) int {
 	return n
 }
 
-// String returns the token's text form.
-func (t *Token) String() string {
+// String returns the token's text form. Its receiver is a value, as
+// MarshalText's is.
+func (t Token) String() string {
 	return base64.RawURLEncoding.EncodeToString(t.appendBinary(nil))
 }
 
-// MarshalText implements encoding.TextMarshaler: the text form.
-func (t *Token) MarshalText() ([]byte, error) {
+// MarshalText implements encoding.TextMarshaler: the text form. Its
+// receiver is a value, so that a Token kept by value in a struct that is
+// marshaled by value (json.Marshal(job), not &job) is written as its text
+// form too, not as an empty object.
+func (t Token) MarshalText() ([]byte, error) {
 	b := t.appendBinary(nil)
 	out := make([]byte, base64.RawURLEncoding.EncodedLen(len(b)))
 	base64.RawURLEncoding.Encode(out, b)

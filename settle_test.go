@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -60,6 +61,32 @@ func TestTokenRoundTripAndKey(t *testing.T) {
 	}
 	require.ErrorIs(t, plain.Refund(ctx, nil), ratelimit.ErrInvalidToken)
 	require.ErrorIs(t, plain.Settle(ctx, back, -1), ratelimit.ErrInvalidCount)
+}
+
+// A Token kept by value in a job's payload goes through encoding/json
+// (and any encoder of encoding.TextMarshaler) as its text form, and fmt
+// prints it so. MarshalText and String were methods of *Token alone: a
+// payload marshaled by value (json.Marshal(job), not &job) wrote the
+// token as {}, silently, and the worker could neither read it back nor
+// settle it; fmt printed its fields, tag and all.
+func TestTokenTextOfAValue(t *testing.T) {
+	lim := jobsLimiter(must(memstore.New()))
+	r, err := lim.Reserve(context.Background(), "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	tok := *r.Token()
+	type job struct {
+		Name  string
+		Token ratelimit.Token
+	}
+	b, err := json.Marshal(job{Name: "mail", Token: tok})
+	require.NoError(t, err)
+	require.JSONEq(t, fmt.Sprintf(`{"Name":"mail","Token":%q}`, tok.String()), string(b))
+	var back job
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, tok.String(), back.Token.String())
+	require.Equal(t, 3.0, back.Token.Charged("jobs"))
+	require.Equal(t, tok.String(), fmt.Sprint(tok))
+	require.Equal(t, "["+tok.String()+"]", fmt.Sprint([]ratelimit.Token{tok}))
 }
 
 // WithTokenKey with an empty key (an unset environment variable) left
