@@ -195,9 +195,12 @@ func (t *Token) shardsOf(name string) int {
 	return n
 }
 
-// String returns the token's text form. Its receiver is a value, as
-// MarshalText's is.
+// String returns the token's text form: empty for the zero Token, which
+// names no charge. Its receiver is a value, as MarshalText's is.
 func (t Token) String() string {
+	if len(t.items) == 0 {
+		return ""
+	}
 	return base64.RawURLEncoding.EncodeToString(t.appendBinary(nil))
 }
 
@@ -205,7 +208,13 @@ func (t Token) String() string {
 // receiver is a value, so that a Token kept by value in a struct that is
 // marshaled by value (json.Marshal(job), not &job) is written as its text
 // form too, not as an empty object.
+//
+// The zero Token (of a job that holds none) is the empty text, which
+// UnmarshalText reads back as the zero Token.
 func (t Token) MarshalText() ([]byte, error) {
+	if len(t.items) == 0 {
+		return []byte{}, nil
+	}
 	b := t.appendBinary(nil)
 	out := make([]byte, base64.RawURLEncoding.EncodedLen(len(b)))
 	base64.RawURLEncoding.Encode(out, b)
@@ -214,8 +223,14 @@ func (t Token) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements encoding.TextUnmarshaler: it reads the text
 // form, and reports a malformed one as an error matching ErrInvalidToken.
-// It does not check a tag: the Limiter that settles the token does.
+// It does not check a tag: the Limiter that settles the token does. The
+// empty text is the zero Token, as MarshalText writes it; settling it is
+// an error matching ErrInvalidToken.
 func (t *Token) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*t = Token{}
+		return nil
+	}
 	if len(text) > base64.RawURLEncoding.EncodedLen(maxTokenBytes) {
 		return fmt.Errorf("ratelimit: token of %d bytes is longer than any token: %w", len(text), ErrInvalidToken)
 	}
@@ -233,10 +248,13 @@ func (t *Token) UnmarshalText(text []byte) error {
 }
 
 // ParseToken reads a token's text form (Token.String). A text that is no
-// token's, or a token that charges more than any call can (an amount above
+// token's (the empty one among them, which is no charge), or a token that charges more than any call can (an amount above
 // MaxTokens: forged), is an error matching ErrInvalidToken. It does not
 // check a tag: the Limiter that settles the token does (WithTokenKey).
 func ParseToken(s string) (*Token, error) {
+	if s == "" {
+		return nil, fmt.Errorf("ratelimit: token is empty: give the text of a token (Token.String): %w", ErrInvalidToken)
+	}
 	t := new(Token)
 	if err := t.UnmarshalText([]byte(s)); err != nil {
 		return nil, err

@@ -89,6 +89,29 @@ func TestTokenTextOfAValue(t *testing.T) {
 	require.Equal(t, "["+tok.String()+"]", fmt.Sprint([]ratelimit.Token{tok}))
 }
 
+// The zero Token, of a job that holds no token (its reservation was
+// refused, or it needs none), goes through encoding/json as the empty
+// string and back: its text form was a token of no charge that
+// UnmarshalText refused, which failed the decoding of the whole payload.
+// ParseToken still refuses the empty string, and settling the zero Token
+// is ErrInvalidToken.
+func TestZeroTokenText(t *testing.T) {
+	type job struct {
+		Name  string
+		Token ratelimit.Token
+	}
+	b, err := json.Marshal(job{Name: "mail"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"Name":"mail","Token":""}`, string(b))
+	back := job{Token: *must(ratelimit.ParseToken(tokenOfItems(tokenItem{"jobs", 0})))}
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, job{Name: "mail"}, back, "the zero Token")
+	require.Equal(t, "", ratelimit.Token{}.String())
+	_, err = ratelimit.ParseToken("")
+	require.ErrorIs(t, err, ratelimit.ErrInvalidToken)
+	require.ErrorIs(t, jobsLimiter(must(memstore.New())).Use(context.Background(), &back.Token), ratelimit.ErrInvalidToken)
+}
+
 // WithTokenKey with an empty key (an unset environment variable) left
 // the tokens unsigned: the Limiter settled a token that carries no tag.
 // New refuses it, and any key shorter than MinKeySecret, as WithKeyHash
