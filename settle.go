@@ -152,7 +152,9 @@ func (t *Token) CarriesUse() bool { return t.used }
 // refuses it). A key shorter than MinKeySecret, or of zero bytes alone,
 // which WithTokenKey refuses, is an error matching ErrInvalidOption. It
 // reads no store: a valid tag says the token was made by a holder of the
-// key, not that it may still be settled.
+// key, not that it may still be settled. No token (nil, or the zero
+// Token) is an error matching ErrInvalidToken, as Use, Refund and Settle
+// say of it.
 func (t *Token) Verify(key []byte, accepted ...[]byte) error {
 	keys := append([][]byte{key}, accepted...)
 	for i, k := range keys {
@@ -169,6 +171,9 @@ func (t *Token) Verify(key []byte, accepted ...[]byte) error {
 		}
 		return fmt.Errorf("ratelimit: verify token: %s is %d zero bytes, a secret anyone knows, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
 			what, len(k), ErrInvalidOption)
+	}
+	if t == nil || len(t.items) == 0 {
+		return fmt.Errorf("ratelimit: verify token: no token (nil, or the zero Token): give one that ParseToken read: %w", ErrInvalidToken)
 	}
 	if !t.mac {
 		return fmt.Errorf("ratelimit: token %x carries no tag: it was made by a Limiter without WithTokenKey (or its tag was stripped), and a Limiter with a token key refuses it unless given WithUnsignedTokensAccepted: %w", t.id[:4], ErrInvalidToken)

@@ -57,6 +57,9 @@ func TestTokenAccessors(t *testing.T) {
 	require.Contains(t, err.Error(), "not valid under the key given")
 	require.ErrorIs(t, tok.Verify([]byte("short")), ratelimit.ErrInvalidOption)
 	require.ErrorIs(t, tok.Verify(key, nil), ratelimit.ErrInvalidOption)
+	var none *ratelimit.Token // ParseToken's answer with its error
+	require.ErrorIs(t, none.Verify(key), ratelimit.ErrInvalidToken, "no token, no panic")
+	require.ErrorIs(t, new(ratelimit.Token).Verify(key), ratelimit.ErrInvalidToken, "the zero Token")
 
 	// A plain charge's receipt, of a hashed key, unsigned; then a token
 	// taken after its job was let run.
