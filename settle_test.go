@@ -153,16 +153,51 @@ func TestTokenExpires(t *testing.T) {
 	}
 }
 
+// FuzzParseToken reads any text as a token: an error or a token that
+// round-trips, whose items are within the bounds any call charges, and
+// that a Limiter verifies and settles without a panic. It starts from
+// real tokens (signed or not, of several limits, sharded, carrying a use),
+// so that mutations reach the items and the tag.
 func FuzzParseToken(f *testing.F) {
+	ctx := context.Background()
+	limits := ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+		"wide": {Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Minute, Shards: 4},
+	}
+	key := []byte("the fuzzed tokens' key, 32 bytes")
 	f.Add("AQAAAAAAAAAAAAAAAAAAAAAA")
+	for _, opts := range [][]ratelimit.Option{nil, {ratelimit.WithTokenKey(key)}} {
+		lim := must(ratelimit.New(must(memstore.New()), limits, append(opts, ratelimit.WithClock(newMock()))...))
+		res, err := lim.LimitAll(ctx, "k", []string{"jobs", "wide"}, ratelimit.Count(4), ratelimit.WithReceipt())
+		require.NoError(f, err)
+		f.Add(res.Token.String())
+		r, err := lim.Reserve(ctx, "jobs", "k") // within the window: runs now
+		require.NoError(f, err)
+		require.NoError(f, r.Wait(ctx))
+		f.Add(r.Token().String())
+		r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(30))
+		require.NoError(f, err)
+		f.Add(r.Token().String())
+	}
+	lim := must(ratelimit.New(must(memstore.New()), limits, ratelimit.WithClock(newMock()),
+		ratelimit.WithTokenKey(key), ratelimit.WithUnsignedTokensAccepted()))
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := ratelimit.ParseToken(s)
-		if err == nil {
-			again, err := ratelimit.ParseToken(tok.String())
-			if err != nil || again.String() != tok.String() {
-				t.Fatalf("token %q does not round-trip: %v", s, err)
+		if err != nil {
+			return
+		}
+		again, err := ratelimit.ParseToken(tok.String())
+		if err != nil || again.String() != tok.String() {
+			t.Fatalf("token %q does not round-trip: %v", s, err)
+		}
+		for _, it := range tok.Items() {
+			if !(it.Amount >= 0 && it.Amount <= ratelimit.MaxTokens) || it.Shard < 0 || it.Shard >= ratelimit.MaxShards {
+				t.Fatalf("token %q: item %+v out of bounds", s, it)
 			}
 		}
+		_ = tok.Verify(key)
+		_ = lim.Settle(ctx, tok, 1, ratelimit.Settler([16]byte{1}))
+		_ = lim.Refund(ctx, tok)
 	})
 }
 
