@@ -159,6 +159,22 @@ func TestKeyHashRefusesAShortSecret(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A secret of zero bytes only is a buffer never filled (make([]byte, 32)
+// and no crypto/rand.Read, or a hex decode of an unset variable into one):
+// anyone can compute the hashes under it, so it hides no key.
+func TestKeyHashRefusesAZeroSecret(t *testing.T) {
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}}
+	for _, n := range []int{16, 32, 64} {
+		_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithKeyHash(make([]byte, n)))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "%d zero bytes", n)
+		assert.Contains(t, err.Error(), "zero bytes only")
+	}
+	secret := make([]byte, 32)
+	secret[31] = 1
+	_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithKeyHash(secret))
+	require.NoError(t, err)
+}
+
 // The secret is copied: changing the caller's slice afterwards changes
 // nothing.
 func TestKeyHashCopiesTheSecret(t *testing.T) {

@@ -175,14 +175,20 @@ func WithDenyCache(size int) Option {
 // starts every key afresh: its records are then others, and the old ones
 // expire unused. A fixed window's derived phase comes from the hashed key,
 // so it changes too. The secret must hold at least MinKeySecret bytes (32
-// random ones are best); a shorter one makes New fail with an error
-// matching ErrInvalidOption. See docs/production.md for what hashing
+// random ones are best); a shorter one, or one of zero bytes only (a
+// buffer never filled), makes New fail with an error matching
+// ErrInvalidOption. See docs/production.md for what hashing
 // costs.
 func WithKeyHash(secret []byte) Option {
 	return func(l *Limiter) {
 		if len(secret) < MinKeySecret {
 			l.optErr = fmt.Errorf("ratelimit: WithKeyHash: the secret has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process sharing the store: %w",
 				len(secret), MinKeySecret, MinKeySecret, ErrInvalidOption)
+			return
+		}
+		if zeroKey(secret) {
+			l.optErr = fmt.Errorf("ratelimit: WithKeyHash: the secret holds zero bytes only, which anyone can hash keys under (a buffer never filled?): use %d or more random bytes (32 from crypto/rand are best), the same in every process sharing the store: %w",
+				MinKeySecret, ErrInvalidOption)
 			return
 		}
 		l.keys = newKeyHasher(secret)
