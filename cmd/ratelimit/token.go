@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -94,7 +95,29 @@ func (f *tokenKeyFlags) keys() ([]tokenKey, error) {
 			}
 		}
 	}
+	// The library's own checks too (a key of zero bytes alone, two keys
+	// HMAC takes for one), as the application's New would make them.
+	if len(keys) > 0 {
+		m, err := memstore.New()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ratelimit.New(m, nil, tokenKeyOptions(keys, f.unsigned)...); errors.Is(err, ratelimit.ErrInvalidOption) {
+			return nil, usagef("the token keys (%s): %v", keyOrigins(keys), err)
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	return keys, nil
+}
+
+// keyOrigins names where keys came from, in order.
+func keyOrigins(keys []tokenKey) string {
+	from := make([]string, len(keys))
+	for i, k := range keys {
+		from[i] = k.from
+	}
+	return strings.Join(from, ", ")
 }
 
 // keyBytes returns the bytes of keys.

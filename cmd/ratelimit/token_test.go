@@ -291,6 +291,8 @@ func TestTokenUsageErrors(t *testing.T) {
 	short := writeFile(t, dir, "short.key", "fifteen bytes!!\n")
 	a := writeFile(t, dir, "a.key", tokenKeyA)
 	a2 := writeFile(t, dir, "a2.key", tokenKeyA+"\r\n")
+	zero := writeFile(t, dir, "zero.key", strings.Repeat("\x00", 32))
+	padded := writeFile(t, dir, "padded.key", tokenKeyA+"\x00")
 	limits := writeFile(t, dir, "limits.yaml", signupLimitsYAML)
 	unsetenv(t, tokenKeyEnv)
 	store := []string{"--store", "mem:", "--limits", limits}
@@ -303,6 +305,8 @@ func TestTokenUsageErrors(t *testing.T) {
 		{[]string{"token", "inspect", "-", "AQ"}, nil, "- reads the tokens from standard input: give it alone, not beside tokens"},
 		{[]string{"token", "inspect", "--token-key-file", short, "AQ"}, nil, "the token key of " + short + " has 15 bytes, fewer than 16"},
 		{[]string{"token", "inspect", "--token-key-file", a, "--token-key-file", a2, "AQ"}, nil, "the token key of " + a2 + " is the same as that of " + a},
+		{[]string{"token", "inspect", "--token-key-file", zero, "AQ"}, nil, "the token keys (" + zero + "): WithTokenKey: the key is 32 zero bytes"},
+		{[]string{"token", "inspect", "--token-key-file", a, "--token-key-file", padded, "AQ"}, nil, "the token keys (" + a + ", " + padded + "): WithTokenKey: accepted key 1 is the same as the signing key"},
 		{[]string{"token", "inspect", "--token-key-file", "", "AQ"}, nil, `invalid argument "" for "--token-key-file" flag: give a file's path`},
 		{[]string{"token", "inspect", "AQ"}, ptr(""), "$RATELIMIT_TOKEN_KEY is set and empty"},
 		{[]string{"token", "inspect", "AQ"}, ptr("short"), "the token key of $RATELIMIT_TOKEN_KEY has 5 bytes"},
