@@ -51,9 +51,10 @@ import (
 // take their zero values, and a field written without a value
 // ("capacity:", null) is an error. An integer with a leading zero (010) is
 // an error: yaml.Unmarshal reads it as YAML 1.1 does, the octal 8; octal
-// is written 0o10. An unknown field is an error, so that a misspelt one is
-// not silently ignored; errors name the line and the field as written
-// here. A limit name or a field name is text: a list, a mapping or null
+// is written 0o10. A number too close to 0 for a float64 (1e-400), which
+// would read as 0, the default of capacity and maxReserved, is an error.
+// An unknown field is an error, so that a misspelt one is not silently
+// ignored; errors name the line and the field as written here. A limit name or a field name is text: a list, a mapping or null
 // (~) is an error. Anchors, aliases and merges read as yaml.Unmarshal
 // reads them ("<<: *defaults" gives the fields of defaults that the limit
 // does not give), and a mapping merged into itself is an error, as it is
@@ -236,12 +237,29 @@ const quotedStyle = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.Tagge
 
 func readNumber(n *yaml.Node, x *float64) error {
 	if n.Kind == yaml.ScalarNode && n.Decode(x) == nil {
+		if *x == 0 && !isZero(n.Value) {
+			// 0 is the default of capacity and maxReserved: a number
+			// written for a bound must not read as none.
+			return fmt.Errorf("%q is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %v", n.Value, math.SmallestNonzeroFloat64)
+		}
 		return leadingZero(n.Value)
 	}
 	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quotedStyle == 0 && errors.Is(err, strconv.ErrRange) {
 		return fmt.Errorf("%q is out of range: a number of tokens is at most %v", n.Value, MaxTokens)
 	}
 	return fmt.Errorf("%s is not a number", shown(n))
+}
+
+// isZero reports whether s, a number that reads as 0, is written as a
+// zero, rather than as a number too small for a float64 (1e-400): no
+// digit of its mantissa is other than 0.
+func isZero(s string) bool {
+	s = strings.ToLower(strings.TrimLeft(s, "+-"))
+	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0o") || strings.HasPrefix(s, "0b") {
+		return true // an integer: 0 only when written so
+	}
+	mantissa, _, _ := strings.Cut(s, "e")
+	return !strings.ContainsAny(mantissa, "123456789")
 }
 
 // leadingZeroSyntax matches an integer written with a leading zero, its

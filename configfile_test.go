@@ -687,3 +687,36 @@ func TestParseLimitsZeroStart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Date(1, 1, 1, 0, 0, 0, 1e6, time.UTC), limits["a"].Start)
 }
+
+// A number too close to 0 for a float64, which reads as 0, is refused
+// rather than taken for the field's default: "maxReserved: 1e-400" gave
+// a bound on debt of 0, which means none at all, and "capacity: 1e-400"
+// a capacity of Rate, without a word.
+func TestParseLimitsNumberBelowFloat64(t *testing.T) {
+	for _, bad := range []struct{ field, value string }{
+		{"capacity", "1e-400"},
+		{"maxReserved", "1e-400"},
+		{"maxReserved", "-2.5e-330"},
+		{"rate", "0.000001e-400"},
+		{"capacity", "1E-400"},
+	} {
+		in := fmt.Sprintf("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  %s: %s\n", bad.field, bad.value)
+		js := fmt.Sprintf(`{"kind": "fixed window", "rate": 1, "period": "1h", %q: %s}`, bad.field, bad.value)
+		if bad.field == "rate" {
+			in = fmt.Sprintf("a:\n  kind: fixed window\n  period: 1h\n  capacity: 1\n  rate: %s\n", bad.value)
+			js = fmt.Sprintf(`{"kind": "fixed window", "period": "1h", "rate": %s}`, bad.value)
+		}
+		_, err := ratelimit.ParseLimits([]byte(in))
+		assert.ErrorContains(t, err, fmt.Sprintf(`line 5: %s: %q is too close to 0 for a float64, which reads it as 0`, bad.field, bad.value), in)
+		var c ratelimit.Config
+		assert.ErrorContains(t, json.Unmarshal([]byte(js), &c), "too close to 0", bad.value)
+	}
+	_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  shards: 1e-400\n"))
+	assert.ErrorContains(t, err, `shards: "1e-400" is not a whole number of shards`)
+	// Zero written any way, and the least float64, read as they are.
+	for in, want := range map[string]float64{"0": 0, "-0": 0, "0.0": 0, "0e-400": 0, "0x0": 0, ".0e5": 0, "4.9e-324": 5e-324} {
+		limits, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  maxReserved: " + in + "\n"))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, limits["a"].MaxReserved, in)
+	}
+}
