@@ -293,15 +293,21 @@ func (lim *limit) checkCount(count float64, reserve bool) error {
 
 // countError is checkCount for a count outside [0, maxPlain].
 func (lim *limit) countError(count float64, reserve bool) error {
-	if !(count >= 0) || math.IsInf(count, 1) {
+	switch {
+	case !(count >= 0) || math.IsInf(count, 1):
 		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
+	case count > MaxTokens:
+		// No config grants it: raising Capacity or MaxReserved, or fewer
+		// shards, would not do.
+		most := lim.maxPlain
+		if reserve {
+			most = lim.maxDebt
+		}
+		return &CountError{Name: lim.name, Count: count, Max: most,
+			Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
 	}
 	if reserve {
-		switch {
-		case count > lim.maxDebt && lim.maxDebt == MaxTokens:
-			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
-				Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
-		case count > lim.maxDebt:
+		if count > lim.maxDebt {
 			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
 				Problem: fmt.Sprintf("exceeds %v, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
 					lim.maxDebt, lim.shardNote())}
@@ -334,10 +340,14 @@ func (lim *limit) shardNote() string {
 // shardHint suggests a shard count or capacity that would admit count.
 func (lim *limit) shardHint(count float64) string {
 	c := lim.cfg.capacity()
+	fewer := "use one shard"
 	if n := int(math.Floor(2 * c / count)); n >= 2 {
-		return fmt.Sprintf("use at most %d shards, or raise Capacity to %v", n, count*float64(lim.shards)/2)
+		fewer = fmt.Sprintf("use at most %d shards", n)
 	}
-	return fmt.Sprintf("use one shard, or raise Capacity to %v", count*float64(lim.shards)/2)
+	if need := count * float64(lim.shards) / 2; need <= MaxTokens {
+		return fmt.Sprintf("%s, or raise Capacity to %v", fewer, need)
+	}
+	return fewer // a Capacity that large is beyond MaxTokens
 }
 
 // ids appends the record ids of every shard of (lim, key).

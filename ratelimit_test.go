@@ -863,3 +863,33 @@ func TestLimitErrorOfALongKey(t *testing.T) {
 	err = (&ratelimit.LimitError{Name: "api", Key: "user-42", RetryAfter: time.Second}).Error()
 	require.Equal(t, `ratelimit: limit "api" exceeded for key "user-42": retry after 1s`, err)
 }
+
+// A count above MaxTokens is told that no config could grant it: a plain
+// call was told to raise Capacity (which is at most MaxTokens), or, on a
+// sharded limit, to use one shard, and a reserving one to raise
+// MaxReserved.
+func TestCountAboveMaxTokens(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"whole":   {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Second},
+		"sharded": {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Second, Shards: 2},
+		"bounded": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, MaxReserved: 5},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	for _, name := range []string{"whole", "sharded", "bounded"} {
+		for _, opts := range [][]ratelimit.CallOption{nil, {ratelimit.WithReserve()}} {
+			_, err := lim.Limit(ctx, name, "k", append(opts, ratelimit.Count(2*ratelimit.MaxTokens))...)
+			require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+			assert.ErrorContains(t, err, "exceeds 1e+15, the most tokens one call may ask for: split the call", "%s %v", name, opts)
+		}
+	}
+	// Nor is a Capacity beyond MaxTokens suggested for fewer shards.
+	lim, err = ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: ratelimit.MaxTokens, Period: time.Second, Shards: 1024},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k", ratelimit.Count(9e14))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
+	assert.ErrorContains(t, err, "use at most 2 shards")
+	assert.NotContains(t, err.Error(), "raise Capacity")
+}
