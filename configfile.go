@@ -193,12 +193,16 @@ var configFields = []struct {
 	{"shards", func(c *Config, n *yaml.Node) error {
 		var f float64
 		var lz *leadingZeroError
+		_, perr := strconv.ParseFloat(n.Value, 64)
 		switch err := readNumber(n, &f); {
 		case err != nil && (n.Kind != yaml.ScalarNode || errors.As(err, &lz)):
 			return err
+		case err != nil && n.Style&quotedStyle == 0 && errors.Is(perr, strconv.ErrRange):
+			f = math.Inf(1) // beyond a float64: out of range below
 		case err != nil || f != math.Trunc(f):
 			return fmt.Errorf("%q is not a whole number of shards", n.Value)
-		case math.Abs(f) > math.MaxInt32:
+		}
+		if math.Abs(f) > math.MaxInt32 {
 			return fmt.Errorf("%q is out of range: at most %d shards are supported", n.Value, MaxShards)
 		}
 		c.Shards = int(f) // Validate refuses more than MaxShards

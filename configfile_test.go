@@ -290,8 +290,8 @@ func requireReadsBack(t *testing.T, c ratelimit.Config, docs ...[]byte) {
 
 // A value of the wrong shape or size is named as such: a list or a
 // mapping was shown as "" ("\"\" is not a number"), a number beyond a
-// float64 was "not a number", and a whole number of shards above 2048
-// "not a whole number of shards".
+// float64 was "not a number", and a whole number of shards above 2048,
+// or beyond a float64, "not a whole number of shards".
 func TestParseLimitsValueErrors(t *testing.T) {
 	for _, bad := range []struct{ field, value, want string }{
 		{"rate", "[1]", `rate: a list is not a number`},
@@ -305,6 +305,9 @@ func TestParseLimitsValueErrors(t *testing.T) {
 		{"shards", "[4]", `shards: a list is not a number`},
 		{"shards", "4.5", `shards: "4.5" is not a whole number of shards`},
 		{"shards", "1e300", `shards: "1e300" is out of range: at most 1024 shards are supported`},
+		{"shards", "1e400", `shards: "1e400" is out of range: at most 1024 shards are supported`},
+		{"shards", "-1e400", `shards: "-1e400" is out of range: at most 1024 shards are supported`},
+		{"shards", `"1e400"`, `shards: "1e400" is not a whole number of shards`},
 		{"shards", "5000", `limit "a": Shards is 5000: at most 1024 shards are supported`},
 		{"shards", "-5000", `limit "a": Shards is -5000: it must be 0 or 1`},
 	} {
