@@ -28,7 +28,7 @@ type call struct {
 }
 
 // Count sets how many tokens the call asks for (default 1). It must be a
-// finite number ≥ 0. A count of 0 takes nothing and reads the bucket: it
+// finite number ≥ 0, and 0 or at least MinCount. A count of 0 takes nothing and reads the bucket: it
 // is OK unless the bucket owes tokens (reservations), even with none
 // left, and Remaining says how many there are.
 func Count(n float64) CallOption { return CallOption{set: setCount, count: n} }

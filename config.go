@@ -215,6 +215,14 @@ const (
 	// MaxTokens and take any value within it; a MaxReserved of 0 is not
 	// bounded by it.
 	MaxFractionalTokens = 1 << 23
+	// MinCount is the least count above 0 that one call may ask for (a
+	// count of 0 is valid). A decision forgives a shortfall below
+	// driver.Noise, the noise of its float arithmetic, so a call of a
+	// smaller count (of twice the noise, on a sharded limit's two shards)
+	// would pass on an empty bucket, and again without end. From MinCount
+	// on, what a call may take beyond what the bucket holds stays below
+	// driver.Noise, and the next call finds the bucket empty.
+	MinCount = 1e-8
 	// MaxPeriod is the longest Period: 100 years.
 	MaxPeriod = 36524 * 24 * time.Hour
 	// minRate is the smallest Rate: waits and refills of slower limits

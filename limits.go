@@ -283,19 +283,24 @@ func (lim *limit) params(seed uint64, key string, shard int) driver.Params {
 }
 
 func (lim *limit) checkCount(count float64, reserve bool) error {
-	// Every count in [0, maxPlain] is valid, reserving or not (maxDebt ≥
-	// maxPlain, and both are finite): the common case, inlined.
-	if count >= 0 && count <= lim.maxPlain {
+	// Every count in [MinCount, maxPlain] is valid, reserving or not
+	// (maxDebt ≥ maxPlain, and both are finite): the common case, inlined.
+	if count >= MinCount && count <= lim.maxPlain {
 		return nil
 	}
 	return lim.countError(count, reserve)
 }
 
-// countError is checkCount for a count outside [0, maxPlain].
+// countError is checkCount for a count outside [MinCount, maxPlain].
 func (lim *limit) countError(count float64, reserve bool) error {
 	switch {
+	case count == 0:
+		return nil
 	case !(count >= 0) || math.IsInf(count, 1):
 		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
+	case count < MinCount:
+		return &CountError{Name: lim.name, Count: count,
+			Problem: fmt.Sprintf("is below %v, the least count above 0 a call may ask for (MinCount), which a decision could not tell from the noise of its arithmetic: count in a smaller unit (ask 1 where you asked 0.001, with Rate and Capacity a thousand times larger)", MinCount)}
 	case count > MaxTokens:
 		// No config grants it: raising Capacity or MaxReserved, or fewer
 		// shards, would not do.

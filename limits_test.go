@@ -964,3 +964,40 @@ func TestCancelAcrossAChangeOfRate(t *testing.T) {
 		}
 	}
 }
+
+// A count below the noise a decision forgives was granted on an empty
+// bucket, and again, without end: 100,000 calls of 5e-10 passed a limit
+// holding none. A count above 0 below MinCount is refused as invalid; from
+// MinCount on, an empty bucket refuses the call, sharded or not.
+func TestCountBelowMinCount(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range []ratelimit.Config{
+		{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+		{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour},
+		{Kind: ratelimit.TokenBucket, Rate: 8, Period: time.Hour, Shards: 4},
+	} {
+		t.Run(fmt.Sprintf("%s, %d shards", cfg.Kind, cfg.Shards), func(t *testing.T) {
+			lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": cfg}, ratelimit.WithClock(newMock()))
+			require.NoError(t, err)
+			for range 64 { // empty every shard
+				_, err := lim.Limit(ctx, "l", "k", ratelimit.Count(1))
+				require.NoError(t, err)
+			}
+			res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(1e-6))
+			require.NoError(t, err)
+			require.False(t, res.OK, "every shard is empty")
+			for _, c := range []float64{5e-10, 1.9e-9, ratelimit.MinCount / 2} {
+				res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(c))
+				require.ErrorIs(t, err, ratelimit.ErrInvalidCount, "count %v", c)
+				require.False(t, res.OK, "count %v", c)
+				assert.Contains(t, err.Error(), "the least count above 0 a call may ask for (MinCount)")
+			}
+			res, err = lim.Limit(ctx, "l", "k", ratelimit.Count(ratelimit.MinCount))
+			require.NoError(t, err)
+			require.False(t, res.OK, "an empty bucket refuses a call of MinCount")
+			res, err = lim.Limit(ctx, "l", "k", ratelimit.Count(0))
+			require.NoError(t, err)
+			require.True(t, res.OK, "a call of 0 asks for nothing")
+		})
+	}
+}

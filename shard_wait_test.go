@@ -103,15 +103,15 @@ func TestShardedRetryAfterIsTheLeastWait(t *testing.T) {
 					}
 					switch rng.IntN(4) {
 					case 0:
-						return math.Min(math.Round(reach*10*rng.Float64())/10, reach)
+						return countAtLeastMin(math.Min(math.Round(reach*10*rng.Float64())/10, reach), reach)
 					case 1:
-						return math.Min(shardCap+float64(rng.IntN(3))*perStep, reach) // a shard's capacity and a few steps
+						return countAtLeastMin(math.Min(shardCap+float64(rng.IntN(3))*perStep, reach), reach) // a shard's capacity and a few steps
 					case 2:
 						// Tenths and a hair more: a shortfall just past a
 						// whole number of grants.
-						return math.Min(math.Round(reach*10*rng.Float64())/10+1.5e-9, reach)
+						return countAtLeastMin(math.Min(math.Round(reach*10*rng.Float64())/10+1.5e-9, reach), reach)
 					}
-					return reach * rng.Float64()
+					return countAtLeastMin(reach*rng.Float64(), reach)
 				}
 				call := func(c float64, reserve bool) ratelimit.Result {
 					opts := []ratelimit.CallOption{ratelimit.Count(c)}
@@ -177,4 +177,17 @@ func TestShardedRetryAfterWithinTheNoise(t *testing.T) {
 	res, err = lim.Limit(ctx, "l", "k", ratelimit.Count(15))
 	require.NoError(t, err)
 	require.True(t, res.OK)
+}
+
+// countAtLeastMin returns c, or for a count above 0 below MinCount, which
+// a call may not ask for, MinCount if the limit can grant that much (reach),
+// else 0.
+func countAtLeastMin(c, reach float64) float64 {
+	if c > 0 && c < ratelimit.MinCount {
+		if reach >= ratelimit.MinCount {
+			return ratelimit.MinCount
+		}
+		return 0
+	}
+	return c
 }

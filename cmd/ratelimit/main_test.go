@@ -831,12 +831,12 @@ func TestNumSmallAmounts(t *testing.T) {
 	}
 
 	svg := filepath.Join(t.TempDir(), "tiny.svg")
-	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1e-9", "--capacity", "1e-9", "--period", "1ms",
-		"--at", "0s=1e-9,0s=1e-9", "--svg", svg)
+	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1e-8", "--capacity", "1e-8", "--period", "1ms",
+		"--at", "0s=1e-8,0s=1e-8", "--svg", svg)
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, [][]string{
-		{"00:00:00", "-", "1e-09", "1e-09", "allowed", "0", "0s"},
-		{"00:00:00", "-", "0", "1e-09", "denied", "0", "1ms"},
+		{"00:00:00", "-", "1e-08", "1e-08", "allowed", "0", "0s"},
+		{"00:00:00", "-", "0", "1e-08", "denied", "0", "1ms"},
 	}, rows(out), out)
 	chart, err := os.ReadFile(svg)
 	require.NoError(t, err)
@@ -844,7 +844,7 @@ func TestNumSmallAmounts(t *testing.T) {
 	for _, m := range regexp.MustCompile(`text-anchor="end">([^<]*)<`).FindAllStringSubmatch(string(chart), -1) {
 		labels = append(labels, m[1])
 	}
-	require.Equal(t, []string{"0", "2e-10", "4e-10", "6e-10", "8e-10", "1e-09", "capacity 1e-09"}, labels)
+	require.Equal(t, []string{"0", "2e-09", "4e-09", "6e-09", "8e-09", "1e-08", "capacity 1e-08"}, labels)
 }
 
 // A relation named by --table that is not the store's table, a view or
