@@ -544,6 +544,11 @@ func ParseLimits(data []byte) (Limits, error) {
 			return nil, fmt.Errorf("ratelimit: limits file: limit %q: %w", name, err)
 		}
 		if err := c.validate(name); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) && ce.Field == "Kind" && c.Kind == 0 {
+				// The Go constants are no help to a file's author.
+				ce.Problem = `is not set: write kind: fixed window, or kind: token bucket`
+			}
 			return nil, &lineError{line: e.key.Line, err: err}
 		}
 		limits[name] = c

@@ -723,3 +723,14 @@ func TestParseLimitsNumberBelowFloat64(t *testing.T) {
 		assert.Equal(t, want, limits["a"].MaxReserved, in)
 	}
 }
+
+// A limit of the file without a kind is told what to write in the file,
+// not the Go constants.
+func TestParseLimitsWithoutKind(t *testing.T) {
+	for _, doc := range []string{"signup:\n  rate: 3\n  period: 1m\n", `{"signup": {"rate": 3, "period": "1m"}}`} {
+		_, err := ratelimit.ParseLimits([]byte(doc))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), `line 1: limit "signup": Kind is not set: write kind: fixed window, or kind: token bucket`)
+		assert.NotContains(t, err.Error(), "ratelimit.FixedWindow")
+	}
+}
