@@ -1401,84 +1401,50 @@ func TestWaitWhoseContextEndsWhileItsUseIsOnItsWay(t *testing.T) {
 // matching ErrReservationUsed without the function having run (the
 // tokens are spent), and a new AfterFunc runs the job on them. So an
 // ErrReservationUsed from Cancel does not by itself say that the function
-// ran.
+// ran. The same holds when the store's answer, past the timeout, says it
+// took the use (nil): the timeout is how late a job may run for a slow
+// store, and the function used to run as late as the store answered.
 func TestCancelAfterAnAfterFuncUseAnsweredTooLate(t *testing.T) {
-	ctx := context.Background()
-	mock := newMock()
-	store := &useThenStallStore{Store: must(memstore.New()), arrived: make(chan struct{})}
-	var logs bytes.Buffer
-	lim := must(ratelimit.New(store, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(3*time.Second),
-		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
-	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
-	require.NoError(t, err)
-	var runs atomic.Int32
-	store.armed.Store(true)
-	stop, err := r.AfterFunc(func() { runs.Add(1) })
-	require.NoError(t, err)
-	fired := make(chan struct{})
-	go func() { mock.Add(0); close(fired) }()
-	<-store.arrived // the store took the use; its answer waits
-	assert.False(t, stop(ctx))
-	mock.Add(3 * time.Second)
-	<-fired
-	mock.Set(t0.Add(3 * time.Second))
-	require.Zero(t, runs.Load(), "no answer within the timeout: the function does not run")
-	assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+	for _, answerOK := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answer OK %v", answerOK), func(t *testing.T) {
+			ctx := context.Background()
+			mock := newMock()
+			store := &useThenStallStore{Store: must(memstore.New()), arrived: make(chan struct{}), answerOK: answerOK}
+			var logs bytes.Buffer
+			lim := must(ratelimit.New(store, ratelimit.Limits{
+				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+			}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(3*time.Second),
+				ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+			r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+			require.NoError(t, err)
+			var runs atomic.Int32
+			store.armed.Store(true)
+			stop, err := r.AfterFunc(func() { runs.Add(1) })
+			require.NoError(t, err)
+			fired := make(chan struct{})
+			go func() { mock.Add(0); close(fired) }()
+			<-store.arrived // the store took the use; its answer waits for the bound
+			assert.False(t, stop(ctx))
+			mock.Add(3 * time.Second)
+			<-fired
+			mock.Set(t0.Add(3 * time.Second))
+			require.Zero(t, runs.Load(), "the store answered past the timeout: the function does not run that late")
+			assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+			assert.Contains(t, logs.String(), "WithAfterFuncTimeout")
 
-	err = r.Cancel(ctx)
-	require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the store holds the use")
-	require.Zero(t, runs.Load())
-	st, err := lim.Value(ctx, "jobs", "k")
-	require.NoError(t, err)
-	assert.Equal(t, 6.0, st.Remaining, "spent")
+			err = r.Cancel(ctx)
+			require.ErrorIs(t, err, ratelimit.ErrReservationUsed, "the store holds the use")
+			require.Zero(t, runs.Load())
+			st, err := lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			assert.Equal(t, 6.0, st.Remaining, "spent")
 
-	_, err = r.AfterFunc(func() { runs.Add(1) })
-	require.NoError(t, err)
-	mock.Add(0)
-	require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
-}
-
-// An AfterFunc whose use the store takes, and says so (nil) only past
-// the AfterFunc timeout, does not run its function that late: the
-// timeout is how late a job may run for a slow store. The function used
-// to run, as late as the store answered. The tokens are spent (Cancel
-// says so), the failure is logged, and a new AfterFunc finds the use its
-// own and runs the job.
-func TestAfterFuncUseAnsweredOKPastTheTimeout(t *testing.T) {
-	ctx := context.Background()
-	mock := newMock()
-	store := &useThenStallStore{Store: must(memstore.New()), arrived: make(chan struct{}), answerOK: true}
-	var logs bytes.Buffer
-	lim := must(ratelimit.New(store, ratelimit.Limits{
-		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-	}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(3*time.Second),
-		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
-	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
-	require.NoError(t, err)
-	var runs atomic.Int32
-	store.armed.Store(true)
-	_, err = r.AfterFunc(func() { runs.Add(1) })
-	require.NoError(t, err)
-	fired := make(chan struct{})
-	go func() { mock.Add(0); close(fired) }()
-	<-store.arrived // the store took the use; its answer waits for the bound
-	mock.Add(3 * time.Second)
-	<-fired
-	mock.Set(t0.Add(3 * time.Second))
-	require.Zero(t, runs.Load(), "the store answered past the timeout: the function does not run that late")
-	assert.Contains(t, logs.String(), "AfterFunc did not run its function")
-	assert.Contains(t, logs.String(), "WithAfterFuncTimeout")
-
-	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed, "the store holds the use")
-	st, err := lim.Value(ctx, "jobs", "k")
-	require.NoError(t, err)
-	assert.Equal(t, 6.0, st.Remaining, "spent")
-	_, err = r.AfterFunc(func() { runs.Add(1) })
-	require.NoError(t, err)
-	mock.Add(0)
-	require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
+			_, err = r.AfterFunc(func() { runs.Add(1) })
+			require.NoError(t, err)
+			mock.Add(0)
+			require.Equal(t, int32(1), runs.Load(), "a new AfterFunc finds the use its own and runs the job")
+		})
+	}
 }
 
 // OnDropped tells the caller, in code, of a job AfterFunc did not run,
