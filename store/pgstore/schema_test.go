@@ -708,13 +708,11 @@ func holdShared(t *testing.T, pool *pgxpool.Pool, table string) (release func())
 	return release
 }
 
-// New drops version 1's index, made again by a process of version 1, only
-// if it gets the table's lock within a short bound: while a long
-// transaction reads the table, it leaves the index, returns, and the next
-// New drops it. Before, its DROP INDEX queued behind that transaction for
-// as long as it lasted, and every call on the table, from every process,
-// queued behind the DROP INDEX.
-func TestVersion1IndexDropWaitsBriefly(t *testing.T) {
+// v1IndexMadeAgain returns a fresh table of this release, whose record
+// of key "k" a call of 3 tokens wrote, and on which a process of version 1
+// then made its index again; and the store New made of it.
+func v1IndexMadeAgain(t *testing.T) (*pgxpool.Pool, string, *pgstore.Store) {
+	t.Helper()
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 	name := uniqueTable(t, pool)
@@ -723,11 +721,23 @@ func TestVersion1IndexDropWaitsBriefly(t *testing.T) {
 	require.NoError(t, s.Apply(ctx, limitOp("k", 3), make([]driver.Decision, 1)))
 	installV1(t, pool, name) // a process of version 1 starts
 	require.Equal(t, 1, oldIndexes(t, pool, name))
+	return pool, name, s
+}
+
+// New drops version 1's index, made again by a process of version 1, only
+// if it gets the table's lock within a short bound: while a long
+// transaction reads the table, it leaves the index, returns, and the next
+// New drops it. Before, its DROP INDEX queued behind that transaction for
+// as long as it lasted, and every call on the table, from every process,
+// queued behind the DROP INDEX.
+func TestVersion1IndexDropWaitsBriefly(t *testing.T) {
+	ctx := context.Background()
+	pool, name, _ := v1IndexMadeAgain(t)
 
 	release := holdShared(t, pool, name)
 	// Far longer than the bound: New returns long before, or fails.
 	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	s, err = pgstore.New(nctx, pool, pgstore.WithTable(name))
+	s, err := pgstore.New(nctx, pool, pgstore.WithTable(name))
 	cancel()
 	require.NoError(t, err, "New waited for the table's lock")
 	require.Equal(t, 1, oldIndexes(t, pool, name), "the index is left while the table is held")
@@ -745,11 +755,7 @@ func TestVersion1IndexDropWaitsBriefly(t *testing.T) {
 // make every call on the table queue behind its DROP INDEX.
 func TestVersion1IndexDropInTheScript(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	name := uniqueTable(t, pool)
-	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
-	installV1(t, pool, name)
+	pool, name, _ := v1IndexMadeAgain(t)
 	sql, err := pgstore.Schema("public." + name)
 	require.NoError(t, err)
 
@@ -786,11 +792,7 @@ func TestVersion1IndexDropInTheScript(t *testing.T) {
 // all, though none had anything to install but the drop.
 func TestVersion1IndexDropSkippedWhileInstalling(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	name := uniqueTable(t, pool)
-	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
-	require.NoError(t, err)
-	installV1(t, pool, name)
+	pool, name, _ := v1IndexMadeAgain(t)
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
