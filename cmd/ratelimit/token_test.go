@@ -271,13 +271,17 @@ func TestTokenInspectStdin(t *testing.T) {
 }
 
 // jsonStream decodes a stream of token inspect's JSON reports.
-func jsonStream(t *testing.T, out string) []inspectJSON {
-	var rs []inspectJSON
+func jsonStream(t *testing.T, out string) []inspectJSON { return reports[inspectJSON](t, out) }
+
+// reports decodes a stream of the token commands' JSON reports, each R.
+func reports[R any](t *testing.T, out string) []R {
+	t.Helper()
+	var rs []R
 	for _, part := range strings.SplitAfter(out, "\n}\n") {
 		if part == "" {
 			continue
 		}
-		var r inspectJSON
+		var r R
 		decode(t, part, &r)
 		rs = append(rs, r)
 	}
@@ -600,14 +604,7 @@ func TestTokenSettleMemory(t *testing.T) {
 	tok := receipt(t, app, "llm", "user-42", 3)
 	code, out, errOut := execIn(tok+"\n"+tok+"\n", "token", "refund", "--store", "mem:", "--limits", limits, "-o", "json", "-")
 	require.Equal(t, exitSettled, code, errOut)
-	var rs []settleJSON
-	for _, part := range strings.SplitAfter(out, "\n}\n") {
-		if part != "" {
-			var r settleJSON
-			decode(t, part, &r)
-			rs = append(rs, r)
-		}
-	}
+	rs := reports[settleJSON](t, out)
 	require.Len(t, rs, 2)
 	require.Equal(t, outSettled, rs[0].Outcome)
 	require.Equal(t, outAlreadySettled, rs[1].Outcome)
@@ -734,14 +731,7 @@ func TestTokenStdinLines(t *testing.T) {
 
 	code, out, errOut = execIn(stdin, "token", "settle", "--used", "1", "--store", "mem:", "--limits", limits, "-o", "json", "-")
 	require.Equal(t, 1, code, errOut)
-	var rs []settleJSON
-	for _, part := range strings.SplitAfter(out, "\n}\n") {
-		if part != "" {
-			var r settleJSON
-			decode(t, part, &r)
-			rs = append(rs, r)
-		}
-	}
+	rs := reports[settleJSON](t, out)
 	require.Len(t, rs, 3)
 	require.Equal(t, a, rs[0].Token)
 	require.Equal(t, outInvalid, rs[1].Outcome)
