@@ -472,14 +472,7 @@ func TestClientIPBehindProxyOnUnixSocket(t *testing.T) {
 	passed := func(key ratelimitgrpc.KeyFunc, xff func(i int) string) (n int, code codes.Code, lim *ratelimit.Limiter) {
 		t.Helper()
 		lim = newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
-		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
-		require.NoError(t, err)
-		srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		lis, err := net.Listen("unix", sock)
-		require.NoError(t, err)
-		go func() { _ = srv.Serve(lis) }()
-		defer srv.Stop() // removes the socket
+		defer serveHealthOnUnix(t, lim, key, sock)() // removes the socket
 		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		defer conn.Close()
@@ -541,14 +534,7 @@ func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
 	passed := func(key ratelimitgrpc.KeyFunc) (n int, answers map[codes.Code]int) {
 		t.Helper()
 		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
-		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
-		require.NoError(t, err)
-		srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		lis, err := net.Listen("unix", sock)
-		require.NoError(t, err)
-		go func() { _ = srv.Serve(lis) }()
-		defer srv.Stop() // removes the socket
+		defer serveHealthOnUnix(t, lim, key, sock)() // removes the socket
 		const name = "10.0.0.5:80"
 		conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
@@ -578,4 +564,19 @@ func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
 	n, got = passed(byAddress)
 	assert.Equal(t, 0, n, "a peer named as a trusted proxy is no proxy: no key")
 	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
+}
+
+// serveHealthOnUnix serves the health service on the Unix socket sock,
+// each call limited by "api" of lim and keyed by key, and returns the
+// function that stops the server (and removes the socket).
+func serveHealthOnUnix(t *testing.T, lim *ratelimit.Limiter, key ratelimitgrpc.KeyFunc, sock string) (stop func()) {
+	t.Helper()
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	return srv.Stop
 }
