@@ -42,6 +42,8 @@
 // never before the t of a limit that refused it for want of its next whole
 // token, it may come before the t of a limit that did not refuse it, or
 // that refused a fractional cost it grants before a whole token.
+// Middlewares in a chain (a router's, then a route's) add their items to
+// those set further out, so that a response names every limit it passed.
 //
 // # Errors
 //

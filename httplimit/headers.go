@@ -3,6 +3,8 @@ package httplimit
 import (
 	"math"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +26,11 @@ const (
 
 // setHeaders sets RateLimit-Policy and RateLimit: for every limit its
 // tokens left (floored, never negative) and, where more will come, the
-// seconds until the next quota unit is made available.
+// seconds until the next quota unit is made available. Items an outer
+// middleware of the chain set stay (see addItems).
 func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 	v := m.current()
-	h.Set("RateLimit-Policy", v.policy)
+	m.addItems(h, "RateLimit-Policy", v.policy)
 	parts := res.All
 	if len(parts) == 0 {
 		parts = []ratelimit.Result{res}
@@ -45,8 +48,72 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 			b = strconv.AppendInt(b, t, 10)
 		}
 	}
-	h.Set("RateLimit", string(b))
+	m.addItems(h, "RateLimit", string(b))
 }
+
+// addItems sets the list field name of h to items, after the items that
+// middlewares further out in the chain put there (a router's limit, then
+// a route's): a response lists every limit it passed, the binding one
+// among them. An item of a limit this middleware lists too (the same
+// limit decided again further in) is dropped: the list names each limit
+// once, with its latest numbers. So is a member that is no item of the
+// draft (a policy name that is a String, then parameters), such as the
+// "limit=100, remaining=50" of other libraries: kept, it would make the
+// whole field malformed, which the draft has clients ignore. The field
+// stays one line, as clients that read only a field's first line see it
+// whole.
+func (m *Middleware) addItems(h http.Header, name, items string) {
+	lines := h.Values(name)
+	if len(lines) == 0 {
+		h.Set(name, items)
+		return
+	}
+	var b strings.Builder
+	for _, line := range lines {
+		for len(line) > 0 {
+			var item string
+			item, line = nextItem(line)
+			sm := draftItem.FindStringSubmatch(item)
+			if sm == nil || slices.Contains(m.quoted, sm[1]) {
+				continue
+			}
+			b.WriteString(item)
+			b.WriteString(", ")
+		}
+	}
+	b.WriteString(items)
+	h.Set(name, b.String())
+}
+
+// nextItem splits the first member off a structured-field list: up to the
+// first comma outside a string, spaces and tabs around it trimmed.
+func nextItem(list string) (item, rest string) {
+	quoted := false
+	for i := 0; i < len(list); i++ {
+		switch c := list[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ',':
+			return strings.Trim(list[:i], " \t"), list[i+1:]
+		}
+	}
+	return strings.Trim(list, " \t"), ""
+}
+
+// Structured fields (RFC 9651) as the items of RateLimit and
+// RateLimit-Policy take them.
+const (
+	sfString = `"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"`
+	sfKey    = `[a-z*][a-z0-9_.*-]*`
+	sfBare   = `(?:-?[0-9]{1,15}(?:\.[0-9]{1,3})?|` + sfString + "|[A-Za-z*][!#$%&'*+.^_`|~0-9A-Za-z:/-]*|:[A-Za-z0-9+/=]*:|\\?[01]|@-?[0-9]{1,15})"
+	sfItem   = `^(` + sfString + `)(?:; *` + sfKey + `(?:=` + sfBare + `)?)*$`
+)
+
+// draftItem matches an item of the draft's fields, its policy name (a
+// String, quotes and escapes as written) in the first group.
+var draftItem = regexp.MustCompile(sfItem)
 
 // wholeTokens is the "r" of a limit's RateLimit item: the whole tokens of
 // remaining, as the Limiter grants them. It grants a call that a record

@@ -1053,3 +1053,68 @@ func TestPolicyOfAFastRateOverAnAwkwardPeriod(t *testing.T) {
 		}
 	}
 }
+
+// Middlewares in a chain (a router's limit and a route's, as the chi
+// example of docs/http.md stacks them) each add their limits to the
+// header fields: the inner one's replaced the outer's, so that a client
+// told "tenant";r=98 alone was refused next by "ip", whose r=0 it never
+// saw.
+func TestStackedMiddlewaresListEveryLimit(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"ip":     {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Start: t0},
+		"tenant": {Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour, Start: t0},
+		"day":    {Kind: ratelimit.FixedWindow, Rate: 3, Period: 24 * time.Hour, Start: t0},
+	}, nil)
+	outer := must(httplimit.New(lim, []string{"ip"}))
+	inner := must(httplimit.New(lim, []string{"tenant"}))
+	h := outer.Wrap(inner.Wrap(ok))
+
+	w := serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, []string{`"ip";q=2;w=60, "tenant";q=100;w=3600`}, w.Header().Values("RateLimit-Policy"))
+	require.Equal(t, []string{`"ip";r=1;t=60, "tenant";r=99;t=3600`}, w.Header().Values("RateLimit"))
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, `"ip";r=0;t=60, "tenant";r=98;t=3600`, w.Header().Get("RateLimit"))
+	w = serve(h, "192.0.2.1:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, `"ip";r=0;t=60`, w.Header().Get("RateLimit"), "the inner middleware never ran")
+
+	// The inner one refuses: the outer's item stays, charged.
+	inner = must(httplimit.New(lim, []string{"day"}))
+	h = outer.Wrap(inner.Wrap(ok))
+	for range 3 {
+		require.Equal(t, http.StatusOK, serve(h, "192.0.2.2:1").Code)
+		require.NoError(t, lim.Reset(context.Background(), "ip", "192.0.2.2"))
+	}
+	w = serve(h, "192.0.2.2:1")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, `"ip";q=2;w=60, "day";q=3;w=86400`, w.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"ip";r=1;t=60, "day";r=0;t=86400`, w.Header().Get("RateLimit"))
+	require.Equal(t, "86400", w.Header().Get("Retry-After"))
+
+	// A limit decided again further in (the same middleware twice) is
+	// listed once, with its latest numbers; an item of another's stays,
+	// even one whose parameters hold a comma in a string.
+	h = outer.Wrap(outer.Wrap(ok))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.3:1"
+	w = httptest.NewRecorder()
+	w.Header().Set("RateLimit-Policy", `"other";q=5;qu="a, b", "ip";q=7;w=1`)
+	w.Header().Set("RateLimit", `"other";r=1`)
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, []string{`"other";q=5;qu="a, b", "ip";q=2;w=60`}, w.Header().Values("RateLimit-Policy"))
+	require.Equal(t, []string{`"other";r=1, "ip";r=0;t=60`}, w.Header().Values("RateLimit"))
+
+	// What is no item of the draft (the older "limit=100, remaining=50"
+	// of other libraries, a policy named by a Token, a broken string)
+	// would make the whole field malformed: it is dropped. Lines of
+	// items are one list.
+	r = httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.4:1"
+	w = httptest.NewRecorder()
+	w.Header().Set("RateLimit", `limit=100, remaining=50, "a";r=1;t=2`)
+	w.Header().Add("RateLimit", `"b";r=7;x="y;z";f=?1;d=0.5;n=-3;k=tok/en;y=:AQ==:, token;r=1, "broken;r=1`)
+	outer.Wrap(ok).ServeHTTP(w, r)
+	require.Equal(t, []string{`"a";r=1;t=2, "b";r=7;x="y;z";f=?1;d=0.5;n=-3;k=tok/en;y=:AQ==:, "ip";r=1;t=60`}, w.Header().Values("RateLimit"))
+}
