@@ -154,3 +154,45 @@ func ExampleWithProblemDetails() {
 	// 429 application/problem+json Retry-After: 60
 	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Retry after 60 seconds.","violated-policies":["perMinute"]}
 }
+
+// Middlewares in a chain: one for every route, keyed by the client's
+// address, and one for a tenant's routes, keyed by the tenant. Each adds
+// its limits to the header fields, so that a response names both, and the
+// client sees the one that refuses it next.
+func ExampleMiddleware_Wrap() {
+	mock := clock.NewMock()
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"perClient": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Minute, Start: time.Unix(0, 0)},
+		"perTenant": {Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour, Start: time.Unix(0, 0)},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	perClient, err := httplimit.New(lim, []string{"perClient"})
+	if err != nil {
+		panic(err)
+	}
+	perTenant, err := httplimit.New(lim, []string{"perTenant"}, httplimit.WithKey(httplimit.PathValue("tenant")))
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/t/{tenant}/items", perTenant.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	handler := perClient.Wrap(mux)
+
+	for i := range 3 {
+		req := httptest.NewRequest("GET", "/t/acme/items", nil)
+		req.RemoteAddr = "203.0.113.7:50000"
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Printf("%d: %d RateLimit: %s\n", i+1, rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 1: 200 RateLimit: "perClient";r=1;t=60, "perTenant";r=999;t=3600
+	// 2: 200 RateLimit: "perClient";r=0;t=60, "perTenant";r=998;t=3600
+	// 3: 429 RateLimit: "perClient";r=0;t=60
+}
