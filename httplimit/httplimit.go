@@ -169,6 +169,10 @@ func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } 
 
 // New returns a middleware that decides every request by the named limits
 // of lim, which must all be declared in ratelimit.New, each named once.
+// The header fields and problem details name a limit as a structured-field
+// string can, with "_" for each character outside printable ASCII: New
+// refuses names that would read alike there (café and cafè), unless
+// WithoutHeaders is given without WithProblemDetails.
 //
 // Without WithCost a request costs one token, so New refuses a limit that
 // can never grant one (a Capacity, or a Rate standing for it, below 1); a
@@ -206,6 +210,17 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	}
 	if err := keyError(m.key); err != nil {
 		return nil, err
+	}
+	if m.headers || m.problem {
+		// The fields and problem details name the limits as a
+		// structured-field string can: names that read alike there leave
+		// the client unable to tell whose numbers are whose.
+		for i, q := range m.quoted {
+			if j := slices.Index(m.quoted[:i], q); j >= 0 {
+				return nil, fmt.Errorf("httplimit: limits %q and %q are both named %s in the RateLimit header fields and problem details, "+
+					"which carry printable ASCII only: rename one (or, if no client is to see the names, give WithoutHeaders and not WithProblemDetails): %w", names[j], names[i], q, ErrInvalidOption)
+			}
+		}
 	}
 	if m.cost == nil {
 		for i, cfg := range v.cfgs {

@@ -1118,3 +1118,27 @@ func TestStackedMiddlewaresListEveryLimit(t *testing.T) {
 	outer.Wrap(ok).ServeHTTP(w, r)
 	require.Equal(t, []string{`"a";r=1;t=2, "b";r=7;x="y;z";f=?1;d=0.5;n=-3;k=tok/en;y=:AQ==:, "ip";r=1;t=60`}, w.Header().Values("RateLimit"))
 }
+
+// Two limits whose names the header fields write alike (bytes a
+// structured-field string cannot hold become "_") were both listed as
+// "caf_", so that a client could not tell which r was whose. New refuses
+// them, unless neither the header fields nor problem details name them.
+func TestNewRefusesNamesTheHeadersWriteAlike(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"café":  {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
+		"cafè":  {Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour},
+		"caf\t": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Minute},
+	}, nil)
+	for _, names := range [][]string{{"café", "cafè"}, {"cafè", "caf\t"}} {
+		_, err := httplimit.New(lim, names)
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, "%q", names)
+		require.ErrorContains(t, err, `"caf_"`)
+		_, err = httplimit.New(lim, names, httplimit.WithoutHeaders(), httplimit.WithProblemDetails())
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, "%q", names)
+		_, err = httplimit.New(lim, names, httplimit.WithoutHeaders())
+		require.NoError(t, err, "%q: no field names them", names)
+	}
+	mw, err := httplimit.New(lim, []string{"café"})
+	require.NoError(t, err)
+	require.Equal(t, `"caf_";q=10;w=60`, mw.Policy())
+}
