@@ -13,6 +13,14 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 )
 
+// The header fields' names, canonical (http.CanonicalHeaderKey), to index
+// an http.Header without canonicalizing them, which allocates, at every
+// request.
+const (
+	policyField    = "Ratelimit-Policy"
+	rateLimitField = "Ratelimit"
+)
+
 // Bounds of the RateLimit-Policy announcement.
 const (
 	// maxSFInteger is the largest Integer a structured field may hold
@@ -30,7 +38,7 @@ const (
 // middleware of the chain set stay (see addItems).
 func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 	v := m.current()
-	m.addItems(h, "RateLimit-Policy", v.policy)
+	m.addItems(h, policyField, v.policy)
 	parts := res.All
 	if len(parts) == 0 {
 		parts = []ratelimit.Result{res}
@@ -48,13 +56,13 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 			b = strconv.AppendInt(b, t, 10)
 		}
 	}
-	m.addItems(h, "RateLimit", string(b))
+	m.addItems(h, rateLimitField, string(b))
 }
 
-// addItems sets the list field name of h to items, after the items that
-// middlewares further out in the chain put there (a router's limit, then
-// a route's): a response lists every limit it passed, the binding one
-// among them. An item of a limit this middleware lists too (the same
+// addItems sets the list field name (canonical) of h to items, after the
+// items that middlewares further out in the chain put there (a router's
+// limit, then a route's): a response lists every limit it passed, the
+// binding one among them. An item of a limit this middleware lists too (the same
 // limit decided again further in) is dropped: the list names each limit
 // once, with its latest numbers. So is a member that is no item of the
 // draft (a policy name that is a String, then parameters), such as the
@@ -63,9 +71,9 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 // stays one line, as clients that read only a field's first line see it
 // whole.
 func (m *Middleware) addItems(h http.Header, name, items string) {
-	lines := h.Values(name)
+	lines := h[name]
 	if len(lines) == 0 {
-		h.Set(name, items)
+		h[name] = []string{items}
 		return
 	}
 	var b strings.Builder
@@ -82,7 +90,7 @@ func (m *Middleware) addItems(h http.Header, name, items string) {
 		}
 	}
 	b.WriteString(items)
-	h.Set(name, b.String())
+	h[name] = []string{b.String()}
 }
 
 // nextItem splits the first member off a structured-field list: up to the
