@@ -555,8 +555,8 @@ type onceCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to send the command again.
 func (onceCmd) NoRetry() bool { return true }
 
-// loadLibrary loads the library on the server, or on every master of a
-// Cluster. A library of this name already there is this very code.
+// loadLibrary loads the library on the server, on every master of a
+// Cluster, or on every shard of a Ring. A library of this name already there is this very code.
 func (s *Store) loadLibrary(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, lib.code).Err()
@@ -573,10 +573,21 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		}
 		return nil
 	}
-	if s.cluster != nil {
-		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	return s.forEachServer(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+}
+
+// forEachServer calls fn on every server that holds records: the one
+// server, every master of a Cluster, every shard of a Ring.
+func (s *Store) forEachServer(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
 	}
-	return load(ctx, s.client)
+	return fmt.Errorf("a client of type %T", s.client) // New refuses it
 }
 
 // isRouting reports whether err is Redis refusing a call for where its

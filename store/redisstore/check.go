@@ -75,17 +75,7 @@ func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	// Detached, so that ctx, not go-redis's read timeout, bounds a stalled
 	// server; when ctx ends first, the checks finish in the background and
 	// the warnings found by then are returned.
-	err := coalesce.Detached(ctx, func() error {
-		switch c := s.client.(type) {
-		case *redis.Client:
-			return check(ctx, c)
-		case *redis.ClusterClient:
-			return c.ForEachMaster(ctx, check)
-		case *redis.Ring:
-			return c.ForEachShard(ctx, check)
-		}
-		return nil
-	})
+	err := coalesce.Detached(ctx, func() error { return s.forEachServer(ctx, check) })
 	mu.Lock()
 	found := slices.Clone(warnings)
 	mu.Unlock()

@@ -1,5 +1,6 @@
 // Package redisstore is a ratelimit.Store on Redis, for a fleet of
-// processes sharing limits: a single server, Sentinel, or a Redis Cluster.
+// processes sharing limits: a single server, Sentinel, a Redis Cluster, or
+// a redis.Ring.
 //
 // # One call decides a batch
 //

@@ -1,0 +1,38 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRingLoadsEveryShard runs a Limiter on a Ring of two servers, each
+// without the library: the library must be loaded on the shard each key
+// lives on, not on one shard picked at random.
+func TestRingLoadsEveryShard(t *testing.T) {
+	testserver.LockServer(t, "redis-failover") // its library is deleted
+	testserver.RequireReachable(t, "failover", failoverAddr)
+	ctx := context.Background()
+	addrs := map[string]string{"a": "127.0.0.1:6379", "b": failoverAddr}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
+	t.Cleanup(func() { ring.Close() })
+	prefix := fmt.Sprintf("ratelimit-test-ring:%d:", t0.UnixNano())
+	s := newStore(ring, prefix)
+	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: 1e9}})
+	require.NoError(t, err)
+	for range 3 {
+		require.NoError(t, ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.FunctionDelete(ctx, redisstore.FunctionLibrary()).Err()
+		}))
+		for i := range 20 {
+			_, err := lim.Limit(ctx, "l", fmt.Sprint("k", i))
+			require.NoError(t, err, "key %d", i)
+		}
+	}
+}
