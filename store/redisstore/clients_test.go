@@ -36,3 +36,21 @@ func TestRingLoadsEveryShard(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesOtherClients: New takes the clients it routes for, and
+// refuses a nil one of those, or a client of another kind, with an error
+// that says what to pass.
+func TestNewRefusesOtherClients(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{
+		"nil client":  (*redis.Client)(nil),
+		"nil cluster": (*redis.ClusterClient)(nil),
+		"nil ring":    (*redis.Ring)(nil),
+		"wrapper":     wrapped{client(t)},
+	} {
+		_, err := redisstore.New(c)
+		require.Error(t, err, name)
+		require.ErrorContains(t, err, "redis.NewClient", name)
+	}
+}
+
+type wrapped struct{ *redis.Client }

@@ -151,19 +151,23 @@ func WithExpiryMargin(d time.Duration) Option {
 // among more calls but hold the server longer in one call.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
-// New returns a store on client: a *redis.Client, a Sentinel-backed
-// failover client, or a *redis.ClusterClient. The store does not own the
-// client; close it yourself. The error is for a bad argument or option; New
-// does not talk to the server (CheckServer does).
+// New returns a store on client: a *redis.Client (of redis.NewClient,
+// or of redis.NewFailoverClient for Sentinel), a *redis.ClusterClient, or
+// a *redis.Ring, as redis.NewUniversalClient returns. A client of another
+// type, or a nil one, is refused with an error: the store routes its
+// calls, and loads its library, by the client's kind. The store does not
+// own the client; close it yourself. The error is for a bad argument or
+// option; New does not talk to the server (CheckServer does).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	o := options{prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
 		logger: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := checkClient(client); err != nil {
+		return nil, err
+	}
 	switch {
-	case client == nil:
-		return nil, errors.New("redisstore: New needs a client: pass redis.NewClient(...) or redis.NewClusterClient(...)")
 	case strings.ContainsAny(o.prefix, "{}"):
 		return nil, fmt.Errorf("redisstore: prefix %q contains a brace, which would change the Cluster hash tag: remove it", o.prefix)
 	case o.margin < driver.ExpiryGrace:
@@ -196,6 +200,33 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}, co)
 	}
 	return s, nil
+}
+
+// checkClient returns an error unless client is one of the kinds the
+// store routes its calls for, and not nil: the store sends a batch as one
+// call to a server, per master of a Cluster, or per key on a Ring, and
+// loads its library on each server; a client of another kind (one that
+// wraps these, say) would take its calls elsewhere, and load the library
+// on one server of several.
+func checkClient(client redis.UniversalClient) error {
+	const pass = "pass the client of redis.NewClient, redis.NewFailoverClient, redis.NewClusterClient, redis.NewFailoverClusterClient, redis.NewRing or redis.NewUniversalClient"
+	var nilClient bool
+	switch c := client.(type) {
+	case nil:
+		return errors.New("redisstore: New needs a client: " + pass)
+	case *redis.Client:
+		nilClient = c == nil
+	case *redis.ClusterClient:
+		nilClient = c == nil
+	case *redis.Ring:
+		nilClient = c == nil
+	default:
+		return fmt.Errorf("redisstore: New does not take a client of type %T, whose calls it cannot route: %s (add behaviour to those with hooks: AddHook)", client, pass)
+	}
+	if nilClient {
+		return fmt.Errorf("redisstore: New was given a nil %T: %s", client, pass)
+	}
+	return nil
 }
 
 // OwnClock implements driver.TimeSource: it reports whether the store
