@@ -620,7 +620,7 @@ func isOpError(err error) bool {
 		isUnknownFCall(err) || isNoScript(err) {
 		return false
 	}
-	for _, state := range []string{"OOM", "READONLY", "MISCONF", "NOREPLICAS", "MASTERDOWN", "LOADING", "BUSY", "NOAUTH"} {
+	for _, state := range []string{"OOM", "READONLY", "MISCONF", "NOREPLICAS", "MASTERDOWN", "LOADING", "BUSY", "NOAUTH", "NOPERM"} {
 		if redis.HasErrorPrefix(err, state) {
 			return false
 		}
@@ -632,12 +632,16 @@ func isFunctionMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
+// isUnknownFCall reports whether err is a server's refusal of FCALL as
+// such: a server without Functions or a proxy that does not pass them
+// ("unknown command"), or a user not allowed it (NOPERM, by an ACL), for
+// whom scripts may be. Redis refuses it before it runs.
 func isUnknownFCall(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "unknown command") && strings.Contains(msg, "fcall")
+	return (strings.Contains(msg, "unknown command") || redis.HasErrorPrefix(err, "NOPERM")) && strings.Contains(msg, "fcall")
 }
 
 func isNoScript(err error) bool {

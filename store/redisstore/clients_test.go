@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -54,3 +55,32 @@ func TestNewRefusesOtherClients(t *testing.T) {
 }
 
 type wrapped struct{ *redis.Client }
+
+// TestUserWithoutFunctions: a user that may not run FCALL nor FUNCTION
+// (an ACL of -fcall -function), as some managed services give, is
+// answered NOPERM: the store keeps to scripts, as on a server without
+// Functions, rather than fail every call.
+func TestUserWithoutFunctions(t *testing.T) {
+	ctx := context.Background()
+	admin := client(t)
+	user := fmt.Sprintf("ratelimit-test-nofcall-%d", time.Now().UnixNano())
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-fcall", "-fcall_ro", "-function").Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "acl", "deluser", user) })
+	opt := *admin.Options()
+	opt.Username, opt.Password = user, "pw"
+	c := redis.NewClient(&opt)
+	t.Cleanup(func() { c.Close() })
+	cnt := &counter{}
+	c.AddHook(cnt)
+	lim, err := ratelimit.New(newStore(c, uniquePrefix(t, admin)), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute}})
+	require.NoError(t, err)
+	for i, want := range []bool{true, true, false} {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err, "call %d", i)
+		require.Equal(t, want, res.OK, "call %d", i)
+	}
+	cnt.names = nil
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha"}, cnt.names)
+}
