@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -394,6 +397,7 @@ type fcall struct {
 	enc   *encoder
 	cmd   redis.Cmder
 	err   error
+	tries int // times sent again after an answer that it did not run (unsent)
 }
 
 // run makes the calls, one pipeline for several, decodes their replies
@@ -403,9 +407,13 @@ type fcall struct {
 // (a restart without persistence, FUNCTION FLUSH, a new node) is given it
 // again, and the calls that failed for it are made once more; a server
 // without Functions (Redis before 7) is sent the script instead, from then
-// on. A call of several requests that the function failed on what one of
-// them read (isOpError) is replaced by one call per request, so that only
-// that request's caller gets the error.
+// on. A call that surely did not run (unsent: no connection, or Redis
+// refused it for its state) goes again after a pause, as often as the
+// client's MaxRetries (MaxRedirects on a Cluster) allow; go-redis itself
+// sends none again (command), since it would after an error that leaves
+// the call run or not. A call of several requests that the function failed
+// on what one of them read (isOpError) is replaced by one call per
+// request, so that only that request's caller gets the error.
 func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -418,6 +426,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		s.issue(ctx, pending)
 		var again []*fcall
 		reload := false
+		var pause time.Duration
 		for _, c := range pending {
 			c.err = c.cmd.Err()
 			switch {
@@ -437,12 +446,17 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				s.scripts.Store(true)
 				again = append(again, c)
 				continue
+			case c.tries < s.retries && unsent(c.err):
+				pause = max(pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
+				c.tries++
+				again = append(again, c)
+				continue
 			case len(c.reqs) > 1 && isOpError(c.err):
 				// The function writes nothing before it has decided
 				// every op of the call (ratelimit.lua), so a call it
 				// failed changed nothing: each op goes again, alone,
-				// and so takes effect once. A refund goes again as a
-				// call that go-redis never sends twice (command).
+				// and so takes effect once, as a call that go-redis
+				// never sends twice (command).
 				for j := range c.reqs {
 					one := &fcall{reqs: c.reqs[j : j+1], at: c.at[j : j+1]}
 					again = append(again, one)
@@ -464,6 +478,14 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				}
 				break
 			}
+		}
+		if len(again) > 0 && pause > 0 && !sleep(ctx, pause) {
+			for _, c := range again {
+				for _, i := range c.at {
+					errs[i] = fmt.Errorf("%w: the call was not sent again after: %w", ctx.Err(), c.err)
+				}
+			}
+			break
 		}
 		pending = again
 	}
@@ -510,11 +532,12 @@ func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
 }
 
 // command is a call of the function (or of the script, on a server
-// without Functions; eval: with its source). One that carries a refund
-// is never sent twice: go-redis sends a command again after a network
-// error, when it may have run already, and a refund that runs twice hands
-// its tokens back twice. (A limit that runs twice charges twice: it may
-// refuse more, never grant more.)
+// without Functions; eval: with its source), which go-redis never sends
+// twice: it sends a command again after a network error or a read
+// timeout, when it may have run already, and an op that runs twice is
+// applied twice: a refund hands its tokens back twice, a limit charges
+// twice, and a slow server would be sent every call again while it runs
+// the first. run sends again only a call that surely did not run.
 func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	e := c.enc
 	args := make([]any, 0, 5+len(e.keys))
@@ -541,12 +564,7 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	for _, r := range c.reqs {
-		if r.mode == driver.ModeRefund {
-			return onceCmd{cmd}
-		}
-	}
-	return cmd
+	return onceCmd{cmd}
 }
 
 // onceCmd is a command go-redis must not send again.
@@ -626,6 +644,50 @@ func isOpError(err error) bool {
 		}
 	}
 	return true
+}
+
+// unsent reports whether err, a call's, says that the call did not run:
+// it was never written to a connection (none free in the pool, none could
+// be dialed), or Redis answered that it runs no write now (a replica, a
+// dataset loading, a master down, a Cluster down or a slot migrating, too
+// few replicas, too many clients), before running it. A call that failed
+// otherwise (a read timeout, a connection dropped) may have run.
+func unsent(err error) bool {
+	var op *net.OpError
+	if errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial") {
+		return true
+	}
+	for _, state := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "max number of clients reached"} {
+		if redis.HasErrorPrefix(err, state) {
+			return true
+		}
+	}
+	return false
+}
+
+// backoff returns the pause before sending a call again the (tries+1)th
+// time, as go-redis's: from lo, doubling, at random, at most hi.
+func backoff(tries int, lo, hi time.Duration) time.Duration {
+	if lo <= 0 {
+		return 0
+	}
+	d := lo << min(tries, 30)
+	if d < lo || d > hi {
+		return hi
+	}
+	return min(lo+rand.N(d), hi)
+}
+
+// sleep waits for d, or for ctx to end: then it returns false.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func isFunctionMissing(err error) bool {

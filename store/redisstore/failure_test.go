@@ -470,10 +470,11 @@ func (cc *cutConn) Read(b []byte) (int, error) {
 }
 
 // TestRefundIsNeverSentTwice: go-redis sends a command again after a
-// network error (MaxRetries), when it may have run already. A limit that
-// runs twice charges twice (it may refuse more, never grant more); a
-// refund that ran twice would hand its tokens back twice, so the store
-// forbids sending it again.
+// network error (MaxRetries), when it may have run already. A refund that
+// ran twice would hand its tokens back twice, and a limit that ran twice
+// would charge twice (and was sent again by each retry on a slow server),
+// so the store forbids sending either again: the call fails, and may have
+// been applied, once.
 func TestRefundIsNeverSentTwice(t *testing.T) {
 	ctx := context.Background()
 	opt, err := redis.ParseURL(testserver.RedisURL(t))
@@ -507,9 +508,68 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	require.Equal(t, 95.0, value(), "the refund ran once")
 
 	cut.armed.Store(true)
-	d, err = apply(driver.ModeLimit, 1)
-	require.NoError(t, err, "a limit is sent again")
-	require.Equal(t, 93.0, d.Remaining, "and ran twice")
+	_, err = apply(driver.ModeLimit, 1)
+	require.Error(t, err, "the limit's reply was lost, and it was not sent again")
+	require.False(t, cut.armed.Load(), "the cut happened")
+	require.Equal(t, 94.0, value(), "the limit ran once")
+}
+
+// refuser answers, once armed, the next call of the function a
+// connection sends with reply, in place of the server, which never sees
+// it: as a server answers a write it does not run (LOADING, READONLY).
+type refuser struct {
+	armed atomic.Bool
+	reply string
+}
+
+func (r *refuser) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	return &refuseConn{Conn: conn, r: r}, err
+}
+
+type refuseConn struct {
+	net.Conn
+	r       *refuser
+	pending []byte
+}
+
+func (rc *refuseConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("fcall")) && rc.r.armed.CompareAndSwap(true, false) {
+		rc.pending = []byte(rc.r.reply)
+		return len(b), nil
+	}
+	return rc.Conn.Write(b)
+}
+
+func (rc *refuseConn) Read(b []byte) (int, error) {
+	if len(rc.pending) > 0 {
+		n := copy(b, rc.pending)
+		rc.pending = rc.pending[n:]
+		return n, nil
+	}
+	return rc.Conn.Read(b)
+}
+
+// TestUnsentCallGoesAgain: a call that Redis answered without running it
+// (a dataset loading, a replica) goes again, as go-redis would send it,
+// although go-redis sends no call of the store's again: it runs once.
+func TestUnsentCallGoesAgain(t *testing.T) {
+	ctx := context.Background()
+	for _, reply := range []string{"-LOADING Redis is loading the dataset in memory\r\n", "-READONLY You can't write against a read only replica.\r\n"} {
+		opt, err := redis.ParseURL(testserver.RedisURL(t))
+		require.NoError(t, err)
+		ref := &refuser{reply: reply}
+		opt.Dialer = ref.dial
+		c := redis.NewClient(opt)
+		t.Cleanup(func() { c.Close() })
+		lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
+		require.NoError(t, err)
+		ref.armed.Store(true)
+		res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(3))
+		require.NoError(t, err, reply)
+		require.False(t, ref.armed.Load(), "the refusal happened")
+		require.Equal(t, 7.0, res.Remaining, "%s: the call ran once", reply)
+	}
 }
 
 // panicHook panics in every command and pipeline the client sends while

@@ -89,6 +89,11 @@ type Store struct {
 	serverTime bool
 	margin     int64 // ms
 	maxBatch   int
+	// How often, and after what pauses, a call that did not run goes
+	// again: the client's MaxRetries (MaxRedirects on a Cluster) and
+	// retry backoffs.
+	retries                int
+	minBackoff, maxBackoff time.Duration
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
 	// routed is set once the Cluster client has told a key's master: it
@@ -182,8 +187,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	switch c := client.(type) {
 	case *redis.Client:
 		s.single = true
+		o := c.Options()
+		s.retries, s.minBackoff, s.maxBackoff = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
 	case *redis.ClusterClient:
 		s.cluster = c
+		o := c.Options()
+		s.retries, s.minBackoff, s.maxBackoff = o.MaxRedirects, o.MinRetryBackoff, o.MaxRetryBackoff
+	case *redis.Ring:
+		o := c.Options()
+		s.retries, s.minBackoff, s.maxBackoff = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
 	}
 	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
 	// caller's context, unless ContextTimeoutEnabled (and never by a
