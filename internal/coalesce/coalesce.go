@@ -128,6 +128,10 @@ type Batcher[Req, Res any] struct {
 	// calls holds calls whose callers took their answer, for reuse: a
 	// call and its channel are two allocations a call otherwise.
 	calls sync.Pool
+
+	// used says, in a Group, that the Batcher had a call since the Group
+	// last dropped the Batchers of destinations gone (Group.mu).
+	used bool
 }
 
 // call is one queued call.
@@ -511,7 +515,12 @@ func (b *Batcher[Req, Res]) sendBackground(ctx context.Context, reqs []Req, res 
 	return b.send(ctx, reqs, res)
 }
 
-// Group keeps one Batcher per destination, made on first use. With
+// Group keeps one Batcher per destination, made on first use, and drops
+// those of destinations no longer called: when a new destination comes
+// (the destinations are a Cluster's masters, say, and one took another's
+// place), every Batcher without a call since the last such time, and
+// nothing queued or in flight, goes. So the Group holds the destinations
+// called lately, not every one it was ever given. With
 // Options.Share, its Batchers share their slots fairly among all of the
 // Group's calls: a destination that has a fair share of them gets a
 // second slot, and one of several equally busy destinations keeps to one.
@@ -539,11 +548,32 @@ func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, erro
 	g.mu.Lock()
 	b, ok := g.batchers[dest]
 	if !ok {
+		g.drop()
 		b = newBatcher(func(ctx context.Context, reqs []Req, res []Res) error {
 			return g.send(ctx, dest, reqs, res)
 		}, g.opts, g.share)
 		g.batchers[dest] = b
 	}
+	b.used = true
 	g.mu.Unlock()
 	return b.Do(ctx, req)
+}
+
+// drop removes the Batchers without a call since the last drop, and none
+// queued or in flight, and marks the others unused. g.mu is held. A caller
+// that took a Batcher dropped since sends through it still: it works
+// alone, as the Group's new one for its destination does.
+func (g *Group[K, Req, Res]) drop() {
+	for dest, b := range g.batchers {
+		if b.used {
+			b.used = false
+			continue
+		}
+		b.mu.Lock()
+		idle := b.inflight == 0 && len(b.queue) == 0
+		b.mu.Unlock()
+		if idle {
+			delete(g.batchers, dest)
+		}
+	}
 }

@@ -725,6 +725,35 @@ func TestGroupBatchesPerDestination(t *testing.T) {
 	require.Equal(t, map[string][]int{"a": {1, 3}, "b": {2}}, seen)
 }
 
+// TestGroupDropsDestinationsGone: a Group whose destinations come and go
+// (a Cluster's masters replaced one by one) keeps the Batchers of those
+// called lately, not one for every destination it was ever given; the
+// destinations in use keep theirs.
+func TestGroupDropsDestinationsGone(t *testing.T) {
+	g := NewGroup(func(ctx context.Context, dest int, reqs, res []int) error { return nil }, Options{Detach: true})
+	ctx := t.Context()
+	live := []int{-1, -2, -3}
+	for _, d := range live {
+		_, err := g.Do(ctx, d, 0)
+		require.NoError(t, err)
+	}
+	g.mu.Lock()
+	first := g.batchers[-1]
+	g.mu.Unlock()
+	for gone := range 1000 {
+		_, err := g.Do(ctx, gone, 0)
+		require.NoError(t, err)
+		for _, d := range live {
+			_, err := g.Do(ctx, d, 0)
+			require.NoError(t, err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	assert.LessOrEqual(t, len(g.batchers), len(live)+2, "batchers kept")
+	assert.Same(t, first, g.batchers[-1], "a destination in use kept its Batcher")
+}
+
 func TestGroupSharesSlotsAmongItsDestinations(t *testing.T) {
 	gates := map[string]*gate{"a": newGate(), "b": newGate()}
 	gr := NewGroup(func(ctx context.Context, dest string, reqs, res []int) error {
