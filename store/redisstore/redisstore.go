@@ -18,7 +18,11 @@
 // and turns coalescing off. An op the function fails on (a record it cannot
 // read, a key of another type) fails alone: the function writes nothing
 // before it has decided every op, and a call it failed goes again one op
-// at a time.
+// at a time. A call that may have run (its reply lost to a network error
+// or a read timeout) is never sent again, by go-redis or the store, so
+// that no op is applied twice: it fails. One that surely did not run (no
+// connection, or Redis answered READONLY, LOADING, TRYAGAIN, ...) goes
+// again, as often as the client's MaxRetries allow.
 //
 // # Keys
 //
