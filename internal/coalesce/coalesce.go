@@ -307,8 +307,18 @@ func (b *Batcher[Req, Res]) remove(c *call[Req, Res]) {
 			b.queue[len(b.queue)-1] = nil
 			b.queue = b.queue[:len(b.queue)-1]
 			b.count(0, -1)
+			b.shrink()
 			return
 		}
+	}
+}
+
+// shrink lets go of the queue's array once the queue is empty, if a burst
+// of calls made it much larger than a batch: it would otherwise be kept
+// as long as the Batcher. b.mu is held.
+func (b *Batcher[Req, Res]) shrink() {
+	if len(b.queue) == 0 && cap(b.queue) > 4*b.opts.MaxBatch {
+		b.queue = nil
 	}
 }
 
@@ -368,6 +378,7 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
+	b.shrink()
 	b.count(n, -n)
 	bt, ctx := b.start(calls)
 	return calls, bt, ctx

@@ -725,6 +725,56 @@ func TestGroupBatchesPerDestination(t *testing.T) {
 	require.Equal(t, map[string][]int{"a": {1, 3}, "b": {2}}, seen)
 }
 
+// TestQueueShrinksAfterABurst: the queue's array, grown by a burst of
+// callers, is let go once they have gone, whether answered or left.
+func TestQueueShrinksAfterABurst(t *testing.T) {
+	for _, leave := range []bool{false, true} {
+		g := newGate()
+		b := New(g.send, Options{MaxBatch: 8})
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		do := func(req int) {
+			defer wg.Done()
+			_, _ = b.Do(ctx, req)
+		}
+		wg.Add(1)
+		go do(0)
+		<-g.entered
+		const burst = 1000
+		for i := range burst {
+			wg.Add(1)
+			go do(i + 1)
+		}
+		waitQueued(t, b, burst)
+		stop := make(chan struct{})
+		go func() { // lets every batch go
+			for {
+				select {
+				case <-g.entered:
+					select {
+					case g.release <- struct{}{}:
+					case <-stop:
+						return
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+		if leave {
+			cancel()
+		} else {
+			g.release <- struct{}{}
+		}
+		wg.Wait()
+		close(stop)
+		cancel()
+		b.mu.Lock()
+		assert.LessOrEqual(t, cap(b.queue), 4*8, "leave %v: the queue's array after the burst", leave)
+		b.mu.Unlock()
+	}
+}
+
 // TestGroupDropsDestinationsGone: a Group whose destinations come and go
 // (a Cluster's masters replaced one by one) keeps the Batchers of those
 // called lately, not one for every destination it was ever given; the
