@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -570,6 +571,18 @@ func TestUnsentCallGoesAgain(t *testing.T) {
 		require.False(t, ref.armed.Load(), "the refusal happened")
 		require.Equal(t, 7.0, res.Remaining, "%s: the call ran once", reply)
 	}
+
+	// On a Cluster, as often as MaxRedirects allow.
+	ref := &refuser{reply: "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","), Dialer: ref.dial})
+	t.Cleanup(func() { c.Close() })
+	lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
+	require.NoError(t, err)
+	ref.armed.Store(true)
+	res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(3))
+	require.NoError(t, err, "TRYAGAIN")
+	require.False(t, ref.armed.Load(), "the refusal happened")
+	require.Equal(t, 7.0, res.Remaining, "TRYAGAIN: the call ran once")
 }
 
 // panicHook panics in every command and pipeline the client sends while
