@@ -23,8 +23,7 @@ func TestRingLoadsEveryShard(t *testing.T) {
 	addrs := map[string]string{"a": "127.0.0.1:6379", "b": failoverAddr}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
 	t.Cleanup(func() { ring.Close() })
-	prefix := fmt.Sprintf("ratelimit-test-ring:%d:", t0.UnixNano())
-	s := newStore(ring, prefix)
+	s := newStore(ring, uniquePrefix(t, ring))
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: 1e9}})
 	require.NoError(t, err)
 	for range 3 {

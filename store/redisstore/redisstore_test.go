@@ -61,11 +61,14 @@ func deletePrefix(c redis.UniversalClient, prefix string) {
 		}
 		return iter.Err()
 	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		_ = cc.ForEachMaster(ctx, scan)
-		return
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, scan)
+	case *redis.Ring:
+		_ = c.ForEachShard(ctx, scan)
+	default:
+		_ = scan(ctx, c.(*redis.Client))
 	}
-	_ = scan(ctx, c.(*redis.Client))
 }
 
 // newStore returns a store on c with its keys under prefix, which does
