@@ -213,7 +213,9 @@ func newOptions(opts []Option) options {
 // when the last process to write it did not (about 30 ms for 150 MB). A file that this process
 // already has open through another Store is refused at once with
 // ErrAlreadyOpen: share that Store, or give another user a bucket of its
-// own in the same file with New(store.DB(), WithBucket(name)).
+// own in the same file with New(store.DB(), WithBucket(name)). A file that
+// is no bbolt database, or is damaged (cut short, or a page bbolt cannot
+// read), is refused with ErrDamagedFile, rather than end the process.
 func Open(path string, opts ...Option) (*Store, error) {
 	o := newOptions(opts)
 	if err := o.check(); err != nil {
@@ -225,7 +227,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	// Commits do not write bbolt's list of free pages (one page or more
 	// per commit); Open rebuilds it by reading the file instead.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout, NoFreelistSync: true})
+	db, err := openBolt(path, &bolt.Options{Timeout: o.timeout, NoFreelistSync: true})
 	if err != nil {
 		entry.release()
 		if errors.Is(err, berrors.ErrTimeout) {
