@@ -190,7 +190,9 @@ type options struct {
 func WithBucket(name string) Option { return func(o *options) { o.bucket = name } }
 
 // WithTimeout sets how long Open waits for the file's lock when another
-// process holds it (default DefaultTimeout).
+// process holds it (default DefaultTimeout). As for bbolt's
+// Options.Timeout, 0 waits for as long as the other process holds it; a
+// negative d tries once, and fails at once if the file is held.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithMaxBatch sets the most calls one write transaction decides (default

@@ -116,6 +116,9 @@ func TestOpenHeldByAnotherProcess(t *testing.T) {
 	require.ErrorIs(t, err, berrors.ErrTimeout)
 	require.NotErrorIs(t, err, boltstore.ErrAlreadyOpen)
 	require.ErrorContains(t, err, "another process holds the file")
+	// A negative timeout tries once.
+	_, err = boltstore.Open(path, boltstore.WithTimeout(-1))
+	require.ErrorIs(t, err, berrors.ErrTimeout)
 
 	require.NoError(t, stdin.Close())
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
