@@ -2,12 +2,14 @@ package boltstore_test
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
 	berrors "go.etcd.io/bbolt/errors"
@@ -16,30 +18,43 @@ import (
 // A file that is no bbolt database, or a damaged one, is refused by Open
 // with ErrDamagedFile, and the process goes on. A file cut short (a copy
 // that did not finish, a full disk) ended the process: bbolt maps the file
-// and read a page past its end (a bus error, which no recover catches); a
-// damaged page panicked out of Open.
+// and read a page past its end (a bus error, which no recover catches); so
+// did a page that names one past the end of the mapping (a segmentation
+// fault); a damaged page panicked out of Open.
 func TestOpenRefusesDamagedFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
 	s := open(t, good)
-	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 5, Period: time.Minute}},
-		ratelimit.WithClock(newMock(t0)))
-	require.NoError(t, err)
-	for i := range 50 {
-		_, err := lim.Limit(context.Background(), "l", "damaged-"+string(rune('a'+i%26))+string(rune('a'+i/26)))
-		require.NoError(t, err)
+	// Enough records for branch pages, in one transaction.
+	ops, outs := make([]*driver.Op, 2000), make([][]driver.Decision, 2000)
+	for i := range ops {
+		ops[i], outs[i] = takeOp("l", fmt.Sprint("damaged-", i), 1, t0.UnixMilli()), make([]driver.Decision, 1)
 	}
+	require.NoError(t, s.ApplyBatch(context.Background(), ops, outs))
 	require.NoError(t, s.Close())
 	data, err := os.ReadFile(good)
 	require.NoError(t, err)
-	require.Greater(t, len(data), 3*4096)
+	require.Greater(t, len(data), 3*os.Getpagesize())
 
-	pageSize := 4096
+	pageSize := os.Getpagesize()
+	// A branch page (a page header's flags 0x01) whose first element
+	// names a page far past the end of the file.
+	farBranch := append([]byte(nil), data...)
+	branches := 0
+	for off := 0; off+32 <= len(farBranch); off += pageSize {
+		if flags, count := binary.NativeEndian.Uint16(farBranch[off+8:]), binary.NativeEndian.Uint16(farBranch[off+10:]); flags == 0x01 && count > 1 {
+			binary.NativeEndian.PutUint64(farBranch[off+16+8:], 1_000_000)
+			branches++
+		}
+	}
+	require.Positive(t, branches)
 	cases := map[string][]byte{
-		"text":          []byte("name,limit\napi,100\n"),
-		"cut in page 0": data[:100],
-		"two pages":     data[:2*pageSize],
-		"three pages":   data[:3*pageSize],
+		"text":              []byte("name,limit\napi,100\n"),
+		"cut in page 0":     data[:100],
+		"two pages":         data[:2*pageSize],
+		"three pages":       data[:3*pageSize],
+		"half":              data[:len(data)/2],
+		"page past the end": farBranch,
 		"damaged page": func() []byte {
 			d := append([]byte(nil), data...)
 			for i := 2 * pageSize; i < len(d); i++ {
