@@ -63,6 +63,49 @@ func testExpirer(t *testing.T, newStore NewStore) {
 	require.ErrorIs(t, err, context.Canceled, "DeleteExpired leaves on its context")
 
 	t.Run("Counts", func(t *testing.T) { testExpirerCounts(t, newStore) })
+	t.Run("Marks", func(t *testing.T) { testExpirerMarks(t, newStore) })
+}
+
+// testExpirerMarks checks that DeleteExpired keeps a settlement's mark
+// until ExpiryGrace past the time it is kept for (Until), and drops it
+// then: a swept mark would let its token, which a Limiter may present
+// until Until, on a clock read a moment apart, settle a second time.
+func testExpirerMarks(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	now := epoch.UnixMilli()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	s := newStore(t)
+	exp := s.(driver.Expirer)
+	until := now + 60_000
+	settle := func(at int64) driver.Decision {
+		t.Helper()
+		refund := itemOf("mark", "k", 4, p)
+		refund.At = now
+		op := &driver.Op{Mode: driver.ModeRefund, Now: at, Items: []driver.Item{refund},
+			Settle: &driver.Settlement{ID: [16]byte{0x5e, 0x77}, Kind: driver.SettleUse, Until: until, Settler: [16]byte{1}}}
+		out := make([]driver.Decision, 1)
+		require.NoError(t, s.Apply(ctx, op, out))
+		return out[0]
+	}
+	charge(t, s, now, "mark", p)
+	d := settle(now)
+	require.True(t, d.OK)
+	require.Zero(t, d.Settled, "the first settlement refunds")
+
+	last := until + driver.ExpiryGrace - 1
+	n, err := exp.DeleteExpired(ctx, time.UnixMilli(last))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the record, full again since the refund; not the mark")
+	d = settle(last)
+	require.Equal(t, driver.SettleUse, d.Settled, "the mark is kept until ExpiryGrace past its Until")
+	require.True(t, d.Own)
+	n, err = exp.DeleteExpired(ctx, time.UnixMilli(last))
+	require.NoError(t, err)
+	require.Zero(t, n, "the settlement read its mark, and wrote nothing")
+
+	n, err = exp.DeleteExpired(ctx, time.UnixMilli(last+1))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the mark, ExpiryGrace past its Until")
 }
 
 // testExpirerCounts checks what DeleteExpired counts: the records and
