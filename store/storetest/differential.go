@@ -303,7 +303,20 @@ func testLimiterDifferential(t *testing.T, newStore NewStore, s suite) {
 	}
 }
 
+// randomConfig draws a config that ratelimit.New takes. New refuses some
+// corners of what drawConfig draws (a sharded limit whose unset capacity
+// leaves a call less than one token): it draws again.
 func randomConfig(rng *rand.Rand) ratelimit.Config {
+	for {
+		c := drawConfig(rng)
+		if _, err := ratelimit.New(NewModel(), ratelimit.Limits{"L": c}); err == nil {
+			return c
+		}
+	}
+}
+
+// drawConfig draws a config for randomConfig.
+func drawConfig(rng *rand.Rand) ratelimit.Config {
 	p := randomParams(rng)
 	c := ratelimit.Config{Kind: p.Kind, Rate: p.Rate, Period: time.Duration(p.Period) * time.Millisecond, MaxReserved: p.MaxReserved}
 	if rng.IntN(2) == 0 || c.Rate < 1 {
