@@ -292,7 +292,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	rep.interrupted = ctx.Err() != nil
 	if firstErr != nil {
 		_ = removeKeys() // the store failed: this may fail too
-		if errors.Is(context.Cause(callCtx), errTimeout) {
+		if errors.Is(causeAfter(callCtx, firstErr), errTimeout) {
 			return nil, fmt.Errorf("no answer from the store within --timeout %v of the run's end: %w", timeout, firstErr)
 		}
 		return nil, firstErr

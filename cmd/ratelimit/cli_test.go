@@ -854,3 +854,29 @@ func TestNameNotUTF8JSON(t *testing.T) {
 		require.Equal(t, []string{"amount", "limit", "limit_base64", "shard"}, keysOf(item))
 	}
 }
+
+// earlyDeadline is a context whose deadline a store's own timer saw pass a
+// moment before the context's timer ended it: Deadline says it is past
+// while Done is not closed yet.
+type earlyDeadline struct{ context.Context }
+
+func (earlyDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A store's deadline error that comes a moment before --timeout's timer
+// has ended the command's context is still told as the store's silence:
+// under load, bench on a stalled Redis said "context deadline exceeded"
+// alone, the store's batch having given up by its own timer first.
+func TestCauseAfterAStoresOwnTimer(t *testing.T) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 30*time.Millisecond, errTimeout)
+	defer cancel()
+	err := fmt.Errorf("redisstore: apply: %w", context.DeadlineExceeded)
+	require.ErrorIs(t, causeAfter(earlyDeadline{ctx}, err), errTimeout)
+	f := storeFlags{timeout: 30 * time.Millisecond}
+	require.ErrorContains(t, f.timedOut(earlyDeadline{ctx}, err), "no answer from the store within --timeout 30ms")
+
+	// Another error, or a deadline not passed, does not wait.
+	other, cancel2 := context.WithTimeoutCause(context.Background(), time.Hour, errTimeout)
+	defer cancel2()
+	require.NoError(t, causeAfter(other, err))
+	require.NoError(t, causeAfter(earlyDeadline{other}, errors.New("connection refused")))
+}

@@ -107,10 +107,25 @@ func (f *storeFlags) checkTimeout() error {
 // store that is far slower than it should be. Clients report it in their
 // own words (a timeout, a context deadline, a closed connection).
 func (f *storeFlags) timedOut(ctx context.Context, err error) error {
-	if err == nil || !errors.Is(context.Cause(ctx), errTimeout) {
+	if err == nil || !errors.Is(causeAfter(ctx, err), errTimeout) {
 		return err
 	}
 	return fmt.Errorf("no answer from the store within --timeout %v: %w", f.timeout, err)
+}
+
+// causeAfter returns the cause of ctx's end, once ctx has ended, err
+// being the error of a call made with ctx. A store may give up at ctx's
+// deadline by a timer of its own (a batch's context, a connection's read
+// deadline) a moment before ctx's own timer has ended ctx: a deadline
+// error once that deadline has passed waits for ctx to end, which it does
+// at once, so that the cause is ctx's.
+func causeAfter(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			<-ctx.Done()
+		}
+	}
+	return context.Cause(ctx)
 }
 
 // secret returns the secret of the keys' hashes, given by --key-secret or
