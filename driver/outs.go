@@ -54,8 +54,8 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 // error matching ErrInvalidOp that says which it breaks:
 //
 //   - Mode is ModeLimit, ModeCheck or ModeRefund;
-//   - Now is within ±MaxTime, and so is every item's At in ModeRefund
-//     (At is unused, and unchecked, in the other modes);
+//   - Now is within ±MaxTime, and so are every item's At and Run in
+//     ModeRefund (they are unused, and unchecked, in the other modes);
 //   - every item's Count is a finite number ≥ 0;
 //   - every item has one shard or two, and one in ModeRefund; an item's
 //     two shards have different indexes, and the same params but for
@@ -94,6 +94,9 @@ func CheckOp(op *Op) error {
 		}
 		if one && (it.At < -MaxTime || it.At > MaxTime) {
 			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
+		}
+		if one && (it.Run < -MaxTime || it.Run > MaxTime) {
+			return opError("item %d (%q) of a refund has its job run at %d, beyond ±MaxTime (%d): give the time the job of the charge may run, its At plus the call's RetryAfter", i, it.Name, it.Run, MaxTime)
 		}
 		for j := range it.Shards {
 			if k := it.Shards[j].Index; k < 0 || k >= MaxShards {

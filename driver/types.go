@@ -197,7 +197,10 @@ const (
 	ModeCheck
 	// ModeRefund hands tokens back: each item has one shard, and gives back
 	// the Count tokens it was charged at Item.At, less what the limit has
-	// granted the record since (see Refund), capped at Capacity.
+	// granted the record since, capped at Capacity; and nothing while the
+	// record owes tokens granted after Item.Run, the job's time, which
+	// reservations made after the charge were scheduled on
+	// (docs/reservations.md).
 	ModeRefund
 )
 
@@ -206,7 +209,7 @@ const (
 // written, or nothing is written.
 //
 // An Op that breaks a rule of its fields below (a mode that is none of
-// the three, a time beyond ±MaxTime, a refund's At beyond it, a count
+// the three, a time beyond ±MaxTime, a refund's At or Run beyond it, a count
 // that is NaN, negative or infinite, an item of no shards or of more than
 // two, a refund's of two, an item of one shard twice, items of different
 // keys, two items of one record, params out of the ranges of Params, a
@@ -270,6 +273,15 @@ type Item struct {
 	// (an At beyond makes a refund invalid: ErrInvalidOp). Unused in the
 	// other modes.
 	At int64
+	// Run is, in ModeRefund, the time (Unix ms) the job of the charge may
+	// run, on the clock of At: At plus the Decision.RetryAfter of the
+	// call that took the tokens, for a reservation; At for a plain charge.
+	// Within ±MaxTime (a Run beyond makes a refund invalid:
+	// ErrInvalidOp); a Run before At reads as At. While the record owes
+	// tokens that are granted after Run, reservations made after the
+	// charge stand behind it, and the refund gives back nothing (see
+	// ModeRefund). Unused in the other modes.
+	Run int64
 	// Shards holds one record, or two of different indexes for a sharded
 	// limit (power of two choices: the call may be granted by either or by
 	// both together); a refund's, one.
