@@ -99,7 +99,9 @@ func Example_fleet() {
 	fmt.Printf("recovery handed back %d reservations; its retry found %d already settled\n", refunded, again)
 
 	// Job 3 is dropped from the queue (its user deleted it): the worker
-	// that drops it cancels its token.
+	// that drops it cancels its token. The jobs reserved after it keep
+	// their windows, so its token does not come back: the record still
+	// owes the 7 tokens of jobs 5 to 11.
 	for _, j := range pending {
 		if j.id == 3 {
 			tok, _ := ratelimit.ParseToken(j.token)
@@ -170,7 +172,7 @@ func Example_fleet() {
 	fmt.Printf("most jobs in one window: %d (the limit grants 5 a second)\n", most)
 	// Output:
 	// recovery handed back 3 reservations; its retry found 3 already settled
-	// owed after the refunds: 6
+	// owed after the refunds: 7
 	// jobs run: 11, early: 0, failed to start: 0
 	// most jobs in one window: 5 (the limit grants 5 a second)
 }

@@ -826,8 +826,18 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 	op := driver.Op{Mode: driver.ModeRefund, Now: now,
 		Settle: &driver.Settlement{ID: t.id, Kind: kind, Until: t.until, Settler: settler},
 		Items:  make([]driver.Item, len(t.items))}
+	// The job's time, which a limit's own time equals only when the token
+	// charged one limit: of several, a limit may have been granted its
+	// tokens before run, and others reserved behind them since. Their
+	// charge (At) is the one time that none is before.
+	run := t.run
+	for _, it := range t.items {
+		if it.name != t.items[0].name {
+			run = t.at
+		}
+	}
 	for i, it := range t.items {
-		op.Items[i] = driver.Item{Name: it.name, Key: t.key, Count: t.back(i, kind, used, all), At: t.at,
+		op.Items[i] = driver.Item{Name: it.name, Key: t.key, Count: t.back(i, kind, used, all), At: t.at, Run: run,
 			Shards: []driver.Shard{{Index: it.shard, Params: lims[i].params(l.seed, t.key, it.shard)}}}
 	}
 	out := make([]driver.Decision, len(op.Items))

@@ -300,7 +300,7 @@ func Evaluate(op *driver.Op, prev []driver.Record, out []driver.Decision, next [
 		n := len(it.Shards)
 		switch {
 		case op.Mode == driver.ModeRefund:
-			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.At, it.Count)
+			out[i], next[r] = refund(it.Shards[0].Params, prev[r], op.Now, it.At, it.Run, it.Count)
 		case n == 1:
 			next[r] = single(&out[i], &it.Shards[0].Params, prev[r], op.Now, it.Count, op.Reserve)
 		default:
@@ -324,10 +324,12 @@ func single(d *driver.Decision, p *driver.Params, rec driver.Record, now int64, 
 	return driver.Update{State: s, Write: d.OK && count > 0}
 }
 
-// refund hands back count tokens charged at `at`, as far as the record
-// would have them had it not been charged: count, less what the limit has
-// granted the record since (the grants of every window started since, or
-// the refill), floored at zero, then capped at Capacity.
+// refund hands back count tokens charged at `at`, whose job may run at
+// run (a run before at reads as at), as far as the record would have them
+// had it not been charged: count, less what the limit has granted the
+// record since (the grants of every window started since, or the
+// refill), floored at zero, then capped at Capacity; and nothing at all
+// while reservations made after the charge stand behind it (queued).
 //
 // Tokens handed back this way never let the limit grant more than it
 // would have without the charge: a charge lowers the record by count, and
@@ -338,13 +340,31 @@ func single(d *driver.Decision, p *driver.Params, rec driver.Record, now int64, 
 // been granted gives back nothing more than the grants since could not
 // have covered, so one window cannot serve both its own grants and a late
 // refund (docs/reservations.md).
-func refund(p driver.Params, rec driver.Record, now, at int64, count float64) (driver.Decision, driver.Update) {
+//
+// Nor do they give a window more jobs than the limit grants it. A debt is
+// a queue: each reservation holds the tokens from the debt before it to
+// the debt it left, and runs when the last of them is granted. Tokens
+// handed back shorten the queue at its tail, while the reservations
+// behind the one refunded keep their times; the tokens at the tail would
+// then be reserved again, at the tail's time, and that window would run
+// the jobs of its own tokens and those of the refunded one. So a refund
+// gives back nothing while the record owes tokens that are granted after
+// run (queued): the tokens are lost, never granted twice. When the debt is
+// granted at run or before, the refunded reservation is the tail, or
+// shares its window (its millisecond, for a token bucket) with the
+// reservations behind it: the tokens handed back are then those of run's
+// window, which the reservations made after them take again in the same
+// window, or earlier, never more than the refunded one held.
+func refund(p driver.Params, rec driver.Record, now, at, run int64, count float64) (driver.Decision, driver.Update) {
 	if !rec.Found {
 		return driver.Decision{OK: true, Remaining: p.Capacity}, driver.Update{State: fresh(p, now)}
 	}
 	s := refresh(p, rec.State, now)
-	back := denoise(count - granted(p, s, at))
 	d := driver.Decision{OK: true, Remaining: s.Remaining}
+	if queued(&p, rec.State, s, max(run, at)) {
+		return d, driver.Update{State: s}
+	}
+	back := denoise(count - granted(p, s, at))
 	if back <= 0 {
 		return d, driver.Update{State: s}
 	}
@@ -355,6 +375,38 @@ func refund(p driver.Params, rec driver.Record, now, at int64, count float64) (d
 	d.Charged[0] = s.Remaining - v // what came back, negative
 	s.Remaining, d.Remaining = v, v
 	return d, driver.Update{State: s, Write: true}
+}
+
+// queued reports whether the record b as stored, whose state at the
+// refund's now is s, owes tokens (beyond the noise) that are granted after
+// run: the time of the debt's tail, a window's start or a millisecond, as
+// the reservation that left the debt was told it (settle's wait of a
+// debt), is later than run.
+//
+// The tail's time is computed from b, at b's own time, not from s: it is
+// then the very computation that gave the last reservation its time, to
+// the bit, however long ago that was. From s, refreshed by a refill that
+// rounds, the estimate of a token bucket's wait starts from another
+// float, and may settle a millisecond later for the very same debt: a
+// refund of the tail itself would then give nothing. A reservation's time
+// is at + its RetryAfter, both on the store's clock, and RetryAfter is
+// that wait rounded up: b.TS plus the wait rounded up, for the same debt,
+// is run exactly. A debt within the noise is no debt, as it grants a call.
+//
+// For a sharded limit the rule holds shard by shard: a token names each
+// shard it charged, and the refund of each is judged on that shard's
+// record, against the token's run. A reservation's debt lies on one shard
+// (pair), whose time is the token's; a shard it charged without a debt
+// holds no place in a queue. Only a count beyond a shard's capacity and
+// MaxReserved spreads a debt over both shards, and the item's time is
+// then the later of theirs: the other shard's tail may lie before run with
+// reservations behind it, as may each limit's of a LimitAll reservation,
+// whose token carries the latest time of all (docs/reservations.md).
+func queued(p *driver.Params, b, s driver.State, run int64) bool {
+	if !(denoise(s.Remaining) < 0) {
+		return false
+	}
+	return b.TS+retryMillis(wait(p, b, b, b.TS, 0, 0)) > run
 }
 
 // granted returns the tokens the record s, refreshed, has been granted

@@ -1,6 +1,10 @@
 package pgstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/ratelimit-go/ratelimit/driver"
+)
 
 // SetExpiredChunk sets how many rows one transaction of DeleteExpired
 // walks, for a test, and returns a function that restores it.
@@ -59,3 +63,17 @@ const SerialRetries = serialRetries
 
 // SchemaLock is the advisory lock under which New installs the schema.
 const SchemaLock = int64(schemaLock)
+
+// ApplyAsEarlierRelease decides op as a process of an earlier release
+// sends it to the function _apply: without the refunds' job times, for a
+// test.
+func ApplyAsEarlierRelease(ctx context.Context, s *Store, op *driver.Op, out []driver.Decision) error {
+	e := newEncoder()
+	e.noRuns = true
+	r := s.newRequest(op)
+	if err := s.applyWith(ctx, e, []*request{r}); err != nil {
+		return err
+	}
+	copy(out, r.out)
+	return nil
+}

@@ -1200,6 +1200,7 @@ type request struct {
 type item struct {
 	count float64
 	at    int64 // a refund: when the tokens were charged
+	run   int64 // a refund: when the job of the charge may run
 	n     int   // shards: 1 or 2
 	recs  [2]record
 }
@@ -1236,7 +1237,7 @@ func (s *Store) newRequest(op *driver.Op) *request {
 	}
 	for i := range op.Items {
 		it := &op.Items[i]
-		r.items[i] = item{count: it.Count, at: it.At, n: len(it.Shards)}
+		r.items[i] = item{count: it.Count, at: it.At, run: it.Run, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			r.items[i].recs[j] = record{
 				id:   recordID(driver.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}),
@@ -1259,6 +1260,14 @@ type encoder struct {
 	shards []int32
 	nlock  int32
 	marks  []int64
+	// runs holds, per item, a refund's job time (0 for other items), and
+	// refunds whether the batch holds a refund: only then do the runs
+	// follow the marks (schema.sql's p_marks).
+	runs    []int64
+	refunds bool
+	// noRuns sends a batch as an earlier release does, without the runs:
+	// for a test.
+	noRuns bool
 	pint   []int64
 	// settlers: two ops of the batch settle one ID as different settlers
 	// (driver.Settlement.Settler); the function takes one per mark, so the
@@ -1282,13 +1291,14 @@ var encoders = sync.Pool{New: func() any { return newEncoder() }}
 func newEncoder() *encoder {
 	return &encoder{
 		ops: []int64{}, counts: []float64{}, refs: []int32{}, ids: [][]byte{}, names: [][]byte{}, keys: [][]byte{},
-		shards: []int32{}, marks: []int64{}, pint: []int64{}, pflt: []float64{},
+		shards: []int32{}, marks: []int64{}, runs: []int64{}, pint: []int64{}, pflt: []float64{},
 		recs: make(map[[sha256.Size]byte]int32), params: make(map[driver.Params]int32),
 	}
 }
 
 func (e *encoder) reset() {
-	e.ops, e.counts, e.refs, e.marks = e.ops[:0], e.counts[:0], e.refs[:0], e.marks[:0]
+	e.ops, e.counts, e.refs, e.marks, e.runs = e.ops[:0], e.counts[:0], e.refs[:0], e.marks[:0], e.runs[:0]
+	e.refunds = false
 	clear(e.ids)
 	clear(e.names)
 	clear(e.keys)
@@ -1304,9 +1314,16 @@ func (e *encoder) reset() {
 func (e *encoder) add(r *request) {
 	e.ops = append(e.ops, r.flags, r.now, int64(len(r.items)))
 	write := driver.Mode(r.flags&3) != driver.ModeCheck
+	refund := driver.Mode(r.flags&3) == driver.ModeRefund
+	e.refunds = e.refunds || refund && len(r.items) > 0
 	for i := range r.items {
 		it := &r.items[i]
 		e.counts = append(e.counts, it.count, float64(it.at))
+		if refund {
+			e.runs = append(e.runs, it.run)
+		} else {
+			e.runs = append(e.runs, 0)
+		}
 		var refs [4]int32
 		for j := range it.recs[:it.n] {
 			refs[2*j], refs[2*j+1] = e.record(&it.recs[j], write), e.limit(it.recs[j].params)
@@ -1397,6 +1414,9 @@ func (e *encoder) finish() {
 		if e.marks[j] != 0 {
 			e.marks[j] = int64(e.pos[e.marks[j]-1])
 		}
+	}
+	if e.refunds && !e.noRuns {
+		e.marks = append(e.marks, e.runs...)
 	}
 }
 

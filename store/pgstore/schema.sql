@@ -332,7 +332,13 @@ END
 --             that finds its mark does nothing; one that finds a value
 --             other than 1 or 2 there fails the call (SQLSTATE RLBMK,
 --             DETAIL the row's id in hex), which pgstore reports as
---             ErrBadRecord.
+--             ErrBadRecord. Then, in a call that holds a refund, 1 per
+--             item: for a refund, when the job of the charge may run
+--             (Unix ms; driver.Item.Run), 0 otherwise. They follow the
+--             marks, which earlier releases read alone, so that the
+--             function keeps its arguments across releases: a call of an
+--             earlier release sends none, and its refunds are judged
+--             against the time of the charge.
 -- A record read that no release writes (a value NaN or infinite, a ts
 -- NULL or beyond the times of any op: driver.CheckState) fails the call
 -- (SQLSTATE RLBAD, DETAIL the row's id in hex), which pgstore reports as
@@ -387,6 +393,9 @@ DECLARE
 	never    CONSTANT bigint := {{never}};      -- ratelimit.Never
 	nops     integer := cardinality(p_ops) / 3;
 	nitems   integer := cardinality(p_counts) / 2;
+	-- Whether p_marks carries the items' job times (see above): calls of
+	-- earlier releases send none.
+	runs     boolean := nitems > 0 AND cardinality(p_marks) >= 3 * nops + nitems;
 	nrec     integer := cardinality(p_id);
 	-- Per record, the state as the batch has left it: found, value, ts;
 	-- whether to write it, with which limit's params, and its expires.
@@ -411,6 +420,7 @@ DECLARE
 	bv float8; bt bigint;
 	short float8; kk float8; dt float8; fullat bigint;
 	mk integer; found bigint; mown bigint;
+	run bigint; tnow bigint; tw float8; queued boolean;
 	-- Whether every record read is one a release writes (see below).
 	lsound boolean := true; csound boolean := true; bid bytea; bv0 float8; bt0 bigint;
 BEGIN
@@ -641,10 +651,27 @@ BEGIN
 			wa[i] := false; wb[i] := false;
 			IF mode = {{mode_refund}} THEN
 				-- Refund: the count less what the record was granted since
-				-- it was charged, capped at capacity.
+				-- it was charged, capped at capacity; nothing while the
+				-- record owes tokens granted after the job's time (run, at
+				-- least the charge's), which reservations made after the
+				-- charge stand behind (state.go's queued). The debt's tail
+				-- is timed from the record as stored, at its own time, as
+				-- the reservation that left it was timed.
 				ok_ := true;
 				rem := sva;
-				IF fa THEN
+				run := p_counts[2 * i]::bigint;
+				IF runs THEN run := greatest(run, p_marks[3 * nops + i]); END IF;
+				queued := false;
+				IF fa AND sva <= -noise THEN
+					tnow := now; now := sts[ra];
+					{{tw := wait(ka, pa, rta, ca, sv[ra], sts[ra], sv[ra], sts[ra], 0, 0)}}
+					now := tnow;
+					tw := ceil(tw);
+					IF tw = 'NaN'::float8 OR NOT (tw > 0) THEN tw := 0;
+					ELSIF tw >= maxretry THEN tw := maxretry; END IF;
+					queued := sts[ra] + tw::bigint > run;
+				END IF;
+				IF fa AND NOT queued THEN
 					IF sta <= p_counts[2 * i]::bigint THEN
 						back := cnt;
 					ELSIF ka = {{fixed}} THEN

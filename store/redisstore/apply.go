@@ -111,6 +111,7 @@ type request struct {
 type item struct {
 	count  float64
 	at     int64 // a refund: when the tokens were charged
+	run    int64 // a refund: when the job of the charge may run
 	n      int   // shards: 1 or 2
 	shards [2]shard
 }
@@ -134,7 +135,7 @@ func (s *Store) newRequest(op *driver.Op) *request {
 	}
 	for i := range op.Items {
 		it := &op.Items[i]
-		ri := item{count: it.Count, at: it.At, n: len(it.Shards)}
+		ri := item{count: it.Count, at: it.At, run: it.Run, n: len(it.Shards)}
 		for j, sh := range it.Shards {
 			ri.shards[j] = shard{lim: limitOf(sh.Params), phase: sh.Params.Phase}
 			r.keys = append(r.keys, s.Key(driver.RecordID{Name: it.Name, Key: it.Key, Shard: sh.Index}))
@@ -831,6 +832,9 @@ func (e *encoder) encode(reqs []*request, serverTime bool, margin int64, slots b
 				b = appendF64(b, float64(refs[0]))
 				refs = refs[1:]
 				b = appendF64(b, float64(it.shards[j].phase))
+			}
+			if r.mode == driver.ModeRefund {
+				b = appendF64(b, float64(it.run))
 			}
 		}
 		if r.settle.Kind != 0 {

@@ -25,7 +25,8 @@
 --           refund, its settlement: 0 none, 1 cancel, 2 use), items
 --           (at least one), now (Unix ms); then per item: count, at (for a
 --           refund: when the tokens were charged), shards; then per shard:
---           its limit (1-based), phase; then, for a settlement, the time
+--           its limit (1-based), phase; for a refund, then run (when the
+--           job of the charge may run); then, for a settlement, the time
 --           (Unix ms, the op's clock) until which its mark is kept, less
 --           the margin, and its settler: 16 bytes, not a double (all zero:
 --           none). The settlement's mark is the key after the op's
@@ -465,6 +466,17 @@ local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, 
     wb = nb
   end
   return true, retry_ms(w), na + nb, ca, cb, wa, tsa, wb, tsb
+end
+
+-- queued: whether the record stored as (bv, bts), whose value refreshed
+-- to the refund's now is v, owes tokens (beyond the noise) that are
+-- granted after run: its debt's tail, timed from the record as stored,
+-- as the reservation that left it was timed (state.go's queued).
+local function queued(p, bv, bts, v, run)
+  if not (denoise(v) < 0) then
+    return false
+  end
+  return bts + retry_ms(wait(p, bv, bts, bv, bts, bts, 0, 0)) > run
 end
 
 -- granted: the tokens a refreshed record (v, ts) has been granted since
@@ -1014,6 +1026,10 @@ local function apply(keys, args)
         if item > 1 then
           count, since, nshards, li, phase, pos = sunpack('<ddddd', b, pos)
         end
+        local run = 0 -- a refund's: when the job of the charge may run
+        if mode == MODE_REFUND then
+          run, pos = sunpack('<d', b, pos)
+        end
         local p = limits[li]
         local r = at[k]
         local ok, retry, rem, c0, c1, ts0 = true, 0, 0, 0, 0, 0
@@ -1022,11 +1038,15 @@ local function apply(keys, args)
           ok = false
           k = k + 1
         elseif mode == MODE_REFUND then
-          -- refund: the count less what the record was granted since
+          -- refund: the count less what the record was granted since;
+          -- nothing while reservations stand behind it
           if rfound[r] then
             local v, ts = refresh(p, rv[r], rts[r], now)
             ts0 = ts
-            local back = denoise(count - granted(p, ts, since))
+            local back = 0
+            if not queued(p, rv[r], rts[r], v, max(run, since)) then
+              back = denoise(count - granted(p, ts, since))
+            end
             if back > 0 then
               local nv = min(v + back, p[4])
               if nv > v then

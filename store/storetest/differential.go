@@ -156,6 +156,7 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 			if len(op.Items) == 0 {
 				continue
 			}
+			withRuns(ctx, rng, model, op)
 			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
@@ -168,6 +169,47 @@ func testApplyDifferential(t *testing.T, newStore NewStore, s suite) {
 		}
 		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
 	}
+}
+
+// withRuns gives each item of op, if a refund, a time of charge (if it
+// has none) and a job time (randomRun): the refunds of randomOp and
+// randomSettle, drawn without the records, then meet the boundary of the
+// rule that gives nothing back behind later reservations.
+func withRuns(ctx context.Context, rng *rand.Rand, model ratelimit.Store, op *driver.Op) {
+	if op.Mode != driver.ModeRefund {
+		return
+	}
+	for i := range op.Items {
+		it := &op.Items[i]
+		if it.At == 0 {
+			it.At = clampTime(op.Now - rng.Int64N(3*it.Shards[0].Params.Period+1))
+		}
+		it.Run = randomRun(ctx, rng, model, it, op.Now)
+	}
+}
+
+// randomRun draws the job time of the refund item it, charged at it.At,
+// judged at now: mostly the time of the tail of its record's debt as model
+// sees it (a reservation of nothing, checked: its time), or a millisecond
+// either side; otherwise At itself, a time before it (read as At), or one
+// up to four periods after.
+func randomRun(ctx context.Context, rng *rand.Rand, model ratelimit.Store, it *driver.Item, now int64) int64 {
+	period := it.Shards[0].Params.Period
+	switch rng.IntN(6) {
+	case 0, 1, 2:
+		op := &driver.Op{Mode: driver.ModeCheck, Now: now, Reserve: true,
+			Items: []driver.Item{{Name: it.Name, Key: it.Key, Shards: it.Shards}}}
+		out := make([]driver.Decision, 1)
+		if err := model.Apply(ctx, op, out); err != nil {
+			panic(err) // the model refuses no valid op
+		}
+		return clampTime(out[0].Now + out[0].RetryAfter + rng.Int64N(3) - 1)
+	case 3:
+		return it.At
+	case 4:
+		return clampTime(it.At - 1 - rng.Int64N(period))
+	}
+	return clampTime(it.At + rng.Int64N(4*period+1))
 }
 
 // claimShards picks n (1 or 2) distinct shards of name and key among
@@ -368,6 +410,7 @@ func testBatchDifferential(t *testing.T, newStore NewStore, s suite) {
 					op = u.randomSettle(rng, now+rng.Int64N(7)-3, ids[rng.IntN(len(ids))])
 				}
 				if len(op.Items) > 0 {
+					withRuns(ctx, rng, model, op)
 					ops = append(ops, op)
 				}
 			}
@@ -467,6 +510,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 					it.At = clampTime(now - rng.Int64N(maxPeriod))
 				}
 			}
+			withRuns(ctx, rng, model, op)
 			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))

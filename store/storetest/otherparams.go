@@ -407,6 +407,7 @@ func (f *fleet) alone(t *testing.T, ctx context.Context, rng *rand.Rand, store, 
 	if len(op.Items) == 0 {
 		return
 	}
+	withRuns(ctx, rng, model, op)
 	f.maxNow = max(f.maxNow, now)
 	want := make([]driver.Decision, len(op.Items))
 	f.modelApply(t, ctx, store, model, op, want)
@@ -441,6 +442,7 @@ func (f *fleet) batch(t *testing.T, ctx context.Context, rng *rand.Rand, batcher
 		if len(op.Items) == 0 {
 			continue
 		}
+		withRuns(ctx, rng, model, op)
 		f.maxNow = max(f.maxNow, now)
 		w := make([]driver.Decision, len(op.Items))
 		if !f.modelApply(t, ctx, nil, model, op, w) {

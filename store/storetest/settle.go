@@ -56,6 +56,7 @@ func testSettleDifferential(t *testing.T, newStore NewStore, s suite) {
 			if len(op.Items) == 0 {
 				continue
 			}
+			withRuns(ctx, rng, model, op)
 			applyBoth(t, ctx, store, model, op, seed, step)
 			if rng.IntN(4) == 0 {
 				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
@@ -121,7 +122,10 @@ func limiters(t *testing.T, store ratelimit.Store, n int, now time.Time) []*rate
 // testSettleOnce makes reservations, and has many goroutines of several
 // Limiters settle each one at once, repeatedly, by use or by cancel: one
 // settlement wins per token, every other says ErrAlreadySettled, and the
-// limit holds exactly what the canceled tokens gave back.
+// limit holds exactly what the canceled tokens gave back. The
+// reservations leave no debt, so that every cancel gives back its count
+// whatever the order (a reservation that later ones stand behind gives
+// back nothing while the record owes them).
 func testSettleOnce(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
 	store := newStore(t)
@@ -131,7 +135,7 @@ func testSettleOnce(t *testing.T, newStore NewStore) {
 	for _, name := range []string{"jobs", "wide"} {
 		var tokens []*ratelimit.Token
 		for range 40 {
-			r, err := lims[0].Reserve(ctx, name, key, ratelimit.Count(3))
+			r, err := lims[0].Reserve(ctx, name, key, ratelimit.Count(2))
 			require.NoError(t, err)
 			require.True(t, r.OK())
 			tok := r.Token()
@@ -143,7 +147,7 @@ func testSettleOnce(t *testing.T, newStore NewStore) {
 		}
 		before, err := lims[0].Value(ctx, name, key)
 		require.NoError(t, err)
-		require.Equal(t, settleLimits[name].Rate-120, before.Remaining)
+		require.Equal(t, settleLimits[name].Rate-80, before.Remaining)
 
 		var (
 			wins     [40]atomic.Int32
@@ -185,7 +189,7 @@ func testSettleOnce(t *testing.T, newStore NewStore) {
 		for i := range wins {
 			require.EqualValues(t, 1, wins[i].Load(), "token %d of %s settled %d times", i, name, wins[i].Load())
 			if canceled[i].Load() {
-				back += 3
+				back += 2
 			}
 		}
 		after, err := lims[1].Value(ctx, name, key)

@@ -17,6 +17,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -75,6 +76,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ResetValueExpiry", func(t *testing.T) { testResetValueExpiry(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
 	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("RefundBehind", func(t *testing.T) { testRefundBehind(t, newStore) })
 	t.Run("Settle", func(t *testing.T) { testSettle(t, newStore, s) })
 	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
 	t.Run("Rounding", func(t *testing.T) { testRounding(t, newStore, s) })
@@ -438,7 +440,7 @@ func testRefund(t *testing.T, newStore NewStore) {
 	require.Equal(t, now, out[0].Now)
 	require.Equal(t, -4.0, loadOne(t, s, p, id, now))
 	refund := itemOf("r", "k", 14, p)
-	refund.At = out[0].Now
+	refund.At, refund.Run = out[0].Now, out[0].Now+out[0].RetryAfter
 	op = &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 10.0, out[0].Remaining)
@@ -455,8 +457,9 @@ func testRefund(t *testing.T, newStore NewStore) {
 	op.Items[0].Count = 5
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, -5.0, loadOne(t, s, p, id, now))
+	run := now + out[0].RetryAfter
 	refund = itemOf("r", "k", 5, p)
-	refund.At = now
+	refund.At, refund.Run = now, run
 	later := now + 18_000
 	op = &driver.Op{Mode: driver.ModeRefund, Now: later, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
@@ -472,7 +475,7 @@ func testRefund(t *testing.T, newStore NewStore) {
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, int64(60_000), out[0].RetryAfter)
 	refund = itemOf("f", "k", 10, fw)
-	refund.At = start
+	refund.At, refund.Run = start, start+out[0].RetryAfter
 	late := start + 61_000
 	op = &driver.Op{Mode: driver.ModeRefund, Now: late, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
@@ -480,10 +483,63 @@ func testRefund(t *testing.T, newStore NewStore) {
 	// Within the window of the charge the whole count comes back.
 	op = &driver.Op{Now: late, Reserve: true, Items: []driver.Item{itemOf("f", "k", 4, fw)}}
 	require.NoError(t, s.Apply(ctx, op, out))
-	refund.Count, refund.At = 4, out[0].Now
+	refund.Count, refund.At, refund.Run = 4, out[0].Now, out[0].Now+out[0].RetryAfter
 	op = &driver.Op{Mode: driver.ModeRefund, Now: late + 1_000, Items: []driver.Item{refund}}
 	require.NoError(t, s.Apply(ctx, op, out))
 	require.Equal(t, 0.0, loadOne(t, s, fw, fid, late+1_000))
+}
+
+// testRefundBehind checks that a refund never shortens a debt that later
+// reservations were given their times on: at 1 a second, capacity 1,
+// reservations A, B and C run at 0 s, 1 s and 2 s; a refund of B (whose
+// job time, Item.Run, is before the debt's tail) gives back nothing, and
+// one of the tail, C, all of it, also a while later (the tail timed from
+// the record as stored: float noise cannot put it a millisecond past
+// C's time), or of a run before At, which reads as At.
+func testRefundBehind(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	s := newStore(t)
+	start := (epoch.UnixMilli()/1000 + 1) * 1000 // a window start
+	for _, p := range []driver.Params{
+		{Kind: ratelimit.FixedWindow, Rate: 1, Period: 1000, Capacity: 1, MaxReserved: 10},
+		{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1, MaxReserved: 10},
+		{Kind: ratelimit.TokenBucket, Rate: 3, Period: 1000, Capacity: 1, MaxReserved: 10},
+	} {
+		name := fmt.Sprintf("behind-%v-%v", p.Kind, p.Rate)
+		id := driver.RecordID{Name: name, Key: "k"}
+		out := make([]driver.Decision, 1)
+		var runs [3]int64
+		for i := range runs {
+			op := &driver.Op{Now: start, Reserve: true, Items: []driver.Item{itemOf(name, "k", 1, p)}}
+			require.NoError(t, s.Apply(ctx, op, out))
+			require.True(t, out[0].OK)
+			runs[i] = out[0].Now + out[0].RetryAfter
+		}
+		before := loadOne(t, s, p, id, start)
+		refund := func(now, run int64) driver.Decision {
+			t.Helper()
+			it := itemOf(name, "k", 1, p)
+			it.At, it.Run = start, run
+			require.NoError(t, s.Apply(ctx, &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{it}}, out))
+			require.True(t, out[0].OK)
+			return out[0]
+		}
+		d := refund(start, runs[1])
+		require.Equal(t, 0.0, d.Charged[0], "%v: B stands before C: nothing comes back", p)
+		require.Equal(t, before, loadOne(t, s, p, id, start), "%v: B", p)
+		d = refund(start, start-5)
+		require.Equal(t, 0.0, d.Charged[0], "%v: a run before the charge reads as the charge", p)
+		d = refund(start, runs[2])
+		require.Equal(t, -1.0, d.Charged[0], "%v: C is the tail: all of it comes back", p)
+		require.Equal(t, before+1, loadOne(t, s, p, id, start), "%v: C", p)
+		// E takes C's place; refunded a millisecond later, it is still the
+		// tail, and gets back what the limit did not grant since.
+		op := &driver.Op{Now: start, Reserve: true, Items: []driver.Item{itemOf(name, "k", 1, p)}}
+		require.NoError(t, s.Apply(ctx, op, out))
+		require.Equal(t, runs[2], out[0].Now+out[0].RetryAfter, "%v: E takes C's time", p)
+		d = refund(start+1, runs[2])
+		require.Less(t, d.Charged[0], 0.0, "%v: E is the tail", p)
+	}
 }
 
 // testContextCanceled checks that every method given a context canceled
