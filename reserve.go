@@ -442,7 +442,10 @@ func (r *Reservation) token() *Token {
 			// A job that ran with no token to mark used in the store:
 			// the token carries the use, so that no holder can hand its
 			// tokens back.
-			r.tok = r.lim.newToken(r.charge.key, r.charge.at, r.at.UnixMilli(), items, lims, r.used)
+			// The job's time on the clock of the charge (the store's,
+			// for one that keeps its own), as a refund judges it.
+			run := r.charge.at + r.res.RetryAfter.Milliseconds()
+			r.tok = r.lim.newToken(r.charge.key, r.charge.at, run, items, lims, r.used)
 		}
 	}
 	return r.tok

@@ -172,3 +172,33 @@ func TestCancelsNeverCrowdAWindow(t *testing.T) {
 		}
 	}
 }
+
+// On a store that keeps its own clock, a reservation's token carries its
+// job's time on that clock, as it carries its charge's: the refund judges
+// the record's debt against it. The token used to carry the time on the
+// Limiter's clock, here 5 s ahead of the store's, so that B, canceled,
+// seemed to run after the tail (C at 2 s on the store's clock) and gave
+// its token back: D then took 2 s too.
+func TestCancelOnAStoreClockKeepsLaterSlots(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &clockStore{Store: must(memstore.New()), own: true, now: t0.Add(-5 * time.Second)}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1, MaxReserved: 10},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	var rs []*ratelimit.Reservation
+	for range 3 {
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		rs = append(rs, r)
+	}
+	tok := rs[1].Token()
+	require.Equal(t, store.now.Add(time.Second).UnixMilli(), tok.RunAt().UnixMilli(), "B's job time, on the store's clock")
+	require.NoError(t, rs[1].Cancel(ctx))
+	d, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	require.True(t, d.OK())
+	assert.Equal(t, 3*time.Second, d.Delay(), "D after C, not beside it")
+}

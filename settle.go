@@ -80,8 +80,10 @@ const (
 // ID returns the token's ID: 128 random bits, unique to the charge.
 func (t *Token) ID() [16]byte { return t.id }
 
-// RunAt returns when the charge's job may run: for a reservation, its
-// Time; for a plain charge, the time of the charge.
+// RunAt returns when the charge's job may run, on the clock that decided
+// its charge (see Expires): for a reservation, its Time (on a store's own
+// clock, the store's time then); for a plain charge, the time of the
+// charge.
 func (t *Token) RunAt() time.Time { return time.UnixMilli(t.run) }
 
 // Expires returns the last moment the token may be settled, on the clock
