@@ -397,11 +397,16 @@ func refund(p driver.Params, rec driver.Record, now, at, run int64, count float6
 // shard it charged, and the refund of each is judged on that shard's
 // record, against the token's run. A reservation's debt lies on one shard
 // (pair), whose time is the token's; a shard it charged without a debt
-// holds no place in a queue. Only a count beyond a shard's capacity and
-// MaxReserved spreads a debt over both shards, and the item's time is
-// then the later of theirs: the other shard's tail may lie before run with
-// reservations behind it, as may each limit's of a LimitAll reservation,
-// whose token carries the latest time of all (docs/reservations.md).
+// holds no place in a queue, and any debt on it since stands behind. Only
+// a count beyond a shard's capacity and MaxReserved spreads a debt over
+// both shards, and the item's time is then the later of theirs; but split
+// leaves the two the same debt, so that their times differ only by their
+// phases, less than a window: a fixed window's tail at or before run is
+// then in the window of the shard's own time. (A token bucket's differ
+// only for a caller whose clock lags a shard's record.) A LimitAll
+// reservation's token carries the latest time of its limits, which a
+// limit granted its tokens earlier may have reservations behind: the
+// Limiter sends its charge's time instead (settle).
 func queued(p *driver.Params, b, s driver.State, run int64) bool {
 	if !(denoise(s.Remaining) < 0) {
 		return false
