@@ -385,13 +385,7 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	require.NoError(t, err)
 	require.Equal(t, 50.0, st.Remaining)
 	closeStore()
-	value := func() float64 {
-		code, out, errOut := exec(append([]string{"inspect", "-o", "json", "--limits", limits, "--name", "signup", "--key", key}, storeArgs...)...)
-		require.Equal(t, 0, code, errOut)
-		var s statusJSON
-		decode(t, out, &s)
-		return s.Tokens
-	}
+	value := func() float64 { return signupTokens(t, limits, key, storeArgs) }
 	settle := func(action, tok string, extra ...string) (int, string, string) {
 		return execIn(tok, append(append([]string{"token", action, "--limits", limits, tok}, storeArgs...), extra...)...)
 	}
@@ -510,13 +504,7 @@ func tokenSettleUsed(t *testing.T, limits, keyFile string, storeArgs []string) {
 		toks = append(toks, receipt(t, app, "signup", key, 10))
 	}
 	closeStore()
-	value := func() float64 {
-		code, out, errOut := exec(append([]string{"inspect", "-o", "json", "--limits", limits, "--name", "signup", "--key", key}, storeArgs...)...)
-		require.Equal(t, 0, code, errOut)
-		var s statusJSON
-		decode(t, out, &s)
-		return s.Tokens
-	}
+	value := func() float64 { return signupTokens(t, limits, key, storeArgs) }
 	settle := func(tok string, extra ...string) (int, string, string) {
 		return execIn("", append(append([]string{"token", "settle", "--limits", limits, "--token-key-file", keyFile, tok}, storeArgs...), extra...)...)
 	}
@@ -803,4 +791,15 @@ func TestReadLine(t *testing.T) {
 		}
 		require.Equal(t, tc.long, got)
 	}
+}
+
+// signupTokens returns the tokens that ratelimit inspect says the limit
+// "signup" of limits holds for key, on the store of storeArgs.
+func signupTokens(t *testing.T, limits, key string, storeArgs []string) float64 {
+	t.Helper()
+	code, out, errOut := exec(append([]string{"inspect", "-o", "json", "--limits", limits, "--name", "signup", "--key", key}, storeArgs...)...)
+	require.Equal(t, 0, code, errOut)
+	var s statusJSON
+	decode(t, out, &s)
+	return s.Tokens
 }
