@@ -621,7 +621,10 @@ func stopped(context.Context) bool { return false }
 // less what the limit has granted since the reservation was made (all of
 // them within the window it was made in), capped at the capacity: a late
 // cancel never lets a window serve its own grant and the refund too
-// (docs/reservations.md). Only the first Cancel hands anything back; a
+// (docs/reservations.md). While reservations made after it stand behind
+// it (the record owes tokens granted after its Time), it gives back
+// nothing at all: they keep their times, and its tokens handed back
+// would be reserved again beside the last of them. Only the first Cancel hands anything back; a
 // refused reservation has nothing to hand back, nor has one the failure
 // policy granted (Result.Degraded), which Cancel still cancels: Wait and
 // AfterFunc then do not let its job run. Once the job was let run

@@ -651,7 +651,11 @@ func (l *Limiter) Use(ctx context.Context, t *Token, opts ...SettleOption) error
 
 // Refund hands every token of t's charge back, by the refund rule: the
 // tokens charged, less what the limit has granted the record since the
-// charge, capped at the capacity (docs/model.md). It cancels a
+// charge, capped at the capacity (docs/model.md); and nothing while the
+// record owes tokens granted after the token's RunAt (for a receipt of a
+// plain call, its ChargedAt; for a token of several limits, ChargedAt
+// too): reservations made since stand behind it, and keep their times
+// (docs/reservations.md). It cancels a
 // reservation: the job will not run. It acts at most once for a token,
 // whichever process calls it and however often: a token settled before
 // is left alone, and the error matches ErrAlreadySettled (and
@@ -677,7 +681,8 @@ func (l *Limiter) Refund(ctx context.Context, t *Token, opts ...SettleOption) er
 
 // Settle settles t's charge by its outcome: used tokens (of each limit
 // charged) were spent, and the rest is handed back by the refund rule,
-// once, as Refund does. used ≥ the count charged spends it all, as Use;
+// once, as Refund does (nothing, while reservations made since stand
+// behind it). used ≥ the count charged spends it all, as Use;
 // used 0 is Refund. used must be a finite number ≥ 0.
 //
 // With Settler(id), a retry whose first attempt took effect, its answer
