@@ -285,29 +285,13 @@ func WithAfterFuncTimeout(d time.Duration) Option {
 // makes New fail wherever it stands, the last or not.
 func WithTokenKey(key []byte, accepted ...[]byte) Option {
 	return func(l *Limiter) {
-		if len(key) < MinKeySecret {
-			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: the key has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best), the same in every process that makes or settles tokens, or leave WithTokenKey out for unsigned tokens: %w",
-				len(key), MinKeySecret, MinKeySecret, ErrInvalidOption)
-			return
-		}
-		if zeroKey(key) {
-			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: the key is %d zero bytes, a secret anyone knows (HMAC takes it for the empty key): fill it with random bytes (32 from crypto/rand are best), and check that the configuration read the secret into it: %w",
-				len(key), ErrInvalidOption)
+		if fault := tokenKeyFault(key, accepted); fault != "" {
+			l.optErr = fmt.Errorf("ratelimit: WithTokenKey: %s; the same keys in every process that makes or settles tokens, or leave WithTokenKey out for unsigned tokens: %w", fault, ErrInvalidOption)
 			return
 		}
 		keys := make([][]byte, 0, 1+len(accepted))
 		keys = append(keys, bytes.Clone(key))
 		for i, k := range accepted {
-			if len(k) < MinKeySecret {
-				l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d has %d bytes, fewer than %d: give each key of the rotation in full (at least %d random bytes), or leave it out once no token signed with it can be settled any more: %w",
-					i+1, len(k), MinKeySecret, MinKeySecret, ErrInvalidOption)
-				return
-			}
-			if zeroKey(k) {
-				l.optErr = fmt.Errorf("ratelimit: WithTokenKey: accepted key %d is %d zero bytes, a secret anyone knows (HMAC takes it for the empty key): give the key of the rotation, and check that the configuration read the secret into it: %w",
-					i+1, len(k), ErrInvalidOption)
-				return
-			}
 			for j, o := range keys {
 				// Constant time: not that a comparison at start-up
 				// leaks much, but these are secrets.

@@ -158,22 +158,10 @@ func (t *Token) CarriesUse() bool { return t.used }
 // Token) is an error matching ErrInvalidToken, as Use, Refund and Settle
 // say of it.
 func (t *Token) Verify(key []byte, accepted ...[]byte) error {
-	keys := append([][]byte{key}, accepted...)
-	for i, k := range keys {
-		if len(k) >= MinKeySecret && !zeroKey(k) {
-			continue
-		}
-		what := "the key"
-		if i > 0 {
-			what = fmt.Sprintf("accepted key %d", i)
-		}
-		if len(k) < MinKeySecret {
-			return fmt.Errorf("ratelimit: verify token: %s has %d bytes, fewer than %d, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
-				what, len(k), MinKeySecret, ErrInvalidOption)
-		}
-		return fmt.Errorf("ratelimit: verify token: %s is %d zero bytes, a secret anyone knows, and WithTokenKey takes no such key: give the token key the Limiters are given: %w",
-			what, len(k), ErrInvalidOption)
+	if fault := tokenKeyFault(key, accepted); fault != "" {
+		return fmt.Errorf("ratelimit: verify token: %s; WithTokenKey takes no such key: give the token keys the Limiters are given: %w", fault, ErrInvalidOption)
 	}
+	keys := append([][]byte{key}, accepted...)
 	if t == nil || len(t.items) == 0 {
 		return fmt.Errorf("ratelimit: verify token: no token (nil, or the zero Token): give one that ParseToken read: %w", ErrInvalidToken)
 	}
@@ -442,6 +430,29 @@ func (r *reader) varint() int64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// tokenKeyFault says what makes a key of WithTokenKey, key or one of
+// accepted, unfit as a secret, naming it ("the key", "accepted key i"):
+// fewer than MinKeySecret bytes, or zero bytes alone, which HMAC takes
+// for the empty key; "" when each is fit. WithTokenKey and Token.Verify
+// refuse the same keys.
+func tokenKeyFault(key []byte, accepted [][]byte) string {
+	for i, k := range append([][]byte{key}, accepted...) {
+		what := "the key"
+		if i > 0 {
+			what = fmt.Sprintf("accepted key %d", i)
+		}
+		switch {
+		case len(k) < MinKeySecret:
+			return fmt.Sprintf("%s has %d bytes, fewer than %d: use at least %d random bytes (32 from crypto/rand are best)",
+				what, len(k), MinKeySecret, MinKeySecret)
+		case zeroKey(k):
+			return fmt.Sprintf("%s is %d zero bytes, a secret anyone knows (HMAC takes it for the empty key): fill it with random bytes, and check that the configuration read the secret into it",
+				what, len(k))
+		}
+	}
+	return ""
 }
 
 // zeroKey reports whether key holds zero bytes alone: the buffer of a
