@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/driver"
 )
 
 // When the store fails, a call cannot know the state of its limit. Each
@@ -131,6 +133,20 @@ func (b *breaker) abandon(probe bool) {
 	b.mu.Lock()
 	b.probing = false
 	b.mu.Unlock()
+}
+
+// policyWait returns the RetryAfter of a refusal of the failure policy
+// whose caller should come back in d: whole milliseconds, rounded up, as
+// every RetryAfter, at least one and at most driver.MaxRetryAfter, the
+// longest a decision reports. A cool-down near the longest Duration
+// (WithBreaker(n, math.MaxInt64)) rounded up by adding would overflow
+// to a wait of 1 ms.
+func policyWait(d time.Duration) time.Duration {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return time.Duration(min(max(ms, 1), driver.MaxRetryAfter)) * time.Millisecond
 }
 
 // callerGaveUp reports whether a call that failed at now, having started

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -681,4 +682,29 @@ func TestWithBreakerRefusesACooldownNotAbove0(t *testing.T) {
 		_, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithBreaker(failures, 0))
 		require.NoError(t, err, "WithBreaker(%d, 0) disables the breaker", failures)
 	}
+}
+
+// A refusal of the failure policy tells the caller to come back when the
+// breaker lets a probe through, however far off: a cool-down too long to
+// round up to whole milliseconds (WithBreaker(n, math.MaxInt64), "never
+// ask again") is told as the longest wait a decision reports,
+// driver.MaxRetryAfter. Its rounding overflowed, and every refusal said
+// to retry in 1 ms.
+func TestBreakerHugeCooldownRetryAfter(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, math.MaxInt64))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	longest := time.Duration(driver.MaxRetryAfter) * time.Millisecond
+	for _, what := range []string{"the failure that opens the breaker", "a call while it is open"} {
+		res, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, what)
+		require.False(t, res.OK, what)
+		assert.Equal(t, longest, res.RetryAfter, what)
+	}
+	require.EqualValues(t, 1, store.calls.Load(), "open: the store is not asked")
 }

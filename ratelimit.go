@@ -117,10 +117,12 @@ func WithRand(src rand.Source) Option { return func(l *Limiter) { l.picker.src =
 // WithBreaker sets how many consecutive store failures open the breaker,
 // and for how long it then decides calls by their failure policy without
 // asking the store (by default DefaultBreakerFailures and
-// DefaultBreakerCooldown). failures ≤ 0 disables the breaker: every call
-// asks the store. A breaker that opens needs a cooldown above 0: a
-// cooldown ≤ 0 with failures > 0 makes New fail with an error matching
-// ErrInvalidOption.
+// DefaultBreakerCooldown). A fail-closed limit's refusal meanwhile says
+// to retry when the cool-down ends (RetryAfter, at most
+// driver.MaxRetryAfter milliseconds however long the cool-down).
+// failures ≤ 0 disables the breaker: every call asks the store. A
+// breaker that opens needs a cooldown above 0: a cooldown ≤ 0 with
+// failures > 0 makes New fail with an error matching ErrInvalidOption.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(l *Limiter) {
 		if failures > 0 && cooldown <= 0 {
@@ -951,8 +953,7 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 		if !serr.Until.IsZero() {
 			retry = serr.Until.Sub(start)
 		}
-		// Whole milliseconds, rounded up, as every RetryAfter.
-		retry = max((retry + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
+		retry = policyWait(retry)
 	}
 	own := func(lim *limit) Result {
 		r := Result{OK: lim.cfg.FailOpen, Name: lim.name, Key: key, Count: c.count, Degraded: true}
