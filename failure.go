@@ -71,10 +71,18 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.fails.Load() < int64(b.threshold):
+	if b.fails.Load() < int64(b.threshold) {
 		return true, false, time.Time{}
-	case now.Before(b.until) || b.probing:
+	}
+	// A probe due more than two cool-downs ahead means the clock went
+	// back since the breaker opened (a clock given to WithClock: the real
+	// one's monotonic reading does not): it stays open one cool-down from
+	// now, not the step's length too. Up to one cool-down more is a call
+	// that read the clock before the failure that opened it.
+	if ahead := b.until.Sub(now); ahead > b.cooldown && ahead-b.cooldown > b.cooldown {
+		b.until = now.Add(b.cooldown)
+	}
+	if now.Before(b.until) || b.probing {
 		return false, false, b.until
 	}
 	b.probing = true
