@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,10 @@ const (
 	DefaultBreakerCooldown = 2 * time.Second
 )
 
+// noAnswer is lastAnswer when no answer of the store is known: before
+// every time a call may start.
+const noAnswer = math.MinInt64
+
 // breakerSlowCall is how long a call cut short by its caller's deadline
 // must have waited for the store, with no other call answered meanwhile,
 // to count as a store failure.
@@ -52,7 +57,8 @@ type breaker struct {
 	// BoundLimit, which answers in process (driver.Binder), passes the
 	// time it read before asking, so that the hot path reads the clock
 	// once. It is written only when it moves forward: once a millisecond
-	// at most, not once a call.
+	// at most, not once a call; and set back to noAnswer by callerGaveUp
+	// once the clock went back behind it.
 	lastAnswer atomic.Int64
 }
 
@@ -169,9 +175,23 @@ func (b *breaker) callerGaveUp(ctx context.Context, start, now time.Time) bool {
 	case nil:
 		return false
 	case context.DeadlineExceeded:
-		slow := now.Sub(start) >= breakerSlowCall
-		answered := b.lastAnswer.Load() >= start.UnixMilli()
-		return !slow || answered
+		if now.Sub(start) < breakerSlowCall {
+			return true
+		}
+		last := b.lastAnswer.Load()
+		if last > now.UnixMilli()+breakerSlowCall.Milliseconds() {
+			// An answer timed after this call's end, by more than calls
+			// ending together read their clocks apart: the wall clock
+			// went back since (a step of NTP, or a clock given to
+			// WithClock set back). Its time says nothing of this call's
+			// wait, and since answered only moves lastAnswer forward, it
+			// would take every deadline for the caller's own until the
+			// clock caught up, a stalled store never opening the
+			// breaker. Forget it: the next answer is recorded again.
+			b.lastAnswer.CompareAndSwap(last, noAnswer)
+			return false
+		}
+		return last >= start.UnixMilli()
 	}
 	return true
 }
