@@ -121,16 +121,20 @@ func (b *breaker) answered(now int64) (closed bool) {
 	return closed
 }
 
-// failure records that the store failed at now; it reports whether the
-// failure opened the breaker.
-func (b *breaker) failure(now time.Time) (opened bool) {
+// failure records that the store failed at now a call, the probe or not;
+// it reports whether the failure opened the breaker. Only the probe's
+// failure lets the next call probe: a call that started before the
+// breaker opened may fail while the probe is still in the store.
+func (b *breaker) failure(now time.Time, probe bool) (opened bool) {
 	if b.threshold <= 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	fails := b.fails.Add(1)
-	b.probing = false
+	if probe {
+		b.probing = false
+	}
 	if fails >= int64(b.threshold) {
 		b.until = now.Add(b.cooldown)
 		return true

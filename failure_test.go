@@ -808,3 +808,70 @@ func TestStalledStoreAfterTheClockWentBack(t *testing.T) {
 		require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
 	}
 }
+
+// heldStore fails every call; a call of a key in hold first waits in the
+// store until the test closes the key's channel.
+type heldStore struct {
+	ratelimit.Store
+	calls   atomic.Int64
+	entered chan string
+	hold    map[string]chan struct{}
+}
+
+func (s *heldStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	s.calls.Add(1)
+	key := op.Items[0].Key
+	if h, ok := s.hold[key]; ok {
+		s.entered <- key
+		<-h
+	}
+	return errDown
+}
+
+// One call at a time probes the store. A call that started before the
+// breaker opened and failed while the probe was under way let a second
+// probe through at the end of the next cool-down, the first still in
+// the store: a failure freed the probe's place, whether or not it was
+// the probe's.
+func TestBreakerLateFailureDuringTheProbe(t *testing.T) {
+	ctx := context.Background()
+	store := &heldStore{Store: must(memstore.New()), entered: make(chan string),
+		hold: map[string]chan struct{}{"late": make(chan struct{}), "probe": make(chan struct{})}}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+	require.NoError(t, err)
+	call := func(key string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := lim.Limit(ctx, "l", key)
+			done <- err
+		}()
+		require.Equal(t, key, <-store.entered)
+		return done
+	}
+
+	late := call("late") // in the store before the breaker opens
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+	mock.Add(time.Second)
+	probe := call("probe")
+	close(store.hold["late"])
+	require.ErrorIs(t, <-late, errDown)
+
+	mock.Add(time.Second)
+	asked := store.calls.Load()
+	for range 3 {
+		_, err = lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	require.Equal(t, asked, store.calls.Load(), "the probe is still in the store: nobody else probes")
+
+	close(store.hold["probe"])
+	require.ErrorIs(t, <-probe, errDown)
+	mock.Add(time.Second)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
+	require.Equal(t, asked+1, store.calls.Load())
+}

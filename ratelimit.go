@@ -992,7 +992,7 @@ func (l *Limiter) storeErr(name string, probe bool, err error) {
 	case errors.Is(err, driver.ErrBadRecord):
 		msg = "ratelimit: the store holds a record it cannot read: see the error for what to do; the failure policy decides"
 	default:
-		l.storeFailed(name, err)
+		l.storeFailed(name, probe, err)
 		return
 	}
 	l.breaker.abandon(probe)
@@ -1001,8 +1001,8 @@ func (l *Limiter) storeErr(name string, probe bool, err error) {
 	}
 }
 
-func (l *Limiter) storeFailed(name string, err error) {
-	opened := l.breaker.failure(l.now())
+func (l *Limiter) storeFailed(name string, probe bool, err error) {
+	opened := l.breaker.failure(l.now(), probe)
 	if l.logger == nil {
 		return
 	}
