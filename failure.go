@@ -122,9 +122,11 @@ func (b *breaker) answered(now int64) (closed bool) {
 }
 
 // failure records that the store failed at now a call, the probe or not;
-// it reports whether the failure opened the breaker. Only the probe's
-// failure lets the next call probe: a call that started before the
-// breaker opened may fail while the probe is still in the store.
+// it reports whether the failure opened the breaker: the failure that
+// reached the threshold, or the probe's. The calls that started before
+// the breaker opened, failing after it, open nothing (though they hold
+// the probe back a cool-down from their failure), and only the probe's
+// failure lets the next call probe: the probe may still be in the store.
 func (b *breaker) failure(now time.Time, probe bool) (opened bool) {
 	if b.threshold <= 0 {
 		return false
@@ -135,11 +137,11 @@ func (b *breaker) failure(now time.Time, probe bool) (opened bool) {
 	if probe {
 		b.probing = false
 	}
-	if fails >= int64(b.threshold) {
-		b.until = now.Add(b.cooldown)
-		return true
+	if fails < int64(b.threshold) {
+		return false
 	}
-	return false
+	b.until = now.Add(b.cooldown)
+	return fails == int64(b.threshold) || probe
 }
 
 // abandon records that a call left without learning anything of the

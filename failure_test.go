@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -874,4 +875,43 @@ func TestBreakerLateFailureDuringTheProbe(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
 	require.Equal(t, asked+1, store.calls.Load())
+}
+
+// The breaker's opening is logged once, as its closing is: the calls in
+// the store when it opened, failing after it, are store failures (Warn)
+// but open nothing. Each logged the opening again, at error level: a busy
+// server whose store went down logged it once per request in flight.
+// A probe that fails opens the breaker again, and says so.
+func TestBreakerOpeningIsLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	held := make(chan struct{})
+	store := &heldStore{Store: must(memstore.New()), entered: make(chan string),
+		hold: map[string]chan struct{}{"a": held, "b": held, "c": held, "d": held}}
+	mock := newMock()
+	var logs bytes.Buffer
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(2, time.Second),
+		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	done := make(chan error)
+	for _, key := range []string{"a", "b", "c", "d"} {
+		go func() {
+			_, err := lim.Limit(ctx, "l", key)
+			done <- err
+		}()
+		<-store.entered
+	}
+	close(held)
+	for range 4 {
+		require.ErrorIs(t, <-done, errDown)
+	}
+	opening := "store failing repeatedly"
+	assert.Equal(t, 4, strings.Count(logs.String(), "store failed;"), "each failure is logged")
+	assert.Equal(t, 1, strings.Count(logs.String(), opening), "the opening is logged once:\n%s", &logs)
+
+	mock.Add(time.Second)
+	_, err = lim.Limit(ctx, "l", "k") // the probe fails
+	require.ErrorIs(t, err, errDown)
+	assert.Equal(t, 2, strings.Count(logs.String(), opening), "a failed probe opens the breaker again")
 }
