@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -914,4 +916,71 @@ func TestBreakerOpeningIsLoggedOnce(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k") // the probe fails
 	require.ErrorIs(t, err, errDown)
 	assert.Equal(t, 2, strings.Count(logs.String(), opening), "a failed probe opens the breaker again")
+}
+
+// At the end of the cool-down, calls arriving together let exactly one of
+// them probe the store, on Apply's path and on a BoundLimit's alike; the
+// others are answered by the policy at once, and its success closes the
+// breaker for all.
+func TestBreakerOneProbeAmongMany(t *testing.T) {
+	ctx := context.Background()
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
+			hook := &hookStore{Store: must(memstore.New())}
+			var store ratelimit.Store = hook
+			if bound {
+				store = &hookBinder{hook}
+			}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(2, time.Second))
+			require.NoError(t, err)
+			hook.apply = func(context.Context) error { return errDown }
+			for range 2 {
+				_, err := lim.Limit(ctx, "l", "k")
+				require.ErrorIs(t, err, errDown)
+			}
+			mock.Add(time.Second)
+			const callers = 32
+			entered, release := make(chan struct{}, callers), make(chan struct{})
+			hook.apply = func(context.Context) error {
+				entered <- struct{}{}
+				<-release
+				return nil
+			}
+			var wg sync.WaitGroup
+			var degraded atomic.Int64
+			probe := make(chan ratelimit.Result, callers)
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := lim.Limit(ctx, "l", fmt.Sprint("k", i))
+					if res.Degraded {
+						assert.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+						degraded.Add(1)
+						return
+					}
+					assert.NoError(t, err)
+					probe <- res
+				}()
+			}
+			// Each caller is either answered by the policy or in the store.
+			for degraded.Load()+int64(len(entered)) < callers {
+				runtime.Gosched()
+			}
+			assert.Len(t, entered, 1, "one call probes")
+			close(release)
+			wg.Wait()
+			require.Len(t, probe, 1, "one call probed")
+			require.True(t, (<-probe).OK)
+			require.EqualValues(t, 2+1, hook.calls.Load(), "the others did not ask the store")
+
+			hook.apply = nil
+			res, err := lim.Limit(ctx, "l", "k")
+			require.NoError(t, err, "the probe closed the breaker")
+			require.False(t, res.Degraded)
+		})
+	}
 }
