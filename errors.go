@@ -199,7 +199,9 @@ type StoreError struct {
 	// Err is the store's error; nil when the breaker was open and the store
 	// was not asked.
 	Err error
-	// Until is, when the breaker is open, the time it lets a probe through.
+	// Until is, when the breaker is open, the time it lets a probe
+	// through; while a probe is in the store, a cool-down from the call,
+	// the earliest the next probe may go if this one fails.
 	Until time.Time
 }
 

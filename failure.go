@@ -70,7 +70,8 @@ func (b *breaker) closed() bool {
 
 // allow reports whether a call may ask the store now, and whether it is
 // the probe that decides whether the breaker closes; when not, until says
-// when a probe will be let through.
+// when a probe will be let through (while the probe is under way, the
+// earliest the next may go).
 func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	if b.closed() {
 		return true, false, time.Time{}
@@ -88,8 +89,16 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	if ahead := b.until.Sub(now); ahead > b.cooldown && ahead-b.cooldown > b.cooldown {
 		b.until = now.Add(b.cooldown)
 	}
-	if now.Before(b.until) || b.probing {
+	switch {
+	case now.Before(b.until):
 		return false, false, b.until
+	case b.probing:
+		// The probe is in the store: if it fails, the next goes a
+		// cool-down after, and if it succeeds the breaker closes
+		// sooner. Not the cool-down's end, which has passed: a
+		// refusal would say to retry at once for as long as the probe
+		// takes.
+		return false, false, now.Add(b.cooldown)
 	}
 	b.probing = true
 	return true, true, time.Time{}

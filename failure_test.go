@@ -984,3 +984,45 @@ func TestBreakerOneProbeAmongMany(t *testing.T) {
 		})
 	}
 }
+
+// While the probe is in the store, a fail-closed refusal says to come
+// back a cool-down later, when another probe may go if this one fails
+// (it closes the breaker sooner if it succeeds), and its StoreError's
+// Until is that time. It said to retry in 1 ms, with an Until already
+// past, for as long as the probe took (up to its caller's deadline on a
+// stalled store): every refused client was told to call again at once.
+func TestBreakerRefusalDuringTheProbe(t *testing.T) {
+	ctx := context.Background()
+	store := &heldStore{Store: must(memstore.New()), entered: make(chan string),
+		hold: map[string]chan struct{}{"probe": make(chan struct{})}}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, 5*time.Second))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+	mock.Add(5 * time.Second)
+	probe := make(chan error)
+	go func() {
+		_, err := lim.Limit(ctx, "l", "probe")
+		probe <- err
+	}()
+	require.Equal(t, "probe", <-store.entered)
+
+	mock.Add(2 * time.Second) // the probe waits
+	res, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.False(t, res.OK)
+	assert.Equal(t, 5*time.Second, res.RetryAfter, "a cool-down: the earliest another probe may go")
+	var se *ratelimit.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Nil(t, se.Err, "the store was not asked")
+	assert.Equal(t, mock.Now().Add(5*time.Second), se.Until)
+
+	close(store.hold["probe"])
+	require.ErrorIs(t, <-probe, errDown)
+	res, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	assert.Equal(t, 5*time.Second, res.RetryAfter, "the probe failed: open a cool-down from its failure")
+}
