@@ -336,3 +336,51 @@ func TestDenyCacheLearnDuringReset(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.OK, "after Reset the store would allow the call; got a refusal (Local=%v)", res.Local)
 }
+
+// The deny cache answers while the store fails, before the failure
+// policy: a key it holds is refused as the store would refuse it, even by
+// a limit that fails open, without asking the store and with no error,
+// until the call could succeed; that call goes to the store, and the
+// failure policy answers it. Other keys are answered by the policy.
+func TestDenyCacheWhileTheStoreFails(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: t0, FailOpen: true},
+	}, ratelimit.WithClock(mock), ratelimit.WithDenyCache(10), ratelimit.WithBreaker(2, time.Hour))
+	require.NoError(t, err)
+	for _, ok := range []bool{true, false} { // the second is refused, and learnt
+		res, err := lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		require.Equal(t, ok, res.OK)
+	}
+	store.fail.Store(true)
+	for range 2 { // the breaker opens
+		res, err := lim.Limit(ctx, "l", "other")
+		require.ErrorIs(t, err, errDown)
+		require.True(t, res.OK && res.Degraded, "fail open")
+	}
+	asked := store.calls.Load()
+	for _, at := range []time.Duration{0, 30 * time.Second, 59 * time.Second} {
+		mock.Set(t0.Add(at))
+		for _, check := range []bool{false, true} {
+			res, err := lim.Limit(ctx, "l", "k")
+			if check {
+				res, err = lim.Check(ctx, "l", "k")
+			}
+			require.NoError(t, err, "at %v", at)
+			require.True(t, res.Local, "at %v", at)
+			require.False(t, res.OK, "at %v: the store would refuse", at)
+			require.False(t, res.Degraded)
+			require.Equal(t, time.Minute-at, res.RetryAfter)
+		}
+	}
+	require.Equal(t, asked, store.calls.Load(), "the store was not asked")
+
+	mock.Set(t0.Add(time.Minute)) // the next window: the store may grant
+	res, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.True(t, res.OK && res.Degraded, "the failure policy answers")
+	require.False(t, res.Local)
+}
