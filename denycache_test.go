@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 
 // The deny cache must answer exactly as the store would: a limiter with it
 // and one without, driven by the same calls, give the same results, while
-// the one with it asks the store far less.
+// the one with it asks the store far less. The calls include reservations
+// and their cancels, and the clock goes back now and then (up to three
+// seconds), where the cache replays the transition on a record ahead of
+// it, as the store does.
 func TestDenyCacheIsExact(t *testing.T) {
 	ctx := context.Background()
 	configs := []ratelimit.Config{
@@ -42,8 +46,13 @@ func TestDenyCacheIsExact(t *testing.T) {
 				capacity = cfg.Rate
 			}
 			local := 0
+			var held [][2]*ratelimit.Reservation // with the cache, without
 			for step := range 400 {
-				mock.now = mock.now.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+				move := time.Duration(rng.IntN(40)) * time.Millisecond
+				if rng.IntN(10) == 0 {
+					move = -time.Duration(rng.IntN(3000)) * time.Millisecond
+				}
+				mock.now = mock.now.Add(move)
 				key := []string{"attacker", "other"}[rng.IntN(4)/3]
 				opts := []ratelimit.CallOption{ratelimit.Count([]float64{0, 1, 0.5, capacity, rng.Float64() * capacity}[rng.IntN(5)])}
 				if rng.IntN(4) == 0 {
@@ -60,6 +69,25 @@ func TestDenyCacheIsExact(t *testing.T) {
 				case 1, 2:
 					got, gerr = withCache.Check(ctx, "l", key, opts...)
 					want, werr = without.Check(ctx, "l", key, opts...)
+				case 3:
+					if len(held) > 0 {
+						i := rng.IntN(len(held))
+						gerr, werr := held[i][0].Cancel(ctx), held[i][1].Cancel(ctx)
+						require.Equal(t, werr == nil, gerr == nil, "%s: cancel: %v, %v", where, gerr, werr)
+						held = slices.Delete(held, i, i+1)
+					}
+					continue
+				case 4:
+					g, gerr := withCache.Reserve(ctx, "l", key, opts...)
+					w, werr := without.Reserve(ctx, "l", key, opts...)
+					require.Equal(t, werr, gerr, where)
+					if gerr != nil {
+						continue
+					}
+					got, want = g.Result(), w.Result()
+					if got.OK {
+						held = append(held, [2]*ratelimit.Reservation{g, w})
+					}
 				default:
 					got, gerr = withCache.Limit(ctx, "l", key, opts...)
 					want, werr = without.Limit(ctx, "l", key, opts...)
