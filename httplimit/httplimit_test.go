@@ -29,7 +29,7 @@ import (
 
 var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func limiter(t *testing.T, limits ratelimit.Limits, store ratelimit.Store) (*ratelimit.Limiter, *clock.Mock) {
+func limiter(t testing.TB, limits ratelimit.Limits, store ratelimit.Store) (*ratelimit.Limiter, *clock.Mock) {
 	mock := clock.NewMock()
 	mock.Set(t0)
 	if store == nil {
