@@ -143,6 +143,37 @@ func TestHeaderAndPathKeysAndCost(t *testing.T) {
 	}
 }
 
+// A header sent twice names no key: a proxy that adds its line to the
+// client's, rather than replace it, puts the client's first, and keyed by
+// it a client chose a fresh budget with every request, while the proxy's
+// value was never read.
+func TestHeaderKeyRepeatedIsNoKey(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Hour}}, nil)
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("X-Tenant")))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	passed := 0
+	for i := range 10 {
+		w := serve(h, "192.0.2.1:1", "X-Tenant", fmt.Sprintf("forged-%d", i), "X-Tenant", "acme")
+		if w.Code == http.StatusOK {
+			passed++
+		}
+		require.Contains(t, []int{http.StatusOK, http.StatusBadRequest}, w.Code)
+	}
+	require.Zero(t, passed, "requests keyed by a value the client chose")
+
+	key := httplimit.Header("X-Tenant")
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Add("X-Tenant", "acme")
+	r.Header.Add("X-Tenant", "acme")
+	_, err = key(r)
+	require.ErrorIs(t, err, httplimit.ErrNoKey, "two lines, even alike")
+	r.Header.Set("X-Tenant", "acme")
+	got, err := key(r)
+	require.NoError(t, err)
+	require.Equal(t, "acme", got)
+}
+
 func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	lim, _ := limiter(t, ratelimit.Limits{
 		"perHour":   {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour, Start: t0},

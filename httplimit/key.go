@@ -235,8 +235,12 @@ func overUnixSocket(r *http.Request) bool {
 }
 
 // Header keys a request by the value of a header, such as an API key.
-// A request without it is refused through the error handler with ErrNoKey
-// (400 by default). Spaces around name are ignored.
+// A request without it, or with several lines of it, is refused through
+// the error handler with ErrNoKey (400 by default): a proxy that adds its
+// line to those a client sent (rather than replace them) puts the
+// client's first, and which line is whose cannot be told, as
+// ratelimitgrpc.Metadata refuses several values. Spaces around name are
+// ignored.
 //
 // An empty name, or one that is not a header field name, is carried by no
 // request, and would refuse every one: New refuses a KeyFunc of Header
@@ -254,12 +258,16 @@ func Header(name string) KeyFunc {
 	default:
 		name = n
 	}
+	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
-		v := r.Header.Get(name)
-		if v == "" {
+		vs := r.Header[name]
+		switch {
+		case len(vs) == 0 || len(vs) == 1 && vs[0] == "":
 			return "", fmt.Errorf("httplimit: header %s is missing: %w", name, ErrNoKey)
+		case len(vs) > 1:
+			return "", fmt.Errorf("httplimit: header %s is sent %d times, not once: %w", name, len(vs), ErrNoKey)
 		}
-		return v, nil
+		return vs[0], nil
 	}
 }
 
