@@ -8,7 +8,8 @@
 // Each request is keyed by a function of the request, costs a number of
 // tokens (1 by default), and is decided by the named limits all or
 // nothing. A refused request gets 429 Too Many Requests with Retry-After.
-// See docs/http.md.
+// ExemptPreflights lets CORS preflights through undecided, for a
+// middleware in front of the CORS handler. See docs/http.md.
 //
 // # Keys
 //

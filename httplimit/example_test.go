@@ -196,3 +196,63 @@ func ExampleMiddleware_Wrap() {
 	// 2: 200 RateLimit: "perClient";r=0;t=60, "perTenant";r=998;t=3600
 	// 3: 429 RateLimit: "perClient";r=0;t=60
 }
+
+// A browser app at another origin calls an API keyed by X-API-Key, one
+// request a minute. Its browser asks first, in a preflight that carries
+// no API key: with ExemptPreflights the preflight reaches the CORS
+// handler, which answers it, and spends nothing.
+func ExampleExemptPreflights() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute, Start: time.Unix(0, 0)},
+	}, ratelimit.WithClock(clock.NewMock()))
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("X-API-Key")), httplimit.ExemptPreflights())
+	if err != nil {
+		panic(err)
+	}
+	// cors stands for a CORS handler (github.com/rs/cors and the like): it
+	// answers preflights itself, and passes other requests on.
+	cors := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Access-Control-Allow-Origin", "https://app.example")
+			if r.Method == http.MethodOptions {
+				w.Header().Set("Access-Control-Allow-Methods", "POST")
+				w.Header().Set("Access-Control-Allow-Headers", "X-API-Key")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	handler := mw.Wrap(cors(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "created\n")
+	})))
+
+	for i := range 2 {
+		pre := httptest.NewRequest(http.MethodOptions, "/items", nil)
+		pre.Header.Set("Origin", "https://app.example")
+		pre.Header.Set("Access-Control-Request-Method", "POST")
+		pre.Header.Set("Access-Control-Request-Headers", "x-api-key")
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, pre)
+		fmt.Printf("preflight %d: %d RateLimit: %q\n", i+1, rec.Code, rec.Header().Get("RateLimit"))
+
+		req := httptest.NewRequest(http.MethodPost, "/items", nil)
+		req.Header.Set("Origin", "https://app.example")
+		req.Header.Set("X-API-Key", "k-42")
+		rec = httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Printf("request %d: %d RateLimit: %q\n", i+1, rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// preflight 1: 204 RateLimit: ""
+	// request 1: 200 RateLimit: "\"api\";r=0;t=60"
+	// preflight 2: 204 RateLimit: ""
+	// request 2: 429 RateLimit: "\"api\";r=0;t=60"
+}

@@ -58,6 +58,7 @@ type Middleware struct {
 	logger       *slog.Logger // nil: slog.Default() at the time of logging
 	headers      bool
 	problem      bool
+	preflights   bool   // ExemptPreflights
 	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
 }
 
@@ -167,6 +168,34 @@ func OnStoreFailure(f func(r *http.Request, err error)) Option {
 // and RateLimit header fields (Retry-After is still sent on refusals).
 func WithoutHeaders() Option { return func(m *Middleware) { m.headers = false } }
 
+// ExemptPreflights lets CORS preflight requests through to the wrapped
+// handler undecided: no key is looked for, no token spent, no RateLimit
+// header field set. A preflight is an OPTIONS request with the header
+// fields Origin and Access-Control-Request-Method, which a browser sends
+// before a cross-origin request that is not simple (a POST of JSON, a
+// request with an X-API-Key), and without the request's credentials.
+// Without this option a preflight is decided as any request: keyed by
+// Header it has no key and gets 400, keyed by address it spends a token
+// of the budget meant for the request it asks about, and either answer,
+// without the Access-Control-Allow-* fields, fails that request in the
+// browser as a CORS error.
+//
+// Anyone can send a request shaped as a preflight, as often as they like:
+// the wrapped handler must answer preflights at once, doing none of the
+// work the limits protect, as a CORS handler (github.com/rs/cors and the
+// like) does. Better still, put the CORS handler outside the middleware:
+// it answers preflights before they reach it, and adds its
+// Access-Control-Allow-Origin to the middleware's refusals, which the
+// browser then lets the page read. The option is for where the middleware
+// must come first (docs/http.md, "CORS preflights").
+func ExemptPreflights() Option { return func(m *Middleware) { m.preflights = true } }
+
+// isPreflight reports whether r is a CORS preflight request: OPTIONS, with
+// Origin and Access-Control-Request-Method.
+func isPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
+}
+
 // New returns a middleware that decides every request by the named limits
 // of lim, which must all be declared in ratelimit.New, each named once.
 // The header fields and problem details name a limit as a structured-field
@@ -262,6 +291,10 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		panic(fmt.Errorf("httplimit: Wrap was given a nil handler: give it the handler the limits protect: %w", ErrInvalidOption))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.preflights && isPreflight(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		key, err := m.key(r)
 		if err != nil {
 			m.fail(w, r, "", err)

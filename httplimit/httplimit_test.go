@@ -1173,3 +1173,73 @@ func TestNewRefusesNamesTheHeadersWriteAlike(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `"caf_";q=10;w=60`, mw.Policy())
 }
+
+// preflight returns a CORS preflight request for a POST from origin (empty:
+// none), as a browser sends it: without the request's credentials or API
+// key.
+func preflight(origin, method string) *http.Request {
+	r := httptest.NewRequest(http.MethodOptions, "/items", nil)
+	r.RemoteAddr = "192.0.2.1:1"
+	if origin != "" {
+		r.Header.Set("Origin", origin)
+	}
+	if method != "" {
+		r.Header.Set("Access-Control-Request-Method", method)
+	}
+	r.Header.Set("Access-Control-Request-Headers", "x-api-key")
+	return r
+}
+
+// ExemptPreflights lets CORS preflights through uncharged, without a key,
+// and nothing else: an OPTIONS request that is no preflight is decided as
+// any request, as is every request without the option.
+func TestExemptPreflights(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: t0}}, nil)
+	var reached []string
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached = append(reached, r.Method)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	do := func(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+
+	// Without the option a preflight is decided: keyed by an API key it
+	// carries none (400), keyed by address it spends the budget.
+	byKey := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("X-API-Key")))).Wrap(next)
+	require.Equal(t, http.StatusBadRequest, do(byKey, preflight("https://app.example", "POST")).Code)
+	byIP := must(httplimit.New(lim, []string{"api"})).Wrap(next)
+	require.Equal(t, http.StatusNoContent, do(byIP, preflight("https://app.example", "POST")).Code)
+	require.Equal(t, http.StatusTooManyRequests, do(byIP, preflight("https://app.example", "POST")).Code)
+
+	mw := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("X-API-Key")), httplimit.ExemptPreflights()))
+	h := mw.Wrap(next)
+	reached = nil
+	for range 3 {
+		w := do(h, preflight("https://app.example", "POST"))
+		require.Equal(t, http.StatusNoContent, w.Code)
+		require.Empty(t, w.Header().Values("RateLimit"), "a preflight is not decided")
+		require.Empty(t, w.Header().Values("RateLimit-Policy"))
+	}
+	require.Equal(t, []string{"OPTIONS", "OPTIONS", "OPTIONS"}, reached)
+	r := httptest.NewRequest(http.MethodPost, "/items", nil)
+	r.Header.Set("X-API-Key", "k1")
+	w := do(h, r)
+	require.Equal(t, http.StatusNoContent, w.Code, "the preflights spent nothing")
+	require.Equal(t, `"api";r=0;t=3600`, w.Header().Get("RateLimit"))
+	require.Equal(t, http.StatusTooManyRequests, do(h, r).Code)
+
+	// Not preflights: decided, and without an API key refused.
+	for _, r := range []*http.Request{
+		preflight("", "POST"),                    // no Origin
+		preflight("https://app.example", ""),     // no Access-Control-Request-Method
+		httptest.NewRequest("OPTIONS", "*", nil), // a plain OPTIONS
+	} {
+		require.Equal(t, http.StatusBadRequest, do(h, r).Code, "%s %v", r.Method, r.Header)
+	}
+	r = preflight("https://app.example", "POST")
+	r.Method = http.MethodGet
+	require.Equal(t, http.StatusBadRequest, do(h, r).Code, "a GET with the preflight's headers")
+}
