@@ -70,7 +70,10 @@
 //
 // An *Interceptor is also the Limiter of the rate-limit interceptors of
 // github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit,
-// for chains built with that module: ratelimit.UnaryServerInterceptor(ic).
-// Those answer every refusal with ResourceExhausted and a message of their
-// own, without RetryInfo; the interceptors of this package are richer.
+// for chains built with that module. Those answer every refusal with
+// ResourceExhausted and a message of their own, without RetryInfo; on a
+// server, give them ic.ServerLimiter(), which adds the pushback trailer
+// (ratelimit.UnaryServerInterceptor(ic.ServerLimiter())), and to the
+// client interceptors the Interceptor itself. The interceptors of this
+// package are richer.
 package ratelimitgrpc

@@ -76,7 +76,7 @@ func Example() {
 // The Interceptor as the Limiter of go-grpc-middleware's rate-limit
 // interceptors, in a chain built with that module, keyed by an API key.
 // Those interceptors answer a refusal with a message of their own and no
-// RetryInfo.
+// RetryInfo; on a server, ServerLimiter adds the pushback trailer.
 func ExampleInterceptor_Limit() {
 	store, err := memstore.New()
 	if err != nil {
@@ -120,6 +120,54 @@ func ExampleInterceptor_Limit() {
 	// call 1: OK "" details 0
 	// call 2: OK "" details 0
 	// call 3: ResourceExhausted "/grpc.health.v1.Health/Check is rejected by grpc_ratelimit middleware, please retry later. rate limit exceeded: retry after 30s" details 0
+}
+
+// ServerLimiter, for go-grpc-middleware's server interceptors: a refused
+// call carries its delay in the pushback trailer, which gRPC's retry policy
+// waits out, where the Interceptor's Limit sends none.
+func ExampleInterceptor_ServerLimiter() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+	}, ratelimit.WithClock(clock.NewMock()))
+	if err != nil {
+		panic(err)
+	}
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata("x-api-key")))
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(mwratelimit.UnaryServerInterceptor(ic.ServerLimiter())),
+		grpc.ChainStreamInterceptor(mwratelimit.StreamServerInterceptor(ic.ServerLimiter())),
+	)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k-42")
+	for i := range 3 {
+		var trailer metadata.MD
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+		fmt.Printf("call %d: %v pushback %v\n", i+1, status.Code(err), trailer.Get(ratelimitgrpc.PushbackTrailer))
+	}
+	// Output:
+	// call 1: OK pushback []
+	// call 2: OK pushback []
+	// call 3: ResourceExhausted pushback [30000]
 }
 
 // A service behind Envoy, whose address (here 127.0.0.1, where the client

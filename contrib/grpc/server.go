@@ -412,12 +412,57 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 // peer (WithKey). A client call made while serving one, with a context
 // derived from the served call's, carries that call's method and peer:
 // there WithMethod and PeerIP see the served call, not the outgoing one.
+//
+// Limit sets no trailer: those interceptors drop the error's status, and
+// with it the RetryInfo, so that a refusal reaches the client without its
+// delay. Under the server's interceptors, give them ServerLimiter, which
+// also sends the delay in the pushback trailer, as Unary does.
 func (i *Interceptor) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
 	if st, _ := i.decide(ctx, method); st != nil {
 		return &limitError{st: st}
 	}
 	return nil
+}
+
+// ServerLimiter is an Interceptor as the Limiter of the server
+// interceptors of go-grpc-middleware's ratelimit package
+// (UnaryServerInterceptor, StreamServerInterceptor): its Limit decides a
+// call as the Interceptor's does and, when it refuses the call for a
+// while, sends the delay in the trailer grpc-retry-pushback-ms
+// (PushbackTrailer), which gRPC's retry policy waits out. Those
+// interceptors answer with a status of their own, without the RetryInfo
+// detail Unary sends: but for the words of its message, the trailer is
+// where a client finds the delay.
+//
+// Get one from Interceptor.ServerLimiter. It is for the server's
+// interceptors only: the middleware's client interceptors call Limit with
+// an outgoing call's context, which, for a call made while serving one, is
+// the served call's, and the trailer would go with the status the served
+// call's handler chooses. Give them the Interceptor itself.
+type ServerLimiter struct{ i *Interceptor }
+
+// ServerLimiter returns i as the Limiter of go-grpc-middleware's server
+// interceptors that sends the pushback trailer of a refusal.
+func (i *Interceptor) ServerLimiter() ServerLimiter { return ServerLimiter{i} }
+
+// Limit decides the call whose context ctx is, as Interceptor.Limit does,
+// and sets the call's pushback trailer when it refuses it for a while: a
+// refusal, or a store failure whose limits fail closed (the breaker's
+// cool-down). Outside a server call no trailer can be set, and none is.
+func (l ServerLimiter) Limit(ctx context.Context) error {
+	if l.i == nil {
+		return fmt.Errorf("ratelimitgrpc: a zero ServerLimiter decides no call: get one from Interceptor.ServerLimiter: %w", ErrInvalidOption)
+	}
+	method, _ := grpc.Method(ctx)
+	st, pushback := l.i.decide(ctx, method)
+	if st == nil {
+		return nil
+	}
+	if pushback != nil {
+		_ = grpc.SetTrailer(ctx, pushback) // fails only outside a server call
+	}
+	return &limitError{st: st}
 }
 
 // limitError is the error of Limit: the status's message as its text.
