@@ -166,20 +166,38 @@ func (c *clientIP) key(ctx context.Context) (string, error) {
 // overUnixSocket reports whether the call of pr came over a Unix socket:
 // whether its peer's address or its local one is a Unix socket's.
 func overUnixSocket(pr *peer.Peer) bool {
-	return clientip.IsUnix(pr.Addr.Network()) || pr.LocalAddr != nil && clientip.IsUnix(pr.LocalAddr.Network())
+	return isUnix(pr.Addr) || isUnix(pr.LocalAddr)
+}
+
+// isUnix reports whether a is a Unix socket's address. A nil *net.UnixAddr
+// is one, without a name; its Network would dereference it.
+func isUnix(a net.Addr) bool {
+	switch a := a.(type) {
+	case nil:
+		return false
+	case *net.UnixAddr:
+		return a == nil || clientip.IsUnix(a.Net)
+	}
+	return clientip.IsUnix(a.Network())
 }
 
 // peerAddr returns the IP address of pr, unmapped and without a zone, or
 // the zero Addr if it has none. A Unix socket's address has none, whatever
 // its name: the client names its end of the socket (it may bind it to the
-// path "10.0.0.5:80" before it connects), and would choose its key.
+// path "10.0.0.5:80" before it connects), and would choose its key. Nor
+// has a nil *net.TCPAddr, which a connection that has no peer address to
+// give may return as its RemoteAddr.
 func peerAddr(pr *peer.Peer) netip.Addr {
 	var ip netip.Addr
 	switch a := pr.Addr.(type) {
 	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
+		if a != nil {
+			ip, _ = netip.AddrFromSlice(a.IP)
+		}
 	case *net.UDPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
+		if a != nil {
+			ip, _ = netip.AddrFromSlice(a.IP)
+		}
 	case *net.UnixAddr:
 	default:
 		if clientip.IsUnix(a.Network()) {

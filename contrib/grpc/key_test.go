@@ -59,6 +59,14 @@ func TestPeerIP(t *testing.T) {
 		"nil addr":    peer.NewContext(context.Background(), &peer.Peer{}),
 		"unix socket": withPeer(&net.UnixAddr{Name: "/run/app.sock", Net: "unix"}),
 		"in memory":   withPeer(fakeAddr("bufconn")),
+		// A net.Conn whose RemoteAddr returns a nil *net.TCPAddr (a
+		// wrapper that has none to give) panicked the call, which gRPC
+		// does not recover: the whole server.
+		"nil tcp addr":  withPeer((*net.TCPAddr)(nil)),
+		"nil udp addr":  withPeer((*net.UDPAddr)(nil)),
+		"nil unix addr": withPeer((*net.UnixAddr)(nil)),
+		"nil local unix addr": peer.NewContext(context.Background(),
+			&peer.Peer{Addr: fakeAddr("bufconn"), LocalAddr: (*net.UnixAddr)(nil)}),
 	} {
 		_, err := def(ctx)
 		assert.ErrorIs(t, err, ratelimitgrpc.ErrNoKey, name)
