@@ -159,7 +159,9 @@ func WithKey(f KeyFunc) Option {
 // WithMethod decides the calls of one method by the named limits instead
 // of the default ones. fullMethod is as gRPC names it,
 // "/package.Service/Method". With no names, the method is not limited (a
-// health check, say).
+// health check, say). A call whose path its client sent without the
+// leading slash, which grpc-go serves as the method it names when strict
+// path checking is off, is decided as the method's.
 func WithMethod(fullMethod string, names ...string) Option {
 	return func(i *Interceptor) error {
 		if !validMethod(fullMethod) {
@@ -490,7 +492,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 
 // limits returns the names of the limits that decide the calls of method.
 func (i *Interceptor) limits(method string) []string {
-	if names, ok := i.methods[method]; ok {
+	if names, ok := i.methods[fullMethod(method)]; ok {
 		return names
 	}
 	return i.defaults
@@ -499,7 +501,20 @@ func (i *Interceptor) limits(method string) []string {
 // decidesMessages reports whether the messages of method's streams are
 // decided (WithStreamMessages).
 func (i *Interceptor) decidesMessages(method string) bool {
-	return i.messages != nil && (len(i.messages) == 0 || i.messages[method])
+	return i.messages != nil && (len(i.messages) == 0 || i.messages[fullMethod(method)])
+}
+
+// fullMethod returns the name of a call's method as WithMethod and
+// WithStreamMessages take it, "/package.Service/Method". The name is the
+// call's path as its client sent it, which grpc-go serves without its
+// leading slash too (before v1.79.3, and since with
+// GRPC_GO_EXPERIMENTAL_DISABLE_STRICT_PATH_CHECKING): looked up as sent,
+// such a call of a method was decided by the default limits, or by none.
+func fullMethod(m string) string {
+	if m != "" && m[0] != '/' {
+		return "/" + m
+	}
+	return m
 }
 
 // unit is what the interceptor decides, a call or a stream's message, as

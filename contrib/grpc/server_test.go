@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 const (
@@ -417,3 +419,60 @@ func TestConcurrentCalls(t *testing.T) {
 	assert.Equal(t, int64(25), served.calls.Load())
 	assert.Equal(t, int64(55), refused.Load())
 }
+
+// A method named without its leading slash is the method: grpc-go served
+// such a path as the method it names (before v1.79.3, and with
+// GRPC_GO_EXPERIMENTAL_DISABLE_STRICT_PATH_CHECKING since), and the
+// interceptors, which looked the name up as it came, decided the call by
+// the default limits, or by none, not by the method's own.
+func TestMethodWithoutLeadingSlash(t *testing.T) {
+	ctx := withPeer(&net.TCPAddr{IP: net.ParseIP("203.0.113.7"), Port: 1})
+	oneAMinute := ratelimit.Limits{"strict": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute}}
+	newIC := func(opts ...ratelimitgrpc.Option) *ratelimitgrpc.Interceptor {
+		ic, err := ratelimitgrpc.New(newLimiter(t, nil, clock.NewMock(), oneAMinute), nil, opts...)
+		require.NoError(t, err)
+		return ic
+	}
+	bare := func(m string) string { return strings.TrimPrefix(m, "/") }
+
+	ic := newIC(ratelimitgrpc.WithMethod(checkMethod, "strict"))
+	served := 0
+	handler := func(context.Context, any) (any, error) { served++; return nil, nil }
+	for range 3 {
+		_, _ = ic.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: bare(checkMethod)}, handler)
+	}
+	assert.Equal(t, 1, served, "Unary: the method's limit decides")
+
+	// Limit and ServerLimiter read the method from the call's context.
+	for _, l := range []interface{ Limit(context.Context) error }{newIC(ratelimitgrpc.WithMethod(checkMethod, "strict")),
+		newIC(ratelimitgrpc.WithMethod(checkMethod, "strict")).ServerLimiter()} {
+		cctx := grpc.NewContextWithServerTransportStream(ctx, transportStream(bare(checkMethod)))
+		require.NoError(t, l.Limit(cctx))
+		require.Error(t, l.Limit(cctx), "Limit: the method's limit decides")
+	}
+
+	ic = newIC(ratelimitgrpc.WithMethod(talkMethod, "strict"), ratelimitgrpc.WithStreamMessages(talkMethod))
+	info := &grpc.StreamServerInfo{FullMethod: bare(talkMethod), IsClientStream: true, IsServerStream: true}
+	var errs []error
+	err := ic.Stream()(nil, &fakeStream{ctx: ctx, msgs: []string{"1", "2"}}, info, func(_ any, ss grpc.ServerStream) error {
+		for range 2 {
+			errs = append(errs, ss.RecvMsg(new(wrapperspb.StringValue)))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, errs, 2)
+	assert.NoError(t, errs[0], "the open pays for the first message")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(errs[1]), "Stream: the method's messages are decided")
+	err = ic.Stream()(nil, &fakeStream{ctx: ctx}, info, func(any, grpc.ServerStream) error { return nil })
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "Stream: the method's limit decides")
+}
+
+// transportStream is a grpc.ServerTransportStream of a method, which
+// grpc.Method reads from a call's context.
+type transportStream string
+
+func (s transportStream) Method() string             { return string(s) }
+func (transportStream) SetHeader(metadata.MD) error  { return nil }
+func (transportStream) SendHeader(metadata.MD) error { return nil }
+func (transportStream) SetTrailer(metadata.MD) error { return nil }
