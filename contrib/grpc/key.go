@@ -19,6 +19,13 @@ import (
 // there). An error refuses the call: InvalidArgument for ErrNoKey,
 // Canceled or DeadlineExceeded for the context's own error once the
 // caller gave up, Internal otherwise.
+//
+// A KeyFunc returns an error for what it cannot read, and never panics on
+// it: gRPC recovers no panic of a call's interceptors or handler, and one
+// call whose metadata made the KeyFunc panic would end the server's
+// process. The KeyFuncs of this package never panic; a server whose own
+// code may puts a recovery interceptor (go-grpc-middleware's recovery)
+// ahead of the Interceptor.
 type KeyFunc func(ctx context.Context) (string, error)
 
 // ErrNoKey is returned by a KeyFunc that finds no key for a call, such as
