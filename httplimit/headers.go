@@ -43,7 +43,11 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 	if len(parts) == 0 {
 		parts = []ratelimit.Result{res}
 	}
-	b := make([]byte, 0, 32*len(parts))
+	// On the stack for the usual one or two items: a make of a size
+	// known only at run time is on the heap before Go 1.25, one
+	// allocation more per request.
+	var buf [128]byte
+	b := buf[:0]
 	for i, p := range parts {
 		if i > 0 {
 			b = append(b, ", "...)
