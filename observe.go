@@ -15,8 +15,32 @@ import (
 // IP), and a metric labelled by them grows without limit. So may be the
 // names of limits given inline (Event.Inline): label those calls by one
 // value for all.
+//
+// Only decisions are events: what later becomes of a Reservation (its
+// Wait, Cancel, or the Use, Refund or Settle of its token) is not, and a
+// reservation is reported once, when it is made. The one exception is
+// the job of Reservation.AfterFunc, which runs, or is dropped, where no
+// caller sees it: an Observer that implements JobObserver learns its end.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
+}
+
+// JobObserver is implemented by an Observer that learns, too, how each
+// job that Reservation.AfterFunc scheduled ended: the function ran, the
+// job was dropped (what OnDropped is told), or stop stopped it and handed
+// the tokens back. The Limiter calls ObserveJob once per scheduled job,
+// never for an AfterFunc that returned an error (it scheduled nothing),
+// and never for a Wait, whose caller has its answer. The calls for a run
+// or a drop come on the goroutine that would run the job, before the
+// function (or OnDropped's) is called, with context.Background() (the job
+// has no caller's context); the call for a stop comes on the goroutine of
+// stop, with stop's context. Keep it fast and non-blocking, as Observe.
+//
+// A job is not a decision: count jobs apart from decisions, labelled by
+// limit and outcome as an Event is (a JobEvent's Inline and Result.Key
+// are what Event's are).
+type JobObserver interface {
+	ObserveJob(ctx context.Context, e JobEvent)
 }
 
 // ObserverFunc adapts a function to an Observer.
@@ -76,6 +100,51 @@ type Event struct {
 	// Latency is the time the decision took, on the Limiter's clock.
 	Latency time.Duration
 	// Err is the store's error when the Outcome is Degraded.
+	Err error
+}
+
+// JobOutcome is how a job of Reservation.AfterFunc ended, as a JobEvent
+// reports it.
+type JobOutcome uint8
+
+const (
+	// JobRan: the job's time came, and AfterFunc ran its function.
+	JobRan JobOutcome = iota + 1
+	// JobDropped: the job's time came, and AfterFunc did not run its
+	// function; JobEvent.Err says why, as OnDropped's error does.
+	JobDropped
+	// JobStopped: stop reported true: the function will not run, and the
+	// tokens were handed back unless JobEvent.Err (the refund's error,
+	// which stop does not return) says otherwise.
+	JobStopped
+)
+
+// String returns "ran", "dropped" or "stopped".
+func (o JobOutcome) String() string {
+	switch o {
+	case JobRan:
+		return "ran"
+	case JobDropped:
+		return "dropped"
+	case JobStopped:
+		return "stopped"
+	}
+	return "unknown"
+}
+
+// JobEvent describes how one job of Reservation.AfterFunc ended.
+type JobEvent struct {
+	// Result is the reservation's decision (Reservation.Result), reported
+	// as an Event when the reservation was made: its Name, Key (never a
+	// metric label), Count, and whether the failure policy granted it
+	// (Degraded).
+	Result Result
+	// Outcome says how the job ended.
+	Outcome JobOutcome
+	// Inline is true for a limit given inline, as Event.Inline.
+	Inline bool
+	// Err is why a job was dropped (JobDropped), or why a stopped job's
+	// tokens were not handed back (JobStopped); nil otherwise.
 	Err error
 }
 

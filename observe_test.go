@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,4 +165,152 @@ func ExampleWithObserver() {
 	// Output:
 	// ratelimit_decisions_total{limit="search",outcome="allowed"} 4
 	// ratelimit_decisions_total{limit="search",outcome="denied"} 1
+}
+
+// jobRecorder is an Observer and a JobObserver that keeps what it is told.
+type jobRecorder struct {
+	mu        sync.Mutex
+	decisions []ratelimit.Event
+	jobs      []ratelimit.JobEvent
+}
+
+func (o *jobRecorder) Observe(_ context.Context, e ratelimit.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.decisions = append(o.decisions, e)
+}
+
+func (o *jobRecorder) ObserveJob(_ context.Context, e ratelimit.JobEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.jobs = append(o.jobs, e)
+}
+
+// take returns the job events told since the last take, each as
+// name/outcome/inline/err.
+func (o *jobRecorder) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var got []string
+	for _, e := range o.jobs {
+		got = append(got, fmt.Sprintf("%s/%v/inline=%v/err=%v", e.Result.Name, e.Outcome, e.Inline, e.Err != nil))
+	}
+	o.jobs = nil
+	return got
+}
+
+// A JobObserver learns how every job of Reservation.AfterFunc ended, once:
+// it ran, was dropped, or was stopped (with the refund's error, which stop
+// does not return). A job that AfterFunc did not schedule is no event, nor
+// is the reservation's decision told twice. Such jobs used to leave no
+// trace in the observer, and so in the metrics.
+func TestObserverJobs(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &flakyStore{Store: must(memstore.New())}
+	obs := &jobRecorder{}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 2}
+	lim, err := ratelimit.New(store, ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock),
+		ratelimit.WithBreaker(0, 0), ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	inline := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, FailOpen: true})
+	var runs atomic.Int32
+	job := func() { runs.Add(1) }
+
+	// t0: a job that runs, a second later.
+	require.NoError(t, must(lim.Limit(ctx, "jobs", "k")).Err())
+	r, err := lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	_, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	assert.Empty(t, obs.take(), "not before its time")
+	mock.Add(time.Second)
+	assert.Equal(t, int32(1), runs.Load())
+	assert.Equal(t, []string{"jobs/ran/inline=false/err=false"}, obs.take())
+
+	// A job stopped: its tokens go back. A second stop is no event.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+	require.NoError(t, err)
+	stop, err := r.AfterFunc(job)
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+	require.False(t, stop(ctx))
+	assert.Equal(t, []string{"jobs/stopped/inline=false/err=false"}, obs.take())
+
+	// A job stopped whose refund fails: stop reports true, and the event
+	// says what stop does not.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(2), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	stop, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	store.fail.Store(true)
+	require.True(t, stop(ctx))
+	store.fail.Store(false)
+	obs.mu.Lock()
+	require.Len(t, obs.jobs, 1)
+	assert.Equal(t, ratelimit.JobStopped, obs.jobs[0].Outcome)
+	assert.ErrorIs(t, obs.jobs[0].Err, errDown)
+	assert.Equal(t, r.Result(), obs.jobs[0].Result, "the reservation's decision")
+	obs.mu.Unlock()
+	obs.take()
+	require.NoError(t, r.Cancel(ctx), "the refund, again")
+
+	// A job dropped: its reservation was canceled by a holder of its token.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var dropped error
+	_, err = r.AfterFunc(job, ratelimit.OnDropped(func(err error) { dropped = err }))
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, r.Token()))
+	mock.Add(time.Second)
+	require.ErrorIs(t, dropped, ratelimit.ErrReservationCanceled)
+	obs.mu.Lock()
+	require.Len(t, obs.jobs, 1)
+	assert.Equal(t, ratelimit.JobDropped, obs.jobs[0].Outcome)
+	assert.Equal(t, dropped, obs.jobs[0].Err, "what OnDropped is told")
+	obs.mu.Unlock()
+	obs.take()
+
+	// A limit given inline, granted by the failure policy (its
+	// reservation holds no tokens, and its job runs): Inline as its
+	// decision's.
+	store.fail.Store(true)
+	r, err = lim.Reserve(ctx, "tenant-7", "k", inline)
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.True(t, r.OK() && r.Result().Degraded)
+	_, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	mock.Add(0)
+	store.fail.Store(false)
+	assert.Equal(t, []string{"tenant-7/ran/inline=true/err=false"}, obs.take())
+	r, err = lim.Reserve(ctx, "tenant-8", "k", inline)
+	require.NoError(t, err)
+	stop, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+	assert.Equal(t, []string{"tenant-8/stopped/inline=true/err=false"}, obs.take())
+
+	// Scheduled nothing: no event. A refused reservation; a second
+	// AfterFunc; a nil function.
+	require.NoError(t, must(lim.Limit(ctx, "jobs", "k", ratelimit.Count(1))).Err())
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.Count(3))
+	require.NoError(t, err)
+	require.False(t, r.OK())
+	_, err = r.AfterFunc(job)
+	require.Error(t, err)
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	stop, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	_, err = r.AfterFunc(job)
+	require.ErrorIs(t, err, ratelimit.ErrReservationScheduled)
+	_, err = r.AfterFunc(nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.Empty(t, obs.take())
+	require.True(t, stop(ctx))
+	assert.Len(t, obs.take(), 1, "the one scheduled")
+
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	assert.Len(t, obs.decisions, 10, "one decision per Limit or Reserve, none for a job")
 }

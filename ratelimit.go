@@ -41,6 +41,7 @@ type Limiter struct {
 	breaker  breaker
 	deny     *denyCache
 	observer Observer
+	jobs     JobObserver // observer, if it is one
 	logger   *slog.Logger
 	// Tokens (settle.go): how long past its job a token may be settled;
 	// the keys whose tags it accepts, the first of which signs the tokens
@@ -135,6 +136,8 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 }
 
 // WithObserver sets the Observer that sees every decision; nil sets none.
+// One that implements JobObserver learns, too, how each job of
+// Reservation.AfterFunc ended.
 // An Observer holding a nil pointer (or a nil ObserverFunc), which would
 // panic at the first decision, makes New fail with ErrInvalidOption.
 func WithObserver(o Observer) Option {
@@ -358,6 +361,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 		l.binder = nil // a Verdict does not carry the store's time
 	}
 	l.plain = l.deny == nil && l.observer == nil
+	l.jobs, _ = l.observer.(JobObserver)
 	set, _, err := l.compileSet(limits, nil)
 	if err != nil {
 		return nil, err
@@ -539,6 +543,8 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 // charge records which shards an OK call charged, and how much, so that a
 // reservation can hand the tokens back.
 type charge struct {
+	// lim is the limit charged; for Reserve, also the one the failure
+	// policy granted, which charged nothing (n 0).
 	lim    *limit
 	key    string // the key as the store knows it (WithKeyHash)
 	shards [2]int // shard indexes
@@ -641,7 +647,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	if ch != nil || l.observer != nil {
 		start = l.now()
 		if ch != nil {
-			ch.start = start
+			ch.start, ch.lim = start, lim
 		}
 		now = start.UnixMilli()
 	} else {
@@ -965,7 +971,7 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 	if len(lims) == 1 {
 		res := own(lims[0])
 		l.observe(ctx, mode, lims[0], res, start, serr)
-		return res, charge{start: start}, serr
+		return res, charge{lim: lims[0], start: start}, serr
 	}
 	all := make([]Result, len(lims))
 	for i, lim := range lims {
@@ -1020,6 +1026,16 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 	}
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
 		Inline: !lim.declared, Latency: l.clock.Since(start), Err: err})
+}
+
+// observeJob tells the observer, if it is a JobObserver, that the job of
+// r that AfterFunc scheduled ended as o (err: why, for a drop or a failed
+// refund).
+func (l *Limiter) observeJob(ctx context.Context, r *Reservation, o JobOutcome, err error) {
+	if l.jobs == nil {
+		return
+	}
+	l.jobs.ObserveJob(ctx, JobEvent{Result: r.res, Outcome: o, Inline: r.charge.lim != nil && !r.charge.lim.declared, Err: err})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so

@@ -486,7 +486,8 @@ type AfterFuncOption struct {
 // and AfterFunc does not run its function: the use it marks in the store
 // failed, or found the reservation settled. It is how a caller learns, in
 // code, of a job dropped, to schedule it again or raise an alert; the
-// Limiter logs the failure only with WithLogger. f runs in the goroutine
+// Limiter logs the failure only with WithLogger (and tells its Observer,
+// if it is a JobObserver: JobDropped). f runs in the goroutine
 // the function would have run in. Of several OnDropped, the last counts;
 // OnDropped(nil) makes AfterFunc fail with an error matching
 // ErrInvalidOption, scheduling nothing. See Reservation.AfterFunc for the
@@ -517,7 +518,12 @@ func OnDropped(f func(err error)) AfterFuncOption {
 // the job's time has come, AfterFunc either runs fn or calls f with why
 // it did not, never both, and neither once stop has reported true. So a
 // job scheduled without error ends in one of three ways: fn runs, stop
-// reports true, or f is called. f's error matches:
+// reports true, or f is called. The Limiter's Observer, if it is a
+// JobObserver, is told which, once: JobRan as fn is called, JobDropped
+// with f's error (with OnDropped or without), JobStopped as stop reports
+// true, with the error of its refund, which stop does not return.
+//
+// f's error matches:
 //   - ErrReservationCanceled: the reservation was canceled (by Cancel, or
 //     by a holder of its token): its tokens came back.
 //   - ErrReservationUsed, alone: a holder of the token used it (a
@@ -582,6 +588,7 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		err := r.use(context.Background(), r.lim.afterFuncTimeout)
 		r.release()
 		if err == nil {
+			r.lim.observeJob(context.Background(), r, JobRan, nil)
 			fn()
 			return
 		}
@@ -599,6 +606,7 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used in time; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back unless the store took the use",
 				"limit", r.res.Name, "err", err)
 		}
+		r.lim.observeJob(context.Background(), r, JobDropped, err)
 		if dropped != nil {
 			dropped(err)
 		}
@@ -607,8 +615,9 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		if !t.Stop() {
 			return false
 		}
-		_ = r.Cancel(ctx)
+		err := r.Cancel(ctx)
 		r.release()
+		r.lim.observeJob(ctx, r, JobStopped, err)
 		return true
 	}, nil
 }

@@ -1548,9 +1548,10 @@ func TestAfterFuncOnDropped(t *testing.T) {
 			if tc.late {
 				store = e.late
 			}
+			obs := &jobRecorder{}
 			e.lim = must(ratelimit.New(store, ratelimit.Limits{
 				"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
-			}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(timeout)))
+			}, ratelimit.WithClock(mock), ratelimit.WithAfterFuncTimeout(timeout), ratelimit.WithObserver(obs)))
 			var err error
 			e.r, err = e.lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
 			require.NoError(t, err)
@@ -1577,6 +1578,22 @@ func TestAfterFuncOnDropped(t *testing.T) {
 				require.Equal(t, int32(1), runs.Load(), "the function runs")
 			} else {
 				require.Zero(t, runs.Load(), "the function does not run")
+			}
+			// The observer learns the job's end, once, as the caller does.
+			obs.mu.Lock()
+			require.Len(t, obs.jobs, 1, "one job event")
+			job := obs.jobs[0]
+			obs.mu.Unlock()
+			switch {
+			case tc.ran:
+				assert.Equal(t, ratelimit.JobRan, job.Outcome)
+				assert.NoError(t, job.Err)
+			case tc.is == nil:
+				assert.Equal(t, ratelimit.JobStopped, job.Outcome)
+				assert.NoError(t, job.Err)
+			default:
+				assert.Equal(t, ratelimit.JobDropped, job.Outcome)
+				assert.Equal(t, dropErr, job.Err, "what OnDropped is told")
 			}
 			if tc.is == nil {
 				require.Zero(t, calls.Load(), "OnDropped is not called: %v", dropErr)
