@@ -1,5 +1,6 @@
-// Package ratelimitprom exports the decisions of a ratelimit.Limiter as
-// Prometheus metrics.
+// Package ratelimitprom exports the decisions of a ratelimit.Limiter, and
+// the ends of the jobs of its reservations' AfterFunc, as Prometheus
+// metrics.
 //
 //	c, err := ratelimitprom.NewCollector()
 //	if err != nil { ... }
@@ -7,13 +8,20 @@
 //	lim, err := ratelimit.New(store, limits, ratelimit.WithObserver(c))
 //
 // A Collector is both a prometheus.Collector and a ratelimit.Observer. It
-// exports two metrics, both labelled by limit (the limit's name), outcome
-// (allowed, reserved, denied or degraded), check ("true" for Check, which
-// spends nothing) and local ("true" when the deny cache answered without
-// asking the store):
+// exports two metrics of decisions, both labelled by limit (the limit's
+// name), outcome (allowed, reserved, denied or degraded), check ("true"
+// for Check, which spends nothing) and local ("true" when the deny cache
+// answered without asking the store):
 //
 //	ratelimit_decisions_total             counter of decisions
 //	ratelimit_decision_duration_seconds   histogram of the time a decision took
+//
+// It is a ratelimit.JobObserver too, and counts the jobs of
+// ratelimit.Reservation.AfterFunc by how they ended, labelled by limit and
+// outcome (ran, dropped or stopped), apart from the decisions (a job is
+// not one):
+//
+//	ratelimit_afterfunc_jobs_total        counter of jobs ended
 //
 // The key a call was limited by is never a label: keys are unbounded (one
 // per user or address), and a metric labelled by them grows without limit.
@@ -21,7 +29,8 @@
 // not declared, ratelimit.Event.Inline), which may be made up per call:
 // such calls are all labelled limit="_OTHER" (OtherLimit). Declare a limit
 // (New, SetLimits, SetLimit) for its calls to have series of their own.
-// A call of LimitAll counts one decision per limit. WithNamespace and
+// A call of LimitAll counts one decision per limit; a job, its reservation's
+// decision when it is reserved, and its end once. WithNamespace and
 // WithSubsystem change the prefix, WithConstLabels adds labels of the
 // process, WithBuckets changes the histogram's buckets.
 package ratelimitprom
@@ -46,7 +55,8 @@ const bucketLabel = "le"
 // DefaultNamespace is the metrics' prefix unless WithNamespace changes it.
 const DefaultNamespace = "ratelimit"
 
-// The labels of both metrics.
+// The labels of the metrics: all four for decisions, LabelLimit and
+// LabelOutcome for jobs.
 const (
 	LabelLimit   = "limit"
 	LabelOutcome = "outcome"
@@ -119,14 +129,16 @@ func WithBuckets(b []float64) Option {
 type Collector struct {
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	jobs      *prometheus.CounterVec
 
 	mu     sync.RWMutex
 	series map[seriesKey]series
 }
 
 var (
-	_ ratelimit.Observer   = (*Collector)(nil)
-	_ prometheus.Collector = (*Collector)(nil)
+	_ ratelimit.Observer    = (*Collector)(nil)
+	_ ratelimit.JobObserver = (*Collector)(nil)
+	_ prometheus.Collector  = (*Collector)(nil)
 )
 
 type seriesKey struct {
@@ -190,6 +202,11 @@ func NewCollector(opts ...Option) (*Collector, error) {
 			ConstLabels: o.constLabels,
 			Buckets:     o.buckets,
 		}, labels),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.namespace, Subsystem: o.subsystem, Name: "afterfunc_jobs_total",
+			Help:        "Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.",
+			ConstLabels: o.constLabels,
+		}, []string{LabelLimit, LabelOutcome}),
 		series: make(map[seriesKey]series),
 	}
 	// The descriptions carry the errors of names and labels; a registry
@@ -202,16 +219,18 @@ func NewCollector(opts ...Option) (*Collector, error) {
 	return c, nil
 }
 
-// Describe sends the descriptions of both metrics.
+// Describe sends the descriptions of the metrics.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.decisions.Describe(ch)
 	c.duration.Describe(ch)
+	c.jobs.Describe(ch)
 }
 
-// Collect sends the current values of both metrics.
+// Collect sends the current values of the metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
 	c.duration.Collect(ch)
+	c.jobs.Collect(ch)
 }
 
 // Observe counts one decision and records how long it took, labelled by
@@ -225,6 +244,17 @@ func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
 	s.decisions.Inc()
 	s.duration.Observe(e.Latency.Seconds())
+}
+
+// ObserveJob counts one job of Reservation.AfterFunc in
+// afterfunc_jobs_total, labelled by the limit's name (OtherLimit for a
+// limit given inline) and how the job ended: ran, dropped or stopped.
+func (c *Collector) ObserveJob(_ context.Context, e ratelimit.JobEvent) {
+	name := e.Result.Name
+	if e.Inline {
+		name = OtherLimit
+	}
+	c.jobs.WithLabelValues(strings.ToValidUTF8(name, "\uFFFD"), e.Outcome.String()).Inc()
 }
 
 func (c *Collector) find(k seriesKey) series {

@@ -294,3 +294,69 @@ ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allow
 	assert.Equal(t, 2, testutil.CollectAndCount(c, "ratelimit_decision_duration_seconds"), "the histogram too")
 	noKey(t, reg)
 }
+
+// A Collector is a JobObserver: it counts the jobs of Reservation.AfterFunc
+// by limit and how they ended, apart from the decisions, which count each
+// reservation once. A job used to leave no trace in the metrics.
+func TestCollectorJobs(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	mock := clock.NewMock()
+	store := &slowStore{Store: must(memstore.New()), mock: mock}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 2}
+	lim, err := ratelimit.New(store, ratelimit.Limits{"jobs": cfg},
+		ratelimit.WithObserver(c), ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	job := func() {}
+	reserve := func(name string, opts ...ratelimit.CallOption) *ratelimit.Reservation {
+		t.Helper()
+		r, err := lim.Reserve(ctx, name, secretKey, opts...)
+		require.NoError(t, err)
+		return r
+	}
+
+	for range 2 { // ran
+		_, err = reserve("jobs").AfterFunc(job)
+		require.NoError(t, err)
+		mock.Add(time.Second)
+	}
+	stop, err := reserve("jobs").AfterFunc(job) // stopped
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+	r := reserve("jobs", ratelimit.Count(2), ratelimit.WithReceipt()) // dropped: its token was refunded
+	_, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, r.Token()))
+	mock.Add(time.Second)
+	stop, err = reserve("tenant-1", ratelimit.WithConfig(cfg)).AfterFunc(job) // inline
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_afterfunc_jobs_total Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.
+# TYPE ratelimit_afterfunc_jobs_total counter
+ratelimit_afterfunc_jobs_total{limit="_OTHER",outcome="stopped"} 1
+ratelimit_afterfunc_jobs_total{limit="jobs",outcome="dropped"} 1
+ratelimit_afterfunc_jobs_total{limit="jobs",outcome="ran"} 2
+ratelimit_afterfunc_jobs_total{limit="jobs",outcome="stopped"} 1
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="_OTHER",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{check="false",limit="jobs",local="false",outcome="allowed"} 3
+ratelimit_decisions_total{check="false",limit="jobs",local="false",outcome="reserved"} 1
+`), "ratelimit_afterfunc_jobs_total", "ratelimit_decisions_total"))
+	noKey(t, reg)
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems, "metric names and help follow Prometheus' conventions")
+}
+
+func TestCollectorJobNameNotUTF8(t *testing.T) {
+	c, _ := newCollector(t)
+	c.ObserveJob(context.Background(), ratelimit.JobEvent{Result: ratelimit.Result{Name: "api\xff"}, Outcome: ratelimit.JobDropped})
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP ratelimit_afterfunc_jobs_total Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.
+# TYPE ratelimit_afterfunc_jobs_total counter
+ratelimit_afterfunc_jobs_total{limit="api�",outcome="dropped"} 1
+`), "ratelimit_afterfunc_jobs_total"))
+}
