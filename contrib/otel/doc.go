@@ -1,6 +1,6 @@
-// Package ratelimitotel records the decisions of a ratelimit.Limiter as
-// OpenTelemetry metrics, and traces the calls a Limiter makes to its
-// Store.
+// Package ratelimitotel records the decisions of a ratelimit.Limiter, and
+// the ends of the jobs of its reservations' AfterFunc, as OpenTelemetry
+// metrics, and traces the calls a Limiter makes to its Store.
 //
 //	obs, err := ratelimitotel.NewObserver() // the global MeterProvider
 //	if err != nil { ... }
@@ -26,6 +26,14 @@
 // Declare a limit (New, SetLimits, SetLimit) for its decisions to have
 // attribute sets of their own. A call of LimitAll records one decision
 // per limit.
+//
+// The Observer is a ratelimit.JobObserver too. A job of
+// ratelimit.Reservation.AfterFunc is not a decision (its reservation was
+// one, recorded when it was made): its end is counted apart, with the
+// attributes ratelimit.limit (as for decisions) and ratelimit.outcome,
+// ran, dropped or stopped (ratelimit.JobOutcome):
+//
+//   - ratelimit.afterfunc.jobs, a counter of jobs ended ({job}).
 //
 // # Traces
 //

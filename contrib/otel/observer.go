@@ -11,19 +11,24 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Observer records the decisions of a Limiter as metrics: give it to
-// ratelimit.WithObserver. Build it with NewObserver; it is safe for
+// Observer records the decisions of a Limiter as metrics, and the ends of
+// the jobs of Reservation.AfterFunc (it is a ratelimit.JobObserver): give
+// it to ratelimit.WithObserver. Build it with NewObserver; it is safe for
 // concurrent use.
 type Observer struct {
 	decisions metric.Int64Counter
 	duration  metric.Float64Histogram
+	jobs      metric.Int64Counter
 	attrs     []attribute.KeyValue
 
 	mu   sync.RWMutex
 	sets map[setKey]*measure
 }
 
-var _ ratelimit.Observer = (*Observer)(nil)
+var (
+	_ ratelimit.Observer    = (*Observer)(nil)
+	_ ratelimit.JobObserver = (*Observer)(nil)
+)
 
 // setKey is what tells the attribute sets of two decisions apart.
 type setKey struct {
@@ -64,7 +69,13 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.decision.duration histogram: %w", err)
 	}
-	return &Observer{decisions: decisions, duration: duration, attrs: c.attrs, sets: make(map[setKey]*measure)}, nil
+	jobs, err := meter.Int64Counter("ratelimit.afterfunc.jobs",
+		metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped."))
+	if err != nil {
+		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.afterfunc.jobs counter: %w", err)
+	}
+	return &Observer{decisions: decisions, duration: duration, jobs: jobs, attrs: c.attrs, sets: make(map[setKey]*measure)}, nil
 }
 
 // Observe records one decision: it adds one to ratelimit.decisions and
@@ -79,6 +90,22 @@ func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
 	o.decisions.Add(ctx, 1, m.add...)
 	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
+}
+
+// ObserveJob records one job of Reservation.AfterFunc: it adds one to
+// ratelimit.afterfunc.jobs, with the limit's name (OtherLimit for a limit
+// given inline) and how the job ended (ran, dropped or stopped) as
+// ratelimit.outcome, never the key.
+func (o *Observer) ObserveJob(ctx context.Context, e ratelimit.JobEvent) {
+	name := e.Result.Name
+	if e.Inline {
+		name = OtherLimit
+	}
+	// As in measure: the extra attributes first, so that the job's own win.
+	attrs := make([]attribute.KeyValue, 0, len(o.attrs)+2)
+	attrs = append(attrs, o.attrs...)
+	attrs = append(attrs, LimitKey.String(strings.ToValidUTF8(name, "\uFFFD")), OutcomeKey.String(e.Outcome.String()))
+	o.jobs.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attrs...)))
 }
 
 func (o *Observer) measure(k setKey) *measure {

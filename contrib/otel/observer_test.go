@@ -332,3 +332,95 @@ func TestObserverInlineNames(t *testing.T) {
 	assert.Len(t, hist.DataPoints, 2, "the histogram too")
 	noKey(t, sm)
 }
+
+// jobCounts reads the job counter as "limit outcome" → value.
+func jobCounts(t *testing.T, sm metricdata.ScopeMetrics) map[string]int64 {
+	t.Helper()
+	sum, ok := find(t, sm, "ratelimit.afterfunc.jobs").Data.(metricdata.Sum[int64])
+	require.True(t, ok, "ratelimit.afterfunc.jobs is a Sum[int64]")
+	assert.True(t, sum.IsMonotonic)
+	got := make(map[string]int64)
+	for _, p := range sum.DataPoints {
+		assert.Equal(t, 2, p.Attributes.Len(), "limit and outcome only: %v", p.Attributes.ToSlice())
+		limit, _ := p.Attributes.Value(ratelimitotel.LimitKey)
+		outcome, _ := p.Attributes.Value(ratelimitotel.OutcomeKey)
+		got[limit.Emit()+" "+outcome.Emit()] += p.Value
+	}
+	return got
+}
+
+// The Observer is a JobObserver: it counts the jobs of
+// Reservation.AfterFunc by limit and how they ended, apart from the
+// decisions, which count each reservation once. A job used to leave no
+// trace in the metrics.
+func TestObserverJobs(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := newReader(t)
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
+	require.NoError(t, err)
+	mock := clock.NewMock()
+	store := &slowStore{Store: must(memstore.New()), mock: mock}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 2}
+	lim, err := ratelimit.New(store, ratelimit.Limits{"jobs": cfg},
+		ratelimit.WithObserver(obs), ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	job := func() {}
+	reserve := func(name string, opts ...ratelimit.CallOption) *ratelimit.Reservation {
+		t.Helper()
+		r, err := lim.Reserve(ctx, name, secretKey, opts...)
+		require.NoError(t, err)
+		return r
+	}
+
+	for range 2 { // ran
+		_, err = reserve("jobs").AfterFunc(job)
+		require.NoError(t, err)
+		mock.Add(time.Second)
+	}
+	stop, err := reserve("jobs").AfterFunc(job) // stopped
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+	r := reserve("jobs", ratelimit.Count(2), ratelimit.WithReceipt()) // dropped: its token was refunded
+	_, err = r.AfterFunc(job)
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, r.Token()))
+	mock.Add(time.Second)
+	stop, err = reserve("tenant-1", ratelimit.WithConfig(cfg)).AfterFunc(job) // inline
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+
+	sm := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"_OTHER stopped": 1,
+		"jobs dropped":   1,
+		"jobs ran":       2,
+		"jobs stopped":   1,
+	}, jobCounts(t, sm))
+	assert.Equal(t, map[string]int64{
+		"_OTHER allowed false false": 1,
+		"jobs allowed false false":   3,
+		"jobs reserved false false":  1,
+	}, counts(t, sm), "a decision per reservation, none per job")
+	noKey(t, sm)
+}
+
+// A job's own attributes win over the extra ones, and a name that is not
+// UTF-8 is recorded with the bad bytes replaced, as a decision's.
+func TestObserverJobAttributes(t *testing.T) {
+	reader, mp := newReader(t)
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp),
+		ratelimitotel.WithAttributes(attribute.String("service.component", "edge"), ratelimitotel.OutcomeKey.String("overridden")))
+	require.NoError(t, err)
+	obs.ObserveJob(context.Background(), ratelimit.JobEvent{Result: ratelimit.Result{Name: "api\xff", Key: secretKey}, Outcome: ratelimit.JobDropped})
+	sm := collect(t, reader)
+	sum := find(t, sm, "ratelimit.afterfunc.jobs").Data.(metricdata.Sum[int64])
+	require.Len(t, sum.DataPoints, 1)
+	attrs := sum.DataPoints[0].Attributes
+	v, _ := attrs.Value("service.component")
+	assert.Equal(t, "edge", v.AsString())
+	v, _ = attrs.Value(ratelimitotel.LimitKey)
+	assert.Equal(t, "api\ufffd", v.AsString())
+	v, _ = attrs.Value(ratelimitotel.OutcomeKey)
+	assert.Equal(t, "dropped", v.AsString())
+	noKey(t, sm)
+}

@@ -13,11 +13,12 @@ const ScopeName = "github.com/ratelimit-go/ratelimit/contrib/otel"
 
 // The attributes of the metrics and spans.
 const (
-	// LimitKey is the name of the limit decided; OtherLimit for a limit
-	// given inline.
+	// LimitKey is the name of the limit decided (or of a job's
+	// reservation); OtherLimit for a limit given inline.
 	LimitKey = attribute.Key("ratelimit.limit")
 	// OutcomeKey is what became of the call: allowed, reserved, denied or
-	// degraded (ratelimit.Outcome.String).
+	// degraded (ratelimit.Outcome.String); of a job of AfterFunc, how it
+	// ended: ran, dropped or stopped (ratelimit.JobOutcome.String).
 	OutcomeKey = attribute.Key("ratelimit.outcome")
 	// CheckKey is true for a call of Check, which spends nothing.
 	CheckKey = attribute.Key("ratelimit.check")
