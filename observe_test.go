@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -313,4 +315,44 @@ func TestObserverJobs(t *testing.T) {
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	assert.Len(t, obs.decisions, 10, "one decision per Limit or Reserve, none for a job")
+}
+
+// aheadClock reads the time of a mock a day ahead: a clock that overrides
+// Now alone (as this package's benchmarks' fixedClock does), and keeps
+// the mock's Since.
+type aheadClock struct{ *clock.Mock }
+
+func (c aheadClock) Now() time.Time { return c.Mock.Now().Add(24 * time.Hour) }
+
+// slowApply advances the mock by delay during each Apply: the decision
+// takes that long on the Limiter's clock.
+type slowApply struct {
+	ratelimit.Store
+	mock  *clock.Mock
+	delay time.Duration
+}
+
+func (s *slowApply) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	s.mock.Add(s.delay)
+	return s.Store.Apply(ctx, op, out)
+}
+
+// Event.Latency is measured as every time the Limiter reads: by its
+// clock's Now. It was the clock's Since of the start, which a clock that
+// overrides Now alone answers from another time: a day less than the
+// decision took, here.
+func TestObserverLatencyByNow(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	var got []time.Duration
+	lim, err := ratelimit.New(&slowApply{Store: must(memstore.New()), mock: mock, delay: 3 * time.Millisecond},
+		ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}},
+		ratelimit.WithClock(aheadClock{mock}),
+		ratelimit.WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) { got = append(got, e.Latency) })))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{3 * time.Millisecond, 3 * time.Millisecond}, got)
 }

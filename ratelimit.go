@@ -1024,8 +1024,10 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 	if l.observer == nil {
 		return
 	}
+	// The latency by Now, as start was read: a clock's Since may count
+	// from another time than its Now (one that overrides Now alone).
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
-		Inline: !lim.declared, Latency: l.clock.Since(start), Err: err})
+		Inline: !lim.declared, Latency: l.now().Sub(start), Err: err})
 }
 
 // observeJob tells the observer, if it is a JobObserver, that the job of
