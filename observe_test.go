@@ -356,3 +356,61 @@ func TestObserverLatencyByNow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{3 * time.Millisecond, 3 * time.Millisecond}, got)
 }
+
+// Jobs stopped, canceled and run at once each end once: the JobObserver
+// is told of every job scheduled exactly once, as its function runs, or
+// stop reports true, or neither (a drop).
+func TestObserverJobsConcurrent(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	obs := &jobRecorder{}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, MaxReserved: 1000},
+	}, ratelimit.WithClock(mock), ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	const n = 150
+	var runs, stops atomic.Int32
+	rs := make([]*ratelimit.Reservation, n)
+	stop := make([]func(context.Context) bool, n)
+	for i := range n {
+		opts := []ratelimit.CallOption{ratelimit.Count(3)}
+		if i%2 == 0 {
+			opts = append(opts, ratelimit.WithReceipt()) // the use and cancel go to the store
+		}
+		rs[i], err = lim.Reserve(ctx, "jobs", "k", opts...)
+		require.NoError(t, err)
+		stop[i], err = rs[i].AfterFunc(func() { runs.Add(1) })
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch i % 3 {
+			case 0:
+				if stop[i](ctx) {
+					stops.Add(1)
+				}
+			case 1:
+				_ = rs[i].Cancel(ctx)
+			}
+		}()
+	}
+	for range 10 {
+		mock.Add(50 * time.Millisecond)
+	}
+	wg.Wait()
+	mock.Add(time.Minute) // every job's time
+
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.jobs, n, "one event per job")
+	count := map[ratelimit.JobOutcome]int32{}
+	for _, e := range obs.jobs {
+		count[e.Outcome]++
+	}
+	assert.Equal(t, runs.Load(), count[ratelimit.JobRan], "one JobRan per function run")
+	assert.Equal(t, stops.Load(), count[ratelimit.JobStopped], "one JobStopped per stop that reported true")
+	assert.Equal(t, int32(n), count[ratelimit.JobRan]+count[ratelimit.JobStopped]+count[ratelimit.JobDropped])
+}
