@@ -86,7 +86,9 @@ func (o Outcome) String() string {
 type Event struct {
 	// Result is the limit's own answer: its Name, Key (never a metric
 	// label), Count, OK, RetryAfter, and whether the failure policy
-	// (Degraded) or the deny cache (Local) decided it.
+	// (Degraded) or the deny cache (Local) decided it. Its Token is nil:
+	// a receipt is the caller's, a bearer capability that an observer
+	// logging its events would spread.
 	Result Result
 	// Outcome sums the answer up.
 	Outcome Outcome
@@ -137,7 +139,7 @@ type JobEvent struct {
 	// Result is the reservation's decision (Reservation.Result), reported
 	// as an Event when the reservation was made: its Name, Key (never a
 	// metric label), Count, and whether the failure policy granted it
-	// (Degraded).
+	// (Degraded); its Token is nil, as an Event's.
 	Result Result
 	// Outcome says how the job ended.
 	Outcome JobOutcome

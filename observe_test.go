@@ -252,7 +252,9 @@ func TestObserverJobs(t *testing.T) {
 	require.Len(t, obs.jobs, 1)
 	assert.Equal(t, ratelimit.JobStopped, obs.jobs[0].Outcome)
 	assert.ErrorIs(t, obs.jobs[0].Err, errDown)
-	assert.Equal(t, r.Result(), obs.jobs[0].Result, "the reservation's decision")
+	want := r.Result()
+	want.Token = nil // an event carries no receipt
+	assert.Equal(t, want, obs.jobs[0].Result, "the reservation's decision")
 	obs.mu.Unlock()
 	obs.take()
 	require.NoError(t, r.Cancel(ctx), "the refund, again")
@@ -413,4 +415,48 @@ func TestObserverJobsConcurrent(t *testing.T) {
 	assert.Equal(t, runs.Load(), count[ratelimit.JobRan], "one JobRan per function run")
 	assert.Equal(t, stops.Load(), count[ratelimit.JobStopped], "one JobStopped per stop that reported true")
 	assert.Equal(t, int32(n), count[ratelimit.JobRan]+count[ratelimit.JobStopped]+count[ratelimit.JobDropped])
+}
+
+// An Event never carries a receipt (Result.Token), which is the caller's:
+// a bearer capability that an observer logging its events would spread.
+// It carried one for some calls only: a Limit with WithReceipt, a Reserve
+// of a sharded limit, not a Reserve of a limit its store binds, nor any
+// limit of a LimitAll.
+func TestObserverNoReceipt(t *testing.T) {
+	ctx := context.Background()
+	obs := &jobRecorder{}
+	mock := newMock()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 100, Period: time.Second, MaxReserved: 10}
+	sharded := cfg
+	sharded.Shards = 4
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"b": cfg, "s": sharded},
+		ratelimit.WithClock(mock), ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	receipt := ratelimit.WithReceipt()
+	res, err := lim.Limit(ctx, "b", "k", receipt)
+	require.NoError(t, err)
+	require.NotNil(t, res.Token)
+	r, err := lim.Reserve(ctx, "b", "k", receipt)
+	require.NoError(t, err)
+	require.NotNil(t, r.Token())
+	r, err = lim.Reserve(ctx, "s", "k", receipt)
+	require.NoError(t, err)
+	require.NotNil(t, r.Token())
+	res, err = lim.LimitAll(ctx, "k", []string{"b", "s"}, receipt)
+	require.NoError(t, err)
+	require.NotNil(t, res.Token)
+	_, err = lim.Limit(ctx, "b", "k", receipt, ratelimit.WithConfig(cfg))
+	require.NoError(t, err)
+	stop, err := r.AfterFunc(func() {})
+	require.NoError(t, err)
+	require.True(t, stop(ctx))
+
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.decisions, 6)
+	for _, e := range obs.decisions {
+		assert.Nil(t, e.Result.Token, "%s: %v", e.Result.Name, e.Outcome)
+	}
+	require.Len(t, obs.jobs, 1)
+	assert.Nil(t, obs.jobs[0].Result.Token)
 }

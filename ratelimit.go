@@ -1024,6 +1024,7 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 	if l.observer == nil {
 		return
 	}
+	res.Token = nil // the caller's (Event.Result)
 	// The latency by Now, as start was read: a clock's Since may count
 	// from another time than its Now (one that overrides Now alone).
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
@@ -1037,7 +1038,9 @@ func (l *Limiter) observeJob(ctx context.Context, r *Reservation, o JobOutcome, 
 	if l.jobs == nil {
 		return
 	}
-	l.jobs.ObserveJob(ctx, JobEvent{Result: r.res, Outcome: o, Inline: r.charge.lim != nil && !r.charge.lim.declared, Err: err})
+	res := r.res
+	res.Token = nil // the caller's (JobEvent.Result)
+	l.jobs.ObserveJob(ctx, JobEvent{Result: res, Outcome: o, Inline: r.charge.lim != nil && !r.charge.lim.declared, Err: err})
 }
 
 // opBuf holds the op of one single-limit call, reused across calls so
