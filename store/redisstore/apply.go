@@ -399,6 +399,11 @@ type fcall struct {
 	cmd   redis.Cmder
 	err   error
 	tries int // times sent again after an answer that it did not run (unsent)
+	// piped: it went in a Cluster client's pipeline, whose calls go-redis
+	// sends again within the pipeline after a redirection or a missing
+	// connection (resent); when that send loses its answer, the call keeps
+	// the error of the first, though it may have run.
+	piped bool
 }
 
 // run makes the calls, one pipeline for several, decodes their replies
@@ -412,9 +417,11 @@ type fcall struct {
 // refused it for its state) goes again after a pause, as often as the
 // client's MaxRetries (MaxRedirects on a Cluster) allow; go-redis itself
 // sends none again (command), since it would after an error that leaves
-// the call run or not. A call of several requests that the function failed
-// on what one of them read (isOpError) is replaced by one call per
-// request, so that only that request's caller gets the error.
+// the call run or not, except within a Cluster's pipeline, after which
+// such an answer may be stale (resent). A call of several requests that
+// the function failed on what one of them read (isOpError) is replaced by
+// one call per request, so that only that request's caller gets the
+// error.
 func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -433,6 +440,10 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			switch {
 			case c.err == nil:
 				c.err = decode(c.cmd, c.reqs)
+			case c.piped && resent(c.err):
+				// Not sent again: the error may be of a send before
+				// go-redis's last, which may have run.
+				c.err = fmt.Errorf("%w; the Cluster client may have sent the call again, and lost its answer: it may have run", c.err)
 			case attempt < 2 && c.slots && isRouting(c.err):
 				again = append(again, c.parts...)
 				calls = append(calls, c.parts...)
@@ -517,8 +528,10 @@ func (s *Store) issue(ctx context.Context, calls []*fcall) {
 }
 
 func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
+	piped := len(calls) > 1 && s.cluster != nil
 	for _, c := range calls {
 		c.cmd = s.command(ctx, c, eval)
+		c.piped = piped
 	}
 	if len(calls) == 1 {
 		_ = s.client.Process(ctx, calls[0].cmd)
@@ -664,6 +677,19 @@ func unsent(err error) bool {
 		}
 	}
 	return false
+}
+
+// resent reports whether err, a call's in a Cluster client's pipeline, is
+// one after which go-redis sends the call again within the pipeline: a
+// redirection (MOVED, ASK), or no connection to the node (unsent). The
+// call then keeps that error if the later send fails before its answer
+// is read (the connection drops, or an answer before it times out), when
+// it may have run: the error says nothing of whether it did. (A client's
+// Process sets the last send's error, whatever the earlier ones.)
+func resent(err error) bool {
+	var op *net.OpError
+	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") ||
+		errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial")
 }
 
 // backoff returns the pause before sending a call again the (tries+1)th

@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -647,5 +649,181 @@ func TestDetachedPanicGoesToItsCaller(t *testing.T) {
 			cancel()
 			require.NoError(t, call(context.Background()), "%s after a panic", name)
 		}
+	}
+}
+
+// flakyDialer fails, once armed, the next dial and loses the replies of
+// the calls of the function the next connection it makes sends in one
+// write: the server runs them, the client sees the connection drop. The
+// connections it made before arming are reported dead to the pool, which
+// then dials anew.
+type flakyDialer struct {
+	mu    sync.Mutex
+	gen   int  // connections of an earlier generation are dead
+	fail  bool // fail the next dial
+	cut   bool // cut the next connection made
+	dials int  // dials failed
+}
+
+func (d *flakyDialer) arm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+	d.fail, d.cut = true, true
+}
+
+func (d *flakyDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fail {
+		d.fail = false
+		d.dials++
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	fc := &flakyConn{Conn: conn, d: d, gen: d.gen, cut: d.cut}
+	d.cut = false
+	return fc, nil
+}
+
+type flakyConn struct {
+	net.Conn
+	d       *flakyDialer
+	gen     int
+	cut     bool
+	pending int    // replies to read before the connection drops
+	got     []byte // what the server answered meanwhile
+}
+
+// SyscallConn lets the pool check the connection's health, as it does
+// a TCP connection's: one of an earlier generation than the dialer's is
+// dead.
+func (fc *flakyConn) SyscallConn() (syscall.RawConn, error) {
+	fc.d.mu.Lock()
+	dead := fc.gen < fc.d.gen
+	fc.d.mu.Unlock()
+	if dead {
+		return nil, net.ErrClosed
+	}
+	return fc.Conn.(*net.TCPConn).SyscallConn()
+}
+
+func (fc *flakyConn) Write(b []byte) (int, error) {
+	if fc.cut {
+		fc.pending += bytes.Count(bytes.ToLower(b), []byte("$5\r\nfcall\r\n"))
+	}
+	return fc.Conn.Write(b)
+}
+
+func (fc *flakyConn) Read(b []byte) (int, error) {
+	if fc.pending == 0 {
+		return fc.Conn.Read(b)
+	}
+	// Read every reply, so that the server has surely run every call,
+	// then drop them all.
+	buf := make([]byte, 4096)
+	for replies(fc.got) < fc.pending {
+		n, err := fc.Conn.Read(buf)
+		fc.got = append(fc.got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	fc.Conn.Close()
+	return 0, io.EOF
+}
+
+// replies counts the whole RESP2 replies in b: errors, simple strings,
+// integers and bulk strings, which are all the function answers.
+func replies(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		line := bytes.Index(b, []byte("\r\n"))
+		if line < 0 {
+			return n
+		}
+		next := line + 2
+		if b[0] == '$' {
+			size, err := strconv.Atoi(string(b[1:line]))
+			if err != nil {
+				return n
+			}
+			if size >= 0 {
+				next += size + 2
+			}
+		}
+		if next > len(b) {
+			return n
+		}
+		b = b[next:]
+		n++
+	}
+	return n
+}
+
+// armOnBadRecord arms the dialer once a call of the function fails on a
+// bad record.
+type armOnBadRecord struct {
+	d    *flakyDialer
+	once sync.Once
+}
+
+func (h *armOnBadRecord) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *armOnBadRecord) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "fcall" && err != nil && strings.Contains(err.Error(), "BADRECORD") {
+			h.once.Do(h.d.arm)
+		}
+		return err
+	}
+}
+
+func (h *armOnBadRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterPipelineCallNeverSentTwice: the Cluster client sends a
+// pipeline again, within one Pipelined, to the calls it could not send
+// (no connection) or that a node redirected (MOVED, ASK); when that second
+// send loses its replies, a call keeps the error of the first, which says
+// that it did not run, though it may have now. The store must not take
+// such an error at its word and send the call once more: here the ops of
+// a batch that failed on a bad record go again one per call, pipelined;
+// the first send finds no connection, the second loses the replies of
+// calls the server ran. Each op must be applied at most once.
+func TestClusterPipelineCallNeverSentTwice(t *testing.T) {
+	ctx := context.Background()
+	d := &flakyDialer{}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","),
+		Dialer: d.dial, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	store := newStore(c, uniquePrefix(t, c))
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	ops := []*driver.Op{
+		oneItemOp(driver.ModeLimit, now, "a", "k", 1, p),
+		oneItemOp(driver.ModeLimit, now, "b", "k", 1, p),
+	}
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	require.NoError(t, store.ApplyBatch(ctx, ops, outs[:2])) // the library is loaded, a connection pooled
+	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "bad", Key: "k"}), "garbage", 0).Err())
+	c.AddHook(&armOnBadRecord{d: d})
+
+	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
+	for _, op := range []string{"op 0:", "op 1:", "op 2:"} {
+		require.ErrorContains(t, err, op, "every op's answer was lost")
+	}
+	d.mu.Lock()
+	require.Equal(t, 1, d.dials, "a dial failed")
+	d.mu.Unlock()
+	recs := make([]driver.Record, 2)
+	require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "a", Key: "k"}, {Name: "b", Key: "k"}}, recs))
+	for i, r := range recs {
+		require.Equal(t, 98.0, r.State.Remaining, "op %d was applied once by the batch that lost its reply (err: %v)", i, err)
 	}
 }

@@ -22,7 +22,9 @@
 // or a read timeout) is never sent again, by go-redis or the store, so
 // that no op is applied twice: it fails. One that surely did not run (no
 // connection, or Redis answered READONLY, LOADING, TRYAGAIN, ...) goes
-// again, as often as the client's MaxRetries allow.
+// again, as often as the client's MaxRetries allow; but not one that
+// go-redis itself sent again within a Cluster's pipeline, whose error may
+// be of the earlier send.
 //
 // # Keys
 //
