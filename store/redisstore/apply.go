@@ -631,6 +631,9 @@ func isRouting(err error) bool {
 	if !errors.As(err, &rerr) {
 		return false // not Redis's answer: a call that may have run
 	}
+	if isBadRecord(err) {
+		return false // its text names a key, which may hold any words
+	}
 	msg := err.Error()
 	for _, m := range []string{"non local key", "MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN"} {
 		if strings.Contains(msg, m) {
@@ -647,6 +650,9 @@ func isRouting(err error) bool {
 // alone would meet as well. Not a network error or a context's end either,
 // after which the call may have run.
 func isOpError(err error) bool {
+	if isBadRecord(err) {
+		return true
+	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) || errors.Is(err, redis.Nil) || isRouting(err) || isFunctionMissing(err) ||
 		isUnknownFCall(err) || isNoScript(err) {
@@ -718,7 +724,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func isFunctionMissing(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
+	return err != nil && !isBadRecord(err) && strings.Contains(err.Error(), "Function not found")
+}
+
+// isBadRecord reports whether err is the function failing on a string it
+// cannot read or a key of another type (BADRECORD, BADMARK: fail in
+// ratelimit.lua), before it wrote anything. Its text names the key, which
+// may spell any other answer of Redis's ("MOVED", "Function not found"):
+// the other tests of an error's text must not look into it.
+func isBadRecord(err error) bool {
+	return redis.HasErrorPrefix(err, "BADRECORD") || redis.HasErrorPrefix(err, "BADMARK")
 }
 
 // isUnknownFCall reports whether err is a server's refusal of FCALL as
@@ -726,7 +741,7 @@ func isFunctionMissing(err error) bool {
 // ("unknown command"), or a user not allowed it (NOPERM, by an ACL), for
 // whom scripts may be. Redis refuses it before it runs.
 func isUnknownFCall(err error) bool {
-	if err == nil {
+	if err == nil || isBadRecord(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())

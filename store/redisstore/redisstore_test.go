@@ -788,3 +788,20 @@ func TestBadRecordFailsOnlyItsOp(t *testing.T) {
 	c := client(t)
 	oneBadRecord(t, c, newStore(c, uniquePrefix(t, c)), "good", "bad")
 }
+
+// TestBadRecordKeyReadsLikeAnotherError: oneBadRecord on keys whose text
+// holds what Redis says of a call that did not run (MOVED, TRYAGAIN, a
+// library missing, ...): the error of the bad record names its key, and
+// must still be taken for a bad record, which fails only its op, not for
+// the answer the key spells.
+func TestBadRecordKeyReadsLikeAnotherError(t *testing.T) {
+	words := []string{"MOVED", "TASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN", "non local key", "Function not found",
+		"unknown command 'fcall'", "NOPERM fcall"}
+	c := client(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { cc.Close() })
+	for _, w := range words {
+		oneBadRecord(t, c, newStore(c, uniquePrefix(t, c)), "good "+w, "bad "+w)
+		oneBadRecord(t, cc, newStore(cc, uniquePrefix(t, cc)), "good "+w, "bad "+w)
+	}
+}
