@@ -399,6 +399,9 @@ type fcall struct {
 	cmd   redis.Cmder
 	err   error
 	tries int // times sent again after an answer that it did not run (unsent)
+	// Sent again once the library was loaded (reloaded), once the store
+	// turned to scripts (scripted): each once, whatever else met it.
+	reloaded, scripted bool
 	// piped: it went in a Cluster client's pipeline, whose calls go-redis
 	// sends again within the pipeline after a redirection or a missing
 	// connection (resent); when that send loses its answer, the call keeps
@@ -424,7 +427,7 @@ type fcall struct {
 // error.
 func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
-	for attempt := 0; len(pending) > 0; attempt++ {
+	for len(pending) > 0 {
 		for _, c := range pending {
 			if c.enc == nil {
 				c.enc = encoders.Get().(*encoder)
@@ -444,18 +447,22 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				// Not sent again: the error may be of a send before
 				// go-redis's last, which may have run.
 				c.err = fmt.Errorf("%w; the Cluster client may have sent the call again, and lost its answer: it may have run", c.err)
-			case attempt < 2 && c.slots && isRouting(c.err):
+			case c.slots && isRouting(c.err):
+				// Its parts, each of one slot, go once; however many
+				// times the call was sent before (refused for the
+				// server's state, or without the library).
 				again = append(again, c.parts...)
 				calls = append(calls, c.parts...)
 				continue
-			case attempt < 2 && isFunctionMissing(c.err):
-				reload = true
+			case !c.reloaded && isFunctionMissing(c.err):
+				reload, c.reloaded = true, true
 				again = append(again, c)
 				continue
-			case attempt < 2 && isUnknownFCall(c.err):
+			case !c.scripted && isUnknownFCall(c.err):
 				// Also when another round trip in flight found out
 				// first: this one was sent before, as FCALL.
 				s.scripts.Store(true)
+				c.scripted = true
 				again = append(again, c)
 				continue
 			case c.tries < s.retries && unsent(c.err):

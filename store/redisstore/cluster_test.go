@@ -419,14 +419,14 @@ func TestClusterSlotMoves(t *testing.T) {
 	ustore := newStore(unaware, prefix)
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 1000, Period: time.Hour.Milliseconds(), Capacity: 1000,
 		Phase: t0.UnixMilli() % time.Hour.Milliseconds()}
-	batch := func(where string) {
+	batch := func(where string, store *redisstore.Store) {
 		t.Helper()
 		ops := []*driver.Op{
 			{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: other, Count: 1, Shards: []driver.Shard{{Params: p}}}}},
 			{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: key, Count: 5, Shards: []driver.Shard{{Params: p}}}}},
 		}
 		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
-		require.NoError(t, ustore.ApplyBatch(ctx, ops, outs), where)
+		require.NoError(t, store.ApplyBatch(ctx, ops, outs), where)
 		spent += 5
 		require.Equal(t, 1000-spent, outs[1][0].Remaining, where)
 	}
@@ -435,6 +435,14 @@ func TestClusterSlotMoves(t *testing.T) {
 	// whose records are partly on each side, or not yet created, is
 	// refused with TRYAGAIN until the move completes, as Redis refuses any
 	// command on several keys then.)
+	// The same through a client whose first two sends of the call are
+	// answered LOADING, so that the slot's refusal comes third.
+	ref := &refuser{reply: "-LOADING Redis is loading the dataset in memory\r\n"}
+	refused := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Dialer: ref.dial})
+	t.Cleanup(func() { refused.Close() })
+	refused.AddHook(calls)
+	rstore := newStore(refused, prefix)
+
 	move(src, dst, true)
 	limit("migrating (ASK)", 20, "l")
 	// The ASK has c reload its map of the slots in the background, and
@@ -442,9 +450,15 @@ func TestClusterSlotMoves(t *testing.T) {
 	// another client, which loads its map now and has no reason to reload
 	// it before the batch.
 	require.NoError(t, unaware.Ping(ctx).Err())
+	require.NoError(t, refused.Ping(ctx).Err())
 	move(src, dst, false)
 	calls.reset()
-	batch("moved, the client unaware")
+	batch("moved, the client unaware", ustore)
+	require.Contains(t, calls.errors(), "non local key", "the call over two slots was refused")
+	calls.reset()
+	ref.armed.Store(2)
+	batch("moved, the client unaware, after two sends refused", rstore)
+	require.Zero(t, ref.armed.Load(), "the refusals happened")
 	require.Contains(t, calls.errors(), "non local key", "the call over two slots was refused")
 	limit("moved (MOVED)", 30, "l", "other")
 

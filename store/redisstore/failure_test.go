@@ -517,17 +517,32 @@ func TestRefundIsNeverSentTwice(t *testing.T) {
 	require.Equal(t, 94.0, value(), "the limit ran once")
 }
 
-// refuser answers, once armed, the next call of the function a
-// connection sends with reply, in place of the server, which never sees
-// it: as a server answers a write it does not run (LOADING, READONLY).
+// refuser answers, once armed, the next calls of the function (as many
+// as armed says) the connections send with reply, in place of the server,
+// which never sees them: as a server answers a write it does not run
+// (LOADING, READONLY).
 type refuser struct {
-	armed atomic.Bool
+	armed atomic.Int32
 	reply string
 }
 
 func (r *refuser) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	return &refuseConn{Conn: conn, r: r}, err
+}
+
+// take reports whether the refuser is armed, and arms it for one call
+// fewer.
+func (r *refuser) take() bool {
+	for {
+		n := r.armed.Load()
+		if n <= 0 {
+			return false
+		}
+		if r.armed.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 type refuseConn struct {
@@ -537,7 +552,7 @@ type refuseConn struct {
 }
 
 func (rc *refuseConn) Write(b []byte) (int, error) {
-	if bytes.Contains(bytes.ToLower(b), []byte("fcall")) && rc.r.armed.CompareAndSwap(true, false) {
+	if bytes.Contains(bytes.ToLower(b), []byte("fcall")) && rc.r.take() {
 		rc.pending = []byte(rc.r.reply)
 		return len(b), nil
 	}
@@ -567,10 +582,10 @@ func TestUnsentCallGoesAgain(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
 		require.NoError(t, err)
-		ref.armed.Store(true)
+		ref.armed.Store(1)
 		res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(3))
 		require.NoError(t, err, reply)
-		require.False(t, ref.armed.Load(), "the refusal happened")
+		require.Zero(t, ref.armed.Load(), "the refusal happened")
 		require.Equal(t, 7.0, res.Remaining, "%s: the call ran once", reply)
 	}
 
@@ -580,10 +595,10 @@ func TestUnsentCallGoesAgain(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
 	require.NoError(t, err)
-	ref.armed.Store(true)
+	ref.armed.Store(1)
 	res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(3))
 	require.NoError(t, err, "TRYAGAIN")
-	require.False(t, ref.armed.Load(), "the refusal happened")
+	require.Zero(t, ref.armed.Load(), "the refusal happened")
 	require.Equal(t, 7.0, res.Remaining, "TRYAGAIN: the call ran once")
 }
 
