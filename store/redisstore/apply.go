@@ -571,8 +571,9 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 		args = append(args, "evalsha", lib.sha)
 	}
 	if c.slots {
-		// The first key routes the call; all follow the batch.
-		args = append(args, 1, e.keys[0], e.buf)
+		// The first key routes the call, with a key of its slot that no
+		// one writes (routeKey); all follow the batch.
+		args = append(args, 2, e.keys[0], routeKey(e.keys[0]), e.buf)
 		for _, k := range e.keys {
 			args = append(args, k)
 		}
@@ -586,6 +587,22 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return onceCmd{cmd}
+}
+
+// routeKey returns the key that a call over several slots declares
+// beside its first, rec, a record's: the prefix and hash tag of rec alone,
+// which no record nor mark has (each has more after its tag), so a key no
+// one writes. Redis runs a call that names two keys of a slot, one of them
+// missing, only while the slot stays on its node: while it migrates, the
+// node it leaves, and the node it goes to even when asked (ASK, ASKING),
+// refuse the call with TRYAGAIN before it runs, and its ops go again one
+// call per hash tag, each naming all of its keys. Without it, a call sent
+// on to the slot's new node by ASK ran there with the client's ASKING,
+// under which that node reads any key of a slot it is taking in (this
+// slot, of a record not yet moved, say) as its own: missing, as a full
+// bucket; and the record it wrote there then stopped the key's move.
+func routeKey(rec string) string {
+	return rec[:strings.IndexByte(rec, '}')+1]
 }
 
 // onceCmd is a command go-redis must not send again.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -479,4 +480,123 @@ func TestClusterSlotMoves(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1000-spent, st.Remaining)
 	require.Equal(t, dst.id, owner(slot).id)
+}
+
+// ownCluster starts a Redis Cluster of three masters for the test alone,
+// on free loopback ports, which the test may reshard as it likes, and
+// returns a client of each node by its address.
+func ownCluster(t *testing.T) map[string]*redis.Client {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			testserver.Unreachable(t, bin, "PATH", err)
+		}
+	}
+	nodes := map[string]*redis.Client{}
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		_, port, _ := net.SplitHostPort(addr)
+		server := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+			"--dir", t.TempDir(), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+		require.NoError(t, server.Start())
+		t.Cleanup(func() {
+			_ = server.Process.Kill()
+			_ = server.Wait()
+		})
+		testserver.WaitReachable(t, addr, true)
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { n.Close() })
+		nodes[addr] = n
+		addrs = append(addrs, addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	require.NoError(t, err, "creating the cluster: %s", out)
+	ctx := context.Background()
+	for _, n := range nodes {
+		for i := 0; !strings.Contains(n.ClusterInfo(ctx).Val(), "cluster_state:ok"); i++ {
+			require.Less(t, i, 200, "%s: the cluster is not up", n.Options().Addr)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+// TestClusterSlotHalfMoved: a batch over several slots of one master, one
+// of them migrating to another master with the records of one key moved
+// and those of another key not yet: that key's slot the same, or another
+// slot moving to the same master. Each op must continue its own record
+// wherever it lies, and write none on the new master before its record
+// has moved there, which would stop the move (MIGRATE: BUSYKEY).
+func TestClusterSlotHalfMoved(t *testing.T) {
+	ctx := context.Background()
+	nodes := ownCluster(t)
+	var addrs []string
+	ids := map[string]string{}
+	for addr, n := range nodes {
+		addrs = append(addrs, addr)
+		ids[addr] = n.ClusterMyID(ctx).Val()
+	}
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
+	now := t0.UnixMilli()
+	for i, sameSlot := range []bool{true, false} {
+		// A client of its own, which knows where the last round left the
+		// slots.
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { c.Close() })
+		store := newStore(c, fmt.Sprintf("half-%d:", i))
+		rec := func(key string) string { return store.Key(driver.RecordID{Name: "l", Key: key}) }
+		slot := func(key string) int { return int(c.ClusterKeySlot(ctx, rec(key)).Val()) }
+		master := func(key string) string {
+			n, err := c.MasterForKey(ctx, rec(key))
+			require.NoError(t, err)
+			return n.Options().Addr
+		}
+		moved, stays := fmt.Sprint("k-", i), "" // a slot not moved before
+		for j := 2; stays == ""; j++ {
+			k := fmt.Sprint("k-", j)
+			if master(k) == master(moved) && (slot(k) == slot(moved)) == sameSlot {
+				stays = k
+			}
+		}
+		batch := func(want float64) {
+			t.Helper()
+			ops := []*driver.Op{oneItemOp(driver.ModeLimit, now, "l", moved, 10, p), oneItemOp(driver.ModeLimit, now, "l", stays, 10, p)}
+			outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+			require.NoError(t, store.ApplyBatch(ctx, ops, outs))
+			require.Equal(t, want, outs[0][0].Remaining, "same slot %v: the moved record carried on", sameSlot)
+			require.Equal(t, want, outs[1][0].Remaining, "same slot %v: the record not yet moved carried on", sameSlot)
+		}
+		batch(90)
+
+		src, dst := master(moved), ""
+		for addr := range nodes {
+			if addr != src {
+				dst = addr
+			}
+		}
+		host, port, _ := net.SplitHostPort(dst)
+		slots := []int{slot(moved)}
+		if !sameSlot {
+			slots = append(slots, slot(stays))
+		}
+		for _, s := range slots {
+			require.NoError(t, nodes[dst].Do(ctx, "cluster", "setslot", s, "importing", ids[src]).Err())
+			require.NoError(t, nodes[src].Do(ctx, "cluster", "setslot", s, "migrating", ids[dst]).Err())
+		}
+		require.NoError(t, nodes[src].Migrate(ctx, host, port, rec(moved), 0, 5*time.Second).Err())
+		batch(80)
+		require.NoError(t, nodes[src].Migrate(ctx, host, port, rec(stays), 0, 5*time.Second).Err(),
+			"same slot %v: the record not yet moved moves", sameSlot)
+		for _, s := range slots {
+			for _, n := range nodes {
+				require.NoError(t, n.Do(ctx, "cluster", "setslot", s, "node", ids[dst]).Err())
+			}
+		}
+		batch(70)
+	}
 }

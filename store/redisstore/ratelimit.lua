@@ -17,7 +17,8 @@
 -- args[1]: the batch, as little-endian doubles:
 --   header  flags (+1: judge every op at the server's TIME; +2: the keys
 --           lie in several slots of this node, and follow in args[2],
---           args[3], ...: keys holds only the first), expiry margin (ms),
+--           args[3], ...: keys holds only the first, which routes the
+--           call, and a key of its slot no one writes), expiry margin (ms),
 --           number of limits, number of ops
 --   limits  kind (1 fixed window, 2 token bucket), rate, period, capacity,
 --           max reserved; one per limit of the batch
@@ -948,7 +949,8 @@ local function apply(keys, args)
   local flags, margin, nlimits, nops, pos = sunpack('<dddd', b)
   if flags % 4 >= 2 then
     -- The keys of several slots of this node follow the batch in args
-    -- (keys holds only the first, which routes the call).
+    -- (keys holds only the first, which routes the call, and one that
+    -- keeps it from running while that slot migrates: apply.go).
     readall(args, 1, true)
   else
     readall(keys, 0, false)
