@@ -394,11 +394,6 @@ type fcall struct {
 	reqs  []*request
 	at    []int // the index of each request in the batch
 	slots bool  // its keys lie in several slots: they travel as arguments
-	parts []*fcall
-	enc   *encoder
-	cmd   redis.Cmder
-	err   error
-	tries int // times sent again after an answer that it did not run (unsent)
 	// Sent again once the library was loaded (reloaded), once the store
 	// turned to scripts (scripted): each once, whatever else met it.
 	reloaded, scripted bool
@@ -407,6 +402,11 @@ type fcall struct {
 	// connection (resent); when that send loses its answer, the call keeps
 	// the error of the first, though it may have run.
 	piped bool
+	parts []*fcall
+	enc   *encoder
+	cmd   redis.Cmder
+	err   error
+	tries int // times sent again after an answer that it did not run (unsent)
 }
 
 // run makes the calls, one pipeline for several, decodes their replies
@@ -561,7 +561,11 @@ func (s *Store) sendCalls(ctx context.Context, calls []*fcall, eval bool) {
 // the first. run sends again only a call that surely did not run.
 func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	e := c.enc
-	args := make([]any, 0, 5+len(e.keys))
+	n := 4 + len(e.keys) // the command, its function or script, the keys' count, the keys, the batch
+	if c.slots {
+		n += 2 // the first key and routeKey's
+	}
+	args := make([]any, 0, n)
 	switch {
 	case !s.scripts.Load():
 		args = append(args, "fcall", lib.name)
