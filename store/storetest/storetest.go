@@ -3,7 +3,13 @@
 // lines:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) ratelimit.Store { return mystore.New(...) })
+//		storetest.Run(t, func(t *testing.T) ratelimit.Store {
+//			s, err := mystore.New(...) // a fresh, empty store; register cleanups with t.Cleanup
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
 //	}
 //
 // The suite runs the project's golden vectors (computed by the reference
@@ -12,7 +18,8 @@
 // transition ratelimit.Evaluate; checks exactness under 64 goroutines;
 // checks that (name, key) pairs a naive encoding would confuse stay apart;
 // and checks Reset, Value, expiry, sharding, the all-or-nothing Op, limits
-// changed on a live Limiter and keyed hashing of keys.
+// changed on a live Limiter and keyed hashing of keys. The contract it
+// checks, and how to write a store, are in docs/stores.md.
 package storetest
 
 import (
