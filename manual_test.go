@@ -1,0 +1,198 @@
+package ratelimit_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// manualPages are the pages of the manual whose names and example outputs
+// the tests below check: README.md and docs/, but docs/performance.md, a
+// record of measurements made with the code of their day.
+func manualPages(t *testing.T) []string {
+	t.Helper()
+	pages := []string{"README.md"}
+	for _, glob := range []string{"docs/*.md", "docs/stores/*.md"} {
+		m, err := filepath.Glob(glob)
+		require.NoError(t, err)
+		pages = append(pages, m...)
+	}
+	pages = slices.DeleteFunc(pages, func(p string) bool { return p == filepath.Join("docs", "performance.md") })
+	require.Greater(t, len(pages), 10)
+	return pages
+}
+
+// mdBlock is a fenced code block of a page, with the paragraphs of text
+// around it.
+type mdBlock struct {
+	info, text    string
+	before, after string // the paragraph just before the block, and just after
+	line          int
+}
+
+// mdBlocks splits a page into its fenced code blocks and its prose (the
+// text outside the blocks).
+func mdBlocks(page string) (blocks []mdBlock, prose string) {
+	var (
+		b     strings.Builder
+		in    *mdBlock
+		para  []string // the paragraph being read
+		prev  []string // the last paragraph ended
+		owner *mdBlock // the block whose after-paragraph para is
+	)
+	endPara := func() {
+		if len(para) > 0 {
+			if owner != nil {
+				owner.after = strings.Join(para, "\n")
+				owner = nil
+			}
+			prev, para = para, nil
+		}
+	}
+	for i, line := range strings.Split(page, "\n") {
+		fence := strings.HasPrefix(strings.TrimLeft(line, " "), "```") // also a list item's
+		switch {
+		case in != nil && fence:
+			blocks = append(blocks, *in)
+			owner = &blocks[len(blocks)-1]
+			in, prev = nil, nil
+		case in != nil:
+			in.text += line + "\n"
+		case fence:
+			endPara()
+			in = &mdBlock{info: strings.TrimPrefix(strings.TrimLeft(line, " "), "```"), before: strings.Join(prev, "\n"), line: i + 1}
+			owner = nil // a block right after another has no paragraph between
+		case strings.TrimSpace(line) == "":
+			endPara()
+			b.WriteString("\n")
+		default:
+			para = append(para, line)
+			b.WriteString(line + "\n")
+		}
+	}
+	endPara()
+	return blocks, b.String()
+}
+
+// manualPackages maps the package names the manual qualifies names with
+// to their directories.
+var manualPackages = map[string]string{
+	"ratelimit":     ".",
+	"driver":        "driver",
+	"httplimit":     "httplimit",
+	"memstore":      "store/memstore",
+	"boltstore":     "store/boltstore",
+	"redisstore":    "store/redisstore",
+	"pgstore":       "store/pgstore",
+	"janitor":       "store/janitor",
+	"storetest":     "store/storetest",
+	"ratelimitgrpc": "contrib/grpc",
+	"ratelimitotel": "contrib/otel",
+	"ratelimitprom": "contrib/prometheus",
+}
+
+// exportedNames returns the exported names a package's files declare: its
+// functions, types, variables and constants, and T.M for each method,
+// field and interface method M of a type T.
+func exportedNames(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	names := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					names[d.Name.Name] = true
+					continue
+				}
+				recv := d.Recv.List[0].Type
+				if s, ok := recv.(*ast.StarExpr); ok {
+					recv = s.X
+				}
+				if id, ok := recv.(*ast.Ident); ok {
+					names[id.Name+"."+d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							names[n.Name] = true
+						}
+					case *ast.TypeSpec:
+						names[s.Name.Name] = true
+						var fields *ast.FieldList
+						switch ty := s.Type.(type) {
+						case *ast.StructType:
+							fields = ty.Fields
+						case *ast.InterfaceType:
+							fields = ty.Methods
+						}
+						if fields == nil {
+							continue
+						}
+						for _, f := range fields.List {
+							for _, n := range f.Names {
+								names[s.Name.Name+"."+n.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// Every name the manual's prose gives with its package (`driver.ExpiryGrace`,
+// `ratelimit.Settler`, `driver.RecordID.AppendKey`) is one that package
+// declares. docs/architecture.md sent store authors to driver.FullAt, which
+// is ratelimit.FullAt.
+func TestManualNamesExist(t *testing.T) {
+	qualified := regexp.MustCompile(`\b([a-z]+)\.([A-Z]\w*)(?:\.([A-Z]\w*))?`)
+	code := regexp.MustCompile("`[^`\n]+`")
+	known := map[string]map[string]bool{}
+	checked := 0
+	for _, page := range manualPages(t) {
+		src, err := os.ReadFile(page)
+		require.NoError(t, err)
+		_, prose := mdBlocks(string(src))
+		for _, span := range code.FindAllString(prose, -1) {
+			for _, m := range qualified.FindAllStringSubmatch(span, -1) {
+				dir, ok := manualPackages[m[1]]
+				if !ok {
+					continue
+				}
+				if known[dir] == nil {
+					known[dir] = exportedNames(t, dir)
+				}
+				name := m[2]
+				if m[3] != "" && !known[dir][name+"."+m[3]] {
+					// pkg.T.M where M is a member of T, or pkg.F followed by
+					// a word of another kind.
+					name += "." + m[3]
+				}
+				assert.True(t, known[dir][name], "%s: %s names %s.%s, which package %s does not declare", page, span, m[1], name, dir)
+				checked++
+			}
+		}
+	}
+	require.Greater(t, checked, 100)
+}
