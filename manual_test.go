@@ -196,3 +196,117 @@ func TestManualNamesExist(t *testing.T) {
 	}
 	require.Greater(t, checked, 100)
 }
+
+// exampleOutput returns the text that the // Output: comment of the
+// example fn declares in the Go file src, and whether src declares fn.
+func exampleOutput(src, fn string) (string, bool) {
+	_, body, ok := strings.Cut(src, "\nfunc "+fn+"() {\n")
+	if !ok {
+		return "", false
+	}
+	body, _, _ = strings.Cut(body, "\n}\n")
+	_, out, ok := strings.Cut(body, "\t// Output:\n")
+	if !ok {
+		return "", true
+	}
+	var b strings.Builder
+	for line := range strings.Lines(out) {
+		line = strings.TrimPrefix(strings.TrimPrefix(line, "\t//"), " ")
+		b.WriteString(line)
+	}
+	return strings.TrimSuffix(b.String(), "\n") + "\n", true
+}
+
+// A page that shows what an example prints (a block of plain text after,
+// or else before, a paragraph that names the example, `ExampleX`, or links
+// its test file) shows that example's // Output:, which go test checks.
+// Without the name, the block is the output of one of the examples of the
+// file the paragraph links; without the link, of the test file the page
+// linked last, or else of an example of that name anywhere in the repository.
+// Nothing checked the pages' copies of the examples' output.
+func TestManualExampleOutputs(t *testing.T) {
+	exampleName := regexp.MustCompile("`(Example\\w*)`")
+	testFile := regexp.MustCompile(`\]\(([^)#\s]+_test\.go)\)`)
+	exampleFunc := regexp.MustCompile(`(?m)^func (Example\w*)\(\) \{$`)
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(b)
+	}
+	// everywhere finds an example by its name in the repository's test
+	// files, when the page names no file.
+	everywhere := func(fn string) []string {
+		var found []string
+		err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			if _, ok := exampleOutput(read(path), fn); ok {
+				found = append(found, path)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		return found
+	}
+	checked := 0
+	for _, page := range manualPages(t) {
+		src := read(page)
+		blocks, _ := mdBlocks(src)
+		lines := strings.Split(src, "\n")
+		for _, b := range blocks {
+			// The test file the page linked last, before the block.
+			var lastFile string
+			for _, line := range lines[:b.line-1] {
+				for _, m := range testFile.FindAllStringSubmatch(line, -1) {
+					lastFile = filepath.Join(filepath.Dir(page), m[1])
+				}
+			}
+			if b.info != "" {
+				continue
+			}
+			para := b.before
+			if para == "" {
+				para = b.after
+			}
+			names := exampleName.FindAllStringSubmatch(para, -1)
+			links := testFile.FindAllStringSubmatch(para, -1)
+			if len(names) == 0 && len(links) == 0 {
+				continue
+			}
+			var files []string
+			for _, l := range links {
+				files = append(files, filepath.Join(filepath.Dir(page), l[1]))
+			}
+			if len(files) == 0 && lastFile != "" {
+				files = []string{lastFile}
+			}
+			var outputs []string
+			for _, n := range names {
+				in := files
+				if len(in) == 0 || !slices.ContainsFunc(in, func(f string) bool { _, ok := exampleOutput(read(f), n[1]); return ok }) {
+					in = everywhere(n[1])
+				}
+				require.NotEmpty(t, in, "%s:%d: no test file declares %s", page, b.line, n[1])
+				for _, f := range in {
+					if out, ok := exampleOutput(read(f), n[1]); ok {
+						outputs = append(outputs, out)
+					}
+				}
+			}
+			if len(names) == 0 {
+				for _, f := range files {
+					s := read(f)
+					for _, m := range exampleFunc.FindAllStringSubmatch(s, -1) {
+						out, _ := exampleOutput(s, m[1])
+						outputs = append(outputs, out)
+					}
+				}
+			}
+			assert.Contains(t, outputs, b.text, "%s:%d: the block is not the output of the example named or linked before it:\n%s", page, b.line, para)
+			checked++
+		}
+	}
+	require.GreaterOrEqual(t, checked, 12, "the example outputs the manual shows")
+}
