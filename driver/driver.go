@@ -45,29 +45,28 @@ type Expirer interface {
 }
 
 // Store keeps the state records of a Limiter. The Limiter decides what to
-// ask; a Store reads, decides (by Evaluate, or by a native port of it
-// proved equal by package storetest) and writes, atomically.
+// ask; a Store reads, decides (by ratelimit.Evaluate, or by a native port
+// of it proved equal by package storetest) and writes, atomically.
 //
 // Implementations must be safe for concurrent use by many goroutines and,
 // for shared stores, by many processes: under any interleaving, no more
 // tokens are granted than the semantics allow. Records of different
 // RecordIDs must never be confused, whatever bytes the names and keys hold.
 type Store interface {
-	// Apply decides op as Evaluate does over the records op touches, and
-	// writes the updates Evaluate marks, all in one atomic step. It fills
-	// out, which has one element per op item: an out shorter than that is
-	// refused with an error matching ErrOutLength, and an op that breaks a
-	// rule of Op (CheckOp: a settlement outside ModeRefund, say) with one
-	// matching ErrInvalidOp, both before anything is decided or written
-	// (CheckOut makes both checks). A valid op without items decides and
-	// writes nothing, and Apply returns nil.
+	// Apply decides op as ratelimit.Evaluate does over the records op
+	// touches, and writes the updates Evaluate marks, all in one atomic
+	// step. It fills out, which has one element per op item: an out
+	// shorter than that is refused with an error matching ErrOutLength,
+	// and an op that breaks a rule of Op (CheckOp: a settlement outside
+	// ModeRefund, say) with one matching ErrInvalidOp, both before
+	// anything is decided or written (CheckOut makes both checks). A valid
+	// op without items decides and writes nothing, and Apply returns nil.
 	Apply(ctx context.Context, op *Op, out []Decision) error
 	// Load reads the records ids into out, which has one element per id (a
 	// shorter out is refused with ErrOutLength: CheckRecords); a missing
-	// record is
-	// Record{}, whatever out held, and an id given twice reads the same
-	// record at both positions. A store may report as missing a record
-	// whose bucket is full again (see FullAt).
+	// record is Record{}, whatever out held, and an id given twice reads
+	// the same record at both positions. A store may report as missing a
+	// record whose bucket is full again (see ratelimit.FullAt).
 	Load(ctx context.Context, ids []RecordID, out []Record) error
 	// Delete removes the records ids; a missing one is not an error.
 	Delete(ctx context.Context, ids []RecordID) error

@@ -341,13 +341,13 @@ func (op *Op) AppendRecordIDs(dst []RecordID) []RecordID {
 }
 
 // ExpiryGrace is how long, in milliseconds, a store keeps a record past
-// its FullAt before deleting it. Reading a record past FullAt as missing is
-// always exact: at that call's now the bucket is full either way. Deleting
-// it is exact only for calls judged at FullAt or later, and concurrent
-// calls are judged at times read a moment apart: a call whose now was read
-// just before FullAt, arriving after the deletion, would find a full bucket
-// while the record says otherwise. The grace covers how far the nows of
-// calls in flight may lag behind the deleter's.
+// its FullAt (ratelimit.FullAt) before deleting it. Reading a record past
+// FullAt as missing is always exact: at that call's now the bucket is full
+// either way. Deleting it is exact only for calls judged at FullAt or
+// later, and concurrent calls are judged at times read a moment apart: a
+// call whose now was read just before FullAt, arriving after the deletion,
+// would find a full bucket while the record says otherwise. The grace
+// covers how far the nows of calls in flight may lag behind the deleter's.
 const ExpiryGrace int64 = 60_000
 
 // MaxTime bounds the times of an Op, in Unix milliseconds either side of
@@ -357,8 +357,8 @@ const ExpiryGrace int64 = 60_000
 // and a store an Op whose Now is beyond it (ErrInvalidOp).
 const MaxTime int64 = 1 << 52
 
-// Never is the FullAt of a record whose refill is too slow to compute:
-// keep it.
+// Never is the FullAt (ratelimit.FullAt) of a record whose refill is too
+// slow to compute: keep it.
 const Never int64 = math.MaxInt64
 
 // Kind selects how a limit grants tokens.
