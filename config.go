@@ -31,15 +31,15 @@ const (
 type Config struct {
 	// Kind is FixedWindow or TokenBucket. Required.
 	Kind driver.Kind `json:"kind" yaml:"kind"`
-	// Rate is the number of tokens granted per Period. Finite and > 0;
-	// fractions are allowed.
+	// Rate is the number of tokens granted per Period: from 1e-9 to
+	// MaxTokens; fractions are allowed.
 	Rate float64 `json:"rate" yaml:"rate"`
 	// Period is the window length (fixed window) or the time in which Rate
-	// tokens are refilled (token bucket). At least 1 ms, a whole number of
-	// milliseconds.
+	// tokens are refilled (token bucket). A whole number of milliseconds,
+	// from 1 ms to MaxPeriod.
 	Period time.Duration `json:"period" yaml:"period"`
-	// Capacity is the most tokens a bucket holds; grants beyond it are lost.
-	// 0 means Rate.
+	// Capacity is the most tokens a bucket holds, at most MaxTokens; grants
+	// beyond it are lost. 0 means Rate.
 	Capacity float64 `json:"capacity,omitempty" yaml:"capacity,omitempty"`
 	// MaxReserved is the most tokens a bucket may owe through reservations.
 	// 0 means as many as MaxTokens, which no real limit reaches. Set, with

@@ -128,9 +128,9 @@ type LimitError struct {
 	RetryAfter time.Duration
 }
 
-// Error names the key as given, cut to its first maxErrorKey bytes when it
-// is longer, so that an application that logs refusals of keys a client
-// chose (a header) does not log a line as long as each one.
+// Error names the key as given, cut to its first 64 bytes, followed by its
+// length, when it is longer, so that an application that logs refusals of
+// keys a client chose (a header) does not log a line as long as each one.
 func (e *LimitError) Error() string {
 	key, more := e.Key, ""
 	if len(key) > maxErrorKey {
