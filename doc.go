@@ -87,10 +87,25 @@
 // store runs them or a native port proved equal to them by the
 // store/storetest suite.
 //
+// When the store fails, each limit's failure policy decides the call
+// (Config.FailOpen: refused by default): the Result is Degraded, and the
+// error matches ErrStoreUnavailable. After a few failures in a row a
+// breaker stops asking the store for a while (WithBreaker).
+//
 // # Time
 //
 // The Limiter reads time from an injected clock (WithClock); tests use a
 // mock clock and never sleep. Inside the state, times are Unix
 // milliseconds, and a clock that steps backwards neither mints nor removes
 // tokens.
+//
+// # Further reading
+//
+// Package httplimit puts limits in front of a net/http handler. The manual,
+// in the repository's docs directory, tours the API (docs/api.md), defines
+// the model (docs/model.md), compares the stores (docs/stores.md) and says
+// what running in production takes (docs/production.md): several limits at
+// once, store failures, the deny cache, observability. The ratelimit
+// command (cmd/ratelimit, docs/cli.md) simulates a limit and inspects,
+// resets and load-tests real stores.
 package ratelimit
