@@ -48,12 +48,22 @@ type Step struct {
 
 // Expect is the reference's answer to a step.
 type Expect struct {
-	OK         *bool           `json:"ok"`
-	RetryAfter *float64        `json:"retryAfter_ms"`
-	Error      json.RawMessage `json:"error"`
-	Computed   *struct {
+	// OK is whether the call was granted; nil for a call refused as
+	// invalid (Error).
+	OK *bool `json:"ok"`
+	// RetryAfter is the wait in milliseconds, as the reference computed
+	// it (not rounded up); nil for none.
+	RetryAfter *float64 `json:"retryAfter_ms"`
+	// Error is the reference's error for a call it refuses as invalid (a
+	// count above the capacity); nil otherwise.
+	Error json.RawMessage `json:"error"`
+	// Computed is the state the reference computed for the call, kept
+	// only when the call is granted: Value is its tokens.
+	Computed *struct {
 		Value float64 `json:"value"`
 	} `json:"computed"`
+	// Differs, when not empty, says why the step is written to this
+	// library's rules rather than the reference's (docs/departures.md).
 	Differs string `json:"differs"`
 }
 
