@@ -20,7 +20,8 @@
 // effect.
 //
 // Every store runs the one conformance suite, storetest.Run, which checks
-// the promises stated here.
+// the promises stated here. docs/stores.md walks through the contract and
+// the writing of a store, step by step.
 package driver
 
 import (
