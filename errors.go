@@ -80,8 +80,8 @@ var (
 // was canceled; neither when the store's mark of it holds another Kind,
 // which no Limiter writes.
 type SettledError struct {
-	ID   [16]byte
-	Kind driver.SettleKind
+	ID   [16]byte          // the token's ID (Token.ID)
+	Kind driver.SettleKind // how the store's mark says it was settled
 	// own: the store's mark records the settler that asked
 	// (driver.Decision.Own), a Reservation or a holder of the token
 	// (Settler) whose earlier attempt took effect, its answer lost.

@@ -161,8 +161,8 @@ type Status struct {
 
 // ShardStatus is one record's part of a Status.
 type ShardStatus struct {
-	Index       int
-	Remaining   float64
+	Index       int       // the shard, from 0
+	Remaining   float64   // its tokens now; negative while reservations are owed
 	WindowStart time.Time // fixed window only
 	NextGrant   time.Time // fixed window only
 	// Stored reports whether the store holds a record; a missing one is a
