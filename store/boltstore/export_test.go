@@ -27,3 +27,8 @@ func RecordKey(id driver.RecordID) []byte { return appendRecordKey(nil, id) }
 
 // MarkKey is the bbolt key of the mark of the settlement id.
 func MarkKey(id [16]byte) []byte { return markKey(id) }
+
+// SetTreeRefused sets a function that Open calls when it has found the
+// tree of the file's last commit damaged, before it reads the file's meta
+// pages again; nil unsets it.
+func SetTreeRefused(f func()) { treeRefused = f }
