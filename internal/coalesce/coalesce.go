@@ -80,8 +80,8 @@ type Options struct {
 	// Choose it when send may block past its context's end, e.g. on a
 	// client that bounds a stalled read by its own timeout only. The call
 	// goes to the Batcher's worker, a goroutine that lives as long as the
-	// Batcher, or, while that one is busy, to a goroutine of its own; it
-	// costs two goroutine switches a call.
+	// Batcher (or until Close), or, while that one is busy, to a goroutine
+	// of its own; it costs two goroutine switches a call.
 	Detach bool
 }
 
@@ -121,9 +121,11 @@ type Batcher[Req, Res any] struct {
 	// this Batcher's, or all of its Group's (nil without Share).
 	share *tally
 	// worker takes a detached lone call to the Batcher's worker (nil
-	// until the first such call), when it is not busy.
-	worker chan *call[Req, Res]
-	busy   bool
+	// until the first such call, and after Close), when it is not busy.
+	worker  chan *call[Req, Res]
+	busy    bool
+	cleanup runtime.Cleanup // closes worker once the Batcher is collected
+	closed  bool            // Close was called: no worker starts again
 
 	// calls holds calls whose callers took their answer, for reuse: a
 	// call and its channel are two allocations a call otherwise.
@@ -415,24 +417,60 @@ func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Cont
 // detach sends a lone call in the background: on the Batcher's worker
 // if it is idle, else on a goroutine of its own. b.mu is held.
 //
-// The worker is a goroutine that lives as long as the Batcher: handing a
-// call to a parked goroutine costs less than starting one, whose stack
-// grows again through the client's calls. It holds nothing but its
-// channel while idle, so a Batcher no longer used is collected, and
-// closes the channel then, which ends the worker.
+// The worker is a goroutine that lives as long as the Batcher, or until
+// Close: handing a call to a parked goroutine costs less than starting
+// one, whose stack grows again through the client's calls. It holds
+// nothing but its channel while idle, so a Batcher no longer used is
+// collected, and closes the channel then, which ends the worker.
 func (b *Batcher[Req, Res]) detach(c *call[Req, Res]) {
-	if b.worker == nil {
+	if b.worker == nil && !b.closed {
 		b.worker = make(chan *call[Req, Res], 1)
 		go work(b.worker)
-		runtime.AddCleanup(b, func(ch chan *call[Req, Res]) { close(ch) }, b.worker)
+		b.cleanup = runtime.AddCleanup(b, func(ch chan *call[Req, Res]) { close(ch) }, b.worker)
 	}
-	if b.busy { // a lone call with MaxInFlight above 1, or coalescing off
+	if b.busy || b.worker == nil { // a lone call with MaxInFlight above 1, or coalescing off; or after Close
 		go b.runOne(c, false)
 		return
 	}
 	b.busy = true
 	c.b = b
 	b.worker <- c // never blocks: the worker took the last one
+}
+
+// Close ends the Batcher's worker (Options.Detach): at once if it is
+// idle, else once it has sent what it is sending. The Batcher stays
+// usable: a detached lone call then goes on a goroutine of its own, which
+// ends with its send. Call it when the destination is closed, so that no
+// goroutine of the Batcher's outlives it. It is idempotent.
+func (b *Batcher[Req, Res]) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if !b.busy {
+		b.stopWorker()
+	}
+}
+
+// stopWorker ends the worker, idle, if there is one. b.mu is held.
+func (b *Batcher[Req, Res]) stopWorker() {
+	if b.worker != nil {
+		b.cleanup.Stop()
+		close(b.worker)
+		b.worker = nil
+	}
+}
+
+// idle marks the worker idle, having sent its last batch, or, after Close,
+// ends it; a goroutine of a lone call's own (not the worker) changes
+// nothing. b.mu is held.
+func (b *Batcher[Req, Res]) idle(worker bool) {
+	if !worker {
+		return
+	}
+	b.busy = false
+	if b.closed {
+		b.stopWorker()
+	}
 }
 
 // work sends the lone calls handed to it, until its channel is closed.
@@ -455,7 +493,7 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	b.count(-1, 0)
 	if !b.goOn() {
 		b.inflight--
-		b.busy = b.busy && !worker
+		b.idle(worker)
 		b.mu.Unlock()
 		signal(c)
 		return
@@ -486,7 +524,7 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 		b.count(-len(calls), 0)
 		if !b.goOn() {
 			b.inflight--
-			b.busy = b.busy && !worker
+			b.idle(worker)
 			b.mu.Unlock()
 			return
 		}

@@ -623,6 +623,59 @@ func TestDetachedLoneCallsGoToOneWorkerThatEndsWithItsBatcher(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the worker's channel is closed once its Batcher is collected")
 }
 
+// Close ends the worker: at once when it is idle, and, when it is busy,
+// once it has sent what it is sending; a detached lone call after Close
+// still goes, on a goroutine of its own, and starts no worker again.
+func TestCloseEndsTheWorker(t *testing.T) {
+	closed := func(ch chan *call[int, int]) bool {
+		select {
+		case _, open := <-ch:
+			return !open
+		default:
+			return false
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		if reqs[0] < 0 {
+			entered <- struct{}{}
+			<-release
+		}
+		res[0] = reqs[0] * 10
+		return nil
+	}, Options{Detach: true})
+
+	res, err := b.Do(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 10, res)
+	worker := b.worker
+	require.NotNil(t, worker)
+	b.Close()
+	require.True(t, closed(worker), "an idle worker ends at Close")
+	b.Close() // idempotent
+
+	res, err = b.Do(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 20, res, "a call after Close is sent")
+	require.Nil(t, b.worker, "and starts no worker")
+
+	// A busy worker ends once it has sent.
+	b = New(b.send, Options{Detach: true})
+	done := make(chan error, 1)
+	go func() { _, err := b.Do(ctx, -1); done <- err }()
+	<-entered
+	b.mu.Lock()
+	worker = b.worker
+	b.mu.Unlock()
+	b.Close()
+	require.False(t, closed(worker), "a busy worker goes on")
+	close(release)
+	require.NoError(t, <-done)
+	require.True(t, closed(worker), "and ends once it has sent")
+}
+
 // goroutineID returns the first line of the calling goroutine's stack,
 // which names it.
 func goroutineID() string {

@@ -299,13 +299,15 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 }
 
 // Close releases the file when the store owns it (Open), after the write
-// transaction under way, if any. It is idempotent; the store's methods
-// return driver.ErrClosed afterwards.
+// transaction under way, if any, and ends the goroutine that runs the
+// store's transactions in the background, once idle. It is idempotent;
+// the store's methods return driver.ErrClosed afterwards.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.writer <- struct{}{}
 		s.closed.Store(true)
 		<-s.writer
+		s.batcher.Close()
 		if s.owned {
 			s.closeErr = s.db.Close()
 			s.file.release()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,4 +80,48 @@ func TestCloseWhileCallsAreInFlight(t *testing.T) {
 	used := int64(capacity - out[0].State.Remaining)
 	require.GreaterOrEqual(t, used, granted.Load(), "every grant a caller was told of is in the file")
 	require.LessOrEqual(t, used, granted.Load()+undecided.Load())
+}
+
+// Close ends the goroutine that runs the store's transactions in the
+// background: it lived on, parked, for as long as the closed store was
+// reachable, which a check for leaked goroutines after Close reports.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	others := workers()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, ctx := range []context.Context{ctx, context.Background()} {
+		require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+		_, err := s.DeleteExpired(ctx, t0)
+		require.NoError(t, err)
+	}
+	var mine []string
+	for _, g := range workers() {
+		if !slices.Contains(others, g) {
+			mine = append(mine, g)
+		}
+	}
+	require.Len(t, mine, 1, "the store runs a worker")
+	require.NoError(t, s.Close())
+	require.Eventually(t, func() bool { return !slices.Contains(workers(), mine[0]) }, 10*time.Second, time.Millisecond,
+		"the store's worker outlives Close")
+	// A call after Close starts none again.
+	require.ErrorIs(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)), driver.ErrClosed)
+	runtime.KeepAlive(s)
+}
+
+// workers returns the goroutines ("goroutine 12") that run the
+// transactions of stores in the background, idle or not.
+func workers() []string {
+	buf := make([]byte, 1<<20)
+	for len(buf) == runtime.Stack(buf, true) {
+		buf = make([]byte, 2*len(buf))
+	}
+	var ids []string
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "internal/coalesce.work[") {
+			ids = append(ids, strings.SplitN(g, " [", 2)[0])
+		}
+	}
+	return ids
 }
