@@ -24,7 +24,9 @@
 // driver.ExpiryGrace: a stripe about to grow first drops those, every
 // record added examines a few slots of another stripe, in turn, and a
 // stripe written to examines a few of its own every 100 ms of the calls'
-// time; a table at most 1/8 full shrinks, and an empty one is freed.
+// time, and a few of another's, in turn, so that calls on keys still
+// active, with no new ones, drop the records of those gone idle anywhere;
+// a table at most 1/8 full shrinks, and an empty one is freed.
 // DeleteExpired drops them all at once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
@@ -64,6 +66,10 @@ const (
 	// insertSweep is how many slots of another stripe, taken in turn, a
 	// write that adds a record examines.
 	insertSweep = 16
+	// otherSweep is how many slots of another stripe, taken in turn, a
+	// stripe that steps its own sweep examines too, so that the records
+	// of keys gone idle go while only other keys are written.
+	otherSweep = 64
 	// tries is how many times a call looks for its record without the
 	// stripe's mutex before it takes it.
 	tries = 3
@@ -378,13 +384,18 @@ func (st *stripe) insert(s *Store, i int, h uint64, limit uint32, key string, st
 	r.key, r.value, r.ts, r.expires, r.memo = key, state.Remaining, state.TS, expires, 0
 	t.meta[i].Store(metaOf(uint32(h), limit)) // published: a call may find it from now on
 	st.n++
+	st.stepOther(s, now, insertSweep)
+}
 
+// stepOther steps the sweep of the next stripe in turn (st's victim) by
+// count slots, if its mutex is free. The caller holds mu.
+func (st *stripe) stepOther(s *Store, now int64, count int) {
 	st.victim = (st.victim + 1) % stripes
 	switch v := &s.stripes[st.victim]; {
 	case v == st:
-		v.step(s, now, insertSweep)
+		v.step(s, now, count)
 	case v.mu.TryLock():
-		v.step(s, now, insertSweep)
+		v.step(s, now, count)
 		v.mu.Unlock()
 	}
 }
@@ -566,16 +577,25 @@ func (st *stripe) step(s *Store, now int64, count int) {
 
 // wrote is called after a write of the stripe at now, holding no lock:
 // once every sweepEvery of the calls' time, if mu is free, it steps the
-// sweep.
+// sweep (stepped).
 func (st *stripe) wrote(s *Store, now int64) {
 	if now < st.nextSweep.Load() || !st.mu.TryLock() {
 		return
 	}
+	st.stepped(s, now)
+	st.mu.Unlock()
+}
+
+// stepped steps the sweep of the stripe, written at now, and that of
+// another in turn, once every sweepEvery of the calls' time: records of
+// keys gone idle go while other keys are written, wherever they are. The
+// caller holds mu.
+func (st *stripe) stepped(s *Store, now int64) {
 	if now >= st.nextSweep.Load() {
 		st.nextSweep.Store(now + sweepEvery)
 		st.step(s, now, sweepSlots)
+		st.stepOther(s, now, otherSweep)
 	}
-	st.mu.Unlock()
 }
 
 // Bind implements driver.Binder.
@@ -892,11 +912,7 @@ func (s *Store) apply(op *driver.Op, out []driver.Decision) {
 	}
 	for i, u := range next {
 		if u.Write {
-			st := s.stripeOf(hashes[i])
-			if op.Now >= st.nextSweep.Load() {
-				st.nextSweep.Store(op.Now + sweepEvery)
-				st.step(s, op.Now, sweepSlots)
-			}
+			s.stripeOf(hashes[i]).stepped(s, op.Now)
 		}
 	}
 }

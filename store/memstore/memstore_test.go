@@ -165,6 +165,39 @@ func TestStreamOfKeysStaysBounded(t *testing.T) {
 	require.Less(t, most, live+live/2)
 }
 
+// Records of keys gone idle are dropped while calls go on without new
+// keys: writes to the keys still active sweep every stripe in turn, not
+// only their own. After a burst of one-off keys, a single key written
+// every 100 ms for hours left 98% of the burst's records held for good:
+// only inserts swept the other stripes.
+func TestIdleRecordsGoWhileOtherKeysAreWritten(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	const n = 20_000
+	for i := range n {
+		drain(t, s, "once-"+strconv.Itoa(i), t0)
+	}
+	// The burst is droppable from a second and a grace on. Then one key is
+	// written every 100 ms, through Apply and through a bound limit, for
+	// two minutes more.
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	b := s.Bind("bound", p, func(string) int64 { return 0 })
+	op := &driver.Op{Items: []driver.Item{{Name: "l", Key: "steady", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	out := make([]driver.Decision, 1)
+	for now := t0 + 1000; now < t0+1000+driver.ExpiryGrace+2*60_000; now += 100 {
+		c.ms.Store(now)
+		op.Now = now
+		require.NoError(t, s.Apply(ctx, op, out))
+		require.True(t, out[0].OK)
+		v, err := b.Decide(ctx, "steady", driver.ModeLimit, now, 1, false)
+		require.NoError(t, err)
+		require.True(t, v.OK)
+	}
+	require.LessOrEqual(t, s.Len(), 2, "records of idle keys held, of %d", n)
+}
+
 // The tables hold their records under growth, sweeps, backward-shift
 // deletes and shrinking: thousands of keys and two limits, calls at times
 // that leave many records droppable, deletes, compared with Model decision
