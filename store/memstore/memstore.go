@@ -109,6 +109,9 @@ type Store struct {
 	markMu     sync.Mutex
 	marks      map[[16]byte]mark
 	markWrites int
+	// marksMost is the most marks held since marks was made: a Go map
+	// keeps the memory of its most however many go (dropMarks).
+	marksMost int
 }
 
 // mark is a settlement: how it was settled, by whom (Settlement.Settler),
@@ -810,6 +813,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		s.marks = make(map[[16]byte]mark)
 	}
 	s.marks[op.Settle.ID] = mark{kind: op.Settle.Kind, expires: op.Settle.Until, settler: op.Settle.Settler}
+	s.marksMost = max(s.marksMost, len(s.marks))
 	// Every so many marks, drop those expired: amortized O(1) a mark.
 	if s.markWrites++; s.markWrites >= max(1024, len(s.marks)) {
 		s.markWrites = 0
@@ -819,7 +823,10 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // dropMarks drops the marks expired for ExpiryGrace at now, and returns
-// how many; markMu is held.
+// how many; markMu is held. Once the marks left are at most a quarter of
+// the most held, they move to a map of their size: a Go map never gives
+// back the memory of the entries deleted from it. The copy costs at most
+// a third of the deletes since the last.
 func (s *Store) dropMarks(now int64) int {
 	n := 0
 	for id, m := range s.marks {
@@ -828,8 +835,22 @@ func (s *Store) dropMarks(now int64) int {
 			n++
 		}
 	}
+	if s.marksMost > minMarksCopied && 4*len(s.marks) <= s.marksMost {
+		var marks map[[16]byte]mark
+		if len(s.marks) > 0 {
+			marks = make(map[[16]byte]mark, len(s.marks))
+			for id, m := range s.marks {
+				marks[id] = m
+			}
+		}
+		s.marks, s.marksMost = marks, len(marks)
+	}
 	return n
 }
+
+// minMarksCopied is the most marks held below which dropMarks keeps the
+// map as it is: a small one costs little.
+const minMarksCopied = 1024
 
 // apply decides op, which carries no settlement, atomically.
 func (s *Store) apply(op *driver.Op, out []driver.Decision) {
