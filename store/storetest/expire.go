@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -141,4 +142,58 @@ func testExpirerCounts(t *testing.T, newStore NewStore) {
 	n, err = s.(driver.Expirer).DeleteExpired(ctx, later)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the record and the settlement's mark")
+}
+
+// testSweepDifferential drives the store and Model as
+// testSettleDifferential does, charges, refunds, reservations and
+// settlements, and sweeps the store (DeleteExpired) now and then as far
+// ahead of the calls as the grace allows (ExpiryGrace less a millisecond:
+// a call judged at a now read that long before the sweep's): the store
+// must answer as Model, which keeps every record and mark, and its records
+// read the same. A sweep that dropped a record still in debt, or a mark of
+// a token that may still be settled, would change an answer.
+func testSweepDifferential(t *testing.T, newStore NewStore, s suite) {
+	ctx := context.Background()
+	for seed := range max(s.diffSeeds/4, 1) {
+		store, model := newStore(t), NewModel()
+		exp := store.(driver.Expirer)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5ee9))
+		u := newUniverse(rng)
+		var ids [6][16]byte
+		for i := range ids {
+			ids[i] = [16]byte{byte(seed), byte(i), 0x5e, 0xe9, byte(rng.Uint32())}
+		}
+		// A token is settled until it expires (its first settlement's
+		// Until), as a Limiter settles it: no later.
+		until := map[[16]byte]int64{}
+		now := epoch.UnixMilli()
+		for step := range s.diffSteps {
+			now += randomStep(rng, periods[rng.IntN(len(periods))])
+			op := u.randomOp(rng, now)
+			if rng.IntN(2) == 0 {
+				id := ids[rng.IntN(len(ids))]
+				if first, ok := until[id]; ok && now > first {
+					continue
+				}
+				op = u.randomSettle(rng, now, id)
+				if _, ok := until[id]; !ok {
+					until[id] = op.Settle.Until
+				}
+				op.Settle.Until = until[id]
+			}
+			if len(op.Items) == 0 {
+				continue
+			}
+			withRuns(ctx, rng, model, op)
+			applyBoth(t, ctx, store, model, op, seed, step)
+			if rng.IntN(3) == 0 {
+				_, err := exp.DeleteExpired(ctx, time.UnixMilli(now+driver.ExpiryGrace-1))
+				require.NoError(t, err)
+			}
+			if rng.IntN(4) == 0 {
+				compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d step %d", seed, step))
+			}
+		}
+		compareRecords(t, ctx, store, model, u, now, fmt.Sprintf("seed %d end", seed))
+	}
 }

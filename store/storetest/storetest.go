@@ -92,6 +92,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("Contract", func(t *testing.T) { testContract(t, newStore) })
 	if _, ok := newStore(t).(driver.Expirer); ok {
 		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
+		t.Run("SweepDifferential", func(t *testing.T) { testSweepDifferential(t, newStore, s) })
 	}
 	t.Run("ChangedLimits", func(t *testing.T) { testChangedLimits(t, newStore) })
 	t.Run("KeyHash", func(t *testing.T) { testKeyHash(t, newStore) })
