@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
@@ -38,7 +39,8 @@ import (
 // or, in JSON, {"sendMessage": {"kind": "token bucket", "rate": 10,
 // "period": "1m", "capacity": 3}, ...}. A file that is a JSON object is
 // read by JSON's rules (its strings may hold any escape JSON allows, which
-// YAML's do not), with the same fields and errors. json.Marshal and
+// YAML's do not), with the same fields and errors; text that is not UTF-8
+// is an error in JSON as in YAML. json.Marshal and
 // yaml.Marshal of a Config write this format, which reads back as the
 // Config written, but for the location of Start (see MarshalJSON).
 //
@@ -521,9 +523,10 @@ func ParseLimits(data []byte) (Limits, error) {
 	// JSON is read as JSON, in one pass: a document that is not JSON
 	// though it starts as JSON would (a YAML flow mapping, {a: 1}) is read
 	// as YAML, with YAML's errors.
+	var notUTF8 *notUTF8Error
 	if !looksJSON(data) {
 		doc, err = parseDocument(data)
-	} else if doc, err = jsonDocument(data); err != nil {
+	} else if doc, err = jsonDocument(data); err != nil && !errors.As(err, &notUTF8) {
 		doc, err = parseDocument(data)
 	}
 	if err != nil {
@@ -589,9 +592,15 @@ func looksJSON(data []byte) bool {
 // lines, so that the readers of the fields and their errors are the same
 // for both. It refuses what json.Valid refuses: data that is not one JSON
 // value, with nothing but white space after it, nested at most
-// jsonMaxDepth deep.
+// jsonMaxDepth deep. It refuses too data that is not UTF-8, as the YAML
+// parser does, and as JSON's rules (RFC 8259) do: encoding/json reads
+// each byte that is not UTF-8 as U+FFFD, so that a limit named "a\xff"
+// was declared as "a\uFFFD", which no call names.
 func jsonDocument(data []byte) (yaml.Node, error) {
 	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
+	if !utf8.Valid(data) {
+		return yaml.Node{}, notUTF8At(data)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	off, line := 0, 1
@@ -652,6 +661,30 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		return yaml.Node{}, fmt.Errorf("line %d: data after the JSON value: write one JSON object", nextLine())
 	}
 	return yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Content: []*yaml.Node{root}}, nil
+}
+
+// notUTF8Error is the error of JSON text that is not UTF-8.
+type notUTF8Error struct {
+	line int
+	b    byte // the first byte that is not UTF-8
+}
+
+func (e *notUTF8Error) Error() string {
+	return fmt.Sprintf("line %d: byte %#x is not UTF-8: JSON text is UTF-8; write the file in UTF-8", e.line, e.b)
+}
+
+// notUTF8At returns the error of data, which is not UTF-8, naming the
+// line of its first byte that is not.
+func notUTF8At(data []byte) error {
+	i := 0
+	for i < len(data) {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
+	}
+	return &notUTF8Error{line: 1 + bytes.Count(data[:i], []byte("\n")), b: data[i]}
 }
 
 // jsonMaxDepth is the deepest nesting json.Valid accepts.

@@ -734,3 +734,32 @@ func TestParseLimitsWithoutKind(t *testing.T) {
 		assert.NotContains(t, err.Error(), "ratelimit.FixedWindow")
 	}
 }
+
+// JSON text that is not UTF-8 is an error, as it is in YAML: encoding/json
+// reads each byte that is not UTF-8 as U+FFFD, so that a limit named
+// "a\xff" was declared as "a\uFFFD", a name no call gives, and the names
+// "a\xff" and "a\xfe" were one name given twice.
+func TestParseLimitsJSONNotUTF8(t *testing.T) {
+	const limit = `{"kind": "fixed window", "rate": 1, "period": "1h"}`
+	for _, in := range []string{
+		"{\"a\xff\": " + limit + "}",
+		"{\n\"ok\": " + limit + ",\n\"a\xfe\": " + limit + "}",
+		"\uFEFF{\"a\xc3\": " + limit + "}",
+	} {
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.Error(t, err, "%q: got %v", in, limits)
+		assert.ErrorContains(t, err, "is not UTF-8", in)
+		assert.ErrorContains(t, err, fmt.Sprintf("line %d:", 1+strings.Count(in, "\n")), in)
+
+		var viaJSON ratelimit.Limits
+		err = json.Unmarshal([]byte(strings.TrimPrefix(in, "\uFEFF")), &viaJSON)
+		assert.ErrorContains(t, err, "is not UTF-8", in)
+	}
+	var c ratelimit.Config
+	err := json.Unmarshal([]byte("{\"kind\": \"fixed window\", \"rate\": 1, \"period\": \"1h\", \"f\xffo\": 1}"), &c)
+	assert.ErrorContains(t, err, "is not UTF-8")
+	// Text that is: the names read as written.
+	limits, err := ratelimit.ParseLimits([]byte(`{"café": ` + limit + `}`))
+	require.NoError(t, err)
+	assert.Contains(t, limits, "café")
+}
