@@ -56,8 +56,8 @@ import (
 // is written 0o10. A number too close to 0 for a float64 (1e-400), which
 // would read as 0, the default of capacity and maxReserved, is an error.
 // An unknown field is an error, so that a misspelt one is not silently
-// ignored; errors name the line and the field as written here. A limit name or a field name is text: a list, a mapping or null
-// (~) is an error. Anchors, aliases and merges read as yaml.Unmarshal
+// ignored; errors name the line and the field as written here. A limit name or a field name is text: a list, a mapping, null
+// (~) or a name tagged !!binary is an error. Anchors, aliases and merges read as yaml.Unmarshal
 // reads them ("<<: *defaults" gives the fields of defaults that the limit
 // does not give), and a mapping merged into itself is an error, as it is
 // there; a limit's keys, counting those of the mappings it merges,
@@ -415,6 +415,10 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 			return fmt.Errorf("line %d: a %s name is %s: write text", key.Line, w.what, shown(k))
 		case k.ShortTag() == "!!null":
 			return fmt.Errorf("line %d: a %s name is null (%q): write another, or quote it", key.Line, w.what, k.Value)
+		case k.ShortTag() == "!!binary":
+			// yaml.Unmarshal decodes it, to bytes that need not be text;
+			// its Value is the base64, another name.
+			return fmt.Errorf("line %d: a %s name tagged !!binary: write text", key.Line, w.what)
 		}
 		name := k.Value
 		if own[name] {

@@ -225,6 +225,10 @@ func TestParseLimitsKeys(t *testing.T) {
 		{"null: " + limit + "\n", `line 1: a limit name is null ("null")`},
 		{"a:\n  kind: fixed window\n  ? [rate]\n  : 1\n  period: 1h\n", `limit "a": line 3: a field name is a list: write text`},
 		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  ~: 1\n", `limit "a": line 5: a field name is null ("~")`},
+		// yaml.Unmarshal decodes a name tagged !!binary ("\xff"), where
+		// it was read as its base64 text ("/w=="), another name.
+		{"a: " + limit + "\n!!binary /w==: " + limit + "\n", `line 2: a limit name tagged !!binary: write text`},
+		{"a:\n  kind: fixed window\n  !!binary cmF0ZQ==: 1\n", `limit "a": line 3: a field name tagged !!binary: write text`},
 	} {
 		limits, err := ratelimit.ParseLimits([]byte(bad.in))
 		assert.ErrorContains(t, err, bad.want, "%q: got %v", bad.in, limits)
