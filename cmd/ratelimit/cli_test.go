@@ -627,6 +627,18 @@ func TestRedisClusterURL(t *testing.T) {
 	}
 }
 
+// A redis:// URL without its slashes (redis:10.0.0.5:6379) is refused:
+// go-redis reads the address from what follows them, and finding none,
+// dialed localhost:6379, another server than the one written.
+func TestRedisURLWithoutSlashes(t *testing.T) {
+	for _, store := range []string{"redis:127.0.0.1:1", "rediss:127.0.0.1:1/0", "redis:/127.0.0.1:1/0", "redis:"} {
+		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s", store, errOut)
+		require.Contains(t, errOut, "://HOST:PORT/DB", store)
+		require.NotContains(t, errOut, "localhost", store)
+	}
+}
+
 // An error about --store hides its password, in the command's words and
 // in the client's: they quoted the URL whole.
 func TestStorePasswordHidden(t *testing.T) {

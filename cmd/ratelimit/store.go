@@ -239,6 +239,11 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 		}
 		return b, func() { b.Close() }, nil
 	case "redis", "rediss":
+		if !strings.HasPrefix(rest, "//") {
+			// go-redis reads the address after the slashes, and without
+			// them dials localhost:6379, whatever follows.
+			return nil, nil, usagef("--store %q: write %s://HOST:PORT/DB, with the two slashes", shown, scheme)
+		}
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, nil, usagef("--store %q: %s", shown, hide(err.Error()))
