@@ -720,6 +720,48 @@ func TestStorePasswordHidden(t *testing.T) {
 	}
 }
 
+// A password that a URL does not hold as written is hidden too: one with
+// a /, ? or # not escaped, which ends a URL's host, so that the clients
+// read its start as a port and quoted it (invalid port ":hunter"), and
+// the command quoted the URL whole; and one of a URL without its scheme
+// or its slashes. A URL whose password holds such a character is refused
+// before any client reads it.
+func TestStorePasswordHiddenMalformed(t *testing.T) {
+	for store, escape := range map[string]bool{
+		"redis://app:hunter/22@127.0.0.1:1/0":        true,
+		"rediss://app:hunter?22@127.0.0.1:1/0":       true,
+		"redis://app:hunter#22@127.0.0.1:1/0":        true,
+		"postgres://app:hunter/22@127.0.0.1:1/db":    true,
+		"postgresql://app:hunter#22@127.0.0.1:1/db":  true,
+		"redis+cluster://app:hunter/22@127.0.0.1":    false,
+		"redis:/app:hunter22@127.0.0.1:1/0":          false,
+		"redis:app:hunter22@127.0.0.1:1/0":           false,
+		"redis+cluster:app:hunter22@127.0.0.1:1":     false,
+		"app:hunter22@127.0.0.1:1":                   false,
+		"reddis://app:hunter/22@127.0.0.1:1/0":       false,
+		"postgres:app:hunter22@127.0.0.1:1/db":       false,
+		"postgres://app:hunter/22@127.0.0.1:1/db?x=": true,
+		"redis://app:1234/hunter@127.0.0.1:1/0":      true,
+	} {
+		code, _, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s", store, errOut)
+		require.NotContains(t, errOut, "hunter", store)
+		require.Contains(t, errOut, ":xxxxx@", store)
+		if escape {
+			require.Contains(t, errOut, "write it escaped", store)
+		} else {
+			require.NotContains(t, errOut, "write it escaped", store)
+		}
+	}
+	// What is not a password is shown as it is: a port, and an @ in a
+	// path or a query.
+	for _, u := range []string{"redis://127.0.0.1:6379/0?x=a@b", "postgres://db:5432/app?user=admin@srv", "redis://[::1]:6379/0#a@b",
+		"postgres://db/app?application_name=a@b", "redis://app@127.0.0.1:6379/0"} {
+		shown, _ := hidePassword(u)
+		require.Equal(t, u, shown)
+	}
+}
+
 // --store takes a PostgreSQL connection string of keywords, as pgx does
 // (host=... port=... dbname=...), not only a URL: it was an unknown kind
 // of store.

@@ -209,6 +209,10 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	scheme, rest, _ := strings.Cut(u, ":")
 	if keywords.MatchString(u) {
 		scheme = "postgres" // a connection string of keywords, which pgx reads as it does a URL
+	} else if _, _, malformed := passwordIn(u); malformed && storeSchemes[scheme] && scheme != "redis+cluster" {
+		// The clients would read the host and port from the password,
+		// and quote its parts in their errors.
+		return nil, nil, usagef("--store %q: the password holds a /, ? or # as it is, which ends a URL's host: write it escaped (%%2F, %%3F, %%23)", shown)
 	}
 	switch scheme {
 	case "":
@@ -344,11 +348,10 @@ func hidePassword(u string) (string, func(string) string) {
 	shown := u
 	if keywords.MatchString(u) {
 		shown, passwords = hideKeywords(u)
-	} else if scheme, rest, ok := strings.Cut(u, "://"); ok && scheme != "bolt" { // a bolt path holds anything
-		at := strings.LastIndex(rest, "@")
-		if user, password, ok := strings.Cut(rest[:max(at, 0)], ":"); at >= 0 && !strings.Contains(rest[:at], "/") && ok && password != "" {
-			shown = u[:len(u)-len(rest)] + user + ":xxxxx" + rest[at:]
-			passwords = append(passwords, password)
+	} else if !strings.HasPrefix(u, "bolt:") { // a bolt path holds anything
+		if i, j, _ := passwordIn(u); j > i {
+			shown = u[:i] + "xxxxx" + u[j:]
+			passwords = append(passwords, u[i:j])
 		}
 	}
 	if !strings.HasPrefix(u, "bolt:") && !keywords.MatchString(u) {
@@ -384,6 +387,53 @@ func hidePassword(u string) (string, func(string) string) {
 		return s
 	}
 }
+
+// passwordIn returns where the password of u, a store URL, is, if it has
+// one: u[i:j], empty for none. It finds one that a URL does not hold as
+// written too: one that holds a /, ? or # not escaped, which ends a URL's
+// host, so that clients read it as a port, a path or a query (malformed
+// is then true); one of a URL without its slashes (redis:user:pw@host);
+// and, for a scheme that is not a store's, the userinfo whole, which may
+// be a password without its user and scheme (pw@host, user:pw@host).
+func passwordIn(u string) (i, j int, malformed bool) {
+	scheme, rest, ok := strings.Cut(u, ":")
+	if !ok {
+		return 0, 0, false
+	}
+	start := len(u) - len(strings.TrimLeft(rest, "/"))
+	after := u[start:] // after the scheme and its slashes
+	at := strings.LastIndex(after, "@")
+	if at < 0 {
+		return 0, 0, false
+	}
+	userinfo := after[:at]
+	user, password, ok := strings.Cut(userinfo, ":")
+	if strings.IndexAny(userinfo, "/?#") < 0 { // the @ is the host's
+		switch {
+		case ok && password != "":
+			return start + len(user) + 1, start + at, false
+		case !ok && !storeSchemes[scheme]:
+			return start, start + at, false
+		}
+		return 0, 0, false
+	}
+	// A / ? or # before the @: an @ in a path or a query, or a password
+	// that holds one of them, written after a user and a colon. After a
+	// port (digits), an @ in a query is the query's (?user=app@tenant),
+	// and one in a path a password's: a path names a database, which
+	// redis:// numbers.
+	if !ok || strings.ContainsAny(user, "/?#[") {
+		return 0, 0, false
+	}
+	end := strings.IndexAny(password, "/?#")
+	if allDigits(password[:end]) && strings.ContainsAny(password[end:], "?#") {
+		return 0, 0, false
+	}
+	return start + len(user) + 1, start + at, true
+}
+
+// storeSchemes are the schemes of the stores that --store takes as a URL.
+var storeSchemes = map[string]bool{"redis": true, "rediss": true, "redis+cluster": true, "postgres": true, "postgresql": true}
 
 // passwordParam matches a parameter password=... or sslpassword=... of a
 // URL's query, or of a text that looks like one (password=x,
