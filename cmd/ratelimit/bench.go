@@ -54,7 +54,7 @@ and exits with status 130 (1 if the check failed).`,
 			case duration <= 0:
 				return usagef("--duration %v: give a time above 0, such as 10s", duration)
 			}
-			if err := t.sf.checkTimeout(); err != nil {
+			if err := t.sf.check(); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)

@@ -934,3 +934,37 @@ func TestCauseAfterAStoresOwnTimer(t *testing.T) {
 	require.NoError(t, causeAfter(other, err))
 	require.NoError(t, causeAfter(earlyDeadline{other}, errors.New("connection refused")))
 }
+
+// A flag of one kind of store given with another is refused: --prefix
+// names a Redis store's keys, --table a PostgreSQL store's table and
+// --bucket a bbolt file's bucket, and each was ignored by the others, so
+// that inspect --store postgres://... --prefix app: showed the records of
+// the default table as those the flag named.
+func TestStoreFlagsOfAnotherStore(t *testing.T) {
+	bolt := "bolt://" + filepath.Join(t.TempDir(), "limits.db")
+	for _, tc := range []struct{ store, flag string }{
+		{"mem:", "--prefix"}, {"mem:", "--table"}, {"mem:", "--bucket"},
+		{bolt, "--prefix"}, {bolt, "--table"},
+		{"redis://127.0.0.1:1/0", "--table"}, {"redis://127.0.0.1:1/0", "--bucket"},
+		{"redis+cluster://127.0.0.1:1", "--bucket"},
+		{"postgres://app:hunter22@127.0.0.1:1/db", "--prefix"}, {"host=127.0.0.1 port=1", "--bucket"},
+	} {
+		for _, cmd := range []string{"inspect", "limit", "reset", "bench", "token refund"} {
+			args := append(strings.Fields(cmd), "--store", tc.store, tc.flag, "x")
+			if cmd == "token refund" {
+				args = append(args, "--kind", "token bucket", "--rate", "1", "--period", "1s", "AQ")
+			} else {
+				args = append(args, tokenBucket...)
+			}
+			code, _, errOut := exec(args...)
+			require.Equal(t, 2, code, "%q: %s", args, errOut)
+			require.Contains(t, errOut, tc.flag+" is of ", "%q", args)
+			require.NotContains(t, errOut, "hunter22", "%q", args)
+		}
+	}
+	// The store's own flag, and the defaults, are taken.
+	code, _, errOut := exec(append([]string{"limit", "--store", bolt, "--bucket", "mine"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = exec(append([]string{"inspect", "--store", bolt, "--bucket", "mine"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+}

@@ -115,7 +115,7 @@ func checkRecord(st driver.State) error {
 // store, opened with acc, within --timeout: opening the store, and every
 // call of f on it, end by then.
 func (t *target) run(cmd *cobra.Command, acc access, f func(ctx context.Context, lim *ratelimit.Limiter, name string) error) error {
-	if err := t.sf.checkTimeout(); err != nil {
+	if err := t.sf.check(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeoutCause(cmd.Context(), t.sf.timeout, errTimeout)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,8 +48,9 @@ type storeFlags struct {
 	url, prefix, table, bucket string
 	keySecret                  string
 	timeout                    time.Duration
-	serverTime                 bool   // the store's WithServerTime
-	phaseSeed                  uint64 // the Limiter's WithPhaseSeed
+	serverTime                 bool           // the store's WithServerTime
+	phaseSeed                  uint64         // the Limiter's WithPhaseSeed
+	fs                         *pflag.FlagSet // to tell the flags given
 }
 
 // keySecretEnv names the environment variable that gives the secret when
@@ -73,6 +75,7 @@ func (f *storeFlags) registerStore(fs *pflag.FlagSet) {
 // registerURL registers --store and the flags that name the store's part
 // of it.
 func (f *storeFlags) registerURL(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringVar(&f.url, "store", "", "the store: bolt://PATH, redis://HOST:PORT/DB, redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2, postgres://... or 'host=... dbname=...', or mem:")
 	fs.StringVar(&f.prefix, "prefix", redisstore.DefaultPrefix, "Redis: the prefix of the store's keys")
 	fs.StringVar(&f.table, "table", pgstore.DefaultTable, "PostgreSQL: the store's table")
@@ -93,12 +96,45 @@ var defaultTimeout = 30 * time.Second
 // errTimeout is the cause of the end of a command's context at --timeout.
 var errTimeout = errors.New("--timeout")
 
-// checkTimeout refuses a --timeout that is not above 0.
-func (f *storeFlags) checkTimeout() error {
+// check refuses a --timeout that is not above 0, and a flag of another
+// kind of store than --store's (--prefix, --table, --bucket), which that
+// store would ignore.
+func (f *storeFlags) check() error {
 	if f.timeout <= 0 {
 		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
 	}
+	scheme := storeScheme(f.url)
+	for _, sf := range storeOnlyFlags {
+		if f.fs.Changed(sf.flag) && !slices.Contains(sf.schemes, scheme) && slices.Contains(knownSchemes, scheme) {
+			shown, _ := hidePassword(f.url)
+			return usagef("--%s is of %s, and --store %q is not one: leave --%s out", sf.flag, sf.of, shown, sf.flag)
+		}
+	}
 	return nil
+}
+
+// storeOnlyFlags are the flags of one kind of store, and the schemes of
+// --store of that kind.
+var storeOnlyFlags = []struct {
+	flag, of string
+	schemes  []string
+}{
+	{"prefix", "a Redis store", []string{"redis", "rediss", "redis+cluster"}},
+	{"table", "a PostgreSQL store", []string{"postgres", "postgresql"}},
+	{"bucket", "a bbolt store", []string{"bolt"}},
+}
+
+// knownSchemes are the schemes of the stores that --store takes.
+var knownSchemes = []string{"mem", "bolt", "redis", "rediss", "redis+cluster", "postgres", "postgresql"}
+
+// storeScheme returns the scheme of the store u: what precedes its first
+// colon, or postgres for a connection string of keywords.
+func storeScheme(u string) string {
+	if keywords.MatchString(u) {
+		return "postgres" // a connection string of keywords, which pgx reads as it does a URL
+	}
+	scheme, _, _ := strings.Cut(u, ":")
+	return scheme
 }
 
 // timedOut returns err, an error of a command whose context is ctx, told
@@ -208,7 +244,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 	shown, hide := hidePassword(u)
 	scheme, rest, _ := strings.Cut(u, ":")
 	if keywords.MatchString(u) {
-		scheme = "postgres" // a connection string of keywords, which pgx reads as it does a URL
+		scheme = storeScheme(u)
 	} else if _, _, malformed := passwordIn(u); malformed && storeSchemes[scheme] && scheme != "redis+cluster" {
 		// The clients would read the host and port from the password,
 		// and quote its parts in their errors.

@@ -813,7 +813,7 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 			if err != nil {
 				return err
 			}
-			if err := sf.checkTimeout(); err != nil {
+			if err := sf.check(); err != nil {
 				return err
 			}
 			var (
