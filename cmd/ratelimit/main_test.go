@@ -1183,3 +1183,42 @@ func TestFloatFlagsDecimal(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "rate 10 per 1m0s, capacity 5")
 }
+
+// A simulation that fails, or is interrupted, leaves a chart that was at
+// --svg's path as it was: the file was truncated when the run began, and
+// removed when it failed, so that a mistyped count lost the chart of an
+// earlier run.
+func TestSimulateSVGKeptOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.svg")
+	require.NoError(t, os.WriteFile(old, []byte("<svg>earlier</svg>\n"), 0o644))
+	fresh := filepath.Join(dir, "fresh.svg")
+	args := []string{"simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--capacity", "3", "--at", "0s=1,1s=4"}
+	for _, svg := range []string{old, fresh} {
+		code, out, errOut := exec(append(args, "--svg", svg)...)
+		require.Equal(t, 2, code, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "count 4 exceeds 3")
+	}
+	require.Equal(t, "<svg>earlier</svg>\n", string(must(os.ReadFile(old))))
+	require.NoFileExists(t, fresh)
+
+	// Ctrl-C (here, the command's context ended): status 130, nothing
+	// printed, no chart written.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, svg := range []string{old, fresh} {
+		code, out, errOut := execContext(ctx, "simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--every", "1s", "--for", "1h", "--svg", svg)
+		require.Equal(t, 130, code, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "simulate interrupted")
+	}
+	require.Equal(t, "<svg>earlier</svg>\n", string(must(os.ReadFile(old))))
+	require.NoFileExists(t, fresh)
+
+	// A run that succeeds replaces the chart.
+	code, _, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--at", "0s=1", "--svg", old)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, string(must(os.ReadFile(old))), "<svg xmlns")
+	require.True(t, strings.HasSuffix(string(must(os.ReadFile(old))), "</svg>\n"))
+}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -129,7 +131,16 @@ seed gives the same output.`,
 			// cmp.Compare, not int(a.at - b.at): an int of 32 bits cuts the
 			// difference, and the requests ran out of order.
 			slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(a.at, b.at) })
-			return simulate(cmd.Context(), cmd.OutOrStdout(), &lf, name, cfg, reqs, svg, seed)
+			// Ctrl-C ends the run, which then removes its temporary store
+			// and the chart it began; a second one ends the command at once.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			context.AfterFunc(ctx, stop)
+			err = simulate(ctx, cmd.OutOrStdout(), &lf, name, cfg, reqs, svg, seed)
+			if err != nil && ctx.Err() != nil {
+				return exitError{exitInterrupted, errors.New("simulate interrupted: nothing printed, no chart written")}
+			}
+			return err
 		},
 	}
 	lf.register(cmd.Flags())
@@ -362,16 +373,24 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 	var chart *os.File
 	if svgPath != "" {
 		// Before the run: a path that cannot be written fails the command
-		// before it prints anything, not after the table.
-		f, err := os.Create(svgPath)
+		// before it prints anything, not after the table. A chart already
+		// there is kept until the new one is written: a run that fails
+		// leaves it as it was, and one it made, none.
+		f, err := os.OpenFile(svgPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		made := err == nil
+		if errors.Is(err, fs.ErrExist) {
+			f, err = os.OpenFile(svgPath, os.O_WRONLY, 0)
+		}
 		if err != nil {
 			return fmt.Errorf("--svg: %w", err)
 		}
 		chart = f
 		defer func() {
-			if chart != nil { // not written: no chart is left behind
+			if chart != nil { // not written
 				chart.Close()
-				os.Remove(svgPath)
+				if made {
+					os.Remove(svgPath)
+				}
 			}
 		}()
 	}
@@ -413,6 +432,9 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 	)
 	ti := 0
 	for _, r := range reqs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		for ; ti < len(times) && times[ti] < r.at; ti++ {
 			st, err := value(times[ti])
 			if err != nil {
@@ -454,6 +476,9 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 
 	printSteps(out, name, cfg, steps)
 	if chart != nil {
+		if err := chart.Truncate(0); err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
 		if err := writeSVG(chart, name, cfg, steps, samples, end); err != nil {
 			return fmt.Errorf("--svg: %w", err)
 		}
