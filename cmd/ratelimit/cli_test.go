@@ -968,3 +968,22 @@ func TestStoreFlagsOfAnotherStore(t *testing.T) {
 	code, _, errOut = exec(append([]string{"inspect", "--store", bolt, "--bucket", "mine"}, tokenBucket...)...)
 	require.Equal(t, 0, code, errOut)
 }
+
+// A --table that is no valid name is a usage error for every command,
+// told before connecting: limit and bench, which may create the table,
+// reported it as a failure (status 1), once connected, and not at all
+// when the server could not be reached.
+func TestTableNameUsage(t *testing.T) {
+	for _, cmd := range []string{"inspect", "limit", "reset", "bench", "token refund"} {
+		for _, table := range []string{"", strings.Repeat("a", 70), `"a`} {
+			args := append(strings.Fields(cmd), "--store", "postgres://app@127.0.0.1:1/db", "--table", table, "--kind", "token bucket", "--rate", "1", "--period", "1s")
+			if cmd == "token refund" {
+				args = append(args, "AQ")
+			}
+			code, _, errOut := exec(args...)
+			require.Equal(t, 2, code, "%q: %s", args, errOut)
+			require.Contains(t, errOut, "ratelimit: --table: pgstore: table name", "%q", args)
+			require.NotContains(t, errOut, "connect", "%q", args)
+		}
+	}
+}

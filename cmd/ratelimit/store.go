@@ -96,14 +96,19 @@ var defaultTimeout = 30 * time.Second
 // errTimeout is the cause of the end of a command's context at --timeout.
 var errTimeout = errors.New("--timeout")
 
-// check refuses a --timeout that is not above 0, and a flag of another
-// kind of store than --store's (--prefix, --table, --bucket), which that
-// store would ignore.
+// check refuses a --timeout that is not above 0, a flag of another kind
+// of store than --store's (--prefix, --table, --bucket), which that store
+// would ignore, and a --table that is no table's name, before connecting.
 func (f *storeFlags) check() error {
 	if f.timeout <= 0 {
 		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
 	}
 	scheme := storeScheme(f.url)
+	if scheme == "postgres" || scheme == "postgresql" {
+		if _, err := pgstore.Schema(f.table); err != nil {
+			return usageError{fmt.Errorf("--table: %w", err)}
+		}
+	}
 	for _, sf := range storeOnlyFlags {
 		if f.fs.Changed(sf.flag) && !slices.Contains(sf.schemes, scheme) && slices.Contains(knownSchemes, scheme) {
 			shown, _ := hidePassword(f.url)
@@ -303,10 +308,6 @@ func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, c
 			opts = append(opts, pgstore.WithServerTime())
 		}
 		if acc == mustExist {
-			// A bad name is refused before connecting.
-			if _, err := pgstore.Schema(f.table); err != nil {
-				return nil, nil, usageError{fmt.Errorf("--table: %w", err)}
-			}
 			opts = append(opts, pgstore.WithoutDDL())
 		}
 		cfg, err := pgxpool.ParseConfig(u)
