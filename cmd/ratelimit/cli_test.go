@@ -987,3 +987,15 @@ func TestTableNameUsage(t *testing.T) {
 		}
 	}
 }
+
+// --bucket "" is a usage error, as boltstore refuses an empty bucket name:
+// it was a failure (status 1), and inspect reported the file missing.
+func TestEmptyBucketUsage(t *testing.T) {
+	store := "bolt://" + filepath.Join(t.TempDir(), "limits.db")
+	for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
+		args := append([]string{cmd, "--store", store, "--bucket", ""}, tokenBucket...)
+		code, _, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.Contains(t, errOut, `--bucket "": give the bucket's name`, "%q", args)
+	}
+}

@@ -98,12 +98,16 @@ var errTimeout = errors.New("--timeout")
 
 // check refuses a --timeout that is not above 0, a flag of another kind
 // of store than --store's (--prefix, --table, --bucket), which that store
-// would ignore, and a --table that is no table's name, before connecting.
+// would ignore, and a --table or --bucket that is no name, before
+// connecting.
 func (f *storeFlags) check() error {
 	if f.timeout <= 0 {
 		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
 	}
 	scheme := storeScheme(f.url)
+	if scheme == "bolt" && f.bucket == "" {
+		return usagef("--bucket \"\": give the bucket's name (the application's boltstore.WithBucket), or leave --bucket out for the default, %q", boltstore.DefaultBucket)
+	}
 	if scheme == "postgres" || scheme == "postgresql" {
 		if _, err := pgstore.Schema(f.table); err != nil {
 			return usageError{fmt.Errorf("--table: %w", err)}
