@@ -125,6 +125,34 @@ func TestExitCodes(t *testing.T) {
 	require.Contains(t, out, "Available Commands:")
 }
 
+// help with a command it does not know is a usage error, as the command
+// itself would be: it printed the root's help, with status 0, for the
+// root takes a word it does not know as an argument.
+func TestHelpUnknownCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help", "simulte"}, `unknown command "simulte": did you mean "simulate"?`},
+		{[]string{"help", "nope"}, `unknown command "nope": run 'ratelimit --help' for the commands`},
+		{[]string{"help", "token", "refnd"}, `unknown command "refnd" for "ratelimit token": did you mean "refund"?`},
+		{[]string{"help", "simulate", "extra"}, `unknown command "extra" for "ratelimit simulate", which has none: run 'ratelimit simulate --help'`},
+		{[]string{""}, `unknown command "": run 'ratelimit --help' for the commands`},
+	} {
+		code, out, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s", tc.args, errOut)
+		require.Empty(t, out, "%q", tc.args)
+		require.Contains(t, errOut, tc.want, "%q", tc.args)
+		require.Contains(t, errOut, "--help' for usage.", "%q", tc.args)
+	}
+	for args, want := range map[string]string{"help": "Available Commands:", "help simulate": "ratelimit simulate [flags]",
+		"help token inspect": "ratelimit token inspect TOKEN... | - [flags]", "help token": "ratelimit token [command]"} {
+		code, out, errOut := exec(strings.Fields(args)...)
+		require.Equal(t, 0, code, "%s: %s", args, errOut)
+		require.Contains(t, out, want, args)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, errOut := exec("--version")
 	require.Equal(t, 0, code, errOut)

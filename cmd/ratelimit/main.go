@@ -133,6 +133,7 @@ func newRoot() *cobra.Command {
 	root.SetVersionTemplate("ratelimit {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema(), newToken())
+	root.SetHelpCommand(newHelp())
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() {
 			continue // takes a command, or its help (token)
@@ -157,12 +158,37 @@ func helpOrUnknown(of, hint string) func(*cobra.Command, []string) error {
 			return cmd.Help()
 		}
 		why := hint
-		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 && args[0] != "" { // every name starts with ""
 			why = fmt.Sprintf("did you mean %q?", s[0])
 		}
 		if of != "" {
 			return usagef("unknown command %q for \"ratelimit %s\": %s", args[0], of, why)
 		}
 		return usagef("unknown command %q: %s", args[0], why)
+	}
+}
+
+// newHelp returns the help command: the help of the command named, and
+// for a command it does not know, the usage error that command would
+// give. Cobra's own found the root for a word it does not know (the root
+// takes words, to refuse them itself), and printed its help, with status
+// 0.
+func newHelp() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			switch {
+			case err != nil:
+				return usageError{err}
+			case len(rest) > 0 && cmd.HasSubCommands():
+				return cmd.RunE(cmd, rest) // the root or token: an unknown command, and a near name
+			case len(rest) > 0:
+				return usagef("unknown command %q for %q, which has none: run '%s --help'", rest[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
 	}
 }
