@@ -62,7 +62,8 @@ import (
 // does not give), and a mapping merged into itself is an error, as it is
 // there; a limit's keys, counting those of the mappings it merges,
 // overridden ones included, are at most 100, so that merges through
-// aliases cannot make a small file long to read. A file is one YAML
+// aliases cannot make a small file long to read, and merges nest at most
+// 10,000 deep. A file is one YAML
 // document: a second one, after a "---", is an error rather than ignored.
 
 // configFile is a Config as files write it.
@@ -389,7 +390,14 @@ type fieldWalk struct {
 	fields []field
 	most   int // the most keys to meet, if > 0
 	met    int // the keys met, those of merges and overridden ones included
+	depth  int // the merges being walked, one within another
 }
+
+// maxMergeDepth bounds the merges walked one within another, as the YAML
+// parser bounds a file's nesting: a chain of mappings, each merging the
+// one before, nests through aliases without it, and millions of them
+// overflowed the stack.
+const maxMergeDepth = 10000
 
 // maxLimitKeys bounds the keys of a limit, counting those of the mappings
 // it merges: merges through aliases of a long list of mappings, a few
@@ -452,11 +460,15 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 			case met:
 				continue // all its keys are met already
 			}
+			if w.depth++; w.depth > maxMergeDepth {
+				return fmt.Errorf("line %d: merges (<<) nested more than %d deep", val.Line, maxMergeDepth)
+			}
 			w.walked[m] = false
 			if err := w.walk(m); err != nil {
 				return err
 			}
 			w.walked[m] = true
+			w.depth--
 		}
 	}
 	return nil

@@ -212,6 +212,29 @@ func TestParseLimitsMergeBound(t *testing.T) {
 	assert.Equal(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Capacity: 2, Period: time.Hour}, limits["a"])
 }
 
+// Merges into the mapping of limits nest at most 10,000 deep, as the YAML
+// parser bounds a file's nesting: a chain of mappings each merging the
+// one before, unbounded there, was walked by one call within another for
+// each, and some 3,000,000 of them (a file of 100 MB) overflowed the
+// stack, a fatal error rather than an error.
+func TestParseLimitsMergeDepth(t *testing.T) {
+	chain := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("m0: &m0 {a: {kind: fixed window, rate: 1, period: 1h}}\n")
+		for i := 1; i < n; i++ {
+			fmt.Fprintf(&b, "m%d: &m%d {<<: *m%d}\n", i, i, i-1)
+		}
+		fmt.Fprintf(&b, "<<: *m%d\n", n-1)
+		return []byte(b.String())
+	}
+	_, err := ratelimit.ParseLimits(chain(10_001))
+	assert.ErrorContains(t, err, "line 2: merges (<<) nested more than 10000 deep")
+	// Within the bound, the limits read (and fail as limits: m0 is a
+	// mapping of limits, not of fields).
+	_, err = ratelimit.ParseLimits(chain(10_000))
+	assert.ErrorContains(t, err, `limit "m0": line 1: unknown field "a"`)
+}
+
 // A limit name or a field name is text: a list or a mapping as a key
 // was read as the name "", and a null one as "~" or "null", which
 // yaml.Unmarshal of Limits drops.
