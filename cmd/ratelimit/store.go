@@ -96,13 +96,16 @@ var defaultTimeout = 30 * time.Second
 // errTimeout is the cause of the end of a command's context at --timeout.
 var errTimeout = errors.New("--timeout")
 
-// check refuses a --timeout that is not above 0, a flag of another kind
+// check refuses, before connecting, a --timeout that is not above 0, a
+// --store that names no store it can open (parse), a flag of another kind
 // of store than --store's (--prefix, --table, --bucket), which that store
-// would ignore, and a --table or --bucket that is no name, before
-// connecting.
+// would ignore, and a --table or --bucket that is no name.
 func (f *storeFlags) check() error {
 	if f.timeout <= 0 {
 		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
+	}
+	if _, err := f.parse(); err != nil {
+		return err
 	}
 	scheme := storeScheme(f.url)
 	if scheme == "bolt" && f.bucket == "" {
@@ -244,115 +247,151 @@ const (
 	mustExist
 )
 
-// open opens the store; close releases what it opened.
-func (f *storeFlags) open(ctx context.Context, acc access) (s ratelimit.Store, close func(), err error) {
+// storeURL is --store as read before connecting: what open connects to.
+type storeURL struct {
+	scheme string
+	// shown is --store with its password hidden, for the usage errors
+	// that quote it; hide hides it in a text that quotes it, such as a
+	// client's error.
+	shown   string
+	hide    func(string) string
+	bolt    string                // bolt: the file's path
+	redis   *redis.Options        // redis, rediss
+	cluster *redis.ClusterOptions // redis+cluster
+	pg      *pgxpool.Config       // postgres, postgresql, or a connection string of keywords
+}
+
+// parse reads --store, and refuses as a usage error what names no store
+// it can open: none, an unknown kind, a URL the client cannot read, and
+// --server-time for a store without a clock of its own. It connects to
+// nothing, so that the commands refuse such a --store before they do
+// anything (the token commands before they read a token).
+func (f *storeFlags) parse() (storeURL, error) {
 	u := f.url
 	// The usage errors below quote --store, and the clients' errors about
 	// it may too: with its password hidden, and its password hidden in
 	// theirs.
 	shown, hide := hidePassword(u)
+	s := storeURL{shown: shown, hide: hide}
 	scheme, rest, _ := strings.Cut(u, ":")
 	if keywords.MatchString(u) {
 		scheme = storeScheme(u)
 	} else if _, _, malformed := passwordIn(u); malformed && storeSchemes[scheme] && scheme != "redis+cluster" {
 		// The clients would read the host and port from the password,
 		// and quote its parts in their errors.
-		return nil, nil, usagef("--store %q: the password holds a /, ? or # as it is, which ends a URL's host: write it escaped (%%2F, %%3F, %%23)", shown)
+		return s, usagef("--store %q: the password holds a /, ? or # as it is, which ends a URL's host: write it escaped (%%2F, %%3F, %%23)", shown)
 	}
+	s.scheme = scheme
 	switch scheme {
 	case "":
-		return nil, nil, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... (or 'host=... dbname=...') or mem:")
+		return s, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... (or 'host=... dbname=...') or mem:")
 	case "mem":
-		if err := f.noClock(shown); err != nil {
-			return nil, nil, err
+		return s, f.noClock(shown)
+	case "bolt":
+		s.bolt = strings.TrimPrefix(rest, "//")
+		if s.bolt == "" {
+			return s, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", shown)
 		}
+		return s, f.noClock(shown)
+	case "redis", "rediss":
+		if !strings.HasPrefix(rest, "//") {
+			// go-redis reads the address after the slashes, and without
+			// them dials localhost:6379, whatever follows.
+			return s, usagef("--store %q: write %s://HOST:PORT/DB, with the two slashes", shown, scheme)
+		}
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return s, usagef("--store %q: %s", shown, hide(err.Error()))
+		}
+		s.redis = opt
+	case "redis+cluster":
+		opt, err := parseClusterURL(rest)
+		if err != nil {
+			return s, usagef("--store %q: %s: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", shown, hide(err.Error()))
+		}
+		s.cluster = opt
+	case "postgres", "postgresql":
+		cfg, err := pgxpool.ParseConfig(u)
+		if err != nil {
+			return s, usagef("--store %q: %s", shown, hide(pgParseError(err)))
+		}
+		s.pg = cfg
+	default:
+		return s, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres (or a connection string of keywords, host=... dbname=...) or mem", shown, hide(scheme))
+	}
+	return s, nil
+}
+
+// open opens the store; close releases what it opened.
+func (f *storeFlags) open(ctx context.Context, acc access) (store ratelimit.Store, close func(), err error) {
+	s, err := f.parse()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch s.scheme {
+	case "mem":
 		m, err := memstore.New()
 		if err != nil {
 			return nil, nil, err
 		}
 		return m, func() {}, nil
 	case "bolt":
-		path := strings.TrimPrefix(rest, "//")
-		if path == "" {
-			return nil, nil, usagef("--store %q: write bolt://PATH, e.g. bolt://limits.db or bolt:///var/lib/app/limits.db", shown)
-		}
-		if err := f.noClock(shown); err != nil {
+		if err := boltCheck(s.bolt, f.bucket, acc, boltWait(ctx)); err != nil {
 			return nil, nil, err
 		}
-		if err := boltCheck(path, f.bucket, acc, boltWait(ctx)); err != nil {
-			return nil, nil, err
-		}
-		b, err := boltstore.Open(path, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltWait(ctx)))
+		b, err := boltstore.Open(s.bolt, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltWait(ctx)))
 		if err != nil {
 			return nil, nil, err
 		}
 		return b, func() { b.Close() }, nil
 	case "redis", "rediss":
-		if !strings.HasPrefix(rest, "//") {
-			// go-redis reads the address after the slashes, and without
-			// them dials localhost:6379, whatever follows.
-			return nil, nil, usagef("--store %q: write %s://HOST:PORT/DB, with the two slashes", shown, scheme)
-		}
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, nil, usagef("--store %q: %s", shown, hide(err.Error()))
-		}
-		opt.ContextTimeoutEnabled = true // --timeout ends a read that waits
-		return f.openRedis(ctx, redis.NewClient(opt), "redis at "+opt.Addr, acc)
+		s.redis.ContextTimeoutEnabled = true // --timeout ends a read that waits
+		return f.openRedis(ctx, redis.NewClient(s.redis), "redis at "+s.redis.Addr, acc)
 	case "redis+cluster":
-		opt, err := parseClusterURL(rest)
-		if err != nil {
-			return nil, nil, usagef("--store %q: %s: write redis+cluster://HOST:PORT,HOST:PORT, with USER:PASSWORD@ before the nodes if the cluster asks for them", shown, hide(err.Error()))
-		}
-		opt.ContextTimeoutEnabled = true
-		return f.openRedis(ctx, redis.NewClusterClient(opt), "redis cluster at "+strings.Join(opt.Addrs, ","), acc)
-	case "postgres", "postgresql":
-		var opts []pgstore.Option
-		if f.serverTime {
-			opts = append(opts, pgstore.WithServerTime())
-		}
-		if acc == mustExist {
-			opts = append(opts, pgstore.WithoutDDL())
-		}
-		cfg, err := pgxpool.ParseConfig(u)
-		if err != nil {
-			return nil, nil, usagef("--store %q: %s", shown, hide(pgParseError(err)))
-		}
-		// Without connect_timeout, pgx waits as long as the server takes
-		// to answer: for ever, for one that accepts and never speaks.
-		if cfg.ConnConfig.ConnectTimeout == 0 {
-			cfg.ConnConfig.ConnectTimeout = connectTimeout
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, nil, usagef("--store %q: %s", shown, hide(pgParseError(err)))
-		}
-		if err := pool.Ping(ctx); err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("postgres: %w", err)
-		}
-		if acc == mustExist {
-			if err := pgExists(ctx, pool, f.table); err != nil {
-				pool.Close()
-				return nil, nil, err
-			}
-		}
-		// New refuses a relation of the table's name, or a function of
-		// the names it gives its functions, that is not the store's (a
-		// view, the table or a function of another program), with or
-		// without WithoutDDL, and leaves it as it is: the command applies
-		// the store's own rules.
-		p, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(f.table))...)
-		if errors.Is(err, pgstore.ErrNotStoreTable) || errors.Is(err, pgstore.ErrNotStoreFunction) {
-			err = fmt.Errorf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: %w", err)
-		}
-		if err != nil {
+		s.cluster.ContextTimeoutEnabled = true
+		return f.openRedis(ctx, redis.NewClusterClient(s.cluster), "redis cluster at "+strings.Join(s.cluster.Addrs, ","), acc)
+	}
+	// PostgreSQL.
+	var opts []pgstore.Option
+	if f.serverTime {
+		opts = append(opts, pgstore.WithServerTime())
+	}
+	if acc == mustExist {
+		opts = append(opts, pgstore.WithoutDDL())
+	}
+	// Without connect_timeout, pgx waits as long as the server takes to
+	// answer: for ever, for one that accepts and never speaks.
+	if s.pg.ConnConfig.ConnectTimeout == 0 {
+		s.pg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, s.pg)
+	if err != nil {
+		return nil, nil, usagef("--store %q: %s", s.shown, s.hide(pgParseError(err)))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("postgres: %w", err)
+	}
+	if acc == mustExist {
+		if err := pgExists(ctx, pool, f.table); err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
-		return p, pool.Close, nil
 	}
-	return nil, nil, usagef("--store %q: unknown kind of store %q: use bolt, redis, redis+cluster, postgres (or a connection string of keywords, host=... dbname=...) or mem", shown, hide(scheme))
+	// New refuses a relation of the table's name, or a function of the
+	// names it gives its functions, that is not the store's (a view, the
+	// table or a function of another program), with or without
+	// WithoutDDL, and leaves it as it is: the command applies the store's
+	// own rules.
+	p, err := pgstore.New(ctx, pool, append(opts, pgstore.WithTable(f.table))...)
+	if errors.Is(err, pgstore.ErrNotStoreTable) || errors.Is(err, pgstore.ErrNotStoreFunction) {
+		err = fmt.Errorf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: %w", err)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return p, pool.Close, nil
 }
 
 // keywords matches a PostgreSQL connection string of keywords, as libpq

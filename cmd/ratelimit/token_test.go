@@ -328,6 +328,14 @@ func TestTokenUsageErrors(t *testing.T) {
 		{append([]string{"token", "settle", "--used", "NaN", "AQ"}, store...), nil, "--used NaN: give the tokens used, a finite number ≥ 0"},
 		{append([]string{"token", "settle", "--used", "1_0", "AQ"}, store...), nil, `invalid argument "1_0" for "--used" flag: write a number in decimal`},
 		{append([]string{"token", "refund", "--used", "1", "AQ"}, store...), nil, "unknown flag: --used"},
+		// A --store that names no store is refused before any token is
+		// read: it was told only at the first token that read, after the
+		// others were reported invalid (status 1 without one).
+		{[]string{"token", "refund", "--limits", limits, "AQ"}, nil, "give a store: --store bolt://PATH"},
+		{[]string{"token", "use", "--store", "redis:127.0.0.1:1", "--limits", limits, "AQ"}, nil, "write redis://HOST:PORT/DB"},
+		{[]string{"token", "settle", "--used", "1", "--store", "reddis://127.0.0.1:1", "--limits", limits, "AQ"}, nil, `unknown kind of store "reddis"`},
+		{[]string{"token", "refund", "--store", "mem:", "--server-time", "--limits", limits, "AQ"}, nil, "--server-time: the store of mem: has no clock of its own"},
+		{[]string{"token", "refund", "--store", "postgres://app@127.0.0.1:x/db", "--limits", limits, "AQ"}, nil, `--store "postgres://app@127.0.0.1:x/db"`},
 		{[]string{"token", "refnd"}, nil, `unknown command "refnd" for "ratelimit token": did you mean "refund"?`},
 		{[]string{"token", "bogus"}, nil, `unknown command "bogus" for "ratelimit token": run 'ratelimit token --help' for its commands`},
 	} {
