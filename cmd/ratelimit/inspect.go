@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/spf13/cobra"
 )
 
@@ -41,6 +42,12 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	if err != nil {
 		return nil, "", nil, err
 	}
+	// The options are the command line's: one that New refuses (a short
+	// --key-secret) is told before the store is opened, not behind a
+	// store that cannot be reached.
+	if err := checkOptions(t.sf.options()); err != nil {
+		return nil, "", nil, usageError{err}
+	}
 	store, closeStore, err := t.sf.open(ctx, acc)
 	if err != nil {
 		return nil, "", nil, err
@@ -56,6 +63,17 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	}
 	t.store = store
 	return lim, name, closeStore, nil
+}
+
+// checkOptions returns the error of ratelimit.New given opts, on a store
+// in memory.
+func checkOptions(opts []ratelimit.Option) error {
+	m, err := memstore.New()
+	if err != nil {
+		return err
+	}
+	_, err = ratelimit.New(m, nil, opts...)
+	return err
 }
 
 // checkedStore is a store whose Load refuses a record that no release of

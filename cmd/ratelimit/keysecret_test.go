@@ -62,6 +62,22 @@ func TestKeySecret(t *testing.T) {
 	require.Contains(t, errOut, "at least 16 random bytes")
 }
 
+// A --key-secret that WithKeyHash refuses is a usage error before the
+// store is opened: behind a store that could not be reached, it was told
+// as that failure (status 1), and a bbolt file was opened first.
+func TestKeySecretRefusedFirst(t *testing.T) {
+	unsetenv(t, keySecretEnv)
+	for _, secret := range []string{"short", strings.Repeat("\x00", 32)} {
+		for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
+			args := append([]string{cmd, "--store", "redis://127.0.0.1:1/0", "--key-secret", secret}, tokenBucket...)
+			code, _, errOut := exec(args...)
+			require.Equal(t, 2, code, "%q: %s", args, errOut)
+			require.Contains(t, errOut, "WithKeyHash: the secret", "%q", args)
+			require.NotContains(t, errOut, "connection refused", "%q", args)
+		}
+	}
+}
+
 // inspect and reset find the record of a key longer than 256 bytes, which
 // the application's store knows by its digest form, by the key as given.
 func TestLongKey(t *testing.T) {
