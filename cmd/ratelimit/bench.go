@@ -97,6 +97,9 @@ and exits with status 130 (1 if the check failed).`,
 	}
 	t.register(cmd, false)
 	t.output.register(cmd.Flags())
+	t.precheck = func(name string, cfg ratelimit.Config) error {
+		return t.lf.countUsage(fmt.Sprintf("--count %v", count), "", checkCount(name, cfg, count, false))
+	}
 	keys, goroutines = 1, 16
 	cmd.Flags().Var((*decimalInt)(&keys), "keys", "how many keys to spread the calls over")
 	cmd.Flags().Var((*decimalInt)(&goroutines), "goroutines", "how many goroutines call at once")

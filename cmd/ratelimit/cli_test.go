@@ -1027,3 +1027,29 @@ func TestEmptyBucketUsage(t *testing.T) {
 		require.Contains(t, errOut, `--bucket "": give the bucket's name`, "%q", args)
 	}
 }
+
+// A --count the limit can never grant is a usage error before the store
+// is opened: behind a store that could not be reached, it was told as
+// that failure (status 1), and limit and bench made a bbolt file first.
+func TestCountRefusedFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	for _, store := range []string{"redis://127.0.0.1:1/0", "bolt://" + path} {
+		for _, args := range [][]string{
+			{"limit", "--count", "4"},
+			{"limit", "--count", "4", "--check"},
+			{"limit", "--count", "-1", "--reserve"},
+			{"bench", "--count", "4", "--duration", "1h"},
+		} {
+			args = append(append(args, "--store", store), tokenBucket...)
+			code, _, errOut := exec(args...)
+			require.Equal(t, 2, code, "%q: %s", args, errOut)
+			require.Contains(t, errOut, "--count", "%q", args)
+			require.NotContains(t, errOut, "connection refused", "%q", args)
+		}
+	}
+	require.NoFileExists(t, path)
+	// A count the limit grants by reserving is no usage error.
+	code, out, errOut := exec(append([]string{"limit", "--count", "4", "--reserve", "--store", "bolt://" + path, "--max-reserved", "5"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "reserved 4")
+}

@@ -24,7 +24,11 @@ type target struct {
 	// checked makes the Limiter use the store through checkedStore, which
 	// refuses records no release of the library writes.
 	checked bool
-	store   ratelimit.Store // set by limiter
+	// precheck, if set, refuses what the command would be refused
+	// whatever the store (a count the limit can never grant), before the
+	// store is opened.
+	precheck func(name string, cfg ratelimit.Config) error
+	store    ratelimit.Store // set by limiter
 }
 
 func (t *target) register(cmd *cobra.Command, withKey bool) {
@@ -47,6 +51,11 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	// store that cannot be reached.
 	if err := checkOptions(t.sf.options()); err != nil {
 		return nil, "", nil, usageError{err}
+	}
+	if t.precheck != nil {
+		if err := t.precheck(name, cfg); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	store, closeStore, err := t.sf.open(ctx, acc)
 	if err != nil {
@@ -74,6 +83,30 @@ func checkOptions(opts []ratelimit.Option) error {
 	}
 	_, err = ratelimit.New(m, nil, opts...)
 	return err
+}
+
+// checkCount returns the *ratelimit.CountError of a call of count tokens
+// on the limit, reserving them or not, when the limit can never grant
+// them, whatever its store holds; nil otherwise.
+func checkCount(name string, cfg ratelimit.Config, count float64, reserve bool) error {
+	m, err := memstore.New()
+	if err != nil {
+		return err
+	}
+	lim, err := ratelimit.New(m, ratelimit.Limits{name: cfg})
+	if err != nil {
+		return err
+	}
+	opts := []ratelimit.CallOption{ratelimit.Count(count)}
+	if reserve {
+		opts = append(opts, ratelimit.WithReserve())
+	}
+	_, err = lim.Check(context.Background(), name, "", opts...)
+	var ce *ratelimit.CountError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return nil
 }
 
 // checkedStore is a store whose Load refuses a record that no release of
@@ -316,6 +349,9 @@ func newLimit() *cobra.Command {
 	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens to take")
 	cmd.Flags().BoolVar(&reserve, "reserve", false, "reserve the tokens if they are not there yet")
 	cmd.Flags().BoolVar(&check, "check", false, "only check: decide without taking anything")
+	t.precheck = func(name string, cfg ratelimit.Config) error {
+		return t.lf.countUsage(fmt.Sprintf("--count %v", count), "--reserve", checkCount(name, cfg, count, reserve))
+	}
 	return cmd
 }
 
