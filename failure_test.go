@@ -392,63 +392,83 @@ func TestAnswerDuringWaitIsNoStoreFailure(t *testing.T) {
 
 // A store slow for everyone still opens the breaker, deadlines or not:
 // calls that waited for it long, while it answered nobody, are failures.
+//
+// So does it after the wall clock went back.
 func TestSlowStoreOpensTheBreaker(t *testing.T) {
-	ctx := context.Background()
-	store := &hookStore{Store: must(memstore.New())}
-	mock := newMock()
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
-	require.NoError(t, err)
-	store.apply = func(ctx context.Context) error {
-		mock.Add(time.Second) // stalled
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	call := func() error {
-		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		defer cancel()
-		_, err := lim.Limit(dctx, "l", "k")
-		return err
-	}
-	for range 3 {
-		require.ErrorIs(t, call(), ratelimit.ErrStoreUnavailable)
-	}
-	asked := store.calls.Load()
-	res, err := lim.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	require.True(t, res.Degraded)
-	require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
+	for _, back := range []bool{false, true} {
+		t.Run(map[bool]string{false: "clock steady", true: "clock set back"}[back], func(t *testing.T) {
+			ctx := context.Background()
+			store := &hookStore{Store: must(memstore.New())}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
+			require.NoError(t, err)
+			if back {
+				// The time of the store's latest answer, by which a caller's
+				// deadline is told from a stalled store, is wall-clock time,
+				// which may go back (a step of NTP, or a clock given to
+				// WithClock set back). An answer timed before the step looked
+				// newer than every call after it, each deadline the caller's
+				// own: a store stalled for everyone never opened the breaker,
+				// for as long as the step. Once a stalled call finds the latest
+				// answer ahead of its clock, it forgets it.
+				mock.Add(time.Hour)
+				_, err = lim.Limit(ctx, "l", "k") // answered an hour ahead
+				require.NoError(t, err)
+				mock.Set(t0)
+			}
+			store.apply = func(ctx context.Context) error {
+				mock.Add(time.Second) // stalled
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			call := func() error {
+				dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				defer cancel()
+				_, err := lim.Limit(dctx, "l", "k")
+				return err
+			}
+			for range 3 {
+				require.ErrorIs(t, call(), ratelimit.ErrStoreUnavailable)
+			}
+			asked := store.calls.Load()
+			res, err := lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+			require.True(t, res.Degraded)
+			require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
 
-	// A call that waited long while the store answered others is the
-	// caller's own: it does not count.
-	store.apply = nil
-	mock.Add(time.Minute)
-	res, err = lim.Limit(ctx, "l", "k") // the probe closes the breaker
-	require.NoError(t, err)
-	require.True(t, res.OK)
-	var stall func(ctx context.Context) error
-	stall = func(ctx context.Context) error {
-		mock.Add(time.Second)
-		store.apply = nil // meanwhile, the store answers another caller
-		_, err := lim.Limit(context.Background(), "l", "other")
-		require.NoError(t, err)
-		store.apply = stall
-		<-ctx.Done()
-		return ctx.Err()
+			// A call that waited long while the store answered others is the
+			// caller's own: it does not count.
+			store.apply = nil
+			mock.Add(time.Minute)
+			res, err = lim.Limit(ctx, "l", "k") // the probe closes the breaker
+			require.NoError(t, err)
+			require.True(t, res.OK)
+			var stall func(ctx context.Context) error
+			stall = func(ctx context.Context) error {
+				mock.Add(time.Second)
+				store.apply = nil // meanwhile, the store answers another caller
+				_, err := lim.Limit(context.Background(), "l", "other")
+				require.NoError(t, err)
+				store.apply = stall
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			store.apply = stall
+			for range 5 {
+				dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				_, err = lim.Limit(dctx, "l", "k")
+				cancel()
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+			}
+			store.apply = nil
+			res, err = lim.Limit(ctx, "l", "k")
+			require.NoError(t, err)
+			require.False(t, res.Degraded)
+		})
 	}
-	store.apply = stall
-	for range 5 {
-		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		_, err = lim.Limit(dctx, "l", "k")
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	}
-	store.apply = nil
-	res, err = lim.Limit(ctx, "l", "k")
-	require.NoError(t, err)
-	require.False(t, res.Degraded)
 }
 
 // flakyBinder is a flakyStore that binds its limits, so that the Limiter
@@ -746,70 +766,6 @@ func TestBreakerClockSetBack(t *testing.T) {
 	require.NoError(t, err, "the breaker stayed open past its cool-down")
 	assert.True(t, res.OK)
 	assert.False(t, res.Degraded)
-}
-
-// The time of the store's latest answer, by which a caller's deadline is
-// told from a stalled store, is wall-clock time, which may go back (a
-// step of NTP, or a clock given to WithClock set back). An answer timed
-// before the step then looked newer than every call after it, each
-// deadline the caller's own: a store stalled for everyone never opened
-// the breaker, for as long as the step. Once a stalled call finds the
-// latest answer ahead of its clock, it forgets it.
-func TestStalledStoreAfterTheClockWentBack(t *testing.T) {
-	ctx := context.Background()
-	store := &hookStore{Store: must(memstore.New())}
-	mock := newMock()
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
-	require.NoError(t, err)
-	mock.Add(time.Hour)
-	_, err = lim.Limit(ctx, "l", "k") // answered an hour ahead
-	require.NoError(t, err)
-
-	mock.Set(t0)
-	store.apply = func(ctx context.Context) error {
-		mock.Add(time.Second) // stalled
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	for range 3 {
-		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		_, err := lim.Limit(dctx, "l", "k")
-		cancel()
-		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "the store answered nobody for a second")
-	}
-	asked := store.calls.Load()
-	res, err := lim.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	require.True(t, res.Degraded)
-	require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
-
-	// Once the store answers again, its answers count as before: a
-	// caller's deadline is its own while others are answered.
-	store.apply = nil
-	mock.Add(time.Minute)
-	res, err = lim.Limit(ctx, "l", "k") // the probe closes the breaker
-	require.NoError(t, err)
-	require.False(t, res.Degraded)
-	var stall func(ctx context.Context) error
-	stall = func(ctx context.Context) error {
-		mock.Add(time.Second)
-		store.apply = nil // meanwhile, the store answers another caller
-		_, err := lim.Limit(context.Background(), "l", "other")
-		require.NoError(t, err)
-		store.apply = stall
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	store.apply = stall
-	for range 5 {
-		dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		_, err = lim.Limit(dctx, "l", "k")
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	}
 }
 
 // heldStore fails every call; a call of a key in hold first waits in the
