@@ -600,11 +600,7 @@ func TestBadRecordIsNoStoreFailure(t *testing.T) {
 	bad := fmt.Errorf("teststore: key %q: %w", "k", driver.ErrBadRecord)
 	for _, bound := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
-			hook := &hookStore{Store: must(memstore.New())}
-			var store ratelimit.Store = hook
-			if bound {
-				store = &hookBinder{hook}
-			}
+			hook, store := hooked(bound)
 			lim, err := ratelimit.New(store, ratelimit.Limits{
 				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
 			}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(2, time.Hour))
@@ -635,11 +631,7 @@ func TestBreakerPanickingProbe(t *testing.T) {
 	ctx := context.Background()
 	for _, bound := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
-			hook := &hookStore{Store: must(memstore.New())}
-			var store ratelimit.Store = hook
-			if bound {
-				store = &hookBinder{hook}
-			}
+			hook, store := hooked(bound)
 			mock := newMock()
 			lim, err := ratelimit.New(store, ratelimit.Limits{
 				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second},
@@ -662,6 +654,17 @@ func TestBreakerPanickingProbe(t *testing.T) {
 			require.False(t, res.Degraded)
 		})
 	}
+}
+
+// hooked returns a hookStore over a memstore and the Store to give the
+// Limiter: the hookStore itself, or, if bound, a hookBinder of it, so
+// that the calls of a single limit go through BoundLimits.
+func hooked(bound bool) (*hookStore, ratelimit.Store) {
+	hook := &hookStore{Store: must(memstore.New())}
+	if bound {
+		return hook, &hookBinder{hook}
+	}
+	return hook, hook
 }
 
 // hookBinder is a hookStore whose limits are bound: its BoundLimits run
@@ -882,11 +885,7 @@ func TestBreakerOneProbeAmongMany(t *testing.T) {
 	ctx := context.Background()
 	for _, bound := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
-			hook := &hookStore{Store: must(memstore.New())}
-			var store ratelimit.Store = hook
-			if bound {
-				store = &hookBinder{hook}
-			}
+			hook, store := hooked(bound)
 			mock := newMock()
 			lim, err := ratelimit.New(store, ratelimit.Limits{
 				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
