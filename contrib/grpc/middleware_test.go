@@ -47,15 +47,7 @@ func TestGoGRPCMiddlewareServer(t *testing.T) {
 	assert.NotContains(t, st.Message(), "127.0.0.1")
 
 	// The stream's own limit: the method comes from the call's context.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	first, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = first.Recv()
-	require.NoError(t, err)
-	second, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = second.Recv()
+	_, err = watchTwice(t, ctx, client)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "retry after 1m0s")
 	assert.Equal(t, int64(3), served.calls.Load())
@@ -107,15 +99,7 @@ func TestGoGRPCMiddlewareServerPushback(t *testing.T) {
 	assert.Contains(t, status.Convert(err).Message(), "rate limit exceeded: retry after 30s")
 	assert.Equal(t, []string{"30000"}, trailer.Get(ratelimitgrpc.PushbackTrailer))
 
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	first, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = first.Recv()
-	require.NoError(t, err)
-	second, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = second.Recv()
+	second, err := watchTwice(t, ctx, client)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, []string{"60000"}, second.Trailer().Get(ratelimitgrpc.PushbackTrailer))
 	assert.Equal(t, int64(3), served.calls.Load())
@@ -151,4 +135,20 @@ func TestGoGRPCMiddlewareLimitSetsNoTrailer(t *testing.T) {
 func TestZeroServerLimiter(t *testing.T) {
 	err := ratelimitgrpc.ServerLimiter{}.Limit(context.Background())
 	require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+}
+
+// watchTwice opens two Watch streams of client, the first granted, and
+// returns the second with the error of its first Recv.
+func watchTwice(t *testing.T, ctx context.Context, client healthpb.HealthClient) (healthpb.Health_WatchClient, error) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	first, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = first.Recv()
+	require.NoError(t, err)
+	second, err := client.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = second.Recv()
+	return second, err
 }
