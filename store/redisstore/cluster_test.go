@@ -495,19 +495,7 @@ func ownCluster(t *testing.T) map[string]*redis.Client {
 	nodes := map[string]*redis.Client{}
 	var addrs []string
 	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		require.NoError(t, l.Close())
-		_, port, _ := net.SplitHostPort(addr)
-		server := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
-			"--dir", t.TempDir(), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-		require.NoError(t, server.Start())
-		t.Cleanup(func() {
-			_ = server.Process.Kill()
-			_ = server.Wait()
-		})
-		testserver.WaitReachable(t, addr, true)
+		addr := ownServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 		n := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { n.Close() })
 		nodes[addr] = n

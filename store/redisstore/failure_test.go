@@ -397,6 +397,27 @@ func TestStalledServerDenyCacheLearn(t *testing.T) {
 	require.Less(t, took, time.Second, "a refused Limit with a 200ms deadline returned after %v: the deny cache's read held it", took)
 }
 
+// ownServer starts a redis-server of the test's own on a free loopback
+// port, keeping nothing on disk, with the further arguments given; it
+// returns its address once it answers, and stops it at the test's end.
+func ownServer(t *testing.T, args ...string) (addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr = l.Addr().String()
+	require.NoError(t, l.Close())
+	_, port, _ := net.SplitHostPort(addr)
+	args = append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)
+	server := exec.Command("redis-server", args...)
+	require.NoError(t, server.Start())
+	t.Cleanup(func() {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+	})
+	testserver.WaitReachable(t, addr, true)
+	return addr
+}
+
 // TestWithoutFunctions runs the store on a server without Redis Functions,
 // as Redis before 7 is (FCALL and FUNCTION unknown), started for the test:
 // the store sends the same code as a script (EVALSHA), passes the
@@ -406,19 +427,7 @@ func TestWithoutFunctions(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testserver.Unreachable(t, "redis-server", "PATH", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	_, port, _ := net.SplitHostPort(addr)
-	server := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--rename-command", "FCALL", "", "--rename-command", "FCALL_RO", "", "--rename-command", "FUNCTION", "")
-	require.NoError(t, server.Start())
-	t.Cleanup(func() {
-		_ = server.Process.Kill()
-		_ = server.Wait()
-	})
-	testserver.WaitReachable(t, addr, true)
+	addr := ownServer(t, "--rename-command", "FCALL", "", "--rename-command", "FCALL_RO", "", "--rename-command", "FUNCTION", "")
 
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
