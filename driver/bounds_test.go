@@ -12,11 +12,14 @@ import (
 // TestBoundsAreTheLimiters: CheckOp's bounds on params are those of the
 // configs ratelimit.New accepts (written twice, since driver cannot import
 // the root package): MaxTokens and MaxPeriod alike, and the least rate one
-// shard of the most shards may have. Should one side move alone, the
+// shard of the most shards may have; its least count above 0 is MinCount. Should one side move alone, the
 // stores would refuse ops of valid limits, or accept ops of none.
 func TestBoundsAreTheLimiters(t *testing.T) {
 	if driver.MaxTokensForTest != ratelimit.MaxTokens {
 		t.Errorf("driver's most tokens %v, ratelimit.MaxTokens %v", float64(driver.MaxTokensForTest), float64(ratelimit.MaxTokens))
+	}
+	if driver.MinCountForTest != ratelimit.MinCount {
+		t.Errorf("driver's least count %v, ratelimit.MinCount %v", float64(driver.MinCountForTest), float64(ratelimit.MinCount))
 	}
 	if want := ratelimit.MaxPeriod.Milliseconds(); driver.MaxPeriodForTest != want {
 		t.Errorf("driver's longest period %d ms, ratelimit.MaxPeriod %d ms", int64(driver.MaxPeriodForTest), want)

@@ -1,9 +1,10 @@
 package driver
 
-// The bounds CheckOp holds params to, for the external tests, which
+// The bounds CheckOp holds params and counts to, for the external tests, which
 // compare them with the root package's.
 const (
 	MaxTokensForTest = maxTokens
 	MaxPeriodForTest = maxPeriod
 	MinRateForTest   = minRate
+	MinCountForTest  = minCount
 )

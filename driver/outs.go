@@ -56,7 +56,11 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 //   - Mode is ModeLimit, ModeCheck or ModeRefund;
 //   - Now is within ±MaxTime, and so are every item's At and Run in
 //     ModeRefund (they are unused, and unchecked, in the other modes);
-//   - every item's Count is a finite number ≥ 0;
+//   - every item's Count is a finite number ≥ 0, and, in ModeLimit and
+//     ModeCheck, 0 or at least 1e-8 (ratelimit.MinCount): a decision
+//     forgives a shortfall below Noise, so that a smaller count would be
+//     granted on an empty bucket, again and again (a refund's count, a
+//     share of a charge handed back, may be smaller);
 //   - every item has one shard or two, and one in ModeRefund; an item's
 //     two shards have different indexes, and the same params but for
 //     their phases (a limit's shares);
@@ -91,6 +95,10 @@ func CheckOp(op *Op) error {
 		}
 		if !(it.Count >= 0 && it.Count <= math.MaxFloat64) {
 			return opError("item %d (%q) has a count of %v: give a finite number of tokens ≥ 0", i, it.Name, it.Count)
+		}
+		if it.Count < minCount && it.Count > 0 && !one {
+			return opError("item %d (%q) of a mode %d op has a count of %v, above 0 and below %v (ratelimit.MinCount), "+
+				"which a decision could not tell from the noise of its arithmetic (Noise): give 0 or at least %v", i, it.Name, op.Mode, it.Count, minCount, minCount)
 		}
 		if one && (it.At < -MaxTime || it.At > MaxTime) {
 			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
@@ -142,11 +150,13 @@ func CheckOp(op *Op) error {
 // The bounds of Params that CheckOp enforces: those of the limits
 // ratelimit.New accepts (ratelimit.MaxTokens, ratelimit.MaxPeriod, the
 // least Rate, 1e-9, over at most ratelimit.MaxShards shards), which the
-// suite of package storetest checks against a Limiter at those bounds.
+// suite of package storetest checks against a Limiter at those bounds;
+// and the least count above 0 of a limit or a check, ratelimit.MinCount.
 const (
 	maxTokens = 1e15
 	maxPeriod = 36524 * 24 * 3600 * 1000 // 100 years, in milliseconds
 	minRate   = 1e-9 / 1024
+	minCount  = 1e-8
 )
 
 // paramsValid reports whether p is within the bounds of Params (CheckOp).

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 )
 
@@ -84,6 +85,52 @@ func TestCheckOpRefusesASettlementKeptBeyondMaxTime(t *testing.T) {
 	for _, until := range []int64{-driver.MaxTime, 0, driver.MaxTime} {
 		if err := driver.CheckOp(op(until)); err != nil {
 			t.Errorf("a settlement kept until %d: %v", until, err)
+		}
+	}
+}
+
+// A count above 0 and below ratelimit.MinCount is one no call may ask: a
+// decision forgives a shortfall below Noise, so such a count would be
+// granted on an empty bucket, again and again. The Limiter refuses it
+// before it builds an op, and so must every store that is given one
+// through the driver contract. A refund hands back a share of a charge,
+// which may be that small: its count is not bound.
+func TestCheckOpRefusesACountBelowMinCount(t *testing.T) {
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10, MaxReserved: 10}
+	op := func(mode driver.Mode, reserve bool, shards int, count float64) *driver.Op {
+		it := driver.Item{Name: "a", Key: "k", Count: count, At: 1_700_000_000_000}
+		for i := range shards {
+			it.Shards = append(it.Shards, driver.Shard{Index: i, Params: p})
+		}
+		return &driver.Op{Mode: mode, Now: 1_700_000_000_000, Reserve: reserve, Items: []driver.Item{it}}
+	}
+	below := []float64{math.SmallestNonzeroFloat64, driver.Noise, 2 * driver.Noise, math.Nextafter(ratelimit.MinCount, 0)}
+	for _, c := range []struct {
+		name    string
+		mode    driver.Mode
+		reserve bool
+		shards  int
+	}{
+		{"a limit", driver.ModeLimit, false, 1},
+		{"a reservation", driver.ModeLimit, true, 1},
+		{"a sharded limit", driver.ModeLimit, false, 2},
+		{"a check", driver.ModeCheck, false, 1},
+		{"a sharded check of a reservation", driver.ModeCheck, true, 2},
+	} {
+		for _, count := range below {
+			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); !errors.Is(err, driver.ErrInvalidOp) {
+				t.Errorf("%s of %v: got %v, want ErrInvalidOp", c.name, count, err)
+			}
+		}
+		for _, count := range []float64{0, ratelimit.MinCount, 1} {
+			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); err != nil {
+				t.Errorf("%s of %v: %v", c.name, count, err)
+			}
+		}
+	}
+	for _, count := range append(below, 0, ratelimit.MinCount) {
+		if err := driver.CheckOp(op(driver.ModeRefund, false, 1, count)); err != nil {
+			t.Errorf("a refund of %v: %v", count, err)
 		}
 	}
 }

@@ -91,7 +91,7 @@ func TestFreshUpsertDifferential(t *testing.T) {
 		{Kind: driver.FixedWindow, Rate: 1e-9, Period: maxPeriod, Capacity: 1},
 		{Kind: driver.FixedWindow, Rate: ratelimit.MaxTokens, Period: 1, Capacity: ratelimit.MaxTokens},
 	}
-	counts := []float64{1, 0.5, 1e-9, 2.5, 7}
+	counts := []float64{1, 0.5, ratelimit.MinCount, 2.5, 7}
 	rng := rand.New(rand.NewPCG(10, 0xf5e5))
 	var wrote, spare int
 	for step := range 600 {

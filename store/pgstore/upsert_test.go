@@ -159,7 +159,7 @@ func TestBatchUpsertDifferential(t *testing.T) {
 		{Kind: driver.TokenBucket, Rate: 1e-9, Period: maxPeriod, Capacity: 1},
 		{Kind: driver.TokenBucket, Rate: 1e-9, Period: 1, Capacity: 1e-9},
 	}
-	counts := []float64{1, 1, 0.5, 3, 0, 1e-9, 2.5}
+	counts := []float64{1, 1, 0.5, 3, 0, ratelimit.MinCount, 2.5}
 	for seed := range 8 {
 		store, model := newStore(t, pool), storetest.NewModel()
 		rng := rand.New(rand.NewPCG(uint64(seed), 0x5e7))

@@ -62,6 +62,16 @@ func randomCount(rng *rand.Rand, p driver.Params, reach float64) float64 {
 	}
 }
 
+// askable returns count as an op of mode may carry it (driver.CheckOp):
+// in a limit or a check, a count above 0 and below ratelimit.MinCount,
+// which no call may ask, raised to MinCount. A refund's count stays.
+func askable(mode driver.Mode, count float64) float64 {
+	if mode != driver.ModeRefund && count > 0 && count < ratelimit.MinCount {
+		return ratelimit.MinCount
+	}
+	return count
+}
+
 // randomStep moves now forward by a random amount, sometimes not at all,
 // sometimes far. The clock never steps back here: a store may drop a record
 // once its bucket is full, and after a step back past that moment a dropped
@@ -138,6 +148,7 @@ func (u *universe) randomOp(rng *rand.Rand, now int64) *driver.Op {
 		if !op.Reserve && it.Count > p.Capacity*float64(n) {
 			it.Count = p.Capacity * float64(n)
 		}
+		it.Count = askable(op.Mode, it.Count)
 		op.Items = append(op.Items, it)
 	}
 	return op
@@ -506,6 +517,7 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 				default:
 					it.Count = rng.Float64() * reach
 				}
+				it.Count = askable(op.Mode, it.Count)
 				if op.Mode == driver.ModeRefund {
 					it.At = clampTime(now - rng.Int64N(maxPeriod))
 				}

@@ -330,6 +330,7 @@ func (f *fleet) randomOp(rng *rand.Rand, m int, now int64) *driver.Op {
 		default:
 			it.Count = rng.Float64() * reach
 		}
+		it.Count = askable(op.Mode, it.Count)
 		if op.Mode == driver.ModeRefund {
 			switch rng.IntN(4) {
 			case 0:
