@@ -933,7 +933,7 @@ func TestPostgresFunctionNotAStores(t *testing.T) {
 				return fns
 			}
 			before := state()
-			want := fmt.Sprintf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: pgstore: function %s: not the store's", fmt.Sprintf(tc.sig, table))
+			want := fmt.Sprintf("postgres: check --table (the application's pgstore.WithTable) and the database in --store: pgstore: function public.%s: not the store's", fmt.Sprintf(tc.sig, table))
 			for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
 				code, out, errOut := exec(append([]string{cmd, "--store", url, "--table", table}, tokenBucket...)...)
 				require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)

@@ -40,6 +40,20 @@ import (
 //
 // A plain INSERT ... ON CONFLICT has no plan to choose: it reaches the row
 // through the primary key's index whatever the table's statistics.
+//
+// The plain statements (these, the batch upsert of many.go, the read)
+// run under the connection's search_path, where the functions run under
+// their own (schema.sql). So they name the functions they call with
+// pg_catalog, and give every operator operands of one type, of which
+// pg_catalog has the operator: a function or an operator of another
+// schema of the path that takes the arguments' types more exactly than
+// pg_catalog's (float8 + integer, unnest(bytea[]) against
+// unnest(anyarray)) would be chosen over it, even with pg_catalog searched
+// first. greatest, least and coalesce are SQL's own, not functions. The
+// operators are still those of the first schema of search_path that has
+// them, as in any statement of the connection: a search_path that lists
+// pg_catalog after a schema that others may create objects in exposes
+// these statements as it does the application's.
 
 // loneKind indexes the upsert's variants: the kind of limit, whether the
 // call reserves (with or without a bound on the debt), and whether the
@@ -94,7 +108,7 @@ type transition struct {
 func (x transition) refresh(v0, t0 string) (v, ts string) {
 	if x.fixed {
 		n := "((greatest(" + x.now + ", " + t0 + ") - " + t0 + ") / " + x.period + ")"
-		return "CASE WHEN " + n + " > 0 THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END",
+		return "CASE WHEN " + n + " > 0::bigint THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END",
 			"(" + t0 + " + " + n + " * " + x.period + ")"
 	}
 	return v0 + " + (greatest(" + x.now + ", " + t0 + ") - " + t0 + ")::float8 * " + x.rate + " / " + x.period + "::float8",
@@ -125,19 +139,19 @@ func (x transition) fullAt() (fullAt, first string) {
 	never := strconv.FormatInt(driver.Never, 10) + "::bigint"
 	span := strconv.FormatInt(driver.Never-driver.MaxTime, 10) + "::float8"
 	if x.fixed {
-		first = "ceil((" + x.capa + " - n.v) / " + x.rate + ")"
+		first = "pg_catalog.ceil((" + x.capa + " - n.v) / " + x.rate + ")"
 		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
 		for i := range 3 {
-			kk := "(f.dt + " + strconv.Itoa(i) + ")"
+			kk := "(f.dt + " + strconv.Itoa(i) + "::float8)"
 			fullAt += " WHEN n.v + " + x.rate + " * " + kk + " >= " + x.capa +
 				" THEN CASE WHEN " + x.period + "::float8 * " + kk + " < " + span +
 				" THEN n.t + (" + x.period + "::float8 * " + kk + ")::bigint ELSE " + never + " END"
 		}
 	} else {
-		first = "ceil((" + x.capa + " - n.v) * " + x.period + "::float8 / " + x.rate + ")"
+		first = "pg_catalog.ceil((" + x.capa + " - n.v) * " + x.period + "::float8 / " + x.rate + ")"
 		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
 		for i := range 3 {
-			dt := "(f.dt + " + strconv.Itoa(i) + ")"
+			dt := "(f.dt + " + strconv.Itoa(i) + "::float8)"
 			fullAt += " WHEN n.v + " + dt + " * " + x.rate + " / " + x.period + "::float8 >= " + x.capa +
 				" THEN CASE WHEN " + dt + " < " + span + " THEN n.t + " + dt + "::bigint ELSE " + never + " END"
 		}
@@ -151,7 +165,7 @@ func (x transition) fullAt() (fullAt, first string) {
 // reads as not). Where it is false, a statement writes nothing, and the
 // Go side, reading the record, fails the call (checkRow).
 func sound(v, ts string) string {
-	return "(" + v + " - " + v + " = 0 AND " + ts + " BETWEEN " + sqlMinTS + " AND " + sqlMaxTS + ")"
+	return "(" + v + " - " + v + " = 0::float8 AND " + ts + " BETWEEN " + sqlMinTS + " AND " + sqlMaxTS + ")"
 }
 
 // set returns the SET of an ON CONFLICT DO UPDATE on the row c that writes
@@ -165,7 +179,7 @@ func (x transition) set() (set, where string) {
 		"CASE WHEN c.value IS NULL THEN excluded.value ELSE n.v END, " +
 		"CASE WHEN c.value IS NULL THEN excluded.ts ELSE n.t END, " +
 		"CASE WHEN c.value IS NULL THEN excluded.expires ELSE " + fullAt + " END" +
-		" FROM (SELECT CASE WHEN r.va < 0 AND r.va > -" + sqlNoise + " THEN 0::float8 ELSE r.va END AS v, r.t" +
+		" FROM (SELECT CASE WHEN r.va < 0::float8 AND r.va > -" + sqlNoise + " THEN 0::float8 ELSE r.va END AS v, r.t" +
 		" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n," +
 		" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)"
 	return set, "c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + x.ok(cva) + ")"
@@ -185,7 +199,7 @@ func loneSQL(table string, k loneKind) string {
 		if k.reserve == 1 {
 			n++
 		}
-		gate = "(" + gate + ") AND set_config('lock_timeout', $" + strconv.Itoa(n) + "::text, true) IS NOT NULL"
+		gate = "(" + gate + ") AND pg_catalog.set_config('lock_timeout', $" + strconv.Itoa(n) + "::text, true) IS NOT NULL"
 	}
 	var b strings.Builder
 	b.WriteString("WITH s AS (SELECT value, ts FROM " + table + " WHERE id = " + pID + "), ")
@@ -242,7 +256,7 @@ func freshSQL(table string, fixed, wait bool) string {
 	b.WriteString("INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
 	if wait {
 		b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx +
-			" WHERE set_config('lock_timeout', $12::text, true) IS NOT NULL")
+			" WHERE pg_catalog.set_config('lock_timeout', $12::text, true) IS NOT NULL")
 	} else {
 		b.WriteString("VALUES (" + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx + ")")
 	}

@@ -60,6 +60,10 @@ var manyBufs = sync.Pool{New: func() any { return new(manyBuf) }}
 // that a missing record would grant); then the count, rate, period and
 // capacity, $9 to $12; with wait, $13 the lock_timeout.
 //
+// The unnest of several arrays is left without its schema: PostgreSQL
+// makes it pg_catalog.unnest of each (a call named with the schema would
+// find no function of eight arguments). See lone.go on names.
+//
 // It returns, per op: whether it wrote, and the record's value and ts, as
 // written or else as read in the statement's snapshot. The read goes
 // through the function <table>_read (schema.sql), whose plan reaches the
@@ -74,7 +78,7 @@ func upsertSQL(table, read string, wait bool) string {
 	sva, _ := g.va("s.value", "s.ts")
 	lock := ""
 	if wait { // bound the lock wait before the first lock
-		lock = " AND (SELECT set_config('lock_timeout', $13::text, true)) IS NOT NULL"
+		lock = " AND (SELECT pg_catalog.set_config('lock_timeout', $13::text, true)) IS NOT NULL"
 	}
 	var b strings.Builder
 	b.WriteString("WITH s AS (SELECT id, value, ts FROM " + read + "($1::bytea[])), ")
@@ -85,9 +89,9 @@ func upsertSQL(table, read string, wait bool) string {
 	b.WriteString(" WHERE u.w AND (s.value IS NULL OR (" + sound("s.value", "s.ts") + " AND " + g.ok(sva) + "))" + lock + " ORDER BY u.id")
 	b.WriteString(" ON CONFLICT (id) DO UPDATE SET " + set + " WHERE " + where)
 	b.WriteString(" RETURNING c.id, c.value, c.ts) ")
-	b.WriteString("SELECT array_agg(w.id IS NOT NULL ORDER BY q.id), array_agg(coalesce(w.value, s.value) ORDER BY q.id),")
-	b.WriteString(" array_agg(coalesce(w.ts, s.ts) ORDER BY q.id)")
-	b.WriteString(" FROM unnest($1::bytea[]) AS q(id) LEFT JOIN s ON s.id = q.id LEFT JOIN w ON w.id = q.id")
+	b.WriteString("SELECT pg_catalog.array_agg(w.id IS NOT NULL ORDER BY q.id), pg_catalog.array_agg(coalesce(w.value, s.value) ORDER BY q.id),")
+	b.WriteString(" pg_catalog.array_agg(coalesce(w.ts, s.ts) ORDER BY q.id)")
+	b.WriteString(" FROM pg_catalog.unnest($1::bytea[]) AS q(id) LEFT JOIN s ON s.id = q.id LEFT JOIN w ON w.id = q.id")
 	return b.String()
 }
 

@@ -463,7 +463,7 @@ func namesOf(parts []string) names {
 		pwait: ident(waitSuffix), oldIndex: ident("_expires_idx")}
 	n.sigs = []string{
 		n.apply + "(" + applyArgs + ")",
-		n.one + "(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)",
+		n.one + "(" + oneArgs + ")",
 		n.read + "(bytea[])",
 		n.del + "(bytea[])",
 		n.sweep + "(bytea, integer, bigint)",
@@ -483,8 +483,22 @@ func namesOf(parts []string) names {
 	return n
 }
 
-// applyArgs are the argument types of this release's _apply.
-const applyArgs = "bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[]"
+// applyArgs and oneArgs are the argument types of this release's _apply
+// and _one.
+const (
+	applyArgs = "bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean, bigint[]"
+	oneArgs   = "bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer"
+)
+
+// params returns the parameters $1, $2, … of a call of a function of the
+// argument types args, each cast to its type.
+func params(args string) string {
+	types := strings.Split(args, ", ")
+	for i, t := range types {
+		types[i] = "$" + strconv.Itoa(i+1) + "::" + t
+	}
+	return strings.Join(types, ", ")
+}
 
 // The argument types of the functions _apply of earlier releases, which
 // carry no mark (funcMark): version 1's, and two of version 2's, which
@@ -639,14 +653,18 @@ func truncate(name string) string {
 // what New runs unless WithoutDDL is given, for migration tools. It is
 // idempotent; apply it in one transaction, which holds the advisory lock
 // it takes against installs beside it (pg_advisory_xact_lock of the one
-// key 8241996772024085876, for every table of the database). The command
+// key 8241996772024085876, for every table of the database), and to whose
+// end its first statement sets search_path to pg_catalog, pg_temp, the
+// search_path of the functions it makes (see schema.sql). The command
 // `ratelimit schema --table NAME` prints it.
 //
-// Name the schema. For a name without one, the SQL makes the table and
-// its functions in the session's current_schema(), and refuses (SQLSTATE
-// RLSCH) a name that finds a relation in another schema along search_path,
-// or a search_path of which no schema exists; its functions then name the
-// table as their caller's search_path finds it. New, which resolves the
+// Name the schema. For a name without one, the SQL runs under the
+// session's search_path, makes the table and its functions in the
+// session's current_schema(), and refuses (SQLSTATE RLSCH) a name that
+// finds a relation in another schema along search_path, or a search_path
+// of which no schema exists; its functions then name the table without
+// its schema, and find it in theirs: their search_path is pg_catalog, that
+// schema and pg_temp. New, which resolves the
 // name first (see WithTable), runs the SQL of the name with its schema,
 // and names the table with it in every statement: it counts functions
 // that name it without as out of date, installs them again (in place),
@@ -694,6 +712,9 @@ func (n names) schema() string {
 		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
 		"{{function_check}}", n.funcCheck(),
 		"{{mark_functions}}", n.markFunctions(),
+		"{{pin}}", n.pin(),
+		"{{pin_script}}", n.pinScript(),
+		"{{bare_functions}}", n.bareFunctions(),
 		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	}
 	// A dollar-quote tag that neither the script nor anything written into
@@ -705,6 +726,53 @@ func (n names) schema() string {
 		tag = fmt.Sprintf("$fn%d$", i)
 	}
 	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+}
+
+// pinnedPath is the search_path under which the store's functions run,
+// and the schema's SQL for a table named with its schema, so that what
+// they name without a schema is PostgreSQL's own: pg_catalog first, and
+// the session's temporary schema last, as it would otherwise come first
+// for relations and types. The store's table and functions are named with
+// their schema. See schema.sql.
+const pinnedPath = "pg_catalog, pg_temp"
+
+// pin returns the clause that sets the search_path of a function (all but
+// _split, see schema.sql), in its CREATE FUNCTION: pinnedPath for a table
+// named with its schema; for one without, whose functions name it without
+// its schema too, the script sets it at the end (bareFunctions).
+func (n names) pin() string {
+	if len(n.parts) == 1 {
+		return "-- search_path: set at the end of the script, with the schema the function is made in"
+	}
+	return "SET search_path = " + pinnedPath
+}
+
+// pinScript returns the script's first statement: for a table named with
+// its schema, it sets the search_path of the rest of the transaction to
+// pinnedPath; for one without, which the session's search_path resolves,
+// it is a comment.
+func (n names) pinScript() string {
+	if len(n.parts) == 1 {
+		return "-- (the table is named without its schema: the script runs under the session's search_path)"
+	}
+	return "SELECT pg_catalog.set_config('search_path', " + quoteLiteral(pinnedPath) + ", true);"
+}
+
+// bareFunctions returns an SQL array of the functions that run under a
+// search_path of their own (all but _split), named as the script names
+// them, whose search_path the script sets at the end for a table named
+// without its schema; empty for a table named with its schema (pin).
+func (n names) bareFunctions() string {
+	if len(n.parts) == 2 {
+		return "ARRAY[]"
+	}
+	var q []string
+	for i, sig := range n.sigs {
+		if i != splitFn {
+			q = append(q, quoteLiteral(sig))
+		}
+	}
+	return "ARRAY[" + strings.Join(q, ", ") + "]"
 }
 
 // markFunctions returns the statements that mark each of n's functions
@@ -841,9 +909,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		pool:       pool,
 		table:      n.table,
 		serverTime: o.serverTime,
-		applySQL:   "SELECT ok, retry, num, fresh FROM " + n.apply + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-		oneSQL:     "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-		readSQL:    newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
+		// The arguments typed as the functions take them: no function of
+		// other arguments, made beside them later, is a closer match.
+		applySQL: "SELECT ok, retry, num, fresh FROM " + n.apply + "(" + params(applyArgs) + ")",
+		oneSQL:   "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "(" + params(oneArgs) + ")",
+		readSQL:  newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
 		// The functions that reach many records by id (schema.sql).
 		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::bytea[]) WHERE value IS NOT NULL",
 		deleteSQL:  "SELECT FROM " + n.del + "($1::bytea[])",
@@ -892,11 +962,15 @@ func resolve(ctx context.Context, pool *pgxpool.Pool, n names) (names, error) {
 		found, tmp bool
 		path       string
 	)
-	err := pool.QueryRow(ctx, `SELECT r.nsp, r.found, EXISTS (SELECT FROM pg_namespace s WHERE s.oid = pg_my_temp_schema() AND s.nspname = r.nsp),
-		current_setting('search_path')
-	FROM (SELECT coalesce(f.nsp, current_schema()::text) AS nsp, f.nsp IS NOT NULL AS found
-		FROM (SELECT (SELECT s.nspname::text FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
-			WHERE c.oid = to_regclass($1)) AS nsp) f) r`, n.table).Scan(&schema, &found, &tmp, &path)
+	// Under the connection's search_path, which resolves the name: what
+	// the query names itself is named with pg_catalog, operators too, so
+	// that no object of a schema of the path takes its place (schema.sql).
+	err := pool.QueryRow(ctx, `SELECT r.nsp, r.found, EXISTS (SELECT FROM pg_catalog.pg_namespace s
+			WHERE s.oid OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() AND s.nspname::pg_catalog.text OPERATOR(pg_catalog.=) r.nsp),
+		pg_catalog.current_setting('search_path')
+	FROM (SELECT coalesce(f.nsp, pg_catalog.current_schema()::pg_catalog.text) AS nsp, f.nsp IS NOT NULL AS found
+		FROM (SELECT (SELECT s.nspname::pg_catalog.text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
+			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid) AS nsp) f) r`, n.table).Scan(&schema, &found, &tmp, &path)
 	if err != nil {
 		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, err)
 	}
@@ -952,12 +1026,17 @@ func (st schemaState) done(check bool) bool {
 //
 // The functions that read the table must name it as n does, with its
 // schema: the SQL of Schema for a name without one makes functions that
-// name it without, which find the table along the search_path of the
-// session that calls them. Beside the store's statements, which name it
-// with its schema, they could then reach another table of that name, made
-// later in an earlier schema of a connection's path, so that a store's
-// lone calls and its batches went to two tables. Such functions carry the
-// mark of this release all the same; New counts them as out of date.
+// name it without, which find the table in the schema they were made in
+// (those of earlier releases, along the search_path of the session that
+// calls them). Beside the store's statements, which name it with the
+// schema New resolved, they could then reach another table of that name
+// (made later in an earlier schema of a connection's path), so that a
+// store's lone calls and its batches went to two tables. Such functions
+// carry the mark of this release all the same; New counts them as out of
+// date.
+//
+// New reads it under the search_path pg_catalog, pg_temp (pinPath), so
+// that the functions it names are listed with their schema.
 func readSchema(ctx context.Context, q querier, n names) (schemaState, error) {
 	var (
 		st       schemaState
@@ -1016,7 +1095,8 @@ func mayNotUse(ctx context.Context, q querier, n names, err error) error {
 		user  string
 		usage *bool
 	)
-	if e := q.QueryRow(ctx, "SELECT current_user::text, (SELECT has_schema_privilege(s.oid, 'USAGE') FROM pg_namespace s WHERE s.nspname = $1)",
+	if e := q.QueryRow(ctx, "SELECT current_user::pg_catalog.text, (SELECT pg_catalog.has_schema_privilege(s.oid, 'USAGE') "+
+		"FROM pg_catalog.pg_namespace s WHERE s.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name)",
 		n.parts[0]).Scan(&user, &usage); e != nil || usage == nil || *usage {
 		return fmt.Errorf("pgstore: read the schema of %s: the database user may not (%w): %w", n.table, err, ErrPermission)
 	}
@@ -1051,7 +1131,15 @@ func notStoreFunction(table, fns string) error {
 // store's names that are not the store's, are refused either way, and
 // left as they are.
 func (s *Store) installSchema(ctx context.Context, n names, table string, check bool) error {
-	st, err := readSchema(ctx, s.pool, n)
+	var st schemaState
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := pinPath(ctx, tx); err != nil {
+			return err
+		}
+		var err error
+		st, err = readSchema(ctx, tx, n)
+		return err
+	})
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == codePermission {
 		return mayNotUse(ctx, s.pool, n, err)
@@ -1101,6 +1189,9 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	// table that a long transaction holds. The next New drops it.
 	indexOnly := st.current()
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := pinPath(ctx, tx); err != nil {
+			return err
+		}
 		if indexOnly {
 			var got bool
 			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(schemaLock)).Scan(&got); err != nil || !got {
@@ -1142,6 +1233,16 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	return nil
 }
 
+// pinPath sets the search_path of tx, to its end, to pinnedPath: New reads
+// and installs the schema under it, as the functions run, so that the
+// checks' functions and operators are PostgreSQL's own whatever the
+// connection's search_path (see schema.sql). Every name of the store's is
+// given with its schema by then.
+func pinPath(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SET LOCAL search_path = "+pinnedPath)
+	return err
+}
+
 // shellQuote quotes s for a shell command line, if it needs it.
 func shellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == "" {
@@ -1157,7 +1258,7 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
 	var ms int64
-	err := s.pool.QueryRow(ctx, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint").Scan(&ms)
+	err := s.pool.QueryRow(ctx, "SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint").Scan(&ms)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: time: %w", err)
 	}

@@ -336,8 +336,10 @@ func TestSerializationFailureGivesUp(t *testing.T) {
 	s, err := pgstore.New(ctx, direct, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
 	require.NoError(t, err)
 	require.NoError(t, s.Apply(ctx, limitOp("old", 1), make([]driver.Decision, 1)))
-	// Counts the writes tried, outside of the transactions that fail.
-	tries := pgx.Identifier{table + "_tries"}.Sanitize()
+	// Counts the writes tried, outside of the transactions that fail;
+	// named with its schema, as the trigger runs under the search_path of
+	// the function that fires it, pg_catalog, pg_temp.
+	tries := pgx.Identifier{"public", table + "_tries"}.Sanitize()
 	fail := pgx.Identifier{table + "_fail"}.Sanitize()
 	_, err = direct.Exec(ctx, "CREATE SEQUENCE "+tries+" OWNED BY "+pgx.Identifier{table, "id"}.Sanitize()+";"+
 		"CREATE FUNCTION "+fail+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"+
@@ -684,8 +686,9 @@ func TestStatementDroppedBetweenTries(t *testing.T) {
 	require.NoError(t, err)
 
 	// Once armed, the next write fails with 40001, and drops the session's
-	// prepared statements first; the writes after it go through.
-	tries := pgx.Identifier{table + "_tries"}.Sanitize()
+	// prepared statements first; the writes after it go through. (The
+	// sequence is named with its schema: see TestSerializationFailureGivesUp.)
+	tries := pgx.Identifier{"public", table + "_tries"}.Sanitize()
 	fail := pgx.Identifier{table + "_fail"}.Sanitize()
 	_, err = pool.Exec(ctx, "CREATE SEQUENCE "+tries+" OWNED BY "+pgx.Identifier{table, "id"}.Sanitize()+";"+
 		"SELECT setval("+quoteLiteral(tries)+", 1);"+

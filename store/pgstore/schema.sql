@@ -18,6 +18,30 @@
 -- braces, which pgstore writes out as the statements that compute it where
 -- it stands (with the function's variables wj, wk and noise).
 
+-- What PostgreSQL provides (functions, operators, types) is named here
+-- without its schema, as in any query, and a session finds it along its
+-- search_path: pg_catalog first unless search_path lists it after another
+-- schema, and even then an object of another schema where it takes the
+-- arguments' types exactly and pg_catalog's does not (a polymorphic
+-- function such as unnest(anyarray), an operator of operands of two
+-- types, float8 < integer). A role that may create objects in a schema of
+-- the path could so run its own code as the session's user, or change a
+-- decision. So the functions run with the search_path pg_catalog,
+-- pg_temp (pg_temp, listed last, comes after pg_catalog for relations and
+-- types too; the store's own table and functions are named with their
+-- schema; a trigger on the table that they fire runs under it too), and
+-- so does the rest of the script, from its first statement, until the
+-- end of its transaction. All but {{split}}, which names nothing
+-- of the store's and is called by {{apply}} and {{pwait}} alone: it runs
+-- under their search_path, as a setting of its own would cost each of its
+-- many calls. For a table named without its schema, the script runs under
+-- the session's search_path, and the functions, whose bodies name the
+-- table and each other without their schema too, are set at the end to
+-- pg_catalog, the schema they are made in, and pg_temp. ({{pwait}} has a
+-- setting of its own for that: should it run the body of the other name,
+-- installed while {{apply}} runs, it finds {{split}} all the same.)
+{{pin_script}}
+
 -- The script runs under the advisory lock that pgstore.New takes to
 -- install it, so that installs do not race on the DDL: two processes that
 -- start together, or a migration beside them. It is held to the end of the
@@ -171,6 +195,7 @@ CREATE OR REPLACE FUNCTION {{pwait}}(
 	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
 	sva float8, sta bigint, svb float8, stb bigint, now bigint, cnt float8, reserve boolean
 ) RETURNS float8 LANGUAGE plpgsql IMMUTABLE
+{{pin}}
 AS {{q}}
 DECLARE
 	noise    CONSTANT float8 := {{noise}};
@@ -380,6 +405,7 @@ CREATE OR REPLACE FUNCTION {{apply}}(
 	p_pint bigint[], p_pflt float8[], p_wait integer, p_fresh boolean, p_marks bigint[],
 	OUT ok boolean[], OUT retry bigint[], OUT num float8[], OUT fresh boolean
 ) LANGUAGE plpgsql VOLATILE
+{{pin}}
 -- Plans made once per connection, whatever the batch, and that reach the
 -- records through the primary key (or their row's address) even while the
 -- table is small, so that they stay cheap as it grows.
@@ -892,6 +918,7 @@ CREATE OR REPLACE FUNCTION {{one}}(
 	p_now bigint, p_count float8, p_flags integer, p_wait integer,
 	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint
 ) LANGUAGE plpgsql VOLATILE
+{{pin}}
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS {{q}}
@@ -1033,6 +1060,7 @@ END
 CREATE OR REPLACE FUNCTION {{read}}(p_id bytea[])
 RETURNS TABLE (id bytea, value float8, ts bigint)
 LANGUAGE plpgsql STABLE ROWS 10
+{{pin}}
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS {{q}}
@@ -1048,6 +1076,7 @@ END
 -- of it.
 CREATE OR REPLACE FUNCTION {{del}}(p_id bytea[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
+{{pin}}
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS {{q}}
@@ -1069,6 +1098,7 @@ END
 CREATE OR REPLACE FUNCTION {{sweep}}(p_after bytea, p_n integer, p_cutoff bigint,
 	OUT last bytea, OUT scanned bigint, OUT gone bigint)
 LANGUAGE plpgsql VOLATILE
+{{pin}}
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS {{q}}
@@ -1114,6 +1144,22 @@ BEGIN
 		END;
 		PERFORM set_config('lock_timeout', was, true);
 	END IF;
+END
+{{q}};
+
+-- For a table named without its schema, the functions (all but
+-- {{split}}) run with pg_catalog, the schema they are made in
+-- (current_schema(), where the table is too), and pg_temp as their
+-- search_path. The list below names them as the statements above do; it
+-- is empty for a table named with its schema, whose functions were made
+-- with theirs.
+DO {{q}}
+DECLARE
+	f text;
+BEGIN
+	FOREACH f IN ARRAY {{bare_functions}}::text[] LOOP
+		EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, pg_catalog.current_schema());
+	END LOOP;
 END
 {{q}};
 
