@@ -49,6 +49,11 @@ type breaker struct {
 	mu      sync.Mutex
 	until   time.Time // open until then
 	probing bool      // a probe is under way
+	// probe numbers the probes, so that only the one under way frees its
+	// place: an answer to another call may close the breaker while a
+	// probe is in the store, and the breaker open again and let a new
+	// probe through before the old one fails.
+	probe uint64
 
 	// lastAnswer is the time, in Unix ms on the Limiter's clock, of the
 	// latest answer of the store: callerGaveUp compares it with the start
@@ -68,18 +73,19 @@ func (b *breaker) closed() bool {
 	return b.threshold <= 0 || b.fails.Load() < int64(b.threshold)
 }
 
-// allow reports whether a call may ask the store now, and whether it is
-// the probe that decides whether the breaker closes; when not, until says
+// allow reports whether a call may ask the store now, and, if it is the
+// probe that decides whether the breaker closes, its number, to give
+// failure or abandon (0 for any other call); when not ok, until says
 // when a probe will be let through (while the probe is under way, the
 // earliest the next may go).
-func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
+func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) {
 	if b.closed() {
-		return true, false, time.Time{}
+		return true, 0, time.Time{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fails.Load() < int64(b.threshold) {
-		return true, false, time.Time{}
+		return true, 0, time.Time{}
 	}
 	// A probe due more than two cool-downs ahead means the clock went
 	// back since the breaker opened (a clock given to WithClock: the real
@@ -91,17 +97,24 @@ func (b *breaker) allow(now time.Time) (ok, probe bool, until time.Time) {
 	}
 	switch {
 	case now.Before(b.until):
-		return false, false, b.until
+		return false, 0, b.until
 	case b.probing:
 		// The probe is in the store: if it fails, the next goes a
 		// cool-down after, and if it succeeds the breaker closes
 		// sooner. Not the cool-down's end, which has passed: a
 		// refusal would say to retry at once for as long as the probe
 		// takes.
-		return false, false, now.Add(b.cooldown)
+		return false, 0, now.Add(b.cooldown)
 	}
 	b.probing = true
-	return true, true, time.Time{}
+	b.probe++ // from 1: 0 is no probe's number
+	return true, b.probe, time.Time{}
+}
+
+// isProbe reports whether probe, a number allow returned, is the probe
+// under way's. It is called with mu held.
+func (b *breaker) isProbe(probe uint64) bool {
+	return probe != 0 && b.probing && probe == b.probe
 }
 
 // current reports whether answered(now) would do nothing: an answer at
@@ -130,37 +143,43 @@ func (b *breaker) answered(now int64) (closed bool) {
 	return closed
 }
 
-// failure records that the store failed at now a call, the probe or not;
-// it reports whether the failure opened the breaker: the failure that
-// reached the threshold, or the probe's. The calls that started before
-// the breaker opened, failing after it, open nothing (though they hold
-// the probe back a cool-down from their failure), and only the probe's
-// failure lets the next call probe: the probe may still be in the store.
-func (b *breaker) failure(now time.Time, probe bool) (opened bool) {
+// failure records that the store failed at now a call, the probe or not
+// (probe is the number allow returned); it reports whether the failure
+// opened the breaker: the failure that reached the threshold, or the
+// probe's. The calls that started before the breaker opened, failing
+// after it, open nothing (though they hold the probe back a cool-down
+// from their failure), and only the failure of the probe under way lets
+// the next call probe: the probe may still be in the store. An earlier
+// probe, overtaken by an answer that closed the breaker, is such a call.
+func (b *breaker) failure(now time.Time, probe uint64) (opened bool) {
 	if b.threshold <= 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	fails := b.fails.Add(1)
-	if probe {
+	isProbe := b.isProbe(probe)
+	if isProbe {
 		b.probing = false
 	}
 	if fails < int64(b.threshold) {
 		return false
 	}
 	b.until = now.Add(b.cooldown)
-	return fails == int64(b.threshold) || probe
+	return fails == int64(b.threshold) || isProbe
 }
 
 // abandon records that a call left without learning anything of the
-// store: if it was the probe, the next call may probe instead.
-func (b *breaker) abandon(probe bool) {
-	if !probe {
+// store: if it was the probe under way (probe is the number allow
+// returned), the next call may probe instead.
+func (b *breaker) abandon(probe uint64) {
+	if probe == 0 {
 		return
 	}
 	b.mu.Lock()
-	b.probing = false
+	if b.isProbe(probe) {
+		b.probing = false
+	}
 	b.mu.Unlock()
 }
 

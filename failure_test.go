@@ -838,6 +838,84 @@ func TestBreakerLateFailureDuringTheProbe(t *testing.T) {
 	require.Equal(t, asked+1, store.calls.Load())
 }
 
+// An answer to a call that went to the store before the breaker opened
+// closes it, even while a probe is in the store. If the breaker opens
+// again and a new probe goes, the old probe's failure is a late call's:
+// it freed the new probe's place, and a third call probed with the
+// second still in the store; so did the old probe's caller leaving. On
+// Apply's path and a BoundLimit's alike.
+func TestBreakerOldProbeEndsDuringTheNewOne(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		bound, leaves bool // the old probe's caller leaves, or the store fails it
+	}{{false, false}, {false, true}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("bound=%v,leaves=%v", c.bound, c.leaves), func(t *testing.T) {
+			hook, store := hooked(c.bound)
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+			require.NoError(t, err)
+			// call starts a call of key that waits in the store until
+			// its channel is closed, then answers with err.
+			entered := make(chan struct{})
+			call := func(ctx context.Context, key string, err error) (release chan struct{}, done chan error) {
+				release, done = make(chan struct{}), make(chan error, 1)
+				hook.apply = func(context.Context) error {
+					entered <- struct{}{}
+					<-release
+					return err
+				}
+				go func() {
+					_, err := lim.Limit(ctx, "l", key)
+					done <- err
+				}()
+				<-entered
+				hook.apply = func(context.Context) error { return errDown }
+				return release, done
+			}
+
+			lateRelease, late := call(ctx, "late", nil) // before the breaker opens
+			_, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+			mock.Add(time.Second)
+			oldCtx, leave := context.WithCancel(ctx)
+			defer leave()
+			oldErr := errDown
+			if c.leaves {
+				oldErr = context.Canceled
+			}
+			oldRelease, old := call(oldCtx, "old", oldErr) // the first probe
+			close(lateRelease)
+			require.NoError(t, <-late, "the late answer closes the breaker")
+			_, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, errDown, "the failure that opens the breaker again")
+			mock.Add(time.Second)
+			newRelease, probe := call(ctx, "new", errDown) // the second probe
+			if c.leaves {
+				leave()
+			}
+			close(oldRelease)
+			require.ErrorIs(t, <-old, oldErr)
+
+			mock.Add(time.Second)
+			asked := hook.calls.Load()
+			for range 3 {
+				_, err = lim.Limit(ctx, "l", "k")
+				require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+			}
+			require.Equal(t, asked, hook.calls.Load(), "the new probe is still in the store: nobody else probes")
+
+			close(newRelease)
+			require.ErrorIs(t, <-probe, errDown)
+			mock.Add(time.Second)
+			_, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
+			require.Equal(t, asked+1, hook.calls.Load())
+		})
+	}
+}
+
 // The breaker's opening is logged once, as its closing is: the calls in
 // the store when it opened, failing after it, are store failures (Warn)
 // but open nothing. Each logged the opening again, at error level: a busy

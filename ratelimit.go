@@ -595,7 +595,7 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 // failed with err at now.
 func (l *Limiter) boundFailedResult(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, now int64, err error) (Result, error) {
 	var res Result
-	_, _, _, err = l.boundFailed(ctx, mode, lim, key, c, &res, time.Time{}, now, false, err)
+	_, _, _, err = l.boundFailed(ctx, mode, lim, key, c, &res, time.Time{}, now, 0, err)
 	return res, err
 }
 
@@ -615,7 +615,7 @@ func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limi
 
 // boundFailed answers a bound call whose store failed with err, as do
 // does: the caller's own error if it gave up, else the failure policy's.
-func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe bool, err error) (driver.Verdict, int64, bool, error) {
+func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe uint64, err error) (driver.Verdict, int64, bool, error) {
 	if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
 		l.breaker.abandon(probe)
 		return driver.Verdict{}, now, false, callerError(ctx, lim.name, err)
@@ -675,7 +675,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			return v, now, false, nil
 		}
 	}
-	var probe bool
+	var probe uint64
 	if !l.breaker.closed() {
 		if start.IsZero() {
 			start = l.now() // for the wait until the breaker's probe
@@ -689,8 +689,8 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			return v, now, false, err
 		}
 	}
-	if probe {
-		v, err = l.probeDecide(ctx, lim, skey, mode, now, c)
+	if probe != 0 {
+		v, err = l.probeDecide(ctx, probe, lim, skey, mode, now, c)
 	} else {
 		v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve)
 	}
@@ -790,8 +790,8 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	}
 	b.op = driver.Op{Mode: mode, Now: now, Reserve: c.reserve, Items: items}
 	var err error
-	if probe {
-		err = l.probeApply(ctx, &b.op, out)
+	if probe != 0 {
+		err = l.probeApply(ctx, probe, &b.op, out)
 	} else {
 		err = l.store.Apply(ctx, &b.op, out)
 	}
@@ -846,11 +846,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 // recover it (as net/http does for a handler); the probe is abandoned on
 // its way, so that the next call probes: it stayed under way for good,
 // and the breaker open.
-func (l *Limiter) probeApply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+func (l *Limiter) probeApply(ctx context.Context, probe uint64, op *driver.Op, out []driver.Decision) error {
 	returned := false
 	defer func() {
 		if !returned {
-			l.breaker.abandon(true)
+			l.breaker.abandon(probe)
 		}
 	}()
 	err := l.store.Apply(ctx, op, out)
@@ -859,11 +859,11 @@ func (l *Limiter) probeApply(ctx context.Context, op *driver.Op, out []driver.De
 }
 
 // probeDecide is probeApply for a call of a bound limit.
-func (l *Limiter) probeDecide(ctx context.Context, lim *limit, key string, mode driver.Mode, now int64, c call) (driver.Verdict, error) {
+func (l *Limiter) probeDecide(ctx context.Context, probe uint64, lim *limit, key string, mode driver.Mode, now int64, c call) (driver.Verdict, error) {
 	returned := false
 	defer func() {
 		if !returned {
-			l.breaker.abandon(true)
+			l.breaker.abandon(probe)
 		}
 	}()
 	v, err := lim.bound.Decide(ctx, key, mode, now, c.count, c.reserve)
@@ -990,7 +990,7 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 // invalid (driver.ErrInvalidOp), which the Limiter never sends, so a bug;
 // and a record it cannot read (driver.ErrBadRecord), one key's damage.
 // Both are logged at error level; any other error counts as a failure.
-func (l *Limiter) storeErr(name string, probe bool, err error) {
+func (l *Limiter) storeErr(name string, probe uint64, err error) {
 	var msg string
 	switch {
 	case errors.Is(err, driver.ErrInvalidOp):
@@ -1007,7 +1007,7 @@ func (l *Limiter) storeErr(name string, probe bool, err error) {
 	}
 }
 
-func (l *Limiter) storeFailed(name string, probe bool, err error) {
+func (l *Limiter) storeFailed(name string, probe uint64, err error) {
 	opened := l.breaker.failure(l.now(), probe)
 	if l.logger == nil {
 		return
