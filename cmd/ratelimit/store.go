@@ -499,18 +499,23 @@ func passwordIn(u string) (i, j int, malformed bool) {
 	}
 	// A / ? or # before the @: an @ in a path or a query, or a password
 	// that holds one of them, written after a user and a colon. After a
-	// port (digits), an @ in a query is the query's (?user=app@tenant),
-	// and one in a path a password's: a path names a database, which
-	// redis:// numbers.
+	// port (digits), an @ in the value of a query's key=value is the
+	// query's (?user=app@tenant); one in a path, or after a ? or # that
+	// no key=value follows (1234?abc@), a password's: a path names a
+	// database, which redis:// numbers, and a query is of key=value.
 	if !ok || strings.ContainsAny(user, "/?#[") {
 		return 0, 0, false
 	}
 	end := strings.IndexAny(password, "/?#")
-	if allDigits(password[:end]) && strings.ContainsAny(password[end:], "?#") {
+	if q := strings.IndexAny(password, "?#"); allDigits(password[:end]) && q >= 0 && queryValue.MatchString(password[q+1:]) {
 		return 0, 0, false
 	}
 	return start + len(user) + 1, start + at, true
 }
+
+// queryValue matches the text of a query, or of a fragment, up to an @ in
+// the value of its last key=value.
+var queryValue = regexp.MustCompile(`(^|&)[A-Za-z_][A-Za-z0-9_.-]*=[^&=]+$`)
 
 // storeSchemes are the schemes of the stores that --store takes as a URL.
 var storeSchemes = map[string]bool{"redis": true, "rediss": true, "redis+cluster": true, "postgres": true, "postgresql": true}
