@@ -798,6 +798,43 @@ func TestStorePasswordHiddenMalformed(t *testing.T) {
 	}
 }
 
+// A password that is no valid URL text is hidden in the error that says
+// so: url.Parse quotes the escape it cannot read (invalid URL escape
+// "%Zq"), and a password too short to hide all over a text was quoted
+// with the URL whole.
+func TestStorePasswordHiddenEscape(t *testing.T) {
+	for _, store := range []string{"redis://app:hu%Zqter22@127.0.0.1:1/0", "rediss://app:%Zq@127.0.0.1:1/0",
+		"postgres://app:hu%Zqter22@127.0.0.1:1/db", "postgresql://app:%Zq@127.0.0.1:1/db",
+		"postgres://app@127.0.0.1:1/db?password=%Zq", "redis+cluster://app:%Zq@127.0.0.1:1",
+		"redis://app:a%Z@127.0.0.1:1/0", "postgres://app:Zq%@127.0.0.1:1/db"} {
+		code, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.NotZero(t, code, "%s: %s%s", store, out, errOut)
+		require.NotContains(t, errOut, "Zq", store)
+		require.NotContains(t, errOut, "%Z", store)
+	}
+}
+
+// A password under 4 characters is hidden where a client's text quotes
+// it as the URL's, in --store whole or in its user and password, though
+// not all over the text, where it would hide a port or an address.
+func TestStoreShortPasswordHidden(t *testing.T) {
+	shown, hide := hidePassword("redis://app:Zq9@127.0.0.1:1/0")
+	require.Equal(t, "redis://app:xxxxx@127.0.0.1:1/0", shown)
+	for in, want := range map[string]string{
+		`parse "redis://app:Zq9@127.0.0.1:1/0": bad`: `parse "redis://app:xxxxx@127.0.0.1:1/0": bad`,
+		"dial app:Zq9@127.0.0.1:1":                   "dial app:xxxxx@127.0.0.1:1",
+		"port Zq9":                                   "port Zq9",
+	} {
+		require.Equal(t, want, hide(in), in)
+	}
+	// As url.Parse reports a host it cannot read, with the URL whole.
+	for _, store := range []string{"redis://app:Zq9@[::1/0", "rediss://app:Zq9@127.0.0.1:1/0?bogus=1", "postgres://app:Zq9@[::1/db"} {
+		code, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s%s", store, out, errOut)
+		require.NotContains(t, errOut, "Zq9", store)
+	}
+}
+
 // --store takes a PostgreSQL connection string of keywords, as pgx does
 // (host=... port=... dbname=...), not only a URL: it was an unknown kind
 // of store.

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -422,9 +423,15 @@ func pgParseError(err error) string {
 // (SCHEME://USER:PASSWORD@..., or a parameter password=... or
 // sslpassword=..., of a URL or of a connection string of keywords),
 // written as xxxxx, and a function that does the same to a text that
-// quotes u, such as a client's error.
+// quotes u, such as a client's error: u whole, the password after its
+// user's colon and before its @, the password alone and as the client
+// reads it unescaped, and an escape of it that url.Parse cannot read
+// (invalid URL escape "%zz").
 func hidePassword(u string) (string, func(string) string) {
-	var passwords []string
+	var (
+		passwords []string
+		contexts  []string // where a password of any length is hidden: pairs of old, new
+	)
 	shown := u
 	if keywords.MatchString(u) {
 		shown, passwords = hideKeywords(u)
@@ -432,6 +439,7 @@ func hidePassword(u string) (string, func(string) string) {
 		if i, j, _ := passwordIn(u); j > i {
 			shown = u[:i] + "xxxxx" + u[j:]
 			passwords = append(passwords, u[i:j])
+			contexts = append(contexts, ":"+u[i:j]+"@", ":xxxxx@")
 		}
 	}
 	if !strings.HasPrefix(u, "bolt:") && !keywords.MatchString(u) {
@@ -441,11 +449,16 @@ func hidePassword(u string) (string, func(string) string) {
 			return m[1] + m[2] + "=xxxxx"
 		})
 	}
-	none := func(s string) string { return s }
 	var forms []string
 	for _, p := range passwords {
+		// url.Parse quotes the first escape it cannot read, %zz.
+		for rest := p; strings.Contains(rest, "%"); {
+			_, rest, _ = strings.Cut(rest, "%")
+			contexts = append(contexts, strconv.Quote("%"+rest[:min(2, len(rest))]), `"%xx"`)
+		}
 		// A password of a few characters would be found all over a text
-		// (in a port, an address), and hides nothing worth hiding.
+		// (in a port, an address), and hides nothing worth hiding: it is
+		// hidden in u and after its user's colon alone.
 		if len(p) < 4 {
 			continue
 		}
@@ -457,10 +470,12 @@ func hidePassword(u string) (string, func(string) string) {
 			forms = append(forms, clear)
 		}
 	}
-	if len(forms) == 0 {
-		return shown, none
+	if shown != u {
+		contexts = append([]string{u, shown}, contexts...)
 	}
+	hideContexts := strings.NewReplacer(contexts...)
 	return shown, func(s string) string {
+		s = hideContexts.Replace(s)
 		for _, p := range forms {
 			s = strings.ReplaceAll(s, p, "xxxxx")
 		}
