@@ -580,6 +580,7 @@ type Group[K comparable, Req, Res any] struct {
 
 	mu       sync.Mutex
 	batchers map[K]*Batcher[Req, Res]
+	closed   bool // Close was called: the Batchers made since are closed
 }
 
 // NewGroup returns a Group whose batches to dest are sent by send.
@@ -601,11 +602,24 @@ func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, erro
 		b = newBatcher(func(ctx context.Context, reqs []Req, res []Res) error {
 			return g.send(ctx, dest, reqs, res)
 		}, g.opts, g.share)
+		b.closed = g.closed // b is not shared yet
 		g.batchers[dest] = b
 	}
 	b.used = true
 	g.mu.Unlock()
 	return b.Do(ctx, req)
+}
+
+// Close closes the Group's Batchers (Batcher.Close), and every one it
+// makes after, so that no worker of the Group's outlives the destinations.
+// The Group stays usable. It is idempotent.
+func (g *Group[K, Req, Res]) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for _, b := range g.batchers {
+		b.Close()
+	}
 }
 
 // drop removes the Batchers without a call since the last drop, and none

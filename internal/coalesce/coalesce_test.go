@@ -857,6 +857,50 @@ func TestGroupDropsDestinationsGone(t *testing.T) {
 	assert.Same(t, first, g.batchers[-1], "a destination in use kept its Batcher")
 }
 
+// A Group's Close ends the workers of its Batchers, and a destination
+// first called after Close gets a Batcher that starts none.
+func TestGroupCloseEndsTheWorkers(t *testing.T) {
+	g := NewGroup(func(ctx context.Context, dest int, reqs, res []int) error {
+		res[0] = dest + reqs[0]
+		return nil
+	}, Options{Detach: true})
+	ctx := t.Context()
+	for d := range 3 {
+		res, err := g.Do(ctx, d, 10)
+		require.NoError(t, err)
+		require.Equal(t, d+10, res)
+	}
+	g.mu.Lock()
+	var workers []chan *call[int, int]
+	for _, b := range g.batchers {
+		b.mu.Lock()
+		require.NotNil(t, b.worker, "a detached call started a worker")
+		workers = append(workers, b.worker)
+		b.mu.Unlock()
+	}
+	g.mu.Unlock()
+	g.Close()
+	g.Close() // idempotent
+	for _, w := range workers {
+		select {
+		case _, open := <-w:
+			require.False(t, open, "the worker's channel carries nothing")
+		default:
+			t.Fatal("a worker outlives the Group's Close")
+		}
+	}
+	res, err := g.Do(ctx, 7, 1)
+	require.NoError(t, err)
+	require.Equal(t, 8, res, "a call after Close is sent")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for d, b := range g.batchers {
+		b.mu.Lock()
+		assert.Nil(t, b.worker, "destination %d has a worker after Close", d)
+		b.mu.Unlock()
+	}
+}
+
 func TestGroupSharesSlotsAmongItsDestinations(t *testing.T) {
 	gates := map[string]*gate{"a": newGate(), "b": newGate()}
 	gr := NewGroup(func(ctx context.Context, dest string, reqs, res []int) error {

@@ -112,6 +112,7 @@ type Store struct {
 
 	logger    *slog.Logger
 	checkOnce sync.Once
+	closed    atomic.Bool // Close was called
 }
 
 var (
@@ -167,7 +168,7 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // a *redis.Ring, as redis.NewUniversalClient returns. A client of another
 // type, or a nil one, is refused with an error: the store routes its
 // calls, and loads its library, by the client's kind. The store does not
-// own the client; close it yourself. The error is for a bad argument or
+// own the client; close it yourself, after the store (Close). The error is for a bad argument or
 // option; New does not talk to the server (CheckServer does).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	o := options{prefix: DefaultPrefix, margin: DefaultExpiryMargin.Milliseconds(), maxBatch: DefaultMaxBatch,
@@ -302,7 +303,25 @@ const (
 )
 
 func (s *Store) usable(ctx context.Context) error {
+	if s.closed.Load() {
+		return driver.ErrClosed
+	}
 	return ctx.Err()
+}
+
+// Close ends the goroutines that send the store's calls in the background
+// (one per server, per master of a Cluster), each once it has sent what it
+// is sending; calls in flight are answered. It does not close the client,
+// which the store does not own. It is idempotent; the store's methods
+// return driver.ErrClosed afterwards.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	if s.nodes != nil {
+		s.nodes.Close()
+	} else {
+		s.one.Close()
+	}
+	return nil
 }
 
 // callerError returns err, the error of a call made with ctx, wrapped so
