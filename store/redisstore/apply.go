@@ -414,7 +414,8 @@ type fcall struct {
 // call over several slots that Redis refused for a slot on the move is
 // replaced by its parts, made once more. A server that lost the library
 // (a restart without persistence, FUNCTION FLUSH, a new node) is given it
-// again, and the calls that failed for it are made once more; a server
+// again, and the calls that failed for it are made once more, or, when
+// that load surely did not run, go again after a pause (loadFailed); a server
 // without Functions (Redis before 7) is sent the script instead, from then
 // on. A call that surely did not run (unsent: no connection, or Redis
 // refused it for its state) goes again after a pause, as often as the
@@ -490,12 +491,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		}
 		if reload {
 			if err := s.loadLibrary(ctx); err != nil {
-				for _, c := range again {
-					for _, i := range c.at {
-						errs[i] = err
-					}
-				}
-				break
+				again = s.loadFailed(ctx, err, again, errs, &pause)
 			}
 		}
 		if len(again) > 0 && pause > 0 && !sleep(ctx, pause) {
@@ -514,6 +510,41 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		}
 		c.enc, c.cmd = nil, nil
 	}
+}
+
+// loadFailed settles the calls of again, none of them sent since an
+// answer that said it did not run, once loading the library has failed
+// with err, and returns those that go again. A call that waits for the
+// library (its function was missing) goes again after a pause, as one
+// that Redis refused for its state does, when err says that the load
+// surely did not run (unsent: no connection, a dataset loading, a master
+// down, ...) and the call has tries left: it finds the function missing
+// once more, or the library loaded meanwhile; otherwise it fails with
+// err. The other calls (sent again for another reason) go again as
+// planned. A call goes again only once ctx has not ended.
+func (s *Store) loadFailed(ctx context.Context, err error, again []*fcall, errs []error, pause *time.Duration) []*fcall {
+	var next []*fcall
+	for _, c := range again {
+		switch {
+		case ctx.Err() != nil:
+			err := fmt.Errorf("%w: the call was not sent again after: %w", ctx.Err(), err)
+			for _, i := range c.at {
+				errs[i] = err
+			}
+		case !isFunctionMissing(c.err):
+			next = append(next, c)
+		case c.tries < s.retries && unsent(err):
+			*pause = max(*pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
+			c.tries++
+			c.reloaded = false // it may ask for the library once more
+			next = append(next, c)
+		default:
+			for _, i := range c.at {
+				errs[i] = err
+			}
+		}
+	}
+	return next
 }
 
 // issue sends the calls: one alone, several in a pipeline.
