@@ -57,10 +57,12 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 //   - Now is within ±MaxTime, and so are every item's At and Run in
 //     ModeRefund (they are unused, and unchecked, in the other modes);
 //   - every item's Count is a finite number ≥ 0, and, in ModeLimit and
-//     ModeCheck, 0 or at least 1e-8 (ratelimit.MinCount): a decision
-//     forgives a shortfall below Noise, so that a smaller count would be
-//     granted on an empty bucket, again and again (a refund's count, a
-//     share of a charge handed back, may be smaller);
+//     ModeCheck, 0 or from 1e-8 (ratelimit.MinCount) to 1e15
+//     (ratelimit.MaxTokens), as the Limiter asks: a decision forgives a
+//     shortfall below Noise, so that a smaller count would be granted on
+//     an empty bucket, again and again, and no call may ask for more than
+//     MaxTokens, however many shards its item has (a refund's count, a
+//     share of a charge handed back, is held to neither bound);
 //   - every item has one shard or two, and one in ModeRefund; an item's
 //     two shards have different indexes, and the same params but for
 //     their phases (a limit's shares);
@@ -99,6 +101,9 @@ func CheckOp(op *Op) error {
 		if it.Count < minCount && it.Count > 0 && !one {
 			return opError("item %d (%q) of a mode %d op has a count of %v, above 0 and below %v (ratelimit.MinCount), "+
 				"which a decision could not tell from the noise of its arithmetic (Noise): give 0 or at least %v", i, it.Name, op.Mode, it.Count, minCount, minCount)
+		}
+		if it.Count > maxTokens && !one {
+			return opError("item %d (%q) of a mode %d op has a count of %v, above %v (ratelimit.MaxTokens), the most tokens one call may ask for: split the call", i, it.Name, op.Mode, it.Count, maxTokens)
 		}
 		if one && (it.At < -MaxTime || it.At > MaxTime) {
 			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
@@ -151,7 +156,8 @@ func CheckOp(op *Op) error {
 // ratelimit.New accepts (ratelimit.MaxTokens, ratelimit.MaxPeriod, the
 // least Rate, 1e-9, over at most ratelimit.MaxShards shards), which the
 // suite of package storetest checks against a Limiter at those bounds;
-// and the least count above 0 of a limit or a check, ratelimit.MinCount.
+// and the least count above 0 of a limit or a check, ratelimit.MinCount,
+// and its most, ratelimit.MaxTokens.
 const (
 	maxTokens = 1e15
 	maxPeriod = 36524 * 24 * 3600 * 1000 // 100 years, in milliseconds

@@ -211,7 +211,7 @@ const (
 // An Op that breaks a rule of its fields below (a mode that is none of
 // the three, a time beyond ±MaxTime, a refund's At or Run beyond it, a count
 // that is NaN, negative or infinite, or, but in a refund, above 0 and below
-// ratelimit.MinCount, an item of no shards or of more than
+// ratelimit.MinCount or above ratelimit.MaxTokens, an item of no shards or of more than
 // two, a refund's of two, an item of one shard twice, items of different
 // keys, two items of one record, params out of the ranges of Params, a
 // Settle outside ModeRefund, without items, of a Kind that is neither
@@ -269,8 +269,9 @@ type Item struct {
 	// finite number ≥ 0 (NaN, a negative count or an infinite one make
 	// the op invalid: ErrInvalidOp). In ModeLimit and ModeCheck it is 0
 	// or at least 1e-8, ratelimit.MinCount (a count above 0 and below it,
-	// which a decision could not tell from Noise, makes the op invalid);
-	// a refund may hand back less.
+	// which a decision could not tell from Noise, makes the op invalid),
+	// and at most 1e15, ratelimit.MaxTokens, the most one call may ask
+	// for, even of two shards; a refund is held to neither bound.
 	Count float64
 	// At is, in ModeRefund, the time (Unix ms) the tokens handed back were
 	// charged: Decision.Now of the call that took them, within ±MaxTime

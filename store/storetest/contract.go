@@ -212,7 +212,7 @@ func invalidOpRecords() []driver.RecordID {
 // params p at now (and those of invalidOpRecords): a settlement in a mode
 // other than ModeRefund, without items or with a kind that is not one, a
 // mode that is not one, a time beyond ±MaxTime, a count of NaN, negative
-// or infinite, or of a limit or a check above 0 and below MinCount, a refund charged at a time beyond ±MaxTime, a settlement
+// or infinite, or of a limit or a check above 0 and below MinCount or above MaxTokens, a refund charged at a time beyond ±MaxTime, a settlement
 // kept until a time beyond it, items of no shards, of three, or a refund's
 // of two, a shard's index out of [0, MaxShards), items of two keys, two items of one record, an item of one shard
 // twice, and params out of range (kind, period, phase, rate, capacity, max
@@ -275,6 +275,11 @@ func invalidOps(now int64, p driver.Params) []invalidOp {
 		{"a reservation of the least float64", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Reserve, o.Items[0].Count = true, math.SmallestNonzeroFloat64 })},
 		{"a sharded count below MinCount", op(driver.ModeLimit, 2, false, 0, func(o *driver.Op) { o.Items[0].Count = 2 * driver.Noise })},
 		{"a check just below MinCount", op(driver.ModeCheck, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.Nextafter(ratelimit.MinCount, 0) })},
+		{"a count above MaxTokens", op(driver.ModeLimit, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = 2 * ratelimit.MaxTokens })},
+		{"a sharded reservation just above MaxTokens", op(driver.ModeLimit, 2, false, 0, func(o *driver.Op) {
+			o.Reserve, o.Items[0].Count = true, math.Nextafter(ratelimit.MaxTokens, math.Inf(1))
+		})},
+		{"a check of the most float64", op(driver.ModeCheck, 1, false, 0, func(o *driver.Op) { o.Items[0].Count = math.MaxFloat64 })},
 		{"a refund charged far before -MaxTime", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].At = math.MinInt64 })},
 		{"a refund charged before -MaxTime", op(driver.ModeRefund, 1, false, 0, func(o *driver.Op) { o.Items[0].At = -driver.MaxTime - 1 })},
 		{"a settlement charged past MaxTime", op(driver.ModeRefund, 1, true, driver.SettleCancel, func(o *driver.Op) { o.Items[0].At = driver.MaxTime + 1 })},

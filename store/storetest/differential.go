@@ -64,12 +64,17 @@ func randomCount(rng *rand.Rand, p driver.Params, reach float64) float64 {
 
 // askable returns count as an op of mode may carry it (driver.CheckOp):
 // in a limit or a check, a count above 0 and below ratelimit.MinCount,
-// which no call may ask, raised to MinCount. A refund's count stays.
+// which no call may ask, raised to MinCount, and one above
+// ratelimit.MaxTokens (two shards' capacity at the bounds) lowered to it.
+// A refund's count stays.
 func askable(mode driver.Mode, count float64) float64 {
-	if mode != driver.ModeRefund && count > 0 && count < ratelimit.MinCount {
+	if mode == driver.ModeRefund {
+		return count
+	}
+	if count > 0 && count < ratelimit.MinCount {
 		return ratelimit.MinCount
 	}
-	return count
+	return min(count, ratelimit.MaxTokens)
 }
 
 // randomStep moves now forward by a random amount, sometimes not at all,
