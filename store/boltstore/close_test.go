@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
 )
@@ -86,7 +86,7 @@ func TestCloseWhileCallsAreInFlight(t *testing.T) {
 // background: it lived on, parked, for as long as the closed store was
 // reachable, which a check for leaked goroutines after Close reports.
 func TestCloseLeavesNoGoroutine(t *testing.T) {
-	others := workers()
+	others := testserver.CoalesceWorkers()
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -96,32 +96,16 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var mine []string
-	for _, g := range workers() {
+	for _, g := range testserver.CoalesceWorkers() {
 		if !slices.Contains(others, g) {
 			mine = append(mine, g)
 		}
 	}
 	require.Len(t, mine, 1, "the store runs a worker")
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool { return !slices.Contains(workers(), mine[0]) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return !slices.Contains(testserver.CoalesceWorkers(), mine[0]) }, 10*time.Second, time.Millisecond,
 		"the store's worker outlives Close")
 	// A call after Close starts none again.
 	require.ErrorIs(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)), driver.ErrClosed)
 	runtime.KeepAlive(s)
-}
-
-// workers returns the goroutines ("goroutine 12") that run the
-// transactions of stores in the background, idle or not.
-func workers() []string {
-	buf := make([]byte, 1<<20)
-	for len(buf) == runtime.Stack(buf, true) {
-		buf = make([]byte, 2*len(buf))
-	}
-	var ids []string
-	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "internal/coalesce.work[") {
-			ids = append(ids, strings.SplitN(g, " [", 2)[0])
-		}
-	}
-	return ids
 }

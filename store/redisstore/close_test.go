@@ -32,7 +32,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 }
 
 func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
-	others := workers()
+	others := testserver.CoalesceWorkers()
 	s := newStore(c, uniquePrefix(t, c))
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 		require.NoError(t, err)
 	}
 	var mine []string
-	for _, g := range workers() {
+	for _, g := range testserver.CoalesceWorkers() {
 		if !slices.Contains(others, g) {
 			mine = append(mine, g)
 		}
@@ -53,7 +53,7 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is idempotent")
 	require.Eventually(t, func() bool {
-		now := workers()
+		now := testserver.CoalesceWorkers()
 		for _, g := range mine {
 			if slices.Contains(now, g) {
 				return false
@@ -64,20 +64,4 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.ErrorIs(t, err, driver.ErrClosed)
 	runtime.KeepAlive(s)
-}
-
-// workers returns the goroutines ("goroutine 12") that send the calls of
-// stores in the background, idle or not.
-func workers() []string {
-	buf := make([]byte, 1<<20)
-	for len(buf) == runtime.Stack(buf, true) {
-		buf = make([]byte, 2*len(buf))
-	}
-	var ids []string
-	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "internal/coalesce.work[") {
-			ids = append(ids, strings.SplitN(g, " [", 2)[0])
-		}
-	}
-	return ids
 }
