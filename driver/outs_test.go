@@ -89,58 +89,16 @@ func TestCheckOpRefusesASettlementKeptBeyondMaxTime(t *testing.T) {
 	}
 }
 
-// A count above 0 and below ratelimit.MinCount is one no call may ask: a
-// decision forgives a shortfall below Noise, so such a count would be
-// granted on an empty bucket, again and again. The Limiter refuses it
-// before it builds an op, and so must every store that is given one
-// through the driver contract. A refund hands back a share of a charge,
-// which may be that small: its count is not bound.
-func TestCheckOpRefusesACountBelowMinCount(t *testing.T) {
-	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10, MaxReserved: 10}
-	op := func(mode driver.Mode, reserve bool, shards int, count float64) *driver.Op {
-		it := driver.Item{Name: "a", Key: "k", Count: count, At: 1_700_000_000_000}
-		for i := range shards {
-			it.Shards = append(it.Shards, driver.Shard{Index: i, Params: p})
-		}
-		return &driver.Op{Mode: mode, Now: 1_700_000_000_000, Reserve: reserve, Items: []driver.Item{it}}
-	}
-	below := []float64{math.SmallestNonzeroFloat64, driver.Noise, 2 * driver.Noise, math.Nextafter(ratelimit.MinCount, 0)}
-	for _, c := range []struct {
-		name    string
-		mode    driver.Mode
-		reserve bool
-		shards  int
-	}{
-		{"a limit", driver.ModeLimit, false, 1},
-		{"a reservation", driver.ModeLimit, true, 1},
-		{"a sharded limit", driver.ModeLimit, false, 2},
-		{"a check", driver.ModeCheck, false, 1},
-		{"a sharded check of a reservation", driver.ModeCheck, true, 2},
-	} {
-		for _, count := range below {
-			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); !errors.Is(err, driver.ErrInvalidOp) {
-				t.Errorf("%s of %v: got %v, want ErrInvalidOp", c.name, count, err)
-			}
-		}
-		for _, count := range []float64{0, ratelimit.MinCount, 1} {
-			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); err != nil {
-				t.Errorf("%s of %v: %v", c.name, count, err)
-			}
-		}
-	}
-	for _, count := range append(below, 0, ratelimit.MinCount) {
-		if err := driver.CheckOp(op(driver.ModeRefund, false, 1, count)); err != nil {
-			t.Errorf("a refund of %v: %v", count, err)
-		}
-	}
-}
-
-// A count above ratelimit.MaxTokens is one no call may ask, of one shard
-// or two: the Limiter refuses it before it builds an op (CountError), and
-// so must every store that is given one through the driver contract.
-// MaxTokens itself is asked of a limit at the bounds, and a refund, which
-// hands back what a charge took, is not bound by it.
-func TestCheckOpRefusesACountAboveMaxTokens(t *testing.T) {
+// A count above 0 and below ratelimit.MinCount, or above
+// ratelimit.MaxTokens, is one no call may ask, of one shard or two: the
+// Limiter refuses it before it builds an op (CountError), and so must
+// every store that is given one through the driver contract. Below
+// MinCount, a decision forgives a shortfall below Noise, so such a count
+// would be granted on an empty bucket, again and again. MinCount and
+// MaxTokens themselves are asked of a limit at the bounds. A refund hands
+// back what a charge took, a share of a shard's maybe: its count is bound
+// by neither.
+func TestCheckOpBoundsTheCount(t *testing.T) {
 	p := driver.Params{Kind: driver.TokenBucket, Rate: 1e15, Period: 1, Capacity: 1e15, MaxReserved: 1e15}
 	op := func(mode driver.Mode, reserve bool, shards int, count float64) *driver.Op {
 		it := driver.Item{Name: "a", Key: "k", Count: count, At: 1_700_000_000_000}
@@ -149,7 +107,11 @@ func TestCheckOpRefusesACountAboveMaxTokens(t *testing.T) {
 		}
 		return &driver.Op{Mode: mode, Now: 1_700_000_000_000, Reserve: reserve, Items: []driver.Item{it}}
 	}
-	above := []float64{math.Nextafter(ratelimit.MaxTokens, math.Inf(1)), 2 * ratelimit.MaxTokens, 1e300, math.MaxFloat64}
+	refused := []float64{
+		math.SmallestNonzeroFloat64, driver.Noise, 2 * driver.Noise, math.Nextafter(ratelimit.MinCount, 0),
+		math.Nextafter(ratelimit.MaxTokens, math.Inf(1)), 2 * ratelimit.MaxTokens, 1e300, math.MaxFloat64,
+	}
+	asked := []float64{0, ratelimit.MinCount, 1, math.Nextafter(ratelimit.MaxTokens, 0), ratelimit.MaxTokens}
 	for _, c := range []struct {
 		name    string
 		mode    driver.Mode
@@ -163,18 +125,18 @@ func TestCheckOpRefusesACountAboveMaxTokens(t *testing.T) {
 		{"a check", driver.ModeCheck, false, 1},
 		{"a sharded check of a reservation", driver.ModeCheck, true, 2},
 	} {
-		for _, count := range above {
+		for _, count := range refused {
 			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); !errors.Is(err, driver.ErrInvalidOp) {
 				t.Errorf("%s of %v: got %v, want ErrInvalidOp", c.name, count, err)
 			}
 		}
-		for _, count := range []float64{math.Nextafter(ratelimit.MaxTokens, 0), ratelimit.MaxTokens} {
+		for _, count := range asked {
 			if err := driver.CheckOp(op(c.mode, c.reserve, c.shards, count)); err != nil {
 				t.Errorf("%s of %v: %v", c.name, count, err)
 			}
 		}
 	}
-	for _, count := range append(above, ratelimit.MaxTokens) {
+	for _, count := range append(refused, asked...) {
 		if err := driver.CheckOp(op(driver.ModeRefund, false, 1, count)); err != nil {
 			t.Errorf("a refund of %v: %v", count, err)
 		}
