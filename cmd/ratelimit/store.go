@@ -503,7 +503,7 @@ func passwordIn(u string) (i, j int, malformed bool) {
 	}
 	userinfo := after[:at]
 	user, password, ok := strings.Cut(userinfo, ":")
-	if strings.IndexAny(userinfo, "/?#") < 0 { // the @ is the host's
+	if !strings.ContainsAny(userinfo, "/?#") { // the @ is the host's
 		switch {
 		case ok && password != "":
 			return start + len(user) + 1, start + at, false
