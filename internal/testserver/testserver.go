@@ -1,8 +1,7 @@
 // Package testserver finds the local servers the store tests talk to, and
 // decides what a test does when one cannot be reached: in CI (CI set) it
 // fails, never skips; on a developer's machine it skips with a message
-// saying how to start the server. It also finds the workers of
-// internal/coalesce, which a store's Close must end.
+// saying how to start the server.
 package testserver
 
 import (

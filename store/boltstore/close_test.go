@@ -13,7 +13,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
-	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/internal/goroutines"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
 )
@@ -86,7 +86,7 @@ func TestCloseWhileCallsAreInFlight(t *testing.T) {
 // background: it lived on, parked, for as long as the closed store was
 // reachable, which a check for leaked goroutines after Close reports.
 func TestCloseLeavesNoGoroutine(t *testing.T) {
-	others := testserver.CoalesceWorkers()
+	others := goroutines.Running(goroutines.CoalesceWorker)
 	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -96,14 +96,14 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var mine []string
-	for _, g := range testserver.CoalesceWorkers() {
+	for _, g := range goroutines.Running(goroutines.CoalesceWorker) {
 		if !slices.Contains(others, g) {
 			mine = append(mine, g)
 		}
 	}
 	require.Len(t, mine, 1, "the store runs a worker")
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool { return !slices.Contains(testserver.CoalesceWorkers(), mine[0]) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return !slices.Contains(goroutines.Running(goroutines.CoalesceWorker), mine[0]) }, 10*time.Second, time.Millisecond,
 		"the store's worker outlives Close")
 	// A call after Close starts none again.
 	require.ErrorIs(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)), driver.ErrClosed)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/goroutines"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 }
 
 func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
-	others := testserver.CoalesceWorkers()
+	others := goroutines.Running(goroutines.CoalesceWorker)
 	s := newStore(c, uniquePrefix(t, c))
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}})
 	require.NoError(t, err)
@@ -44,7 +45,7 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 		require.NoError(t, err)
 	}
 	var mine []string
-	for _, g := range testserver.CoalesceWorkers() {
+	for _, g := range goroutines.Running(goroutines.CoalesceWorker) {
 		if !slices.Contains(others, g) {
 			mine = append(mine, g)
 		}
@@ -53,7 +54,7 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is idempotent")
 	require.Eventually(t, func() bool {
-		now := testserver.CoalesceWorkers()
+		now := goroutines.Running(goroutines.CoalesceWorker)
 		for _, g := range mine {
 			if slices.Contains(now, g) {
 				return false
