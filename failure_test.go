@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
@@ -822,20 +823,7 @@ func TestBreakerLateFailureDuringTheProbe(t *testing.T) {
 	close(store.hold["late"])
 	require.ErrorIs(t, <-late, errDown)
 
-	mock.Add(time.Second)
-	asked := store.calls.Load()
-	for range 3 {
-		_, err = lim.Limit(ctx, "l", "k")
-		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	}
-	require.Equal(t, asked, store.calls.Load(), "the probe is still in the store: nobody else probes")
-
-	close(store.hold["probe"])
-	require.ErrorIs(t, <-probe, errDown)
-	mock.Add(time.Second)
-	_, err = lim.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
-	require.Equal(t, asked+1, store.calls.Load())
+	probeHoldsItsPlace(t, lim, mock, &store.calls, store.hold["probe"], probe)
 }
 
 // An answer to a call that went to the store before the breaker opened
@@ -898,22 +886,33 @@ func TestBreakerOldProbeEndsDuringTheNewOne(t *testing.T) {
 			close(oldRelease)
 			require.ErrorIs(t, <-old, oldErr)
 
-			mock.Add(time.Second)
-			asked := hook.calls.Load()
-			for range 3 {
-				_, err = lim.Limit(ctx, "l", "k")
-				require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-			}
-			require.Equal(t, asked, hook.calls.Load(), "the new probe is still in the store: nobody else probes")
-
-			close(newRelease)
-			require.ErrorIs(t, <-probe, errDown)
-			mock.Add(time.Second)
-			_, err = lim.Limit(ctx, "l", "k")
-			require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
-			require.Equal(t, asked+1, hook.calls.Load())
+			probeHoldsItsPlace(t, lim, mock, &hook.calls, newRelease, probe)
 		})
 	}
+}
+
+// probeHoldsItsPlace checks a Limiter whose breaker, of a one-second
+// cool-down, has a probe in the store, held there until release is
+// closed, that fails (done reports its error): a cool-down later, no
+// other call probes (calls counts the store's calls); once the probe has
+// failed, the next call probes a cool-down after it.
+func probeHoldsItsPlace(t *testing.T, lim *ratelimit.Limiter, mock *clock.Mock, calls *atomic.Int64, release chan struct{}, done chan error) {
+	t.Helper()
+	ctx := context.Background()
+	mock.Add(time.Second)
+	asked := calls.Load()
+	for range 3 {
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	require.Equal(t, asked, calls.Load(), "the probe is still in the store: nobody else probes")
+
+	close(release)
+	require.ErrorIs(t, <-done, errDown)
+	mock.Add(time.Second)
+	_, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the probe failed: the next probe goes through a cool-down later")
+	require.Equal(t, asked+1, calls.Load())
 }
 
 // The breaker's opening is logged once, as its closing is: the calls in
