@@ -247,24 +247,16 @@ func TestBuiltinsShadowedBeforePgCatalog(t *testing.T) {
 	// New resolves the name along the shadowed path, and installs there.
 	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithServerTime())
 	require.NoError(t, err)
-	bucket := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: 10}
-	item := func(key string, count float64, shards ...int) driver.Item {
-		it := driver.Item{Name: "l", Key: key, Count: count}
-		for _, sh := range shards {
-			it.Shards = append(it.Shards, driver.Shard{Index: sh, Params: bucket})
-		}
-		return it
-	}
 	out := make([]driver.Decision, 1)
-	require.NoError(t, s.Apply(ctx, &driver.Op{Items: []driver.Item{item("lone", 25, 0)}}, out)) // _one
+	require.NoError(t, s.Apply(ctx, &driver.Op{Items: []driver.Item{hourlyItem("lone", 25, 0)}}, out)) // _one
 	require.False(t, out[0].OK, "25 tokens of a bucket of 10")
-	require.NoError(t, s.Apply(ctx, &driver.Op{Items: []driver.Item{item("lone", 3, 0)}}, out))
+	require.NoError(t, s.Apply(ctx, &driver.Op{Items: []driver.Item{hourlyItem("lone", 3, 0)}}, out))
 	require.True(t, out[0].OK)
 	require.Equal(t, 7.0, out[0].Remaining)
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{ // _apply
-		{Items: []driver.Item{item("pair", 25, 0, 1)}},
-		{Items: []driver.Item{item("lone", 4, 0)}},
+		{Items: []driver.Item{hourlyItem("pair", 25, 0, 1)}},
+		{Items: []driver.Item{hourlyItem("lone", 4, 0)}},
 	}, outs))
 	require.False(t, outs[0][0].OK, "25 tokens of two shards of 10")
 	require.True(t, outs[1][0].OK)
@@ -302,18 +294,21 @@ func TestOverloadsOfTheStoresFunctions(t *testing.T) {
 			"CREATE FUNCTION "+pgx.Identifier{home, name + "_one"}.Sanitize()+"("+texts(14)+
 			"OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint)"+body)
 
-	bucket := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: 10}
-	item := func(key string, count float64, shards ...int) driver.Item {
-		it := driver.Item{Name: "l", Key: key, Count: count}
-		for _, sh := range shards {
-			it.Shards = append(it.Shards, driver.Shard{Index: sh, Params: bucket})
-		}
-		return it
-	}
 	out := make([]driver.Decision, 1)
-	require.NoError(t, serverTime.Apply(ctx, &driver.Op{Items: []driver.Item{item("k", 3, 0)}}, out), "_one")
+	require.NoError(t, serverTime.Apply(ctx, &driver.Op{Items: []driver.Item{hourlyItem("k", 3, 0)}}, out), "_one")
 	require.Equal(t, 7.0, out[0].Remaining)
 	outs := [][]driver.Decision{make([]driver.Decision, 1)}
-	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{{Now: t0.UnixMilli(), Items: []driver.Item{item("pair", 4, 0, 1)}}}, outs), "_apply")
+	require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{{Now: t0.UnixMilli(), Items: []driver.Item{hourlyItem("pair", 4, 0, 1)}}}, outs), "_apply")
 	require.True(t, outs[0][0].OK)
+}
+
+// hourlyItem is an item of limit "l", a token bucket of 10 an hour, of
+// key and count, on the shards given.
+func hourlyItem(key string, count float64, shards ...int) driver.Item {
+	bucket := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: 10}
+	it := driver.Item{Name: "l", Key: key, Count: count}
+	for _, sh := range shards {
+		it.Shards = append(it.Shards, driver.Shard{Index: sh, Params: bucket})
+	}
+	return it
 }
