@@ -27,12 +27,7 @@ var _ mwratelimit.Limiter = ratelimitgrpc.ServerLimiter{}
 
 func TestGoGRPCMiddlewareServer(t *testing.T) {
 	ctx := context.Background()
-	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
-		"api":     twoPerMinute,
-		"streams": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
-	})
-	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithMethod(watchMethod, "streams"))
-	require.NoError(t, err)
+	ic := apiAndStreams(t)
 	client, served := serve(t, []grpc.UnaryServerInterceptor{mwratelimit.UnaryServerInterceptor(ic)},
 		[]grpc.StreamServerInterceptor{mwratelimit.StreamServerInterceptor(ic)})
 
@@ -40,7 +35,7 @@ func TestGoGRPCMiddlewareServer(t *testing.T) {
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 		require.NoError(t, err)
 	}
-	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{})
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 	st := status.Convert(err)
 	assert.Equal(t, codes.ResourceExhausted, st.Code())
 	assert.Contains(t, st.Message(), "rate limit exceeded: retry after 30s")
@@ -78,12 +73,7 @@ func TestGoGRPCMiddlewareClient(t *testing.T) {
 // policy found the delay nowhere but in the words of the message.
 func TestGoGRPCMiddlewareServerPushback(t *testing.T) {
 	ctx := context.Background()
-	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
-		"api":     twoPerMinute,
-		"streams": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
-	})
-	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithMethod(watchMethod, "streams"))
-	require.NoError(t, err)
+	ic := apiAndStreams(t)
 	sl := ic.ServerLimiter()
 	client, served := serve(t, []grpc.UnaryServerInterceptor{mwratelimit.UnaryServerInterceptor(sl)},
 		[]grpc.StreamServerInterceptor{mwratelimit.StreamServerInterceptor(sl)})
@@ -94,7 +84,7 @@ func TestGoGRPCMiddlewareServerPushback(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, trailer.Get(ratelimitgrpc.PushbackTrailer), "no pushback on a call granted")
 	}
-	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "rate limit exceeded: retry after 30s")
 	assert.Equal(t, []string{"30000"}, trailer.Get(ratelimitgrpc.PushbackTrailer))
@@ -151,4 +141,17 @@ func watchTwice(t *testing.T, ctx context.Context, client healthpb.HealthClient)
 	require.NoError(t, err)
 	_, err = second.Recv()
 	return second, err
+}
+
+// apiAndStreams returns an Interceptor that decides every call by "api",
+// two a minute, and the Watch streams by "streams" too, one a minute.
+func apiAndStreams(t *testing.T) *ratelimitgrpc.Interceptor {
+	t.Helper()
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
+		"api":     twoPerMinute,
+		"streams": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
+	})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithMethod(watchMethod, "streams"))
+	require.NoError(t, err)
+	return ic
 }
