@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,16 @@ type CostFunc func(r *http.Request) (float64, error)
 // ErrNoKey is returned by a KeyFunc that finds no key in the request, such
 // as a missing header.
 var ErrNoKey = errors.New("httplimit: the request carries no key")
+
+// ErrFuncPanicked is matched (errors.Is) by the error of a request whose
+// KeyFunc or CostFunc panicked. The middleware recovers such a panic, so
+// that one request that trips a bug in a KeyFunc does not end the server
+// (net/http recovers a handler's panic only for its connection, and an
+// HTTP/2 server or another router may not at all): the request is answered
+// through the error handler (500 by default) and logged at error level
+// with the panic's value and stack. A panic of the wrapped handler is not
+// the middleware's to recover, and goes on as it would without it.
+var ErrFuncPanicked = errors.New("httplimit: the KeyFunc or CostFunc panicked, which is a bug in it: fix it to return an error")
 
 // errNeverGranted marks the error of a request of the default cost that a
 // limit can no longer grant: New refuses such a limit, but SetLimits may
@@ -295,14 +306,14 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		key, err := m.key(r)
+		key, err := m.keyOf(r)
 		if err != nil {
 			m.fail(w, r, "", err)
 			return
 		}
 		cost := 1.0
 		if m.cost != nil {
-			if cost, err = m.cost(r); err != nil {
+			if cost, err = m.costOf(r); err != nil {
 				m.fail(w, r, key, err)
 				return
 			}
@@ -350,6 +361,38 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// keyOf returns the key of r by the KeyFunc, with a panic of it as an
+// error matching ErrFuncPanicked.
+func (m *Middleware) keyOf(r *http.Request) (key string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = panicked("KeyFunc", p)
+		}
+	}()
+	return m.key(r)
+}
+
+// costOf returns the cost of r by the CostFunc, with a panic of it as an
+// error matching ErrFuncPanicked.
+func (m *Middleware) costOf(r *http.Request) (cost float64, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = panicked("CostFunc", p)
+		}
+	}()
+	return m.cost(r)
+}
+
+// panicked is the error of a function of the middleware's options that
+// panicked with p: its value and the stack, for the log. The panic
+// http.ErrAbortHandler, which aborts the response on purpose, goes on.
+func panicked(fn string, p any) error {
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	return fmt.Errorf("%w: %s panicked: %v\n%s", ErrFuncPanicked, fn, p, debug.Stack())
+}
+
 // fail logs a request that could not be decided, then lets the error
 // handler answer it.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
@@ -393,7 +436,8 @@ func (m *Middleware) keyID(key string) string {
 //     never grant: 500, error (the configuration's fault);
 //   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant,
 //     or a CostFunc's error that wraps it): 400, info;
-//   - anything else (a failing CostFunc or KeyFunc, a bug): 500, error.
+//   - anything else (a failing CostFunc or KeyFunc, one that panicked
+//     (ErrFuncPanicked), a bug): 500, error.
 func errorStatus(r *http.Request, err error) (int, slog.Level) {
 	switch ctxErr := r.Context().Err(); {
 	case errors.Is(err, ratelimit.ErrStoreUnavailable):

@@ -1243,3 +1243,53 @@ func TestExemptPreflights(t *testing.T) {
 	r.Method = http.MethodGet
 	require.Equal(t, http.StatusBadRequest, do(h, r).Code, "a GET with the preflight's headers")
 }
+
+// A KeyFunc (or CostFunc) that panicked ended the server: net/http's
+// recovery is per connection, and none recovers it elsewhere. The panic
+// is an error matching ErrFuncPanicked, answered 500 and logged with its
+// value; a panic of the wrapped handler is not the middleware's, and goes
+// on.
+func TestPanickingKeyFuncIsAServerError(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	var log logged
+	var handled error
+	boom := func(r *http.Request) (string, error) {
+		if r.Header.Get("X-Boom") != "" {
+			panic(errors.New("tenant table not loaded")) // a bug of the KeyFunc
+		}
+		return "k", nil
+	}
+	mw := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(boom), httplimit.WithLogger(log.logger()),
+		httplimit.WithCost(func(r *http.Request) (float64, error) {
+			if r.Header.Get("X-Cost-Boom") != "" {
+				panic("cost boom")
+			}
+			return 1, nil
+		})))
+	h := mw.Wrap(ok)
+	for _, hdr := range []string{"X-Boom", "X-Cost-Boom"} {
+		log.buf.Reset()
+		var w *httptest.ResponseRecorder
+		require.NotPanics(t, func() { w = serve(h, "192.0.2.1:1", hdr, "1") }, hdr)
+		require.Equal(t, http.StatusInternalServerError, w.Code, hdr)
+		require.Equal(t, "Internal Server Error\n", w.Body.String(), hdr)
+		recs := log.records(t)
+		require.Len(t, recs, 1, hdr)
+		require.Equal(t, "ERROR", recs[0]["level"], hdr)
+		require.Contains(t, recs[0]["error"], "panicked", hdr)
+	}
+	mw = must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(boom), httplimit.WithLogger(log.logger()),
+		httplimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			handled = err
+			w.WriteHeader(http.StatusInternalServerError)
+		})))
+	serve(mw.Wrap(ok), "192.0.2.1:1", "X-Boom", "1")
+	require.ErrorIs(t, handled, httplimit.ErrFuncPanicked)
+
+	// The handler's own panic is not recovered.
+	bad := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler boom") }))
+	require.PanicsWithValue(t, "handler boom", func() { serve(bad, "192.0.2.1:1") })
+	// Nor is http.ErrAbortHandler, a deliberate abort.
+	abort := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(func(*http.Request) (string, error) { panic(http.ErrAbortHandler) })))
+	require.PanicsWithValue(t, http.ErrAbortHandler, func() { serve(abort.Wrap(ok), "192.0.2.1:1") })
+}
