@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime/debug"
 	"strings"
 
 	"github.com/ratelimit-go/ratelimit/internal/clientip"
@@ -20,17 +21,34 @@ import (
 // Canceled or DeadlineExceeded for the context's own error once the
 // caller gave up, Internal otherwise.
 //
-// A KeyFunc returns an error for what it cannot read, and never panics on
-// it: gRPC recovers no panic of a call's interceptors or handler, and one
-// call whose metadata made the KeyFunc panic would end the server's
-// process. The KeyFuncs of this package never panic; a server whose own
-// code may puts a recovery interceptor (go-grpc-middleware's recovery)
-// ahead of the Interceptor.
+// A KeyFunc returns an error for what it cannot read, and should never
+// panic on it. gRPC recovers no panic of a call's interceptors or handler,
+// and one call whose metadata made the KeyFunc panic would end the
+// server's process: the Interceptor recovers a panic of its KeyFunc, and
+// answers the call Internal, logged at error level with the panic's value
+// and stack (an error matching ErrKeyPanicked). The handler's own panics
+// are not the Interceptor's: a server whose handlers may panic puts a
+// recovery interceptor (go-grpc-middleware's recovery) ahead of it.
 type KeyFunc func(ctx context.Context) (string, error)
 
 // ErrNoKey is returned by a KeyFunc that finds no key for a call, such as
 // a missing metadata value.
 var ErrNoKey = errors.New("ratelimitgrpc: the call carries no key")
+
+// ErrKeyPanicked is matched (errors.Is) by the error, logged, of a call
+// whose KeyFunc panicked (see KeyFunc).
+var ErrKeyPanicked = errors.New("ratelimitgrpc: the KeyFunc panicked, which is a bug in it: fix it to return an error")
+
+// keyOf returns the key of the call of ctx by the Interceptor's KeyFunc,
+// with a panic of it as an error matching ErrKeyPanicked.
+func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrKeyPanicked, p, debug.Stack())
+		}
+	}()
+	return i.key(ctx)
+}
 
 // ErrInvalidOption is matched (errors.Is) by the error of New, PeerIP or
 // ClientIP when an option cannot work as given.

@@ -376,7 +376,7 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if len(names) == 0 {
 			return handler(srv, ss)
 		}
-		key, err := i.key(ctx)
+		key, err := i.keyOf(ctx)
 		if err != nil {
 			return i.fail(ctx, &callUnit, method, err).Err()
 		}
@@ -483,7 +483,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 	if len(names) == 0 {
 		return nil, nil
 	}
-	key, err := i.key(ctx)
+	key, err := i.keyOf(ctx)
 	if err != nil {
 		return i.fail(ctx, &callUnit, method, err), nil
 	}

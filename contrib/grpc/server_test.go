@@ -476,3 +476,45 @@ func (s transportStream) Method() string             { return string(s) }
 func (transportStream) SetHeader(metadata.MD) error  { return nil }
 func (transportStream) SendHeader(metadata.MD) error { return nil }
 func (transportStream) SetTrailer(metadata.MD) error { return nil }
+
+// A KeyFunc that panicked ended the server: gRPC recovers no panic of an
+// interceptor. The call is answered Internal, and the panic logged with
+// its value; the handler's own panic is not the Interceptor's, and goes
+// on.
+func TestPanickingKeyFuncIsInternal(t *testing.T) {
+	var logs bytes.Buffer
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": twoPerMinute})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"},
+		ratelimitgrpc.WithKey(func(ctx context.Context) (string, error) {
+			if len(metadata.ValueFromIncomingContext(ctx, "boom")) > 0 {
+				panic(errors.New("tenant table not loaded")) // a bug of the KeyFunc
+			}
+			return "k", nil
+		}),
+		ratelimitgrpc.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("boom", "1"))
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	var got error
+	require.NotPanics(t, func() { _, got = ic.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: checkMethod}, ok) })
+	assert.Equal(t, codes.Internal, status.Code(got))
+	assert.Equal(t, "rate limit: internal error", status.Convert(got).Message())
+	assert.Contains(t, logs.String(), "panicked")
+	assert.Contains(t, logs.String(), "tenant table not loaded")
+
+	require.NotPanics(t, func() { got = ic.Limit(ctx) })
+	assert.Equal(t, codes.Internal, status.Code(got))
+	require.NotPanics(t, func() { got = ic.ServerLimiter().Limit(ctx) })
+	assert.Equal(t, codes.Internal, status.Code(got))
+	require.NotPanics(t, func() {
+		got = ic.Stream()(nil, &fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true},
+			func(any, grpc.ServerStream) error { return nil })
+	})
+	assert.Equal(t, codes.Internal, status.Code(got))
+
+	// The handler's own panic goes on.
+	require.PanicsWithValue(t, "handler boom", func() {
+		_, _ = ic.Unary()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: checkMethod},
+			func(context.Context, any) (any, error) { panic("handler boom") })
+	})
+}
