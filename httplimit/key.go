@@ -162,7 +162,8 @@ func IPv6Prefix(bits int) IPOption {
 
 // ClientIP returns a KeyFunc that keys a request by its client's IP
 // address: an IPv4 address as it is, an IPv6 address by its /64 network
-// (IPv6Prefix changes the width).
+// (IPv6Prefix changes the width). An IPv4-mapped address, or one of the
+// NAT64 prefix 64:ff9b::/96, is keyed as the IPv4 address it holds.
 //
 // With no options, the client is the connection's peer (RemoteAddr) and
 // no header is read: a client cannot choose its own key. Behind proxies,

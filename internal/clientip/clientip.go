@@ -112,6 +112,10 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 	return Proxies{kind: kind, trusted: ps}, nil
 }
 
+// nat64 is the NAT64 well-known prefix (RFC 6052), whose addresses embed
+// an IPv4 address in their last 32 bits.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
 // mappedIPv4 is the range of the IPv4-mapped IPv6 addresses.
 var mappedIPv4 = netip.MustParsePrefix("::ffff:0:0/96")
 
@@ -299,8 +303,17 @@ func (w *walker) add(h Hop) {
 }
 
 // Format returns the key of a client at ip: the address, or for an IPv6
-// address its network of v6bits (1 to 128; 128 keeps the address).
+// address its network of v6bits (1 to 128; 128 keeps the address). An
+// address of the NAT64 well-known prefix 64:ff9b::/96 (RFC 6052) is the
+// IPv4 client its translator stands for, keyed as that IPv4 address: by
+// its /64, every IPv4 client behind the translator would share one key.
+// (IPv4-mapped addresses are unmapped before, by ParseAddr and the
+// callers.)
 func Format(ip netip.Addr, v6bits int) string {
+	if ip.Is6() && nat64.Contains(ip) {
+		b := ip.As16()
+		return netip.AddrFrom4([4]byte(b[12:])).String()
+	}
 	if ip.Is6() && v6bits < 128 {
 		if p, err := ip.Prefix(v6bits); err == nil { // fails only for v6bits out of range
 			return p.String()
