@@ -7,15 +7,21 @@ import (
 	"sync"
 
 	"github.com/ratelimit-go/ratelimit"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // Observer records the decisions of a Limiter as metrics, and the ends of
 // the jobs of Reservation.AfterFunc (it is a ratelimit.JobObserver): give
 // it to ratelimit.WithObserver. Build it with NewObserver; it is safe for
-// concurrent use.
+// concurrent use. The zero Observer is ready to use, as NewObserver with no
+// option makes it: it records on the global MeterProvider, its
+// instruments made when it is first told of a decision or a job.
 type Observer struct {
+	once sync.Once // builds the instruments of a zero Observer (ready)
+
 	decisions metric.Int64Counter
 	duration  metric.Float64Histogram
 	jobs      metric.Int64Counter
@@ -54,28 +60,53 @@ const maxSets = 1024
 // MeterProvider (WithMeterProvider; the global one by default) named
 // ScopeName. The error is the meter's, when it cannot create an instrument.
 func NewObserver(opts ...Option) (*Observer, error) {
-	c := newConfig(opts)
+	o := &Observer{}
+	var err error
+	o.once.Do(func() { err = o.build(newConfig(opts)) })
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// build makes the instruments of o on the meter of c's MeterProvider,
+// once (o.once).
+func (o *Observer) build(c config) error {
 	meter := c.mp.Meter(ScopeName)
 	decisions, err := meter.Int64Counter("ratelimit.decisions",
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions of rate limits, by limit and outcome."))
 	if err != nil {
-		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.decisions counter: %w", err)
+		return fmt.Errorf("ratelimitotel: create the ratelimit.decisions counter: %w", err)
 	}
 	duration, err := meter.Float64Histogram("ratelimit.decision.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("Time a rate limit decision took, on the Limiter's clock."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	if err != nil {
-		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.decision.duration histogram: %w", err)
+		return fmt.Errorf("ratelimitotel: create the ratelimit.decision.duration histogram: %w", err)
 	}
 	jobs, err := meter.Int64Counter("ratelimit.afterfunc.jobs",
 		metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped."))
 	if err != nil {
-		return nil, fmt.Errorf("ratelimitotel: create the ratelimit.afterfunc.jobs counter: %w", err)
+		return fmt.Errorf("ratelimitotel: create the ratelimit.afterfunc.jobs counter: %w", err)
 	}
-	return &Observer{decisions: decisions, duration: duration, jobs: jobs, attrs: c.attrs, sets: make(map[setKey]*measure)}, nil
+	o.decisions, o.duration, o.jobs, o.attrs, o.sets = decisions, duration, jobs, c.attrs, make(map[setKey]*measure)
+	return nil
+}
+
+// ready builds the instruments of a zero Observer, as NewObserver with no
+// option does, the first time it is used. Should the global
+// MeterProvider fail to create them, its error goes to OpenTelemetry's
+// error handler (otel.Handle), and the Observer records nothing.
+func (o *Observer) ready() {
+	o.once.Do(func() {
+		if err := o.build(newConfig(nil)); err != nil {
+			otel.Handle(err)
+			_ = o.build(config{mp: noop.NewMeterProvider()}) // a no-op meter never fails
+		}
+	})
 }
 
 // Observe records one decision: it adds one to ratelimit.decisions and
@@ -83,6 +114,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // name and the outcome, never the key; with OtherLimit for a limit given
 // inline (e.Inline).
 func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
+	o.ready()
 	name := e.Result.Name
 	if e.Inline {
 		name = OtherLimit
@@ -97,6 +129,7 @@ func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 // given inline) and how the job ended (ran, dropped or stopped) as
 // ratelimit.outcome, never the key.
 func (o *Observer) ObserveJob(ctx context.Context, e ratelimit.JobEvent) {
+	o.ready()
 	name := e.Result.Name
 	if e.Inline {
 		name = OtherLimit

@@ -424,3 +424,28 @@ func TestObserverJobAttributes(t *testing.T) {
 	assert.Equal(t, "dropped", v.AsString())
 	noKey(t, sm)
 }
+
+// The zero Observer panicked, with a nil pointer dereference, at its first
+// decision: it is ready to use, as NewObserver with no option makes it,
+// on the global MeterProvider.
+func TestZeroObserver(t *testing.T) {
+	reader, mp := newReader(t)
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+
+	var obs ratelimitotel.Observer
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}},
+		ratelimit.WithObserver(&obs), ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	require.NotPanics(t, func() {
+		_, _ = lim.Limit(context.Background(), "api", secretKey)
+		obs.ObserveJob(context.Background(), ratelimit.JobEvent{Result: ratelimit.Result{Name: "api"}, Outcome: ratelimit.JobRan})
+	})
+	sm := collect(t, reader)
+	assert.Equal(t, map[string]int64{"api allowed false false": 1}, counts(t, sm))
+	jobs, ok := find(t, sm, "ratelimit.afterfunc.jobs").Data.(metricdata.Sum[int64])
+	require.True(t, ok)
+	require.Len(t, jobs.DataPoints, 1)
+	assert.Equal(t, int64(1), jobs.DataPoints[0].Value)
+}

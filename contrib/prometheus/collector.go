@@ -125,8 +125,12 @@ func WithBuckets(b []float64) Option {
 // Collector counts the decisions of a Limiter and times them: it is a
 // ratelimit.Observer to give to ratelimit.WithObserver, and a
 // prometheus.Collector to register. Build it with NewCollector; it is safe
-// for concurrent use.
+// for concurrent use. The zero Collector is ready to use, as NewCollector
+// with no option makes it: its metrics are built when it is first used
+// (registered, or told of a decision).
 type Collector struct {
+	once sync.Once // builds the metrics of a zero Collector (ready)
+
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	jobs      *prometheus.CounterVec
@@ -189,26 +193,8 @@ func NewCollector(opts ...Option) (*Collector, error) {
 		return nil, fmt.Errorf("ratelimitprom: const label %q is the duration histogram's bucket label: name it otherwise: %w",
 			bucketLabel, ErrInvalidOption)
 	}
-	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal}
-	c := &Collector{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: o.namespace, Subsystem: o.subsystem, Name: "decisions_total",
-			Help:        "Decisions of rate limits, by limit and outcome.",
-			ConstLabels: o.constLabels,
-		}, labels),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: o.namespace, Subsystem: o.subsystem, Name: "decision_duration_seconds",
-			Help:        "Time a rate limit decision took, on the Limiter's clock.",
-			ConstLabels: o.constLabels,
-			Buckets:     o.buckets,
-		}, labels),
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: o.namespace, Subsystem: o.subsystem, Name: "afterfunc_jobs_total",
-			Help:        "Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.",
-			ConstLabels: o.constLabels,
-		}, []string{LabelLimit, LabelOutcome}),
-		series: make(map[seriesKey]series),
-	}
+	c := &Collector{}
+	c.once.Do(func() { c.build(o) })
 	// The descriptions carry the errors of names and labels; a registry
 	// reports them.
 	if err := prometheus.NewRegistry().Register(c); err != nil {
@@ -219,8 +205,37 @@ func NewCollector(opts ...Option) (*Collector, error) {
 	return c, nil
 }
 
+// build makes the metrics of c as o names them, once (c.once).
+func (c *Collector) build(o options) {
+	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal}
+	c.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: o.namespace, Subsystem: o.subsystem, Name: "decisions_total",
+		Help:        "Decisions of rate limits, by limit and outcome.",
+		ConstLabels: o.constLabels,
+	}, labels)
+	c.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: o.namespace, Subsystem: o.subsystem, Name: "decision_duration_seconds",
+		Help:        "Time a rate limit decision took, on the Limiter's clock.",
+		ConstLabels: o.constLabels,
+		Buckets:     o.buckets,
+	}, labels)
+	c.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: o.namespace, Subsystem: o.subsystem, Name: "afterfunc_jobs_total",
+		Help:        "Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.",
+		ConstLabels: o.constLabels,
+	}, []string{LabelLimit, LabelOutcome})
+	c.series = make(map[seriesKey]series)
+}
+
+// ready builds the metrics of a zero Collector, as NewCollector with no
+// option does, the first time it is used.
+func (c *Collector) ready() {
+	c.once.Do(func() { c.build(options{namespace: DefaultNamespace, buckets: DefaultBuckets()}) })
+}
+
 // Describe sends the descriptions of the metrics.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.ready()
 	c.decisions.Describe(ch)
 	c.duration.Describe(ch)
 	c.jobs.Describe(ch)
@@ -228,6 +243,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the current values of the metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.ready()
 	c.decisions.Collect(ch)
 	c.duration.Collect(ch)
 	c.jobs.Collect(ch)
@@ -237,6 +253,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // the limit's name and the outcome, never the key; by OtherLimit for a
 // limit given inline (e.Inline).
 func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
+	c.ready()
 	name := e.Result.Name
 	if e.Inline {
 		name = OtherLimit
@@ -250,6 +267,7 @@ func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 // afterfunc_jobs_total, labelled by the limit's name (OtherLimit for a
 // limit given inline) and how the job ended: ran, dropped or stopped.
 func (c *Collector) ObserveJob(_ context.Context, e ratelimit.JobEvent) {
+	c.ready()
 	name := e.Result.Name
 	if e.Inline {
 		name = OtherLimit

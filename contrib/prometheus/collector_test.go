@@ -360,3 +360,32 @@ func TestCollectorJobNameNotUTF8(t *testing.T) {
 ratelimit_afterfunc_jobs_total{limit="api�",outcome="dropped"} 1
 `), "ratelimit_afterfunc_jobs_total"))
 }
+
+// The zero Collector panicked, with a nil pointer dereference, at its
+// first decision or registration: it is ready to use, as NewCollector
+// with no option makes it.
+func TestZeroCollector(t *testing.T) {
+	ctx := context.Background()
+	var c ratelimitprom.Collector
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}},
+		ratelimit.WithObserver(&c), ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	require.NotPanics(t, func() {
+		_, _ = lim.Limit(ctx, "api", secretKey)
+		c.ObserveJob(ctx, ratelimit.JobEvent{Result: ratelimit.Result{Name: "api"}, Outcome: ratelimit.JobRan})
+	})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(&c))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 1
+# HELP ratelimit_afterfunc_jobs_total Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.
+# TYPE ratelimit_afterfunc_jobs_total counter
+ratelimit_afterfunc_jobs_total{limit="api",outcome="ran"} 1
+`), "ratelimit_decisions_total", "ratelimit_afterfunc_jobs_total"))
+
+	// Registered first, before any decision.
+	var fresh ratelimitprom.Collector
+	require.NoError(t, prometheus.NewPedanticRegistry().Register(&fresh))
+}
