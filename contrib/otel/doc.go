@@ -11,8 +11,10 @@
 // The Observer records two instruments, both with the attributes
 // ratelimit.limit (the limit's name), ratelimit.outcome (allowed, reserved,
 // denied or degraded), ratelimit.check (true for Check, which spends
-// nothing) and ratelimit.local (true when the deny cache answered without
-// asking the store):
+// nothing), ratelimit.local (true when the deny cache answered without
+// asking the store) and ratelimit.allowed (true when the call was let
+// through: for a degraded one, a limit that fails open, where false is
+// one that fails closed and refused it):
 //
 //   - ratelimit.decisions, a counter of decisions ({decision});
 //   - ratelimit.decision.duration, a histogram of the time a decision took,

@@ -38,9 +38,9 @@ var (
 
 // setKey is what tells the attribute sets of two decisions apart.
 type setKey struct {
-	name         string
-	outcome      ratelimit.Outcome
-	check, local bool
+	name                  string
+	outcome               ratelimit.Outcome
+	check, local, allowed bool
 }
 
 // measure holds the options of one attribute set, built once, so that
@@ -119,9 +119,21 @@ func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 	if e.Inline {
 		name = OtherLimit
 	}
-	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: allowed(e)})
 	o.decisions.Add(ctx, 1, m.add...)
 	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
+}
+
+// allowed reports whether the call of e was let through: the outcome
+// says it, but for Degraded, where the failure policy's answer does.
+func allowed(e ratelimit.Event) bool {
+	switch e.Outcome {
+	case ratelimit.Allowed, ratelimit.Reserved:
+		return true
+	case ratelimit.Degraded:
+		return e.Result.OK
+	}
+	return false
 }
 
 // ObserveJob records one job of Reservation.AfterFunc: it adds one to
@@ -150,12 +162,12 @@ func (o *Observer) measure(k setKey) *measure {
 	}
 	// The extra attributes first: of two with the same key, NewSet keeps
 	// the last, and the decision's own must win.
-	attrs := make([]attribute.KeyValue, 0, len(o.attrs)+4)
+	attrs := make([]attribute.KeyValue, 0, len(o.attrs)+5)
 	attrs = append(attrs, o.attrs...)
 	// A limit's name may be any string; exporters (OTLP's protobuf) need
 	// UTF-8.
 	set := attribute.NewSet(append(attrs, LimitKey.String(strings.ToValidUTF8(k.name, "\uFFFD")), OutcomeKey.String(k.outcome.String()),
-		CheckKey.Bool(k.check), LocalKey.Bool(k.local))...)
+		CheckKey.Bool(k.check), LocalKey.Bool(k.local), AllowedKey.Bool(k.allowed))...)
 	m = &measure{add: []metric.AddOption{metric.WithAttributeSet(set)},
 		record: []metric.RecordOption{metric.WithAttributeSet(set)}}
 	o.mu.Lock()

@@ -449,3 +449,33 @@ func TestZeroObserver(t *testing.T) {
 	require.Len(t, jobs.DataPoints, 1)
 	assert.Equal(t, int64(1), jobs.DataPoints[0].Value)
 }
+
+// ratelimit.outcome=degraded recorded alike a store failure that a
+// fail-open limit let through and one that a fail-closed limit refused:
+// ratelimit.allowed tells them apart.
+func TestObserverDegradedOpenOrClosed(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := newReader(t)
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(&slowStore{Store: must(memstore.New()), mock: clock.NewMock(), fail: true}, ratelimit.Limits{
+		"closed": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
+		"open":   {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, FailOpen: true},
+	}, ratelimit.WithObserver(obs), ratelimit.WithClock(clock.NewMock()), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	for _, name := range []string{"open", "open", "closed"} {
+		_, err := lim.Limit(ctx, name, secretKey)
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	}
+	sum, ok := find(t, collect(t, reader), "ratelimit.decisions").Data.(metricdata.Sum[int64])
+	require.True(t, ok)
+	got := make(map[string]int64)
+	for _, p := range sum.DataPoints {
+		allowed, _ := p.Attributes.Value(ratelimitotel.AllowedKey)
+		got[describe(p.Attributes)+" allowed="+allowed.Emit()] += p.Value
+	}
+	assert.Equal(t, map[string]int64{
+		"open degraded false false allowed=true":    2,
+		"closed degraded false false allowed=false": 1,
+	}, got)
+}

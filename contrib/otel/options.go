@@ -25,6 +25,11 @@ const (
 	// LocalKey is true when the deny cache refused the call without asking
 	// the store.
 	LocalKey = attribute.Key("ratelimit.local")
+	// AllowedKey is true when the call was let through (the Result's
+	// OK), false when it was refused. It follows from the outcome but for
+	// degraded, where it tells a limit that failed open, and let the call
+	// through, from one that failed closed.
+	AllowedKey = attribute.Key("ratelimit.allowed")
 	// LimitsKey lists, on a span, the names of the limits a store call
 	// touches, once each, as the store is given them: a limit given
 	// inline is named as the call named it, not OtherLimit (a store does

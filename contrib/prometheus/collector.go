@@ -10,8 +10,10 @@
 // A Collector is both a prometheus.Collector and a ratelimit.Observer. It
 // exports two metrics of decisions, both labelled by limit (the limit's
 // name), outcome (allowed, reserved, denied or degraded), check ("true"
-// for Check, which spends nothing) and local ("true" when the deny cache
-// answered without asking the store):
+// for Check, which spends nothing), local ("true" when the deny cache
+// answered without asking the store) and allowed ("true" when the call was
+// let through: for outcome="degraded", a limit that fails open, where
+// "false" is one that fails closed and refused the call):
 //
 //	ratelimit_decisions_total             counter of decisions
 //	ratelimit_decision_duration_seconds   histogram of the time a decision took
@@ -55,13 +57,18 @@ const bucketLabel = "le"
 // DefaultNamespace is the metrics' prefix unless WithNamespace changes it.
 const DefaultNamespace = "ratelimit"
 
-// The labels of the metrics: all four for decisions, LabelLimit and
+// The labels of the metrics: all five for decisions, LabelLimit and
 // LabelOutcome for jobs.
 const (
 	LabelLimit   = "limit"
 	LabelOutcome = "outcome"
 	LabelCheck   = "check"
 	LabelLocal   = "local"
+	// LabelAllowed is "true" when the call was let through (the
+	// Result's OK), "false" when it was refused. It follows from the
+	// outcome but for "degraded", where it tells a limit that failed
+	// open, and let the call through, from one that failed closed.
+	LabelAllowed = "allowed"
 )
 
 // OtherLimit is the limit label of the calls of limits given inline
@@ -146,9 +153,9 @@ var (
 )
 
 type seriesKey struct {
-	name         string
-	outcome      ratelimit.Outcome
-	check, local bool
+	name                  string
+	outcome               ratelimit.Outcome
+	check, local, allowed bool
 }
 
 // series holds the counter and histogram of one label set, found once, so
@@ -207,7 +214,7 @@ func NewCollector(opts ...Option) (*Collector, error) {
 
 // build makes the metrics of c as o names them, once (c.once).
 func (c *Collector) build(o options) {
-	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal}
+	labels := []string{LabelLimit, LabelOutcome, LabelCheck, LabelLocal, LabelAllowed}
 	c.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: o.namespace, Subsystem: o.subsystem, Name: "decisions_total",
 		Help:        "Decisions of rate limits, by limit and outcome.",
@@ -258,9 +265,21 @@ func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 	if e.Inline {
 		name = OtherLimit
 	}
-	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local})
+	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: allowed(e)})
 	s.decisions.Inc()
 	s.duration.Observe(e.Latency.Seconds())
+}
+
+// allowed reports whether the call of e was let through: the outcome
+// says it, but for Degraded, where the failure policy's answer does.
+func allowed(e ratelimit.Event) bool {
+	switch e.Outcome {
+	case ratelimit.Allowed, ratelimit.Reserved:
+		return true
+	case ratelimit.Degraded:
+		return e.Result.OK
+	}
+	return false
 }
 
 // ObserveJob counts one job of Reservation.AfterFunc in
@@ -283,7 +302,8 @@ func (c *Collector) find(k seriesKey) series {
 		return s
 	}
 	// A label value must be UTF-8; a limit's name may be any string.
-	values := []string{strings.ToValidUTF8(k.name, "\uFFFD"), k.outcome.String(), strconv.FormatBool(k.check), strconv.FormatBool(k.local)}
+	values := []string{strings.ToValidUTF8(k.name, "\uFFFD"), k.outcome.String(), strconv.FormatBool(k.check), strconv.FormatBool(k.local),
+		strconv.FormatBool(k.allowed)}
 	s = series{decisions: c.decisions.WithLabelValues(values...), duration: c.duration.WithLabelValues(values...)}
 	c.mu.Lock()
 	if len(c.series) < maxSeries {

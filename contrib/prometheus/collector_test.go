@@ -100,13 +100,13 @@ func TestCollectorOutcomes(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 2
-ratelimit_decisions_total{check="false",limit="api",local="false",outcome="reserved"} 1
-ratelimit_decisions_total{check="false",limit="api",local="false",outcome="denied"} 1
-ratelimit_decisions_total{check="false",limit="api",local="true",outcome="denied"} 1
-ratelimit_decisions_total{check="true",limit="login",local="false",outcome="allowed"} 1
-ratelimit_decisions_total{check="false",limit="login",local="false",outcome="degraded"} 1
-ratelimit_decisions_total{check="false",limit="search",local="false",outcome="degraded"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false",outcome="allowed"} 2
+ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false",outcome="reserved"} 1
+ratelimit_decisions_total{allowed="false",check="false",limit="api",local="false",outcome="denied"} 1
+ratelimit_decisions_total{allowed="false",check="false",limit="api",local="true",outcome="denied"} 1
+ratelimit_decisions_total{allowed="true",check="true",limit="login",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{allowed="false",check="false",limit="login",local="false",outcome="degraded"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="search",local="false",outcome="degraded"} 1
 `), "ratelimit_decisions_total"))
 	noKey(t, reg)
 	problems, err := testutil.GatherAndLint(reg)
@@ -131,12 +131,12 @@ func TestCollectorDuration(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ratelimit_decision_duration_seconds Time a rate limit decision took, on the Limiter's clock.
 # TYPE ratelimit_decision_duration_seconds histogram
-ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.001"} 0
-ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.01"} 2
-ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="0.1"} 3
-ratelimit_decision_duration_seconds_bucket{check="false",limit="api",local="false",outcome="allowed",le="+Inf"} 3
-ratelimit_decision_duration_seconds_sum{check="false",limit="api",local="false",outcome="allowed"} 0.056
-ratelimit_decision_duration_seconds_count{check="false",limit="api",local="false",outcome="allowed"} 3
+ratelimit_decision_duration_seconds_bucket{allowed="true",check="false",limit="api",local="false",outcome="allowed",le="0.001"} 0
+ratelimit_decision_duration_seconds_bucket{allowed="true",check="false",limit="api",local="false",outcome="allowed",le="0.01"} 2
+ratelimit_decision_duration_seconds_bucket{allowed="true",check="false",limit="api",local="false",outcome="allowed",le="0.1"} 3
+ratelimit_decision_duration_seconds_bucket{allowed="true",check="false",limit="api",local="false",outcome="allowed",le="+Inf"} 3
+ratelimit_decision_duration_seconds_sum{allowed="true",check="false",limit="api",local="false",outcome="allowed"} 0.056
+ratelimit_decision_duration_seconds_count{allowed="true",check="false",limit="api",local="false",outcome="allowed"} 3
 `), "ratelimit_decision_duration_seconds"))
 }
 
@@ -178,7 +178,7 @@ func TestCollectorNames(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP shop_edge_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE shop_edge_decisions_total counter
-shop_edge_decisions_total{check="false",limit="api",local="false",outcome="denied",region="eu",store="redis"} 1
+shop_edge_decisions_total{allowed="false",check="false",limit="api",local="false",outcome="denied",region="eu",store="redis"} 1
 `), "shop_edge_decisions_total"))
 	assert.Equal(t, 1, testutil.CollectAndCount(c, "shop_edge_decision_duration_seconds"))
 
@@ -192,6 +192,7 @@ func TestCollectorInvalidOptions(t *testing.T) {
 		"bad namespace":        {ratelimitprom.WithNamespace("rate\xfflimit")},
 		"reserved const label": {ratelimitprom.WithConstLabels(prometheus.Labels{"__store": "x"})},
 		"const label clashes":  {ratelimitprom.WithConstLabels(prometheus.Labels{"limit": "x"})},
+		"const label allowed":  {ratelimitprom.WithConstLabels(prometheus.Labels{"allowed": "x"})},
 		"buckets not sorted":   {ratelimitprom.WithBuckets([]float64{0.1, 0.01})},
 		"buckets repeated":     {ratelimitprom.WithBuckets([]float64{0.1, 0.1})},
 		// The histogram's bucket label: Prometheus refuses it only when
@@ -216,7 +217,7 @@ func TestCollectorNameNotUTF8(t *testing.T) {
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="api�",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="api�",local="false",outcome="allowed"} 1
 `), "ratelimit_decisions_total"))
 }
 
@@ -235,9 +236,9 @@ func TestCollectorLimitAll(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="hour",local="false",outcome="allowed"} 2
-ratelimit_decisions_total{check="false",limit="minute",local="false",outcome="allowed"} 1
-ratelimit_decisions_total{check="false",limit="minute",local="false",outcome="denied"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="hour",local="false",outcome="allowed"} 2
+ratelimit_decisions_total{allowed="true",check="false",limit="minute",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{allowed="false",check="false",limit="minute",local="false",outcome="denied"} 1
 `), "ratelimit_decisions_total"))
 	noKey(t, reg)
 }
@@ -288,8 +289,8 @@ func TestCollectorInlineNames(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="_OTHER",local="false",outcome="allowed"} %d
-ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 2
+ratelimit_decisions_total{allowed="true",check="false",limit="_OTHER",local="false",outcome="allowed"} %d
+ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false",outcome="allowed"} 2
 `, tenants)), "ratelimit_decisions_total"))
 	assert.Equal(t, 2, testutil.CollectAndCount(c, "ratelimit_decision_duration_seconds"), "the histogram too")
 	noKey(t, reg)
@@ -341,9 +342,9 @@ ratelimit_afterfunc_jobs_total{limit="jobs",outcome="ran"} 2
 ratelimit_afterfunc_jobs_total{limit="jobs",outcome="stopped"} 1
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="_OTHER",local="false",outcome="allowed"} 1
-ratelimit_decisions_total{check="false",limit="jobs",local="false",outcome="allowed"} 3
-ratelimit_decisions_total{check="false",limit="jobs",local="false",outcome="reserved"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="_OTHER",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="jobs",local="false",outcome="allowed"} 3
+ratelimit_decisions_total{allowed="true",check="false",limit="jobs",local="false",outcome="reserved"} 1
 `), "ratelimit_afterfunc_jobs_total", "ratelimit_decisions_total"))
 	noKey(t, reg)
 	problems, err := testutil.GatherAndLint(reg)
@@ -379,7 +380,7 @@ func TestZeroCollector(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 # TYPE ratelimit_decisions_total counter
-ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false",outcome="allowed"} 1
 # HELP ratelimit_afterfunc_jobs_total Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.
 # TYPE ratelimit_afterfunc_jobs_total counter
 ratelimit_afterfunc_jobs_total{limit="api",outcome="ran"} 1
@@ -388,4 +389,33 @@ ratelimit_afterfunc_jobs_total{limit="api",outcome="ran"} 1
 	// Registered first, before any decision.
 	var fresh ratelimitprom.Collector
 	require.NoError(t, prometheus.NewPedanticRegistry().Register(&fresh))
+}
+
+// outcome="degraded" counted alike a store failure that a fail-open limit
+// let through and one that a fail-closed limit refused: the label allowed
+// tells them apart.
+func TestCollectorDegradedOpenOrClosed(t *testing.T) {
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	mock := clock.NewMock()
+	store := &slowStore{Store: must(memstore.New()), mock: mock, fail: true}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"closed": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute},
+		"open":   {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute, FailOpen: true},
+	}, ratelimit.WithObserver(c), ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	for range 2 {
+		res, err := lim.Limit(ctx, "open", secretKey)
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		require.True(t, res.OK)
+	}
+	res, err := lim.Limit(ctx, "closed", secretKey)
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	require.False(t, res.OK)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{allowed="false",check="false",limit="closed",local="false",outcome="degraded"} 1
+ratelimit_decisions_total{allowed="true",check="false",limit="open",local="false",outcome="degraded"} 2
+`), "ratelimit_decisions_total"))
 }

@@ -51,6 +51,6 @@ func Example() {
 	// Output:
 	// # HELP ratelimit_decisions_total Decisions of rate limits, by limit and outcome.
 	// # TYPE ratelimit_decisions_total counter
-	// ratelimit_decisions_total{check="false",limit="api",local="false",outcome="allowed",store="memory"} 2
-	// ratelimit_decisions_total{check="false",limit="api",local="false",outcome="denied",store="memory"} 1
+	// ratelimit_decisions_total{allowed="false",check="false",limit="api",local="false",outcome="denied",store="memory"} 1
+	// ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false",outcome="allowed",store="memory"} 2
 }
