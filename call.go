@@ -25,6 +25,9 @@ type call struct {
 	reserve bool
 	receipt bool
 	cfg     *Config
+	// reservation is set for Reserve: should the observer panic as it is
+	// told of the call's charge, the tokens go back (observeCharged).
+	reservation bool
 }
 
 // Count sets how many tokens the call asks for (default 1). It must be a

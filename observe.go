@@ -21,6 +21,12 @@ import (
 // reservation is reported once, when it is made. The one exception is
 // the job of Reservation.AfterFunc, which runs, or is dropped, where no
 // caller sees it: an Observer that implements JobObserver learns its end.
+//
+// A panic of Observe is not recovered: it goes on to the caller of the
+// call it was told of, whose tokens stay taken, as a panic of the caller's
+// own code after the call would leave them. But for Reserve, whose
+// Reservation, the one means to hand its tokens back, would never reach
+// its caller: they are handed back before the panic goes on.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

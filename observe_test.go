@@ -460,3 +460,44 @@ func TestObserverNoReceipt(t *testing.T) {
 	require.Len(t, obs.jobs, 1)
 	assert.Nil(t, obs.jobs[0].Result.Token)
 }
+
+// An Observer that panicked as Reserve reported its decision lost the
+// reservation's tokens: the store had charged them, and the Reservation
+// that could hand them back never reached its caller. They go back before
+// the panic goes on; the decisions of Limit keep what they took.
+func TestObserverPanicDuringReserveHandsTheTokensBack(t *testing.T) {
+	ctx := context.Background()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour, MaxReserved: 1}
+	for _, tt := range []struct {
+		name string
+		opts []ratelimit.CallOption
+	}{
+		{"declared", nil},
+		{"inline", []ratelimit.CallOption{ratelimit.WithConfig(cfg)}},
+		{"declared, with a receipt", []ratelimit.CallOption{ratelimit.WithReceipt()}},
+		{"sharded", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var boom atomic.Bool
+			obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {
+				if boom.Load() {
+					panic("observer boom")
+				}
+			})
+			sharded := cfg
+			sharded.Rate, sharded.MaxReserved, sharded.Shards = 2, 2, 2
+			limits := ratelimit.Limits{"declared": cfg, "declared, with a receipt": cfg, "sharded": sharded}
+			lim, err := ratelimit.New(must(memstore.New()), limits, ratelimit.WithClock(newMock()), ratelimit.WithObserver(obs))
+			require.NoError(t, err)
+			for range 2 { // the token there, then the one that may be owed
+				boom.Store(true)
+				require.PanicsWithValue(t, "observer boom", func() { _, _ = lim.Reserve(ctx, tt.name, "k", tt.opts...) })
+				boom.Store(false)
+			}
+			res, err := lim.Limit(ctx, tt.name, "k", tt.opts...)
+			require.NoError(t, err)
+			assert.True(t, res.OK, "the tokens went back")
+			assert.Zero(t, res.RetryAfter, "nothing is owed")
+		})
+	}
+}

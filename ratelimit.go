@@ -712,7 +712,11 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 	}
 	if l.observer != nil {
 		*res = boundResult(lim, key, c, v, now)
-		l.observe(ctx, mode, lim, *res, start, nil)
+		if c.reservation && v.OK {
+			l.observeCharged(ctx, mode, lim, *res, start, ch)
+		} else {
+			l.observe(ctx, mode, lim, *res, start, nil)
+		}
 		return v, now, false, nil
 	}
 	return v, now, true, nil
@@ -829,7 +833,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		} else if cached {
 			l.deny.learn(ctx, l.store, lims[0], skey, items[0].Shards[0].Params)
 		}
-		l.observe(ctx, mode, lims[0], res, start, nil)
+		if c.reservation && out[0].OK {
+			l.observeCharged(ctx, mode, lims[0], res, start, &ch)
+		} else {
+			l.observe(ctx, mode, lims[0], res, start, nil)
+		}
 		return res, ch, nil
 	}
 	res := l.combine(ctx, mode, names, key, c, lims, items, out, start)
@@ -1029,6 +1037,26 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 	// from another time than its Now (one that overrides Now alone).
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
 		Inline: !lim.declared, Latency: l.now().Sub(start), Err: err})
+}
+
+// observeCharged is observe for the decision of a Reserve that charged
+// ch. Should the observer panic, the tokens go back before the panic goes
+// on: the Reservation that could hand them back never reaches its
+// caller, and they would stay spent, or owed, for a job that never runs.
+func (l *Limiter) observeCharged(ctx context.Context, mode driver.Mode, lim *limit, res Result, start time.Time, ch *charge) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		r := &Reservation{lim: l, res: res, charge: *ch}
+		if err := r.Cancel(context.WithoutCancel(ctx)); err != nil && l.logger != nil {
+			l.logger.Error("ratelimit: the Observer panicked as it was told of a reservation, whose tokens could not be handed back",
+				"limit", lim.name, "err", err)
+		}
+	}()
+	l.observe(ctx, mode, lim, res, start, nil)
+	returned = true
 }
 
 // observeJob tells the observer, if it is a JobObserver, that the job of

@@ -89,7 +89,7 @@ func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOpt
 // the error of a call that could not be decided.
 func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string, opts []CallOption) (*Reservation, error) {
 	c := newCall(opts)
-	c.reserve = true
+	c.reserve, c.reservation = true, true
 	r.lim = l
 	var err error
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
