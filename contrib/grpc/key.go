@@ -245,9 +245,11 @@ func peerAddr(pr *peer.Peer) netip.Addr {
 //
 // An empty name, or one that is not a metadata key (lower-case letters,
 // digits, '-', '_' and '.', or ":authority", which gRPC puts in the
-// metadata), is carried by no call, and would refuse every one: New
-// refuses a KeyFunc of Metadata given one, with an error matching
-// ErrInvalidOption. (Wrapped in a KeyFunc of your own, which New cannot
+// metadata), is carried by no call, and would refuse every one; a name
+// reserved by gRPC (starting with "grpc-"; te, content-type, connection)
+// holds no key a client is known by: gRPC keeps it out of the metadata or
+// sets it itself. New refuses a KeyFunc of Metadata given either, with an
+// error matching ErrInvalidOption. (Wrapped in a KeyFunc of your own, which New cannot
 // see into, it answers every call Internal, logged at error level: the
 // fault is the configuration's.)
 //
@@ -264,6 +266,10 @@ func Metadata(name string) KeyFunc {
 		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): %q is not a metadata key, which no call carries: "+
 			"a key is made of letters, digits, '-', '_' and '.': "+
 			"name the metadata that holds the key, such as Metadata(\"x-api-key\"): %w", name, n, ErrInvalidOption)}.key
+	case reservedMetadata(n):
+		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): %q is reserved by gRPC, which keeps it out of a call's metadata or sets it itself "+
+			"(the same for every call, or as the client's library chooses), and holds no key: "+
+			"name the metadata that holds the key, such as Metadata(\"x-api-key\"): %w", name, n, ErrInvalidOption)}.key
 	default:
 		name = n
 	}
@@ -277,6 +283,18 @@ func Metadata(name string) KeyFunc {
 		}
 		return vs[0], nil
 	}
+}
+
+// reservedMetadata reports whether name (lower case) is reserved by gRPC
+// for its own use: a name starting with "grpc-", and the HTTP/2 fields of
+// the protocol, which the transport keeps out of a call's metadata (te,
+// connection) or sets alike for every call (content-type).
+func reservedMetadata(name string) bool {
+	switch name {
+	case "te", "content-type", "connection":
+		return true
+	}
+	return strings.HasPrefix(name, "grpc-")
 }
 
 // badKey is the KeyFunc of Metadata given a name no call can carry: a

@@ -164,3 +164,23 @@ func TestMetadataAuthorityOverLoopback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, st.Remaining)
 }
+
+// Metadata("grpc-timeout") answered every call InvalidArgument: gRPC keeps
+// its reserved names out of a call's metadata (grpc-timeout, te), or sets
+// them itself, alike for every call (content-type) or as the client's
+// library chooses (grpc-accept-encoding): all one key, or a key the
+// client picks. New refuses them, as it does a name no call carries.
+func TestNewRefusesReservedMetadata(t *testing.T) {
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}})
+	for _, name := range []string{"grpc-timeout", "Grpc-Encoding", "grpc-accept-encoding", "grpc-previous-rpc-attempts",
+		"grpc-trace-bin", "grpc-status", "te", "content-type", "connection"} {
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata(name)))
+		require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, "Metadata(%q)", name)
+		require.ErrorContains(t, err, "reserved", "Metadata(%q)", name)
+		require.Nil(t, ic, "Metadata(%q)", name)
+	}
+	// user-agent, which gRPC puts in the metadata as the client sent it,
+	// is a key (of the client's choosing).
+	_, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata("user-agent")))
+	require.NoError(t, err)
+}
