@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -476,10 +477,25 @@ func (m *Middleware) writeStatus(w http.ResponseWriter, status int) {
 	http.Error(w, http.StatusText(status), status)
 }
 
+// MaxRetryAfter is the longest Retry-After the middleware sends, in its
+// responses and in the problem details' words: 2,147,483,647 seconds, about
+// 68 years, the most a parser of 32-bit integers reads (Java's
+// Integer.parseInt, and many HTTP clients). A longer wait (a limit that
+// refills one token in centuries; up to about 292 years) is sent as
+// MaxRetryAfter: a client that read a larger number as an error might
+// retry at once.
+const MaxRetryAfter = math.MaxInt32 * time.Second
+
 func retryAfter(w http.ResponseWriter, d time.Duration) {
 	if d > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(seconds(d), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(d), 10))
 	}
+}
+
+// retryAfterSeconds is the Retry-After of a wait of d: its whole seconds,
+// rounded up, at most MaxRetryAfter's.
+func retryAfterSeconds(d time.Duration) int64 {
+	return seconds(min(d, MaxRetryAfter))
 }
 
 // tooManyRequests is the default response to a refused request.

@@ -616,9 +616,15 @@ func TestHeadersAtTheEdges(t *testing.T) {
 		require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1").Code)
 		w := serve(h, "192.0.2.1:1")
 		require.Equal(t, http.StatusTooManyRequests, w.Code)
-		n, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
-		require.NoError(t, err)
-		require.Equal(t, (driver.MaxRetryAfter+999)/1000, n, "rounded up, never negative")
+		// The wait (driver.MaxRetryAfter ms, about 292 years) is sent as
+		// MaxRetryAfter, which a 32-bit integer holds: a client reading
+		// the larger number as an error might retry at once.
+		n, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 32)
+		require.NoError(t, err, "Retry-After: %s", w.Header().Get("Retry-After"))
+		require.Equal(t, int64(math.MaxInt32), n, "capped, never negative")
+		require.Equal(t, httplimit.MaxRetryAfter, time.Duration(n)*time.Second)
+		pd := must(httplimit.New(lim, []string{"slow"}, httplimit.WithProblemDetails())).Wrap(ok)
+		require.Contains(t, serve(pd, "192.0.2.1:1").Body.String(), `"detail":"Retry after 2147483647 seconds."`)
 		// One token in 1,000 years, less the 31.6 s in which the bucket
 		// refills the last driver.Noise (10⁻⁹) of it, which the Limiter
 		// does not wait for.

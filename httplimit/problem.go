@@ -36,7 +36,7 @@ func quotaExceeded(res ratelimit.Result) problem {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, policyName(r.Name))
 		}
 	}
-	if s := seconds(res.RetryAfter); s > 0 {
+	if s := retryAfterSeconds(res.RetryAfter); s > 0 {
 		unit := " seconds."
 		if s == 1 {
 			unit = " second."
