@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,13 @@ import (
 // config retryPolicy whose retryableStatusCodes include the code) waits
 // that long before its next attempt.
 const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// MaxPushback is the longest delay the pushback trailer (PushbackTrailer)
+// carries: 2,147,483,647 milliseconds, about 24.8 days, the most a client
+// that reads it as a 32-bit integer reads (grpc-java, which takes a value
+// it cannot read for "do not retry"). A longer wait is sent as
+// MaxPushback; the RetryInfo detail carries it whole.
+const MaxPushback = math.MaxInt32 * time.Millisecond
 
 // Interceptor limits the calls of a gRPC server. Build it with New, and
 // install Unary and Stream; it is safe for concurrent use.
@@ -584,6 +592,7 @@ func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, m
 	if wait%time.Millisecond != 0 {
 		ms++
 	}
+	ms = min(ms, MaxPushback/time.Millisecond)
 	return st, metadata.Pairs(PushbackTrailer, strconv.FormatInt(int64(ms), 10))
 }
 

@@ -125,9 +125,10 @@ func TestUnaryRefusal(t *testing.T) {
 
 // The longest wait a Result reports, about 292 years (a token of a
 // limit whose rate is a quarter token a century, past what a Duration
-// holds), is sent as the pushback of its milliseconds: rounding it up
-// overflowed to a negative pushback, which tells gRPC's retry policy never
-// to retry, not to wait.
+// holds), is in RetryInfo whole, and the pushback is MaxPushback: rounding
+// it up overflowed to a negative pushback, which tells gRPC's retry policy
+// never to retry, not to wait; sent whole, it was past what grpc-java
+// reads (a 32-bit integer), which it takes for the same.
 func TestPushbackOfLongestWait(t *testing.T) {
 	ctx := context.Background()
 	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{
@@ -144,7 +145,13 @@ func TestPushbackOfLongestWait(t *testing.T) {
 	wait, ok := retryInfo(t, err)
 	require.True(t, ok)
 	assert.Equal(t, time.Duration(driver.MaxRetryAfter)*time.Millisecond, wait)
-	assert.Equal(t, []string{strconv.FormatInt(driver.MaxRetryAfter, 10)}, trailer.Get(ratelimitgrpc.PushbackTrailer))
+	// The pushback is at most MaxPushback, which a 32-bit integer holds:
+	// grpc-java takes a larger one for "do not retry".
+	pushback := trailer.Get(ratelimitgrpc.PushbackTrailer)
+	require.Len(t, pushback, 1)
+	ms, err := strconv.ParseInt(pushback[0], 10, 32)
+	require.NoError(t, err, "pushback %s", pushback[0])
+	assert.Equal(t, ratelimitgrpc.MaxPushback, time.Duration(ms)*time.Millisecond)
 }
 
 func TestStreamRefusal(t *testing.T) {
