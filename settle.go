@@ -848,7 +848,11 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 	// charged one limit: of several, a limit may have been granted its
 	// tokens before run, and others reserved behind them since. Their
 	// charge (At) is the one time that none is before.
-	run := t.run
+	// A job time beyond MaxTime (a long wait near the bound) is sent as
+	// MaxTime, which every store takes: a debt granted after it is still
+	// queued behind the job, and a refund of the tail then gives nothing,
+	// never too much.
+	run := min(t.run, driver.MaxTime)
 	for _, it := range t.items {
 		if it.name != t.items[0].name {
 			run = t.at

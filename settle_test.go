@@ -587,6 +587,41 @@ func TestTokenWithTimesBeyondMaxTimeIsRefused(t *testing.T) {
 	}
 }
 
+// A reservation made near driver.MaxTime whose job time lies beyond it
+// (ParseToken reads such a token: a long wait near the bound) is settled
+// like any other, by its own Cancel and by a holder's Refund or Use. Its
+// refunds used to send the store the job's time as it was, beyond
+// MaxTime, an op every store refuses: Cancel and Refund failed with what
+// read as a store failure, retried in vain, and the tokens never came back.
+func TestTokenWhoseJobRunsBeyondMaxTimeSettles(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	mock.Set(time.UnixMilli(driver.MaxTime - 1000))
+	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, MaxReserved: 100},
+	}, ratelimit.WithClock(mock)))
+	keys := 0
+	reserve := func() *ratelimit.Reservation {
+		keys++
+		r, err := lim.Reserve(ctx, "jobs", fmt.Sprint("k", keys), ratelimit.Count(50))
+		require.NoError(t, err)
+		require.True(t, r.OK())
+		require.Greater(t, r.Token().RunAt().UnixMilli(), driver.MaxTime, "the job's time lies beyond MaxTime")
+		return r
+	}
+	r := reserve()
+	require.NoError(t, r.Cancel(ctx))
+	for _, settle := range []func(*ratelimit.Token) error{
+		func(tok *ratelimit.Token) error { return lim.Refund(ctx, tok) },
+		func(tok *ratelimit.Token) error { return lim.Use(ctx, tok) },
+	} {
+		tok, err := ratelimit.ParseToken(reserve().Token().String())
+		require.NoError(t, err)
+		require.NoError(t, settle(tok))
+		require.ErrorIs(t, settle(tok), ratelimit.ErrAlreadySettled, "settled once")
+	}
+}
+
 // A holder of a token whose settlement's answer was lost (the store took
 // it) retries it with the same Settler: the retry finds its own
 // settlement and returns nil, as a Reservation's Wait or Cancel does, and
