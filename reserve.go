@@ -60,6 +60,10 @@ type Reservation struct {
 	held     bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
 	claimed  bool   // a Wait or an AfterFunc of it is under way: no other may let the job run
 	tok      *Token // made by Token, or by Cancel; nil before
+	// byHolder is the settlement, found in the store, by which a holder of
+	// its token canceled it (or a mark of a kind no Limiter writes), which
+	// every Cancel reports; nil when it was canceled by its own Cancel.
+	byHolder *SettledError
 	// settler names the reservation in the store's marks of its
 	// settlements (driver.Settlement.Settler), so that a retried Wait or
 	// Cancel tells its own earlier attempt, whose answer was lost, from a
@@ -322,13 +326,13 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		// A mark of a kind no Limiter writes (something else wrote the
 		// store's keys): settled, how the mark cannot say; the job is
 		// not this reservation's to run.
-		r.canceled = true
+		r.canceled, r.byHolder = true, se
 		return fmt.Errorf("ratelimit: limit %q: settled before: %w", r.res.Name, err)
 	case errors.As(err, &se) && se.own:
 		r.canceled = true
 		return fmt.Errorf("ratelimit: limit %q: canceled by a Cancel of the reservation (one under way, or an earlier one whose answer was lost): %w", r.res.Name, err)
 	case errors.As(err, &se):
-		r.canceled = true
+		r.canceled, r.byHolder = true, se
 		return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
 	}
 	return err
@@ -654,8 +658,11 @@ func stopped(context.Context) bool { return false }
 // The refund goes through the store's record of settlements, as
 // Limiter.Refund of the reservation's token does: if a holder of the token
 // settled it first, Cancel does nothing and returns a *SettledError (which
-// matches ErrReservationUsed when the token was used). A second Cancel
-// of the same Reservation returns nil. Past the token's Expires, Cancel
+// matches ErrReservationUsed when the token was used, and
+// ErrReservationCanceled when it was canceled), and so does every Cancel
+// after it, also when a Wait or an AfterFunc found the holder's mark
+// first. A second Cancel of a Reservation that its own Cancel canceled
+// returns nil. Past the token's Expires, Cancel
 // hands nothing back (nothing would come back by then) and returns nil,
 // and the job does not run: a Wait or AfterFunc whose use was on its way
 // to the store then does not let it run.
@@ -678,6 +685,13 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case r.used:
 		r.mu.Unlock()
 		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+	case r.canceled && r.byHolder != nil:
+		// Not by this reservation: say so every time, as the Cancel that
+		// found the holder's mark did (a Wait or an AfterFunc may have
+		// found it first).
+		se := r.byHolder
+		r.mu.Unlock()
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: settled by a holder of its token: %w", r.res.Name, se)
 	case r.canceled:
 		r.mu.Unlock()
 		return nil
@@ -722,7 +736,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		if se.Kind == driver.SettleUse {
 			r.used, r.held = true, true
 		} else {
-			r.canceled = true
+			r.canceled, r.byHolder = true, se
 		}
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	default:

@@ -733,6 +733,45 @@ func TestWaitAfterAHolderUsedTheToken(t *testing.T) {
 	}
 }
 
+// After a holder of the token canceled it, the owner's Cancel says so, a
+// *SettledError matching ErrReservationCanceled, however the owner learned
+// of it: by a Cancel of its own, or by a Wait or an AfterFunc that found
+// the holder's mark. After a Wait had found it, Cancel returned nil, as if
+// it had handed the tokens back itself.
+func TestCancelAfterAHolderCanceledTheToken(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := must(memstore.New())
+	limits := ratelimit.Limits{"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0}}
+	owner := must(ratelimit.New(store, limits, ratelimit.WithClock(mock)))
+	worker := must(ratelimit.New(store, limits, ratelimit.WithClock(mock)))
+	for _, learn := range []string{"Cancel", "Wait", "AfterFunc"} {
+		r, err := owner.Reserve(ctx, "jobs", "k", ratelimit.Count(2))
+		require.NoError(t, err)
+		tok, err := ratelimit.ParseToken(r.Token().String())
+		require.NoError(t, err)
+		require.NoError(t, worker.Refund(ctx, tok), "the worker drops the job")
+		switch learn {
+		case "Wait":
+			require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+		case "AfterFunc":
+			dropped := make(chan error, 1)
+			_, err := r.AfterFunc(func() { t.Error("AfterFunc ran a job the worker dropped") },
+				ratelimit.OnDropped(func(err error) { dropped <- err }))
+			require.NoError(t, err)
+			mock.Add(time.Millisecond)
+			require.ErrorIs(t, <-dropped, ratelimit.ErrReservationCanceled)
+		}
+		for i := range 2 {
+			err := r.Cancel(ctx)
+			var se *ratelimit.SettledError
+			require.ErrorAs(t, err, &se, "%s, then Cancel %d", learn, i+1)
+			require.ErrorIs(t, err, ratelimit.ErrReservationCanceled, "%s, then Cancel %d", learn, i+1)
+		}
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, learn)
+	}
+}
+
 // lostReplyStore applies an op and then, when lose is set, fails as if
 // the reply had been lost on the way back: the op took effect.
 type lostReplyStore struct {
