@@ -514,7 +514,9 @@ func OnDropped(f func(err error)) AfterFuncOption {
 // that bound. fn does not run if the store could not mark the reservation
 // used: a holder of the token canceled it, or used it (the job is the
 // holder's), or the store failed or did not answer in time (which is
-// logged, with WithLogger). Such an AfterFunc lets go of the job: a new
+// logged, with WithLogger), or the job's time came past the token's
+// Expires (logged too, as such: nothing comes back then, and the job is
+// to be reserved again). Such an AfterFunc lets go of the job: a new
 // AfterFunc (or Wait) tries the use again, and lets the job run if the
 // store took the first one's use after all.
 //
@@ -601,12 +603,20 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		// Cancel or a holder of the token.
 		late := errors.Is(err, context.DeadlineExceeded)
 		settled := errors.Is(err, ErrReservationCanceled) || errors.Is(err, ErrReservationUsed) || errors.Is(err, ErrAlreadySettled)
-		if !settled && !errors.Is(err, ErrTokenExpired) {
+		expired := !settled && errors.Is(err, ErrTokenExpired)
+		if !settled && !expired {
 			// The store failed, or did not answer in time: whether it
 			// took the use is not known.
 			err = fmt.Errorf("%w; %w: the store may have taken the use (then they are spent, and a new AfterFunc or a Wait of the reservation runs the job on them) or not (then the reservation still holds them): call AfterFunc again to retry the job, or Cancel to hand them back (it says if they are spent)", err, ErrNotRefunded)
 		}
-		if (late || !settled) && r.lim.logger != nil {
+		switch {
+		case r.lim.logger == nil:
+		case expired:
+			// Neither a retry nor a Cancel does anything for it: say so,
+			// not that the store failed.
+			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the job's time came past its token's Expires (the clock jumped ahead, or the store's clock runs ahead of the Limiter's), and the job must not run that late; nothing comes back by then: reserve again to run the job",
+				"limit", r.res.Name, "err", err)
+		case late || !settled:
 			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used in time; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back unless the store took the use",
 				"limit", r.res.Name, "err", err)
 		}

@@ -1246,6 +1246,35 @@ func TestAfterFuncUseIsBounded(t *testing.T) {
 	}
 }
 
+// An AfterFunc whose job's time comes past its token's Expires (the
+// store's clock ran ahead, or the Limiter's jumped) drops the job, and
+// its log says so. It said that the store had not marked the reservation
+// used in time, and that AfterFunc again would retry and Cancel hand the
+// tokens back: neither does anything for an expired token.
+func TestAfterFuncPastItsTokensExpiryLogsWhy(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	store := &clockStore{Store: must(memstore.New()), own: true, now: t0}
+	var logs bytes.Buffer
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock), ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	store.now = r.Token().Expires().Add(time.Second)
+	dropped := make(chan error, 1)
+	_, err = r.AfterFunc(func() { t.Error("the job ran past its token's Expires") },
+		ratelimit.OnDropped(func(err error) { dropped <- err }))
+	require.NoError(t, err)
+	mock.Add(0)
+	err = <-dropped
+	require.ErrorIs(t, err, ratelimit.ErrTokenExpired)
+	require.NotErrorIs(t, err, ratelimit.ErrNotRefunded)
+	assert.Contains(t, logs.String(), "AfterFunc did not run its function")
+	assert.Contains(t, logs.String(), "past its token's Expires")
+	assert.NotContains(t, logs.String(), "the store did not mark the reservation used in time")
+}
+
 // A stop called while AfterFunc's use is on its way to the store reports
 // false at once, without waiting for the store; a Cancel then reaches the
 // store too, which settles the reservation once: here the cancel comes
