@@ -334,6 +334,8 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 	case errors.As(err, &se):
 		r.canceled, r.byHolder = true, se
 		return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
+	case errors.Is(err, ErrTokenExpired):
+		return fmt.Errorf("ratelimit: limit %q: too late to run the job: its token expired (Token.Expires), and the job must not run past it; nothing comes back by then either (Cancel hands nothing back): reserve again to run it: %w", r.res.Name, err)
 	}
 	return err
 }

@@ -1173,6 +1173,26 @@ func TestCancelPastExpiryWhileWaitMarksItUsed(t *testing.T) {
 	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
 }
 
+// A Wait past its token's Expires does not let the job run, nor does a
+// second one, and its error says what to do: reserve again. It read as a
+// failed settlement ("settle token …: it expired"), which a Wait's caller
+// never asked for.
+func TestWaitPastItsTokensExpiry(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4), ratelimit.WithReceipt())
+	require.NoError(t, err)
+	mock.Set(r.Token().Expires().Add(time.Millisecond))
+	for range 2 {
+		err = r.Wait(ctx)
+		require.ErrorIs(t, err, ratelimit.ErrTokenExpired)
+		require.ErrorContains(t, err, `limit "jobs": too late to run the job`)
+		require.ErrorContains(t, err, "reserve again")
+	}
+	require.NoError(t, r.Cancel(ctx), "past Expires, Cancel hands nothing back")
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled)
+}
+
 // AfterFunc marks the reservation used on a context of its own, bounded
 // by WithAfterFuncTimeout: it has no caller's context, and used to send
 // the use with none, so that a store that does not answer held it for
