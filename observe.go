@@ -42,6 +42,15 @@ type Observer interface {
 // has no caller's context); the call for a stop comes on the goroutine of
 // stop, with stop's context. Keep it fast and non-blocking, as Observe.
 //
+// A panic of ObserveJob is not recovered, as Observe's is not, but it
+// cannot keep a job from its end: the store has marked the reservation
+// used (or the job was let go) before the call, so the function (or
+// OnDropped's) is called all the same, and the panic goes on once it has
+// returned: on the job's goroutine, as a panic of the function would,
+// which ends the process as one of time.AfterFunc's function does. A
+// panic as stop reports true goes on to stop's caller, the tokens handed
+// back already.
+//
 // A job is not a decision: count jobs apart from decisions, labelled by
 // limit and outcome as an Event is (a JobEvent's Inline and Result.Key
 // are what Event's are).
@@ -166,4 +175,17 @@ func outcomeOf(r Result, failed bool) Outcome {
 		return Reserved
 	}
 	return Allowed
+}
+
+// observeJobThen tells the JobObserver, if any, that the job of r ended
+// as o (a run, or a drop with why), on the job's goroutine, then calls
+// next: the job's function, or OnDropped's. next is called even if
+// ObserveJob panics, whose panic goes on once next has returned: the
+// store has settled the use already, and a job it marked used that never
+// ran, or a drop that OnDropped never learned of, would be lost.
+func (l *Limiter) observeJobThen(r *Reservation, o JobOutcome, err error, next func()) {
+	// Through a closure, so that next, not the deferred function itself,
+	// cannot recover the observer's panic and hide it.
+	defer func() { next() }()
+	l.observeJob(context.Background(), r, o, err)
 }

@@ -501,3 +501,55 @@ func TestObserverPanicDuringReserveHandsTheTokensBack(t *testing.T) {
 		})
 	}
 }
+
+// panickyJobs is an Observer whose ObserveJob panics.
+type panickyJobs struct{}
+
+func (panickyJobs) Observe(context.Context, ratelimit.Event) {}
+
+func (panickyJobs) ObserveJob(context.Context, ratelimit.JobEvent) { panic("job observer boom") }
+
+// A JobObserver that panicked as it was told of a job's run or drop kept
+// the job from its end: the store had marked the reservation used, and
+// the function never ran; nor did OnDropped learn of a dropped job. The
+// function (or OnDropped's) is called, and the panic goes on after it.
+func TestObserverJobPanicStillRunsTheJob(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 1}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"jobs": cfg}, ratelimit.WithClock(mock),
+		ratelimit.WithObserver(panickyJobs{}))
+	require.NoError(t, err)
+
+	// t0: a job whose time comes a second later. The mock runs it on the
+	// goroutine that moves the clock, so the panic comes back here.
+	require.NoError(t, must(lim.Limit(ctx, "jobs", "k")).Err())
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var ran atomic.Int32
+	_, err = r.AfterFunc(func() { ran.Add(1) })
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "job observer boom", func() { mock.Add(time.Second) })
+	assert.Equal(t, int32(1), ran.Load(), "the job ran on the tokens it used")
+	require.ErrorIs(t, r.Cancel(ctx), ratelimit.ErrReservationUsed)
+
+	// A job dropped (a holder of its token canceled it): OnDropped is told.
+	r, err = lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	var dropped error
+	_, err = r.AfterFunc(func() { ran.Add(1) }, ratelimit.OnDropped(func(err error) { dropped = err }))
+	require.NoError(t, err)
+	require.NoError(t, lim.Refund(ctx, r.Token()))
+	require.PanicsWithValue(t, "job observer boom", func() { mock.Add(time.Second) })
+	assert.ErrorIs(t, dropped, ratelimit.ErrReservationCanceled, "OnDropped learned of the drop")
+	assert.Equal(t, int32(1), ran.Load(), "a dropped job does not run")
+
+	// A job's own panic still goes on, as time.AfterFunc's would; the
+	// observer's comes first, and the job's follows it.
+	r, err = lim.Reserve(ctx, "jobs", "k")
+	require.NoError(t, err)
+	_, err = r.AfterFunc(func() { ran.Add(1); panic("job boom") })
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "job boom", func() { mock.Add(time.Second) })
+	assert.Equal(t, int32(2), ran.Load())
+}

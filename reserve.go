@@ -529,7 +529,10 @@ func OnDropped(f func(err error)) AfterFuncOption {
 // reports true, or f is called. The Limiter's Observer, if it is a
 // JobObserver, is told which, once: JobRan as fn is called, JobDropped
 // with f's error (with OnDropped or without), JobStopped as stop reports
-// true, with the error of its refund, which stop does not return.
+// true, with the error of its refund, which stop does not return. A
+// panic of the JobObserver does not keep fn (or f) from being called:
+// it goes on once fn (or f) has returned. A panic of fn or f is not
+// recovered, as one of time.AfterFunc's function is not.
 //
 // f's error matches:
 //   - ErrReservationCanceled: the reservation was canceled (by Cancel, or
@@ -596,8 +599,7 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		err := r.use(context.Background(), r.lim.afterFuncTimeout)
 		r.release()
 		if err == nil {
-			r.lim.observeJob(context.Background(), r, JobRan, nil)
-			fn()
+			r.lim.observeJobThen(r, JobRan, nil, fn)
 			return
 		}
 		// A use the store took past the bound matches ErrReservationUsed
@@ -622,10 +624,11 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used in time; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back unless the store took the use",
 				"limit", r.res.Name, "err", err)
 		}
-		r.lim.observeJob(context.Background(), r, JobDropped, err)
-		if dropped != nil {
-			dropped(err)
-		}
+		r.lim.observeJobThen(r, JobDropped, err, func() {
+			if dropped != nil {
+				dropped(err)
+			}
+		})
 	})
 	return func(ctx context.Context) bool {
 		if !t.Stop() {
