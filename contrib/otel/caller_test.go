@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -53,10 +54,12 @@ func (s ctxStore) Now(ctx context.Context) (int64, error) { return 0, s.fail(ctx
 
 // lateContext is a context whose deadline has passed while its Err does
 // not say so yet: a client that stops a read at the deadline may return
-// its error a moment before the context reports its end.
+// its error a moment before the context reports its end. Its deadline is
+// on this machine's clock, with a monotonic reading, as
+// context.WithTimeout's.
 type lateContext struct{ context.Context }
 
-func (lateContext) Deadline() (time.Time, bool) { return time.Unix(0, 0), true }
+func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
 
 // The span of a store call that failed because its caller's context
 // ended, canceled or past its deadline, records the error but keeps the
@@ -68,6 +71,11 @@ func TestWrapStoreCallerEnded(t *testing.T) {
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	// A deadline on a Limiter's mock clock (its AfterFunc and Cancel
+	// bound their calls by it), not yet reached there, though long
+	// past by this machine's clock.
+	onMock, cancel := clock.NewMock().WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
 		name     string
@@ -81,6 +89,7 @@ func TestWrapStoreCallerEnded(t *testing.T) {
 		{"deadline passed", expired, errStoreDown, false, codes.Unset, context.DeadlineExceeded},
 		{"deadline passed, not reported yet", lateContext{context.Background()}, errOwnTimeout, false, codes.Unset, context.DeadlineExceeded},
 		{"store's own timeout", context.Background(), errOwnTimeout, false, codes.Error, context.DeadlineExceeded},
+		{"store's own timeout, deadline on a mock clock", onMock, errOwnTimeout, false, codes.Error, context.DeadlineExceeded},
 		{"store down", context.Background(), errStoreDown, false, codes.Error, errStoreDown},
 		{"store down, caller canceled", canceled, errStoreDown, true, codes.Error, errStoreDown},
 		{"store's own timeout, caller canceled", canceled, errOwnTimeout, true, codes.Error, context.DeadlineExceeded},

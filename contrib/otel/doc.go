@@ -70,6 +70,10 @@
 // return it), the error is recorded as an event and the status is left
 // Unset. A store's own timeout, with the caller's context live, is an
 // Error; so is an error of another cause that came as the context ended.
+// A deadline that has passed counts before the context reports it only
+// when it was read from this machine's clock (it has a monotonic
+// reading, as context.WithTimeout sets): a deadline on a Limiter's mock
+// clock says it passed by the context's Err alone.
 //
 // The wrapper keeps the optional capabilities of the store visible, so
 // that a Limiter treats it exactly as the store: driver.BatchApplier and

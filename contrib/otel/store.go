@@ -129,13 +129,26 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 // that stops a read at the deadline may return before ctx says it ended.
 // A store's own timeout, with ctx live, is no caller's; nor is an error
 // of another cause that came as ctx ended.
+//
+// Only a deadline on this machine's clock is read against time.Now: one
+// with a monotonic reading, as context.WithTimeout sets. A deadline
+// without one may be on another clock: the Limiter bounds the use of an
+// AfterFunc and the refund of a Cancel by its own clock (WithClock), and
+// a mock's, which starts in 1970, would be long past by time.Now: a
+// store's own timeout would be taken for the caller's. Such a context
+// says it ended by its Err alone.
 func callerEnded(ctx context.Context, err error) bool {
 	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && monotonic(dl) && !time.Now().Before(dl) {
 		cerr = context.DeadlineExceeded
 	}
 	return cerr != nil && errors.Is(err, cerr)
 }
+
+// monotonic reports whether t carries a monotonic clock reading: it was
+// read from this machine's clock (time.Now, and times added to it), not
+// made of a date, nor by a mock clock. Round(0) strips the reading.
+func monotonic(t time.Time) bool { return t != t.Round(0) }
 
 // endPanicked ends the span of a call that did not return: the store
 // panicked.
