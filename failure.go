@@ -42,6 +42,9 @@ const breakerSlowCall = 250 * time.Millisecond
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
+	// clock reads the Limiter's clock: allow reads it again to tell a
+	// clock set back from a call that read it early.
+	clock func() time.Time
 
 	// fails is read without mu on every call, so that a healthy store
 	// costs no lock; it is written under mu.
@@ -87,13 +90,18 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) 
 	if b.fails.Load() < int64(b.threshold) {
 		return true, 0, time.Time{}
 	}
-	// A probe due more than two cool-downs ahead means the clock went
-	// back since the breaker opened (a clock given to WithClock: the real
-	// one's monotonic reading does not): it stays open one cool-down from
-	// now, not the step's length too. Up to one cool-down more is a call
-	// that read the clock before the failure that opened it.
-	if ahead := b.until.Sub(now); ahead > b.cooldown && ahead-b.cooldown > b.cooldown {
-		b.until = now.Add(b.cooldown)
+	// A probe due more than a cool-down ahead is a call that read the
+	// clock before the failure that set until, or a clock that went back
+	// since (a clock given to WithClock: the real one's monotonic reading
+	// does not). The clock read again here, after that failure, tells
+	// them apart: if until is still more than a cool-down ahead, the clock
+	// went back, and the breaker stays open one cool-down from now, not
+	// the step's length too. Only an open breaker reads it.
+	if b.until.Sub(now) > b.cooldown && b.clock != nil {
+		if again := b.clock(); b.until.Sub(again) > b.cooldown {
+			now = again
+			b.until = now.Add(b.cooldown)
+		}
 	}
 	switch {
 	case now.Before(b.until):

@@ -739,37 +739,46 @@ func TestBreakerHugeCooldownRetryAfter(t *testing.T) {
 // A clock set back while the breaker is open (the real clock's monotonic
 // reading cannot go back, but one given to WithClock may) keeps it open
 // one cool-down from then, not the step's length more: it stayed open,
-// and told callers to retry, an hour and a cool-down later.
+// and told callers to retry, an hour and a cool-down later. A step
+// shorter than a cool-down did that too (open a cool-down and a half
+// after a step of half a cool-down): a step within one cool-down looked
+// like a call that read the clock before the failure that opened the
+// breaker.
 func TestBreakerClockSetBack(t *testing.T) {
-	ctx := context.Background()
-	store := &flakyStore{Store: must(memstore.New())}
-	mock := newMock()
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
-	require.NoError(t, err)
-	mock.Add(time.Hour)
-	store.fail.Store(true)
-	for range 3 {
-		_, err := lim.Limit(ctx, "l", "k")
-		require.ErrorIs(t, err, errDown)
+	for _, back := range []time.Duration{time.Hour, 5 * time.Second, 2500 * time.Millisecond, time.Millisecond} {
+		t.Run(back.String(), func(t *testing.T) {
+			ctx := context.Background()
+			store := &flakyStore{Store: must(memstore.New())}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
+			require.NoError(t, err)
+			mock.Add(time.Hour)
+			store.fail.Store(true)
+			for range 3 {
+				_, err := lim.Limit(ctx, "l", "k")
+				require.ErrorIs(t, err, errDown)
+			}
+			store.fail.Store(false)
+
+			mock.Set(mock.Now().Add(-back))
+			stepped := mock.Now()
+			res, err := lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+			assert.True(t, res.Degraded)
+			assert.Equal(t, 5*time.Second, res.RetryAfter, "open one cool-down from now")
+			var se *ratelimit.StoreError
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, stepped.Add(5*time.Second), se.Until)
+
+			mock.Add(5 * time.Second)
+			res, err = lim.Limit(ctx, "l", "k") // the probe
+			require.NoError(t, err, "the breaker stayed open past its cool-down")
+			assert.True(t, res.OK)
+			assert.False(t, res.Degraded)
+		})
 	}
-	store.fail.Store(false)
-
-	mock.Set(t0) // an hour back
-	res, err := lim.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
-	assert.True(t, res.Degraded)
-	assert.Equal(t, 5*time.Second, res.RetryAfter, "open one cool-down from now")
-	var se *ratelimit.StoreError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, t0.Add(5*time.Second), se.Until)
-
-	mock.Add(5 * time.Second)
-	res, err = lim.Limit(ctx, "l", "k") // the probe
-	require.NoError(t, err, "the breaker stayed open past its cool-down")
-	assert.True(t, res.OK)
-	assert.False(t, res.Degraded)
 }
 
 // heldStore fails every call; a call of a key in hold first waits in the

@@ -355,6 +355,7 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 		return nil, l.optErr
 	}
 	l.wall = l.clock == wall
+	l.breaker.clock = l.now
 	l.binder, _ = store.(driver.Binder)
 	if ownClock(store) != nil {
 		l.deny = nil   // its clock is the store's, which cannot be read locally
