@@ -68,6 +68,8 @@ type breaker struct {
 	// at most, not once a call; and set back to noAnswer by callerGaveUp
 	// once the clock went back behind it.
 	lastAnswer atomic.Int64
+	// checking is whether a check of the store is under way (checkStore).
+	checking atomic.Bool
 }
 
 // closed reports whether calls may ask the store without more ado: no
@@ -236,6 +238,62 @@ func (b *breaker) callerGaveUp(ctx context.Context, start, now time.Time) bool {
 		return last >= start.UnixMilli()
 	}
 	return true
+}
+
+// gaveUp reports whether a call of limit name for key (the store's),
+// asked at start with the probe's number probe (0 for another call),
+// whose store call failed, failed because its caller's context ended
+// (callerGaveUp). If so, the call leaves the probe's place, and a
+// deadline that passed before the store answered anyone since start
+// sends the Limiter's own check to the store (checkStore): callers whose
+// deadlines are all shorter than breakerSlowCall would otherwise never
+// open the breaker on a stalled store, each paying its deadline.
+func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string, probe uint64) bool {
+	if !l.breaker.callerGaveUp(ctx, start, l.now()) {
+		return false
+	}
+	l.breaker.abandon(probe)
+	if l.breaker.threshold > 0 && ctx.Err() == context.DeadlineExceeded && l.breaker.lastAnswer.Load() < start.UnixMilli() {
+		l.checkStore(driver.RecordID{Name: name, Key: key})
+	}
+	return true
+}
+
+// checkStore reads the record id from the store, unless a check is under
+// way already, giving the store breakerSlowCall on the Limiter's clock,
+// in a goroutine of its own that ends with the read: the caller whose
+// deadline passed has gone. An answer is an answer (breaker.answered): the
+// deadline was the caller's. A failure counts as a call's would: an error
+// of the store, or no answer within breakerSlowCall while the store
+// answered nobody else (callerGaveUp). One check at a time, each one
+// read of one record, whatever the callers in a hurry.
+func (l *Limiter) checkStore(id driver.RecordID) {
+	if !l.breaker.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.breaker.checking.Store(false)
+		defer func() {
+			// A panic here would end the process, with no caller to
+			// recover it: log it, and count nothing.
+			if r := recover(); r != nil && l.logger != nil {
+				l.logger.Error("ratelimit: the store panicked in a check of its health", "limit", id.Name, "panic", r)
+			}
+		}()
+		start := l.now()
+		ctx, cancel := l.clock.WithTimeout(context.Background(), breakerSlowCall)
+		defer cancel()
+		var rec [1]driver.Record
+		if err := l.store.Load(ctx, []driver.RecordID{id}, rec[:]); err != nil {
+			if !l.breaker.callerGaveUp(ctx, start, l.now()) {
+				l.storeErr(id.Name, 0, err)
+			}
+			return
+		}
+		if l.breaker.answered(l.nowMillis()) && l.logger != nil {
+			l.logger.Info("ratelimit: store answers again; the breaker is closed")
+		}
+	}()
 }
 
 // callerError is the error of a call whose caller gave up: the context's

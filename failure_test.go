@@ -1067,3 +1067,109 @@ func TestBreakerRefusalDuringTheProbe(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
 	assert.Equal(t, 5*time.Second, res.RetryAfter, "the probe failed: open a cool-down from its failure")
 }
+
+// silentStore stalls every Apply until its caller's context ends, and
+// every Load too unless answer is set; a Load says so on entered first
+// (buffered: a test that need not wait for a Load does not read it).
+type silentStore struct {
+	ratelimit.Store
+	calls   atomic.Int64
+	answer  atomic.Bool
+	entered chan struct{}
+}
+
+func (s *silentStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *silentStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	s.entered <- struct{}{}
+	if s.answer.Load() {
+		return s.Store.Load(ctx, ids, out)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// warnings is a slog handler that passes the message of every record at
+// warn level or above to a channel.
+type warnings chan string
+
+func (w warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w warnings) Handle(_ context.Context, r slog.Record) error {
+	w <- r.Message
+	return nil
+}
+func (w warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w warnings) WithGroup(string) slog.Handler      { return w }
+
+// A stalled store opens the breaker even when every caller's deadline is
+// shorter than the quarter of a second that makes a deadline count:
+// the Limiter checks the store itself, giving it that long. Callers of
+// 1 ms deadlines used to pay their deadline for as long as the store
+// stalled, and get context.DeadlineExceeded, never the failure policy.
+// A store that answers the check is healthy, the deadlines the callers'.
+func TestShortDeadlinesOpenTheBreakerOnAStalledStore(t *testing.T) {
+	for _, healthy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stalled", true: "healthy"}[healthy], func(t *testing.T) {
+			store := &silentStore{Store: must(memstore.New()), entered: make(chan struct{}, 16)}
+			store.answer.Store(healthy)
+			mock := newMock()
+			logged := make(warnings, 16)
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute), ratelimit.WithLogger(slog.New(logged)))
+			require.NoError(t, err)
+			call := func() (ratelimit.Result, error) {
+				dctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				defer cancel()
+				return lim.Limit(dctx, "l", "k")
+			}
+			for range 3 {
+				_, err := call()
+				require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's own deadline")
+				if healthy {
+					mock.Add(time.Millisecond)
+					continue
+				}
+				awaitOrFail(t, store.entered, "the Limiter's own check of the store")
+				mock.Add(250 * time.Millisecond)
+				require.Equal(t, "ratelimit: store failed; the failure policy decides", <-logged)
+			}
+			asked := store.calls.Load()
+			res, err := call()
+			if healthy {
+				require.ErrorIs(t, err, context.DeadlineExceeded, "a store that answers the check: the breaker stays closed")
+				require.Equal(t, asked+1, store.calls.Load())
+				return
+			}
+			require.Equal(t, "ratelimit: store failing repeatedly; not asking it during the cool-down", <-logged)
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "open: the failure policy decides")
+			require.True(t, res.OK && res.Degraded)
+			require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
+		})
+	}
+}
+
+// awaitOrFail waits for a value on ch; should none come before the test
+// binary's deadline (go test -timeout) is near, the test fails, naming
+// what it waited for, rather than the binary ending in a dump of every
+// goroutine.
+func awaitOrFail[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	var near <-chan time.Time
+	if d, ok := t.Deadline(); ok {
+		timer := time.NewTimer(time.Until(d) * 9 / 10)
+		defer timer.Stop()
+		near = timer.C
+	}
+	select {
+	case v := <-ch:
+		return v
+	case <-near:
+		t.Fatalf("waited in vain for %s", what)
+		panic("unreachable")
+	}
+}

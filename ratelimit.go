@@ -617,8 +617,7 @@ func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limi
 // boundFailed answers a bound call whose store failed with err, as do
 // does: the caller's own error if it gave up, else the failure policy's.
 func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe uint64, err error) (driver.Verdict, int64, bool, error) {
-	if l.breaker.callerGaveUp(ctx, timeAt(start, now), l.now()) {
-		l.breaker.abandon(probe)
+	if l.gaveUp(ctx, timeAt(start, now), lim.name, l.storeKey(key), probe) {
 		return driver.Verdict{}, now, false, callerError(ctx, lim.name, err)
 	}
 	l.storeErr(lim.name, probe, err)
@@ -801,8 +800,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		err = l.store.Apply(ctx, &b.op, out)
 	}
 	if err != nil {
-		if l.breaker.callerGaveUp(ctx, start, l.now()) {
-			l.breaker.abandon(probe)
+		if l.gaveUp(ctx, start, names[0], skey, probe) {
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
 		l.storeErr(names[0], probe, err)
