@@ -781,6 +781,61 @@ func TestBreakerClockSetBack(t *testing.T) {
 	}
 }
 
+// hookClock is a mock clock that runs hook, once, at the next reading
+// after it is set: that reading is the time before the hook ran.
+type hookClock struct {
+	*clock.Mock
+	hook func()
+}
+
+func (c *hookClock) Now() time.Time {
+	now := c.Mock.Now()
+	if h := c.hook; h != nil {
+		c.hook = nil
+		h()
+	}
+	return now
+}
+
+// A call that read the clock before the failure that opened the breaker,
+// and asks it only after, is no clock set back: it must not shorten the
+// cool-down. One that read it more than a cool-down before (a goroutine
+// kept off the CPU that long) moved the breaker's probe to a cool-down
+// after its own reading, already past: the next call probed at once.
+func TestBreakerCallThatReadTheClockEarly(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	mock := &hookClock{Mock: newMock()}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	for range 2 {
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+	}
+	read := mock.Now()
+	mock.hook = func() {
+		// Once the call read the clock, the time passes and another call's
+		// failure opens the breaker.
+		mock.Add(12 * time.Second)
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+	}
+	res, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+	var se *ratelimit.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, read.Add(17*time.Second), se.Until, "the probe a cool-down after the failure")
+	assert.Equal(t, 17*time.Second, res.RetryAfter)
+	asked := store.calls.Load()
+
+	_, err = lim.Limit(ctx, "l", "k") // 12 s after the call read the clock
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "still open")
+	require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
+}
+
 // heldStore fails every call; a call of a key in hold first waits in the
 // store until the test closes the key's channel.
 type heldStore struct {
