@@ -188,13 +188,25 @@ func (e *CountError) Error() string {
 func (e *CountError) Is(target error) bool { return target == ErrInvalidCount }
 
 // ErrStoreUnavailable is matched by the *StoreError of a call decided by
-// the failure policy because the store failed or the breaker is open.
+// the failure policy because the store failed or the breaker is open; and
+// by that of a settlement (Use, Refund or Settle of a token,
+// Reservation.Cancel, the use of a Wait or an AfterFunc) whose store call
+// failed: the store may or may not have taken it, and a retry later is
+// the answer (with Settler, or on the same Reservation, a retry whose
+// first attempt was taken returns nil).
 var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
 
 // StoreError is the error of a call that the store could not decide. Its
-// Result is Degraded and follows the limit's failure policy.
+// Result is Degraded and follows the limit's failure policy. It is also
+// the error of a settlement of a token whose store call failed (Until is
+// then zero): no failure policy decides one, and the breaker neither
+// counts it nor keeps it from the store. A settlement whose context
+// ended while the store was asked returns the context's error instead
+// (and the store's beside it): the caller gave up, which says nothing of
+// the store.
 type StoreError struct {
-	// Name is the limit called (the first, for LimitAll).
+	// Name is the limit called (the first, for LimitAll); for a
+	// settlement, the first limit the token charges.
 	Name string
 	// Err is the store's error; nil when the breaker was open and the store
 	// was not asked.

@@ -164,8 +164,8 @@ func (r *Reservation) Delay() time.Duration {
 // or used it (one matching ErrReservationUsed: the job is the holder's),
 // or the token has expired (ErrTokenExpired: a Wait later than the token's
 // Expires, when the store may have forgotten a holder's settlement of it;
-// Cancel then hands nothing back). A Wait that failed on a store error may
-// be retried: if the store took the first one's use after all, the retry
+// Cancel then hands nothing back). A Wait that failed on a store error (a
+// *StoreError, matching ErrStoreUnavailable) may be retried: if the store took the first one's use after all, the retry
 // returns nil. The store's mark of a settlement names the Reservation
 // that made it (driver.Settlement.Settler), so the retry returns nil only
 // for its own use: a use by a holder of the token, made while the first
@@ -543,7 +543,8 @@ func OnDropped(f func(err error)) AfterFuncOption {
 //     use but said so only past the AfterFunc timeout, and fn does not
 //     run that late: the tokens are spent, and a new AfterFunc or a Wait
 //     finds the use its own and runs the job on them.
-//   - ErrNotRefunded, beside the store's error, or context.DeadlineExceeded
+//   - ErrNotRefunded, beside the store's error (a *StoreError, matching
+//     ErrStoreUnavailable), or context.DeadlineExceeded
 //     when the store did not answer within the AfterFunc timeout: whether
 //     the store took the use is not known, and the tokens were not handed
 //     back. A new AfterFunc (which f may call: the job was let go) or a
@@ -658,7 +659,8 @@ func stopped(context.Context) bool { return false }
 // AfterFunc then do not let its job run. Once the job was let run
 // (Wait returned nil, or AfterFunc ran its function), Cancel hands nothing
 // back and returns an error matching ErrReservationUsed. A failed refund
-// (a store error) may be retried: if the store took the first one after
+// (a store error: a *StoreError, matching ErrStoreUnavailable) may be
+// retried: if the store took the first one after
 // all, the retry returns nil; a cancel by a holder of the token, or one
 // whose mark names no settler, is not the Reservation's own, and the
 // retry returns a *SettledError (see Wait). If the store took the use of

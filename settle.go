@@ -644,7 +644,9 @@ func settleSettler(opts []SettleOption) ([16]byte, bool, error) {
 // Limiter does not declare (ErrUnknownLimit: say, one SetLimits removed
 // since; nothing is settled) or a shard the limit no longer has
 // (ErrUnknownLimit too: its Shards was lowered since the charge; nothing is
-// settled), or the store failed. A token is settled
+// settled), or the store failed (a *StoreError, matching
+// ErrStoreUnavailable and the store's error; the context's error instead
+// when ctx ended meanwhile). A token is settled
 // under the config in force when it is settled, not the one it was
 // charged under (see Refund).
 //
@@ -828,6 +830,9 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		// behind it after the store had dropped the mark of its first
 		// settlement, to be settled a second time.
 		n, err := storeTime(ctx, ts)
+		if err != nil && !errors.Is(err, ErrTimeRange) {
+			err = l.settleStoreErr(ctx, t, err)
+		}
 		if err != nil {
 			return fmt.Errorf("ratelimit: settle token %x: %w; nothing was settled", t.id[:4], err)
 		}
@@ -872,7 +877,8 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ratelimit: settle token %x of limit %q: store: %w", t.id[:4], t.items[0].name, err)
+		return fmt.Errorf("ratelimit: settle token %x: %w; the store may have taken the settlement or not: retry it (with Settler, a retry whose first attempt was taken returns nil)",
+			t.id[:4], l.settleStoreErr(ctx, t, err))
 	}
 	if k := out[0].Settled; k != 0 {
 		return &SettledError{ID: t.id, Kind: k, own: out[0].Own}
@@ -884,6 +890,21 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		return &SettledError{ID: t.id}
 	}
 	return nil
+}
+
+// settleStoreErr is the error of a settlement of t whose store call
+// failed with err: a *StoreError (matching ErrStoreUnavailable, and err),
+// as a call of a limit says of the store's failure; or, when ctx had
+// ended, the context's error, the store's beside it: the caller gave up,
+// which says nothing of the store (as callerError).
+func (l *Limiter) settleStoreErr(ctx context.Context, t *Token, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, cerr) {
+			return fmt.Errorf("store: %w", err)
+		}
+		return fmt.Errorf("%w (store: %w)", cerr, err)
+	}
+	return &StoreError{Name: t.items[0].name, Err: err}
 }
 
 // receiptFits refuses, before the call is made, a call with WithReceipt
