@@ -23,8 +23,9 @@ var (
 	// ErrInvalidOption is matched by the error of New given a bad
 	// argument: no store, or an option such as WithKeyHash with a short
 	// secret; by that of Reservation.AfterFunc given a nil function, or
-	// OnDropped(nil); and by that of Use, Refund or Settle given Settler
-	// with an all-zero ID.
+	// OnDropped(nil); by that of Wait or AfterFunc of the zero
+	// Reservation, which no Reserve made; and by that of Use, Refund or
+	// Settle given Settler with an all-zero ID.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")

@@ -48,6 +48,13 @@ const DefaultAfterFuncTimeout = 10 * time.Second
 // asks: Cancel goes through the store's record of settlements, and so do
 // Wait and AfterFunc once a token was taken (before that, no other
 // process can know the reservation, and a use stays local).
+//
+// The zero Reservation, made by no Reserve, is a refused one that holds
+// nothing and knows no Limiter: OK reports false, Result is the zero
+// Result, Time the zero time, Delay 0, Token nil, and Cancel returns nil
+// (nothing to hand back); Wait and AfterFunc return an error matching
+// ErrInvalidOption, and schedule nothing. Reserve makes the Reservation
+// to use.
 type Reservation struct {
 	lim    *Limiter
 	res    Result
@@ -130,9 +137,19 @@ func (r *Reservation) Result() Result { return r.res }
 func (r *Reservation) Time() time.Time { return r.at }
 
 // Delay returns how long from now, on the Limiter's clock, until the job
-// may run; 0 when it may run now.
+// may run; 0 when it may run now, and for the zero Reservation, which has
+// no clock (and whose Time is the zero time).
 func (r *Reservation) Delay() time.Duration {
+	if r.lim == nil {
+		return 0
+	}
 	return max(r.at.Sub(r.lim.clock.Now()), 0)
+}
+
+// zeroErr is the error of Wait or AfterFunc (what) of the zero
+// Reservation, which no Reserve made.
+func zeroErr(what string) error {
+	return fmt.Errorf("ratelimit: %s: the Reservation is the zero value, made by no Limiter.Reserve: it holds no tokens and has no job to let run; use the Reservation that Reserve returns: %w", what, ErrInvalidOption)
 }
 
 // Wait blocks until the job may run, on the Limiter's clock, and then
@@ -177,6 +194,9 @@ func (r *Reservation) Delay() time.Duration {
 // reservation is under way, and with one matching ErrReservationUsed once
 // the job was let run.
 func (r *Reservation) Wait(ctx context.Context) error {
+	if r.lim == nil {
+		return zeroErr("Wait")
+	}
 	if !r.res.OK {
 		return r.res.Err()
 	}
@@ -589,6 +609,9 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		if o.set {
 			dropped = o.dropped
 		}
+	}
+	if r.lim == nil {
+		return stopped, zeroErr("AfterFunc")
 	}
 	if !r.res.OK {
 		return stopped, r.res.Err()
