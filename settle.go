@@ -75,6 +75,18 @@ const (
 	// WithReceipt whose receipt would not be read back is refused
 	// (receiptFits).
 	maxTokenItems = 1024
+	// maxTokenKey is the longest store key a Limiter puts in a token
+	// (storeKey): a key as given, up to maxRawKey bytes; its digest form
+	// and its keyed hash (WithKeyHash) are shorter. A token with a longer
+	// key is forged, and refused.
+	maxTokenKey = maxRawKey
+)
+
+// Neither the digest form of a long key nor a keyed hash is longer than
+// maxTokenKey: a Limiter can read back every token it makes.
+const (
+	_ = uint(maxTokenKey - longKeyLen)
+	_ = uint(maxTokenKey - keyHashLen)
 )
 
 // ID returns the token's ID: 128 random bits, unique to the charge.
@@ -243,8 +255,11 @@ func (t *Token) UnmarshalText(text []byte) error {
 }
 
 // ParseToken reads a token's text form (Token.String). A text that is no
-// token's (the empty one among them, which is no charge), or a token that charges more than any call can (an amount above
-// MaxTokens: forged), is an error matching ErrInvalidToken. It does not
+// token's (the empty one among them, which is no charge), or a token that
+// no Limiter makes (forged: it charges an amount above MaxTokens, more
+// than any call can, or carries a store key longer than 256 bytes, the
+// longest a Limiter puts in a token, Token.Key), is an error matching
+// ErrInvalidToken. It does not
 // check a tag: the Limiter that settles the token does (WithTokenKey).
 func ParseToken(s string) (*Token, error) {
 	if s == "" {
@@ -303,7 +318,13 @@ func (t *Token) decode(b []byte) error {
 	copy(t.id[:], r.bytes(16))
 	t.at = r.varint()
 	run, until := r.uvarint(), r.uvarint()
-	t.key = string(r.bytes(int(r.uvarint())))
+	// Bounded before the read, and before the conversion (as a shard
+	// is): a Limiter never makes a longer store key.
+	if k := r.uvarint(); k > maxTokenKey {
+		r.fail(fmt.Sprintf("a store key of %d bytes, longer than any a Limiter makes (%d)", k, maxTokenKey))
+	} else {
+		t.key = string(r.bytes(int(k)))
+	}
 	n := r.uvarint()
 	if n == 0 || n > maxTokenItems {
 		r.fail("bad item count")
