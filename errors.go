@@ -194,17 +194,18 @@ func (e *CountError) Is(target error) bool { return target == ErrInvalidCount }
 // Reservation.Cancel, the use of a Wait or an AfterFunc) whose store call
 // failed: the store may or may not have taken it, and a retry later is
 // the answer (with Settler, or on the same Reservation, a retry whose
-// first attempt was taken returns nil).
+// first attempt was taken returns nil); and by that of a Reset or a
+// Value whose store call failed, which a retry later answers too.
 var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
 
 // StoreError is the error of a call that the store could not decide. Its
 // Result is Degraded and follows the limit's failure policy. It is also
-// the error of a settlement of a token whose store call failed (Until is
-// then zero): no failure policy decides one, and the breaker neither
-// counts it nor keeps it from the store. A settlement whose context
-// ended while the store was asked returns the context's error instead
-// (and the store's beside it): the caller gave up, which says nothing of
-// the store.
+// the error of a settlement of a token, a Reset or a Value whose store
+// call failed (Until is then zero): no failure policy decides one, and
+// the breaker neither counts it nor keeps it from the store. One of them
+// whose context ended while the store was asked returns the context's
+// error instead (and the store's beside it): the caller gave up, which
+// says nothing of the store.
 type StoreError struct {
 	// Name is the limit called (the first, for LimitAll); for a
 	// settlement, the first limit the token charges.
@@ -216,11 +217,18 @@ type StoreError struct {
 	// through; while a probe is in the store, a cool-down from the call,
 	// the earliest the next probe may go if this one fails.
 	Until time.Time
+
+	// op, when not empty, names what failed in the message, as "reset
+	// limit" for a Reset.
+	op string
 }
 
 // Error names the limit and the store's failure or, when the breaker was
 // open and the store not asked, until when the failure policy decides.
 func (e *StoreError) Error() string {
+	if e.op != "" {
+		return fmt.Sprintf("ratelimit: %s %q: store: %v", e.op, e.Name, e.Err)
+	}
 	if e.Err == nil {
 		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %v",
 			e.Name, e.Until.Format(time.RFC3339Nano))

@@ -1153,9 +1153,24 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 		l.deny.forget(name, skey)
 	}
 	if err != nil {
-		return fmt.Errorf("ratelimit: reset limit %q: store: %w", name, err)
+		return storeFailure(ctx, "reset limit", name, err)
 	}
 	return nil
+}
+
+// storeFailure is the error of a Reset or a Value (what names it) of
+// limit name whose store call failed with err: a *StoreError matching
+// ErrStoreUnavailable and err; or, when ctx had ended, the context's
+// error, the store's beside it, since the caller gave up, which says
+// nothing of the store (as for a settlement, settleStoreErr).
+func storeFailure(ctx context.Context, what, name string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, cerr) {
+			return fmt.Errorf("ratelimit: %s %q: store: %w", what, name, err)
+		}
+		return fmt.Errorf("ratelimit: %s %q: %w (store: %w)", what, name, cerr, err)
+	}
+	return &StoreError{Name: name, Err: err, op: what}
 }
 
 // Value reports the tokens available now for (name, key), each shard
@@ -1169,7 +1184,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	ids := lim.ids(skey, nil)
 	recs := make([]driver.Record, len(ids))
 	if err := l.store.Load(ctx, ids, recs); err != nil {
-		return Status{}, fmt.Errorf("ratelimit: value of limit %q: store: %w", name, err)
+		return Status{}, storeFailure(ctx, "value of limit", name, err)
 	}
 	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
@@ -1177,6 +1192,9 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	}
 	if ts := ownClock(l.store); ts != nil {
 		if now, err = storeTime(ctx, ts); err != nil {
+			if !errors.Is(err, ErrTimeRange) {
+				return Status{}, storeFailure(ctx, "value of limit", name, err)
+			}
 			return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 		}
 	}
