@@ -1135,7 +1135,9 @@ func storeTime(ctx context.Context, ts driver.TimeSource) (int64, error) {
 // a config declared under the name (New, SetLimits, SetLimit) has had in
 // this process, so that raising Shards again finds them missing; records
 // of shards only another process, or this one before a restart, declared
-// are not deleted: they expire.
+// are not deleted: they expire. A store failure is a *StoreError
+// (ErrStoreUnavailable): the delete may have taken effect or not, and
+// a retry later is the answer.
 func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOption) error {
 	lim, err := l.resolveOpts(name, opts)
 	if err != nil {
@@ -1175,6 +1177,7 @@ func storeFailure(ctx context.Context, what, name string, err error) error {
 
 // Value reports the tokens available now for (name, key), each shard
 // refreshed to now and a missing shard counting as full. It writes nothing.
+// A store failure is a *StoreError (ErrStoreUnavailable).
 func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOption) (Status, error) {
 	lim, err := l.resolveOpts(name, opts)
 	if err != nil {
