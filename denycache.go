@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -130,6 +131,11 @@ func (c *denyCache) learn(ctx context.Context, store Store, lim *limit, key stri
 			break
 		}
 	}
+	// A copy of the key, not the caller's string: a key cut from a larger
+	// one (a header, a token's claim) would keep all of it alive while the
+	// entry lives. Only here, after a round trip; and every time, since
+	// storing to a present key replaces the key the map holds too.
+	k.key = strings.Clone(key)
 	pt.m[k] = denyEntry{lim: lim, p: p, rec: recs[0]}
 }
 

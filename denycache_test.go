@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
@@ -411,4 +413,31 @@ func TestDenyCacheWhileTheStoreFails(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
 	require.True(t, res.OK && res.Degraded, "the failure policy answers")
 	require.False(t, res.Local)
+}
+
+// An entry keeps a copy of its key, not the caller's string: a key cut
+// from a larger string (a token's claim, a header, a request's body)
+// would hold all of it in memory for as long as the entry lives, and
+// WithDenyCache(size) would bound the keys it holds but not the memory.
+func TestDenyCacheCopiesKeys(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(10))
+	require.NoError(t, err)
+	big := strings.Repeat("x", 1<<20) + "203.0.113.9"
+	key := big[1<<20:]
+	for range 2 {
+		_, err := lim.Limit(ctx, "l", key)
+		require.NoError(t, err)
+	}
+	res, err := lim.Limit(ctx, "l", key)
+	require.NoError(t, err)
+	require.True(t, res.Local, "the key is held")
+	held := ratelimit.DenyKeys(lim)
+	require.Equal(t, []string{key}, held)
+	end := uintptr(unsafe.Pointer(unsafe.StringData(big))) + uintptr(len(big))
+	at := uintptr(unsafe.Pointer(unsafe.StringData(held[0])))
+	assert.False(t, at >= uintptr(unsafe.Pointer(unsafe.StringData(big))) && at < end,
+		"the entry's key points into the caller's %d-byte string, which it keeps alive", len(big))
 }

@@ -33,3 +33,17 @@ func ReservationLocked(r *Reservation) bool {
 	}
 	return true
 }
+
+// DenyKeys returns the keys l's deny cache holds, as it holds them.
+func DenyKeys(l *Limiter) []string {
+	var keys []string
+	for i := range l.deny.n {
+		pt := &l.deny.parts[i]
+		pt.mu.Lock()
+		for k := range pt.m {
+			keys = append(keys, k.key)
+		}
+		pt.mu.Unlock()
+	}
+	return keys
+}
