@@ -441,3 +441,46 @@ func TestDenyCacheCopiesKeys(t *testing.T) {
 	assert.False(t, at >= uintptr(unsafe.Pointer(unsafe.StringData(big))) && at < end,
 		"the entry's key points into the caller's %d-byte string, which it keeps alive", len(big))
 }
+
+// What the deny cache costs where it cannot help: keys that change at
+// every call (a client rotating its keys, a scan of addresses) are each
+// refused by the store once, and each refusal is followed by a read of
+// the key's record to learn it, a second round trip, for an entry never
+// looked up again. Called again, a key it holds is refused with none
+// (docs/production.md, "What it costs").
+func TestDenyCacheCostUnderKeyRotation(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		size                    int
+		firstRefusals, repeated int64 // store calls of 100 first refusals, of 100 repeated ones
+	}{
+		{size: 0, firstRefusals: 100, repeated: 100},
+		{size: 1000, firstRefusals: 200, repeated: 0},
+	} {
+		t.Run(fmt.Sprint("size=", c.size), func(t *testing.T) {
+			store := &flakyStore{Store: must(memstore.New())}
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+			}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(c.size))
+			require.NoError(t, err)
+			limit := func(key string) ratelimit.Result {
+				res, err := lim.Limit(ctx, "l", key)
+				require.NoError(t, err)
+				return res
+			}
+			for i := range 100 {
+				require.True(t, limit(fmt.Sprint("k", i)).OK)
+			}
+			before := store.calls.Load()
+			for i := range 100 {
+				require.False(t, limit(fmt.Sprint("k", i)).OK)
+			}
+			assert.Equal(t, c.firstRefusals, store.calls.Load()-before, "store calls of the first refusals")
+			before = store.calls.Load()
+			for i := range 100 {
+				require.False(t, limit(fmt.Sprint("k", i)).OK)
+			}
+			assert.Equal(t, c.repeated, store.calls.Load()-before, "store calls of the repeated refusals")
+		})
+	}
+}

@@ -155,6 +155,27 @@ func WithObserver(o Observer) Option {
 // unsharded limits called one at a time (not to a config given inline
 // with WithConfig), and is ignored with a store that keeps its own time
 // (TimeSource), whose clock the Limiter cannot read locally.
+//
+// It helps where the same keys are called again and again while refused
+// (a client retrying flat out, an attack on one account or address): after
+// the store's first refusal, their calls are refused in memory, without a
+// round trip, until one could succeed. It costs:
+//
+//   - a read of the record (Store.Load) after every refusal the store
+//     makes of a key the cache did not answer: a second round trip, which
+//     the refused call waits for. Keys that change at every call (rotated
+//     by a client, a scan of addresses) are each refused once and never
+//     looked up again: there the cache doubles the store's work for
+//     refusals and saves none, and a flood of them evicts the entries of
+//     the keys it did help with;
+//   - on every call of a limit it applies to, granted or not, a hash, a
+//     lock of one of its stripes and a map look-up, and the Limiter's
+//     shortest path for a call is left for its full one: a few hundred
+//     nanoseconds a call on memstore, nothing next to a network round trip;
+//   - memory: about 160 bytes an entry, plus its key (a copy, never the
+//     caller's string), so size bounds it.
+//
+// See docs/production.md, "The local deny cache".
 func WithDenyCache(size int) Option {
 	return func(l *Limiter) {
 		if size > 0 {
