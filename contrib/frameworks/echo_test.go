@@ -25,11 +25,17 @@ func TestEcho(t *testing.T) {
 	assert.Equal(t, 2, reached)
 }
 
+// A key from the route ({tenant}) needs the middleware on the routes that
+// have it: a group or a route. On the router (Use), it runs for every
+// request, after routing: a route without the parameter, or a path that
+// matches no route, lacks the key, and gets 400 in place of its answer
+// or its 404.
 func TestEchoPathValue(t *testing.T) {
 	var reached int
 	e := echo.New()
-	e.Use(echo.WrapMiddleware(newMiddleware(t, httplimit.WithKey(httplimit.PathValue("tenant"))).Wrap))
-	e.GET("/t/:tenant/items", echo.WrapHandler(hello(&reached)))
+	g := e.Group("/t/:tenant", echo.WrapMiddleware(newMiddleware(t, httplimit.WithKey(httplimit.PathValue("tenant"))).Wrap))
+	g.GET("/items", echo.WrapHandler(hello(&reached)))
+	e.GET("/health", echo.WrapHandler(hello(&reached)))
 
 	var got []response
 	for range 3 {
@@ -37,6 +43,18 @@ func TestEchoPathValue(t *testing.T) {
 	}
 	wantLimited(t, got)
 	assert.Equal(t, 200, get(e, "/t/globex/items").status, "another tenant, another bucket")
+	assert.Equal(t, 200, get(e, "/health").status, "a route without the tenant is not limited")
+	assert.Equal(t, 404, get(e, "/nope").status)
+	assert.Equal(t, 4, reached)
+
+	// On the router, every route needs the parameter.
+	early := echo.New()
+	early.Use(echo.WrapMiddleware(newMiddleware(t, httplimit.WithKey(httplimit.PathValue("tenant"))).Wrap))
+	early.GET("/t/:tenant/items", echo.WrapHandler(hello(&reached)))
+	early.GET("/health", echo.WrapHandler(hello(&reached)))
+	assert.Equal(t, 200, get(early, "/t/acme/items").status)
+	assert.Equal(t, 400, get(early, "/health").status)
+	assert.Equal(t, 400, get(early, "/nope").status)
 }
 
 func TestEchoHeaderKey(t *testing.T) {

@@ -60,11 +60,12 @@ func Example_chi() {
 	// /t/globex/items: 200 RateLimit: "api";r=1;t=30 Retry-After: ""
 }
 
-// echo: echo.WrapMiddleware.
+// echo: echo.WrapMiddleware, on the group of the routes that have the
+// tenant.
 func Example_echo() {
 	e := echo.New()
-	e.Use(echo.WrapMiddleware(exampleMiddleware().Wrap))
-	e.GET("/t/:tenant/items", echo.WrapHandler(items))
+	g := e.Group("/t/:tenant", echo.WrapMiddleware(exampleMiddleware().Wrap))
+	g.GET("/items", echo.WrapHandler(items))
 	exampleRequests(e)
 	// Output:
 	// /t/acme/items: 200 RateLimit: "api";r=1;t=30 Retry-After: ""
@@ -73,12 +74,13 @@ func Example_echo() {
 	// /t/globex/items: 200 RateLimit: "api";r=1;t=30 Retry-After: ""
 }
 
-// gin: the adapter of docs/http.md (ginLimit, in gin_test.go).
+// gin: the adapter of docs/http.md (ginLimit, in gin_test.go), on the
+// group of the routes that have the tenant.
 func Example_gin() {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(ginLimit(exampleMiddleware()))
-	r.GET("/t/:tenant/items", gin.WrapH(items))
+	g := r.Group("/t/:tenant", ginLimit(exampleMiddleware()))
+	g.GET("/items", gin.WrapH(items))
 	exampleRequests(r)
 	// Output:
 	// /t/acme/items: 200 RateLimit: "api";r=1;t=30 Retry-After: ""
