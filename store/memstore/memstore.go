@@ -721,6 +721,12 @@ func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now in
 	if mode != driver.ModeLimit && mode != driver.ModeCheck {
 		return driver.Verdict{}, fmt.Errorf("memstore: Decide takes ModeLimit or ModeCheck, not mode %d: refunds go through Apply", mode)
 	}
+	// The bounds of driver.CheckOp, which the Limiter checked: for a
+	// caller of Decide that did not, a count below MinCount would be
+	// granted on an empty bucket again and again.
+	if !(count == 0 || count >= ratelimit.MinCount && count <= ratelimit.MaxTokens) || now < -driver.MaxTime || now > driver.MaxTime {
+		return driver.Verdict{}, badCall(key, now, count)
+	}
 	s := b.s
 	s.anchor(now)
 	h := s.hash(key, b.salt)
@@ -748,6 +754,14 @@ func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now in
 		return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 	}
 	return b.decideLocked(st, h, key, mode, now, count, reserve)
+}
+
+// badCall is the error, matching driver.ErrInvalidOp, of a call of
+// Decide with a count or a time that no valid op carries.
+func badCall(key string, now int64, count float64) error {
+	return fmt.Errorf("memstore: Decide of key %q at %d with a count of %v: give a time within ±driver.MaxTime "+
+		"and a count of 0 or from ratelimit.MinCount (%v) to ratelimit.MaxTokens (%v): %w",
+		key, now, count, ratelimit.MinCount, ratelimit.MaxTokens, driver.ErrInvalidOp)
 }
 
 // decideLocked is Decide under the stripe's mutex, for a record that may

@@ -346,6 +346,10 @@ func TestBoundExpiry(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			count = math.Floor(count)
 		}
+		if count < ratelimit.MinCount { // 0 or a count no call asks
+			count = 0
+		}
+		count = min(count, ratelimit.MaxTokens)
 		v, err := b.Decide(ctx, key, driver.ModeLimit, now, count, rng.IntN(2) == 0)
 		require.NoError(t, err)
 		if !v.OK || count == 0 {
@@ -509,4 +513,44 @@ func TestApplyRefusesAShortOut(t *testing.T) {
 	}
 	require.NoError(t, s.Apply(ctx, op(1, "a", "b"), out))
 	require.Equal(t, 8.0, out[0].Remaining)
+}
+
+// Decide refuses, as Apply does (driver.CheckOp), a count or a time that
+// no valid op carries, before it reads or writes the record. Before, a
+// count above 0 and below ratelimit.MinCount was granted on an empty
+// bucket again and again (a decision forgives a shortfall below Noise),
+// and a time beyond ±MaxTime was decided.
+func TestDecideBounds(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	s := must(memstore.New())
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	b := s.Bind("bounds", p, func(string) int64 { return 0 })
+	v, err := b.Decide(ctx, "k", driver.ModeLimit, t0, 1, false)
+	require.NoError(t, err)
+	require.True(t, v.OK)
+	for _, c := range []struct {
+		now   int64
+		count float64
+	}{
+		{t0, ratelimit.MinCount / 100},
+		{t0, ratelimit.MaxTokens * 2},
+		{t0, -1},
+		{t0, math.NaN()},
+		{t0, math.Inf(1)},
+		{driver.MaxTime + 1, 1},
+		{-driver.MaxTime - 1, 1},
+	} {
+		for _, mode := range []driver.Mode{driver.ModeLimit, driver.ModeCheck} {
+			v, err := b.Decide(ctx, "k", mode, c.now, c.count, false)
+			require.ErrorIs(t, err, driver.ErrInvalidOp, "mode %d, now %d, count %v: granted %v", mode, c.now, c.count, v.OK)
+		}
+	}
+	// The bounds themselves and 0 are decided.
+	for _, count := range []float64{0, ratelimit.MinCount, ratelimit.MaxTokens} {
+		_, err := b.Decide(ctx, "k", driver.ModeCheck, t0, count, false)
+		require.NoError(t, err, "count %v", count)
+	}
+	_, err = b.Decide(ctx, "k", driver.ModeCheck, driver.MaxTime, 1, false)
+	require.NoError(t, err)
 }
