@@ -144,29 +144,31 @@ func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 	}
 	defer s.unlock()
 	for {
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			b, err := s.bucketOf(tx)
-			if err != nil {
-				return err
-			}
-			if s.hooks.inWrite != nil {
-				s.hooks.inWrite(tx)
-			}
-			s.vals = s.vals[:0]
-			for i, r := range reqs {
-				if res[i] != nil {
-					continue
+		err := s.guard(func() error {
+			return s.db.Update(func(tx *bolt.Tx) error {
+				b, err := s.bucketOf(tx)
+				if err != nil {
+					return err
 				}
-				if err := r.ctx.Err(); err != nil {
-					res[i] = err
-					continue
+				if s.hooks.inWrite != nil {
+					s.hooks.inWrite(tx)
 				}
-				if err := s.decide(b, r); err != nil {
-					res[i] = err
-					return errRetry
+				s.vals = s.vals[:0]
+				for i, r := range reqs {
+					if res[i] != nil {
+						continue
+					}
+					if err := r.ctx.Err(); err != nil {
+						res[i] = err
+						continue
+					}
+					if err := s.decide(b, r); err != nil {
+						res[i] = err
+						return errRetry
+					}
 				}
-			}
-			return ctx.Err()
+				return ctx.Err()
+			})
 		})
 		if err != errRetry {
 			return err

@@ -156,6 +156,11 @@ type Store struct {
 	sweepBatch int // the most keys one transaction of DeleteExpired visits
 	hooks      hooks
 
+	// broken is the error of the first transaction that bbolt failed
+	// with a panic or a memory fault (guard): every call returns it
+	// after.
+	broken atomic.Pointer[error]
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -387,11 +392,13 @@ func (s *Store) write(ctx context.Context, fn func(*bolt.Tx) error) error {
 		return err
 	}
 	defer s.unlock()
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return ctx.Err()
+	return s.guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return ctx.Err()
+		})
 	})
 }
 
@@ -474,9 +481,9 @@ func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision)
 // to memory its caller reads after view returns nil.
 func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if ctx.Done() == nil {
-		return s.db.View(fn)
+		return s.guard(func() error { return s.db.View(fn) })
 	}
-	return coalesce.Detached(ctx, func() error { return s.db.View(fn) })
+	return coalesce.Detached(ctx, func() error { return s.guard(func() error { return s.db.View(fn) }) })
 }
 
 // get reads the record at k; one whose bucket is full again by now reads

@@ -231,3 +231,97 @@ func TestOpenTakesSoundFiles(t *testing.T) {
 		require.NoError(t, s.Close())
 	}
 }
+
+// A file damaged while the store has it open (written by something else,
+// cut short) fails the calls that reach the damage with ErrDamagedFile,
+// and every call after them, rather than end the process: bbolt, which
+// reads the file through its memory map, panicked on a damaged page on
+// the caller's goroutine or on the store's own, and a page past the end of
+// a file cut short, or one past the end of the mapping, was a memory
+// fault that no recover catches. Close still releases the file.
+func TestDamagedWhileOpen(t *testing.T) {
+	pageSize := os.Getpagesize()
+	damages := map[string]func(t *testing.T, path string){
+		"cut short": func(t *testing.T, path string) {
+			require.NoError(t, os.Truncate(path, int64(2*pageSize)))
+		},
+		"branch page naming a page past the mapping": func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			defer f.Close()
+			info, err := f.Stat()
+			require.NoError(t, err)
+			branches := 0
+			page := make([]byte, pageSize)
+			for off := int64(0); off+int64(pageSize) <= info.Size(); off += int64(pageSize) {
+				_, err := f.ReadAt(page, off)
+				require.NoError(t, err)
+				if flags := binary.NativeEndian.Uint16(page[8:]); flags == 0x01 {
+					for i := range int(binary.NativeEndian.Uint16(page[10:])) {
+						binary.NativeEndian.PutUint64(page[16+16*i+8:], 1<<40)
+					}
+					_, err := f.WriteAt(page, off)
+					require.NoError(t, err)
+					branches++
+				}
+			}
+			require.Positive(t, branches)
+		},
+		"leaf pages overwritten": func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			defer f.Close()
+			info, err := f.Stat()
+			require.NoError(t, err)
+			leaves := 0
+			page := make([]byte, pageSize)
+			for off := int64(0); off+int64(pageSize) <= info.Size(); off += int64(pageSize) {
+				_, err := f.ReadAt(page, off)
+				require.NoError(t, err)
+				if flags := binary.NativeEndian.Uint16(page[8:]); flags == 0x02 {
+					for i := 16; i < len(page); i++ {
+						page[i] = 0xff
+					}
+					_, err := f.WriteAt(page, off)
+					require.NoError(t, err)
+					leaves++
+				}
+			}
+			require.Positive(t, leaves)
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "open.db")
+			s, err := boltstore.Open(path)
+			require.NoError(t, err)
+			ops, outs := make([]*driver.Op, 2000), make([][]driver.Decision, 2000)
+			ids := make([]driver.RecordID, len(ops))
+			for i := range ops {
+				key := fmt.Sprint("open-", i)
+				ops[i], outs[i] = takeOp("l", key, 1, t0.UnixMilli()), make([]driver.Decision, 1)
+				ids[i] = driver.RecordID{Name: "l", Key: key}
+			}
+			require.NoError(t, s.ApplyBatch(ctx, ops, outs))
+			damage(t, path)
+
+			recs := make([]driver.Record, len(ids))
+			err = s.Load(ctx, ids, recs)
+			require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+			// Every call after it, on every path.
+			out := make([]driver.Decision, 1)
+			require.ErrorIs(t, s.Apply(ctx, takeOp("l", "open-1", 1, t0.UnixMilli()), out), boltstore.ErrDamagedFile)
+			dctx, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			require.ErrorIs(t, s.Load(dctx, ids[:1], recs[:1]), boltstore.ErrDamagedFile)
+			require.ErrorIs(t, s.Delete(dctx, ids[:1]), boltstore.ErrDamagedFile)
+			_, err = s.DeleteExpired(ctx, t0.Add(1000*time.Hour))
+			require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+			require.NoError(t, s.Close())
+			// The file is released: Open checks it again, and refuses it.
+			_, err = boltstore.Open(path)
+			require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+		})
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"hash/fnv"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -26,6 +28,11 @@ import (
 // the file from a backup, or move it aside and Open the path again for an
 // empty file (every limit then starts full again, and a token settled
 // before could be settled once more until it expires).
+//
+// It is matched too by the error of every call of a store whose file was
+// damaged while open, from the first call that met the damage on (where
+// bbolt panicked or faulted reading it): Close the store, then restore the
+// file or move it aside.
 var ErrDamagedFile = errors.New("boltstore: the file is damaged or is not a bbolt database")
 
 // The layout of bbolt's pages (its internal/common: a meta page's Meta
@@ -379,6 +386,70 @@ func inOrder(index int, key, prev, high []byte) bool {
 		return false
 	}
 	return high == nil || bytes.Compare(key, high) < 0
+}
+
+// guard runs fn, a transaction of bbolt's on s.db, and returns a panic of
+// bbolt's in it, or a memory fault, as an error matching ErrDamagedFile:
+// bbolt trusts the pages it reads through its memory map (and the store
+// the values it reads there), and Open checked them only as they were
+// then. A file written by something else since, or cut short, would
+// otherwise end the process, with a panic on a damaged page or with a bus
+// error past the end of the file. bbolt's Update and View roll the
+// transaction back as the panic passes, but its state in memory may be
+// half changed: from then on, every call of the store returns the same
+// error, and nothing is read or written in the file. Close still releases
+// it; Open checks it again.
+//
+// A panic of the store's own code is not the file's: it goes on as it
+// was, to the caller or to the batcher, and the store stays usable.
+// A fault is caught only on the goroutine that reads the page
+// (debug.SetPanicOnFault): bbolt reads on the caller's, and the store's
+// transactions all run here.
+func (s *Store) guard(fn func() error) (err error) {
+	if e := s.broken.Load(); e != nil {
+		return *e
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	returned := false
+	defer func() {
+		if returned || !damagePanic() {
+			return
+		}
+		v := recover()
+		e := fmt.Errorf("%w: bbolt failed reading it while the store had it open (damaged since Open: written by something else, "+
+			"or cut short): %v: close the store, then %s", ErrDamagedFile, v, restoreHint)
+		s.broken.CompareAndSwap(nil, &e)
+		err = *s.broken.Load()
+	}()
+	err = fn()
+	returned = true
+	return err
+}
+
+// damagePanic reports, from a function deferred by guard, whether the
+// goroutine panics because of the file: a memory fault (a page past the
+// end of the file or of its mapping), or a panic raised in bbolt's code.
+func damagePanic() bool {
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case f.Function == "runtime.panicmemAddr":
+			// A memory fault at an address, SetPanicOnFault's, in bbolt or
+			// in the store's reading of a value (a nil dereference of the
+			// store's own code is runtime.panicmem, and goes on).
+			return panicking
+		case panicking && !strings.HasPrefix(f.Function, "runtime."):
+			return strings.HasPrefix(f.Function, "go.etcd.io/bbolt.") || strings.HasPrefix(f.Function, "go.etcd.io/bbolt/")
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // openBolt opens the bbolt file at path after checkFile, and returns
