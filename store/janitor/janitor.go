@@ -41,6 +41,15 @@ var (
 // The time passed to DeleteExpired is the janitor's clock at the start of
 // the sweep, or, for a store that keeps its own clock (driver.TimeSource
 // reporting OwnClock), the store's, since its records are stamped with it.
+// The janitor's clock is read as the earlier of its wall clock and the
+// wall clock at New plus the time elapsed since (which, on the real
+// clock, is the monotonic clock's): a step of the system's clock forward
+// does not move the sweeps on with it, since they would drop the records
+// of buckets that are not full again at the clocks of other processes,
+// or once the clock is stepped back. Sweeps then drop records later, by
+// the step (or by the time the machine was suspended, which the monotonic
+// clock does not count), until the janitor is made anew; a step back is
+// followed at once.
 type Janitor struct {
 	store    driver.Expirer
 	every    time.Duration
@@ -56,14 +65,19 @@ type Janitor struct {
 	// lastEnd is when the last sweep ended, the timer's or a Sweep
 	// call's; under sem.
 	lastEnd time.Time
-	exited  chan struct{} // closed when the loop has returned
-	once    sync.Once
+	// start is the wall clock at New, from which the time elapsed bounds
+	// the time of a sweep (see now).
+	start  time.Time
+	exited chan struct{} // closed when the loop has returned
+	once   sync.Once
 }
 
 // Result describes one sweep of a Janitor, as the function given to
 // WithObserver sees it.
 type Result struct {
-	// Now is the time passed to DeleteExpired.
+	// Now is the time passed to DeleteExpired: the janitor's clock at the
+	// start of the sweep, not moved on by a step of the system's clock
+	// forward (see Janitor), or the store's own.
 	Now time.Time
 	// Deleted is how many records the store removed, also when Err is set
 	// (those it removed before it failed or was stopped).
@@ -146,6 +160,7 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 	if ts, ok := store.(driver.TimeSource); ok && ts.OwnClock() {
 		j.own = ts
 	}
+	j.start = j.clock.Now()
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	// Armed here, not in the goroutine, so that the first sweep is due one
 	// interval after New returns whatever the scheduling.
@@ -226,7 +241,7 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 // sweep calls DeleteExpired once; the caller holds sem.
 func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 	start := j.clock.Now()
-	res := Result{Now: start, Manual: manual}
+	res := Result{Now: j.now(start), Manual: manual}
 	if j.own != nil {
 		ms, err := j.own.Now(ctx)
 		if err != nil {
@@ -241,6 +256,17 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 	res.Duration = j.clock.Since(start)
 	j.lastEnd = start.Add(res.Duration)
 	return res
+}
+
+// now returns the time of a sweep that starts at wall, the janitor's clock:
+// the earlier of wall and the wall clock at New plus the time elapsed since
+// (the monotonic clock's, on the real clock), without a monotonic reading.
+func (j *Janitor) now(wall time.Time) time.Time {
+	wall = wall.Round(0)
+	if t := j.start.Round(0).Add(j.clock.Since(j.start)); t.Before(wall) {
+		return t
+	}
+	return wall
 }
 
 // report logs res and hands it to the observer; the caller holds sem.

@@ -448,3 +448,43 @@ func ExampleNew() {
 	// after 10s: 0 deleted <nil>
 	// after 70s: 2 deleted <nil>
 }
+
+// steppedClock is a mock clock whose wall clock (Now) can be stepped apart
+// from the time elapsed (Since), as a real clock's reading is by a step of
+// the system's clock, which its monotonic reading does not see.
+type steppedClock struct {
+	*clock.Mock
+	step atomic.Int64 // how far Now is stepped, in ns
+}
+
+func (c *steppedClock) Now() time.Time { return c.Mock.Now().Add(time.Duration(c.step.Load())) }
+
+// Since is the time elapsed since t, a time of Now before any step.
+func (c *steppedClock) Since(t time.Time) time.Duration { return c.Mock.Now().Sub(t) }
+
+// A step of the wall clock forward does not move the time of a sweep on
+// with it: the janitor takes the time elapsed since New (the monotonic
+// clock's, which no step moves) on from the wall clock's reading at New,
+// and sweeps at the earlier of that and the wall clock. Before, it swept at
+// the wall clock, and a step forward of an hour dropped, in a store
+// shared with processes whose clocks did not step (pgstore) or once the
+// clock was stepped back, the records of buckets not yet full again. A
+// step back is taken at once: it only drops less.
+func TestJanitorIgnoresAStepForward(t *testing.T) {
+	store := &expirer{}
+	mock := clock.NewMock()
+	mock.Set(janitorT0)
+	c := &steppedClock{Mock: mock}
+	j, err := janitor.New(store, time.Hour, janitor.WithLogger(slog.New(slog.DiscardHandler)), janitor.WithClock(c))
+	require.NoError(t, err)
+	t.Cleanup(func() { j.Close() })
+
+	mock.Add(time.Minute)
+	c.step.Store(int64(time.Hour))
+	_, err = j.Sweep(context.Background())
+	require.NoError(t, err)
+	c.step.Store(int64(-time.Hour))
+	_, err = j.Sweep(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []time.Time{janitorT0.Add(time.Minute), janitorT0.Add(time.Minute - time.Hour)}, store.calls())
+}
