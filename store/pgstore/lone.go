@@ -53,7 +53,11 @@ import (
 // operators are still those of the first schema of search_path that has
 // them, as in any statement of the connection: a search_path that lists
 // pg_catalog after a schema that others may create objects in exposes
-// these statements as it does the application's.
+// these statements as it does the application's. So every operator of
+// these statements is named with its schema too (op), and every type but
+// those SQL's keywords name (bigint, integer, boolean), which are
+// pg_catalog's whatever the path: a schema listed before pg_catalog may
+// hold operators and types of the same names.
 
 // loneKind indexes the upsert's variants: the kind of limit, whether the
 // call reserves (with or without a bound on the debt), and whether the
@@ -77,20 +81,34 @@ func (k loneKind) index() int {
 
 // The parameters of a lone upsert.
 const (
-	pID      = "$1::bytea"
-	pName    = "$2::bytea"
-	pKey     = "$3::bytea"
+	pID      = "$1" + tBytea
+	pName    = "$2" + tBytea
+	pKey     = "$3" + tBytea
 	pShard   = "$4::integer"
 	pNow     = "$5::bigint"
-	pCount   = "$6::float8"
-	pRate    = "$7::float8"
+	pCount   = "$6" + tFloat8
+	pRate    = "$7" + tFloat8
 	pPeriod  = "$8::bigint"
-	pCap     = "$9::float8"
-	pFreshV  = "$10::float8"
+	pCap     = "$9" + tFloat8
+	pFreshV  = "$10" + tFloat8
 	pFreshTS = "$11::bigint"
 	pFreshEx = "$12::bigint"
-	pMaxR    = "$13::float8" // a bounded reservation's
+	pMaxR    = "$13" + tFloat8 // a bounded reservation's
 )
+
+// Casts to the types of PostgreSQL whose names are not SQL keywords.
+const (
+	tFloat8 = "::pg_catalog.float8"
+	tBytea  = "::pg_catalog.bytea"
+	tText   = "::pg_catalog.text"
+)
+
+// op returns a o b, parenthesized, with PostgreSQL's operator o: the
+// operator of pg_catalog whatever search_path, where a bare one is that of
+// the first schema of the path that has one of its name and operand
+// types. (OPERATOR() takes the precedence of any other operator, hence
+// the parentheses.)
+func op(a, o, b string) string { return "(" + a + " OPERATOR(pg_catalog." + o + ") " + b + ")" }
 
 // transition writes out, in SQL, the transition of a limit of one record
 // as _one computes it, operation for operation, on operands given as SQL
@@ -107,11 +125,11 @@ type transition struct {
 // refreshed time.
 func (x transition) refresh(v0, t0 string) (v, ts string) {
 	if x.fixed {
-		n := "((greatest(" + x.now + ", " + t0 + ") - " + t0 + ") / " + x.period + ")"
-		return "CASE WHEN " + n + " > 0::bigint THEN " + v0 + " + " + x.rate + " * " + n + "::float8 ELSE " + v0 + " END",
-			"(" + t0 + " + " + n + " * " + x.period + ")"
+		n := op(op("greatest("+x.now+", "+t0+")", "-", t0), "/", x.period)
+		return "CASE WHEN " + op(n, ">", "0::bigint") + " THEN " + op(v0, "+", op(x.rate, "*", n+tFloat8)) + " ELSE " + v0 + " END",
+			op(t0, "+", op(n, "*", x.period))
 	}
-	return v0 + " + (greatest(" + x.now + ", " + t0 + ") - " + t0 + ")::float8 * " + x.rate + " / " + x.period + "::float8",
+	return op(v0, "+", op(op(op("greatest("+x.now+", "+t0+")", "-", t0)+tFloat8, "*", x.rate), "/", x.period+tFloat8)),
 		"greatest(" + x.now + ", " + t0 + ")"
 }
 
@@ -119,41 +137,40 @@ func (x transition) refresh(v0, t0 string) (v, ts string) {
 // refreshed to now, before the noise is cut; ts the refreshed time.
 func (x transition) va(v0, t0 string) (va, ts string) {
 	v, ts := x.refresh(v0, t0)
-	return "(least(" + v + ", " + x.capa + ") - " + x.count + ")", ts
+	return op("least("+v+", "+x.capa+")", "-", x.count), ts
 }
 
 // ok: whether the call is granted on a record left with va.
 func (x transition) ok(va string) string {
 	switch x.reserve {
 	case 1:
-		return "(" + va + " > -" + sqlNoise + " OR " + va + " + " + x.maxr + " > -" + sqlNoise + ")"
+		return "(" + op(va, ">", sqlNegNoise) + " OR " + op(op(va, "+", x.maxr), ">", sqlNegNoise) + ")"
 	case 2:
 		return "true"
 	}
-	return "(" + va + " > -" + sqlNoise + ")"
+	return op(va, ">", sqlNegNoise)
 }
 
 // fullAt returns FullAt of the state (n.v, n.t), with f.dt the first try,
 // and that first try.
 func (x transition) fullAt() (fullAt, first string) {
 	never := strconv.FormatInt(driver.Never, 10) + "::bigint"
-	span := strconv.FormatInt(driver.Never-driver.MaxTime, 10) + "::float8"
+	span := strconv.FormatInt(driver.Never-driver.MaxTime, 10) + tFloat8
+	fullAt = "CASE WHEN " + op("n.v", ">=", x.capa) + " THEN n.t"
 	if x.fixed {
-		first = "pg_catalog.ceil((" + x.capa + " - n.v) / " + x.rate + ")"
-		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
+		first = "pg_catalog.ceil(" + op(op(x.capa, "-", "n.v"), "/", x.rate) + ")"
 		for i := range 3 {
-			kk := "(f.dt + " + strconv.Itoa(i) + "::float8)"
-			fullAt += " WHEN n.v + " + x.rate + " * " + kk + " >= " + x.capa +
-				" THEN CASE WHEN " + x.period + "::float8 * " + kk + " < " + span +
-				" THEN n.t + (" + x.period + "::float8 * " + kk + ")::bigint ELSE " + never + " END"
+			kk := op("f.dt", "+", strconv.Itoa(i)+tFloat8)
+			fullAt += " WHEN " + op(op("n.v", "+", op(x.rate, "*", kk)), ">=", x.capa) +
+				" THEN CASE WHEN " + op(op(x.period+tFloat8, "*", kk), "<", span) +
+				" THEN " + op("n.t", "+", op(x.period+tFloat8, "*", kk)+"::bigint") + " ELSE " + never + " END"
 		}
 	} else {
-		first = "pg_catalog.ceil((" + x.capa + " - n.v) * " + x.period + "::float8 / " + x.rate + ")"
-		fullAt = "CASE WHEN n.v >= " + x.capa + " THEN n.t"
+		first = "pg_catalog.ceil(" + op(op(op(x.capa, "-", "n.v"), "*", x.period+tFloat8), "/", x.rate) + ")"
 		for i := range 3 {
-			dt := "(f.dt + " + strconv.Itoa(i) + "::float8)"
-			fullAt += " WHEN n.v + " + dt + " * " + x.rate + " / " + x.period + "::float8 >= " + x.capa +
-				" THEN CASE WHEN " + dt + " < " + span + " THEN n.t + " + dt + "::bigint ELSE " + never + " END"
+			dt := op("f.dt", "+", strconv.Itoa(i)+tFloat8)
+			fullAt += " WHEN " + op(op("n.v", "+", op(op(dt, "*", x.rate), "/", x.period+tFloat8)), ">=", x.capa) +
+				" THEN CASE WHEN " + op(dt, "<", span) + " THEN " + op("n.t", "+", dt+"::bigint") + " ELSE " + never + " END"
 		}
 	}
 	return fullAt + " ELSE " + never + " END", first
@@ -165,7 +182,7 @@ func (x transition) fullAt() (fullAt, first string) {
 // reads as not). Where it is false, a statement writes nothing, and the
 // Go side, reading the record, fails the call (checkRow).
 func sound(v, ts string) string {
-	return "(" + v + " - " + v + " = 0::float8 AND " + ts + " BETWEEN " + sqlMinTS + " AND " + sqlMaxTS + ")"
+	return "(" + op(op(v, "-", v), "=", "0"+tFloat8) + " AND " + op(ts, ">=", "("+sqlMinTS+")") + " AND " + op(ts, "<=", sqlMaxTS) + ")"
 }
 
 // set returns the SET of an ON CONFLICT DO UPDATE on the row c that writes
@@ -179,14 +196,15 @@ func (x transition) set() (set, where string) {
 		"CASE WHEN c.value IS NULL THEN excluded.value ELSE n.v END, " +
 		"CASE WHEN c.value IS NULL THEN excluded.ts ELSE n.t END, " +
 		"CASE WHEN c.value IS NULL THEN excluded.expires ELSE " + fullAt + " END" +
-		" FROM (SELECT CASE WHEN r.va < 0::float8 AND r.va > -" + sqlNoise + " THEN 0::float8 ELSE r.va END AS v, r.t" +
+		" FROM (SELECT CASE WHEN " + op("r.va", "<", "0"+tFloat8) + " AND " + op("r.va", ">", sqlNegNoise) + " THEN 0" + tFloat8 + " ELSE r.va END AS v, r.t" +
 		" FROM (SELECT " + cva + " AS va, " + cts + " AS t OFFSET 0) r OFFSET 0) n," +
 		" LATERAL (SELECT " + first + " AS dt OFFSET 0) f)"
 	return set, "c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + x.ok(cva) + ")"
 }
 
-// sqlNoise is driver.Noise as SQL.
-var sqlNoise = strconv.FormatFloat(driver.Noise, 'g', -1, 64) + "::float8"
+// sqlNegNoise is -driver.Noise as SQL: a literal, where a minus before
+// the cast would be an operator.
+var sqlNegNoise = "'" + strconv.FormatFloat(-driver.Noise, 'g', -1, 64) + "'" + tFloat8
 
 // loneSQL returns the upsert of a lone limit of kind k on table.
 func loneSQL(table string, k loneKind) string {
@@ -199,10 +217,10 @@ func loneSQL(table string, k loneKind) string {
 		if k.reserve == 1 {
 			n++
 		}
-		gate = "(" + gate + ") AND pg_catalog.set_config('lock_timeout', $" + strconv.Itoa(n) + "::text, true) IS NOT NULL"
+		gate = "(" + gate + ") AND pg_catalog.set_config('lock_timeout', $" + strconv.Itoa(n) + tText + ", true) IS NOT NULL"
 	}
 	var b strings.Builder
-	b.WriteString("WITH s AS (SELECT value, ts FROM " + table + " WHERE id = " + pID + "), ")
+	b.WriteString("WITH s AS (SELECT value, ts FROM " + table + " WHERE " + op("id", "=", pID) + "), ")
 	b.WriteString("w AS (INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
 	b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + pFreshV + ", " + pFreshTS + ", " + pFreshEx)
 	b.WriteString(" FROM (SELECT) o LEFT JOIN s ON true WHERE " + gate)
@@ -239,10 +257,10 @@ func loneSQL(table string, k loneKind) string {
 // the max reserved), renumbered; $12 the lock_timeout, with wait.
 const (
 	fNow     = "$5::bigint"
-	fRate    = "$6::float8"
+	fRate    = "$6" + tFloat8
 	fPeriod  = "$7::bigint"
-	fCap     = "$8::float8"
-	fFreshV  = "$9::float8"
+	fCap     = "$8" + tFloat8
+	fFreshV  = "$9" + tFloat8
 	fFreshTS = "$10::bigint"
 	fFreshEx = "$11::bigint"
 )
@@ -256,12 +274,12 @@ func freshSQL(table string, fixed, wait bool) string {
 	b.WriteString("INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires) ")
 	if wait {
 		b.WriteString("SELECT " + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx +
-			" WHERE pg_catalog.set_config('lock_timeout', $12::text, true) IS NOT NULL")
+			" WHERE pg_catalog.set_config('lock_timeout', $12" + tText + ", true) IS NOT NULL")
 	} else {
 		b.WriteString("VALUES (" + pID + ", " + pName + ", " + pKey + ", " + pShard + ", " + fFreshV + ", " + fFreshTS + ", " + fFreshEx + ")")
 	}
 	b.WriteString(" ON CONFLICT (id) DO UPDATE SET value = excluded.value, ts = excluded.ts, expires = excluded.expires")
-	b.WriteString(" WHERE c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + ts + " = " + fFreshTS + " AND " + v + " >= " + fCap + ")")
+	b.WriteString(" WHERE c.value IS NULL OR (" + sound("c.value", "c.ts") + " AND " + op(ts, "=", fFreshTS) + " AND " + op(v, ">=", fCap) + ")")
 	return b.String()
 }
 

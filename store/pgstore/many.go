@@ -71,27 +71,27 @@ var manyBufs = sync.Pool{New: func() any { return new(manyBuf) }}
 // table was small, would scan the whole table at every batch once it has
 // grown.
 func upsertSQL(table, read string, wait bool) string {
-	x := transition{now: "excluded.ts", count: "$9::float8", rate: "$10::float8", period: "$11::bigint", capa: "$12::float8"}
+	x := transition{now: "excluded.ts", count: "$9" + tFloat8, rate: "$10" + tFloat8, period: "$11::bigint", capa: "$12" + tFloat8}
 	set, where := x.set()
 	g := x
 	g.now = "u.now"
 	sva, _ := g.va("s.value", "s.ts")
 	lock := ""
 	if wait { // bound the lock wait before the first lock
-		lock = " AND (SELECT pg_catalog.set_config('lock_timeout', $13::text, true)) IS NOT NULL"
+		lock = " AND (SELECT pg_catalog.set_config('lock_timeout', $13" + tText + ", true)) IS NOT NULL"
 	}
 	var b strings.Builder
-	b.WriteString("WITH s AS (SELECT id, value, ts FROM " + read + "($1::bytea[])), ")
+	b.WriteString("WITH s AS (SELECT id, value, ts FROM " + read + "($1::pg_catalog.bytea[])), ")
 	b.WriteString("w AS (INSERT INTO " + table + " AS c (id, name, key, shard, value, ts, expires)")
 	b.WriteString(" SELECT u.id, u.name, u.key, u.shard, u.fv, u.now, u.fex")
-	b.WriteString(" FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::integer[], $5::bigint[], $6::float8[], $7::bigint[], $8::boolean[])")
-	b.WriteString(" AS u(id, name, key, shard, now, fv, fex, w) LEFT JOIN s ON s.id = u.id")
+	b.WriteString(" FROM unnest($1::pg_catalog.bytea[], $2::pg_catalog.bytea[], $3::pg_catalog.bytea[], $4::integer[], $5::bigint[], $6::pg_catalog.float8[], $7::bigint[], $8::boolean[])")
+	b.WriteString(" AS u(id, name, key, shard, now, fv, fex, w) LEFT JOIN s ON " + op("s.id", "=", "u.id"))
 	b.WriteString(" WHERE u.w AND (s.value IS NULL OR (" + sound("s.value", "s.ts") + " AND " + g.ok(sva) + "))" + lock + " ORDER BY u.id")
 	b.WriteString(" ON CONFLICT (id) DO UPDATE SET " + set + " WHERE " + where)
 	b.WriteString(" RETURNING c.id, c.value, c.ts) ")
 	b.WriteString("SELECT pg_catalog.array_agg(w.id IS NOT NULL ORDER BY q.id), pg_catalog.array_agg(coalesce(w.value, s.value) ORDER BY q.id),")
 	b.WriteString(" pg_catalog.array_agg(coalesce(w.ts, s.ts) ORDER BY q.id)")
-	b.WriteString(" FROM pg_catalog.unnest($1::bytea[]) AS q(id) LEFT JOIN s ON s.id = q.id LEFT JOIN w ON w.id = q.id")
+	b.WriteString(" FROM pg_catalog.unnest($1::pg_catalog.bytea[]) AS q(id) LEFT JOIN s ON " + op("s.id", "=", "q.id") + " LEFT JOIN w ON " + op("w.id", "=", "q.id"))
 	return b.String()
 }
 

@@ -495,9 +495,20 @@ const (
 func params(args string) string {
 	types := strings.Split(args, ", ")
 	for i, t := range types {
-		types[i] = "$" + strconv.Itoa(i+1) + "::" + t
+		types[i] = "$" + strconv.Itoa(i+1) + "::" + qualified(t)
 	}
 	return strings.Join(types, ", ")
+}
+
+// qualified returns the type t (of those of applyArgs and oneArgs) named
+// with pg_catalog unless SQL names it by a keyword: a type of its name in a
+// schema listed before pg_catalog along search_path is not the one a cast
+// names (see lone.go).
+func qualified(t string) string {
+	if strings.HasPrefix(t, "float8") || strings.HasPrefix(t, "bytea") {
+		return "pg_catalog." + t
+	}
+	return t
 }
 
 // The argument types of the functions _apply of earlier releases, which
@@ -913,11 +924,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		// other arguments, made beside them later, is a closer match.
 		applySQL: "SELECT ok, retry, num, fresh FROM " + n.apply + "(" + params(applyArgs) + ")",
 		oneSQL:   "SELECT ok, retry, remaining, charged, at, ts FROM " + n.one + "(" + params(oneArgs) + ")",
-		readSQL:  newStmt("SELECT value, ts FROM " + n.table + " WHERE id = $1"),
+		readSQL:  newStmt("SELECT value, ts FROM " + n.table + " WHERE " + op("id", "=", "$1"+tBytea)),
 		// The functions that reach many records by id (schema.sql).
-		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::bytea[]) WHERE value IS NOT NULL",
-		deleteSQL:  "SELECT FROM " + n.del + "($1::bytea[])",
-		expiredSQL: "SELECT last, scanned, gone FROM " + n.sweep + "($1::bytea, $2::integer, $3::bigint)",
+		loadSQL:    "SELECT id, value, ts FROM " + n.read + "($1::pg_catalog.bytea[]) WHERE value IS NOT NULL",
+		deleteSQL:  "SELECT FROM " + n.del + "($1::pg_catalog.bytea[])",
+		expiredSQL: "SELECT last, scanned, gone FROM " + n.sweep + "($1" + tBytea + ", $2::integer, $3::bigint)",
 	}
 	for _, fixed := range []bool{false, true} {
 		for reserve := range 3 {
