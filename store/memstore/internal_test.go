@@ -3,6 +3,7 @@ package memstore
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -69,4 +70,62 @@ func TestClaimRefusesAMovedRecord(t *testing.T) {
 	before := &tab.recs[i]
 	require.NoError(t, s.Delete(t.Context(), []driver.RecordID{{Name: "l", Key: "k"}}))
 	require.NotEqual(t, claimed, claim(st, before, v, c), "a slot the shift emptied or refilled was claimed")
+}
+
+// DeleteExpired frees a stripe's mutex between chunks of its scan, so that
+// a call adding a record to the stripe waits for a chunk, not for the
+// whole table; and drops every record expired, as a scan that held the
+// mutex throughout did, though calls add records and deletes move them
+// between chunks. Before, it held each stripe's mutex for the stripe's
+// whole table.
+func TestDeleteExpiredInChunks(t *testing.T) {
+	ctx := t.Context()
+	s, err := New()
+	require.NoError(t, err)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	b := s.Bind("l", p, func(string) int64 { return 0 }).(*bound)
+	const t0 = int64(1_700_000_000_000)
+	now := t0 + 10*driver.ExpiryGrace
+	const old, live = 64 * 2 * expiredChunk, 64 * expiredChunk / 2
+	for i := range old {
+		_, err := b.Decide(ctx, fmt.Sprint("old-", i), driver.ModeLimit, t0, 1, false)
+		require.NoError(t, err)
+	}
+	liveOf := map[*stripe][]string{}
+	for i := range live {
+		k := fmt.Sprint("live-", i)
+		_, err := b.Decide(ctx, k, driver.ModeLimit, now, 1, false)
+		require.NoError(t, err)
+		st := s.stripeOf(s.hash(k, b.salt))
+		liveOf[st] = append(liveOf[st], k)
+	}
+	require.Equal(t, old+live, s.Len())
+
+	pauses, added, deleted, next := 0, 0, 0, 0
+	s.chunked = func(st *stripe) {
+		pauses++
+		require.True(t, st.mu.TryLock(), "the stripe's mutex is free between chunks")
+		st.mu.Unlock()
+		for ; ; next++ { // a new key of the stripe, live
+			k := fmt.Sprint("new-", next)
+			if s.stripeOf(s.hash(k, b.salt)) == st {
+				_, err := b.Decide(ctx, k, driver.ModeLimit, now, 1, false)
+				require.NoError(t, err)
+				added++
+				next++
+				break
+			}
+		}
+		if keys := liveOf[st]; pauses%3 == 0 && len(keys) > 0 { // a delete shifts records: the scan starts over
+			require.NoError(t, s.Delete(ctx, []driver.RecordID{{Name: "l", Key: keys[0]}}))
+			liveOf[st] = keys[1:]
+			deleted++
+		}
+	}
+	n, err := s.DeleteExpired(ctx, time.UnixMilli(now))
+	require.NoError(t, err)
+	require.Positive(t, pauses, "the scan paused between chunks")
+	require.Positive(t, deleted)
+	require.Equal(t, old, n, "every expired record dropped")
+	require.Equal(t, live+added-deleted, s.Len(), "every live record kept")
 }

@@ -112,6 +112,10 @@ type Store struct {
 	// marksMost is the most marks held since marks was made: a Go map
 	// keeps the memory of its most however many go (dropMarks).
 	marksMost int
+
+	// chunked, for tests, is called between two chunks of a stripe's scan
+	// by DeleteExpired, its mutex free; nil in use.
+	chunked func(st *stripe)
 }
 
 // mark is a settlement: how it was settled, by whom (Settlement.Settler),
@@ -1027,33 +1031,77 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	n := s.dropMarks(ms)
 	s.markMu.Unlock()
 	for i := range s.stripes {
-		st := &s.stripes[i]
-		st.mu.Lock()
-		if t := st.tab(); t != nil {
-			for k := 0; k < len(t.recs); {
-				if t.meta[k].Load() == 0 {
-					k++
-					continue
-				}
-				r := &t.recs[k]
-				r.mu.Lock()
-				exp := r.expires
-				if exp < deferredLimit {
-					exp = s.expiry(r)
-				}
-				if exp <= ms-driver.ExpiryGrace {
-					st.remove(t, k) // unlocks r; a later record may have moved into k
-					n++
-					continue
-				}
-				r.mu.Unlock()
-				k++
-			}
-			st.shrink()
-		}
-		st.mu.Unlock()
+		n += s.stripes[i].deleteExpired(s, ms)
 	}
 	return n, nil
+}
+
+// expiredChunk is how many slots DeleteExpired examines in one hold of a
+// stripe's mutex; expiredRestarts how many times it starts a stripe over
+// before it holds the mutex to the end.
+const (
+	expiredChunk    = 1024
+	expiredRestarts = 2
+)
+
+// deleteExpired drops the stripe's records expired at ms, for
+// DeleteExpired, and returns how many. It examines expiredChunk slots per
+// hold of mu, so that a call that adds a record to the stripe waits for a
+// chunk, not for the whole table. Between two chunks an insert fills an
+// empty slot and moves no record; a delete's shift or a resize moves
+// records, behind the scan too, and changes the version or the table: the
+// scan then starts the stripe over (examining again the records it kept),
+// and after expiredRestarts times holds mu to the end. Every record held
+// from the start to the end is examined, as when the scan held mu
+// throughout.
+func (st *stripe) deleteExpired(s *Store, ms int64) int {
+	n, restarts := 0, 0
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k := 0; ; {
+		t := st.tab()
+		if t == nil {
+			return n
+		}
+		end := len(t.recs)
+		if restarts < expiredRestarts {
+			end = min(end, k+expiredChunk)
+		}
+		for k < end {
+			if t.meta[k].Load() == 0 {
+				k++
+				continue
+			}
+			r := &t.recs[k]
+			r.mu.Lock()
+			exp := r.expires
+			if exp < deferredLimit {
+				exp = s.expiry(r)
+			}
+			if exp <= ms-driver.ExpiryGrace {
+				st.remove(t, k) // unlocks r; a later record may have moved into k
+				n++
+				continue
+			}
+			r.mu.Unlock()
+			k++
+		}
+		if k >= len(t.recs) {
+			break
+		}
+		v := st.version.Load()
+		st.mu.Unlock()
+		if s.chunked != nil {
+			s.chunked(st)
+		}
+		st.mu.Lock()
+		if st.version.Load() != v || st.tab() != t {
+			k = 0
+			restarts++
+		}
+	}
+	st.shrink()
+	return n
 }
 
 // Len returns how many records the store holds, expired ones included
