@@ -49,15 +49,14 @@ import (
 // schema of the path that takes the arguments' types more exactly than
 // pg_catalog's (float8 + integer, unnest(bytea[]) against
 // unnest(anyarray)) would be chosen over it, even with pg_catalog searched
-// first. greatest, least and coalesce are SQL's own, not functions. The
-// operators are still those of the first schema of search_path that has
-// them, as in any statement of the connection: a search_path that lists
-// pg_catalog after a schema that others may create objects in exposes
-// these statements as it does the application's. So every operator of
-// these statements is named with its schema too (op), and every type but
-// those SQL's keywords name (bigint, integer, boolean), which are
-// pg_catalog's whatever the path: a schema listed before pg_catalog may
-// hold operators and types of the same names.
+// first. greatest, least and coalesce are SQL's own, not functions. A
+// bare operator or type name would still be that of the first schema of
+// search_path that has one: a search_path that lists pg_catalog after a
+// schema that others may create objects in would expose these statements.
+// So they name every operator with pg_catalog too (op, and no BETWEEN,
+// whose operators are bare), and every type but those that SQL's keywords
+// name (bigint, integer, boolean), which are pg_catalog's whatever the
+// path (TestOperatorsOfASchemaBeforePgCatalog).
 
 // loneKind indexes the upsert's variants: the kind of limit, whether the
 // call reserves (with or without a bound on the debt), and whether the

@@ -226,8 +226,8 @@ func TestBuiltinsShadowedAlongSearchPath(t *testing.T) {
 // PostgreSQL's in the functions' bodies, and a call that no bucket could
 // grant was granted. The functions run under their own search_path now.
 // (The plain statements of a lone call at the Limiter's clock, and of the
-// batch upsert, run under the connection's: such a path exposes them as it
-// does the application's statements; see lone.go.)
+// batch upsert, run under the connection's, and name every operator and
+// type with pg_catalog: TestOperatorsOfASchemaBeforePgCatalog.)
 func TestBuiltinsShadowedBeforePgCatalog(t *testing.T) {
 	ctx := context.Background()
 	def := newPool(t, testserver.PostgresURL(t), nil)
