@@ -184,8 +184,14 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 			b.redo = append(b.redo, r) // the record read grants it: a newer row did not
 		}
 	}
+	// The upsert has committed what it wrote: should the ops sent again
+	// fail, they alone fail, and the others keep their decisions.
 	if len(b.redo) > 0 {
-		return true, s.sendApply(ctx, b.redo)
+		if err := s.sendApply(ctx, b.redo); err != nil {
+			for _, r := range b.redo {
+				r.err = err
+			}
+		}
 	}
 	return true, nil
 }

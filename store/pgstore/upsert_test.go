@@ -278,3 +278,51 @@ func TestManyStatementsKeepToTheIndex(t *testing.T) {
 		})
 	}
 }
+
+// An op of a batch upsert that the record read would grant, but the row
+// as locked refused, goes again through _apply; should that fail, only the
+// ops sent again fail, and the ops that the upsert decided and wrote keep
+// their decisions. Before, the batch failed whole: the callers of ops
+// whose tokens were taken heard of a failure (a Limiter then answers by
+// its failure policy, and its breaker counts it), as if nothing had been
+// charged.
+func TestBatchUpsertKeepsWhatItWroteWhenTheRedoFails(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s := newTableStore(t)
+	bucket := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: 10}
+	op := func(key string) *driver.Op {
+		return &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: key, Count: 1,
+			Shards: []driver.Shard{{Params: bucket}}}}}
+	}
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, op("raced"), out))
+	require.Equal(t, 9.0, out[0].Remaining)
+
+	// A transaction drains the record and holds its row, and takes _apply
+	// away, so that the op sent again fails.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("raced"))
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DO $$DECLARE f regprocedure; BEGIN "+
+		"SELECT p.oid INTO f FROM pg_proc p WHERE p.proname = "+quoteLiteral(table+"_apply")+" AND p.pronamespace = 'public'::regnamespace; "+
+		"EXECUTE format('ALTER FUNCTION %s RENAME TO %I', f, "+quoteLiteral(table+"_gone")+"); END$$")
+	require.NoError(t, err)
+
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	done := make(chan error, 1)
+	go func() { done <- s.ApplyBatch(ctx, []*driver.Op{op("raced"), op("other")}, outs) }()
+	waitForLockWaiters(t, pool, table, 1)
+	require.NoError(t, tx.Commit(ctx))
+
+	err = <-done
+	require.ErrorContains(t, err, "op 0:", "the op sent again fails")
+	require.NotContains(t, err.Error(), "op 1:")
+	require.True(t, outs[1][0].OK, "the op the upsert wrote keeps its decision")
+	require.Equal(t, 9.0, outs[1][0].Remaining)
+	recs := make([]driver.Record, 2)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "l", Key: "raced"}, {Name: "l", Key: "other"}}, recs))
+	require.Equal(t, 0.0, recs[0].State.Remaining)
+	require.Equal(t, 9.0, recs[1].State.Remaining)
+}
