@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -40,7 +41,9 @@ import (
 // "period": "1m", "capacity": 3}, ...}. A file that is a JSON object is
 // read by JSON's rules (its strings may hold any escape JSON allows, which
 // YAML's do not), with the same fields and errors; text that is not UTF-8
-// is an error in JSON as in YAML. json.Marshal and
+// is an error in JSON as in YAML, as is a JSON escape of half a surrogate
+// pair alone ("a\ud800"), which is no character and which encoding/json
+// reads as U+FFFD. json.Marshal and
 // yaml.Marshal of a Config write this format, which reads back as the
 // Config written, but for the location of Start (see MarshalJSON).
 //
@@ -539,10 +542,13 @@ func ParseLimits(data []byte) (Limits, error) {
 	// JSON is read as JSON, in one pass: a document that is not JSON
 	// though it starts as JSON would (a YAML flow mapping, {a: 1}) is read
 	// as YAML, with YAML's errors.
-	var notUTF8 *notUTF8Error
+	var (
+		notUTF8 *notUTF8Error
+		lone    *loneSurrogateError
+	)
 	if !looksJSON(data) {
 		doc, err = parseDocument(data)
-	} else if doc, err = jsonDocument(data); err != nil && !errors.As(err, &notUTF8) {
+	} else if doc, err = jsonDocument(data); err != nil && !errors.As(err, &notUTF8) && !errors.As(err, &lone) {
 		doc, err = parseDocument(data)
 	}
 	if err != nil {
@@ -633,6 +639,7 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 	var value func() (*yaml.Node, error)
 	value = func() (*yaml.Node, error) {
 		n := &yaml.Node{Kind: yaml.ScalarNode, Line: nextLine()}
+		start := int(dec.InputOffset())
 		tok, err := dec.Token()
 		if err != nil {
 			return nil, err
@@ -658,6 +665,12 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 				return nil, err
 			}
 		case string:
+			// encoding/json reads a lone surrogate escape as U+FFFD.
+			if strings.ContainsRune(tok, utf8.RuneError) {
+				if esc, ok := loneSurrogate(data[start:dec.InputOffset()]); ok {
+					return nil, &loneSurrogateError{line: n.Line, escape: esc}
+				}
+			}
 			n.Tag, n.Style, n.Value = "!!str", yaml.DoubleQuotedStyle, tok
 		case json.Number:
 			n.Value = tok.String()
@@ -677,6 +690,50 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		return yaml.Node{}, fmt.Errorf("line %d: data after the JSON value: write one JSON object", nextLine())
 	}
 	return yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Content: []*yaml.Node{root}}, nil
+}
+
+// loneSurrogate returns the first escape of a surrogate (\ud800 to
+// \udfff) in raw, a JSON string as written, that is not one half of a
+// pair: a high one followed by a low one.
+func loneSurrogate(raw []byte) (string, bool) {
+	hex := func(i int) (rune, bool) { // the \uXXXX at raw[i:], if any
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // another escape, \\ among them
+			continue
+		}
+		if utf16.IsSurrogate(r) {
+			if low, ok := hex(i + 6); r < 0xdc00 && ok && low >= 0xdc00 && low <= 0xdfff {
+				i += 11 // the pair
+				continue
+			}
+			return string(raw[i : i+6]), true
+		}
+		i += 5
+	}
+	return "", false
+}
+
+// loneSurrogateError is the error of a JSON string holding a lone
+// surrogate escape, which encoding/json reads as U+FFFD: a limit named
+// "a\ud800" was declared as "a\uFFFD", which no call names.
+type loneSurrogateError struct {
+	line   int
+	escape string
+}
+
+func (e *loneSurrogateError) Error() string {
+	return fmt.Sprintf("line %d: %s is half of a surrogate pair, alone, which is no character: write the character itself, or both halves of its pair (\\ud83d\\ude80)", e.line, e.escape)
 }
 
 // notUTF8Error is the error of JSON text that is not UTF-8.

@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -389,7 +391,6 @@ func TestParseLimitsJSONStrings(t *testing.T) {
 	for _, in := range []string{
 		`{"caf\u00e9 \ud83d\ude80": ` + limit + `}`,
 		`{"a\/b": ` + limit + `, "c\u0000d": ` + limit + `}`,
-		`{"lone \ud800": ` + limit + `}`,
 		"{\"line\u2028separator\u0085\": " + limit + "}",
 		"\uFEFF{\"bom\": " + limit + "}",
 		`{"a": {"kind": "fixed\u0020window", "rate": 1e1, "period": "1\u0068"}}`,
@@ -789,4 +790,38 @@ func TestParseLimitsJSONNotUTF8(t *testing.T) {
 	limits, err := ratelimit.ParseLimits([]byte(`{"café": ` + limit + `}`))
 	require.NoError(t, err)
 	assert.Contains(t, limits, "café")
+}
+
+// A lone surrogate escape (\ud800) is refused, as text that is not UTF-8
+// is: encoding/json reads it as U+FFFD, so that a limit named "a\ud800"
+// was declared as "a\uFFFD", which no call names. A pair, and an escaped
+// backslash before a "u", are not one.
+func TestParseLimitsJSONLoneSurrogate(t *testing.T) {
+	const limit = `{"kind": "fixed window", "rate": 1, "period": "1h"}`
+	for _, c := range []struct{ in, escape string }{
+		{`{"a\ud800": ` + limit + `}`, `\ud800`},
+		{`{"a\uDFFF": ` + limit + `}`, `\uDFFF`},
+		{`{"a\ude80\ud83d": ` + limit + `}`, `\ude80`},
+		{`{"a\ud83d\ud83d\ude80": ` + limit + `}`, `\ud83d`},
+		{`{"a\ud83dx": ` + limit + `}`, `\ud83d`},
+		{"{\n\"ok\": " + limit + ",\n\"\\ud800\": " + limit + "}", `\ud800`},
+		{`{"a": {"kind": "fixed window\udc00", "rate": 1, "period": "1h"}}`, `\udc00`},
+	} {
+		limits, err := ratelimit.ParseLimits([]byte(c.in))
+		require.Error(t, err, "%s: got the limits %v", c.in, slices.Collect(maps.Keys(limits)))
+		assert.ErrorContains(t, err, "line "+fmt.Sprint(1+strings.Count(c.in, "\n"))+": "+c.escape+" is half of a surrogate pair", c.in)
+
+		var viaJSON ratelimit.Limits
+		assert.ErrorContains(t, json.Unmarshal([]byte(c.in), &viaJSON), c.escape+" is half of a surrogate pair", c.in)
+	}
+	for in, name := range map[string]string{
+		`{"\ud83d\ude80": ` + limit + `}`:           "🚀",
+		`{"a\\ud800": ` + limit + `}`:               `a\ud800`,
+		`{"\ufffd": ` + limit + `}`:                 "\uFFFD",
+		"{\"\uFFFD\\ud83d\\ude80\": " + limit + "}": "\uFFFD🚀",
+	} {
+		limits, err := ratelimit.ParseLimits([]byte(in))
+		require.NoError(t, err, in)
+		assert.Contains(t, limits, name, in)
+	}
 }
