@@ -47,7 +47,8 @@ import (
 // yaml.Marshal of a Config write this format, which reads back as the
 // Config written, but for the location of Start (see MarshalJSON).
 //
-// The fields are kind ("fixed window" or "token bucket"), rate, period (a
+// The fields are kind ("fixed window" or "token bucket", in any case,
+// with one space, _ or - between the words or none), rate, period (a
 // Go duration: "1h", "90s", read exactly: one that is not a whole number
 // of nanoseconds, such as 1.0000005ms, is an error), capacity,
 // maxReserved, shards, start (an RFC 3339 time, but for the zero

@@ -359,13 +359,25 @@ func TestCountErrorSuggestsWithReserveOnlyWhenItFits(t *testing.T) {
 }
 
 func TestKindText(t *testing.T) {
-	for _, in := range []string{"fixed window", "Fixed_Window", "fixedwindow"} {
+	for in, want := range map[string]ratelimit.Kind{
+		"fixed window": ratelimit.FixedWindow, "Fixed_Window": ratelimit.FixedWindow, "fixedwindow": ratelimit.FixedWindow,
+		"FIXED-WINDOW": ratelimit.FixedWindow, "token bucket": ratelimit.TokenBucket, "TokenBucket": ratelimit.TokenBucket,
+		"token_bucket": ratelimit.TokenBucket, "Token-Bucket": ratelimit.TokenBucket,
+	} {
 		var k ratelimit.Kind
-		require.NoError(t, k.UnmarshalText([]byte(in)))
-		assert.Equal(t, ratelimit.FixedWindow, k)
+		require.NoError(t, k.UnmarshalText([]byte(in)), in)
+		assert.Equal(t, want, k, in)
 	}
-	var k ratelimit.Kind
-	require.Error(t, k.UnmarshalText([]byte("leaky bucket")))
+	// The two words and one separator or none: space around them, two
+	// separators, one within a word, or a letter that lower-cases to an
+	// ASCII one (the Kelvin sign, K) is a slip, not a kind.
+	for _, in := range []string{"leaky bucket", "", " fixed window", "fixed window ", "fixed  window", "fixed_-window",
+		"f-i-x-e-d window", "fixed win dow", "token\tbucket", "to\u212Aen bucket", "fixed", "window", "fixed window window"} {
+		var k ratelimit.Kind
+		err := k.UnmarshalText([]byte(in))
+		require.Error(t, err, "%q: got %v", in, k)
+		assert.ErrorContains(t, err, `write "fixed window" or "token bucket" (in any case, with a space, _, - or nothing between the words)`, in)
+	}
 	b, err := ratelimit.TokenBucket.MarshalText()
 	require.NoError(t, err)
 	assert.Equal(t, "token bucket", string(b))

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -401,31 +402,46 @@ func (k Kind) MarshalText() ([]byte, error) {
 	return []byte(k.String()), nil
 }
 
-// UnmarshalText decodes "fixed window" or "token bucket" (also accepted:
-// "fixed_window", "fixedwindow", "token_bucket", "tokenbucket", any case).
+// UnmarshalText decodes "fixed window" or "token bucket": the two words
+// in any case (ASCII), with one space, underscore or hyphen between them
+// or none ("Fixed Window", "fixed_window", "token-bucket", "TokenBucket").
+// Other spellings are an error that lists these, rather than read as one:
+// space around the words, two separators, or one within a word ("fixed
+// win dow") is more likely a slip than a kind.
 func (k *Kind) UnmarshalText(b []byte) error {
-	switch normalizeKind(string(b)) {
-	case "fixedwindow":
+	switch kindWords(string(b)) {
+	case "fixed window":
 		*k = FixedWindow
-	case "tokenbucket":
+	case "token bucket":
 		*k = TokenBucket
 	default:
-		return fmt.Errorf("ratelimit: unknown kind %q: write \"fixed window\" or \"token bucket\"", b)
+		return fmt.Errorf("ratelimit: unknown kind %q: write \"fixed window\" or \"token bucket\" (in any case, with a space, _, - or nothing between the words)", b)
 	}
 	return nil
 }
 
-func normalizeKind(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '_' || c == '-':
-			continue
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
+// kindWords returns s, a kind as written, in lower case with one space
+// between its words, when it is one of the kinds' two words, with a
+// single separator between them or none; "" otherwise.
+func kindWords(s string) string {
+	// In ASCII alone: strings.ToLower reads the Kelvin sign (U+212A) as k.
+	lower := []byte(s)
+	for i, c := range lower {
+		if 'A' <= c && c <= 'Z' {
+			lower[i] = c + 'a' - 'A'
 		}
-		out = append(out, c)
 	}
-	return string(out)
+	for _, words := range [...][2]string{{"fixed", "window"}, {"token", "bucket"}} {
+		rest, ok := bytes.CutPrefix(lower, []byte(words[0]))
+		if !ok {
+			continue
+		}
+		if len(rest) > 0 && (rest[0] == ' ' || rest[0] == '_' || rest[0] == '-') {
+			rest = rest[1:]
+		}
+		if string(rest) == words[1] {
+			return words[0] + " " + words[1]
+		}
+	}
+	return ""
 }
