@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -136,7 +137,7 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 	default:
 		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readLimitsFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +146,39 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return limits, nil
+}
+
+// maxLimitsFile is the most bytes of a limits file the command reads: a
+// limit is a few lines, and a file of tens of thousands of limits fits;
+// the parser's tree of a file takes many times its size. Without a
+// bound, a file given by mistake (a log, a dump, a link to /dev/zero) was
+// read whole into memory before the parser could refuse it.
+const maxLimitsFile = 4 << 20
+
+// errLimitsTooLarge is the error of a limits file of more than
+// maxLimitsFile bytes.
+var errLimitsTooLarge = fmt.Errorf("larger than %d MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each", maxLimitsFile>>20)
+
+// readLimitsFile reads the file at path, of at most maxLimitsFile bytes:
+// its size is checked before it is read, and what is read is bounded,
+// for a file whose size is not known ahead (a pipe, a device).
+func readLimitsFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxLimitsFile {
+		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxLimitsFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxLimitsFile {
+		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	}
+	return data, nil
 }
 
 // configFlags are the flags of an inline limit by the Config field each

@@ -161,6 +161,29 @@ func TestLimitsFiles(t *testing.T) {
 	require.Contains(t, errOut, "Rate")
 }
 
+// A limits file larger than maxLimitsFile is refused, before it is read
+// whole: one given by mistake (a log, a dump, a link to /dev/zero) was read
+// into memory, all of it, before the parser could say it is no limits
+// file. A file of maxLimitsFile bytes is read.
+func TestLimitsFileTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	limit := []byte("api:\n  kind: token bucket\n  rate: 10\n  period: 1m\n")
+	fits := filepath.Join(dir, "fits.yaml")
+	require.NoError(t, os.WriteFile(fits, append(limit, bytes.Repeat([]byte("#"), maxLimitsFile-len(limit))...), 0o600))
+	code, _, errOut := exec("simulate", "--limits", fits, "--name", "api", "--at", "0s=1")
+	require.Equal(t, 0, code, errOut)
+
+	// A byte more: a sparse file, of its size alone.
+	big := filepath.Join(dir, "big.yaml")
+	f, err := os.Create(big)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(maxLimitsFile+1))
+	require.NoError(t, f.Close())
+	code, out, errOut := exec("simulate", "--limits", big, "--name", "api", "--at", "0s=1")
+	require.Equal(t, 1, code, "%s%s", out, errOut)
+	assert.Equal(t, "ratelimit: limits file "+big+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
+}
+
 // --limits with any flag of an inline limit is refused: --capacity,
 // --shards, --max-reserved and --start were silently ignored (only
 // --kind, --rate and --period were refused), even given as their zero.
