@@ -458,6 +458,22 @@ func TestSimulateTooManyRequests(t *testing.T) {
 	}
 }
 
+// simulate --svg draws at most maxChartRequests requests, and refuses
+// more with a usage error naming the flags, before it runs or makes the
+// file: a million made a chart of some 150 MB. The table alone still
+// takes up to maxRequests. (TestSimulateManyRequestsIsQuick draws the
+// most.)
+func TestSimulateChartTooManyRequests(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "big.svg")
+	fixed := []string{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--svg", svg}
+	code, out, errOut := exec(append(slices.Clone(fixed), "--every", "1ms", "--for", "20s")...)
+	require.Equal(t, 2, code, errOut)
+	require.Empty(t, out)
+	require.Equal(t, "ratelimit: --svg: 20001 requests, and a chart draws at most 20000, a marker each: give fewer (a longer --every, a shorter --for, or fewer --at), "+
+		"or leave out --svg for the table alone\nRun 'ratelimit simulate --help' for usage.\n", errOut)
+	require.NoFileExists(t, svg)
+}
+
 // silentServer returns the address of a server that accepts connections
 // and never answers, as a host whose port another program holds can.
 func silentServer(t *testing.T) string { return stallingServer(t, "") }

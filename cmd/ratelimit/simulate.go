@@ -128,6 +128,10 @@ seed gives the same output.`,
 			if len(reqs) == 0 {
 				return usagef("give requests: --at 00:30=15,01:30=30 or --every 1m --for 1h")
 			}
+			if svg != "" && len(reqs) > maxChartRequests {
+				return usagef("--svg: %d requests, and a chart draws at most %d, a marker each: give fewer (a longer --every, a shorter --for, or fewer --at), or leave out --svg for the table alone",
+					len(reqs), maxChartRequests)
+			}
 			// cmp.Compare, not int(a.at - b.at): an int of 32 bits cuts the
 			// difference, and the requests ran out of order.
 			slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(a.at, b.at) })
@@ -199,6 +203,12 @@ func tooLate(what string) error {
 // maxRequests is the most requests a simulation runs: far more than any
 // timeline a person reads, and a bound on the memory and time it takes.
 const maxRequests = 1_000_000
+
+// maxChartRequests is the most requests a simulation draws (--svg): a
+// marker each, some 150 bytes, so that a million made a chart of some
+// 150 MB, which viewers choke on, and 20,000 (3 MB) already overlap in
+// its 900 pixels.
+const maxChartRequests = 20_000
 
 // tooMany is the usage error of n requests, given by what, above
 // maxRequests; hint says how to give fewer.
