@@ -291,7 +291,7 @@ func newReset() *cobra.Command {
 				if err := lim.Reset(ctx, name, t.key); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "reset %s for key %q\n", name, t.key)
+				fmt.Fprintf(cmd.OutOrStdout(), "reset %s for key %q\n", nameText(name), t.key)
 				return nil
 			})
 		},
@@ -338,7 +338,7 @@ func newLimit() *cobra.Command {
 						Check: check, Reserve: reserve, Outcome: outcome(res), OK: res.OK, RetryAfterMS: ms(res.RetryAfter),
 						Remaining: res.Remaining, ResetMS: ms(res.ResetAfter)})
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), name, t.key, res.RetryAfter)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s of %s for key %q, retry after %v\n", outcome(res), num(count), nameText(name), t.key, res.RetryAfter)
 				return nil
 			})
 		},

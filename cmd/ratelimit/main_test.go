@@ -1245,3 +1245,34 @@ func TestSimulateSVGKeptOnFailure(t *testing.T) {
 	require.Contains(t, string(must(os.ReadFile(old))), "<svg xmlns")
 	require.True(t, strings.HasSuffix(string(must(os.ReadFile(old))), "</svg>\n"))
 }
+
+// A limit's name reaches the terminal quoted, as nameText writes it, when
+// it holds what is not printable: a limits file's names are any text, and
+// --name any bytes, and the terminal ran the escapes of one (ESC [31m
+// turned the rest red; others move the cursor, or set the window's
+// title).
+func TestNameEscapedInText(t *testing.T) {
+	const name = "a\x1b[31mb\rc"
+	const quoted = `"a\x1b[31mb\rc"`
+	inline := []string{"--kind", "token bucket", "--rate", "1", "--period", "1s", "--name", name}
+	path := filepath.Join(t.TempDir(), "limits.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"a\u001b[31mb\rc": {"kind": "token bucket", "rate": 1, "period": "1s"}}`), 0o600))
+	file := []string{"--limits", path, "--name", name}
+	for _, args := range [][]string{
+		append([]string{"simulate", "--at", "0s=1"}, inline...),
+		append([]string{"simulate", "--at", "0s=1"}, file...),
+		append([]string{"limit", "--store", "mem:", "--key", "k"}, inline...),
+		append([]string{"reset", "--store", "mem:", "--key", "k"}, inline...),
+		append([]string{"inspect", "--store", "mem:", "--key", "k"}, file...),
+	} {
+		code, out, errOut := exec(args...)
+		require.Equal(t, 0, code, "%q: %s", args, errOut)
+		assert.NotContains(t, out, "\x1b", "%q", args)
+		assert.NotContains(t, out, "\r", "%q", args)
+		assert.Contains(t, out, quoted, "%q", args)
+	}
+	// A plain name is written as it is.
+	code, out, errOut := exec("simulate", "--at", "0s=1", "--kind", "token bucket", "--rate", "1", "--period", "1s", "--name", "send")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "send: token bucket"), out)
+}

@@ -502,8 +502,11 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 	return nil
 }
 
+// describe returns the line that names the limit and its fields, the
+// name as nameText writes it: a limits file's names are any text, and
+// --name any bytes, with a terminal's escapes among them.
 func describe(name string, cfg ratelimit.Config) string {
-	s := fmt.Sprintf("%s: %v, rate %v per %v", name, cfg.Kind, cfg.Rate, cfg.Period)
+	s := fmt.Sprintf("%s: %v, rate %v per %v", nameText(name), cfg.Kind, cfg.Rate, cfg.Period)
 	if cfg.Capacity != 0 {
 		s += fmt.Sprintf(", capacity %v", cfg.Capacity)
 	}
