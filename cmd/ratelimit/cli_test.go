@@ -764,6 +764,31 @@ func TestStorePasswordHidden(t *testing.T) {
 	}
 }
 
+// A URL that reads both ways, USER:DIGITS?KEY=VALUE@HOST, is read as the
+// clients read it, a port and a query holding the @ (docs/cli.md); when
+// the client refuses that query, the error shows neither the text that may
+// be a password written without its ? escaped nor the client's words about
+// it ("unexpected option: hunter"), and says how to write either reading.
+// One the client takes is read so, and shown as it is.
+func TestStoreQueryOrPassword(t *testing.T) {
+	for store, shown := range map[string]string{
+		"redis://app:1234?hunter=22@127.0.0.1:1/0":         "redis://app:xxxxx@127.0.0.1:1/0",
+		"redis://app:1234?db=hunter22@127.0.0.1:1":         "redis://app:xxxxx@127.0.0.1:1",
+		"postgres://app:1234?sslmode=hunter@127.0.0.1:1/x": "postgres://app:xxxxx@127.0.0.1:1/x",
+	} {
+		code, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s: %s%s", store, out, errOut)
+		require.NotContains(t, errOut, "hunter", store)
+		require.Equal(t, "ratelimit: --store \""+shown+"\": the text from the user's colon to the @ (xxxxx here) reads as a port and a query (?...) holding the @, "+
+			"and the client refused that query: if it is a password, write its ? or # escaped (%3F, %23); if the @ is in a query's value, write it escaped (%40)\n"+
+			"Run 'ratelimit inspect --help' for usage.\n", errOut, store)
+	}
+	// Taken by the client: a port and a query, dialled (a closed port).
+	code, _, errOut := exec(append([]string{"inspect", "--store", "redis://127.0.0.1:1?client_name=a@b"}, tokenBucket...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "redis at 127.0.0.1:1: ")
+}
+
 // A password that a URL does not hold as written is hidden too: one with
 // a /, ? or # not escaped, which ends a URL's host, so that the clients
 // read its start as a port and quoted it (invalid port ":hunter"), and

@@ -302,7 +302,7 @@ func (f *storeFlags) parse() (storeURL, error) {
 		}
 		opt, err := redis.ParseURL(u)
 		if err != nil {
-			return s, usagef("--store %q: %s", shown, hide(err.Error()))
+			return s, clientRefused(u, shown, hide(err.Error()))
 		}
 		s.redis = opt
 	case "redis+cluster":
@@ -314,7 +314,7 @@ func (f *storeFlags) parse() (storeURL, error) {
 	case "postgres", "postgresql":
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
-			return s, usagef("--store %q: %s", shown, hide(pgParseError(err)))
+			return s, clientRefused(u, shown, hide(pgParseError(err)))
 		}
 		s.pg = cfg
 	default:
@@ -483,6 +483,23 @@ func hidePassword(u string) (string, func(string) string) {
 	}
 }
 
+// clientRefused is the usage error of u, a store URL that the client
+// refused with the error why (its passwords hidden), shown as shown. A URL
+// of the form that reads both ways (userinfoIn) is read as the clients
+// read it, a port and a query holding the @, as RFC 3986 reads it; when
+// the client refuses that query, its error quoted what may be a password
+// written without its ? escaped (redis://app:1234?x=y@host: "unexpected
+// option: x"), and the URL whole: neither is shown then, and the error says
+// how to write either reading.
+func clientRefused(u, shown, why string) error {
+	i, j, _, ambiguous := userinfoIn(u)
+	if !ambiguous {
+		return usagef("--store %q: %s", shown, why)
+	}
+	return usagef("--store %q: the text from the user's colon to the @ (xxxxx here) reads as a port and a query (?...) holding the @, and the client refused that query: "+
+		"if it is a password, write its ? or # escaped (%%3F, %%23); if the @ is in a query's value, write it escaped (%%40)", u[:i]+"xxxxx"+u[j:])
+}
+
 // passwordIn returns where the password of u, a store URL, is, if it has
 // one: u[i:j], empty for none. It finds one that a URL does not hold as
 // written too: one that holds a /, ? or # not escaped, which ends a URL's
@@ -491,26 +508,39 @@ func hidePassword(u string) (string, func(string) string) {
 // and, for a scheme that is not a store's, the userinfo whole, which may
 // be a password without its user and scheme (pw@host, user:pw@host).
 func passwordIn(u string) (i, j int, malformed bool) {
+	i, j, malformed, ambiguous := userinfoIn(u)
+	if ambiguous {
+		return 0, 0, false
+	}
+	return i, j, malformed
+}
+
+// userinfoIn is passwordIn, and reports besides whether u is of the form
+// that reads both ways, USER:DIGITS?KEY=VALUE@...: as a port and a query
+// holding the @, as the clients read it (and as passwordIn reads it, with
+// no password), or as a password holding a ? or # not escaped; u[i:j] is
+// then that password, if it is one.
+func userinfoIn(u string) (i, j int, malformed, ambiguous bool) {
 	scheme, rest, ok := strings.Cut(u, ":")
 	if !ok {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	start := len(u) - len(strings.TrimLeft(rest, "/"))
 	after := u[start:] // after the scheme and its slashes
 	at := strings.LastIndex(after, "@")
 	if at < 0 {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	userinfo := after[:at]
 	user, password, ok := strings.Cut(userinfo, ":")
 	if !strings.ContainsAny(userinfo, "/?#") { // the @ is the host's
 		switch {
 		case ok && password != "":
-			return start + len(user) + 1, start + at, false
+			return start + len(user) + 1, start + at, false, false
 		case !ok && !storeSchemes[scheme]:
-			return start, start + at, false
+			return start, start + at, false, false
 		}
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	// A / ? or # before the @: an @ in a path or a query, or a password
 	// that holds one of them, written after a user and a colon. After a
@@ -519,13 +549,13 @@ func passwordIn(u string) (i, j int, malformed bool) {
 	// no key=value follows (1234?abc@), a password's: a path names a
 	// database, which redis:// numbers, and a query is of key=value.
 	if !ok || strings.ContainsAny(user, "/?#[") {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	end := strings.IndexAny(password, "/?#")
 	if q := strings.IndexAny(password, "?#"); allDigits(password[:end]) && q >= 0 && queryValue.MatchString(password[q+1:]) {
-		return 0, 0, false
+		return start + len(user) + 1, start + at, false, true
 	}
-	return start + len(user) + 1, start + at, true
+	return start + len(user) + 1, start + at, true, false
 }
 
 // queryValue matches the text of a query, or of a fragment, up to an @ in
