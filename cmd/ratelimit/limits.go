@@ -265,8 +265,11 @@ func (d *exactDuration) Type() string { return "duration" }
 
 func (d *exactDuration) Set(s string) error {
 	v, err := duration.Parse(s)
-	if errors.Is(err, duration.ErrNotWhole) {
+	switch {
+	case errors.Is(err, duration.ErrNotWhole):
 		return fmt.Errorf("the duration %w", err)
+	case errors.Is(err, duration.ErrRange):
+		return fmt.Errorf("the duration %w: a duration is at most %v, some 292 years", err, time.Duration(math.MaxInt64))
 	}
 	if err != nil {
 		return err

@@ -301,6 +301,29 @@ func TestCountErrorsNameFlags(t *testing.T) {
 	require.Equal(t, other, (&limitFlags{}).countUsage("--count 4", "", other))
 }
 
+// A duration written as one but beyond time.Duration's range is told as
+// out of range, as the limits file tells it: "time: invalid duration
+// \"9999999h\"" sent the reader looking for a typo, and an --at time of
+// that size was told to be written as hh:mm or a duration, which it is.
+func TestFlagsDurationOutOfRange(t *testing.T) {
+	fixed := []string{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "9999999h", "--at", "0s=1"},
+			`ratelimit: invalid argument "9999999h" for "--period" flag: the duration is out of range: a duration is at most 2562047h47m16.854775807s, some 292 years`},
+		{append(slices.Clone(fixed), "--every", "1s", "--for", "9999999h"),
+			`ratelimit: invalid argument "9999999h" for "--for" flag: the duration is out of range: a duration is at most 2562047h47m16.854775807s, some 292 years`},
+		{append(slices.Clone(fixed), "--at", "9999999h=1"), `ratelimit: time "9999999h": requests come at most 876576h0m0s (100 years) after the start`},
+		{append(slices.Clone(fixed), "--at", "-9999999h=1"), `ratelimit: time "-9999999h": requests come at or after the start, 0s`},
+	} {
+		code, out, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
+		require.Equal(t, tc.want+"\nRun 'ratelimit simulate --help' for usage.\n", errOut, "%q", tc.args)
+	}
+}
+
 // The command reads its times exactly, as the limits file does, and
 // refuses what it would take for another: a --period, --every or --at
 // time finer than a nanosecond was truncated (--period 1.0000005ms was a

@@ -220,8 +220,13 @@ func tooMany(what string, n int64, hint string) error {
 // in whole milliseconds.
 func parseOffset(s string) (time.Duration, error) {
 	d, err := duration.Parse(s)
-	if errors.Is(err, duration.ErrNotWhole) {
+	switch {
+	case errors.Is(err, duration.ErrNotWhole):
 		return 0, notWhole(s)
+	case errors.Is(err, duration.ErrRange) && strings.HasPrefix(s, "-"):
+		return 0, usagef("time %q: requests come at or after the start, 0s", s)
+	case errors.Is(err, duration.ErrRange):
+		return 0, tooLate(fmt.Sprintf("time %q", s))
 	}
 	if err == nil {
 		if d < 0 {

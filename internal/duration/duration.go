@@ -38,13 +38,23 @@ const maxDecimals = 100
 // Parse reads s as time.ParseDuration does ("90s", "1h30m", "1.5ms"),
 // with its errors, but exactly: a duration that is not a whole number of
 // nanoseconds is an error matching ErrNotWhole, and one beyond
-// time.Duration's range by its exact value ErrRange.
+// time.Duration's range ErrRange: by its exact value, or as it is written
+// (9999999h), which time.ParseDuration calls invalid.
 func Parse(s string) (time.Duration, error) {
 	if _, err := time.ParseDuration(s); err != nil {
+		if syntax.MatchString(s) {
+			// Written as a duration, beyond its range: "invalid duration"
+			// sent the reader looking for a typo in 9999999h.
+			return 0, ErrRange
+		}
 		return 0, err
 	}
 	return Exact(s)
 }
+
+// syntax matches what time.ParseDuration reads, of any size: a duration
+// it refuses though it matches is out of its range.
+var syntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // Exact returns s, a duration that time.ParseDuration reads, as the exact
 // number of nanoseconds it writes; see Parse.

@@ -32,8 +32,15 @@ func TestParse(t *testing.T) {
 		_, err := duration.Parse(s)
 		assert.ErrorIs(t, err, duration.ErrNotWhole, s)
 	}
-	for _, s := range []string{"", "1", "1x", "h", "3000000h"} {
+	for _, s := range []string{"", "1", "1x", "h", "1h-1m", "1..5s"} {
 		_, err := duration.Parse(s)
 		assert.ErrorContains(t, err, "time: ", s)
+	}
+	// Written as a duration, beyond the range of time.Duration, which
+	// time.ParseDuration called invalid ("time: invalid duration"), as
+	// it does a typo.
+	for _, s := range []string{"3000000h", "9999999h", "-3000000h", "2562047h47m16.854775808s", "99999999999999999999ns"} {
+		_, err := duration.Parse(s)
+		assert.ErrorIs(t, err, duration.ErrRange, s)
 	}
 }
