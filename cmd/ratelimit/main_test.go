@@ -324,6 +324,24 @@ func TestFlagsDurationOutOfRange(t *testing.T) {
 	}
 }
 
+// --for given, but not above 0, is told as such: it was told "--every
+// needs --for", which was given.
+func TestSimulateForNotAboveZero(t *testing.T) {
+	for span, want := range map[string]string{
+		"0s":  "ratelimit: --for 0s: give the steady pattern a length above 0\n",
+		"-1s": "ratelimit: --for -1s: give the steady pattern a length above 0\n",
+		"":    "ratelimit: --every needs --for, the length of the steady pattern\n",
+	} {
+		args := []string{"simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1s"}
+		if span != "" {
+			args = append(args, "--for", span)
+		}
+		code, _, errOut := exec(args...)
+		require.Equal(t, 2, code, errOut)
+		require.Equal(t, want+"Run 'ratelimit simulate --help' for usage.\n", errOut, span)
+	}
+}
+
 // The command reads its times exactly, as the limits file does, and
 // refuses what it would take for another: a --period, --every or --at
 // time finer than a nanosecond was truncated (--period 1.0000005ms was a

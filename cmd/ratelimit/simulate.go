@@ -106,6 +106,9 @@ seed gives the same output.`,
 				return tooLate(fmt.Sprintf("--for %v", span))
 			}
 			if every > 0 {
+				if flags.Changed("for") && span <= 0 {
+					return usagef("--for %v: give the steady pattern a length above 0", span)
+				}
 				if span <= 0 {
 					return usagef("--every needs --for, the length of the steady pattern")
 				}
