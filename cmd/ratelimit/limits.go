@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,12 +61,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		}
 		cfg, ok := limits[f.name]
 		if !ok {
-			names := make([]string, 0, len(limits))
-			for n := range limits {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			return "", ratelimit.Config{}, usagef("limit %q is not in %s: pass --name, one of %q", f.name, f.file, names)
+			return "", ratelimit.Config{}, notIn(f.name, f.file, limits)
 		}
 		return f.name, cfg, nil
 	}
@@ -94,6 +90,28 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		name = "limit"
 	}
 	return name, cfg, nil
+}
+
+// maxNamesListed bounds the names that the error of a --name not in the
+// limits file lists: a file of thousands of limits made it a line of
+// megabytes.
+const maxNamesListed = 20
+
+// notIn is the usage error of the limit name, which the limits file of
+// path, holding limits, does not declare: it names the limit that differs
+// from it by case alone, if one does, and otherwise lists the limits, at
+// most maxNamesListed of them.
+func notIn(name, path string, limits ratelimit.Limits) error {
+	names := slices.Sorted(maps.Keys(limits))
+	for _, n := range names {
+		if strings.EqualFold(n, name) {
+			return usagef("limit %q is not in %s: did you mean %q? (names are matched as written)", name, path, n)
+		}
+	}
+	if len(names) > maxNamesListed {
+		return usagef("limit %q is not in %s: pass --name, one of %q and %d more", name, path, names[:maxNamesListed], len(names)-maxNamesListed)
+	}
+	return usagef("limit %q is not in %s: pass --name, one of %q", name, path, names)
 }
 
 // fileOnly refuses the flags of an inline limit beside --limits.

@@ -184,6 +184,29 @@ func TestLimitsFileTooLarge(t *testing.T) {
 	assert.Equal(t, "ratelimit: limits file "+big+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
 }
 
+// A --name the limits file does not declare lists at most 20 of its
+// limits, and names the one that differs by case alone, if one does: a
+// file of thousands of limits made the error a line of megabytes.
+func TestLimitsFileNameNotIn(t *testing.T) {
+	var file strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&file, "l%02d: {kind: token bucket, rate: 1, period: 1s}\n", i)
+	}
+	file.WriteString("signup: {kind: token bucket, rate: 1, period: 1s}\n")
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(file.String()), 0o600))
+
+	code, _, errOut := exec("simulate", "--limits", path, "--name", "nope", "--at", "0s=1")
+	require.Equal(t, 2, code, errOut)
+	require.Equal(t, `ratelimit: limit "nope" is not in `+path+`: pass --name, one of ["l00" "l01" "l02" "l03" "l04" "l05" "l06" "l07" "l08" "l09" `+
+		`"l10" "l11" "l12" "l13" "l14" "l15" "l16" "l17" "l18" "l19"] and 11 more`+"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
+
+	code, _, errOut = exec("simulate", "--limits", path, "--name", "SignUp", "--at", "0s=1")
+	require.Equal(t, 2, code, errOut)
+	require.Equal(t, `ratelimit: limit "SignUp" is not in `+path+`: did you mean "signup"? (names are matched as written)`+
+		"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
+}
+
 // --limits with any flag of an inline limit is refused: --capacity,
 // --shards, --max-reserved and --start were silently ignored (only
 // --kind, --rate and --period were refused), even given as their zero.
