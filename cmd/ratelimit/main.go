@@ -13,7 +13,10 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 )
@@ -99,8 +102,39 @@ func message(err error) string {
 	if isConnError(err) {
 		s += " (is the server up? check --store)"
 	}
-	return prefix + s
+	return prefix + escapeControls(s)
 }
+
+// escapeControls returns s with each control character (ESC, CR, a
+// newline, DEL, the C1 controls), each format character (the
+// right-to-left override) and each byte that is not UTF-8 written as Go
+// escapes it in a string (\x1b, \r, \u202e, \xff): an error quotes what
+// it was given, such as a path or a store's user, and a server's error
+// what the server says, and a terminal ran the escapes among them, turned
+// the line red, moved the cursor back over it, or set the window's title.
+func escapeControls(s string) string {
+	if strings.IndexFunc(s, needsEscape) < 0 && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case needsEscape(r):
+			q := strconv.QuoteRune(r) // '\x1b', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// needsEscape reports whether r is a control or format character.
+func needsEscape(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
 
 // version returns the command's version, from the build's information:
 // the main module's version ("(devel)" when built from a checkout without

@@ -1340,3 +1340,26 @@ func TestNameEscapedInText(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.True(t, strings.HasPrefix(out, "send: token bucket"), out)
 }
+
+// An error's line writes its control and format characters, and bytes
+// that are not UTF-8, as Go escapes them: errors quote what they were
+// given (a path, a store's user) and what a server says, and the terminal
+// ran the escapes among them.
+func TestErrorLineEscaped(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a\x1b[31mb\r\u202e\xff.yaml")
+	code, out, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
+	require.Equal(t, 1, code, out+errOut)
+	require.Equal(t, "ratelimit: open "+dir+`/a\x1b[31mb\r\u202e\xff.yaml: no such file or directory`+"\n", errOut)
+
+	// A store's user, in the client's error (a closed port).
+	code, out, errOut = exec("inspect", "--store", "host=127.0.0.1 port=1 user=a\x1b]0;title\x07 dbname=x", "--key", "k",
+		"--kind", "token bucket", "--rate", "1", "--period", "1s")
+	require.Equal(t, 1, code, out+errOut)
+	require.Contains(t, errOut, `user=a\x1b]0;title\a database=x`)
+	require.NotContains(t, errOut, "\x1b")
+	require.NotContains(t, errOut, "\x07")
+
+	assert.Equal(t, "plain, café 🚀", escapeControls("plain, café 🚀"))
+	assert.Equal(t, `\t\n\x7f\u0085\u200b`, escapeControls("\t\n\x7f\u0085\u200b"))
+}
