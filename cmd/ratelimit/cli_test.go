@@ -317,6 +317,23 @@ func TestRedisPrefixIsNotAPattern(t *testing.T) {
 	require.Equal(t, `a\*b\?c\[d\]e\\f`, globEscape(`a*b?c[d]e\f`))
 }
 
+// --seed with a limit of one record, whose calls draw no shards, is
+// refused: every seed printed the same table, silently.
+func TestSimulateSeedUnsharded(t *testing.T) {
+	for _, shards := range []string{"", "0", "1"} {
+		args := []string{"simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--at", "0s=1", "--seed", "7"}
+		if shards != "" {
+			args = append(args, "--shards", shards)
+		}
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.Equal(t, "ratelimit: --seed draws the shards each call of a sharded limit evaluates, and this limit has one record: leave --seed out\n"+
+			"Run 'ratelimit simulate --help' for usage.\n", errOut, "%q", args)
+	}
+	code, _, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--at", "0s=1", "--seed", "7", "--shards", "2")
+	require.Equal(t, 0, code, errOut)
+}
+
 func TestSimulateSeed(t *testing.T) {
 	// A sharded limit near its end: which two shards a call evaluates
 	// decides whether it passes.

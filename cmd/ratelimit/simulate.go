@@ -90,11 +90,16 @@ seed gives the same output.`,
 			if cfg.Kind == ratelimit.FixedWindow && cfg.Start.IsZero() {
 				cfg.Start = simStart
 			}
+			flags := cmd.Flags()
+			if flags.Changed("seed") && cfg.Shards <= 1 {
+				// It draws the shards of a sharded limit's calls, and
+				// nothing else: every seed printed the same table.
+				return usagef("--seed draws the shards each call of a sharded limit evaluates, and this limit has one record: leave --seed out")
+			}
 			reqs, err := parsePattern(at)
 			if err != nil {
 				return err
 			}
-			flags := cmd.Flags()
 			switch {
 			case flags.Changed("every") && every <= 0:
 				return usagef("--every %v: the steady pattern needs a time between requests above 0", every)
