@@ -103,7 +103,8 @@ and exits with status 130 (1 if the check failed).`,
 	keys, goroutines = 1, 16
 	cmd.Flags().Var((*decimalInt)(&keys), "keys", "how many keys to spread the calls over")
 	cmd.Flags().Var((*decimalInt)(&goroutines), "goroutines", "how many goroutines call at once")
-	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")
+	duration = 5 * time.Second
+	cmd.Flags().Var((*exactDuration)(&duration), "duration", "how long to run")
 	count = 1
 	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens per call")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")

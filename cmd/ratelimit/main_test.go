@@ -345,6 +345,16 @@ func TestFlagsDurationOutOfRange(t *testing.T) {
 		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
 		require.Equal(t, tc.want+"\nRun 'ratelimit simulate --help' for usage.\n", errOut, "%q", tc.args)
 	}
+	// --timeout and bench's --duration, read by pflag's Duration, told the
+	// same "invalid duration".
+	for flag, args := range map[string][]string{
+		"--timeout":  append([]string{"inspect", "--store", "mem:", "--key", "k", "--timeout", "9999999h"}, tokenBucket...),
+		"--duration": append([]string{"bench", "--store", "mem:", "--duration", "9999999h"}, tokenBucket...),
+	} {
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.Contains(t, errOut, `"9999999h" for "`+flag+`" flag: the duration is out of range`, "%q", args)
+	}
 }
 
 // --for given, but not above 0, is told as such: it was told "--every

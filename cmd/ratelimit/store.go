@@ -62,7 +62,8 @@ const keySecretEnv = "RATELIMIT_KEY_SECRET"
 func (f *storeFlags) register(fs *pflag.FlagSet) {
 	f.registerURL(fs)
 	f.registerKeySecret(fs)
-	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: inspect, limit and reset end within it, bench's calls within it of the run's end")
+	f.timeout = defaultTimeout
+	fs.Var((*exactDuration)(&f.timeout), "timeout", "the longest to wait for the store: inspect, limit and reset end within it, bench's calls within it of the run's end")
 }
 
 // registerStore registers the flags of the store without --key-secret:
@@ -70,7 +71,8 @@ func (f *storeFlags) register(fs *pflag.FlagSet) {
 // knows it.
 func (f *storeFlags) registerStore(fs *pflag.FlagSet) {
 	f.registerURL(fs)
-	fs.DurationVar(&f.timeout, "timeout", defaultTimeout, "the longest to wait for the store: to open it, and for each token's settlement")
+	f.timeout = defaultTimeout
+	fs.Var((*exactDuration)(&f.timeout), "timeout", "the longest to wait for the store: to open it, and for each token's settlement")
 }
 
 // registerURL registers --store and the flags that name the store's part
