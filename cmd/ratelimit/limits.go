@@ -177,24 +177,38 @@ const maxLimitsFile = 4 << 20
 // maxLimitsFile bytes.
 var errLimitsTooLarge = fmt.Errorf("larger than %d MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each", maxLimitsFile>>20)
 
-// readLimitsFile reads the file at path, of at most maxLimitsFile bytes:
-// its size is checked before it is read, and what is read is bounded,
-// for a file whose size is not known ahead (a pipe, a device).
+// readLimitsFile reads the limits file at path, of at most maxLimitsFile
+// bytes.
 func readLimitsFile(path string) ([]byte, error) {
+	data, err := readFileAtMost(path, maxLimitsFile)
+	if errors.Is(err, errTooLarge) {
+		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	}
+	return data, err
+}
+
+// errTooLarge is the error of readFileAtMost for a file larger than it
+// reads.
+var errTooLarge = errors.New("file too large")
+
+// readFileAtMost reads the file at path, of at most most bytes, or returns
+// errTooLarge: its size is checked before it is read, and what is read is
+// bounded, for a file whose size is not known ahead (a pipe, a device).
+func readFileAtMost(path string, most int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxLimitsFile {
-		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > most {
+		return nil, errTooLarge
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxLimitsFile+1))
+	data, err := io.ReadAll(io.LimitReader(f, most+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxLimitsFile {
-		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	if int64(len(data)) > most {
+		return nil, errTooLarge
 	}
 	return data, nil
 }

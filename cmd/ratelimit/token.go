@@ -55,6 +55,11 @@ func (l *fileList) Set(path string) error {
 	return nil
 }
 
+// maxTokenKeyFile is the most bytes of a --token-key-file the command
+// reads: a key is some tens of bytes, and a file given by mistake (a log,
+// a device) was read whole.
+const maxTokenKeyFile = 64 << 10
+
 // tokenKey is a token key and where it was read.
 type tokenKey struct {
 	from string // the file, or $RATELIMIT_TOKEN_KEY
@@ -67,7 +72,10 @@ type tokenKey struct {
 func (f *tokenKeyFlags) keys() ([]tokenKey, error) {
 	var keys []tokenKey
 	for _, path := range f.files {
-		data, err := os.ReadFile(path)
+		data, err := readFileAtMost(path, maxTokenKeyFile)
+		if errors.Is(err, errTooLarge) {
+			return nil, usagef("--token-key-file %s: larger than %d KiB: is it the token key? give the file that holds the key alone", path, maxTokenKeyFile>>10)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--token-key-file: %w", err)
 		}

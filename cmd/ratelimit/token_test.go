@@ -297,6 +297,8 @@ func TestTokenUsageErrors(t *testing.T) {
 	a2 := writeFile(t, dir, "a2.key", tokenKeyA+"\r\n")
 	zero := writeFile(t, dir, "zero.key", strings.Repeat("\x00", 32))
 	padded := writeFile(t, dir, "padded.key", tokenKeyA+"\x00")
+	// A file given by mistake is refused, not read whole.
+	huge := writeFile(t, dir, "huge.key", strings.Repeat("k", maxTokenKeyFile+1))
 	limits := writeFile(t, dir, "limits.yaml", signupLimitsYAML)
 	unsetenv(t, tokenKeyEnv)
 	store := []string{"--store", "mem:", "--limits", limits}
@@ -312,6 +314,7 @@ func TestTokenUsageErrors(t *testing.T) {
 		{[]string{"token", "inspect", "--token-key-file", zero, "AQ"}, nil, "the token keys (" + zero + "): WithTokenKey: the key is 32 zero bytes"},
 		{[]string{"token", "inspect", "--token-key-file", a, "--token-key-file", padded, "AQ"}, nil, "the token keys (" + a + ", " + padded + "): WithTokenKey: accepted key 1 is the same as the signing key"},
 		{[]string{"token", "inspect", "--token-key-file", "", "AQ"}, nil, `invalid argument "" for "--token-key-file" flag: give a file's path`},
+		{[]string{"token", "inspect", "--token-key-file", huge, "AQ"}, nil, "--token-key-file " + huge + ": larger than 64 KiB: is it the token key? give the file that holds the key alone"},
 		{[]string{"token", "inspect", "AQ"}, ptr(""), "$RATELIMIT_TOKEN_KEY is set and empty"},
 		{[]string{"token", "inspect", "AQ"}, ptr("short"), "the token key of $RATELIMIT_TOKEN_KEY has 5 bytes"},
 		{[]string{"token", "inspect", "--key-secret", "short", "AQ"}, nil, "the key secret (--key-secret, or $RATELIMIT_KEY_SECRET) has 5 bytes"},
