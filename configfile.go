@@ -535,8 +535,10 @@ func editDistance(a, b string) int {
 }
 
 // ParseLimits reads named limits from YAML or JSON (a mapping of name to
-// config, as above) and validates every one. An error names the line, and
-// the limit and field as written.
+// config, as above) and validates every one. An error names the line and
+// the limit as written; a field the file misspells or repeats is named as
+// written, and one whose value Config.Validate refuses by its Go name
+// (Rate for rate, MaxReserved for maxReserved), as New would say it.
 func ParseLimits(data []byte) (Limits, error) {
 	var doc yaml.Node
 	var err error
