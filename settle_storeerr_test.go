@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// requireSettleStoreErr checks the error of a settlement whose store call
-// failed with cause: a *StoreError naming limit "jobs", matching
-// ErrStoreUnavailable and cause.
-func requireSettleStoreErr(t *testing.T, err, cause error, what string) {
+// requireStoreUnavailable checks the error of a settlement, a Reset or a
+// Value whose store call failed with cause: a *StoreError naming limit
+// "jobs", matching ErrStoreUnavailable and cause, and no other sentinel.
+func requireStoreUnavailable(t *testing.T, err, cause error, what string) {
 	t.Helper()
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, what)
 	require.ErrorIs(t, err, cause, "%s: the store's own error still matches", what)
@@ -49,7 +49,7 @@ func TestSettlementStoreFailureIsStoreUnavailable(t *testing.T) {
 			require.NoError(t, err)
 			tok := r.Token()
 			store.fail.Store(true)
-			requireSettleStoreErr(t, settle(tok, opts...), errDown, name)
+			requireStoreUnavailable(t, settle(tok, opts...), errDown, name)
 			store.fail.Store(false)
 			require.NoError(t, settle(tok, opts...), "%s: nothing was settled: the retry goes through", name)
 		}
@@ -61,8 +61,8 @@ func TestSettlementStoreFailureIsStoreUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	r.Token()
 	store.fail.Store(true)
-	requireSettleStoreErr(t, r.Cancel(ctx), errDown, "Cancel")
-	requireSettleStoreErr(t, r.Wait(ctx), errDown, "Wait")
+	requireStoreUnavailable(t, r.Cancel(ctx), errDown, "Cancel")
+	requireStoreUnavailable(t, r.Wait(ctx), errDown, "Wait")
 	store.fail.Store(false)
 	require.NoError(t, r.Wait(ctx))
 }
@@ -92,7 +92,7 @@ func TestSettlementStoreClockFailureIsStoreUnavailable(t *testing.T) {
 	r, err := lim.Reserve(ctx, "jobs", "k")
 	require.NoError(t, err)
 	store.fail = true
-	requireSettleStoreErr(t, lim.Refund(ctx, r.Token()), errClock, "Refund")
+	requireStoreUnavailable(t, lim.Refund(ctx, r.Token()), errClock, "Refund")
 	store.fail = false
 	require.NoError(t, lim.Refund(ctx, r.Token()))
 }
