@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
-	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
 )
@@ -58,13 +57,9 @@ func shadowOperators(schema string) string {
 // call of the store.
 func TestOperatorsOfASchemaBeforePgCatalog(t *testing.T) {
 	ctx := context.Background()
-	admin := newPool(t, testserver.PostgresURL(t), nil)
-	first, home := testSchema(t, admin), testSchema(t, admin)
-	name := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	admin, first, home, name := tableBesideASchema(t)
 	table := home + "." + name
-	_, err := pgstore.New(ctx, admin, pgstore.WithTable(table))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, shadowOperators(pgx.Identifier{first}.Sanitize()))
+	_, err := admin.Exec(ctx, shadowOperators(pgx.Identifier{first}.Sanitize()))
 	require.NoError(t, err)
 	pool := pathPool(t, pgx.Identifier{first}.Sanitize()+", pg_catalog, "+pgx.Identifier{home}.Sanitize(), nil)
 	// The shadows are there: a bare operator finds them.

@@ -34,6 +34,18 @@ func pathPool(t *testing.T, path string, afterConnect func(context.Context, *pgx
 
 // testSchema creates a schema of the test's own, dropped with what it
 // holds at cleanup, and returns its name.
+// tableBesideASchema installs a table of a new name (name) in a new schema
+// (home), beside another new schema (first) for the caller to put shadows
+// of PostgreSQL's or the store's objects in, through admin.
+func tableBesideASchema(t *testing.T) (admin *pgxpool.Pool, first, home, name string) {
+	admin = newPool(t, testserver.PostgresURL(t), nil)
+	first, home = testSchema(t, admin), testSchema(t, admin)
+	name = fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	_, err := pgstore.New(context.Background(), admin, pgstore.WithTable(home+"."+name))
+	require.NoError(t, err)
+	return admin, first, home, name
+}
+
 func testSchema(t *testing.T, pool *pgxpool.Pool) string {
 	name := fmt.Sprintf("ratelimit_test_app_%d", time.Now().UnixNano())
 	_, err := pool.Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
@@ -272,13 +284,9 @@ func shadowsOf(t *testing.T, pool *pgxpool.Pool, home, table, schema string) str
 // Load, Delete and DeleteExpired.
 func TestFunctionsOfTheSameNameElsewhere(t *testing.T) {
 	ctx := context.Background()
-	admin := newPool(t, testserver.PostgresURL(t), nil)
-	first, home := testSchema(t, admin), testSchema(t, admin)
-	name := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	admin, first, home, name := tableBesideASchema(t)
 	table := home + "." + name
-	_, err := pgstore.New(ctx, admin, pgstore.WithTable(table))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, shadowsOf(t, admin, home, name, pgx.Identifier{first}.Sanitize()))
+	_, err := admin.Exec(ctx, shadowsOf(t, admin, home, name, pgx.Identifier{first}.Sanitize()))
 	require.NoError(t, err)
 	temp := shadowsOf(t, admin, home, name, "pg_temp") +
 		"CREATE TEMPORARY TABLE " + pgx.Identifier{name}.Sanitize() + " (LIKE " + pgx.Identifier{home, name}.Sanitize() + ");"
