@@ -137,19 +137,23 @@ func check(b Bound, grants []grant, keys []string) Check {
 // checkKey judges one key's grants, sorted by call time, and records its
 // worst run in c.
 //
-// Grants i..j (in call order) were decided within [from_i, M_j], M_j the
-// latest answer among grants 0..j, so within a span of at most
-// widen(M_j - from_i). Scans in linear time find the worst run:
+// Grants i..j (in call order) were decided within [from_i, M(i,j)],
+// M(i,j) the latest answer among grants i..j, so within a span of at most
+// widen(M(i,j) - from_i). A grant answered late widens only the runs it
+// belongs to: the grants made while it waited, on other goroutines, are
+// judged over their own spans. Scans in linear time find the worst run:
 //
 //   - for every bound, the linear bound Base' + r·S (Base' = Base for a
 //     bucket, where it is the bound itself; Base + PerWindow for windows,
 //     as ⌈x⌉ < x + 1): the run i..j exceeds it by (j-i+1) - Base' -
-//     r·widen(M_j - from_i), and the best i for each j is kept as a
-//     running maximum of r'·from_i - i;
+//     r·widen(M(i,j) - from_i). A stack of the runs' ends holds, for each
+//     stretch of i over which M(i,j) is the same answer, the best
+//     r'·from_i - i, and below it the best of the stretches beneath;
 //   - for windows, the staircase itself over spans of up to maxSteps
 //     periods: for each k, runs whose widened span is at most k periods
 //     may hold Base + k·PerWindow. The earliest such i only moves forward
-//     with j. Beyond maxSteps periods, the linear bound allows less than
+//     with j, and a queue of the latest answers after it gives M(i,j).
+//     Beyond maxSteps periods, the linear bound allows less than
 //     PerWindow more than the staircase, a share under 1/maxSteps of it.
 func checkKey(b Bound, gs []grant, key string, c *Check) {
 	note := func(excess float64, i, j int, span int64, allows float64) {
@@ -160,7 +164,7 @@ func checkKey(b Bound, gs []grant, key string, c *Check) {
 		}
 	}
 	base, perNs := b.Base, b.PerSecond/1e9
-	var firsts []int // firsts[k-1]: the staircase scan's earliest i for k periods
+	var firsts []stair // firsts[k-1]: the staircase scan for k periods
 	if b.Period > 0 {
 		base, perNs = b.Base+b.PerWindow, b.PerWindow/float64(b.Period)
 		latest := int64(0)
@@ -168,40 +172,92 @@ func checkKey(b Bound, gs []grant, key string, c *Check) {
 			latest = max(latest, g.to())
 		}
 		steps := math.Ceil(widen(latest-gs[0].from) / float64(b.Period))
-		firsts = make([]int, int(min(steps, maxSteps)))
+		firsts = make([]stair, int(min(steps, maxSteps)))
 	}
-	var (
-		latest  int64          // M_j
-		best    = math.Inf(-1) // max over i ≤ j of perNs·(1+clockRate)·from_i - i
-		bestI   int            // its i
-		stretch = perNs * (1 + clockRate)
-	)
+	stretch := perNs * (1 + clockRate)
+	var ends []runEnd // from the earliest i up; M(i,j) falls along it
 	for j, g := range gs {
-		latest = max(latest, g.to())
-		if v := stretch*float64(g.from) - float64(j); v > best {
-			best, bestI = v, j
+		// The stretch of i whose latest answer is g's: j, and every
+		// stretch beneath whose latest answer came no later.
+		e := runEnd{to: g.to(), best: stretch*float64(g.from) - float64(j), bestI: j}
+		for len(ends) > 0 && ends[len(ends)-1].to <= e.to {
+			if top := ends[len(ends)-1]; top.best > e.best {
+				e.best, e.bestI = top.best, top.bestI
+			}
+			ends = ends[:len(ends)-1]
 		}
-		excess := float64(j+1) - base - stretch*float64(latest) - perNs*float64(clockGrain) + best
+		e.upTo, e.upToI, e.upToEnd = e.best-stretch*float64(e.to), e.bestI, e.to
+		if len(ends) > 0 {
+			if below := ends[len(ends)-1]; below.upTo > e.upTo {
+				e.upTo, e.upToI, e.upToEnd = below.upTo, below.upToI, below.upToEnd
+			}
+		}
+		ends = append(ends, e)
+		excess := float64(j+1) - base - perNs*float64(clockGrain) + e.upTo
 		if excess > c.Excess {
-			span := latest - gs[bestI].from
-			note(excess, bestI, j, span, base+perNs*widen(span))
+			span := e.upToEnd - gs[e.upToI].from
+			note(excess, e.upToI, j, span, base+perNs*widen(span))
 		}
 		for k := range firsts {
+			s := &firsts[k]
+			s.push(gs, j)
 			// A single slow answer may leave no run short enough.
 			limit := float64(k+1) * float64(b.Period)
-			first := firsts[k]
-			for first <= j && widen(latest-gs[first].from) > limit {
-				first++
+			for s.first <= j && widen(s.latest(gs)-gs[s.first].from) > limit {
+				s.advance()
 			}
-			firsts[k] = first
-			if first <= j {
+			if s.first <= j {
 				allows := b.Base + float64(k+1)*b.PerWindow
-				if excess := float64(j-first+1) - allows; excess > c.Excess {
-					note(excess, first, j, latest-gs[first].from, allows)
+				if excess := float64(j-s.first+1) - allows; excess > c.Excess {
+					note(excess, s.first, j, s.latest(gs)-gs[s.first].from, allows)
 				}
 			}
 		}
 	}
+}
+
+// runEnd is a stretch of the first grants i of runs ending at the current
+// j over which M(i,j) is the same answer, to.
+type runEnd struct {
+	to    int64
+	best  float64 // the best r'·from_i - i over the stretch
+	bestI int
+	// upTo is the best r'·from_i - i - r'·M(i,j) over this stretch and
+	// those beneath it, for the i upToI, whose M(i,j) is upToEnd.
+	upTo    float64
+	upToI   int
+	upToEnd int64
+}
+
+// stair is the staircase scan for one number of periods: the earliest
+// grant first of the runs that fit, and the indices after it whose
+// answers no later grant's answer passes, latest answer first.
+type stair struct {
+	first int
+	queue []int
+	head  int
+}
+
+func (s *stair) push(gs []grant, j int) {
+	to := gs[j].to()
+	for len(s.queue) > s.head && gs[s.queue[len(s.queue)-1]].to() <= to {
+		s.queue = s.queue[:len(s.queue)-1]
+	}
+	if s.head > 0 && s.head*2 >= len(s.queue) {
+		s.queue = s.queue[:copy(s.queue, s.queue[s.head:])]
+		s.head = 0
+	}
+	s.queue = append(s.queue, j)
+}
+
+// latest returns M(first, j), j the last pushed; first ≤ j.
+func (s *stair) latest(gs []grant) int64 { return gs[s.queue[s.head]].to() }
+
+func (s *stair) advance() {
+	if s.queue[s.head] == s.first {
+		s.head++
+	}
+	s.first++
 }
 
 // maxSteps is how many periods the staircase scan of windows covers.

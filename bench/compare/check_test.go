@@ -1,6 +1,8 @@
 package compare
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -270,4 +272,77 @@ func TestCheckWindowsOverSeveralPeriods(t *testing.T) {
 	c = check(b, gs, []string{"k"})
 	assert.False(t, c.Violated(), c.Worst)
 	assert.InDelta(t, 0, c.Excess, 1e-9, c.Worst)
+}
+
+// TestCheckSlowAnswerOutsideRun requires a run's span to end at the last
+// answer of its own grants: a grant answered late widens the spans of the
+// runs it belongs to, not those of the grants that came after it. Here one
+// grant is answered a second after it was made, and meanwhile 150 grants
+// are made and answered within 1.2 ms: 50 too many for a bucket of 100 at
+// 100/s, and for windows of 100 a second (200 in any span of a period).
+func TestCheckSlowAnswerOutsideRun(t *testing.T) {
+	for _, tc := range []struct {
+		b Bound
+		n int
+	}{
+		{BucketBound("token bucket", 100, 100), 150},
+		{WindowBound("window counter", 100, 100, time.Second), 250},
+	} {
+		gs := []grant{{from: 0, lat: 1_000_000}} // answered at 1 s
+		for i := range tc.n {
+			gs = append(gs, grant{from: int64(time.Millisecond) + int64(i)*1_000, lat: 1})
+		}
+		c := check(tc.b, gs, []string{"k"})
+		assert.Truef(t, c.Violated(), "%s: %s", tc.b, c.Worst)
+		assert.Containsf(t, c.Worst, fmt.Sprintf("%d grants", tc.n), "%s", tc.b)
+		assert.InDeltaf(t, 50, c.Excess, 0.5, "%s: %s", tc.b, c.Worst)
+	}
+}
+
+// TestCheckMatchesEveryRun compares the linear scans with a check of
+// every run i..j of random grants, some answered late: the worst excess
+// over all runs, each judged over widen(M(i,j) - from_i), M(i,j) the
+// latest answer among its grants; for windows, by the staircase up to
+// maxSteps periods and by the line above it beyond.
+func TestCheckMatchesEveryRun(t *testing.T) {
+	bounds := []Bound{
+		BucketBound("token bucket", 10, 100),
+		WindowBound("window counter", 10, 10, 100*time.Millisecond),
+		WindowBound("fixed window", 20, 10, 3*time.Millisecond),
+	}
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		var gs []grant
+		t0 := int64(0)
+		for range 1 + rng.IntN(120) {
+			t0 += rng.Int64N(int64(3 * time.Millisecond))
+			lat := uint32(rng.IntN(50))
+			if rng.IntN(10) == 0 {
+				lat = uint32(rng.IntN(400_000)) // up to 0.4 s
+			}
+			gs = append(gs, grant{from: t0, lat: lat})
+		}
+		for _, b := range bounds {
+			want := math.Inf(-1)
+			for i := range gs {
+				m := int64(0)
+				for j := i; j < len(gs); j++ {
+					m = max(m, gs[j].to())
+					w := widen(m - gs[i].from)
+					var allows float64
+					switch steps := math.Ceil(w / float64(b.Period)); {
+					case b.Period == 0:
+						allows = b.Base + b.PerSecond*w/1e9
+					case steps <= maxSteps:
+						allows = b.Base + b.PerWindow*steps
+					default:
+						allows = b.Base + b.PerWindow + b.PerWindow*w/float64(b.Period)
+					}
+					want = max(want, float64(j-i+1)-allows)
+				}
+			}
+			c := check(b, slicesClone(gs), []string{"k"})
+			require.InDeltaf(t, want, c.Excess, 1e-6, "seed %d, %s: %s", seed, b, c.Worst)
+		}
+	}
 }
