@@ -141,11 +141,12 @@ type Result struct {
 	Contender *Contender
 	Medium    string
 	Cell      *Cell
-	// PerRound holds the decisions per second of each counted round.
+	// PerRound holds the decisions per second of each counted round: the
+	// calls answered without an error; a failed call decided nothing.
 	PerRound []float64
 	// Median, Min and Max summarize PerRound.
 	Median, Min, Max float64
-	// P50 and P99 are latencies over the counted rounds.
+	// P50 and P99 are latencies of the decisions of the counted rounds.
 	P50, P99 time.Duration
 	// Calls, Granted and Errors count the calls of the counted rounds.
 	Calls, Granted, Errors int64
@@ -368,8 +369,9 @@ type worker struct {
 
 // runSlice runs r from goroutines goroutines for about d: each goroutine
 // calls until a call ends after the deadline. A counted slice adds its
-// decisions per second (calls over the time from the start to the last
-// answer) and latencies to r's result; every slice's grants are kept for
+// decisions per second (the calls answered without an error over the time
+// from the start to the last answer: a call that failed decided nothing)
+// and their latencies to r's result; every slice's grants are kept for
 // the check.
 func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Duration, base time.Time, counted bool, seed uint64) {
 	workers := make([]worker, goroutines)
@@ -393,7 +395,7 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 				ok, err := r.taker.Take(ctx, keys[k])
 				t1 := time.Since(base)
 				w.calls++
-				if counted {
+				if counted && err == nil {
 					w.hist.add(uint64(t1 - t0))
 				}
 				switch {
@@ -425,7 +427,7 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 	}
 	wg.Wait()
 	var last time.Duration
-	var calls int64
+	var decisions int64
 	res := r.res
 	for i := range workers {
 		w := &workers[i]
@@ -437,14 +439,14 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 		if w.err != nil && res.Err == nil {
 			res.Err = w.err
 		}
-		calls += w.calls
+		decisions += w.calls - w.errors
 		res.Calls += w.calls
 		res.Granted += w.granted
 		res.Errors += w.errors
 		r.hist.merge(&w.hist)
 	}
 	if counted {
-		res.PerRound = append(res.PerRound, float64(calls)/(last-start).Seconds())
+		res.PerRound = append(res.PerRound, float64(decisions)/(last-start).Seconds())
 	}
 }
 

@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -194,4 +195,18 @@ func TestStreamsApart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFailedCallsAreNoDecisions requires a slice's decisions per second
+// to count only the calls that were answered: a contender that fails its
+// calls fast (a pool that is exhausted, a server that is gone) must not
+// come out faster for it.
+func TestFailedCallsAreNoDecisions(t *testing.T) {
+	failing := TakeFunc(func(context.Context, string) (bool, error) { return false, errors.New("gone") })
+	r := &contenderRun{taker: failing, keys: []string{"k"}, res: &Result{}}
+	runSlice(context.Background(), r, 2, time.Millisecond, time.Now(), true, 1)
+	require.Positive(t, r.res.Calls)
+	assert.Equal(t, r.res.Calls, r.res.Errors)
+	assert.Equal(t, []float64{0}, r.res.PerRound)
+	assert.Zero(t, r.hist.n, "latencies of failed calls")
 }

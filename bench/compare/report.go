@@ -33,7 +33,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p.f("Skipped: %s.\n\n", m.Skipped)
 			continue
 		}
-		p.f("%s. Decisions per second: the median of the rounds, ± half their range.\n\n", m.Addr)
+		p.f("%s. Decisions per second (calls answered without an error): the median of the rounds, ± half their range.\n\n", m.Addr)
 		p.f("| goroutines | keys | contender | decisions/s | ± | p50 | p99 | granted | errors | check |\n")
 		p.f("|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, c := range m.Cells {
