@@ -132,8 +132,8 @@ func writeBounds(p *printer, r *Report) {
 	p.f("### Bounds checked\n\n")
 	p.f("Granted is the share of the counted calls that were granted. Every grant of a cell, warm-up included, " +
 		"is checked key by key: no run of grants may exceed what the contender's algorithm allows over the span " +
-		"the run could have been decided in (from the first call to the last answer, widened by 1 ms and 0.1%% " +
-		"for clocks of whole milliseconds and clock rates). The margin is how far, in tokens, the worst run stayed " +
+		"the run could have been decided in (from its first call to its last answer, widened by 1 ms and 0.1%% " +
+		"for clocks of whole milliseconds and clock rates), with or without the grants answered slowest. The margin is how far, in tokens, the worst run stayed " +
 		"below its bound. The most a contender may grant one key within any span S of its clock:\n\n")
 	seen := map[string]bool{}
 	for _, m := range r.Media {
