@@ -50,7 +50,9 @@
 // given to the store as it is. A longer one, such as a header or a path
 // segment a client chose, is given as its digest form: "sha256:" and the
 // SHA-256 of the key in unpadded base64url, 50 bytes, so that what a store
-// keeps for one key is bounded whatever the key's length. WithKeyHash
+// keeps for one key is bounded whatever the key's length; so is a key
+// spelt as a digest form, so that it never shares the record of the key
+// whose digest it spells. WithKeyHash
 // gives the store a keyed hash of every key instead. Results, errors and
 // observer events carry the key as given, and Value and Reset take it.
 //

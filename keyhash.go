@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"hash"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -71,9 +72,12 @@ const maxRawKey = 256
 
 // longKeyPrefix begins the store key of a key longer than maxRawKey, so
 // that the digest form is recognisable where the store shows its keys
-// (redis-cli, psql, bbolt). A key of maxRawKey bytes or fewer that is
-// spelt as the digest form of a longer one names the same record: finding
-// it takes the longer key, whose calls share the record anyway.
+// (redis-cli, psql, bbolt, a token's store key). Because it is shown, a
+// key of longKeyLen bytes that begins with it is given as its digest form
+// too, never as it is: otherwise a client who saw the digest
+// form of a long key could send it as a key of its own and spend from the
+// long key's record without knowing the long key. So a store key of the
+// digest form is always the digest of exactly one key.
 const longKeyPrefix = "sha256:"
 
 // longKeyLen is the length of the digest form: the prefix, then the 32
@@ -81,23 +85,26 @@ const longKeyPrefix = "sha256:"
 const longKeyLen = len(longKeyPrefix) + 43
 
 // storeKey returns the key under which the store knows key: key itself,
-// its digest form if it is longer than maxRawKey (longKey), or its keyed
-// hash (WithKeyHash), whatever its length. A short key costs a length
-// check and no allocation.
+// its digest form if it is longer than maxRawKey or spelt as a digest
+// form (longKey), or its keyed hash (WithKeyHash), whatever its length. A
+// short key costs a length check or two and no allocation.
 func (l *Limiter) storeKey(key string) string {
-	if l.keys == nil && len(key) <= maxRawKey {
+	if l.keys == nil && len(key) <= maxRawKey && len(key) != longKeyLen {
 		return key
 	}
 	return l.hashedKey(key)
 }
 
-// hashedKey is storeKey of a key that the store is not given as it is:
-// apart, so that storeKey is inlined into the hot path.
+// hashedKey is storeKey of a key that the store may not be given as it
+// is: apart, so that storeKey is inlined into the hot path.
 func (l *Limiter) hashedKey(key string) string {
-	if l.keys == nil {
-		return longKey(key)
+	switch {
+	case l.keys != nil:
+		return l.keys.sum(key)
+	case len(key) <= maxRawKey && !strings.HasPrefix(key, longKeyPrefix):
+		return key // of longKeyLen bytes, not spelt as a digest form
 	}
-	return l.keys.sum(key)
+	return longKey(key)
 }
 
 // longKey returns the digest form of key: longKeyPrefix, then the SHA-256

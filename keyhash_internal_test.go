@@ -58,7 +58,7 @@ func TestStoreKeyOfLongKeys(t *testing.T) {
 	assert.Equal(t, 256, maxRawKey)
 	assert.Equal(t, 50, longKeyLen)
 	l := &Limiter{}
-	for _, n := range []int{0, 1, 255, 256} {
+	for _, n := range []int{0, 1, longKeyLen, 255, 256} {
 		key := strings.Repeat("k", n)
 		assert.Equal(t, key, l.storeKey(key), "a key of %d bytes", n)
 	}
@@ -70,8 +70,13 @@ func TestStoreKeyOfLongKeys(t *testing.T) {
 		assert.Equal(t, want, got, "a key of %d bytes", n)
 		assert.Len(t, got, longKeyLen)
 	}
-	short := strings.Repeat("k", maxRawKey)
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = l.storeKey(short) }), "a short key allocates nothing")
+	// A key spelt as a digest form is given as its own digest form.
+	lookalike := "sha256:" + strings.Repeat("A", 43)
+	sum := sha256.Sum256([]byte(lookalike))
+	assert.Equal(t, "sha256:"+base64.RawURLEncoding.EncodeToString(sum[:]), l.storeKey(lookalike))
+	for _, short := range []string{strings.Repeat("k", maxRawKey), strings.Repeat("k", longKeyLen)} {
+		assert.Zero(t, testing.AllocsPerRun(100, func() { _ = l.storeKey(short) }), "a short key allocates nothing")
+	}
 	h := &Limiter{keys: newKeyHasher([]byte("0123456789abcdef"))}
 	long := strings.Repeat("k", 1000)
 	assert.Equal(t, h.keys.sum(long), h.storeKey(long), "WithKeyHash: the keyed hash of the key as given")

@@ -204,3 +204,33 @@ func TestLongKeyActsOnOneRecord(t *testing.T) {
 		mock.Add(time.Minute)
 	}
 }
+
+// A short key spelt exactly as the digest form of a long key does not
+// share the long key's record: the digest form is shown wherever the
+// store's keys are (redis-cli, psql, a token's store key, ratelimit token
+// inspect), so whoever saw it could otherwise spend the long key's tokens
+// without knowing the key. Such a key reaches the store as a digest form
+// of its own; the long key keeps its record.
+func TestShortKeySpeltAsDigestForm(t *testing.T) {
+	ctx := context.Background()
+	long := strings.Repeat("secret-session-", 100)
+	lookalike := digestForm(long)
+	require.Len(t, lookalike, 50)
+	store := &keyRecorder{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"one": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour},
+	}, ratelimit.WithClock(newMock()))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "one", long)
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	res, err = lim.Limit(ctx, "one", lookalike)
+	require.NoError(t, err)
+	assert.True(t, res.OK, "the look-alike key was refused: it spent from the long key's record")
+	res, err = lim.Limit(ctx, "one", long)
+	require.NoError(t, err)
+	assert.False(t, res.OK, "the long key's own record")
+	assert.Len(t, store.keys, 2, "two keys, two store keys")
+	assert.Contains(t, store.keys, lookalike, "the long key's digest form")
+	assert.Contains(t, store.keys, digestForm(lookalike), "the look-alike's own digest form")
+}
