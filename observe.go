@@ -38,9 +38,10 @@ type Observer interface {
 // never for an AfterFunc that returned an error (it scheduled nothing),
 // and never for a Wait, whose caller has its answer. The calls for a run
 // or a drop come on the goroutine that would run the job, before the
-// function (or OnDropped's) is called, with context.Background() (the job
-// has no caller's context); the call for a stop comes on the goroutine of
-// stop, with stop's context. Keep it fast and non-blocking, as Observe.
+// function (or OnDropped's) is called, with a context that carries the
+// values of the Reserve call's context (a trace, a span), but not its
+// cancellation or deadline (context.WithoutCancel); the call for a stop
+// comes on the goroutine of stop, with stop's context. Keep it fast and non-blocking, as Observe.
 //
 // A panic of ObserveJob is not recovered, as Observe's is not, but it
 // cannot keep a job from its end: the store has marked the reservation
@@ -177,15 +178,16 @@ func outcomeOf(r Result, failed bool) Outcome {
 	return Allowed
 }
 
-// observeJobThen tells the JobObserver, if any, that the job of r ended
-// as o (a run, or a drop with why), on the job's goroutine, then calls
+// observeJobThen tells the JobObserver, if any, with ctx (the values of
+// the Reserve call's context), that the job of r ended as o (a run, or a
+// drop with why), on the job's goroutine, then calls
 // next: the job's function, or OnDropped's. next is called even if
 // ObserveJob panics, whose panic goes on once next has returned: the
 // store has settled the use already, and a job it marked used that never
 // ran, or a drop that OnDropped never learned of, would be lost.
-func (l *Limiter) observeJobThen(r *Reservation, o JobOutcome, err error, next func()) {
+func (l *Limiter) observeJobThen(ctx context.Context, r *Reservation, o JobOutcome, err error, next func()) {
 	// Through a closure, so that next, not the deferred function itself,
 	// cannot recover the observer's panic and hide it.
 	defer func() { next() }()
-	l.observeJob(context.Background(), r, o, err)
+	l.observeJob(ctx, r, o, err)
 }

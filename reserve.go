@@ -60,6 +60,11 @@ type Reservation struct {
 	res    Result
 	at     time.Time
 	charge charge
+	// ctx is the context of the Reserve call: AfterFunc's store call and
+	// its JobObserver's event carry its values (a trace, a span), without
+	// its cancellation or deadline (context.WithoutCancel), as its job
+	// runs after the call returned. Nil for the zero Reservation.
+	ctx context.Context
 
 	mu       sync.Mutex
 	canceled bool   // its tokens were handed back
@@ -101,7 +106,7 @@ func (l *Limiter) Reserve(ctx context.Context, name, key string, opts ...CallOpt
 func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string, opts []CallOption) (*Reservation, error) {
 	c := newCall(opts)
 	c.reserve, c.reservation = true, true
-	r.lim = l
+	r.lim, r.ctx = l, ctx
 	var err error
 	if lim := l.declared(name); lim != nil && lim.bound != nil && c.cfg == nil {
 		v, now, plain, e := l.doBoundFull(ctx, driver.ModeLimit, lim, key, c, &r.res, &r.charge)
@@ -533,7 +538,10 @@ func OnDropped(f func(err error)) AfterFuncOption {
 // store before fn runs, waiting on the store at most the Limiter's
 // AfterFunc timeout (WithAfterFuncTimeout, default
 // DefaultAfterFuncTimeout): fn runs as late as the store makes it, within
-// that bound. fn does not run if the store could not mark the reservation
+// that bound. That store call, and the JobObserver's event of the run or
+// drop, carry the values of the Reserve call's context (a trace, a span),
+// not its cancellation or deadline: the job runs even when that context
+// has ended. fn does not run if the store could not mark the reservation
 // used: a holder of the token canceled it, or used it (the job is the
 // holder's), or the store failed or did not answer in time (which is
 // logged, with WithLogger), or the job's time came past the token's
@@ -620,10 +628,16 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 		return stopped, err
 	}
 	t := r.lim.clock.AfterFunc(r.Delay(), func() {
-		err := r.use(context.Background(), r.lim.afterFuncTimeout)
+		// The values of the Reserve call's context, not its end: the
+		// caller has usually returned by the job's time.
+		ctx := context.Background()
+		if r.ctx != nil {
+			ctx = context.WithoutCancel(r.ctx)
+		}
+		err := r.use(ctx, r.lim.afterFuncTimeout)
 		r.release()
 		if err == nil {
-			r.lim.observeJobThen(r, JobRan, nil, fn)
+			r.lim.observeJobThen(ctx, r, JobRan, nil, fn)
 			return
 		}
 		// A use the store took past the bound matches ErrReservationUsed
@@ -648,7 +662,7 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 			r.lim.logger.Error("ratelimit: AfterFunc did not run its function: the store did not mark the reservation used in time; AfterFunc or Wait of the reservation again tries again, Cancel hands its tokens back unless the store took the use",
 				"limit", r.res.Name, "err", err)
 		}
-		r.lim.observeJobThen(r, JobDropped, err, func() {
+		r.lim.observeJobThen(ctx, r, JobDropped, err, func() {
 			if dropped != nil {
 				dropped(err)
 			}
