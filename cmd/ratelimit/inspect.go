@@ -255,6 +255,10 @@ func printStatus(out io.Writer, name, key, storeKey, form string, cfg ratelimit.
 	case "keyed hash":
 		fmt.Fprintf(out, "stored as %q, its keyed hash (--key-secret)\n", storeKey)
 	case "digest":
+		if len(key) <= maxRawKey {
+			fmt.Fprintf(out, "stored as %q, its digest: the key is spelt as a digest form, which only a digest is stored as\n", storeKey)
+			break
+		}
 		fmt.Fprintf(out, "stored as %q, its digest: the key has %d bytes, more than %d\n", storeKey, len(key), maxRawKey)
 	}
 	fmt.Fprintln(out)

@@ -118,18 +118,19 @@ func TestInspectStoreKey(t *testing.T) {
 	ctx := context.Background()
 	const secret = "cli test secret, of 32 bytes...."
 	long := strings.Repeat("k", 4096)
+	alike := "sha256:" + strings.Repeat("A", 43) // spelt as a digest form
 	path := filepath.Join(t.TempDir(), "limits.db")
 	store, err := boltstore.Open(path)
 	require.NoError(t, err)
 	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}
-	plain, err := ratelimit.New(store, ratelimit.Limits{"long": cfg, "short": cfg})
+	plain, err := ratelimit.New(store, ratelimit.Limits{"long": cfg, "short": cfg, "alike": cfg})
 	require.NoError(t, err)
 	hashed, err := ratelimit.New(store, ratelimit.Limits{"hashed": cfg}, ratelimit.WithKeyHash([]byte(secret)))
 	require.NoError(t, err)
 	for _, call := range []struct {
 		lim       *ratelimit.Limiter
 		name, key string
-	}{{plain, "long", long}, {plain, "short", "user-42"}, {hashed, "hashed", "user-42"}} {
+	}{{plain, "long", long}, {plain, "short", "user-42"}, {hashed, "hashed", "user-42"}, {plain, "alike", alike}} {
 		_, err := call.lim.Limit(ctx, call.name, call.key)
 		require.NoError(t, err)
 	}
@@ -151,8 +152,10 @@ func TestInspectStoreKey(t *testing.T) {
 		})
 	}))
 	require.NoError(t, db.Close())
-	require.Len(t, stored, 3)
+	require.Len(t, stored, 4)
 	require.True(t, strings.HasPrefix(stored["long"], "sha256:"), stored["long"])
+	require.True(t, strings.HasPrefix(stored["alike"], "sha256:"), stored["alike"])
+	require.NotEqual(t, alike, stored["alike"], "a key spelt as a digest form is stored as its own digest")
 
 	inspect := func(name, key string, extra ...string) (string, map[string]any) {
 		args := append([]string{"inspect", "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h",
@@ -168,6 +171,12 @@ func TestInspectStoreKey(t *testing.T) {
 	require.Contains(t, out, fmt.Sprintf("stored as %q, its digest: the key has 4096 bytes, more than 256\n", stored["long"]))
 	require.Equal(t, stored["long"], js["store_key"])
 	require.Equal(t, long, js["key"])
+
+	// A key spelt as a digest form: the Limiter stores its digest, which
+	// inspect reads.
+	out, js = inspect("alike", alike)
+	require.Contains(t, out, fmt.Sprintf("stored as %q, its digest: the key is spelt as a digest form", stored["alike"]))
+	require.Equal(t, stored["alike"], js["store_key"])
 
 	out, js = inspect("hashed", "user-42", "--key-secret", secret)
 	require.Contains(t, out, fmt.Sprintf("key \"user-42\" at %s\nstored as %q, its keyed hash (--key-secret)\n\n", js["at"].(string)[:19]+"Z", stored["hashed"]))

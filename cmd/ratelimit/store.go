@@ -213,19 +213,27 @@ func (f *storeFlags) noClock(shown string) error {
 // WithKeyHash (docs/api.md#keys).
 const maxRawKey = 256
 
+// lookAlike reports whether key, of maxRawKey bytes or fewer, is one
+// the Limiter gives the store as its digest form all the same: one of the
+// digest form's length that begins with its prefix, which the store
+// keeps for digests (docs/api.md#keys).
+func lookAlike(key string) bool {
+	return len(key) == len("sha256:")+43 && strings.HasPrefix(key, "sha256:")
+}
+
 // storeKey returns the key under which the store knows key, as the
 // Limiter gives it (docs/api.md#keys), and what it is of key: its keyed
 // hash when a secret is given (WithKeyHash: HMAC-SHA256 under the secret,
 // cut to 16 bytes, in unpadded base64url), its digest when it is longer
-// than maxRawKey ("sha256:" and its SHA-256 in unpadded base64url), and
-// key itself otherwise ("").
+// than maxRawKey ("sha256:" and its SHA-256 in unpadded base64url) or
+// spelt as a digest form (lookAlike), and key itself otherwise ("").
 func (f *storeFlags) storeKey(key string) (stored, form string) {
 	if secret := f.secret(); secret != "" {
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write([]byte(key))
 		return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16]), "keyed hash"
 	}
-	if len(key) <= maxRawKey {
+	if len(key) <= maxRawKey && !lookAlike(key) {
 		return key, ""
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -636,7 +636,7 @@ func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, 
 	fmt.Fprintf(w, "token %s\n", r.ID)
 	switch sk := tok.Key(); {
 	case r.StoreKeyForm == "digest":
-		line("store key", "%q, the digest form of a key longer than %d bytes", sk, maxRawKey)
+		line("store key", "%q, the digest form of a key longer than %d bytes, or of one spelt as a digest form", sk, maxRawKey)
 	case r.StoreKeyForm == "keyed hash":
 		line("store key", "%q, the keyed hash of a key (--key-secret)", sk)
 	case hashLike(sk):

@@ -213,7 +213,7 @@ func TestTokenInspect(t *testing.T) {
 	long := receipt(t, plain, "llm", strings.Repeat("k", 300), 1)
 	code, out, errOut = exec("token", "inspect", "--key", strings.Repeat("k", 300), long)
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "the digest form of a key longer than 256 bytes\n")
+	require.Contains(t, out, "the digest form of a key longer than 256 bytes, or of one spelt as a digest form\n")
 	require.Contains(t, out, "the token's (by its digest form)\n")
 
 	// A token taken after its job was let run carries its use.
