@@ -214,7 +214,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 }
 
 // ApplyBatch implements driver.BatchApplier: the ops in one round trip
-// (on a Cluster, one per node), decided in order, each op atomic. Outs of
+// (on a Cluster, one per node), decided in order, each op atomic, in calls
+// of the function of at most WithMaxBatch ops each, pipelined. Outs of
 // the wrong length, or an invalid op, are refused with an error, and
 // nothing is sent. It returns when ctx ends, whatever the client's
 // timeouts; the ops may then have been decided. An op that fails on its
@@ -305,15 +306,75 @@ func (s *Store) master(ctx context.Context, r *request) (string, error) {
 func (s *Store) send(ctx context.Context, dest string, reqs []*request, errs []error) error {
 	if s.single {
 		c := &fcall{reqs: reqs, at: indexes(len(reqs))}
-		s.run(ctx, []*fcall{c}, errs)
+		s.run(ctx, s.bound([]*fcall{c}), errs)
 		return nil
 	}
 	calls := groupByTag(reqs)
 	if s.cluster != nil && !s.scripts.Load() && len(calls) > 1 {
 		calls = s.byMaster(ctx, dest, calls)
 	}
-	s.run(ctx, calls, errs)
+	s.run(ctx, s.bound(calls), errs)
 	return nil
+}
+
+// bound splits the calls of more than WithMaxBatch requests (an
+// ApplyBatch's; the batcher's batches are never larger) into calls of at
+// most that many, in order, so that no call of the function holds the
+// server longer than the option allows: a call over several slots into
+// calls over some of its parts, a part larger than the bound into calls of
+// its requests. They go together, pipelined, in one round trip.
+func (s *Store) bound(calls []*fcall) []*fcall {
+	over := false
+	for _, c := range calls {
+		over = over || len(c.reqs) > s.maxBatch
+	}
+	if !over {
+		return calls // the common case: nothing to allocate
+	}
+	var out []*fcall
+	for _, c := range calls {
+		if len(c.reqs) <= s.maxBatch {
+			out = append(out, c)
+			continue
+		}
+		if !c.slots {
+			for i := 0; i < len(c.reqs); i += s.maxBatch {
+				j := min(i+s.maxBatch, len(c.reqs))
+				out = append(out, &fcall{reqs: c.reqs[i:j:j], at: c.at[i:j:j]})
+			}
+			continue
+		}
+		var cur *fcall
+		for _, p := range c.parts {
+			if cur != nil && len(cur.reqs)+len(p.reqs) > s.maxBatch {
+				out = append(out, cur.single())
+				cur = nil
+			}
+			if len(p.reqs) > s.maxBatch {
+				out = append(out, s.bound([]*fcall{p})...)
+				continue
+			}
+			if cur == nil {
+				cur = &fcall{slots: true}
+			}
+			cur.reqs = append(cur.reqs, p.reqs...)
+			cur.at = append(cur.at, p.at...)
+			cur.parts = append(cur.parts, p)
+		}
+		if cur != nil {
+			out = append(out, cur.single())
+		}
+	}
+	return out
+}
+
+// single returns c, a call over the slots of its parts, or its one part
+// when it has only one.
+func (c *fcall) single() *fcall {
+	if len(c.parts) == 1 {
+		return c.parts[0]
+	}
+	return c
 }
 
 // upTo holds 0, 1, 2, …: the indexes of a batch's requests.

@@ -588,3 +588,10 @@ func TestClusterSlotHalfMoved(t *testing.T) {
 		batch(70)
 	}
 }
+
+// clusterClientT returns a client of the test Cluster, closed at cleanup.
+func clusterClientT(t *testing.T) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -160,7 +160,9 @@ func WithExpiryMargin(d time.Duration) Option {
 // WithMaxBatch sets the most calls one round trip carries (default
 // DefaultMaxBatch). 1 turns coalescing off: every call is sent alone, at
 // once, however many are in flight. Larger batches share a round trip
-// among more calls but hold the server longer in one call.
+// among more calls but hold the server longer in one call. ApplyBatch
+// keeps to it too: its ops go in calls of the function of at most n ops,
+// pipelined.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // New returns a store on client: a *redis.Client (of redis.NewClient,
