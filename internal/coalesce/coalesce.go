@@ -623,9 +623,11 @@ func (g *Group[K, Req, Res]) Close() {
 }
 
 // drop removes the Batchers without a call since the last drop, and none
-// queued or in flight, and marks the others unused. g.mu is held. A caller
-// that took a Batcher dropped since sends through it still: it works
-// alone, as the Group's new one for its destination does.
+// queued or in flight, and marks the others unused. g.mu is held. It
+// closes those it removes (Batcher.Close), whose workers end at once. A
+// caller that took a Batcher dropped since sends through it still: it
+// works alone, as the Group's new one for its destination does, its
+// detached calls each on a goroutine of their own.
 func (g *Group[K, Req, Res]) drop() {
 	for dest, b := range g.batchers {
 		if b.used {
@@ -634,6 +636,13 @@ func (g *Group[K, Req, Res]) drop() {
 		}
 		b.mu.Lock()
 		idle := b.inflight == 0 && len(b.queue) == 0
+		if idle {
+			// Closed, so that its worker ends now, not once the Batcher
+			// is collected: a caller may hold it still, and Close no
+			// longer reaches it.
+			b.closed = true
+			b.stopWorker() // idle: not busy
+		}
 		b.mu.Unlock()
 		if idle {
 			delete(g.batchers, dest)

@@ -857,6 +857,49 @@ func TestGroupDropsDestinationsGone(t *testing.T) {
 	assert.Same(t, first, g.batchers[-1], "a destination in use kept its Batcher")
 }
 
+// A Batcher the Group drops, its destination gone, is closed: its worker
+// ends then, not once the Batcher is collected, which a caller that took
+// it before the drop may put off for as long as it holds it; and the
+// Group's Close, which reaches only the Batchers it keeps, left it
+// running. The Batcher stays usable.
+func TestGroupClosesTheBatchersItDrops(t *testing.T) {
+	g := NewGroup(func(ctx context.Context, dest int, reqs, res []int) error {
+		res[0] = dest + reqs[0]
+		return nil
+	}, Options{Detach: true})
+	ctx := t.Context()
+	_, err := g.Do(ctx, 1, 0)
+	require.NoError(t, err)
+	g.mu.Lock()
+	held := g.batchers[1] // as a caller that took it before the drop
+	g.mu.Unlock()
+	held.mu.Lock()
+	worker := held.worker
+	held.mu.Unlock()
+	require.NotNil(t, worker, "a detached call started a worker")
+	for d := 2; ; d++ { // new destinations, until 1's Batcher is dropped
+		_, err := g.Do(ctx, d, 0)
+		require.NoError(t, err)
+		g.mu.Lock()
+		_, kept := g.batchers[1]
+		g.mu.Unlock()
+		if !kept {
+			break
+		}
+	}
+	g.Close()
+	select {
+	case _, open := <-worker:
+		require.False(t, open, "the worker's channel carries nothing")
+	default:
+		t.Fatal("the worker of a dropped Batcher outlives the Group's Close")
+	}
+	res, err := held.Do(ctx, 5)
+	require.NoError(t, err, "a dropped Batcher stays usable")
+	require.Equal(t, 6, res)
+	runtime.KeepAlive(held)
+}
+
 // A Group's Close ends the workers of its Batchers, and a destination
 // first called after Close gets a Batcher that starts none.
 func TestGroupCloseEndsTheWorkers(t *testing.T) {
