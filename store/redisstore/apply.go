@@ -476,7 +476,7 @@ type fcall struct {
 // replaced by its parts, made once more. A server that lost the library
 // (a restart without persistence, FUNCTION FLUSH, a new node) is given it
 // again, and the calls that failed for it are made once more, or, when
-// that load surely did not run, go again after a pause (loadFailed); a server
+// that load failed for a passing reason, go again after a pause (loadFailed); a server
 // without Functions (Redis before 7) is sent the script instead, from then
 // on. A call that surely did not run (unsent: no connection, or Redis
 // refused it for its state) goes again after a pause, as often as the
@@ -577,9 +577,10 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 // answer that said it did not run, once loading the library has failed
 // with err, and returns those that go again. A call that waits for the
 // library (its function was missing) goes again after a pause, as one
-// that Redis refused for its state does, when err says that the load
-// surely did not run (unsent: no connection, a dataset loading, a master
-// down, ...) and the call has tries left: it finds the function missing
+// that Redis refused for its state does, when the load may pass if sent
+// again (loadMayPass: it surely did not run, as with no connection, a
+// dataset loading, a master down, ...; or its answer was lost, a read
+// timeout) and the call has tries left: it finds the function missing
 // once more, or the library loaded meanwhile; otherwise it fails with
 // err. The other calls (sent again for another reason) go again as
 // planned. A call goes again only once ctx has not ended.
@@ -594,7 +595,7 @@ func (s *Store) loadFailed(ctx context.Context, err error, again []*fcall, errs 
 			}
 		case !isFunctionMissing(c.err):
 			next = append(next, c)
-		case c.tries < s.retries && unsent(err):
+		case c.tries < s.retries && loadMayPass(err):
 			*pause = max(*pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
 			c.tries++
 			c.reloaded = false // it may ask for the library once more
@@ -606,6 +607,19 @@ func (s *Store) loadFailed(ctx context.Context, err error, again []*fcall, errs 
 		}
 	}
 	return next
+}
+
+// loadMayPass reports whether err, a failed load's, may pass if the load
+// goes again: the load surely did not run (unsent), or its answer was lost
+// (a read timeout, a connection dropped), when it may have run as well.
+// Either way the calls that waited for it did not run (Redis refused them
+// for the missing function), and may go again: they find the library
+// loaded, or missing, and load it once more (a library of this name is
+// this very code). Not an answer of Redis's that refused the load for what
+// it is, which would refuse it again, nor a client closed.
+func loadMayPass(err error) bool {
+	var rerr redis.Error
+	return unsent(err) || (!errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed))
 }
 
 // issue sends the calls: one alone, several in a pipeline.

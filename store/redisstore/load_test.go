@@ -2,7 +2,7 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -19,6 +19,7 @@ import (
 // sent, and counts the FCALLs and the loads sent.
 type failLoads struct {
 	err error
+	ran bool // the failed loads are sent, and their answers replaced by err
 
 	mu            sync.Mutex
 	n             int
@@ -37,7 +38,13 @@ func (h *failLoads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case strings.EqualFold(cmd.Name(), "function") && len(args) > 1 && strings.EqualFold(args[1].(string), "load"):
 			if h.n > 0 {
 				h.n--
+				if h.ran {
+					h.loads++
+				}
 				h.mu.Unlock()
+				if h.ran {
+					_ = next(ctx, cmd)
+				}
 				cmd.SetErr(h.err)
 				return h.err
 			}
@@ -76,16 +83,24 @@ func TestFailedLoadSendsTheCallAgain(t *testing.T) {
 		ok       bool
 		fcalls   int
 		maxRetry int
+		ran      bool
 	}{
 		{name: "pool timeout", err: redis.ErrPoolTimeout, fails: 2, ok: true, fcalls: 4, maxRetry: 3},
 		{name: "pool timeout, no tries left", err: redis.ErrPoolTimeout, fails: 2, fcalls: 2, maxRetry: 1},
-		{name: "other error", err: errors.New("the load broke"), fails: 1, fcalls: 1, maxRetry: 3},
+		{name: "refused", err: refusal("ERR the load broke"), fails: 1, fcalls: 1, maxRetry: 3},
+		{name: "client closed", err: redis.ErrClosed, fails: 1, fcalls: 1, maxRetry: 3},
+		// A read timeout leaves the load run or not: either way the call,
+		// which Redis refused, goes again, and finds the library or loads
+		// it once more.
+		{name: "read timeout, load lost", err: readTimeout, fails: 1, ok: true, fcalls: 3, maxRetry: 3},
+		{name: "read timeout, load ran", err: readTimeout, ran: true, fails: 1, ok: true, fcalls: 2, maxRetry: 3},
+		{name: "read timeout, no tries left", err: readTimeout, fails: 2, fcalls: 2, maxRetry: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: tc.maxRetry})
 			t.Cleanup(func() { c.Close() })
 			require.NoError(t, c.FunctionFlush(ctx).Err())
-			h := &failLoads{err: tc.err, n: tc.fails}
+			h := &failLoads{err: tc.err, n: tc.fails, ran: tc.ran}
 			c.AddHook(h)
 			lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), limits)
 			require.NoError(t, err)
@@ -103,3 +118,18 @@ func TestFailedLoadSendsTheCallAgain(t *testing.T) {
 		})
 	}
 }
+
+// readTimeout is the error of a read that timed out, as go-redis gives it.
+var readTimeout error = &net.OpError{Op: "read", Net: "tcp", Err: timeoutError{}}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// refusal is an answer of Redis's that refuses a command for what it is.
+type refusal string
+
+func (e refusal) Error() string { return string(e) }
+func (refusal) RedisError()     {}
