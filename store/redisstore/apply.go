@@ -804,14 +804,15 @@ func isOpError(err error) bool {
 // it was never written to a connection (none free in the pool, none could
 // be dialed), or Redis answered that it runs no write now (a replica, a
 // dataset loading, a master down, a Cluster down or a slot migrating, too
-// few replicas, too many clients), before running it. A call that failed
+// few replicas, too many clients, another's script running past
+// busy-reply-threshold: BUSY), before running it. A call that failed
 // otherwise (a read timeout, a connection dropped) may have run.
 func unsent(err error) bool {
 	var op *net.OpError
 	if errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial") {
 		return true
 	}
-	for _, state := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "max number of clients reached"} {
+	for _, state := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "BUSY ", "max number of clients reached"} {
 		if redis.HasErrorPrefix(err, state) {
 			return true
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/redis/go-redis/v9"
@@ -133,3 +134,91 @@ type refusal string
 
 func (e refusal) Error() string { return string(e) }
 func (refusal) RedisError()     {}
+
+// killOnBusy kills the script the server is busy with (SCRIPT KILL, by
+// killer) once a function call has been refused for it (BUSY), and counts
+// the function calls and the refusals.
+type killOnBusy struct {
+	killer *redis.Client
+
+	mu            sync.Mutex
+	fcalls, busys int
+}
+
+func (h *killOnBusy) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *killOnBusy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if strings.EqualFold(cmd.Name(), "fcall") {
+			h.mu.Lock()
+			h.fcalls++
+			if redis.HasErrorPrefix(err, "BUSY ") {
+				h.busys++
+				if e := h.killer.ScriptKill(ctx).Err(); e != nil {
+					panic(e)
+				}
+			}
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (h *killOnBusy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A call that Redis refuses with BUSY, while it runs another's script past
+// busy-reply-threshold, did not run: Redis answers BUSY before it runs a
+// command. It goes again after a pause, as a call refused for the server's
+// state does, within MaxRetries, and is charged once; it failed with BUSY.
+func TestBusyServerSendsTheCallAgain(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testserver.Unreachable(t, "redis-server", "PATH", err)
+	}
+	addr := ownServer(t, "--busy-reply-threshold", "10")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 3})
+	t.Cleanup(func() { c.Close() })
+	other := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: -1})
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}}
+	mock := clock.NewMock()
+	mock.Set(t0)
+	lim, err := ratelimit.New(newStore(c, uniquePrefix(t, c)), limits, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k") // loads the library
+	require.NoError(t, err)
+
+	h := &killOnBusy{killer: redis.NewClient(&redis.Options{Addr: addr})}
+	t.Cleanup(func() { h.killer.Close() })
+	done := make(chan error, 1)
+	go func() { done <- other.Eval(ctx, "while true do end", nil).Err() }()
+	var evalErr error
+	t.Cleanup(func() {
+		h.killer.ScriptKill(context.Background()) // on a failure
+		if done != nil {
+			evalErr = <-done
+		}
+		other.Close()
+	})
+	for { // until the server is busy with it
+		err := c.Ping(ctx).Err()
+		if redis.HasErrorPrefix(err, "BUSY ") {
+			break
+		}
+		require.NoError(t, err)
+	}
+	c.AddHook(h)
+	d, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err, "a call Redis refused with BUSY failed, though it never ran")
+	require.True(t, d.OK)
+	require.Equal(t, 8.0, d.Remaining, "charged once for each of the two calls")
+	evalErr, done = <-done, nil
+	require.ErrorContains(t, evalErr, "killed")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, 1, h.busys, "calls refused with BUSY")
+	require.Equal(t, 2, h.fcalls, "FCALLs sent")
+}
