@@ -486,10 +486,25 @@ type fcall struct {
 // such an answer may be stale (resent). A call of several requests that
 // the function failed on what one of them read (isOpError) is replaced by
 // one call per request, so that only that request's caller gets the
-// error.
+// error. Once the store is closed, no call goes (again): each fails with
+// driver.ErrClosed.
 func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 	pending := calls
 	for len(pending) > 0 {
+		if s.closed.Load() {
+			// Closed since these calls were queued, or refused: none of
+			// them ran, nor goes now (as none made after Close does).
+			for _, c := range pending {
+				err := fmt.Errorf("%w: the call was not sent", driver.ErrClosed)
+				if c.err != nil {
+					err = fmt.Errorf("%w: the call was not sent again after: %w", driver.ErrClosed, c.err)
+				}
+				for _, i := range c.at {
+					errs[i] = err
+				}
+			}
+			break
+		}
 		for _, c := range pending {
 			if c.enc == nil {
 				c.enc = encoders.Get().(*encoder)

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -64,5 +65,73 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 	}, 10*time.Second, time.Millisecond, "the store's workers outlive Close")
 	_, err = lim.Limit(ctx, "l", "k")
 	require.ErrorIs(t, err, driver.ErrClosed)
+	_, err = s.Now(ctx)
+	require.ErrorIs(t, err, driver.ErrClosed, "the server's time after Close")
 	runtime.KeepAlive(s)
+}
+
+// gateFcalls holds every function call until release is closed, and
+// counts those it holds.
+type gateFcalls struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h gateFcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h gateFcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" {
+			h.entered <- struct{}{}
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h gateFcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A call still queued when the store is closed, behind round trips in
+// flight, is never sent: it fails with driver.ErrClosed, and charges
+// nothing. The calls in flight are answered. It was sent once a round
+// trip in flight came back, after Close, as no call made after Close is.
+func TestCloseFailsTheCallsQueued(t *testing.T) {
+	ctx := context.Background() // calls sent on their callers' goroutines
+	c := client(t)
+	prefix := uniquePrefix(t, c)
+	s := newStore(c, prefix)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	op := func(key string) *driver.Op {
+		return &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{{Name: "l", Key: key, Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	require.NoError(t, s.Apply(ctx, op("warm"), make([]driver.Decision, 1))) // loads the library
+	h := gateFcalls{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	c.AddHook(h)
+	const inFlight = 3 // the store's round trips in flight to a server
+	errs := make(chan error, inFlight+1)
+	for i := range inFlight {
+		go func() { errs <- s.Apply(ctx, op(fmt.Sprint("sent-", i)), make([]driver.Decision, 1)) }()
+		<-h.entered
+	}
+	waiting := func() int { return len(goroutines.Running("coalesce.(*Batcher[...]).wait(")) }
+	before := waiting()
+	go func() { errs <- s.Apply(ctx, op("queued"), make([]driver.Decision, 1)) }()
+	for waiting() == before { // until it waits in the queue
+		runtime.Gosched()
+	}
+	require.NoError(t, s.Close())
+	close(h.release)
+	var failed []error
+	for range inFlight + 1 {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	require.Len(t, failed, 1, "the calls in flight are answered; the one queued fails")
+	require.ErrorIs(t, failed[0], driver.ErrClosed)
+	n, err := c.Exists(context.Background(), s.Key(driver.RecordID{Name: "l", Key: "queued"})).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the call queued at Close was sent")
 }

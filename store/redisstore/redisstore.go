@@ -256,6 +256,9 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
+	if err := s.usable(ctx); err != nil {
+		return 0, err
+	}
 	cmd := redis.NewTimeCmd(ctx, "time")
 	err := coalesce.Detached(ctx, func() error { return s.client.Process(ctx, cmd) })
 	if err == nil {
@@ -313,7 +316,9 @@ func (s *Store) usable(ctx context.Context) error {
 
 // Close ends the goroutines that send the store's calls in the background
 // (one per server, per master of a Cluster), each once it has sent what it
-// is sending; calls in flight are answered. It does not close the client,
+// is sending; calls in flight are answered. A call still queued, or
+// waiting to go again after Redis refused it, is not sent: it fails with
+// driver.ErrClosed, and charged nothing. It does not close the client,
 // which the store does not own. It is idempotent; the store's methods
 // return driver.ErrClosed afterwards.
 func (s *Store) Close() error {
