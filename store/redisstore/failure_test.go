@@ -58,7 +58,9 @@ func TestStoreFailure(t *testing.T) {
 	testserver.RequireReachable(t, "failover", failoverAddr)
 	opt, err := redis.ParseURL(failoverURL())
 	require.NoError(t, err)
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+	// Time enough for the first calls, which load the function library,
+	// on a loaded machine; a stopped server refuses connections at once.
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 	opt.MaxRetries = -1
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() }) // last: the test's keys are deleted first
