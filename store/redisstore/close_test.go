@@ -67,6 +67,13 @@ func closeLeavesNoGoroutine(t *testing.T, c redis.UniversalClient) {
 	require.ErrorIs(t, err, driver.ErrClosed)
 	_, err = s.Now(ctx)
 	require.ErrorIs(t, err, driver.ErrClosed, "the server's time after Close")
+	// A context already done says so first, closed store or not, as the
+	// store contract asks of every method.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	_, err = s.Now(done)
+	require.ErrorIs(t, err, context.Canceled, "a done context after Close")
+	require.ErrorIs(t, s.Delete(done, []driver.RecordID{{Name: "l", Key: "k"}}), context.Canceled, "a done context after Close")
 	runtime.KeepAlive(s)
 }
 

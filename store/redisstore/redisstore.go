@@ -307,11 +307,17 @@ const (
 	fnvPrime  = 1099511628211
 )
 
+// usable returns ctx's error if it is done (as the store contract asks
+// of every method, closed or not), else driver.ErrClosed once the store
+// is closed, else nil.
 func (s *Store) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if s.closed.Load() {
 		return driver.ErrClosed
 	}
-	return ctx.Err()
+	return nil
 }
 
 // Close ends the goroutines that send the store's calls in the background
