@@ -145,7 +145,7 @@ func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 	defer s.unlock()
 	for {
 		err := s.guard(func() error {
-			return s.db.Update(func(tx *bolt.Tx) error {
+			return update(s.db, func(tx *bolt.Tx) error {
 				b, err := s.bucketOf(tx)
 				if err != nil {
 					return err

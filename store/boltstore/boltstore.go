@@ -393,7 +393,7 @@ func (s *Store) write(ctx context.Context, fn func(*bolt.Tx) error) error {
 	}
 	defer s.unlock()
 	return s.guard(func() error {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return update(s.db, func(tx *bolt.Tx) error {
 			if err := fn(tx); err != nil {
 				return err
 			}

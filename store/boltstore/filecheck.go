@@ -426,6 +426,25 @@ func (s *Store) guard(fn func() error) (err error) {
 	return err
 }
 
+// update runs fn in a write transaction of db, as db.Update does, for
+// guard; but a panic passing through rolls the transaction back without
+// reading the file. db.Update's rollback on a panic rebuilds the list of
+// free pages by walking every page of the file (Open's NoFreelistSync):
+// on a damaged file it panics again there, before it releases bbolt's
+// writer lock, and Close then waits for that lock for ever. A transaction
+// rolled back with Rollback only forgets the pages it took.
+func update(db *bolt.DB, fn func(*bolt.Tx) error) error {
+	tx, err := db.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit: ErrTxClosed, nothing to do
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // damagePanic reports, from a function deferred by guard, whether the
 // goroutine panics because of the file: a memory fault (a page past the
 // end of the file or of its mapping), or a panic raised in bbolt's code.
