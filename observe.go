@@ -26,7 +26,8 @@ import (
 // call it was told of, whose tokens stay taken, as a panic of the caller's
 // own code after the call would leave them. But for Reserve, whose
 // Reservation, the one means to hand its tokens back, would never reach
-// its caller: they are handed back before the panic goes on.
+// its caller: they are handed back before the panic goes on, the store
+// given no longer than a Wait's refund (WithRefundTimeout).
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

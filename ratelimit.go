@@ -249,6 +249,8 @@ func WithSettleWindow(d time.Duration) Option {
 // context of the caller's, hands the tokens back. With d 0, Wait sends no
 // refund once its context has ended, and returns at once with such an
 // error; it still hands the tokens back within a deadline not passed yet.
+// The same bound holds for the tokens that Reserve hands back when its
+// Observer panics (see Observer).
 // The default is DefaultRefundTimeout; a negative d counts as 0.
 func WithRefundTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.refundTimeout = max(d, 0) }
@@ -1063,6 +1065,8 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 // ch. Should the observer panic, the tokens go back before the panic goes
 // on: the Reservation that could hand them back never reaches its
 // caller, and they would stay spent, or owed, for a job that never runs.
+// The hand-back waits on the store no longer than a Wait's refund does
+// (refundContext).
 func (l *Limiter) observeCharged(ctx context.Context, mode driver.Mode, lim *limit, res Result, start time.Time, ch *charge) {
 	returned := false
 	defer func() {
@@ -1070,7 +1074,11 @@ func (l *Limiter) observeCharged(ctx context.Context, mode driver.Mode, lim *lim
 			return
 		}
 		r := &Reservation{lim: l, res: res, charge: *ch}
-		if err := r.Cancel(context.WithoutCancel(ctx)); err != nil && l.logger != nil {
+		// Within the refund timeout, as Wait's refund: a store that does
+		// not answer must not hold the panic back for good.
+		rctx, cancel := l.refundContext(ctx)
+		defer cancel()
+		if err := r.Cancel(rctx); err != nil && l.logger != nil {
 			l.logger.Error("ratelimit: the Observer panicked as it was told of a reservation, whose tokens could not be handed back",
 				"limit", lim.name, "err", err)
 		}

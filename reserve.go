@@ -240,6 +240,18 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	return err
 }
 
+// refundContext returns the context of a refund made for a caller whose
+// context ctx may have ended: it keeps ctx's values, and ends the refund
+// timeout (WithRefundTimeout) after the later of ctx's deadline and now,
+// on the Limiter's clock.
+func (l *Limiter) refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	end := l.clock.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.After(end) {
+		end = dl
+	}
+	return l.clock.WithDeadline(context.WithoutCancel(ctx), end.Add(l.refundTimeout))
+}
+
 // giveUp hands the tokens back for a Wait that gives up with err because
 // of ctx, and returns err, joined with ErrNotRefunded and the refund's
 // failure when the tokens were not handed back. The refund is sent on a
@@ -248,12 +260,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 // ctx's deadline and now, so that a slow store holds Wait no longer than
 // that past the caller's deadline; with no time left, no refund is sent.
 func (r *Reservation) giveUp(ctx context.Context, err error) error {
-	l := r.lim
-	end := l.clock.Now()
-	if dl, ok := ctx.Deadline(); ok && dl.After(end) {
-		end = dl
-	}
-	rctx, cancel := l.clock.WithDeadline(context.WithoutCancel(ctx), end.Add(l.refundTimeout))
+	rctx, cancel := r.lim.refundContext(ctx)
 	defer cancel()
 	var cerr error
 	if rctx.Err() != nil {
