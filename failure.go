@@ -262,11 +262,16 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 // checkStore reads the record id from the store, unless a check is under
 // way already, giving the store breakerSlowCall on the Limiter's clock,
 // in a goroutine of its own that ends with the read: the caller whose
-// deadline passed has gone. An answer is an answer (breaker.answered): the
-// deadline was the caller's. A failure counts as a call's would: an error
-// of the store, or no answer within breakerSlowCall while the store
-// answered nobody else (callerGaveUp). One check at a time, each one
-// read of one record, whatever the callers in a hurry.
+// deadline passed has gone. An answer says that the deadline was the
+// caller's, and counts nothing; it is not recorded as an answer of the
+// store (breaker.answered) either: a read proves little of the calls'
+// path (a store whose writes stall may read at once), and recorded, it
+// would excuse every call that the store kept waiting meanwhile
+// (callerGaveUp) and clear the failures counted. A failure counts as a
+// call's would: an error of the store, or no answer within
+// breakerSlowCall while the store answered nobody else (callerGaveUp).
+// One check at a time, each one read of one record, whatever the callers
+// in a hurry.
 func (l *Limiter) checkStore(id driver.RecordID) {
 	if !l.breaker.checking.CompareAndSwap(false, true) {
 		return
@@ -288,10 +293,6 @@ func (l *Limiter) checkStore(id driver.RecordID) {
 			if !l.breaker.callerGaveUp(ctx, start, l.now()) {
 				l.storeErr(id.Name, 0, err)
 			}
-			return
-		}
-		if l.breaker.answered(l.nowMillis()) && l.logger != nil {
-			l.logger.Info("ratelimit: store answers again; the breaker is closed")
 		}
 	}()
 }

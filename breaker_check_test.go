@@ -1,0 +1,71 @@
+package ratelimit_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// writeStalledStore stalls every Apply until its caller's context ends,
+// saying so on applied first, and answers every Load: a store whose
+// writes stall while its reads do not, as boltstore's do behind a writer
+// stuck on its disk (a View does not wait for the Update under way).
+type writeStalledStore struct {
+	ratelimit.Store
+	applied chan struct{}
+}
+
+func (s *writeStalledStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	s.applied <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// The Limiter's own check of the store, sent when a short deadline passed,
+// reads a record: its answer says that the caller's deadline was too
+// short, not that the calls' path answers anyone. It was recorded as an
+// answer of the store, which excused every call of a longer deadline that
+// the store kept waiting meanwhile and cleared the failures counted: a
+// store whose writes stall and whose reads answer never opened the
+// breaker, so long as a client in a hurry came by, each caller paying its
+// whole deadline.
+func TestBreakerCheckAnswerExcusesNoStalledCall(t *testing.T) {
+	store := &writeStalledStore{Store: must(memstore.New()), applied: make(chan struct{}, 4)}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
+	require.NoError(t, err)
+	call := func(d time.Duration) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := mock.WithTimeout(context.Background(), d)
+			defer cancel()
+			_, err := lim.Limit(ctx, "l", "k")
+			done <- err
+		}()
+		awaitOrFail(t, store.applied, "the call in the store")
+		return done
+	}
+	for i := range 3 {
+		long := call(time.Second)
+		short := call(time.Millisecond)
+		mock.Add(time.Millisecond)
+		require.ErrorIs(t, awaitOrFail(t, short, "the call in a hurry"), context.DeadlineExceeded, "round %d", i)
+		for ratelimit.Checking(lim) { // the check answers at once
+			runtime.Gosched()
+		}
+		mock.Add(time.Second)
+		err := awaitOrFail(t, long, "the call of a second's deadline")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "round %d: a second with no call answered is the store's failure", i)
+	}
+	res, err := lim.Limit(context.Background(), "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "open: the failure policy decides")
+	require.True(t, res.Degraded)
+}
