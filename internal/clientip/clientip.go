@@ -308,7 +308,10 @@ func (w *walker) add(h Hop) {
 // IPv4 client its translator stands for, keyed as that IPv4 address: by
 // its /64, every IPv4 client behind the translator would share one key.
 // (IPv4-mapped addresses are unmapped before, by ParseAddr and the
-// callers.)
+// callers.) Only the well-known prefix: a network-specific one, RFC
+// 8215's 64:ff9b:1::/48 among them, embeds the IPv4 address where its
+// length says, which cannot be known here; its addresses are keyed as
+// any IPv6 address is (docs/http.md says so).
 func Format(ip netip.Addr, v6bits int) string {
 	if ip.Is6() && nat64.Contains(ip) {
 		b := ip.As16()
