@@ -69,3 +69,40 @@ func TestBreakerCheckAnswerExcusesNoStalledCall(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "open: the failure policy decides")
 	require.True(t, res.Degraded)
 }
+
+// A call that read the clock before the failure that opened the breaker,
+// and reaches the breaker only after the cool-down that failure set has
+// passed (a goroutine kept off the CPU that long), probes the store as any
+// call would then. It was refused by the failure policy, told that the
+// breaker was open until a time already past: allow judged it by its early
+// reading, though it had read the clock again.
+func TestBreakerCallThatReadTheClockBeforeTheCooldownEnded(t *testing.T) {
+	ctx := context.Background()
+	store := &flakyStore{Store: must(memstore.New())}
+	mock := &hookClock{Mock: newMock()}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
+	require.NoError(t, err)
+	store.fail.Store(true)
+	for range 2 {
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+	}
+	mock.hook = func() {
+		// Once the call read the clock, another call's failure opens
+		// the breaker 12 s later, the store comes back, and its cool-down
+		// passes before the call goes on.
+		mock.Add(12 * time.Second)
+		_, err := lim.Limit(ctx, "l", "k")
+		require.ErrorIs(t, err, errDown)
+		store.fail.Store(false)
+		mock.Add(6 * time.Second)
+	}
+	asked := store.calls.Load()
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err, "the cool-down had passed: the call probes the store")
+	require.True(t, res.OK)
+	require.False(t, res.Degraded)
+	require.Equal(t, asked+2, store.calls.Load(), "the failure, then the probe")
+}

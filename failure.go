@@ -98,10 +98,12 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) 
 	// does not). The clock read again here, after that failure, tells
 	// them apart: if until is still more than a cool-down ahead, the clock
 	// went back, and the breaker stays open one cool-down from now, not
-	// the step's length too. Only an open breaker reads it.
+	// the step's length too. Either way the call is judged by the reading
+	// again: one that read the clock early may come after until, and then
+	// probes as any call would. Only an open breaker reads it.
 	if b.until.Sub(now) > b.cooldown && b.clock != nil {
-		if again := b.clock(); b.until.Sub(again) > b.cooldown {
-			now = again
+		now = b.clock()
+		if b.until.Sub(now) > b.cooldown {
 			b.until = now.Add(b.cooldown)
 		}
 	}
