@@ -78,17 +78,7 @@ func TestBreakerCheckAnswerExcusesNoStalledCall(t *testing.T) {
 // reading, though it had read the clock again.
 func TestBreakerCallThatReadTheClockBeforeTheCooldownEnded(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyStore{Store: must(memstore.New())}
-	mock := &hookClock{Mock: newMock()}
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, 5*time.Second))
-	require.NoError(t, err)
-	store.fail.Store(true)
-	for range 2 {
-		_, err := lim.Limit(ctx, "l", "k")
-		require.ErrorIs(t, err, errDown)
-	}
+	store, mock, lim := oneFailureFromOpen(t)
 	mock.hook = func() {
 		// Once the call read the clock, another call's failure opens
 		// the breaker 12 s later, the store comes back, and its cool-down

@@ -797,13 +797,12 @@ func (c *hookClock) Now() time.Time {
 	return now
 }
 
-// A call that read the clock before the failure that opened the breaker,
-// and asks it only after, is no clock set back: it must not shorten the
-// cool-down. One that read it more than a cool-down before (a goroutine
-// kept off the CPU that long) moved the breaker's probe to a cool-down
-// after its own reading, already past: the next call probed at once.
-func TestBreakerCallThatReadTheClockEarly(t *testing.T) {
-	ctx := context.Background()
+// oneFailureFromOpen makes a Limiter of limit "l" whose breaker opens
+// at the third failure in a row, with a cool-down of 5 s, on a failing
+// store that failed two calls already, and a clock whose hook runs once a
+// call read it.
+func oneFailureFromOpen(t *testing.T) (*flakyStore, *hookClock, *ratelimit.Limiter) {
+	t.Helper()
 	store := &flakyStore{Store: must(memstore.New())}
 	mock := &hookClock{Mock: newMock()}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
@@ -812,9 +811,20 @@ func TestBreakerCallThatReadTheClockEarly(t *testing.T) {
 	require.NoError(t, err)
 	store.fail.Store(true)
 	for range 2 {
-		_, err := lim.Limit(ctx, "l", "k")
+		_, err := lim.Limit(context.Background(), "l", "k")
 		require.ErrorIs(t, err, errDown)
 	}
+	return store, mock, lim
+}
+
+// A call that read the clock before the failure that opened the breaker,
+// and asks it only after, is no clock set back: it must not shorten the
+// cool-down. One that read it more than a cool-down before (a goroutine
+// kept off the CPU that long) moved the breaker's probe to a cool-down
+// after its own reading, already past: the next call probed at once.
+func TestBreakerCallThatReadTheClockEarly(t *testing.T) {
+	ctx := context.Background()
+	store, mock, lim := oneFailureFromOpen(t)
 	read := mock.Now()
 	mock.hook = func() {
 		// Once the call read the clock, the time passes and another call's
