@@ -17,7 +17,9 @@
 // refusal (given again to the calls of the same millisecond that would get
 // it, as on a key under attack), beside its key's bytes, in a table that
 // doubles when 7/8 full; the store also remembers each (limit name,
-// shard) it has written, and each bound limit's params, once.
+// shard) it has written, and the params of the limits bound, once each:
+// params that no bound limit uses any more (the Limiter bound new ones on
+// SetLimit) are forgotten, a few dozen at a time, by a later Bind.
 //
 // Memory follows the keys active recently, not every key ever seen. A
 // record may be dropped once its bucket has been full again for
@@ -47,6 +49,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
@@ -90,9 +93,19 @@ type Store struct {
 
 	// deferred holds the params of bound limits, each once: a write
 	// through a bound limit leaves its record's expiry to the first sweep
-	// that examines it, marking the slot with the params' place here.
+	// that examines it, marking the slot with the params' place here. A
+	// place is nil once no bound limit uses its params and no record
+	// carries its mark (reclaimDeferred); Bind gives it to other params.
+	// Copied on write, under deferredMu.
 	deferred   atomic.Pointer[[]*driver.Params]
 	deferredMu sync.Mutex
+	// Under deferredMu: the bounds that use each place of deferred, held
+	// weakly (a bound that the Limiter dropped is collected), how many
+	// places were in use after the last reclaimDeferred, and how many
+	// params were added since.
+	deferredUsers [][]weak.Pointer[bound]
+	deferredLive  int
+	deferredAdded int
 
 	clock    clock.Clock
 	anchored atomic.Bool
@@ -609,7 +622,8 @@ func (st *stripe) stepped(s *Store, now int64) {
 func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
 	p.Phase = 0
 	l := s.limitOf(name, 0, true)
-	b := &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase, deferred: s.deferParams(p)}
+	b := &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase}
+	b.deferred = s.deferParams(b)
 	if n := b.deferred - deferredBase + 1; n < 1<<16 {
 		b.params = uint64(n)
 	}
@@ -624,8 +638,18 @@ const (
 	deferredLimit = math.MinInt64 + 1<<32
 )
 
-// deferParams returns the mark of the expiries of records written with p.
-func (s *Store) deferParams(p driver.Params) int64 {
+// deferredReclaim is how many params, at least, are added to
+// Store.deferred between two reclaimDeferred.
+const deferredReclaim = 64
+
+// deferParams returns the mark of the expiries of records written with
+// b's params, and records that b uses them. Params not yet bound take the
+// first free place; every so many (deferredReclaim, or as many as were
+// in use after the last time, whichever is more) the places of params no
+// bound limit uses any more are freed first, so that a control plane that
+// sets new configs again and again does not grow the list, nor the cost
+// of a Bind, with every config ever bound.
+func (s *Store) deferParams(b *bound) int64 {
 	s.deferredMu.Lock()
 	defer s.deferredMu.Unlock()
 	var list []*driver.Params
@@ -633,13 +657,136 @@ func (s *Store) deferParams(p driver.Params) int64 {
 		list = *l
 	}
 	for i, q := range list {
-		if *q == p {
+		if q != nil && *q == b.p {
+			s.deferredUsers[i] = appendUser(s.deferredUsers[i], b)
 			return deferredBase + int64(i)
 		}
 	}
-	list = append(list[:len(list):len(list)], &p)
+	if s.deferredAdded++; s.deferredAdded >= max(deferredReclaim, s.deferredLive) {
+		s.reclaimDeferred()
+		list = *s.deferred.Load()
+	}
+	i := slices.Index(list, nil)
+	if i < 0 {
+		i = len(list)
+		list = append(list, nil)
+		s.deferredUsers = append(s.deferredUsers, nil)
+	}
+	p := b.p
+	list = slices.Clone(list)
+	list[i] = &p
 	s.deferred.Store(&list)
-	return deferredBase + int64(len(list)-1)
+	s.deferredUsers[i] = appendUser(nil, b)
+	return deferredBase + int64(i)
+}
+
+// appendUser appends b to users, the bounds of one params, first dropping
+// those collected if users is full: the bounds of params bound again and
+// again (a config set back and forth) are as many as are alive, give or
+// take twice.
+func appendUser(users []weak.Pointer[bound], b *bound) []weak.Pointer[bound] {
+	if len(users) == cap(users) {
+		users = slices.DeleteFunc(users, func(w weak.Pointer[bound]) bool { return w.Value() == nil })
+	}
+	return append(users, weak.Make(b))
+}
+
+// reclaimDeferred frees the places of Store.deferred whose params no bound
+// limit uses any more (every bound of them has been collected: no call
+// can write their mark again). First every stripe's records are walked:
+// an expiry still marked with such params is computed, as a sweep would,
+// and a refusal remembered under their number is dropped (a memo is only
+// a shortcut), so that the params that take the place next share nothing
+// with them. The walk costs a look at every slot, once per deferredReclaim
+// params bound at least, and only when some params were dropped; calls
+// pay nothing for it. The caller holds deferredMu.
+func (s *Store) reclaimDeferred() {
+	s.deferredAdded = 0
+	l := s.deferred.Load()
+	if l == nil {
+		return
+	}
+	list := *l
+	dead := make([]bool, len(list))
+	found, live := false, 0
+	for i, q := range list {
+		if q == nil {
+			continue
+		}
+		users := slices.DeleteFunc(s.deferredUsers[i], func(w weak.Pointer[bound]) bool { return w.Value() == nil })
+		if s.deferredUsers[i] = users; len(users) == 0 {
+			dead[i], found = true, true
+			s.deferredUsers[i] = nil
+		} else {
+			live++
+		}
+	}
+	s.deferredLive = live
+	if !found {
+		return
+	}
+	for i := range s.stripes {
+		s.stripes[i].undefer(s, dead)
+	}
+	next := slices.Clone(list)
+	for i, d := range dead {
+		if d {
+			next[i] = nil
+		}
+	}
+	n := len(next)
+	for n > 0 && next[n-1] == nil {
+		n--
+	}
+	next = slices.Clip(next[:n])
+	s.deferredUsers = slices.Clip(s.deferredUsers[:n])
+	s.deferred.Store(&next)
+}
+
+// undefer computes, in the stripe's records, the expiries marked with the
+// places of Store.deferred that dead flags, and drops the refusals
+// remembered under their numbers, for reclaimDeferred. Like
+// deleteExpired, it examines expiredChunk slots per hold of mu, and starts
+// the stripe over when records moved meanwhile (after expiredRestarts
+// times, it holds mu to the end): no record escapes it by moving behind
+// the walk. Records added meanwhile carry no such mark: no bound of those
+// params is left to write one.
+func (st *stripe) undefer(s *Store, dead []bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, restarts := 0, 0; ; {
+		t := st.tab()
+		if t == nil {
+			return
+		}
+		end := len(t.recs)
+		if restarts < expiredRestarts {
+			end = min(end, k+expiredChunk)
+		}
+		for ; k < end; k++ {
+			if t.meta[k].Load() == 0 {
+				continue
+			}
+			r := &t.recs[k]
+			r.mu.Lock()
+			if r.expires < deferredLimit && dead[r.expires-deferredBase] {
+				s.expiry(r)
+			}
+			if n := r.memo >> 32 & (1<<16 - 1); n != 0 && dead[n-1] {
+				r.memo = 0
+			}
+			r.mu.Unlock()
+		}
+		if k >= len(t.recs) {
+			return
+		}
+		v := st.version.Load()
+		st.mu.Unlock()
+		st.mu.Lock()
+		if st.version.Load() != v || st.tab() != t {
+			k, restarts = 0, restarts+1
+		}
+	}
 }
 
 // expiry returns the time from which the record r (whose lock the caller
@@ -664,7 +811,7 @@ type bound struct {
 	deferred int64
 	// params numbers its params among those the store has bound (1 + their
 	// place in Store.deferred), for the refusals it remembers: 0 when it
-	// remembers none (the 65,536th params and after).
+	// remembers none (a place from 65,535 on: more params bound at once).
 	params uint64
 }
 
