@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -100,4 +102,81 @@ func TestDeferredPlaceReusedWithoutMixingParams(t *testing.T) {
 	require.False(t, v.OK)
 	require.Equal(t, int64(59_999), v.RetryAfter, "p1's refusal given to a call of p2")
 	runtime.KeepAlive(b)
+}
+
+// Params bound and dropped while other goroutines decide through bounds
+// of their own, old and new: the places freed and given again never lose
+// a mark that a record still carries (its expiry would be computed with
+// the params that took the place next, or a freed place indexed) nor mix
+// two params' refusals.
+func TestDeferredReclaimUnderConcurrentCalls(t *testing.T) {
+	mock := clock.NewMock()
+	s, err := New(WithClock(mock))
+	require.NoError(t, err)
+	const now = 1_700_000_000_000
+	noPhase := func(string) int64 { return 0 }
+	params := func(i int) driver.Params {
+		return driver.Params{Kind: ratelimit.TokenBucket, Rate: float64(1 + i), Period: 1000, Capacity: float64(1 + i)}
+	}
+	keep := s.Bind("api", params(0), noPhase)
+	done := make(chan struct{})
+	type result struct {
+		wrote map[string]driver.Params // the params of each key's last write
+		err   error
+	}
+	results := make(chan result, 2)
+	for g := range 2 {
+		go func() {
+			res := result{wrote: map[string]driver.Params{}}
+			defer func() { results <- res }()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				b, p := keep, params(0)
+				if i%3 != 0 {
+					p = params(1 + (g*7919+i)%500)
+					b = s.Bind("api", p, noPhase)
+				}
+				key := fmt.Sprint(g, "-", i%26)
+				v, err := b.Decide(context.Background(), key, driver.ModeLimit, now+int64(i%4), 1, false)
+				if res.err = err; err != nil {
+					return
+				}
+				if v.OK {
+					res.wrote[key] = p
+				}
+			}
+		}()
+	}
+	for i := range 300 {
+		s.Bind("other", params(1000+i), noPhase)
+		if i%50 == 0 {
+			runtime.GC()
+		}
+	}
+	close(done)
+	var all [2]result
+	for g := range all {
+		all[g] = <-results
+		require.NoError(t, all[g].err)
+	}
+	// The places of the callers' bounds freed, and given to other params.
+	for i := range 300 {
+		if i%50 == 0 {
+			runtime.GC()
+		}
+		s.Bind("other", params(2000+i), noPhase)
+	}
+	for _, res := range all {
+		// Every record's expiry is that of the params that wrote it last.
+		for key, p := range res.wrote {
+			var rec [1]driver.Record
+			require.NoError(t, s.Load(t.Context(), []driver.RecordID{{Name: "api", Key: key}}, rec[:]))
+			require.Equal(t, ratelimit.FullAt(p, rec[0].State), ExpiryOf(s, "api", key), key)
+		}
+	}
+	runtime.KeepAlive(keep)
 }
