@@ -425,7 +425,7 @@ func TestSlowStoreOpensTheBreaker(t *testing.T) {
 				return ctx.Err()
 			}
 			call := func() error {
-				dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				dctx, cancel := mock.WithTimeout(ctx, time.Millisecond) // on the mock clock: no real deadline to pass before the store is asked
 				defer cancel()
 				_, err := lim.Limit(dctx, "l", "k")
 				return err
@@ -458,7 +458,7 @@ func TestSlowStoreOpensTheBreaker(t *testing.T) {
 			}
 			store.apply = stall
 			for range 5 {
-				dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				dctx, cancel := mock.WithTimeout(ctx, time.Millisecond)
 				_, err = lim.Limit(dctx, "l", "k")
 				cancel()
 				require.ErrorIs(t, err, context.DeadlineExceeded)
