@@ -1141,10 +1141,16 @@ type silentStore struct {
 	calls   atomic.Int64
 	answer  atomic.Bool
 	entered chan struct{}
+	// mock, when set, moves on a millisecond as a call comes in, which
+	// passes the deadline of a caller's context on it.
+	mock *clock.Mock
 }
 
 func (s *silentStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.calls.Add(1)
+	if s.mock != nil {
+		s.mock.Add(time.Millisecond)
+	}
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -1179,16 +1185,18 @@ func (w warnings) WithGroup(string) slog.Handler      { return w }
 func TestShortDeadlinesOpenTheBreakerOnAStalledStore(t *testing.T) {
 	for _, healthy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "stalled", true: "healthy"}[healthy], func(t *testing.T) {
-			store := &silentStore{Store: must(memstore.New()), entered: make(chan struct{}, 16)}
-			store.answer.Store(healthy)
 			mock := newMock()
+			store := &silentStore{Store: must(memstore.New()), entered: make(chan struct{}, 16), mock: mock}
+			store.answer.Store(healthy)
 			logged := make(warnings, 16)
 			lim, err := ratelimit.New(store, ratelimit.Limits{
 				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
 			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute), ratelimit.WithLogger(slog.New(logged)))
 			require.NoError(t, err)
 			call := func() (ratelimit.Result, error) {
-				dctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				// A deadline on the mock clock, which the store passes: a
+				// real millisecond could pass before the store is asked.
+				dctx, cancel := mock.WithTimeout(context.Background(), time.Millisecond)
 				defer cancel()
 				return lim.Limit(dctx, "l", "k")
 			}
