@@ -122,6 +122,22 @@ type Event struct {
 	Err error
 }
 
+// LetThrough reports whether the call of e was let through: Allowed and
+// Reserved are, Denied is not, and a Degraded call is as its limit's
+// failure policy answered (Result.OK: let through when the limit fails
+// open). It is the Outcome's answer for the event's own limit, which
+// for Allowed and Reserved is a yes even where another limit of a
+// LimitAll refused the call.
+func (e Event) LetThrough() bool {
+	switch e.Outcome {
+	case Allowed, Reserved:
+		return true
+	case Degraded:
+		return e.Result.OK
+	}
+	return false
+}
+
 // JobOutcome is how a job of Reservation.AfterFunc ended, as a JobEvent
 // reports it.
 type JobOutcome uint8

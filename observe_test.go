@@ -553,3 +553,22 @@ func TestObserverJobPanicStillRunsTheJob(t *testing.T) {
 	require.PanicsWithValue(t, "job boom", func() { mock.Add(time.Second) })
 	assert.Equal(t, int32(2), ran.Load())
 }
+
+// LetThrough follows the Outcome, and the failure policy's answer for a
+// Degraded call: a fail-open limit lets it through, a fail-closed one not.
+func TestEventLetThrough(t *testing.T) {
+	for _, c := range []struct {
+		outcome ratelimit.Outcome
+		ok      bool
+		want    bool
+	}{
+		{ratelimit.Allowed, true, true},
+		{ratelimit.Reserved, true, true},
+		{ratelimit.Denied, false, false},
+		{ratelimit.Degraded, true, true},
+		{ratelimit.Degraded, false, false},
+	} {
+		e := ratelimit.Event{Outcome: c.outcome, Result: ratelimit.Result{OK: c.ok}}
+		assert.Equal(t, c.want, e.LetThrough(), "%v, OK %v", c.outcome, c.ok)
+	}
+}

@@ -119,21 +119,9 @@ func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 	if e.Inline {
 		name = OtherLimit
 	}
-	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: allowed(e)})
+	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: e.LetThrough()})
 	o.decisions.Add(ctx, 1, m.add...)
 	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
-}
-
-// allowed reports whether the call of e was let through: the outcome
-// says it, but for Degraded, where the failure policy's answer does.
-func allowed(e ratelimit.Event) bool {
-	switch e.Outcome {
-	case ratelimit.Allowed, ratelimit.Reserved:
-		return true
-	case ratelimit.Degraded:
-		return e.Result.OK
-	}
-	return false
 }
 
 // ObserveJob records one job of Reservation.AfterFunc: it adds one to

@@ -265,21 +265,9 @@ func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 	if e.Inline {
 		name = OtherLimit
 	}
-	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: allowed(e)})
+	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: e.LetThrough()})
 	s.decisions.Inc()
 	s.duration.Observe(e.Latency.Seconds())
-}
-
-// allowed reports whether the call of e was let through: the outcome
-// says it, but for Degraded, where the failure policy's answer does.
-func allowed(e ratelimit.Event) bool {
-	switch e.Outcome {
-	case ratelimit.Allowed, ratelimit.Reserved:
-		return true
-	case ratelimit.Degraded:
-		return e.Result.OK
-	}
-	return false
 }
 
 // ObserveJob counts one job of Reservation.AfterFunc in
