@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitprom "github.com/ratelimit-go/ratelimit/contrib/prometheus"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/observetest"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -300,38 +301,8 @@ ratelimit_decisions_total{allowed="true",check="false",limit="api",local="false"
 // by limit and how they ended, apart from the decisions, which count each
 // reservation once. A job used to leave no trace in the metrics.
 func TestCollectorJobs(t *testing.T) {
-	ctx := context.Background()
 	c, reg := newCollector(t)
-	mock := clock.NewMock()
-	store := &slowStore{Store: must(memstore.New()), mock: mock}
-	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, MaxReserved: 2}
-	lim, err := ratelimit.New(store, ratelimit.Limits{"jobs": cfg},
-		ratelimit.WithObserver(c), ratelimit.WithClock(mock), ratelimit.WithBreaker(0, 0))
-	require.NoError(t, err)
-	job := func() {}
-	reserve := func(name string, opts ...ratelimit.CallOption) *ratelimit.Reservation {
-		t.Helper()
-		r, err := lim.Reserve(ctx, name, secretKey, opts...)
-		require.NoError(t, err)
-		return r
-	}
-
-	for range 2 { // ran
-		_, err = reserve("jobs").AfterFunc(job)
-		require.NoError(t, err)
-		mock.Add(time.Second)
-	}
-	stop, err := reserve("jobs").AfterFunc(job) // stopped
-	require.NoError(t, err)
-	require.True(t, stop(ctx))
-	r := reserve("jobs", ratelimit.Count(2), ratelimit.WithReceipt()) // dropped: its token was refunded
-	_, err = r.AfterFunc(job)
-	require.NoError(t, err)
-	require.NoError(t, lim.Refund(ctx, r.Token()))
-	mock.Add(time.Second)
-	stop, err = reserve("tenant-1", ratelimit.WithConfig(cfg)).AfterFunc(job) // inline
-	require.NoError(t, err)
-	require.True(t, stop(ctx))
+	observetest.Jobs(t, c, secretKey)
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ratelimit_afterfunc_jobs_total Jobs of Reservation.AfterFunc, by limit and how they ended: ran, dropped or stopped.
