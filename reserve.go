@@ -164,8 +164,11 @@ func zeroErr(what string) error {
 // hands the tokens back, when the context's deadline comes before the
 // job's time (at once, with an error matching context.DeadlineExceeded)
 // or the context is done while waiting, or while the use is on its way to
-// the store (with the context's error). Use a context made by the
-// Limiter's clock (clock.WithTimeout) when that clock is a mock.
+// the store (with the context's error). Its error then matches the
+// context's (errors.Is), and its message names the limit and says what
+// became of the tokens (handed back, settled by a holder of the token,
+// spent, or not handed back). Use a context made by the Limiter's clock
+// (clock.WithTimeout) when that clock is a mock.
 //
 // Giving up, Wait returns once the tokens are handed back, and at most
 // the Limiter's refund timeout (WithRefundTimeout, default
@@ -210,9 +213,8 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	}
 	defer r.release()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
-		err := fmt.Errorf("ratelimit: limit %q: the job may run at %v, after the context's deadline %v: %w",
-			r.res.Name, r.at, dl, context.DeadlineExceeded)
-		return r.giveUp(ctx, err)
+		why := fmt.Sprintf("the job may run at %v, after the context's deadline %v", r.at, dl)
+		return r.giveUp(ctx, why, context.DeadlineExceeded)
 	}
 	if d := r.Delay(); d > 0 {
 		t := r.lim.clock.Timer(d)
@@ -220,10 +222,10 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return r.giveUp(ctx, ctx.Err())
+			return r.giveUp(ctx, "its context ended before the job's time", ctx.Err())
 		}
 	} else if err := ctx.Err(); err != nil {
-		return r.giveUp(ctx, err)
+		return r.giveUp(ctx, "its context had ended by the job's time", err)
 	}
 	err := r.use(ctx, 0)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrAlreadySettled) &&
@@ -235,7 +237,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		if cerr := ctx.Err(); !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return r.giveUp(ctx, err)
+		return r.giveUp(ctx, "its context ended while the use was on its way to the store", err)
 	}
 	return err
 }
@@ -252,14 +254,18 @@ func (l *Limiter) refundContext(ctx context.Context) (context.Context, context.C
 	return l.clock.WithDeadline(context.WithoutCancel(ctx), end.Add(l.refundTimeout))
 }
 
-// giveUp hands the tokens back for a Wait that gives up with err because
-// of ctx, and returns err, joined with ErrNotRefunded and the refund's
-// failure when the tokens were not handed back. The refund is sent on a
-// context of its own: ctx may have ended already, and the store would
-// refuse it. That context ends the refund timeout after the later of
-// ctx's deadline and now, so that a slow store holds Wait no longer than
-// that past the caller's deadline; with no time left, no refund is sent.
-func (r *Reservation) giveUp(ctx context.Context, err error) error {
+// giveUp hands the tokens back for a Wait that gives up, for the reason
+// why, because of ctx, whose error (or, at once, context.DeadlineExceeded)
+// is cause. It returns cause (errors.Is finds it) in an error that names
+// the limit and says what became of the tokens: handed back; settled
+// before by a holder of the token; spent by the reservation's own use
+// (ErrReservationUsed); or not handed back (ErrNotRefunded, with the
+// refund's failure). The refund is sent on a context of its own: ctx may
+// have ended already, and the store would refuse it. That context ends
+// the refund timeout after the later of ctx's deadline and now, so that a
+// slow store holds Wait no longer than that past the caller's deadline;
+// with no time left, no refund is sent.
+func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error {
 	rctx, cancel := r.lim.refundContext(ctx)
 	defer cancel()
 	var cerr error
@@ -268,22 +274,42 @@ func (r *Reservation) giveUp(ctx context.Context, err error) error {
 	} else {
 		cerr = r.Cancel(rctx)
 	}
+	head := fmt.Sprintf("ratelimit: limit %q: Wait gave up, as %s", r.res.Name, why)
 	var se *SettledError
 	switch {
+	case cerr == nil && r.charge.n == 0:
+		// Granted by the failure policy: it held no tokens.
+		return fmt.Errorf("%s; the reservation is canceled (it held no tokens: the failure policy granted it): nothing is left to do: %w", head, cause)
+	case cerr == nil:
+		return fmt.Errorf("%s; the reservation is canceled and its tokens were handed back: nothing is left to do: %w", head, cause)
 	case errors.As(cerr, &se) && se.own && se.Kind == driver.SettleUse:
 		// The reservation's own use reached the store: this Wait's, sent
 		// as its context ended, or an earlier Wait's or AfterFunc's, its
 		// answer lost. No cancel can hand the tokens back, and a Wait
 		// would let the job run: the caller must not take them for
 		// handed back.
-		return fmt.Errorf("%w; the tokens were not handed back: the reservation's own use (this Wait's, or an earlier Wait's or AfterFunc's, its answer lost) reached the store, and they are spent; a Wait with a live context lets the job run: %w", err, cerr)
-	case cerr == nil || errors.Is(cerr, ErrAlreadySettled) || errors.Is(cerr, ErrReservationUsed):
-		// Handed back; or settled by a holder of the token (canceled:
-		// handed back; used: the job is the holder's), or the job let
-		// run: nothing the reservation holds is lost.
-		return err
+		return fmt.Errorf("%s; the tokens were not handed back: the reservation's own use (this Wait's, or an earlier Wait's or AfterFunc's, its answer lost) reached the store, and they are spent; a Wait with a live context lets the job run: %w: %w", head, cerr, cause)
+	case errors.As(cerr, &se):
+		// Settled first by a holder of the token (or a mark of a kind
+		// no Limiter writes): nothing the reservation holds is lost. Not
+		// wrapped: the use of a holder is no use of this reservation's
+		// (ErrReservationUsed would say the job may run here).
+		var what string
+		switch se.Kind {
+		case driver.SettleCancel:
+			what = "a holder of its token canceled it first, which handed its tokens back"
+		case driver.SettleUse:
+			what = "a holder of its token used it first: the job is the holder's, and the tokens are spent on it"
+		default:
+			what = "the store holds a mark of its token of a kind no Limiter writes: treat it as settled"
+		}
+		return fmt.Errorf("%s; %s (%v); nothing is left to do: %w", head, what, cerr, cause)
+	case errors.Is(cerr, ErrReservationUsed):
+		// The job was let run meanwhile: nothing the reservation holds
+		// is lost.
+		return fmt.Errorf("%s; the job was let run, and its tokens are spent on it: nothing is left to do: %w", head, cause)
 	}
-	return fmt.Errorf("%w; %w: %w; call Cancel, with a context of your own, to hand them back", err, ErrNotRefunded, cerr)
+	return fmt.Errorf("%s; %w: %w; call Cancel, with a context of your own, to hand them back: %w", head, ErrNotRefunded, cerr, cause)
 }
 
 // use marks the reservation used, unless it was canceled: in the store,

@@ -1,0 +1,97 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Wait that gives up, its context ended, returns the context's error
+// (errors.Is finds it) in an error that names the limit and says what
+// became of the reservation's tokens. It returned the bare context error,
+// "context canceled", which said neither which reservation gave up nor
+// whether its tokens had been handed back.
+func TestWaitGivingUpSaysWhatBecameOfTheTokens(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// wait runs r's Wait, which gives up, and returns its error.
+		wait func(t *testing.T, lim *ratelimit.Limiter, r *ratelimit.Reservation) error
+		want error    // the context's error
+		says []string // what the message says
+		back bool     // the tokens are back in the bucket
+	}{{
+		name: "the deadline comes before the job's time",
+		wait: func(t *testing.T, lim *ratelimit.Limiter, r *ratelimit.Reservation) error {
+			dctx, cancel := context.WithDeadline(ctx, r.Time().Add(-time.Second))
+			defer cancel()
+			return r.Wait(dctx)
+		},
+		want: context.DeadlineExceeded,
+		says: []string{"after the context's deadline", "canceled and its tokens were handed back"},
+		back: true,
+	}, {
+		name: "canceled while waiting",
+		wait: func(t *testing.T, lim *ratelimit.Limiter, r *ratelimit.Reservation) error {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- r.Wait(cctx) }()
+			cancel()
+			return <-done
+		},
+		want: context.Canceled,
+		says: []string{"ended before the job's time", "canceled and its tokens were handed back"},
+		back: true,
+	}, {
+		name: "a holder of the token canceled it first",
+		wait: func(t *testing.T, lim *ratelimit.Limiter, r *ratelimit.Reservation) error {
+			require.NoError(t, lim.Refund(ctx, r.Token()))
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			return r.Wait(cctx)
+		},
+		want: context.Canceled,
+		says: []string{"a holder of its token canceled it first"},
+		back: true,
+	}, {
+		name: "a holder of the token used it first",
+		wait: func(t *testing.T, lim *ratelimit.Limiter, r *ratelimit.Reservation) error {
+			require.NoError(t, lim.Use(ctx, r.Token()))
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			return r.Wait(cctx)
+		},
+		want: context.Canceled,
+		says: []string{"a holder of its token used it first", "the job is the holder's"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, _ := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+			_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(10))
+			require.NoError(t, err)
+			r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4)) // runs in the next window
+			require.NoError(t, err)
+			require.Positive(t, r.Delay())
+
+			err = tc.wait(t, lim, r)
+			require.ErrorIs(t, err, tc.want)
+			assert.NotErrorIs(t, err, ratelimit.ErrNotRefunded)
+			assert.NotErrorIs(t, err, ratelimit.ErrReservationUsed, "not used by the reservation: its job must not run")
+			assert.ErrorContains(t, err, `limit "jobs"`)
+			assert.ErrorContains(t, err, "Wait gave up")
+			for _, s := range tc.says {
+				assert.ErrorContains(t, err, s)
+			}
+			st, err := lim.Value(ctx, "jobs", "k")
+			require.NoError(t, err)
+			if tc.back {
+				assert.Equal(t, 0.0, st.Remaining, "the tokens are back")
+			} else {
+				assert.Equal(t, -4.0, st.Remaining, "the tokens are spent")
+			}
+		})
+	}
+}
