@@ -55,6 +55,12 @@ const DefaultAfterFuncTimeout = 10 * time.Second
 // (nothing to hand back); Wait and AfterFunc return an error matching
 // ErrInvalidOption, and schedule nothing. Reserve makes the Reservation
 // to use.
+//
+// A nil *Reservation, which Reserve returns beside an error other than a
+// store's (bad input, a done context), answers as the zero Reservation
+// does, its errors saying that it is nil: a Wait, or a deferred Cancel,
+// reached before Reserve's error was checked is bad input, an error,
+// not a panic.
 type Reservation struct {
 	lim    *Limiter
 	res    Result
@@ -91,7 +97,8 @@ type Reservation struct {
 // it would fit. The error is for bad input, a done context or a store
 // failure, as for Limit: when the store failed, the Reservation is
 // returned beside the error, decided by the limit's failure policy
-// (Result.Degraded), and holds no tokens.
+// (Result.Degraded), and holds no tokens; for any other error, the
+// Reservation is nil (which answers as the zero Reservation does).
 //
 // Reserve is small enough to be inlined, so that a Reservation its caller
 // keeps to itself lives on the caller's stack: a plain Reserve allocates
@@ -131,29 +138,42 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, name, key string,
 }
 
 // OK reports whether the reservation was granted.
-func (r *Reservation) OK() bool { return r.res.OK }
+func (r *Reservation) OK() bool { return r != nil && r.res.OK }
 
 // Result returns the decision behind the reservation.
-func (r *Reservation) Result() Result { return r.res }
+func (r *Reservation) Result() Result {
+	if r == nil {
+		return Result{}
+	}
+	return r.res
+}
 
 // Time returns when the job may run: the time of the reservation plus its
 // RetryAfter. For a refused reservation, when the same reservation would
 // have fit.
-func (r *Reservation) Time() time.Time { return r.at }
+func (r *Reservation) Time() time.Time {
+	if r == nil {
+		return time.Time{}
+	}
+	return r.at
+}
 
 // Delay returns how long from now, on the Limiter's clock, until the job
 // may run; 0 when it may run now, and for the zero Reservation, which has
 // no clock (and whose Time is the zero time).
 func (r *Reservation) Delay() time.Duration {
-	if r.lim == nil {
+	if r == nil || r.lim == nil {
 		return 0
 	}
 	return max(r.at.Sub(r.lim.clock.Now()), 0)
 }
 
 // zeroErr is the error of Wait or AfterFunc (what) of the zero
-// Reservation, which no Reserve made.
-func zeroErr(what string) error {
+// Reservation, which no Reserve made, or of a nil one (r).
+func zeroErr(r *Reservation, what string) error {
+	if r == nil {
+		return fmt.Errorf("ratelimit: %s: the Reservation is nil, as Limiter.Reserve returns it beside an error (other than a store's): it holds no tokens and has no job to let run; check Reserve's error first: %w", what, ErrInvalidOption)
+	}
 	return fmt.Errorf("ratelimit: %s: the Reservation is the zero value, made by no Limiter.Reserve: it holds no tokens and has no job to let run; use the Reservation that Reserve returns: %w", what, ErrInvalidOption)
 }
 
@@ -202,8 +222,8 @@ func zeroErr(what string) error {
 // reservation is under way, and with one matching ErrReservationUsed once
 // the job was let run.
 func (r *Reservation) Wait(ctx context.Context) error {
-	if r.lim == nil {
-		return zeroErr("Wait")
+	if r == nil || r.lim == nil {
+		return zeroErr(r, "Wait")
 	}
 	if !r.res.OK {
 		return r.res.Err()
@@ -485,7 +505,7 @@ func (r *Reservation) release() {
 // still runs and cancels. Reserve with WithReceipt refuses such a call
 // before charging anything, for a caller that needs the token.
 func (r *Reservation) Token() *Token {
-	if !r.res.OK || r.charge.n == 0 {
+	if r == nil || !r.res.OK || r.charge.n == 0 {
 		return nil
 	}
 	if lims := [1]*limit{r.charge.lim}; receiptFits(r.charge.key, lims[:]) != nil {
@@ -651,8 +671,8 @@ func (r *Reservation) AfterFunc(fn func(), opts ...AfterFuncOption) (stop func(c
 			dropped = o.dropped
 		}
 	}
-	if r.lim == nil {
-		return stopped, zeroErr("AfterFunc")
+	if r == nil || r.lim == nil {
+		return stopped, zeroErr(r, "AfterFunc")
 	}
 	if !r.res.OK {
 		return stopped, r.res.Err()
@@ -764,7 +784,7 @@ func stopped(context.Context) bool { return false }
 // their own); or the use came first, the job runs, and Cancel returns an
 // error matching ErrReservationUsed. Never both.
 func (r *Reservation) Cancel(ctx context.Context) error {
-	if !r.res.OK {
+	if r == nil || !r.res.OK {
 		return nil
 	}
 	r.mu.Lock()
