@@ -100,6 +100,18 @@ type Reservation struct {
 // (Result.Degraded), and holds no tokens; for any other error, the
 // Reservation is nil (which answers as the zero Reservation does).
 //
+// A store that answered returns the Reservation, also when ctx ended
+// while the store call was on its way: the tokens are the caller's, to
+// hand back (Cancel; a Wait on the ended ctx does it). A store call that
+// failed, or that ctx's end cut short (an error matching ctx's), may have
+// charged the tokens all the same, as any call over a network may have
+// taken effect: no Reservation holds them then, and nothing hands them
+// back; they are granted again as the limit refills. The Limiter cannot
+// hand them back, as it does when its Observer panics: it does not know
+// whether the store took the charge, and a refund of a charge the store
+// never took would grant tokens the limit never had. The limit errs
+// toward granting less, never more.
+//
 // Reserve is small enough to be inlined, so that a Reservation its caller
 // keeps to itself lives on the caller's stack: a plain Reserve allocates
 // nothing unless the Reservation escapes (to AfterFunc, another goroutine,
