@@ -74,6 +74,7 @@ type Reservation struct {
 
 	mu       sync.Mutex
 	canceled bool   // its tokens were handed back
+	lapsed   bool   // canceled past its token's Expires: nothing came back
 	used     bool   // the job was let run: Wait returned nil, or AfterFunc ran fn; or a holder of its token used it
 	held     bool   // used by a holder of its token: the job is the holder's, and Wait refuses it
 	claimed  bool   // a Wait or an AfterFunc of it is under way: no other may let the job run
@@ -207,7 +208,8 @@ func zeroErr(r *Reservation, what string) error {
 // DefaultRefundTimeout) after the context's deadline, or after it saw the
 // context canceled, however slow the store. If its error does not match
 // ErrNotRefunded, the tokens were handed back (or a holder of the token
-// settled it first), unless it matches ErrReservationUsed: the
+// settled it first, or its token had expired, past which nothing comes
+// back: the message says which), unless it matches ErrReservationUsed: the
 // reservation's own use (Wait's, sent as its context ended, or an earlier
 // Wait's or AfterFunc's, its answer lost) had reached the store, and the
 // tokens are spent (no Cancel hands them back; a Wait lets the job run).
@@ -307,8 +309,13 @@ func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error
 		cerr = r.Cancel(rctx)
 	}
 	head := fmt.Sprintf("ratelimit: limit %q: Wait gave up, as %s", r.res.Name, why)
+	r.mu.Lock()
+	lapsed := r.lapsed
+	r.mu.Unlock()
 	var se *SettledError
 	switch {
+	case cerr == nil && lapsed:
+		return fmt.Errorf("%s; the reservation is canceled, but its token had expired (Token.Expires), and nothing came back (nothing would by then): nothing is left to do: %w", head, cause)
 	case cerr == nil && r.charge.n == 0:
 		// Granted by the failure policy: it held no tokens.
 		return fmt.Errorf("%s; the reservation is canceled (it held no tokens: the failure policy granted it): nothing is left to do: %w", head, cause)
@@ -870,5 +877,6 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		r.lim.deny.forget(r.res.Name, r.charge.key)
 	}
 	r.canceled = true
+	r.lapsed = errors.Is(err, ErrTokenExpired)
 	return nil
 }

@@ -95,3 +95,22 @@ func TestWaitGivingUpSaysWhatBecameOfTheTokens(t *testing.T) {
 		})
 	}
 }
+
+// A Wait that gives up past its token's Expires says that nothing came
+// back, not that the tokens were handed back: Cancel returns nil then,
+// and hands nothing back (nothing would come back by then).
+func TestWaitGivingUpPastExpiresSaysNothingCameBack(t *testing.T) {
+	ctx := context.Background()
+	lim, mock := newReserveLimiter(t, ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	mock.Set(r.Token().Expires().Add(time.Second))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err = r.Wait(cctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "nothing is left to do")
+	assert.NotContains(t, err.Error(), "handed back")
+	assert.ErrorContains(t, err, "expired")
+	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, "the job does not run")
+}
