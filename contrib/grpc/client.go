@@ -2,6 +2,7 @@ package ratelimitgrpc
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -29,7 +30,12 @@ type ClientOption func(*clientConfig)
 func RetryAll() ClientOption { return func(c *clientConfig) { c.all = true } }
 
 // MaxWait sets the longest delay the interceptor waits out (default
-// DefaultMaxWait); a refusal asking for longer is returned at once.
+// DefaultMaxWait); a refusal asking for longer is returned at once. Zero
+// waits out only a refusal that asks for no delay.
+//
+// A negative d is a mistake (no delay is that short, and no refusal would
+// ever be waited out): the interceptor then makes no call, and answers
+// each with an error matching ErrInvalidOption that says so.
 func MaxWait(d time.Duration) ClientOption { return func(c *clientConfig) { c.maxWait = d } }
 
 // WithClock sets the clock the interceptor waits on and measures the
@@ -69,6 +75,14 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
+		}
+	}
+	if c.maxWait < 0 {
+		// UnaryClientInterceptor returns no error: every call says it.
+		err := fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given MaxWait(%v), and no delay is that short: "+
+			"give the longest delay to wait out, or 0 to wait out only a refusal that asks for none: %w", c.maxWait, ErrInvalidOption)
+		return func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
+			return err
 		}
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -147,6 +147,21 @@ func TestClientMaxWait(t *testing.T) {
 	assert.Empty(t, clk.waits())
 }
 
+// A negative MaxWait would never wait out a refusal: each call through the
+// interceptor fails, before it is sent, with an error that says so. It was
+// taken as given, and no refusal was ever waited out.
+func TestClientNegativeMaxWait(t *testing.T) {
+	clk := &jumpClock{Mock: clock.NewMock()}
+	client, served := limitedServer(t, clk, ratelimitgrpc.MaxWait(-time.Second), ratelimitgrpc.RetryAll())
+	for range 2 {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+		assert.ErrorContains(t, err, "MaxWait(-1s)")
+	}
+	assert.Equal(t, int64(0), served.calls.Load())
+	assert.Empty(t, clk.waits())
+}
+
 // refuser answers every call with code, and a RetryInfo of delay when
 // delay ≥ 0.
 func refuser(code codes.Code, delay time.Duration, calls *atomic.Int64) grpc.UnaryServerInterceptor {
