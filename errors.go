@@ -24,8 +24,9 @@ var (
 	// argument: no store, or an option such as WithKeyHash with a short
 	// secret; by that of Reservation.AfterFunc given a nil function, or
 	// OnDropped(nil); by that of Wait or AfterFunc of the zero
-	// Reservation, which no Reserve made, or of a nil one; and by that of
-	// Use, Refund or Settle given Settler with an all-zero ID.
+	// Reservation, which no Reserve made, or of a nil one; by that of
+	// Use, Refund or Settle given Settler with an all-zero ID; and by that
+	// of UnmarshalText of a nil *Token.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 	// ErrInvalidCount is matched by every *CountError.
 	ErrInvalidCount = errors.New("ratelimit: invalid count")

@@ -45,6 +45,17 @@ const DefaultSettleWindow = 15 * time.Minute
 // after Wait returned nil, or after AfterFunc ran its function) carries
 // that use: settling it, in any process, does nothing and returns a
 // *SettledError of kind driver.SettleUse, as for a token marked used.
+//
+// A nil *Token, which Reservation.Token and Result.Token return where
+// there is no token, answers as the zero Token does: ID all zeros, Key
+// empty, Items empty, Charged 0, RunAt, ChargedAt and Expires the Unix
+// epoch, Signed and CarriesUse false, Verify an error matching
+// ErrInvalidToken; settling it is an error matching ErrInvalidToken too,
+// and UnmarshalText, which has nowhere to write, one matching
+// ErrInvalidOption. String and MarshalText take a Token value, which Go
+// reads through the pointer: called on a nil *Token they panic, as any
+// method on a value does; fmt prints a nil *Token as <nil>, and
+// encoding/json writes it as null.
 type Token struct {
 	id    [16]byte
 	mac   bool
@@ -82,6 +93,17 @@ const (
 	maxTokenKey = maxRawKey
 )
 
+// zeroToken is what the methods of a nil *Token read: the zero Token.
+var zeroToken Token
+
+// orZero returns t, or the zero Token when t is nil.
+func (t *Token) orZero() *Token {
+	if t == nil {
+		return &zeroToken
+	}
+	return t
+}
+
 // Neither the digest form of a long key nor a keyed hash is longer than
 // maxTokenKey: a Limiter can read back every token it makes.
 const (
@@ -90,25 +112,25 @@ const (
 )
 
 // ID returns the token's ID: 128 random bits, unique to the charge.
-func (t *Token) ID() [16]byte { return t.id }
+func (t *Token) ID() [16]byte { return t.orZero().id }
 
 // RunAt returns when the charge's job may run, on the clock that decided
 // its charge (see Expires): for a reservation, its Time (on a store's own
 // clock, the store's time then); for a plain charge, the time of the
 // charge.
-func (t *Token) RunAt() time.Time { return time.UnixMilli(t.run) }
+func (t *Token) RunAt() time.Time { return time.UnixMilli(t.orZero().run) }
 
 // Expires returns the last moment the token may be settled, on the clock
 // that decided its charge: the Limiter's, or the store's for a store that
 // keeps its own clock (driver.TimeSource), whose time the Limiter then
 // reads before each settlement.
-func (t *Token) Expires() time.Time { return time.UnixMilli(t.until) }
+func (t *Token) Expires() time.Time { return time.UnixMilli(t.orZero().until) }
 
 // Charged returns the tokens charged to the named limit, all its shards
 // together.
 func (t *Token) Charged(name string) float64 {
 	var n float64
-	for _, it := range t.items {
+	for _, it := range t.orZero().items {
 		if it.name == name {
 			n += it.amount
 		}
@@ -120,11 +142,11 @@ func (t *Token) Charged(name string) float64 {
 // store knows it, which is the caller's key only when the Limiter gave it
 // as it is. Under WithKeyHash it is the key's keyed hash, and without it a
 // key longer than 256 bytes is its digest form (docs/api.md#keys).
-func (t *Token) Key() string { return t.key }
+func (t *Token) Key() string { return t.orZero().key }
 
 // ChargedAt returns when the charge was made, on the clock that decided
 // it (see Expires).
-func (t *Token) ChargedAt() time.Time { return time.UnixMilli(t.at) }
+func (t *Token) ChargedAt() time.Time { return time.UnixMilli(t.orZero().at) }
 
 // TokenItem is one shard a Token charged: the limit's name, the shard
 // and the tokens charged to it.
@@ -139,6 +161,7 @@ type TokenItem struct {
 // (the two shards a call evaluates), for each limit of the call. The
 // slice is a copy, the caller's to keep.
 func (t *Token) Items() []TokenItem {
+	t = t.orZero()
 	items := make([]TokenItem, len(t.items))
 	for i, it := range t.items {
 		items[i] = TokenItem{Name: it.name, Shard: it.shard, Amount: it.amount}
@@ -148,7 +171,7 @@ func (t *Token) Items() []TokenItem {
 
 // Signed reports whether the token carries a tag: it was made by a
 // Limiter with WithTokenKey. Whether the tag is valid is Verify's to say.
-func (t *Token) Signed() bool { return t.mac }
+func (t *Token) Signed() bool { return t != nil && t.mac }
 
 // CarriesUse reports whether the token carries its use: it was taken
 // after its job was let run (Reservation.Token after Wait returned nil,
@@ -156,7 +179,7 @@ func (t *Token) Signed() bool { return t.mac }
 // process, and returns a *SettledError of kind driver.SettleUse. A token
 // used through the store (Use, Settle) does not carry it: the store's
 // mark does, which only a settlement reads.
-func (t *Token) CarriesUse() bool { return t.used }
+func (t *Token) CarriesUse() bool { return t != nil && t.used }
 
 // Verify checks the token's tag as a Limiter with WithTokenKey(key,
 // accepted...) does before it settles the token: nil if the tag is valid
@@ -232,8 +255,12 @@ func (t Token) MarshalText() ([]byte, error) {
 // form, and reports a malformed one as an error matching ErrInvalidToken.
 // It does not check a tag: the Limiter that settles the token does. The
 // empty text is the zero Token, as MarshalText writes it; settling it is
-// an error matching ErrInvalidToken.
+// an error matching ErrInvalidToken. A nil *Token has nowhere to keep
+// what it reads: an error matching ErrInvalidOption.
 func (t *Token) UnmarshalText(text []byte) error {
+	if t == nil {
+		return fmt.Errorf("ratelimit: UnmarshalText of a nil *Token, which has nowhere to keep the token: read into a Token (var t ratelimit.Token; t.UnmarshalText(text)), or call ParseToken: %w", ErrInvalidOption)
+	}
 	if len(text) == 0 {
 		*t = Token{}
 		return nil
