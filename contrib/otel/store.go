@@ -3,6 +3,7 @@ package ratelimitotel
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"time"
 
@@ -43,6 +44,11 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // a BoundLimit would decide calls without passing through the wrapper,
 // so a Limiter decides every call through Apply and its span, with the
 // same answers. Unwrap returns s.
+//
+// It is an io.Closer always: Close closes s when s is one (redisstore's
+// and boltstore's stores are), and does nothing otherwise, so that the
+// wrapper can stand for the store it wraps wherever the store is closed
+// (st := WrapStore(bs); defer st.(io.Closer).Close()).
 //
 // WrapStore returns nil when s is nil or holds a nil pointer (a store
 // whose New failed, kept instead of its error), so that ratelimit.New
@@ -87,7 +93,10 @@ type tracedStore struct {
 	attrs  []attribute.KeyValue
 }
 
-var _ driver.TimeSource = (*tracedStore)(nil)
+var (
+	_ driver.TimeSource = (*tracedStore)(nil)
+	_ io.Closer         = (*tracedStore)(nil)
+)
 
 // start starts the span of a store call, and reports whether it records,
 // so that attributes are built only for a span that keeps them.
@@ -232,6 +241,16 @@ func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	now, err := s.clock.Now(ctx)
 	span.end(ctx, err)
 	return now, err
+}
+
+// Close closes the wrapped store when it is an io.Closer, and returns its
+// error; it returns nil for a store that is none, which has nothing to
+// close. It makes no span: closing is no call of a Limiter's.
+func (s *tracedStore) Close() error {
+	if c, ok := s.next.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Unwrap returns the wrapped store.

@@ -3,6 +3,7 @@ package ratelimitotel_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -394,6 +395,32 @@ func TestWrapStoreBolt(t *testing.T) {
 	assert.Zero(t, n)
 	require.Len(t, spans.GetSpans(), 1)
 	assert.Equal(t, map[attribute.Key]string{"ratelimit.records": "0"}, attrs(spans.GetSpans()[0]))
+}
+
+// The wrapper stands for the store where it is closed: Close closes a
+// store that has Close (boltstore's), and does nothing to one that has
+// none. It was no io.Closer, and a caller that closed the store it kept
+// as the wrapper failed the assertion.
+func TestWrapStoreClose(t *testing.T) {
+	ctx := context.Background()
+	ids := []driver.RecordID{{Name: "api", Key: secretKey}}
+	out := make([]driver.Record, 1)
+
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "limits.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bs.Close() })
+	w := ratelimitotel.WrapStore(bs)
+	c, ok := w.(io.Closer)
+	require.True(t, ok, "the wrapper of a store with Close is an io.Closer")
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, bs.Load(ctx, ids, out), driver.ErrClosed, "Close closed the store")
+	require.NoError(t, c.Close(), "as the store's, idempotent")
+
+	ms := must(memstore.New())
+	c, ok = ratelimitotel.WrapStore(ms).(io.Closer)
+	require.True(t, ok, "every wrapper is an io.Closer")
+	require.NoError(t, c.Close(), "a store without Close has nothing to close")
+	require.NoError(t, ms.Load(ctx, ids, out))
 }
 
 // A limit given inline is named on its spans as the call named it, not
