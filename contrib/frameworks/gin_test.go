@@ -2,12 +2,18 @@ package frameworks_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/gin-gonic/gin"
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/httplimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,17 +23,33 @@ import (
 // become the request's, as PathValue and the middleware's logs read them;
 // a request the middleware refuses is aborted with its response.
 func ginLimit(mw *httplimit.Middleware) gin.HandlerFunc {
+	// A request's way through the middleware, wrapped once and kept for
+	// the next request, so that a request allocates no handler.
+	type step struct {
+		c      *gin.Context
+		passed bool
+		h      http.Handler
+	}
+	steps := sync.Pool{New: func() any {
+		s := new(step)
+		s.h = mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			s.passed = true
+			s.c.Request = r
+			s.c.Next()
+		}))
+		return s
+	}}
 	return func(c *gin.Context) {
 		c.Request.Pattern = c.FullPath()
 		for _, p := range c.Params {
 			c.Request.SetPathValue(p.Key, p.Value)
 		}
-		passed := false
-		mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-			passed = true
-			c.Request = r
-			c.Next()
-		})).ServeHTTP(c.Writer, c.Request)
+		s := steps.Get().(*step)
+		s.c, s.passed = c, false
+		s.h.ServeHTTP(c.Writer, c.Request)
+		passed := s.passed
+		s.c = nil // gin reuses its Contexts
+		steps.Put(s)
 		if !passed {
 			c.Abort()
 		}
@@ -66,6 +88,43 @@ func TestGinPathValue(t *testing.T) {
 	assert.Equal(t, 200, get(r, "/t/globex/items").status, "another tenant, another bucket")
 	assert.Equal(t, 3, reached)
 	assert.Equal(t, 3, after, "the handlers after the limit run only for requests it passed")
+}
+
+// The adapter allocates nothing of its own for a request the middleware
+// passes, beyond the middleware's own allocations: it wrapped a new
+// handler, a closure of the request's gin.Context, for each request.
+func TestGinAdapterAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops what the adapter keeps in its sync.Pool at random")
+	}
+	gin.SetMode(gin.TestMode)
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"api": {Kind: ratelimit.TokenBucket, Rate: 1e12, Period: time.Second}, // never refuses
+	}, ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	mw, err := httplimit.New(lim, []string{"api"})
+	require.NoError(t, err)
+	served := func(c *gin.Context) { c.Status(http.StatusOK) }
+	bare := gin.New()
+	bare.Use(func(c *gin.Context) { c.Next() })
+	bare.GET("/hello", served)
+	limited := gin.New()
+	limited.Use(ginLimit(mw))
+	limited.GET("/hello", served)
+
+	req := httptest.NewRequest(http.MethodGet, "/hello", nil)
+	req.RemoteAddr = "192.0.2.10:5555"
+	w := httptest.NewRecorder()
+	allocs := func(h http.Handler) float64 {
+		return testing.AllocsPerRun(200, func() {
+			r := *req
+			h.ServeHTTP(w, &r)
+		})
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	middleware := allocs(mw.Wrap(ok)) - allocs(ok)
+	assert.Equal(t, allocs(bare)+middleware, allocs(limited), "gin's, and the middleware's")
+	assert.Equal(t, http.StatusOK, w.Code)
 }
 
 // The adapter in docs/http.md is this file's, word for word.
