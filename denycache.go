@@ -111,6 +111,12 @@ func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, c
 // params for key) and keeps it, unless this process forgot the key
 // (Reset, Cancel) while it read: the record read may predate what was
 // given back.
+//
+// The read is made with the refused call's ctx, though it serves the
+// calls after it: that call waits for it, and its deadline bounds it. A
+// read bound to no caller would keep a refused call past its deadline. A
+// caller that gives up meanwhile fails only the read: nothing is kept,
+// and the next call refused by the store learns in its place.
 func (c *denyCache) learn(ctx context.Context, store Store, lim *limit, key string, p driver.Params) {
 	k := denyKey{lim.name, key}
 	pt := c.part(k)

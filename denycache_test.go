@@ -484,3 +484,63 @@ func TestDenyCacheCostUnderKeyRotation(t *testing.T) {
 		})
 	}
 }
+
+// cancelAfterApply cancels the context of the calls it decides once the
+// store has decided them: the caller gives up as the answer comes back.
+type cancelAfterApply struct {
+	ratelimit.Store
+	cancel   context.CancelFunc
+	loadErrs []error
+}
+
+func (s *cancelAfterApply) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	err := s.Store.Apply(ctx, op, out)
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	return err
+}
+
+func (s *cancelAfterApply) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	err := s.Store.Load(ctx, ids, out)
+	s.loadErrs = append(s.loadErrs, err)
+	return err
+}
+
+// The cache learns a refused key by a read made with the refused call's
+// context, for the calls that come after it: the caller pays for the read,
+// and its deadline bounds it. A caller that gives up meanwhile costs the
+// cache that one learn, never another call its answer: the read fails and
+// nothing is kept, the call is refused as the store refused it, and the
+// next call goes to the store, which refuses it, and learns.
+func TestDenyCacheLearnOfACallThatEnded(t *testing.T) {
+	store := &cancelAfterApply{Store: must(memstore.New())}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(newMock()), ratelimit.WithDenyCache(100))
+	require.NoError(t, err)
+	ctx := context.Background()
+	res, err := lim.Limit(ctx, "l", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	ended, cancel := context.WithCancel(ctx)
+	defer cancel()
+	store.cancel = cancel
+	res, err = lim.Limit(ended, "l", "k")
+	require.NoError(t, err, "the store answered before the caller gave up")
+	require.False(t, res.OK)
+	require.False(t, res.Local)
+	require.Len(t, store.loadErrs, 1)
+	require.ErrorIs(t, store.loadErrs[0], context.Canceled, "the learn reads with the refused call's context")
+
+	for _, local := range []bool{false, true} { // nothing learnt; then learnt
+		res, err = lim.Limit(ctx, "l", "k")
+		require.NoError(t, err)
+		require.False(t, res.OK)
+		require.Equal(t, local, res.Local)
+	}
+	require.Len(t, store.loadErrs, 2)
+	require.NoError(t, store.loadErrs[1])
+}
