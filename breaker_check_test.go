@@ -96,3 +96,42 @@ func TestBreakerCallThatReadTheClockBeforeTheCooldownEnded(t *testing.T) {
 	require.False(t, res.Degraded)
 	require.Equal(t, asked+2, store.calls.Load(), "the failure, then the probe")
 }
+
+// tracedStore is a silentStore whose Load passes on the trace value its
+// context carries.
+type tracedStore struct {
+	*silentStore
+	traces chan any
+}
+
+func (s *tracedStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	s.traces <- ctx.Value(traceKey{})
+	return s.silentStore.Load(ctx, ids, out)
+}
+
+// The Limiter's own check of the store, sent when a caller's deadline
+// passed, carries the values of that caller's context (a trace's span, a
+// store's per-call settings), though not its end: a store's tracing sees
+// the read as part of the request that caused it. It went on a context of
+// its own, which carried none.
+func TestBreakerCheckKeepsTheCallersValues(t *testing.T) {
+	mock := newMock()
+	store := &tracedStore{
+		silentStore: &silentStore{Store: must(memstore.New()), entered: make(chan struct{}, 1), mock: mock},
+		traces:      make(chan any, 1),
+	}
+	store.answer.Store(true)
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	ctx, cancel := mock.WithTimeout(context.WithValue(context.Background(), traceKey{}, "request-7"), time.Millisecond)
+	defer cancel()
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, "request-7", awaitOrFail(t, store.traces, "the Limiter's own check of the store"), "the check's context carries the caller's values")
+	awaitOrFail(t, store.entered, "the check in the store")
+	for ratelimit.Checking(lim) {
+		runtime.Gosched()
+	}
+}

@@ -256,7 +256,7 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 	}
 	l.breaker.abandon(probe)
 	if l.breaker.threshold > 0 && ctx.Err() == context.DeadlineExceeded && l.breaker.lastAnswer.Load() < start.UnixMilli() {
-		l.checkStore(driver.RecordID{Name: name, Key: key})
+		l.checkStore(ctx, driver.RecordID{Name: name, Key: key})
 	}
 	return true
 }
@@ -264,7 +264,9 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 // checkStore reads the record id from the store, unless a check is under
 // way already, giving the store breakerSlowCall on the Limiter's clock,
 // in a goroutine of its own that ends with the read: the caller whose
-// deadline passed has gone. An answer says that the deadline was the
+// deadline passed has gone. The read carries the values of that caller's
+// context ctx, not its end (as AfterFunc's use does), so that a store's
+// tracing sees it as part of the request that caused it. An answer says that the deadline was the
 // caller's, and counts nothing; it is not recorded as an answer of the
 // store (breaker.answered) either: a read proves little of the calls'
 // path (a store whose writes stall may read at once), and recorded, it
@@ -274,7 +276,7 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 // breakerSlowCall while the store answered nobody else (callerGaveUp).
 // One check at a time, each one read of one record, whatever the callers
 // in a hurry.
-func (l *Limiter) checkStore(id driver.RecordID) {
+func (l *Limiter) checkStore(ctx context.Context, id driver.RecordID) {
 	if !l.breaker.checking.CompareAndSwap(false, true) {
 		return
 	}
@@ -288,7 +290,7 @@ func (l *Limiter) checkStore(id driver.RecordID) {
 			}
 		}()
 		start := l.now()
-		ctx, cancel := l.clock.WithTimeout(context.Background(), breakerSlowCall)
+		ctx, cancel := l.clock.WithTimeout(context.WithoutCancel(ctx), breakerSlowCall)
 		defer cancel()
 		var rec [1]driver.Record
 		if err := l.store.Load(ctx, []driver.RecordID{id}, rec[:]); err != nil {
