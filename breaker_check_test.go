@@ -2,13 +2,18 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -131,6 +136,89 @@ func TestBreakerCheckKeepsTheCallersValues(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, "request-7", awaitOrFail(t, store.traces, "the Limiter's own check of the store"), "the check's context carries the caller's values")
 	awaitOrFail(t, store.entered, "the check in the store")
+	for ratelimit.Checking(lim) {
+		runtime.Gosched()
+	}
+}
+
+// deafStore stalls every Apply until its caller's context ends, moving
+// the mock clock on a millisecond first, and holds every Load until the
+// test releases it, whatever its context: a broken store, which ignores
+// its context's end.
+type deafStore struct {
+	ratelimit.Store
+	mock     *clock.Mock
+	release  chan struct{}
+	loads    atomic.Int64
+	inFlight atomic.Int64
+	most     atomic.Int64
+}
+
+func (s *deafStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	s.mock.Add(time.Millisecond)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *deafStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	s.loads.Add(1)
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	<-s.release
+	return errors.New("deaf store: too late")
+}
+
+// A store that ignores its context holds the Limiter's own check for as
+// long as it does not return, but never more than that one: the callers
+// in a hurry who come by meanwhile send none, and no goroutine piles up.
+// Once the store returns, the check ends, and the next caller in a hurry
+// may send another.
+func TestBreakerCheckOneAtATimeOnAStoreThatIgnoresItsContext(t *testing.T) {
+	mock := newMock()
+	store := &deafStore{Store: must(memstore.New()), mock: mock, release: make(chan struct{})}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1000, time.Minute))
+	require.NoError(t, err)
+	hurried := func(n int) {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := mock.WithTimeout(context.Background(), time.Millisecond)
+				defer cancel()
+				_, err := lim.Limit(ctx, "l", "k")
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+			}()
+		}
+		wg.Wait()
+	}
+	hurried(1)
+	for store.loads.Load() == 0 {
+		runtime.Gosched()
+	}
+	before := runtime.NumGoroutine()
+	for range 10 {
+		hurried(20)
+		mock.Add(time.Second) // the check's quarter of a second passes; the store ignores it
+	}
+	require.Equal(t, int64(1), store.loads.Load(), "one check, held by the store")
+	require.Equal(t, int64(1), store.most.Load(), "one check in the store at a time")
+	require.True(t, ratelimit.Checking(lim))
+	require.LessOrEqual(t, runtime.NumGoroutine(), before+2, "no goroutine piles up")
+
+	close(store.release)
+	for ratelimit.Checking(lim) {
+		runtime.Gosched()
+	}
+	hurried(1)
+	for store.loads.Load() < 2 {
+		runtime.Gosched()
+	}
+	require.Equal(t, int64(1), store.most.Load(), "one check in the store at a time")
 	for ratelimit.Checking(lim) {
 		runtime.Gosched()
 	}

@@ -275,7 +275,10 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 // call's would: an error of the store, or no answer within
 // breakerSlowCall while the store answered nobody else (callerGaveUp).
 // One check at a time, each one read of one record, whatever the callers
-// in a hurry.
+// in a hurry: a store that ignores its context's end holds one goroutine
+// here for as long as it does not return, never more. The goroutine
+// needs no Close: it ends with the read, breakerSlowCall at most on the
+// Limiter's clock for a store that keeps the driver contract.
 func (l *Limiter) checkStore(ctx context.Context, id driver.RecordID) {
 	if !l.breaker.checking.CompareAndSwap(false, true) {
 		return
