@@ -250,7 +250,10 @@ func WithSettleWindow(d time.Duration) Option {
 // refund once its context has ended, and returns at once with such an
 // error; it still hands the tokens back within a deadline not passed yet.
 // The same bound holds for the tokens that Reserve hands back when its
-// Observer panics (see Observer).
+// Observer panics (see Observer), from the moment of the panic: with d 0
+// they go back within the deadline of Reserve's context, if it has not
+// passed; with no deadline, none is left, and they are not sent but stay
+// spent, which the logger (WithLogger) reports.
 // The default is DefaultRefundTimeout; a negative d counts as 0.
 func WithRefundTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.refundTimeout = max(d, 0) }
@@ -1075,10 +1078,19 @@ func (l *Limiter) observeCharged(ctx context.Context, mode driver.Mode, lim *lim
 		}
 		r := &Reservation{lim: l, res: res, charge: *ch}
 		// Within the refund timeout, as Wait's refund: a store that does
-		// not answer must not hold the panic back for good.
+		// not answer must not hold the panic back for good. With a
+		// timeout of 0 and no deadline of the caller's left, there is no
+		// time: not sent, as Wait's refund (giveUp), rather than sent on
+		// a context already ended, which the store refuses.
 		rctx, cancel := l.refundContext(ctx)
 		defer cancel()
-		if err := r.Cancel(rctx); err != nil && l.logger != nil {
+		var err error
+		if rctx.Err() != nil {
+			err = fmt.Errorf("ratelimit: cancel reservation of limit %q: not sent: the context has no deadline left, and the refund timeout (WithRefundTimeout) is 0", lim.name)
+		} else {
+			err = r.Cancel(rctx)
+		}
+		if err != nil && l.logger != nil {
 			l.logger.Error("ratelimit: the Observer panicked as it was told of a reservation, whose tokens could not be handed back",
 				"limit", lim.name, "err", err)
 		}
