@@ -223,3 +223,45 @@ func TestBreakerCheckOneAtATimeOnAStoreThatIgnoresItsContext(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// Callers in a hurry open the breaker on a stalled store after the wall
+// clock went back too (a step of NTP, or a clock given to WithClock set
+// back). The time of the store's latest answer, from before the step, was
+// ahead of every call after it, which took it for an answer since the
+// call began, and sent no check: each caller paid its deadline, for as
+// long as the step, and the breaker never opened.
+func TestShortDeadlinesOpenTheBreakerAfterTheClockWentBack(t *testing.T) {
+	mock := newMock()
+	store := &silentStore{Store: must(memstore.New()), entered: make(chan struct{}, 16), mock: mock}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Minute))
+	require.NoError(t, err)
+	mock.Add(time.Hour)
+	store.applies.Store(true)
+	_, err = lim.Limit(context.Background(), "l", "k") // answered an hour ahead
+	require.NoError(t, err)
+	store.applies.Store(false)
+	mock.Set(t0)
+
+	call := func() (ratelimit.Result, error) {
+		dctx, cancel := mock.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		return lim.Limit(dctx, "l", "k")
+	}
+	for i := range 3 {
+		_, err := call()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's own deadline")
+		require.True(t, ratelimit.Checking(lim), "call %d: the answer timed an hour ahead is no answer since the call began: the Limiter checks the store", i)
+		awaitOrFail(t, store.entered, "the Limiter's own check of the store")
+		mock.Add(250 * time.Millisecond)
+		for ratelimit.Checking(lim) {
+			runtime.Gosched()
+		}
+	}
+	asked := store.calls.Load()
+	res, err := call()
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "open: the failure policy decides")
+	require.True(t, res.OK && res.Degraded)
+	require.Equal(t, asked, store.calls.Load(), "open: the store is not asked")
+}

@@ -224,22 +224,28 @@ func (b *breaker) callerGaveUp(ctx context.Context, start, now time.Time) bool {
 		if now.Sub(start) < breakerSlowCall {
 			return true
 		}
-		last := b.lastAnswer.Load()
-		if last > now.UnixMilli()+breakerSlowCall.Milliseconds() {
-			// An answer timed after this call's end, by more than calls
-			// ending together read their clocks apart: the wall clock
-			// went back since (a step of NTP, or a clock given to
-			// WithClock set back). Its time says nothing of this call's
-			// wait, and since answered only moves lastAnswer forward, it
-			// would take every deadline for the caller's own until the
-			// clock caught up, a stalled store never opening the
-			// breaker. Forget it: the next answer is recorded again.
-			b.lastAnswer.CompareAndSwap(last, noAnswer)
-			return false
-		}
-		return last >= start.UnixMilli()
+		return b.answeredSince(start, now)
 	}
 	return true
+}
+
+// answeredSince reports whether the store answered a call since start,
+// as a call that began then and failed at now sees it.
+func (b *breaker) answeredSince(start, now time.Time) bool {
+	last := b.lastAnswer.Load()
+	if last > now.UnixMilli()+breakerSlowCall.Milliseconds() {
+		// An answer timed after this call's end, by more than calls
+		// ending together read their clocks apart: the wall clock went
+		// back since (a step of NTP, or a clock given to WithClock set
+		// back). Its time says nothing of this call's wait, and since
+		// answered only moves lastAnswer forward, it would take every
+		// deadline for the caller's own, and send no check (gaveUp),
+		// until the clock caught up, a stalled store never opening the
+		// breaker. Forget it: the next answer is recorded again.
+		b.lastAnswer.CompareAndSwap(last, noAnswer)
+		return false
+	}
+	return last >= start.UnixMilli()
 }
 
 // gaveUp reports whether a call of limit name for key (the store's),
@@ -251,11 +257,12 @@ func (b *breaker) callerGaveUp(ctx context.Context, start, now time.Time) bool {
 // deadlines are all shorter than breakerSlowCall would otherwise never
 // open the breaker on a stalled store, each paying its deadline.
 func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string, probe uint64) bool {
-	if !l.breaker.callerGaveUp(ctx, start, l.now()) {
+	now := l.now()
+	if !l.breaker.callerGaveUp(ctx, start, now) {
 		return false
 	}
 	l.breaker.abandon(probe)
-	if l.breaker.threshold > 0 && ctx.Err() == context.DeadlineExceeded && l.breaker.lastAnswer.Load() < start.UnixMilli() {
+	if l.breaker.threshold > 0 && ctx.Err() == context.DeadlineExceeded && !l.breaker.answeredSince(start, now) {
 		l.checkStore(ctx, driver.RecordID{Name: name, Key: key})
 	}
 	return true

@@ -1133,12 +1133,14 @@ func TestBreakerRefusalDuringTheProbe(t *testing.T) {
 	assert.Equal(t, 5*time.Second, res.RetryAfter, "the probe failed: open a cool-down from its failure")
 }
 
-// silentStore stalls every Apply until its caller's context ends, and
-// every Load too unless answer is set; a Load says so on entered first
-// (buffered: a test that need not wait for a Load does not read it).
+// silentStore stalls every Apply until its caller's context ends, unless
+// applies is set, and every Load too unless answer is set; a Load says so
+// on entered first (buffered: a test that need not wait for a Load does
+// not read it).
 type silentStore struct {
 	ratelimit.Store
 	calls   atomic.Int64
+	applies atomic.Bool
 	answer  atomic.Bool
 	entered chan struct{}
 	// mock, when set, moves on a millisecond as a call comes in, which
@@ -1148,6 +1150,9 @@ type silentStore struct {
 
 func (s *silentStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.calls.Add(1)
+	if s.applies.Load() {
+		return s.Store.Apply(ctx, op, out)
+	}
 	if s.mock != nil {
 		s.mock.Add(time.Millisecond)
 	}
