@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
@@ -147,7 +146,7 @@ func TestBreakerCheckKeepsTheCallersValues(t *testing.T) {
 // its context's end.
 type deafStore struct {
 	ratelimit.Store
-	mock     *clock.Mock
+	mock     testClock
 	release  chan struct{}
 	loads    atomic.Int64
 	inFlight atomic.Int64
@@ -176,7 +175,7 @@ func (s *deafStore) Load(ctx context.Context, ids []driver.RecordID, out []drive
 // Once the store returns, the check ends, and the next caller in a hurry
 // may send another.
 func TestBreakerCheckOneAtATimeOnAStoreThatIgnoresItsContext(t *testing.T) {
-	mock := newMock()
+	mock := &safeClock{now: t0} // moved by callers at once
 	store := &deafStore{Store: must(memstore.New()), mock: mock, release: make(chan struct{})}
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
