@@ -273,8 +273,9 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 // in a goroutine of its own that ends with the read: the caller whose
 // deadline passed has gone. The read carries the values of that caller's
 // context ctx, not its end (as AfterFunc's use does), so that a store's
-// tracing sees it as part of the request that caused it. An answer says that the deadline was the
-// caller's, and counts nothing; it is not recorded as an answer of the
+// tracing sees it as part of the request that caused it. An answer says
+// that the deadline was the caller's, and counts nothing; it is not
+// recorded as an answer of the
 // store (breaker.answered) either: a read proves little of the calls'
 // path (a store whose writes stall may read at once), and recorded, it
 // would excuse every call that the store kept waiting meanwhile
