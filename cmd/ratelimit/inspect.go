@@ -29,6 +29,10 @@ type target struct {
 	// store is opened.
 	precheck func(name string, cfg ratelimit.Config) error
 	store    ratelimit.Store // set by limiter
+	// anySeed takes --phase-seed whatever the limit (reset, which removes
+	// every record of the key whatever its windows, takes inspect's flags
+	// as they are); the other commands refuse it where it moves nothing.
+	anySeed bool
 }
 
 func (t *target) register(cmd *cobra.Command, withKey bool) {
@@ -45,6 +49,11 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	name, cfg, err := t.lf.limit()
 	if err != nil {
 		return nil, "", nil, err
+	}
+	if !t.anySeed {
+		if err := t.sf.unusedPhaseSeed(ratelimit.Limits{name: cfg}, t.lf.file); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	// The options are the command line's: one that New refuses (a short
 	// --key-secret) is told before the store is opened, not behind a
@@ -285,7 +294,7 @@ func stamp(t time.Time) string {
 }
 
 func newReset() *cobra.Command {
-	var t target
+	t := target{anySeed: true}
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Short:   "Forget the state of a (name, key) in a store: the next call finds a full bucket",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -128,4 +129,51 @@ func TestUnsignedTokensAcceptedFlag(t *testing.T) {
 	code, _, errOut = exec("token", "refund", "--store", "mem:", "--limits", limits, "--unsigned-tokens-accepted", unsigned)
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--unsigned-tokens-accepted without a token key: without one, every token is taken unchecked, signed or not; give the token key (--token-key-file, or $RATELIMIT_TOKEN_KEY), or leave the flag out")
+}
+
+// --phase-seed moves the windows of a fixed window without a start, and
+// nothing else: given for a token bucket, or a fixed window aligned to
+// its start, it was taken and changed nothing, as if the application's
+// seed had been applied. It is refused there, as simulate --seed is for a
+// limit of one record; reset takes it whatever the limit, so that
+// inspect's flags run it as they are.
+func TestPhaseSeedUnused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.db")
+	limits := writeFile(t, dir, "limits.yaml", signupLimitsYAML)
+	aligned := writeFile(t, dir, "aligned.yaml", "daily:\n  kind: fixed window\n  rate: 10\n  period: 24h\n  start: 2024-01-01T00:00:00Z\n")
+	store := []string{"--store", "bolt://" + path, "--key", "user-42", "--phase-seed", "7"}
+	bucket := []string{"--kind", "token bucket", "--rate", "10", "--period", "1m"}
+	const moves = "ratelimit: --phase-seed moves the windows of a fixed window without a start, which fall at a phase of each key, and "
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append(append([]string{"limit"}, store...), bucket...), `limit limit is a token bucket, which has no windows`},
+		{append(append([]string{"inspect"}, store...), "--limits", limits, "--name", "llm"), `limit llm is a token bucket, which has no windows`},
+		{append(append([]string{"limit", "--name", "a b"}, store...), "--kind", "fixed window", "--rate", "10", "--period", "1h", "--start", "2024-01-01T00:00:00Z"),
+			`the windows of limit "a b" are aligned to its start`},
+		{append(append([]string{"bench", "--duration", "1s"}, store[:2]...), append([]string{"--phase-seed", "0"}, bucket...)...), `limit limit is a token bucket, which has no windows`},
+		{[]string{"token", "refund", "--store", "mem:", "--phase-seed", "7", "--limits", aligned, "AQ"}, `limit daily are aligned to its start`},
+		{[]string{"token", "use", "--store", "mem:", "--phase-seed", "7", "--limits", writeFile(t, dir, "two.yaml", "a:\n  kind: token bucket\n  rate: 1\n  period: 1s\nb:\n  kind: token bucket\n  rate: 1\n  period: 1s\n"), "AQ"},
+			"no limit of " + filepath.Join(dir, "two.yaml") + " is one"},
+	} {
+		code, out, errOut := exec(tc.args...)
+		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
+		require.Contains(t, errOut, moves, "%q", tc.args)
+		require.Contains(t, errOut, tc.want+": it would change nothing; leave --phase-seed out\n", "%q", tc.args)
+		_, err := os.Stat(path)
+		require.ErrorIs(t, err, os.ErrNotExist, "%q: refused before the store is opened", tc.args)
+	}
+
+	// Where a limit has windows at a phase of each key, it is taken: a
+	// limits file of such a limit among others, too.
+	code, _, errOut := exec(append(append([]string{"limit"}, store...), "--kind", "fixed window", "--rate", "10", "--period", "1h")...)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = exec("token", "refund", "--store", "bolt://"+path, "--phase-seed", "7", "--limits", limits, "AQ")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "invalid token")
+	// reset takes it whatever the limit.
+	code, _, errOut = exec(append(append([]string{"reset"}, store...), bucket...)...)
+	require.Equal(t, 0, code, errOut)
 }

@@ -209,6 +209,33 @@ func (f *storeFlags) noClock(shown string) error {
 	return usagef("--server-time: the store of %s has no clock of its own: the application's Redis or PostgreSQL store takes WithServerTime; leave --server-time out", shown)
 }
 
+// unusedPhaseSeed returns the usage error of --phase-seed, if it is
+// given, when no limit of limits, of the limits file file ("" for an
+// inline limit), is a fixed window without a start: the seed moves the
+// windows of such a limit, at a phase of each key, and nothing else. A
+// token bucket has no windows, and a start aligns the windows of every
+// key to it. nil without --phase-seed, or when a limit uses it.
+func (f *storeFlags) unusedPhaseSeed(limits ratelimit.Limits, file string) error {
+	if !f.fs.Changed("phase-seed") {
+		return nil
+	}
+	var name string
+	for n, cfg := range limits {
+		if cfg.Kind == ratelimit.FixedWindow && cfg.Start.IsZero() {
+			return nil
+		}
+		name = n
+	}
+	const moves = "--phase-seed moves the windows of a fixed window without a start, which fall at a phase of each key"
+	switch {
+	case len(limits) != 1:
+		return usagef("%s, and no limit of %s is one: it would change nothing; leave --phase-seed out", moves, file)
+	case limits[name].Kind != ratelimit.FixedWindow:
+		return usagef("%s, and limit %s is a token bucket, which has no windows: it would change nothing; leave --phase-seed out", moves, nameText(name))
+	}
+	return usagef("%s, and the windows of limit %s are aligned to its start: it would change nothing; leave --phase-seed out", moves, nameText(name))
+}
+
 // maxRawKey is the longest key the Limiter gives a store as it is, without
 // WithKeyHash (docs/api.md#keys).
 const maxRawKey = 256

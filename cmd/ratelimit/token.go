@@ -817,6 +817,9 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 			if err != nil {
 				return err
 			}
+			if err := sf.unusedPhaseSeed(limits, lf.file); err != nil {
+				return err
+			}
 			tkeys, err := keys.keys()
 			if err != nil {
 				return err
