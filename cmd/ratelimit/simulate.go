@@ -510,7 +510,9 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("--svg: %w", err)
 		}
-		fmt.Fprintf(out, "\nchart: %s\n", svgPath)
+		// The path as given, its control characters escaped: a newline
+		// in it wrote a line of its own into the report.
+		fmt.Fprintf(out, "\nchart: %s\n", escapeControls(svgPath))
 	}
 	return nil
 }

@@ -675,7 +675,7 @@ func printToken(w io.Writer, tok *ratelimit.Token, at time.Time, r inspectJSON, 
 	case len(keys) == 0:
 		line("signed", "yes, not checked: give the token key to check it (--token-key-file, or $%s)", tokenKeyEnv)
 	case *r.Verified:
-		line("signed", "yes, and the tag is valid under the token key of %s", r.VerifiedBy)
+		line("signed", "yes, and the tag is valid under the token key of %s", escapeControls(r.VerifiedBy)) // a file's path, as given
 	default:
 		line("signed", "yes, and the tag is NOT valid under the token key given: forged or altered, or signed with another key")
 	}

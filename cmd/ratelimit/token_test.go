@@ -814,3 +814,27 @@ func signupTokens(t *testing.T, limits, key string, storeArgs []string) float64 
 	decode(t, out, &s)
 	return s.Tokens
 }
+
+// The paths the reports on standard output quote, the chart's and the
+// token key file's, are written with their control characters escaped,
+// as an error's line writes them: a newline in a path wrote a line of
+// its own, a forged line of the report, and an escape sequence reached
+// the terminal.
+func TestReportPathsEscaped(t *testing.T) {
+	unsetenv(t, tokenKeyEnv)
+	dir := t.TempDir()
+	svg := filepath.Join(dir, "a\nchart: forged.svg\x1b[31m")
+	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--at", "0s=1", "--svg", svg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "\nchart: "+dir+`/a\nchart: forged.svg\x1b[31m`+"\n")
+	require.NotContains(t, out, "\x1b")
+	require.FileExists(t, svg)
+
+	keyFile := writeFile(t, dir, "a\nsigned       no\x1b]0;title\a.key", tokenKeyA)
+	signed := receipt(t, must(ratelimit.New(must(memstore.New()), signupLimits, ratelimit.WithTokenKey([]byte(tokenKeyA)))), "llm", "user-42", 1)
+	code, out, errOut = exec("token", "inspect", "--token-key-file", keyFile, signed)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "signed       yes, and the tag is valid under the token key of "+dir+`/a\nsigned       no\x1b]0;title\a.key`+"\n")
+	require.NotContains(t, out, "\x1b")
+	require.NotContains(t, out, "\nsigned       no")
+}
