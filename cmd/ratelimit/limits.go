@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
@@ -101,6 +102,12 @@ const maxNamesListed = 20
 // path, holding limits, does not declare: it names the limit that differs
 // from it by case alone, if one does, and otherwise lists the limits, at
 // most maxNamesListed of them.
+//
+// A name beyond ASCII is written, and the names listed with it, with
+// those characters escaped (%+q: "caf\u00e9"): names are matched byte for
+// byte, as the library matches them, and the same letters in another
+// Unicode form ("cafe\u0301", an e and a combining accent) are another
+// name, which %q wrote as the name listed, "café" not in ["café"].
 func notIn(name, path string, limits ratelimit.Limits) error {
 	names := slices.Sorted(maps.Keys(limits))
 	for _, n := range names {
@@ -108,10 +115,14 @@ func notIn(name, path string, limits ratelimit.Limits) error {
 			return usagef("limit %q is not in %s: did you mean %q? (names are matched as written)", name, path, n)
 		}
 	}
-	if len(names) > maxNamesListed {
-		return usagef("limit %q is not in %s: pass --name, one of %q and %d more", name, path, names[:maxNamesListed], len(names)-maxNamesListed)
+	quote, why := "%q", ""
+	if strings.IndexFunc(name, func(r rune) bool { return r > unicode.MaxASCII }) >= 0 {
+		quote, why = "%+q", " (written with the characters beyond ASCII escaped: names are matched byte for byte, and the same letters in another Unicode form, NFC or NFD, are another name)"
 	}
-	return usagef("limit %q is not in %s: pass --name, one of %q", name, path, names)
+	if len(names) > maxNamesListed {
+		return usagef("limit "+quote+" is not in %s: pass --name, one of "+quote+" and %d more%s", name, path, names[:maxNamesListed], len(names)-maxNamesListed, why)
+	}
+	return usagef("limit "+quote+" is not in %s: pass --name, one of "+quote+"%s", name, path, names, why)
 }
 
 // fileOnly refuses the flags of an inline limit beside --limits.

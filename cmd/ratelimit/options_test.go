@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"testing"
@@ -176,4 +177,36 @@ func TestPhaseSeedUnused(t *testing.T) {
 	// reset takes it whatever the limit.
 	code, _, errOut = exec(append(append([]string{"reset"}, store...), bucket...)...)
 	require.Equal(t, 0, code, errOut)
+}
+
+// Keys and limit names are bytes, as the library takes them: the command
+// line passes --key and --name as given, and normalises neither. "café"
+// with a precomposed é (NFC) and with e and a combining accent (NFD) are
+// two keys with two records, as they are two keys in the application's
+// calls, and two limit names.
+func TestKeysAndNamesNotNormalised(t *testing.T) {
+	const nfc, nfd = "caf\u00e9", "cafe\u0301"
+	dir := t.TempDir()
+	store := []string{"--store", "bolt://" + filepath.Join(dir, "limits.db"), "--kind", "token bucket", "--rate", "10", "--period", "1m", "--name", nfc}
+	code, out, errOut := exec(append([]string{"limit", "--count", "4", "--key", nfc, "-o", "json"}, store...)...)
+	require.Equal(t, 0, code, errOut)
+	var d decisionJSON
+	decode(t, out, &d)
+	require.Equal(t, base64.StdEncoding.EncodeToString([]byte(nfc)), d.KeyBase64)
+	require.Equal(t, base64.StdEncoding.EncodeToString([]byte(nfc)), d.Limit.NameBase64)
+	tokens := func(key string) float64 {
+		code, out, errOut := exec(append([]string{"inspect", "--key", key, "-o", "json"}, store...)...)
+		require.Equal(t, 0, code, errOut)
+		var s statusJSON
+		decode(t, out, &s)
+		require.Equal(t, base64.StdEncoding.EncodeToString([]byte(key)), s.KeyBase64)
+		return s.Tokens
+	}
+	require.InDelta(t, 6, tokens(nfc), 0.5)
+	require.Equal(t, 10.0, tokens(nfd), "the key in another normal form is another key")
+
+	limits := writeFile(t, dir, "limits.yaml", nfc+":\n  kind: token bucket\n  rate: 10\n  period: 1m\n")
+	code, _, errOut = exec("inspect", "--store", "mem:", "--limits", limits, "--name", nfd, "--key", nfc)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `ratelimit: limit "cafe\u0301" is not in `+limits+`: pass --name, one of ["caf\u00e9"] (written with the characters beyond ASCII escaped: names are matched byte for byte, and the same letters in another Unicode form, NFC or NFD, are another name)`+"\n")
 }
