@@ -59,7 +59,7 @@ func TestErrorsSayRatelimitOnce(t *testing.T) {
 		{[]string{"simulate", "--kind", "fixed window", "--rate", "0", "--period", "1s", "--at", "0s=1"}, 2,
 			"ratelimit: --rate is 0"},
 		{[]string{"simulate", "--limits", invalid, "--name", "x", "--at", "0s=1"}, 1,
-			"ratelimit: " + invalid + `: limits file: line 1: limit "x": Rate is 0`},
+			"ratelimit: " + invalid + `: limits file: line 1: limit "x": rate is 0`},
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1,
 			"ratelimit: " + broken + ": limits file: yaml: line 1"},
 		{[]string{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"}, 2,

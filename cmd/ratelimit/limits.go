@@ -172,7 +172,7 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 	}
 	limits, err := ratelimit.ParseLimits(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, inFile(err))
 	}
 	return limits, nil
 }
@@ -229,6 +229,11 @@ func readFileAtMost(path string, most int64) ([]byte, error) {
 var configFlags = map[string]string{"Kind": "--kind", "Rate": "--rate", "Period": "--period", "Capacity": "--capacity",
 	"MaxReserved": "--max-reserved", "Shards": "--shards", "Start": "--start"}
 
+// fileFields are the fields of a limits file by the Config field each
+// reads.
+var fileFields = map[string]string{"Kind": "kind", "Rate": "rate", "Period": "period", "Capacity": "capacity",
+	"MaxReserved": "maxReserved", "Shards": "shards", "Start": "start"}
+
 // configField matches the name of a Config field in a ConfigError's text.
 var configField = regexp.MustCompile(`\b(Kind|Rate|Period|Capacity|MaxReserved|Shards|Start)\b`)
 
@@ -249,6 +254,26 @@ func inFlags(err error) error {
 	return &flagError{msg: flag + " " + problem, err: err}
 }
 
+// inFile returns err, the error of ParseLimits, in the words of the
+// limits file when it is a limit's *ratelimit.ConfigError, which names
+// the Config's fields (Capacity, MaxReserved) where the file has capacity
+// and maxReserved. Its text ends with the ConfigError's, after the line;
+// only that end is rewritten, so that a limit's name that reads as a
+// field is left as it is. It still matches ratelimit.ErrInvalidConfig.
+func inFile(err error) error {
+	var ce *ratelimit.ConfigError
+	if !errors.As(err, &ce) || ce.Name == "" {
+		return err
+	}
+	field, ok := fileFields[ce.Field]
+	was := strings.TrimPrefix(ce.Error(), "ratelimit: ")
+	if !ok || !strings.HasSuffix(err.Error(), was) {
+		return err
+	}
+	problem := configField.ReplaceAllStringFunc(ce.Problem, func(f string) string { return fileFields[f] })
+	return &flagError{msg: strings.TrimSuffix(err.Error(), was) + fmt.Sprintf("limit %q: %s %s", ce.Name, field, problem), err: err}
+}
+
 // countUsage returns err, an error of a call, as a usage error in the
 // command line's words when it is the count that the limit refuses
 // (*ratelimit.CountError: not a number ≥ 0, or more than the limit can
@@ -256,8 +281,8 @@ func inFlags(err error) error {
 // "--count 4" or "--at 1s=4: count 4", and reserve the way to reserve on
 // it ("--reserve"), "" when there is none. The library names the Config's
 // fields and its call option (Capacity, WithReserve()); an inline limit's
-// fields are flags here, a limits file's keep their names. Other errors
-// are returned as they are.
+// fields are flags here, a limits file's are written as the file writes
+// them (capacity). Other errors are returned as they are.
 func (f *limitFlags) countUsage(what, reserve string, err error) error {
 	var ce *ratelimit.CountError
 	if !errors.As(err, &ce) {
@@ -272,6 +297,8 @@ func (f *limitFlags) countUsage(what, reserve string, err error) error {
 	if f.file == "" {
 		problem = configField.ReplaceAllStringFunc(problem, func(field string) string { return configFlags[field] })
 		problem = shardsHint.ReplaceAllString(problem, "give --shards $1 or fewer")
+	} else {
+		problem = configField.ReplaceAllStringFunc(problem, func(field string) string { return fileFields[field] })
 	}
 	return usageError{&flagError{msg: what + " " + problem, err: err}}
 }

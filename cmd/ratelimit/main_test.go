@@ -158,7 +158,7 @@ func TestLimitsFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("x:\n  kind: fixed window\n  rate: 0\n  period: 1m\n"), 0o600))
 	code, _, errOut = exec("simulate", "--limits", bad, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "Rate")
+	require.Contains(t, errOut, `limit "x": rate is 0`)
 }
 
 // A limits file larger than maxLimitsFile is refused, before it is read
@@ -263,12 +263,29 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	require.EqualError(t, err, "--rate is NaN: it must be a number of tokens from 1e-09 to 1e+15")
 
 	// A limit of a limits file is named by its fields, as the file writes
-	// them.
-	path := filepath.Join(t.TempDir(), "limits.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n"), 0o600))
-	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
-	require.Equal(t, 1, code, errOut)
-	require.Contains(t, errOut, `limits file: line 1: limit "x": Rate is NaN`)
+	// them, its problem too: the library names the Config's (Rate,
+	// Capacity, MaxReserved). A limit's name that reads as a field is
+	// left as it is.
+	dir := t.TempDir()
+	for _, tc := range []struct{ file, want string }{
+		{"x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n", `limits file: line 1: limit "x": rate is NaN: it must be a number of tokens from 1e-09 to 1e+15` + "\n"},
+		{"Capacity:\n  kind: fixed window\n  rate: 1\n  period: 1s\n  capacity: -1\n",
+			`limits file: line 1: limit "Capacity": capacity is -1: it must be a number of tokens > 0 and at most 1e+15, or 0 for rate` + "\n"},
+		{"x:\n  kind: token bucket\n  rate: 1.5\n  period: 1s\n  capacity: 1.5\n  maxReserved: 8388607\n",
+			`limits file: line 1: limit "x": maxReserved is 8.388607e+06 and capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of capacity plus maxReserved would be refused forever`},
+		{"x:\n  kind: token bucket\n  rate: 1\n  period: 1s\n  start: 2024-01-01T00:00:00Z\n", `limits file: line 1: limit "x": start is set on a token bucket, which has no windows: remove start` + "\n"},
+	} {
+		path := filepath.Join(dir, "limits.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o600))
+		code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
+		require.Equal(t, 1, code, errOut)
+		require.Contains(t, errOut, "ratelimit: "+path+": "+tc.want, tc.file)
+	}
+	_, err = loadLimits(filepath.Join(dir, "limits.yaml"))
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	var ce *ratelimit.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Start", ce.Field)
 }
 
 // A count the limit refuses is told in the flags' names, as an invalid
@@ -277,7 +294,8 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 // command, if it has one. The library's message named the Config's fields
 // and its call option: "--count: limit "limit": count 4 exceeds 3, ...:
 // raise Capacity, split the call, or ask with WithReserve()". A limit of a
-// limits file keeps the names of its fields, as its other errors do.
+// limits file is told in the names of its fields, as the file writes them
+// (capacity), as its other errors are.
 func TestCountErrorsNameFlags(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "limits.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("x:\n  kind: token bucket\n  rate: 10\n  period: 1m\n  capacity: 3\n"), 0o600))
@@ -298,7 +316,7 @@ func TestCountErrorsNameFlags(t *testing.T) {
 		{append([]string{"limit", "--store", "mem:", "--count", "3"}, sharded...),
 			"--count 3 exceeds 2, the most the limit can grant at once (two of its 4 shards together): give --shards 2 or fewer, or raise --capacity to 6"},
 		{[]string{"limit", "--store", "mem:", "--limits", path, "--name", "x", "--count", "4"},
-			"--count 4 exceeds 3, the most the limit can grant at once: raise Capacity, split the call, or ask with --reserve"},
+			"--count 4 exceeds 3, the most the limit can grant at once: raise capacity, split the call, or ask with --reserve"},
 		// bench and the steady pattern of simulate cannot reserve.
 		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...),
 			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
