@@ -1156,3 +1156,13 @@ func TestCountRefusedFirst(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "reserved 4")
 }
+
+// --svg "" is refused: an empty path drew no chart, and the run printed
+// its table as if none had been asked for.
+func TestSimulateSVGEmpty(t *testing.T) {
+	code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--period", "1m", "--at", "0s=1", "--svg", "")
+	require.Equal(t, 2, code, out)
+	require.Empty(t, out)
+	require.Equal(t, "ratelimit: --svg \"\": give the chart's file, such as --svg chart.svg, or leave --svg out for the table alone\n"+
+		"Run 'ratelimit simulate --help' for usage.\n", errOut)
+}

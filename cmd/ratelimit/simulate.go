@@ -96,6 +96,11 @@ seed gives the same output.`,
 				// nothing else: every seed printed the same table.
 				return usagef("--seed draws the shards each call of a sharded limit evaluates, and this limit has one record: leave --seed out")
 			}
+			if flags.Changed("svg") && svg == "" {
+				// An empty path is no chart: the run printed its table
+				// and drew nothing, silently.
+				return usagef("--svg \"\": give the chart's file, such as --svg chart.svg, or leave --svg out for the table alone")
+			}
 			reqs, err := parsePattern(at)
 			if err != nil {
 				return err
