@@ -755,8 +755,11 @@ func undeclared(tok *ratelimit.Token, limits ratelimit.Limits, file string) erro
 			return fmt.Errorf("the token charges limit %q, and the inline limit is named %q: give the limit inline with --name %q and its --kind, --rate, --period, or --limits with the application's limits file; nothing was settled: %w",
 				it.Name, inline, it.Name, ratelimit.ErrUnknownLimit)
 		}
-		if shards := max(cfg.Shards, 1); it.Shard >= shards {
-			return fmt.Errorf("the token charges shard %d of limit %q, which is declared here with Shards %d: declare the limit with its Shards as the application does (--shards inline), at least %d to settle this token (its Shards may have been lowered since the charge); nothing was settled: %w",
+		if shards := max(cfg.Shards, 1); it.Shard >= shards && file != "" {
+			return fmt.Errorf("the token charges shard %d of limit %q, which %s declares with shards %d: give --limits the application's limits file, with the limit's shards at least %d to settle this token (its shards may have been lowered since the charge); nothing was settled: %w",
+				it.Shard, it.Name, file, shards, it.Shard+1, ratelimit.ErrUnknownLimit)
+		} else if it.Shard >= shards {
+			return fmt.Errorf("the token charges shard %d of limit %q, which is declared here with --shards %d: give --shards as the application declares the limit, at least %d to settle this token (its shards may have been lowered since the charge); nothing was settled: %w",
 				it.Shard, it.Name, shards, it.Shard+1, ratelimit.ErrUnknownLimit)
 		}
 	}

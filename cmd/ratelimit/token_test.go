@@ -473,7 +473,12 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	require.Contains(t, errOut, `the token charges limit "signup", which `+llmOnly+` does not declare: give --limits the application's limits file`)
 	code, _, errOut = execIn("", append([]string{"token", "refund", "--kind", "fixed window", "--rate", "100", "--period", "1h", "--name", "signup", toks[3]}, storeArgs...)...)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, `the token charges shard 1 of limit "signup", which is declared here with Shards 1: declare the limit with its Shards as the application does (--shards inline), at least 2 to settle this token`)
+	require.Contains(t, errOut, `the token charges shard 1 of limit "signup", which is declared here with --shards 1: give --shards as the application declares the limit, at least 2 to settle this token (its shards may have been lowered since the charge); nothing was settled: unknown limit`)
+	// A limits file's limit, in the file's words.
+	unsharded := writeFile(t, dir, "unsharded.yaml", "signup:\n  kind: fixed window\n  rate: 100\n  period: 1h\n")
+	code, _, errOut = execIn("", append([]string{"token", "refund", "--limits", unsharded, toks[3]}, storeArgs...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `the token charges shard 1 of limit "signup", which `+unsharded+` declares with shards 1: give --limits the application's limits file, with the limit's shards at least 2 to settle this token (its shards may have been lowered since the charge); nothing was settled: unknown limit`)
 	require.Equal(t, 70.0, value())
 	code, out, errOut = execIn("", append([]string{"token", "refund", "--kind", "fixed window", "--rate", "100", "--period", "1h", "--name", "signup", "--shards", "2", toks[3]}, storeArgs...)...)
 	require.Equal(t, 0, code, errOut)
