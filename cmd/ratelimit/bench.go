@@ -472,7 +472,11 @@ func (r *report) print(out io.Writer) {
 		if r.windows {
 			how = ", window by window"
 		}
-		fmt.Fprintf(out, "check      ok: no key was granted more than the limit allows (%d keys%s)\n", r.keys, how)
+		keys := "keys"
+		if r.keys == 1 {
+			keys = "key"
+		}
+		fmt.Fprintf(out, "check      ok: no key was granted more than the limit allows (%d %s%s)\n", r.keys, keys, how)
 	} else {
 		fmt.Fprintf(out, "check      FAILED: %s\n", r.violation)
 	}

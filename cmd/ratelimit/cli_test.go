@@ -1166,3 +1166,13 @@ func TestSimulateSVGEmpty(t *testing.T) {
 	require.Equal(t, "ratelimit: --svg \"\": give the chart's file, such as --svg chart.svg, or leave --svg out for the table alone\n"+
 		"Run 'ratelimit simulate --help' for usage.\n", errOut)
 }
+
+// bench's check line counts its keys in words: "(1 key)", not "(1 keys)".
+func TestBenchCheckKeys(t *testing.T) {
+	for keys, want := range map[string]string{"1": "(1 key)", "2": "(2 keys)"} {
+		code, out, errOut := exec("bench", "--store", "mem:", "--kind", "token bucket", "--rate", "10", "--period", "1h", "--keys", keys,
+			"--goroutines", "1", "--duration", "10ms", "--quiet")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "check      ok: no key was granted more than the limit allows "+want+"\n")
+	}
+}
