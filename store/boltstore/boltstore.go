@@ -260,7 +260,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 }
 
 // New returns a store in db, a database the caller already has and keeps
-// owning: Close does not close it. The store's transactions wait for the
+// owning: Close does not close it. A database whose file bbolt cannot read
+// where the store's bucket is kept (damaged since it was opened) is
+// refused with ErrDamagedFile. The store's transactions wait for the
 // application's own write transactions on db, as bbolt makes every writer
 // wait; a call whose context can end leaves when it ends (see Deadlines
 // in the package doc).
@@ -287,10 +289,18 @@ func (o options) check() error {
 
 func newStore(db *bolt.DB, o options) (*Store, error) {
 	s := &Store{db: db, bucket: []byte(o.bucket), writer: make(chan struct{}, 1), sweepBatch: defaultSweepBatch}
-	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(s.bucket)
-		return err
+	// Guarded, as every transaction of the store's: New's database may
+	// have been damaged since bbolt opened it, and bbolt panics, or
+	// faults, on a damaged page.
+	err := s.guard(func() error {
+		return update(db, func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(s.bucket)
+			return err
+		})
 	})
+	if errors.Is(err, ErrDamagedFile) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", o.bucket, err)
 	}

@@ -342,3 +342,45 @@ func TestDamagedWhileOpen(t *testing.T) {
 		}
 	}
 }
+
+// New on a database of the application's whose file was damaged since
+// bbolt opened it refuses it with ErrDamagedFile, as a call of the store
+// does: the store's first transaction, which makes its bucket, ran
+// unguarded, so that bbolt's panic on the damaged page went on out of New
+// (and bbolt's Update, rolling back, walked the damaged file again).
+func TestNewOnDamagedDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("app"))
+		return err
+	}))
+	// The page of the bucket of buckets, named by the latest meta page (a
+	// meta page is a page header of 16 bytes, then the magic, version,
+	// page size and flags, 4 bytes each, the root bucket's page, its
+	// sequence, the list of free pages, the high water mark, the
+	// transaction's ID).
+	pageSize := db.Info().PageSize
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var root uint64
+	var txid uint64
+	for m := range 2 {
+		meta := data[m*pageSize+16:]
+		if id := binary.NativeEndian.Uint64(meta[48:]); id >= txid {
+			txid, root = id, binary.NativeEndian.Uint64(meta[16:])
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0, 0}, int64(root)*int64(pageSize)+8) // a page of no type
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	var s *boltstore.Store
+	require.NotPanics(t, func() { s, err = boltstore.New(db) })
+	require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+	require.Nil(t, s)
+}
