@@ -352,10 +352,14 @@ func (s *Store) usable(ctx context.Context) error {
 var errClosed = fmt.Errorf("boltstore: %w", driver.ErrClosed)
 
 // wrap adds the package to err, and says ErrClosed for a database closed
-// under a call.
+// under a call. An error matching ErrDamagedFile names the package
+// already.
 func wrap(err error) error {
 	if errors.Is(err, driver.ErrClosed) || errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return errClosed
+	}
+	if errors.Is(err, ErrDamagedFile) {
+		return err
 	}
 	return fmt.Errorf("boltstore: %w", err)
 }

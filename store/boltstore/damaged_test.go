@@ -324,7 +324,9 @@ func TestDamagedWhileOpen(t *testing.T) {
 				damage(t, path)
 
 				recs := make([]driver.Record, len(ids))
-				require.ErrorIs(t, call(ctx, s, ids), boltstore.ErrDamagedFile)
+				err = call(ctx, s, ids)
+				require.ErrorIs(t, err, boltstore.ErrDamagedFile)
+				require.NotContains(t, err.Error(), "boltstore: boltstore:")
 				// Every call after it, on every path.
 				out := make([]driver.Decision, 1)
 				require.ErrorIs(t, s.Apply(ctx, takeOp("l", "open-1", 1, t0.UnixMilli()), out), boltstore.ErrDamagedFile)
