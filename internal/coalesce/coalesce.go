@@ -11,7 +11,8 @@
 // cost is spread over the calls it carries.
 //
 // A caller whose context ends while its call is queued leaves, and the
-// call is never sent. Once sent, a call may take effect even if its caller
+// call is never sent, even when a batch is taken between the end of its
+// context and its caller's leaving. Once sent, a call may take effect even if its caller
 // has left: the caller gets its context's error at once, and the batch's
 // answer for it is dropped. A lone call sent on its caller's goroutine
 // returns when its send does; with Options.Detach it is sent on another
@@ -332,6 +333,10 @@ func (b *Batcher[Req, Res]) next() {
 		return
 	}
 	calls, bt, ctx := b.take()
+	if calls == nil {
+		b.mu.Unlock()
+		return
+	}
 	b.inflight++
 	b.mu.Unlock()
 	go b.run(calls, bt, ctx, false)
@@ -372,16 +377,32 @@ func (b *Batcher[Req, Res]) goOn() bool {
 }
 
 // take removes up to MaxBatch calls from the head of the queue and marks
-// them sent. b.mu is held.
+// them sent. A call whose context has ended, its caller not yet gone (it
+// waits for b.mu), is not sent: it is answered with its context's error,
+// as it would be had its caller taken the lock first. take returns no
+// calls, and no batch, when every queued call's context has ended. b.mu
+// is held.
 func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) {
 	n := min(len(b.queue), b.opts.MaxBatch)
-	calls := make([]*call[Req, Res], n)
-	copy(calls, b.queue)
-	rest := copy(b.queue, b.queue[n:])
+	calls := make([]*call[Req, Res], 0, n)
+	i := 0
+	for ; i < len(b.queue) && len(calls) < n; i++ {
+		c := b.queue[i]
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			signal(c)
+			continue
+		}
+		calls = append(calls, c)
+	}
+	rest := copy(b.queue, b.queue[i:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
 	b.shrink()
-	b.count(n, -n)
+	b.count(len(calls), -i)
+	if len(calls) == 0 {
+		return nil, nil, nil
+	}
 	bt, ctx := b.start(calls)
 	return calls, bt, ctx
 }
@@ -491,14 +512,19 @@ func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	// it makes one at once, goes at once too.
 	b.mu.Lock()
 	b.count(-1, 0)
-	if !b.goOn() {
+	var calls []*call[Req, Res]
+	var bt *batch
+	var ctx context.Context
+	if b.goOn() {
+		calls, bt, ctx = b.take()
+	}
+	if calls == nil {
 		b.inflight--
 		b.idle(worker)
 		b.mu.Unlock()
 		signal(c)
 		return
 	}
-	calls, bt, ctx := b.take()
 	b.mu.Unlock()
 	signal(c)
 	b.run(calls, bt, ctx, worker)
@@ -522,13 +548,16 @@ func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.
 
 		b.mu.Lock()
 		b.count(-len(calls), 0)
-		if !b.goOn() {
+		calls = nil
+		if b.goOn() {
+			calls, bt, ctx = b.take()
+		}
+		if calls == nil {
 			b.inflight--
 			b.idle(worker)
 			b.mu.Unlock()
 			return
 		}
-		calls, bt, ctx = b.take()
 		b.mu.Unlock()
 	}
 }

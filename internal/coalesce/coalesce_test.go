@@ -283,6 +283,43 @@ func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
 	}
 }
 
+// A queued call whose context ends just as its batch is taken, its caller
+// not yet back (waiting for the Batcher's lock), is not sent: its caller
+// hears its context's error, and the call must not have taken effect. It
+// was sent, as though its context had ended once it was in flight.
+func TestCallerLeavingAsItsBatchIsTakenIsNeverSent(t *testing.T) {
+	g := newGate()
+	b := New(g.send, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-g.entered
+	ctx, cancel := context.WithCancel(bg)
+	gone := doAsync(b, ctx, 2)
+	waitQueued(t, b, 1)
+	stays := doAsync(b, bg, 3)
+	waitQueued(t, b, 2)
+
+	// The first send returns and takes the queue (next, in landed), while
+	// the leaving caller waits for the lock.
+	b.mu.Lock()
+	cancel()
+	calls, bt, bctx := b.take()
+	b.inflight++
+	b.mu.Unlock()
+	require.Len(t, calls, 1)
+	go b.run(calls, bt, bctx, false)
+	require.Equal(t, []int{3}, <-g.entered)
+	require.ErrorIs(t, (<-gone).err, context.Canceled)
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	require.Equal(t, answer{10, nil}, <-first)
+	require.Equal(t, answer{30, nil}, <-stays)
+	for _, batch := range g.batches {
+		require.NotContains(t, batch, 2, "a call whose context ended while it was queued was sent")
+	}
+	waitInflight(t, b, 0)
+}
+
 func TestCallerLeavingAfterSendReturnsAtOnce(t *testing.T) {
 	g := newGate()
 	b := New(g.send, Options{})
