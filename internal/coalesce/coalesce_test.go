@@ -3,6 +3,7 @@ package coalesce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -1109,5 +1110,139 @@ func TestDetached(t *testing.T) {
 			_ = Detached(ctx, func() error { panic("hook failed") })
 			t.Fatal("the panic did not reach the caller")
 		}()
+	}
+}
+
+// Callers of random deadlines, cancellations and sends (slow, failing,
+// panicking) in every mode: every call returns, promptly once its context
+// ends; no batch carries more than MaxBatch calls nor goes beside more than
+// MaxInFlight-1 others; a call answered was sent once, and one that left
+// at most once; and the Batcher ends idle, its worker gone once closed.
+func TestRandomInterleavings(t *testing.T) {
+	modes := map[string]Options{
+		"default":   {},
+		"small":     {MaxBatch: 3},
+		"two slots": {MaxBatch: 4, MaxInFlight: 2},
+		"overlap":   {MaxBatch: 4, MaxInFlight: 3, Overlap: 2},
+		"share":     {MaxBatch: 4, MaxInFlight: 2, Share: true},
+		"detach":    {MaxBatch: 4, Detach: true},
+		"detach 2":  {MaxBatch: 4, MaxInFlight: 2, Detach: true, Share: true},
+		"off":       Off,
+	}
+	for name, opts := range modes {
+		t.Run(name, func(t *testing.T) {
+			goroutines := runtime.NumGoroutine()
+			var (
+				mu     sync.Mutex
+				sent   = map[int]int{}
+				active atomic.Int32
+			)
+			errSend := errors.New("send failed")
+			b := New(func(ctx context.Context, reqs, res []int) error {
+				n := active.Add(1)
+				defer active.Add(-1)
+				if opts.MaxBatch != 1 {
+					assert.LessOrEqual(t, int(n), opts.withDefaults().MaxInFlight, "batches in flight")
+				}
+				assert.LessOrEqual(t, len(reqs), opts.withDefaults().MaxBatch, "calls in a batch")
+				mu.Lock()
+				for _, r := range reqs {
+					sent[r]++
+				}
+				mu.Unlock()
+				switch reqs[0] % 7 {
+				case 0:
+					runtime.Gosched()
+				case 1:
+					time.Sleep(50 * time.Microsecond)
+				case 2:
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(200 * time.Microsecond):
+					}
+				case 3:
+					if reqs[0]%5 == 0 {
+						panic("send panicked")
+					}
+					return errSend
+				}
+				for i, r := range reqs {
+					res[i] = r + 1
+				}
+				return nil
+			}, opts)
+			const callers, calls = 16, 1_000_000
+			var answered, left sync.Map
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(300 * time.Millisecond)
+			for g := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < calls && time.Now().Before(deadline); i++ {
+						req := g*calls + i // one per call
+						ctx, cancel := context.Background(), context.CancelFunc(func() {})
+						switch i % 4 {
+						case 1:
+							ctx, cancel = context.WithTimeout(ctx, time.Duration(i%3)*100*time.Microsecond)
+						case 2:
+							ctx, cancel = context.WithCancel(ctx)
+							go func() { runtime.Gosched(); cancel() }()
+						}
+						start := time.Now()
+						res, err := func() (res int, err error) {
+							defer func() {
+								if v := recover(); v != nil {
+									err = fmt.Errorf("panic: %v", v)
+								}
+							}()
+							return b.Do(ctx, req)
+						}()
+						switch {
+						case err == nil:
+							assert.Equal(t, req+1, res)
+							answered.Store(req, true)
+						case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+							left.Store(req, true)
+							if dl, ok := ctx.Deadline(); ok {
+								assert.Less(t, time.Since(dl), time.Second, "a caller left long after its deadline (started %v)", start)
+							}
+						}
+						cancel()
+					}
+				}()
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("callers hung")
+			}
+			mu.Lock()
+			answered.Range(func(k, _ any) bool {
+				assert.Equal(t, 1, sent[k.(int)], "sends of call %d, answered", k)
+				return true
+			})
+			left.Range(func(k, _ any) bool {
+				assert.LessOrEqual(t, sent[k.(int)], 1, "sends of call %d, left", k)
+				return true
+			})
+			for r, n := range sent {
+				assert.Equal(t, 1, n, "sends of call %d", r)
+			}
+			mu.Unlock()
+			waitLocked(t, b, func() bool { return b.inflight == 0 && len(b.queue) == 0 && !b.busy })
+			if b.share != nil {
+				assert.Zero(t, b.share.sent.Load())
+				assert.Zero(t, b.share.queued.Load())
+			}
+			b.Close()
+			// Polled here: require.Eventually runs a goroutine of its own.
+			for end := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > goroutines; time.Sleep(time.Millisecond) {
+				require.True(t, time.Now().Before(end), "goroutines: %d, before: %d", runtime.NumGoroutine(), goroutines)
+			}
+		})
 	}
 }
