@@ -86,7 +86,9 @@ func (e *OpError) Unwrap() error { return e.Err }
 // op (driver.CheckOp), are refused before any op is decided), but ctx's:
 // a call whose context ends while its transaction commits returns at once
 // with ctx's error, and the batch is committed (see Deadlines in the
-// package doc).
+// package doc); and a commit's failure in its last flush, after bbolt
+// wrote the commit's meta page: the batch may then have taken effect, as
+// bbolt reads that page from then on.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
