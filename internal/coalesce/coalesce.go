@@ -12,9 +12,9 @@
 //
 // A caller whose context ends while its call is queued leaves, and the
 // call is never sent, even when a batch is taken between the end of its
-// context and its caller's leaving. Once sent, a call may take effect even if its caller
-// has left: the caller gets its context's error at once, and the batch's
-// answer for it is dropped. A lone call sent on its caller's goroutine
+// context and its caller's leaving. Once sent, a call may take effect
+// even if its caller has left: the caller gets its context's error at
+// once, and the batch's answer for it is dropped. A lone call sent on its caller's goroutine
 // returns when its send does; with Options.Detach it is sent on another
 // goroutine, so that its caller can leave on time even when the send does
 // not watch the context.
