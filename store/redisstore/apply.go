@@ -196,7 +196,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		var node string
 		if node, err = s.master(ctx, r); err != nil {
 			release(r)
-			return fmt.Errorf("redisstore: apply: %w", callerError(ctx, err))
+			return fmt.Errorf("redisstore: apply: %w", s.callerError(ctx, err))
 		}
 		res, err = s.nodes.Do(ctx, node, r)
 	}
@@ -205,7 +205,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	if err != nil {
 		// r may still be in a batch in flight: leave it to the collector.
-		return fmt.Errorf("redisstore: apply: %w", callerError(ctx, err))
+		return fmt.Errorf("redisstore: apply: %w", s.callerError(ctx, err))
 	}
 	copy(out, r.out)
 	release(r)
@@ -247,7 +247,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	// send finishes in the background, writing only reqs and errs, which
 	// are not read then.
 	if err := coalesce.Detached(ctx, func() error { return s.send(ctx, "", reqs, errs) }); err != nil {
-		return fmt.Errorf("redisstore: apply batch: %w", callerError(ctx, err))
+		return fmt.Errorf("redisstore: apply batch: %w", s.callerError(ctx, err))
 	}
 	var failed []error
 	for j, r := range reqs {
@@ -259,7 +259,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		release(r)
 	}
 	if failed != nil {
-		return fmt.Errorf("redisstore: apply batch: %w", callerError(ctx, errors.Join(failed...)))
+		return fmt.Errorf("redisstore: apply batch: %w", s.callerError(ctx, errors.Join(failed...)))
 	}
 	s.warnOnce()
 	return nil

@@ -80,7 +80,7 @@ func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	found := slices.Clone(warnings)
 	mu.Unlock()
 	if err != nil {
-		return found, fmt.Errorf("redisstore: check server: %w", callerError(ctx, err))
+		return found, fmt.Errorf("redisstore: check server: %w", s.callerError(ctx, err))
 	}
 	return found, nil
 }

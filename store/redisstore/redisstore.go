@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +101,9 @@ type Store struct {
 	// retry backoffs.
 	retries                int
 	minBackoff, maxBackoff time.Duration
+	// ctxTimeout: the client's ContextTimeoutEnabled, with which go-redis
+	// ends a read or write at its context's deadline (callerError).
+	ctxTimeout bool
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
 	// routed is set once the Cluster client has told a key's master: it
@@ -198,13 +202,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.single = true
 		o := c.Options()
 		s.retries, s.minBackoff, s.maxBackoff = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
+		s.ctxTimeout = o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		s.cluster = c
 		o := c.Options()
 		s.retries, s.minBackoff, s.maxBackoff = o.MaxRedirects, o.MinRetryBackoff, o.MaxRetryBackoff
+		s.ctxTimeout = o.ContextTimeoutEnabled
 	case *redis.Ring:
 		o := c.Options()
 		s.retries, s.minBackoff, s.maxBackoff = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
+		s.ctxTimeout = o.ContextTimeoutEnabled
 	}
 	// Detach: go-redis bounds a read by its own ReadTimeout, not by the
 	// caller's context, unless ContextTimeoutEnabled (and never by a
@@ -265,7 +272,7 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 		err = cmd.Err()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("redisstore: time: %w", callerError(ctx, err))
+		return 0, fmt.Errorf("redisstore: time: %w", s.callerError(ctx, err))
 	}
 	return cmd.Val().UnixMilli(), nil
 }
@@ -338,26 +345,43 @@ func (s *Store) Close() error {
 }
 
 // callerError returns err, the error of a call made with ctx, wrapped so
-// that it matches ctx's error too (errors.Is) when ctx has ended, or its
-// deadline has passed: the caller's deadline or cancel then ended the
-// call, not the server. On a client with ContextTimeoutEnabled, go-redis
-// stops a read at ctx's deadline with a network timeout ("i/o timeout"),
-// often a moment before ctx itself reports its end, and its goroutine may
-// report it before the caller sees ctx end: the error then read as the
-// server's failure, and a Limiter counted it against the store. nil stays
-// nil: a call answered is answered, even if ctx ended meanwhile.
-func callerError(ctx context.Context, err error) error {
+// that it matches ctx's error too (errors.Is) when ctx has ended: the
+// caller's deadline or cancel then ended the call, not the server. On a
+// client with ContextTimeoutEnabled, go-redis stops a read or write at
+// ctx's deadline with a network timeout ("i/o timeout"), often a moment
+// before ctx itself reports its end, and its goroutine may report it
+// before the caller sees ctx end: the error then read as the server's
+// failure, and a Limiter counted it against the store. So such a timeout,
+// once the wall clock is past ctx's deadline, matches
+// context.DeadlineExceeded too. Only that one: go-redis read the deadline
+// as a time of the wall clock, which other errors owe nothing to, and a
+// deadline may be of another clock (a test's mock.WithTimeout, or the
+// Limiter's check of the store on a mock clock), which the wall clock
+// may be past long before the context ends; a connection refused, or a
+// read timeout of a client without ContextTimeoutEnabled (the server's
+// slowness), then read as the caller's deadline. nil stays nil: a call
+// answered is answered, even if ctx ended meanwhile.
+func (s *Store) callerError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded
+	if cerr == nil && s.ctxTimeout && isTimeout(err) {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			cerr = context.DeadlineExceeded
+		}
 	}
 	if cerr == nil || errors.Is(err, cerr) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// isTimeout reports whether err is a network timeout: a read, write or
+// dial that passed its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
@@ -375,7 +399,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	}
 	err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) })
 	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
-		return fmt.Errorf("redisstore: load: %w", callerError(ctx, err))
+		return fmt.Errorf("redisstore: load: %w", s.callerError(ctx, err))
 	}
 	for i, c := range cmds {
 		raw, err := c.(*redis.StringCmd).Result()
@@ -388,7 +412,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			return fmt.Errorf("redisstore: load: %w", badRecord(fmt.Sprintf("key %q holds %s, not a string", shown(key, 1000), s.typeOf(ctx, key))))
 		}
 		if err != nil {
-			return fmt.Errorf("redisstore: load: %w", callerError(ctx, err))
+			return fmt.Errorf("redisstore: load: %w", s.callerError(ctx, err))
 		}
 		st, err := parseState(raw)
 		if err != nil {
@@ -541,7 +565,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		cmds[i] = redis.NewIntCmd(ctx, "del", s.Key(id))
 	}
 	if err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
-		return fmt.Errorf("redisstore: delete: %w", callerError(ctx, err))
+		return fmt.Errorf("redisstore: delete: %w", s.callerError(ctx, err))
 	}
 	return nil
 }

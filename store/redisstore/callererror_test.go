@@ -1,0 +1,83 @@
+package redisstore_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// mute returns the address of a server that accepts connections and never
+// answers; it drops them at cleanup.
+func mute(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestStoreErrorOnAMockDeadline: a caller's context may carry a deadline
+// of another clock than the wall's, as a test's mock.WithTimeout does (the
+// Limiter's own check of the store makes one on its clock too). The store
+// must judge such a deadline by the context (ctx.Err), not by the wall
+// clock: a mock deadline that the wall clock is past, while the mock has
+// not reached it, made every error of the store, a connection refused or a
+// read timeout of a server too slow, match context.DeadlineExceeded, the
+// caller's own end rather than the store's failure. The wall clock may
+// judge a deadline only where go-redis did: a read or write it ended at the
+// context's deadline, on a client with ContextTimeoutEnabled
+// (TestDeadlineErrorOnAContextTimeoutClient).
+func TestStoreErrorOnAMockDeadline(t *testing.T) {
+	mock := newMock(t0) // years before the wall clock
+	refused := redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1}
+	refusedCtx := refused
+	refusedCtx.ContextTimeoutEnabled = true
+	slow := redis.Options{Addr: mute(t), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond}
+	clients := map[string]redis.UniversalClient{
+		"refused":                    redis.NewClient(&refused),
+		"refused, context timeouts":  redis.NewClient(&refusedCtx),
+		"slow":                       redis.NewClient(&slow),
+		"refused Cluster":            redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRedirects: -1, DialerRetries: 1}),
+		"slow Cluster, on its slots": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{slow.Addr}, ReadTimeout: 100 * time.Millisecond}),
+	}
+	for kind, c := range clients {
+		t.Cleanup(func() { c.Close() })
+		s := newStore(c, "ratelimit-test:mockdeadline:")
+		for _, sc := range storeCalls {
+			ctx, cancel := mock.WithTimeout(context.Background(), time.Minute)
+			err := sc.call(ctx, s)
+			require.NoError(t, ctx.Err(), "the mock did not move")
+			cancel()
+			if sc.name == "CheckServer" && err == nil {
+				continue // a server it cannot ask is not checked
+			}
+			require.Error(t, err, "%s on %s", sc.name, kind)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s on %s: the store failed, before the caller's deadline", sc.name, kind)
+		}
+	}
+}
