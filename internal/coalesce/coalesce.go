@@ -104,9 +104,11 @@ var Off = Options{MaxBatch: 1}
 // of the batch. It must not keep reqs or res after it returns.
 //
 // A batch of one is sent with its caller's context; a larger batch with a
-// context that keeps the first caller's values, ends at the latest of the
-// callers' deadlines (if they all have one), and is canceled once every
-// caller of the batch has left.
+// context that keeps the first caller's values, reports the latest of the
+// callers' deadlines as its own (if they all have one), and is canceled
+// once every caller of the batch has left: it ends when the last of them
+// does, by whatever clock their deadlines are on, not at that deadline by
+// the wall clock.
 type SendFunc[Req, Res any] func(ctx context.Context, reqs []Req, res []Res) error
 
 // Batcher coalesces the calls to one destination. It is safe for
@@ -422,11 +424,9 @@ func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Cont
 			latest = dl
 		}
 	}
-	var cancel context.CancelFunc
-	if latest.IsZero() {
-		ctx, cancel = context.WithCancel(ctx)
-	} else {
-		ctx, cancel = context.WithDeadline(ctx, latest)
+	ctx, cancel := context.WithCancel(ctx)
+	if !latest.IsZero() {
+		ctx = deadlineCtx{ctx, latest}
 	}
 	bt := &batch{waiting: len(calls), cancel: cancel}
 	for _, c := range calls {
@@ -434,6 +434,20 @@ func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Cont
 	}
 	return bt, ctx
 }
+
+// deadlineCtx is a batch's context: it reports the latest of its callers'
+// deadlines, for a send that bounds its reads by it, but ends only when
+// the batch is canceled, once every caller has left, each when its own
+// context ended. A deadline may be of another clock than the wall's (a
+// test's mock.WithTimeout): a context.WithDeadline would end at once for
+// one the wall clock is past, and fail the batch, though none of its
+// callers' contexts had ended.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // detach sends a lone call in the background: on the Batcher's worker
 // if it is idle, else on a goroutine of its own. b.mu is held.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -405,6 +406,70 @@ func TestBatchContextHasTheLatestDeadline(t *testing.T) {
 	<-a2
 	require.Len(t, got, 2)
 	require.True(t, got[1].Equal(d2), "batch deadline %v, want %v", got[1], d2)
+}
+
+// TestBatchContextOfAMockDeadline: callers' deadlines may be of another
+// clock than the wall's, as a test's mock.WithTimeout makes them. The
+// batch's context reports the latest of them, and ends once every caller
+// has left, by their clock: a context.WithDeadline of a mock deadline
+// that the wall clock was past ended at once, and failed the batch with
+// context.DeadlineExceeded, though no caller's context had ended.
+func TestBatchContextOfAMockDeadline(t *testing.T) {
+	mock := clock.NewMock() // 1970: the wall clock is past its deadlines
+	type sent struct {
+		err error
+		dl  time.Time
+	}
+	got := make(chan sent, 2)
+	release := make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		dl, _ := ctx.Deadline()
+		got <- sent{ctx.Err(), dl}
+		if reqs[0] == 0 {
+			<-release
+			return nil
+		}
+		if reqs[0] == 3 {
+			<-ctx.Done() // in flight until its callers have left
+		}
+		return ctx.Err()
+	}, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 0)
+	<-got
+	c1, cancel1 := mock.WithTimeout(bg, time.Hour)
+	defer cancel1()
+	c2, cancel2 := mock.WithTimeout(bg, 2*time.Hour)
+	defer cancel2()
+	a1 := doAsync(b, c1, 1)
+	waitQueued(t, b, 1)
+	a2 := doAsync(b, c2, 2)
+	waitQueued(t, b, 2)
+	close(release)
+	require.NoError(t, (<-first).err)
+	batch := <-got
+	require.NoError(t, batch.err, "the batch was sent with a context ended")
+	require.True(t, batch.dl.Equal(mock.Now().Add(2*time.Hour)), "batch deadline %v, want the latest caller's", batch.dl)
+	require.NoError(t, (<-a1).err)
+	require.NoError(t, (<-a2).err)
+
+	// A batch in flight ends once the mock passes every caller's deadline.
+	release = make(chan struct{})
+	first = doAsync(b, bg, 0)
+	<-got
+	c3, cancel3 := mock.WithTimeout(bg, time.Hour)
+	defer cancel3()
+	a3 := doAsync(b, c3, 3)
+	waitQueued(t, b, 1)
+	a4 := doAsync(b, c3, 4)
+	waitQueued(t, b, 2)
+	close(release)
+	<-first
+	require.NoError(t, (<-got).err)
+	mock.Add(time.Hour)
+	require.ErrorIs(t, (<-a3).err, context.DeadlineExceeded)
+	require.ErrorIs(t, (<-a4).err, context.DeadlineExceeded)
+	waitInflight(t, b, 0)
 }
 
 func TestSendErrorFailsTheWholeBatch(t *testing.T) {

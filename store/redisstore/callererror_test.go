@@ -2,11 +2,14 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,4 +83,33 @@ func TestStoreErrorOnAMockDeadline(t *testing.T) {
 			assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s on %s: the store failed, before the caller's deadline", sc.name, kind)
 		}
 	}
+}
+
+// TestBatchOnAMockDeadline: calls whose contexts carry deadlines of a mock
+// clock, which the wall clock is past, and which have not ended, are
+// decided alone and in batches alike. A batch's context ended at once at
+// the latest of its callers' deadlines, read on the wall clock: every call
+// that went in a batch failed with context.DeadlineExceeded, which its
+// caller, whose context had not ended, took for the store's failure.
+func TestBatchOnAMockDeadline(t *testing.T) {
+	c := client(t)
+	s := newStore(c, uniquePrefix(t, c))
+	mock := newMock(t0)
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 1e9, Period: time.Hour.Milliseconds(), Capacity: 1e9}
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				ctx, cancel := mock.WithTimeout(context.Background(), time.Minute)
+				err := s.Apply(ctx, oneItemOp(driver.ModeLimit, t0.UnixMilli(), "l", fmt.Sprint(g, "-", i), 1, p), make([]driver.Decision, 1))
+				cancel()
+				if !assert.NoError(t, err, "goroutine %d, call %d", g, i) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
