@@ -177,7 +177,10 @@ func (r *request) tag() string {
 // to its Redis server is in flight; otherwise it waits for that round trip
 // and goes with the other ops that arrived meanwhile, in one call of the
 // function. An out shorter than op's items, or an invalid op
-// (driver.CheckOp), is refused with an error, and nothing is sent.
+// (driver.CheckOp), is refused with an error, and nothing is sent. When
+// ctx ends first, Apply returns an error matching ctx's, whether the op
+// was still queued (it was not sent, and charged nothing) or in flight
+// (it may have been decided and charged): the error does not say which.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
