@@ -16,7 +16,8 @@ import (
 )
 
 // mute returns the address of a server that accepts connections and never
-// answers; it drops them at cleanup.
+// answers; it drops them at cleanup. Close its clients at a cleanup
+// registered before: go-redis's Close waits for the reads in flight.
 func mute(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -57,11 +58,17 @@ func mute(t *testing.T) string {
 // (TestDeadlineErrorOnAContextTimeoutClient).
 func TestStoreErrorOnAMockDeadline(t *testing.T) {
 	mock := newMock(t0) // years before the wall clock
+	var clients map[string]redis.UniversalClient
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
 	refused := redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1}
 	refusedCtx := refused
 	refusedCtx.ContextTimeoutEnabled = true
 	slow := redis.Options{Addr: mute(t), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond}
-	clients := map[string]redis.UniversalClient{
+	clients = map[string]redis.UniversalClient{
 		"refused":                    redis.NewClient(&refused),
 		"refused, context timeouts":  redis.NewClient(&refusedCtx),
 		"slow":                       redis.NewClient(&slow),
@@ -69,7 +76,6 @@ func TestStoreErrorOnAMockDeadline(t *testing.T) {
 		"slow Cluster, on its slots": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{slow.Addr}, ReadTimeout: 100 * time.Millisecond}),
 	}
 	for kind, c := range clients {
-		t.Cleanup(func() { c.Close() })
 		s := newStore(c, "ratelimit-test:mockdeadline:")
 		for _, sc := range storeCalls {
 			ctx, cancel := mock.WithTimeout(context.Background(), time.Minute)
@@ -112,4 +118,36 @@ func TestBatchOnAMockDeadline(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLimiterTakesTheDeadlineForTheCallers: on a client with
+// ContextTimeoutEnabled, go-redis ends a read at its context's deadline
+// with a network timeout, and the store's error matches
+// context.DeadlineExceeded, so that a Limiter takes the deadline for its
+// caller's. But the Limiter asks the context, whose timer runs a moment
+// after the read ended: about one call in a hundred found it not ended
+// yet, and was answered by its failure policy, as a failure of the store,
+// which counted towards the breaker.
+func TestLimiterTakesTheDeadlineForTheCallers(t *testing.T) {
+	var c *redis.Client
+	t.Cleanup(func() { c.Close() })
+	c = redis.NewClient(&redis.Options{Addr: mute(t), ContextTimeoutEnabled: true, MaxRetries: -1})
+	lim, err := ratelimit.New(newStore(c, "ratelimit-test:mute:"), ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}},
+		ratelimit.WithBreaker(0, 0))
+	require.NoError(t, err)
+	for range 5 {
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+i%5)*time.Millisecond)
+				defer cancel()
+				_, err := lim.Limit(ctx, "l", "k")
+				assert.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable, "call %d: the caller's deadline, not the store's failure", i)
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+			}()
+		}
+		wg.Wait()
+	}
 }
