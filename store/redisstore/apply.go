@@ -840,15 +840,20 @@ func unsent(err error) bool {
 
 // resent reports whether err, a call's in a Cluster client's pipeline, is
 // one after which go-redis sends the call again within the pipeline: a
-// redirection (MOVED, ASK), or no connection to the node (unsent). The
-// call then keeps that error if the later send fails before its answer
-// is read (the connection drops, or an answer before it times out), when
-// it may have run: the error says nothing of whether it did. (A client's
-// Process sets the last send's error, whatever the earlier ones.)
+// redirection (MOVED, ASK), or no connection to the node: none free in the
+// pool, none dialed, or Redis's answer to the commands that set a new
+// connection up (AUTH, HELLO, CLIENT SETNAME, SELECT, READONLY) that
+// unsent takes as well: too many clients, or BUSY, another's script
+// running. The call then keeps that error if the later send fails before
+// its answer is read (the connection drops, or an answer before it times
+// out), when it may have run: the error says nothing of whether it did.
+// (A client's Process sets the last send's error, whatever the earlier
+// ones.)
 func resent(err error) bool {
 	var op *net.OpError
 	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") ||
-		errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial")
+		errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial") ||
+		redis.HasErrorPrefix(err, "max number of clients reached") || redis.HasErrorPrefix(err, "BUSY ")
 }
 
 // backoff returns the pause before sending a call again the (tries+1)th
