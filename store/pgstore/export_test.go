@@ -14,6 +14,14 @@ func SetExpiredChunk(n int) (restore func()) {
 	return func() { expiredChunk = was }
 }
 
+// SetInstallWait sets how long, in ms, the schema's SQL waits for its
+// table's lock, for a test, and returns a function that restores it.
+func SetInstallWait(ms int) (restore func()) {
+	was := installWait
+	installWait = ms
+	return func() { installWait = was }
+}
+
 // LoneSQL returns the statement of a lone limit, for a test.
 func LoneSQL(table string, fixed bool, reserve int, wait bool) string {
 	return loneSQL(table, loneKind{fixed: fixed, reserve: reserve, wait: wait})

@@ -143,6 +143,17 @@ const splitFn = 5
 // drops it at its next run.
 const dropIndexWait = 200
 
+// installWait is the longest, in ms, that the schema's SQL waits for its
+// table's SHARE UPDATE EXCLUSIVE lock, which it needs to change the table,
+// unless the session's lock_timeout sets another bound: a transaction that
+// holds the table in that mode or a stronger one (a VACUUM, a CREATE
+// INDEX, a migration) would otherwise hold the install, and with it, as it
+// holds the install lock, every New that has a schema to install, for as
+// long as it lasts. The store's calls do not queue behind that wait. It is
+// longer than PostgreSQL's default deadlock_timeout (1 s), after which an
+// autovacuum that stands in the way is cancelled. A variable for tests.
+var installWait = 5000
+
 // schemaLock is the advisory lock key under which New installs the schema,
 // so that processes starting together do not race on the DDL. It is
 // documented (docs/stores/postgres.md), so that applications keep their
@@ -666,8 +677,12 @@ func truncate(name string) string {
 // it takes against installs beside it (pg_advisory_xact_lock of the one
 // key 8241996772024085876, for every table of the database), and to whose
 // end its first statement sets search_path to pg_catalog, pg_temp, the
-// search_path of the functions it makes (see schema.sql). The command
-// `ratelimit schema --table NAME` prints it.
+// search_path of the functions it makes (see schema.sql). It waits for
+// the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
+// or another migration may hold, at most 5 s, or up to the session's
+// lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the
+// sessions that hold it. The command `ratelimit schema --table NAME`
+// prints it.
 //
 // Name the schema. For a name without one, the SQL runs under the
 // session's search_path, makes the table and its functions in the
@@ -714,6 +729,7 @@ func (n names) schema() string {
 		"{{old_index}}", n.oldIndex,
 		"{{old_index_literal}}", quoteLiteral(n.oldIndex),
 		"{{drop_wait}}", strconv.Itoa(dropIndexWait),
+		"{{install_wait}}", strconv.Itoa(installWait),
 		"{{fn_schema}}", n.fnSchema,
 		"{{apply_name}}", quoteLiteral(n.fns[0]),
 		"{{one_name}}", quoteLiteral(n.fns[1]),
@@ -891,7 +907,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // New returns a store on pool. It creates or upgrades the table and the
 // function if they are not this release's (safe to run from several
-// processes at once), or, WithoutDDL, checks that they are. The store does
+// processes at once), or, WithoutDDL, checks that they are. An install
+// waits a few seconds at most for a transaction that holds the table
+// against it (a VACUUM, a CREATE INDEX, a migration), and fails then, as
+// Schema says; ctx bounds every wait. The store does
 // not own the pool; close it yourself.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	o := options{table: DefaultTable, maxBatch: DefaultMaxBatch, maxInFlight: DefaultMaxInFlight}
@@ -1080,6 +1099,10 @@ const privilegeCheck = `(SELECT array_agg(u.f ORDER BY u.o) FROM unnest($2::text
 // codePermission is PostgreSQL's SQLSTATE insufficient_privilege.
 const codePermission = "42501"
 
+// codeLockTimeout is PostgreSQL's SQLSTATE lock_not_available, of a lock
+// wait that outlasted lock_timeout (schema.sql bounds the install's).
+const codeLockTimeout = "55P03"
+
 // codeOtherResults is PostgreSQL's SQLSTATE invalid_function_definition,
 // with which CREATE OR REPLACE FUNCTION refuses to change the results of a
 // function: one of another release's (schema.sql).
@@ -1233,6 +1256,15 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			"another release made it, a later one most likely, whose processes call it; New neither drops nor changes it: "+
 			"run this release once that release's processes are gone, and, to go back to this release from it, drop that function first (as its owner): %w",
 			n.table, err, pe.Hint, ErrSchema)
+	case errors.As(err, &pe) && pe.Code == codeLockTimeout:
+		detail := ""
+		if pe.Detail != "" {
+			detail = "; " + pe.Detail
+		}
+		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: another transaction holds the table, or one of the functions, "+
+			"in a mode that keeps the schema from being installed (%w%s): call New again once it has ended "+
+			"(the store's calls on the table are not held up meanwhile), or end it; the install waits for the table "+
+			"up to the session's lock_timeout, or %d ms if it sets none", n.table, err, detail, installWait)
 	case errors.As(err, &pe) && pe.Code == codePermission:
 		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: the database user may not (%w): "+
 			"apply the SQL that pgstore.Schema returns (`ratelimit schema --table %s` prints it) as the role that owns the table, "+

@@ -101,6 +101,51 @@ BEGIN
 END
 {{q}};
 
+-- Changing the table below (its fillfactor, its comment) takes its SHARE
+-- UPDATE EXCLUSIVE lock, which a transaction that holds the table in that
+-- mode or a stronger one keeps from it: a VACUUM, an ANALYZE, a CREATE
+-- INDEX, another migration's ALTER TABLE, a LOCK TABLE. The store's calls,
+-- and transactions that only read or write the table, do not conflict with
+-- it, nor queue behind the wait; but the script, which holds the install
+-- lock, waited for as long as that transaction lasted, and so did every
+-- pgstore.New that had a schema to install. So it takes the table's lock
+-- here, once, waiting at most {{install_wait}} ms (the session's
+-- lock_timeout, if it sets one), longer than the deadlock_timeout after
+-- which PostgreSQL cancels an autovacuum that stands in the way; then it
+-- fails (SQLSTATE 55P03), naming the sessions that hold the table. The
+-- session's lock_timeout is as it was for the rest of the transaction.
+DO {{q}}
+DECLARE
+	was text := pg_catalog.current_setting('lock_timeout');
+	holders text;
+BEGIN
+	IF pg_catalog.to_regclass({{table_literal}}) IS NULL THEN
+		RETURN;
+	END IF;
+	IF was OPERATOR(pg_catalog.=) '0' THEN
+		PERFORM pg_catalog.set_config('lock_timeout', '{{install_wait}}ms', true);
+	END IF;
+	BEGIN
+		LOCK TABLE {{table}} IN SHARE UPDATE EXCLUSIVE MODE;
+	EXCEPTION WHEN lock_not_available THEN
+		SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (%s)', l.pid, l.mode), ', ' ORDER BY l.pid) INTO holders
+			FROM pg_catalog.pg_locks l
+			WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.granted
+			AND l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{table_literal}})::pg_catalog.oid
+			AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+			AND l.mode::pg_catalog.text OPERATOR(pg_catalog.=) ANY (ARRAY['ShareUpdateExclusiveLock', 'ShareLock',
+				'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock']::pg_catalog.text[]);
+		RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+			MESSAGE = pg_catalog.format('table %s: another transaction held it for more than %s (lock_timeout), '
+				'in a mode that keeps the store''s schema from being installed', {{table_literal}}, pg_catalog.current_setting('lock_timeout')),
+			DETAIL = pg_catalog.format('held by %s', coalesce(holders, 'a transaction that has ended since')),
+			HINT = 'a VACUUM, ANALYZE, CREATE INDEX or migration, most likely (pg_stat_activity shows what those sessions run): '
+				'install again once it has ended, or end it (pg_cancel_backend)';
+	END;
+	PERFORM pg_catalog.set_config('lock_timeout', was, true);
+END
+{{q}};
+
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
 	name    bytea NOT NULL,

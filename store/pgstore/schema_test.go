@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -858,4 +860,92 @@ func TestQuotedTableNames(t *testing.T) {
 	_, err = pgstore.Schema(`"pg_temp".t`)
 	require.ErrorIs(t, err, pgstore.ErrTableName)
 	require.ErrorContains(t, err, "temporary schema")
+}
+
+// holdTable begins a transaction on pool that locks table (public's) in
+// mode, as a VACUUM, an ANALYZE or a CREATE INDEX holds it, and returns
+// the transaction's backend pid and a function that ends it.
+func holdTable(t *testing.T, pool *pgxpool.Pool, table, mode string) (pid uint32, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	release = sync.OnceFunc(func() { _ = tx.Rollback(ctx) })
+	t.Cleanup(release) // before the table is dropped, which waits for the lock
+	_, err = tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN "+mode+" MODE")
+	require.NoError(t, err)
+	return tx.Conn().PgConn().PID(), release
+}
+
+// A transaction that holds the table in a mode that conflicts with the
+// install's SHARE UPDATE EXCLUSIVE lock (a CREATE INDEX's SHARE, a
+// VACUUM's or an ANALYZE's SHARE UPDATE EXCLUSIVE) makes New, and the
+// script of Schema, fail within the install's bound, naming that
+// transaction's session, rather than wait for as long as it lasts: New
+// waited until its context ended (for ever without a deadline), holding
+// the install lock, and every New with a schema to install behind it.
+// The script leaves the session's lock_timeout as it was.
+func TestInstallWaitsForTheTableBriefly(t *testing.T) {
+	ctx := context.Background()
+	pool, name, s := newTableStore(t)
+	def, err := pgstore.Schema("public." + name)
+	require.NoError(t, err)
+	require.Contains(t, def, "'5000ms'", "the bound")
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "stores", "postgres.md"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(strings.Fields(string(doc)), " "), "waits for it at most 5 s", "docs/stores/postgres.md gives the bound")
+	defer pgstore.SetInstallWait(300)()
+	sql, err := pgstore.Schema("public." + name)
+	require.NoError(t, err)
+	for _, mode := range []string{"SHARE", "SHARE UPDATE EXCLUSIVE"} {
+		_, err := pool.Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{name}.Sanitize()+" IS 'ratelimit pgstore schema 2 000000000000'")
+		require.NoError(t, err)
+		pid, release := holdTable(t, pool, name, mode)
+
+		// Far longer than the bound: New returns long before.
+		nctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err = pgstore.New(nctx, pool, pgstore.WithTable(name))
+		ended := nctx.Err()
+		cancel()
+		require.Error(t, err, mode)
+		require.NoError(t, ended, "New waited for the table until its context ended (%s): %v", mode, err)
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "55P03", pe.Code, "%v", err)
+		require.ErrorContains(t, err, "another transaction holds the table")
+		require.ErrorContains(t, err, fmt.Sprintf("held by pid %d (", pid))
+
+		// The store's calls go on beside a VACUUM's lock (a CREATE
+		// INDEX's holds writes up itself). A migration's script fails
+		// as New does.
+		if mode == "SHARE UPDATE EXCLUSIVE" {
+			out := make([]driver.Decision, 1)
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			require.NoError(t, s.Apply(cctx, limitOp("k", 1), out))
+			cancel()
+			require.True(t, out[0].OK)
+		}
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sql)
+			return err
+		})
+		require.ErrorAs(t, err, &pe, mode)
+		require.Equal(t, "55P03", pe.Code, "%v", err)
+		require.Contains(t, pe.Message, "another transaction held it for more than 300ms")
+		release()
+	}
+
+	// Once the table is free, New installs, and the script, run again in
+	// a transaction, leaves its session's lock_timeout as it was.
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return err
+		}
+		var got string
+		require.NoError(t, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&got))
+		require.Equal(t, "0", got)
+		return nil
+	}))
 }
