@@ -565,22 +565,24 @@ func (n names) funcCheck() string {
 		return strings.Join(q, sep)
 	}
 	lit := func(s string) string { return s }
-	reg := func(s string) string { return "to_regprocedure(" + s + ")" }
+	reg := func(s string) string { return "pg_catalog.to_regprocedure(" + s + ")" }
 	v2 := append(slices.Clone(n.sigs), n.apply+"("+applyArgs11+")", n.apply+"("+applyArgs12+")")
 	table := quoteLiteral(n.table)
-	return `(SELECT CASE count(*) WHEN 1 THEN 'function ' ELSE 'functions ' END || string_agg(f.sig, ', ' ORDER BY f.sig)
-	FROM (SELECT p.oid::regprocedure::text AS sig FROM pg_proc p
-		WHERE p.pronamespace = (SELECT s.oid FROM pg_namespace s WHERE s.nspname = ` + n.fnSchema + `)
-		AND p.proname = ANY (ARRAY[` + list(n.fns, lit, ", ") + `]::name[])
-		AND obj_description(p.oid, 'pg_proc') IS DISTINCT FROM ` + quoteLiteral(funcMark) + `
-		AND NOT coalesce(obj_description(p.oid, 'pg_proc') IS NULL
-			AND p.prolang = (SELECT l.oid FROM pg_language l WHERE l.lanname = 'plpgsql')
-			AND (p.oid = ` + reg(quoteLiteral(n.apply+"("+applyArgsV1+")")) + `
-				OR p.oid = ANY (ARRAY[
-					` + list(v2, reg, ",\n\t\t\t\t\t") + `]::oid[])
-				AND obj_description(to_regclass(` + table + `), 'pg_class') LIKE 'ratelimit pgstore schema 2 %'
-				AND (p.proname IN (` + list(n.fns[splitFn:], lit, ", ") + `) OR strpos(p.prosrc, ` + quoteLiteral(n.bare) + `) > 0)), false)) f
-	HAVING count(*) > 0)`
+	return `(SELECT CASE WHEN pg_catalog.count(*) OPERATOR(pg_catalog.=) 1 THEN 'function ' ELSE 'functions ' END
+		OPERATOR(pg_catalog.||) pg_catalog.string_agg(f.sig, ', ' ORDER BY f.sig)
+	FROM (SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS sig FROM pg_catalog.pg_proc p
+		WHERE p.pronamespace OPERATOR(pg_catalog.=) (SELECT s.oid FROM pg_catalog.pg_namespace s WHERE s.nspname OPERATOR(pg_catalog.=) ` + n.fnSchema + `)
+		AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY[` + list(n.fns, lit, ", ") + `]::pg_catalog.name[])
+		AND NOT coalesce(pg_catalog.obj_description(p.oid, 'pg_proc') OPERATOR(pg_catalog.=) ` + quoteLiteral(funcMark) + `, false)
+		AND NOT coalesce(pg_catalog.obj_description(p.oid, 'pg_proc') IS NULL
+			AND p.prolang OPERATOR(pg_catalog.=) (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname OPERATOR(pg_catalog.=) 'plpgsql')
+			AND (p.oid OPERATOR(pg_catalog.=) ` + reg(quoteLiteral(n.apply+"("+applyArgsV1+")")) + `
+				OR p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+					` + list(v2, reg, ",\n\t\t\t\t\t") + `]::pg_catalog.oid[])
+				AND pg_catalog.obj_description(pg_catalog.to_regclass(` + table + `), 'pg_class') OPERATOR(pg_catalog.~~) 'ratelimit pgstore schema 2 %'
+				AND (p.proname OPERATOR(pg_catalog.=) ANY (ARRAY[` + list(n.fns[splitFn:], lit, ", ") + `]::pg_catalog.name[])
+					OR pg_catalog.strpos(p.prosrc, ` + quoteLiteral(n.bare) + `) OPERATOR(pg_catalog.>) 0)), false)) f
+	HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0)`
 }
 
 // pathCheck returns an SQL expression of type text that says why the
@@ -597,16 +599,17 @@ func (n names) pathCheck() string {
 	}
 	bare := quoteLiteral(n.parts[0])
 	return `(SELECT CASE
-		WHEN current_schema() IS NULL
-			THEN format('no schema of search_path (%s) exists to make it in', current_setting('search_path'))
-		WHEN f.nsp <> current_schema()
-			THEN format('the name finds %I.%I along search_path (%s), where the script would make the table in %I, current_schema()',
-				f.nsp, ` + bare + `, current_setting('search_path'), current_schema())
-		WHEN current_schema() = (SELECT s.nspname FROM pg_namespace s WHERE s.oid = pg_my_temp_schema())
-			THEN format('search_path (%s) would make it a temporary table, which only one session sees', current_setting('search_path'))
+		WHEN pg_catalog.current_schema() IS NULL
+			THEN pg_catalog.format('no schema of search_path (%s) exists to make it in', pg_catalog.current_setting('search_path'))
+		WHEN f.nsp OPERATOR(pg_catalog.<>) pg_catalog.current_schema()::pg_catalog.text
+			THEN pg_catalog.format('the name finds %I.%I along search_path (%s), where the script would make the table in %I, current_schema()',
+				f.nsp, ` + bare + `::pg_catalog.text, pg_catalog.current_setting('search_path'), pg_catalog.current_schema())
+		WHEN pg_catalog.current_schema() OPERATOR(pg_catalog.=) (SELECT s.nspname FROM pg_catalog.pg_namespace s
+			WHERE s.oid OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())
+			THEN pg_catalog.format('search_path (%s) would make it a temporary table, which only one session sees', pg_catalog.current_setting('search_path'))
 	END
-	FROM (SELECT (SELECT s.nspname::text FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
-		WHERE c.oid = to_regclass(` + quoteLiteral(n.table) + `)) AS nsp) f)`
+	FROM (SELECT (SELECT s.nspname::pg_catalog.text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(` + quoteLiteral(n.table) + `)::pg_catalog.oid) AS nsp) f)`
 }
 
 // storeColumns are the columns of the store's table, each with its type as
@@ -628,22 +631,27 @@ func tableCheck(rel string) string {
 	for i, c := range want {
 		want[i] = quoteLiteral(c)
 	}
+	kind := func(k string) string { return "c.relkind OPERATOR(pg_catalog.=) '" + k + "'" }
 	return `(SELECT CASE
-		WHEN c.relkind NOT IN ('r', 'p') THEN 'is ' || CASE c.relkind WHEN 'v' THEN 'a view' WHEN 'm' THEN 'a materialized view'
-			WHEN 'i' THEN 'an index' WHEN 'I' THEN 'an index' WHEN 'S' THEN 'a sequence' WHEN 'f' THEN 'a foreign table'
-			WHEN 'c' THEN 'a composite type' ELSE 'not a table' END
-		WHEN a.cols IS DISTINCT FROM ARRAY[` + strings.Join(want, ", ") + `]::text[]
-			THEN 'has the columns ' || coalesce(array_to_string(a.cols, ', '), 'none')
+		WHEN NOT (` + kind("r") + ` OR ` + kind("p") + `) THEN 'is ' OPERATOR(pg_catalog.||) CASE WHEN ` + kind("v") + ` THEN 'a view'
+			WHEN ` + kind("m") + ` THEN 'a materialized view' WHEN ` + kind("i") + ` OR ` + kind("I") + ` THEN 'an index'
+			WHEN ` + kind("S") + ` THEN 'a sequence' WHEN ` + kind("f") + ` THEN 'a foreign table'
+			WHEN ` + kind("c") + ` THEN 'a composite type' ELSE 'not a table' END
+		WHEN NOT coalesce(a.cols OPERATOR(pg_catalog.=) ARRAY[` + strings.Join(want, ", ") + `]::pg_catalog.text[], false)
+			THEN 'has the columns ' OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_to_string(a.cols, ', '), 'none')
 		WHEN k.pk IS NULL THEN 'has no primary key'
-		WHEN k.pk <> ARRAY['id']::text[] THEN 'has the primary key (' || array_to_string(k.pk, ', ') || ')'
+		WHEN k.pk OPERATOR(pg_catalog.<>) ARRAY['id']::pg_catalog.text[]
+			THEN 'has the primary key (' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(k.pk, ', ') OPERATOR(pg_catalog.||) ')'
 	END
-	FROM pg_class c
-	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text || ' ' || format_type(t.atttypid, t.atttypmod) ORDER BY t.attname) AS cols
-		FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped) a
-	CROSS JOIN LATERAL (SELECT array_agg(t.attname::text ORDER BY t.attname) AS pk
-		FROM pg_index i JOIN pg_attribute t ON t.attrelid = i.indrelid AND t.attnum = ANY (i.indkey)
-		WHERE i.indrelid = c.oid AND i.indisprimary) k
-	WHERE c.oid = ` + rel + `)`
+	FROM pg_catalog.pg_class c
+	CROSS JOIN LATERAL (SELECT pg_catalog.array_agg(t.attname::pg_catalog.text OPERATOR(pg_catalog.||) ' '
+			OPERATOR(pg_catalog.||) pg_catalog.format_type(t.atttypid, t.atttypmod) ORDER BY t.attname) AS cols
+		FROM pg_catalog.pg_attribute t WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid AND t.attnum OPERATOR(pg_catalog.>) 0 AND NOT t.attisdropped) a
+	CROSS JOIN LATERAL (SELECT pg_catalog.array_agg(t.attname::pg_catalog.text ORDER BY t.attname) AS pk
+		FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute t ON t.attrelid OPERATOR(pg_catalog.=) i.indrelid
+			AND t.attnum OPERATOR(pg_catalog.=) ANY (i.indkey::pg_catalog.int2[])
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary) k
+	WHERE c.oid OPERATOR(pg_catalog.=) ` + rel + `::pg_catalog.oid)`
 }
 
 // notStoreTable returns the error, matching ErrNotStoreTable, of the
@@ -736,7 +744,7 @@ func (n names) schema() string {
 		"{{path_check}}", n.pathCheck(),
 		"{{lock}}", strconv.FormatInt(schemaLock, 10),
 		"{{table_literal}}", quoteLiteral(n.table),
-		"{{table_check}}", tableCheck("to_regclass(" + quoteLiteral(n.table) + ")"),
+		"{{table_check}}", tableCheck("pg_catalog.to_regclass(" + quoteLiteral(n.table) + ")"),
 		"{{function_check}}", n.funcCheck(),
 		"{{mark_functions}}", n.markFunctions(),
 		"{{pin}}", n.pin(),

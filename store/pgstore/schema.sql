@@ -47,7 +47,7 @@
 -- start together, or a migration beside them. It is held to the end of the
 -- transaction: apply the script in one (psql --single-transaction, as
 -- migration tools apply a migration).
-SELECT pg_advisory_xact_lock({{lock}});
+SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
 
 -- A table name without a schema is the table of that name in
 -- current_schema(), where CREATE TABLE makes it, and the functions are
@@ -83,19 +83,19 @@ DECLARE
 BEGIN
 	IF place IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLSCH', DETAIL = place,
-			MESSAGE = format('table %s: %s', {{table_literal}}, place),
+			MESSAGE = pg_catalog.format('table %s: %s', {{table_literal}}, place),
 			HINT = 'name the table''s schema (pgstore.WithTable("schema.table"), ratelimit schema --table schema.table)';
 	END IF;
 	why := {{table_check}};
 	IF why IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLTBL', DETAIL = why,
-			MESSAGE = format('%s exists and is not the table of a ratelimit store: it %s', {{table_literal}}, why),
+			MESSAGE = pg_catalog.format('%s exists and is not the table of a ratelimit store: it %s', {{table_literal}}, why),
 			HINT = 'give the store a table of its own (pgstore.WithTable, ratelimit schema --table), or drop or rename that relation if nothing needs it';
 	END IF;
 	fns := {{function_check}};
 	IF fns IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLFUN', DETAIL = fns,
-			MESSAGE = format('%s: not a ratelimit store''s, yet named as the store of table %s names its functions', fns, {{table_literal}}),
+			MESSAGE = pg_catalog.format('%s: not a ratelimit store''s, yet named as the store of table %s names its functions', fns, {{table_literal}}),
 			HINT = 'give the store a table of another name (pgstore.WithTable, ratelimit schema --table), or drop or rename those functions if nothing needs them';
 	END IF;
 END
@@ -436,11 +436,11 @@ END
 -- the functions are made ({{fn_schema}}), whatever search_path.
 DO {{q}}
 DECLARE
-	f regprocedure := to_regprocedure(format('%I.%I(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)',
+	f regprocedure := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)',
 		{{fn_schema}}, {{apply_name}}));
 BEGIN
 	IF f IS NOT NULL THEN
-		EXECUTE 'DROP FUNCTION ' || f::text;
+		EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f::pg_catalog.text;
 	END IF;
 END
 {{q}};
@@ -946,14 +946,14 @@ END
 -- (SQLSTATE 42P13), and the script with it.
 DO {{q}}
 DECLARE
-	f regprocedure := to_regprocedure(format('%I.%I(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)',
+	f regprocedure := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)',
 		{{fn_schema}}, {{one_name}}));
 BEGIN
-	IF pg_get_function_arguments(f) = 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
+	IF pg_catalog.pg_get_function_arguments(f::pg_catalog.oid) OPERATOR(pg_catalog.=) 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
 		'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
 		'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
 		'OUT ok boolean, OUT retry bigint, OUT remaining double precision, OUT charged double precision' THEN
-		EXECUTE 'DROP FUNCTION ' || f::text;
+		EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f::pg_catalog.text;
 	END IF;
 END
 {{q}};
@@ -1173,21 +1173,22 @@ END
 -- index is there).
 DO {{q}}
 DECLARE
-	was text := current_setting('lock_timeout');
+	was text := pg_catalog.current_setting('lock_timeout');
+	ms bigint := (SELECT s.setting::bigint FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'lock_timeout');
 BEGIN
-	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass({{old_index_literal}})
-		AND indrelid = to_regclass({{table_literal}})) THEN
-		IF (SELECT s.setting::bigint FROM pg_settings s WHERE s.name = 'lock_timeout') NOT BETWEEN 1 AND {{drop_wait}} THEN
-			PERFORM set_config('lock_timeout', '{{drop_wait}}ms', true);
+	IF EXISTS (SELECT FROM pg_catalog.pg_index WHERE indexrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{old_index_literal}})::pg_catalog.oid
+		AND indrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{table_literal}})::pg_catalog.oid) THEN
+		IF NOT (ms OPERATOR(pg_catalog.>=) 1 AND ms OPERATOR(pg_catalog.<=) {{drop_wait}}) THEN
+			PERFORM pg_catalog.set_config('lock_timeout', '{{drop_wait}}ms', true);
 		END IF;
 		BEGIN
 			DROP INDEX {{old_index}};
 		EXCEPTION WHEN lock_not_available THEN
-			RAISE WARNING USING MESSAGE = format('index %s, made by version 1 of the store, left in place: '
-				'a transaction held table %s for more than %s', {{old_index_literal}}, {{table_literal}}, current_setting('lock_timeout')),
+			RAISE WARNING USING MESSAGE = pg_catalog.format('index %s, made by version 1 of the store, left in place: '
+				'a transaction held table %s for more than %s', {{old_index_literal}}, {{table_literal}}, pg_catalog.current_setting('lock_timeout')),
 				HINT = 'it keeps updates from being HOT; run the script again, or let pgstore.New drop it, once no long transaction reads the table';
 		END;
-		PERFORM set_config('lock_timeout', was, true);
+		PERFORM pg_catalog.set_config('lock_timeout', was, true);
 	END IF;
 END
 {{q}};

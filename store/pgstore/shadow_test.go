@@ -312,3 +312,47 @@ func hourlyItem(key string, count float64, shards ...int) driver.Item {
 	}
 	return it
 }
+
+// The SQL of Schema for a table name without its schema runs under the
+// session's search_path, which resolves the name: its checks of the
+// catalog, and its statements that drop earlier builds' functions and
+// version 1's index, named PostgreSQL's functions and operators without
+// their schema, and ran, as the role that installs the schema, an operator
+// oid = regclass that another role made in a later schema of the path
+// (pg_catalog's needs a cast). They name them with pg_catalog now.
+func TestSchemaWithoutASchemaOnAShadowedPath(t *testing.T) {
+	ctx := context.Background()
+	def := newPool(t, testserver.PostgresURL(t), nil)
+	home := testSchema(t, def)
+	role, other := otherRole(t, def)
+	asRole(t, def, role, shadowsSQL)
+	pool := pathPool(t, pgx.Identifier{home}.Sanitize()+", "+pgx.Identifier{other}.Sanitize(), nil)
+
+	name := fmt.Sprintf("ratelimit_test_%d", time.Now().UnixNano())
+	sql, err := pgstore.Schema(name)
+	require.NoError(t, err)
+	install := func(what string) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sql)
+			return err
+		}), what)
+	}
+	install("a fresh install")
+	// Again over another build's mark, with version 1's index made again.
+	_, err = def.Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{home, name}.Sanitize()+" IS 'ratelimit pgstore schema 2 000000000000'; "+
+		"CREATE INDEX "+pgx.Identifier{name + "_expires_idx"}.Sanitize()+" ON "+pgx.Identifier{home, name}.Sanitize()+" (expires)")
+	require.NoError(t, err)
+	install("an upgrade")
+	var n int
+	require.NoError(t, def.QueryRow(ctx, "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = $2", home, name+"_expires_idx").Scan(&n))
+	require.Zero(t, n, "version 1's index is dropped")
+
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(home+"."+name), pgstore.WithoutDDL())
+	require.ErrorIs(t, err, pgstore.ErrSchema, "its functions name the table without its schema")
+	s, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(ctx, &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{hourlyItem("k", 3, 0)}}, out))
+	require.Equal(t, 7.0, out[0].Remaining)
+}
