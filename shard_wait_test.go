@@ -191,3 +191,35 @@ func countAtLeastMin(c, reach float64) float64 {
 	}
 	return c
 }
+
+// At the bounds of the config space too, through the API: a fixed window
+// of a century granting each of its 2 shards 5e-9 tokens, drained in 2024,
+// is asked for 3 windows' grants of both and 1.5e-9 more. The shards fall
+// short by less than the noise of two at the window that starts on the
+// last day of 2269, 246 years on, which grants it; the estimate, which
+// counts the shortfall in full, says the window a century later, past the
+// cap of 292 years, and the call was told the cap.
+func TestShardedRetryAfterOfCenturies(t *testing.T) {
+	ctx := context.Background()
+	mock := &stepClock{Mock: clock.NewMock(), now: t0}
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 1e-8, Capacity: 4e-8,
+		Period: ratelimit.MaxPeriod, Shards: 2, Start: time.UnixMilli(0)}}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	res, err := lim.Limit(ctx, "l", "k", ratelimit.Count(4e-8))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	count := ratelimit.Count(3e-8 + 1.5e-9)
+	res, err = lim.Limit(ctx, "l", "k", count)
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	window := time.UnixMilli(3 * ratelimit.MaxPeriod.Milliseconds())
+	require.Equal(t, window.Sub(t0), res.RetryAfter, "the window of %v", window.UTC())
+	mock.add(res.RetryAfter - time.Millisecond)
+	res, err = lim.Limit(ctx, "l", "k", count)
+	require.NoError(t, err)
+	require.False(t, res.OK, "a millisecond before")
+	mock.add(time.Millisecond)
+	res, err = lim.Limit(ctx, "l", "k", count)
+	require.NoError(t, err)
+	require.True(t, res.OK, "at its RetryAfter")
+}

@@ -529,7 +529,7 @@ func split(pa, pb driver.Params, sa, sb driver.State, now int64, count float64, 
 }
 
 // pairTries bounds how many candidate times from an estimate pairWait
-// tries before it settles for the estimate.
+// tries before it gives the estimate up.
 const pairTries = 4
 
 // pairWait returns the least wait, in milliseconds from now, after which a
@@ -540,13 +540,20 @@ const pairTries = 4
 // both together give one that ignores a shard's capacity, and rounds
 // down, but counts their shortfall in full, while split grants a call the
 // two fall short of by less than twice the noise (the tolerance of their
-// common level): it may be late. Candidate times from each estimate on are
-// tried with split until one succeeds; should none of pairTries succeed,
-// the estimate stands, shorter than needed. The earliest time found to
-// succeed is then searched back from (searchBack), so that the wait is the
-// first millisecond at which the call succeeds and the one before it
-// fails: a step back for every refused call, more only when an estimate
-// was late. At most MaxRetryAfter.
+// common level): it may be late. Nor does it know of a record written by
+// a clock ahead of now, which gains tokens alone until the other's time
+// catches up: it may then be early, or late, by many windows or
+// milliseconds. Candidate times from each estimate on are tried with
+// split until one succeeds, at most pairTries of them. The earliest time
+// found to succeed is then searched back from (searchBack), so that the
+// wait is the first millisecond at which the call succeeds and the one
+// before it fails: a step back for every refused call, more only when an
+// estimate was late. When no candidate succeeds (every estimate early
+// past pairTries, or beyond MaxRetryAfter, as a late one of a limit of
+// years may be), the call is tried at MaxRetryAfter, and if it succeeds
+// there the whole range to it is bisected: the wait is never shorter than
+// needed, nor longer. At most MaxRetryAfter, which a call that succeeds
+// only later is told.
 func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) float64 {
 	sa, sb := StateAt(pa, ra, now), StateAt(pb, rb, now)
 	okAt := func(t int64) bool {
@@ -577,9 +584,6 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 			}
 			t = next(t)
 		}
-		if math.Ceil(est) < best {
-			best, found = math.Ceil(est), false
-		}
 	}
 	// One shard alone, once it would grant the call as it does when full:
 	// a count above its capacity (plus its debt allowance) by float noise
@@ -608,23 +612,29 @@ func pairWait(pa, pb driver.Params, ra, rb driver.Record, now int64, count float
 	if need <= pa.Capacity+pb.Capacity {
 		try(sumWait(pa, pb, sa, sb, now, need))
 	}
+	step := int64(1) // searchBack's first step back, from a time found
+	if !found {
+		// None found, best is MaxRetryAfter: is the call granted by then?
+		step, found = 0, okAt(now+driver.MaxRetryAfter)
+	}
 	if found {
-		best = float64(searchBack(okAt, now, now+int64(best)) - now)
+		best = float64(searchBack(okAt, now, now+int64(best), step) - now)
 	}
 	return best
 }
 
 // searchBack returns the first millisecond in (lo, hi] at which ok holds,
 // given that it fails at lo and holds at hi, and that it only changes from
-// failing to holding as time goes on (shards only gain tokens): the
-// millisecond before hi first, then steps back doubling while ok holds,
-// then halves the interval between the last time it failed and the first
-// it held. Each probe narrows (lo, hi], so the search ends; the doubling
-// and the halving take at most 44 probes each over any wait within
-// MaxRetryAfter (< 2^44 ms). For a fixed window, whose shards gain tokens
-// only at their windows' starts, the millisecond found is such a start.
-func searchBack(ok func(int64) bool, lo, hi int64) int64 {
-	d := int64(1) // the step back, while ok holds
+// failing to holding as time goes on (shards only gain tokens): from hi,
+// it steps back by d, doubling while ok holds, then halves the interval
+// between the last time it failed and the first it held. A d of 1 tries
+// the millisecond before hi first, for an hi found from an estimate; a d
+// of 0 halves from the start, for an hi that is only a bound. Each probe
+// narrows (lo, hi], so the search ends; the doubling and the halving take
+// at most 44 probes each over any wait within MaxRetryAfter (< 2^44 ms).
+// For a fixed window, whose shards gain tokens only at their windows'
+// starts, the millisecond found is such a start.
+func searchBack(ok func(int64) bool, lo, hi, d int64) int64 {
 	for hi-lo > 1 {
 		t := hi - d
 		if d == 0 || t <= lo {

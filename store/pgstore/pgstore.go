@@ -841,7 +841,7 @@ func expand(sql string) string {
 
 // okAt is {{pwait}}'s one spelling of state.go's okAt, written where the
 // script says {{ok := okat(t)}} (the forward search from each estimate,
-// and searchBack): it sets ok to whether split grants the call at t on
+// the test at the cap when none succeeded, and searchBack): it sets ok to whether split grants the call at t on
 // the two shards, each refreshed to t from its record as stored (fresh at
 // t if missing), as StateAt refreshes it. It uses the function's
 // variables s, k, off, lv and lt.

@@ -251,7 +251,7 @@ DECLARE
 	s integer; kk bigint[]; rt float8[]; pp bigint[]; cc float8[]; ph bigint[];
 	fnd boolean[]; v0 float8[]; t0 bigint[]; lv float8[]; lt bigint[];
 	k bigint; off bigint; short float8; r float8; f1 bigint; f2 bigint; first bigint; second bigint;
-	j float8; x float8; y float8; at float8; fulla float8; fullb float8; settled boolean;
+	j float8; x float8; y float8; at float8; fulla float8; fullb float8;
 	al float8; wj float8; wk float8;
 	known boolean := false; -- whether the call succeeds at now + best
 	lo bigint; hi bigint; d bigint;
@@ -315,17 +315,12 @@ BEGIN
 		CONTINUE WHEN est IS NULL OR NOT (est < best);
 		-- Try the candidate times from the estimate on.
 		t := now + ceil(est)::bigint;
-		settled := false;
 		FOR i IN 1 .. tries LOOP
-			IF NOT ((t - now)::float8 < best) THEN
-				settled := true;
-				EXIT;
-			END IF;
+			EXIT WHEN NOT ((t - now)::float8 < best);
 			{{ok := okat(t)}}
 			IF ok THEN
 				best := (t - now)::float8;
 				known := true;
-				settled := true;
 				EXIT;
 			END IF;
 			-- The next time a shard gains tokens.
@@ -340,15 +335,19 @@ BEGIN
 				t := t + 1;
 			END IF;
 		END LOOP;
-		IF NOT settled AND ceil(est) < best THEN
-			best := ceil(est);
-			known := false;
-		END IF;
 	END LOOP;
 	-- searchBack: the first ms in (now, now + best] at which the call
-	-- succeeds, stepping back doubling from now + best, then halving.
+	-- succeeds, stepping back doubling from now + best (from a time
+	-- found), then halving. None found, best is maxretry: the whole range
+	-- to it is bisected, should the call succeed by then.
+	d := 1;
+	IF NOT known THEN
+		t := now + maxretry::bigint;
+		{{ok := okat(t)}}
+		known := ok; d := 0;
+	END IF;
 	IF known THEN
-		lo := now; hi := now + best::bigint; d := 1;
+		lo := now; hi := now + best::bigint;
 		WHILE hi - lo > 1 LOOP
 			t := hi - d;
 			IF d = 0 OR t <= lo THEN

@@ -353,7 +353,9 @@ end
 
 -- pairWait: the least wait after which a refused call on two shards would
 -- succeed on them (fa, sa0, tsa0 and fb, sb0, tsb0: the records as read):
--- the estimates tried forward, then the earliest found searched back.
+-- the estimates tried forward, then the earliest found searched back; if
+-- none was found, the whole range to MAX_RETRY bisected, should the call
+-- succeed by then.
 local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa, sb, tsb, now, count, reserve)
   local function ok_at(t)
     local a, ta = load(pa, pha, fa, sa0, tsa0, t)
@@ -389,9 +391,6 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
       end
       t = next_at(t)
     end
-    if ceil(est) < best then
-      best, found = ceil(est), false
-    end
   end
   local function single_at(p, f, v0, ts0, v, ts)
     local allow = 0
@@ -414,10 +413,15 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
   if need <= pa[4] + pb[4] then
     try(sum_wait(pa, pb, sa, tsa, sb, tsb, now, need))
   end
+  local step = 1 -- searchBack's first step back, from a time found
+  if not found then -- best is MAX_RETRY: is the call granted by then?
+    step, found = 0, ok_at(now + MAX_RETRY)
+  end
   if found then
     -- searchBack: the first ms in (now, now + best] at which the call
-    -- succeeds, stepping back doubling from now + best, then halving.
-    local lo, hi, d = now, now + best, 1
+    -- succeeds, stepping back doubling from now + best (from a time
+    -- found), then halving.
+    local lo, hi, d = now, now + best, step
     while hi - lo > 1 do
       local t = hi - d
       if d == 0 or t <= lo then
