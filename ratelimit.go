@@ -248,7 +248,9 @@ func WithSettleWindow(d time.Duration) Option {
 // error matches ErrNotRefunded beside the context's, and Cancel, with a
 // context of the caller's, hands the tokens back. With d 0, Wait sends no
 // refund once its context has ended, and returns at once with such an
-// error; it still hands the tokens back within a deadline not passed yet.
+// error, unless no refund is due (a reservation of the failure policy,
+// which holds no tokens, or one canceled meanwhile); it still hands the
+// tokens back within a deadline not passed yet.
 // The same bound holds for the tokens that Reserve hands back when its
 // Observer panics (see Observer), from the moment of the panic: with d 0
 // they go back within the deadline of Reserve's context, if it has not

@@ -298,12 +298,13 @@ func (l *Limiter) refundContext(ctx context.Context) (context.Context, context.C
 // have ended already, and the store would refuse it. That context ends
 // the refund timeout after the later of ctx's deadline and now, so that a
 // slow store holds Wait no longer than that past the caller's deadline;
-// with no time left, no refund is sent.
+// with no time left, no refund is sent, though Cancel still settles a
+// reservation that needs no store (cancelsHere).
 func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error {
 	rctx, cancel := r.lim.refundContext(ctx)
 	defer cancel()
 	var cerr error
-	if rctx.Err() != nil {
+	if rctx.Err() != nil && !r.cancelsHere() {
 		cerr = fmt.Errorf("ratelimit: cancel reservation of limit %q: not sent: the context ended, and the refund timeout (WithRefundTimeout) is 0", r.res.Name)
 	} else {
 		cerr = r.Cancel(rctx)
@@ -349,6 +350,15 @@ func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error
 		return fmt.Errorf("%s; the job was let run, and its tokens are spent on it: nothing is left to do: %w", head, cause)
 	}
 	return fmt.Errorf("%s; %w: %w; call Cancel, with a context of your own, to hand them back: %w", head, ErrNotRefunded, cerr, cause)
+}
+
+// cancelsHere reports whether Cancel answers without the store, which
+// needs no time: the reservation holds no tokens (the failure policy's),
+// or it is settled already (canceled, or its job let run).
+func (r *Reservation) cancelsHere() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.charge.n == 0 || r.canceled || r.used
 }
 
 // use marks the reservation used, unless it was canceled: in the store,

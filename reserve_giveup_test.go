@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -113,4 +115,67 @@ func TestWaitGivingUpPastExpiresSaysNothingCameBack(t *testing.T) {
 	assert.NotContains(t, err.Error(), "handed back")
 	assert.ErrorContains(t, err, "expired")
 	require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, "the job does not run")
+}
+
+// With WithRefundTimeout(0) and no time left, a Wait that gives up sends
+// no refund; but where Cancel needs no store (a reservation of the failure
+// policy, which holds no tokens; one canceled meanwhile, whose tokens are
+// back) nothing is left to hand back. Wait said the tokens were not handed
+// back (ErrNotRefunded) and to call Cancel, and it left the failure
+// policy's reservation uncanceled, so that a later Wait let its job run.
+func TestWaitGivingUpWithRefundTimeout0NeedsNoStore(t *testing.T) {
+	ctx := context.Background()
+	t.Run("failure policy", func(t *testing.T) {
+		store := &flakyStore{Store: must(memstore.New())}
+		lim := must(ratelimit.New(store, ratelimit.Limits{
+			"jobs": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
+		}, ratelimit.WithClock(newMock()), ratelimit.WithRefundTimeout(0)))
+		store.fail.Store(true)
+		r, err := lim.Reserve(ctx, "jobs", "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		require.True(t, r.Result().Degraded)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		err = r.Wait(cctx)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "it held no tokens")
+		assert.ErrorContains(t, err, "it held no tokens")
+		require.ErrorIs(t, r.Wait(ctx), ratelimit.ErrReservationCanceled, "the job does not run")
+	})
+	t.Run("canceled meanwhile", func(t *testing.T) {
+		clk := timerClock{Mock: newMock(), made: make(chan struct{}, 1)}
+		lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+			"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+		}, ratelimit.WithClock(clk), ratelimit.WithRefundTimeout(0)))
+		_, err := lim.Limit(ctx, "jobs", "k", ratelimit.Count(10))
+		require.NoError(t, err)
+		r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4)) // runs in the next window
+		require.NoError(t, err)
+		require.Positive(t, r.Delay())
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Wait(cctx) }()
+		<-clk.made                        // Wait waits for the job's time
+		require.NoError(t, r.Cancel(ctx)) // another goroutine's
+		cancel()
+		err = <-done
+		require.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "the Cancel handed them back")
+		assert.ErrorContains(t, err, "handed back")
+		st, err := lim.Value(ctx, "jobs", "k")
+		require.NoError(t, err)
+		assert.Equal(t, 0.0, st.Remaining, "handed back once")
+	})
+}
+
+// timerClock is a mock clock that tells made of each timer it makes.
+type timerClock struct {
+	*clock.Mock
+	made chan struct{}
+}
+
+func (c timerClock) Timer(d time.Duration) *clock.Timer {
+	t := c.Mock.Timer(d)
+	c.made <- struct{}{}
+	return t
 }
