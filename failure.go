@@ -269,24 +269,23 @@ func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string,
 }
 
 // checkStore reads the record id from the store, unless a check is under
-// way already, giving the store breakerSlowCall on the Limiter's clock,
-// in a goroutine of its own that ends with the read: the caller whose
+// way already, giving the store breakerSlowCall on the Limiter's clock, in
+// a goroutine of its own that ends with the read: the caller whose
 // deadline passed has gone. The read carries the values of that caller's
 // context ctx, not its end (as AfterFunc's use does), so that a store's
 // tracing sees it as part of the request that caused it. An answer says
 // that the deadline was the caller's, and counts nothing; it is not
-// recorded as an answer of the
-// store (breaker.answered) either: a read proves little of the calls'
-// path (a store whose writes stall may read at once), and recorded, it
-// would excuse every call that the store kept waiting meanwhile
-// (callerGaveUp) and clear the failures counted. A failure counts as a
-// call's would: an error of the store, or no answer within
-// breakerSlowCall while the store answered nobody else (callerGaveUp).
-// One check at a time, each one read of one record, whatever the callers
-// in a hurry: a store that ignores its context's end holds one goroutine
-// here for as long as it does not return, never more. The goroutine
-// needs no Close: it ends with the read, breakerSlowCall at most on the
-// Limiter's clock for a store that keeps the driver contract.
+// recorded as an answer of the store (breaker.answered) either: a read
+// proves little of the calls' path (a store whose writes stall may read at
+// once), and recorded, it would excuse every call that the store kept
+// waiting meanwhile (callerGaveUp) and clear the failures counted. A
+// failure counts as a call's would: an error of the store, or no answer
+// within breakerSlowCall while the store answered nobody else
+// (callerGaveUp). One check at a time, each one read of one record,
+// whatever the callers in a hurry: a store that ignores its context's end
+// holds one goroutine here for as long as it does not return, never more.
+// The goroutine needs no Close: it ends with the read, breakerSlowCall at
+// most on the Limiter's clock for a store that keeps the driver contract.
 func (l *Limiter) checkStore(ctx context.Context, id driver.RecordID) {
 	if !l.breaker.checking.CompareAndSwap(false, true) {
 		return
