@@ -97,6 +97,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"simulate", "extra"}, 2, `simulate takes no arguments, only flags: got ["extra"]`},
 		{append([]string{"inspect", "--store", "mem:", "-o", "xml"}, tokenBucket...), 2, `invalid argument "xml" for "-o, --output" flag: write text or json`},
 		{[]string{"schema", "--table", ""}, 2, "--table: pgstore: table name"},
+		// A line break would end a comment of the SQL, and the rest of the line run.
+		{[]string{"schema", "--table", "x\nSELECT 1/0;--"}, 2, `--table: pgstore: table name "x\nSELECT 1/0;--" holds U+000A, a control or other unprintable character`},
 		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},
 		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count 4 exceeds 3"},
 		// simulate too: its count errors were failures (1).

@@ -66,6 +66,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -278,7 +279,9 @@ type options struct {
 // table name longer than 57 bytes (63 with the longest suffix), a schema
 // name longer than 63, rather than let two long names share one table, a
 // name that holds a NUL byte or is not valid UTF-8, which no PostgreSQL
-// name can be, and a name in a temporary schema (pg_temp, pg_temp_N),
+// name can be, a name that holds a control or other unprintable character
+// (a line break, a tab, U+200B; unicode.IsGraphic), which the schema's SQL
+// and the errors that show the name could not show as it is, and a name in a temporary schema (pg_temp, pg_temp_N),
 // whose tables one session sees. Each is an error matching ErrTableName. Choose a name that
 // no relation of the application's bears, nor a function of the
 // application's with one of those suffixes: New refuses a name that is
@@ -361,6 +364,12 @@ func tableNames(table string) (names, error) {
 	}
 	if !utf8.ValidString(table) {
 		return names{}, fmt.Errorf("pgstore: table name %q is not valid UTF-8, the encoding pgx speaks to the server: %w", table, ErrTableName)
+	}
+	if i := strings.IndexFunc(table, func(r rune) bool { return !unicode.IsGraphic(r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(table[i:])
+		return names{}, fmt.Errorf("pgstore: table name %q holds %U, a control or other unprintable character, "+
+			"which would end a line of the schema's SQL or hide in the names it shows: use letters, digits, marks, punctuation, symbols and spaces: %w",
+			table, r, ErrTableName)
 	}
 	parts, err := splitName(table)
 	if err != nil {
@@ -911,7 +920,20 @@ func expandWaits(sql string) string {
 		" END IF;")
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// quoteLiteral returns s as an SQL string literal, as PostgreSQL's
+// quote_literal does: quotes doubled, and, if s holds a backslash, an
+// escape string (E'...') with backslashes doubled, which reads the same
+// whatever standard_conforming_strings is. A plain literal would read a
+// backslash before a quote as an escape in a session where it is off (a
+// role's setting, or psql's for the script `ratelimit schema` prints), and
+// end where the name goes on.
+func quoteLiteral(s string) string {
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.Contains(s, `\`) {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
+}
 
 // New returns a store on pool. It creates or upgrades the table and the
 // function if they are not this release's (safe to run from several

@@ -17,6 +17,11 @@
 -- wait(kind, period, rate, capacity, bv, bts, v, ts, cnt, allow) in double
 -- braces, which pgstore writes out as the statements that compute it where
 -- it stands (with the function's variables wj, wk and noise).
+--
+-- The functions are named after the table, with a suffix; these comments
+-- call them by their suffix (_apply, _one, ...), and pgstore writes the
+-- names into the SQL only as quoted identifiers and string literals, never
+-- into a comment, which a line break in a name would end.
 
 -- What PostgreSQL provides (functions, operators, types) is named here
 -- without its schema, as in any query, and a session finds it along its
@@ -31,15 +36,15 @@
 -- types too; the store's own table and functions are named with their
 -- schema; a trigger on the table that they fire runs under it too), and
 -- so does the rest of the script, from its first statement, until the
--- end of its transaction. All but {{split}}, which names nothing
--- of the store's and is called by {{apply}} and {{pwait}} alone: it runs
+-- end of its transaction. All but _split, which names nothing
+-- of the store's and is called by _apply and _pwait alone: it runs
 -- under their search_path, as a setting of its own would cost each of its
 -- many calls. For a table named without its schema, the script runs under
 -- the session's search_path, and the functions, whose bodies name the
 -- table and each other without their schema too, are set at the end to
--- pg_catalog, the schema they are made in, and pg_temp. ({{pwait}} has a
+-- pg_catalog, the schema they are made in, and pg_temp. (_pwait has a
 -- setting of its own for that: should it run the body of the other name,
--- installed while {{apply}} runs, it finds {{split}} all the same.)
+-- installed while _apply runs, it finds _split all the same.)
 {{pin_script}}
 
 -- The script runs under the advisory lock that pgstore.New takes to
@@ -73,7 +78,7 @@ SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
 -- comment is the mark that this script writes at the end on each of its
 -- functions, or, for those of earlier releases, which have no mark, when
 -- it is PL/pgSQL, has the arguments of one of theirs, and either is
--- version 1's {{apply}} or was made with the version 2 mark of the table
+-- version 1's _apply or was made with the version 2 mark of the table
 -- and reads that table.
 DO {{q}}
 DECLARE
@@ -158,7 +163,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 
 ALTER TABLE {{table}} SET (fillfactor = 70);
 
--- {{split}} is state.go's split: the values two refreshed shards (a, b)
+-- _split is state.go's split: the values two refreshed shards (a, b)
 -- would hold after a call of cnt, the tokens charged to each, and whether
 -- the call is OK. Each shard's limit is kind, rate, period, capacity, max
 -- reserved.
@@ -229,7 +234,7 @@ BEGIN
 END
 {{q}};
 
--- {{pwait}} is state.go's pairWait (with sumWait and searchBack): the least
+-- _pwait is state.go's pairWait (with sumWait and searchBack): the least
 -- wait, in ms, after which a call refused on two shards would succeed on
 -- them. The shards come as their limit, phase and record as stored (found,
 -- value, ts), then refreshed to now (value, ts). Each call of okat(t) is
@@ -366,7 +371,7 @@ BEGIN
 END
 {{q}};
 
--- {{apply}} decides a batch of ops, one after another, in arrival order,
+-- _apply decides a batch of ops, one after another, in arrival order,
 -- exactly as that many calls deciding one op each would.
 --
 -- Ops, items, records and limits arrive as flat arrays:
@@ -432,7 +437,8 @@ END
 -- a batch that found a record missing, the next (p_fresh) goes to the
 -- INSERT at once. Records only checked are read without locks.
 -- An earlier build's, of other arguments, goes: found in the schema where
--- the functions are made ({{fn_schema}}), whatever search_path.
+-- the functions are made (the table's, or current_schema()), whatever
+-- search_path.
 DO {{q}}
 DECLARE
 	f regprocedure := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)',
@@ -921,7 +927,7 @@ BEGIN
 END
 {{q}};
 
--- {{one}} decides one op of one item on one record, a limit or a check:
+-- _one decides one op of one item on one record, a limit or a check:
 -- the case of every call that finds no other in flight, which the batch
 -- function above would decide at twice the cost (it prepares more
 -- expressions, each anew in every transaction, and runs more statements).
@@ -985,7 +991,7 @@ BEGIN
 	SELECT t.value, t.ts, t.ctid INTO ov, ots, tid FROM {{table}} t WHERE t.id = p_id;
 	present := FOUND;
 	LOOP
-		-- A record that no release writes fails the call, as in {{apply}}.
+		-- A record that no release writes fails the call, as in _apply.
 		IF ov IS NOT NULL AND NOT coalesce(ov - ov = 0 AND ots BETWEEN {{min_ts}} AND {{max_ts}}, false) THEN
 			RAISE SQLSTATE 'RLBAD' USING DETAIL = encode(p_id, 'hex'),
 				MESSAGE = format('the record %s holds value %s, ts %s', encode(p_id, 'hex'), ov, coalesce(ots::text, 'NULL'));
@@ -1094,7 +1100,7 @@ BEGIN
 END
 {{q}};
 
--- {{read}} reads the records of p_id, in the calling statement's snapshot
+-- _read reads the records of p_id, in the calling statement's snapshot
 -- (it is STABLE): the read of the batch upsert (store/pgstore/many.go) and
 -- of Load. A plain SELECT … WHERE id = ANY(…) prepared while the table
 -- holds a few hundred rows gets a sequential scan as its generic plan, and
@@ -1113,7 +1119,7 @@ BEGIN
 END
 {{q}};
 
--- {{del}} deletes the records of p_id (Store.Delete), locking them first in
+-- _del deletes the records of p_id (Store.Delete), locking them first in
 -- id order, the order in which the functions above lock, so that it cannot
 -- wait on a batch in a cycle. A function, planned as the others are: a
 -- plain statement planned while the table was small kept a sequential scan
@@ -1130,14 +1136,14 @@ BEGIN
 END
 {{q}};
 
--- {{sweep}} is one step of Store.DeleteExpired: of the chunk of at most
+-- _sweep is one step of Store.DeleteExpired: of the chunk of at most
 -- p_n records after p_after in id order, it deletes those expired at
 -- p_cutoff and not locked by a call in flight (skipping them, it never
 -- waits for a call, so it cannot deadlock with one; a record skipped goes
 -- at the next sweep), and returns the chunk's last id, its size, and how
 -- many records and settlement marks went: a placeholder (a NULL value, left
 -- by an op refused on records it had locked) goes too, uncounted, as it
--- was never a record. A function for the same reason as {{del}}: a plain
+-- was never a record. A function for the same reason as _del: a plain
 -- statement planned on a small table read the whole table at every chunk.
 CREATE OR REPLACE FUNCTION {{sweep}}(p_after bytea, p_n integer, p_cutoff bigint,
 	OUT last bytea, OUT scanned bigint, OUT gone bigint)
@@ -1193,7 +1199,7 @@ END
 {{q}};
 
 -- For a table named without its schema, the functions (all but
--- {{split}}) run with pg_catalog, the schema they are made in
+-- _split) run with pg_catalog, the schema they are made in
 -- (current_schema(), where the table is too), and pg_temp as their
 -- search_path. The list below names them as the statements above do; it
 -- is empty for a table named with its schema, whose functions were made
