@@ -1722,12 +1722,22 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 // holds. A deadline beyond lock_timeout's largest value (math.MaxInt32
 // ms, some 24 days) waits that long: the sum below would overflow for one
 // centuries away, as context.WithTimeout(ctx, math.MaxInt64) sets.
+//
+// A deadline the wall clock is past, of a context that has not ended, is
+// of another clock: a test's mock.WithTimeout, or the Limiter's own check
+// of the store on its WithClock. It bounds nothing the wall clock can
+// measure, and the statement waits as without one (0), rather than give
+// the server 1 ms, which failed a call that met any row lock with
+// SQLSTATE 55P03 long before its context ended. A context that has ended
+// gets 1 ms: pgx does not send its statement anyway.
 func lockWait(ctx context.Context) int32 {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return 0
 	}
 	switch left := time.Until(dl); {
+	case left <= 0 && ctx.Err() == nil:
+		return 0
 	case left <= 0:
 		return 1
 	case left >= math.MaxInt32*time.Millisecond:

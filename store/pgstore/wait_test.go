@@ -163,6 +163,53 @@ func TestLockWaitOfADeadline(t *testing.T) {
 		cancel()
 		require.True(t, got >= c.min && got <= c.max, "timeout %v: lock wait %d ms, want [%d, %d]", c.timeout, got, c.min, c.max)
 	}
+
+	// A deadline of a mock clock that the wall clock is past, of a context
+	// that has not ended, bounds nothing: no lock wait, rather than 1 ms.
+	mock := newMock(t0) // years before the wall clock
+	callCtx, cancel := mock.WithTimeout(ctx, time.Minute)
+	require.Zero(t, pgstore.LockWait(callCtx), "a mock's deadline, not reached")
+	mock.Add(time.Minute)
+	require.Error(t, callCtx.Err())
+	require.Equal(t, int32(1), pgstore.LockWait(callCtx), "a mock's deadline, reached")
+	cancel()
+}
+
+// A call whose context carries the deadline of a mock clock (a test's
+// mock.WithTimeout, or the Limiter's own check of the store on its clock)
+// that the wall clock is past, though the context has not ended, waits for
+// a held row until it is free, as without a deadline. The store read the
+// deadline off the wall clock, set a lock_timeout of 1 ms, and the call
+// failed (SQLSTATE 55P03) at once.
+func TestMockDeadlineWithRowHeld(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s, tx := rowHeld(t)
+	mock := newMock(t0) // years before the wall clock
+	callCtx, cancel := mock.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	call := applyAsync(callCtx, s, limitOp("k", 1))
+	var early *applied
+	require.Eventually(t, func() bool {
+		select {
+		case a := <-call:
+			early = &a
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "+
+			"AND datname = current_database() AND position($1 in query) > 0", table).Scan(&waiting))
+		return waiting == 1
+	}, 20*time.Second, 2*time.Millisecond, "the call neither waits for the row nor returns")
+	if early != nil {
+		require.NoError(t, early.err, "the call gave up on the row while its context has not ended")
+		t.Fatal("the call returned while the row was held")
+	}
+	require.NoError(t, callCtx.Err())
+	require.NoError(t, tx.Rollback(ctx))
+	a := receive(t, call)
+	require.NoError(t, a.err)
+	require.True(t, a.out[0].OK)
 }
 
 // A call whose deadline is centuries away (context.WithTimeout(ctx,
