@@ -698,7 +698,9 @@ func truncate(name string) string {
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's
 // lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the
-// sessions that hold it. The command `ratelimit schema --table NAME`
+// sessions that hold it, and those that asked for it first and wait (a
+// migration's ALTER TABLE behind a long report), with the sessions they
+// wait for. The command `ratelimit schema --table NAME`
 // prints it.
 //
 // Name the schema. For a name without one, the SQL runs under the
@@ -1292,7 +1294,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			detail = "; " + pe.Detail
 		}
 		return fmt.Errorf("pgstore: create or upgrade table %s and its functions: another transaction holds the table, or one of the functions, "+
-			"in a mode that keeps the schema from being installed (%w%s): call New again once it has ended "+
+			"or waits for the table ahead of the install, in a mode that keeps the schema from being installed (%w%s): call New again once it has ended "+
 			"(the store's calls on the table are not held up meanwhile), or end it; the install waits for the table "+
 			"up to the session's lock_timeout, or %d ms if it sets none", n.table, err, detail, installWait)
 	case errors.As(err, &pe) && pe.Code == codePermission:

@@ -117,12 +117,16 @@ END
 -- here, once, waiting at most {{install_wait}} ms (the session's
 -- lock_timeout, if it sets one), longer than the deadlock_timeout after
 -- which PostgreSQL cancels an autovacuum that stands in the way; then it
--- fails (SQLSTATE 55P03), naming the sessions that hold the table. The
--- session's lock_timeout is as it was for the rest of the transaction.
+-- fails (SQLSTATE 55P03), naming the sessions that hold the table, and
+-- those that asked for it first and wait (a migration's ALTER TABLE behind
+-- a long report that reads the table), ahead of which the install cannot
+-- take it, with the sessions they wait for. The session's lock_timeout is
+-- as it was for the rest of the transaction.
 DO {{q}}
 DECLARE
 	was text := pg_catalog.current_setting('lock_timeout');
 	holders text;
+	queued text;
 BEGIN
 	IF pg_catalog.to_regclass({{table_literal}}) IS NULL THEN
 		RETURN;
@@ -133,17 +137,29 @@ BEGIN
 	BEGIN
 		LOCK TABLE {{table}} IN SHARE UPDATE EXCLUSIVE MODE;
 	EXCEPTION WHEN lock_not_available THEN
-		SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (%s)', l.pid, l.mode), ', ' ORDER BY l.pid) INTO holders
+		-- A request that waits, in a mode that conflicts with the
+		-- install's, keeps it waiting too: PostgreSQL grants the table in
+		-- the order asked, a request behind one it conflicts with waits.
+		SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (%s)', l.pid, l.mode), ', ' ORDER BY l.pid) FILTER (WHERE l.granted),
+			pg_catalog.string_agg(pg_catalog.format('pid %s (%s, waiting%s)', l.pid, l.mode,
+				(SELECT pg_catalog.format(' for pid %s', pg_catalog.string_agg(b.pid::pg_catalog.text, ', pid ' ORDER BY b.pid))
+					FROM pg_catalog.unnest(pg_catalog.pg_blocking_pids(l.pid)) b (pid)
+					HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0)), ', ' ORDER BY l.pid) FILTER (WHERE NOT l.granted)
+			INTO holders, queued
 			FROM pg_catalog.pg_locks l
-			WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.granted
+			WHERE l.locktype OPERATOR(pg_catalog.=) 'relation'
 			AND l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{table_literal}})::pg_catalog.oid
 			AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
 			AND l.mode::pg_catalog.text OPERATOR(pg_catalog.=) ANY (ARRAY['ShareUpdateExclusiveLock', 'ShareLock',
 				'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock']::pg_catalog.text[]);
+		IF holders IS NULL AND queued IS NULL THEN
+			holders := 'a transaction that has ended since';
+		END IF;
 		RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
 			MESSAGE = pg_catalog.format('table %s: another transaction held it for more than %s (lock_timeout), '
 				'in a mode that keeps the store''s schema from being installed', {{table_literal}}, pg_catalog.current_setting('lock_timeout')),
-			DETAIL = pg_catalog.format('held by %s', coalesce(holders, 'a transaction that has ended since')),
+			DETAIL = pg_catalog.concat_ws('; ', 'held by ' OPERATOR(pg_catalog.||) holders,
+				'asked for first by ' OPERATOR(pg_catalog.||) queued),
 			HINT = 'a VACUUM, ANALYZE, CREATE INDEX or migration, most likely (pg_stat_activity shows what those sessions run): '
 				'install again once it has ended, or end it (pg_cancel_backend)';
 	END;

@@ -949,3 +949,47 @@ func TestInstallWaitsForTheTableBriefly(t *testing.T) {
 		return nil
 	}))
 }
+
+// A transaction waiting for the table in a mode that conflicts with the
+// install's (a migration's ALTER TABLE behind a long report that reads the
+// table) queues the install behind it, though no conflicting lock is
+// granted: the install fails within its bound all the same, and names
+// that waiting session, and the one it waits for, rather than say that
+// the holder had ended.
+func TestInstallNamesTheSessionItQueuedBehind(t *testing.T) {
+	ctx := context.Background()
+	pool, name, _ := newTableStore(t)
+	defer pgstore.SetInstallWait(300)()
+	_, err := pool.Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{name}.Sanitize()+" IS 'ratelimit pgstore schema 2 000000000000'")
+	require.NoError(t, err)
+	reader, releaseReader := holdTable(t, pool, name, "ACCESS SHARE")
+
+	// A migration's ALTER TABLE, waiting for the report to end.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	waiter := tx.Conn().PgConn().PID()
+	locked := make(chan error, 1)
+	go func() {
+		_, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{name}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+		locked <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", waiter).Scan(&waiting)
+		return err == nil && waiting
+	}, 15*time.Second, 10*time.Millisecond, "the ALTER TABLE does not wait")
+
+	nctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, err = pgstore.New(nctx, pool, pgstore.WithTable(name))
+	require.NoError(t, nctx.Err(), "New waited for the table until its context ended: %v", err)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "55P03", pe.Code, "%v", err)
+	require.ErrorContains(t, err, fmt.Sprintf("pid %d (AccessExclusiveLock, waiting for pid %d)", waiter, reader))
+
+	releaseReader()
+	require.NoError(t, <-locked)
+	require.NoError(t, tx.Rollback(ctx))
+}
