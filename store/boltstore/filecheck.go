@@ -166,7 +166,7 @@ var treeRefused func()
 // bucket of buckets down through every bucket, as bbolt does, in its Open
 // and after a write transaction that panicked or failed in its commit, to
 // rebuild its list of free pages when the last commit did not write it
-// (bbolt's NoFreelistSync, as Open used to open it), and reads its list of free pages if it did. bbolt
+// (Open's NoFreelistSync), and reads its list of free pages if it did. bbolt
 // reads them from its memory map and trusts what it finds: a page that
 // names one past the end of the mapping faults; a page that is not the
 // one named, or of no type, panics in Open, which leaves its memory map
@@ -429,8 +429,7 @@ func (s *Store) guard(fn func() error) (err error) {
 // update runs fn in a write transaction of db, as db.Update does, for
 // guard; but a panic passing through rolls the transaction back without
 // reading the file. db.Update's rollback on a panic rebuilds the list of
-// free pages by walking every page of the file when commits do not write
-// that list (NoFreelistSync, which a database given to New may have):
+// free pages by walking every page of the file (Open's NoFreelistSync):
 // on a damaged file it panics again there, before it releases bbolt's
 // writer lock, and Close then waits for that lock for ever. A transaction
 // rolled back with Rollback only forgets the pages it took.
