@@ -348,9 +348,9 @@ func TestSchemaWithoutASchemaOnAShadowedPath(t *testing.T) {
 	require.NoError(t, def.QueryRow(ctx, "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = $2", home, name+"_expires_idx").Scan(&n))
 	require.Zero(t, n, "version 1's index is dropped")
 
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(home+"."+name), pgstore.WithoutDDL())
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(home+"."+name), pgstore.WithoutDDL())
 	require.ErrorIs(t, err, pgstore.ErrSchema, "its functions name the table without its schema")
-	s, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
 	require.NoError(t, err)
 	out := make([]driver.Decision, 1)
 	require.NoError(t, s.Apply(ctx, &driver.Op{Now: t0.UnixMilli(), Items: []driver.Item{hourlyItem("k", 3, 0)}}, out))
