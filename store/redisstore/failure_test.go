@@ -790,10 +790,10 @@ func replies(b []byte) int {
 	return n
 }
 
-// armOnBadRecord arms the dialer once a call of the function fails on a
-// bad record.
+// armOnBadRecord calls arm (a dialer's) once, when a call of the function
+// first fails on a bad record.
 type armOnBadRecord struct {
-	d    *flakyDialer
+	arm  func()
 	once sync.Once
 }
 
@@ -803,7 +803,7 @@ func (h *armOnBadRecord) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if cmd.Name() == "fcall" && err != nil && strings.Contains(err.Error(), "BADRECORD") {
-			h.once.Do(h.d.arm)
+			h.once.Do(h.arm)
 		}
 		return err
 	}
@@ -838,7 +838,7 @@ func TestClusterPipelineCallNeverSentTwice(t *testing.T) {
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	require.NoError(t, store.ApplyBatch(ctx, ops, outs[:2])) // the library is loaded, a connection pooled
 	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "bad", Key: "k"}), "garbage", 0).Err())
-	c.AddHook(&armOnBadRecord{d: d})
+	c.AddHook(&armOnBadRecord{arm: d.arm})
 
 	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
 	for _, op := range []string{"op 0:", "op 1:", "op 2:"} {

@@ -74,29 +74,6 @@ func (fc *fullConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// armFullOnBadRecord arms the dialer once a call of the function fails on
-// a bad record.
-type armFullOnBadRecord struct {
-	d    *fullDialer
-	once sync.Once
-}
-
-func (h *armFullOnBadRecord) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *armFullOnBadRecord) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if cmd.Name() == "fcall" && err != nil && strings.Contains(err.Error(), "BADRECORD") {
-			h.once.Do(h.d.arm)
-		}
-		return err
-	}
-}
-
-func (h *armFullOnBadRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestClusterPipelineMaxClientsNeverSentTwice is
 // TestClusterPipelineCallNeverSentTwice with a server that has too many
 // clients in place of a dial that fails: go-redis could not set up a
@@ -122,7 +99,7 @@ func TestClusterPipelineMaxClientsNeverSentTwice(t *testing.T) {
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	require.NoError(t, store.ApplyBatch(ctx, ops, outs[:2])) // the library is loaded, a connection pooled
 	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "bad", Key: "k"}), "garbage", 0).Err())
-	c.AddHook(&armFullOnBadRecord{d: d})
+	c.AddHook(&armOnBadRecord{arm: d.arm})
 
 	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
 	for _, op := range []string{"op 0:", "op 1:", "op 2:"} {
