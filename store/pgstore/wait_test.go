@@ -182,44 +182,29 @@ func TestLockWaitOfADeadline(t *testing.T) {
 // deadline off the wall clock, set a lock_timeout of 1 ms, and the call
 // failed (SQLSTATE 55P03) at once.
 func TestMockDeadlineWithRowHeld(t *testing.T) {
-	ctx := context.Background()
-	pool, table, s, tx := rowHeld(t)
 	mock := newMock(t0) // years before the wall clock
-	callCtx, cancel := mock.WithTimeout(ctx, time.Minute)
+	callCtx, cancel := mock.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	call := applyAsync(callCtx, s, limitOp("k", 1))
-	var early *applied
-	require.Eventually(t, func() bool {
-		select {
-		case a := <-call:
-			early = &a
-			return true
-		default:
-		}
-		var waiting int
-		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "+
-			"AND datname = current_database() AND position($1 in query) > 0", table).Scan(&waiting))
-		return waiting == 1
-	}, 20*time.Second, 2*time.Millisecond, "the call neither waits for the row nor returns")
-	if early != nil {
-		require.NoError(t, early.err, "the call gave up on the row while its context has not ended")
-		t.Fatal("the call returned while the row was held")
-	}
+	waitsForHeldRow(t, callCtx, "its context has not ended")
 	require.NoError(t, callCtx.Err())
-	require.NoError(t, tx.Rollback(ctx))
-	a := receive(t, call)
-	require.NoError(t, a.err)
-	require.True(t, a.out[0].OK)
 }
 
 // A call whose deadline is centuries away (context.WithTimeout(ctx,
 // math.MaxInt64), a common "no timeout") waits for a held row as long as
 // it is held, rather than give up at once.
 func TestFarDeadlineWithRowHeld(t *testing.T) {
+	callCtx, cancel := context.WithTimeout(context.Background(), math.MaxInt64)
+	defer cancel()
+	waitsForHeldRow(t, callCtx, "its deadline is centuries away")
+}
+
+// waitsForHeldRow checks that a call made with callCtx on a row another
+// transaction holds waits for the row, as the server says, and is granted
+// once the row is free; why is why it must not give up.
+func waitsForHeldRow(t *testing.T, callCtx context.Context, why string) {
+	t.Helper()
 	ctx := context.Background()
 	pool, table, s, tx := rowHeld(t)
-	callCtx, cancel := context.WithTimeout(ctx, math.MaxInt64)
-	defer cancel()
 	call := applyAsync(callCtx, s, limitOp("k", 1))
 	var early *applied
 	require.Eventually(t, func() bool {
@@ -235,7 +220,7 @@ func TestFarDeadlineWithRowHeld(t *testing.T) {
 		return waiting == 1
 	}, 20*time.Second, 2*time.Millisecond, "the call neither waits for the row nor returns")
 	if early != nil {
-		require.NoError(t, early.err, "the call gave up on the row while its deadline is centuries away")
+		require.NoError(t, early.err, "the call gave up on the row while "+why)
 		t.Fatal("the call returned while the row was held")
 	}
 	require.NoError(t, tx.Rollback(ctx))
