@@ -823,11 +823,25 @@ func (h *armOnBadRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // the first send finds no connection, the second loses the replies of
 // calls the server ran. Each op must be applied at most once.
 func TestClusterPipelineCallNeverSentTwice(t *testing.T) {
-	ctx := context.Background()
 	d := &flakyDialer{}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","),
 		Dialer: d.dial, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
+	pipelineCallsNeverSentTwice(t, c, d.arm)
+	d.mu.Lock()
+	require.Equal(t, 1, d.dials, "a dial failed")
+	d.mu.Unlock()
+}
+
+// pipelineCallsNeverSentTwice applies a batch of two ops on c (a Cluster
+// client whose dialer arm makes the next connections fail as the test
+// wants), then the same ops behind one on a bad record, which sends them
+// again one per call, pipelined, once arm has been called: every op's
+// answer is lost, and each op must have been applied once, by the batch
+// that lost its reply, never twice.
+func pipelineCallsNeverSentTwice(t *testing.T, c *redis.ClusterClient, arm func()) {
+	t.Helper()
+	ctx := context.Background()
 	store := newStore(c, uniquePrefix(t, c))
 	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
 	now := t0.UnixMilli()
@@ -838,15 +852,12 @@ func TestClusterPipelineCallNeverSentTwice(t *testing.T) {
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	require.NoError(t, store.ApplyBatch(ctx, ops, outs[:2])) // the library is loaded, a connection pooled
 	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "bad", Key: "k"}), "garbage", 0).Err())
-	c.AddHook(&armOnBadRecord{arm: d.arm})
+	c.AddHook(&armOnBadRecord{arm: arm})
 
 	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
 	for _, op := range []string{"op 0:", "op 1:", "op 2:"} {
 		require.ErrorContains(t, err, op, "every op's answer was lost")
 	}
-	d.mu.Lock()
-	require.Equal(t, 1, d.dials, "a dial failed")
-	d.mu.Unlock()
 	recs := make([]driver.Record, 2)
 	require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "a", Key: "k"}, {Name: "b", Key: "k"}}, recs))
 	for i, r := range recs {

@@ -8,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 )
 
 // fullDialer is a flakyDialer whose first dial once armed makes a
@@ -84,30 +81,9 @@ func (fc *fullConn) Read(b []byte) (int, error) {
 // though the server ran them. The store sent them once more: each op must
 // be applied at most once.
 func TestClusterPipelineMaxClientsNeverSentTwice(t *testing.T) {
-	ctx := context.Background()
 	d := &fullDialer{flakyDialer: &flakyDialer{}}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","),
 		Dialer: d.dial, DialerRetries: 1, ClientName: "ratelimit-test", MaxRetryBackoff: 10 * time.Millisecond})
 	t.Cleanup(func() { c.Close() })
-	store := newStore(c, uniquePrefix(t, c))
-	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 100, Period: time.Hour.Milliseconds(), Capacity: 100}
-	now := t0.UnixMilli()
-	ops := []*driver.Op{
-		oneItemOp(driver.ModeLimit, now, "a", "k", 1, p),
-		oneItemOp(driver.ModeLimit, now, "b", "k", 1, p),
-	}
-	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
-	require.NoError(t, store.ApplyBatch(ctx, ops, outs[:2])) // the library is loaded, a connection pooled
-	require.NoError(t, c.Set(ctx, store.Key(driver.RecordID{Name: "bad", Key: "k"}), "garbage", 0).Err())
-	c.AddHook(&armOnBadRecord{arm: d.arm})
-
-	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
-	for _, op := range []string{"op 0:", "op 1:", "op 2:"} {
-		require.ErrorContains(t, err, op, "every op's answer was lost")
-	}
-	recs := make([]driver.Record, 2)
-	require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "a", Key: "k"}, {Name: "b", Key: "k"}}, recs))
-	for i, r := range recs {
-		require.Equal(t, 98.0, r.State.Remaining, "op %d was applied once by the batch that lost its reply (err: %v)", i, err)
-	}
+	pipelineCallsNeverSentTwice(t, c, d.arm)
 }
