@@ -261,17 +261,26 @@ func TestShareGivesEachSlotAFairShareOfTheCalls(t *testing.T) {
 	require.Equal(t, int32(3), g.peak.Load())
 }
 
-func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
-	g := newGate()
-	b := New(g.send, Options{})
+// queuedBehindOne makes a Batcher whose send waits at g, with call 1 in
+// flight (first) and calls 2 (gone, whose context cancel ends) and 3
+// (stays) queued behind it, in that order.
+func queuedBehindOne(t *testing.T) (g *gate, b *Batcher[int, int], first, gone, stays <-chan answer, cancel context.CancelFunc) {
+	t.Helper()
+	g = newGate()
+	b = New(g.send, Options{})
 	bg := context.Background()
-	first := doAsync(b, bg, 1)
+	first = doAsync(b, bg, 1)
 	<-g.entered
 	ctx, cancel := context.WithCancel(bg)
-	gone := doAsync(b, ctx, 2)
+	gone = doAsync(b, ctx, 2)
 	waitQueued(t, b, 1)
-	stays := doAsync(b, bg, 3)
+	stays = doAsync(b, bg, 3)
 	waitQueued(t, b, 2)
+	return g, b, first, gone, stays, cancel
+}
+
+func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
+	g, b, first, gone, stays, cancel := queuedBehindOne(t)
 	cancel()
 	require.ErrorIs(t, (<-gone).err, context.Canceled)
 	waitQueued(t, b, 1)
@@ -290,16 +299,7 @@ func TestCallerLeavingTheQueueIsNeverSent(t *testing.T) {
 // hears its context's error, and the call must not have taken effect. It
 // was sent, as though its context had ended once it was in flight.
 func TestCallerLeavingAsItsBatchIsTakenIsNeverSent(t *testing.T) {
-	g := newGate()
-	b := New(g.send, Options{})
-	bg := context.Background()
-	first := doAsync(b, bg, 1)
-	<-g.entered
-	ctx, cancel := context.WithCancel(bg)
-	gone := doAsync(b, ctx, 2)
-	waitQueued(t, b, 1)
-	stays := doAsync(b, bg, 3)
-	waitQueued(t, b, 2)
+	g, b, first, gone, stays, cancel := queuedBehindOne(t)
 
 	// The first send returns and takes the queue (next, in landed), while
 	// the leaving caller waits for the lock.
