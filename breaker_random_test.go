@@ -15,8 +15,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/driver"
-	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,52 +28,8 @@ const (
 )
 
 // cancelKey is the key of the cancel function of a call's context, which
-// scriptStore calls in a call of mode "cancel".
+// the store calls in a call of mode "cancel".
 type cancelKey struct{}
-
-// scriptStore does what the key of each call says, "apply/load": its
-// Apply answers ("ok"), fails ("err"), cancels its caller's context and
-// waits for it ("cancel"), or moves the mock clock on to its caller's
-// deadline, 1 ms ("short") or 300 ms ("long") away; its Load (the
-// Limiter's own check) answers ("ok"), fails ("err"), or says so on
-// stalled and waits for its context's end ("stall").
-type scriptStore struct {
-	ratelimit.Store
-	mock    testClock
-	applies atomic.Int64
-	stalled chan struct{}
-}
-
-func (s *scriptStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
-	if err := s.act(ctx, op.Items[0].Key); err != nil {
-		return err
-	}
-	return s.Store.Apply(ctx, op, out)
-}
-
-// act does what the mode of key says of a call's store call before the
-// store answers: nil to answer, or the call's error.
-func (s *scriptStore) act(ctx context.Context, key string) error {
-	s.applies.Add(1)
-	mode, _, _ := strings.Cut(key, "/")
-	switch mode {
-	case "ok":
-		return nil
-	case "err":
-		return errDown
-	case "cancel":
-		ctx.Value(cancelKey{}).(context.CancelFunc)()
-	case "short", "long":
-		// To the caller's deadline; again, should another goroutine
-		// have set the clock back meanwhile.
-		dl, _ := ctx.Deadline()
-		for ctx.Err() == nil {
-			s.mock.Add(max(s.mock.Until(dl), time.Millisecond))
-		}
-	}
-	<-ctx.Done()
-	return ctx.Err()
-}
 
 // testClock is a clock that a test moves: clock.Mock, or safeClock.
 type testClock interface {
@@ -174,67 +128,78 @@ func (c *deadlineCtx) end(err error) {
 	c.once.Do(func() { c.err.Store(err); close(c.done) })
 }
 
-// scriptBinder is a scriptStore whose limits are bound, so that the
-// Limiter decides the calls through BoundLimits (the path of memstore).
-type scriptBinder struct{ *scriptStore }
-
-func (s *scriptBinder) Bind(name string, p driver.Params, phase func(string) int64) driver.BoundLimit {
-	return &scriptBound{BoundLimit: s.Store.(driver.Binder).Bind(name, p, phase), s: s}
-}
-
-type scriptBound struct {
-	driver.BoundLimit
-	s *scriptBinder
-}
-
-func (b *scriptBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
-	if err := b.s.act(ctx, key); err != nil {
-		return driver.Verdict{}, err
+// apply does what the mode of key says of a call's store call before the
+// store answers: nil to answer, or the call's error.
+func (r *breakerRun) apply(ctx context.Context, key string) error {
+	mode, _, _ := strings.Cut(key, "/")
+	switch mode {
+	case "ok":
+		return nil
+	case "err":
+		return errDown
+	case "cancel":
+		ctx.Value(cancelKey{}).(context.CancelFunc)()
+	case "short", "long":
+		// To the caller's deadline; again, should another goroutine
+		// have set the clock back meanwhile.
+		dl, _ := ctx.Deadline()
+		for ctx.Err() == nil {
+			r.mock.Add(max(r.mock.Until(dl), time.Millisecond))
+		}
 	}
-	return b.BoundLimit.Decide(ctx, key, mode, now, count, reserve)
+	<-ctx.Done()
+	return ctx.Err()
 }
 
-func (b *scriptBound) Store() ratelimit.Store { return b.s }
-
-func (s *scriptStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
-	_, mode, _ := strings.Cut(ids[0].Key, "/")
+// load does what the mode of key says of the Limiter's own check of the
+// store before the store answers: nil to answer, or the check's error.
+func (r *breakerRun) load(ctx context.Context, key string) error {
+	_, mode, _ := strings.Cut(key, "/")
 	switch mode {
 	case "err":
 		return errDown
 	case "stall":
-		s.stalled <- struct{}{}
+		r.stalled <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return s.Store.Load(ctx, ids, out)
+	return nil
 }
 
-// breakerRun is one Limiter of the randomized tests, on a scriptStore.
+// breakerRun is one Limiter of the randomized tests, on a hookStore that
+// does what the key of each call says, "apply/load": its Apply (or
+// Decide) answers ("ok"), fails ("err"), cancels its caller's context and
+// waits for it ("cancel"), or moves the mock clock on to its caller's
+// deadline, 1 ms ("short") or 300 ms ("long") away (breakerRun.apply);
+// its Load (the Limiter's own check) answers ("ok"), fails ("err"), or
+// says so on stalled and waits for its context's end ("stall")
+// (breakerRun.load).
 type breakerRun struct {
-	t     *testing.T
-	rng   *rand.Rand
-	mock  testClock
-	store *scriptStore
-	lim   *ratelimit.Limiter
+	t       *testing.T
+	rng     *rand.Rand
+	mock    testClock
+	store   *hookStore
+	stalled chan struct{} // a check stalls
+	lim     *ratelimit.Limiter
 }
 
 // newBreakerRun makes a breakerRun of seed on the clock mock; bound: the
-// Limiter decides the calls through BoundLimits.
+// Limiter decides the calls through BoundLimits (the path of memstore).
 func newBreakerRun(t *testing.T, seed uint64, bound bool, mock testClock) *breakerRun {
-	store := &scriptStore{Store: must(memstore.New()), mock: mock, stalled: make(chan struct{}, 64)}
-	var given ratelimit.Store = store
-	if bound {
-		given = &scriptBinder{store}
-	}
+	store, given := hooked(bound)
+	r := &breakerRun{t: t, rng: rand.New(rand.NewPCG(seed, seed)), mock: mock, store: store, stalled: make(chan struct{}, 64)}
+	store.apply, store.load = r.apply, r.load
 	lim, err := ratelimit.New(given, ratelimit.Limits{
 		"l": {Kind: ratelimit.TokenBucket, Rate: 1e6, Period: time.Second},
 	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(randThreshold, randCooldown))
 	require.NoError(t, err)
-	return &breakerRun{t: t, rng: rand.New(rand.NewPCG(seed, seed)), mock: mock, store: store, lim: lim}
+	r.lim = lim
+	return r
 }
 
 // call makes a call of key, whose mode says what the store does (see
-// scriptStore), and reports its answer and whether it reached the store.
+// breakerRun.apply and load), and reports its answer and whether it
+// reached the store.
 func (r *breakerRun) call(key string) (ratelimit.Result, error, bool) {
 	ctx := context.Background()
 	mode, _, _ := strings.Cut(key, "/")
@@ -249,9 +214,9 @@ func (r *breakerRun) call(key string) (ratelimit.Result, error, bool) {
 		ctx, cancel = r.mock.WithTimeout(ctx, map[string]time.Duration{"short": time.Millisecond, "long": 300 * time.Millisecond}[mode])
 		defer cancel()
 	}
-	asked := r.store.applies.Load()
+	asked := r.store.calls.Load()
 	res, err := r.lim.Limit(ctx, "l", key)
-	return res, err, r.store.applies.Load() > asked
+	return res, err, r.store.calls.Load() > asked
 }
 
 // settle waits for the Limiter's own check of the store to end, moving
@@ -259,7 +224,7 @@ func (r *breakerRun) call(key string) (ratelimit.Result, error, bool) {
 func (r *breakerRun) settle() {
 	for ratelimit.Checking(r.lim) {
 		select {
-		case <-r.store.stalled:
+		case <-r.stalled:
 			r.mock.Add(250 * time.Millisecond)
 		default:
 			runtime.Gosched()
@@ -468,7 +433,7 @@ func TestBreakerRandomConcurrent(t *testing.T) {
 	// The callers move the clock too, on or back.
 	step := func(rng *rand.Rand) {
 		select {
-		case <-r.store.stalled:
+		case <-r.stalled:
 		default:
 		}
 		if rng.IntN(50) == 0 {
@@ -497,7 +462,7 @@ func TestBreakerRandomConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d of %d calls reached the store", r.store.applies.Load(), calls)
+	t.Logf("%d of %d calls reached the store", r.store.calls.Load(), calls)
 	for ratelimit.Checking(r.lim) { // a stalled check may have said so to a caller's step
 		r.mock.Add(250 * time.Millisecond)
 		runtime.Gosched()

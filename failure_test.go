@@ -222,21 +222,42 @@ func (c canceler) Apply(ctx context.Context, _ *driver.Op, _ []driver.Decision) 
 	return ctx.Err()
 }
 
-// hookStore runs a function of the test in place of the store's Apply.
+// hookStore runs functions of the test before the store's Apply (and,
+// through hookBinder, a BoundLimit's Decide) and Load, given the call's
+// context and its first key: an error is the call's answer, nil lets the
+// wrapped store answer.
 type hookStore struct {
 	ratelimit.Store
-	calls atomic.Int64
-	apply func(ctx context.Context) error // nil: the wrapped store decides
+	calls atomic.Int64                                // of Apply and Decide
+	apply func(ctx context.Context, key string) error // nil: the wrapped store decides
+	load  func(ctx context.Context, key string) error // nil: the wrapped store loads
 }
 
 func (s *hookStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	s.calls.Add(1)
 	if s.apply != nil {
-		if err := s.apply(ctx); err != nil {
+		if err := s.apply(ctx, firstKey(op.Items)); err != nil {
 			return err
 		}
 	}
 	return s.Store.Apply(ctx, op, out)
+}
+
+func (s *hookStore) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
+	if s.load != nil && len(ids) > 0 {
+		if err := s.load(ctx, ids[0].Key); err != nil {
+			return err
+		}
+	}
+	return s.Store.Load(ctx, ids, out)
+}
+
+// firstKey returns the key of an op's first item, or "" if it has none.
+func firstKey(items []driver.Item) string {
+	if len(items) == 0 {
+		return ""
+	}
+	return items[0].Key
 }
 
 // A probe whose caller hangs up leaves the breaker to the next call: it
@@ -249,7 +270,7 @@ func TestBreakerCanceledProbe(t *testing.T) {
 		"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
 	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Second))
 	require.NoError(t, err)
-	store.apply = func(context.Context) error { return errDown }
+	store.apply = func(context.Context, string) error { return errDown }
 	for range 3 {
 		_, err := lim.Limit(ctx, "l", "k")
 		require.ErrorIs(t, err, errDown)
@@ -257,7 +278,7 @@ func TestBreakerCanceledProbe(t *testing.T) {
 	mock.Add(time.Second)
 	// The store is back, but the probe's caller leaves first.
 	probeCtx, cancel := context.WithCancel(ctx)
-	store.apply = func(context.Context) error { cancel(); return context.Canceled }
+	store.apply = func(context.Context, string) error { cancel(); return context.Canceled }
 	_, err = lim.Limit(probeCtx, "l", "k")
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, ratelimit.ErrStoreUnavailable)
@@ -283,7 +304,7 @@ func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
 	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(5, time.Minute))
 	require.NoError(t, err)
 	// The store takes a few milliseconds; the callers give it one.
-	store.apply = func(ctx context.Context) error {
+	store.apply = func(ctx context.Context, _ string) error {
 		mock.Add(time.Millisecond)
 		<-ctx.Done()
 		return ctx.Err()
@@ -419,7 +440,7 @@ func TestSlowStoreOpensTheBreaker(t *testing.T) {
 				require.NoError(t, err)
 				mock.Set(t0)
 			}
-			store.apply = func(ctx context.Context) error {
+			store.apply = func(ctx context.Context, _ string) error {
 				mock.Add(time.Second) // stalled
 				<-ctx.Done()
 				return ctx.Err()
@@ -446,8 +467,8 @@ func TestSlowStoreOpensTheBreaker(t *testing.T) {
 			res, err = lim.Limit(ctx, "l", "k") // the probe closes the breaker
 			require.NoError(t, err)
 			require.True(t, res.OK)
-			var stall func(ctx context.Context) error
-			stall = func(ctx context.Context) error {
+			var stall func(ctx context.Context, _ string) error
+			stall = func(ctx context.Context, _ string) error {
 				mock.Add(time.Second)
 				store.apply = nil // meanwhile, the store answers another caller
 				_, err := lim.Limit(context.Background(), "l", "other")
@@ -606,7 +627,7 @@ func TestBadRecordIsNoStoreFailure(t *testing.T) {
 				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second, FailOpen: true},
 			}, ratelimit.WithClock(newMock()), ratelimit.WithBreaker(2, time.Hour))
 			require.NoError(t, err)
-			hook.apply = func(context.Context) error { return bad }
+			hook.apply = func(context.Context, string) error { return bad }
 			for range 5 {
 				res, err := lim.Limit(ctx, "l", "k")
 				require.ErrorIs(t, err, driver.ErrBadRecord)
@@ -638,13 +659,13 @@ func TestBreakerPanickingProbe(t *testing.T) {
 				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second},
 			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(3, time.Second))
 			require.NoError(t, err)
-			hook.apply = func(context.Context) error { return errDown }
+			hook.apply = func(context.Context, string) error { return errDown }
 			for range 3 {
 				_, err := lim.Limit(ctx, "l", "k")
 				require.ErrorIs(t, err, errDown)
 			}
 			mock.Add(time.Second)
-			hook.apply = func(context.Context) error { panic("store bug") }
+			hook.apply = func(context.Context, string) error { panic("store bug") }
 			require.PanicsWithValue(t, "store bug", func() { _, _ = lim.Limit(ctx, "l", "k") })
 
 			hook.apply = nil
@@ -684,7 +705,7 @@ type hookBound struct {
 func (b *hookBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
 	b.s.calls.Add(1)
 	if b.s.apply != nil {
-		if err := b.s.apply(ctx); err != nil {
+		if err := b.s.apply(ctx, key); err != nil {
 			return driver.Verdict{}, err
 		}
 	}
@@ -923,7 +944,7 @@ func TestBreakerOldProbeEndsDuringTheNewOne(t *testing.T) {
 			entered := make(chan struct{})
 			call := func(ctx context.Context, key string, err error) (release chan struct{}, done chan error) {
 				release, done = make(chan struct{}), make(chan error, 1)
-				hook.apply = func(context.Context) error {
+				hook.apply = func(context.Context, string) error {
 					entered <- struct{}{}
 					<-release
 					return err
@@ -933,7 +954,7 @@ func TestBreakerOldProbeEndsDuringTheNewOne(t *testing.T) {
 					done <- err
 				}()
 				<-entered
-				hook.apply = func(context.Context) error { return errDown }
+				hook.apply = func(context.Context, string) error { return errDown }
 				return release, done
 			}
 
@@ -1042,7 +1063,7 @@ func TestBreakerOneProbeAmongMany(t *testing.T) {
 				"l": {Kind: ratelimit.TokenBucket, Rate: 1000, Period: time.Second, FailOpen: true},
 			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(2, time.Second))
 			require.NoError(t, err)
-			hook.apply = func(context.Context) error { return errDown }
+			hook.apply = func(context.Context, string) error { return errDown }
 			for range 2 {
 				_, err := lim.Limit(ctx, "l", "k")
 				require.ErrorIs(t, err, errDown)
@@ -1050,7 +1071,7 @@ func TestBreakerOneProbeAmongMany(t *testing.T) {
 			mock.Add(time.Second)
 			const callers = 32
 			entered, release := make(chan struct{}, callers), make(chan struct{})
-			hook.apply = func(context.Context) error {
+			hook.apply = func(context.Context, string) error {
 				entered <- struct{}{}
 				<-release
 				return nil
