@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/stretchr/testify/require"
@@ -117,60 +116,38 @@ func TestPairRetryAfterAtTheBoundsIsTheLeastWait(t *testing.T) {
 	// Limits at and near the bounds of the config space, whose records a
 	// few calls, some of a clock ahead, left anywhere between a debt and
 	// full.
+	space := pairSpace{
+		fixedEvery: 2,
+		shards:     []int{2, 3, 8, MaxShards},
+		periods:    []int64{1, 1000, 24 * 3600 * 1000, year, 10 * year, century},
+		limit: func(rng *rand.Rand, cfg *Config) {
+			cfg.Rate = math.Pow(10, -9+12*rng.Float64())
+			switch rng.IntN(3) {
+			case 1:
+				cfg.Capacity = cfg.Rate * (0.5 + 3*rng.Float64())
+			case 2:
+				cfg.Capacity = float64(cfg.Shards) * []float64{1, 0.5, 2, 1e-6, 10}[rng.IntN(5)]
+			}
+		},
+		skewed: true,
+	}
 	rng := rand.New(rand.NewPCG(31, 37))
 	refused, long := 0, 0
 	for i := range 40_000 {
-		kind := driver.TokenBucket
-		if i%2 == 0 {
-			kind = driver.FixedWindow
-		}
-		shards := []int{2, 3, 8, MaxShards}[rng.IntN(4)]
-		period := []int64{1, 1000, 24 * 3600 * 1000, year, 10 * year, century}[rng.IntN(6)]
-		cfg := Config{Kind: kind, Rate: math.Pow(10, -9+12*rng.Float64()), Period: time.Duration(period) * time.Millisecond, Shards: shards}
-		switch rng.IntN(3) {
-		case 1:
-			cfg.Capacity = cfg.Rate * (0.5 + 3*rng.Float64())
-		case 2:
-			cfg.Capacity = float64(shards) * []float64{1, 0.5, 2, 1e-6, 10}[rng.IntN(5)]
-		}
-		if rng.IntN(2) == 0 {
-			cfg.MaxReserved = cfg.capacity() * rng.Float64()
-		}
-		if cfg.Validate() != nil {
+		c, ok := space.draw(rng, i)
+		if !ok || c.count < MinCount {
 			continue
 		}
-		p, q := cfg.params(), cfg.params()
-		if kind == driver.FixedWindow && rng.IntN(2) == 0 {
-			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
-		}
-		now := t0 + rng.Int64N(p.Period)
-		recs := make([]driver.Record, 2)
-		for j, pr := range []driver.Params{p, q} {
-			recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
-			recs[j].State.Remaining = rng.Float64() * pr.Capacity
-			if rng.IntN(4) == 0 {
-				recs[j].State.Remaining = -rng.Float64() * pr.MaxReserved
-			}
-			if rng.IntN(8) == 0 {
-				recs[j].State.TS += rng.Int64N(3 * pr.Period) // written by a clock ahead
-			}
-		}
-		reserve := rng.IntN(4) == 0
-		count := rng.Float64() * 2 * p.Capacity
-		if count < MinCount {
-			continue
-		}
-		d, _, _ := pair(p, q, recs[0], recs[1], now, count, reserve)
+		d := c.decide()
 		if d.OK {
 			continue
 		}
 		refused++
-		want := exactPairWait(recs, p, q, now, count, reserve)
+		want := exactPairWait(c.recs, c.p, c.q, c.now, c.count, c.reserve)
 		if want > 10*year && want < driver.MaxRetryAfter {
 			long++
 		}
-		require.Equal(t, want, d.RetryAfter, "%s", fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v",
-			i, p, q, recs, now, count, reserve))
+		require.Equal(t, want, d.RetryAfter, "%s", fmt.Sprintf("case %d: %v", i, c))
 	}
 	t.Logf("%d refused calls, %d told more than 10 years and less than the cap", refused, long)
 	require.Greater(t, refused, 8000)

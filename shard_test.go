@@ -242,6 +242,84 @@ func leastOK(recs []driver.Record, p, q driver.Params, now, end int64, count flo
 	return hi
 }
 
+// pairSpace is a space of random calls on two shards of a limit, for the
+// least-wait tests: what they draw differently.
+type pairSpace struct {
+	fixedEvery int     // the i-th limit is a fixed window if i%fixedEvery == 0, else a token bucket
+	shards     []int   // the limit's Shards, one drawn
+	periods    []int64 // its Period in milliseconds, one drawn
+	// limit sets the Rate and Capacity of cfg, whose Kind, Period and
+	// Shards are drawn.
+	limit func(rng *rand.Rand, cfg *Config)
+	// skewed: now and then a record is in debt, and now and then it was
+	// written by a clock ahead.
+	skewed bool
+}
+
+// pairCall is a call of count at now on two shards, whose params are p
+// and q and records recs.
+type pairCall struct {
+	p, q    driver.Params
+	recs    []driver.Record
+	now     int64
+	count   float64
+	reserve bool
+}
+
+func (c pairCall) String() string {
+	return fmt.Sprintf("%+v %+v recs %+v now %d count %v reserve %v", c.p, c.q, c.recs, c.now, c.count, c.reserve)
+}
+
+// decide returns the decision of the call.
+func (c pairCall) decide() driver.Decision {
+	d, _, _ := pair(c.p, c.q, c.recs[0], c.recs[1], c.now, c.count, c.reserve)
+	return d
+}
+
+// draw returns the i-th call of s drawn by rng: a count of up to twice a
+// shard's capacity, a reservation one time in four, on a limit of s with
+// a MaxReserved half the time and, if a fixed window, half the time
+// phases that differ per shard; or false if Validate refuses the limit
+// drawn.
+func (s pairSpace) draw(rng *rand.Rand, i int) (pairCall, bool) {
+	kind := driver.TokenBucket
+	if i%s.fixedEvery == 0 {
+		kind = driver.FixedWindow
+	}
+	shards := s.shards[rng.IntN(len(s.shards))]
+	period := s.periods[rng.IntN(len(s.periods))]
+	cfg := Config{Kind: kind, Period: time.Duration(period) * time.Millisecond, Shards: shards}
+	s.limit(rng, &cfg)
+	if rng.IntN(2) == 0 {
+		cfg.MaxReserved = cfg.capacity() * rng.Float64()
+	}
+	if cfg.Validate() != nil {
+		return pairCall{}, false
+	}
+	p, q := cfg.params(), cfg.params()
+	if kind == driver.FixedWindow && rng.IntN(2) == 0 { // derived phases differ per shard
+		p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
+	}
+	now := t0 + rng.Int64N(p.Period)
+	recs := make([]driver.Record, 2)
+	for j, pr := range []driver.Params{p, q} {
+		recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
+		recs[j].State.Remaining = rng.Float64() * pr.Capacity
+		if !s.skewed {
+			continue
+		}
+		if rng.IntN(4) == 0 {
+			recs[j].State.Remaining = -rng.Float64() * pr.MaxReserved
+		}
+		if rng.IntN(8) == 0 {
+			recs[j].State.TS += rng.Int64N(3 * pr.Period) // written by a clock ahead
+		}
+	}
+	reserve := rng.IntN(4) == 0
+	count := rng.Float64() * 2 * p.Capacity
+	return pairCall{p: p, q: q, recs: recs, now: now, count: count, reserve: reserve}, true
+}
+
 // A sharded RetryAfter is the least wait within the noise too: the shards
 // together grant a call whose shortfall is within twice the noise of zero
 // (denoise of their water-filled level), which the estimate of both
@@ -281,42 +359,32 @@ func TestPairRetryAfterIsTheLeastWaitWithinTheNoise(t *testing.T) {
 	assert.True(t, okAt(recs, p, p, end, count, false))
 	assert.False(t, okAt(recs, p, p, end-1, count, false), "a millisecond before RetryAfter grants it")
 
+	space := pairSpace{
+		fixedEvery: 3,
+		shards:     []int{2, 3, 4, 5},
+		periods:    []int64{1, 7, 1000, 60_000},
+		limit: func(rng *rand.Rand, cfg *Config) {
+			perMilli := math.Pow(10, -12+rng.Float64()*10) // a shard's tokens per ms
+			cfg.Rate = max(perMilli*float64(cfg.Period.Milliseconds()*int64(cfg.Shards)), minRate)
+			cfg.Capacity = float64(cfg.Shards) * []float64{1, 0.5, 2, 1e-6}[rng.IntN(4)]
+		},
+	}
 	rng := rand.New(rand.NewPCG(19, 23))
 	refused := 0
 	for i := range 20_000 {
-		kind := driver.TokenBucket
-		if i%3 == 0 {
-			kind = driver.FixedWindow
+		c, ok := space.draw(rng, i)
+		if !ok {
+			continue
 		}
-		shards := 2 + rng.IntN(4)
-		period := []int64{1, 7, 1000, 60_000}[rng.IntN(4)]
-		perMilli := math.Pow(10, -12+rng.Float64()*10) // a shard's tokens per ms
-		cfg := Config{Kind: kind, Rate: max(perMilli*float64(period*int64(shards)), minRate), Period: time.Duration(period) * time.Millisecond,
-			Capacity: float64(shards) * []float64{1, 0.5, 2, 1e-6}[rng.IntN(4)], Shards: shards}
-		if rng.IntN(2) == 0 {
-			cfg.MaxReserved = cfg.Capacity * rng.Float64()
-		}
-		p, q := cfg.params(), cfg.params()
-		if kind == driver.FixedWindow && rng.IntN(2) == 0 {
-			p.Phase, q.Phase = rng.Int64N(p.Period), rng.Int64N(q.Period)
-		}
-		now := t0 + rng.Int64N(p.Period)
-		recs := make([]driver.Record, 2)
-		for j, pr := range []driver.Params{p, q} {
-			recs[j] = driver.Record{State: fresh(pr, now-rng.Int64N(pr.Period)), Found: true}
-			recs[j].State.Remaining = rng.Float64() * pr.Capacity
-		}
-		reserve := rng.IntN(4) == 0
-		count := rng.Float64() * 2 * p.Capacity
-		d, _, _ := pair(p, q, recs[0], recs[1], now, count, reserve)
+		d := c.decide()
 		if d.OK || d.RetryAfter == 0 || d.RetryAfter >= driver.MaxRetryAfter/2 {
 			continue
 		}
 		refused++
-		where := fmt.Sprintf("case %d: %+v %+v recs %+v now %d count %v reserve %v: retry %d", i, p, q, recs, now, count, reserve, d.RetryAfter)
-		end := now + d.RetryAfter
-		require.True(t, okAt(recs, p, q, end, count, reserve), "%s: not OK at the wait", where)
-		require.Equal(t, end, leastOK(recs, p, q, now, end, count, reserve), "%s: OK before the wait", where)
+		where := fmt.Sprintf("case %d: %v: retry %d", i, c, d.RetryAfter)
+		end := c.now + d.RetryAfter
+		require.True(t, okAt(c.recs, c.p, c.q, end, c.count, c.reserve), "%s: not OK at the wait", where)
+		require.Equal(t, end, leastOK(c.recs, c.p, c.q, c.now, end, c.count, c.reserve), "%s: OK before the wait", where)
 	}
 	t.Logf("%d refused calls", refused)
 	require.Greater(t, refused, 2000)
