@@ -2,7 +2,9 @@ package ratelimitgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -35,19 +37,19 @@ func RetryAll() ClientOption { return func(c *clientConfig) { c.all = true } }
 //
 // A negative d is a mistake (no delay is that short, and no refusal would
 // ever be waited out): the interceptor then makes no call, and answers
-// each with an error matching ErrInvalidOption that says so.
+// each with an error that says so, which matches ErrInvalidOption and
+// whose gRPC status is codes.InvalidArgument.
 func MaxWait(d time.Duration) ClientOption { return func(c *clientConfig) { c.maxWait = d } }
 
 // WithClock sets the clock the interceptor waits on and measures the
 // time left before a call's deadline on (default: the real one). Tests
 // pass a mock, set to the time their deadlines are counted from.
-func WithClock(c clock.Clock) ClientOption {
-	return func(cc *clientConfig) {
-		if c != nil {
-			cc.clock = c
-		}
-	}
-}
+//
+// A nil clock (nil, or a nil *clock.Mock) is a mistake, as it is to
+// ratelimit.WithClock: the interceptor then makes no call, and answers
+// each as it does a negative MaxWait. Leave WithClock out for the real
+// clock.
+func WithClock(c clock.Clock) ClientOption { return func(cc *clientConfig) { cc.clock = c } }
 
 // waitRetry is the CallOption of WaitRetry; it passes through the invoker
 // unchanged.
@@ -77,10 +79,8 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 			o(&c)
 		}
 	}
-	if c.maxWait < 0 {
+	if err := c.check(); err != nil {
 		// UnaryClientInterceptor returns no error: every call says it.
-		err := fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given MaxWait(%v), and no delay is that short: "+
-			"give the longest delay to wait out, or 0 to wait out only a refusal that asks for none: %w", c.maxWait, ErrInvalidOption)
 		return func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
 			return err
 		}
@@ -108,6 +108,56 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+}
+
+// check returns the error every call answers when the options cannot
+// work as given, and nil when they can.
+func (c *clientConfig) check() error {
+	var errs []error
+	if c.maxWait < 0 {
+		errs = append(errs, fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given MaxWait(%v), and no delay is that short: "+
+			"give the longest delay to wait out, or 0 to wait out only a refusal that asks for none: %w", c.maxWait, ErrInvalidOption))
+	}
+	if isNil(c.clock) {
+		given := "nil"
+		if c.clock != nil {
+			given = fmt.Sprintf("(%T)(nil)", c.clock)
+		}
+		errs = append(errs, fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given WithClock(%s), a nil clock: "+
+			"leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", given, ErrInvalidOption))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &clientOptionError{err: errors.Join(errs...)}
+}
+
+// isNil reports whether c is nil, or holds a nil pointer, whose methods
+// would dereference it.
+func isNil(c clock.Clock) bool {
+	if c == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(c); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
+}
+
+// clientOptionError is the error of every call through a
+// UnaryClientInterceptor whose options cannot work: it matches
+// ErrInvalidOption, and its status is InvalidArgument with its text, so
+// that the caller's code names the mistake rather than Unknown.
+type clientOptionError struct{ err error }
+
+func (e *clientOptionError) Error() string { return e.err.Error() }
+
+func (e *clientOptionError) Unwrap() error { return e.err }
+
+// GRPCStatus returns the status of the error: InvalidArgument.
+func (e *clientOptionError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.err.Error())
 }
 
 func asked(opts []grpc.CallOption) bool {

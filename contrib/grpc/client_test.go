@@ -157,9 +157,43 @@ func TestClientNegativeMaxWait(t *testing.T) {
 		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
 		assert.ErrorContains(t, err, "MaxWait(-1s)")
+		// The caller's code is the option's fault, not Unknown.
+		st, ok := status.FromError(err)
+		require.True(t, ok, "a status error: %v", err)
+		assert.Equal(t, codes.InvalidArgument, st.Code())
+		assert.Contains(t, st.Message(), "MaxWait(-1s)")
 	}
 	assert.Equal(t, int64(0), served.calls.Load())
 	assert.Empty(t, clk.waits())
+}
+
+// A nil clock, untyped or a nil *clock.Mock, is a mistake: each call
+// through the interceptor fails, before it is sent, with InvalidArgument
+// and an error matching ErrInvalidOption. A nil *clock.Mock was taken as a
+// clock, and the first call that measured its deadline, or waited out a
+// refusal, panicked on it.
+func TestClientNilClock(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		clk   clock.Clock
+		given string // as the error names it
+	}{
+		{"untyped", nil, "nil"},
+		{"nil mock", (*clock.Mock)(nil), "(*clock.Mock)(nil)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var calls atomic.Int64
+			client, _ := serve(t, []grpc.UnaryServerInterceptor{refuser(codes.ResourceExhausted, time.Second, &calls)}, nil,
+				grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(ratelimitgrpc.WithClock(c.clk), ratelimitgrpc.RetryAll())))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+			assert.ErrorContains(t, err, "WithClock("+c.given+")")
+			assert.Equal(t, codes.InvalidArgument, status.Code(err))
+			assert.Equal(t, int64(0), calls.Load(), "no call is sent")
+		})
+	}
 }
 
 // refuser answers every call with code, and a RetryInfo of delay when
