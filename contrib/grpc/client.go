@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -118,7 +118,7 @@ func (c *clientConfig) check() error {
 		errs = append(errs, fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given MaxWait(%v), and no delay is that short: "+
 			"give the longest delay to wait out, or 0 to wait out only a refusal that asks for none: %w", c.maxWait, ErrInvalidOption))
 	}
-	if isNil(c.clock) {
+	if isnil.Is(c.clock) {
 		given := "nil"
 		if c.clock != nil {
 			given = fmt.Sprintf("(%T)(nil)", c.clock)
@@ -130,19 +130,6 @@ func (c *clientConfig) check() error {
 		return nil
 	}
 	return &clientOptionError{err: errors.Join(errs...)}
-}
-
-// isNil reports whether c is nil, or holds a nil pointer, whose methods
-// would dereference it.
-func isNil(c clock.Clock) bool {
-	if c == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(c); v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
-		return v.IsNil()
-	}
-	return false
 }
 
 // clientOptionError is the error of every call through a
