@@ -36,7 +36,10 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 const MaxPushback = math.MaxInt32 * time.Millisecond
 
 // Interceptor limits the calls of a gRPC server. Build it with New, and
-// install Unary and Stream; it is safe for concurrent use.
+// install Unary and Stream; it is safe for concurrent use. One New did not
+// build (the zero Interceptor, or a nil one) limits by nothing, and lets
+// no call through: it answers each Internal, and its Limit returns an
+// error matching ErrInvalidOption.
 type Interceptor struct {
 	lim      *ratelimit.Limiter
 	defaults []string
@@ -380,6 +383,9 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, method := ss.Context(), info.FullMethod
+		if i.notBuilt() {
+			return i.refuseNotBuilt(ctx, method).st.Err()
+		}
 		names := i.limits(method)
 		if len(names) == 0 {
 			return handler(srv, ss)
@@ -429,6 +435,9 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 // also sends the delay in the pushback trailer, as Unary does.
 func (i *Interceptor) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
+	if i.notBuilt() {
+		return i.refuseNotBuilt(ctx, method)
+	}
 	if st, _ := i.decide(ctx, method); st != nil {
 		return &limitError{st: st}
 	}
@@ -465,6 +474,9 @@ func (l ServerLimiter) Limit(ctx context.Context) error {
 		return fmt.Errorf("ratelimitgrpc: a zero ServerLimiter decides no call: get one from Interceptor.ServerLimiter: %w", ErrInvalidOption)
 	}
 	method, _ := grpc.Method(ctx)
+	if l.i.notBuilt() {
+		return l.i.refuseNotBuilt(ctx, method)
+	}
 	st, pushback := l.i.decide(ctx, method)
 	if st == nil {
 		return nil
@@ -476,9 +488,16 @@ func (l ServerLimiter) Limit(ctx context.Context) error {
 }
 
 // limitError is the error of Limit: the status's message as its text.
-type limitError struct{ st *status.Status }
+type limitError struct {
+	st  *status.Status
+	err error // what the status does not say (errNotBuilt), or nil
+}
 
 func (e *limitError) Error() string { return e.st.Message() }
+
+// Unwrap returns the error the status stands for, if it is to be matched
+// (errNotBuilt matches ErrInvalidOption); nil for a refusal.
+func (e *limitError) Unwrap() error { return e.err }
 
 // GRPCStatus returns the status the interceptors answer.
 func (e *limitError) GRPCStatus() *status.Status { return e.st }
@@ -487,6 +506,9 @@ func (e *limitError) GRPCStatus() *status.Status { return e.st }
 // on, and otherwise the status to answer with and, for a wait, the
 // pushback trailer.
 func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status, metadata.MD) {
+	if i.notBuilt() {
+		return i.refuseNotBuilt(ctx, method).st, nil
+	}
 	names := i.limits(method)
 	if len(names) == 0 {
 		return nil, nil
@@ -496,6 +518,35 @@ func (i *Interceptor) decide(ctx context.Context, method string) (*status.Status
 		return i.fail(ctx, &callUnit, method, err), nil
 	}
 	return i.charge(ctx, &callUnit, method, names, key)
+}
+
+// errNotBuilt is the error of a call through an Interceptor that New did
+// not build: the zero Interceptor, or a nil one.
+var errNotBuilt = fmt.Errorf("ratelimitgrpc: the Interceptor was not built by New, and has no limits to decide a call by: "+
+	"build it with New, and check New's error: %w", ErrInvalidOption)
+
+// notBuiltLogged is set once a call through an Interceptor not built by
+// New was logged: the mistake is the program's, the same for every call,
+// and one line says it.
+var notBuiltLogged atomic.Bool
+
+// notBuilt reports whether i was not built by New: nil, or the zero
+// Interceptor, which has neither a Limiter nor a KeyFunc. Such an
+// Interceptor refuses every call rather than let it through unlimited.
+func (i *Interceptor) notBuilt() bool { return i == nil || i.lim == nil || i.key == nil }
+
+// refuseNotBuilt answers a call through an Interceptor not built by New:
+// Internal, with no detail, and the first such call logged at Error.
+func (i *Interceptor) refuseNotBuilt(ctx context.Context, method string) *limitError {
+	if notBuiltLogged.CompareAndSwap(false, true) {
+		logger := slog.Default()
+		if i != nil {
+			logger = i.loggerOrDefault()
+		}
+		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, callUnit.notDecided, slog.String("method", method),
+			slog.String("code", codes.Internal.String()), slog.String("error", errNotBuilt.Error()))
+	}
+	return &limitError{st: status.New(codes.Internal, "rate limit: internal error"), err: errNotBuilt}
 }
 
 // limits returns the names of the limits that decide the calls of method.
