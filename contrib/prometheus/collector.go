@@ -35,6 +35,12 @@
 // decision when it is reserved, and its end once. WithNamespace and
 // WithSubsystem change the prefix, WithConstLabels adds labels of the
 // process, WithBuckets changes the histogram's buckets.
+//
+// Two Collectors on one registry, of two Limiters in one process, need
+// const labels that tell them apart (WithConstLabels), or a namespace or
+// subsystem each: the registry refuses the second with
+// prometheus.AlreadyRegisteredError, as it does one Collector registered
+// twice.
 package ratelimitprom
 
 import (

@@ -1,0 +1,108 @@
+package ratelimitprom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitprom "github.com/ratelimit-go/ratelimit/contrib/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Collector registered twice, or two Collectors of the same names on one
+// registry (two Limiters in one process), are refused by the registry with
+// AlreadyRegisteredError, not exported twice; const labels that tell the
+// Limiters apart let both register, each with its own series.
+func TestCollectorRegisteredTwice(t *testing.T) {
+	c, reg := newCollector(t)
+	var already prometheus.AlreadyRegisteredError
+	require.ErrorAs(t, reg.Register(c), &already)
+
+	other := must(ratelimitprom.NewCollector())
+	require.ErrorAs(t, reg.Register(other), &already)
+
+	reg = prometheus.NewPedanticRegistry()
+	a := must(ratelimitprom.NewCollector(ratelimitprom.WithConstLabels(prometheus.Labels{"limiter": "a"})))
+	b := must(ratelimitprom.NewCollector(ratelimitprom.WithConstLabels(prometheus.Labels{"limiter": "b"})))
+	require.NoError(t, reg.Register(a))
+	require.NoError(t, reg.Register(b))
+	ctx := context.Background()
+	a.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey, OK: true}, Outcome: ratelimit.Allowed})
+	b.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.Denied})
+	assert.Equal(t, 2, testutil.CollectAndCount(reg, "ratelimit_decisions_total"))
+	noKey(t, reg)
+}
+
+// Decisions of more limits than the Collector keeps series of, from many
+// goroutines while the registry gathers, count each once (run with -race).
+func TestCollectorConcurrent(t *testing.T) {
+	c, reg := newCollector(t)
+	ctx := context.Background()
+	const workers, names = 4, 1100 // past the series kept found
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range names {
+				c.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: fmt.Sprint("l", (i+w)%names), Key: secretKey, OK: true},
+					Outcome: ratelimit.Allowed})
+				if i%100 == 0 {
+					c.ObserveJob(ctx, ratelimit.JobEvent{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.JobRan})
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 5 {
+			_, err := reg.Gather()
+			assert.NoError(t, err)
+		}
+	}()
+	wg.Wait()
+	assert.Equal(t, names, testutil.CollectAndCount(c, "ratelimit_decisions_total"))
+	assert.InDelta(t, float64(workers*names), sumCounter(t, reg, "ratelimit_decisions_total"), 0)
+	assert.InDelta(t, float64(workers*11), sumCounter(t, reg, "ratelimit_afterfunc_jobs_total"), 0)
+	noKey(t, reg)
+}
+
+func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// Options Prometheus would refuse at registration, or at the first
+// decision with a panic, are refused by NewCollector.
+func TestCollectorRefusesHostileOptions(t *testing.T) {
+	for name, opts := range map[string][]ratelimitprom.Option{
+		"const label value not UTF-8": {ratelimitprom.WithConstLabels(prometheus.Labels{"service": "\xff"})},
+		"const label named limit":     {ratelimitprom.WithConstLabels(prometheus.Labels{ratelimitprom.LabelLimit: "x"})},
+		"const label reserved":        {ratelimitprom.WithConstLabels(prometheus.Labels{"__name__": "x"})},
+		"namespace with a dash":       {ratelimitprom.WithNamespace("rate-limit")},
+		"subsystem with a space":      {ratelimitprom.WithSubsystem("a b")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ratelimitprom.NewCollector(opts...)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ratelimitprom.ErrInvalidOption), "got %v", err)
+		})
+	}
+}
