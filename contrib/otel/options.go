@@ -1,6 +1,7 @@
 package ratelimitotel
 
 import (
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -108,10 +109,12 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 // WithMeterProvider sets the MeterProvider the Observer creates its meter
-// from. By default, or given nil, it is the global one (otel.GetMeterProvider).
+// from. By default, or given nil, it is the global one (otel.GetMeterProvider);
+// a nil pointer (a *sdkmetric.MeterProvider left unset) is taken as nil,
+// whose methods would dereference it.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) {
-		if mp != nil {
+		if !isnil.Is(mp) {
 			c.mp = mp
 		}
 	})
@@ -119,10 +122,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithTracerProvider sets the TracerProvider the wrapped store creates its
 // tracer from. By default, or given nil, it is the global one
-// (otel.GetTracerProvider).
+// (otel.GetTracerProvider); a nil pointer (a *sdktrace.TracerProvider left
+// unset) is taken as nil, whose methods would dereference it.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
-		if tp != nil {
+		if !isnil.Is(tp) {
 			c.tp = tp
 		}
 	})
