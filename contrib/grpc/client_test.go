@@ -269,3 +269,41 @@ func TestClientCanceledWhileWaiting(t *testing.T) {
 	assert.Equal(t, codes.Canceled, status.Code(err))
 	assert.Equal(t, int64(1), calls.Load(), "no retry after the caller gave up")
 }
+
+// A server's RetryInfo is the client's input: a negative delay is retried
+// at once, with no wait; none, one out of the range of a protocol buffer
+// Duration, or one too long for a time.Duration, is not waited out.
+func TestClientHostileRetryInfo(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		delay   *durationpb.Duration
+		retried bool
+	}{
+		{"negative", durationpb.New(-time.Hour), true},
+		{"no delay given", nil, false},
+		{"out of range", &durationpb.Duration{Seconds: 1 << 62}, false},
+		{"sign mismatch", &durationpb.Duration{Seconds: 1, Nanos: -1}, false},
+		{"beyond time.Duration", &durationpb.Duration{Seconds: 300 * 365 * 24 * 3600}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &jumpClock{Mock: clock.NewMock()}
+			var calls atomic.Int64
+			refuse := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+				calls.Add(1)
+				st, _ := status.New(codes.ResourceExhausted, "no").WithDetails(&errdetails.RetryInfo{RetryDelay: c.delay})
+				return nil, st.Err()
+			}
+			client, _ := serve(t, []grpc.UnaryServerInterceptor{refuse}, nil,
+				grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(ratelimitgrpc.WithClock(clk), ratelimitgrpc.RetryAll(),
+					ratelimitgrpc.MaxWait(time.Hour))))
+			_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+			want := int64(1)
+			if c.retried {
+				want = 2
+			}
+			assert.Equal(t, want, calls.Load())
+			assert.Empty(t, clk.waits(), "nothing waited")
+		})
+	}
+}
