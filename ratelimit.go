@@ -83,12 +83,12 @@ type Option func(*Limiter)
 
 // WithClock sets the clock the Limiter reads the time from. Production
 // uses the real clock (the default); tests pass clock.NewMock() and move
-// time by hand. A nil clock makes New fail with an error matching
-// ErrInvalidOption.
+// time by hand. A nil clock, or one holding a nil pointer (a *clock.Mock
+// never made), makes New fail with an error matching ErrInvalidOption.
 func WithClock(c clock.Clock) Option {
 	return func(l *Limiter) {
-		if c == nil {
-			l.optErr = fmt.Errorf("ratelimit: WithClock: the clock is nil: leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", ErrInvalidOption)
+		if isnil.Is(c) {
+			l.optErr = fmt.Errorf("ratelimit: WithClock: the clock is %T(nil): leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", c, ErrInvalidOption)
 			return
 		}
 		l.clock = c
@@ -112,8 +112,18 @@ func WithLogger(logger *slog.Logger) Option { return func(l *Limiter) { l.logger
 // WithRand sets the source of randomness that chooses the two shards of a
 // sharded limit, so that tests can make the choice deterministic. The
 // source is used under a lock. The default is the runtime's fast,
-// goroutine-safe generator.
-func WithRand(src rand.Source) Option { return func(l *Limiter) { l.picker.src = src } }
+// goroutine-safe generator, which a nil src sets too; a src holding a nil
+// pointer, which would panic at the first sharded call, makes New fail
+// with an error matching ErrInvalidOption.
+func WithRand(src rand.Source) Option {
+	return func(l *Limiter) {
+		if src != nil && isnil.Is(src) {
+			l.optErr = fmt.Errorf("ratelimit: WithRand was given %T(nil), which would fail at the first call of a sharded limit: pass a source (rand.NewPCG(1, 2)), or nil or no WithRand for the default: %w", src, ErrInvalidOption)
+			return
+		}
+		l.picker.src = src
+	}
+}
 
 // WithBreaker sets how many consecutive store failures open the breaker,
 // and for how long it then decides calls by their failure policy without
@@ -365,8 +375,8 @@ func WithUnsignedTokensAccepted() Option {
 // New returns a Limiter that keeps state in store and knows the given
 // limits. Every config is validated: an invalid one is reported as a
 // *ConfigError naming the limit and the field. No store (nil, or a nil
-// pointer of a store's type), or a bad option argument, is reported as an
-// error matching ErrInvalidOption.
+// pointer of a store's type), a nil Option, or a bad option argument, is
+// reported as an error matching ErrInvalidOption.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if isnil.Is(store) {
 		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %T(nil): pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", store, ErrInvalidOption)
@@ -376,7 +386,10 @@ func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 		breaker:      breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
 		settleWindow: DefaultSettleWindow, refundTimeout: DefaultRefundTimeout,
 		afterFuncTimeout: DefaultAfterFuncTimeout}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("ratelimit: New was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", i+1, ErrInvalidOption)
+		}
 		o(l)
 	}
 	if l.optErr != nil {
