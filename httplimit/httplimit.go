@@ -72,6 +72,17 @@ type Middleware struct {
 	problem      bool
 	preflights   bool   // ExemptPreflights
 	keyMAC       []byte // a random secret: logs name a key by its HMAC, never in clear
+	optErr       error  // the first option given nil, which New returns
+}
+
+// refuseNil records, for New to return, that the option named opt was
+// given nil: a function or logger variable never set, which would
+// otherwise be taken for the option left out (a cost of 1, the default
+// logger) or panic at the first request.
+func (m *Middleware) refuseNil(opt, what string) {
+	if m.optErr == nil {
+		m.optErr = fmt.Errorf("httplimit: %s was given a nil %s: pass one, or leave %s out: %w", opt, what, opt, ErrInvalidOption)
+	}
 }
 
 // view is what the headers say of the limits: their configs, in the order
@@ -126,16 +137,37 @@ type Option func(*Middleware)
 // client sending the header X-API-Key: 203.0.113.7 to one spends the
 // budget of the client at 203.0.113.7 in another keyed by ClientIP. Give
 // each KeyFunc a limit of its own, or prefix its keys (docs/http.md).
-func WithKey(f KeyFunc) Option { return func(m *Middleware) { m.key = f } }
+func WithKey(f KeyFunc) Option {
+	return func(m *Middleware) {
+		if f == nil {
+			m.refuseNil("WithKey", "KeyFunc")
+		}
+		m.key = f
+	}
+}
 
-// WithCost sets how many tokens a request costs (default 1).
-func WithCost(f CostFunc) Option { return func(m *Middleware) { m.cost = f } }
+// WithCost sets how many tokens a request costs (default 1). A nil f is
+// refused by New, rather than taken for a cost of 1: a request meant to
+// cost more would pass at the price of one.
+func WithCost(f CostFunc) Option {
+	return func(m *Middleware) {
+		if f == nil {
+			m.refuseNil("WithCost", "CostFunc")
+		}
+		m.cost = f
+	}
+}
 
 // WithDeniedHandler replaces the response to a refused request (by
 // default 429 with Retry-After and a short body). The RateLimit headers
 // are already set when it runs.
 func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res ratelimit.Result)) Option {
-	return func(m *Middleware) { m.denied = f }
+	return func(m *Middleware) {
+		if f == nil {
+			m.refuseNil("WithDeniedHandler", "function")
+		}
+		m.denied = f
+	}
 }
 
 // WithErrorHandler replaces the response to a request that could not be
@@ -149,15 +181,29 @@ func WithDeniedHandler(f func(w http.ResponseWriter, r *http.Request, res rateli
 // err's text to the client: it may name limits, their configuration and
 // internal addresses.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	return func(m *Middleware) { m.failed = f }
+	return func(m *Middleware) {
+		if f == nil {
+			m.refuseNil("WithErrorHandler", "function")
+		}
+		m.failed = f
+	}
 }
 
 // WithLogger sets where the middleware logs the requests it could not
 // decide (default: slog.Default()). Keys are never logged in clear: a log
 // record names a key by key_id, an HMAC under a secret of the Middleware,
 // the same for one key for the Middleware's life. To log nothing, give
-// slog.New(slog.DiscardHandler).
-func WithLogger(l *slog.Logger) Option { return func(m *Middleware) { m.logger = l } }
+// slog.New(slog.DiscardHandler). A nil l is refused by New: the
+// Limiter's WithLogger(nil) logs nothing, and this one would have logged
+// to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(m *Middleware) {
+		if l == nil {
+			m.refuseNil("WithLogger", "logger (for no logging, give slog.New(slog.DiscardHandler))")
+		}
+		m.logger = l
+	}
+}
 
 // WithProblemDetails makes the responses the middleware writes itself
 // application/problem+json (RFC 9457): a refused request gets 429 with the
@@ -171,9 +217,14 @@ func WithProblemDetails() Option { return func(m *Middleware) { m.problem = true
 // matching ratelimit.ErrStoreUnavailable), e.g. to log it. The request is
 // still decided by the limits' failure policy: it reaches the handler if
 // they fail open, and is answered by the error handler (503 by default,
-// see WithErrorHandler) if they fail closed.
+// see WithErrorHandler) if they fail closed. A nil f is refused by New.
 func OnStoreFailure(f func(r *http.Request, err error)) Option {
-	return func(m *Middleware) { m.storeFailure = f }
+	return func(m *Middleware) {
+		if f == nil {
+			m.refuseNil("OnStoreFailure", "function")
+		}
+		m.storeFailure = f
+	}
 }
 
 // WithoutHeaders stops the middleware from sending the RateLimit-Policy
@@ -246,8 +297,8 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 		}
 		o(m)
 	}
-	if m.key == nil || m.denied == nil || m.failed == nil {
-		return nil, fmt.Errorf("httplimit: an option was given a nil function: %w", ErrInvalidOption)
+	if m.optErr != nil {
+		return nil, m.optErr
 	}
 	if err := keyError(m.key); err != nil {
 		return nil, err

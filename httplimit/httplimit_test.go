@@ -1299,3 +1299,23 @@ func TestPanickingKeyFuncIsAServerError(t *testing.T) {
 	abort := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(func(*http.Request) (string, error) { panic(http.ErrAbortHandler) })))
 	require.PanicsWithValue(t, http.ErrAbortHandler, func() { serve(abort.Wrap(ok), "192.0.2.1:1") })
 }
+
+// WithCost(nil) was taken for no WithCost, so that a request a CostFunc
+// variable never set was to price at 100 tokens cost 1, and
+// WithLogger(nil) for the default logger, where the Limiter's WithLogger
+// of nil logs nothing. OnStoreFailure(nil) was silently no function
+// either. Each option given nil is refused by New, as WithKey(nil) is.
+func TestNewRefusesOptionsGivenNil(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	for name, opt := range map[string]httplimit.Option{
+		"WithCost":       httplimit.WithCost(nil),
+		"WithLogger":     httplimit.WithLogger(nil),
+		"OnStoreFailure": httplimit.OnStoreFailure(nil),
+		"WithKey":        httplimit.WithKey(nil),
+	} {
+		mw, err := httplimit.New(lim, []string{"api"}, opt)
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, name)
+		require.ErrorContains(t, err, name, name)
+		require.Nil(t, mw, name)
+	}
+}
