@@ -348,8 +348,13 @@ func (m *Middleware) Policy() string { return m.current().policy }
 // A nil next (or a nil http.HandlerFunc) is a programming error that no
 // request could be served by: Wrap panics at once, with an error matching
 // ErrInvalidOption, as http.ServeMux.Handle does for a nil handler,
-// rather than return a handler that panics at the first request.
+// rather than return a handler that panics at the first request. So does
+// Wrap of a Middleware New did not make: nil (New's, when it failed and
+// its error went unchecked) or the zero Middleware.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	if m == nil || m.lim == nil {
+		panic(fmt.Errorf("httplimit: Wrap was called on a Middleware that New did not make (nil, or its zero value): build it with New, and check New's error: %w", ErrInvalidOption))
+	}
 	if f, ok := next.(http.HandlerFunc); next == nil || ok && f == nil {
 		panic(fmt.Errorf("httplimit: Wrap was given a nil handler: give it the handler the limits protect: %w", ErrInvalidOption))
 	}

@@ -1319,3 +1319,23 @@ func TestNewRefusesOptionsGivenNil(t *testing.T) {
 		require.Nil(t, mw, name)
 	}
 }
+
+// A Middleware whose New failed, kept instead of its error (nil), or a
+// zero Middleware, was wrapped without a word, and the handler panicked
+// at the first request with a nil dereference that named nothing. Wrap
+// panics at once, as for a nil handler, with an error matching
+// ErrInvalidOption.
+func TestWrapOfAMiddlewareNotMadeByNew(t *testing.T) {
+	for name, mw := range map[string]*httplimit.Middleware{"nil": nil, "zero": {}} {
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			h := mw.Wrap(ok)
+			serve(h, "192.0.2.1:1")
+		}()
+		err, isErr := got.(error)
+		require.True(t, isErr, "%s: Wrap panics with an error, got %v", name, got)
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, name)
+		require.ErrorContains(t, err, "New", name)
+	}
+}
