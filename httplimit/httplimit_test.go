@@ -1339,3 +1339,31 @@ func TestWrapOfAMiddlewareNotMadeByNew(t *testing.T) {
 		require.ErrorContains(t, err, "New", name)
 	}
 }
+
+// Header("Host") refused every request, through a real server, with 400,
+// as if each client had left out its key: net/http moves Host to
+// Request.Host, and Transfer-Encoding and Trailer to fields of their own,
+// and none of them is ever in Request.Header. New refuses them, with
+// advice, as it does a name that is no header's.
+func TestNewRefusesAHeaderNetHTTPTakesOut(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}}, nil)
+	for _, name := range []string{"Host", "host", " HOST ", "Transfer-Encoding", "trailer"} {
+		_, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header(name)))
+		require.ErrorIs(t, err, httplimit.ErrInvalidOption, "Header(%q)", name)
+		require.ErrorContains(t, err, "net/http", "Header(%q)", name)
+	}
+	_, err := httplimit.New(lim, []string{"api"}, httplimit.WithKey(httplimit.Header("Host")))
+	require.ErrorContains(t, err, "r.Host")
+
+	// What a real server hands the handler: no Host among the header
+	// fields, though the client sent one.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Empty(t, r.Header.Values("Host"))
+		require.Equal(t, "tenant.example", r.Host)
+	}))
+	defer srv.Close()
+	req := must(http.NewRequest(http.MethodGet, srv.URL, nil))
+	req.Host = "tenant.example"
+	resp := must(srv.Client().Do(req))
+	resp.Body.Close()
+}

@@ -245,7 +245,11 @@ func overUnixSocket(r *http.Request) bool {
 //
 // An empty name, or one that is not a header field name, is carried by no
 // request, and would refuse every one: New refuses a KeyFunc of Header
-// given one, with an error matching ErrInvalidOption. (Wrapped in a
+// given one, with an error matching ErrInvalidOption. So it does Host,
+// Transfer-Encoding and Trailer, which net/http takes out of a request's
+// header fields (into Request.Host, TransferEncoding and Trailer): to key
+// by the host a client asked for, give WithKey a KeyFunc that returns
+// r.Host. (Wrapped in a
 // KeyFunc of your own, which New cannot see into, it answers every
 // request 500, logged at error level: the fault is the configuration's.)
 func Header(name string) KeyFunc {
@@ -256,6 +260,10 @@ func Header(name string) KeyFunc {
 	case !clientip.IsToken(n):
 		return badKey{fmt.Errorf("httplimit: Header(%q): %q is not a header field name, which no request carries: "+
 			"name the header that holds the key, such as Header(\"X-API-Key\"): %w", name, n, ErrInvalidOption)}.key
+	case takenOut[http.CanonicalHeaderKey(n)] != [2]string{}:
+		out := takenOut[http.CanonicalHeaderKey(n)]
+		return badKey{fmt.Errorf("httplimit: Header(%q): net/http moves %s out of a request's header fields, into %s, so that no request carries it there: %s: %w",
+			name, http.CanonicalHeaderKey(n), out[0], out[1], ErrInvalidOption)}.key
 	default:
 		name = n
 	}
@@ -270,6 +278,15 @@ func Header(name string) KeyFunc {
 		}
 		return vs[0], nil
 	}
+}
+
+// takenOut are the header fields net/http's server removes from
+// Request.Header, by canonical name: where it puts each instead, and what
+// to do.
+var takenOut = map[string][2]string{
+	"Host":              {"Request.Host", "to key by the host a client asked for, give WithKey(func(r *http.Request) (string, error) { return r.Host, nil })"},
+	"Transfer-Encoding": {"Request.TransferEncoding", "it says how the body is framed, not who sent it: key by another header"},
+	"Trailer":           {"Request.Trailer", "it names trailer fields, not who sent the request: key by another header"},
 }
 
 // PathValue keys a request by a wildcard of its http.ServeMux pattern
