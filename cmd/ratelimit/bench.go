@@ -53,6 +53,8 @@ and exits with status 130 (1 if the check failed).`,
 				return usagef("--goroutines %d: give from 1 to %d goroutines", goroutines, maxGoroutines)
 			case duration <= 0:
 				return usagef("--duration %v: give a time above 0, such as 10s", duration)
+			case count == 0: // -0 too
+				return usagef("--count %v: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1", count)
 			}
 			if err := t.sf.check(); err != nil {
 				return err

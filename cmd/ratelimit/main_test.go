@@ -1062,7 +1062,7 @@ func TestPostgresFunctionNotAStores(t *testing.T) {
 
 // bench's flags out of range are usage errors that name the flag and say
 // what to give: --keys 2000000000 ran out of memory, and the three flags
-// shared one message.
+// shared one message; --count 0 ran, and reported every call allowed.
 func TestBenchFlags(t *testing.T) {
 	for _, tc := range []struct {
 		flags []string
@@ -1073,6 +1073,12 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--duration", "0s"}, "--duration 0s: give a time above 0, such as 10s"},
 		{[]string{"--keys", "2000000000"}, "--keys 2000000000: give from 1 to 1000000 keys"},
 		{[]string{"--goroutines", "10000000"}, "--goroutines 10000000: give from 1 to 10000 goroutines"},
+		// A count of 0 is allowed every time and takes nothing: the run
+		// reported every call allowed, and its check passed, checking
+		// nothing.
+		{[]string{"--count", "0"}, "--count 0: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1"},
+		{[]string{"--count", "-0"}, "--count -0: a call of 0 tokens"},
+		{[]string{"--count", "-1"}, "--count -1 is not a finite number ≥ 0"},
 	} {
 		code, out, errOut := exec(append(append([]string{"bench", "--store", "mem:"}, tokenBucket...), tc.flags...)...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.flags, out, errOut)
