@@ -462,12 +462,12 @@ func (r *report) print(out io.Writer) {
 	if r.interrupted {
 		fmt.Fprintln(out, "interrupted: the calls until then")
 	}
-	fmt.Fprintf(out, "decisions  %d in %v: %.0f/s\n", r.calls, r.elapsed.Round(time.Millisecond), r.perSecond(r.calls))
+	fmt.Fprintf(out, "decisions  %d in %s: %.0f/s\n", r.calls, roundText(r.elapsed, time.Millisecond, "ms"), r.perSecond(r.calls))
 	fmt.Fprintf(out, "allowed    %d (%.0f/s)\n", r.allowed, r.perSecond(r.allowed))
 	fmt.Fprintf(out, "denied     %d\n", r.denied)
 	if h := r.latency; h != nil && h.n > 0 {
-		q := func(p float64) time.Duration { return h.quantile(p).Round(time.Microsecond) }
-		fmt.Fprintf(out, "latency    p50 %v  p90 %v  p99 %v  max %v\n", q(0.50), q(0.90), q(0.99), h.max.Round(time.Microsecond))
+		q := func(p float64) string { return roundText(h.quantile(p), time.Microsecond, "µs") }
+		fmt.Fprintf(out, "latency    p50 %s  p90 %s  p99 %s  max %s\n", q(0.50), q(0.90), q(0.99), roundText(h.max, time.Microsecond, "µs"))
 	}
 	if r.violation == "" {
 		how := ""
@@ -482,6 +482,18 @@ func (r *report) print(out io.Writer) {
 	} else {
 		fmt.Fprintf(out, "check      FAILED: %s\n", r.violation)
 	}
+}
+
+// roundText returns d rounded to unit, as a Duration writes it (410µs,
+// 1.425ms, 5.001s), and one that rounds to 0 in unit, whose symbol is
+// symbol (0µs): a Duration writes 0 as 0s, which beside the others read
+// as a unit of its own, and a memory store's answers, under half a
+// microsecond, made the line "p50 0s  p90 0s  p99 0s  max 50.291ms".
+func roundText(d, unit time.Duration, symbol string) string {
+	if d = d.Round(unit); d == 0 {
+		return "0" + symbol
+	}
+	return d.String()
 }
 
 // benchJSON is the report of bench --output json.

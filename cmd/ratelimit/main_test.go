@@ -1397,3 +1397,23 @@ func TestErrorLineEscaped(t *testing.T) {
 	assert.Equal(t, "plain, café 🚀", escapeControls("plain, café 🚀"))
 	assert.Equal(t, `\t\n\x7f\u0085\u200b`, escapeControls("\t\n\x7f\u0085\u200b"))
 }
+
+// bench's text writes a latency or a time that rounds to 0 in the unit of
+// its figures: a Duration writes 0 as 0s, and a memory store's answers,
+// under half a microsecond, made the line "p50 0s  p90 0s  p99 0s  max
+// 50.291ms".
+func TestBenchReportZeroInItsUnit(t *testing.T) {
+	h := new(histogram)
+	for range 9 {
+		h.add(100 * time.Nanosecond)
+	}
+	h.add(1500 * time.Microsecond)
+	var out strings.Builder
+	(&report{calls: 10, allowed: 10, elapsed: 400 * time.Microsecond, latency: h, keys: 1}).print(&out)
+	require.Contains(t, out.String(), "decisions  10 in 0ms: ")
+	require.Contains(t, out.String(), "latency    p50 0µs  p90 1.5ms  p99 1.5ms  max 1.5ms\n")
+
+	out.Reset()
+	(&report{calls: 3, allowed: 3, elapsed: 5001 * time.Millisecond, latency: h, keys: 1}).print(&out)
+	require.Contains(t, out.String(), "decisions  3 in 5.001s: 1/s\n", "a time not 0 is written as before")
+}
