@@ -80,6 +80,32 @@ func TestKeySecretRefusedFirst(t *testing.T) {
 	}
 }
 
+// --key-secret "" is a usage error, before the store is opened, as
+// WithKeyHash refuses an empty secret: it meant no --key-secret, so that
+// $RATELIMIT_KEY_SECRET gave the secret, or the keys were read in the
+// clear. An empty $RATELIMIT_KEY_SECRET is one not set.
+func TestKeySecretEmpty(t *testing.T) {
+	const want = `ratelimit: --key-secret "": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than 16 bytes: ` +
+		"give the application's secret, or leave --key-secret out where the application does not hash keys (with $RATELIMIT_KEY_SECRET unset or empty)\n"
+	for _, env := range []string{"", "cli test secret, of 32 bytes...."} {
+		t.Setenv(keySecretEnv, env)
+		for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
+			args := append([]string{cmd, "--store", "redis://127.0.0.1:1/0", "--key-secret", ""}, tokenBucket...)
+			code, out, errOut := exec(args...)
+			require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+			require.True(t, strings.HasPrefix(errOut, want), "%q: %s", args, errOut)
+		}
+		code, out, errOut := exec("token", "inspect", "--key-secret", "", "--key", "user-42", "x")
+		require.Equal(t, 2, code, "%s%s", out, errOut)
+		require.True(t, strings.HasPrefix(errOut, want), errOut)
+	}
+	// An empty $RATELIMIT_KEY_SECRET is none.
+	t.Setenv(keySecretEnv, "")
+	code, out, errOut := exec(append([]string{"inspect", "--store", "mem:", "--key", "user-42", "-o", "json"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `"store_key": "user-42"`)
+}
+
 // inspect and reset find the record of a key longer than 256 bytes, which
 // the application's store knows by its digest form, by the key as given.
 func TestLongKey(t *testing.T) {

@@ -89,6 +89,7 @@ func (f *storeFlags) registerURL(fs *pflag.FlagSet) {
 
 // registerKeySecret registers --key-secret.
 func (f *storeFlags) registerKeySecret(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
 }
 
@@ -106,6 +107,9 @@ var errTimeout = errors.New("--timeout")
 func (f *storeFlags) check() error {
 	if f.timeout <= 0 {
 		return usagef("--timeout %v: give a time above 0, such as 30s", f.timeout)
+	}
+	if err := f.checkKeySecret(); err != nil {
+		return err
 	}
 	if _, err := f.parse(); err != nil {
 		return err
@@ -177,6 +181,21 @@ func causeAfter(ctx context.Context, err error) error {
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// checkKeySecret refuses --key-secret "": ratelimit.WithKeyHash refuses
+// an empty secret, as it does a short one. It meant no --key-secret, so
+// that $RATELIMIT_KEY_SECRET gave the secret, or none was used: a secret
+// lost on its way (--key-secret "$SECRET" with $SECRET unset) read keys
+// in the clear, and the command saw other records than the application's.
+// An empty $RATELIMIT_KEY_SECRET is one not set, as the shell has it.
+func (f *storeFlags) checkKeySecret() error {
+	if f.fs == nil || !f.fs.Changed("key-secret") || f.keySecret != "" {
+		return nil
+	}
+	return usagef("--key-secret \"\": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than %d bytes: "+
+		"give the application's secret, or leave --key-secret out where the application does not hash keys (with $%s unset or empty)",
+		ratelimit.MinKeySecret, keySecretEnv)
 }
 
 // secret returns the secret of the keys' hashes, given by --key-secret or

@@ -547,6 +547,9 @@ func newTokenInspect() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := sf.checkKeySecret(); err != nil {
+				return err
+			}
 			if s := sf.secret(); s != "" && len(s) < ratelimit.MinKeySecret {
 				return usagef("the key secret (--key-secret, or $%s) has %d bytes, fewer than %d, which ratelimit.WithKeyHash refuses: give the application's secret in full",
 					keySecretEnv, len(s), ratelimit.MinKeySecret)
