@@ -103,26 +103,50 @@ const maxNamesListed = 20
 // from it by case alone, if one does, and otherwise lists the limits, at
 // most maxNamesListed of them.
 //
-// A name beyond ASCII is written, and the names listed with it, with
-// those characters escaped (%+q: "caf\u00e9"): names are matched byte for
-// byte, as the library matches them, and the same letters in another
-// Unicode form ("cafe\u0301", an e and a combining accent) are another
-// name, which %q wrote as the name listed, "café" not in ["café"].
+// When the name or a name written with it is beyond ASCII, all of them
+// are written with those characters escaped (%+q: "caf\u00e9"): names are
+// matched byte for byte, as the library matches them, and the same
+// letters in another Unicode form ("cafe\u0301", an e and a combining
+// accent) are another name, which %q wrote alike: "café" not in
+// ["café"], one of ["café" "café"] for a file of both, or, for --name
+// Kelvin and a file's Kelvin with a Kelvin sign (U+212A, which folds to
+// k), did you mean "Kelvin"?
 func notIn(name, path string, limits ratelimit.Limits) error {
 	names := slices.Sorted(maps.Keys(limits))
 	for _, n := range names {
 		if strings.EqualFold(n, name) {
+			if beyondASCII(name, n) {
+				return usagef("limit %+q is not in %s: did you mean %+q? (names are matched as written, byte for byte: written with the characters beyond ASCII escaped%s)",
+					name, path, n, otherForm)
+			}
 			return usagef("limit %q is not in %s: did you mean %q? (names are matched as written)", name, path, n)
 		}
 	}
-	quote, why := "%q", ""
-	if strings.IndexFunc(name, func(r rune) bool { return r > unicode.MaxASCII }) >= 0 {
-		quote, why = "%+q", " (written with the characters beyond ASCII escaped: names are matched byte for byte, and the same letters in another Unicode form, NFC or NFD, are another name)"
-	}
+	listed, more := names, ""
 	if len(names) > maxNamesListed {
-		return usagef("limit "+quote+" is not in %s: pass --name, one of "+quote+" and %d more%s", name, path, names[:maxNamesListed], len(names)-maxNamesListed, why)
+		listed, more = names[:maxNamesListed], fmt.Sprintf(" and %d more", len(names)-maxNamesListed)
 	}
-	return usagef("limit "+quote+" is not in %s: pass --name, one of "+quote+"%s", name, path, names, why)
+	if beyondASCII(append([]string{name}, listed...)...) {
+		return usagef("limit %+q is not in %s: pass --name, one of %+q%s (written with the characters beyond ASCII escaped: names are matched byte for byte%s)",
+			name, path, listed, more, otherForm)
+	}
+	return usagef("limit %q is not in %s: pass --name, one of %q%s", name, path, listed, more)
+}
+
+// otherForm ends notIn's reason to escape the characters beyond ASCII.
+const otherForm = ", and the same letters in another Unicode form, NFC or NFD, are another name"
+
+// beyondASCII reports whether any of ss holds a character beyond ASCII,
+// or a byte that is not UTF-8.
+func beyondASCII(ss ...string) bool {
+	for _, s := range ss {
+		for i := 0; i < len(s); i++ {
+			if s[i] > unicode.MaxASCII {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fileOnly refuses the flags of an inline limit beside --limits.

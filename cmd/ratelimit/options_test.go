@@ -210,3 +210,29 @@ func TestKeysAndNamesNotNormalised(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, `ratelimit: limit "cafe\u0301" is not in `+limits+`: pass --name, one of ["caf\u00e9"] (written with the characters beyond ASCII escaped: names are matched byte for byte, and the same letters in another Unicode form, NFC or NFD, are another name)`+"\n")
 }
+
+// The error of a --name the limits file lacks escapes the characters
+// beyond ASCII of every name it writes, whichever holds them: it did so
+// only for a --name beyond ASCII, so that --name cafe, in a file of
+// "café" in either normal form, listed ["café" "café"], and the names
+// that differ by case alone were written as they are, so that --name
+// Kelvin, in a file of "Kelvin" with a Kelvin sign (U+212A, which folds to
+// k), asked "did you mean "Kelvin"?".
+func TestLimitNotInEscapesListedNames(t *testing.T) {
+	const nfc, nfd, kelvin = "caf\u00e9", "cafe\u0301", "\u212aelvin"
+	dir := t.TempDir()
+	limits := writeFile(t, dir, "limits.yaml", nfc+": {kind: token bucket, rate: 1, period: 1s}\n"+
+		nfd+": {kind: token bucket, rate: 1, period: 1s}\n"+kelvin+": {kind: token bucket, rate: 1, period: 1s}\n")
+	for _, tc := range []struct{ name, want string }{
+		{"cafe", `ratelimit: limit "cafe" is not in ` + limits + `: pass --name, one of ["cafe\u0301" "caf\u00e9" "\u212aelvin"] ` +
+			`(written with the characters beyond ASCII escaped: names are matched byte for byte, and the same letters in another Unicode form, NFC or NFD, are another name)`},
+		{"Kelvin", `ratelimit: limit "Kelvin" is not in ` + limits + `: did you mean "\u212aelvin"? (names are matched as written, byte for byte: ` +
+			`written with the characters beyond ASCII escaped, and the same letters in another Unicode form, NFC or NFD, are another name)`},
+		{"CAF\u00c9", `ratelimit: limit "CAF\u00c9" is not in ` + limits + `: did you mean "caf\u00e9"? (names are matched as written, byte for byte: ` +
+			`written with the characters beyond ASCII escaped, and the same letters in another Unicode form, NFC or NFD, are another name)`},
+	} {
+		code, _, errOut := exec("simulate", "--limits", limits, "--name", tc.name, "--at", "0s=1")
+		require.Equal(t, 2, code, errOut)
+		require.Equal(t, tc.want+"\nRun 'ratelimit simulate --help' for usage.\n", errOut, "--name %+q", tc.name)
+	}
+}
