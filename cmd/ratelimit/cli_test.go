@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1176,5 +1177,31 @@ func TestBenchCheckKeys(t *testing.T) {
 			"--goroutines", "1", "--duration", "10ms", "--quiet")
 		require.Equal(t, 0, code, errOut)
 		require.Contains(t, out, "check      ok: no key was granted more than the limit allows "+want+"\n")
+	}
+}
+
+// fullWriter is standard output on a full disk: every write fails.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// A command whose output could not be written fails (1), and says so: the
+// text reports did not look at their writes' errors, so that ratelimit
+// schema > migration.sql on a full disk exited 0, leaving the migration
+// an empty or cut file.
+func TestOutputWriteFails(t *testing.T) {
+	for _, args := range [][]string{
+		{"schema"},
+		append([]string{"simulate", "--at", "0s=1"}, tokenBucket...),
+		append([]string{"inspect", "--store", "mem:"}, tokenBucket...),
+		append([]string{"inspect", "--store", "mem:", "-o", "json"}, tokenBucket...),
+		append([]string{"limit", "--store", "mem:"}, tokenBucket...),
+		append([]string{"bench", "--store", "mem:", "--duration", "10ms", "--goroutines", "1"}, tokenBucket...),
+		{"token", "inspect", "-o", "json", "AQ"},
+	} {
+		var errOut bytes.Buffer
+		code := run(context.Background(), args, fullWriter{}, &errOut)
+		require.Equal(t, 1, code, "%q: %s", args, errOut.String())
+		require.Contains(t, errOut.String(), "ratelimit: writing the output: no space left on device\n", "%q", args)
 	}
 }

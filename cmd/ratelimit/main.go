@@ -65,9 +65,19 @@ func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	root := newRoot()
 	root.SetArgs(args)
 	root.SetIn(stdin)
-	root.SetOut(stdout)
+	out := &outWriter{w: stdout}
+	root.SetOut(out)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
+	if out.err != nil {
+		lost := fmt.Errorf("writing the output: %w", out.err)
+		switch {
+		case err == nil || errors.Is(err, out.err):
+			err = lost
+		default: // said before the command's own error, which sets the status
+			fmt.Fprintln(stderr, message(lost))
+		}
+	}
 	if err == nil {
 		return 0
 	}
@@ -84,6 +94,28 @@ func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return x.code
 	}
 	return exitFailure
+}
+
+// outWriter is standard output, which keeps the first error of a write:
+// the reports print as they go and do not look at each write's error, and
+// a command whose output was lost (a full disk, a closed standard output)
+// exited 0, such as ratelimit schema > migration.sql, which left a file
+// cut short, or none, for the migration to apply.
+type outWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	o.err = err
+	return n, err
 }
 
 // prefix starts every error message of the command, once.
