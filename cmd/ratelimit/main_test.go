@@ -813,6 +813,10 @@ func TestParsePattern(t *testing.T) {
 	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1500us", "--for", "1s")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--every is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms")
+	// Under a millisecond, 1ms alone: --every 0s is refused, and was offered.
+	code, _, errOut = exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1ns", "--for", "1s")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "ratelimit: --every is 1ns: the limiter's clock counts whole milliseconds: give 1ms or more\n")
 }
 
 func TestHistogram(t *testing.T) {

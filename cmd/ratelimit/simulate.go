@@ -108,6 +108,9 @@ seed gives the same output.`,
 			switch {
 			case flags.Changed("every") && every <= 0:
 				return usagef("--every %v: the steady pattern needs a time between requests above 0", every)
+			case flags.Changed("every") && every < time.Millisecond:
+				// wholeMillis would offer 0s, which the case above refuses.
+				return usagef("--every is %v: the limiter's clock counts whole milliseconds: give 1ms or more", every)
 			case flags.Changed("every") && wholeMillis("--every", every) != nil:
 				return wholeMillis("--every", every)
 			case every == 0 && (flags.Changed("for") || flags.Changed("count")):
