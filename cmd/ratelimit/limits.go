@@ -52,6 +52,9 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 
 // limit returns the selected limit's name and config, validated.
 func (f *limitFlags) limit() (string, ratelimit.Config, error) {
+	if err := f.emptyFile(); err != nil {
+		return "", ratelimit.Config{}, err
+	}
 	if f.file != "" {
 		if err := f.fileOnly(); err != nil {
 			return "", ratelimit.Config{}, err
@@ -149,6 +152,16 @@ func beyondASCII(ss ...string) bool {
 	return false
 }
 
+// emptyFile refuses --limits "": it was taken for no --limits, so that
+// --limits "$LIMITS" with $LIMITS unset ran the inline limit of the flags
+// beside it, which --limits refuses, or asked for a limit that was given.
+func (f *limitFlags) emptyFile() error {
+	if f.file == "" && f.fs != nil && f.fs.Changed("limits") {
+		return usagef("--limits \"\": give the limits file, such as --limits limits.yaml, or leave --limits out for an inline limit (--kind, --rate, --period)")
+	}
+	return nil
+}
+
 // fileOnly refuses the flags of an inline limit beside --limits.
 func (f *limitFlags) fileOnly() error {
 	var given []string
@@ -167,6 +180,9 @@ func (f *limitFlags) fileOnly() error {
 // tokens, which name the limits they charged: every limit of the limits
 // file, or the one limit given inline, named by --name.
 func (f *limitFlags) all() (ratelimit.Limits, error) {
+	if err := f.emptyFile(); err != nil {
+		return nil, err
+	}
 	if f.file == "" {
 		name, cfg, err := f.limit()
 		if err != nil {

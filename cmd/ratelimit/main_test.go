@@ -207,6 +207,23 @@ func TestLimitsFileNameNotIn(t *testing.T) {
 		"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
 }
 
+// --limits "" is a usage error: it was taken for no --limits, so that
+// --limits "$LIMITS" with $LIMITS unset ran the inline limit beside it,
+// which --limits refuses, or asked for a limit, as if none was given.
+func TestLimitsFileEmptyPath(t *testing.T) {
+	const want = `ratelimit: --limits "": give the limits file, such as --limits limits.yaml, or leave --limits out for an inline limit (--kind, --rate, --period)` + "\n"
+	for _, args := range [][]string{
+		append([]string{"simulate", "--limits", "", "--at", "0s=1"}, tokenBucket...),
+		{"simulate", "--limits", "", "--name", "signup", "--at", "0s=1"},
+		append([]string{"inspect", "--store", "mem:", "--limits", ""}, tokenBucket...),
+		{"token", "refund", "--store", "mem:", "--limits", "", "AQ"},
+	} {
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.True(t, strings.HasPrefix(errOut, want), "%q: %s", args, errOut)
+	}
+}
+
 // --limits with any flag of an inline limit is refused: --capacity,
 // --shards, --max-reserved and --start were silently ignored (only
 // --kind, --rate and --period were refused), even given as their zero.
