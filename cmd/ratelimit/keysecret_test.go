@@ -80,30 +80,52 @@ func TestKeySecretRefusedFirst(t *testing.T) {
 	}
 }
 
-// --key-secret "" is a usage error, before the store is opened, as
-// WithKeyHash refuses an empty secret: it meant no --key-secret, so that
-// $RATELIMIT_KEY_SECRET gave the secret, or the keys were read in the
-// clear. An empty $RATELIMIT_KEY_SECRET is one not set.
+// An empty secret, --key-secret "" or $RATELIMIT_KEY_SECRET set and
+// empty, is a usage error, before the store is opened, as WithKeyHash
+// refuses it and as $RATELIMIT_TOKEN_KEY set and empty is: either meant
+// no secret (--key-secret "" the environment's), and keys were read in the
+// clear.
 func TestKeySecretEmpty(t *testing.T) {
-	const want = `ratelimit: --key-secret "": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than 16 bytes: ` +
-		"give the application's secret, or leave --key-secret out where the application does not hash keys (with $RATELIMIT_KEY_SECRET unset or empty)\n"
-	for _, env := range []string{"", "cli test secret, of 32 bytes...."} {
-		t.Setenv(keySecretEnv, env)
+	const (
+		flag = `ratelimit: --key-secret "": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than 16 bytes: ` +
+			"give the application's secret, or leave --key-secret out where the application does not hash keys (with $RATELIMIT_KEY_SECRET unset)\n"
+		env = "ratelimit: $RATELIMIT_KEY_SECRET is set and empty, and ratelimit.WithKeyHash refuses a secret of fewer than 16 bytes: " +
+			"give it the application's secret, or unset it where the application does not hash keys\n"
+	)
+	const secret = "cli test secret, of 32 bytes...."
+	for _, tc := range []struct {
+		env   *string
+		flags []string
+		want  string
+	}{
+		{nil, []string{"--key-secret", ""}, flag},
+		{ptr(secret), []string{"--key-secret", ""}, flag},
+		{ptr(""), []string{"--key-secret", ""}, flag},
+		{ptr(""), nil, env},
+	} {
+		if tc.env == nil {
+			unsetenv(t, keySecretEnv)
+		} else {
+			t.Setenv(keySecretEnv, *tc.env)
+		}
 		for _, cmd := range []string{"inspect", "limit", "reset", "bench"} {
-			args := append([]string{cmd, "--store", "redis://127.0.0.1:1/0", "--key-secret", ""}, tokenBucket...)
+			args := append(append([]string{cmd, "--store", "redis://127.0.0.1:1/0"}, tc.flags...), tokenBucket...)
 			code, out, errOut := exec(args...)
 			require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
-			require.True(t, strings.HasPrefix(errOut, want), "%q: %s", args, errOut)
+			require.True(t, strings.HasPrefix(errOut, tc.want), "%q: %s", args, errOut)
 		}
-		code, out, errOut := exec("token", "inspect", "--key-secret", "", "--key", "user-42", "x")
-		require.Equal(t, 2, code, "%s%s", out, errOut)
-		require.True(t, strings.HasPrefix(errOut, want), errOut)
+		args := append(append([]string{"token", "inspect", "--key", "user-42"}, tc.flags...), "x")
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.True(t, strings.HasPrefix(errOut, tc.want), "%q: %s", args, errOut)
 	}
-	// An empty $RATELIMIT_KEY_SECRET is none.
+	// The commands that take no secret do not read it.
 	t.Setenv(keySecretEnv, "")
-	code, out, errOut := exec(append([]string{"inspect", "--store", "mem:", "--key", "user-42", "-o", "json"}, tokenBucket...)...)
+	code, _, errOut := exec(append([]string{"simulate", "--at", "0s=1"}, tokenBucket...)...)
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, `"store_key": "user-42"`)
+	code, _, errOut = exec(append([]string{"token", "refund", "--store", "mem:", "x"}, tokenBucket...)...)
+	require.NotContains(t, errOut, keySecretEnv)
+	require.NotEqual(t, 2, code, errOut)
 }
 
 // inspect and reset find the record of a key longer than 256 bytes, which

@@ -183,19 +183,31 @@ func causeAfter(ctx context.Context, err error) error {
 	return context.Cause(ctx)
 }
 
-// checkKeySecret refuses --key-secret "": ratelimit.WithKeyHash refuses
-// an empty secret, as it does a short one. It meant no --key-secret, so
-// that $RATELIMIT_KEY_SECRET gave the secret, or none was used: a secret
-// lost on its way (--key-secret "$SECRET" with $SECRET unset) read keys
-// in the clear, and the command saw other records than the application's.
-// An empty $RATELIMIT_KEY_SECRET is one not set, as the shell has it.
+// checkKeySecret refuses an empty secret, given by --key-secret "" or by
+// $RATELIMIT_KEY_SECRET set and empty, as $RATELIMIT_TOKEN_KEY set and
+// empty is refused: ratelimit.WithKeyHash refuses an empty secret, as it
+// does a short one. Either meant no secret (--key-secret "" the
+// environment's), so that a secret lost on its way (--key-secret
+// "$SECRET" with $SECRET unset, a secret store that gave nothing) read
+// keys in the clear, and the command saw other records than the
+// application's.
 func (f *storeFlags) checkKeySecret() error {
-	if f.fs == nil || !f.fs.Changed("key-secret") || f.keySecret != "" {
-		return nil
+	if f.fs == nil || f.fs.Lookup("key-secret") == nil {
+		return nil // a command that takes no secret
 	}
-	return usagef("--key-secret \"\": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than %d bytes: "+
-		"give the application's secret, or leave --key-secret out where the application does not hash keys (with $%s unset or empty)",
-		ratelimit.MinKeySecret, keySecretEnv)
+	if f.fs.Changed("key-secret") {
+		if f.keySecret != "" {
+			return nil
+		}
+		return usagef("--key-secret \"\": the secret is empty, and ratelimit.WithKeyHash refuses a secret of fewer than %d bytes: "+
+			"give the application's secret, or leave --key-secret out where the application does not hash keys (with $%s unset)",
+			ratelimit.MinKeySecret, keySecretEnv)
+	}
+	if v, ok := os.LookupEnv(keySecretEnv); ok && v == "" {
+		return usagef("$%s is set and empty, and ratelimit.WithKeyHash refuses a secret of fewer than %d bytes: "+
+			"give it the application's secret, or unset it where the application does not hash keys", keySecretEnv, ratelimit.MinKeySecret)
+	}
+	return nil
 }
 
 // secret returns the secret of the keys' hashes, given by --key-secret or
