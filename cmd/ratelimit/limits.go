@@ -89,12 +89,19 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return "", cfg, usageError{inFlags(err)}
 	}
+	// The default names a limit whose --name is not given; --name "" is
+	// the name "", as a limits file's and the library's names may be, and
+	// as --name "" is with --limits: it was "limit", so that inspect and
+	// reset looked at another limit's records than the one named.
 	name := f.name
-	if name == "" {
-		name = "limit"
+	if !f.fs.Changed("name") {
+		name = defaultName
 	}
 	return name, cfg, nil
 }
+
+// defaultName is the name of an inline limit without --name.
+const defaultName = "limit"
 
 // maxNamesListed bounds the names that the error of a --name not in the
 // limits file lists: a file of thousands of limits made it a line of

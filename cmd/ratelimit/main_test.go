@@ -1438,3 +1438,30 @@ func TestBenchReportZeroInItsUnit(t *testing.T) {
 	(&report{calls: 3, allowed: 3, elapsed: 5001 * time.Millisecond, latency: h, keys: 1}).print(&out)
 	require.Contains(t, out.String(), "decisions  3 in 5.001s: 1/s\n", "a time not 0 is written as before")
 }
+
+// --name "" names an inline limit "", as it does with --limits, and as the
+// library and a limits file take the name "": it named the limit "limit",
+// the name of one without --name, so that inspect and reset looked at
+// another limit's records than the one named.
+func TestInlineNameEmpty(t *testing.T) {
+	store := []string{"--store", "bolt://" + filepath.Join(t.TempDir(), "limits.db"), "--key", "user-42"}
+	code, out, errOut := exec(append(append([]string{"limit", "--name", "", "-o", "json"}, store...), tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	var d decisionJSON
+	decode(t, out, &d)
+	require.Equal(t, "", d.Limit.Name)
+
+	tokens := func(name ...string) float64 {
+		code, out, errOut := exec(append(append(append([]string{"inspect", "-o", "json"}, name...), store...), tokenBucket...)...)
+		require.Equal(t, 0, code, errOut)
+		var s statusJSON
+		decode(t, out, &s)
+		return s.Tokens
+	}
+	require.InDelta(t, 2, tokens("--name", ""), 0.1, "the limit named \"\" took a token")
+	require.Equal(t, 3.0, tokens(), "the limit without --name, \"limit\", is another")
+
+	code, out, errOut = exec(append([]string{"simulate", "--name", "", "--at", "0s=1"}, tokenBucket...)...)
+	require.Equal(t, 0, code, errOut)
+	require.True(t, strings.HasPrefix(out, `"": token bucket, rate 10 per 1m0s, capacity 3`+"\n"), out)
+}
