@@ -76,6 +76,11 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	if err := cfg.Kind.UnmarshalText([]byte(f.kind)); err != nil {
 		return "", cfg, usageError{err}
 	}
+	if f.start == "" && f.fs.Changed("start") {
+		// It was taken for no --start: --start "$START" with $START unset
+		// gave windows at a phase of each key, not aligned to a time.
+		return "", cfg, usagef("--start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows at a phase of each key")
+	}
 	if f.start != "" {
 		t, err := time.Parse(time.RFC3339, f.start)
 		if err != nil {

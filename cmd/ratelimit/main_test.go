@@ -267,6 +267,9 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--max-reserved", "Inf"}, "ratelimit: --max-reserved is +Inf: it must be"},
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--shards", "5000"}, "ratelimit: --shards is 5000: at most 1024 shards are supported\n"},
 		{[]string{"--kind", "token bucket", "--rate", "1", "--period", "1s", "--start", "2024-01-01T00:00:00Z"}, "ratelimit: --start is set on a token bucket, which has no windows: remove --start\n"},
+		// It was taken for no --start: windows at a phase of each key.
+		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--start", ""},
+			"ratelimit: --start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows at a phase of each key\n"},
 		{[]string{"--kind", "token bucket", "--rate", "1.5", "--period", "1s", "--capacity", "1.5", "--max-reserved", "8388607"},
 			"ratelimit: --max-reserved is 8.388607e+06 and --capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of --capacity plus --max-reserved would be refused forever"},
 	} {
