@@ -1204,4 +1204,11 @@ func TestOutputWriteFails(t *testing.T) {
 		require.Equal(t, 1, code, "%q: %s", args, errOut.String())
 		require.Contains(t, errOut.String(), "ratelimit: writing the output: no space left on device\n", "%q", args)
 	}
+	// The help said it twice, first without "ratelimit: ".
+	for _, args := range [][]string{{"--help"}, {"help", "schema"}, {"schema", "--help"}, {"token"}, {"--version"}} {
+		var errOut bytes.Buffer
+		code := run(context.Background(), args, fullWriter{}, &errOut)
+		require.Equal(t, 1, code, "%q: %s", args, errOut.String())
+		require.Equal(t, "ratelimit: writing the output: no space left on device\n", errOut.String(), "%q", args)
+	}
 }

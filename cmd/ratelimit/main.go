@@ -200,6 +200,15 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimulate(), newInspect(), newReset(), newLimit(), newBench(), newSchema(), newToken())
 	root.SetHelpCommand(newHelp())
+	// Cobra's help writes the error of its output to standard error, a
+	// line without "ratelimit: " before run's own line of it.
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		stderr := c.ErrOrStderr()
+		c.SetErr(io.Discard)
+		defer c.SetErr(stderr)
+		help(c, args)
+	})
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() {
 			continue // takes a command, or its help (token)
