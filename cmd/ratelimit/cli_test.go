@@ -98,6 +98,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"simulate", "extra"}, 2, `simulate takes no arguments, only flags: got ["extra"]`},
 		{append([]string{"inspect", "--store", "mem:", "-o", "xml"}, tokenBucket...), 2, `invalid argument "xml" for "-o, --output" flag: write text or json`},
 		{[]string{"schema", "--table", ""}, 2, "--table: pgstore: table name"},
+		// The empty store all the same: reset said it reset a key there.
+		{append([]string{"reset", "--store", "mem:limits.db"}, tokenBucket...), 2, `--store "mem:limits.db": mem: is an empty in-memory store, and names nothing after its colon: write mem: alone, or bolt://PATH for a file`},
 		// A line break would end a comment of the SQL, and the rest of the line run.
 		{[]string{"schema", "--table", "x\nSELECT 1/0;--"}, 2, `--table: pgstore: table name "x\nSELECT 1/0;--" holds U+000A, a control or other unprintable character`},
 		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},

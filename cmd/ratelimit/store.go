@@ -355,6 +355,11 @@ func (f *storeFlags) parse() (storeURL, error) {
 	case "":
 		return s, usagef("give a store: --store bolt://PATH, redis://HOST:PORT, postgres://... (or 'host=... dbname=...') or mem:")
 	case "mem":
+		if rest != "" {
+			// It was the empty store all the same: --store mem:limits.db
+			// reset nothing, and said it had.
+			return s, usagef("--store %q: mem: is an empty in-memory store, and names nothing after its colon: write mem: alone, or bolt://PATH for a file", shown)
+		}
 		return s, f.noClock(shown)
 	case "bolt":
 		s.bolt = strings.TrimPrefix(rest, "//")
