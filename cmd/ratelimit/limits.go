@@ -128,6 +128,10 @@ const maxNamesListed = 20
 // k), did you mean "Kelvin"?
 func notIn(name, path string, limits ratelimit.Limits) error {
 	names := slices.Sorted(maps.Keys(limits))
+	if len(names) == 0 {
+		// It listed them: one of [].
+		return usagef("limit %+q is not in %s, which declares no limit: give the limits file that declares it", name, path)
+	}
 	for _, n := range names {
 		if strings.EqualFold(n, name) {
 			if beyondASCII(name, n) {

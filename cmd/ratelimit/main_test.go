@@ -205,6 +205,14 @@ func TestLimitsFileNameNotIn(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.Equal(t, `ratelimit: limit "SignUp" is not in `+path+`: did you mean "signup"? (names are matched as written)`+
 		"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
+
+	// A file of no limits said "one of []".
+	empty := filepath.Join(t.TempDir(), "limits.json")
+	require.NoError(t, os.WriteFile(empty, []byte("{}"), 0o600))
+	code, _, errOut = exec("simulate", "--limits", empty, "--name", "signup", "--at", "0s=1")
+	require.Equal(t, 2, code, errOut)
+	require.Equal(t, `ratelimit: limit "signup" is not in `+empty+`, which declares no limit: give the limits file that declares it`+
+		"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
 }
 
 // --limits "" is a usage error: it was taken for no --limits, so that
