@@ -251,8 +251,11 @@ func peerAddr(pr *peer.Peer) netip.Addr {
 // metadata), is carried by no call, and would refuse every one; a name
 // reserved by gRPC (starting with "grpc-"; te, content-type, connection)
 // holds no key a client is known by: gRPC keeps it out of the metadata or
-// sets it itself. New refuses a KeyFunc of Metadata given either, with an
-// error matching ErrInvalidOption. (Wrapped in a KeyFunc of your own, which New cannot
+// sets it itself. Nor does any call carry host, which gRPC takes out of
+// the metadata (into :authority, or drops it when :authority is there): to
+// key by the host a client asked for, give Metadata(":authority"). New
+// refuses a KeyFunc of Metadata given any of these, with an error matching
+// ErrInvalidOption. (Wrapped in a KeyFunc of your own, which New cannot
 // see into, it answers every call Internal, logged at error level: the
 // fault is the configuration's.)
 //
@@ -269,6 +272,9 @@ func Metadata(name string) KeyFunc {
 		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): %q is not a metadata key, which no call carries: "+
 			"a key is made of letters, digits, '-', '_' and '.': "+
 			"name the metadata that holds the key, such as Metadata(\"x-api-key\"): %w", name, n, ErrInvalidOption)}.key
+	case n == "host":
+		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): gRPC takes a call's host out of its metadata (into :authority, or drops it when :authority is there), "+
+			"so that no call carries it: to key by the host a client asked for, give Metadata(\":authority\"): %w", name, ErrInvalidOption)}.key
 	case reservedMetadata(n):
 		return badKey{fmt.Errorf("ratelimitgrpc: Metadata(%q): %q is reserved by gRPC, which keeps it out of a call's metadata or sets it itself "+
 			"(the same for every call, or as the client's library chooses), and holds no key: "+

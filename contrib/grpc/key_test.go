@@ -184,3 +184,32 @@ func TestNewRefusesReservedMetadata(t *testing.T) {
 	_, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata("user-agent")))
 	require.NoError(t, err)
 }
+
+// Metadata("host") answered every call InvalidArgument, as if each client
+// had left out its key: gRPC takes a call's host header out of the
+// metadata (into :authority, or dropped when :authority is there), so that
+// no call carries it, though the client sent one. New refuses it, and
+// says to key by :authority.
+func TestNewRefusesMetadataHost(t *testing.T) {
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute}})
+	for _, name := range []string{"host", "Host", " HOST "} {
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(ratelimitgrpc.Metadata(name)))
+		require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, "Metadata(%q)", name)
+		require.ErrorContains(t, err, `Metadata(":authority")`, "Metadata(%q)", name)
+		require.Nil(t, ic, "Metadata(%q)", name)
+	}
+
+	// What a real server hands the interceptors: no host in the metadata,
+	// though the client sent one; its authority is there instead.
+	var got metadata.MD
+	seen := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		got, _ = metadata.FromIncomingContext(ctx)
+		return handler(ctx, req)
+	}
+	client, _ := serve(t, []grpc.UnaryServerInterceptor{seen}, nil, grpc.WithAuthority("tenant-a.example"))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "host", "tenant-b.example")
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Get("host"))
+	assert.Equal(t, []string{"tenant-a.example"}, got.Get(":authority"))
+}
