@@ -274,6 +274,13 @@ func TestClientIPRefusesMetadataKeys(t *testing.T) {
 		"not a key":         {ratelimitgrpc.SingleIPHeader("x-real-ip;"), "not a metadata key"},
 		"list as single":    {ratelimitgrpc.SingleIPHeader("X-Forwarded-For"), "use ratelimitgrpc.XForwardedFor"},
 		"Forwarded, single": {ratelimitgrpc.SingleIPHeader(" forwarded "), "use ratelimitgrpc.Forwarded"},
+		// gRPC takes host out of the metadata, and keeps te out or sets
+		// content-type alike for every call: no call's value would be read,
+		// and every call through the proxy would share the proxy's key.
+		"host":         {ratelimitgrpc.SingleIPHeader("Host"), "takes a call's host out of its metadata"},
+		"te":           {ratelimitgrpc.SingleIPHeader("te"), "reserved by gRPC"},
+		"content-type": {ratelimitgrpc.SingleIPHeader("content-type"), "reserved by gRPC"},
+		"connection":   {ratelimitgrpc.SingleIPHeader("connection"), "reserved by gRPC"},
 	} {
 		k, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(c.header, lbs...))
 		assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, name)

@@ -44,7 +44,9 @@ var (
 // grpc_set_header X-Real-IP $remote_addr), x-envoy-external-address
 // (Envoy at the edge), cf-connecting-ip (Cloudflare). The name is not case
 // sensitive. x-forwarded-for and forwarded are lists: use XForwardedFor
-// or Forwarded for them.
+// or Forwarded for them. TrustProxies refuses a name gRPC keeps out of a
+// call's metadata or sets itself (host, te, content-type, connection,
+// grpc-*), and binary metadata (-bin): no proxy's address is read there.
 func SingleIPHeader(name string) ProxyHeader {
 	return ProxyHeader{name: strings.ToLower(strings.TrimSpace(name)), kind: clientip.SingleIP}
 }
@@ -82,7 +84,11 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 			if strings.HasSuffix(header.name, "-bin") {
 				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is binary metadata, which holds no address as a proxy writes one: name the key without -bin: %w", header.name, ErrInvalidOption)
 			}
-			if strings.HasPrefix(header.name, "grpc-") {
+			if header.name == "host" {
+				return fmt.Errorf("ratelimitgrpc: TrustProxies: gRPC takes a call's host out of its metadata, and holds no address a proxy writes: "+
+					"name the metadata the proxy writes the client's address into, such as x-real-ip: %w", ErrInvalidOption)
+			}
+			if reservedMetadata(header.name) {
 				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is reserved by gRPC, and no proxy writes an address into it: %w", header.name, ErrInvalidOption)
 			}
 			switch header.name {
