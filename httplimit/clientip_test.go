@@ -164,6 +164,12 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 		{"a list as a single header", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("x-forwarded-for"), lbs...)}, "use httplimit.XForwardedFor"},
 		{"Forwarded as a single header", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("Forwarded"), lbs...)}, "use httplimit.Forwarded"},
 		{"a bad header name", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("X Real IP"), lbs...)}, "not a header field name"},
+		// net/http takes these out of Request.Header: no request's value
+		// would be read, and every request through the proxy would share
+		// the proxy's key.
+		{"Host as a single header", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("host"), lbs...)}, "net/http moves Host out"},
+		{"Transfer-Encoding as a single header", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("Transfer-Encoding"), lbs...)}, "net/http moves Transfer-Encoding out"},
+		{"Trailer as a single header", []httplimit.IPOption{httplimit.TrustProxies(httplimit.SingleIPHeader("Trailer"), lbs...)}, "net/http moves Trailer out"},
 		{"twice", []httplimit.IPOption{httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.TrustProxies(httplimit.Forwarded, lbs...)}, "given twice"},
 		{"IPv6 prefix 0", []httplimit.IPOption{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", []httplimit.IPOption{httplimit.IPv6Prefix(129)}, "1 to 128"},

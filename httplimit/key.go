@@ -48,7 +48,9 @@ var (
 // sets and overwrites whatever the client sent: X-Real-IP (nginx with
 // proxy_set_header X-Real-IP $remote_addr), CF-Connecting-IP
 // (Cloudflare), True-Client-IP. X-Forwarded-For and Forwarded are lists:
-// use XForwardedFor or Forwarded for them.
+// use XForwardedFor or Forwarded for them. TrustProxies refuses Host,
+// Transfer-Encoding and Trailer, which net/http takes out of
+// Request.Header: no request's value would ever be read.
 func SingleIPHeader(name string) ProxyHeader {
 	return ProxyHeader{name: http.CanonicalHeaderKey(strings.TrimSpace(name)), kind: clientip.SingleIP}
 }
@@ -87,6 +89,10 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 			if header.name == XForwardedFor.name || header.name == Forwarded.name {
 				return fmt.Errorf("httplimit: TrustProxies: %s is a list that proxies append to, not a single address: use httplimit.%s: %w",
 					header.name, strings.ReplaceAll(header.name, "-", ""), ErrInvalidOption)
+			}
+			if out, ok := takenOut[header.name]; ok {
+				return fmt.Errorf("httplimit: TrustProxies: net/http moves %s out of a request's header fields, into %s, and no proxy writes an address into it: "+
+					"name the header the proxy writes the client's address into, such as X-Real-IP: %w", header.name, out[0], ErrInvalidOption)
 			}
 		default:
 			return fmt.Errorf("httplimit: TrustProxies: no header chosen: use XForwardedFor, Forwarded or SingleIPHeader(name): %w", ErrInvalidOption)
