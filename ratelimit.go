@@ -88,7 +88,7 @@ type Option func(*Limiter)
 func WithClock(c clock.Clock) Option {
 	return func(l *Limiter) {
 		if isnil.Is(c) {
-			l.optErr = fmt.Errorf("ratelimit: WithClock: the clock is %T(nil): leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", c, ErrInvalidOption)
+			l.optErr = fmt.Errorf("ratelimit: WithClock: the clock is %s: leave WithClock out for the real clock, or pass clock.NewMock() in tests: %w", nilText(c), ErrInvalidOption)
 			return
 		}
 		l.clock = c
@@ -108,6 +108,16 @@ func WithPhaseSeed(seed uint64) Option { return func(l *Limiter) { l.seed = seed
 // as it is: one for a record the store cannot read names the record's key,
 // unless the Limiter hashes keys (WithKeyHash).
 func WithLogger(logger *slog.Logger) Option { return func(l *Limiter) { l.logger = logger } }
+
+// nilText writes v, a nil interface value or one holding a nil pointer
+// (isnil.Is), for an error: nil, or its type's nil (*clock.Mock(nil)),
+// where %T(nil) wrote a plain nil <nil>(nil).
+func nilText(v any) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("%T(nil)", v)
+}
 
 // WithRand sets the source of randomness that chooses the two shards of a
 // sharded limit, so that tests can make the choice deterministic. The
@@ -379,7 +389,7 @@ func WithUnsignedTokensAccepted() Option {
 // reported as an error matching ErrInvalidOption.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if isnil.Is(store) {
-		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %T(nil): pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", store, ErrInvalidOption)
+		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %s: pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", nilText(store), ErrInvalidOption)
 	}
 	wall := clock.New()
 	l := &Limiter{store: store, clock: wall,

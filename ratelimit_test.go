@@ -87,6 +87,13 @@ func TestNewRefusesANilClock(t *testing.T) {
 	}, "a nil clock panics instead of being reported")
 	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "WithClock")
+	// A plain nil is written nil, not as %T writes it (<nil>(nil)).
+	assert.Contains(t, err.Error(), "the clock is nil:")
+	assert.NotContains(t, err.Error(), "<nil>")
+	_, err = ratelimit.New(nil, nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "was given nil:")
+	assert.NotContains(t, err.Error(), "<nil>")
 }
 
 // nilObserver is an Observer whose methods need a non-nil receiver.
