@@ -31,6 +31,16 @@ type limitFlags struct {
 	shards                   int
 	start                    string
 	fs                       *pflag.FlagSet // to tell the flags given
+	simulated                bool           // simulate's: no --start aligns windows to the simulation's start
+}
+
+// noStart says what a fixed window without --start is, for the errors
+// of a --start that would be taken for none.
+func (f *limitFlags) noStart() string {
+	if f.simulated {
+		return "windows aligned to the simulation's start, 00:00:00"
+	}
+	return "windows at a phase of each key"
 }
 
 // inlineFlags are the flags of an inline limit, which a limits file
@@ -79,7 +89,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 	if f.start == "" && f.fs.Changed("start") {
 		// It was taken for no --start: --start "$START" with $START unset
 		// gave windows at a phase of each key, not aligned to a time.
-		return "", cfg, usagef("--start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows at a phase of each key")
+		return "", cfg, usagef("--start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for %s", f.noStart())
 	}
 	if f.start != "" {
 		t, err := time.Parse(time.RFC3339, f.start)
@@ -87,7 +97,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 			return "", cfg, usagef("--start %q: write an RFC 3339 time such as 2024-01-01T00:00:00Z", f.start)
 		}
 		if t.IsZero() { // which a Config reads as no Start
-			return "", cfg, usagef("--start %q is the zero time, which means no --start (a phase derived per key): leave --start out for that, or give another time", f.start)
+			return "", cfg, usagef("--start %q is the zero time, which means no --start (%s): leave --start out for that, or give another time", f.start, f.noStart())
 		}
 		cfg.Start = t
 	}

@@ -275,9 +275,10 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--max-reserved", "Inf"}, "ratelimit: --max-reserved is +Inf: it must be"},
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--shards", "5000"}, "ratelimit: --shards is 5000: at most 1024 shards are supported\n"},
 		{[]string{"--kind", "token bucket", "--rate", "1", "--period", "1s", "--start", "2024-01-01T00:00:00Z"}, "ratelimit: --start is set on a token bucket, which has no windows: remove --start\n"},
-		// It was taken for no --start: windows at a phase of each key.
+		// It was taken for no --start. In simulate, that is windows
+		// aligned to the simulation's start (inspect's is below).
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--start", ""},
-			"ratelimit: --start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows at a phase of each key\n"},
+			"ratelimit: --start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows aligned to the simulation's start, 00:00:00\n"},
 		{[]string{"--kind", "token bucket", "--rate", "1.5", "--period", "1s", "--capacity", "1.5", "--max-reserved", "8388607"},
 			"ratelimit: --max-reserved is 8.388607e+06 and --capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of --capacity plus --max-reserved would be refused forever"},
 	} {
@@ -285,6 +286,12 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		code, _, errOut := exec(args...)
 		require.Equal(t, 2, code, "%q: %s", args, errOut)
 		require.True(t, strings.HasPrefix(errOut, tc.want), "%q: got %q, want it to start with %q", args, errOut, tc.want)
+	}
+	// Elsewhere, no --start is windows at a phase of each key.
+	for _, start := range []string{"", "0001-01-01T00:00:00Z"} {
+		code, _, errOut := exec("inspect", "--store", "mem:", "--key", "k", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--start", start)
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, "windows at a phase of each key", "--start %q", start)
 	}
 	err := inFlags(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: math.NaN(), Period: time.Second}.Validate())
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
@@ -440,7 +447,7 @@ func TestFlagsReadExactly(t *testing.T) {
 		{append(fixed, "--at", "00:00:00.0000000001=1"), `time "00:00:00.0000000001" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
 		{append(fixed, "--at", "00:00.00000000001=1"), `time "00:00.00000000001" is not a whole number of nanoseconds`},
 		{append(fixed, "--at", "99999999999999999999:00=1"), `time "99999999999999999999:00": requests come at most 876576h0m0s (100 years) after the start`},
-		{append(fixed, "--at", "0s=1", "--start", "0001-01-01T00:00:00Z"), `--start "0001-01-01T00:00:00Z" is the zero time, which means no --start`},
+		{append(fixed, "--at", "0s=1", "--start", "0001-01-01T00:00:00Z"), `--start "0001-01-01T00:00:00Z" is the zero time, which means no --start (windows aligned to the simulation's start, 00:00:00)`},
 	} {
 		args := append([]string{"simulate"}, tc.args...)
 		code, _, errOut := exec(args...)

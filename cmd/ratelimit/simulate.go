@@ -164,6 +164,7 @@ seed gives the same output.`,
 		},
 	}
 	lf.register(cmd.Flags())
+	lf.simulated = true
 	cmd.Flags().StringVar(&at, "at", "", "requests: TIME=COUNT[,...], TIME as hh:mm (01:30 is 1h30m), hh:mm:ss or a duration (90s), in whole milliseconds; a trailing r reserves (01:30=30r)")
 	cmd.Flags().Var((*exactDuration)(&every), "every", "a steady pattern: one request every so often, in whole milliseconds")
 	cmd.Flags().Var((*exactDuration)(&span), "for", "a steady pattern: for so long")
