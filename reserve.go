@@ -818,6 +818,12 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	switch {
+	case r.held:
+		// Used by a holder of its token: say so every time, as the call
+		// that found the holder's use did (a Wait, an AfterFunc, or a
+		// Cancel).
+		r.mu.Unlock()
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: used by a holder of its token, whose job it is: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
 	case r.used:
 		r.mu.Unlock()
 		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
@@ -874,7 +880,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		} else {
 			r.canceled, r.byHolder = true, se
 		}
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %q: settled by a holder of its token: %w", r.res.Name, err)
 	default:
 		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
 	}
