@@ -482,6 +482,11 @@ func (r *Reservation) settlerID() [16]byte {
 // of its token); nil otherwise. r.mu is held.
 func (r *Reservation) settled() error {
 	switch {
+	case r.canceled && r.byHolder != nil:
+		// Settled by a holder of its token, or a mark of a kind no
+		// Limiter writes: say so every time, as Cancel does, not that
+		// this reservation was canceled.
+		return fmt.Errorf("ratelimit: limit %q: settled by a holder of its token: %w", r.res.Name, r.byHolder)
 	case r.canceled:
 		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
 	case r.held:

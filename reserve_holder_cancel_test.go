@@ -54,3 +54,30 @@ func TestCancelAfterAHolderUsedTheTokenSaysSoEveryTime(t *testing.T) {
 		})
 	}
 }
+
+// A mark of a kind no Limiter writes says the token is settled, and not
+// how: the Wait that finds it does not say canceled (TestSettledOfAnUnknownKind),
+// and neither does any Wait, AfterFunc or Cancel after it. A second Wait
+// said the reservation was canceled (a bare ErrReservationCanceled), which
+// nobody did, that the mark can tell.
+func TestUnknownMarkIsReportedAlikeEveryTime(t *testing.T) {
+	ctx := context.Background()
+	lim := jobsLimiter(&settledAsStore{Store: must(memstore.New()), kind: 3})
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	afterFunc := func() error {
+		_, err := r.AfterFunc(func() { t.Error("the job ran") })
+		return err
+	}
+	for i := range 3 {
+		for _, c := range []struct {
+			what string
+			call func() error
+		}{{"Wait", func() error { return r.Wait(ctx) }}, {"Cancel", func() error { return r.Cancel(ctx) }}, {"AfterFunc", afterFunc}} {
+			err := c.call()
+			require.ErrorIs(t, err, ratelimit.ErrAlreadySettled, "%s %d", c.what, i)
+			require.NotErrorIs(t, err, ratelimit.ErrReservationCanceled, "%s %d: %v", c.what, i, err)
+			require.NotErrorIs(t, err, ratelimit.ErrReservationUsed, "%s %d: %v", c.what, i, err)
+		}
+	}
+}
