@@ -121,7 +121,9 @@ func nilText(v any) string {
 
 // WithRand sets the source of randomness that chooses the two shards of a
 // sharded limit, so that tests can make the choice deterministic. The
-// source is used under a lock. The default is the runtime's fast,
+// source is used under a lock of the Limiter's own: give each Limiter a
+// source of its own, as one shared by two Limiters is read by both at
+// once (rand.Source is not safe for concurrent use). The default is the runtime's fast,
 // goroutine-safe generator, which a nil src sets too; a src holding a nil
 // pointer, which would panic at the first sharded call, makes New fail
 // with an error matching ErrInvalidOption.
