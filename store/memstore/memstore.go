@@ -618,9 +618,15 @@ func (st *stripe) stepped(s *Store, now int64) {
 	}
 }
 
-// Bind implements driver.Binder.
+// Bind implements driver.Binder. Params that no valid op carries
+// (driver.CheckOp) make a bound limit whose every Decide fails with an
+// error matching driver.ErrInvalidOp, as Apply refuses such an op.
 func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
 	p.Phase = 0
+	probe := driver.Op{Mode: driver.ModeCheck, Items: []driver.Item{{Name: name, Shards: []driver.Shard{{Params: p}}}}}
+	if err := driver.CheckOp(&probe); err != nil {
+		return badBound{s: s, err: fmt.Errorf("memstore: Decide of limit %q: %w", name, err)}
+	}
 	l := s.limitOf(name, 0, true)
 	b := &bound{s: s, limit: l.id, salt: l.salt, p: p, phase: phase}
 	b.deferred = s.deferParams(b)
@@ -798,6 +804,25 @@ func (s *Store) expiry(r *record) int64 {
 	return r.expires
 }
 
+// badBound is a limit bound with params that no valid op carries: it
+// decides nothing, so that the transition never runs on them (a fixed
+// window of period 0 would divide by zero holding the record's lock).
+type badBound struct {
+	s   *Store
+	err error
+}
+
+// Store implements driver.BoundLimit.
+func (b badBound) Store() ratelimit.Store { return b.s }
+
+// Decide implements driver.BoundLimit: it returns the params' error.
+func (b badBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Verdict{}, err
+	}
+	return driver.Verdict{}, b.err
+}
+
 // bound is a limit bound to the store: its name registered and hashed,
 // its params ready.
 type bound struct {
@@ -941,7 +966,10 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 	p := &b.p
 	if b.p.Kind == ratelimit.FixedWindow {
 		q := b.p
-		q.Phase = b.phase(key)
+		if q.Phase = b.phase(key); q.Phase < 0 || q.Phase >= q.Period {
+			return driver.Verdict{}, fmt.Errorf("memstore: Decide of key %q: the phase function gave %d, outside the period [0, %d): "+
+				"give a phase within it, as Config.Phase does: %w", key, q.Phase, q.Period, driver.ErrInvalidOp)
+		}
 		p = &q
 	}
 	next := ratelimit.TransitionInto(&d, p, driver.State{}, false, now, count, reserve)

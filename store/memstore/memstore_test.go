@@ -333,9 +333,9 @@ func TestBoundExpiry(t *testing.T) {
 		p := driver.Params{
 			Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
 			Rate:   []float64{1, 3, 0.1, 1.0 / 3, 7.5, 1e9, 1e-9, 1e15}[rng.IntN(8)],
-			Period: []int64{1, 7, 1000, 60_000, 86_400_000, 3_155_760_000_000}[rng.IntN(6)],
+			Period: []int64{1, 7, 1000, 60_000, 86_400_000, ratelimit.MaxPeriod.Milliseconds()}[rng.IntN(6)],
 		}
-		p.Capacity = p.Rate * []float64{1, 1.5, 3, 0.25}[rng.IntN(4)]
+		p.Capacity = min(p.Rate*[]float64{1, 1.5, 3, 0.25}[rng.IntN(4)], ratelimit.MaxTokens)
 		if p.Rate >= 1 && rng.IntN(2) == 0 {
 			p.Capacity = math.Round(p.Capacity)
 		}
@@ -553,4 +553,69 @@ func TestDecideBounds(t *testing.T) {
 	}
 	_, err = b.Decide(ctx, "k", driver.ModeCheck, driver.MaxTime, 1, false)
 	require.NoError(t, err)
+}
+
+// A limit bound with params that no valid op carries (driver.CheckOp), or
+// whose phase function gives a phase outside [0, Period), is refused by
+// every Decide with an error matching driver.ErrInvalidOp, as Apply
+// refuses such an op (the phase only where it is used: for a missing
+// record), and the key's record stays usable. Before, a fixed
+// window of period 0 panicked with an integer division by zero while it
+// held the record's lock, so that every later call on the key waited for
+// ever, and a phase outside the period was decided.
+func TestBindRefusesBadParams(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	good := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 1000, Capacity: 10}
+	noPhase := func(string) int64 { return 0 }
+	for _, c := range []struct {
+		name  string
+		p     driver.Params
+		phase func(string) int64
+	}{
+		{"period 0", driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 0, Capacity: 10}, noPhase},
+		{"negative period", driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: -5, Capacity: 10}, noPhase},
+		{"rate 0", driver.Params{Kind: ratelimit.TokenBucket, Rate: 0, Period: 1000, Capacity: 10}, noPhase},
+		{"NaN rate", driver.Params{Kind: ratelimit.TokenBucket, Rate: math.NaN(), Period: 1000, Capacity: 10}, noPhase},
+		{"infinite capacity", driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 1000, Capacity: math.Inf(1)}, noPhase},
+		{"no kind", driver.Params{Kind: 7, Rate: 10, Period: 1000, Capacity: 10}, noPhase},
+		{"negative phase", good, func(string) int64 { return -3 }},
+		{"phase of a period", good, func(string) int64 { return 1000 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := must(memstore.New())
+			// The key's record exists: the call on it finds it without
+			// the stripe's mutex.
+			v, err := s.Bind("l", good, noPhase).Decide(ctx, "old", driver.ModeLimit, t0, 1, false)
+			require.NoError(t, err)
+			require.True(t, v.OK)
+			bad := s.Bind("l", c.p, c.phase)
+			keys := []string{"old", "new"}
+			if c.p == good { // a bad phase: a record found needs none
+				keys = keys[1:]
+			}
+			for _, key := range keys {
+				for _, mode := range []driver.Mode{driver.ModeLimit, driver.ModeCheck} {
+					var v driver.Verdict
+					var err error
+					require.NotPanics(t, func() { v, err = bad.Decide(ctx, key, mode, t0+1, 1, false) }, "key %s, mode %d", key, mode)
+					require.ErrorIs(t, err, driver.ErrInvalidOp, "key %s, mode %d: granted %v", key, mode, v.OK)
+				}
+			}
+			done := make(chan driver.Verdict, 1)
+			go func() {
+				v, err := s.Bind("l", good, noPhase).Decide(ctx, "old", driver.ModeLimit, t0+2, 1, false)
+				assert.NoError(t, err)
+				done <- v
+			}()
+			select {
+			case v := <-done:
+				require.True(t, v.OK)
+				require.Equal(t, 8.0, v.Remaining, "the refused calls charged nothing")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the record is still locked by the refused call")
+			}
+			require.Equal(t, 1, s.Len(), "a refused call added a record")
+		})
+	}
 }
