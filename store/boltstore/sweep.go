@@ -18,11 +18,11 @@ import (
 const defaultSweepBatch = 1000
 
 // DeleteExpired removes every record whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now, and returns how many it
-// removed. The grace keeps exact the calls in flight, judged at a now read
-// a moment before. Such records read as a full bucket whether kept or not;
-// removing them keeps the file's size proportional to the keys active
-// recently. Call it periodically (say every few minutes) from one
+// driver.ExpiryGrace (a minute) at now, taken within ±driver.MaxTime, and
+// returns how many it removed. The grace keeps exact the calls in flight,
+// judged at a now read a moment before. Such records read as a full
+// bucket whether kept or not; removing them keeps the file's size
+// proportional to the keys active recently. Call it periodically (say every few minutes) from one
 // goroutine. It removes the marks of settlements once they have expired
 // too, but keeps a mark it cannot read (ErrBadMark): its expiry is
 // unknown, and without it its token could be settled again. Delete such
@@ -43,7 +43,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, err
 	}
-	cutoff := now.UnixMilli() - driver.ExpiryGrace
+	cutoff := clampMilli(now) - driver.ExpiryGrace
 	var after []byte // the last key visited
 	n := 0
 	for {
@@ -73,6 +73,20 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		}
 		after = last
 	}
+}
+
+// clampMilli returns t in Unix ms, within ±driver.MaxTime: the time less
+// the grace cannot wrap around, as it did from a time far enough back
+// (or one whose ms do not fit in an int64) to one far ahead, at which
+// every record was removed.
+func clampMilli(t time.Time) int64 {
+	switch {
+	case t.Before(time.UnixMilli(-driver.MaxTime)):
+		return -driver.MaxTime
+	case t.After(time.UnixMilli(driver.MaxTime)):
+		return driver.MaxTime
+	}
+	return t.UnixMilli()
 }
 
 // expiredAt reports whether the value v of the key k says it may be

@@ -1189,8 +1189,8 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 }
 
 // DeleteExpired drops every record whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now (and every settlement's mark past
-// its expiry), shrinks the tables they leave
+// driver.ExpiryGrace (a minute) at now, taken within ±driver.MaxTime (and
+// every settlement's mark past its expiry), shrinks the tables they leave
 // emptier, and returns how many it dropped. Writes already drop expired
 // records a few at a time; call this to reclaim memory at once, e.g. after
 // a burst of one-off keys.
@@ -1201,7 +1201,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ms := now.UnixMilli()
+	ms := clampMilli(now)
 	s.markMu.Lock()
 	n := s.dropMarks(ms)
 	s.markMu.Unlock()
@@ -1209,6 +1209,20 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		n += s.stripes[i].deleteExpired(s, ms)
 	}
 	return n, nil
+}
+
+// clampMilli returns t in Unix ms, within ±driver.MaxTime: the time less
+// the grace cannot wrap around, as it did from a time far enough back
+// (or one whose ms do not fit in an int64) to one far ahead, at which
+// every record was dropped.
+func clampMilli(t time.Time) int64 {
+	switch {
+	case t.Before(time.UnixMilli(-driver.MaxTime)):
+		return -driver.MaxTime
+	case t.After(time.UnixMilli(driver.MaxTime)):
+		return driver.MaxTime
+	}
+	return t.UnixMilli()
 }
 
 // expiredChunk is how many slots DeleteExpired examines in one hold of a
