@@ -97,11 +97,15 @@ type Option func(*Janitor) error
 
 // WithClock sets the clock that times the sweeps and gives their
 // now. Production uses the real clock (the default); tests pass
-// clock.NewMock() and move time by hand.
+// clock.NewMock() and move time by hand. A nil clock, or one holding a
+// nil pointer, makes New fail with an error matching ErrInvalid.
 func WithClock(c clock.Clock) Option {
 	return func(j *Janitor) error {
 		if c == nil {
 			return fmt.Errorf("janitor: WithClock(nil): pass a clock, or leave the option out for the real one: %w", ErrInvalid)
+		}
+		if isnil.Is(c) {
+			return fmt.Errorf("janitor: WithClock(%T(nil)): pass a clock, or leave the option out for the real one: %w", c, ErrInvalid)
 		}
 		j.clock = c
 		return nil

@@ -115,6 +115,7 @@ func TestNewRejectsBadArguments(t *testing.T) {
 		{"zero interval", &expirer{}, 0, nil, "interval 0s is not positive"},
 		{"negative interval", &expirer{}, -time.Second, nil, "interval -1s is not positive"},
 		{"nil clock", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock(nil)}, "WithClock(nil)"},
+		{"nil mock clock", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock((*clock.Mock)(nil))}, "WithClock(*clock.Mock(nil))"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j, err := janitor.New(tc.store, tc.every, tc.opts...)

@@ -39,7 +39,6 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -54,6 +53,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 )
 
 const (
@@ -148,7 +148,9 @@ type options struct {
 
 // WithClock sets the clock by which the store's own sweeps judge how much
 // time has passed (default: the real clock). Tests that move a mock clock
-// by hand and want records swept pass that clock.
+// by hand and want records swept pass that clock. A nil clock, or one
+// holding a nil pointer, makes New fail with an error matching
+// ratelimit.ErrInvalidOption.
 func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 var (
@@ -165,7 +167,10 @@ func New(opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	if o.clock == nil {
-		return nil, errors.New("memstore: WithClock needs a clock: pass clock.New() or a mock")
+		return nil, fmt.Errorf("memstore: WithClock needs a clock: pass clock.New() or a mock: %w", ratelimit.ErrInvalidOption)
+	}
+	if isnil.Is(o.clock) {
+		return nil, fmt.Errorf("memstore: WithClock was given %T(nil): pass clock.New() or a mock: %w", o.clock, ratelimit.ErrInvalidOption)
 	}
 	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
 	for i := range s.stripes {

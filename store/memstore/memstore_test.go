@@ -647,3 +647,18 @@ func TestDeleteExpiredAtExtremeTimes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a record full again long before")
 }
+
+// TestNewRefusesANilClock: a nil clock, or one holding a nil pointer (a
+// mock left unset), is refused by New, with an error matching
+// ratelimit.ErrInvalidOption. Taken, the nil pointer made the store's
+// first call panic.
+func TestNewRefusesANilClock(t *testing.T) {
+	for _, c := range []clock.Clock{nil, (*clock.Mock)(nil)} {
+		var s *memstore.Store
+		var err error
+		require.NotPanics(t, func() { s, err = memstore.New(memstore.WithClock(c)) }, "%T", c)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "%T", c)
+		assert.ErrorContains(t, err, "memstore: WithClock")
+		assert.Nil(t, s)
+	}
+}
