@@ -39,8 +39,13 @@ var ErrClosed = errors.New("ratelimit: store is closed")
 // been full again for ExpiryGrace at now, and every settlement's mark
 // expired for as long, and returns how many records and marks it dropped;
 // it counts nothing else it may remove (such as rows of its own that no
-// write made records). A record it keeps reads the same either way. Call
-// it periodically, or let package store/janitor do it.
+// write made records). A record it keeps reads the same either way under
+// the config that wrote it; after a change of a fixed window's phase
+// (Start, or the Period its derived phase depends on) a kept record keeps
+// its old alignment where a dropped one takes the new, so stores that
+// sweep at different times may answer a call near a window's edge
+// differently, each within the bound (docs/model.md, "Changing limits").
+// Call it periodically, or let package store/janitor do it.
 type Expirer interface {
 	DeleteExpired(ctx context.Context, now time.Time) (int, error)
 }
