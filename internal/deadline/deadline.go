@@ -1,0 +1,100 @@
+// Package deadline is the one rule by which the library reads a context's
+// deadline off the wall clock.
+//
+// # The rule
+//
+// A context's deadline is a time.Time, and nothing says of which clock.
+// Most are the wall clock's: context.WithTimeout sets one, and the context
+// ends when the wall clock reaches it. But a test's mock.WithTimeout
+// (github.com/benbjohnson/clock), or the Limiter's own check of the store
+// on its WithClock, sets a deadline of a mock's time, and that context
+// ends when the mock reaches it; a mock starts in 1970, so the wall clock
+// is past such a deadline long before its context ends. So, by the wall
+// clock, a deadline is
+//
+//   - ahead (Ahead): the wall clock has not reached it. It may be read
+//     off the wall clock, and the time left is time.Until of it, whether
+//     or not the context has ended (by a cancel) meanwhile.
+//   - met (Met): the wall clock is past it and the context has ended.
+//     No time is left.
+//   - unmet (Unmet): the wall clock is past it and the context has not
+//     ended. It is another clock's, or its context's timer is due and has
+//     not run yet (it runs a moment later, on a goroutine of its own).
+//     Either way it bounds nothing the wall clock can measure, and must
+//     not be read as the context's end: the context's own Err says when
+//     that comes. A caller that must tell the two apart waits a moment
+//     for the context to end (the Redis store does, for a read that its
+//     client ended at the deadline by the wall clock).
+//
+// The stores ask this of the context of each call they send: the Redis
+// store, whether a network timeout was the caller's deadline; the
+// PostgreSQL store, how long its statement may wait for a lock.
+//
+// A batch's context (internal/coalesce) asks something else: it must
+// report the latest of its callers' deadlines without ending at it, since
+// it cannot tell of which clock they are either, and ends only once every
+// caller has left, each by its own context. It reads no time off the wall
+// clock, and keeps a context type of its own; a send given that context
+// reads it by this rule, as any other.
+package deadline
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// State is what the wall clock tells of a context's deadline.
+type State int
+
+// The states of a context's deadline, by the wall clock (see the package
+// doc).
+const (
+	// None: the context has no deadline.
+	None State = iota
+	// Ahead: the wall clock has not reached the deadline.
+	Ahead
+	// Met: the wall clock is past the deadline, and the context has ended.
+	Met
+	// Unmet: the wall clock is past the deadline, and the context has not
+	// ended: the deadline is of another clock, or the context's timer has
+	// not run yet.
+	Unmet
+)
+
+// Past reports whether the wall clock is past the deadline: Met or
+// Unmet.
+func (s State) Past() bool { return s == Met || s == Unmet }
+
+// String returns the state's name.
+func (s State) String() string {
+	switch s {
+	case None:
+		return "none"
+	case Ahead:
+		return "ahead"
+	case Met:
+		return "met"
+	case Unmet:
+		return "unmet"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Of returns the time left to ctx's deadline by the wall clock, above 0
+// when its state is Ahead and 0 otherwise, and that state. It reads the
+// wall clock before ctx's Err, so that a context that ends meanwhile, at
+// its deadline, is Met.
+func Of(ctx context.Context) (time.Duration, State) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, None
+	}
+	if left := time.Until(dl); left > 0 {
+		return left, Ahead
+	}
+	if ctx.Err() != nil {
+		return 0, Met
+	}
+	return 0, Unmet
+}
