@@ -75,6 +75,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
+	"github.com/ratelimit-go/ratelimit/internal/deadline"
 )
 
 // schemaSQL is the schema, with {{table}}, {{apply}} and {{one}} to be
@@ -1725,22 +1726,19 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 // ms, some 24 days) waits that long: the sum below would overflow for one
 // centuries away, as context.WithTimeout(ctx, math.MaxInt64) sets.
 //
-// A deadline the wall clock is past, of a context that has not ended, is
+// A deadline is read off the wall clock by the rule of internal/deadline.
+// One the wall clock is past, of a context that has not ended (Unmet), is
 // of another clock: a test's mock.WithTimeout, or the Limiter's own check
 // of the store on its WithClock. It bounds nothing the wall clock can
 // measure, and the statement waits as without one (0), rather than give
 // the server 1 ms, which failed a call that met any row lock with
 // SQLSTATE 55P03 long before its context ended. A context that has ended
-// gets 1 ms: pgx does not send its statement anyway.
+// (Met) gets 1 ms: pgx does not send its statement anyway.
 func lockWait(ctx context.Context) int32 {
-	dl, ok := ctx.Deadline()
-	if !ok {
+	switch left, st := deadline.Of(ctx); {
+	case st == deadline.None || st == deadline.Unmet:
 		return 0
-	}
-	switch left := time.Until(dl); {
-	case left <= 0 && ctx.Err() == nil:
-		return 0
-	case left <= 0:
+	case st == deadline.Met:
 		return 1
 	case left >= math.MaxInt32*time.Millisecond:
 		return math.MaxInt32
