@@ -60,6 +60,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/coalesce"
+	"github.com/ratelimit-go/ratelimit/internal/deadline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -357,8 +358,9 @@ func (s *Store) Close() error {
 // as a time of the wall clock, which other errors owe nothing to, and a
 // deadline may be of another clock (a test's mock.WithTimeout, or the
 // Limiter's check of the store on a mock clock), which the wall clock
-// may be past long before the context ends; a connection refused, or a
-// read timeout of a client without ContextTimeoutEnabled (the server's
+// may be past long before the context ends (the rule of
+// internal/deadline: such a deadline is Unmet); a connection refused, or
+// a read timeout of a client without ContextTimeoutEnabled (the server's
 // slowness), then read as the caller's deadline. nil stays nil: a call
 // answered is answered, even if ctx ended meanwhile.
 func (s *Store) callerError(ctx context.Context, err error) error {
@@ -367,7 +369,7 @@ func (s *Store) callerError(ctx context.Context, err error) error {
 	}
 	cerr := ctx.Err()
 	if cerr == nil && s.ctxTimeout && isTimeout(err) {
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		if _, st := deadline.Of(ctx); st.Past() {
 			cerr = ended(ctx)
 		}
 	}
@@ -383,8 +385,9 @@ const contextLag = 20 * time.Millisecond
 
 // ended waits until ctx, whose deadline the wall clock has passed,
 // reports its end, and returns its error, or context.DeadlineExceeded
-// after contextLag. Its timer is due, but runs a moment later, on a
-// goroutine of its own: a Limiter given an error that matched
+// after contextLag: it tells apart the two kinds of deadline that
+// internal/deadline calls Unmet. Its timer is due, but runs a moment
+// later, on a goroutine of its own: a Limiter given an error that matched
 // context.DeadlineExceeded, and a context that had not ended yet, took
 // the caller's deadline for the store's failure, and counted it towards
 // the breaker. The wait is bounded for a context that does not end at its
