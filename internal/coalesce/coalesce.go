@@ -441,7 +441,9 @@ func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Cont
 // context ended. A deadline may be of another clock than the wall's (a
 // test's mock.WithTimeout): a context.WithDeadline would end at once for
 // one the wall clock is past, and fail the batch, though none of its
-// callers' contexts had ended.
+// callers' contexts had ended. It reads no time off the wall clock; a
+// send reads its deadline by the rule of internal/deadline, as any other
+// (one the wall clock is past while the batch goes on is Unmet).
 type deadlineCtx struct {
 	context.Context
 	deadline time.Time
