@@ -23,11 +23,15 @@
 // the call out of flight: a caller that recovers finds the Batcher usable.
 // A panic in a send in the background, where no caller could recover it,
 // fails every call of the batch with a *PanicError instead, and the
+// Batcher goes on. So with runtime.Goexit (t.FailNow in a test's send): on
+// a caller's goroutine it ends that goroutine, the call out of flight; in
+// the background it fails every call of the batch with ErrGoexit, and the
 // Batcher goes on.
 package coalesce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -521,61 +525,109 @@ func work[Req, Res any](calls <-chan *call[Req, Res]) {
 // does, the batches of the calls that arrived meanwhile.
 func (b *Batcher[Req, Res]) runOne(c *call[Req, Res], worker bool) {
 	var res [1]Res
+	sent := false
+	defer func() {
+		if !sent { // send called runtime.Goexit: see sendBackground
+			b.retire(worker)
+			var zero Res
+			if calls, bt, ctx := b.answerOne(c, zero, ErrGoexit, false); calls != nil {
+				go b.run(calls, bt, ctx, false)
+			}
+		}
+	}()
 	err := b.sendBackground(c.ctx, []Req{c.req}, res[:])
-	c.res, c.err = res[0], err
+	sent = true
+	if calls, bt, ctx := b.answerOne(c, res[0], err, worker); calls != nil {
+		b.run(calls, bt, ctx, worker)
+	}
+}
 
+// answerOne answers the detached lone call c, sent, with res and err,
+// and returns the batch to send next in its slot, if any (see after).
+func (b *Batcher[Req, Res]) answerOne(c *call[Req, Res], res Res, err error, worker bool) ([]*call[Req, Res], *batch, context.Context) {
+	c.res, c.err = res, err
 	// Out of flight before the caller wakes, so that its next call, if
 	// it makes one at once, goes at once too.
 	b.mu.Lock()
 	b.count(-1, 0)
-	var calls []*call[Req, Res]
-	var bt *batch
-	var ctx context.Context
-	if b.goOn() {
-		calls, bt, ctx = b.take()
-	}
-	if calls == nil {
-		b.inflight--
-		b.idle(worker)
-		b.mu.Unlock()
-		signal(c)
-		return
-	}
+	calls, bt, ctx := b.after(worker)
 	b.mu.Unlock()
 	signal(c)
-	b.run(calls, bt, ctx, worker)
+	return calls, bt, ctx
 }
 
 // run sends batches in the background, one after another, while calls
 // keep arriving; on the worker, it frees the worker at the end.
 func (b *Batcher[Req, Res]) run(calls []*call[Req, Res], bt *batch, ctx context.Context, worker bool) {
-	for {
-		reqs := make([]Req, len(calls))
-		res := make([]Res, len(calls))
-		for i, c := range calls {
-			reqs[i] = c.req
-		}
-		err := b.sendBackground(ctx, reqs, res)
-		bt.cancel()
-		for i, c := range calls {
-			c.res, c.err = res[i], err
-			signal(c)
-		}
-
-		b.mu.Lock()
-		b.count(-len(calls), 0)
-		calls = nil
-		if b.goOn() {
-			calls, bt, ctx = b.take()
-		}
-		if calls == nil {
-			b.inflight--
-			b.idle(worker)
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
+	for calls != nil {
+		calls, bt, ctx = b.sendBatch(calls, bt, ctx, worker)
 	}
+}
+
+// sendBatch sends calls, a batch, in the background, answers them, and
+// returns the batch to send next in its slot, if any (see after).
+func (b *Batcher[Req, Res]) sendBatch(calls []*call[Req, Res], bt *batch, ctx context.Context, worker bool) ([]*call[Req, Res], *batch, context.Context) {
+	reqs := make([]Req, len(calls))
+	res := make([]Res, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.req
+	}
+	sent := false
+	defer func() {
+		if !sent { // send called runtime.Goexit: see sendBackground
+			b.retire(worker)
+			clear(res)
+			if calls, bt, ctx := b.answer(calls, bt, res, ErrGoexit, false); calls != nil {
+				go b.run(calls, bt, ctx, false)
+			}
+		}
+	}()
+	err := b.sendBackground(ctx, reqs, res)
+	sent = true
+	return b.answer(calls, bt, res, err, worker)
+}
+
+// answer answers the calls of bt, sent, with res and err, and returns the
+// batch to send next in its slot, if any (see after).
+func (b *Batcher[Req, Res]) answer(calls []*call[Req, Res], bt *batch, res []Res, err error, worker bool) ([]*call[Req, Res], *batch, context.Context) {
+	bt.cancel()
+	for i, c := range calls {
+		c.res, c.err = res[i], err
+		signal(c)
+	}
+	b.mu.Lock()
+	b.count(-len(calls), 0)
+	next, nbt, nctx := b.after(worker)
+	b.mu.Unlock()
+	return next, nbt, nctx
+}
+
+// after returns the batch to send next in the slot of a batch in the
+// background just answered: the queued calls, if they go on in it (see
+// goOn). Else it takes the slot out of flight and, on the worker, frees
+// the worker. b.mu is held.
+func (b *Batcher[Req, Res]) after(worker bool) ([]*call[Req, Res], *batch, context.Context) {
+	if b.goOn() {
+		if calls, bt, ctx := b.take(); calls != nil {
+			return calls, bt, ctx
+		}
+	}
+	b.inflight--
+	b.idle(worker)
+	return nil, nil, nil
+}
+
+// retire lets go of the worker, if worker says this goroutine is it, as
+// runtime.Goexit ends it: the next detached call starts another (see
+// sendBackground).
+func (b *Batcher[Req, Res]) retire(worker bool) {
+	if !worker {
+		return
+	}
+	b.mu.Lock()
+	b.busy = false
+	b.stopWorker()
+	b.mu.Unlock()
 }
 
 // PanicError is the error of every call of a batch whose send panicked in
@@ -597,8 +649,22 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
+// ErrGoexit is the error of every call of a batch whose send called
+// runtime.Goexit in the background (see the package doc): it did not
+// return, and what it did is unknown.
+var ErrGoexit = errors.New("a batch's send called runtime.Goexit (t.FailNow does) and did not return: return an error from the send instead")
+
 // sendBackground sends a batch in the background: a panic in send fails
 // the batch with a *PanicError, and its results are zero.
+//
+// It returns, unless send calls runtime.Goexit, which ends the goroutine
+// whatever the calls deferred on it do. So a goroutine that sends a batch
+// in the background defers, before it calls sendBackground, what then
+// answers the batch with ErrGoexit and starts another goroutine for the
+// batches that go on in its slot; the worker, if it is the one, is gone,
+// and the Batcher's next detached call starts another. The batch's
+// callers would otherwise wait for an answer forever, and its slot stay
+// in flight.
 func (b *Batcher[Req, Res]) sendBackground(ctx context.Context, reqs []Req, res []Res) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
