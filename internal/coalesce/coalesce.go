@@ -650,9 +650,10 @@ func (e *PanicError) Unwrap() error {
 }
 
 // ErrGoexit is the error of every call of a batch whose send called
-// runtime.Goexit in the background (see the package doc): it did not
-// return, and what it did is unknown.
-var ErrGoexit = errors.New("a batch's send called runtime.Goexit (t.FailNow does) and did not return: return an error from the send instead")
+// runtime.Goexit in the background (see the package doc), and of
+// Detached when its fn does: it did not return, and what it did is
+// unknown.
+var ErrGoexit = errors.New("the send called runtime.Goexit (t.FailNow does) and did not return: return an error from it instead")
 
 // sendBackground sends a batch in the background: a panic in send fails
 // the batch with a *PanicError, and its results are zero.

@@ -11,8 +11,10 @@ import "context"
 // reads after Detached returns nil. A panic in fn goes on to the caller,
 // as it would on the caller's goroutine, if the caller is still there;
 // one left behind is dropped, rather than end the process where nobody
-// can recover it. It is the lone call of Options.Detach, for calls that do
-// not go through a Batcher.
+// can recover it. A runtime.Goexit in fn (t.FailNow) on the goroutine of
+// its own ends that goroutine only: Detached returns ErrGoexit, as a
+// detached lone call of a Batcher does. It is the lone call of
+// Options.Detach, for calls that do not go through a Batcher.
 func Detached(ctx context.Context, fn func() error) error {
 	if ctx.Done() == nil {
 		return fn()
@@ -21,6 +23,7 @@ func Detached(ctx context.Context, fn func() error) error {
 		err      error
 		panicked any
 		ok       bool // fn returned: it did not panic
+		exited   bool // fn called runtime.Goexit
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -28,6 +31,7 @@ func Detached(ctx context.Context, fn func() error) error {
 		defer func() {
 			if !r.ok {
 				r.panicked = recover()
+				r.exited = r.panicked == nil // a panic's value is never nil
 			}
 			done <- r
 		}()
@@ -36,6 +40,9 @@ func Detached(ctx context.Context, fn func() error) error {
 	}()
 	select {
 	case r := <-done:
+		if r.exited {
+			return ErrGoexit
+		}
 		if !r.ok {
 			panic(r.panicked)
 		}

@@ -193,3 +193,26 @@ func TestDetachOffSendGoexitFailsItsCall(t *testing.T) {
 	require.Equal(t, answer{30, nil}, within(t, doAsync(b, ctx, 3), "a call after"))
 	b.Close()
 }
+
+// Detached returns ErrGoexit when fn calls runtime.Goexit on the
+// goroutine of its own, as a detached lone call of a Batcher fails: the
+// caller got a panic with nil (a *runtime.PanicNilError) that nobody
+// raised. Run on the caller's goroutine, fn ends it.
+func TestDetachedGoexit(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	require.NotPanics(t, func() {
+		err = Detached(ctx, func() error { runtime.Goexit(); return nil })
+	})
+	require.ErrorIs(t, err, ErrGoexit)
+
+	returned := make(chan bool, 1)
+	go func() {
+		ok := false
+		defer func() { returned <- ok }()
+		_ = Detached(context.Background(), func() error { runtime.Goexit(); return nil })
+		ok = true
+	}()
+	require.False(t, <-returned, "fn ran on the caller's goroutine, and ended it")
+}
