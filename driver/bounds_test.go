@@ -36,3 +36,32 @@ func TestBoundsAreTheLimiters(t *testing.T) {
 		t.Errorf("a Rate below driver's least rate times MaxShards (%v) is accepted", c.Rate)
 	}
 }
+
+// TestClampMilli: a time within ±MaxTime is its Unix milliseconds; one
+// beyond, however far (its milliseconds past an int64's range too), is
+// the bound on its side, so that less ExpiryGrace it cannot wrap around.
+func TestClampMilli(t *testing.T) {
+	for _, tc := range []struct {
+		t    time.Time
+		want int64
+	}{
+		{time.UnixMilli(0), 0},
+		{time.UnixMilli(1_700_000_000_123), 1_700_000_000_123},
+		{time.UnixMilli(driver.MaxTime), driver.MaxTime},
+		{time.UnixMilli(-driver.MaxTime), -driver.MaxTime},
+		{time.UnixMilli(driver.MaxTime + 1), driver.MaxTime},
+		{time.UnixMilli(-driver.MaxTime - 1), -driver.MaxTime},
+		{time.UnixMilli(math.MinInt64), -driver.MaxTime},
+		{time.UnixMilli(math.MaxInt64), driver.MaxTime},
+		{time.Unix(math.MinInt64/2, 0), -driver.MaxTime},
+		{time.Unix(math.MaxInt64/2, 0), driver.MaxTime},
+		{time.Time{}, time.Time{}.UnixMilli()},
+	} {
+		if got := driver.ClampMilli(tc.t); got != tc.want {
+			t.Errorf("ClampMilli(%v) = %d, want %d", tc.t, got, tc.want)
+		}
+		if got := driver.ClampMilli(tc.t) - driver.ExpiryGrace; got > driver.MaxTime {
+			t.Errorf("ClampMilli(%v) less the grace wrapped around to %d", tc.t, got)
+		}
+	}
+}

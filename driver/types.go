@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 )
 
 // The vocabulary of the contract: what an Op asks, the records it reads
@@ -362,6 +363,21 @@ const ExpiryGrace int64 = 60_000
 // 2^53). The Limiter refuses a clock beyond it (ratelimit.ErrTimeRange),
 // and a store an Op whose Now is beyond it (ErrInvalidOp).
 const MaxTime int64 = 1 << 52
+
+// ClampMilli returns t in Unix milliseconds, within ±MaxTime. An Expirer
+// takes its now so before it subtracts ExpiryGrace: from a time far
+// enough back (or one whose milliseconds do not fit in an int64) the
+// difference wraps around to a time far ahead, at which every record
+// would be dropped.
+func ClampMilli(t time.Time) int64 {
+	switch {
+	case t.Before(time.UnixMilli(-MaxTime)):
+		return -MaxTime
+	case t.After(time.UnixMilli(MaxTime)):
+		return MaxTime
+	}
+	return t.UnixMilli()
+}
 
 // Never is the FullAt (ratelimit.FullAt) of a record whose refill is too
 // slow to compute: keep it.

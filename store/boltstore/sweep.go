@@ -43,7 +43,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, err
 	}
-	cutoff := clampMilli(now) - driver.ExpiryGrace
+	cutoff := driver.ClampMilli(now) - driver.ExpiryGrace
 	var after []byte // the last key visited
 	n := 0
 	for {
@@ -73,20 +73,6 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		}
 		after = last
 	}
-}
-
-// clampMilli returns t in Unix ms, within ±driver.MaxTime: the time less
-// the grace cannot wrap around, as it did from a time far enough back
-// (or one whose ms do not fit in an int64) to one far ahead, at which
-// every record was removed.
-func clampMilli(t time.Time) int64 {
-	switch {
-	case t.Before(time.UnixMilli(-driver.MaxTime)):
-		return -driver.MaxTime
-	case t.After(time.UnixMilli(driver.MaxTime)):
-		return driver.MaxTime
-	}
-	return t.UnixMilli()
 }
 
 // expiredAt reports whether the value v of the key k says it may be

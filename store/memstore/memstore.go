@@ -1206,7 +1206,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ms := clampMilli(now)
+	ms := driver.ClampMilli(now)
 	s.markMu.Lock()
 	n := s.dropMarks(ms)
 	s.markMu.Unlock()
@@ -1214,20 +1214,6 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		n += s.stripes[i].deleteExpired(s, ms)
 	}
 	return n, nil
-}
-
-// clampMilli returns t in Unix ms, within ±driver.MaxTime: the time less
-// the grace cannot wrap around, as it did from a time far enough back
-// (or one whose ms do not fit in an int64) to one far ahead, at which
-// every record was dropped.
-func clampMilli(t time.Time) int64 {
-	switch {
-	case t.Before(time.UnixMilli(-driver.MaxTime)):
-		return -driver.MaxTime
-	case t.After(time.UnixMilli(driver.MaxTime)):
-		return driver.MaxTime
-	}
-	return t.UnixMilli()
 }
 
 // expiredChunk is how many slots DeleteExpired examines in one hold of a
