@@ -1893,7 +1893,8 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 var expiredChunk = 1000
 
 // DeleteExpired removes the records whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now, and the settlement marks past
+// driver.ExpiryGrace (a minute) at now, taken within ±driver.MaxTime
+// (driver.ClampMilli), and the settlement marks past
 // their expiry, and returns how many it removed. It removes as well,
 // uncounted, the placeholders of records that an op locked and then
 // refused to write: they were never records, and read as missing. The
@@ -1908,7 +1909,7 @@ var expiredChunk = 1000
 // Call it periodically, say every minute, from one process or several; it
 // returns ctx's error, and what it removed so far, when ctx ends.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	cutoff := now.UnixMilli() - driver.ExpiryGrace
+	cutoff := driver.ClampMilli(now) - driver.ExpiryGrace
 	var (
 		after   = []byte{}
 		deleted int

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -65,6 +66,38 @@ func testExpirer(t *testing.T, newStore NewStore) {
 
 	t.Run("Counts", func(t *testing.T) { testExpirerCounts(t, newStore) })
 	t.Run("Marks", func(t *testing.T) { testExpirerMarks(t, newStore) })
+	t.Run("ExtremeTimes", func(t *testing.T) { testExpirerExtremeTimes(t, newStore) })
+}
+
+// testExpirerExtremeTimes checks DeleteExpired at times far back and far
+// ahead: a time before every record's drops none of them, however far
+// back (math.MinInt64 ms, or one whose milliseconds do not fit in an
+// int64), and a time far ahead drops them all. A store that subtracted
+// ExpiryGrace from a time so far back wrapped around to one far ahead,
+// and dropped a charged record: its key's bucket read full again.
+func testExpirerExtremeTimes(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	now := epoch.UnixMilli()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
+	s := newStore(t)
+	exp := s.(driver.Expirer)
+	charge(t, s, now, "extreme", p)
+	for _, at := range []time.Time{
+		time.UnixMilli(math.MinInt64),
+		time.UnixMilli(math.MinInt64 + driver.ExpiryGrace - 1),
+		time.Unix(math.MinInt64/1000, 0),
+		{},
+	} {
+		n, err := exp.DeleteExpired(ctx, at)
+		require.NoError(t, err, "at %v", at)
+		require.Zero(t, n, "at %v, before the record was written", at)
+	}
+	recs := make([]driver.Record, 1)
+	require.NoError(t, s.Load(ctx, []driver.RecordID{{Name: "extreme", Key: "k"}}, recs))
+	require.NotZero(t, recs[0], "the charged record is kept")
+	n, err := exp.DeleteExpired(ctx, time.UnixMilli(math.MaxInt64))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a record full again long before")
 }
 
 // testExpirerMarks checks that DeleteExpired keeps a settlement's mark
