@@ -3,7 +3,6 @@ package boltstore_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -180,33 +179,4 @@ func TestSweepKeepsRecordsWrittenSince(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, oldRecords-1, n)
 	require.True(t, stored(t, s, "old", "0").Found)
-}
-
-// DeleteExpired at a time before every record's removes none of them,
-// however far back: at a time of math.MinInt64 ms, and at one whose
-// milliseconds do not fit in an int64. A time far ahead removes them all,
-// as at driver.MaxTime. Before, the cutoff (the time less the grace)
-// wrapped around to a time far ahead, and the drained record was removed:
-// its key's bucket was full again.
-func TestDeleteExpiredAtExtremeTimes(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
-	out := make([]driver.Decision, 1)
-	require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), out))
-	require.True(t, out[0].OK)
-	for _, at := range []time.Time{
-		time.UnixMilli(math.MinInt64),
-		time.UnixMilli(math.MinInt64 + driver.ExpiryGrace - 1),
-		time.Unix(math.MinInt64, 0),
-		time.Unix(math.MinInt64/1000, 0),
-		{},
-	} {
-		n, err := s.DeleteExpired(ctx, at)
-		require.NoError(t, err)
-		require.Zero(t, n, "at %v", at)
-		require.True(t, stored(t, s, "l", "k").Found, "at %v", at)
-	}
-	n, err := s.DeleteExpired(ctx, time.UnixMilli(math.MaxInt64))
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "a record full again long before")
 }

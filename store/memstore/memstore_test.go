@@ -620,34 +620,6 @@ func TestBindRefusesBadParams(t *testing.T) {
 	}
 }
 
-// DeleteExpired at a time before every record's drops none of them,
-// however far back: at a time of math.MinInt64 ms, and at one whose
-// milliseconds do not fit in an int64. A time far ahead drops them all,
-// as at driver.MaxTime. Before, the cutoff (the time less the grace)
-// wrapped around to a time far ahead, and the drained record was dropped:
-// its key's bucket was full again.
-func TestDeleteExpiredAtExtremeTimes(t *testing.T) {
-	ctx := context.Background()
-	const t0 = int64(1_700_000_000_000)
-	s := must(memstore.New(memstore.WithClock(newStepClock(t0))))
-	drain(t, s, "k", t0)
-	for _, at := range []time.Time{
-		time.UnixMilli(math.MinInt64),
-		time.UnixMilli(math.MinInt64 + driver.ExpiryGrace - 1),
-		time.Unix(math.MinInt64, 0),
-		time.Unix(math.MinInt64/1000, 0),
-		{},
-	} {
-		n, err := s.DeleteExpired(ctx, at)
-		require.NoError(t, err)
-		require.Zero(t, n, "at %v", at)
-		require.Equal(t, 1, s.Len(), "at %v", at)
-	}
-	n, err := s.DeleteExpired(ctx, time.UnixMilli(math.MaxInt64))
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "a record full again long before")
-}
-
 // TestNewRefusesANilClock: a nil clock, or one holding a nil pointer (a
 // mock left unset), is refused by New, with an error matching
 // ratelimit.ErrInvalidOption. Taken, the nil pointer made the store's
