@@ -537,6 +537,21 @@ func TestLoneSendPanicReachesItsCallerAndTheBatcherGoesOn(t *testing.T) {
 // it, fails every call of its batch with a *PanicError instead of ending
 // the process, and the Batcher goes on.
 func TestBackgroundSendPanicFailsItsBatch(t *testing.T) {
+	backgroundSendEnds(t, func() { panic("boom") }, func(t *testing.T, got answer) {
+		var pe *PanicError
+		require.ErrorAs(t, got.err, &pe)
+		require.Equal(t, "boom", pe.Value)
+		require.Contains(t, string(pe.Stack), "panic")
+		require.EqualError(t, got.err, "a batch's send panicked: boom")
+	})
+}
+
+// backgroundSendEnds runs a batch of two calls, queued behind a first
+// call in flight, whose send ends by end (a panic, runtime.Goexit) in the
+// background: the first call is answered, each call of the batch gets a
+// zero result and an error that check judges, and the Batcher goes on.
+func backgroundSendEnds(t *testing.T, end func(), check func(t *testing.T, got answer)) {
+	t.Helper()
 	entered, release := make(chan struct{}), make(chan struct{})
 	b := New(func(ctx context.Context, reqs, res []int) error {
 		switch reqs[0] {
@@ -545,7 +560,7 @@ func TestBackgroundSendPanicFailsItsBatch(t *testing.T) {
 			<-release
 		case 2:
 			res[0] = 20 // dropped: the batch failed
-			panic("boom")
+			end()
 		}
 		for i, r := range reqs {
 			res[i] = r * 10
@@ -560,20 +575,14 @@ func TestBackgroundSendPanicFailsItsBatch(t *testing.T) {
 	c := doAsync(b, bg, 3)
 	waitQueued(t, b, 2)
 	close(release)
-	require.Equal(t, answer{10, nil}, <-first)
-	for _, ch := range []<-chan answer{a, c} {
-		got := <-ch
-		require.Zero(t, got.res)
-		var pe *PanicError
-		require.ErrorAs(t, got.err, &pe)
-		require.Equal(t, "boom", pe.Value)
-		require.Contains(t, string(pe.Stack), "panic")
-		require.EqualError(t, got.err, "a batch's send panicked: boom")
+	require.Equal(t, answer{10, nil}, within(t, first, "call 1"))
+	for i, ch := range []<-chan answer{a, c} {
+		got := within(t, ch, "a call of the batch that ended")
+		require.Zero(t, got.res, "call %d", i)
+		check(t, got)
 	}
 	waitInflight(t, b, 0)
-	res, err := b.Do(bg, 4)
-	require.NoError(t, err)
-	require.Equal(t, 40, res)
+	require.Equal(t, answer{40, nil}, within(t, doAsync(b, bg, 4), "a call after"))
 }
 
 // A detached lone call's send panics on the worker: its caller gets a

@@ -28,37 +28,9 @@ func within(t *testing.T, ch <-chan answer, what string) answer {
 // batch waited forever, and the Batcher, its slot never freed, queued
 // every later call for ever.
 func TestBackgroundSendGoexitFailsItsBatch(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		switch reqs[0] {
-		case 1:
-			entered <- struct{}{}
-			<-release
-		case 2:
-			res[0] = 20 // dropped: the batch failed
-			runtime.Goexit()
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{})
-	bg := context.Background()
-	first := doAsync(b, bg, 1)
-	<-entered
-	a := doAsync(b, bg, 2)
-	waitQueued(t, b, 1)
-	c := doAsync(b, bg, 3)
-	waitQueued(t, b, 2)
-	close(release)
-	require.Equal(t, answer{10, nil}, within(t, first, "call 1"))
-	for i, ch := range []<-chan answer{a, c} {
-		got := within(t, ch, "a call of the batch that exited")
-		require.Zero(t, got.res, "call %d", i)
-		require.ErrorIs(t, got.err, ErrGoexit, "call %d", i)
-	}
-	waitInflight(t, b, 0)
-	require.Equal(t, answer{40, nil}, within(t, doAsync(b, bg, 4), "a call after"))
+	backgroundSendEnds(t, runtime.Goexit, func(t *testing.T, got answer) {
+		require.ErrorIs(t, got.err, ErrGoexit)
+	})
 }
 
 // A batch whose send exits goes on with the calls queued behind it,
