@@ -2,12 +2,10 @@ package ratelimitotel_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit"
 	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
+	"github.com/ratelimit-go/ratelimit/internal/observetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -22,29 +20,10 @@ func TestObserverConcurrent(t *testing.T) {
 	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(mp))
 	require.NoError(t, err)
 	const workers, names = 4, 1100 // past the sets kept built
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range names {
-				obs.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: fmt.Sprint("l", (i+w)%names), Key: secretKey, OK: true},
-					Outcome: ratelimit.Allowed})
-				if i%100 == 0 {
-					obs.ObserveJob(ctx, ratelimit.JobEvent{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.JobRan})
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range 3 {
-			var rm metricdata.ResourceMetrics
-			assert.NoError(t, reader.Collect(ctx, &rm))
-		}
-	}()
-	wg.Wait()
+	observetest.Concurrently(obs, secretKey, workers, names, 3, func() {
+		var rm metricdata.ResourceMetrics
+		assert.NoError(t, reader.Collect(ctx, &rm))
+	})
 
 	sm := collect(t, reader)
 	got := counts(t, sm)

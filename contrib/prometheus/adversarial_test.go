@@ -3,14 +3,13 @@ package ratelimitprom_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ratelimit-go/ratelimit"
 	ratelimitprom "github.com/ratelimit-go/ratelimit/contrib/prometheus"
+	"github.com/ratelimit-go/ratelimit/internal/observetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -43,31 +42,11 @@ func TestCollectorRegisteredTwice(t *testing.T) {
 // goroutines while the registry gathers, count each once (run with -race).
 func TestCollectorConcurrent(t *testing.T) {
 	c, reg := newCollector(t)
-	ctx := context.Background()
 	const workers, names = 4, 1100 // past the series kept found
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range names {
-				c.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: fmt.Sprint("l", (i+w)%names), Key: secretKey, OK: true},
-					Outcome: ratelimit.Allowed})
-				if i%100 == 0 {
-					c.ObserveJob(ctx, ratelimit.JobEvent{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.JobRan})
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range 5 {
-			_, err := reg.Gather()
-			assert.NoError(t, err)
-		}
-	}()
-	wg.Wait()
+	observetest.Concurrently(c, secretKey, workers, names, 5, func() {
+		_, err := reg.Gather()
+		assert.NoError(t, err)
+	})
 	assert.Equal(t, names, testutil.CollectAndCount(c, "ratelimit_decisions_total"))
 	assert.InDelta(t, float64(workers*names), sumCounter(t, reg, "ratelimit_decisions_total"), 0)
 	assert.InDelta(t, float64(workers*11), sumCounter(t, reg, "ratelimit_afterfunc_jobs_total"), 0)

@@ -1,11 +1,14 @@
 // Package observetest holds what the tests of the Prometheus and the
 // OpenTelemetry observers run alike: a sequence of Reservation.AfterFunc
 // jobs that run, stop and are dropped, whose counts both observers must
-// report. A step added here reaches the tests of both.
+// report, and decisions of many limits from many goroutines at once. A
+// step added here reaches the tests of both.
 package observetest
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,4 +59,40 @@ func Jobs(t *testing.T, obs ratelimit.Observer, key string) {
 	stop, err = reserve("tenant-1", ratelimit.WithConfig(cfg)).AfterFunc(job) // inline
 	require.NoError(t, err)
 	require.True(t, stop(ctx))
+}
+
+// Concurrently reports to obs, from workers goroutines at once, an allowed
+// decision of each of names limits ("l0", "l1", ...) with key, and a job
+// that ran of limit "api" with every hundredth decision, while collect
+// runs times times on a goroutine of its own, as a reader or a registry
+// gathers. An observer then counts each limit's decisions workers times,
+// and workers*((names+99)/100) jobs. Run it with -race, with names past
+// the attribute sets or series the observer keeps.
+func Concurrently(obs interface {
+	ratelimit.Observer
+	ratelimit.JobObserver
+}, key string, workers, names, times int, collect func()) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range names {
+				obs.Observe(ctx, ratelimit.Event{Result: ratelimit.Result{Name: fmt.Sprint("l", (i+w)%names), Key: key, OK: true},
+					Outcome: ratelimit.Allowed})
+				if i%100 == 0 {
+					obs.ObserveJob(ctx, ratelimit.JobEvent{Result: ratelimit.Result{Name: "api", Key: key}, Outcome: ratelimit.JobRan})
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range times {
+			collect()
+		}
+	}()
+	wg.Wait()
 }
