@@ -1265,7 +1265,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 				return cmp.Or(err, st.permitted(n))
 			}
 		} else if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
-			return err
+			return installLockError{err}
 		}
 		// Another process may have installed it while this one waited for
 		// the lock (processes that start together): then the script runs
@@ -1279,7 +1279,10 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 	})
 	// A relation or function made under the names since readSchema read
 	// them: the script's own checks refused them, under the lock.
+	var lockErr installLockError
 	switch {
+	case errors.As(err, &lockErr) && errors.As(err, &pe) && pe.Code == codeLockTimeout:
+		return s.installLockHeld(ctx, n, lockErr.err)
 	case errors.As(err, &pe) && pe.Code == codeNotStoreTable:
 		return notStoreTable(n.table, pe.Detail)
 	case errors.As(err, &pe) && pe.Code == codeNotStoreFunction:
@@ -1307,6 +1310,34 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)
 	}
 	return nil
+}
+
+// installLockError is the error of New's wait for the install lock
+// (schemaLock), before the install touched the table or its functions.
+type installLockError struct{ err error }
+
+func (e installLockError) Error() string { return e.err.Error() }
+func (e installLockError) Unwrap() error { return e.err }
+
+// installLockHeld returns the error of an install of n whose wait for the
+// install lock outlasted the session's lock_timeout (err): another
+// install holds the lock, which it names, with the session's lock_timeout,
+// read on another of the pool's connections, which set the same.
+func (s *Store) installLockHeld(ctx context.Context, n names, err error) error {
+	var holders, wait string
+	if e := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT pg_catalog.string_agg(pg_catalog.format('pid %s', l.pid), ', ' ORDER BY l.pid)
+		FROM pg_catalog.pg_locks l
+		WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted AND l.objsubid OPERATOR(pg_catalog.=) 1
+		AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+		AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8) OPERATOR(pg_catalog.=) $1::pg_catalog.int8),
+		'a transaction that has ended since'), pg_catalog.current_setting('lock_timeout')`, int64(schemaLock)).Scan(&holders, &wait); e != nil {
+		holders, wait = "a session that could not be read ("+e.Error()+")", "its setting"
+	}
+	return fmt.Errorf("pgstore: create or upgrade table %s and its functions: another session held the install lock "+
+		"(pg_advisory_xact_lock(%d), one for every table of the database) for more than the session's lock_timeout (%s), "+
+		"held by %s (%w): a New of another process, or a migration applying the SQL of Schema, most likely "+
+		"(pg_stat_activity shows what that session runs); the table and its functions were not touched: call New again once it has ended, "+
+		"or give the pool's sessions a longer lock_timeout (or none) for New", n.table, int64(schemaLock), wait, holders, err)
 }
 
 // pinPath sets the search_path of tx, to its end, to pinnedPath: New reads
