@@ -17,7 +17,9 @@ func newSchema() *cobra.Command {
 The application's pgstore.New runs the same SQL at start unless it is given
 pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
 SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
-transaction, which holds the lock it takes against installs beside it. Name
+transaction, which holds the lock it takes against installs beside it: run a
+transaction per statement (psql without --single-transaction), it changes
+nothing, and fails at its second statement (SQLSTATE RLTXN). Name
 the table's schema (the default is public.ratelimit, the table that
 pgstore.New finds for its default name, ratelimit, along the usual
 search_path): a name without one is the table in the session's
@@ -26,7 +28,7 @@ schema along search_path; its functions then name the table without the
 schema, which pgstore.New installs again and refuses with WithoutDDL. It
 connects to nothing.`,
 		Example: `  ratelimit schema --table public.ratelimit > migrations/0042_ratelimit.up.sql
-  ratelimit schema --table limits.records | psql --single-transaction "$DATABASE_URL"`,
+  ratelimit schema --table limits.records | psql --single-transaction -v ON_ERROR_STOP=1 "$DATABASE_URL"`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sql, err := pgstore.Schema(table)
 			if err != nil {

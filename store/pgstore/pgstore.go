@@ -695,7 +695,11 @@ func truncate(name string) string {
 // it takes against installs beside it (pg_advisory_xact_lock of the one
 // key 8241996772024085876, for every table of the database), and to whose
 // end its first statement sets search_path to pg_catalog, pg_temp, the
-// search_path of the functions it makes (see schema.sql). It waits for
+// search_path of the functions it makes (see schema.sql). Run a
+// transaction per statement (psql without --single-transaction), it
+// changes nothing: it fails at its second statement (SQLSTATE RLTXN), and
+// leaves the session read-only, so that the statements after it fail too.
+// It waits for
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's
 // lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the

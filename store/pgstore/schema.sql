@@ -54,6 +54,33 @@
 -- migration tools apply a migration).
 SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
 
+-- Run outside one transaction (psql without --single-transaction, a tool
+-- that sends it statement by statement), each statement would commit on
+-- its own: the lock above would be gone already, the table's lock and its
+-- bound below would end with their statement, and a statement that failed
+-- halfway would leave the rest to run, and the table to be marked as
+-- installed over what it did not install. So the script stops here
+-- unless this session still holds the lock: it makes the session
+-- read-only (default_transaction_read_only, committed at once, as a DO
+-- block run on its own may), so that every statement after this one
+-- fails and changes nothing, and fails (SQLSTATE RLTXN), saying to run it
+-- in one transaction.
+DO {{q}}
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
+		WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
+		AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND l.objsubid OPERATOR(pg_catalog.=) 1
+		AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8) OPERATOR(pg_catalog.=) {{lock}}) THEN
+		PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+		COMMIT;
+		RAISE EXCEPTION USING ERRCODE = 'RLTXN',
+			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
+				'it stopped here, and changed nothing; this session is read-only from now on, so that the statements after this one change nothing either',
+			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
+	END IF;
+END
+{{q}};
+
 -- A table name without a schema is the table of that name in
 -- current_schema(), where CREATE TABLE makes it, and the functions are
 -- made there too. A name that finds a relation in another schema along
