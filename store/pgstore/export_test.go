@@ -85,3 +85,18 @@ func ApplyAsEarlierRelease(ctx context.Context, s *Store, op *driver.Op, out []d
 	copy(out, r.out)
 	return nil
 }
+
+// SchemaSQL is the schema's SQL as the package holds it, placeholders and
+// all, for a test.
+var SchemaSQL = schemaSQL
+
+// MarkOf returns the mark of the schema whose SQL (as SchemaSQL holds it)
+// is sql, for a test.
+func MarkOf(sql string) string { return markOf(sql) }
+
+// SchemaVersion is the mark of this release's schema, for a test.
+var SchemaVersion = schemaVersion
+
+// Canonical returns what the schema's mark is a digest of, for sql, for a
+// test.
+func Canonical(sql string) string { return canonical(sql) }

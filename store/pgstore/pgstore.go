@@ -89,11 +89,103 @@ var schemaSQL string
 // as the table's comment, last, and reads it to know whether the schema
 // must be installed or upgraded. It changes with every change of
 // schema.sql, and of the statements its waits are written out as
-// (expandWaits).
-var schemaVersion = func() string {
-	sum := sha256.Sum256([]byte(expand(schemaSQL)))
+// (expandWaits), but of its comments and layout alone (canonical): those
+// would make every process install the schema again for nothing.
+var schemaVersion = markOf(schemaSQL)
+
+// markOf returns the mark of the schema whose SQL is sql (schemaVersion).
+func markOf(sql string) string {
+	sum := sha256.Sum256([]byte(canonical(expand(sql))))
 	return "ratelimit pgstore schema 2 " + hex.EncodeToString(sum[:6])
-}()
+}
+
+// canonical returns sql without its comments, and with each run of
+// whitespace and comments as one space (none at either end), but within
+// string literals and quoted identifiers, whose text it keeps as it is:
+// what the schema's mark is a digest of. The script's dollar-quoted bodies
+// are code (functions and DO blocks; the tag is still {{q}} here), read as
+// the rest is. Adjacent string literals, which SQL joins only across a line
+// break, are told apart from those on one line no more: the script holds
+// no such pair but across one (a statement that did would not run).
+func canonical(sql string) string {
+	var b strings.Builder
+	b.Grow(len(sql))
+	space := false
+	for i := 0; i < len(sql); {
+		switch c := sql[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			space = true
+			i++
+			continue
+		case strings.HasPrefix(sql[i:], "--"):
+			end := strings.IndexByte(sql[i:], '\n')
+			if end < 0 {
+				end = len(sql) - i
+			}
+			space = true
+			i += end
+			continue
+		case strings.HasPrefix(sql[i:], "/*"): // they nest
+			depth := 0
+			for i < len(sql) {
+				if strings.HasPrefix(sql[i:], "/*") {
+					depth++
+					i += 2
+				} else if strings.HasPrefix(sql[i:], "*/") {
+					depth--
+					i += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+			space = true
+			continue
+		}
+		if space && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		space = false
+		c := sql[i]
+		if c != '\'' && c != '"' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		// A literal or quoted identifier ends at a lone closing quote; a
+		// doubled one is a quote within. An escape string (E'…') takes a
+		// backslash before a quote as one too.
+		escape := c == '\'' && i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e') && (i < 2 || !identByte(sql[i-2]))
+		j := i + 1
+		for j < len(sql) {
+			switch {
+			case escape && sql[j] == '\\':
+				j += 2
+				continue
+			case sql[j] != c:
+				j++
+				continue
+			case j+1 < len(sql) && sql[j+1] == c:
+				j += 2
+				continue
+			}
+			j++
+			break
+		}
+		j = min(j, len(sql))
+		b.WriteString(sql[i:j])
+		i = j
+	}
+	return b.String()
+}
+
+// identByte reports whether c may be part of an SQL identifier or
+// keyword, so that an E before a quote is a prefix only when it is not.
+func identByte(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
 
 // DefaultTable is the table that holds the records unless WithTable names
 // another.

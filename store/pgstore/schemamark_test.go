@@ -1,0 +1,101 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/stretchr/testify/require"
+)
+
+// The schema's mark is a digest of what the script does, not of how its
+// comments read: an edit of the comments or of the layout alone leaves it,
+// so that a release that only rewords them does not make every process
+// install the schema again (and processes of two such releases take
+// turns installing theirs). Before, it was a digest of the script as
+// written, comments and all. An edit of a statement, or of a string's
+// text, an '--' in it too, changes it.
+func TestSchemaMarkIgnoresComments(t *testing.T) {
+	sql := pgstore.SchemaSQL
+	require.Equal(t, pgstore.SchemaVersion, pgstore.MarkOf(sql))
+	const hint = "ratelimit schema --table), or drop or rename that relation"
+	require.Contains(t, sql, hint)
+	const code = "ALTER TABLE {{table}} SET (fillfactor = 70);"
+	require.Contains(t, sql, code)
+	for _, tc := range []struct {
+		what, sql string
+		same      bool
+	}{
+		{"a comment reworded", strings.Replace(sql, "-- The schema of pgstore", "-- The schema of the store pgstore", 1), true},
+		{"a comment added", strings.Replace(sql, code, "-- a comment\n\t-- of two lines\n"+code, 1), true},
+		{"a comment after a statement", strings.Replace(sql, code, code+" -- the fillfactor", 1), true},
+		{"a comment dropped", strings.Replace(sql, "-- Only the primary key is indexed, so that an update, which changes\n", "", 1), true},
+		{"a comment in a function's body", strings.Replace(sql, "EXIT WHEN FOUND;", "EXIT WHEN FOUND; -- written", 1), true},
+		{"indentation", strings.ReplaceAll(sql, "\n\t", "\n    "), true},
+		{"spaces", strings.Replace(sql, code, "ALTER TABLE  {{table}}\t SET (fillfactor  =  70);", 1), true},
+		{"trailing space", strings.ReplaceAll(sql, ";\n", "; \n"), true},
+		{"a line broken", strings.Replace(sql, code, strings.Replace(code, " SET", "\n\tSET", 1), 1), true},
+		{"a statement changed", strings.Replace(sql, code, "ALTER TABLE {{table}} SET (fillfactor = 80);", 1), false},
+		{"a string's text", strings.Replace(sql, hint, "ratelimit schema --table), or drop that relation", 1), false},
+		{"a string's spaces", strings.Replace(sql, hint, "ratelimit schema  --table), or drop or rename that relation", 1), false},
+	} {
+		require.NotEqual(t, sql, tc.sql, tc.what)
+		if tc.same {
+			require.Equal(t, pgstore.SchemaVersion, pgstore.MarkOf(tc.sql), tc.what)
+		} else {
+			require.NotEqual(t, pgstore.SchemaVersion, pgstore.MarkOf(tc.sql), tc.what)
+		}
+	}
+}
+
+// What the mark reads of a script: comments and whitespace go, but within
+// literals and quoted identifiers.
+func TestSchemaMarkCanonical(t *testing.T) {
+	for _, tc := range []struct{ sql, want string }{
+		{"  SELECT 1;  -- one\n\n\tSELECT  2; --", "SELECT 1; SELECT 2;"},
+		{"SELECT '--  not a comment';", "SELECT '--  not a comment';"},
+		{"SELECT 'it''s -- here' -- gone\n;", "SELECT 'it''s -- here' ;"},
+		{`SELECT "a -- b""  c" FROM t;`, `SELECT "a -- b""  c" FROM t;`},
+		{`SELECT E'\' -- kept', e'\\'  , 'x';`, `SELECT E'\' -- kept', e'\\' , 'x';`},
+		{`SELECT TYPE'\' -- c` + "\n'x';", `SELECT TYPE'\' 'x';`},
+		{"SELECT /* a /* nested */ still */ 1;", "SELECT 1;"},
+		{"SELECT 1/2 - -3;", "SELECT 1/2 - -3;"},
+		{"SELECT 'open", "SELECT 'open"},
+	} {
+		require.Equal(t, tc.want, pgstore.Canonical(tc.sql), tc.sql)
+	}
+}
+
+// A table that carries the mark of the previous build, a digest of its
+// script comments and all (the schema it installed is this one's), is
+// installed again by New, in place, and marked with this release's; New
+// WithoutDDL refuses it until then, naming the mark, as it does any other
+// release's.
+func TestSchemaMarkOfThePreviousBuild(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	name := uniqueTable(t, pool)
+	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	const previous = "ratelimit pgstore schema 2 847eeb9cedd7"
+	require.NotEqual(t, previous, pgstore.SchemaVersion)
+	table := pgx.Identifier{"public", name}.Sanitize()
+	_, err = pool.Exec(ctx, "COMMENT ON TABLE "+table+" IS '"+previous+"'")
+	require.NoError(t, err)
+	before := functionOIDs(t, pool, name)
+
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.ErrorIs(t, err, pgstore.ErrSchema)
+	require.ErrorContains(t, err, previous)
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+	require.NoError(t, err)
+	var mark string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description($1::regclass, 'pg_class')", table).Scan(&mark))
+	require.Equal(t, pgstore.SchemaVersion, mark)
+	require.Equal(t, before, functionOIDs(t, pool, name), "the functions replaced in place")
+	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+	require.NoError(t, err)
+}
