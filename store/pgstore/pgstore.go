@@ -106,7 +106,8 @@ func markOf(sql string) string {
 // are code (functions and DO blocks; the tag is still {{q}} here), read as
 // the rest is. Adjacent string literals, which SQL joins only across a line
 // break, are told apart from those on one line no more: the script holds
-// no such pair but across one (a statement that did would not run).
+// no such pair but across one (a statement that did would not run). Any
+// other dollar-quoted string is a string, kept as it is.
 func canonical(sql string) string {
 	var b strings.Builder
 	b.Grow(len(sql))
@@ -149,6 +150,17 @@ func canonical(sql string) string {
 		}
 		space = false
 		c := sql[i]
+		if tag := dollarTag(sql, i); tag != "" {
+			// Any other dollar-quoted string is a string: kept to its
+			// closing tag (to the end if there is none).
+			j := len(sql)
+			if end := strings.Index(sql[i+len(tag):], tag); end >= 0 {
+				j = i + len(tag) + end + len(tag)
+			}
+			b.WriteString(sql[i:j])
+			i = j
+			continue
+		}
 		if c != '\'' && c != '"' {
 			b.WriteByte(c)
 			i++
@@ -179,6 +191,24 @@ func canonical(sql string) string {
 		i = j
 	}
 	return b.String()
+}
+
+// dollarTag returns the tag ($$ or $name$) of the dollar-quoted string
+// that starts at sql[i], or "" if none does: a $ within a name, or that of
+// a parameter ($1), quotes nothing.
+func dollarTag(sql string, i int) string {
+	if sql[i] != '$' || i > 0 && identByte(sql[i-1]) {
+		return ""
+	}
+	for j := i + 1; j < len(sql); j++ {
+		switch c := sql[j]; {
+		case c == '$':
+			return sql[i : j+1]
+		case c >= '0' && c <= '9' && j == i+1, !identByte(c):
+			return ""
+		}
+	}
+	return ""
 }
 
 // identByte reports whether c may be part of an SQL identifier or

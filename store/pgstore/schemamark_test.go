@@ -64,9 +64,19 @@ func TestSchemaMarkCanonical(t *testing.T) {
 		{"SELECT /* a /* nested */ still */ 1;", "SELECT 1;"},
 		{"SELECT 1/2 - -3;", "SELECT 1/2 - -3;"},
 		{"SELECT 'open", "SELECT 'open"},
+		// A dollar-quoted string other than a body's tag ({{q}}) is a
+		// string, kept as it is: a -- or a quote in it starts nothing.
+		{"SELECT $m$a  -- b$m$, 1; -- c", "SELECT $m$a  -- b$m$, 1;"},
+		{"SELECT $$it's$$, 'x -- y';", "SELECT $$it's$$, 'x -- y';"},
+		{"SELECT $m$ $n$ -- $m$ -- c\n;", "SELECT $m$ $n$ -- $m$ ;"},
+		// A $ within a name, or a parameter, quotes nothing.
+		{"SELECT a$b, $1 -- c\n, x$y$ -- d", "SELECT a$b, $1 , x$y$"},
+		{"SELECT $m$open -- c", "SELECT $m$open -- c"},
 	} {
 		require.Equal(t, tc.want, pgstore.Canonical(tc.sql), tc.sql)
 	}
+	// Scripts that differ within a dollar-quoted string differ in mark.
+	require.NotEqual(t, pgstore.MarkOf("SELECT $m$a -- b$m$;"), pgstore.MarkOf("SELECT $m$a -- c$m$;"))
 }
 
 // A table that carries the mark of the previous build, a digest of its
