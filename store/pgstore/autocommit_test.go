@@ -102,6 +102,8 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 		require.Equal(t, "RLTXN", pe.Code, "%v", errs[0])
 		require.Contains(t, pe.Message, "one transaction")
 		require.Contains(t, pe.Hint, "--single-transaction")
+		// A connection of a pool that ran it stays read-only: it says so.
+		require.Contains(t, pe.Hint, "close this connection")
 		for _, err := range errs[1:] {
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, "25006", pe.Code, "a statement after the refusal: %v", err) // read_only_sql_transaction

@@ -820,7 +820,8 @@ func truncate(name string) string {
 // search_path of the functions it makes (see schema.sql). Run a
 // transaction per statement (psql without --single-transaction), it
 // changes nothing: it fails at its second statement (SQLSTATE RLTXN), and
-// leaves the session read-only, so that the statements after it fail too.
+// leaves the session read-only, so that the statements after it fail too:
+// close that connection (a pool's connection would stay read-only).
 // It waits for
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's

@@ -76,7 +76,8 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'RLTXN',
 			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
 				'it stopped here, and changed nothing; this session is read-only from now on, so that the statements after this one change nothing either',
-			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
+			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration; '
+				'and close this connection: it stays read-only, and a pool would hand it out so to other work';
 	END IF;
 END
 {{q}};
