@@ -119,7 +119,7 @@ func canonical(sql string) string {
 			i++
 			continue
 		case strings.HasPrefix(sql[i:], "--"):
-			end := strings.IndexByte(sql[i:], '\n')
+			end := strings.IndexAny(sql[i:], "\n\r") // either ends it
 			if end < 0 {
 				end = len(sql) - i
 			}

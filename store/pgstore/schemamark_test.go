@@ -72,6 +72,8 @@ func TestSchemaMarkCanonical(t *testing.T) {
 		// A $ within a name, or a parameter, quotes nothing.
 		{"SELECT a$b, $1 -- c\n, x$y$ -- d", "SELECT a$b, $1 , x$y$"},
 		{"SELECT $m$open -- c", "SELECT $m$open -- c"},
+		// A carriage return ends a -- comment, as a line feed does.
+		{"SELECT 1 -- c\rDROP TABLE t;", "SELECT 1 DROP TABLE t;"},
 	} {
 		require.Equal(t, tc.want, pgstore.Canonical(tc.sql), tc.sql)
 	}
