@@ -19,7 +19,7 @@ pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
 SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
 transaction, which holds the lock it takes against installs beside it: run a
 transaction per statement (psql without --single-transaction), it changes
-nothing, and fails at its second statement (SQLSTATE RLTXN). Name
+nothing: its second statement warns (SQLSTATE RLTXN) and ends the session. Name
 the table's schema (the default is public.ratelimit, the table that
 pgstore.New finds for its default name, ratelimit, along the usual
 search_path): a name without one is the table in the session's

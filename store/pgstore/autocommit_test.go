@@ -4,11 +4,13 @@ import (
 	"context"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
@@ -76,7 +78,9 @@ func runAutocommit(ctx context.Context, conn *pgconn.PgConn, script string) []er
 // The script of Schema run outside one transaction (psql without
 // --single-transaction, a tool that sends it statement by statement),
 // each statement committed on its own, and going on after a statement
-// that failed, changes nothing, and says to run it in one transaction.
+// that failed, changes nothing: it warns that it must run in one
+// transaction and ends its own session, so that no statement after it
+// runs there, and nothing of the session is left for a pool to hand out.
 // Before, it ran without the install lock (held to the end of its first
 // statement) and without its bound on the wait for the table, and a
 // statement that failed halfway left the rest to run: a later release's
@@ -87,34 +91,44 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 
-	run := func(t *testing.T, script string) []error {
-		conn, err := pool.Acquire(ctx)
+	// run runs script on a session of its own, which records the
+	// warnings it is sent, statement by statement.
+	run := func(t *testing.T, script string) (errs []error, warnings []*pgconn.Notice) {
+		cfg, err := pgconn.ParseConfig(testserver.PostgresURL(t))
 		require.NoError(t, err)
-		// The session the script leaves is not the pool's to keep.
-		defer func() { require.NoError(t, conn.Hijack().Close(ctx)) }()
-		return runAutocommit(ctx, conn.Conn().PgConn(), script)
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if n.Severity == "WARNING" {
+				warnings = append(warnings, n)
+			}
+		}
+		conn, err := pgconn.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer func() { _ = conn.Close(ctx) }()
+		return runAutocommit(ctx, conn, script), warnings
 	}
-	requireRefused := func(t *testing.T, errs []error) {
+	requireRefused := func(t *testing.T, script string, errs []error, warnings []*pgconn.Notice) {
 		t.Helper()
-		require.NotEmpty(t, errs)
+		require.Len(t, warnings, 1)
+		require.Equal(t, "RLTXN", warnings[0].Code)
+		require.Contains(t, warnings[0].Message, "one transaction")
+		require.Contains(t, warnings[0].Hint, "--single-transaction")
+		// The guard ended the session: it and every statement after it
+		// failed, none before it.
+		stmts := statements(script)
+		guard := slices.IndexFunc(stmts, func(s string) bool { return strings.Contains(s, "pg_terminate_backend") })
+		require.Positive(t, guard)
+		require.Len(t, errs, len(stmts)-guard)
 		var pe *pgconn.PgError
 		require.ErrorAs(t, errs[0], &pe)
-		require.Equal(t, "RLTXN", pe.Code, "%v", errs[0])
-		require.Contains(t, pe.Message, "one transaction")
-		require.Contains(t, pe.Hint, "--single-transaction")
-		// A connection of a pool that ran it stays read-only: it says so.
-		require.Contains(t, pe.Hint, "close this connection")
-		for _, err := range errs[1:] {
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, "25006", pe.Code, "a statement after the refusal: %v", err) // read_only_sql_transaction
-		}
+		require.Equal(t, "57P01", pe.Code, "%v", errs[0]) // admin_shutdown: the session ended
 	}
 
 	t.Run("fresh", func(t *testing.T) {
 		name := uniqueTable(t, pool)
 		sql, err := pgstore.Schema("public." + name)
 		require.NoError(t, err)
-		requireRefused(t, run(t, sql))
+		errs, warnings := run(t, sql)
+		requireRefused(t, sql, errs, warnings)
 		rels, fns := relations(t, pool, "public", name)
 		require.Zero(t, rels, "a table made")
 		require.Zero(t, fns, "functions made")
@@ -139,12 +153,12 @@ COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
 
 		sql, err := pgstore.Schema("public." + name)
 		require.NoError(t, err)
-		errs := run(t, sql)
+		errs, warnings := run(t, sql)
 		var mark string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description($1::regclass, 'pg_class')", table).Scan(&mark))
 		require.Equal(t, "ratelimit pgstore schema 2 later", mark, "the table marked as this release's")
 		require.Equal(t, before, functionState(t, pool, name), "the functions changed")
-		requireRefused(t, errs)
+		requireRefused(t, sql, errs, warnings)
 		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
 		require.ErrorIs(t, err, pgstore.ErrSchema, "New finds the later release's schema")
 	})
@@ -155,9 +169,36 @@ COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
 		name := uniqueTable(t, pool)
 		sql, err := pgstore.Schema("public." + name)
 		require.NoError(t, err)
-		require.Empty(t, run(t, "BEGIN;\n"+sql+"\nCOMMIT;"))
+		errs, warnings := run(t, "BEGIN;\n"+sql+"\nCOMMIT;")
+		require.Empty(t, errs)
+		require.Empty(t, warnings)
 		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
 		require.NoError(t, err)
+	})
+
+	// Run so on a connection of the application's pool (goose with
+	// -- +goose NO TRANSACTION on its *sql.DB, say), the refusal leaves
+	// the pool nothing of the session: before, the session was left
+	// read-only, and the pool handed it out to the work that came after,
+	// whose every write failed (25006).
+	t.Run("pool", func(t *testing.T) {
+		cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+		require.NoError(t, err)
+		cfg.MaxConns = 1
+		one, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer one.Close()
+		name := uniqueTable(t, pool)
+		sql, err := pgstore.Schema("public." + name)
+		require.NoError(t, err)
+		conn, err := one.Acquire(ctx)
+		require.NoError(t, err)
+		errs := runAutocommit(ctx, conn.Conn().PgConn(), sql)
+		conn.Release()
+		require.NotEmpty(t, errs)
+		var readOnly string
+		require.NoError(t, one.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&readOnly))
+		require.Equal(t, "off", readOnly, "the pool's next session is read-only")
 	})
 
 	t.Run("psql", func(t *testing.T) {

@@ -819,10 +819,9 @@ func truncate(name string) string {
 // end its first statement sets search_path to pg_catalog, pg_temp, the
 // search_path of the functions it makes (see schema.sql). Run a
 // transaction per statement (psql without --single-transaction), it
-// changes nothing: it fails at its second statement (SQLSTATE RLTXN), and
-// leaves the session read-only, so that the statements after it fail too:
-// close that connection (a pool's connection would stay read-only).
-// It waits for
+// changes nothing: at its second statement it warns (SQLSTATE RLTXN) and
+// ends its own session (SQLSTATE 57P01), so that no statement after it
+// runs there, and a pool drops the connection. It waits for
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's
 // lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the

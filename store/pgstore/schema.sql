@@ -60,24 +60,27 @@ SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
 -- bound below would end with their statement, and a statement that failed
 -- halfway would leave the rest to run, and the table to be marked as
 -- installed over what it did not install. So the script stops here
--- unless this session still holds the lock: it makes the session
--- read-only (default_transaction_read_only, committed at once, as a DO
--- block run on its own may), so that every statement after this one
--- fails and changes nothing, and fails (SQLSTATE RLTXN), saying to run it
--- in one transaction.
+-- unless this session still holds the lock: it warns (SQLSTATE RLTXN),
+-- saying to run it in one transaction, and ends its own session
+-- (pg_terminate_backend, SQLSTATE 57P01), so that no statement after this
+-- one runs on it, and no setting of its outlives it in a pool's
+-- connection. Should the session not end, it fails (RLTXN).
 DO {{q}}
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
 		WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
 		AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND l.objsubid OPERATOR(pg_catalog.=) 1
 		AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8) OPERATOR(pg_catalog.=) {{lock}}) THEN
-		PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
-		COMMIT;
+		RAISE WARNING USING ERRCODE = 'RLTXN',
+			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
+				'it stopped here, and changed nothing; it ends this session, so that the statements after this one change nothing either',
+			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
+		PERFORM pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid());
+		PERFORM pg_catalog.pg_sleep(10);
 		RAISE EXCEPTION USING ERRCODE = 'RLTXN',
 			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
-				'it stopped here, and changed nothing; this session is read-only from now on, so that the statements after this one change nothing either',
-			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration; '
-				'and close this connection: it stays read-only, and a pool would hand it out so to other work';
+				'it stopped here, and changed nothing, but could not end this session: the statements after this one would run without its lock',
+			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
 	END IF;
 END
 {{q}};
