@@ -495,18 +495,7 @@ func TestSendErrorFailsTheWholeBatch(t *testing.T) {
 // handler) finds the Batcher usable: the call is out of flight, and the
 // calls queued behind it are sent.
 func TestLoneSendPanicReachesItsCallerAndTheBatcherGoesOn(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		if reqs[0] == 1 {
-			entered <- struct{}{}
-			<-release
-			panic("boom")
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{})
+	b, entered, release := endingFirst(func() { panic("boom") }, Options{})
 	bg := context.Background()
 	recovered := make(chan any, 1)
 	go func() {

@@ -22,6 +22,26 @@ func within(t *testing.T, ch <-chan answer, what string) answer {
 	}
 }
 
+// endingFirst returns a Batcher of opts whose send, for a batch that
+// begins with call 1, says it entered (entered), waits for release to
+// close and ends by end (a panic, runtime.Goexit); for any other batch, it
+// answers each call ten times its request.
+func endingFirst(end func(), opts Options) (b *Batcher[int, int], entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	b = New(func(ctx context.Context, reqs, res []int) error {
+		if reqs[0] == 1 {
+			entered <- struct{}{}
+			<-release
+			end()
+		}
+		for i, r := range reqs {
+			res[i] = r * 10
+		}
+		return nil
+	}, opts)
+	return b, entered, release
+}
+
 // A send that ends its goroutine with runtime.Goexit in the background
 // (t.FailNow in a test's send does) fails every call of its batch with
 // ErrGoexit, as a panic fails it with a *PanicError: the callers of the
@@ -72,18 +92,7 @@ func TestBackgroundSendGoexitSendsTheCallsQueuedBehind(t *testing.T) {
 // its goroutine, and the next detached call starts another. The calls
 // queued behind it are sent.
 func TestDetachedSendGoexitFailsItsCall(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		if reqs[0] == 1 {
-			entered <- struct{}{}
-			<-release
-			runtime.Goexit()
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{Detach: true})
+	b, entered, release := endingFirst(runtime.Goexit, Options{Detach: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	exits := doAsync(b, ctx, 1)
@@ -108,18 +117,7 @@ func TestDetachedSendGoexitFailsItsCall(t *testing.T) {
 // A lone call sent on its caller's goroutine exits with it, as a panic
 // goes on to it; the Batcher goes on, with the calls queued behind it.
 func TestLoneSendGoexitEndsItsCallerAndTheBatcherGoesOn(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		if reqs[0] == 1 {
-			entered <- struct{}{}
-			<-release
-			runtime.Goexit()
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{})
+	b, entered, release := endingFirst(runtime.Goexit, Options{})
 	bg := context.Background()
 	exited := make(chan bool, 1)
 	go func() {
