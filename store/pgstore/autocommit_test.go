@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -138,17 +137,7 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 		name := uniqueTable(t, pool)
 		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
 		require.NoError(t, err)
-		one := pgx.Identifier{"public", name + "_one"}.Sanitize()
-		table := pgx.Identifier{"public", name}.Sanitize()
-		_, err = pool.Exec(ctx, "DROP FUNCTION "+one+oneArgs+"; CREATE FUNCTION "+one+`(
-	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
-	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
-	p_now bigint, p_count float8, p_flags integer, p_wait integer,
-	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint, OUT later bigint
-) LANGUAGE plpgsql AS $$BEGIN ok := true; END$$;
-COMMENT ON FUNCTION `+one+oneArgs+` IS 'ratelimit pgstore function';
-COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
-		require.NoError(t, err)
+		table := installLaterRelease(t, pool, name)
 		before := functionState(t, pool, name)
 
 		sql, err := pgstore.Schema("public." + name)

@@ -286,6 +286,26 @@ func TestSchemaLockDocumented(t *testing.T) {
 	}
 }
 
+// installLaterRelease makes the table name's _one a later release's,
+// with other results (a column more), and marks the table as that
+// release's, "ratelimit pgstore schema 2 later"; it returns the table's
+// name, quoted.
+func installLaterRelease(t *testing.T, pool *pgxpool.Pool, name string) string {
+	t.Helper()
+	one := pgx.Identifier{"public", name + "_one"}.Sanitize()
+	table := pgx.Identifier{"public", name}.Sanitize()
+	_, err := pool.Exec(context.Background(), "DROP FUNCTION "+one+oneArgs+"; CREATE FUNCTION "+one+`(
+	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
+	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
+	p_now bigint, p_count float8, p_flags integer, p_wait integer,
+	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint, OUT later bigint
+) LANGUAGE plpgsql AS $$BEGIN ok := true; END$$;
+COMMENT ON FUNCTION `+one+oneArgs+` IS 'ratelimit pgstore function';
+COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
+	require.NoError(t, err)
+	return table
+}
+
 // A New of this release that finds the store's functions made by another
 // release, with other results (a later release's _one, with a column
 // more), neither drops nor changes them: the processes of that release
@@ -300,17 +320,7 @@ func TestNewLeavesALaterReleasesFunctions(t *testing.T) {
 	name := uniqueTable(t, pool)
 	_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
 	require.NoError(t, err)
-	one := pgx.Identifier{"public", name + "_one"}.Sanitize()
-	table := pgx.Identifier{"public", name}.Sanitize()
-	_, err = pool.Exec(ctx, "DROP FUNCTION "+one+oneArgs+"; CREATE FUNCTION "+one+`(
-	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
-	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
-	p_now bigint, p_count float8, p_flags integer, p_wait integer,
-	OUT ok boolean, OUT retry bigint, OUT remaining float8, OUT charged float8, OUT at bigint, OUT ts bigint, OUT later bigint
-) LANGUAGE plpgsql AS $$BEGIN ok := true; END$$;
-COMMENT ON FUNCTION `+one+oneArgs+` IS 'ratelimit pgstore function';
-COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
-	require.NoError(t, err)
+	installLaterRelease(t, pool, name)
 	before := functionOIDs(t, pool, name)
 
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
@@ -319,6 +329,7 @@ COMMENT ON TABLE `+table+` IS 'ratelimit pgstore schema 2 later';`)
 	require.ErrorContains(t, err, "DROP FUNCTION")
 	require.Equal(t, before, functionOIDs(t, pool, name), "the later release's functions are left")
 	var args string
+	one := pgx.Identifier{"public", name + "_one"}.Sanitize()
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_function_arguments($1::regprocedure)", one+oneArgs).Scan(&args))
 	require.Contains(t, args, "OUT later bigint")
 }
