@@ -498,19 +498,7 @@ func TestApplyRefusesAShortOut(t *testing.T) {
 	settle.Mode, settle.Settle = driver.ModeRefund, &driver.Settlement{ID: [16]byte{1}, Kind: driver.SettleCancel, Until: t0 + 60_000}
 	require.Error(t, s.Apply(ctx, settle, out[:1]))
 
-	done := make(chan driver.Verdict, 1)
-	go func() {
-		v, err := s.Bind("b", p, func(string) int64 { return 0 }).Decide(ctx, "k", driver.ModeLimit, t0, 1, false)
-		assert.NoError(t, err)
-		done <- v
-	}()
-	select {
-	case v := <-done:
-		require.True(t, v.OK)
-		require.Equal(t, 8.0, v.Remaining, "the refused ops charged nothing")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the record is still locked by the refused op")
-	}
+	requireFreeAndCharged(t, s.Bind("b", p, func(string) int64 { return 0 }), "k", t0, 8, "op")
 	require.NoError(t, s.Apply(ctx, op(1, "a", "b"), out))
 	require.Equal(t, 8.0, out[0].Remaining)
 }
@@ -602,19 +590,7 @@ func TestBindRefusesBadParams(t *testing.T) {
 					require.ErrorIs(t, err, driver.ErrInvalidOp, "key %s, mode %d: granted %v", key, mode, v.OK)
 				}
 			}
-			done := make(chan driver.Verdict, 1)
-			go func() {
-				v, err := s.Bind("l", good, noPhase).Decide(ctx, "old", driver.ModeLimit, t0+2, 1, false)
-				assert.NoError(t, err)
-				done <- v
-			}()
-			select {
-			case v := <-done:
-				require.True(t, v.OK)
-				require.Equal(t, 8.0, v.Remaining, "the refused calls charged nothing")
-			case <-time.After(10 * time.Second):
-				t.Fatal("the record is still locked by the refused call")
-			}
+			requireFreeAndCharged(t, s.Bind("l", good, noPhase), "old", t0+2, 8, "call")
 			require.Equal(t, 1, s.Len(), "a refused call added a record")
 		})
 	}
@@ -632,5 +608,26 @@ func TestNewRefusesANilClock(t *testing.T) {
 		require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "%T", c)
 		assert.ErrorContains(t, err, "memstore: WithClock")
 		assert.Nil(t, s)
+	}
+}
+
+// requireFreeAndCharged requires that a call of 1 token on key by bound,
+// at now, is decided within 10 s (no refused op or call left the record
+// locked) and granted, leaving remaining: the refused ones (what) charged
+// nothing.
+func requireFreeAndCharged(t *testing.T, bound driver.BoundLimit, key string, now int64, remaining float64, what string) {
+	t.Helper()
+	done := make(chan driver.Verdict, 1)
+	go func() {
+		v, err := bound.Decide(context.Background(), key, driver.ModeLimit, now, 1, false)
+		assert.NoError(t, err)
+		done <- v
+	}()
+	select {
+	case v := <-done:
+		require.True(t, v.OK)
+		require.Equal(t, remaining, v.Remaining, "the refused %ss charged nothing", what)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the record is still locked by the refused %s", what)
 	}
 }
