@@ -128,7 +128,10 @@ type Binder interface {
 	// RecordID{Name: name, Key: key, Shard: 0} of a limit of params p. For
 	// a fixed window, the record's phase is phase(key) (p.Phase is
 	// ignored); the store calls phase only when it needs the phase, for a
-	// missing record (see ratelimit.TransitionInto).
+	// missing record (see ratelimit.TransitionInto). Params that
+	// CheckParams refuses, or a phase outside [0, p.Period), make every
+	// Decide fail with an error matching ErrInvalidOp, as Apply refuses
+	// an op that carries them.
 	Bind(name string, p Params, phase func(key string) int64) BoundLimit
 }
 

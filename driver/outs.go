@@ -165,6 +165,17 @@ const (
 	minCount  = 1e-8
 )
 
+// CheckParams returns nil if p is within the bounds of Params that
+// CheckOp enforces on every shard of an op, and else an error matching
+// ErrInvalidOp that says which bound p breaks. A Binder checks the params
+// it binds so, once, rather than every op its BoundLimit decides.
+func CheckParams(p Params) error {
+	if paramsValid(&p) {
+		return nil
+	}
+	return opError("params: %s", paramsProblem(&p))
+}
+
 // paramsValid reports whether p is within the bounds of Params (CheckOp).
 // A NaN fails every comparison; a negative int64 is a large uint64.
 func paramsValid(p *Params) bool {

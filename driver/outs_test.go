@@ -142,3 +142,31 @@ func TestCheckOpBoundsTheCount(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckParamsIsCheckOpsRuleForParams: CheckParams accepts exactly the
+// params CheckOp accepts on an op's shard, and its error matches
+// ErrInvalidOp and says which bound the params break.
+func TestCheckParamsIsCheckOpsRuleForParams(t *testing.T) {
+	good := driver.Params{Kind: driver.FixedWindow, Rate: 10, Period: 1000, Capacity: 10}
+	for name, p := range map[string]driver.Params{
+		"good":             good,
+		"kind":             {Kind: 9, Rate: 10, Period: 1000, Capacity: 10},
+		"period 0":         {Kind: driver.FixedWindow, Rate: 10, Capacity: 10},
+		"phase":            {Kind: driver.FixedWindow, Rate: 10, Period: 1000, Capacity: 10, Phase: 1000},
+		"rate NaN":         {Kind: driver.TokenBucket, Rate: math.NaN(), Period: 1000, Capacity: 10},
+		"capacity -1":      {Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: -1},
+		"max reserved Inf": {Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10, MaxReserved: math.Inf(1)},
+	} {
+		op := &driver.Op{Mode: driver.ModeCheck, Items: []driver.Item{{Name: "l", Key: "k", Shards: []driver.Shard{{Params: p}}}}}
+		err := driver.CheckParams(p)
+		if opErr := driver.CheckOp(op); (err == nil) != (opErr == nil) {
+			t.Errorf("%s: CheckParams %v, CheckOp %v", name, err, opErr)
+		}
+		if name == "good" {
+			continue
+		}
+		if !errors.Is(err, driver.ErrInvalidOp) {
+			t.Errorf("%s: %v does not match ErrInvalidOp", name, err)
+		}
+	}
+}

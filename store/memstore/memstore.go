@@ -624,12 +624,11 @@ func (st *stripe) stepped(s *Store, now int64) {
 }
 
 // Bind implements driver.Binder. Params that no valid op carries
-// (driver.CheckOp) make a bound limit whose every Decide fails with an
+// (driver.CheckParams) make a bound limit whose every Decide fails with an
 // error matching driver.ErrInvalidOp, as Apply refuses such an op.
 func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
 	p.Phase = 0
-	probe := driver.Op{Mode: driver.ModeCheck, Items: []driver.Item{{Name: name, Shards: []driver.Shard{{Params: p}}}}}
-	if err := driver.CheckOp(&probe); err != nil {
+	if err := driver.CheckParams(p); err != nil {
 		return badBound{s: s, err: fmt.Errorf("memstore: Decide of limit %q: %w", name, err)}
 	}
 	l := s.limitOf(name, 0, true)
