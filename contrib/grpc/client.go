@@ -22,6 +22,7 @@ type clientConfig struct {
 	all     bool
 	maxWait time.Duration
 	clock   clock.Clock
+	nilOpt  int // the position (from 1) of the first nil ClientOption; 0 when none
 }
 
 // ClientOption configures UnaryClientInterceptor.
@@ -72,12 +73,21 @@ func WaitRetry() grpc.CallOption { return waitRetry{} }
 // before running it when the refusal is the Interceptor's, but a
 // RetryInfo may come from elsewhere. gRPC's own retry policy honours the
 // pushback trailer (PushbackTrailer) as well: use one or the other.
+//
+// A nil ClientOption (an option variable never set) is a mistake, as a
+// nil Option is to New and to ratelimit.New: with no error to return,
+// the interceptor then makes no call, and answers each as it does a
+// negative MaxWait, rather than take it for the option left out.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	c := clientConfig{maxWait: DefaultMaxWait, clock: clock.New()}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+	for k, o := range opts {
+		if o == nil {
+			if c.nilOpt == 0 {
+				c.nilOpt = k + 1
+			}
+			continue
 		}
+		o(&c)
 	}
 	if err := c.check(); err != nil {
 		// UnaryClientInterceptor returns no error: every call says it.
@@ -114,6 +124,10 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 // work as given, and nil when they can.
 func (c *clientConfig) check() error {
 	var errs []error
+	if c.nilOpt != 0 {
+		errs = append(errs, fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given a nil ClientOption (option %d): "+
+			"leave it out, or pass the option it was meant to be: %w", c.nilOpt, ErrInvalidOption))
+	}
 	if c.maxWait < 0 {
 		errs = append(errs, fmt.Errorf("ratelimitgrpc: UnaryClientInterceptor was given MaxWait(%v), and no delay is that short: "+
 			"give the longest delay to wait out, or 0 to wait out only a refusal that asks for none: %w", c.maxWait, ErrInvalidOption))

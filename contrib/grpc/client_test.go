@@ -196,6 +196,23 @@ func TestClientNilClock(t *testing.T) {
 	}
 }
 
+// A nil ClientOption (an option variable never set) is a mistake, as a
+// nil Option is to New: each call through the interceptor fails, before
+// it is sent, with InvalidArgument and an error matching
+// ErrInvalidOption that names the option's place. It was skipped, and
+// the interceptor ran without the option meant, RetryAll say, unseen.
+func TestClientNilOption(t *testing.T) {
+	var calls atomic.Int64
+	var unset ratelimitgrpc.ClientOption
+	client, _ := serve(t, []grpc.UnaryServerInterceptor{refuser(codes.ResourceExhausted, time.Second, &calls)}, nil,
+		grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(ratelimitgrpc.MaxWait(time.Minute), unset)))
+	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)
+	assert.ErrorContains(t, err, "nil ClientOption (option 2)")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.Equal(t, int64(0), calls.Load(), "no call is sent")
+}
+
 // refuser answers every call with code, and a RetryInfo of delay when
 // delay ≥ 0.
 func refuser(code codes.Code, delay time.Duration, calls *atomic.Int64) grpc.UnaryServerInterceptor {
