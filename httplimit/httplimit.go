@@ -291,9 +291,9 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 		m.quoted = append(m.quoted, quote(n))
 	}
 	v := m.rebuild(nil)
-	for _, o := range opts {
+	for k, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("httplimit: New was given a nil option: %w", ErrInvalidOption)
+			return nil, fmt.Errorf("httplimit: New was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", k+1, ErrInvalidOption)
 		}
 		o(m)
 	}

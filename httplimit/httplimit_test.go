@@ -294,8 +294,9 @@ func TestCustomResponsesAndNoHeaders(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrUnknownLimit)
 	_, err = httplimit.New(lim, []string{"api"}, httplimit.WithKey(nil))
 	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
-	_, err = httplimit.New(lim, []string{"api"}, nil)
+	_, err = httplimit.New(lim, []string{"api"}, httplimit.WithoutHeaders(), nil)
 	require.ErrorIs(t, err, httplimit.ErrInvalidOption)
+	require.ErrorContains(t, err, "nil Option (option 2)", "the place of the nil option, as ratelimit.New names it")
 }
 
 // TestRealServer runs the middleware in a real http.Server on loopback.

@@ -296,9 +296,9 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Interceptor, 
 			over: "ratelimitgrpc: calls not decided for an internal error were not all logged"},
 	}
 	i.setLogClock(clock.New())
-	for _, o := range opts {
+	for k, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("ratelimitgrpc: New was given a nil option: %w", ErrInvalidOption)
+			return nil, fmt.Errorf("ratelimitgrpc: New was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", k+1, ErrInvalidOption)
 		}
 		if err := o(i); err != nil {
 			return nil, err
