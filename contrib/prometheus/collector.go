@@ -182,16 +182,18 @@ const maxSeries = 1024
 var ErrInvalidOption = errors.New("ratelimitprom: invalid option")
 
 // NewCollector returns a Collector, or an error matching ErrInvalidOption
-// for an option Prometheus would refuse: a namespace, subsystem or const
+// for a nil Option (as ratelimit.New refuses one), or an option
+// Prometheus would refuse: a namespace, subsystem or const
 // label that is not a valid name, a const label named as one of the
 // Collector's own labels or as the histogram's bucket label ("le"),
 // buckets that do not increase.
 func NewCollector(opts ...Option) (*Collector, error) {
 	o := options{namespace: DefaultNamespace, buckets: DefaultBuckets()}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for k, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("ratelimitprom: NewCollector was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", k+1, ErrInvalidOption)
 		}
+		opt(&o)
 	}
 	for i, b := range o.buckets {
 		if math.IsNaN(b) || (i > 0 && b <= o.buckets[i-1]) {

@@ -210,6 +210,19 @@ func TestCollectorInvalidOptions(t *testing.T) {
 	}
 }
 
+// A nil Option (an option variable never set) is refused, as
+// ratelimit.New refuses one: it was skipped, and a Collector meant to
+// carry const labels that tell it apart from another's was built without
+// them, to be refused at registration or, on a registry of its own, to
+// mix its series with the other's on a dashboard.
+func TestCollectorNilOption(t *testing.T) {
+	var unset ratelimitprom.Option
+	c, err := ratelimitprom.NewCollector(ratelimitprom.WithNamespace("shop"), unset)
+	require.ErrorIs(t, err, ratelimitprom.ErrInvalidOption)
+	assert.ErrorContains(t, err, "nil Option (option 2)")
+	assert.Nil(t, c)
+}
+
 // A limit's name is any string; a label value must be UTF-8. The name is
 // exported with the bad bytes replaced, rather than making Observe panic.
 func TestCollectorNameNotUTF8(t *testing.T) {
