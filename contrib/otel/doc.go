@@ -88,4 +88,8 @@
 // Both use the global MeterProvider and TracerProvider of package otel
 // unless WithMeterProvider or WithTracerProvider names another. The
 // instrumentation scope is ScopeName, the module's path.
+//
+// A nil Option (an option variable never set) is a mistake, as it is to
+// ratelimit.New: NewObserver returns an error matching ErrInvalidOption,
+// and WrapStore, which returns no error, panics with one.
 package ratelimitotel

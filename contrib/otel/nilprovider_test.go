@@ -45,3 +45,27 @@ func TestNilPointerProviders(t *testing.T) {
 	require.Len(t, spans.GetSpans(), 1)
 	assert.Equal(t, ratelimitotel.SpanDelete, spans.GetSpans()[0].Name)
 }
+
+// A nil Option (an option variable never set) is refused, as
+// ratelimit.New refuses one: NewObserver with an error, WrapStore, which
+// returns none, with a panic, both matching ErrInvalidOption and naming
+// the option's place. Each skipped it, and ran without the option meant
+// (a provider, the attributes that tell two stores apart) unseen.
+func TestNilOption(t *testing.T) {
+	_, tp := newTracer(t)
+	var unset ratelimitotel.Option
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithAttributes(), unset)
+	require.ErrorIs(t, err, ratelimitotel.ErrInvalidOption)
+	assert.ErrorContains(t, err, "NewObserver was given a nil Option (option 2)")
+	assert.Nil(t, obs)
+
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider(tp), unset)
+	}()
+	perr, ok := got.(error)
+	require.True(t, ok, "WrapStore panics with an error, got %v", got)
+	require.ErrorIs(t, perr, ratelimitotel.ErrInvalidOption)
+	assert.ErrorContains(t, perr, "WrapStore was given a nil Option (option 2)")
+}

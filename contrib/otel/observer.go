@@ -58,11 +58,16 @@ const maxSets = 1024
 
 // NewObserver returns an Observer that records on a meter of the
 // MeterProvider (WithMeterProvider; the global one by default) named
-// ScopeName. The error is the meter's, when it cannot create an instrument.
+// ScopeName. The error matches ErrInvalidOption for a nil Option, as
+// ratelimit.New's does; otherwise it is the meter's, when it cannot create
+// an instrument.
 func NewObserver(opts ...Option) (*Observer, error) {
+	c, err := newConfig("NewObserver", opts)
+	if err != nil {
+		return nil, err
+	}
 	o := &Observer{}
-	var err error
-	o.once.Do(func() { err = o.build(newConfig(opts)) })
+	o.once.Do(func() { err = o.build(c) })
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +107,8 @@ func (o *Observer) build(c config) error {
 // error handler (otel.Handle), and the Observer records nothing.
 func (o *Observer) ready() {
 	o.once.Do(func() {
-		if err := o.build(newConfig(nil)); err != nil {
+		c, _ := newConfig("NewObserver", nil) // no option: no error
+		if err := o.build(c); err != nil {
 			otel.Handle(err)
 			_ = o.build(config{mp: noop.NewMeterProvider()}) // a no-op meter never fails
 		}

@@ -1,6 +1,9 @@
 package ratelimitotel
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -91,14 +94,23 @@ type config struct {
 	attrs []attribute.KeyValue
 }
 
-func newConfig(opts []Option) config {
+// ErrInvalidOption is matched (errors.Is) by the error of NewObserver
+// given a nil Option, and by the value WrapStore panics with given one.
+var ErrInvalidOption = errors.New("ratelimitotel: invalid option")
+
+// newConfig applies opts, for the function fn. A nil Option (an option
+// variable never set) is refused, as ratelimit.New refuses one: skipped,
+// the option meant (a provider, the attributes that tell two stores
+// apart) would go missing unseen.
+func newConfig(fn string, opts []Option) (config, error) {
 	c := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
+	for k, o := range opts {
+		if isnil.Is(o) {
+			return config{}, fmt.Errorf("ratelimitotel: %s was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", fn, k+1, ErrInvalidOption)
 		}
+		o.apply(&c)
 	}
-	return c
+	return c, nil
 }
 
 // Option configures NewObserver and WrapStore.

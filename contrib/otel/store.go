@@ -54,11 +54,21 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // whose New failed, kept instead of its error), so that ratelimit.New
 // refuses it with its error, as it would s: a wrapper around it would be
 // accepted, and panic on the first decision.
+//
+// A nil Option (an option variable never set) is a programming error,
+// which ratelimit.New and NewObserver refuse with an error. WrapStore
+// returns none: it panics at once, with an error matching
+// ErrInvalidOption that names the option's place, as httplimit's Wrap
+// does for a nil handler. Returning nil would have New blame the store,
+// and a wrapper without the option meant would go unseen.
 func WrapStore(s ratelimit.Store, opts ...Option) ratelimit.Store {
+	c, err := newConfig("WrapStore", opts)
+	if err != nil {
+		panic(err)
+	}
 	if isnil.Is(s) {
 		return nil
 	}
-	c := newConfig(opts)
 	t := &tracedStore{next: s, tracer: c.tp.Tracer(ScopeName), attrs: c.attrs}
 	t.clock, _ = s.(driver.TimeSource)
 	b, isBatch := s.(driver.BatchApplier)
