@@ -52,8 +52,8 @@ func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
 
 // ErrInvalidOption is matched (errors.Is) by the error of New, PeerIP or
 // ClientIP when an option cannot work as given, and by that of every call
-// through a UnaryClientInterceptor given a negative MaxWait or a nil clock
-// (whose gRPC status is codes.InvalidArgument), and by that of Limit of an
+// through a UnaryClientInterceptor given a negative MaxWait, a nil clock
+// or a nil ClientOption (whose gRPC status is codes.InvalidArgument), and by that of Limit of an
 // Interceptor New did not build.
 var ErrInvalidOption = errors.New("ratelimitgrpc: invalid option")
 
