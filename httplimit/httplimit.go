@@ -23,6 +23,13 @@ import (
 
 // KeyFunc returns the key a request is limited by. An error refuses the
 // request through the error handler (400 for ErrNoKey by default).
+//
+// An empty key, with no error, is no key: the request is refused as for
+// ErrNoKey (400 by default). A KeyFunc that reads a key the request may
+// lack (a header, a value an authentication middleware put in the
+// context) and returned "" for its absence put every request without it
+// in one budget, which one client could spend for all of them. For one
+// budget shared by every request, return a constant such as "all".
 type KeyFunc func(r *http.Request) (string, error)
 
 // CostFunc returns the tokens a request costs. Its error answers the
@@ -43,6 +50,11 @@ var ErrNoKey = errors.New("httplimit: the request carries no key")
 // with the panic's value and stack. A panic of the wrapped handler is not
 // the middleware's to recover, and goes on as it would without it.
 var ErrFuncPanicked = errors.New("httplimit: the KeyFunc or CostFunc panicked, which is a bug in it: fix it to return an error")
+
+// errEmptyKey is the error of a request whose KeyFunc returned an empty
+// key and no error (see KeyFunc).
+var errEmptyKey = fmt.Errorf("httplimit: the KeyFunc returned an empty key, which would put every such request in one budget: "+
+	"return ErrNoKey for a request that carries no key, or a constant such as \"all\" for one budget shared by every request: %w", ErrNoKey)
 
 // errNeverGranted marks the error of a request of the default cost that a
 // limit can no longer grant: New refuses such a limit, but SetLimits may
@@ -419,14 +431,17 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 // keyOf returns the key of r by the KeyFunc, with a panic of it as an
-// error matching ErrFuncPanicked.
+// error matching ErrFuncPanicked, and an empty key as errEmptyKey.
 func (m *Middleware) keyOf(r *http.Request) (key string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = panicked("KeyFunc", p)
 		}
 	}()
-	return m.key(r)
+	if key, err = m.key(r); err == nil && key == "" {
+		err = errEmptyKey
+	}
+	return key, err
 }
 
 // costOf returns the cost of r by the CostFunc, with a panic of it as an
@@ -488,7 +503,8 @@ func (m *Middleware) keyID(key string) string {
 //     (ratelimit.ErrStoreUnavailable): 503, warn (not logged by the
 //     middleware: see Wrap);
 //   - the request's deadline passed: 503, warn;
-//   - ErrNoKey: 400, debug (routine: a request without its API key);
+//   - ErrNoKey: 400, debug (routine: a request without its API key), an
+//     empty key included;
 //   - a request of the default cost that a limit, changed since New, can
 //     never grant: 500, error (the configuration's fault);
 //   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant,

@@ -1301,6 +1301,35 @@ func TestPanickingKeyFuncIsAServerError(t *testing.T) {
 	require.PanicsWithValue(t, http.ErrAbortHandler, func() { serve(abort.Wrap(ok), "192.0.2.1:1") })
 }
 
+// A KeyFunc of the user's that returns an empty key, and no error, for a
+// request without the identity it reads put every such request in one
+// budget: one client spent it for all. An empty key is no key, answered
+// 400 as ErrNoKey and logged at debug; the request whose key is there
+// goes on.
+func TestEmptyKeyIsNoKey(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}}, nil)
+	var logs logged
+	mw, err := httplimit.New(lim, []string{"api"}, httplimit.WithLogger(logs.logger()),
+		httplimit.WithKey(func(r *http.Request) (string, error) {
+			return r.Header.Get("X-User"), nil // a KeyFunc's mistake: no user is no key
+		}))
+	require.NoError(t, err)
+	h := mw.Wrap(ok)
+	for range 3 {
+		require.Equal(t, http.StatusBadRequest, serve(h, "192.0.2.1:1").Code)
+	}
+	recs := logs.records(t)
+	require.Len(t, recs, 3)
+	require.Equal(t, "DEBUG", recs[0]["level"])
+	require.Contains(t, recs[0]["error"], "empty key")
+	st, err := lim.Value(context.Background(), "api", "")
+	require.NoError(t, err)
+	require.Equal(t, 1.0, st.Remaining, "the empty key's budget is untouched")
+
+	require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1", "X-User", "ann").Code)
+	require.Equal(t, http.StatusTooManyRequests, serve(h, "192.0.2.1:1", "X-User", "ann").Code)
+}
+
 // WithCost(nil) was taken for no WithCost, so that a request a CostFunc
 // variable never set was to price at 100 tokens cost 1, and
 // WithLogger(nil) for the default logger, where the Limiter's WithLogger
