@@ -21,6 +21,13 @@ import (
 // Canceled or DeadlineExceeded for the context's own error once the
 // caller gave up, Internal otherwise.
 //
+// An empty key, with no error, is no key: the call is refused as for
+// ErrNoKey (InvalidArgument). A KeyFunc that reads a key the call may
+// lack (a metadata value, an identity an authentication interceptor put
+// in the context) and returned "" for its absence put every call without
+// it in one budget, which one client could spend for all of them. For
+// one budget shared by every call, return a constant such as "all".
+//
 // A KeyFunc returns an error for what it cannot read, and should never
 // panic on it. gRPC recovers no panic of a call's interceptors or handler,
 // and one call whose metadata made the KeyFunc panic would end the
@@ -39,15 +46,24 @@ var ErrNoKey = errors.New("ratelimitgrpc: the call carries no key")
 // whose KeyFunc panicked (see KeyFunc).
 var ErrKeyPanicked = errors.New("ratelimitgrpc: the KeyFunc panicked, which is a bug in it: fix it to return an error")
 
+// errEmptyKey is the error of a call whose KeyFunc returned an empty key
+// and no error (see KeyFunc).
+var errEmptyKey = fmt.Errorf("ratelimitgrpc: the KeyFunc returned an empty key, which would put every such call in one budget: "+
+	"return ErrNoKey for a call that carries no key, or a constant such as \"all\" for one budget shared by every call: %w", ErrNoKey)
+
 // keyOf returns the key of the call of ctx by the Interceptor's KeyFunc,
-// with a panic of it as an error matching ErrKeyPanicked.
+// with a panic of it as an error matching ErrKeyPanicked, and an empty
+// key as errEmptyKey.
 func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v\n%s", ErrKeyPanicked, p, debug.Stack())
 		}
 	}()
-	return i.key(ctx)
+	if key, err = i.key(ctx); err == nil && key == "" {
+		err = errEmptyKey
+	}
+	return key, err
 }
 
 // ErrInvalidOption is matched (errors.Is) by the error of New, PeerIP or

@@ -1,6 +1,7 @@
 package ratelimitgrpc_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -212,4 +213,46 @@ func TestNewRefusesMetadataHost(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got.Get("host"))
 	assert.Equal(t, []string{"tenant-a.example"}, got.Get(":authority"))
+}
+
+// A KeyFunc of the user's that returns an empty key, and no error, for a
+// call without the identity it reads put every such call in one budget:
+// one client spent it for all. An empty key is no key, refused
+// InvalidArgument as ErrNoKey, at the open of a stream too and through
+// Limit; the call whose key is there goes on.
+func TestEmptyKeyIsNoKey(t *testing.T) {
+	var logs bytes.Buffer
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Minute}})
+	ic, err := ratelimitgrpc.New(lim, []string{"api"},
+		ratelimitgrpc.WithKey(func(ctx context.Context) (string, error) {
+			if vs := metadata.ValueFromIncomingContext(ctx, "user"); len(vs) == 1 {
+				return vs[0], nil
+			}
+			return "", nil // a KeyFunc's mistake: no user is no key
+		}),
+		ratelimitgrpc.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	require.NoError(t, err)
+	handler := func(context.Context, any) (any, error) { return "ok", nil }
+	unary := func(ctx context.Context) error {
+		_, err := ic.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: checkMethod}, handler)
+		return err
+	}
+	anonymous := context.Background()
+	for range 3 {
+		err := unary(anonymous)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Equal(t, "rate limit: the call carries no key", status.Convert(err).Message())
+		assert.Equal(t, codes.InvalidArgument, status.Code(ic.Limit(anonymous)))
+		err = ic.Stream()(nil, &fakeStream{ctx: anonymous}, &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true},
+			func(any, grpc.ServerStream) error { return nil })
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	}
+	assert.Contains(t, logs.String(), "empty key")
+	v, err := lim.Value(context.Background(), "api", "")
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, v.Remaining, "the empty key's budget is untouched")
+
+	user := metadata.NewIncomingContext(context.Background(), metadata.Pairs("user", "ann"))
+	require.NoError(t, unary(user))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(unary(user)))
 }
