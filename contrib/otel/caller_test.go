@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,13 +55,35 @@ func (ctxStore) OwnClock() bool                           { return true }
 func (s ctxStore) Now(ctx context.Context) (int64, error) { return 0, s.fail(ctx) }
 
 // lateContext is a context whose deadline has passed while its Err does
-// not say so yet: a client that stops a read at the deadline may return
-// its error a moment before the context reports its end. Its deadline is
-// on this machine's clock, with a monotonic reading, as
-// context.WithTimeout's.
-type lateContext struct{ context.Context }
+// not say so yet: its timer is due, and runs a moment later, and a
+// client that stops a read at the deadline may return its error before
+// the context reports its end. It ends as soon as it is waited on (Done),
+// so that no test waits for a timer.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+	once     sync.Once
+	done     chan struct{}
+	ended    atomic.Bool
+}
 
-func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
+func newLateContext() *lateContext {
+	return &lateContext{Context: context.Background(), deadline: time.Now().Add(-time.Second), done: make(chan struct{})}
+}
+
+func (c *lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *lateContext) Done() <-chan struct{} {
+	c.once.Do(func() { c.ended.Store(true); close(c.done) })
+	return c.done
+}
+
+func (c *lateContext) Err() error {
+	if c.ended.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
 
 // The span of a store call that failed because its caller's context
 // ended, canceled or past its deadline, records the error but keeps the
@@ -77,6 +101,13 @@ func TestWrapStoreCallerEnded(t *testing.T) {
 	// past by this machine's clock.
 	onMock, cancel := clock.NewMock().WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The same on a mock set to this machine's time an hour ago: its
+	// deadline has a monotonic reading, as a wall clock's, and was taken
+	// for one.
+	nowMock := clock.NewMock()
+	nowMock.Set(time.Now().Add(-time.Hour))
+	onNowMock, cancel := nowMock.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for _, tc := range []struct {
 		name     string
 		ctx      context.Context
@@ -87,9 +118,10 @@ func TestWrapStoreCallerEnded(t *testing.T) {
 	}{
 		{"canceled", canceled, errStoreDown, false, codes.Unset, context.Canceled},
 		{"deadline passed", expired, errStoreDown, false, codes.Unset, context.DeadlineExceeded},
-		{"deadline passed, not reported yet", lateContext{context.Background()}, errOwnTimeout, false, codes.Unset, context.DeadlineExceeded},
+		{"deadline passed, not reported yet", newLateContext(), errOwnTimeout, false, codes.Unset, context.DeadlineExceeded},
 		{"store's own timeout", context.Background(), errOwnTimeout, false, codes.Error, context.DeadlineExceeded},
 		{"store's own timeout, deadline on a mock clock", onMock, errOwnTimeout, false, codes.Error, context.DeadlineExceeded},
+		{"store's own timeout, deadline on a mock set to the wall clock", onNowMock, errOwnTimeout, false, codes.Error, context.DeadlineExceeded},
 		{"store down", context.Background(), errStoreDown, false, codes.Error, errStoreDown},
 		{"store down, caller canceled", canceled, errStoreDown, true, codes.Error, errStoreDown},
 		{"store's own timeout, caller canceled", canceled, errOwnTimeout, true, codes.Error, context.DeadlineExceeded},

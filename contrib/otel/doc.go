@@ -70,10 +70,13 @@
 // return it), the error is recorded as an event and the status is left
 // Unset. A store's own timeout, with the caller's context live, is an
 // Error; so is an error of another cause that came as the context ended.
-// A deadline that has passed counts before the context reports it only
-// when it was read from this machine's clock (it has a monotonic
-// reading, as context.WithTimeout sets): a deadline on a Limiter's mock
-// clock says it passed by the context's Err alone.
+// A deadline is read off the wall clock by the library's one rule, as
+// the Redis and PostgreSQL stores read it: for an error matching
+// context.DeadlineExceeded with the wall clock past the deadline and the
+// context not yet ended (its timer is due, or the deadline is a mock
+// clock's), the wrapper waits a moment (at most 20 ms) for the context to
+// end; if it does not, the deadline is another clock's, and the timeout
+// the store's own.
 //
 // The wrapper keeps the optional capabilities of the store visible, so
 // that a Limiter treats it exactly as the store: driver.BatchApplier and

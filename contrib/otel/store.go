@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/deadline"
 	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -143,31 +144,51 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 
 // callerEnded reports whether err, the error of a store call made with
 // ctx, is ctx's own: ctx was canceled or its deadline passed, and err
-// matches that (context.Canceled or context.DeadlineExceeded). A deadline
-// that has passed counts though ctx.Err does not report it yet: a client
-// that stops a read at the deadline may return before ctx says it ended.
-// A store's own timeout, with ctx live, is no caller's; nor is an error
-// of another cause that came as ctx ended.
+// matches that (context.Canceled or context.DeadlineExceeded). A store's
+// own timeout, with ctx live, is no caller's; nor is an error of another
+// cause that came as ctx ended.
 //
-// Only a deadline on this machine's clock is read against time.Now: one
-// with a monotonic reading, as context.WithTimeout sets. A deadline
-// without one may be on another clock: the Limiter bounds the use of an
-// AfterFunc and the refund of a Cancel by its own clock (WithClock), and
-// a mock's, which starts in 1970, would be long past by time.Now: a
-// store's own timeout would be taken for the caller's. Such a context
-// says it ended by its Err alone.
+// The deadline is read by the rule of internal/deadline, as the Redis and
+// PostgreSQL stores read it. A deadline the wall clock is past, of a
+// context that has not ended (Unmet), is one whose timer is due and runs
+// a moment later, or one of another clock, a Limiter's mock (its
+// AfterFunc and Cancel bound their calls by it) that the wall clock is
+// past long before the mock reaches it. A client that stops a read at
+// the deadline may return before its context reports its end, so for an
+// error matching context.DeadlineExceeded callerEnded waits, at most
+// contextLag, for ctx to end: then the deadline was the caller's, and
+// otherwise another clock's, and the timeout the store's own. A deadline
+// with a monotonic clock reading, which this used to take for the wall
+// clock's, is no proof: a mock set from time.Now has one.
 func callerEnded(ctx context.Context, err error) bool {
 	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && monotonic(dl) && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded
+	if cerr == nil && errors.Is(err, context.DeadlineExceeded) {
+		switch _, st := deadline.Of(ctx); st {
+		case deadline.Met:
+			cerr = ctx.Err()
+		case deadline.Unmet:
+			cerr = endsSoon(ctx)
+		}
 	}
 	return cerr != nil && errors.Is(err, cerr)
 }
 
-// monotonic reports whether t carries a monotonic clock reading: it was
-// read from this machine's clock (time.Now, and times added to it), not
-// made of a date, nor by a mock clock. Round(0) strips the reading.
-func monotonic(t time.Time) bool { return t != t.Round(0) }
+// contextLag is the longest callerEnded waits for a context whose deadline
+// the wall clock has passed to report its end, as the Redis store waits.
+const contextLag = 20 * time.Millisecond
+
+// endsSoon returns ctx's error once it ends, or nil if it has not ended
+// within contextLag.
+func endsSoon(ctx context.Context) error {
+	t := time.NewTimer(contextLag)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // endPanicked ends the span of a call that did not return: the store
 // panicked.

@@ -28,7 +28,11 @@
 //
 // The stores ask this of the context of each call they send: the Redis
 // store, whether a network timeout was the caller's deadline; the
-// PostgreSQL store, how long its statement may wait for a lock.
+// PostgreSQL store, how long its statement may wait for a lock. So does
+// the tracing store wrapper of contrib/otel, whether a store's error
+// matching context.DeadlineExceeded was the caller's deadline, for the
+// status of its span; it waits a moment for an Unmet context to end, as
+// the Redis store does.
 //
 // A batch's context (internal/coalesce) asks something else: it must
 // report the latest of its callers' deadlines without ending at it, since
