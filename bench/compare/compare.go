@@ -177,7 +177,7 @@ type env struct {
 // cannot be reached is skipped, with the reason in its MediumReport. Run
 // deletes the keys, tables and files it made before it returns.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	id := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -216,7 +216,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-func (o *Options) validate() error {
+// Validate reports the first setting of o that a run refuses.
+func (o *Options) Validate() error {
 	if len(o.Media) == 0 || len(o.Goroutines) == 0 || len(o.Keys) == 0 {
 		return errors.New("compare: name at least one medium, goroutine count and key count")
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"regexp"
@@ -23,12 +24,15 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run runs the command with args, the report on stdout and progress and
+// errors on stderr, and returns its exit status.
+func run(args []string, stdout, stderr io.Writer) int {
 	o := compare.DefaultOptions()
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: compare [flags]\n\n"+
 			"Runs ratelimit beside other Go rate limiters and bare baselines on the local servers,\n"+
@@ -58,8 +62,13 @@ func run(args []string) int {
 	}
 	var err error
 	usage := func(format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, "compare: "+format+"\n", args...)
+		fmt.Fprintf(stderr, "compare: "+format+"\n", args...)
 		return 2
+	}
+	// Parsing stops at the first argument that is not a flag: the flags
+	// after it would be dropped without a word.
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))
 	}
 	o.Media = split(*mediaFlag)
 	if o.Goroutines, err = ints(*goroutines); err != nil {
@@ -81,7 +90,11 @@ func run(args []string) int {
 	}
 	o.ClusterAddrs = split(*cluster)
 	if !*quiet {
-		o.Progress = os.Stderr
+		o.Progress = stderr
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(stderr, err) // it names the package: "compare: …"
+		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -89,7 +102,7 @@ func run(args []string) int {
 	start := time.Now()
 	rep, err := compare.Run(ctx, o)
 	if rep != nil {
-		if werr := rep.WriteMarkdown(os.Stdout); werr != nil && err == nil {
+		if werr := rep.WriteMarkdown(stdout); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -98,7 +111,7 @@ func run(args []string) int {
 	}
 	failed := 0
 	for _, v := range rep.Violations() {
-		fmt.Fprintf(os.Stderr, "compare: check FAILED: %s (%s, %s) granted more than its bound allows\n", v.Contender.Name, v.Medium, v.Cell)
+		fmt.Fprintf(stderr, "compare: check FAILED: %s (%s, %s) granted more than its bound allows\n", v.Contender.Name, v.Medium, v.Cell)
 		if *fail == "any" || v.Contender.Role == compare.Library {
 			failed++
 		}
