@@ -236,6 +236,12 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("compare: %d keys: choose at least 1", k)
 		}
 	}
+	if o.RedisPool < 0 {
+		return fmt.Errorf("compare: %d connections per Redis node: choose 0 (go-redis's default) or more", o.RedisPool)
+	}
+	if o.PGConns < 0 || o.PGConns > math.MaxInt32 {
+		return fmt.Errorf("compare: %d PostgreSQL connections: choose 0 (the default, 20) or more", o.PGConns)
+	}
 	if slices.Contains(o.Media, "cluster") && len(o.ClusterAddrs) == 0 {
 		return errors.New("compare: name the Redis Cluster's nodes")
 	}

@@ -156,6 +156,12 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *Options) { o.Rounds = 0 }, "0 rounds"},
 		{func(o *Options) { o.Limit.Period = 1500 * time.Microsecond }, "whole milliseconds"},
 		{func(o *Options) { o.Limit.Kind = 0 }, "limit kind"},
+		// go-redis panics on a pool of -1 (makechan: size out of range).
+		{func(o *Options) { o.Media, o.RedisAddr, o.RedisPool = []string{"redis"}, "127.0.0.1:1", -1 }, "-1 connections per Redis node"},
+		// pgx would be given a pool of 20 without a word.
+		{func(o *Options) {
+			o.Media, o.PostgresURL, o.PGConns = []string{"pg"}, "postgres://postgres@127.0.0.1:1/test", -5
+		}, "-5 PostgreSQL connections"},
 	} {
 		o := tiny()
 		tc.edit(&o)
