@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/bench/compare"
@@ -97,7 +98,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// A run cleans up what it made when it is interrupted or told to
+	// terminate (as by kill or timeout).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
 	rep, err := compare.Run(ctx, o)
