@@ -185,13 +185,25 @@ func commas(n int64) string {
 	return b.String()
 }
 
-// perSec rounds decisions per second to three significant digits.
+// perSec rounds decisions per second to three significant digits: with
+// decimals below 100 (bbolt's Batch from one goroutine makes fewer than
+// 100 a second).
 func perSec(v float64) string {
 	if v <= 0 || math.IsNaN(v) {
 		return "0"
 	}
-	mag := math.Pow(10, math.Floor(math.Log10(v))-2)
-	return commas(int64(math.Round(v/mag) * mag))
+	e := int(math.Floor(math.Log10(v))) // v is in [10^e, 10^(e+1))
+	if e >= 2 {
+		mag := math.Pow(10, float64(e-2))
+		return commas(int64(math.Round(v/mag) * mag))
+	}
+	digits := 2 - e
+	s := strconv.FormatFloat(v, 'f', digits, 64)
+	if r, _ := strconv.ParseFloat(s, 64); r >= math.Pow(10, float64(e+1)) {
+		// Rounding carried into one more digit: 99.96 is 100, not 100.0.
+		s = strconv.FormatFloat(v, 'f', digits-1, 64)
+	}
+	return s
 }
 
 func spread(res *Result) string {
