@@ -125,7 +125,8 @@ type MediumReport struct {
 	Skipped string
 	// Contenders are the medium's, in the order of every cell's Results.
 	Contenders []Contender
-	Cells      []*Cell
+	// Cells are the cells that finished, in the order they ran.
+	Cells []*Cell
 	// Cleanup is the error of removing the run's keys, tables or files.
 	Cleanup error
 }
@@ -270,6 +271,9 @@ func runMedium(ctx context.Context, o *Options, e *env, mr *MediumReport) error 
 			mr.Cells = append(mr.Cells, cell)
 			start := time.Now()
 			if err := runCell(ctx, o, e, mr, cell, len(mr.Cells)); err != nil {
+				// The report holds the cells that finished: this one has
+				// neither statistics nor a check.
+				mr.Cells = mr.Cells[:len(mr.Cells)-1]
 				return fmt.Errorf("%s, %s: %w", mr.Name, cell, err)
 			}
 			o.progressf("%s, %s: %v\n", mr.Name, cell, time.Since(start).Round(time.Millisecond))

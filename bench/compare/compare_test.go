@@ -216,3 +216,55 @@ func TestFailedCallsAreNoDecisions(t *testing.T) {
 	assert.Equal(t, []float64{0}, r.res.PerRound)
 	assert.Zero(t, r.hist.n, "latencies of failed calls")
 }
+
+// TestRunEndsEarly requires a run that ends before a cell finishes (a
+// contender that cannot be set up, an interrupt) to report the cells that
+// finished and only those: the unfinished one has no statistics and no
+// check, and the report printed it as a cell that decided and granted
+// nothing, or, when the library was the one that could not be set up,
+// panicked while writing it.
+func TestRunEndsEarly(t *testing.T) {
+	t.Run("setup", func(t *testing.T) {
+		o := tiny()
+		o.Media = []string{"memory"}
+		o.Limit.Period = 2_000_000 * time.Hour // more than the library's longest period
+		rep, err := Run(context.Background(), o)
+		require.ErrorContains(t, err, "setting up ratelimit memstore")
+		require.Len(t, rep.Media, 1)
+		assert.Empty(t, rep.Media[0].Cells)
+		var out bytes.Buffer
+		require.NotPanics(t, func() { require.NoError(t, rep.WriteMarkdown(&out)) })
+	})
+	t.Run("interrupt", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cells := 0
+		interrupter := Contender{
+			Name: "interrupter", Code: "int", Role: Peer, Bound: gcraBound,
+			New: func(context.Context, *env, Limit) (Taker, error) {
+				cells++
+				return TakeFunc(func(context.Context, string) (bool, error) {
+					if cells == 2 {
+						cancel() // in the second cell
+					}
+					return false, nil
+				}), nil
+			},
+		}
+		o := tiny()
+		o.Goroutines = []int{1}
+		o.Media = []string{"memory"}
+		o.Match = regexp.MustCompile("^(ratelimit|interrupter)")
+		o.Slice = time.Millisecond
+		o.extra = map[string][]Contender{"memory": {interrupter}}
+		rep, err := Run(ctx, o)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Len(t, rep.Media, 1)
+		m := rep.Media[0]
+		require.Len(t, m.Cells, 1, "the cell that finished")
+		for _, res := range m.Cells[0].Results {
+			assert.Positive(t, res.Calls, res.Contender.Name)
+			assert.Len(t, res.PerRound, o.Rounds, res.Contender.Name)
+		}
+	})
+}
