@@ -175,8 +175,10 @@ type env struct {
 }
 
 // Run runs the matrix of o and checks every grant. A medium whose server
-// cannot be reached is skipped, with the reason in its MediumReport. Run
-// deletes the keys, tables and files it made before it returns.
+// cannot be reached is skipped, with the reason in its MediumReport; a
+// server that is not on this machine, or whose address cannot be parsed,
+// is an error of o (Validate). Run deletes the keys, tables and files it
+// made before it returns.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -243,8 +245,27 @@ func (o *Options) Validate() error {
 	if o.PGConns < 0 || o.PGConns > math.MaxInt32 {
 		return fmt.Errorf("compare: %d PostgreSQL connections: choose 0 (the default, 20) or more", o.PGConns)
 	}
-	if slices.Contains(o.Media, "cluster") && len(o.ClusterAddrs) == 0 {
-		return errors.New("compare: name the Redis Cluster's nodes")
+	// The servers of the media to run: a server that cannot be reached is
+	// skipped, one that is misnamed or elsewhere is a mistake.
+	if slices.Contains(o.Media, "redis") {
+		if err := loopback(o.RedisAddr); err != nil {
+			return fmt.Errorf("compare: Redis server: %w", err)
+		}
+	}
+	if slices.Contains(o.Media, "cluster") {
+		if len(o.ClusterAddrs) == 0 {
+			return errors.New("compare: name the Redis Cluster's nodes")
+		}
+		for _, a := range o.ClusterAddrs {
+			if err := loopback(a); err != nil {
+				return fmt.Errorf("compare: Redis Cluster node: %w", err)
+			}
+		}
+	}
+	if slices.Contains(o.Media, "pg") {
+		if _, _, err := pgConfig(o); err != nil {
+			return fmt.Errorf("compare: %w", err)
+		}
 	}
 	if o.Rounds < 1 || o.Slice <= 0 {
 		return fmt.Errorf("compare: %d rounds of %v: choose at least one round of a positive slice", o.Rounds, o.Slice)

@@ -136,13 +136,34 @@ func TestRunSkipsUnreachable(t *testing.T) {
 	assert.Empty(t, rep.Violations())
 }
 
+// TestRunRefusesRemoteServers requires a server that is not on this
+// machine, or whose address cannot be parsed, to be an error of the
+// options, as any other bad setting: it was a medium skipped, and a run of
+// that medium alone exited 0.
 func TestRunRefusesRemoteServers(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Media, o.RedisAddr = []string{"redis"}, "192.0.2.1:6379" }, "compare: Redis server: 192.0.2.1:6379 is not a loopback address"},
+		{func(o *Options) { o.Media, o.RedisAddr = []string{"redis"}, "127.0.0.1" }, `compare: Redis server: "127.0.0.1" is not host:port`},
+		{func(o *Options) {
+			o.Media, o.ClusterAddrs = []string{"cluster"}, []string{"127.0.0.1:7101", "192.0.2.1:7102"}
+		}, "compare: Redis Cluster node: 192.0.2.1:7102 is not a loopback address"},
+		{func(o *Options) { o.Media, o.PostgresURL = []string{"pg"}, "postgres://postgres@192.0.2.1:5432/test" }, "compare: PostgreSQL server: 192.0.2.1:5432 is not a loopback address"},
+		{func(o *Options) { o.Media, o.PostgresURL = []string{"pg"}, "%%%" }, `compare: PostgreSQL URL "%%%": cannot parse`},
+	} {
+		o := tiny()
+		tc.edit(&o)
+		_, err := Run(context.Background(), o)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	// The servers of the media not run are not looked at.
 	o := tiny()
-	o.Media = []string{"redis"}
-	o.RedisAddr = "192.0.2.1:6379"
-	rep, err := Run(context.Background(), o)
-	require.NoError(t, err)
-	assert.Contains(t, rep.Media[0].Skipped, "not a loopback address")
+	o.Media, o.RedisAddr, o.Goroutines, o.Keys = []string{"memory"}, "192.0.2.1:6379", []int{1}, []int{1}
+	o.Match = regexp.MustCompile("^ratelimit")
+	_, err := Run(context.Background(), o)
+	assert.NoError(t, err)
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -77,9 +77,6 @@ func closeBolt(_ context.Context, e *env) error {
 }
 
 func openRedis(ctx context.Context, o *Options, e *env) (string, error) {
-	if err := loopback(o.RedisAddr); err != nil {
-		return "", err
-	}
 	if err := dial(o.RedisAddr); err != nil {
 		return "", fmt.Errorf("the Redis server at %s cannot be reached: %w", o.RedisAddr, err)
 	}
@@ -93,11 +90,6 @@ func openRedis(ctx context.Context, o *Options, e *env) (string, error) {
 }
 
 func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
-	for _, a := range o.ClusterAddrs {
-		if err := loopback(a); err != nil {
-			return "", err
-		}
-	}
 	if err := dial(o.ClusterAddrs[0]); err != nil {
 		return "", fmt.Errorf("the Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
 	}
@@ -148,10 +140,12 @@ func closeRedis(ctx context.Context, e *env) error {
 	return errors.Join(err, e.redis.Close())
 }
 
-func openPG(ctx context.Context, o *Options, e *env) (string, error) {
+// pgConfig parses the PostgreSQL URL of o, and checks that it names this
+// machine. It returns the server's host:port.
+func pgConfig(o *Options) (*pgxpool.Config, string, error) {
 	cfg, err := pgxpool.ParseConfig(o.PostgresURL)
 	if err != nil {
-		return "", fmt.Errorf("PostgreSQL URL %q: %w", o.PostgresURL, err)
+		return nil, "", fmt.Errorf("PostgreSQL URL %q: %w", o.PostgresURL, err)
 	}
 	host := cfg.ConnConfig.Host
 	if strings.HasPrefix(host, "/") {
@@ -159,6 +153,14 @@ func openPG(ctx context.Context, o *Options, e *env) (string, error) {
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(cfg.ConnConfig.Port)))
 	if err := loopback(addr); err != nil {
+		return nil, "", fmt.Errorf("PostgreSQL server: %w", err)
+	}
+	return cfg, addr, nil
+}
+
+func openPG(ctx context.Context, o *Options, e *env) (string, error) {
+	cfg, addr, err := pgConfig(o)
+	if err != nil {
 		return "", err
 	}
 	if !strings.HasPrefix(cfg.ConnConfig.Host, "/") {
