@@ -122,6 +122,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if failed > 0 {
 		return 1
 	}
+	// A run that measured nothing did not do what it was asked: the
+	// servers it was to run on could not be reached, or -match matched
+	// none of their contenders.
+	ran := false
+	for _, m := range rep.Media {
+		ran = ran || m.Skipped == ""
+	}
+	if !ran {
+		return usage("no medium ran: every one was skipped")
+	}
 	return 0
 }
 

@@ -55,6 +55,27 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestNothingRan requires a run in which every medium named was skipped
+// to exit with status 2, having measured nothing: it exited 0.
+func TestNothingRan(t *testing.T) {
+	for _, args := range [][]string{
+		{"-medium", "redis,pg", "-redis", "127.0.0.1:1", "-pg", "postgres://postgres@127.0.0.1:1/test"},
+		{"-medium", "memory", "-match", "nothing"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(args, "-quiet"), &stdout, &stderr)
+		assert.Equal(t, 2, code, "%q", args)
+		assert.Equal(t, "compare: no medium ran: every one was skipped\n", stderr.String(), "%q", args)
+		assert.Contains(t, stdout.String(), "Skipped: ", "%q", args)
+	}
+	// One medium that ran is a run.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-medium", "redis,memory", "-redis", "127.0.0.1:1", "-match", "^ratelimit",
+		"-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms", "-quiet"}, &stdout, &stderr)
+	assert.Equal(t, 0, code, stderr.String())
+	assert.Empty(t, stderr.String())
+}
+
 // TestTerminateCleansUp requires a run told to terminate (SIGTERM, as
 // kill and timeout send) to remove what it made, as an interrupted one
 // does: here the bbolt files of its temporary directory.
