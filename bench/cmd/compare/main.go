@@ -3,7 +3,8 @@
 // tables of decisions per second, latencies and the library's ratios, and
 // checks that no contender granted more than its algorithm allows. It
 // exits with status 1 when a check fails (with -fail library, only when
-// one of ratelimit's does), 2 on a usage or setup error.
+// one of ratelimit's does), 2 on a usage or setup error or when every
+// medium was skipped (its server could not be reached).
 //
 //	cd bench && go run ./cmd/compare -medium redis,pg,bolt,memory -goroutines 1,8,64 -keys 1,10000 -rounds 5 -slice 200ms
 package main
