@@ -236,7 +236,7 @@ func (o *Options) Validate() error {
 	}
 	for _, k := range o.Keys {
 		if k < 1 || k > math.MaxInt32 {
-			return fmt.Errorf("compare: %d keys: choose at least 1", k)
+			return fmt.Errorf("compare: %d keys: choose 1 to %d", k, math.MaxInt32)
 		}
 	}
 	if o.RedisPool < 0 {

@@ -173,7 +173,9 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{func(o *Options) { o.Media = []string{"mongo"} }, `unknown medium "mongo"`},
 		{func(o *Options) { o.Goroutines = []int{0} }, "0 goroutines"},
-		{func(o *Options) { o.Keys = []int{0} }, "0 keys"},
+		{func(o *Options) { o.Keys = []int{0} }, "0 keys: choose 1 to 2147483647"},
+		// It said "choose at least 1".
+		{func(o *Options) { o.Keys = []int{3_000_000_000} }, "3000000000 keys: choose 1 to 2147483647"},
 		{func(o *Options) { o.Rounds = 0 }, "0 rounds"},
 		{func(o *Options) { o.Limit.Period = 1500 * time.Microsecond }, "whole milliseconds"},
 		{func(o *Options) { o.Limit.Kind = 0 }, "limit kind"},
