@@ -147,6 +147,26 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 	case n.Kind != yaml.MappingNode:
 		return fmt.Errorf("limits: line %d: write an object of limit names to their fields", n.Line)
 	}
+	return l.read(n)
+}
+
+// UnmarshalYAML reads l from a mapping of limit names to configs, into
+// l's map if it has one, by the rules of ParseLimits: a name that is null
+// (~), tagged !!binary or given twice, or a limit written null, is an
+// error, where yaml.Unmarshal of a plain map dropped a limit named ~
+// without a word and declared one named !!binary /w== as the byte 0xff.
+// It does not validate: ParseLimits and New do. A null leaves l as it
+// is, as yaml.Unmarshal does for any value.
+func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
+	if n = resolve(n); n.Kind != yaml.MappingNode {
+		return fmt.Errorf("limits: line %d: write a mapping of limit names to their fields", n.Line)
+	}
+	return l.read(n)
+}
+
+// read reads l from n, a mapping of limit names to configs, for
+// UnmarshalJSON and UnmarshalYAML.
+func (l *Limits) read(n *yaml.Node) error {
 	entries, err := mappingFields(n, "limit", 0)
 	if err != nil {
 		return fmt.Errorf("limits: %w", err)
@@ -155,7 +175,7 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 		*l = make(Limits, len(entries))
 	}
 	for _, e := range entries {
-		name := e.key.Value
+		name := resolve(e.key).Value
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
 			return fmt.Errorf("limits: limit %q: %w", name, err)

@@ -271,6 +271,43 @@ func TestParseLimitsKeys(t *testing.T) {
 	assert.Contains(t, limits, "true")
 }
 
+// yaml.Unmarshal of Limits reads names as ParseLimits and json.Unmarshal
+// do: a limit named null (~) was dropped without a word, one tagged
+// !!binary declared as its decoded bytes, and a limit written null was a
+// zero Config, where JSON and ParseLimits refuse each.
+func TestLimitsYAMLNames(t *testing.T) {
+	const limit = "{kind: fixed window, rate: 1, period: 1h}"
+	for _, bad := range []struct{ in, want string }{
+		{"~: " + limit + "\nb: " + limit + "\n", `limits: line 1: a limit name is null ("~"): write another, or quote it`},
+		{"a: " + limit + "\n? !!null ''\n: " + limit + "\n", `limits: line 2: a limit name is null ("")`},
+		{"a: " + limit + "\n!!binary /w==: " + limit + "\n", `limits: line 2: a limit name tagged !!binary: write text`},
+		{"a: " + limit + "\nb: ~\n", `limits: limit "b": line 2: a limit is a mapping of fields`},
+		{"a: " + limit + "\nb:\n", `limits: limit "b": line 2: a limit is a mapping of fields`},
+		{"a: " + limit + "\na: " + limit + "\n", `limits: line 2: limit "a" given twice`},
+		{"a: " + limit + "\nb: {kind: fixed window, rate: 1, period: 1h, rate: 2}\n", `limits: limit "b": line 2: field "rate" given twice`},
+		{"- " + limit + "\n", `limits: line 1: write a mapping of limit names to their fields`},
+	} {
+		var limits ratelimit.Limits
+		err := yaml.Unmarshal([]byte(bad.in), &limits)
+		assert.ErrorContains(t, err, bad.want, "%q: got %v", bad.in, limits)
+	}
+
+	// Within an application's own document, merges included, as
+	// ParseLimits reads it.
+	var doc struct {
+		Limits ratelimit.Limits `yaml:"limits"`
+	}
+	in := "defaults: &d {kind: token bucket, period: 1m}\nlimits:\n  a: {<<: *d, rate: 2}\n  \"~\": " + limit + "\n"
+	require.NoError(t, yaml.Unmarshal([]byte(in), &doc))
+	assert.Equal(t, ratelimit.Limits{
+		"a": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
+		"~": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
+	}, doc.Limits)
+	var limits ratelimit.Limits
+	require.NoError(t, yaml.Unmarshal([]byte("~\n"), &limits), "null leaves Limits as they are, as in JSON")
+	assert.Nil(t, limits)
+}
+
 // Every field of a valid config reads back as written, in JSON and YAML;
 // Start as the same instant, in UTC. A Start that an RFC 3339 time cannot
 // write, before year 0 or after 9999, is refused: yaml.Marshal wrote one
