@@ -225,8 +225,9 @@ const (
 	MinCount = 1e-8
 	// MaxPeriod is the longest Period: 100 years.
 	MaxPeriod = 36524 * 24 * time.Hour
-	// minRate is the smallest Rate: waits and refills of slower limits
-	// would overflow.
+	// minRate is the smallest Rate: over MaxShards shards, each shard's
+	// share of it is the least rate the stores accept (driver's bounds),
+	// below which waits and refills would overflow.
 	minRate = 1e-9
 )
 
