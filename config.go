@@ -76,11 +76,13 @@ type Limits map[string]Config
 // Validate reports whether c is a valid config. The error is a
 // *ConfigError that names the field and the rule, and matches
 // ErrInvalidConfig with errors.Is.
-func (c Config) Validate() error { return c.validate("") }
+func (c Config) Validate() error { return c.validate("", false) }
 
-func (c Config) validate(name string) error {
+// validate is Validate for the limit called name, if named: its error
+// names the limit, the name "" too.
+func (c Config) validate(name string, named bool) error {
 	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...)}
+		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...), named: named}
 	}
 	switch c.Kind {
 	case driver.FixedWindow, driver.TokenBucket:

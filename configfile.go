@@ -591,7 +591,7 @@ func ParseLimits(data []byte) (Limits, error) {
 		if err := c.UnmarshalYAML(e.val); err != nil {
 			return nil, fmt.Errorf("ratelimit: limits file: limit %q: %w", name, err)
 		}
-		if err := c.validate(name); err != nil {
+		if err := c.validate(name, true); err != nil {
 			var ce *ConfigError
 			if errors.As(err, &ce) && ce.Field == "Kind" && c.Kind == 0 {
 				// The Go constants are no help to a file's author.

@@ -148,17 +148,21 @@ const maxErrorKey = 64
 func (e *LimitError) Is(target error) bool { return target == ErrLimited }
 
 // ConfigError describes an invalid Config: the limit's name (empty for
-// Config.Validate), the field and what is wrong with it. It matches
-// ErrInvalidConfig with errors.Is.
+// Config.Validate, and for a limit named ""), the field and what is wrong
+// with it. It matches ErrInvalidConfig with errors.Is.
 type ConfigError struct {
 	Name    string
 	Field   string
 	Problem string
+	// named is whether the config is a limit's (New, SetLimits,
+	// SetLimit, WithConfig, ParseLimits), so that Error names the limit
+	// "" too, rather than as a Config of no limit.
+	named bool
 }
 
 // Error names the limit, the field and what is wrong with it.
 func (e *ConfigError) Error() string {
-	if e.Name == "" {
+	if e.Name == "" && !e.named {
 		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.Field, e.Problem)
 	}
 	return fmt.Sprintf("ratelimit: limit %q: %s %s", e.Name, e.Field, e.Problem)

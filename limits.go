@@ -239,7 +239,7 @@ type limit struct {
 }
 
 func compile(name string, c Config) (*limit, error) {
-	if err := c.validate(name); err != nil {
+	if err := c.validate(name, true); err != nil {
 		return nil, err
 	}
 	lim := &limit{name: name, cfg: c, base: c.params(), shards: c.shards()}

@@ -72,6 +72,29 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 	require.ErrorContains(t, err, "*memstore.Store(nil)")
 }
 
+// A limit named "", which calls may name as any other, is named in the
+// error of its config: the error read "invalid config", as Validate's
+// does for a Config of no limit, and told none of New, SetLimit and
+// ParseLimits which limit it was.
+func TestConfigErrorNamesTheEmptyName(t *testing.T) {
+	bad := ratelimit.Config{Kind: ratelimit.FixedWindow, Period: time.Second}
+	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"": bad, "b": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+
+	lim, err := ratelimit.New(must(memstore.New()), nil)
+	require.NoError(t, err)
+	assert.EqualError(t, lim.SetLimit("", bad), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	assert.EqualError(t, lim.SetLimits(ratelimit.Limits{"": bad}), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	_, err = lim.Limit(context.Background(), "", "k", ratelimit.WithConfig(bad))
+	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+
+	_, err = ratelimit.ParseLimits([]byte(`"": {kind: fixed window, rate: 0, period: 1m}`))
+	assert.EqualError(t, err, `ratelimit: limits file: line 1: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+
+	assert.EqualError(t, bad.Validate(), `ratelimit: invalid config: Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`, "a Config of no limit")
+}
+
 // An option given a bad argument makes New fail (docs/api.md). A nil
 // clock was accepted, and the first call panicked on it.
 func TestNewRefusesANilClock(t *testing.T) {

@@ -328,7 +328,7 @@ func inFlags(err error) error {
 // field is left as it is. It still matches ratelimit.ErrInvalidConfig.
 func inFile(err error) error {
 	var ce *ratelimit.ConfigError
-	if !errors.As(err, &ce) || ce.Name == "" {
+	if !errors.As(err, &ce) { // every limit's is named, the limit "" too
 		return err
 	}
 	field, ok := fileFields[ce.Field]

@@ -303,6 +303,8 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	// left as it is.
 	dir := t.TempDir()
 	for _, tc := range []struct{ file, want string }{
+		// The name "" as any other: it was "invalid config: Rate is 0".
+		{"\"\":\n  kind: fixed window\n  rate: 0\n  period: 1s\n", `limits file: line 1: limit "": rate is 0: it must be a number of tokens from 1e-09 to 1e+15` + "\n"},
 		{"x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n", `limits file: line 1: limit "x": rate is NaN: it must be a number of tokens from 1e-09 to 1e+15` + "\n"},
 		{"Capacity:\n  kind: fixed window\n  rate: 1\n  period: 1s\n  capacity: -1\n",
 			`limits file: line 1: limit "Capacity": capacity is -1: it must be a number of tokens > 0 and at most 1e+15, or 0 for rate` + "\n"},
