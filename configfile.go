@@ -52,8 +52,9 @@ import (
 // Go duration: "1h", "90s", read exactly: one that is not a whole number
 // of nanoseconds, such as 1.0000005ms, is an error), capacity,
 // maxReserved, shards, start (an RFC 3339 time, but for the zero
-// time.Time, which means no start) and failOpen (true or false, or yes,
-// no, on and off unquoted, as yaml.Unmarshal reads a bool); omitted fields
+// time.Time, which means no start) and failOpen (true or false, or y,
+// yes, on, n, no and off unquoted, in lower case, capitalised or in
+// capitals, as yaml.Unmarshal reads a bool); omitted fields
 // take their zero values, and a field written without a value
 // ("capacity:", null) is an error. An integer with a leading zero (010) is
 // an error: yaml.Unmarshal reads it as YAML 1.1 does, the octal 8; octal

@@ -400,7 +400,8 @@ func TestParseLimitsValueErrors(t *testing.T) {
 // text, as "true" always was: "on" and "yes" were read as true and "no"
 // and "off" as false, from JSON too.
 func TestParseLimitsFailOpen(t *testing.T) {
-	for in, want := range map[string]bool{"true": true, "false": false, "yes": true, "on": true, "no": false, "off": false, "!!bool true": true} {
+	for in, want := range map[string]bool{"true": true, "false": false, "yes": true, "on": true, "no": false, "off": false, "!!bool true": true,
+		"y": true, "N": false, "Yes": true, "OFF": false, "True": true, "FALSE": false} {
 		limits, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: " + in + "\n"))
 		require.NoError(t, err, in)
 		assert.Equal(t, want, limits["a"].FailOpen, in)
@@ -409,7 +410,7 @@ func TestParseLimitsFailOpen(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, limits["a"].FailOpen)
 
-	for _, v := range []string{`"true"`, `"on"`, `"yes"`, `"off"`, `"no"`, `'on'`, `!!str on`, `1`} {
+	for _, v := range []string{`"true"`, `"on"`, `"yes"`, `"off"`, `"no"`, `'on'`, `!!str on`, `1`, `tRuE`, `oN`, `yES`} {
 		_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  failOpen: " + v + "\n"))
 		assert.ErrorContains(t, err, "line 5: failOpen:", v)
 		assert.ErrorContains(t, err, "is not true or false", v)
