@@ -504,6 +504,12 @@ func parseDecimalFloat(s string) (float64, error) {
 		// Of digits alone, an error is one of range: 1e400.
 		return 0, fmt.Errorf("%q is out of range: write a number from %g to %g", s, -math.MaxFloat64, math.MaxFloat64)
 	}
+	if mantissa, _, _ := strings.Cut(strings.ToLower(digits), "e"); v == 0 && strings.ContainsAny(mantissa, "123456789") {
+		// 0 is the default of --capacity and --max-reserved, and a count
+		// of 0 asks for nothing: a number written as more must not read
+		// as that, as in a limits file (ratelimit.ParseLimits).
+		return 0, fmt.Errorf("%q is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %v", s, math.SmallestNonzeroFloat64)
+	}
 	return v, nil
 }
 

@@ -1322,6 +1322,15 @@ func TestFloatFlagsDecimal(t *testing.T) {
 		{append([]string{"simulate", "--rate", "10", "--at", "0s=0x1p3r"}, limit...), `--at "0s=0x1p3r": the count "0x1p3" is not a number in decimal`},
 		{append([]string{"simulate", "--rate", "10", "--at", "0s=01"}, limit...), `--at "0s=01": the count "01" has a leading zero: write 1`},
 		{append([]string{"simulate", "--rate", "10", "--at", "0s= 1"}, limit...), `--at "0s= 1": the count " 1" is not a number in decimal`},
+		// Too close to 0 for a float64, as a limits file's numbers: it read
+		// as 0, the default, so that --max-reserved 1e-400 bounded no debt
+		// at all, --capacity 1e-400 was the rate, and a count of 1e-400 asked
+		// for nothing.
+		{append([]string{"simulate", "--rate", "10", "--max-reserved", "1e-400", "--at", "0s=1"}, limit...),
+			`invalid argument "1e-400" for "--max-reserved" flag: "1e-400" is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least 5e-324`},
+		{append([]string{"simulate", "--rate", "10", "--capacity", "-2.5e-330", "--at", "0s=1"}, limit...), `invalid argument "-2.5e-330" for "--capacity" flag: "-2.5e-330" is too close to 0`},
+		{append([]string{"limit", "--store", "mem:", "--rate", "10", "--count", "0.0001e-400"}, limit...), `invalid argument "0.0001e-400" for "--count" flag: "0.0001e-400" is too close to 0`},
+		{append([]string{"simulate", "--rate", "10", "--at", "0s=1e-400"}, limit...), `--at "0s=1e-400": the count "1e-400" is too close to 0`},
 	} {
 		code, out, errOut := exec(tc.args...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
