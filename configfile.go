@@ -156,8 +156,10 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 // (~), tagged !!binary or given twice, or a limit written null, is an
 // error, where yaml.Unmarshal of a plain map dropped a limit named ~
 // without a word and declared one named !!binary /w== as the byte 0xff.
-// It does not validate: ParseLimits and New do. A null leaves l as it
-// is, as yaml.Unmarshal does for any value.
+// Names are text, as in JSON: a name that is not UTF-8, which
+// yaml.Marshal writes tagged !!binary, does not read back. It does not
+// validate: ParseLimits and New do. A null leaves l as it is, as
+// yaml.Unmarshal does for any value.
 func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
 	if n = resolve(n); n.Kind != yaml.MappingNode {
 		return fmt.Errorf("limits: line %d: write a mapping of limit names to their fields", n.Line)
