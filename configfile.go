@@ -657,7 +657,7 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		for end < len(data) && strings.IndexByte(" \t\r\n:,", data[end]) >= 0 {
 			end++
 		}
-		line += bytes.Count(data[off:end], []byte("\n"))
+		line += lineBreaks(data[off:end])
 		off = end
 		return line
 	}
@@ -783,7 +783,14 @@ func notUTF8At(data []byte) error {
 		}
 		i += size
 	}
-	return &notUTF8Error{line: 1 + bytes.Count(data[:i], []byte("\n")), b: data[i]}
+	return &notUTF8Error{line: 1 + lineBreaks(data[:i]), b: data[i]}
+}
+
+// lineBreaks counts the line breaks of b as the YAML parser counts them,
+// so that the lines of a JSON file are those of the same file read as
+// YAML: LF, CRLF, and CR alone.
+func lineBreaks(b []byte) int {
+	return bytes.Count(b, []byte("\n")) + bytes.Count(b, []byte("\r")) - bytes.Count(b, []byte("\r\n"))
 }
 
 // jsonMaxDepth is the deepest nesting json.Valid accepts.

@@ -863,3 +863,19 @@ func TestParseLimitsJSONLoneSurrogate(t *testing.T) {
 		assert.Contains(t, limits, name, in)
 	}
 }
+
+// A JSON file counts its lines as the YAML parser does, whatever its line
+// ends: CRLF, or CR alone (as old Mac files end them), which the JSON
+// reader did not count, so that each error of such a file said line 1.
+func TestParseLimitsJSONLineEnds(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n", "\r"} {
+		js := strings.ReplaceAll("{\n\"a\": {\"kind\": \"fixed window\",\n\"rate\": 1,\n\"period\": \"1h\",\n\"bogus\": 1}}", "\n", eol)
+		_, err := ratelimit.ParseLimits([]byte(js))
+		assert.ErrorContains(t, err, `limit "a": line 5: unknown field "bogus"`, "%q", eol)
+		yml := strings.ReplaceAll("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  bogus: 1\n", "\n", eol)
+		_, err = ratelimit.ParseLimits([]byte(yml))
+		assert.ErrorContains(t, err, `limit "a": line 5: unknown field "bogus"`, "YAML, %q", eol)
+		_, err = ratelimit.ParseLimits([]byte(strings.ReplaceAll("{\n\"a\":\n\n\"\xff\"}", "\n", eol)))
+		assert.ErrorContains(t, err, "line 4: byte 0xff is not UTF-8", "%q", eol)
+	}
+}
