@@ -181,7 +181,7 @@ func (l *Limits) read(n *yaml.Node) error {
 		name := resolve(e.key).Value
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
-			return fmt.Errorf("limits: limit %q: %w", name, err)
+			return fmt.Errorf("limits: limit %s: %w", written(name), err)
 		}
 		(*l)[name] = c
 	}
@@ -198,7 +198,8 @@ var configFields = []struct {
 			return errors.New(`write "fixed window" or "token bucket"`)
 		}
 		if err := c.Kind.UnmarshalText([]byte(n.Value)); err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), "ratelimit: ")) // named once, by the caller
+			msg := strings.TrimPrefix(err.Error(), "ratelimit: ") // named once, by the caller
+			return errors.New(strings.Replace(msg, strconv.Quote(n.Value), written(n.Value), 1))
 		}
 		return nil
 	}},
@@ -206,14 +207,14 @@ var configFields = []struct {
 	{"period", func(c *Config, n *yaml.Node) error {
 		_, err := time.ParseDuration(n.Value)
 		if n.Kind == yaml.ScalarNode && err != nil && durationSyntax.MatchString(n.Value) {
-			return fmt.Errorf("%q is out of range: a period is from 1ms to %v (100 years)", n.Value, MaxPeriod)
+			return fmt.Errorf("%s is out of range: a period is from 1ms to %v (100 years)", written(n.Value), MaxPeriod)
 		}
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%s is not a duration: write one such as \"1m\" or \"1h30m\"", shown(n))
 		}
 		d, err := duration.Exact(n.Value)
 		if err != nil {
-			return fmt.Errorf("%q %w: a period is a whole number of milliseconds, from 1ms to %v (100 years)", n.Value, err, MaxPeriod)
+			return fmt.Errorf("%s %w: a period is a whole number of milliseconds, from 1ms to %v (100 years)", written(n.Value), err, MaxPeriod)
 		}
 		c.Period = d
 		return nil
@@ -230,10 +231,10 @@ var configFields = []struct {
 		case err != nil && n.Style&quotedStyle == 0 && errors.Is(perr, strconv.ErrRange):
 			f = math.Inf(1) // beyond a float64: out of range below
 		case err != nil || f != math.Trunc(f):
-			return fmt.Errorf("%q is not a whole number of shards", n.Value)
+			return fmt.Errorf("%s is not a whole number of shards", written(n.Value))
 		}
 		if math.Abs(f) > math.MaxInt32 {
-			return fmt.Errorf("%q is out of range: at most %d shards are supported", n.Value, MaxShards)
+			return fmt.Errorf("%s is out of range: at most %d shards are supported", written(n.Value), MaxShards)
 		}
 		c.Shards = int(f) // Validate refuses more than MaxShards
 		return nil
@@ -274,12 +275,12 @@ func readNumber(n *yaml.Node, x *float64) error {
 		if *x == 0 && !isZero(n.Value) {
 			// 0 is the default of capacity and maxReserved: a number
 			// written for a bound must not read as none.
-			return fmt.Errorf("%q is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %v", n.Value, math.SmallestNonzeroFloat64)
+			return fmt.Errorf("%s is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %v", written(n.Value), math.SmallestNonzeroFloat64)
 		}
 		return leadingZero(n.Value)
 	}
 	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quotedStyle == 0 && errors.Is(err, strconv.ErrRange) {
-		return fmt.Errorf("%q is out of range: a number of tokens is at most %v", n.Value, MaxTokens)
+		return fmt.Errorf("%s is out of range: a number of tokens is at most %v", written(n.Value), MaxTokens)
 	}
 	return fmt.Errorf("%s is not a number", shown(n))
 }
@@ -311,6 +312,9 @@ func leadingZero(s string) error {
 		return nil
 	}
 	sign, digits := m[1], m[2]
+	if len(s) > maxWritten {
+		return &leadingZeroError{fmt.Sprintf("%s has a leading zero: write it without its leading zeros, or after 0o if octal is meant", written(s))}
+	}
 	if digits == "" || strings.Trim(digits, "01234567") != "" { // 00, 08: as decimal
 		return &leadingZeroError{fmt.Sprintf("%q has a leading zero: write %s%s", s, sign, cmp.Or(digits, "0"))}
 	}
@@ -352,7 +356,7 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 		key := resolve(f.key)
 		j := fieldIndex(key.Value)
 		if j < 0 {
-			return fmt.Errorf("line %d: unknown field %q%s: the fields are %s", f.key.Line, key.Value, didYouMean(key.Value), fieldNames())
+			return fmt.Errorf("line %d: unknown field %s%s: the fields are %s", f.key.Line, written(key.Value), didYouMean(key.Value), fieldNames())
 		}
 		val := resolve(f.val)
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
@@ -384,8 +388,29 @@ func shown(n *yaml.Node) string {
 	case yaml.MappingNode:
 		return "a mapping"
 	}
-	return strconv.Quote(n.Value)
+	return written(n.Value)
 }
+
+// written returns s, a value or a name as the file writes it, quoted for
+// an error: cut to its first maxWritten bytes (at a character's start),
+// followed by its length, when it is longer, as LimitError shows a key,
+// so that a file of a line of megabytes does not make an error as long.
+func written(s string) string {
+	if len(s) <= maxWritten {
+		return strconv.Quote(s)
+	}
+	cut := maxWritten
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
+}
+
+// maxWritten is the most bytes of a value or a name that an error of the
+// file format shows: more than any value a reader could mean (a period
+// of a hundred decimals is refused, and shown whole), less than a line of
+// a screen or two.
+const maxWritten = 256
 
 // field is one key and its value in a mapping.
 type field struct{ key, val *yaml.Node }
@@ -457,7 +482,7 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 		}
 		name := k.Value
 		if own[name] {
-			return fmt.Errorf("line %d: %s %q given twice", key.Line, w.what, name)
+			return fmt.Errorf("line %d: %s %s given twice", key.Line, w.what, written(name))
 		}
 		own[name] = true
 		if !w.seen[name] {
@@ -592,7 +617,7 @@ func ParseLimits(data []byte) (Limits, error) {
 		name := resolve(e.key).Value
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
-			return nil, fmt.Errorf("ratelimit: limits file: limit %q: %w", name, err)
+			return nil, fmt.Errorf("ratelimit: limits file: limit %s: %w", written(name), err)
 		}
 		if err := c.validate(name, true); err != nil {
 			var ce *ConfigError

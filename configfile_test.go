@@ -879,3 +879,40 @@ func TestParseLimitsJSONLineEnds(t *testing.T) {
 		assert.ErrorContains(t, err, "line 4: byte 0xff is not UTF-8", "%q", eol)
 	}
 }
+
+// A value or a name of the file is shown in an error cut to its first 256
+// bytes, with its length, as LimitError shows a key: a file of one line
+// of megabytes (a value pasted whole, a dump given by mistake) made an
+// error line as long, which the command-line tool wrote whole.
+func TestParseLimitsLongValuesInErrors(t *testing.T) {
+	long := strings.Repeat("é", 5000) // 10,000 bytes
+	digits := strings.Repeat("7", 10000)
+	for _, tc := range []struct{ in, want string }{
+		{"a: {kind: " + long + ", rate: 1, period: 1m}", `kind: unknown kind "` + strings.Repeat("é", 128) + `"… (10000 bytes): write "fixed window" or "token bucket"`},
+		{"a: {kind: fixed window, rate: 1, period: " + long + "}", `period: "` + strings.Repeat("é", 128) + `"… (10000 bytes) is not a duration`},
+		{"a: {kind: fixed window, rate: 1, period: " + digits + "h}", `period: "` + digits[:256] + `"… (10001 bytes) is out of range`},
+		{"a: {kind: fixed window, rate: 1, period: 1." + digits + "ms}", `period: "1.` + digits[:254] + `"… (10004 bytes) is not a whole number of nanoseconds`},
+		{"a: {kind: fixed window, rate: " + long + ", period: 1m}", `rate: "` + strings.Repeat("é", 128) + `"… (10000 bytes) is not a number`},
+		{"a: {kind: fixed window, rate: 1e" + digits + ", period: 1m}", `rate: "1e` + digits[:254] + `"… (10002 bytes) is out of range`},
+		{"a: {kind: fixed window, rate: 1e-" + digits + ", period: 1m}", `rate: "1e-` + digits[:253] + `"… (10003 bytes) is too close to 0`},
+		{"a: {kind: fixed window, rate: 0" + strings.Repeat("1", 300) + ", period: 1m}", `rate: "0` + strings.Repeat("1", 255) + `"… (301 bytes) has a leading zero: write it without its leading zeros, or after 0o if octal is meant`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, shards: " + long + "}", `shards: "` + strings.Repeat("é", 128) + `"… (10000 bytes) is not a whole number of shards`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, shards: x" + long + "}", `shards: "x` + strings.Repeat("é", 127) + `"… (10001 bytes) is not a whole number of shards`}, // cut before the é it would split
+		{"a: {kind: fixed window, rate: 1, period: 1m, shards: " + digits + "}", `shards: "` + digits[:256] + `"… (10000 bytes) is out of range`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, start: [" + long + "]}", `start: a list is not a time`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, start: " + long + "}", `start: "` + strings.Repeat("é", 128) + `"… (10000 bytes) is not a time`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, failOpen: " + long + "}", `failOpen: "` + strings.Repeat("é", 128) + `"… (10000 bytes) is not true or false`},
+		{"a:\n  kind: fixed window\n  ? " + long + "\n  : 1\n", `unknown field "` + strings.Repeat("é", 128) + `"… (10000 bytes): the fields are`},
+		{"? " + long + "\n: {kind: fixed window, rate: 1, period: 1m, bogus: 1}", `limit "` + strings.Repeat("é", 128) + `"… (10000 bytes): line 2: unknown field "bogus"`},
+		{"? " + long + "\n: {kind: fixed window, rate: 1, period: 1m}\n? " + long + "\n: {}", `line 3: limit "` + strings.Repeat("é", 128) + `"… (10000 bytes) given twice`},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(tc.in))
+		require.Error(t, err, tc.want)
+		assert.Less(t, len(err.Error()), 700, tc.want)
+		assert.ErrorContains(t, err, tc.want)
+		var limits ratelimit.Limits
+		err = yaml.Unmarshal([]byte(tc.in), &limits)
+		require.Error(t, err, tc.want)
+		assert.Less(t, len(err.Error()), 700, tc.want)
+	}
+}
