@@ -272,7 +272,9 @@ func isPreflight(r *http.Request) bool {
 }
 
 // New returns a middleware that decides every request by the named limits
-// of lim, which must all be declared in ratelimit.New, each named once.
+// of lim, which must all be declared in ratelimit.New, each named once,
+// none by the empty name (which ratelimit.New takes, and which tells a
+// client nothing).
 // The header fields and problem details name a limit as a structured-field
 // string can, with "_" for each character outside printable ASCII: New
 // refuses names that would read alike there (café and cafè), unless
@@ -294,6 +296,12 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	m.failed = m.writeError
 	rand.Read(m.keyMAC) // never fails (crypto/rand)
 	for i, n := range names {
+		if n == "" {
+			// ratelimit.New takes it, but it names nothing a client could
+			// tell apart, and is most likely a variable never set.
+			return nil, fmt.Errorf("httplimit: New was given an empty limit name (name %d): name each limit as it is declared in ratelimit.New, "+
+				"by a name the RateLimit header fields and problem details can show a client: %w", i+1, ErrInvalidOption)
+		}
 		if _, ok := lim.Config(n); !ok {
 			return nil, fmt.Errorf("httplimit: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", n, ratelimit.ErrUnknownLimit)
 		}

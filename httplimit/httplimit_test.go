@@ -684,6 +684,23 @@ func TestNewRefusesANameTwice(t *testing.T) {
 	require.ErrorContains(t, err, `the limit "api" twice`)
 }
 
+// An empty name, which ratelimit.New takes, was accepted: the header
+// fields and problem details then named the limit "", which tells a
+// client nothing, and the name was most likely a variable never set.
+func TestNewRefusesAnEmptyName(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"":    {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute},
+		"day": {Kind: ratelimit.FixedWindow, Rate: 100, Period: 24 * time.Hour},
+	}, nil)
+	for _, names := range [][]string{{""}, {"day", ""}} {
+		for _, opts := range [][]httplimit.Option{nil, {httplimit.WithoutHeaders()}} {
+			_, err := httplimit.New(lim, names, opts...)
+			require.ErrorIs(t, err, httplimit.ErrInvalidOption, "%q", names)
+			require.ErrorContains(t, err, "empty limit name")
+		}
+	}
+}
+
 // The headers describe the limits as the Limiter declares them at the
 // request: after SetLimits they said the old policy and computed t from
 // the old rate.
