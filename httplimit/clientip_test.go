@@ -173,6 +173,10 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 		{"twice", []httplimit.IPOption{httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.TrustProxies(httplimit.Forwarded, lbs...)}, "given twice"},
 		{"IPv6 prefix 0", []httplimit.IPOption{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", []httplimit.IPOption{httplimit.IPv6Prefix(129)}, "1 to 128"},
+		// The last one silently won: which width was meant cannot be
+		// told, and each keys every IPv6 client differently.
+		{"IPv6 prefix twice", []httplimit.IPOption{httplimit.IPv6Prefix(48), httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.IPv6Prefix(56)}, "IPv6Prefix is given twice (48, then 56)"},
+		{"IPv6 prefix twice alike", []httplimit.IPOption{httplimit.IPv6Prefix(64), httplimit.IPv6Prefix(64)}, "IPv6Prefix is given twice"},
 		{"a zero option", []httplimit.IPOption{{}}, "zero IPOption"},
 		{"a Unix socket without a header", []httplimit.IPOption{httplimit.TrustUnixSocket()}, "no TrustProxies says which header"},
 		{"a Unix socket twice", []httplimit.IPOption{httplimit.TrustUnixSocket(), httplimit.TrustProxies(httplimit.XForwardedFor), httplimit.TrustUnixSocket()}, "given twice"},

@@ -156,12 +156,17 @@ const UnixPeerKey = clientip.UnixPeer
 
 // IPv6Prefix keys an IPv6 client by its network of the given prefix length
 // (1 to 128) instead of DefaultIPv6Prefix; 128 keys every address apart.
+// Given twice, even alike, it is refused, as TrustProxies is: which width
+// was meant cannot be told, and each keys every IPv6 client differently.
 func IPv6Prefix(bits int) IPOption {
 	return IPOption{func(c *clientIP) error {
 		if bits < 1 || bits > 128 {
 			return fmt.Errorf("httplimit: IPv6Prefix(%d): the prefix length must be 1 to 128: %w", bits, ErrInvalidOption)
 		}
-		c.v6bits = bits
+		if c.v6given {
+			return fmt.Errorf("httplimit: IPv6Prefix is given twice (%d, then %d): give it once, with the width meant: %w", c.v6bits, bits, ErrInvalidOption)
+		}
+		c.v6bits, c.v6given = bits, true
 		return nil
 	}}
 }
@@ -212,6 +217,7 @@ type clientIP struct {
 	proxies clientip.Proxies // zero: trust no peer
 	unix    bool             // TrustUnixSocket: ClientIP makes proxies trust the peer on a Unix socket
 	v6bits  int
+	v6given bool // IPv6Prefix was given: a second one is refused
 }
 
 func (c *clientIP) key(r *http.Request) (string, error) {

@@ -200,6 +200,7 @@ func TestClientIPRefusesAsHTTPLimit(t *testing.T) {
 			h{httplimit.TrustProxies(httplimit.XForwardedFor, lbs...), httplimit.TrustProxies(httplimit.Forwarded, lbs...)}, "given twice"},
 		{"IPv6 prefix 0", g{ratelimitgrpc.IPv6Prefix(0)}, h{httplimit.IPv6Prefix(0)}, "1 to 128"},
 		{"IPv6 prefix 129", g{ratelimitgrpc.IPv6Prefix(129)}, h{httplimit.IPv6Prefix(129)}, "1 to 128"},
+		{"IPv6 prefix twice", g{ratelimitgrpc.IPv6Prefix(48), ratelimitgrpc.IPv6Prefix(56)}, h{httplimit.IPv6Prefix(48), httplimit.IPv6Prefix(56)}, "IPv6Prefix is given twice (48, then 56)"},
 		{"a zero option", g{{}}, h{{}}, "zero IPOption"},
 		{"a Unix socket without a header", g{ratelimitgrpc.TrustUnixSocket()}, h{httplimit.TrustUnixSocket()}, "but no TrustProxies says which"},
 		{"a Unix socket twice", g{ratelimitgrpc.TrustUnixSocket(), ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket()},

@@ -89,6 +89,10 @@ func TestPeerIPRefuses(t *testing.T) {
 		assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, name)
 		assert.Nil(t, key, name)
 	}
+	key, err := ratelimitgrpc.PeerIP(ratelimitgrpc.IPv6Prefix(48), ratelimitgrpc.IPv6Prefix(56))
+	assert.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption, "IPv6Prefix twice")
+	assert.ErrorContains(t, err, "IPv6Prefix is given twice (48, then 56)")
+	assert.Nil(t, key)
 }
 
 func TestMetadata(t *testing.T) {
