@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -193,10 +194,13 @@ func TestClientIPRefusesUnsafeOptions(t *testing.T) {
 
 // Prefixes that trust every address of a family together, none of them
 // alone, let any client choose its key as 0.0.0.0/0 does: TrustProxies
-// refuses them, and takes any list that leaves one address untrusted. The
-// lists are those ratelimitgrpc's TrustProxies is tested with.
+// refuses them. So it does a prefix wider than any network of proxies,
+// which was taken: trusted, 0.0.0.0/1 let every client in half the IPv4
+// internet choose its key. It takes the widest lists that leave one
+// address untrusted. The lists are those ratelimitgrpc's TrustProxies is
+// tested with.
 func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
-	for _, tt := range clientiptest.CoveringEvery {
+	for _, tt := range slices.Concat(clientiptest.CoveringEvery, clientiptest.TooWide) {
 		t.Run(tt.Name, func(t *testing.T) {
 			k, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor, tt.Trusted...))
 			require.ErrorIs(t, err, httplimit.ErrInvalidOption)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,7 +313,7 @@ func TestClientIPRefusesMetadataKeys(t *testing.T) {
 // one address untrusted is taken: the lists of httplimit's
 // TestTrustProxiesRefusesPrefixesCoveringEveryAddress.
 func TestTrustProxiesRefusesPrefixesCoveringEveryAddress(t *testing.T) {
-	for _, tt := range clientiptest.CoveringEvery {
+	for _, tt := range slices.Concat(clientiptest.CoveringEvery, clientiptest.TooWide) {
 		t.Run(tt.Name, func(t *testing.T) {
 			gk, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, tt.Trusted...))
 			require.ErrorIs(t, err, ratelimitgrpc.ErrInvalidOption)

@@ -66,10 +66,14 @@ func (h ProxyHeader) String() string { return h.name }
 // that connects through a Unix socket has no address: TrustUnixSocket
 // trusts it, and then the prefixes may be none.
 //
-// Prefixes that trust every IPv4 or every IPv6 address are refused, one
-// alone (0.0.0.0/0, ::/0) or several together (0.0.0.0/1 and
-// 128.0.0.0/1; ::ffff:0:0/97 and 128.0.0.0/1): they would let any client
-// choose its key. A prefix written as IPv4-mapped IPv6
+// A trusted address is believed about who the client is, so a prefix
+// that holds clients lets each of them choose its key. Prefixes wider
+// than any network of proxies are refused: an IPv4 prefix shorter than /8
+// (0.0.0.0/1, ::ffff:0:0/97), an IPv6 one shorter than /16 outside the
+// unique local fc00::/7 and link-local fe80::/10 ranges (2000::/3), one
+// that trusts the IPv4 clients of NAT64 translators as such an IPv4
+// prefix would (64:ff9b::/96), and prefixes that together trust every
+// IPv4 or every IPv6 address. A prefix written as IPv4-mapped IPv6
 // (::ffff:10.0.0.0/104) trusts the IPv4 addresses it stands for.
 //
 // PeerIP refuses TrustProxies: give it to ClientIP.

@@ -77,9 +77,11 @@ func IsUnix(network string) bool { return network == "unix" || network == "unixp
 // kind. A prefix written as IPv4-mapped IPv6 (::ffff:10.0.0.0/104) stands
 // for the IPv4 addresses it maps, for addresses are compared unmapped.
 //
-// It refuses an invalid prefix, and prefixes that trust every IPv4 or
-// every IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
-// (0.0.0.0/1 and 128.0.0.0/1): they would let any client choose its key.
+// It refuses an invalid prefix, prefixes that trust every IPv4 or every
+// IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
+// (0.0.0.0/1 and 128.0.0.0/1), and a prefix wider than any network of
+// proxies (0.0.0.0/1, 2000::/3, 64:ff9b::/96; see tooWide): they would
+// let any client, or any in a large part of the internet, choose its key.
 // Its error says what is wrong, without the name of the caller's
 // function: the caller adds it, and the sentinel its package's callers
 // match.
@@ -109,7 +111,52 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv6 address, which lets any client choose its key: list only your proxies",
 			family(ps, false))
 	}
+	for _, p := range ps {
+		if err := tooWide(p); err != nil {
+			return Proxies{}, err
+		}
+	}
 	return Proxies{kind: kind, trusted: ps}, nil
+}
+
+// The shortest prefixes Trust takes: no network of proxies is wider. The
+// widest private IPv4 network is 10.0.0.0/8, and the largest IPv6
+// networks one organization holds are about /19; the unique local
+// (fc00::/7) and link-local (fe80::/10) ranges, which the internet does
+// not route, are taken whole.
+const (
+	minIPv4Bits = 8
+	minIPv6Bits = 16
+)
+
+// unrouted are the IPv6 ranges the internet does not route, which Trust
+// takes however wide: unique local and link-local addresses.
+var unrouted = []netip.Prefix{netip.MustParsePrefix("fc00::/7"), netip.MustParsePrefix("fe80::/10")}
+
+// tooWide returns the error of a trusted prefix p (masked, unmapped) wider
+// than any network of proxies: trusted, 0.0.0.0/1 let every client in half
+// the IPv4 internet choose its key, and 64:ff9b::/96 every IPv4 client of
+// a NAT64 translator, which is no proxy and writes no header.
+func tooWide(p netip.Prefix) error {
+	const what = "which lets a client anywhere in it choose its key: list only your proxies' prefixes, such as 10.0.0.0/8 or a load balancer's subnet"
+	if p.Addr().Is4() {
+		if p.Bits() < minIPv4Bits {
+			return fmt.Errorf("prefix %v trusts 2^%d addresses, wider than any network of proxies (an IPv4 prefix of /%d or longer), %s", p, 32-p.Bits(), minIPv4Bits, what)
+		}
+		return nil
+	}
+	if p.Bits() < minIPv6Bits && !slices.ContainsFunc(unrouted, func(u netip.Prefix) bool { return p.Bits() >= u.Bits() && u.Contains(p.Addr()) }) {
+		return fmt.Errorf("prefix %v trusts 2^%d addresses, wider than any network of proxies (an IPv6 prefix of /%d or longer, but for the unique local fc00::/7 and link-local fe80::/10), %s",
+			p, 128-p.Bits(), minIPv6Bits, what)
+	}
+	// An address of the NAT64 well-known prefix is an IPv4 client, keyed
+	// as one (Format): a prefix that trusts more of them than an IPv4
+	// prefix may is as wide.
+	if p.Overlaps(nat64) && p.Bits() < nat64.Bits()+minIPv4Bits {
+		return fmt.Errorf("prefix %v trusts the IPv4 clients that NAT64 translators give addresses of %v, as an IPv4 prefix shorter than /%d would (a translator is no proxy, and writes no header), %s",
+			p, nat64, minIPv4Bits, what)
+	}
+	return nil
 }
 
 // nat64 is the NAT64 well-known prefix (RFC 6052), whose addresses embed

@@ -214,15 +214,50 @@ var CoveringEvery = []Refused{
 	{"IPv6 but for the IPv4-mapped range", Others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
 }
 
-// LeavingOne are the lists TrustProxies takes.
+// TooWide are lists of trusted prefixes one of which is wider than any
+// network of proxies (an IPv4 prefix shorter than /8; an IPv6 one shorter
+// than /16, outside the unique local and link-local ranges; one that
+// trusts the IPv4 clients of the NAT64 well-known prefix, 64:ff9b::/96,
+// as a prefix shorter than /8 would): it trusts a large part of the
+// internet, whose clients then choose their keys. TrustProxies refuses
+// it, with an error that holds Want.
+var TooWide = []Refused{
+	{"IPv4 half", Prefixes("0.0.0.0/1"), "wider than"},
+	{"IPv4 upper half", Prefixes("10.0.0.0/8", "128.0.0.0/1"), "128.0.0.0/1"},
+	{"IPv4 /7", Prefixes("10.0.0.0/7"), "wider than"},
+	{"IPv4 half, IPv4-mapped", Prefixes("::ffff:0.0.0.0/97"), "0.0.0.0/1"},
+	{"IPv6 half", Prefixes("::/1"), "wider than"},
+	{"IPv6 global unicast", Prefixes("fd00::/8", "2000::/3"), "2000::/3"},
+	{"IPv6 /15", Prefixes("2001::/15"), "wider than"},
+	{"IPv6 /8 over the IPv4-mapped and NAT64 ranges", Prefixes("::/8"), "wider than"},
+	{"NAT64 well-known prefix", Prefixes("64:ff9b::/96"), "NAT64"},
+	{"a network holding the NAT64 well-known prefix", Prefixes("64:ff9b::/32"), "NAT64"},
+	{"NAT64 /7 of IPv4", Prefixes("64:ff9b::a00:0/103"), "NAT64"},
+}
+
+// LeavingOne are the lists TrustProxies takes: the widest it takes, a
+// list that leaves one address of a wide network untrusted among them.
 var LeavingOne = []Taken{
-	{"IPv4 but one address", Others(netip.MustParsePrefix("203.0.113.7/32")), "203.0.113.7"},
-	{"IPv4 but the last address", Others(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255"},
-	{"IPv4 but the first address, IPv4-mapped", V4Mapped(Others(netip.MustParsePrefix("0.0.0.0/32"))), "0.0.0.0"},
-	{"IPv6 but one address", Others(netip.MustParsePrefix("2001:db8::1/128")), "2001:db8::1"},
-	{"IPv6 but the last address", Others(netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
-	{"IPv4 and IPv6 halves", Prefixes("0.0.0.0/1", "8000::/1"), "128.0.0.1"},
-	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::/1", "0.0.0.0/1"), "128.0.0.1"},
+	{"10.0.0.0/8 but one address", Within(Others(netip.MustParsePrefix("10.1.2.3/32")), 8), "10.1.2.3"},
+	{"10.0.0.0/8 but its last address", Within(Others(netip.MustParsePrefix("10.255.255.255/32")), 8), "10.255.255.255"},
+	{"10.0.0.0/8 but its first address, IPv4-mapped", V4Mapped(Within(Others(netip.MustParsePrefix("10.0.0.0/32")), 8)), "10.0.0.0"},
+	{"a /8 beside 10.0.0.0/8", Prefixes("10.0.0.0/8", "12.0.0.0/8"), "11.0.0.1"},
+	{"fc00::/7 but one address", Within(Others(netip.MustParsePrefix("fd00::1/128")), 7), "fd00::1"},
+	{"a /16 but its last address", Within(Others(netip.MustParsePrefix("2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), 16), "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1"},
+	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1"},
+}
+
+// Within returns the prefixes of ps longer than bits: of Others(p), those
+// that cover p's network of that length, but for p.
+func Within(ps []netip.Prefix, bits int) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Bits() > bits {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Others returns the prefixes that, with p, cover p's whole address
