@@ -38,7 +38,7 @@ const (
 // middleware of the chain set stay (see addItems).
 func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 	v := m.current()
-	m.addItems(h, policyField, v.policy)
+	addItems(h, policyField, v.policy, v.items)
 	parts := res.All
 	if len(parts) == 0 {
 		parts = []ratelimit.Result{res}
@@ -60,21 +60,24 @@ func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
 			b = strconv.AppendInt(b, t, 10)
 		}
 	}
-	m.addItems(h, rateLimitField, string(b))
+	addItems(h, rateLimitField, string(b), nil)
 }
 
 // addItems sets the list field name (canonical) of h to items, after the
 // items that middlewares further out in the chain put there (a router's
 // limit, then a route's): a response lists every limit it passed, the
-// binding one among them. An item of a limit this middleware lists too (the same
-// limit decided again further in) is dropped: the list names each limit
-// once, with its latest numbers. So is a member that is no item of the
-// draft (a policy name that is a String, then parameters), such as the
-// "limit=100, remaining=50" of other libraries: kept, it would make the
-// whole field malformed, which the draft has clients ignore. The field
-// stays one line, as clients that read only a field's first line see it
-// whole.
-func (m *Middleware) addItems(h http.Header, name, items string) {
+// binding one among them. A limit decided by two middlewares (one limit
+// keyed by address in one and by user in another, or the same middleware
+// twice) has an item of each in RateLimit, in the order decided: the
+// middleware cannot tell whether they spent one budget or two, and an
+// item dropped would hide the budget that refuses next. An item equal to
+// one of mine, the items being added, is dropped: the same policy stated
+// again says nothing more. So is a member that is no item of the draft (a
+// policy name that is a String, then parameters), such as the "limit=100,
+// remaining=50" of other libraries: kept, it would make the whole field
+// malformed, which the draft has clients ignore. The field stays one
+// line, as clients that read only a field's first line see it whole.
+func addItems(h http.Header, name, items string, mine []string) {
 	lines := h[name]
 	if len(lines) == 0 {
 		h[name] = []string{items}
@@ -85,8 +88,7 @@ func (m *Middleware) addItems(h http.Header, name, items string) {
 		for len(line) > 0 {
 			var item string
 			item, line = nextItem(line)
-			sm := draftItem.FindStringSubmatch(item)
-			if sm == nil || slices.Contains(m.quoted, sm[1]) {
+			if !draftItem.MatchString(item) || slices.Contains(mine, item) {
 				continue
 			}
 			b.WriteString(item)

@@ -102,6 +102,7 @@ func (m *Middleware) refuseNil(opt, what string) {
 // It is rebuilt when the Limiter's configs change (SetLimits, SetLimit).
 type view struct {
 	cfgs   []ratelimit.Config
+	items  []string // the RateLimit-Policy items, one a limit
 	policy string
 }
 
@@ -122,8 +123,8 @@ func (m *Middleware) current() *view {
 // rebuild makes and publishes the view of the limits' current configs,
 // taking from old those the Limiter no longer declares.
 func (m *Middleware) rebuild(old *view) *view {
-	v := &view{cfgs: make([]ratelimit.Config, len(m.names))}
-	policy := make([]string, len(m.names))
+	v := &view{cfgs: make([]ratelimit.Config, len(m.names)), items: make([]string, len(m.names))}
+	policy := v.items
 	for i, n := range m.names {
 		cfg, ok := m.lim.Config(n)
 		if !ok && old != nil {

@@ -1147,9 +1147,12 @@ func TestStackedMiddlewaresListEveryLimit(t *testing.T) {
 	require.Equal(t, `"ip";r=1;t=60, "day";r=0;t=86400`, w.Header().Get("RateLimit"))
 	require.Equal(t, "86400", w.Header().Get("Retry-After"))
 
-	// A limit decided again further in (the same middleware twice) is
-	// listed once, with its latest numbers; an item of another's stays,
-	// even one whose parameters hold a comma in a string.
+	// A limit decided again further in (the same middleware twice) has
+	// an item of each decision, in order: a middleware cannot tell one
+	// budget from two (TestStackedMiddlewaresOfOneLimit). Its policy,
+	// stated alike, is listed once; an item of another's stays, even one
+	// whose parameters hold a comma in a string, and so does a policy of
+	// the same name stated otherwise (another Limiter's).
 	h = outer.Wrap(outer.Wrap(ok))
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "192.0.2.3:1"
@@ -1158,8 +1161,8 @@ func TestStackedMiddlewaresListEveryLimit(t *testing.T) {
 	w.Header().Set("RateLimit", `"other";r=1`)
 	h.ServeHTTP(w, r)
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Equal(t, []string{`"other";q=5;qu="a, b", "ip";q=2;w=60`}, w.Header().Values("RateLimit-Policy"))
-	require.Equal(t, []string{`"other";r=1, "ip";r=0;t=60`}, w.Header().Values("RateLimit"))
+	require.Equal(t, []string{`"other";q=5;qu="a, b", "ip";q=7;w=1, "ip";q=2;w=60`}, w.Header().Values("RateLimit-Policy"))
+	require.Equal(t, []string{`"other";r=1, "ip";r=1;t=60, "ip";r=0;t=60`}, w.Header().Values("RateLimit"))
 
 	// What is no item of the draft (the older "limit=100, remaining=50"
 	// of other libraries, a policy named by a Token, a broken string)
@@ -1172,6 +1175,31 @@ func TestStackedMiddlewaresListEveryLimit(t *testing.T) {
 	w.Header().Add("RateLimit", `"b";r=7;x="y;z";f=?1;d=0.5;n=-3;k=tok/en;y=:AQ==:, token;r=1, "broken;r=1`)
 	outer.Wrap(ok).ServeHTTP(w, r)
 	require.Equal(t, []string{`"a";r=1;t=2, "b";r=7;x="y;z";f=?1;d=0.5;n=-3;k=tok/en;y=:AQ==:, "ip";r=1;t=60`}, w.Header().Values("RateLimit"))
+}
+
+// Two middlewares of one limit, keyed apart (by address, and by user
+// with a prefix, as docs/http.md shows), decide two budgets of it: the
+// inner one's item replaced the outer's, so that a client told "api";r=8
+// of its user's budget was refused next by its address's, whose r=0 it
+// never saw. Both show, in the order decided, the policy once.
+func TestStackedMiddlewaresOfOneLimit(t *testing.T) {
+	lim, _ := limiter(t, ratelimit.Limits{
+		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, nil)
+	byUser := func(r *http.Request) (string, error) { return "user:" + r.Header.Get("X-User"), nil }
+	perIP := must(httplimit.New(lim, []string{"api"}))
+	perUser := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(byUser)))
+	h := perIP.Wrap(perUser.Wrap(ok))
+	for range 9 {
+		require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1", "X-User", "bob").Code)
+	}
+	w := serve(h, "192.0.2.1:1", "X-User", "alice")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, []string{`"api";q=10;w=60`}, w.Header().Values("RateLimit-Policy"))
+	require.Equal(t, []string{`"api";r=0;t=60, "api";r=9;t=60`}, w.Header().Values("RateLimit"))
+	w = serve(h, "192.0.2.1:1", "X-User", "alice")
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "refused by the address's budget")
+	require.Equal(t, `"api";r=0;t=60`, w.Header().Get("RateLimit"))
 }
 
 // Two limits whose names the header fields write alike (bytes a
