@@ -1186,9 +1186,8 @@ func TestStackedMiddlewaresOfOneLimit(t *testing.T) {
 	lim, _ := limiter(t, ratelimit.Limits{
 		"api": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
 	}, nil)
-	byUser := func(r *http.Request) (string, error) { return "user:" + r.Header.Get("X-User"), nil }
 	perIP := must(httplimit.New(lim, []string{"api"}))
-	perUser := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(byUser)))
+	perUser := must(httplimit.New(lim, []string{"api"}, httplimit.WithKey(prefixed("user:", httplimit.Header("X-User")))))
 	h := perIP.Wrap(perUser.Wrap(ok))
 	for range 9 {
 		require.Equal(t, http.StatusOK, serve(h, "192.0.2.1:1", "X-User", "bob").Code)
