@@ -925,8 +925,7 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ratelimit: settle token %x: %w; the store may have taken the settlement or not: retry it (with Settler, a retry whose first attempt was taken returns nil)",
-			t.id[:4], l.settleStoreErr(ctx, t, err))
+		return fmt.Errorf("ratelimit: settle token %x: %w; %s", t.id[:4], l.settleStoreErr(ctx, t, err), settleFailed(err))
 	}
 	if k := out[0].Settled; k != 0 {
 		return &SettledError{ID: t.id, Kind: k, own: out[0].Own}
@@ -938,6 +937,20 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		return &SettledError{ID: t.id}
 	}
 	return nil
+}
+
+// settleFailed says what became of a settlement whose store call failed
+// with err, and what to do. A record or mark the store cannot read
+// (driver.ErrBadRecord) failed the op before anything was written, and
+// fails every retry alike: the store's error says what to do, and of a
+// mark, to treat the token as settled. Any other failure may have come
+// after the store took the settlement: a retry tells.
+func settleFailed(err error) string {
+	if errors.Is(err, driver.ErrBadRecord) {
+		return "the store settled nothing, and a retry fails alike until what its error names is dealt with: do as it says " +
+			"(a mark it cannot read: treat the token as settled, as it may have been: do not run its job, nor hand its tokens back)"
+	}
+	return "the store may have taken the settlement or not: retry it (with Settler, a retry whose first attempt was taken returns nil)"
 }
 
 // settleStoreErr is the error of a settlement of t whose store call

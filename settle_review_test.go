@@ -1,0 +1,56 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// badMarkStore answers every settlement as a store does that finds, where
+// the token's mark belongs, a value it cannot read: driver.ErrBadRecord,
+// settling nothing.
+type badMarkStore struct{ ratelimit.Store }
+
+func (s badMarkStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if op.Settle != nil {
+		return fmt.Errorf("teststore: the mark of token %x cannot be read: the token may have been settled already: treat it as settled: %w",
+			op.Settle.ID[:4], driver.ErrBadRecord)
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+// A settlement that meets a mark the store cannot read settled nothing,
+// and every retry meets the same mark: the store's error says to treat
+// the token as settled (docs/reservations.md). The Limiter's own words
+// told the caller the opposite, that the store may have taken the
+// settlement and to retry it.
+func TestSettlementOfAnUnreadableMarkIsNotToRetry(t *testing.T) {
+	ctx := context.Background()
+	store := badMarkStore{must(memstore.New())}
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(newMock())))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(4))
+	require.NoError(t, err)
+	tok := r.Token()
+	for name, settle := range map[string]func() error{
+		"Use":    func() error { return lim.Use(ctx, tok) },
+		"Refund": func() error { return lim.Refund(ctx, tok, ratelimit.Settler([16]byte{1})) },
+		"Settle": func() error { return lim.Settle(ctx, tok, 1) },
+		"Cancel": func() error { return r.Cancel(ctx) },
+	} {
+		err := settle()
+		require.ErrorIs(t, err, driver.ErrBadRecord, name)
+		require.NotErrorIs(t, err, ratelimit.ErrAlreadySettled, name)
+		require.NotContains(t, err.Error(), "retry it", name)
+		require.NotContains(t, err.Error(), "may have taken", name)
+		require.ErrorContains(t, err, "the store settled nothing", name)
+		require.ErrorContains(t, err, "treat the token as settled", name)
+	}
+}
