@@ -773,7 +773,7 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		return err
 	}
 	if t == nil || len(t.items) == 0 {
-		return fmt.Errorf("ratelimit: settle: no token: %w", ErrInvalidToken)
+		return fmt.Errorf("ratelimit: settle: no token (nil, or the zero Token, which names no charge): give the token of a charge (Reservation.Token, Result.Token, or ParseToken of its text); nothing was settled: %w", ErrInvalidToken)
 	}
 	if err := t.verify(l.tokenKeys, l.acceptUnsigned); err != nil {
 		return err
@@ -806,7 +806,24 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		// answer was lost.
 		return nil
 	}
+	if errors.Is(err, ErrTokenExpired) {
+		// What a holder does of it; a Reservation's own settlements say
+		// it their way.
+		if kind == driver.SettleUse && all {
+			return expiredError(t, "do not run its job: reserve again to run it")
+		}
+		return expiredError(t, "a refund this late would hand nothing back: nothing is left to do")
+	}
 	return err
+}
+
+// expiredError is the error of a settlement of t past its Expires, which
+// the Limiter does not send; advice, if not empty, says what to do.
+func expiredError(t *Token, advice string) error {
+	if advice != "" {
+		advice = "; " + advice
+	}
+	return fmt.Errorf("ratelimit: settle token %x: it expired at %v%s: %w", t.id[:4], t.Expires(), advice, ErrTokenExpired)
 }
 
 // ownSettlement reports whether err is the *SettledError of a settlement
@@ -887,7 +904,7 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		now = n
 	}
 	if now > t.until {
-		return fmt.Errorf("ratelimit: settle token %x: it expired at %v: %w", t.id[:4], t.Expires(), ErrTokenExpired)
+		return expiredError(t, "")
 	}
 	if t.used {
 		// Its job ran before the token was made: no store knows the

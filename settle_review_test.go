@@ -54,3 +54,37 @@ func TestSettlementOfAnUnreadableMarkIsNotToRetry(t *testing.T) {
 		require.ErrorContains(t, err, "treat the token as settled", name)
 	}
 }
+
+// The errors of a settlement that cannot be made say what to do: an
+// expired token's, that its job is not to run (a use) or that nothing is
+// left to do (a refund, or a settlement of part of it); no token's, what
+// to give instead. They said only that the token had expired, or that
+// there was none.
+func TestSettlementErrorsSayWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim := must(ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"jobs": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithSettleWindow(0)))
+	res, err := lim.Limit(ctx, "jobs", "k", ratelimit.WithReceipt())
+	require.NoError(t, err)
+	mock.Add(time.Hour)
+
+	err = lim.Use(ctx, res.Token)
+	require.ErrorIs(t, err, ratelimit.ErrTokenExpired)
+	require.ErrorContains(t, err, "do not run its job: reserve again to run it")
+	for _, refund := range []func() error{
+		func() error { return lim.Refund(ctx, res.Token) },
+		func() error { return lim.Settle(ctx, res.Token, 0) },
+		func() error { return lim.Settle(ctx, res.Token, 0.5) },
+	} {
+		err := refund()
+		require.ErrorIs(t, err, ratelimit.ErrTokenExpired)
+		require.ErrorContains(t, err, "a refund this late would hand nothing back: nothing is left to do")
+	}
+	for _, tok := range []*ratelimit.Token{nil, {}} {
+		err := lim.Use(ctx, tok)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidToken)
+		require.ErrorContains(t, err, "give the token of a charge")
+	}
+}
