@@ -240,7 +240,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		entry.release()
 		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("boltstore: open %s: another process holds the file; a bbolt file serves one process at a time (use redisstore or pgstore for a fleet): %w", path, err)
+			// bbolt's lock does not tell this process from another: one
+			// that opened the file with bbolt itself holds it too.
+			return nil, fmt.Errorf("boltstore: open %s: another process holds the file, or this process opened it with bbolt: "+
+				"a bbolt file serves one opener at a time (within this process, pass that *bbolt.DB to New, with WithBucket for a bucket of its own; "+
+				"for a fleet of processes, use redisstore or pgstore): %w", path, err)
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}

@@ -126,6 +126,22 @@ func TestOpenHeldByAnotherProcess(t *testing.T) {
 	open(t, path) // the failed Open left nothing behind
 }
 
+// A file this process opened with bbolt itself, not through Open: bbolt's
+// lock makes Open wait out its timeout, as for another process; the error
+// said that another process held the file, and pointed to a shared store,
+// where the application only had to pass its DB to New.
+func TestOpenHeldByThisProcessDB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = boltstore.Open(path, boltstore.WithTimeout(-1))
+	require.ErrorIs(t, err, berrors.ErrTimeout)
+	require.NotErrorIs(t, err, boltstore.ErrAlreadyOpen)
+	require.ErrorContains(t, err, "or this process opened it with bbolt")
+	require.ErrorContains(t, err, "pass that *bbolt.DB to New")
+}
+
 // A file this process already has open: Open says so at once, however the
 // path is spelled, and opens it again once the first store is closed.
 func TestOpenTwiceInOneProcess(t *testing.T) {
