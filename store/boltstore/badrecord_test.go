@@ -132,3 +132,50 @@ func TestSweepKeepsBadRecords(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestBucketWhereRecordBelongs: a nested bucket at a record's key, or at
+// a settlement's mark's key, made there by something else, is no record
+// either: every op on it and Load fail with ErrBadRecord, naming the key
+// and what to do, and a settlement with ErrBadMark. A limit failed with
+// bbolt's bare "incompatible value", naming nothing, while a check and
+// Load read the key as a full bucket; and Delete (a Reset) failed with
+// the same bare error.
+func TestBucketWhereRecordBelongs(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	now := t0.UnixMilli()
+	id := driver.RecordID{Name: "l", Key: "nested"}
+	settle := [16]byte{0xb0, 0xc4}
+	key := boltstore.RecordKey(id)
+	require.NoError(t, s.DB().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(boltstore.DefaultBucket))
+		if _, err := b.CreateBucket(key); err != nil {
+			return err
+		}
+		_, err := b.CreateBucket(boltstore.MarkKey(settle))
+		return err
+	}))
+	isBad := func(err error, how string) {
+		t.Helper()
+		require.ErrorIs(t, err, boltstore.ErrBadRecord, how)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", key), "%s: names the key", how)
+		require.ErrorContains(t, err, "is a bucket", "%s: says what is there", how)
+		require.ErrorContains(t, err, "delete", "%s: says what to do", how)
+	}
+	out := make([]driver.Decision, 1)
+	for _, mode := range []driver.Mode{driver.ModeLimit, driver.ModeCheck, driver.ModeRefund} {
+		o := takeOp("l", "nested", 1, now)
+		o.Mode, o.Items[0].At = mode, now
+		isBad(s.Apply(ctx, o, out), fmt.Sprintf("mode %d", mode))
+	}
+	isBad(s.Load(ctx, []driver.RecordID{id}, make([]driver.Record, 1)), "loaded")
+	isBad(s.Delete(ctx, []driver.RecordID{id}), "deleted")
+
+	o := takeOp("l", "settled", 1, now)
+	o.Mode, o.Items[0].At = driver.ModeRefund, now
+	o.Settle = &driver.Settlement{ID: settle, Kind: driver.SettleCancel, Until: now + 1000}
+	err := s.Apply(ctx, o, out)
+	require.ErrorIs(t, err, boltstore.ErrBadMark)
+	require.ErrorContains(t, err, "treat it as settled")
+	require.False(t, stored(t, s, "l", "settled").Found, "the settlement writes nothing")
+}

@@ -204,6 +204,8 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 			}
 			op.SettledBeforeBy(kind, settler, r.out)
 			return nil
+		} else if b.Bucket(mark) != nil {
+			return badMark(s.bucket, op.Settle.ID, nil) // a nested bucket: no mark either
 		}
 	}
 	for i, k := range r.keys {

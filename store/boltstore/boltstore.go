@@ -109,7 +109,8 @@ var ErrAlreadyOpen = errors.New("boltstore: the file is already open in this pro
 // ErrBadMark is matched by the error of a settlement (Apply, ApplyBatch:
 // a Limiter's Use, Refund, Settle or Reservation.Cancel) whose mark in the
 // bucket cannot be read: a value of the wrong size, or of no kind of
-// settlement, written by something other than this store. The mark's token
+// settlement, or a nested bucket, written by something other than this
+// store. The mark's token
 // may have been settled already, so the store settles it no more, and
 // writes nothing for the op. It matches driver.ErrBadRecord too, the error
 // every store gives for what no release of it writes.
@@ -118,8 +119,8 @@ var ErrBadMark error = badMarkError{}
 // ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
 // that met, where a record belongs in the bucket, a value that no release
 // writes: of another size, or a record of NaN or infinitely many tokens,
-// or of a time beyond any call's (driver.CheckState); written there by
-// something else, or damaged. The error names the key and says what to do.
+// or of a time beyond any call's (driver.CheckState), or a nested bucket
+// (which Delete refuses too); written there by something else, or damaged. The error names the key and says what to do.
 // The call changed nothing; every call on that record fails until the key
 // is deleted. It is driver.ErrBadRecord, the error every store gives for
 // what no release of it writes.
@@ -511,6 +512,13 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 func (s *Store) get(b *bolt.Bucket, k []byte, now int64) (driver.Record, error) {
 	v := b.Get(k)
 	if v == nil {
+		// Get reads a nested bucket, which something else made there,
+		// as no key at all: taken for a missing record, it read as a
+		// full bucket, and the write after failed with bbolt's bare
+		// ErrIncompatibleValue.
+		if b.Bucket(k) != nil {
+			return driver.Record{}, s.bucketAt(k)
+		}
 		return driver.Record{}, nil
 	}
 	st, expires, ok := decodeValue(v)
@@ -533,6 +541,15 @@ func (s *Store) badRecord(k, v []byte, why string) error {
 		"delete the key through the store's DB (its limit starts full again); "+
 		"if something else writes into the bucket, give the store a bucket of its own (WithBucket)",
 		ErrBadRecord, k, s.bucket, len(v), v[:min(len(v), 2*valueLen)], why)
+}
+
+// bucketAt returns the error, matching ErrBadRecord, of the nested bucket
+// at the record's key k.
+func (s *Store) bucketAt(k []byte) error {
+	return fmt.Errorf("%w: key %q of bucket %q is a bucket, where a record belongs: "+
+		"delete it through the store's DB (its limit starts full again); "+
+		"if something else writes into the bucket, give the store a bucket of its own (WithBucket)",
+		ErrBadRecord, k, s.bucket)
 }
 
 // Load implements ratelimit.Store.
@@ -599,6 +616,9 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		}
 		for _, k := range keys {
 			if err := b.Delete(k); err != nil {
+				if errors.Is(err, berrors.ErrIncompatibleValue) {
+					return s.bucketAt(k) // a bucket is no record to reset
+				}
 				return err
 			}
 		}
