@@ -245,7 +245,7 @@ var configFields = []struct {
 			return fmt.Errorf("%s is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", shown(n))
 		}
 		if t.IsZero() { // which Config reads as no Start
-			return fmt.Errorf("%q is the zero time, which means no start (a phase derived per key): leave start out for that, or write another time", n.Value)
+			return fmt.Errorf("%s is the zero time, which means no start (a phase derived per key): leave start out for that, or write another time", written(n.Value))
 		}
 		c.Start = t
 		return nil
@@ -474,7 +474,7 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 		case k.Kind != yaml.ScalarNode:
 			return fmt.Errorf("line %d: a %s name is %s: write text", key.Line, w.what, shown(k))
 		case k.ShortTag() == "!!null":
-			return fmt.Errorf("line %d: a %s name is null (%q): write another, or quote it", key.Line, w.what, k.Value)
+			return fmt.Errorf("line %d: a %s name is null (%s): write another, or quote it", key.Line, w.what, written(k.Value))
 		case k.ShortTag() == "!!binary":
 			// yaml.Unmarshal decodes it, to bytes that need not be text;
 			// its Value is the base64, another name.

@@ -916,3 +916,23 @@ func TestParseLimitsLongValuesInErrors(t *testing.T) {
 		assert.Less(t, len(err.Error()), 700, tc.want)
 	}
 }
+
+// A zero start written with a long fraction of a second, and a name
+// tagged !!null, are cut in an error as any other value or name: they
+// were shown whole.
+func TestParseLimitsLongZeroStartAndNullName(t *testing.T) {
+	long := strings.Repeat("é", 5000) // 10,000 bytes
+	cut := `"` + strings.Repeat("é", 128) + `"… (10000 bytes)`
+	zeros := strings.Repeat("0", 10000)
+	for _, tc := range []struct{ in, want string }{
+		{"a: {kind: fixed window, rate: 1, period: 1m, start: 0001-01-01T00:00:00." + zeros + "Z}",
+			`start: "0001-01-01T00:00:00.` + zeros[:236] + `"… (10021 bytes) is the zero time`},
+		{"? !!null " + long + "\n: {kind: fixed window, rate: 1, period: 1m}", `line 1: a limit name is null (` + cut + `)`},
+		{"a: {kind: fixed window, rate: 1, period: 1m, ? !!null " + long + ": 1}", `line 1: a field name is null (` + cut + `)`},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(tc.in))
+		require.Error(t, err, tc.want)
+		assert.Less(t, len(err.Error()), 700, tc.want)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
