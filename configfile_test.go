@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -915,6 +916,29 @@ func TestParseLimitsLongValuesInErrors(t *testing.T) {
 		require.Error(t, err, tc.want)
 		assert.Less(t, len(err.Error()), 700, tc.want)
 	}
+}
+
+// A limit's name is cut in the error of its config, as in every other
+// error of the file format: a limits file with a name of megabytes whose
+// config New would refuse (rate: 0) made an error as long, which the
+// command-line tool wrote whole. The ConfigError keeps the name whole.
+func TestParseLimitsLongNamesInErrors(t *testing.T) {
+	long := strings.Repeat("é", 5000) // 10,000 bytes
+	cut := `"` + strings.Repeat("é", 128) + `"… (10000 bytes)`
+	for _, in := range []string{
+		"? " + long + "\n: {kind: fixed window, rate: 0, period: 1m}\n",
+		`{"` + long + `": {"kind": "fixed window", "rate": 0, "period": "1m"}}`,
+	} {
+		_, err := ratelimit.ParseLimits([]byte(in))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+		assert.EqualError(t, err, "ratelimit: limits file: line 1: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15")
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, long, ce.Name, "the name whole")
+		assert.Equal(t, "Rate", ce.Field)
+	}
+	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{long: {Kind: ratelimit.FixedWindow, Period: time.Minute}})
+	assert.EqualError(t, err, "ratelimit: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15")
 }
 
 // A zero start written with a long fraction of a second, and a name

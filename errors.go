@@ -160,12 +160,16 @@ type ConfigError struct {
 	named bool
 }
 
-// Error names the limit, the field and what is wrong with it.
+// Error names the limit, the field and what is wrong with it. The name is
+// cut to its first 256 bytes, followed by its length, when it is longer,
+// as the other errors of a limits file show a name (ParseLimits), so that
+// a file with a name of megabytes does not make an error as long; Name
+// keeps it whole.
 func (e *ConfigError) Error() string {
 	if e.Name == "" && !e.named {
 		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.Field, e.Problem)
 	}
-	return fmt.Sprintf("ratelimit: limit %q: %s %s", e.Name, e.Field, e.Problem)
+	return fmt.Sprintf("ratelimit: limit %s: %s %s", written(e.Name), e.Field, e.Problem)
 }
 
 // Is reports whether target is ErrInvalidConfig.

@@ -325,7 +325,8 @@ func inFlags(err error) error {
 // the Config's fields (Capacity, MaxReserved) where the file has capacity
 // and maxReserved. Its text ends with the ConfigError's, after the line;
 // only that end is rewritten, so that a limit's name that reads as a
-// field is left as it is. It still matches ratelimit.ErrInvalidConfig.
+// field is left as it is, and named as the library names it (a long one
+// cut). It still matches ratelimit.ErrInvalidConfig.
 func inFile(err error) error {
 	var ce *ratelimit.ConfigError
 	if !errors.As(err, &ce) { // every limit's is named, the limit "" too
@@ -333,11 +334,12 @@ func inFile(err error) error {
 	}
 	field, ok := fileFields[ce.Field]
 	was := strings.TrimPrefix(ce.Error(), "ratelimit: ")
-	if !ok || !strings.HasSuffix(err.Error(), was) {
+	what := ce.Field + " " + ce.Problem
+	if !ok || !strings.HasSuffix(err.Error(), was) || !strings.HasSuffix(was, what) {
 		return err
 	}
 	problem := configField.ReplaceAllStringFunc(ce.Problem, func(f string) string { return fileFields[f] })
-	return &flagError{msg: strings.TrimSuffix(err.Error(), was) + fmt.Sprintf("limit %q: %s %s", ce.Name, field, problem), err: err}
+	return &flagError{msg: strings.TrimSuffix(err.Error(), what) + field + " " + problem, err: err}
 }
 
 // countUsage returns err, an error of a call, as a usage error in the

@@ -325,6 +325,25 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	require.Equal(t, "Start", ce.Field)
 }
 
+// The error of a limit's config in a limits file names the limit as the
+// library's does, cut to its first 256 bytes and its length when it is
+// longer: a name of megabytes was written whole, on one line, in the
+// file's words.
+func TestLimitsFileLongNameInError(t *testing.T) {
+	long := strings.Repeat("n", 10000)
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("? "+long+"\n:\n  kind: fixed window\n  rate: 0\n  period: 1s\n"), 0o600))
+	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "ratelimit: "+path+`: limits file: line 1: limit "`+long[:256]+`"… (10000 bytes): rate is 0: it must be a number of tokens from 1e-09 to 1e+15`+"\n")
+	require.Less(t, len(errOut), 1000)
+	_, err := loadLimits(path)
+	var ce *ratelimit.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, long, ce.Name)
+	require.Equal(t, "Rate", ce.Field)
+}
+
 // A count the limit refuses is told in the flags' names, as an invalid
 // inline limit is: the count's flag (--count, or the --at request) and
 // the limit's (--capacity, --max-reserved), and the way to reserve of the
