@@ -79,10 +79,12 @@ type Limits map[string]Config
 func (c Config) Validate() error { return c.validate("", false) }
 
 // validate is Validate for the limit called name, if named: its error
-// names the limit, the name "" too.
+// names the limit, the name "" too. Only the limit "" is marked so (see
+// ConfigError): the error of any other is the value of its exported
+// fields, as a program may build it to compare.
 func (c Config) validate(name string, named bool) error {
 	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...), named: named}
+		return &ConfigError{Name: name, Field: field, Problem: fmt.Sprintf(format, args...), named: named && name == ""}
 	}
 	switch c.Kind {
 	case driver.FixedWindow, driver.TokenBucket:

@@ -154,9 +154,11 @@ type ConfigError struct {
 	Name    string
 	Field   string
 	Problem string
-	// named is whether the config is a limit's (New, SetLimits,
-	// SetLimit, WithConfig, ParseLimits), so that Error names the limit
-	// "" too, rather than as a Config of no limit.
+	// named is whether the config is the limit "" (of New, SetLimits,
+	// SetLimit, WithConfig, ParseLimits), so that Error names it, rather
+	// than as a Config of no limit. It is false for every other name,
+	// which Error names anyway: their errors compare equal (==) to the
+	// ConfigError of their exported fields, as they did before it.
 	named bool
 }
 

@@ -95,6 +95,24 @@ func TestConfigErrorNamesTheEmptyName(t *testing.T) {
 	assert.EqualError(t, bad.Validate(), `ratelimit: invalid config: Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`, "a Config of no limit")
 }
 
+// The ConfigError of a limit of any other name than "" is the value its
+// exported fields say, so that a program comparing it with one it builds
+// (==, reflect.DeepEqual) finds it equal, as it did before the limit ""
+// was named: the mark that names "" was set for every limit.
+func TestConfigErrorComparesByItsFields(t *testing.T) {
+	bad := ratelimit.Config{Kind: ratelimit.FixedWindow, Period: time.Second}
+	want := ratelimit.ConfigError{Name: "a", Field: "Rate", Problem: "is 0: it must be a number of tokens from 1e-09 to 1e+15"}
+	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": bad})
+	var ce *ratelimit.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.True(t, *ce == want, "%#v", *ce)
+	assert.Equal(t, want, *ce)
+
+	_, err = ratelimit.ParseLimits([]byte(`a: {kind: fixed window, rate: 0, period: 1s}`))
+	require.ErrorAs(t, err, &ce)
+	assert.True(t, *ce == want, "%#v", *ce)
+}
+
 // An option given a bad argument makes New fail (docs/api.md). A nil
 // clock was accepted, and the first call panicked on it.
 func TestNewRefusesANilClock(t *testing.T) {
