@@ -158,8 +158,9 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 // without a word and declared one named !!binary /w== as the byte 0xff.
 // Names are text, as in JSON: a name that is not UTF-8, which
 // yaml.Marshal writes tagged !!binary, does not read back. It does not
-// validate: ParseLimits and New do. A null leaves l as it is, as
-// yaml.Unmarshal does for any value.
+// validate: ParseLimits and New do. A null is not given to it:
+// yaml.Unmarshal sets l to nil, as it sets any map, where json.Unmarshal
+// leaves l as it is (UnmarshalJSON).
 func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
 	if n = resolve(n); n.Kind != yaml.MappingNode {
 		return fmt.Errorf("limits: line %d: write a mapping of limit names to their fields", n.Line)

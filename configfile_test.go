@@ -304,9 +304,17 @@ func TestLimitsYAMLNames(t *testing.T) {
 		"a": {Kind: ratelimit.TokenBucket, Rate: 2, Period: time.Minute},
 		"~": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour},
 	}, doc.Limits)
-	var limits ratelimit.Limits
-	require.NoError(t, yaml.Unmarshal([]byte("~\n"), &limits), "null leaves Limits as they are, as in JSON")
+	// yaml.Unmarshal gives no null to UnmarshalYAML: it sets Limits to
+	// nil, as any map, where json.Unmarshal leaves them as they are.
+	limits := ratelimit.Limits{"b": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}}
+	require.NoError(t, yaml.Unmarshal([]byte("~\n"), &limits))
 	assert.Nil(t, limits)
+	doc.Limits = ratelimit.Limits{"b": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}}
+	require.NoError(t, yaml.Unmarshal([]byte("limits: null\n"), &doc))
+	assert.Nil(t, doc.Limits)
+	doc.Limits = ratelimit.Limits{"b": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}}
+	require.NoError(t, json.Unmarshal([]byte(`{"limits": null}`), &doc))
+	assert.Len(t, doc.Limits, 1)
 }
 
 // Every field of a valid config reads back as written, in JSON and YAML;
