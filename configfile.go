@@ -111,6 +111,23 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // MarshalYAML writes c in the configuration file format, as MarshalJSON.
 func (c Config) MarshalYAML() (any, error) { return c.file() }
 
+// MarshalYAML writes l as yaml.Marshal writes a map of limit names to
+// configs, but for a limit named "<<", which it quotes: yaml.Marshal
+// writes that key plain, where it reads as a merge (<<: *defaults), so
+// that the limits did not read back.
+func (l Limits) MarshalYAML() (any, error) {
+	var n yaml.Node
+	if err := n.Encode(map[string]Config(l)); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
+		}
+	}
+	return &n, nil
+}
+
 // UnmarshalJSON reads c from the configuration file format. It does not
 // validate: ParseLimits and New do. JSON null leaves c as it is, as
 // json.Unmarshal does for any value, and yaml.Unmarshal for a null Config;

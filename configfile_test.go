@@ -317,6 +317,38 @@ func TestLimitsYAMLNames(t *testing.T) {
 	assert.Len(t, doc.Limits, 1)
 }
 
+// Limits written by yaml.Marshal read back by yaml.Unmarshal and
+// ParseLimits, a limit named "<<" too: yaml.Marshal writes such a key
+// plain, where it reads as a merge (<<: *defaults), so that the limits
+// did not read back ("limit "kind": a limit is a mapping of fields").
+func TestLimitsYAMLRoundTripMergeName(t *testing.T) {
+	c := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Hour}
+	limits := ratelimit.Limits{"<<": c, "a": c, "<": c, "<<<": c}
+	b, err := yaml.Marshal(limits)
+	require.NoError(t, err)
+	var back ratelimit.Limits
+	require.NoError(t, yaml.Unmarshal(b, &back), "%s", b)
+	assert.Equal(t, limits, back)
+	parsed, err := ratelimit.ParseLimits(b)
+	require.NoError(t, err, "%s", b)
+	assert.Equal(t, limits, parsed)
+
+	// Within an application's own document, and through a pointer.
+	type app struct {
+		Limits ratelimit.Limits  `yaml:"limits"`
+		More   *ratelimit.Limits `yaml:"more"`
+		None   ratelimit.Limits  `yaml:"none"`
+	}
+	b, err = yaml.Marshal(app{Limits: limits, More: &limits})
+	require.NoError(t, err)
+	var got app
+	require.NoError(t, yaml.Unmarshal(b, &got), "%s", b)
+	assert.Equal(t, limits, got.Limits)
+	require.NotNil(t, got.More)
+	assert.Equal(t, limits, *got.More)
+	assert.Empty(t, got.None)
+}
+
 // Every field of a valid config reads back as written, in JSON and YAML;
 // Start as the same instant, in UTC. A Start that an RFC 3339 time cannot
 // write, before year 0 or after 9999, is refused: yaml.Marshal wrote one
