@@ -1,0 +1,137 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/janitor"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// The examples of docs/production.md, word for word, so that the compiler
+// checks them: each is the body of a productionDoc function, but its final
+// return, and TestProductionDocExamples keeps the two the same. Their
+// free names (ctx, lim, apiKey, …) are the functions' parameters.
+
+// expiredDeleted stands for the metric of the janitor's example.
+var expiredDeleted interface{ Add(float64) }
+
+func productionDocLimitAll(ctx context.Context, lim *ratelimit.Limiter, apiKey string) {
+	res, err := lim.LimitAll(ctx, apiKey, []string{"perHour", "perMinute"})
+	if err == nil && !res.OK {
+		log.Printf("refused by %s for %v", res.Name, res.RetryAfter)
+	}
+	for _, part := range res.All {
+		log.Printf("%s: ok=%v remaining=%v", part.Name, part.OK, part.Remaining) // each limit's own answer
+	}
+}
+
+func productionDocFailure(ctx context.Context, lim *ratelimit.Limiter, userID string) error {
+	res, err := lim.Limit(ctx, "search", userID)
+	if err != nil && !errors.Is(err, ratelimit.ErrStoreUnavailable) {
+		return err // bad input, or the caller's context is done
+	}
+	if !res.OK {
+		// refuse
+	}
+	return nil
+}
+
+func productionDocJanitor(store *memstore.Store) error {
+	j, err := janitor.New(store, 5*time.Minute,
+		janitor.WithObserver(func(r janitor.Result) {
+			expiredDeleted.Add(float64(r.Deleted)) // your metric
+		}))
+	if err != nil {
+		return err // a nil store or an interval ≤ 0: errors.Is(err, janitor.ErrInvalid)
+	}
+	defer j.Close() // before the store's Close
+	return nil
+}
+
+func productionDocKeyHash(store ratelimit.Store, limits ratelimit.Limits) (*ratelimit.Limiter, error) {
+	secret := []byte(os.Getenv("RATELIMIT_KEY_SECRET")) // 32 random bytes, e.g. openssl rand -base64 32
+	lim, err := ratelimit.New(store, limits, ratelimit.WithKeyHash(secret))
+	return lim, err
+}
+
+func productionDocReload(lim *ratelimit.Limiter, path string) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			data, err := os.ReadFile(path)
+			if err == nil {
+				var limits ratelimit.Limits
+				if limits, err = ratelimit.ParseLimits(data); err == nil {
+					err = lim.SetLimits(limits)
+				}
+			}
+			if err != nil {
+				slog.Error("limits not reloaded; the old ones stay", "err", err)
+			}
+		}
+	}()
+}
+
+var _ = []any{productionDocLimitAll, productionDocFailure, productionDocJanitor, productionDocKeyHash, productionDocReload}
+
+// Every Go block of docs/production.md is the body of a productionDoc
+// function, and every such body is a block of the page. The LimitAll
+// example ranged over res.All with a variable its loop did not use, which
+// does not compile.
+func TestProductionDocExamples(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("docs", "production.md"))
+	require.NoError(t, err)
+	var blocks []string
+	for rest := string(page); ; {
+		var ok bool
+		if _, rest, ok = strings.Cut(rest, "\n```go\n"); !ok {
+			break
+		}
+		var block string
+		block, rest, ok = strings.Cut(rest, "```\n")
+		require.True(t, ok, "docs/production.md: a Go block is not closed")
+		blocks = append(blocks, block)
+	}
+
+	src, err := os.ReadFile("production_doc_test.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "production_doc_test.go", src, 0)
+	require.NoError(t, err)
+	var bodies []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || !strings.HasPrefix(fn.Name.Name, "productionDoc") {
+			continue
+		}
+		stmts := fn.Body.List
+		if _, ok := stmts[len(stmts)-1].(*ast.ReturnStmt); ok {
+			stmts = stmts[:len(stmts)-1] // the return the page leaves out
+		}
+		from := fset.Position(stmts[0].Pos()).Offset
+		to := fset.Position(stmts[len(stmts)-1].End()).Offset
+		to += strings.IndexByte(string(src[to:]), '\n') // and its comment
+		var body strings.Builder
+		for line := range strings.Lines(string(src[from:to]) + "\n") {
+			body.WriteString(strings.TrimPrefix(line, "\t"))
+		}
+		bodies = append(bodies, body.String())
+	}
+	require.Equal(t, bodies, blocks, "docs/production.md's Go blocks are not the productionDoc functions' bodies")
+}
