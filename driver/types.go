@@ -221,6 +221,7 @@ const (
 // ErrInvalidOp, and decides, writes and marks nothing (CheckOp). The
 // Limiter never sends one.
 type Op struct {
+	// Mode is what the op asks: ModeLimit, ModeCheck or ModeRefund.
 	Mode Mode
 	// Now is the time of the call in Unix milliseconds, within ±MaxTime.
 	Now int64
@@ -265,6 +266,9 @@ func (op *Op) SettledBeforeBy(kind SettleKind, kept [16]byte, out []Decision) {
 // Item is one limit of an Op: the tokens asked of one (name, key) and the
 // records that may grant them.
 type Item struct {
+	// Name is the limit's name and Key the call's key: with the Index of
+	// each of Shards, they name the item's records (RecordID). A Limiter
+	// gives keys of at most 256 bytes, but a store must take any.
 	Name string
 	Key  string
 	// Count is the tokens asked for, or handed back in ModeRefund: a
@@ -298,7 +302,9 @@ type Item struct {
 // Shard is one record of an Item and its params.
 type Shard struct {
 	// Index is the shard's, in [0, MaxShards): 0 for an unsharded limit.
-	Index  int
+	Index int
+	// Params are the limit's params for this shard: its share of Rate,
+	// Capacity and MaxReserved, and its phase.
 	Params Params
 }
 
