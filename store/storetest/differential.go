@@ -535,3 +535,50 @@ func testEdgeDifferential(t *testing.T, newStore NewStore, s suite) {
 		}
 	}
 }
+
+// testTimeRange is the differential test across the whole range of times:
+// a fixed window's record written in a window that starts before
+// −driver.MaxTime, then read, refunded, reserved on and checked at
+// driver.MaxTime, more than 2^53 ms later. A store that computes times in
+// doubles (Lua) holds that span rounded to an even number of ms, which
+// here crosses the end of a window: it must still count the windows as
+// the Go function's int64 arithmetic does, and never write a record whose
+// time lies beyond the latest time of an op. The spans are the last
+// window's end less 1 ms, for periods whose window ends a double rounds
+// the span to.
+func testTimeRange(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	limits := []driver.Params{
+		{Kind: ratelimit.FixedWindow, Rate: 1e-9, Period: ratelimit.MaxPeriod.Milliseconds(), Capacity: 1, MaxReserved: 1},
+		{Kind: ratelimit.FixedWindow, Rate: 1e-9 / 1024, Period: 4, Capacity: 1e4, MaxReserved: 1e4},
+		{Kind: ratelimit.FixedWindow, Rate: 1e-9 / 1024, Period: 1000, Capacity: 100, MaxReserved: 100},
+	}
+	for _, p := range limits {
+		span := ((1<<53)/p.Period+1)*p.Period - 1 // from the record's window start to MaxTime
+		start := driver.MaxTime - span
+		if start >= -driver.MaxTime || start+p.Period <= -driver.MaxTime {
+			t.Fatalf("period %d: the window at %d does not contain -MaxTime", p.Period, start)
+		}
+		p.Phase = (start%p.Period + p.Period) % p.Period
+		store, model := newStore(t), NewModel()
+		item := func(count float64) driver.Item {
+			return driver.Item{Name: "range", Key: "k", Count: count, At: -driver.MaxTime, Run: -driver.MaxTime,
+				Shards: []driver.Shard{{Params: p}}}
+		}
+		ops := []*driver.Op{
+			{Mode: driver.ModeLimit, Now: -driver.MaxTime, Items: []driver.Item{item(p.Capacity / 2)}},
+			{Mode: driver.ModeCheck, Now: driver.MaxTime, Items: []driver.Item{item(0)}},
+			{Mode: driver.ModeRefund, Now: driver.MaxTime, Items: []driver.Item{item(p.Capacity / 4)}},
+			{Mode: driver.ModeLimit, Now: driver.MaxTime, Reserve: true, Items: []driver.Item{item(p.Capacity * 1.5)}},
+			{Mode: driver.ModeLimit, Now: driver.MaxTime, Items: []driver.Item{item(p.Capacity)}},
+		}
+		for step, op := range ops {
+			applyBoth(t, ctx, store, model, op, int(p.Period), step)
+			ids := []driver.RecordID{{Name: "range", Key: "k"}}
+			got, want := make([]driver.Record, 1), make([]driver.Record, 1)
+			require.NoError(t, store.Load(ctx, ids, got), "period %d step %d", p.Period, step)
+			require.NoError(t, model.Load(ctx, ids, want))
+			require.Equal(t, want, got, "period %d step %d: the record", p.Period, step)
+		}
+	}
+}
