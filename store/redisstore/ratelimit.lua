@@ -95,6 +95,27 @@ local function idiv(a, b)
   return q
 end
 
+-- windows returns the whole periods from ts to t (t >= ts), floor((t -
+-- ts) / period), and ts advanced by as many: exact, as Go's int64
+-- arithmetic is, for times within 2^53 of zero, though t - ts is not: a
+-- record near the earliest time a record holds read near the latest time
+-- of an op lies 2^53 ms and more behind, where the double t - ts is
+-- rounded to an even number, which may cross a window's end. Then t and
+-- ts are each divided by the period, which stays exact.
+local function windows(period, ts, t)
+  local d = t - ts
+  if d < 2 ^ 52 then
+    local k = idiv(d, period)
+    return k, ts + k * period
+  end
+  local qt, qs = idiv(t, period), idiv(ts, period)
+  local rs = ts - qs * period
+  if t - qt * period < rs then
+    qt = qt - 1
+  end
+  return qt - qs, qt * period + rs
+end
+
 -- A limit p is a table {kind, rate, period, capacity, maxr}; a state is
 -- the pair (v, ts) of ratelimit.State; a record's phase travels apart.
 
@@ -110,10 +131,10 @@ local function refresh(p, v, ts, now)
     t = ts
   end
   if p[1] == FIXED then
-    local k = idiv(t - ts, p[3])
-    if k > 0 then
+    if t - ts >= p[3] then
+      local k, nts = windows(p[3], ts, t)
       v = v + p[2] * k
-      ts = ts + k * p[3]
+      ts = nts
     end
     return min(v, p[4]), ts
   end
@@ -146,7 +167,7 @@ end
 local function wait(p, bv, bts, v, ts, now, count, allow)
   local d = -((v - count) + allow)
   if p[1] == FIXED then
-    local k0 = idiv(ts - bts, p[3])
+    local k0 = windows(p[3], bts, ts)
     local j = ceil((d - NOISE) / p[2])
     if j < 0 then
       j = 0
@@ -491,7 +512,7 @@ local function granted(p, ts, from)
     return 0
   end
   if p[1] == FIXED then
-    return p[2] * idiv(ts - from + p[3] - 1, p[3])
+    return p[2] * windows(p[3], from, ts + p[3] - 1)
   end
   return (ts - from) * p[2] / p[3]
 end
