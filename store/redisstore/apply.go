@@ -521,7 +521,9 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		for _, c := range pending {
 			c.err = c.cmd.Err()
 			switch {
-			case c.err == nil:
+			case c.err == nil || errors.Is(c.err, redis.Nil):
+				// A nil reply is no answer of this function's (which
+				// answers a string, or fails): decode says so.
 				c.err = decode(c.cmd, c.reqs)
 			case c.piped && resent(c.err):
 				// Not sent again: the error may be of a send before
@@ -921,7 +923,8 @@ func decode(cmd redis.Cmder, reqs []*request) error {
 		reply, err = c.Text()
 	}
 	if err != nil {
-		return fmt.Errorf("bad reply: %w", err)
+		// Not %w: a nil reply must not read as a key missing (redis.Nil).
+		return fmt.Errorf("the function answered no string of decisions (%v): is another library loaded under the name %s?", err, lib.name)
 	}
 	n := 0
 	for _, r := range reqs {
