@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -131,6 +132,23 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 		rels, fns := relations(t, pool, "public", name)
 		require.Zero(t, rels, "a table made")
 		require.Zero(t, fns, "functions made")
+	})
+
+	// On a session that holds the install lock at session level
+	// (pg_advisory_lock, not the transaction's pg_advisory_xact_lock: a
+	// session of a pooler's may hold one that a client took and left),
+	// each statement still runs in a transaction of its own. Before, the
+	// guard found the lock held by its session and let the script run on,
+	// a transaction per statement.
+	t.Run("session lock", func(t *testing.T) {
+		name := uniqueTable(t, pool)
+		sql, err := pgstore.Schema("public." + name)
+		require.NoError(t, err)
+		script := fmt.Sprintf("SELECT pg_advisory_lock(%d);\n", pgstore.SchemaLock) + sql
+		errs, warnings := run(t, script)
+		requireRefused(t, script, errs, warnings)
+		rels, fns := relations(t, pool, "public", name)
+		require.Zero(t, rels+fns, "made")
 	})
 
 	t.Run("later release", func(t *testing.T) {

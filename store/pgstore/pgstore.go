@@ -285,6 +285,33 @@ var installWait = 5000
 // does not change.
 const schemaLock = 0x7261_7465_6c69_6d74 // "ratelimt"
 
+// The schema's SQL records, as it takes the install lock (schemaLock), the
+// transaction that took it, in a setting of that transaction's own
+// (lockTaken), so that its later statements can check that they run in
+// that transaction (lockHeld): that they run under the lock, which is held
+// to the transaction's end, and roll back with it. PostgreSQL tells no
+// transaction whether it holds an advisory lock at transaction level:
+// pg_locks shows one row for a session's lock of a key, whether taken at
+// session level, at transaction level or both, with the session's
+// transaction of the moment as its virtualtransaction. A setting set with
+// is_local is gone at the end of the transaction, and a transaction is
+// told by its virtual ID, its lock on itself in pg_locks, which no other
+// transaction of the session shares.
+const (
+	lockSetting = "ratelimit.install_lock"
+	// thisTransaction is an SQL expression of type text: the virtual ID
+	// of the transaction that evaluates it.
+	thisTransaction = `(SELECT l.virtualxid FROM pg_catalog.pg_locks l WHERE l.locktype OPERATOR(pg_catalog.=) 'virtualxid' ` +
+		`AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock' AND l.granted)`
+	// lockTaken is an SQL expression that records the transaction that
+	// evaluates it as the one that took the install lock.
+	lockTaken = `pg_catalog.set_config('` + lockSetting + `', ` + thisTransaction + `, true)`
+	// lockHeld is an SQL expression of type boolean: whether the
+	// transaction that evaluates it took the install lock (lockTaken),
+	// which it holds then, at transaction level, to its end.
+	lockHeld = `coalesce(pg_catalog.current_setting('` + lockSetting + `', true) OPERATOR(pg_catalog.=) ` + thisTransaction + `, false)`
+)
+
 var (
 	// ErrTableName is matched (errors.Is) by the error of a table name
 	// that PostgreSQL cannot keep as given, or that names a temporary
@@ -881,6 +908,8 @@ func (n names) schema() string {
 		"{{one_name}}", quoteLiteral(n.fns[1]),
 		"{{path_check}}", n.pathCheck(),
 		"{{lock}}", strconv.FormatInt(schemaLock, 10),
+		"{{lock_taken}}", lockTaken,
+		"{{lock_held}}", lockHeld,
 		"{{table_literal}}", quoteLiteral(n.table),
 		"{{table_check}}", tableCheck("pg_catalog.to_regclass(" + quoteLiteral(n.table) + ")"),
 		"{{function_check}}", n.funcCheck(),

@@ -278,7 +278,7 @@ func TestSchemaLockDocumented(t *testing.T) {
 	call := fmt.Sprintf("pg_advisory_xact_lock(%d)", pgstore.SchemaLock)
 	sql, err := pgstore.Schema("public.limits")
 	require.NoError(t, err)
-	require.Contains(t, sql, "SELECT pg_catalog."+call+";")
+	require.Contains(t, sql, "SELECT pg_catalog."+call+",")
 	for _, page := range []string{"stores/postgres.md", "cli.md"} {
 		doc, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
 		require.NoError(t, err)

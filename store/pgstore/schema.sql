@@ -51,8 +51,10 @@
 -- install it, so that installs do not race on the DDL: two processes that
 -- start together, or a migration beside them. It is held to the end of the
 -- transaction: apply the script in one (psql --single-transaction, as
--- migration tools apply a migration).
-SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
+-- migration tools apply a migration). The statement records, in a setting
+-- of the transaction's own, which transaction took it (pgstore.go's
+-- lockTaken), for the checks below (lockHeld).
+SELECT pg_catalog.pg_advisory_xact_lock({{lock}}), {{lock_taken}};
 
 -- Run outside one transaction (psql without --single-transaction, a tool
 -- that sends it statement by statement), each statement would commit on
@@ -60,17 +62,18 @@ SELECT pg_catalog.pg_advisory_xact_lock({{lock}});
 -- bound below would end with their statement, and a statement that failed
 -- halfway would leave the rest to run, and the table to be marked as
 -- installed over what it did not install. So the script stops here
--- unless this session still holds the lock: it warns (SQLSTATE RLTXN),
--- saying to run it in one transaction, and ends its own session
--- (pg_terminate_backend, SQLSTATE 57P01), so that no statement after this
--- one runs on it, and no setting of its outlives it in a pool's
--- connection. Should the session not end, it fails (RLTXN).
+-- unless this statement's transaction took the lock above: it warns
+-- (SQLSTATE RLTXN), saying to run it in one transaction, and ends its own
+-- session (pg_terminate_backend, SQLSTATE 57P01), so that no statement
+-- after this one runs on it, and no setting of its outlives it in a
+-- pool's connection. Should the session not end, it fails (RLTXN). That
+-- the session holds the lock is not enough: one that holds it at session
+-- level (pg_advisory_lock, which a client of a pooler may have taken on
+-- the pooler's session and left) would still run the statements a
+-- transaction each.
 DO {{q}}
 BEGIN
-	IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
-		WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
-		AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND l.objsubid OPERATOR(pg_catalog.=) 1
-		AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8) OPERATOR(pg_catalog.=) {{lock}}) THEN
+	IF NOT {{lock_held}} THEN
 		RAISE WARNING USING ERRCODE = 'RLTXN',
 			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
 				'it stopped here, and changed nothing; it ends this session, so that the statements after this one change nothing either',
