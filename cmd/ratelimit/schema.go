@@ -19,7 +19,9 @@ pgstore.WithoutDDL; with it, apply this SQL beforehand, as a migration. The
 SQL is idempotent, and upgrades a table of an earlier release. Apply it in one
 transaction, which holds the lock it takes against installs beside it: run a
 transaction per statement (psql without --single-transaction), it changes
-nothing: its second statement warns (SQLSTATE RLTXN) and ends the session. Name
+nothing: its second statement warns (SQLSTATE RLTXN) and ends the session, and
+through a pooler in transaction mode, which may run the statements after it on
+other sessions, the last one leaves the table's mark as it was (RLTXN). Name
 the table's schema (the default is public.ratelimit, the table that
 pgstore.New finds for its default name, ratelimit, along the usual
 search_path): a name without one is the table in the session's

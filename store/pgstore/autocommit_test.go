@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -230,5 +232,92 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
 		require.NoError(t, err)
+	})
+}
+
+// runPooled runs script statement by statement, each in a transaction of
+// its own on a session of its own, as a pooler in transaction mode
+// (PgBouncer's pool_mode = transaction) may hand a client's statements to
+// its server sessions, and goes on after a statement that fails; it
+// returns each statement's error, nil for none. The session of the last
+// statement first takes the install lock at session level, and holds it
+// as the statement runs, as a server session may hold a lock that a client
+// took there and left.
+func runPooled(ctx context.Context, t *testing.T, script string) []error {
+	t.Helper()
+	stmts := statements(script)
+	errs := make([]error, len(stmts))
+	for i, stmt := range stmts {
+		conn, err := pgconn.Connect(ctx, testserver.PostgresURL(t))
+		require.NoError(t, err)
+		if i == len(stmts)-1 {
+			_, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_advisory_lock(%d)", pgstore.SchemaLock)).ReadAll()
+			require.NoError(t, err)
+		}
+		_, errs[i] = conn.Exec(ctx, stmt).ReadAll()
+		_ = conn.Close(ctx)
+	}
+	return errs
+}
+
+// The script of Schema run a transaction per statement through a pooler
+// that hands each statement to another session: the guard ends its own
+// session, which the statements after it do not run on, and they run
+// without the install lock. The last one, which marks the table with
+// the schema's version, refuses (SQLSTATE RLTXN) unless its own
+// transaction took the lock, and leaves the table unmarked: New installs
+// the schema again, under the lock, and WithoutDDL refuses it. Before,
+// the table was marked as this release's over what the statements did
+// without the lock, and over a later release's mark, its functions
+// changed or not.
+func TestSchemaScriptThroughAPooler(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	requireUnmarked := func(t *testing.T, errs []error) {
+		t.Helper()
+		var pe *pgconn.PgError
+		guard := slices.IndexFunc(errs, func(err error) bool { return errors.As(err, &pe) && pe.Code == "57P01" })
+		require.Positive(t, guard, "the guard ended its session: %v", errs)
+		require.ErrorAs(t, errs[len(errs)-1], &pe)
+		require.Equal(t, "RLTXN", pe.Code, "%v", errs[len(errs)-1])
+		require.Contains(t, pe.Message, "one transaction")
+		require.Contains(t, pe.Hint, "--single-transaction")
+	}
+	mark := func(t *testing.T, name string) *string {
+		t.Helper()
+		var m *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')",
+			pgx.Identifier{"public", name}.Sanitize()).Scan(&m))
+		return m
+	}
+
+	t.Run("fresh", func(t *testing.T) {
+		name := uniqueTable(t, pool)
+		sql, err := pgstore.Schema("public." + name)
+		require.NoError(t, err)
+		errs := runPooled(ctx, t, sql)
+		require.Nil(t, mark(t, name), "the table marked as installed")
+		requireUnmarked(t, errs)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+		require.ErrorIs(t, err, pgstore.ErrSchema)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+		require.Equal(t, pgstore.SchemaVersion, *mark(t, name))
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+		require.NoError(t, err)
+	})
+
+	t.Run("later release", func(t *testing.T) {
+		name := uniqueTable(t, pool)
+		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+		installLaterRelease(t, pool, name)
+		sql, err := pgstore.Schema("public." + name)
+		require.NoError(t, err)
+		errs := runPooled(ctx, t, sql)
+		require.Equal(t, "ratelimit pgstore schema 2 later", *mark(t, name), "the table marked as this release's")
+		requireUnmarked(t, errs)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.ErrorIs(t, err, pgstore.ErrSchema, "New finds the later release's schema")
 	})
 }

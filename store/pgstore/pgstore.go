@@ -848,7 +848,12 @@ func truncate(name string) string {
 // transaction per statement (psql without --single-transaction), it
 // changes nothing: at its second statement it warns (SQLSTATE RLTXN) and
 // ends its own session (SQLSTATE 57P01), so that no statement after it
-// runs there, and a pool drops the connection. It waits for
+// runs there, and a pool drops the connection; its last statement marks
+// the table with the schema's version only in the transaction that took
+// the lock, and fails otherwise (SQLSTATE RLTXN: the statements after the
+// second, which a pooler in transaction mode may run on other sessions),
+// leaving the table's mark as it was, so that New installs the schema
+// again. It waits for
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's
 // lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the

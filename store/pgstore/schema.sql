@@ -1265,6 +1265,25 @@ END
 {{q}};
 
 -- Each function is marked as the store's (funcCheck above), and the
--- table with the schema's version, last.
+-- table with the schema's version, last. Through a pooler that hands out
+-- its sessions a transaction at a time (PgBouncer's transaction mode), the
+-- statements after the guard above may run on other sessions, each in a
+-- transaction of its own and without the lock, where the guard does not
+-- reach them. So the table is marked only in the transaction that took the
+-- lock (lockHeld); in another, the statement fails (SQLSTATE RLTXN) and
+-- leaves the table's mark as it was: a table is never marked as installed
+-- by a script whose statements did not all run in that transaction, and
+-- pgstore.New installs the schema again, under the lock (WithoutDDL
+-- refuses it). The functions are marked all the same: they are the store's.
 {{mark_functions}}
-COMMENT ON TABLE {{table}} IS 'ratelimit pgstore schema 2';
+DO {{q}}
+BEGIN
+	IF NOT {{lock_held}} THEN
+		RAISE EXCEPTION USING ERRCODE = 'RLTXN',
+			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and this statement runs in another than the one that took its lock: '
+				'it leaves the table''s mark as it was, and the schema is not installed until the script runs in one transaction or pgstore.New installs it',
+			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
+	END IF;
+	COMMENT ON TABLE {{table}} IS 'ratelimit pgstore schema 2';
+END
+{{q}};
