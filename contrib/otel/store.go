@@ -156,7 +156,7 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 // past long before the mock reaches it. A client that stops a read at
 // the deadline may return before its context reports its end, so for an
 // error matching context.DeadlineExceeded callerEnded waits, at most
-// contextLag, for ctx to end: then the deadline was the caller's, and
+// deadline.Lag, for ctx to end: then the deadline was the caller's, and
 // otherwise another clock's, and the timeout the store's own. A deadline
 // with a monotonic clock reading, which this used to take for the wall
 // clock's, is no proof: a mock set from time.Now has one.
@@ -167,27 +167,10 @@ func callerEnded(ctx context.Context, err error) bool {
 		case deadline.Met:
 			cerr = ctx.Err()
 		case deadline.Unmet:
-			cerr = endsSoon(ctx)
+			cerr = deadline.Await(ctx)
 		}
 	}
 	return cerr != nil && errors.Is(err, cerr)
-}
-
-// contextLag is the longest callerEnded waits for a context whose deadline
-// the wall clock has passed to report its end, as the Redis store waits.
-const contextLag = 20 * time.Millisecond
-
-// endsSoon returns ctx's error once it ends, or nil if it has not ended
-// within contextLag.
-func endsSoon(ctx context.Context) error {
-	t := time.NewTimer(contextLag)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // endPanicked ends the span of a call that did not return: the store

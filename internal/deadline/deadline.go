@@ -23,16 +23,16 @@
 //     Either way it bounds nothing the wall clock can measure, and must
 //     not be read as the context's end: the context's own Err says when
 //     that comes. A caller that must tell the two apart waits a moment
-//     for the context to end (the Redis store does, for a read that its
-//     client ended at the deadline by the wall clock).
+//     for the context to end, with Await (the Redis store does, for a
+//     read that its client ended at the deadline by the wall clock).
 //
 // The stores ask this of the context of each call they send: the Redis
 // store, whether a network timeout was the caller's deadline; the
 // PostgreSQL store, how long its statement may wait for a lock. So does
 // the tracing store wrapper of contrib/otel, whether a store's error
 // matching context.DeadlineExceeded was the caller's deadline, for the
-// status of its span; it waits a moment for an Unmet context to end, as
-// the Redis store does.
+// status of its span; it waits a moment for an Unmet context to end, by
+// Await, as the Redis store does.
 //
 // A batch's context (internal/coalesce) asks something else: it must
 // report the latest of its callers' deadlines without ending at it, since
@@ -101,4 +101,26 @@ func Of(ctx context.Context) (time.Duration, State) {
 		return 0, Met
 	}
 	return 0, Unmet
+}
+
+// Lag is the longest Await waits for a context to end.
+const Lag = 20 * time.Millisecond
+
+// Await waits for ctx, whose deadline the wall clock is past (Unmet), to
+// report its end, and returns its error; or nil if it has not ended
+// within Lag: the deadline is then of another clock (a mock's), and
+// bounds nothing the wall clock measures. A context's timer, once due,
+// runs a moment later on a goroutine of its own, so that a client that
+// stopped a read at the deadline by the wall clock may return before
+// the context reports its end; the wait tells the two apart. It is for
+// the path of an error that may be the deadline's, never a call's own.
+func Await(ctx context.Context) error {
+	t := time.NewTimer(Lag)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

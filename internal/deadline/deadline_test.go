@@ -97,3 +97,23 @@ func TestStateString(t *testing.T) {
 		assert.Equal(t, want, st.String())
 	}
 }
+
+// Await returns the error of a context that ends within Lag, at once for
+// one that has ended, and nil, after Lag, for one whose deadline is of
+// another clock and does not end.
+func TestAwait(t *testing.T) {
+	require.ErrorIs(t, deadline.Await(ended(t, time.Now().Add(-time.Second))), context.DeadlineExceeded)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	late := stuck{ctx, time.Unix(0, 0)}
+	go cancel() // the timer that is due, running a moment later
+	require.ErrorIs(t, deadline.Await(late), context.Canceled)
+
+	mock := clock.NewMock()
+	mockCtx, cancel := mock.WithTimeout(context.Background(), time.Hour)
+	t.Cleanup(cancel)
+	start := time.Now()
+	assert.NoError(t, deadline.Await(mockCtx), "a mock's deadline does not end by the wall clock")
+	assert.GreaterOrEqual(t, time.Since(start), deadline.Lag)
+}

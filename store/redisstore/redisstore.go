@@ -370,37 +370,23 @@ func (s *Store) callerError(ctx context.Context, err error) error {
 	cerr := ctx.Err()
 	if cerr == nil && s.ctxTimeout && isTimeout(err) {
 		if _, st := deadline.Of(ctx); st.Past() {
-			cerr = ended(ctx)
+			// The context's timer is due, and runs a moment later:
+			// without the wait, a Limiter given an error matching
+			// context.DeadlineExceeded, from a context not ended yet,
+			// took the caller's deadline for the store's failure and
+			// counted it towards the breaker. A context not ended
+			// within deadline.Lag has a deadline of another clock (a
+			// mock's); the timeout matches context.DeadlineExceeded
+			// all the same.
+			if cerr = deadline.Await(ctx); cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
 		}
 	}
 	if cerr == nil || errors.Is(err, cerr) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
-}
-
-// contextLag is the longest callerError waits for a context whose
-// deadline the wall clock has passed to report its end.
-const contextLag = 20 * time.Millisecond
-
-// ended waits until ctx, whose deadline the wall clock has passed,
-// reports its end, and returns its error, or context.DeadlineExceeded
-// after contextLag: it tells apart the two kinds of deadline that
-// internal/deadline calls Unmet. Its timer is due, but runs a moment
-// later, on a goroutine of its own: a Limiter given an error that matched
-// context.DeadlineExceeded, and a context that had not ended yet, took
-// the caller's deadline for the store's failure, and counted it towards
-// the breaker. The wait is bounded for a context that does not end at its
-// deadline on the wall clock (a mock clock's).
-func ended(ctx context.Context) error {
-	t := time.NewTimer(contextLag)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return context.DeadlineExceeded
-	}
 }
 
 // isTimeout reports whether err is a network timeout: a read, write or
