@@ -433,7 +433,12 @@ func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 // beside any writer; other ops go to the next write transaction, alone or
 // with the calls of other goroutines. An out shorter than op's items, or an
 // invalid op (driver.CheckOp), is refused with an error, and nothing is
-// decided or written.
+// decided or written. A transaction whose commit fails (a full disk, a
+// write error) fails every call of it with bbolt's error, and charges none
+// of them; but one that fails in its last flush, after bbolt wrote the
+// commit's meta page, may have taken effect, as bbolt reads that page from
+// then on. A call whose context ends once its op is decided may have been
+// charged too (see Deadlines in the package doc).
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := s.usable(ctx); err != nil {
 		return err
