@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -342,17 +343,30 @@ func (lim *limit) shardNote() string {
 	return ""
 }
 
-// shardHint suggests a shard count or capacity that would admit count.
+// shardHint suggests what would admit count, a plain call's count above
+// what two shards hold together: fewer shards, a larger Capacity, a
+// reservation, or a split call. Never one shard: it holds Capacity, no
+// more than two shards of any count hold together, and a count above
+// that share of every shard count needs a larger Capacity.
 func (lim *limit) shardHint(count float64) string {
 	c := lim.cfg.capacity()
-	fewer := "use one shard"
-	if n := int(math.Floor(2 * c / count)); n >= 2 {
-		fewer = fmt.Sprintf("use at most %d shards", n)
+	var hints []string
+	if n := math.Floor(2 * c / count); n >= 2 {
+		hints = append(hints, fmt.Sprintf("use at most %d shards", int(n)))
 	}
 	if need := count * float64(lim.shards) / 2; need <= MaxTokens {
-		return fmt.Sprintf("%s, or raise Capacity to %v", fewer, need)
+		hints = append(hints, fmt.Sprintf("raise Capacity to %v", need))
+	} else if count > c {
+		// No Capacity within MaxTokens admits it over this many shards:
+		// two shards hold Capacity together, as one does.
+		hints = append(hints, fmt.Sprintf("use 2 shards with Capacity %v", count))
 	}
-	return fewer // a Capacity that large is beyond MaxTokens
+	// Worded as the unsharded advice is, the reservation last, which the
+	// command line drops or rewrites (cmd/ratelimit).
+	if count > lim.maxDebt {
+		return strings.Join(hints, ", ") + ", or split the call"
+	}
+	return strings.Join(hints, ", ") + ", split the call, or ask with WithReserve()"
 }
 
 // ids appends the record ids of every shard of (lim, key).

@@ -370,7 +370,7 @@ func TestCountErrorsNameFlags(t *testing.T) {
 		{append([]string{"limit", "--store", "mem:", "--count", "6"}, reserving...),
 			"--count 6 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
 		{append([]string{"limit", "--store", "mem:", "--count", "3"}, sharded...),
-			"--count 3 exceeds 2, the most the limit can grant at once (two of its 4 shards together): give --shards 2 or fewer, or raise --capacity to 6"},
+			"--count 3 exceeds 2, the most the limit can grant at once (two of its 4 shards together): give --shards 2 or fewer, raise --capacity to 6, split the call, or ask with --reserve"},
 		{[]string{"limit", "--store", "mem:", "--limits", path, "--name", "x", "--count", "4"},
 			"--count 4 exceeds 3, the most the limit can grant at once: raise capacity, split the call, or ask with --reserve"},
 		// bench and the steady pattern of simulate cannot reserve.
