@@ -445,7 +445,9 @@ func granted(p driver.Params, s driver.State, from int64) float64 {
 //
 // A refused call is told the least wait after which the same call on the
 // same two shards would succeed (pairWait). The wait of a reservation is
-// that of the shards it charged.
+// that of the shards it charged; a reservation of 0, which charges
+// neither, waits for the debt of the shard whose debt is granted first
+// (zeroWait), as on one record.
 func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, reserve bool) (driver.Decision, driver.Update, driver.Update) {
 	sa, sb := StateAt(pa, ra, now), StateAt(pb, rb, now)
 	var d driver.Decision
@@ -478,11 +480,36 @@ func pair(pa, pb driver.Params, ra, rb driver.Record, now int64, count float64, 
 			w = max(w, float64(sb.TS-now))
 		}
 	}
+	if count == 0 && reserve {
+		// A reservation of 0 takes nothing, so split charged neither
+		// shard; its job waits, as on one record, for the debt before it:
+		// on the shard whose debt (or, for a caller lagging a record, the
+		// record's time) comes first, of those it fits, when a plain call
+		// of 0 on the two is granted again.
+		w = math.Min(zeroWait(&pa, sa, now), zeroWait(&pb, sb, now))
+	}
 	d.RetryAfter = retryMillis(w)
 	d.Remaining = na + nb
 	ua.State.Remaining, ua.Write = na, ca > 0
 	ub.State.Remaining, ub.Write = nb, cb > 0
 	return d, ua, ub
+}
+
+// zeroWait returns the milliseconds from now until the job of a
+// reservation of 0 on the shard s, refreshed to now, may run, as settle
+// times it on one record: its record's time, or the time its debt is
+// granted; +Inf when the shard owes more than MaxReserved (a limit
+// lowered since), which takes no reservation.
+func zeroWait(p *driver.Params, s driver.State, now int64) float64 {
+	v := denoise(s.Remaining)
+	switch {
+	case v >= 0:
+		return float64(s.TS - now)
+	case fitsDebt(*p, v):
+		debt := driver.State{Remaining: v, TS: s.TS}
+		return wait(p, debt, debt, now, 0, 0)
+	}
+	return math.Inf(1)
 }
 
 // split returns the values two shards, refreshed to now, would hold after

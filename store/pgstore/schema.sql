@@ -886,6 +886,30 @@ BEGIN
 							rt := greatest(rt, (stb - now)::float8);
 						END IF;
 					END IF;
+					-- A reservation of 0 charged neither shard: its job
+					-- waits for the debt before it, on the shard where it
+					-- comes first (state.go's zeroWait of each).
+					IF cnt = 0 AND reserve THEN
+						va := sva;
+						IF va < 0 AND va > -noise THEN va := 0; END IF;
+						IF va >= 0 THEN
+							da := (sta - now)::float8;
+						ELSIF ma = 0 OR va + ma > -noise THEN
+							{{da := wait(ka, pa, rta, ca, va, sta, va, sta, 0, 0)}}
+						ELSE
+							da := 'Infinity'::float8;
+						END IF;
+						vb := svb;
+						IF vb < 0 AND vb > -noise THEN vb := 0; END IF;
+						IF vb >= 0 THEN
+							db := (stb - now)::float8;
+						ELSIF mb = 0 OR vb + mb > -noise THEN
+							{{db := wait(kb, pb, rtb, cb, vb, stb, vb, stb, 0, 0)}}
+						ELSE
+							db := 'Infinity'::float8;
+						END IF;
+						rt := least(da, db);
+					END IF;
 					rem := na + nb;
 					nva[i] := na; wa[i] := c0 > 0;
 					nvb[i] := nb; wb[i] := c1 > 0;

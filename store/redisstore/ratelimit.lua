@@ -459,6 +459,20 @@ local function pair_wait(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, sa, tsa
   return best
 end
 
+-- zero_wait: state.go's zeroWait, the ms from now until the job of a
+-- reservation of 0 on a shard refreshed to now (v, ts) may run: the
+-- record's time, or when its debt is granted; INF for a debt beyond max
+-- reserved.
+local function zero_wait(p, v, ts, now)
+  v = denoise(v)
+  if v >= 0 then
+    return ts - now
+  elseif fits_debt(p, v) then
+    return wait(p, v, ts, v, ts, now, 0, 0)
+  end
+  return INF
+end
+
 -- pair: returns ok, retry, remaining, charged a, charged b, and the states
 -- to write (nil: no write).
 local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, reserve)
@@ -483,6 +497,11 @@ local function pair(pa, pb, pha, phb, fa, sa0, tsa0, fb, sb0, tsb0, now, count, 
     elseif reserve then
       w = max(w, tsb - now)
     end
+  end
+  if count == 0 and reserve then
+    -- A reservation of 0 charged neither shard: its job waits for the
+    -- debt before it, on the shard where it comes first.
+    w = min(zero_wait(pa, sa, tsa, now), zero_wait(pb, sb, tsb, now))
   end
   local wa, wb = nil, nil
   if ca > 0 then

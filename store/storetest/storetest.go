@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ShardedContention", func(t *testing.T) { testShardedContention(t, newStore) })
 	t.Run("ShardedReservations", func(t *testing.T) { testShardedReservations(t, newStore) })
 	t.Run("Sharded", func(t *testing.T) { testSharded(t, newStore) })
+	t.Run("ShardedReservationOfZero", func(t *testing.T) { testShardedReservationOfZero(t, newStore) })
 	t.Run("Confusable", func(t *testing.T) { testConfusable(t, newStore) })
 	t.Run("ResetValueExpiry", func(t *testing.T) { testResetValueExpiry(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
