@@ -488,7 +488,7 @@ func (r *Reservation) settled() error {
 		// this reservation was canceled.
 		return fmt.Errorf("ratelimit: limit %q: settled by a holder of its token: %w", r.res.Name, r.byHolder)
 	case r.canceled:
-		return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+		return fmt.Errorf("ratelimit: limit %q: the reservation was canceled (by Cancel, a Wait that gave up, or the stop of an AfterFunc), and its job must not run: reserve again to run it: %w", r.res.Name, ErrReservationCanceled)
 	case r.held:
 		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
 	case r.used:
