@@ -52,7 +52,9 @@ var (
 	// gave up (its context ended, or its deadline comes before the job's
 	// time) and could not hand the reservation's tokens back within its
 	// bound (WithRefundTimeout): the store failed, or had not answered by
-	// then. The error matches the context's error too. The reservation
+	// then (not for a mark or a record the store cannot read, matching
+	// driver.ErrBadRecord, which no Cancel gets past). The error matches
+	// the context's error too. The reservation
 	// may still hold its tokens: call Cancel, with a context of your own,
 	// to hand them back; it returns nil once they are (also when the store
 	// took the refund of Wait after all). It is matched too by the error

@@ -348,6 +348,11 @@ func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error
 		// The job was let run meanwhile: nothing the reservation holds
 		// is lost.
 		return fmt.Errorf("%s; the job was let run, and its tokens are spent on it: nothing is left to do: %w", head, cause)
+	case errors.Is(cerr, driver.ErrBadRecord):
+		// A mark of the token, or a record, the store cannot read: it
+		// settled nothing, and every Cancel meets the same. Not
+		// ErrNotRefunded, whose remedy is a Cancel.
+		return fmt.Errorf("%s; the tokens were not handed back, and no Cancel can hand them back (%w); nothing else is left to do: %w", head, cerr, cause)
 	}
 	return fmt.Errorf("%s; %w: %w; call Cancel, with a context of your own, to hand them back: %w", head, ErrNotRefunded, cerr, cause)
 }

@@ -88,3 +88,27 @@ func TestSettlementErrorsSayWhatToDo(t *testing.T) {
 		require.ErrorContains(t, err, "give the token of a charge")
 	}
 }
+
+// A Wait that gives up and meets a mark of its token the store cannot
+// read says, as a settlement does, to treat the token as settled: no
+// Cancel can hand its tokens back, since every one meets the same mark.
+// It said to call Cancel to hand them back, beside the store's error that
+// said the opposite.
+func TestWaitGivingUpOnAnUnreadableMark(t *testing.T) {
+	ctx := context.Background()
+	mock := newMock()
+	lim := must(ratelimit.New(badMarkStore{must(memstore.New())}, ratelimit.Limits{
+		"jobs": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: t0},
+	}, ratelimit.WithClock(mock)))
+	r, err := lim.Reserve(ctx, "jobs", "k", ratelimit.Count(14)) // 4 of the next window
+	require.NoError(t, err)
+	require.Positive(t, r.Delay())
+	wctx, cancel := mock.WithTimeout(ctx, time.Second) // before the job's time
+	defer cancel()
+	err = r.Wait(wctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, driver.ErrBadRecord)
+	require.NotErrorIs(t, err, ratelimit.ErrNotRefunded, "no Cancel hands them back")
+	require.NotContains(t, err.Error(), "call Cancel")
+	require.ErrorContains(t, err, "treat the token as settled")
+}
