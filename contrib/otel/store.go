@@ -155,8 +155,8 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 // AfterFunc and Cancel bound their calls by it) that the wall clock is
 // past long before the mock reaches it. A client that stops a read at
 // the deadline may return before its context reports its end, so for an
-// error matching context.DeadlineExceeded callerEnded waits, at most
-// deadline.Lag, for ctx to end: then the deadline was the caller's, and
+// error matching context.DeadlineExceeded callerEnded waits a moment
+// (deadline.Await) for ctx to end: then the deadline was the caller's, and
 // otherwise another clock's, and the timeout the store's own. A deadline
 // with a monotonic clock reading, which this used to take for the wall
 // clock's, is no proof: a mock set from time.Now has one.

@@ -103,19 +103,34 @@ func Of(ctx context.Context) (time.Duration, State) {
 	return 0, Unmet
 }
 
-// Lag is the longest Await waits for a context to end.
+// Lag is how long Await waits for a context to end whose deadline is
+// not a moment ago.
 const Lag = 20 * time.Millisecond
 
+// Late is how long after its deadline Await waits for a context whose
+// deadline the wall clock passed less than Late ago.
+const Late = time.Second
+
 // Await waits for ctx, whose deadline the wall clock is past (Unmet), to
-// report its end, and returns its error; or nil if it has not ended
-// within Lag: the deadline is then of another clock (a mock's), and
-// bounds nothing the wall clock measures. A context's timer, once due,
-// runs a moment later on a goroutine of its own, so that a client that
-// stopped a read at the deadline by the wall clock may return before
-// the context reports its end; the wait tells the two apart. It is for
-// the path of an error that may be the deadline's, never a call's own.
+// report its end, and returns its error; or nil if it has not ended in
+// time: the deadline is then of another clock (a mock's), and bounds
+// nothing the wall clock measures. A context's timer, once due, runs a
+// moment later on a goroutine of its own, so that a client that stopped
+// a read at the deadline by the wall clock may return before the context
+// reports its end; the wait tells the two apart. It waits Lag, or, for a
+// deadline the wall clock passed less than Late ago, until Late after
+// it: on a busy machine that goroutine may wait its turn longer than Lag,
+// and a deadline of another clock is seldom that close to the wall
+// clock's time. It is for the path of an error that may be the
+// deadline's, never a call's own.
 func Await(ctx context.Context) error {
-	t := time.NewTimer(Lag)
+	wait := Lag
+	if dl, ok := ctx.Deadline(); ok {
+		if since := time.Since(dl); since >= 0 && since < Late {
+			wait = max(wait, Late-since)
+		}
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

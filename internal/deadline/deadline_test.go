@@ -117,3 +117,16 @@ func TestAwait(t *testing.T) {
 	assert.NoError(t, deadline.Await(mockCtx), "a mock's deadline does not end by the wall clock")
 	assert.GreaterOrEqual(t, time.Since(start), deadline.Lag)
 }
+
+// A context whose deadline passed a moment ago, and whose timer runs late
+// (a busy machine's), is waited for longer than Lag: its end is its
+// caller's deadline. Await gave up after Lag, and a store's timeout at
+// that deadline was counted as the store's failure.
+func TestAwaitALateTimer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	late := stuck{ctx, time.Now()}
+	timer := time.AfterFunc(5*deadline.Lag, cancel)
+	t.Cleanup(func() { timer.Stop() })
+	require.ErrorIs(t, deadline.Await(late), context.Canceled)
+}

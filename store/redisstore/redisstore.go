@@ -375,8 +375,8 @@ func (s *Store) callerError(ctx context.Context, err error) error {
 			// context.DeadlineExceeded, from a context not ended yet,
 			// took the caller's deadline for the store's failure and
 			// counted it towards the breaker. A context not ended
-			// within deadline.Lag has a deadline of another clock (a
-			// mock's); the timeout matches context.DeadlineExceeded
+			// in time (deadline.Await) has a deadline of another clock
+			// (a mock's); the timeout matches context.DeadlineExceeded
 			// all the same.
 			if cerr = deadline.Await(ctx); cerr == nil {
 				cerr = context.DeadlineExceeded
