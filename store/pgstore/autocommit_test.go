@@ -153,6 +153,32 @@ func TestSchemaScriptOutsideATransaction(t *testing.T) {
 		require.Zero(t, rels+fns, "made")
 	})
 
+	// Run by a superuser's session after SET ROLE to the role that owns
+	// the schema (as a migration runs so that the role owns what it
+	// makes), the guard may not end its session (only a superuser ends a
+	// superuser's): it fails with RLTXN, saying so, and the table is left
+	// unmarked. Before, pg_terminate_backend's own error (42501, "must be
+	// a superuser to terminate superuser process") was the guard's.
+	t.Run("role that may not end the session", func(t *testing.T) {
+		role, schema := otherRole(t, pool)
+		sql, err := pgstore.Schema(schema + ".t")
+		require.NoError(t, err)
+		script := "SET ROLE " + role + ";\n" + sql
+		errs, warnings := run(t, script)
+		require.Len(t, warnings, 1)
+		require.Equal(t, "RLTXN", warnings[0].Code)
+		require.NotEmpty(t, errs)
+		var pe *pgconn.PgError
+		require.ErrorAs(t, errs[0], &pe)
+		require.Equal(t, "RLTXN", pe.Code, "%v", errs[0])
+		require.Contains(t, pe.Message, "could not end this session")
+		require.ErrorAs(t, errs[len(errs)-1], &pe)
+		require.Equal(t, "RLTXN", pe.Code, "%v", errs[len(errs)-1])
+		var mark *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", schema+".t").Scan(&mark))
+		require.Nil(t, mark, "the table marked as installed")
+	})
+
 	t.Run("later release", func(t *testing.T) {
 		name := uniqueTable(t, pool)
 		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))

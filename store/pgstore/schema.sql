@@ -66,7 +66,9 @@ SELECT pg_catalog.pg_advisory_xact_lock({{lock}}), {{lock_taken}};
 -- (SQLSTATE RLTXN), saying to run it in one transaction, and ends its own
 -- session (pg_terminate_backend, SQLSTATE 57P01), so that no statement
 -- after this one runs on it, and no setting of its outlives it in a
--- pool's connection. Should the session not end, it fails (RLTXN). That
+-- pool's connection. Should the session not end, it fails (RLTXN): so
+-- too where the role may not end it (42501, which it catches: a
+-- superuser's session after SET ROLE to the schema's owner). That
 -- the session holds the lock is not enough: one that holds it at session
 -- level (pg_advisory_lock, which a client of a pooler may have taken on
 -- the pooler's session and left) would still run the statements a
@@ -78,8 +80,12 @@ BEGIN
 			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
 				'it stopped here, and changed nothing; it ends this session, so that the statements after this one change nothing either',
 			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
-		PERFORM pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid());
-		PERFORM pg_catalog.pg_sleep(10);
+		BEGIN
+			PERFORM pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid());
+			PERFORM pg_catalog.pg_sleep(10);
+		EXCEPTION WHEN insufficient_privilege THEN
+			NULL; -- a role that may not end the session: fail below
+		END;
 		RAISE EXCEPTION USING ERRCODE = 'RLTXN',
 			MESSAGE = 'the schema script of a ratelimit store must run in one transaction, and it runs a transaction per statement: '
 				'it stopped here, and changed nothing, but could not end this session: the statements after this one would run without its lock',
