@@ -582,3 +582,185 @@ func testTimeRange(t *testing.T, newStore NewStore) {
 		}
 	}
 }
+
+// testTimeSpans is the differential test of every span of time a store
+// computes, swept across the bounds where a double stops holding it: a
+// record written at ts0 and decided on at end, ts0 + span, for spans just
+// below, at and above 2^52 and 2^53 ms, and at the ends of the windows
+// around 2^53, for fixed windows and token buckets of periods from 1 ms to
+// MaxPeriod, with records before −MaxTime, an odd and an even end, and a
+// record read under another period than it was written with. At end every
+// kind of op reads the record: a check (refresh); calls refused by a few
+// windows or ms, whose wait counts the windows from the record as stored;
+// a refund of a few windows' grants more than the limit granted since the
+// charge (granted, queued); calls on two shards (pairWait, whose tries run
+// past MaxTime); and limits that write. The rate grants a third of the
+// capacity over 2^53 ms, so that a window more or less shows in every
+// value. Each op must be answered as the Go function's int64 arithmetic
+// answers it, and leave the same records.
+func testTimeSpans(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	maxPeriod := ratelimit.MaxPeriod.Milliseconds()
+	const capacity = 4e14
+	type limit struct {
+		kind   driver.Kind
+		period int64
+	}
+	var limits []limit
+	for _, period := range []int64{1, 3, 1000, maxPeriod - 1, maxPeriod} {
+		limits = append(limits, limit{ratelimit.FixedWindow, period})
+	}
+	for _, period := range []int64{1, maxPeriod} {
+		limits = append(limits, limit{ratelimit.TokenBucket, period})
+	}
+	rate := func(period int64) float64 { return capacity / 3 / float64((1<<53)/period) }
+	// spans returns the spans from a record's time to the op's now swept
+	// for a period: each bound, a millisecond or a few either side, and
+	// the ends of the windows around 2^53, the first span a double rounds.
+	spans := func(period int64) []int64 {
+		end := ((1<<53)/period + 1) * period // the end of the window holding 2^53
+		return []int64{1<<52 - 1, 1 << 52, 1<<53 - 1, 1 << 53, 1<<53 + 1, 1<<53 + 2, 1<<53 + 3,
+			end - period - 1, end - 1, end, end + 1}
+	}
+	store, model := newStore(t), NewModel()
+	n := 0
+	for _, l := range limits {
+		for _, span := range spans(l.period) {
+			for _, debt := range []bool{false, true} {
+				end := driver.MaxTime
+				if debt {
+					end-- // an odd now, and a record's time to match
+				}
+				ts0 := end - span
+				now0 := max(ts0, -driver.MaxTime)
+				if l.kind == ratelimit.TokenBucket && ts0 < -driver.MaxTime || ts0 <= -driver.MaxTime-l.period {
+					continue // no record of the limit lies there
+				}
+				n++
+				key := fmt.Sprintf("s%d", n)
+				p := driver.Params{Kind: l.kind, Rate: rate(l.period), Period: l.period, Capacity: capacity, MaxReserved: capacity,
+					Phase: (ts0%l.period + l.period) % l.period}
+				other := p // the limit's second shard
+				other.Phase = (p.Phase + l.period/2) % l.period
+				item := func(p driver.Params, count float64) driver.Item {
+					return driver.Item{Name: "span", Key: key, Count: count, Shards: []driver.Shard{{Params: p}}}
+				}
+				pairItem := func(count float64) driver.Item {
+					return driver.Item{Name: "span", Key: key, Count: count, Shards: []driver.Shard{{Params: p}, {Index: 1, Params: other}}}
+				}
+				first := item(p, capacity/2)
+				if debt {
+					first.Count = capacity * 1.5
+				}
+				second := first // on the second shard
+				second.Shards = []driver.Shard{{Index: 1, Params: other}}
+				// The record's state at end, as the Go function refreshes it.
+				var rec driver.Record
+				at := func() driver.State { return ratelimit.StateAt(p, rec, end) }
+				ops := []func() *driver.Op{
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeLimit, Now: now0, Reserve: debt, Items: []driver.Item{first}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeLimit, Now: now0, Reserve: debt, Items: []driver.Item{second}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeCheck, Now: end, Items: []driver.Item{item(p, 0)}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeCheck, Now: end, Items: []driver.Item{item(p, max(at().Remaining, 0)+2.5*p.Rate)}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeCheck, Now: end, Reserve: true, Items: []driver.Item{item(p, at().Remaining+p.MaxReserved+2.5*p.Rate)}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeCheck, Now: end, Items: []driver.Item{pairItem(capacity * 1.9)}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeCheck, Now: end, Reserve: true, Items: []driver.Item{pairItem(capacity * 2.5)}}
+					},
+				}
+				// Refunds of charges at now0 and at −MaxTime: what the record
+				// was granted since, as the Go function counts it, and a few
+				// windows' (ms') grants more.
+				for _, from := range []int64{now0, -driver.MaxTime} {
+					ops = append(ops, func() *driver.Op {
+						s := at()
+						granted := float64(s.TS-from) * p.Rate / float64(p.Period)
+						if p.Kind == ratelimit.FixedWindow {
+							granted = p.Rate * float64((s.TS-from+p.Period-1)/p.Period)
+						}
+						it := item(p, granted+2.5*p.Rate)
+						it.At, it.Run = from, from
+						return &driver.Op{Mode: driver.ModeRefund, Now: end, Items: []driver.Item{it}}
+					})
+				}
+				if l.kind == ratelimit.FixedWindow && l.period > 1 {
+					// The record read under a period of a millisecond, or of
+					// MaxPeriod: the windows counted are the span itself, or
+					// a few.
+					for _, q := range []int64{1, 3, maxPeriod} {
+						o := p
+						o.Period, o.Phase, o.Rate = q, 0, rate(q)
+						ops = append(ops, func() *driver.Op {
+							return &driver.Op{Mode: driver.ModeCheck, Now: end, Items: []driver.Item{item(o, 0)}}
+						}, func() *driver.Op {
+							s := ratelimit.StateAt(o, rec, end)
+							return &driver.Op{Mode: driver.ModeCheck, Now: end, Reserve: true, Items: []driver.Item{item(o, s.Remaining+o.MaxReserved+2.5*o.Rate)}}
+						})
+					}
+				}
+				ops = append(ops,
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeLimit, Now: end, Reserve: true, Items: []driver.Item{item(p, capacity*1.5)}}
+					},
+					func() *driver.Op {
+						return &driver.Op{Mode: driver.ModeLimit, Now: end, Items: []driver.Item{item(p, capacity)}}
+					},
+				)
+				ids := []driver.RecordID{{Name: "span", Key: key}, {Name: "span", Key: key, Shard: 1}}
+				where := fmt.Sprintf("kind %v period %d span %d now %d debt %v", l.kind, l.period, span, end, debt)
+				batcher, batch := store.(driver.BatchApplier)
+				batch = batch && debt // the ops of a record with a debt in one batch, where the store takes batches
+				var sent []*driver.Op
+				var wants [][]driver.Decision
+				for step, next := range ops {
+					op := next()
+					where := fmt.Sprintf("%s step %d", where, step)
+					want := make([]driver.Decision, len(op.Items))
+					require.NoError(t, model.Apply(ctx, op, want), where)
+					rw := make([]driver.Record, 2)
+					require.NoError(t, model.Load(ctx, ids, rw), where)
+					rec = rw[0]
+					if batch {
+						sent, wants = append(sent, op), append(wants, want)
+						continue
+					}
+					got := make([]driver.Decision, len(op.Items))
+					require.NoError(t, store.Apply(ctx, op, got), where)
+					require.Equal(t, want, got, "%s: %s", where, describe(op))
+					if op.Mode == driver.ModeCheck {
+						continue // nothing written
+					}
+					rg := make([]driver.Record, 2)
+					require.NoError(t, store.Load(ctx, ids, rg), where)
+					require.Equal(t, rw, rg, "%s: the records", where)
+				}
+				if batch {
+					outs := make([][]driver.Decision, len(sent))
+					for i, op := range sent {
+						outs[i] = make([]driver.Decision, len(op.Items))
+					}
+					require.NoError(t, batcher.ApplyBatch(ctx, sent, outs), where)
+					for i, op := range sent {
+						require.Equal(t, wants[i], outs[i], "%s op %d of the batch: %s", where, i, describe(op))
+					}
+					rg, rw := make([]driver.Record, 2), make([]driver.Record, 2)
+					require.NoError(t, store.Load(ctx, ids, rg), where)
+					require.NoError(t, model.Load(ctx, ids, rw), where)
+					require.Equal(t, rw, rg, "%s: the records", where)
+				}
+			}
+		}
+	}
+}

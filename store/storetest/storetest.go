@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("LimiterDifferential", func(t *testing.T) { testLimiterDifferential(t, newStore, s) })
 	t.Run("EdgeDifferential", func(t *testing.T) { testEdgeDifferential(t, newStore, s) })
 	t.Run("TimeRange", func(t *testing.T) { testTimeRange(t, newStore) })
+	t.Run("TimeSpans", func(t *testing.T) { testTimeSpans(t, newStore) })
 	t.Run("PairWaitDifferential", func(t *testing.T) { testPairWaitDifferential(t, newStore, s) })
 	t.Run("StoredUnderOtherParams", func(t *testing.T) { testStoredUnderOtherParams(t, newStore, s) })
 	if _, ok := newStore(t).(driver.BatchApplier); ok {
