@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,15 +236,7 @@ func fileSizeChild(t *testing.T, path string, limit int64) {
 				ctx, cancel := context.Background(), context.CancelFunc(func() {})
 				if g%2 == 1 {
 					ctx, cancel = context.WithCancel(context.Background())
-					if rng.IntN(2) == 0 {
-						n := rng.IntN(50)
-						go func() {
-							for range n {
-								runtime.Gosched()
-							}
-							cancel()
-						}()
-					}
+					cancelSoon(rng, cancel)
 				}
 				// Half of the goroutines send their calls two by two, in
 				// ApplyBatch.

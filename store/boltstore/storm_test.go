@@ -38,15 +38,7 @@ func TestCancelAndCloseStorm(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 100 {
 				ctx, cancel := context.WithCancel(context.Background())
-				if rng.IntN(2) == 0 {
-					n := rng.IntN(50)
-					go func() {
-						for range n {
-							runtime.Gosched()
-						}
-						cancel()
-					}()
-				}
+				cancelSoon(rng, cancel)
 				out := make([]driver.Decision, 1)
 				op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
 				switch err := s.Apply(ctx, op, out); {
@@ -80,4 +72,19 @@ func TestCancelAndCloseStorm(t *testing.T) {
 	require.LessOrEqual(t, granted.Load(), int64(quota))
 	require.GreaterOrEqual(t, rec.State.Remaining, 0.0)
 	require.LessOrEqual(t, float64(granted.Load()), quota-rec.State.Remaining, "grants heard of but not charged")
+}
+
+// cancelSoon cancels, for one call in two drawn from rng, a call's context
+// after up to 50 yields of a goroutine of its own: while it is queued,
+// decided or written, or after it returned.
+func cancelSoon(rng *rand.Rand, cancel context.CancelFunc) {
+	if rng.IntN(2) == 0 {
+		n := rng.IntN(50)
+		go func() {
+			for range n {
+				runtime.Gosched()
+			}
+			cancel()
+		}()
+	}
 }
