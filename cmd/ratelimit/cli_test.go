@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
@@ -902,6 +903,8 @@ func TestStoreShortPasswordHidden(t *testing.T) {
 // (host=... port=... dbname=...), not only a URL: it was an unknown kind
 // of store.
 func TestPostgresKeywordString(t *testing.T) {
+	clk := clock.NewMock() // the time of every call and command: the answers stay put however long the test takes
+	clk.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	u, err := url.Parse(testserver.PostgresURL(t))
 	require.NoError(t, err)
@@ -922,28 +925,28 @@ func TestPostgresKeywordString(t *testing.T) {
 	args := func(cmd string) []string {
 		return []string{cmd, "--store", store, "--table", table, "--key", "k", "--kind", "fixed window", "--rate", "3", "--period", "1h"}
 	}
-	code, _, errOut := exec(args("inspect")...)
+	code, _, errOut := execAt(clk, args("inspect")...)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "does not exist in this database", "inspect creates nothing")
-	code, out, errOut := exec(append(args("limit"), "--count", "2")...)
+	code, out, errOut := execAt(clk, append(args("limit"), "--count", "2")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "allowed 2 of limit")
-	code, out, errOut = exec(args("inspect")...)
+	code, out, errOut = execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 1 of capacity 3")
-	code, out, errOut = exec(args("reset")...)
+	code, out, errOut = execAt(clk, args("reset")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "reset limit")
 
 	// The server's refusal, and a closed port, as for a URL.
-	code, _, errOut = exec(append([]string{"inspect", "--store", fmt.Sprintf("host=%s port=%s user=nobody_%d dbname=test", host, port, time.Now().UnixNano())}, tokenBucket...)...)
+	code, _, errOut = execAt(clk, append([]string{"inspect", "--store", fmt.Sprintf("host=%s port=%s user=nobody_%d dbname=test", host, port, time.Now().UnixNano())}, tokenBucket...)...)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "(SQLSTATE 28000)")
-	code, _, errOut = exec(append([]string{"inspect", "--store", "host=127.0.0.1 port=1 dbname=test"}, tokenBucket...)...)
+	code, _, errOut = execAt(clk, append([]string{"inspect", "--store", "host=127.0.0.1 port=1 dbname=test"}, tokenBucket...)...)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "(is the server up? check --store)")
 	// One that does not parse is a usage error that says what is wrong.
-	code, _, errOut = exec(append([]string{"inspect", "--store", "host=127.0.0.1 port=x"}, tokenBucket...)...)
+	code, _, errOut = execAt(clk, append([]string{"inspect", "--store", "host=127.0.0.1 port=x"}, tokenBucket...)...)
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, `ratelimit: --store "host=127.0.0.1 port=x": invalid port`)
 }

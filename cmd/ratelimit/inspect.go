@@ -74,7 +74,11 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	if t.checked {
 		read = checkedStore{store}
 	}
-	lim, err := ratelimit.New(read, ratelimit.Limits{name: cfg}, t.sf.options()...)
+	opts := t.sf.options()
+	if clk, ok := testClock(ctx); ok {
+		opts = append(opts, ratelimit.WithClock(clk))
+	}
+	lim, err := ratelimit.New(read, ratelimit.Limits{name: cfg}, opts...)
 	if err != nil {
 		closeStore()
 		return nil, "", nil, usageError{err}
@@ -200,7 +204,7 @@ func newInspect() *cobra.Command {
   ratelimit inspect --store bolt://limits.db --kind "fixed window" --rate 100 --period 1h --name signup --key 203.0.113.9`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return t.run(cmd, mustExist, func(ctx context.Context, lim *ratelimit.Limiter, name string) error {
-				at := time.Now()
+				at := now(ctx)
 				st, err := lim.Value(ctx, name, t.key)
 				if err != nil {
 					return err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
@@ -22,13 +23,15 @@ import (
 // inspect and reset find the records of a clear key that the application
 // hashes; without it they see another record. A short secret is refused.
 func TestKeySecret(t *testing.T) {
+	clk := clock.NewMock() // the time of every call and command: the answers stay put however long the test takes
+	clk.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	const secret = "cli test secret, of 32 bytes...."
 	path := filepath.Join(t.TempDir(), "limits.db")
 	store, err := boltstore.Open(path)
 	require.NoError(t, err)
 	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}},
-		ratelimit.WithKeyHash([]byte(secret)))
+		ratelimit.WithKeyHash([]byte(secret)), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	res, err := lim.Limit(ctx, "cli", "user-42", ratelimit.Count(7))
 	require.NoError(t, err)
@@ -39,27 +42,27 @@ func TestKeySecret(t *testing.T) {
 		return append([]string{cmd, "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h",
 			"--name", "cli", "--key", "user-42"}, extra...)
 	}
-	code, out, errOut := exec(args("inspect")...)
+	code, out, errOut := execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 10 of capacity 10", "without the secret: another record")
 
-	code, out, errOut = exec(args("inspect", "--key-secret", secret)...)
+	code, out, errOut = execAt(clk, args("inspect", "--key-secret", secret)...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 3 of capacity 10")
 	require.Contains(t, out, `key "user-42"`)
 
 	t.Setenv(keySecretEnv, secret)
-	code, out, errOut = exec(args("inspect")...)
+	code, out, errOut = execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 3 of capacity 10")
-	code, _, errOut = exec(args("reset")...)
+	code, _, errOut = execAt(clk, args("reset")...)
 	require.Equal(t, 0, code, errOut)
-	code, out, errOut = exec(args("inspect")...)
+	code, out, errOut = execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 10 of capacity 10")
 	require.Contains(t, out, "false", "reset dropped the record")
 
-	code, _, errOut = exec(args("inspect", "--key-secret", "short")...)
+	code, _, errOut = execAt(clk, args("inspect", "--key-secret", "short")...)
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "at least 16 random bytes")
 }
@@ -131,12 +134,14 @@ func TestKeySecretEmpty(t *testing.T) {
 // inspect and reset find the record of a key longer than 256 bytes, which
 // the application's store knows by its digest form, by the key as given.
 func TestLongKey(t *testing.T) {
+	clk := clock.NewMock() // the time of every call and command: the answers stay put however long the test takes
+	clk.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	key := strings.Repeat("k", 4096)
 	path := filepath.Join(t.TempDir(), "limits.db")
 	store, err := boltstore.Open(path)
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}})
+	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}}, ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	res, err := lim.Limit(ctx, "cli", key, ratelimit.Count(7))
 	require.NoError(t, err)
@@ -146,15 +151,15 @@ func TestLongKey(t *testing.T) {
 	args := func(cmd, key string) []string {
 		return []string{cmd, "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h", "--name", "cli", "--key", key}
 	}
-	code, out, errOut := exec(args("inspect", key)...)
+	code, out, errOut := execAt(clk, args("inspect", key)...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 3 of capacity 10")
-	code, out, errOut = exec(args("inspect", key[1:]+"j")...)
+	code, out, errOut = execAt(clk, args("inspect", key[1:]+"j")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 10 of capacity 10", "another long key")
-	code, _, errOut = exec(args("reset", key)...)
+	code, _, errOut = execAt(clk, args("reset", key)...)
 	require.Equal(t, 0, code, errOut)
-	code, out, errOut = exec(args("inspect", key)...)
+	code, out, errOut = execAt(clk, args("inspect", key)...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 10 of capacity 10")
 	require.Contains(t, out, "false", "reset dropped the record")
@@ -165,6 +170,8 @@ func TestLongKey(t *testing.T) {
 // keyed hash of --key-secret. It showed the key alone, so that what to
 // look for in redis-cli, psql or a bbolt file was nowhere.
 func TestInspectStoreKey(t *testing.T) {
+	clk := clock.NewMock() // the time of every call and command: the answers stay put however long the test takes
+	clk.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	const secret = "cli test secret, of 32 bytes...."
 	long := strings.Repeat("k", 4096)
@@ -173,9 +180,9 @@ func TestInspectStoreKey(t *testing.T) {
 	store, err := boltstore.Open(path)
 	require.NoError(t, err)
 	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}
-	plain, err := ratelimit.New(store, ratelimit.Limits{"long": cfg, "short": cfg, "alike": cfg})
+	plain, err := ratelimit.New(store, ratelimit.Limits{"long": cfg, "short": cfg, "alike": cfg}, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	hashed, err := ratelimit.New(store, ratelimit.Limits{"hashed": cfg}, ratelimit.WithKeyHash([]byte(secret)))
+	hashed, err := ratelimit.New(store, ratelimit.Limits{"hashed": cfg}, ratelimit.WithKeyHash([]byte(secret)), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	for _, call := range []struct {
 		lim       *ratelimit.Limiter
@@ -210,10 +217,10 @@ func TestInspectStoreKey(t *testing.T) {
 	inspect := func(name, key string, extra ...string) (string, map[string]any) {
 		args := append([]string{"inspect", "--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h",
 			"--name", name, "--key", key}, extra...)
-		code, out, errOut := exec(args...)
+		code, out, errOut := execAt(clk, args...)
 		require.Equal(t, 0, code, errOut)
 		require.Contains(t, out, "tokens now 9 of capacity 10", "the record the application wrote")
-		code, js, errOut := exec(append(args, "-o", "json")...)
+		code, js, errOut := execAt(clk, append(args, "-o", "json")...)
 		require.Equal(t, 0, code, errOut)
 		return out, decode(t, js, &statusJSON{})
 	}

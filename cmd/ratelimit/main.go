@@ -15,9 +15,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/benbjohnson/clock"
 	"github.com/spf13/cobra"
 )
 
@@ -94,6 +96,27 @@ func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return x.code
 	}
 	return exitFailure
+}
+
+// clockKey is the key of the context value that gives the commands on a
+// store (inspect, limit, reset) the clock to read the time from. Tests
+// put a mock there, so that what a command answers does not move with
+// the time the machine takes to run it; the commands read the machine's
+// clock otherwise.
+type clockKey struct{}
+
+// testClock returns the clock of ctx, and whether it has one.
+func testClock(ctx context.Context) (clock.Clock, bool) {
+	clk, ok := ctx.Value(clockKey{}).(clock.Clock)
+	return clk, ok
+}
+
+// now returns the time of the clock of ctx, or the machine's.
+func now(ctx context.Context) time.Time {
+	if clk, ok := testClock(ctx); ok {
+		return clk.Now()
+	}
+	return time.Now()
 }
 
 // outWriter is standard output, which keeps the first error of a write:

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit"
@@ -37,6 +38,13 @@ func exec(args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// execAt runs the command line args as exec does, on the time of clk:
+// the commands on a store read it rather than the machine's clock, so
+// that what they answer does not move while a slow machine runs the test.
+func execAt(clk clock.Clock, args ...string) (int, string, string) {
+	return execContext(context.WithValue(context.Background(), clockKey{}, clk), args...)
 }
 
 // rows returns the table rows of out, each split into its columns.
@@ -516,6 +524,8 @@ func TestUsageErrors(t *testing.T) {
 
 // inspectReset checks inspect and reset against a store given by URL.
 func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
+	clk := clock.NewMock() // the time of every call and command: the answers stay put however long the test takes
+	clk.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	key := fmt.Sprint("cli-", time.Now().UnixNano())
 	limit := []string{"--kind", "fixed window", "--rate", "10", "--period", "1h", "--shards", "2", "--name", "cli"}
@@ -525,7 +535,7 @@ func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
 	// inspect and reset refuse a store that is not there: a file, a
 	// table, a prefix with nothing yet.
 	for _, cmd := range []string{"inspect", "reset"} {
-		code, out, errOut := exec(args(cmd)...)
+		code, out, errOut := execAt(clk, args(cmd)...)
 		require.Equal(t, 1, code, errOut)
 		require.Empty(t, out)
 		require.Contains(t, errOut, notThere, cmd)
@@ -536,7 +546,7 @@ func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
 	sf := storeFlagsOf(storeArgs)
 	store, closeStore, err := sf.open(ctx, mayCreate)
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Shards: 2}})
+	lim, err := ratelimit.New(store, ratelimit.Limits{"cli": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Hour, Shards: 2}}, ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	res, err := lim.Limit(ctx, "cli", key, ratelimit.Count(7))
 	require.NoError(t, err)
@@ -547,32 +557,32 @@ func inspectReset(t *testing.T, notThere string, storeArgs ...string) {
 	require.True(t, res.OK)
 	closeStore()
 
-	code, out, errOut := exec(args("inspect")...)
+	code, out, errOut := execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 3 of capacity 10")
 	require.Contains(t, out, "true", "a shard is stored")
 
 	// Take tokens through the command.
-	code, out, errOut = exec(append(args("limit"), "--count", "2", "--check")...)
+	code, out, errOut = execAt(clk, append(args("limit"), "--count", "2", "--check")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "allowed 2 of cli")
-	code, out, errOut = exec(append(args("limit"), "--count", "2")...)
+	code, out, errOut = execAt(clk, append(args("limit"), "--count", "2")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "allowed 2 of cli")
-	code, out, errOut = exec(append(args("limit"), "--count", "2")...)
+	code, out, errOut = execAt(clk, append(args("limit"), "--count", "2")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "denied 2 of cli")
-	code, out, _ = exec(args("inspect")...)
+	code, out, _ = execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "tokens now 1 of capacity 10")
 
-	code, out, errOut = exec(args("reset")...)
+	code, out, errOut = execAt(clk, args("reset")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "reset cli")
-	code, out, _ = exec(args("inspect")...)
+	code, out, _ = execAt(clk, args("inspect")...)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "tokens now 10 of capacity 10")
-	code, out, errOut = exec(append(args("inspect"), "--key", key+"-other")...)
+	code, out, errOut = execAt(clk, append(args("inspect"), "--key", key+"-other")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "tokens now 6 of capacity 10")
 }
