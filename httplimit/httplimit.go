@@ -291,7 +291,7 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	if len(names) == 0 {
 		return nil, fmt.Errorf("httplimit: New needs at least one limit name: %w", ErrInvalidOption)
 	}
-	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: (&clientIP{v6bits: DefaultIPv6Prefix}).key,
+	m := &Middleware{lim: lim, names: append([]string(nil), names...), key: bareClientIP(),
 		headers: true, keyMAC: make([]byte, 32)}
 	m.denied = m.tooManyRequests
 	m.failed = m.writeError

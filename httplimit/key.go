@@ -19,7 +19,7 @@ var ErrInvalidOption = errors.New("httplimit: invalid option")
 // DefaultIPv6Prefix is the prefix length an IPv6 client is keyed by unless
 // IPv6Prefix says otherwise: a /64 is the smallest network a site is
 // usually given, so one client can take any of its 2^64 addresses.
-const DefaultIPv6Prefix = 64
+const DefaultIPv6Prefix = clientip.DefaultIPv6Prefix
 
 // ProxyHeader names the header field a deployment's proxies write the
 // client's address into: XForwardedFor, Forwarded, or a SingleIPHeader.
@@ -60,7 +60,7 @@ func (h ProxyHeader) String() string { return h.name }
 
 // IPOption configures ClientIP: TrustProxies, IPv6Prefix.
 type IPOption struct {
-	apply func(*clientIP) error
+	apply clientip.Option
 }
 
 // TrustProxies makes ClientIP read header, but only from the proxies at
@@ -83,34 +83,24 @@ type IPOption struct {
 // prefix would (64:ff9b::/96), and prefixes that together trust every
 // IPv4 or every IPv6 address.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
-	return IPOption{func(c *clientIP) error {
-		switch header.kind {
-		case clientip.XForwardedFor, clientip.Forwarded:
-		case clientip.SingleIP:
-			if !clientip.IsToken(header.name) {
-				return fmt.Errorf("httplimit: TrustProxies: header name %q is not a header field name: %w", header.name, ErrInvalidOption)
-			}
-			if header.name == XForwardedFor.name || header.name == Forwarded.name {
-				return fmt.Errorf("httplimit: TrustProxies: %s is a list that proxies append to, not a single address: use httplimit.%s: %w",
-					header.name, strings.ReplaceAll(header.name, "-", ""), ErrInvalidOption)
-			}
-			if out, ok := takenOut[header.name]; ok {
-				return fmt.Errorf("httplimit: TrustProxies: net/http moves %s out of a request's header fields, into %s, and no proxy writes an address into it: "+
-					"name the header the proxy writes the client's address into, such as X-Real-IP: %w", header.name, out[0], ErrInvalidOption)
-			}
-		default:
-			return fmt.Errorf("httplimit: TrustProxies: no header chosen: use XForwardedFor, Forwarded or SingleIPHeader(name): %w", ErrInvalidOption)
-		}
-		if c.header.kind != 0 {
-			return fmt.Errorf("httplimit: TrustProxies is given twice: give it once, with every trusted prefix: %w", ErrInvalidOption)
-		}
-		proxies, err := clientip.Trust(header.kind, trusted)
-		if err != nil {
-			return fmt.Errorf("httplimit: TrustProxies: %w: %w", err, ErrInvalidOption)
-		}
-		c.header, c.proxies = header, proxies
-		return nil
-	}}
+	return IPOption{func(c *clientip.Config) error { return c.TrustProxies(header.name, header.kind, trusted) }}
+}
+
+// ipOptions are the words of the errors of httplimit's IPOptions, and
+// the header names it cannot read.
+var ipOptions = &clientip.Package{Name: "httplimit", Carrier: "header", Err: ErrInvalidOption, CheckName: checkHeaderName}
+
+// checkHeaderName returns the error of a SingleIPHeader name (canonical)
+// that no request's header fields carry, or nil.
+func checkHeaderName(name string) error {
+	if !clientip.IsToken(name) {
+		return fmt.Errorf("httplimit: TrustProxies: header name %q is not a header field name: %w", name, ErrInvalidOption)
+	}
+	if out, ok := takenOut[name]; ok {
+		return fmt.Errorf("httplimit: TrustProxies: net/http moves %s out of a request's header fields, into %s, and no proxy writes an address into it: "+
+			"name the header the proxy writes the client's address into, such as X-Real-IP: %w", name, out[0], ErrInvalidOption)
+	}
+	return nil
 }
 
 // TrustUnixSocket makes ClientIP trust the peer of a request that came
@@ -143,13 +133,7 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 // or poses as a trusted proxy, with or without this option. Keep a Unix
 // socket's permissions to the proxy whenever the service listens on one.
 func TrustUnixSocket() IPOption {
-	return IPOption{func(c *clientIP) error {
-		if c.unix {
-			return fmt.Errorf("httplimit: TrustUnixSocket is given twice: give it once: %w", ErrInvalidOption)
-		}
-		c.unix = true
-		return nil
-	}}
+	return IPOption{(*clientip.Config).TrustUnixSocket}
 }
 
 // UnixPeerKey is the key ClientIP with TrustUnixSocket gives a request
@@ -163,16 +147,7 @@ const UnixPeerKey = clientip.UnixPeer
 // Given twice, even alike, it is refused, as TrustProxies is: which width
 // was meant cannot be told, and each keys every IPv6 client differently.
 func IPv6Prefix(bits int) IPOption {
-	return IPOption{func(c *clientIP) error {
-		if bits < 1 || bits > 128 {
-			return fmt.Errorf("httplimit: IPv6Prefix(%d): the prefix length must be 1 to 128: %w", bits, ErrInvalidOption)
-		}
-		if c.v6given {
-			return fmt.Errorf("httplimit: IPv6Prefix is given twice (%d, then %d): give it once, with the width meant: %w", c.v6bits, bits, ErrInvalidOption)
-		}
-		c.v6bits, c.v6given = bits, true
-		return nil
-	}}
+	return IPOption{func(c *clientip.Config) error { return c.IPv6Prefix(bits) }}
 }
 
 // ClientIP returns a KeyFunc that keys a request by its client's IP
@@ -190,57 +165,41 @@ func IPv6Prefix(bits int) IPOption {
 // (a test request without one, or a request over a Unix socket, unless
 // TrustUnixSocket trusts its peer).
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	c := &clientIP{v6bits: DefaultIPv6Prefix}
-	for _, o := range opts {
-		if o.apply == nil {
-			return nil, fmt.Errorf("httplimit: ClientIP was given a zero IPOption: %w", ErrInvalidOption)
-		}
-		if err := o.apply(c); err != nil {
-			return nil, err
-		}
+	c, err := clientip.Build(ipOptions, "ClientIP", opts, func(o IPOption) clientip.Option { return o.apply })
+	if err != nil {
+		return nil, err
 	}
-	if c.unix {
-		if c.header.kind == 0 {
-			return nil, fmt.Errorf("httplimit: TrustUnixSocket trusts the peer on a Unix socket as a proxy, but no TrustProxies says which header it writes: "+
-				"give TrustProxies(header) too: %w", ErrInvalidOption)
-		}
-		c.proxies.TrustUnix()
+	if err := c.ClientIP(); err != nil {
+		return nil, err
 	}
-	if c.header.kind != 0 && c.proxies.Empty() {
-		return nil, fmt.Errorf("httplimit: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service, "+
-			"or give TrustUnixSocket for a proxy that connects through a Unix socket: %w", c.header.name, ErrInvalidOption)
-	}
-	return c.key, nil
+	return clientIPKey{c}.key, nil
 }
 
-// clientIP is the configuration of a ClientIP KeyFunc. The reading of the
-// header is package clientip's, which ratelimitgrpc.ClientIP shares: a
+// bareClientIP returns the KeyFunc of ClientIP with no option, New's
+// default.
+func bareClientIP() KeyFunc {
+	k, _ := ClientIP() // no option: no error
+	return k
+}
+
+// clientIPKey is a ClientIP KeyFunc. The options and the reading of the
+// header are package clientip's, which ratelimitgrpc.ClientIP shares: a
 // client is keyed alike over HTTP and gRPC.
-type clientIP struct {
-	header  ProxyHeader      // zero: read no header
-	proxies clientip.Proxies // zero: trust no peer
-	unix    bool             // TrustUnixSocket: ClientIP makes proxies trust the peer on a Unix socket
-	v6bits  int
-	v6given bool // IPv6Prefix was given: a second one is refused
-}
+type clientIPKey struct{ c *clientip.Config }
 
-func (c *clientIP) key(r *http.Request) (string, error) {
+func (k clientIPKey) key(r *http.Request) (string, error) {
 	peer, ok := clientip.ParseAddr(r.RemoteAddr)
 	if !ok {
 		if !overUnixSocket(r) {
 			return "", fmt.Errorf("httplimit: remote address %q is not an IP address: %w", r.RemoteAddr, ErrNoKey)
 		}
-		if !c.proxies.TrustsUnix() {
+		if !k.c.TrustsUnix() {
 			return "", fmt.Errorf("httplimit: the request came over a Unix socket, whose peer (%q) has no IP address: "+
 				"if a proxy connects through the socket, trust it with TrustUnixSocket and TrustProxies: %w", r.RemoteAddr, ErrNoKey)
 		}
-		return c.proxies.UnixKey(r.Header.Values(c.header.name), c.v6bits), nil
+		return k.c.UnixKey(r.Header.Values), nil
 	}
-	ip := peer
-	if c.proxies.Trusts(peer) {
-		ip = c.proxies.Client(peer, r.Header.Values(c.header.name))
-	}
-	return clientip.Format(ip, c.v6bits), nil
+	return k.c.Key(peer, r.Header.Values), nil
 }
 
 // overUnixSocket reports whether r came over a Unix socket: whether the

@@ -76,12 +76,12 @@ var ErrInvalidOption = errors.New("ratelimitgrpc: invalid option")
 // DefaultIPv6Prefix is the prefix length an IPv6 peer is keyed by unless
 // IPv6Prefix says otherwise: a /64 is the smallest network a site is
 // usually given, so one client can take any of its 2^64 addresses.
-const DefaultIPv6Prefix = 64
+const DefaultIPv6Prefix = clientip.DefaultIPv6Prefix
 
 // IPOption configures PeerIP and ClientIP: IPv6Prefix, and for ClientIP
 // TrustProxies.
 type IPOption struct {
-	apply func(*clientIP) error
+	apply clientip.Option
 }
 
 // IPv6Prefix keys an IPv6 peer by its network of the given prefix length
@@ -89,16 +89,7 @@ type IPOption struct {
 // Given twice, even alike, it is refused, as TrustProxies is: which width
 // was meant cannot be told, and each keys every IPv6 client differently.
 func IPv6Prefix(bits int) IPOption {
-	return IPOption{func(c *clientIP) error {
-		if bits < 1 || bits > 128 {
-			return fmt.Errorf("ratelimitgrpc: IPv6Prefix(%d): the prefix length must be 1 to 128: %w", bits, ErrInvalidOption)
-		}
-		if c.v6given {
-			return fmt.Errorf("ratelimitgrpc: IPv6Prefix is given twice (%d, then %d): give it once, with the width meant: %w", c.v6bits, bits, ErrInvalidOption)
-		}
-		c.v6bits, c.v6given = bits, true
-		return nil
-	}}
+	return IPOption{func(c *clientip.Config) error { return c.IPv6Prefix(bits) }}
 }
 
 // PeerIP returns a KeyFunc that keys a call by the IP address of its peer
@@ -118,13 +109,13 @@ func PeerIP(opts ...IPOption) (KeyFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.header.kind != 0 {
+	if c.ReadsHeader() {
 		return nil, fmt.Errorf("ratelimitgrpc: PeerIP reads no metadata, and was given TrustProxies: give it to ClientIP: %w", ErrInvalidOption)
 	}
-	if c.unix {
+	if c.UnixGiven() {
 		return nil, fmt.Errorf("ratelimitgrpc: PeerIP reads no metadata, and was given TrustUnixSocket: give it, with TrustProxies, to ClientIP: %w", ErrInvalidOption)
 	}
-	return c.key, nil
+	return clientIPKey{c}.key, nil
 }
 
 // ClientIP returns a KeyFunc that keys a call by its client's IP address:
@@ -155,45 +146,26 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.unix {
-		if c.header.kind == 0 {
-			return nil, fmt.Errorf("ratelimitgrpc: TrustUnixSocket trusts the peer on a Unix socket as a proxy, but no TrustProxies says which metadata it writes: "+
-				"give TrustProxies(header) too: %w", ErrInvalidOption)
-		}
-		c.proxies.TrustUnix()
+	if err := c.ClientIP(); err != nil {
+		return nil, err
 	}
-	if c.header.kind != 0 && c.proxies.Empty() {
-		return nil, fmt.Errorf("ratelimitgrpc: TrustProxies(%s) names no trusted proxy: list the prefixes of the proxies in front of the service, "+
-			"or give TrustUnixSocket for a proxy that connects through a Unix socket: %w", c.header.name, ErrInvalidOption)
-	}
-	return c.key, nil
+	return clientIPKey{c}.key, nil
 }
 
-func newClientIP(fn string, opts []IPOption) (*clientIP, error) {
-	c := &clientIP{v6bits: DefaultIPv6Prefix}
-	for _, o := range opts {
-		if o.apply == nil {
-			return nil, fmt.Errorf("ratelimitgrpc: %s was given a zero IPOption: %w", fn, ErrInvalidOption)
-		}
-		if err := o.apply(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+// ipOptions are the words of the errors of ratelimitgrpc's IPOptions, and
+// the metadata keys it cannot read.
+var ipOptions = &clientip.Package{Name: "ratelimitgrpc", Carrier: "metadata", Err: ErrInvalidOption, CheckName: checkMetadataKey}
+
+func newClientIP(fn string, opts []IPOption) (*clientip.Config, error) {
+	return clientip.Build(ipOptions, fn, opts, func(o IPOption) clientip.Option { return o.apply })
 }
 
-// clientIP is the configuration of a PeerIP or ClientIP KeyFunc. The
-// reading of the metadata is package clientip's, which httplimit.ClientIP
-// shares: a client is keyed alike over HTTP and gRPC.
-type clientIP struct {
-	header  ProxyHeader      // zero: read no metadata
-	proxies clientip.Proxies // zero: trust no peer
-	unix    bool             // TrustUnixSocket: ClientIP makes proxies trust the peer on a Unix socket
-	v6bits  int
-	v6given bool // IPv6Prefix was given: a second one is refused
-}
+// clientIPKey is a PeerIP or ClientIP KeyFunc. The options and the
+// reading of the metadata are package clientip's, which
+// httplimit.ClientIP shares: a client is keyed alike over HTTP and gRPC.
+type clientIPKey struct{ c *clientip.Config }
 
-func (c *clientIP) key(ctx context.Context) (string, error) {
+func (k clientIPKey) key(ctx context.Context) (string, error) {
 	pr, ok := peer.FromContext(ctx)
 	if !ok || pr.Addr == nil {
 		return "", fmt.Errorf("ratelimitgrpc: the call has no peer: %w", ErrNoKey)
@@ -203,16 +175,14 @@ func (c *clientIP) key(ctx context.Context) (string, error) {
 		if !overUnixSocket(pr) {
 			return "", fmt.Errorf("ratelimitgrpc: the peer %s (%s) has no IP address: %w", pr.Addr, pr.Addr.Network(), ErrNoKey)
 		}
-		if !c.proxies.TrustsUnix() {
+		if !k.c.TrustsUnix() {
 			return "", fmt.Errorf("ratelimitgrpc: the call came over a Unix socket, whose peer (%q) has no IP address: "+
 				"if a proxy connects through the socket, trust it with ClientIP's TrustUnixSocket and TrustProxies: %w", pr.Addr, ErrNoKey)
 		}
-		return c.proxies.UnixKey(metadata.ValueFromIncomingContext(ctx, c.header.name), c.v6bits), nil
+		return k.c.UnixKey(func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) }), nil
 	}
-	if c.proxies.Trusts(ip) { // only then read the metadata, which copies its values
-		ip = c.proxies.Client(ip, metadata.ValueFromIncomingContext(ctx, c.header.name))
-	}
-	return clientip.Format(ip, c.v6bits), nil
+	// The metadata is read, which copies its values, only from a trusted peer.
+	return k.c.Key(ip, func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) }), nil
 }
 
 // overUnixSocket reports whether the call of pr came over a Unix socket:

@@ -78,42 +78,26 @@ func (h ProxyHeader) String() string { return h.name }
 //
 // PeerIP refuses TrustProxies: give it to ClientIP.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
-	return IPOption{func(c *clientIP) error {
-		switch header.kind {
-		case clientip.XForwardedFor, clientip.Forwarded:
-		case clientip.SingleIP:
-			if !validMetadataKey(header.name) {
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: %q is not a metadata key: a key is made of letters, digits, '-', '_' and '.': %w", header.name, ErrInvalidOption)
-			}
-			if strings.HasSuffix(header.name, "-bin") {
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is binary metadata, which holds no address as a proxy writes one: name the key without -bin: %w", header.name, ErrInvalidOption)
-			}
-			if header.name == "host" {
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: gRPC takes a call's host out of its metadata, and holds no address a proxy writes: "+
-					"name the metadata the proxy writes the client's address into, such as x-real-ip: %w", ErrInvalidOption)
-			}
-			if reservedMetadata(header.name) {
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is reserved by gRPC, and no proxy writes an address into it: %w", header.name, ErrInvalidOption)
-			}
-			switch header.name {
-			case XForwardedFor.name:
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is a list that proxies append to, not a single address: use ratelimitgrpc.XForwardedFor: %w", header.name, ErrInvalidOption)
-			case Forwarded.name:
-				return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is a list that proxies append to, not a single address: use ratelimitgrpc.Forwarded: %w", header.name, ErrInvalidOption)
-			}
-		default:
-			return fmt.Errorf("ratelimitgrpc: TrustProxies: no header chosen: use XForwardedFor, Forwarded or SingleIPHeader(name): %w", ErrInvalidOption)
-		}
-		if c.header.kind != 0 {
-			return fmt.Errorf("ratelimitgrpc: TrustProxies is given twice: give it once, with every trusted prefix: %w", ErrInvalidOption)
-		}
-		proxies, err := clientip.Trust(header.kind, trusted)
-		if err != nil {
-			return fmt.Errorf("ratelimitgrpc: TrustProxies: %w: %w", err, ErrInvalidOption)
-		}
-		c.header, c.proxies = header, proxies
-		return nil
-	}}
+	return IPOption{func(c *clientip.Config) error { return c.TrustProxies(header.name, header.kind, trusted) }}
+}
+
+// checkMetadataKey returns the error of a SingleIPHeader name (lower case)
+// that no call's metadata carries as a proxy wrote it, or nil.
+func checkMetadataKey(name string) error {
+	if !validMetadataKey(name) {
+		return fmt.Errorf("ratelimitgrpc: TrustProxies: %q is not a metadata key: a key is made of letters, digits, '-', '_' and '.': %w", name, ErrInvalidOption)
+	}
+	if strings.HasSuffix(name, "-bin") {
+		return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is binary metadata, which holds no address as a proxy writes one: name the key without -bin: %w", name, ErrInvalidOption)
+	}
+	if name == "host" {
+		return fmt.Errorf("ratelimitgrpc: TrustProxies: gRPC takes a call's host out of its metadata, and holds no address a proxy writes: "+
+			"name the metadata the proxy writes the client's address into, such as x-real-ip: %w", ErrInvalidOption)
+	}
+	if reservedMetadata(name) {
+		return fmt.Errorf("ratelimitgrpc: TrustProxies: %s is reserved by gRPC, and no proxy writes an address into it: %w", name, ErrInvalidOption)
+	}
+	return nil
 }
 
 // TrustUnixSocket makes ClientIP trust the peer of a call that came over a
@@ -140,13 +124,7 @@ func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 //
 // PeerIP refuses TrustUnixSocket, as it does TrustProxies.
 func TrustUnixSocket() IPOption {
-	return IPOption{func(c *clientIP) error {
-		if c.unix {
-			return fmt.Errorf("ratelimitgrpc: TrustUnixSocket is given twice: give it once: %w", ErrInvalidOption)
-		}
-		c.unix = true
-		return nil
-	}}
+	return IPOption{(*clientip.Config).TrustUnixSocket}
 }
 
 // UnixPeerKey is the key ClientIP with TrustUnixSocket gives a call from
