@@ -103,7 +103,8 @@ func IPv6Prefix(bits int) IPOption {
 // metadata the proxies write, and only as far as they vouch for it. The
 // KeyFunc fails with ErrNoKey when the peer has no IP address (a Unix
 // socket, whatever the name its client gave its end, such as
-// "10.0.0.5:80"; an in-memory listener).
+// "10.0.0.5:80", served directly or by net/http through grpc.Server's
+// ServeHTTP; an in-memory listener).
 func PeerIP(opts ...IPOption) (KeyFunc, error) {
 	c, err := newClientIP("PeerIP", opts)
 	if err != nil {
@@ -206,8 +207,10 @@ func isUnix(a net.Addr) bool {
 // peerAddr returns the IP address of pr, unmapped and without a zone, or
 // the zero Addr if it has none. A Unix socket's address has none, whatever
 // its name: the client names its end of the socket (it may bind it to the
-// path "10.0.0.5:80" before it connects), and would choose its key. Nor
-// has a nil *net.TCPAddr, which a connection that has no peer address to
+// path "10.0.0.5:80" before it connects), and would choose its key; so has
+// none a peer given only as a string (not a *net.TCPAddr or *net.UDPAddr)
+// on a call whose local address is a Unix socket's. Nor has a nil
+// *net.TCPAddr, which a connection that has no peer address to
 // give may return as its RemoteAddr.
 func peerAddr(pr *peer.Peer) netip.Addr {
 	var ip netip.Addr
@@ -222,7 +225,10 @@ func peerAddr(pr *peer.Peer) netip.Addr {
 		}
 	case *net.UnixAddr:
 	default:
-		if clientip.IsUnix(a.Network()) {
+		// An address given only as a string on a Unix socket, as
+		// grpc.Server's ServeHTTP gives net/http's RemoteAddr (of network
+		// "tcp"), is the name the client gave its end: no IP address.
+		if clientip.IsUnix(a.Network()) || isUnix(pr.LocalAddr) {
 			break
 		}
 		if ap, err := netip.ParseAddrPort(a.String()); err == nil {

@@ -119,7 +119,9 @@ func checkMetadataKey(name string) error {
 // connect to the socket chooses the metadata, so give it only when the
 // socket's permissions keep all but the proxy out. A call came over a Unix
 // socket when its peer's address, or its local one, is a Unix socket's
-// (peer.Peer's Addr or LocalAddr of network "unix"). An in-memory
+// (peer.Peer's Addr or LocalAddr of network "unix"); its peer then has no
+// IP address, even given as a string that reads as one (net/http's
+// RemoteAddr, through grpc.Server's ServeHTTP). An in-memory
 // listener's peer (bufconn) is no Unix socket, and keeps no key.
 //
 // PeerIP refuses TrustUnixSocket, as it does TrustProxies.

@@ -1,0 +1,97 @@
+package ratelimitgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitgrpc "github.com/ratelimit-go/ratelimit/contrib/grpc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// A gRPC server served by net/http (grpc.Server's ServeHTTP) on a Unix
+// socket gives a call's peer as net/http's RemoteAddr, a string of
+// network "tcp", whatever the connection; the call's local address is the
+// Unix socket's. A client that named its end of the socket "10.0.0.5:80"
+// had that name read as its IP address, as net/http reads it: PeerIP keyed
+// each call by the name the client chose, and ClientIP took the client for
+// a trusted proxy and read the x-forwarded-for it wrote, a fresh key with
+// every call; 100 of 100 calls passed a limit of 5. On a Unix socket, a
+// peer given only as a string has no IP address, as a Unix address has
+// none, whatever its name.
+func TestClientIPUnixPeerNamedAsAddressOverServeHTTP(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ratelimitgrpc") // short: a socket's path is limited to about 100 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "app.sock")
+	t.Chdir(dir) // the client's socket is bound to a relative path
+
+	passed := func(key ratelimitgrpc.KeyFunc, opts ...ratelimitgrpc.IPOption) (n int, answers map[codes.Code]int) {
+		t.Helper()
+		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
+		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		var protocols http.Protocols
+		protocols.SetUnencryptedHTTP2(true)
+		hs := &http.Server{Handler: srv, Protocols: &protocols}
+		lis, err := net.Listen("unix", sock)
+		require.NoError(t, err)
+		go func() { _ = hs.Serve(lis) }()
+		defer hs.Close() // removes the socket
+
+		const name = "10.0.0.5:80"
+		conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				_ = os.Remove(name) // left by a connection before
+				return net.DialUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
+			}))
+		require.NoError(t, err)
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		answers = map[codes.Code]int{}
+		for i := range 100 {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", fmt.Sprintf("198.18.%d.%d", i/256, i%256))
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			answers[status.Code(err)]++
+		}
+		return answers[codes.OK], answers
+	}
+
+	peerIP, err := ratelimitgrpc.PeerIP()
+	require.NoError(t, err)
+	n, got := passed(peerIP)
+	assert.Equal(t, 0, n, "the peer has no IP address: no key")
+	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
+
+	byAddress, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...))
+	require.NoError(t, err)
+	n, got = passed(byAddress)
+	assert.Equal(t, 0, n, "a peer named as a trusted proxy is no proxy: no key")
+	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
+
+	// Trusted as the proxy on the socket, the peer is read as one, and
+	// its name never as an address.
+	onSocket, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket())
+	require.NoError(t, err)
+	n, got = passed(onSocket)
+	assert.Equal(t, 100, n, "the proxy on the socket vouches for a client per call")
+	assert.Equal(t, map[codes.Code]int{codes.OK: 100}, got)
+}
