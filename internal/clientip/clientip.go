@@ -27,6 +27,13 @@
 // (a quote changes the meaning of what follows it): walker takes its hops
 // from the left and keeps, instead of the list, the walk's answer for the
 // hops so far.
+//
+// # The options
+//
+// Both packages' IPOptions (TrustProxies, TrustUnixSocket, IPv6Prefix)
+// are Config's methods, which Build applies and ClientIP checks together:
+// each refusal is written once, in the words of the package that gives
+// the options (Package), and wraps that package's sentinel.
 package clientip
 
 import (
