@@ -176,8 +176,11 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	// their own.
 	stopOnCancel := context.AfterFunc(ctx, func() { done.Store(true) })
 	defer stopOnCancel()
-	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(timeout, cleanupTimeout))
-	defer cancelCleanup()
+	// The reads and the removal after the run have timeout from its end:
+	// made at the start, the context ended before a run longer than
+	// timeout (--duration 1m, the default --timeout 30s) did, and every
+	// such run failed, saying that the store did not answer.
+	var cleanup context.Context
 	// The keys a call was made on: only those are read and removed after
 	// the run, by the bench's goroutines at once.
 	touched := make([]atomic.Bool, keys)
@@ -295,6 +298,8 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 	}
 	wg.Wait()
 	rep.elapsed = time.Since(start)
+	cleanup, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(timeout, cleanupTimeout))
+	defer cancelCleanup()
 	rep.interrupted = ctx.Err() != nil
 	if firstErr != nil {
 		_ = removeKeys() // the store failed: this may fail too

@@ -731,6 +731,20 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchLongerThanTimeout runs a bench longer than its --timeout: the
+// reads and the removal of the keys after the run have --timeout from the
+// run's end, not from its start, which every run longer than --timeout
+// (--duration 1m with the default 30s) had passed, failing it with no
+// answer from the store.
+func TestBenchLongerThanTimeout(t *testing.T) {
+	for _, kind := range []string{"fixed window", "token bucket"} {
+		code, out, errOut := exec("bench", "--store", "mem:", "--kind", kind, "--rate", "50", "--period", "100ms",
+			"--keys", "3", "--goroutines", "4", "--duration", "600ms", "--timeout", "200ms", "--quiet")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "check      ok")
+	}
+}
+
 func TestVerifyCatchesExcess(t *testing.T) {
 	cfg := ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Second}
 	at := time.UnixMilli(1_000_000)
