@@ -508,8 +508,13 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 
 	printSteps(out, name, cfg, steps)
 	if chart != nil {
-		if err := chart.Truncate(0); err != nil {
-			return fmt.Errorf("--svg: %w", err)
+		// A file already there is cut to the new chart. A pipe or a
+		// device (/dev/stdout, a shell's >(gzip > chart.svgz)) has nothing
+		// to cut, and refuses Truncate: it takes the chart as it comes.
+		if fi, err := chart.Stat(); err != nil || fi.Mode().IsRegular() {
+			if err := chart.Truncate(0); err != nil {
+				return fmt.Errorf("--svg: %w", err)
+			}
 		}
 		if err := writeSVG(chart, name, cfg, steps, samples, end); err != nil {
 			return fmt.Errorf("--svg: %w", err)
