@@ -72,7 +72,7 @@ func (t *target) limiter(ctx context.Context, acc access) (*ratelimit.Limiter, s
 	}
 	var read ratelimit.Store = store
 	if t.checked {
-		read = checkedStore{store}
+		read = newCheckedStore(store)
 	}
 	opts := t.sf.options()
 	if clk, ok := testClock(ctx); ok {
@@ -132,6 +132,24 @@ func checkCount(name string, cfg ratelimit.Config, count float64, reserve bool) 
 // report such a record rather than print what it makes, and limit, to
 // refuse to decide on one.
 type checkedStore struct{ ratelimit.Store }
+
+// checkedClockStore is a checkedStore of a store with a clock of its own
+// (--server-time), whose TimeSource it keeps: a wrapper without it hid
+// the store's clock from the Limiter, which then judged inspect's records
+// at this machine's time, not at the server's.
+type checkedClockStore struct {
+	checkedStore
+	driver.TimeSource
+}
+
+// newCheckedStore returns store read through a checkedStore, with the
+// store's TimeSource if it has one.
+func newCheckedStore(store ratelimit.Store) ratelimit.Store {
+	if ts, ok := store.(driver.TimeSource); ok {
+		return checkedClockStore{checkedStore{store}, ts}
+	}
+	return checkedStore{store}
+}
 
 // Load implements ratelimit.Store. A record that the store itself
 // refuses as one no release writes (driver.ErrBadRecord: NaN tokens, a

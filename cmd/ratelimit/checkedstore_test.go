@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// serverClock is a store that judges at a clock of its own, as a Redis or
+// PostgreSQL store given WithServerTime does: at now, whatever Op.Now.
+type serverClock struct {
+	*memstore.Store
+	now int64 // Unix milliseconds
+}
+
+func (s serverClock) OwnClock() bool                     { return true }
+func (s serverClock) Now(context.Context) (int64, error) { return s.now, nil }
+func (s serverClock) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	o := *op
+	o.Now = s.now
+	return s.Store.Apply(ctx, &o, out)
+}
+
+// inspect and limit read through a checkedStore, which keeps the store's
+// own clock: inspect --server-time judged the records at this machine's
+// time, as the wrapper hid the store's TimeSource from the Limiter.
+func TestCheckedStoreKeepsServerTime(t *testing.T) {
+	// The server's clock is 10 hours behind this machine's: a bucket
+	// emptied at the server's time is still empty by it, and full again
+	// by this machine's.
+	store := serverClock{Store: must(memstore.New()), now: time.Now().Add(-10 * time.Hour).UnixMilli()}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
+	lim, err := ratelimit.New(newCheckedStore(store), ratelimit.Limits{"x": cfg})
+	require.NoError(t, err)
+	res, err := lim.Limit(context.Background(), "x", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	st, err := lim.Value(context.Background(), "x", "k")
+	require.NoError(t, err)
+	require.Equal(t, 0.0, st.Remaining, "the tokens at the server's time, not at this machine's")
+}
