@@ -68,6 +68,12 @@ and exits with status 130 (1 if the check failed).`,
 			defer cancel()
 			lim, name, closeStore, err := t.limiter(opening, mayCreate)
 			if err != nil {
+				var u usageError
+				if ctx.Err() != nil && !errors.As(err, &u) {
+					// Ctrl-C before the run, as during it: status 130,
+					// not the client's "context canceled" and 1.
+					return exitError{exitInterrupted, errors.New("bench interrupted while it opened the store: no call was made")}
+				}
 				return t.sf.timedOut(opening, err)
 			}
 			defer closeStore()

@@ -525,6 +525,22 @@ func TestSilentServer(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), time.Second)
 }
 
+// Ctrl-C while bench opens the store (a server that does not answer)
+// ends it as one during the run does: status 130, saying that it was
+// interrupted, not status 1 with the client's "context canceled".
+func TestBenchInterruptedOpening(t *testing.T) {
+	addr := silentServer(t)
+	for _, store := range []string{"postgres://postgres@" + addr + "/test", "redis://" + addr + "/0"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		code, out, errOut := execContext(ctx, append([]string{"bench", "--store", store, "--quiet"}, tokenBucket...)...)
+		cancel()
+		require.Equal(t, 130, code, "%s:\n%s%s", store, out, errOut)
+		require.Empty(t, out)
+		require.Equal(t, "ratelimit: bench interrupted while it opened the store: no call was made\n", errOut, store)
+	}
+}
+
 // stallingServer returns the address of a server that answers the
 // handshake of a connection as proto ("postgres" or "redis") does, then
 // never answers a query: a server stalled, or one whose disk hangs. With
