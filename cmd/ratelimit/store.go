@@ -837,6 +837,11 @@ func boltCheck(path, bucket string, acc access, wait time.Duration) error {
 		return fmt.Errorf("bbolt file %s: %w", path, err)
 	case fi.IsDir():
 		return fmt.Errorf("bbolt file %s is a directory, not a file: %s", path, check)
+	case !fi.Mode().IsRegular():
+		// A named pipe has no size: taken for an empty file that the
+		// store may be written into, it held bbolt's read for ever, past
+		// --timeout.
+		return fmt.Errorf("bbolt file %s is not a regular file (a named pipe, a device or a socket): %s", path, check)
 	case fi.Size() == 0 && acc == mayCreate:
 		return nil // bbolt writes its first pages into it
 	case fi.Size() == 0:
