@@ -1537,3 +1537,16 @@ func TestInlineNameEmpty(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.True(t, strings.HasPrefix(out, `"": token bucket, rate 10 per 1m0s, capacity 3`+"\n"), out)
 }
+
+// A Redis --store whose port is no port (above 65535, or 0) is a usage
+// error, as a PostgreSQL one is: it failed with status 1 and the hint to
+// check that the server is up, which no server can be at such a port.
+func TestStorePortOutOfRange(t *testing.T) {
+	for _, store := range []string{"redis://127.0.0.1:99999/0", "redis://127.0.0.1:0/0", "rediss://127.0.0.1:65536/0",
+		"redis+cluster://127.0.0.1:7000,127.0.0.1:99999", "redis+cluster://127.0.0.1:0"} {
+		code, out, errOut := exec(append([]string{"inspect", "--store", store}, tokenBucket...)...)
+		require.Equal(t, 2, code, "%s:\n%s%s", store, out, errOut)
+		require.Contains(t, errOut, "is not a number from 1 to 65535", store)
+		require.NotContains(t, errOut, "is the server up?", store)
+	}
+}

@@ -377,6 +377,11 @@ func (f *storeFlags) parse() (storeURL, error) {
 		if err != nil {
 			return s, clientRefused(u, shown, hide(err.Error()))
 		}
+		// go-redis takes any digits for a port, and the dial failed with
+		// the hint to check that the server is up.
+		if _, port, err := net.SplitHostPort(opt.Addr); err == nil && !validPort(port) {
+			return s, usagef("--store %q: port %q is not a number from 1 to 65535", shown, port)
+		}
 		s.redis = opt
 	case "redis+cluster":
 		opt, err := parseClusterURL(rest)
@@ -733,10 +738,19 @@ func parseClusterURL(rest string) (*redis.ClusterOptions, error) {
 	for addr := range strings.SplitSeq(nodes, ",") {
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
 			return nil, fmt.Errorf("node %q is not HOST:PORT", addr)
+		} else if !validPort(port) {
+			return nil, fmt.Errorf("node %q: port %q is not a number from 1 to 65535", addr, port)
 		}
 		opt.Addrs = append(opt.Addrs, addr)
 	}
 	return opt, nil
+}
+
+// validPort reports whether port is a TCP port: a number in decimal from
+// 1 to 65535.
+func validPort(port string) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n > 0
 }
 
 // openRedis makes the store on c, a client of the server or Cluster
