@@ -37,3 +37,10 @@ func ExpiryOf(s *Store, name, key string) int64 {
 	}
 	return r.expires
 }
+
+// Marks returns how many settlements' marks the store holds.
+func Marks(s *Store) int {
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	return len(s.marks)
+}

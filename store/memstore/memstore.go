@@ -28,8 +28,10 @@
 // stripe written to examines a few of its own every 100 ms of the calls'
 // time, and a few of another's, in turn, so that calls on keys still
 // active, with no new ones, drop the records of those gone idle anywhere;
-// a table at most 1/8 full shrinks, and an empty one is freed.
-// DeleteExpired drops them all at once and shrinks every stripe.
+// a table at most 1/8 full shrinks, and an empty one is freed. The marks
+// of settlements past their expiry go likewise, once every
+// driver.ExpiryGrace of the calls' time. DeleteExpired drops them all at
+// once and shrinks every stripe.
 //
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
@@ -122,6 +124,9 @@ type Store struct {
 	markMu     sync.Mutex
 	marks      map[[16]byte]mark
 	markWrites int
+	// nextMarks is the calls' time from which a sweep step drops the
+	// marks expired (stepMarks).
+	nextMarks atomic.Int64
 	// marksMost is the most marks held since marks was made: a Go map
 	// keeps the memory of its most however many go (dropMarks).
 	marksMost int
@@ -173,6 +178,7 @@ func New(opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("memstore: WithClock was given %T(nil): pass clock.New() or a mock: %w", o.clock, ratelimit.ErrInvalidOption)
 	}
 	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
+	s.nextMarks.Store(math.MinInt64)
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
@@ -620,7 +626,27 @@ func (st *stripe) stepped(s *Store, now int64) {
 		st.nextSweep.Store(now + sweepEvery)
 		st.step(s, now, sweepSlots)
 		st.stepOther(s, now, otherSweep)
+		s.stepMarks(now)
 	}
+}
+
+// stepMarks drops the settlements' marks expired, once every
+// driver.ExpiryGrace of the calls' time, if markMu is free: marks go while
+// calls go on, as the records of idle keys do, not only when later
+// settlements or DeleteExpired come. It costs a look at every mark, once a
+// grace. The caller may hold stripes' mutexes, which a settlement takes
+// while it holds markMu: hence TryLock.
+func (s *Store) stepMarks(now int64) {
+	if now < s.nextMarks.Load() || !s.markMu.TryLock() {
+		return
+	}
+	if now >= s.nextMarks.Load() {
+		s.nextMarks.Store(now + driver.ExpiryGrace)
+		if len(s.marks) > 0 {
+			s.dropMarks(s.sweepTime(now))
+		}
+	}
+	s.markMu.Unlock()
 }
 
 // Bind implements driver.Binder. Params that no valid op carries

@@ -1,0 +1,50 @@
+package memstore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/stretchr/testify/require"
+)
+
+// The marks of settlements past their expiry go while calls go on, as
+// the records of idle keys do, without DeleteExpired: a store that
+// needs no janitor must not keep them for good. After a burst of 3,000
+// settlements, calls without settlements for minutes kept every mark:
+// only a later settlement, every so many, or DeleteExpired dropped them.
+func TestExpiredMarksGoWhileCallsGoOn(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	const n = 3000
+	for i := range n {
+		var id [16]byte
+		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
+		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
+		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
+			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + 1000}}
+		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	}
+	require.Equal(t, n, memstore.Marks(s))
+	// The marks are droppable from a second and a grace on. One key is
+	// written every 100 ms, through Apply and through a bound limit, for
+	// two minutes more.
+	b := s.Bind("bound", p, func(string) int64 { return 0 })
+	op := &driver.Op{Items: []driver.Item{{Name: "l", Key: "steady", Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+	out := make([]driver.Decision, 1)
+	for now := t0 + 1000; now < t0+1000+driver.ExpiryGrace+2*60_000; now += 100 {
+		c.ms.Store(now)
+		op.Now = now
+		require.NoError(t, s.Apply(ctx, op, out))
+		v, err := b.Decide(ctx, "steady", driver.ModeLimit, now, 1, false)
+		require.NoError(t, err)
+		require.True(t, v.OK)
+	}
+	require.Zero(t, memstore.Marks(s), "marks past their expiry and grace held, of %d", n)
+}
