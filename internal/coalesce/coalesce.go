@@ -155,7 +155,7 @@ type call[Req, Res any] struct {
 	batch *batch // nil while queued
 	left  bool   // the caller has gone
 
-	own batch              // the batch of a detached lone call, sent as one
+	own batch              // the batch of a call sent alone (a detached lone call, or one queued)
 	b   *Batcher[Req, Res] // a detached lone call's, for the worker
 }
 
@@ -414,8 +414,16 @@ func (b *Batcher[Req, Res]) take() ([]*call[Req, Res], *batch, context.Context) 
 }
 
 // start marks calls sent together and returns their batch and its
-// context. b.mu is held.
+// context: a call sent alone, its caller's own (see SendFunc). b.mu is
+// held.
 func (b *Batcher[Req, Res]) start(calls []*call[Req, Res]) (*batch, context.Context) {
+	if len(calls) == 1 {
+		// It ends when its caller leaves, with nothing to cancel.
+		c := calls[0]
+		c.own = batch{waiting: 1, cancel: noCancel}
+		c.batch = &c.own
+		return c.batch, c.ctx
+	}
 	ctx := context.WithoutCancel(calls[0].ctx)
 	var latest time.Time
 	for _, c := range calls {

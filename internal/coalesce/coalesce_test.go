@@ -1309,3 +1309,39 @@ func TestRandomInterleavings(t *testing.T) {
 		})
 	}
 }
+
+// A queued call that goes alone, a batch of one, is sent with its
+// caller's context, as SendFunc says, like a lone call that goes at once:
+// its send sees the context's own end and cause. It was sent with a
+// batch's context, which ended only once its caller had left, with
+// context.Canceled whatever the caller's cause or deadline.
+func TestQueuedCallSentAloneHasItsCallersContext(t *testing.T) {
+	entered := make(chan context.Context, 2)
+	causes := make(chan error, 1)
+	release := make(chan struct{})
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		entered <- ctx
+		if reqs[0] == 1 {
+			<-release
+			return nil
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	<-entered
+	ctx, cancel := context.WithCancelCause(bg)
+	second := doAsync(b, ctx, 2)
+	waitQueued(t, b, 1)
+	close(release)
+	require.Equal(t, answer{0, nil}, <-first)
+	sent := <-entered
+	require.True(t, sent == ctx, "a batch of one was sent with a context of its own, not its caller's")
+	cause := errors.New("the caller gave up")
+	cancel(cause)
+	require.ErrorIs(t, (<-second).err, context.Canceled)
+	require.Equal(t, cause, <-causes)
+	waitInflight(t, b, 0)
+}
