@@ -3,6 +3,8 @@ package memstore_test
 import (
 	"context"
 	"encoding/binary"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -47,4 +49,46 @@ func TestExpiredMarksGoWhileCallsGoOn(t *testing.T) {
 		require.True(t, v.OK)
 	}
 	require.Zero(t, memstore.Marks(s), "marks past their expiry and grace held, of %d", n)
+}
+
+// Settlements, which hold the marks' lock while they take the stripes',
+// run beside calls whose sweep steps drop the marks expired, holding a
+// stripe's mutex: neither waits for the other, and each settlement is
+// applied once.
+func TestMarksDroppedBesideSettlements(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e6, Period: 1000, Capacity: 1e6}
+	b := s.Bind("bound", p, func(string) int64 { return 0 })
+	const rounds = 400
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]driver.Decision, 1)
+			for i := range rounds {
+				now := t0 + int64(i)*1000 // crosses the grace a few times
+				c.ms.Store(now)           // give or take the other goroutines'
+				if g%2 == 0 {
+					var id [16]byte
+					binary.BigEndian.PutUint64(id[:], uint64(g*rounds+i)+1)
+					item := driver.Item{Name: "l", Key: strconv.Itoa(i % 50), Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}
+					op := &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{item},
+						Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: now + 1000}}
+					require.NoError(t, s.Apply(ctx, op, out))
+					require.Equal(t, driver.SettleKind(0), out[0].Settled, "a first settlement found settled")
+					continue
+				}
+				for k := range 50 {
+					_, err := b.Decide(ctx, strconv.Itoa(k), driver.ModeLimit, now, 1, false)
+					require.NoError(t, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Less(t, memstore.Marks(s), 2*rounds, "marks past their grace held")
 }
