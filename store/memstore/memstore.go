@@ -1219,11 +1219,12 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 }
 
 // DeleteExpired drops every record whose bucket has been full again for
-// driver.ExpiryGrace (a minute) at now, taken within ±driver.MaxTime (and
-// every settlement's mark past its expiry), shrinks the tables they leave
-// emptier, and returns how many it dropped. Writes already drop expired
-// records a few at a time; call this to reclaim memory at once, e.g. after
-// a burst of one-off keys.
+// driver.ExpiryGrace (a minute) at now, taken within ±driver.MaxTime, and
+// every settlement's mark expired for as long, shrinks the tables the
+// records leave emptier, and returns how many records and marks it
+// dropped. Calls already drop expired records a few at a time, and expired
+// marks once a grace; call this to reclaim memory at once, e.g. after a
+// burst of one-off keys.
 //
 // It implements driver.Expirer; the error is ctx's, when ctx is done
 // before the sweep began.
