@@ -1226,8 +1226,9 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 // marks once a grace; call this to reclaim memory at once, e.g. after a
 // burst of one-off keys.
 //
-// It implements driver.Expirer; the error is ctx's, when ctx is done
-// before the sweep began.
+// It implements driver.Expirer; the error is ctx's, when ctx ends before
+// the sweep is done: it stops before the next of its 64 stripes, and
+// returns how many it dropped so far.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -1237,6 +1238,9 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	n := s.dropMarks(ms)
 	s.markMu.Unlock()
 	for i := range s.stripes {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
 		n += s.stripes[i].deleteExpired(s, ms)
 	}
 	return n, nil

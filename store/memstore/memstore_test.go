@@ -631,3 +631,41 @@ func requireFreeAndCharged(t *testing.T, bound driver.BoundLimit, key string, no
 		t.Fatalf("the record is still locked by the refused %s", what)
 	}
 }
+
+// endingCtx is a context that ends (its Err turns context.Canceled) once
+// Err has been asked after times.
+type endingCtx struct {
+	context.Context
+	after, asked atomic.Int32
+}
+
+func (c *endingCtx) Err() error {
+	if c.asked.Add(1) > c.after.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// DeleteExpired stops when its context ends midway, with what it dropped
+// so far and the context's error, as a janitor's Close expects of a
+// store's sweep: it went on through every stripe, however many records
+// they held, and Close waited for all of it.
+func TestDeleteExpiredStopsWhenItsContextEnds(t *testing.T) {
+	const t0 = int64(1_700_000_000_000)
+	s := must(memstore.New(memstore.WithClock(newStepClock(t0))))
+	const n = 2000
+	for i := range n {
+		drain(t, s, "key-"+strconv.Itoa(i), t0)
+	}
+	later := time.UnixMilli(t0 + 1000 + driver.ExpiryGrace)
+	ctx := &endingCtx{Context: context.Background()}
+	ctx.after.Store(3)
+	dropped, err := s.DeleteExpired(ctx, later)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, dropped, n, "the sweep went on after its context ended")
+	require.Equal(t, n-dropped, s.Len())
+	rest, err := s.DeleteExpired(context.Background(), later)
+	require.NoError(t, err)
+	require.Equal(t, n-dropped, rest)
+	require.Zero(t, s.Len())
+}
