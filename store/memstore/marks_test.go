@@ -92,3 +92,46 @@ func TestMarksDroppedBesideSettlements(t *testing.T) {
 	wg.Wait()
 	require.Less(t, memstore.Marks(s), 2*rounds, "marks past their grace held")
 }
+
+// A calls' clock that jumps far ahead once, on keys of every stripe, and
+// comes back does not stop the sweeps that calls step: the records of
+// keys gone idle, and the marks expired, still go while calls go on.
+// Each stripe stepped its sweep again only once the calls' time reached
+// the jump's, and held every idle record and mark until then.
+func TestSweepsGoOnAfterTheCallsClockCameBack(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	const n = 5000
+	for i := range n {
+		drain(t, s, "once-"+strconv.Itoa(i), t0)
+	}
+	var id [16]byte
+	for i := range n {
+		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
+		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
+		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
+			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + 1000}}
+		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	}
+	// Calls on keys of every stripe at a time a year ahead.
+	b := s.Bind("bound", p, func(string) int64 { return 0 })
+	const ahead = t0 + 365*24*3_600_000
+	const jumped = 1000
+	for i := range 2 * jumped { // each twice: a write of a record held steps the sweep
+		_, err := b.Decide(ctx, "jump-"+strconv.Itoa(i%jumped), driver.ModeLimit, ahead, 1, false)
+		require.NoError(t, err)
+	}
+	// Then one key, written every 100 ms at the right time, for two
+	// minutes past the burst's grace.
+	for now := t0 + 1000; now < t0+1000+driver.ExpiryGrace+2*60_000; now += 100 {
+		c.ms.Store(now)
+		v, err := b.Decide(ctx, "steady", driver.ModeLimit, now, 1, false)
+		require.NoError(t, err)
+		require.True(t, v.OK)
+	}
+	require.LessOrEqual(t, s.Len(), jumped+1, "records of idle keys held, of %d", n)
+	require.Zero(t, memstore.Marks(s), "marks past their expiry and grace held, of %d", n)
+}

@@ -125,7 +125,7 @@ type Store struct {
 	marks      map[[16]byte]mark
 	markWrites int
 	// nextMarks is the calls' time from which a sweep step drops the
-	// marks expired (stepMarks).
+	// marks expired (stepMarks; or before which, see due).
 	nextMarks atomic.Int64
 	// marksMost is the most marks held since marks was made: a Go map
 	// keeps the memory of its most however many go (dropMarks).
@@ -275,7 +275,7 @@ type stripe struct {
 	version atomic.Uint32
 	table   atomic.Pointer[table] // nil when empty
 	// nextSweep is the calls' time (ms) from which a write steps the
-	// sweep of this stripe.
+	// sweep of this stripe (or before which, by two steps' time: see due).
 	nextSweep atomic.Int64
 	// Under mu: the records held, the slot the next sweep step starts
 	// at, the stripe the next insert examines a few slots of.
@@ -610,7 +610,7 @@ func (st *stripe) step(s *Store, now int64, count int) {
 // once every sweepEvery of the calls' time, if mu is free, it steps the
 // sweep (stepped).
 func (st *stripe) wrote(s *Store, now int64) {
-	if now < st.nextSweep.Load() || !st.mu.TryLock() {
+	if !due(now, st.nextSweep.Load(), sweepEvery) || !st.mu.TryLock() {
 		return
 	}
 	st.stepped(s, now)
@@ -622,12 +622,22 @@ func (st *stripe) wrote(s *Store, now int64) {
 // keys gone idle go while other keys are written, wherever they are. The
 // caller holds mu.
 func (st *stripe) stepped(s *Store, now int64) {
-	if now >= st.nextSweep.Load() {
+	if due(now, st.nextSweep.Load(), sweepEvery) {
 		st.nextSweep.Store(now + sweepEvery)
 		st.step(s, now, sweepSlots)
 		st.stepOther(s, now, otherSweep)
 		s.stepMarks(now)
 	}
+}
+
+// due reports whether a step, due every every of the calls' time, is
+// due at now, the next having been set due from next: once now reaches
+// next, or once the calls' clock is more than a step's time behind the
+// last step's (it came back, from a jump ahead), so that a clock that
+// jumped ahead, then back, stops no step until it reaches the jump's time
+// again. Calls a little out of order (less than every) are no step.
+func due(now, next, every int64) bool {
+	return now >= next || now < next-2*every
 }
 
 // stepMarks drops the settlements' marks expired, once every
@@ -637,10 +647,10 @@ func (st *stripe) stepped(s *Store, now int64) {
 // grace. The caller may hold stripes' mutexes, which a settlement takes
 // while it holds markMu: hence TryLock.
 func (s *Store) stepMarks(now int64) {
-	if now < s.nextMarks.Load() || !s.markMu.TryLock() {
+	if !due(now, s.nextMarks.Load(), driver.ExpiryGrace) || !s.markMu.TryLock() {
 		return
 	}
-	if now >= s.nextMarks.Load() {
+	if due(now, s.nextMarks.Load(), driver.ExpiryGrace) {
 		s.nextMarks.Store(now + driver.ExpiryGrace)
 		if len(s.marks) > 0 {
 			s.dropMarks(s.sweepTime(now))
