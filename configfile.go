@@ -40,7 +40,9 @@ import (
 // or, in JSON, {"sendMessage": {"kind": "token bucket", "rate": 10,
 // "period": "1m", "capacity": 3}, ...}. A file that is a JSON object is
 // read by JSON's rules (its strings may hold any escape JSON allows, which
-// YAML's do not), with the same fields and errors; text that is not UTF-8
+// YAML's do not), with the same fields and errors; ParseLimitsJSON reads
+// JSON alone, and its syntax errors name the line and the column, where
+// ParseLimits reads what is not JSON but YAML as YAML. Text that is not UTF-8
 // is an error in JSON as in YAML, as is a JSON escape of half a surrogate
 // pair alone ("a\ud800"), which is no character and which encoding/json
 // reads as U+FFFD. json.Marshal and
@@ -605,24 +607,54 @@ func editDistance(a, b string) int {
 // the limit as written; a field the file misspells or repeats is named as
 // written, and one whose value Config.Validate refuses by its Go name
 // (Rate for rate, MaxReserved for maxReserved), as New would say it.
+//
+// Text that starts as a JSON object does ({ or [, after white space) is
+// read as JSON, and otherwise as YAML. YAML's flow mappings start so too,
+// and YAML is a superset of JSON: such text that is not JSON but is YAML
+// ({a: 1}, or a comma after the last member) is read as YAML; text that is
+// neither is refused with JSON's error, naming its line and column, and
+// YAML's. A file known to be JSON, such as one named .json, is better read
+// by ParseLimitsJSON, which holds it to JSON's rules alone.
 func ParseLimits(data []byte) (Limits, error) {
 	var doc yaml.Node
 	var err error
-	// JSON is read as JSON, in one pass: a document that is not JSON
-	// though it starts as JSON would (a YAML flow mapping, {a: 1}) is read
-	// as YAML, with YAML's errors.
 	var (
 		notUTF8 *notUTF8Error
 		lone    *loneSurrogateError
+		syntax  *jsonSyntaxError
 	)
 	if !looksJSON(data) {
 		doc, err = parseDocument(data)
 	} else if doc, err = jsonDocument(data); err != nil && !errors.As(err, &notUTF8) && !errors.As(err, &lone) {
-		doc, err = parseDocument(data)
+		jsonErr := err
+		if doc, err = parseDocument(data); err != nil && errors.As(jsonErr, &syntax) {
+			err = fmt.Errorf("%w (nor is it YAML: %v)", jsonErr, err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
+	return parseLimits(data, doc)
+}
+
+// ParseLimitsJSON reads named limits from JSON, as ParseLimits does, but
+// by JSON's rules (RFC 8259) alone: text that is not one JSON value, such
+// as an object with a comma after its last member, a name in single quotes
+// or none, or a byte after the value (a NUL a tool left), is an error,
+// which names the line and the column where the text stops being JSON,
+// where ParseLimits would read such text as YAML, or refuse it with
+// YAML's error too.
+func ParseLimitsJSON(data []byte) (Limits, error) {
+	doc, err := jsonDocument(data)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
+	}
+	return parseLimits(data, doc)
+}
+
+// parseLimits reads and validates the limits of doc, the document that
+// data is read as, for ParseLimits and ParseLimitsJSON.
+func parseLimits(data []byte, doc yaml.Node) (Limits, error) {
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errors.New("ratelimit: limits file: write a mapping of limit names to their fields")
 	}
@@ -711,7 +743,7 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		start := int(dec.InputOffset())
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return nil, jsonSyntax(data, err)
 		}
 		switch tok := tok.(type) {
 		case json.Delim:
@@ -731,7 +763,7 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 				n.Content = append(n.Content, child)
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, err
+				return nil, jsonSyntax(data, err)
 			}
 		case string:
 			// encoding/json reads a lone surrogate escape as U+FFFD.
@@ -756,9 +788,62 @@ func jsonDocument(data []byte) (yaml.Node, error) {
 		return yaml.Node{}, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return yaml.Node{}, fmt.Errorf("line %d: data after the JSON value: write one JSON object", nextLine())
+		return yaml.Node{}, jsonSyntax(data, err)
 	}
 	return yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Content: []*yaml.Node{root}}, nil
+}
+
+// jsonSyntax returns the error of data, which the JSON decoder refused
+// with err, as a *jsonSyntaxError naming the line and the column where
+// data stops being JSON. The decoder's own offsets are not those of the
+// document (they count from the value it was reading), so json.Unmarshal's
+// check of the whole text, whose offset is that of the byte at fault, or
+// the end, gives the place; its message the rest, but where a plainer one
+// says what to do.
+func jsonSyntax(data []byte, err error) error {
+	var se *json.SyntaxError
+	if !errors.As(json.Unmarshal(data, new(json.RawMessage)), &se) {
+		return err // not a syntax error (json.Unmarshal reads data)
+	}
+	at := min(int(se.Offset), len(data))
+	if at > 0 && se.Error() != "unexpected end of JSON input" {
+		at-- // the offset is past the byte at fault
+	}
+	e := &jsonSyntaxError{line: 1 + lineBreaks(data[:at]), msg: se.Error()}
+	lineStart := bytes.LastIndexAny(data[:at], "\r\n") + 1
+	e.column = 1 + utf8.RuneCount(data[lineStart:at])
+	before := bytes.TrimRight(data[:at], " \t\r\n")
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		e.msg = "the file is empty: write a JSON object of limit names to their fields"
+	case at == len(data):
+		e.msg = "the JSON ends before its value does: close every string with \", every { with } and every [ with ]"
+	case strings.HasSuffix(se.Error(), "after top-level value"):
+		e.msg = fmt.Sprintf("%s after the JSON value: write one JSON object, with nothing after it but white space", quoteByte(data[at]))
+	case (data[at] == '}' || data[at] == ']') && bytes.HasSuffix(before, []byte(",")):
+		e.msg = fmt.Sprintf("a comma before %c: JSON allows none after the last member of an object or an array; remove it", data[at])
+	}
+	return e
+}
+
+// quoteByte shows b, a byte of a JSON text, for an error: a character as
+// it is, quoted, and any other byte (a NUL, a control) by its value.
+func quoteByte(b byte) string {
+	if b >= 0x20 && b < 0x7f {
+		return fmt.Sprintf("%q", rune(b))
+	}
+	return fmt.Sprintf("byte 0x%02x", b)
+}
+
+// jsonSyntaxError is the error of text that is not JSON, with the line
+// and the column, in characters from 1, where it stops being JSON.
+type jsonSyntaxError struct {
+	line, column int
+	msg          string
+}
+
+func (e *jsonSyntaxError) Error() string {
+	return fmt.Sprintf("line %d, column %d: not JSON: %s", e.line, e.column, e.msg)
 }
 
 // loneSurrogate returns the first escape of a surrogate (\ud800 to

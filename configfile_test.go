@@ -1000,3 +1000,53 @@ func TestParseLimitsLongZeroStartAndNullName(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+// ParseLimitsJSON holds a file to JSON's rules, and its errors name the
+// line and the column where the text stops being JSON: read as YAML, a
+// comma after the last member passed, and other slips had YAML's error
+// ("yaml: line 1: did not find expected ',' or '}'"), of no column and
+// often of the wrong line. ParseLimits still reads such text as YAML, its
+// superset, when it is YAML, and gives JSON's error when it is neither.
+func TestParseLimitsJSONSyntax(t *testing.T) {
+	const limit = `{"kind": "token bucket", "rate": 1, "period": "1s"}`
+	for _, c := range []struct {
+		in, want string
+		yaml     bool // ParseLimits reads it as YAML
+	}{
+		{`{"a": ` + limit + `,}`, `line 1, column 59: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it`, true},
+		{"{\n  \"a\": {\"kind\": \"token bucket\", \"rate\": 1, \"period\": \"1s\",\n  }\n}", `line 3, column 3: not JSON: a comma before }`, true},
+		{`{"a": ` + limit + "}\x00", `line 1, column 59: not JSON: byte 0x00 after the JSON value: write one JSON object, with nothing after it but white space`, false},
+		{`{"a": ` + limit + "}\n\n{}", `line 3, column 1: not JSON: '{' after the JSON value`, false},
+		{"{\n\"é\": {\"kind\": \"token bucket\", \"rate\": 1 \"period\": \"1s\"}}", `line 2, column 41: not JSON: invalid character '"' after object key:value pair`, false},
+		{`{"a": {"kind": "token bucket", 'rate': 1, "period": "1s"}}`, `line 1, column 32: not JSON: invalid character '\'' looking for beginning of object key string`, true},
+		{`{"a": {"kind": "token bucket", "rate": 1, "period": 1s}}`, `line 1, column 54: not JSON: invalid character 's' after object key:value pair`, true},
+		{`{"a": ` + limit, `line 1, column 58: not JSON: the JSON ends before its value does`, false},
+		{" \n", `line 2, column 1: not JSON: the file is empty`, false},
+	} {
+		limits, err := ratelimit.ParseLimitsJSON([]byte(c.in))
+		require.Error(t, err, "%q: got %v", c.in, limits)
+		assert.Equal(t, "ratelimit: limits file: "+c.want, err.Error()[:min(len(err.Error()), len("ratelimit: limits file: ")+len(c.want))], "%q", c.in)
+
+		limits, err = ratelimit.ParseLimits([]byte(c.in))
+		switch {
+		case c.yaml:
+			assert.NoError(t, err, "%q", c.in)
+			assert.Contains(t, limits, "a", "%q", c.in)
+		case strings.TrimSpace(c.in) != "":
+			require.Error(t, err, "%q: got %v", c.in, limits)
+			assert.ErrorContains(t, err, c.want, "%q", c.in)
+			assert.ErrorContains(t, err, "(nor is it YAML: yaml: ", "%q", c.in)
+		}
+	}
+	limits, err := ratelimit.ParseLimitsJSON([]byte("\uFEFF{\"a\": " + limit + "}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second}, limits["a"])
+	_, err = ratelimit.ParseLimitsJSON([]byte(`{"a": {"kind": "token bucket", "rate": 0, "period": "1s"}}`))
+	assert.ErrorContains(t, err, `ratelimit: limits file: line 1: limit "a": Rate is 0`)
+
+	// Limits.UnmarshalJSON, called as a decoder of another format may call
+	// it, without json.Unmarshal's check before it, says where too.
+	var l ratelimit.Limits
+	assert.EqualError(t, l.UnmarshalJSON([]byte(`{"a": `+limit+`,}`)),
+		"limits: line 1, column 59: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it")
+}

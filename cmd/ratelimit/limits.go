@@ -227,8 +227,14 @@ func (f *limitFlags) all() (ratelimit.Limits, error) {
 
 // loadLimits reads a limits file: YAML, or JSON of the same shape.
 func loadLimits(path string) (ratelimit.Limits, error) {
+	// A .json file is held to JSON's rules, with JSON's errors: read as
+	// YAML, which reads JSON too, a comma after the last member passed,
+	// and a file that was not JSON got YAML's error.
+	parse := ratelimit.ParseLimits
 	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json", ".yaml", ".yml":
+	case ".json":
+		parse = ratelimit.ParseLimitsJSON
+	case ".yaml", ".yml":
 	default:
 		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
 	}
@@ -236,7 +242,7 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 	if err != nil {
 		return nil, err
 	}
-	limits, err := ratelimit.ParseLimits(data)
+	limits, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, inFile(err))
 	}

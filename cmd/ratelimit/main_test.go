@@ -169,6 +169,28 @@ func TestLimitsFiles(t *testing.T) {
 	require.Contains(t, errOut, `limit "x": rate is 0`)
 }
 
+// A .json limits file is read by JSON's rules, with JSON's errors, which
+// name the line and the column: read as YAML, a comma after the last
+// member passed, and a trailing NUL got "yaml: control characters are not
+// allowed". A .yaml file is YAML, of which such JSON is.
+func TestLimitsFileJSONRules(t *testing.T) {
+	dir := t.TempDir()
+	const limits = "{\n  \"send\": {\"kind\": \"token bucket\", \"rate\": 10, \"period\": \"1m\"},\n}\n"
+	js := writeFile(t, dir, "limits.json", limits)
+	code, out, errOut := exec("simulate", "--limits", js, "--name", "send", "--at", "0s=1")
+	require.Equal(t, 1, code, out)
+	assert.Equal(t, "ratelimit: "+js+": limits file: line 3, column 1: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it\n", errOut)
+
+	nul := writeFile(t, dir, "nul.json", `{"send": {"kind": "token bucket", "rate": 10, "period": "1m"}}`+"\x00")
+	code, out, errOut = exec("simulate", "--limits", nul, "--name", "send", "--at", "0s=1")
+	require.Equal(t, 1, code, out)
+	assert.Equal(t, "ratelimit: "+nul+": limits file: line 1, column 63: not JSON: byte 0x00 after the JSON value: write one JSON object, with nothing after it but white space\n", errOut)
+
+	yml := writeFile(t, dir, "limits.yaml", limits)
+	code, _, errOut = exec("simulate", "--limits", yml, "--name", "send", "--at", "0s=1")
+	require.Equal(t, 0, code, errOut)
+}
+
 // A limits file larger than maxLimitsFile is refused, before it is read
 // whole: one given by mistake (a log, a dump, a link to /dev/zero) was read
 // into memory, all of it, before the parser could say it is no limits
