@@ -287,3 +287,20 @@ func TestKeysNotUTF8(t *testing.T) {
 		require.Contains(t, out, fmt.Sprintf("key %q at ", key))
 	}
 }
+
+// token refund, use and settle refuse --key-secret, which the Stores
+// table lists for every store command, saying why they need none: it was
+// refused as an unknown flag.
+func TestKeySecretRefusedBySettling(t *testing.T) {
+	const secret = "cli test secret, of 32 bytes...."
+	for _, action := range []string{"refund", "use", "settle"} {
+		args := append([]string{"token", action, "--store", "mem:", "--key-secret", secret, "AQ"}, tokenBucket...)
+		if action == "settle" {
+			args = append(args, "--used", "1")
+		}
+		code, out, errOut := exec(args...)
+		require.Equal(t, 2, code, "%q: %s%s", args, out, errOut)
+		require.Equal(t, "ratelimit: --key-secret: token "+action+" takes no key secret: a token holds its key as the store knows it, a keyed hash where the application hashes keys; leave --key-secret out\n"+
+			"Run 'ratelimit token "+action+" --help' for usage.\n", errOut, "%q", args)
+	}
+}

@@ -48,6 +48,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 type storeFlags struct {
 	url, prefix, table, bucket string
 	keySecret                  string
+	takesSecret                bool // --key-secret is registered: the command reads the secret
 	timeout                    time.Duration
 	serverTime                 bool           // the store's WithServerTime
 	phaseSeed                  uint64         // the Limiter's WithPhaseSeed
@@ -89,7 +90,7 @@ func (f *storeFlags) registerURL(fs *pflag.FlagSet) {
 
 // registerKeySecret registers --key-secret.
 func (f *storeFlags) registerKeySecret(fs *pflag.FlagSet) {
-	f.fs = fs
+	f.fs, f.takesSecret = fs, true
 	fs.StringVar(&f.keySecret, "key-secret", "", "the secret of the application's ratelimit.WithKeyHash, as text, when its keys are hashed (default: $"+keySecretEnv+")")
 }
 
@@ -192,7 +193,7 @@ func causeAfter(ctx context.Context, err error) error {
 // keys in the clear, and the command saw other records than the
 // application's.
 func (f *storeFlags) checkKeySecret() error {
-	if f.fs == nil || f.fs.Lookup("key-secret") == nil {
+	if !f.takesSecret {
 		return nil // a command that takes no secret
 	}
 	if f.fs.Changed("key-secret") {

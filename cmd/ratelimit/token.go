@@ -808,6 +808,9 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 		Example: example,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("key-secret") {
+				return usagef("--key-secret: token %s takes no key secret: a token holds its key as the store knows it, a keyed hash where the application hashes keys; leave --key-secret out", action)
+			}
 			if err := checkTokenArgs(args); err != nil {
 				return err
 			}
@@ -955,6 +958,11 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 	lf.register(cmd.Flags())
 	cmd.Flags().Lookup("name").Usage = "an inline limit's name, as the token names it (with --limits, every limit of the file is declared)"
 	sf.registerStore(cmd.Flags())
+	// Refused with the reason, rather than as an unknown flag, as the
+	// other store commands take it: a script that gives every store
+	// command the same flags learns why this one needs no secret.
+	cmd.Flags().String("key-secret", "", "not taken: a token holds its key as the store knows it")
+	_ = cmd.Flags().MarkHidden("key-secret")
 	keys.register(cmd.Flags())
 	cmd.Flags().Var(&settler, "settler", "the ID of this settling attempt (ratelimit.Settler): 32 hex digits or a UUID; the same again in a retry, which then finds its own settlement")
 	if action == "settle" {
