@@ -424,7 +424,7 @@ func (d *exactDuration) Set(s string) error {
 
 // decimalInt is a flag of a whole number written in decimal: pflag's Int
 // reads 010 as the octal 8 and 0x10 as 16. A leading zero is refused, as
-// in a limits file.
+// in a limits file; a sign, + or -, is read, as there (docs/cli.md).
 type decimalInt int
 
 func (n *decimalInt) String() string { return strconv.Itoa(int(*n)) }

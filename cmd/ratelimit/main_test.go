@@ -879,6 +879,18 @@ func BenchmarkVerify(b *testing.B) {
 	}
 }
 
+// A request of --at that is empty, after a trailing comma or between two,
+// is a usage error: "0s=1," ran the one request, the empty one dropped,
+// as of a list cut short ("0s=1,$MORE" with $MORE unset).
+func TestSimulateAtEmptyRequest(t *testing.T) {
+	for _, at := range []string{"0s=1,", ",0s=1", "0s=1,,1s=1", "0s=1, "} {
+		code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1", "--period", "1s", "--at", at)
+		require.Equal(t, 2, code, "%q: %s", at, out)
+		assert.Equal(t, fmt.Sprintf("ratelimit: --at %q: an empty request, before, between or after the commas: write TIME=COUNT,TIME=COUNT, e.g. 00:00=1,00:30=15", at)+
+			"\nRun 'ratelimit simulate --help' for usage.\n", errOut)
+	}
+}
+
 func TestParsePattern(t *testing.T) {
 	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
 	require.NoError(t, err)
@@ -897,7 +909,10 @@ func TestParsePattern(t *testing.T) {
 		// minutes and seconds of 60 and more.
 		"0x1p4:00=1", "+1:00=1", "1_0:00=1", "1.5:00=1", "00:.5=1", "00:30.=1", "00:75=1", "00:30:60=1",
 		// Not whole milliseconds, which ran as the millisecond before.
-		"1ns=1", "1.5ms=1", "00:00:00.0001=1"} {
+		"1ns=1", "1.5ms=1", "00:00:00.0001=1",
+		// An empty request, as of a list cut short ("0s=1,$MORE"): the
+		// others ran, the empty one dropped.
+		"0s=1,", ",0s=1", "0s=1,,1s=1", " , "} {
 		_, err := parsePattern(bad)
 		var u usageError
 		require.ErrorAs(t, err, &u, bad)

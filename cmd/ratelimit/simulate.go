@@ -179,10 +179,15 @@ seed gives the same output.`,
 // parsePattern reads "00:30=15,00:45=15,01:30=30r".
 func parsePattern(s string) ([]request, error) {
 	var reqs []request
+	if s == "" {
+		return nil, nil // no --at
+	}
 	for part := range strings.SplitSeq(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
-			continue
+			// A list cut short (--at "0s=1,$MORE" with $MORE unset) ran
+			// the requests before the cut alone, without a word.
+			return nil, usagef("--at %q: an empty request, before, between or after the commas: write TIME=COUNT,TIME=COUNT, e.g. 00:00=1,00:30=15", s)
 		}
 		at, n, ok := strings.Cut(part, "=")
 		if !ok {
