@@ -35,6 +35,17 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// usageOf is a usage error of the command cmd, whose --help the hint
+// names, where the command run is another: help's, for help token nope,
+// whose error is token's.
+type usageOf struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e usageOf) Error() string { return e.err.Error() }
+func (e usageOf) Unwrap() error { return usageError{e.err} }
+
 // exitError ends the command with an exit code of its own.
 type exitError struct {
 	code int
@@ -90,6 +101,9 @@ func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	)
 	switch {
 	case errors.As(err, &u):
+		if uo := (usageOf{}); errors.As(err, &uo) {
+			cmd = uo.cmd
+		}
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
 	case errors.As(err, &x):
@@ -277,14 +291,20 @@ func newHelp() *cobra.Command {
 		Short: "Help about any command",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
+			// Its usage errors are of the command asked about, whose
+			// --help they point at, not help's.
 			cmd, rest, err := c.Root().Find(args)
 			switch {
 			case err != nil:
-				return usageError{err}
+				return usageOf{c.Root(), err}
 			case len(rest) > 0 && cmd.HasSubCommands():
-				return cmd.RunE(cmd, rest) // the root or token: an unknown command, and a near name
+				err := cmd.RunE(cmd, rest) // the root or token: an unknown command, and a near name
+				if errors.As(err, new(usageError)) {
+					err = usageOf{cmd, err}
+				}
+				return err
 			case len(rest) > 0:
-				return usagef("unknown command %q for %q, which has none: run '%s --help'", rest[0], cmd.CommandPath(), cmd.CommandPath())
+				return usageOf{cmd, fmt.Errorf("unknown command %q for %q, which has none: run '%s --help'", rest[0], cmd.CommandPath(), cmd.CommandPath())}
 			}
 			return cmd.Help()
 		},
