@@ -93,6 +93,8 @@
 // instrumentation scope is ScopeName, the module's path.
 //
 // A nil Option (an option variable never set) is a mistake, as it is to
-// ratelimit.New: NewObserver returns an error matching ErrInvalidOption,
-// and WrapStore, which returns no error, panics with one.
+// ratelimit.New, and so is a provider that is a nil pointer (a
+// *sdktrace.TracerProvider left unset; nil itself asks for the global
+// one): NewObserver returns an error matching ErrInvalidOption, and
+// WrapStore, which returns no error, panics with one.
 package ratelimitotel

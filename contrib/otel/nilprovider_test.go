@@ -13,37 +13,53 @@ import (
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // A nil *sdkmetric.MeterProvider or *sdktrace.TracerProvider (a field
-// left unset) is taken as nil is: the global provider. NewObserver and
-// WrapStore called the nil provider's Meter and Tracer, and panicked.
+// left unset) is refused, as a nil Option is, naming the option, its type
+// and its place: it was taken as nil is, for the global provider, which
+// the provider meant may not be. nil itself is still the global one.
 func TestNilPointerProviders(t *testing.T) {
+	_, err := ratelimitotel.NewObserver(ratelimitotel.WithAttributes(), ratelimitotel.WithMeterProvider((*sdkmetric.MeterProvider)(nil)))
+	require.ErrorIs(t, err, ratelimitotel.ErrInvalidOption)
+	assert.EqualError(t, err, "ratelimitotel: NewObserver was given WithMeterProvider of a nil *metric.MeterProvider, whose methods would dereference it: "+
+		"give a provider, or leave the option out (or give it nil) for the global one (option 2)")
+	_, err = ratelimitotel.NewObserver(ratelimitotel.WithTracerProvider((*sdktrace.TracerProvider)(nil)))
+	require.ErrorIs(t, err, ratelimitotel.ErrInvalidOption)
+
+	var tp trace.TracerProvider = (*sdktrace.TracerProvider)(nil)
+	r := recoverPanic(func() { ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider(tp)) })
+	rerr, ok := r.(error)
+	require.True(t, ok, "WrapStore panicked with %v", r)
+	require.ErrorIs(t, rerr, ratelimitotel.ErrInvalidOption)
+	assert.EqualError(t, rerr, "ratelimitotel: WrapStore was given WithTracerProvider of a nil *trace.TracerProvider, whose methods would dereference it: "+
+		"give a provider, or leave the option out (or give it nil) for the global one (option 1)")
+
+	// nil: the global providers.
 	reader, mp := newReader(t)
 	prevMP := otel.GetMeterProvider()
 	otel.SetMeterProvider(mp)
 	t.Cleanup(func() { otel.SetMeterProvider(prevMP) })
-	spans, tp := newTracer(t)
+	spans, gtp := newTracer(t)
 	prevTP := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
+	otel.SetTracerProvider(gtp)
 	t.Cleanup(func() { otel.SetTracerProvider(prevTP) })
-
-	var obs *ratelimitotel.Observer
-	require.NotPanics(t, func() {
-		var err error
-		obs, err = ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider((*sdkmetric.MeterProvider)(nil)))
-		require.NoError(t, err)
-	})
+	obs, err := ratelimitotel.NewObserver(ratelimitotel.WithMeterProvider(nil))
+	require.NoError(t, err)
 	obs.Observe(context.Background(), ratelimit.Event{Result: ratelimit.Result{Name: "api", Key: secretKey}, Outcome: ratelimit.Denied})
 	assert.Equal(t, map[string]int64{"api denied false false": 1}, counts(t, collect(t, reader)))
-
-	var w ratelimit.Store
-	require.NotPanics(t, func() {
-		w = ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider((*sdktrace.TracerProvider)(nil)))
-	})
+	w := ratelimitotel.WrapStore(must(memstore.New()), ratelimitotel.WithTracerProvider(nil))
 	require.NoError(t, w.Delete(context.Background(), []driver.RecordID{{Name: "api", Key: secretKey}}))
 	require.Len(t, spans.GetSpans(), 1)
 	assert.Equal(t, ratelimitotel.SpanDelete, spans.GetSpans()[0].Name)
+}
+
+// recoverPanic returns what f panics with, nil if it does not.
+func recoverPanic(f func()) (r any) {
+	defer func() { r = recover() }()
+	f()
+	return nil
 }
 
 // A nil Option (an option variable never set) is refused, as

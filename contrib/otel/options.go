@@ -95,52 +95,78 @@ type config struct {
 }
 
 // ErrInvalidOption is matched (errors.Is) by the error of NewObserver
-// given a nil Option, and by the value WrapStore panics with given one.
+// given a nil Option, or a provider that is a nil pointer, and by the
+// value WrapStore panics with given one.
 var ErrInvalidOption = errors.New("ratelimitotel: invalid option")
 
 // newConfig applies opts, for the function fn. A nil Option (an option
 // variable never set) is refused, as ratelimit.New refuses one: skipped,
 // the option meant (a provider, the attributes that tell two stores
-// apart) would go missing unseen.
+// apart) would go missing unseen. So is an option's error, which says
+// what was wrong; newConfig names the function and the option's place.
 func newConfig(fn string, opts []Option) (config, error) {
 	c := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
 	for k, o := range opts {
 		if isnil.Is(o) {
 			return config{}, fmt.Errorf("ratelimitotel: %s was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", fn, k+1, ErrInvalidOption)
 		}
-		o.apply(&c)
+		if err := o.apply(&c); err != nil {
+			return config{}, fmt.Errorf("ratelimitotel: %s was given %w (option %d)", fn, err, k+1)
+		}
 	}
 	return c, nil
 }
 
 // Option configures NewObserver and WrapStore.
-type Option interface{ apply(*config) }
+type Option interface{ apply(*config) error }
 
-type optionFunc func(*config)
+type optionFunc func(*config) error
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// nilProvider is the error of a provider that is a nil pointer, of type
+// t, given to the option named opt.
+type nilProvider struct{ opt, t string }
+
+func (e nilProvider) Error() string {
+	return fmt.Sprintf("%s of a nil %s, whose methods would dereference it: give a provider, or leave the option out (or give it nil) for the global one", e.opt, e.t)
+}
+
+func (e nilProvider) Unwrap() error { return ErrInvalidOption }
 
 // WithMeterProvider sets the MeterProvider the Observer creates its meter
-// from. By default, or given nil, it is the global one (otel.GetMeterProvider);
-// a nil pointer (a *sdkmetric.MeterProvider left unset) is taken as nil,
-// whose methods would dereference it.
+// from. By default, or given nil, it is the global one (otel.GetMeterProvider).
+// A nil pointer (a *sdkmetric.MeterProvider left unset), whose methods
+// would dereference it, is refused (ErrInvalidOption): it is no provider,
+// and not the nil that asks for the global one, which the provider meant
+// may not be.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
-		if !isnil.Is(mp) {
+	return optionFunc(func(c *config) error {
+		switch {
+		case mp == nil:
+		case isnil.Is(mp):
+			return nilProvider{"WithMeterProvider", fmt.Sprintf("%T", mp)}
+		default:
 			c.mp = mp
 		}
+		return nil
 	})
 }
 
 // WithTracerProvider sets the TracerProvider the wrapped store creates its
 // tracer from. By default, or given nil, it is the global one
-// (otel.GetTracerProvider); a nil pointer (a *sdktrace.TracerProvider left
-// unset) is taken as nil, whose methods would dereference it.
+// (otel.GetTracerProvider). A nil pointer (a *sdktrace.TracerProvider left
+// unset) is refused, as WithMeterProvider refuses one.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
-		if !isnil.Is(tp) {
+	return optionFunc(func(c *config) error {
+		switch {
+		case tp == nil:
+		case isnil.Is(tp):
+			return nilProvider{"WithTracerProvider", fmt.Sprintf("%T", tp)}
+		default:
 			c.tp = tp
 		}
+		return nil
 	})
 }
 
@@ -148,5 +174,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // the name of the store or of the service. They must not depend on the
 // call: a key among them would make every metric unbounded.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
-	return optionFunc(func(c *config) { c.attrs = append(c.attrs, attrs...) })
+	return optionFunc(func(c *config) error {
+		c.attrs = append(c.attrs, attrs...)
+		return nil
+	})
 }

@@ -56,8 +56,9 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // refuses it with its error, as it would s: a wrapper around it would be
 // accepted, and panic on the first decision.
 //
-// A nil Option (an option variable never set) is a programming error,
-// which ratelimit.New and NewObserver refuse with an error. WrapStore
+// A nil Option (an option variable never set), or a provider that is a
+// nil pointer, is a programming error, which ratelimit.New and
+// NewObserver refuse with an error. WrapStore
 // returns none: it panics at once, with an error matching
 // ErrInvalidOption that names the option's place, as httplimit's Wrap
 // does for a nil handler. Returning nil would have New blame the store,
