@@ -310,6 +310,9 @@ type contenderRun struct {
 	res    *Result
 	hist   histogram
 	grants [][]grant
+	// most is the most grants one goroutine made in a slice of the cell
+	// so far, by which the next slice sizes its goroutines' buffers.
+	most int
 }
 
 func runCell(ctx context.Context, o *Options, e *env, mr *MediumReport, cell *Cell, index int) error {
@@ -395,8 +398,25 @@ type worker struct {
 	err                    error
 	last                   time.Duration
 	hist                   histogram
-	grants                 []grant
+	grants                 []grant   // the buffer being filled
+	full                   [][]grant // the buffers filled before it
 	_                      [64]byte
+}
+
+// minGrants is the least room for grants a worker starts a slice with.
+const minGrants = 256
+
+// keep records g. The buffer was made before the slice's clock started,
+// with room for a quarter more grants than the most a goroutine made in
+// a slice before: a grant costs a store, for every contender alike. Only
+// a slice that grants more than that (the warm-up round's first) makes
+// another buffer, twice as large, and copies nothing.
+func (w *worker) keep(g grant) {
+	if len(w.grants) == cap(w.grants) {
+		w.full = append(w.full, w.grants)
+		w.grants = make([]grant, 0, 2*cap(w.grants))
+	}
+	w.grants = append(w.grants, g)
 }
 
 // runSlice runs r from goroutines goroutines for about d: each goroutine
@@ -407,6 +427,10 @@ type worker struct {
 // the check.
 func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Duration, base time.Time, counted bool, seed uint64) {
 	workers := make([]worker, goroutines)
+	room := max(minGrants, r.most+r.most/4)
+	for i := range workers {
+		workers[i].grants = make([]grant, 0, room)
+	}
 	start := time.Since(base)
 	deadline := start + d
 	done := ctx.Done()
@@ -441,7 +465,7 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 					// Latency in whole microseconds, rounded up: the
 					// answer is never placed earlier than it came.
 					lat := min((t1-t0+time.Microsecond-1)/time.Microsecond, math.MaxUint32)
-					w.grants = append(w.grants, grant{from: int64(t0), key: int32(k), lat: uint32(lat)})
+					w.keep(grant{from: int64(t0), key: int32(k), lat: uint32(lat)})
 				}
 				w.last = t1
 				if t1 >= deadline {
@@ -464,7 +488,8 @@ func runSlice(ctx context.Context, r *contenderRun, goroutines int, d time.Durat
 	for i := range workers {
 		w := &workers[i]
 		last = max(last, w.last)
-		r.grants = append(r.grants, w.grants)
+		r.grants = append(append(r.grants, w.full...), w.grants)
+		r.most = max(r.most, int(w.granted))
 		if !counted {
 			continue
 		}
