@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/goroutines"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -127,6 +132,51 @@ func TestRunRedis(t *testing.T) {
 	}
 	require.NoError(t, iter.Err())
 	assert.Empty(t, keys)
+}
+
+// TestRedisLibraryClosesItsStore requires the library's Taker on Redis
+// to close the store its cell made, as runCell closes every Taker that is
+// an io.Closer: the store's goroutines, which send its calls, outlived
+// every cell of a run.
+func TestRedisLibraryClosesItsStore(t *testing.T) {
+	u, err := url.Parse(testserver.RedisURL(t))
+	require.NoError(t, err)
+	c := redis.NewClient(&redis.Options{Addr: u.Host})
+	defer c.Close()
+	e := &env{prefix: "rlcompare-test-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-", redis: c}
+	defer func() {
+		_, err := deleteKeys(context.Background(), c, e.prefix)
+		assert.NoError(t, err)
+	}()
+	lib := redisContenders[0]
+	require.Equal(t, Library, lib.Role)
+
+	others := goroutines.Running(goroutines.CoalesceWorker)
+	taker, err := lib.New(context.Background(), e, DefaultOptions().Limit)
+	require.NoError(t, err)
+	// A context that can end: the store sends its calls in the background.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for range 10 {
+		_, err := taker.Take(ctx, e.prefix+"k")
+		require.NoError(t, err)
+	}
+	var mine []string
+	for _, g := range goroutines.Running(goroutines.CoalesceWorker) {
+		if !slices.Contains(others, g) {
+			mine = append(mine, g)
+		}
+	}
+	require.NotEmpty(t, mine, "the store runs a worker")
+
+	closer, ok := taker.(io.Closer)
+	require.True(t, ok, "%T is no io.Closer: its cell leaves its store open", taker)
+	require.NoError(t, closer.Close())
+	require.Eventually(t, func() bool {
+		now := goroutines.Running(goroutines.CoalesceWorker)
+		return !slices.ContainsFunc(mine, func(g string) bool { return slices.Contains(now, g) })
+	}, time.Minute, time.Millisecond, "the store's workers outlive the cell")
+	runtime.KeepAlive(taker) // no collection ends the workers in its stead
 }
 
 func TestRunSkipsUnreachable(t *testing.T) {

@@ -2,6 +2,8 @@ package compare
 
 import (
 	"context"
+	"errors"
+	"io"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -78,24 +80,55 @@ func (f TakeFunc) Take(ctx context.Context, key string) (bool, error) { return f
 // libraryTaker calls Limiter.Limit: the library as a user calls it.
 type libraryTaker struct {
 	lim *ratelimit.Limiter
+	// own is the store when the cell made it (redisstore's, whose
+	// goroutines send its calls), closed with the cell; nil when the
+	// medium's contenders share one (bbolt's, PostgreSQL's).
+	own io.Closer
 }
 
 // limitName is the name of the one limit the library's contenders declare.
 const limitName = "compare"
 
+// newLibrary returns the library on store, which the medium keeps and
+// closes.
 func newLibrary(store ratelimit.Store, l Limit) (Taker, error) {
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		limitName: {Kind: l.Kind, Rate: float64(l.Rate), Period: l.Period},
-	})
+	lim, err := newLimiter(store, l)
 	if err != nil {
 		return nil, err
 	}
-	return libraryTaker{lim}, nil
+	return &libraryTaker{lim: lim}, nil
 }
 
-func (t libraryTaker) Take(ctx context.Context, key string) (bool, error) {
+// newOwnLibrary returns the library on a store made for the cell, which
+// the Taker closes.
+func newOwnLibrary(store interface {
+	ratelimit.Store
+	io.Closer
+}, l Limit) (Taker, error) {
+	lim, err := newLimiter(store, l)
+	if err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	return &libraryTaker{lim: lim, own: store}, nil
+}
+
+func newLimiter(store ratelimit.Store, l Limit) (*ratelimit.Limiter, error) {
+	return ratelimit.New(store, ratelimit.Limits{
+		limitName: {Kind: l.Kind, Rate: float64(l.Rate), Period: l.Period},
+	})
+}
+
+func (t *libraryTaker) Take(ctx context.Context, key string) (bool, error) {
 	res, err := t.lim.Limit(ctx, limitName, key)
 	return res.OK, err
+}
+
+// Close closes the store the cell made, if any.
+func (t *libraryTaker) Close() error {
+	if t.own == nil {
+		return nil
+	}
+	return t.own.Close()
 }
 
 // libraryBound is the library's promise: a token bucket of capacity Rate,

@@ -24,7 +24,7 @@ var redisContenders = []Contender{
 			if err != nil {
 				return nil, err
 			}
-			return newLibrary(s, l)
+			return newOwnLibrary(s, l)
 		},
 	},
 	{
