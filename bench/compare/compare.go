@@ -161,6 +161,7 @@ type Result struct {
 // unique to the run.
 type env struct {
 	prefix string // starts every key the run writes
+	keys   int    // the cell's number of keys, for a store sized by it
 
 	redis redis.UniversalClient
 
@@ -317,6 +318,7 @@ type contenderRun struct {
 
 func runCell(ctx context.Context, o *Options, e *env, mr *MediumReport, cell *Cell, index int) error {
 	runs := make([]*contenderRun, len(mr.Contenders))
+	e.keys = cell.Keys
 	defer func() {
 		for _, r := range runs {
 			if r == nil {

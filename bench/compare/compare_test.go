@@ -347,3 +347,28 @@ func TestRunEndsEarly(t *testing.T) {
 		}
 	})
 }
+
+// TestThrottledHoldsEveryKey requires throttled's memory store to hold
+// every key of a cell: made to hold 65,536, it dropped the least recently
+// used of a cell of more, and granted a key whose burst was spent a
+// full burst again.
+func TestThrottledHoldsEveryKey(t *testing.T) {
+	i := slices.IndexFunc(memoryContenders, func(c Contender) bool { return c.Name == "throttled memstore" })
+	require.GreaterOrEqual(t, i, 0)
+	const keys = 70_000
+	e := &env{keys: keys}
+	taker, err := memoryContenders[i].New(context.Background(), e, Limit{Rate: 1, Period: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	take := func(key string) bool {
+		ok, err := taker.Take(ctx, key)
+		require.NoError(t, err)
+		return ok
+	}
+	require.True(t, take("k0"))
+	require.False(t, take("k0"), "a burst of 1, spent")
+	for k := 1; k < keys; k++ {
+		take("k" + strconv.Itoa(k))
+	}
+	assert.False(t, take("k0"), "k0 granted again within the hour, after every other key of the cell")
+}
