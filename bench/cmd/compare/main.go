@@ -4,7 +4,10 @@
 // checks that no contender granted more than its algorithm allows. It
 // exits with status 1 when a check fails (with -fail library, only when
 // one of ratelimit's does), 2 on a usage or setup error or when every
-// medium was skipped (its server could not be reached).
+// medium was skipped (its server could not be reached). Interrupted
+// (Ctrl-C) or terminated (SIGTERM), it removes what it made and reports
+// the cells that finished; a second signal while it cleans up ends it at
+// once with status 130, leaving what it has not removed yet.
 //
 //	cd bench && go run ./cmd/compare -medium redis,pg,bolt,memory -goroutines 1,8,64 -keys 1,10000 -rounds 5 -slice 200ms
 package main
@@ -100,8 +103,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// A run cleans up what it made when it is interrupted or told to
-	// terminate (as by kill or timeout).
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// terminate (as by kill or timeout); a second signal, while it
+	// cleans up (a server slow to answer, a lock in the way), ends the
+	// process at once.
+	ctx, stop := interrupts(stderr)
 	defer stop()
 	start := time.Now()
 	rep, err := compare.Run(ctx, o)
@@ -134,6 +139,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return usage("no medium ran: every one was skipped")
 	}
 	return 0
+}
+
+// exitInterrupted is the status of a run ended by a second signal: 128 +
+// SIGINT, as shells report a command that Ctrl-C ended.
+const exitInterrupted = 130
+
+// interrupts returns a context that ends at the first SIGINT or SIGTERM;
+// the second ends the process with status 130, saying that what the run
+// made may be left. stop stops listening.
+func interrupts(stderr io.Writer) (ctx context.Context, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		cancel()
+		select {
+		case sig := <-sigs:
+			fmt.Fprintf(stderr, "compare: %v again while cleaning up: exiting at once; "+
+				"the run's Redis keys (rlcompare-*), PostgreSQL schema (rlcompare_*) or bbolt directory (rlcompare-* in %s) may be left\n",
+				sig, os.TempDir())
+			os.Exit(exitInterrupted)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
 func split(s string) []string {

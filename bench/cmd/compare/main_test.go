@@ -2,15 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -121,4 +126,101 @@ func TestTerminateCleansUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "left behind")
 	assert.Contains(t, stderr.String(), "context canceled")
+}
+
+// TestSecondInterruptExits requires a second Ctrl-C, while the run cleans
+// up, to end the process at once with status 130: the run swallowed it
+// and went on waiting, here for a lock that holds up its DROP SCHEMA, as
+// long as its cleanup's timeout (a minute).
+func TestSecondInterruptExits(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to a child")
+	}
+	ctx := context.Background()
+	pgURL := os.Getenv("DATABASE_URL") // as the store tests take it
+	if pgURL == "" {
+		pgURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	connect := func() *pgx.Conn {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, pgURL)
+		if err != nil {
+			t.Skipf("PostgreSQL at %s: %v", pgURL, err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		return conn
+	}
+	// One session watches the run's, outside a transaction: within one,
+	// pg_stat_activity reads the same as at its first read. The other
+	// holds the lock.
+	conn, locker := connect(), connect()
+	// The run's sessions are known by their application_name.
+	app := fmt.Sprintf("rlcompare-test-%d", time.Now().UnixNano())
+	u, err := url.Parse(pgURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), runArgsEnv+"=-medium pg -match ^bare -goroutines 1 -keys 1 -rounds 1000 -slice 10ms -quiet -pg "+u.String())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		cmd.Process.Kill() // if the test failed first
+		<-exited
+	}()
+
+	// waitFor polls the child's sessions until one's statement matches
+	// re, and returns the match's first group.
+	waitFor := func(re *regexp.Regexp, lockWait bool) string {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; {
+			rows, err := conn.Query(ctx, "SELECT query FROM pg_stat_activity WHERE application_name = $1 AND ($2 = false OR wait_event_type = 'Lock')", app, lockWait)
+			require.NoError(t, err)
+			queries, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			for _, q := range queries {
+				if m := re.FindStringSubmatch(q); m != nil {
+					return m[1]
+				}
+			}
+			select {
+			case <-exited:
+				t.Fatalf("the run ended: %v\n%s", waitErr, stderr.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+			require.True(t, time.Now().Before(deadline), "no statement matching %v after a minute", re)
+		}
+	}
+	// The run's schema, from its upserts; a lock on its table holds up the
+	// run's DROP SCHEMA, not its upserts.
+	schema := waitFor(regexp.MustCompile(`^INSERT INTO "(rlcompare_[a-z0-9_]+)"\."bare"`), false)
+	defer func() {
+		_, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		assert.NoError(t, err)
+	}()
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) // before the schema is dropped
+	_, err = tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, "bare"}.Sanitize()+" IN ACCESS SHARE MODE")
+	require.NoError(t, err)
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	waitFor(regexp.MustCompile(`^(DROP SCHEMA)`), true) // cleaning up, held up
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	select {
+	case <-exited:
+		var exit *exec.ExitError
+		require.ErrorAs(t, waitErr, &exit)
+		assert.Equal(t, 130, exit.ExitCode(), "%v\n%s", waitErr, stderr.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end within two minutes of the second interrupt")
+	}
+	assert.Contains(t, stderr.String(), "compare: interrupt again while cleaning up: exiting at once")
 }
