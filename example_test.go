@@ -233,9 +233,6 @@ func ExampleWithTokenKey_rotation() {
 	// step 3 too early, refused: true
 }
 
-// Limits kept in a file: ParseLimits reads YAML (or JSON) and validates
-// every limit, as New does, so that a bad file is refused at start-up, or
-// at a reload (SetLimits), with the limit, the line and the field.
 // ParseLimitsJSON holds a file to JSON's rules, and says where it stops
 // being JSON: here, at the comma after the last limit.
 func ExampleParseLimitsJSON() {
@@ -247,6 +244,9 @@ func ExampleParseLimitsJSON() {
 	// ratelimit: limits file: line 3, column 1: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it
 }
 
+// Limits kept in a file: ParseLimits reads YAML (or JSON) and validates
+// every limit, as New does, so that a bad file is refused at start-up, or
+// at a reload (SetLimits), with the limit, the line and the field.
 func ExampleParseLimits() {
 	limits, err := ratelimit.ParseLimits([]byte(`
 signup:
