@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
@@ -1049,4 +1051,42 @@ func TestParseLimitsJSONSyntax(t *testing.T) {
 	var l ratelimit.Limits
 	assert.EqualError(t, l.UnmarshalJSON([]byte(`{"a": `+limit+`,}`)),
 		"limits: line 1, column 59: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it")
+}
+
+// FuzzParseLimitsJSON reads any input without a panic; what it reads is
+// JSON, read as ParseLimits reads it, and what it refuses for its syntax
+// names a line and a column within the text.
+func FuzzParseLimitsJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"a": {"kind": "token bucket", "rate": 10, "period": "1m", "capacity": 3, "shards": 2, "failOpen": true}}`,
+		`{"a": {"kind": "token bucket", "rate": 1, "period": "1s"},}`,
+		"\uFEFF{\"\\ud83d\\ude80\": {\"kind\": \"fixed_window\", \"rate\": 1e15, \"period\": \"876576h\"}}",
+		"{\"a\": {\"kind\": \"fixed window\", \"rate\": 1, \"period\": \"1s\"}}\x00",
+		"{\n\"a\": {\"kind\": \"fixed window\", \"rate\": \"1\", \"period\": \"1s\", \"x\": {\"y\": [1]}}}",
+		`{"a": {"kind": "fixed window", "rate": 1, "rate": 2, "period": "1s"}}`,
+		`{"a": {"kind": "fixed window", "rate": 1e400, "period": "1s"}}`,
+		`{"a": {"kind": "fixed window", "rate": NaN, "period": "1s"}}`,
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		limits, err := ratelimit.ParseLimitsJSON(data)
+		if err == nil {
+			require.True(t, json.Valid(bytes.TrimPrefix(data, []byte("\uFEFF"))), "read %q, not JSON", data)
+			again, err := ratelimit.ParseLimits(data)
+			require.NoError(t, err, "%q", data)
+			require.Equal(t, limits, again, "%q", data)
+			return
+		}
+		var line, column int
+		if _, scanErr := fmt.Sscanf(err.Error(), "ratelimit: limits file: line %d, column %d: not JSON:", &line, &column); scanErr == nil {
+			text := bytes.TrimPrefix(data, []byte("\uFEFF"))
+			lines := strings.Split(strings.ReplaceAll(strings.ReplaceAll(string(text), "\r\n", "\n"), "\r", "\n"), "\n")
+			require.LessOrEqual(t, line, len(lines), "%q: %v", data, err)
+			require.GreaterOrEqual(t, line, 1, "%q: %v", data, err)
+			require.GreaterOrEqual(t, column, 1, "%q: %v", data, err)
+			require.LessOrEqual(t, column, utf8.RuneCountInString(lines[line-1])+1, "%q: %v", data, err)
+		}
+	})
 }
