@@ -809,7 +809,7 @@ func jsonSyntax(data []byte, err error) error {
 	if at > 0 && se.Error() != "unexpected end of JSON input" {
 		at-- // the offset is past the byte at fault
 	}
-	e := &jsonSyntaxError{line: 1 + lineBreaks(data[:at]), msg: se.Error()}
+	e := &jsonSyntaxError{line: 1 + lineBreaks(data[:at]), msg: se.Error(), err: se}
 	lineStart := bytes.LastIndexAny(data[:at], "\r\n") + 1
 	e.column = 1 + utf8.RuneCount(data[lineStart:at])
 	before := bytes.TrimRight(data[:at], " \t\r\n")
@@ -836,15 +836,21 @@ func quoteByte(b byte) string {
 }
 
 // jsonSyntaxError is the error of text that is not JSON, with the line
-// and the column, in characters from 1, where it stops being JSON.
+// and the column, in characters from 1, where it stops being JSON. It
+// unwraps to encoding/json's error, whose Offset is that of the byte at
+// fault in the whole text: errors.As finds a *json.SyntaxError, as it did
+// in the decoder's error this one replaced.
 type jsonSyntaxError struct {
 	line, column int
 	msg          string
+	err          *json.SyntaxError
 }
 
 func (e *jsonSyntaxError) Error() string {
 	return fmt.Sprintf("line %d, column %d: not JSON: %s", e.line, e.column, e.msg)
 }
+
+func (e *jsonSyntaxError) Unwrap() error { return e.err }
 
 // loneSurrogate returns the first escape of a surrogate (\ud800 to
 // \udfff) in raw, a JSON string as written, that is not one half of a
