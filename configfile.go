@@ -810,6 +810,11 @@ func jsonSyntax(data []byte, err error) error {
 		at-- // the offset is past the byte at fault
 	}
 	e := &jsonSyntaxError{line: 1 + lineBreaks(data[:at]), msg: se.Error(), err: se}
+	if at < len(data) && data[at] >= utf8.RuneSelf {
+		// encoding/json names the first byte of a character of several
+		// as a character of its own: 'â' for the curly quote “.
+		e.msg = strings.Replace(e.msg, strconv.QuoteRune(rune(data[at])), quoteChar(data[at:]), 1)
+	}
 	lineStart := bytes.LastIndexAny(data[:at], "\r\n") + 1
 	e.column = 1 + utf8.RuneCount(data[lineStart:at])
 	before := bytes.TrimRight(data[:at], " \t\r\n")
@@ -819,20 +824,22 @@ func jsonSyntax(data []byte, err error) error {
 	case at == len(data):
 		e.msg = "the JSON ends before its value does: close every string with \", every { with } and every [ with ]"
 	case strings.HasSuffix(se.Error(), "after top-level value"):
-		e.msg = fmt.Sprintf("%s after the JSON value: write one JSON object, with nothing after it but white space", quoteByte(data[at]))
+		e.msg = fmt.Sprintf("%s after the JSON value: write one JSON object, with nothing after it but white space", quoteChar(data[at:]))
 	case (data[at] == '}' || data[at] == ']') && bytes.HasSuffix(before, []byte(",")):
 		e.msg = fmt.Sprintf("a comma before %c: JSON allows none after the last member of an object or an array; remove it", data[at])
 	}
 	return e
 }
 
-// quoteByte shows b, a byte of a JSON text, for an error: a character as
-// it is, quoted, and any other byte (a NUL, a control) by its value.
-func quoteByte(b byte) string {
-	if b >= 0x20 && b < 0x7f {
-		return fmt.Sprintf("%q", rune(b))
+// quoteChar shows the first character of b, UTF-8 text, for an error:
+// quoted, as it is where it is printable and escaped otherwise ('\u200b'),
+// and an ASCII control (a NUL) by its value.
+func quoteChar(b []byte) string {
+	r, _ := utf8.DecodeRune(b)
+	if r < 0x20 || r == 0x7f {
+		return fmt.Sprintf("byte 0x%02x", r)
 	}
-	return fmt.Sprintf("byte 0x%02x", b)
+	return strconv.QuoteRune(r)
 }
 
 // jsonSyntaxError is the error of text that is not JSON, with the line

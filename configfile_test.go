@@ -1106,3 +1106,20 @@ func TestParseLimitsJSONSyntaxErrorAs(t *testing.T) {
 	assert.Equal(t, int64(42), se.Offset)
 	assert.ErrorContains(t, err, "line 1, column 42: not JSON: ")
 }
+
+// A character of several bytes where JSON stops is named as it is:
+// encoding/json names its first byte as a character of its own, so that
+// the curly quotes a text editor puts in said 'â', and a second byte
+// order mark 'ï'.
+func TestParseLimitsJSONSyntaxNamesCharacter(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"{\u201ca\u201d: {}}", `line 1, column 2: not JSON: invalid character '“' looking for beginning of object key string`},
+		{"{\n  \"a\": \u201cfixed window\u201d}", `line 2, column 8: not JSON: invalid character '“' looking for beginning of value`},
+		{"\uFEFF\uFEFF{}", `line 1, column 1: not JSON: invalid character '\ufeff' looking for beginning of value`},
+		{"{} \u00e9", `line 1, column 4: not JSON: 'é' after the JSON value: write one JSON object, with nothing after it but white space`},
+		{"{} \u200b", `line 1, column 4: not JSON: '\u200b' after the JSON value`},
+	} {
+		_, err := ratelimit.ParseLimitsJSON([]byte(c.in))
+		assert.ErrorContains(t, err, "ratelimit: limits file: "+c.want, "%q", c.in)
+	}
+}
