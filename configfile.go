@@ -643,7 +643,9 @@ func ParseLimits(data []byte) (Limits, error) {
 // or none, or a byte after the value (a NUL a tool left), is an error,
 // which names the line and the column where the text stops being JSON,
 // where ParseLimits would read such text as YAML, or refuse it with
-// YAML's error too.
+// YAML's error too. errors.As finds in such an error the
+// *json.SyntaxError, whose Offset counts from the start of data, after
+// a byte order mark if there is one.
 func ParseLimitsJSON(data []byte) (Limits, error) {
 	doc, err := jsonDocument(data)
 	if err != nil {

@@ -59,8 +59,8 @@ const maxSets = 1024
 // NewObserver returns an Observer that records on a meter of the
 // MeterProvider (WithMeterProvider; the global one by default) named
 // ScopeName. The error matches ErrInvalidOption for a nil Option, as
-// ratelimit.New's does, or a provider that is a nil pointer; otherwise it is the meter's, when it cannot create
-// an instrument.
+// ratelimit.New's does, and for a provider that is a nil pointer;
+// otherwise it is the meter's, when it cannot create an instrument.
 func NewObserver(opts ...Option) (*Observer, error) {
 	c, err := newConfig("NewObserver", opts)
 	if err != nil {
