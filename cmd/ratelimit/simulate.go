@@ -516,12 +516,20 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 		// A file already there is cut to the new chart. A pipe or a
 		// device (/dev/stdout, a shell's >(gzip > chart.svgz)) has nothing
 		// to cut, and refuses Truncate: it takes the chart as it comes.
-		if fi, err := chart.Stat(); err != nil || fi.Mode().IsRegular() {
+		// Standard output itself (/dev/stdout, redirected to a file)
+		// takes the chart after the table: opened anew, the file was cut
+		// and written from its start, over the table.
+		var w io.Writer = chart
+		fi, err := chart.Stat()
+		switch {
+		case err == nil && isOutput(out, fi):
+			w = out
+		case err != nil || fi.Mode().IsRegular():
 			if err := chart.Truncate(0); err != nil {
 				return fmt.Errorf("--svg: %w", err)
 			}
 		}
-		if err := writeSVG(chart, name, cfg, steps, samples, end); err != nil {
+		if err := writeSVG(w, name, cfg, steps, samples, end); err != nil {
 			return fmt.Errorf("--svg: %w", err)
 		}
 		f := chart
@@ -534,6 +542,20 @@ func simulate(ctx context.Context, out io.Writer, lf *limitFlags, name string, c
 		fmt.Fprintf(out, "\nchart: %s\n", escapeControls(svgPath))
 	}
 	return nil
+}
+
+// isOutput reports whether fi is the file of out, the command's standard
+// output, when that is a file.
+func isOutput(out io.Writer, fi os.FileInfo) bool {
+	if o, ok := out.(*outWriter); ok {
+		out = o.w
+	}
+	f, ok := out.(*os.File)
+	if !ok {
+		return false
+	}
+	ofi, err := f.Stat()
+	return err == nil && os.SameFile(fi, ofi)
 }
 
 // describe returns the line that names the limit and its fields, the
