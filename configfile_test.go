@@ -1092,14 +1092,19 @@ func FuzzParseLimitsJSON(f *testing.F) {
 }
 
 // A JSON syntax error is still a *json.SyntaxError to errors.As, as
-// Limits.UnmarshalJSON's was before its errors named the line and the
-// column, with the offset of the byte at fault in the whole text.
+// Limits.UnmarshalJSON's and Config.UnmarshalJSON's were before their
+// errors named the line and the column, with the offset of the byte at
+// fault in the whole text.
 func TestParseLimitsJSONSyntaxErrorAs(t *testing.T) {
 	bad := []byte(`{"a": {"kind": "token bucket", "rate": 1 "period": "1s"}}`)
 	var l ratelimit.Limits
 	var se *json.SyntaxError
 	require.ErrorAs(t, l.UnmarshalJSON(bad), &se)
 	assert.Equal(t, int64(42), se.Offset)
+
+	var c ratelimit.Config
+	require.ErrorAs(t, c.UnmarshalJSON(bad[6:len(bad)-1]), &se)
+	assert.Equal(t, int64(36), se.Offset)
 
 	_, err := ratelimit.ParseLimitsJSON(bad)
 	require.ErrorAs(t, err, &se)
