@@ -182,7 +182,7 @@ func (r *request) tag() string {
 // was still queued (it was not sent, and charged nothing) or in flight
 // (it may have been decided and charged): the error does not say which.
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Apply"); err != nil {
 		return err
 	}
 	if err := driver.CheckOut(op, out); err != nil {
@@ -226,7 +226,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // decided and their outs filled, and the error names each op that failed
 // ("op i: …", joined).
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "ApplyBatch"); err != nil {
 		return err
 	}
 	if err := driver.CheckOuts(ops, outs); err != nil {

@@ -58,7 +58,7 @@ const (
 // is for a server that could not be reached, or ctx's when it ends first:
 // CheckServer returns then, whatever the client's timeouts.
 func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "CheckServer"); err != nil {
 		return nil, err
 	}
 	var (

@@ -264,7 +264,7 @@ func (s *Store) OwnClock() bool { return s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Now"); err != nil {
 		return 0, err
 	}
 	cmd := redis.NewTimeCmd(ctx, "time")
@@ -316,14 +316,14 @@ const (
 )
 
 // usable returns ctx's error if it is done (as the store contract asks
-// of every method, closed or not), else driver.ErrClosed once the store
-// is closed, else nil.
-func (s *Store) usable(ctx context.Context) error {
+// of every method, closed or not), else, once the store is closed, an
+// error matching driver.ErrClosed that names call, else nil.
+func (s *Store) usable(ctx context.Context, call string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if s.closed.Load() {
-		return driver.ErrClosed
+		return fmt.Errorf("redisstore: %s: the store was closed (Close): make calls before Close, or on a new store (New): %w", call, driver.ErrClosed)
 	}
 	return nil
 }
@@ -399,7 +399,7 @@ func isTimeout(err error) bool {
 // Load implements ratelimit.Store: one pipeline of GETs, which a Cluster
 // client splits by node. It returns when ctx ends, whatever the server.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Load"); err != nil {
 		return err
 	}
 	if err := driver.CheckRecords(ids, out); err != nil {
@@ -569,7 +569,7 @@ const recordSize = 1 + 3*8
 // Delete implements ratelimit.Store: one pipeline of DELs. It returns
 // when ctx ends, whatever the server.
 func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Delete"); err != nil {
 		return err
 	}
 	cmds := make([]redis.Cmder, len(ids))
