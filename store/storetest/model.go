@@ -101,6 +101,9 @@ func (m *Model) Delete(ctx context.Context, ids []driver.RecordID) error {
 // the wrong length, or an invalid op, are refused before any op is
 // decided.
 func (m *Model) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := driver.CheckOuts(ops, outs); err != nil {
 		return fmt.Errorf("model: ApplyBatch: %w", err)
 	}

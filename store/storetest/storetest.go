@@ -94,6 +94,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("DebtOutlivesLimiter", func(t *testing.T) { testDebtOutlivesLimiter(t, newStore) })
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
 	t.Run("Contract", func(t *testing.T) { testContract(t, newStore) })
+	t.Run("Errors", func(t *testing.T) { testErrors(t, newStore) })
 	if _, ok := newStore(t).(driver.Expirer); ok {
 		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
 		t.Run("SweepDifferential", func(t *testing.T) { testSweepDifferential(t, newStore, s) })
