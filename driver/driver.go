@@ -27,6 +27,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -106,6 +107,25 @@ type BatchApplier interface {
 	// may or may not have taken effect, as for any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
+
+// OpError is the error of one op of a batch that failed on its own (a
+// record or a settlement's mark that the store cannot read: ErrBadRecord)
+// while the batch's other ops were decided and their outs filled. Such an
+// ApplyBatch returns the errors.Join of one *OpError for each op left
+// out: errors.As finds the first, the joined error's Unwrap() []error
+// lists them all, and errors.Is matches each op's failure (ErrBadRecord).
+type OpError struct {
+	Index int   // the op's index in the batch
+	Err   error // the op's failure, which names the store
+}
+
+// Error names the op's index in the batch and its failure.
+func (e *OpError) Error() string {
+	return fmt.Sprintf("op %d of the batch: %v", e.Index, e.Err)
+}
+
+// Unwrap returns the op's failure, for errors.Is and errors.As.
+func (e *OpError) Unwrap() error { return e.Err }
 
 // Binder is implemented by a store with a faster path than Apply for the
 // commonest call: one unsharded limit decided alone (Limit, Check or

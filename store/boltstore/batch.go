@@ -61,19 +61,9 @@ func newRequest(ctx context.Context, op *driver.Op, own bool) *request {
 
 // OpError is the error of one op of a batch that failed on its own, in
 // the error of ApplyBatch. The other ops of the batch were decided and
-// committed without it.
-type OpError struct {
-	Index int // the op's index in the batch
-	Err   error
-}
-
-// Error names the op's index in the batch and its failure.
-func (e *OpError) Error() string {
-	return fmt.Sprintf("boltstore: op %d of the batch: %v", e.Index, e.Err)
-}
-
-// Unwrap returns the op's failure, for errors.Is and errors.As.
-func (e *OpError) Unwrap() error { return e.Err }
+// committed without it. It is driver.OpError, the error every store's
+// ApplyBatch gives for such an op.
+type OpError = driver.OpError
 
 // ApplyBatch implements driver.BatchApplier: it decides ops one after
 // another, in one write transaction, and fills outs[i] (one Decision per
@@ -123,7 +113,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	var errs []error
 	for i, err := range res {
 		if err != nil {
-			errs = append(errs, &OpError{Index: i, Err: err})
+			errs = append(errs, &OpError{Index: i, Err: fmt.Errorf("boltstore: %w", err)})
 		} else if own {
 			copy(outs[i], reqs[i].out)
 		}
