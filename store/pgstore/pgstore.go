@@ -1969,7 +1969,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // an invalid op, are refused with an error, and nothing is sent. An op
 // that fails on its own (a row no release writes: ErrBadRecord) fails
 // alone: the others are decided and their outs filled, and the error
-// names each op that failed ("op i: …", joined).
+// joins a *driver.OpError for each op that failed.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -1990,13 +1990,13 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	var failed []error
 	for i, r := range reqs {
 		if r.err != nil {
-			failed = append(failed, fmt.Errorf("op %d: %w", i, r.err))
+			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", r.err)})
 			continue
 		}
 		copy(outs[i], r.out)
 	}
 	if failed != nil {
-		return fmt.Errorf("pgstore: apply batch: %w", errors.Join(failed...))
+		return errors.Join(failed...)
 	}
 	return nil
 }

@@ -223,8 +223,8 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // nothing is sent. It returns when ctx ends, whatever the client's
 // timeouts; the ops may then have been decided. An op that fails on its
 // own (a record it cannot read: ErrBadRecord) fails alone: the others are
-// decided and their outs filled, and the error names each op that failed
-// ("op i: …", joined).
+// decided and their outs filled, and the error joins a *driver.OpError
+// for each op that failed.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx, "ApplyBatch"); err != nil {
 		return err
@@ -255,14 +255,14 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	var failed []error
 	for j, r := range reqs {
 		if errs[j] != nil {
-			failed = append(failed, fmt.Errorf("op %d: %w", at[j], errs[j]))
+			failed = append(failed, &driver.OpError{Index: at[j], Err: fmt.Errorf("redisstore: %w", errs[j])})
 			continue
 		}
 		copy(outs[at[j]], r.out)
 		release(r)
 	}
 	if failed != nil {
-		return fmt.Errorf("redisstore: apply batch: %w", s.callerError(ctx, errors.Join(failed...)))
+		return s.callerError(ctx, errors.Join(failed...))
 	}
 	s.warnOnce()
 	return nil
