@@ -106,7 +106,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
+			return fmt.Errorf("boltstore: ApplyBatch: %w", err)
 		}
 		return wrap(err)
 	}

@@ -349,7 +349,10 @@ func (s *Store) usable(ctx context.Context) error {
 	return nil
 }
 
-var errClosed = fmt.Errorf("boltstore: %w", driver.ErrClosed)
+// errClosed is the error of a call of a closed store, or of one whose
+// database was closed.
+var errClosed = fmt.Errorf("boltstore: the store was closed (Close), or its database: "+
+	"make calls before Close, or on a store opened again (Open, New): %w", driver.ErrClosed)
 
 // wrap adds the package to err, and says ErrClosed for a database closed
 // under a call. An error matching ErrDamagedFile names the package
@@ -458,7 +461,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
+			return fmt.Errorf("boltstore: Apply: %w", err)
 		}
 		return wrap(err)
 	}
@@ -488,7 +491,7 @@ func (s *Store) check(ctx context.Context, op *driver.Op, out []driver.Decision)
 	})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
+			return fmt.Errorf("boltstore: Apply: %w", err)
 		}
 		return wrap(err)
 	}
@@ -597,7 +600,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
+			return fmt.Errorf("boltstore: Load: %w", err)
 		}
 		return wrap(err)
 	}
@@ -631,7 +634,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
+			return fmt.Errorf("boltstore: Delete: %w", err)
 		}
 		return wrap(err)
 	}

@@ -106,6 +106,8 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	require.Eventually(t, func() bool { return !slices.Contains(goroutines.Running(goroutines.CoalesceWorker), mine[0]) }, 10*time.Second, time.Millisecond,
 		"the store's worker outlives Close")
 	// A call after Close starts none again.
-	require.ErrorIs(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)), driver.ErrClosed)
+	err := s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1))
+	require.ErrorIs(t, err, driver.ErrClosed)
+	require.ErrorContains(t, err, "make calls before Close", "says what to do")
 	runtime.KeepAlive(s)
 }

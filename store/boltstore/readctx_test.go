@@ -231,7 +231,8 @@ func requireLeft(t *testing.T, cancel func(), res <-chan error, release func(), 
 	cancel()
 	select {
 	case err := <-res:
-		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, context.Canceled, name)
+		require.ErrorContains(t, err, "boltstore: ", "%s: a context ended during the call: the error names the store, as Redis's and PostgreSQL's do", name)
 	case <-time.After(10 * time.Second):
 		release()
 		t.Fatalf("%s did not return when its context ended: it waited for %s (returned %v once it was done)", name, what, <-res)
