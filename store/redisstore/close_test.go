@@ -142,3 +142,38 @@ func TestCloseFailsTheCallsQueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "the call queued at Close was sent")
 }
+
+// A store whose client was closed fails every call with an error matching
+// driver.ErrClosed, and go-redis's own, that names the store: as a closed
+// store does, and as boltstore does when its database was closed. The
+// caller closed what the store needs; no server is down.
+func TestClosedClient(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testserver.RedisURL(t))
+	require.NoError(t, err)
+	c := redis.NewClient(opt)
+	s := newStore(c, uniquePrefix(t, client(t)))
+	t.Cleanup(func() { s.Close() })
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	op := func() *driver.Op { return oneItemOp(driver.ModeLimit, t0.UnixMilli(), "l", "k", 1, p) }
+	require.NoError(t, s.Apply(ctx, op(), make([]driver.Decision, 1)))
+	require.NoError(t, c.Close())
+	for name, call := range map[string]func() error{
+		"Apply": func() error { return s.Apply(ctx, op(), make([]driver.Decision, 1)) },
+		"ApplyBatch": func() error {
+			return s.ApplyBatch(ctx, []*driver.Op{op(), op()}, [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)})
+		},
+		"Load":   func() error { return s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, make([]driver.Record, 1)) },
+		"Delete": func() error { return s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "k"}}) },
+		"Now": func() error {
+			_, err := s.Now(ctx)
+			return err
+		},
+	} {
+		err := call()
+		require.ErrorIs(t, err, driver.ErrClosed, name)
+		require.ErrorIs(t, err, redis.ErrClosed, "%s: the client's own error", name)
+		require.ErrorContains(t, err, "redisstore: ", name)
+		require.ErrorContains(t, err, "close the client after the store's last call", "%s: says what to do", name)
+	}
+}

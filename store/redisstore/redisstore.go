@@ -362,10 +362,15 @@ func (s *Store) Close() error {
 // internal/deadline: such a deadline is Unmet); a connection refused, or
 // a read timeout of a client without ContextTimeoutEnabled (the server's
 // slowness), then read as the caller's deadline. nil stays nil: a call
-// answered is answered, even if ctx ended meanwhile.
+// answered is answered, even if ctx ended meanwhile. The error of a
+// client the caller closed (redis.ErrClosed) matches driver.ErrClosed
+// too, as a closed store's does: the store can do nothing more.
 func (s *Store) callerError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, driver.ErrClosed) {
+		err = fmt.Errorf("the store's client was closed: close the client after the store's last call: %w: %w", driver.ErrClosed, err)
 	}
 	cerr := ctx.Err()
 	if cerr == nil && s.ctxTimeout && isTimeout(err) {
