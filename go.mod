@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	github.com/benbjohnson/clock v1.3.0
 	github.com/jackc/pgx/v5 v5.5.4
+	github.com/jackc/puddle/v2 v2.2.1
 	github.com/redis/go-redis/v9 v9.19.0
 	github.com/schollz/progressbar/v3 v3.12.1
 	github.com/spf13/cobra v1.8.1
@@ -20,7 +21,6 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20221227161230-091c0ba34f0a // indirect
-	github.com/jackc/puddle/v2 v2.2.1 // indirect
 	github.com/kr/text v0.1.0 // indirect
 	github.com/mattn/go-runewidth v0.0.14 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect

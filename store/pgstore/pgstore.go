@@ -1527,7 +1527,7 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 	var ms int64
 	err := s.pool.QueryRow(ctx, "SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint").Scan(&ms)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: time: %w", err)
+		return 0, fmt.Errorf("pgstore: time: %w", closedPool(err))
 	}
 	return ms, nil
 }
@@ -1958,7 +1958,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		err = r.err
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: apply: %w", err)
+		return fmt.Errorf("pgstore: apply: %w", closedPool(err))
 	}
 	copy(out, r.out)
 	return nil
@@ -1985,7 +1985,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		reqs[i] = s.newRequest(op)
 	}
 	if err := s.send(ctx, reqs, nil); err != nil {
-		return fmt.Errorf("pgstore: apply: %w", err)
+		return fmt.Errorf("pgstore: apply: %w", closedPool(err))
 	}
 	var failed []error
 	for i, r := range reqs {
@@ -2051,7 +2051,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		return rows.Err()
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: load: %w", err)
+		return fmt.Errorf("pgstore: load: %w", closedPool(err))
 	}
 	for i, j := range first {
 		out[i] = out[j]
@@ -2074,7 +2074,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: delete: %w", err)
+		return fmt.Errorf("pgstore: delete: %w", closedPool(err))
 	}
 	return nil
 }
@@ -2115,7 +2115,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 			return q.QueryRow(ctx, s.expiredSQL, after, expiredChunk, cutoff).Scan(&last, &scanned, &gone)
 		})
 		if err != nil {
-			return deleted, fmt.Errorf("pgstore: delete expired: %w", err)
+			return deleted, fmt.Errorf("pgstore: delete expired: %w", closedPool(err))
 		}
 		deleted += int(gone)
 		if scanned < int64(expiredChunk) {

@@ -1,0 +1,55 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/stretchr/testify/require"
+)
+
+// A store whose pool was closed fails every call with an error matching
+// driver.ErrClosed, beside pgx's, that names the store and says what to
+// do: as boltstore does when its database was closed, and redisstore when
+// its client was. The caller closed what the store needs; no server is
+// down.
+func TestClosedPool(t *testing.T) {
+	ctx := context.Background()
+	table := uniqueTable(t, newPool(t, testserver.PostgresURL(t), nil))
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	now := time.Now().UnixMilli()
+	op := func(m driver.Mode) *driver.Op {
+		return &driver.Op{Mode: m, Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	require.NoError(t, s.Apply(ctx, op(driver.ModeLimit), make([]driver.Decision, 1)))
+	pool.Close()
+	for name, call := range map[string]func() error{
+		"Apply":          func() error { return s.Apply(ctx, op(driver.ModeLimit), make([]driver.Decision, 1)) },
+		"Apply, a check": func() error { return s.Apply(ctx, op(driver.ModeCheck), make([]driver.Decision, 1)) },
+		"ApplyBatch": func() error {
+			return s.ApplyBatch(ctx, []*driver.Op{op(driver.ModeLimit), op(driver.ModeLimit)}, [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)})
+		},
+		"Load":   func() error { return s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, make([]driver.Record, 1)) },
+		"Delete": func() error { return s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "k"}}) },
+		"DeleteExpired": func() error {
+			_, err := s.DeleteExpired(ctx, time.UnixMilli(now))
+			return err
+		},
+		"Now": func() error {
+			_, err := s.Now(ctx)
+			return err
+		},
+	} {
+		err := call()
+		require.ErrorIs(t, err, driver.ErrClosed, name)
+		require.ErrorContains(t, err, "pgstore: ", name)
+		require.ErrorContains(t, err, "close the pool after the store's last call", "%s: says what to do", name)
+	}
+}
