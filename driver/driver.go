@@ -19,6 +19,37 @@
 // done, returns an error matching the context's (errors.Is) and has no
 // effect.
 //
+// # Errors
+//
+// Every store answers one condition with the same error, for errors.Is
+// and errors.As, whatever its medium:
+//
+//   - a context done before the call: the context's error
+//     (context.Canceled, context.DeadlineExceeded), before any other check
+//     (an invalid op, outs of the wrong length, a closed store), and no
+//     effect; a context that ends during the call: an error matching it,
+//     which names the store, and the call may have taken effect;
+//   - an invalid op (CheckOp): ErrInvalidOp; outs of the wrong length
+//     (CheckOut, CheckOuts, CheckRecords): ErrOutLength; each wrapped,
+//     naming the store and the call, before anything is decided;
+//   - a store used after Close, or whose database, client or pool the
+//     caller closed: ErrClosed, wrapped, naming the store and saying what
+//     to do; Close again does nothing, and returns what the first did;
+//   - what no release writes where a record or a settlement's mark
+//     belongs: ErrBadRecord, wrapped, naming what was met and what to do;
+//   - one op of a batch failing on its own (ErrBadRecord): ApplyBatch
+//     decides the others and joins an *OpError for each op left out;
+//   - the medium failing (a server down, a disk full): the medium's own
+//     error, wrapped, naming the store. The Limiter reports it as
+//     ratelimit.ErrStoreUnavailable.
+//
+// A store wraps with fmt.Errorf and %w, so that every sentinel above, and
+// the medium's own error, stay visible to errors.Is and errors.As; the
+// message is lower case, names the store ("redisstore: Apply: …") and
+// says what to do. Package storetest checks every condition it can bring
+// about on any store (its Errors tests); the stores' own tests check the
+// others.
+//
 // Every store runs the one conformance suite, storetest.Run, which checks
 // the promises stated here. docs/stores.md walks through the contract and
 // the writing of a store, step by step.
@@ -31,7 +62,12 @@ import (
 	"time"
 )
 
-// ErrClosed is returned by a store used after Close.
+// ErrClosed is the error, wrapped, of a call of a store used after Close
+// (its calls still queued at Close fail with it too, unsent), or of a
+// store whose database, client or pool the caller closed: the store can
+// do nothing more, and no server is down. A call whose context is done
+// gets the context's error instead. Close is idempotent: again, it does
+// nothing, and returns what the first did.
 var ErrClosed = errors.New("ratelimit: store is closed")
 
 // Expirer is implemented by a store that keeps records until told to drop
@@ -103,7 +139,10 @@ type BatchApplier interface {
 	// refused with ErrOutLength, and a batch holding an invalid op
 	// (CheckOp) with ErrInvalidOp, before any op is decided: its valid ops
 	// too are left undecided (CheckOuts makes both checks). No ops, or
-	// valid ops without items, return nil. On any other error, any op of the batch
+	// valid ops without items, return nil. An op that fails on its own (a
+	// record or a mark the store cannot read: ErrBadRecord) is left
+	// undecided, the others decided, and the error joins an *OpError for
+	// each op left out. On any other error, any op of the batch
 	// may or may not have taken effect, as for any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
