@@ -158,6 +158,9 @@ func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 						res[i] = err
 						return errRetry
 					}
+					if s.hooks.decided != nil {
+						s.hooks.decided(r.ctx)
+					}
 				}
 				return ctx.Err()
 			})

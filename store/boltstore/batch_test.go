@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,4 +316,22 @@ func panicsOnBad(t *testing.T) *boltstore.Store {
 		return nil
 	}})
 	return s
+}
+
+// Many goroutines at once, their calls gathered into shared transactions:
+// the store decides them as the pure transition does, in the order it
+// decides them (storetest.ConcurrentDifferential); and it does gather
+// them, so that the coalesced path is the one checked.
+func TestCoalescedDifferential(t *testing.T) {
+	var txs, ops atomic.Int64
+	storetest.ConcurrentDifferential(t, func(t *testing.T, decided func(context.Context)) ratelimit.Store {
+		s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+		boltstore.SetHooks(s, boltstore.Hooks{
+			InWrite: func(*bolt.Tx) { txs.Add(1) },
+			Decided: func(ctx context.Context) { ops.Add(1); decided(ctx) },
+		})
+		return s
+	}, 3)
+	t.Logf("%d ops in %d transactions", ops.Load(), txs.Load())
+	require.Less(t, txs.Load(), ops.Load()/2, "transactions shared by several calls")
 }

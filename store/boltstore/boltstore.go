@@ -174,6 +174,7 @@ type hooks struct {
 	inSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
 	scanned    func()                    // a sweep's step has read its keys, before its write
 	failOp     func(op *driver.Op) error // an op fails on its own, after its writes
+	decided    func(ctx context.Context) // an op of a call of ctx was decided, in its transaction
 }
 
 var (

@@ -1,6 +1,8 @@
 package boltstore
 
 import (
+	"context"
+
 	"github.com/ratelimit-go/ratelimit/driver"
 	bolt "go.etcd.io/bbolt"
 )
@@ -12,11 +14,12 @@ type Hooks struct {
 	InSweep    func(tx *bolt.Tx)         // in a sweep's transaction, before its deletes
 	Scanned    func()                    // a sweep's step has read its keys, before its write
 	FailOp     func(op *driver.Op) error // an op fails on its own, after its writes
+	Decided    func(ctx context.Context) // an op of a call of ctx was decided, in its transaction
 }
 
 // SetHooks sets s's hooks; call it before s is used.
 func SetHooks(s *Store, h Hooks) {
-	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, scanned: h.Scanned, failOp: h.FailOp}
+	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, scanned: h.Scanned, failOp: h.FailOp, decided: h.Decided}
 }
 
 // SetSweepBatch sets the most keys a transaction of DeleteExpired visits.
