@@ -68,8 +68,10 @@
 // # One process at a time
 //
 // A bbolt file is opened by one process at a time, and once per process:
-// Open says so at once if this process already holds the file. For a fleet
-// of processes sharing limits, use store/redisstore or store/pgstore.
+// Open says so at once if this process already holds the file, and waits
+// for another process's release up to WithTimeout (OpenContext: or until
+// its context ends). For a fleet of processes sharing limits, use
+// store/redisstore or store/pgstore.
 package boltstore
 
 import (
@@ -226,21 +228,40 @@ func newOptions(opts []Option) options {
 // is no bbolt database, or is damaged (cut short, or a page bbolt cannot
 // read), is refused with ErrDamagedFile, rather than end the process: Open
 // first reads every page of the file's last commit, which adds some 40% to
-// the time bbolt's own Open takes.
+// the time bbolt's own Open takes. A file another opener holds is waited
+// for WithTimeout; OpenContext also stops waiting when a context ends.
 func Open(path string, opts ...Option) (*Store, error) {
+	return OpenContext(context.Background(), path, opts...)
+}
+
+// OpenContext is Open, whose wait for a file that another opener holds
+// (another process, or a bbolt.Open of this one) also ends when ctx ends,
+// with an error that wraps ctx's: a service that starts with a deadline,
+// or that is told to stop while it waits, bounds its start-up by ctx
+// rather than by WithTimeout alone (whichever ends first ends the wait).
+// It polls the file's lock every 50 ms, as bbolt does, and reads the file
+// only once the lock is free. Where bbolt locks the file otherwise than by
+// flock (Windows, Solaris, AIX, Plan 9, Android), only ctx's deadline
+// bounds the wait, as bbolt's timeout. ctx bounds the opening alone, not
+// the store's calls after.
+func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := newOptions(opts)
 	if err := o.check(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	entry, err := register(path)
 	if err != nil {
 		return nil, err
 	}
-	// Commits do not write bbolt's list of free pages (one page or more
-	// per commit); Open rebuilds it by reading the file instead.
-	db, err := openBolt(path, &bolt.Options{Timeout: o.timeout, NoFreelistSync: true})
+	db, err := openLocked(ctx, path, o.timeout)
 	if err != nil {
 		entry.release()
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, fmt.Errorf("boltstore: open %s: the context ended while another process, or a bbolt.Open of this one, held the file: %w", path, err)
+		}
 		if errors.Is(err, berrors.ErrTimeout) {
 			// bbolt's lock does not tell this process from another: one
 			// that opened the file with bbolt itself holds it too.
@@ -259,6 +280,68 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s.owned, s.file = true, entry
 	return s, nil
 }
+
+// lockRetry is how often openLocked tries the lock of a file another
+// opener holds: bbolt's own flockRetryTimeout.
+const lockRetry = 50 * time.Millisecond
+
+// openLocked opens path with bbolt once its lock is free, waiting up to
+// timeout (bbolt's Options.Timeout: 0 for ever, negative: one try) or
+// until ctx ends, whichever comes first. Where the lock is a flock, it
+// waits by trying the lock on a descriptor of its own (lockFree), so that
+// ctx can end the wait, and gives bbolt one try once the lock is free,
+// waiting again if another opener took it in between; elsewhere bbolt
+// waits, up to ctx's deadline.
+func openLocked(ctx context.Context, path string, timeout time.Duration) (*bolt.DB, error) {
+	// Commits do not write bbolt's list of free pages (one page or more
+	// per commit); Open rebuilds it by reading the file instead.
+	opts := &bolt.Options{Timeout: timeout, NoFreelistSync: true}
+	var stop <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		stop = t.C
+	}
+	for {
+		free, ok := lockFree(path)
+		if !ok {
+			// No flock to try: bbolt waits, up to ctx's deadline.
+			if d, has := ctx.Deadline(); has && (timeout == 0 || time.Until(d) < timeout) {
+				opts.Timeout = max(time.Until(d), time.Nanosecond)
+			}
+			db, err := openBolt(path, opts)
+			if errors.Is(err, berrors.ErrTimeout) && ctx.Err() != nil {
+				return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+			}
+			return db, err
+		}
+		if free {
+			try := *opts
+			try.Timeout = -1 // one try: another opener may have taken it since
+			db, err := openBolt(path, &try)
+			if !errors.Is(err, berrors.ErrTimeout) {
+				return db, err
+			}
+		}
+		if timeout < 0 {
+			return nil, berrors.ErrTimeout
+		}
+		if lockWait != nil {
+			lockWait()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stop:
+			return nil, berrors.ErrTimeout
+		case <-time.After(lockRetry):
+		}
+	}
+}
+
+// lockWait, if set, is called each time openLocked finds the file held,
+// before it waits to try again.
+var lockWait func()
 
 // New returns a store in db, a database the caller already has and keeps
 // owning: Close does not close it. A database whose file bbolt cannot read

@@ -365,3 +365,51 @@ func crashChild(t *testing.T, path string) {
 	}
 	wg.Wait()
 }
+
+// OpenContext's wait for a file another opener holds (here a bbolt.Open
+// of this process, which the lock does not tell from another process)
+// ends when its context ends, however long WithTimeout would wait, with
+// the context's error; the file is free to open after, and OpenContext
+// opens it once the holder lets go while it waits.
+func TestOpenContextWhileHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	defer boltstore.SetLockWait(nil)
+
+	// Canceled while it waits: at once, and not bbolt's timeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	boltstore.SetLockWait(cancel)
+	_, err = boltstore.OpenContext(ctx, path, boltstore.WithTimeout(0))
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, berrors.ErrTimeout)
+	require.ErrorContains(t, err, "boltstore: open "+path+": the context ended while another process, or a bbolt.Open of this one, held the file")
+
+	// A deadline bounds the wait as WithTimeout does, whichever is first.
+	waits := 0
+	boltstore.SetLockWait(func() { waits++ })
+	dctx, dcancel := context.WithTimeout(context.Background(), 120*time.Millisecond)
+	defer dcancel()
+	_, err = boltstore.OpenContext(dctx, path, boltstore.WithTimeout(0))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, waits, 2, "tried again while it waited")
+	_, err = boltstore.OpenContext(context.Background(), path, boltstore.WithTimeout(120*time.Millisecond))
+	require.ErrorIs(t, err, berrors.ErrTimeout, "WithTimeout, shorter than no deadline")
+	require.ErrorContains(t, err, "or this process opened it with bbolt")
+	waits = 0
+	_, err = boltstore.OpenContext(context.Background(), path, boltstore.WithTimeout(-1))
+	require.ErrorIs(t, err, berrors.ErrTimeout, "one try")
+	require.Zero(t, waits, "one try does not wait")
+
+	// A context that ended before is refused before the file is touched.
+	_, err = boltstore.OpenContext(ctx, filepath.Join(t.TempDir(), "new.db"))
+	require.ErrorIs(t, err, context.Canceled)
+
+	// Released while it waits: opened.
+	boltstore.SetLockWait(func() { require.NoError(t, db.Close()) })
+	s, err := boltstore.OpenContext(context.Background(), path, boltstore.WithTimeout(0))
+	require.NoError(t, err)
+	boltstore.SetLockWait(nil)
+	require.NoError(t, s.Close())
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
+	bolt "go.etcd.io/bbolt"
 )
 
 // A Limiter on an embedded bbolt file: state that survives a restart,
@@ -85,4 +86,28 @@ func ExampleNew_sharedFile() {
 	// Output:
 	// second Open: true
 	// export: true
+}
+
+// A service bounds its start-up by a context: OpenContext stops waiting
+// for a file that another opener holds (here bbolt itself, in this
+// process, standing for another process) when the context ends.
+func ExampleOpenContext() {
+	dir, err := os.MkdirTemp("", "ratelimit-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "limits.db")
+	other, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer other.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = boltstore.OpenContext(ctx, path)
+	fmt.Println("start-up ended:", errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// start-up ended: true
 }

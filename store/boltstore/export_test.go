@@ -35,3 +35,7 @@ func MarkKey(id [16]byte) []byte { return markKey(id) }
 // tree of the file's last commit damaged, before it reads the file's meta
 // pages again; nil unsets it.
 func SetTreeRefused(f func()) { treeRefused = f }
+
+// SetLockWait sets a function that OpenContext calls each time it finds
+// the file held, before it waits to try again; nil unsets it.
+func SetLockWait(f func()) { lockWait = f }
