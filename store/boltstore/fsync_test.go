@@ -62,6 +62,8 @@ func openSyncFault(t *testing.T, path string) (*bolt.DB, *syncFault) {
 	require.NoError(t, err)
 	f.pageSize = int64(db.Info().PageSize)
 	fdv := reflect.ValueOf(db).Elem().FieldByName("file")
+	wv := reflect.ValueOf(db).Elem().FieldByName("ops").FieldByName("writeAt")
+	require.True(t, fdv.IsValid() && wv.IsValid(), "bbolt's DB has no file, or no ops.writeAt: update syncFault to this bbolt")
 	file := reflect.NewAt(fdv.Type(), unsafe.Pointer(fdv.UnsafeAddr())).Elem().Interface().(*os.File)
 	f.fd = int(file.Fd())
 	f.file, err = syscall.Dup(f.fd)
@@ -73,7 +75,6 @@ func openSyncFault(t *testing.T, path string) (*bolt.DB, *syncFault) {
 		syscall.Close(f.file)
 		syscall.Close(f.null)
 	})
-	wv := reflect.ValueOf(db).Elem().FieldByName("ops").FieldByName("writeAt")
 	writeAt := reflect.NewAt(wv.Type(), unsafe.Pointer(wv.UnsafeAddr())).Interface().(*func([]byte, int64) (int, error))
 	*writeAt = f.writeAt
 	return db, f
