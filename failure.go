@@ -23,6 +23,7 @@ import (
 // Limiter's breaker counts consecutive failures; past a threshold it stops
 // asking the store for a cool-down, deciding every call by its policy at
 // once, then lets one call probe the store, and closes again on success.
+// A probe still in the store a cool-down after it went counts as failed.
 
 // Defaults of the breaker; WithBreaker changes them.
 const (
@@ -52,6 +53,7 @@ type breaker struct {
 	mu      sync.Mutex
 	until   time.Time // open until then
 	probing bool      // a probe is under way
+	probeAt time.Time // when the probe under way went
 	// probe numbers the probes, so that only the one under way frees its
 	// place: an answer to another call may close the breaker while a
 	// probe is in the store, and the breaker open again and let a new
@@ -107,6 +109,24 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) 
 			b.until = now.Add(b.cooldown)
 		}
 	}
+	if b.probing && now.Before(b.probeAt) && b.clock != nil {
+		// A call that read the clock before the probe went, or a clock
+		// set back since: then a cool-down from now, not the step's
+		// length more, as for until above.
+		if now = b.clock(); now.Before(b.probeAt) {
+			b.probeAt = now
+		}
+	}
+	if b.probing && now.Sub(b.probeAt) >= b.cooldown {
+		// The probe has been in the store a cool-down: it counts as
+		// failed then, and the next goes a cool-down after. A probe
+		// held without end (a caller without a deadline, on a key whose
+		// row a stuck transaction locks) would otherwise keep every call
+		// of every key to the failure policy while the store answers
+		// them. Its answer, when it comes, is a late call's.
+		b.probing = false
+		b.until = b.probeAt.Add(b.cooldown).Add(b.cooldown)
+	}
 	switch {
 	case now.Before(b.until):
 		return false, 0, b.until
@@ -118,7 +138,7 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) 
 		// takes.
 		return false, 0, now.Add(b.cooldown)
 	}
-	b.probing = true
+	b.probing, b.probeAt = true, now
 	b.probe++ // from 1: 0 is no probe's number
 	return true, b.probe, time.Time{}
 }

@@ -1,0 +1,133 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A probe that the store holds without end does not hold the breaker
+// open for every key: a caller without a deadline, whose key's row a
+// stuck transaction locks (pgstore waits for a row lock as long as its
+// context allows), kept every call of every key refused by the failure
+// policy, the store answering all of them meanwhile. A cool-down after
+// it went, the probe counts as failed; a cool-down after that, the next
+// call probes, and its answer closes the breaker. The held probe's
+// answer, when it comes, is a late call's. On Apply's path and a
+// BoundLimit's alike.
+func TestBreakerHeldProbeDoesNotHoldItOpen(t *testing.T) {
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprint("bound=", bound), func(t *testing.T) {
+			ctx := context.Background()
+			hook, store := hooked(bound)
+			var down atomic.Bool
+			down.Store(true)
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free)
+			hook.apply = func(_ context.Context, key string) error {
+				if key == "locked" {
+					entered <- struct{}{}
+					<-release
+				}
+				if down.Load() {
+					return errDown
+				}
+				return nil
+			}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+			require.NoError(t, err)
+			_, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+			mock.Add(time.Second)
+			probe := make(chan error, 1)
+			go func() {
+				_, err := lim.Limit(ctx, "l", "locked") // no deadline
+				probe <- err
+			}()
+			<-entered
+			down.Store(false) // the store is back, but for the locked row
+
+			mock.Add(time.Second)
+			res, err := lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "a cool-down after the probe went, it counts as failed")
+			assert.Equal(t, time.Second, res.RetryAfter, "the next probe goes a cool-down after that")
+
+			mock.Add(time.Second)
+			res, err = lim.Limit(ctx, "l", "k")
+			require.NoError(t, err, "the next call probes, the held probe still in the store")
+			assert.False(t, res.Degraded)
+			res, err = lim.Limit(ctx, "l", "other")
+			require.NoError(t, err, "its answer closed the breaker")
+			assert.False(t, res.Degraded)
+
+			free()
+			require.NoError(t, <-probe)
+		})
+	}
+}
+
+// A clock given to WithClock set back while the probe is held: the probe
+// counts as failed a cool-down from the first call after the step, not
+// the step's length more.
+func TestBreakerHeldProbeClockSetBack(t *testing.T) {
+	ctx := context.Background()
+	hook, store := hooked(false)
+	var down atomic.Bool
+	down.Store(true)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	hook.apply = func(_ context.Context, key string) error {
+		if key == "locked" {
+			entered <- struct{}{}
+			<-release
+		}
+		if down.Load() {
+			return errDown
+		}
+		return nil
+	}
+	mock := newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+	mock.Add(time.Second)
+	probe := make(chan error, 1)
+	go func() {
+		_, err := lim.Limit(ctx, "l", "locked")
+		probe <- err
+	}()
+	<-entered
+	down.Store(false)
+
+	mock.Set(mock.Now().Add(-time.Hour))
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "the probe is in the store")
+	mock.Add(time.Second)
+	res, err := lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "a cool-down after the step, the probe counts as failed")
+	assert.Equal(t, time.Second, res.RetryAfter)
+	mock.Add(time.Second)
+	res, err = lim.Limit(ctx, "l", "k")
+	require.NoError(t, err, "the next call probes, an hour before the held probe went")
+	assert.False(t, res.Degraded)
+
+	free()
+	require.NoError(t, <-probe)
+}
