@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,8 @@ import (
 // dropped the entry), and other processes can only have spent more, so a
 // local refusal is one the store would make — unless another process reset
 // the key or cancelled a reservation, which only this process's own Reset
-// and Cancel invalidate.
+// and Cancel invalidate, or a store dropped the record as expired by a time
+// the clock went back from (denyCache.latest).
 //
 // An entry answers only the calls of the compiled limit whose call learnt
 // it, not of another with the same params: a limit changed by SetLimits
@@ -48,6 +50,15 @@ type denyCache struct {
 	seed  maphash.Seed
 	n     uint64 // stripes in use: parts[:n]
 	parts [denyStripes]denyPart
+	// latest is the latest time of a call seen (seen), in Unix ms on the
+	// Limiter's clock. A store drops a record a grace after it is full
+	// again (driver.ExpiryGrace), by its calls' time (memstore's sweep) or
+	// by a clock of its own (Redis' expiry, a janitor). Once the clock
+	// went back further than that behind a time it reached, the record an
+	// entry holds may be gone from the store, which grants a full bucket
+	// where the entry refuses: entries answer nothing until the clock
+	// comes back within the grace.
+	latest atomic.Int64
 }
 
 // denyPart is a stripe of the cache.
@@ -67,6 +78,7 @@ type denyPart struct {
 func newDenyCache(size int) *denyCache {
 	n := min(size, denyStripes)
 	c := &denyCache{seed: maphash.MakeSeed(), n: uint64(n)}
+	c.latest.Store(math.MinInt64)
 	for i := range n {
 		pt := &c.parts[i]
 		pt.m = make(map[denyKey]denyEntry)
@@ -82,10 +94,27 @@ func (c *denyCache) part(k denyKey) *denyPart {
 	return &c.parts[maphash.Comparable(c.seed, k)%c.n]
 }
 
+// seen notes a call at now, and reports whether the entries may answer
+// it: now is within driver.ExpiryGrace of the latest time seen (latest).
+// latest moves forward only, once a millisecond at most; two calls racing
+// may set it back by the little between their readings.
+func (c *denyCache) seen(now int64) bool {
+	last := c.latest.Load()
+	if now > last {
+		c.latest.Store(now)
+		return true
+	}
+	return last-now <= driver.ExpiryGrace
+}
+
 // refuse decides a call of lim locally, p its params for key: ok reports
 // a local refusal, with its decision; otherwise the call must go to the
 // store.
 func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, count float64, reserve bool) (driver.Decision, bool) {
+	// Past the grace, the store may have dropped the record: it decides,
+	// and the entry goes, as when the call could succeed, since the store
+	// may grant this call and others, spending what the entry shows left.
+	back := !c.seen(now)
 	k := denyKey{lim.name, key}
 	pt := c.part(k)
 	pt.mu.Lock()
@@ -94,7 +123,7 @@ func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, c
 	if !ok {
 		return driver.Decision{}, false
 	}
-	if e.lim != lim || e.p != p {
+	if back || e.lim != lim || e.p != p {
 		delete(pt.m, k)
 		return driver.Decision{}, false
 	}
@@ -107,8 +136,8 @@ func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, c
 	return d, true
 }
 
-// learn reads the record of a call of lim the store just refused (p its
-// params for key) and keeps it, unless this process forgot the key
+// learn reads the record of a call of lim the store just refused at now
+// (p its params for key) and keeps it, unless this process forgot the key
 // (Reset, Cancel) while it read: the record read may predate what was
 // given back.
 //
@@ -117,7 +146,10 @@ func (c *denyCache) refuse(lim *limit, key string, p driver.Params, now int64, c
 // read bound to no caller would keep a refused call past its deadline. A
 // caller that gives up meanwhile fails only the read: nothing is kept,
 // and the next call refused by the store learns in its place.
-func (c *denyCache) learn(ctx context.Context, store Store, lim *limit, key string, p driver.Params) {
+func (c *denyCache) learn(ctx context.Context, store Store, lim *limit, key string, p driver.Params, now int64) {
+	if c.latest.Load()-now > driver.ExpiryGrace {
+		return // refuse would drop the entry (seen): spare the read
+	}
 	k := denyKey{lim.name, key}
 	pt := c.part(k)
 	gen := pt.gen.Load()

@@ -761,7 +761,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 			l.grantedStale(lim, skey)
 		}
 	} else if l.deny != nil {
-		l.deny.learn(ctx, l.store, lim, skey, lim.params(l.seed, skey, 0))
+		l.deny.learn(ctx, l.store, lim, skey, lim.params(l.seed, skey, 0), now)
 	}
 	if l.observer != nil {
 		*res = boundResult(lim, key, c, v, now)
@@ -817,6 +817,9 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	// config changed the record that an entry, or a learn under way, of
 	// another holds (grantedStale).
 	cached := l.deny != nil && len(lims) == 1 && lims[0].shards == 1 && lims[0].declared
+	if l.deny != nil && !cached {
+		l.deny.seen(now) // a time the store may judge records by
+	}
 	if cached {
 		p := lims[0].params(l.seed, skey, 0)
 		if d, ok := l.deny.refuse(lims[0], skey, p, now, c.count, c.reserve); ok {
@@ -883,7 +886,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 				l.grantedStale(lims[0], skey)
 			}
 		} else if cached {
-			l.deny.learn(ctx, l.store, lims[0], skey, items[0].Shards[0].Params)
+			l.deny.learn(ctx, l.store, lims[0], skey, items[0].Shards[0].Params, now)
 		}
 		if c.reservation && out[0].OK {
 			l.observeCharged(ctx, mode, lims[0], res, start, &ch)
