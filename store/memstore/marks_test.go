@@ -135,3 +135,47 @@ func TestSweepsGoOnAfterTheCallsClockCameBack(t *testing.T) {
 	require.LessOrEqual(t, s.Len(), jumped+1, "records of idle keys held, of %d", n)
 	require.Zero(t, memstore.Marks(s), "marks past their expiry and grace held, of %d", n)
 }
+
+// Calls of two clocks minutes apart, interleaved (two Limiters on one
+// store, one clock off), step the sweeps on each clock's schedule, not at
+// every call: a call of the clock behind, more than two steps before the
+// next step, took the schedule back to its own time, and the next call of
+// the clock ahead found a step due. Every call then examined slots of
+// two stripes, and every call a look at every mark.
+func TestSweepsOfTwoClocksApartKeepTheirSchedule(t *testing.T) {
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	c := newStepClock(t0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e6, Period: 1000, Capacity: 1e6}
+	// One mark and 3,000 records, each droppable from t0+61s on.
+	item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
+	op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
+		Settle: &driver.Settlement{ID: [16]byte{1}, Kind: driver.SettleCancel, Until: t0 + 1000}}
+	require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	const n = 3000
+	for i := range n {
+		drain(t, s, "idle-"+strconv.Itoa(i), t0)
+	}
+	// The clock ahead steps the marks' sweep at t0+60.5s, before the mark
+	// may go: the next is due a grace later.
+	b := s.Bind("bound", p, func(string) int64 { return 0 })
+	const ahead = t0 + 60_500
+	const behind = ahead - 3*60_000
+	c.ms.Store(ahead)
+	_, err := b.Decide(ctx, "k", driver.ModeLimit, ahead, 1, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, memstore.Marks(s))
+	// Then both clocks, a call each in turn, for two seconds.
+	for i := int64(1); i <= 200; i++ {
+		for _, now := range []int64{behind + 10*i, ahead + 10*i} {
+			c.ms.Store(ahead + 10*i)
+			_, err := b.Decide(ctx, "k", driver.ModeLimit, now, 1, false)
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, 1, memstore.Marks(s), "the marks were swept before a grace of either clock")
+	// 15 steps of the clock ahead since the records may go, of 16 slots
+	// and 64 of another stripe, drop at most 1,200.
+	require.Greater(t, s.Len(), n-1200, "the stripes' sweep stepped more than once every 100 ms of either clock")
+}

@@ -124,9 +124,9 @@ type Store struct {
 	markMu     sync.Mutex
 	marks      map[[16]byte]mark
 	markWrites int
-	// nextMarks is the calls' time from which a sweep step drops the
-	// marks expired (stepMarks; or before which, see due).
-	nextMarks atomic.Int64
+	// marksDue is when a sweep step next drops the marks expired
+	// (stepMarks).
+	marksDue schedule
 	// marksMost is the most marks held since marks was made: a Go map
 	// keeps the memory of its most however many go (dropMarks).
 	marksMost int
@@ -178,7 +178,7 @@ func New(opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("memstore: WithClock was given %T(nil): pass clock.New() or a mock: %w", o.clock, ratelimit.ErrInvalidOption)
 	}
 	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
-	s.nextMarks.Store(math.MinInt64)
+	s.marksDue.next.Store(math.MinInt64)
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
@@ -274,15 +274,14 @@ type stripe struct {
 	mu      sync.Mutex
 	version atomic.Uint32
 	table   atomic.Pointer[table] // nil when empty
-	// nextSweep is the calls' time (ms) from which a write steps the
-	// sweep of this stripe (or before which, by two steps' time: see due).
-	nextSweep atomic.Int64
+	// sweepDue is when a write next steps the sweep of this stripe.
+	sweepDue schedule
 	// Under mu: the records held, the slot the next sweep step starts
 	// at, the stripe the next insert examines a few slots of.
 	n      int
 	cursor uint32
 	victim uint32
-	_      [64 - 8 - 4 - 4 - 8 - 8 - 8 - 4 - 4]byte // one stripe per cache line
+	_      [64 - 8 - 4 - 4 - 8 - 16 - 8 - 4 - 4]byte // one stripe per cache line
 }
 
 // table is a stripe's slots: a power of two of them. Each slot's meta,
@@ -610,7 +609,7 @@ func (st *stripe) step(s *Store, now int64, count int) {
 // once every sweepEvery of the calls' time, if mu is free, it steps the
 // sweep (stepped).
 func (st *stripe) wrote(s *Store, now int64) {
-	if !due(now, st.nextSweep.Load(), sweepEvery) || !st.mu.TryLock() {
+	if st.sweepDue.due(now, sweepEvery) == nil || !st.mu.TryLock() {
 		return
 	}
 	st.stepped(s, now)
@@ -622,22 +621,43 @@ func (st *stripe) wrote(s *Store, now int64) {
 // keys gone idle go while other keys are written, wherever they are. The
 // caller holds mu.
 func (st *stripe) stepped(s *Store, now int64) {
-	if due(now, st.nextSweep.Load(), sweepEvery) {
-		st.nextSweep.Store(now + sweepEvery)
+	if next := st.sweepDue.due(now, sweepEvery); next != nil {
+		next.Store(now + sweepEvery)
 		st.step(s, now, sweepSlots)
 		st.stepOther(s, now, otherSweep)
 		s.stepMarks(now)
 	}
 }
 
-// due reports whether a step, due every every of the calls' time, is
-// due at now, the next having been set due from next: once now reaches
-// next, or once the calls' clock is more than a step's time behind the
-// last step's (it came back, from a jump ahead), so that a clock that
-// jumped ahead, then back, stops no step until it reaches the jump's time
-// again. Calls a little out of order (less than every) are no step.
-func due(now, next, every int64) bool {
-	return now >= next || now < next-2*every
+// schedule is when a step, due every so often of the calls' time, is due
+// next: for the calls at the latest time seen, and for those more than two
+// steps behind it. A calls' clock that jumped ahead, then came back, stops
+// no step until it reaches the jump's time again, and calls of two clocks
+// far apart (two Limiters, one clock off) each step on their own clock's
+// schedule: with one, each call of either clock took it back or forth to
+// its own time, and stepped.
+type schedule struct {
+	next atomic.Int64 // from the latest calls' time seen
+	back atomic.Int64 // for calls behind next by more than two steps
+}
+
+// due returns the time of sc to move on, by every, if a step due every
+// every is due at now, and nil if none is: once now reaches next; or,
+// more than two steps behind it, once now reaches back, or is more than
+// two steps behind back too (the clock came back again). Calls a little
+// out of order (less than two steps) are no step.
+func (sc *schedule) due(now, every int64) *atomic.Int64 {
+	next := sc.next.Load()
+	switch {
+	case now >= next:
+		return &sc.next
+	case now >= next-2*every:
+		return nil
+	}
+	if back := sc.back.Load(); now >= back || now < back-2*every {
+		return &sc.back
+	}
+	return nil
 }
 
 // stepMarks drops the settlements' marks expired, once every
@@ -647,11 +667,11 @@ func due(now, next, every int64) bool {
 // grace. The caller may hold stripes' mutexes, which a settlement takes
 // while it holds markMu: hence TryLock.
 func (s *Store) stepMarks(now int64) {
-	if !due(now, s.nextMarks.Load(), driver.ExpiryGrace) || !s.markMu.TryLock() {
+	if s.marksDue.due(now, driver.ExpiryGrace) == nil || !s.markMu.TryLock() {
 		return
 	}
-	if due(now, s.nextMarks.Load(), driver.ExpiryGrace) {
-		s.nextMarks.Store(now + driver.ExpiryGrace)
+	if next := s.marksDue.due(now, driver.ExpiryGrace); next != nil {
+		next.Store(now + driver.ExpiryGrace)
 		if len(s.marks) > 0 {
 			s.dropMarks(s.sweepTime(now))
 		}
