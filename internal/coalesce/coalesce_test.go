@@ -1345,3 +1345,49 @@ func TestQueuedCallSentAloneHasItsCallersContext(t *testing.T) {
 	require.Equal(t, cause, <-causes)
 	waitInflight(t, b, 0)
 }
+
+// A queued call sent alone, whose caller leaves while its send, which
+// does not watch the context, is in flight, and whose send then ends its
+// goroutine (runtime.Goexit): the calls queued behind it go on in its
+// slot, each answered, and the Batcher ends with nothing in flight. The
+// call's batch of one is its own (start): it must count its one caller,
+// and outlive its caller's leaving, until the send is answered.
+func TestQueuedLoneCallerLeavesAndItsSendExits(t *testing.T) {
+	entered := make(chan int, 4)
+	release := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	b := New(func(ctx context.Context, reqs, res []int) error {
+		entered <- reqs[0]
+		if ch := release[reqs[0]]; ch != nil {
+			<-ch
+		}
+		if reqs[0] == 2 {
+			runtime.Goexit()
+		}
+		for i, r := range reqs {
+			res[i] = r * 10
+		}
+		return nil
+	}, Options{})
+	bg := context.Background()
+	first := doAsync(b, bg, 1)
+	require.Equal(t, 1, <-entered)
+	ctx, cancel := context.WithCancel(bg)
+	second := doAsync(b, ctx, 2)
+	waitQueued(t, b, 1)
+	close(release[1])
+	require.Equal(t, answer{10, nil}, within(t, first, "call 1"))
+	require.Equal(t, 2, <-entered)
+	cancel() // call 2's caller leaves mid-send
+	require.ErrorIs(t, within(t, second, "call 2").err, context.Canceled)
+	third, fourth := doAsync(b, bg, 3), doAsync(b, bg, 4)
+	waitQueued(t, b, 2)
+	close(release[2])
+	require.Equal(t, answer{30, nil}, within(t, third, "call 3"))
+	require.Equal(t, answer{40, nil}, within(t, fourth, "call 4"))
+	waitInflight(t, b, 0)
+	b.mu.Lock()
+	queued := len(b.queue)
+	b.mu.Unlock()
+	require.Zero(t, queued)
+	require.Equal(t, answer{50, nil}, within(t, doAsync(b, bg, 5), "a call after"))
+}
