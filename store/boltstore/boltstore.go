@@ -81,6 +81,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,6 +252,12 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	// A named pipe, a device or a socket is no bbolt file; reading one (the
+	// file's checks, the wait for its lock) could block for ever.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("boltstore: open %s: it is no regular file (%s): a bbolt database is a file; check the path: %w",
+			path, fi.Mode().Type(), ErrDamagedFile)
 	}
 	entry, err := register(path)
 	if err != nil {
