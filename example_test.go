@@ -289,3 +289,84 @@ search:
 	// signup: {"kind":"fixed window","rate":100,"period":"1h0m0s"}
 	// ratelimit: limits file: limit "signup": line 5: unknown field "capacty" (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen
 }
+
+// A call spends Count tokens (1 by default) when they are there, and is
+// refused, spending nothing, when they are not: RetryAfter says when the
+// same call would succeed. Here an export costs one token per thousand
+// rows, from a bucket of 10 that refills one token every 6 seconds.
+func ExampleLimiter_Limit() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"export": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, rows := range []float64{6000, 6000, 4000} {
+		res, err := lim.Limit(ctx, "export", "acme", ratelimit.Count(rows/1000))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%v rows: ok=%v remaining=%v retryAfter=%v\n", rows, res.OK, res.Remaining, res.RetryAfter)
+	}
+	// Output:
+	// 6000 rows: ok=true remaining=4 retryAfter=0s
+	// 6000 rows: ok=false remaining=4 retryAfter=12s
+	// 4000 rows: ok=true remaining=0 retryAfter=0s
+}
+
+// Wait holds a job until its reserved tokens have been granted; a job
+// whose deadline comes first does not wait for nothing: Wait gives up at
+// once and hands its tokens back. (The mock clock stands in for time; with
+// a mock, make deadlines with its WithTimeout.)
+func ExampleReservation_Wait() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"llm": {Kind: ratelimit.TokenBucket, Rate: 40000, Period: time.Minute},
+	}, ratelimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := lim.Limit(ctx, "llm", "", ratelimit.Count(40000)); err != nil { // the bucket is now empty
+		log.Fatal(err)
+	}
+
+	r, err := lim.Reserve(ctx, "llm", "", ratelimit.Count(10000))
+	if err != nil || !r.OK() {
+		log.Fatal("not reserved: ", err)
+	}
+	fmt.Println("job 1 may run in", r.Delay())
+	waited := make(chan error)
+	go func() { waited <- r.Wait(ctx) }()
+	mock.Add(15 * time.Second)
+	fmt.Println("job 1 waited:", <-waited)
+
+	r, err = lim.Reserve(ctx, "llm", "", ratelimit.Count(10000))
+	if err != nil || !r.OK() {
+		log.Fatal("not reserved: ", err)
+	}
+	deadline, cancel := mock.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = r.Wait(deadline)
+	fmt.Println("job 2 due in", r.Delay(), "gave up:", errors.Is(err, context.DeadlineExceeded))
+	st, err := lim.Value(ctx, "llm", "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("tokens now:", st.Remaining)
+	// Output:
+	// job 1 may run in 15s
+	// job 1 waited: <nil>
+	// job 2 due in 15s gave up: true
+	// tokens now: 0
+}
