@@ -22,6 +22,11 @@
 //		// refuse, and tell the client to come back after res.RetryAfter
 //	}
 //
+// Limits may also come from a file, YAML or JSON (ParseLimits; for a file
+// known to be JSON, ParseLimitsJSON), and change while the Limiter serves
+// calls (SetLimits, SetLimit): a call sees the old set or the new one,
+// never a mix.
+//
 // # Fixed windows and rollover
 //
 // A FixedWindow limit grants Rate tokens at the start of every window of
@@ -103,7 +108,9 @@
 //
 // # Further reading
 //
-// Package httplimit puts limits in front of a net/http handler. The manual,
+// Package httplimit puts limits in front of a net/http handler; the
+// modules under contrib bring gRPC interceptors, OpenTelemetry and
+// Prometheus (docs/integrations.md). The manual,
 // in the repository's docs directory, tours the API (docs/api.md), defines
 // the model (docs/model.md), compares the stores (docs/stores.md) and says
 // what running in production takes (docs/production.md): several limits at
