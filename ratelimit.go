@@ -478,9 +478,13 @@ func timeAt(start time.Time, now int64) time.Time {
 // Limit asks for tokens (one, or Count(n)) of the named limit for key, and
 // spends them when the call is allowed or reserved. A denied call changes
 // nothing. The key may be any string; one longer than 256 bytes reaches
-// the store as a digest of 50 bytes (see the package's Keys). The error is non-nil only for bad input (ErrUnknownLimit,
-// ErrInvalidConfig, ErrInvalidCount), a done context, or a store failure;
-// being rate limited is Result.OK false (or Result.Err).
+// the store as a digest of 50 bytes (see the package's Keys). The error is
+// non-nil only for bad input (ErrUnknownLimit, ErrInvalidConfig,
+// ErrInvalidCount), a done context, or a store failure; being rate limited
+// is Result.OK false (or Result.Err). On a store failure (an error
+// matching ErrStoreUnavailable) the Result is the limit's failure policy's
+// answer, Degraded: OK for a limit with Config.FailOpen, refused otherwise
+// (ExampleConfig_failOpen).
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
 	// Small enough for Go to inline into the caller: answer then writes
 	// the Result where the caller keeps it. A Result returned by a call
