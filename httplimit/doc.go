@@ -14,8 +14,8 @@
 // # Keys
 //
 // The default key is the client's IP address, as ClientIP with no options
-// finds it: the connection's peer, an IPv6 client by its /64 network. No
-// header is read unless TrustProxies names both the header the
+// finds it: the connection's peer, an IPv6 client by its /64 network
+// (IPv6Prefix sets another). No header is read unless TrustProxies names both the header the
 // deployment's proxies write and the addresses of those proxies:
 //
 //	key, err := httplimit.ClientIP(httplimit.TrustProxies(httplimit.XForwardedFor,
@@ -26,7 +26,8 @@
 // that what a client writes into it can never be taken for what the
 // proxies appended. A proxy that connects through a Unix socket has no
 // address: TrustUnixSocket trusts it, when asked, never by default.
-// Header and PathValue key by an API key or a tenant.
+// SingleIPHeader names a header of one address (X-Real-IP) for
+// TrustProxies. Header and PathValue key by an API key or a tenant.
 //
 // # Headers
 //
