@@ -20,6 +20,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer store.Close() // before the client's Close, deferred above
 	lim, err := ratelimit.New(store, ratelimit.Limits{
 		"sendMessage": {Kind: ratelimit.TokenBucket, Rate: 3, Period: time.Hour},
 	})
