@@ -310,3 +310,39 @@ func TestManualExampleOutputs(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, checked, 12, "the example outputs the manual shows")
 }
+
+// The entry points a reader meets first each have a runnable example whose
+// // Output: go test checks, as go doc shows it beside the name: New and
+// Limit (the package's Example, the README's quick start), Limit with a
+// count, Reserve, Wait, and the HTTP middleware. Limit and Wait had none.
+func TestEntryPointsHaveExamples(t *testing.T) {
+	exampleFunc := regexp.MustCompile(`(?m)^func (Example\w*)\(\) \{$`)
+	outputs := map[string]map[string]string{} // directory, example: output
+	for _, dir := range []string{".", "httplimit"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		require.NoError(t, err)
+		outputs[dir] = map[string]string{}
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			for _, m := range exampleFunc.FindAllStringSubmatch(string(src), -1) {
+				if out, ok := exampleOutput(string(src), m[1]); ok {
+					outputs[dir][m[1]] = out
+				}
+			}
+		}
+	}
+	for _, want := range []struct{ dir, example string }{
+		{".", "Example"},
+		{".", "ExampleLimiter_Limit"},
+		{".", "ExampleLimiter_Reserve"},
+		{".", "ExampleReservation_Wait"},
+		{"httplimit", "Example"},
+		{"httplimit", "ExampleMiddleware_Wrap"},
+	} {
+		out, ok := outputs[want.dir][want.example]
+		if assert.True(t, ok, "package %s has no %s", want.dir, want.example) {
+			assert.NotEmpty(t, strings.TrimSpace(out), "%s/%s has no // Output:", want.dir, want.example)
+		}
+	}
+}
