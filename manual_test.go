@@ -346,3 +346,34 @@ func TestEntryPointsHaveExamples(t *testing.T) {
 		}
 	}
 }
+
+// The README's plain go test runs the packages that need no server: none
+// of their tests reaches Redis or PostgreSQL (a client of either, the
+// stores on them, or the helper that finds their servers), so that it
+// passes on a machine without them.
+func TestReadmeTestCommandNeedsNoServer(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	var pkgs []string
+	for line := range strings.Lines(string(readme)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "go test "); ok {
+			pkgs = strings.Fields(rest)
+			break
+		}
+	}
+	require.NotEmpty(t, pkgs, "README.md shows no go test command")
+	server := regexp.MustCompile(`"github\.com/(redis/go-redis|jackc/pgx)|/store/(redisstore|pgstore)"|/internal/testserver"`)
+	for _, pkg := range pkgs {
+		require.False(t, strings.HasPrefix(pkg, "-"), "README.md: go test %s: a flag where packages were expected", pkg)
+		files, err := filepath.Glob(filepath.Join(pkg, "*_test.go"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files, "README.md: go test %s: no tests there", pkg)
+		for _, f := range files {
+			file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			require.NoError(t, err)
+			for _, imp := range file.Imports {
+				assert.False(t, server.MatchString(imp.Path.Value), "README.md: go test %s: %s imports %s, which needs a server", pkg, f, imp.Path.Value)
+			}
+		}
+	}
+}
