@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 )
@@ -100,3 +101,29 @@ var SchemaVersion = schemaVersion
 // Canonical returns what the schema's mark is a digest of, for sql, for a
 // test.
 func Canonical(sql string) string { return canonical(sql) }
+
+// MarkWith returns the mark of this release's schema with the text that
+// pgstore writes for each placeholder passed through edit, which returns
+// it as it is or changed, for a test.
+func MarkWith(edit func(placeholder, text string) string) string {
+	return markWith(schemaSQL, func(subs []string) {
+		for i := 0; i < len(subs); i += 2 {
+			subs[i+1] = edit(subs[i], subs[i+1])
+		}
+	})
+}
+
+// SchemaPlaceholders returns the placeholders whose text pgstore writes
+// into the schema's SQL, for a test.
+func SchemaPlaceholders() []string {
+	var ps []string
+	for _, n := range markNames {
+		_, subs := n.fill(schemaSQL)
+		for i := 0; i < len(subs); i += 2 {
+			if !slices.Contains(ps, subs[i]) {
+				ps = append(ps, subs[i])
+			}
+		}
+	}
+	return ps
+}

@@ -87,16 +87,37 @@ var schemaSQL string
 
 // schemaVersion marks a table whose schema is this release's: New writes it
 // as the table's comment, last, and reads it to know whether the schema
-// must be installed or upgraded. It changes with every change of
-// schema.sql, and of the statements its waits are written out as
-// (expandWaits), but of its comments and layout alone (canonical): those
-// would make every process install the schema again for nothing.
+// must be installed or upgraded. It changes with every change of what the
+// script does: of schema.sql, and of the SQL and the constants that
+// pgstore writes into it (names.fill: the waits, the checks,
+// driver's constants), but of its comments and layout alone (canonical):
+// those would make every process install the schema again for nothing.
 var schemaVersion = markOf(schemaSQL)
 
+// markNames are the tables whose scripts the mark is a digest of: a name
+// without a schema and one with, which write different SQL (pathCheck,
+// pin, bareFunctions, fnSchema). A table's own name changes nothing
+// else.
+var markNames = [...]names{namesOf([]string{"t"}), namesOf([]string{"s", "t"})}
+
 // markOf returns the mark of the schema whose SQL is sql (schemaVersion).
-func markOf(sql string) string {
-	sum := sha256.Sum256([]byte(canonical(expand(sql))))
-	return "ratelimit pgstore schema 2 " + hex.EncodeToString(sum[:6])
+func markOf(sql string) string { return markWith(sql, nil) }
+
+// markWith returns the mark of the schema whose SQL is sql, written out
+// for each of markNames as Schema writes it but for the dollar-quote tags
+// and the mark itself; edit, if not nil, may change the
+// placeholder-replacement pairs first (a test's).
+func markWith(sql string, edit func(subs []string)) string {
+	h := sha256.New()
+	for _, n := range markNames {
+		text, subs := n.fill(sql)
+		if edit != nil {
+			edit(subs)
+		}
+		h.Write([]byte(canonical(strings.NewReplacer(subs...).Replace(text))))
+		h.Write([]byte{0})
+	}
+	return "ratelimit pgstore schema 2 " + hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // canonical returns sql without its comments, and with each run of
@@ -883,7 +904,26 @@ func Schema(table string) (string, error) {
 }
 
 func (n names) schema() string {
-	sql := expand(schemaSQL)
+	sql, subs := n.fill(schemaSQL)
+	subs = append(subs, "'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion))
+	// A dollar-quote tag that neither the script nor anything written into
+	// it holds, so that the functions' bodies end where they should
+	// whatever the names. It is written in with the names, in one pass:
+	// a name that holds a placeholder, such as {{q}}, stays as it is.
+	tag := "$fn$"
+	for i := 0; holds(sql, subs, tag); i++ {
+		tag = fmt.Sprintf("$fn%d$", i)
+	}
+	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+}
+
+// fill returns sql, a script as schemaSQL holds it, with its waits and
+// okats written out (expand), and the
+// placeholder-replacement pairs that write n's names, driver's constants
+// and the SQL that pgstore builds into it: all but the dollar-quote tags
+// and the schema's mark, which Schema writes in last.
+func (n names) fill(sql string) (string, []string) {
+	sql = expand(sql)
 	subs := []string{
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
@@ -922,17 +962,8 @@ func (n names) schema() string {
 		"{{pin}}", n.pin(),
 		"{{pin_script}}", n.pinScript(),
 		"{{bare_functions}}", n.bareFunctions(),
-		"'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion),
 	}
-	// A dollar-quote tag that neither the script nor anything written into
-	// it holds, so that the functions' bodies end where they should
-	// whatever the names. It is written in with the names, in one pass:
-	// a name that holds a placeholder, such as {{q}}, stays as it is.
-	tag := "$fn$"
-	for i := 0; holds(sql, subs, tag); i++ {
-		tag = fmt.Sprintf("$fn%d$", i)
-	}
-	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+	return sql, subs
 }
 
 // pinnedPath is the search_path under which the store's functions run,

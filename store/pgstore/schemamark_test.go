@@ -51,6 +51,31 @@ func TestSchemaMarkIgnoresComments(t *testing.T) {
 	}
 }
 
+// The mark covers the SQL that pgstore writes into the script as well as
+// the script's own: the checks of the install lock (lockHeld, lockTaken),
+// of the search_path (pathCheck), of the table and the functions, the
+// functions' search_path and marks, and driver's constants. A
+// change of any of them changes the mark, so that New installs the schema
+// again. Before, the mark was a digest of schema.sql alone, placeholders
+// and all, and a table installed with the earlier SQL read as current.
+func TestSchemaMarkCoversWrittenSQL(t *testing.T) {
+	all := pgstore.SchemaPlaceholders()
+	for _, p := range []string{"{{lock_held}}", "{{lock_taken}}", "{{path_check}}", "{{table_check}}", "{{function_check}}",
+		"{{mark_functions}}", "{{pin}}", "{{pin_script}}", "{{bare_functions}}", "{{noise}}"} {
+		require.Contains(t, all, p)
+	}
+	require.Equal(t, pgstore.SchemaVersion, pgstore.MarkWith(func(_, text string) string { return text }))
+	for _, p := range all {
+		changed := pgstore.MarkWith(func(placeholder, text string) string {
+			if placeholder == p {
+				return "X" + text
+			}
+			return text
+		})
+		require.NotEqual(t, pgstore.SchemaVersion, changed, "the mark of a script whose %s changed", p)
+	}
+}
+
 // What the mark reads of a script: comments and whitespace go, but within
 // literals and quoted identifiers.
 func TestSchemaMarkCanonical(t *testing.T) {
