@@ -347,3 +347,87 @@ func TestSchemaScriptThroughAPooler(t *testing.T) {
 		require.ErrorIs(t, err, pgstore.ErrSchema, "New finds the later release's schema")
 	})
 }
+
+// The script of Schema run in one transaction by psql -1 with
+// ON_ERROR_ROLLBACK on and without ON_ERROR_STOP, which runs each
+// statement under a savepoint, rolls back to it when the statement fails
+// and goes on, commits what the rest did: every statement after one that
+// failed refuses (SQLSTATE RLSTP) and changes nothing, so that the table
+// is not marked as installed, and an application's function that the
+// script's check refused is left as it is. New installs the schema then.
+// Before, the statements after the failed one ran: the table was marked,
+// and the application's function replaced by the store's.
+func TestSchemaScriptOnErrorRollback(t *testing.T) {
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Skip("no psql")
+	}
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	run := func(t *testing.T, sql string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, psql, "-X", "-q", "--single-transaction", "-v", "ON_ERROR_ROLLBACK=on", testserver.PostgresURL(t))
+		cmd.Stdin = strings.NewReader(sql)
+		out, _ := cmd.CombinedOutput() // psql exits 0 past a failed statement
+		return string(out)
+	}
+	mark := func(t *testing.T, table string) *string {
+		t.Helper()
+		var m *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(to_regclass($1), 'pg_class')", table).Scan(&m))
+		return m
+	}
+	installs := func(t *testing.T, name string) {
+		t.Helper()
+		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+		require.ErrorIs(t, err, pgstore.ErrSchema)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+	}
+
+	t.Run("no failure", func(t *testing.T) {
+		name := uniqueSchema(t, pool) + ".t"
+		sql, err := pgstore.Schema(name)
+		require.NoError(t, err)
+		out := run(t, sql)
+		require.NotContains(t, out, "ERROR")
+		require.Equal(t, pgstore.SchemaVersion, *mark(t, name))
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
+		require.NoError(t, err)
+	})
+
+	t.Run("a statement fails", func(t *testing.T) {
+		schema := uniqueSchema(t, pool)
+		name := schema + ".t"
+		sql, err := pgstore.Schema(name)
+		require.NoError(t, err)
+		const code = "SET (fillfactor = 70);"
+		require.Equal(t, 1, strings.Count(sql, code))
+		out := run(t, strings.Replace(sql, code, "SET (fillfactor = 700);", 1))
+		require.Nil(t, mark(t, name), "the table marked as installed")
+		rels, fns := relations(t, pool, schema, "t")
+		require.Zero(t, rels+fns, "made after the failed statement")
+		require.Contains(t, out, "fillfactor")
+		require.Contains(t, out, "stopped at a statement that failed")
+		installs(t, name)
+	})
+
+	t.Run("an application's function", func(t *testing.T) {
+		schema := uniqueSchema(t, pool)
+		name := schema + ".t"
+		del := pgx.Identifier{schema, "t_del"}.Sanitize()
+		_, err := pool.Exec(ctx, "CREATE FUNCTION "+del+"(p_id bytea[]) RETURNS void LANGUAGE sql AS 'SELECT'")
+		require.NoError(t, err)
+		sql, err := pgstore.Schema(name)
+		require.NoError(t, err)
+		out := run(t, sql)
+		require.Nil(t, mark(t, name), "the table marked as installed")
+		var lang string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = $1::regprocedure",
+			del+"(bytea[])").Scan(&lang))
+		require.Equal(t, "sql", lang, "the application's function replaced")
+		require.Contains(t, out, "not a ratelimit store's")
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.ErrorIs(t, err, pgstore.ErrNotStoreFunction)
+	})
+}

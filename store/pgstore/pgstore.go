@@ -89,7 +89,7 @@ var schemaSQL string
 // as the table's comment, last, and reads it to know whether the schema
 // must be installed or upgraded. It changes with every change of what the
 // script does: of schema.sql, and of the SQL and the constants that
-// pgstore writes into it (names.fill: the waits, the checks,
+// pgstore writes into it (names.fill: the waits, the steps, the checks,
 // driver's constants), but of its comments and layout alone (canonical):
 // those would make every process install the schema again for nothing.
 var schemaVersion = markOf(schemaSQL)
@@ -332,6 +332,56 @@ const (
 	// which it holds then, at transaction level, to its end.
 	lockHeld = `coalesce(pg_catalog.current_setting('` + lockSetting + `', true) OPERATOR(pg_catalog.=) ` + thisTransaction + `, false)`
 )
+
+// Every statement of the schema's SQL after the one that takes the lock is
+// a block that first checks that the statement before it ran to its end
+// in this transaction, and records that it runs, in a setting of the
+// transaction's own (stepSetting), which the statement that takes the lock
+// sets to 0 (stepZero). A statement that fails leaves it as it was, also
+// where the client goes on after it: psql's ON_ERROR_ROLLBACK (without
+// ON_ERROR_STOP) runs each statement under a savepoint and rolls back to
+// it, which undoes the statement's set_config too. Then every statement
+// after it fails (SQLSTATE RLSTP) and changes nothing, the last, which
+// marks the table, included: no function of an application's is
+// replaced past a check that refused it, and the table is never marked
+// as installed over a statement that failed.
+const (
+	stepSetting = "ratelimit.install_step"
+	// stepZero is an SQL expression that starts the count of statements.
+	stepZero = `pg_catalog.set_config('` + stepSetting + `', '0', true)`
+	// codeStep is the SQLSTATE of a statement after one that failed.
+	codeStep = "RLSTP"
+)
+
+// stepPlaceholder is how numberSteps writes the kth {{step}} of the script.
+func stepPlaceholder(k int) string { return "{{step " + strconv.Itoa(k) + "}}" }
+
+// numberSteps numbers the script's {{step}}s, from 1, as stepPlaceholder
+// writes them, and returns the script and how many there are.
+func numberSteps(sql string) (string, int) {
+	parts := strings.Split(sql, "{{step}}")
+	var b strings.Builder
+	for k, part := range parts {
+		if k > 0 {
+			b.WriteString(stepPlaceholder(k))
+		}
+		b.WriteString(part)
+	}
+	return b.String(), len(parts) - 1
+}
+
+// stepCheck returns the PL/pgSQL statements of the kth step (see
+// stepSetting): step k-1 must be the last that ran.
+func stepCheck(k int) string {
+	return `IF NOT coalesce(pg_catalog.current_setting('` + stepSetting + `', true) OPERATOR(pg_catalog.=) '` + strconv.Itoa(k-1) + `', false) THEN
+		RAISE EXCEPTION USING ERRCODE = '` + codeStep + `',
+			MESSAGE = 'the schema script of a ratelimit store stopped at a statement that failed or did not run in this transaction: '
+				'this statement, and every one after it, changes nothing, and the table is not marked as installed',
+			HINT = 'apply it in one transaction that stops at its first error: psql --single-transaction (-1) -v ON_ERROR_STOP=1 '
+				'(ON_ERROR_ROLLBACK goes on past a failed statement), or as migration tools apply a migration; see the first error';
+	END IF;
+	PERFORM pg_catalog.set_config('` + stepSetting + `', '` + strconv.Itoa(k) + `', true);`
+}
 
 var (
 	// ErrTableName is matched (errors.Is) by the error of a table name
@@ -874,7 +924,12 @@ func truncate(name string) string {
 // the lock, and fails otherwise (SQLSTATE RLTXN: the statements after the
 // second, which a pooler in transaction mode may run on other sessions),
 // leaving the table's mark as it was, so that New installs the schema
-// again. It waits for
+// again. Each statement after the second first checks that the one before
+// it ran to its end in its transaction, and otherwise fails (SQLSTATE
+// RLSTP) and changes nothing: a client that goes on in the transaction
+// after a statement that failed (psql -1 with ON_ERROR_ROLLBACK and
+// without ON_ERROR_STOP) neither replaces a function past a check that
+// refused it nor marks the table. It waits for
 // the table's SHARE UPDATE EXCLUSIVE lock, which a VACUUM, a CREATE INDEX
 // or another migration may hold, at most 5 s, or up to the session's
 // lock_timeout if it sets one, and then fails (SQLSTATE 55P03), naming the
@@ -906,24 +961,28 @@ func Schema(table string) (string, error) {
 func (n names) schema() string {
 	sql, subs := n.fill(schemaSQL)
 	subs = append(subs, "'ratelimit pgstore schema 2'", quoteLiteral(schemaVersion))
-	// A dollar-quote tag that neither the script nor anything written into
-	// it holds, so that the functions' bodies end where they should
-	// whatever the names. It is written in with the names, in one pass:
-	// a name that holds a placeholder, such as {{q}}, stays as it is.
-	tag := "$fn$"
+	// Dollar-quote tags that neither the script nor anything written into
+	// it holds, so that the functions' bodies ({{q}}) and the blocks that
+	// make them ({{qd}}) end where they should whatever the names. They
+	// are written in with the names, in one pass: a name that holds a
+	// placeholder, such as {{q}}, stays as it is.
+	tag, outer := "$fn$", "$do$"
 	for i := 0; holds(sql, subs, tag); i++ {
 		tag = fmt.Sprintf("$fn%d$", i)
 	}
-	return strings.NewReplacer(append(subs, "{{q}}", tag)...).Replace(sql)
+	for i := 0; holds(sql, subs, outer); i++ {
+		outer = fmt.Sprintf("$do%d$", i)
+	}
+	return strings.NewReplacer(append(subs, "{{q}}", tag, "{{qd}}", outer)...).Replace(sql)
 }
 
 // fill returns sql, a script as schemaSQL holds it, with its waits and
-// okats written out (expand), and the
+// okats written out (expand) and its steps numbered (numberSteps), and the
 // placeholder-replacement pairs that write n's names, driver's constants
 // and the SQL that pgstore builds into it: all but the dollar-quote tags
 // and the schema's mark, which Schema writes in last.
 func (n names) fill(sql string) (string, []string) {
-	sql = expand(sql)
+	sql, steps := numberSteps(expand(sql))
 	subs := []string{
 		"{{table}}", n.table,
 		"{{apply}}", n.apply,
@@ -962,6 +1021,10 @@ func (n names) fill(sql string) (string, []string) {
 		"{{pin}}", n.pin(),
 		"{{pin_script}}", n.pinScript(),
 		"{{bare_functions}}", n.bareFunctions(),
+		"{{step_zero}}", stepZero,
+	}
+	for k := 1; k <= steps; k++ {
+		subs = append(subs, stepPlaceholder(k), stepCheck(k))
 	}
 	return sql, subs
 }

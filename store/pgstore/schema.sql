@@ -53,8 +53,23 @@
 -- transaction: apply the script in one (psql --single-transaction, as
 -- migration tools apply a migration). The statement records, in a setting
 -- of the transaction's own, which transaction took it (pgstore.go's
--- lockTaken), for the checks below (lockHeld).
-SELECT pg_catalog.pg_advisory_xact_lock({{lock}}), {{lock_taken}};
+-- lockTaken), for the checks below (lockHeld), and starts the count of the
+-- statements that ran (stepZero).
+--
+-- Every statement after this one is a block that first checks that the
+-- one before it ran to its end in this transaction, and counts itself,
+-- in a setting of the transaction's own: a placeholder step in double
+-- braces, which pgstore numbers and writes out (pgstore.go's stepCheck).
+-- A statement that fails leaves the count as it was, even where the
+-- client goes on after it in the same transaction: psql's
+-- ON_ERROR_ROLLBACK without ON_ERROR_STOP runs each statement under a
+-- savepoint and rolls back to it, which undoes its set_config too, and
+-- a tool may do the same. Then every statement after it fails (SQLSTATE
+-- RLSTP) and changes nothing: no function is replaced past a check that
+-- refused it, and the table is not marked as installed. So the table and
+-- the functions are made in blocks too, at the start of a line, as the
+-- statements they are.
+SELECT pg_catalog.pg_advisory_xact_lock({{lock}}), {{lock_taken}}, {{step_zero}};
 
 -- Run outside one transaction (psql without --single-transaction, a tool
 -- that sends it statement by statement), each statement would commit on
@@ -91,6 +106,7 @@ BEGIN
 				'it stopped here, and changed nothing, but could not end this session: the statements after this one would run without its lock',
 			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
 	END IF;
+	{{step}}
 END
 {{q}};
 
@@ -126,6 +142,7 @@ DECLARE
 	why text;
 	fns text;
 BEGIN
+	{{step}}
 	IF place IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'RLSCH', DETAIL = place,
 			MESSAGE = pg_catalog.format('table %s: %s', {{table_literal}}, place),
@@ -168,6 +185,7 @@ DECLARE
 	holders text;
 	queued text;
 BEGIN
+	{{step}}
 	IF pg_catalog.to_regclass({{table_literal}}) IS NULL THEN
 		RETURN;
 	END IF;
@@ -207,6 +225,9 @@ BEGIN
 END
 {{q}};
 
+DO {{q}}
+BEGIN
+	{{step}}
 CREATE TABLE IF NOT EXISTS {{table}} (
 	id      bytea PRIMARY KEY, -- SHA-256 of the record's (name, key, shard)
 	name    bytea NOT NULL,
@@ -218,11 +239,16 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 ) WITH (fillfactor = 70);
 
 ALTER TABLE {{table}} SET (fillfactor = 70);
+END
+{{q}};
 
 -- _split is state.go's split: the values two refreshed shards (a, b)
 -- would hold after a call of cnt, the tokens charged to each, and whether
 -- the call is OK. Each shard's limit is kind, rate, period, capacity, max
 -- reserved.
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{split}}(
 	ka bigint, rta float8, pa bigint, ca float8, ma float8,
 	kb bigint, rtb float8, pb bigint, cb float8, mb float8,
@@ -289,6 +315,8 @@ BEGIN
 	END IF;
 END
 {{q}};
+END
+{{qd}};
 
 -- _pwait is state.go's pairWait (with sumWait and searchBack): the least
 -- wait, in ms, after which a call refused on two shards would succeed on
@@ -296,6 +324,9 @@ END
 -- value, ts), then refreshed to now (value, ts). Each call of okat(t) is
 -- written out, by pgstore.go's okAt, as the statements that set ok to
 -- whether split grants the call at t.
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{pwait}}(
 	ka bigint, rta float8, pa bigint, ca float8, ma float8, pha bigint, fa boolean, va0 float8, ta0 bigint,
 	kb bigint, rtb float8, pb bigint, cb float8, mb float8, phb bigint, fb boolean, vb0 float8, tb0 bigint,
@@ -426,6 +457,8 @@ BEGIN
 	RETURN best;
 END
 {{q}};
+END
+{{qd}};
 
 -- _apply decides a batch of ops, one after another, in arrival order,
 -- exactly as that many calls deciding one op each would.
@@ -500,11 +533,15 @@ DECLARE
 	f regprocedure := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(bigint[], float8[], integer[], bytea[], bytea[], bytea[], integer[], integer, bigint[], float8[], integer, boolean)',
 		{{fn_schema}}, {{apply_name}}));
 BEGIN
+	{{step}}
 	IF f IS NOT NULL THEN
 		EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f::pg_catalog.text;
 	END IF;
 END
 {{q}};
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{apply}}(
 	p_ops bigint[], p_counts float8[], p_refs integer[],
 	p_id bytea[], p_name bytea[], p_key bytea[], p_shard integer[], p_nlock integer,
@@ -1006,6 +1043,8 @@ BEGIN
 	END IF;
 END
 {{q}};
+END
+{{qd}};
 
 -- _one decides one op of one item on one record, a limit or a check:
 -- the case of every call that finds no other in flight, which the batch
@@ -1034,6 +1073,7 @@ DECLARE
 	f regprocedure := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(bytea, bytea, bytea, integer, integer, float8, bigint, float8, float8, bigint, bigint, float8, integer, integer)',
 		{{fn_schema}}, {{one_name}}));
 BEGIN
+	{{step}}
 	IF pg_catalog.pg_get_function_arguments(f::pg_catalog.oid) OPERATOR(pg_catalog.=) 'p_id bytea, p_name bytea, p_key bytea, p_shard integer, '
 		'p_kind integer, p_rate double precision, p_period bigint, p_cap double precision, p_maxr double precision, p_phase bigint, '
 		'p_now bigint, p_count double precision, p_flags integer, p_wait integer, '
@@ -1042,6 +1082,9 @@ BEGIN
 	END IF;
 END
 {{q}};
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{one}}(
 	p_id bytea, p_name bytea, p_key bytea, p_shard integer,
 	p_kind integer, p_rate float8, p_period bigint, p_cap float8, p_maxr float8, p_phase bigint,
@@ -1179,6 +1222,8 @@ BEGIN
 	END LOOP;
 END
 {{q}};
+END
+{{qd}};
 
 -- _read reads the records of p_id, in the calling statement's snapshot
 -- (it is STABLE): the read of the batch upsert (store/pgstore/many.go) and
@@ -1187,6 +1232,9 @@ END
 -- the connection keeps that plan while the table grows; this function's
 -- plan reaches the records through the primary key whatever the table's
 -- size, as those of the functions above do.
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{read}}(p_id bytea[])
 RETURNS TABLE (id bytea, value float8, ts bigint)
 LANGUAGE plpgsql STABLE ROWS 10
@@ -1198,12 +1246,17 @@ BEGIN
 	RETURN QUERY SELECT t.id, t.value, t.ts FROM {{table}} t WHERE t.id = ANY (p_id);
 END
 {{q}};
+END
+{{qd}};
 
 -- _del deletes the records of p_id (Store.Delete), locking them first in
 -- id order, the order in which the functions above lock, so that it cannot
 -- wait on a batch in a cycle. A function, planned as the others are: a
 -- plain statement planned while the table was small kept a sequential scan
 -- of it.
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{del}}(p_id bytea[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 {{pin}}
@@ -1215,6 +1268,8 @@ BEGIN
 		SELECT t.id FROM {{table}} t WHERE t.id = ANY (p_id) ORDER BY t.id FOR UPDATE);
 END
 {{q}};
+END
+{{qd}};
 
 -- _sweep is one step of Store.DeleteExpired: of the chunk of at most
 -- p_n records after p_after in id order, it deletes those expired at
@@ -1225,6 +1280,9 @@ END
 -- by an op refused on records it had locked) goes too, uncounted, as it
 -- was never a record. A function for the same reason as _del: a plain
 -- statement planned on a small table read the whole table at every chunk.
+DO {{qd}}
+BEGIN
+	{{step}}
 CREATE OR REPLACE FUNCTION {{sweep}}(p_after bytea, p_n integer, p_cutoff bigint,
 	OUT last bytea, OUT scanned bigint, OUT gone bigint)
 LANGUAGE plpgsql VOLATILE
@@ -1241,6 +1299,8 @@ BEGIN
 	INTO last, scanned, gone;
 END
 {{q}};
+END
+{{qd}};
 
 -- Only the primary key is indexed, so that an update, which changes
 -- value, ts and expires, is a HOT update: written beside the old row on
@@ -1261,6 +1321,7 @@ DECLARE
 	was text := pg_catalog.current_setting('lock_timeout');
 	ms bigint := (SELECT s.setting::bigint FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'lock_timeout');
 BEGIN
+	{{step}}
 	IF EXISTS (SELECT FROM pg_catalog.pg_index WHERE indexrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{old_index_literal}})::pg_catalog.oid
 		AND indrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass({{table_literal}})::pg_catalog.oid) THEN
 		IF NOT (ms OPERATOR(pg_catalog.>=) 1 AND ms OPERATOR(pg_catalog.<=) {{drop_wait}}) THEN
@@ -1288,6 +1349,7 @@ DO {{q}}
 DECLARE
 	f text;
 BEGIN
+	{{step}}
 	FOREACH f IN ARRAY {{bare_functions}}::text[] LOOP
 		EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, pg_catalog.current_schema());
 	END LOOP;
@@ -1304,8 +1366,14 @@ END
 -- leaves the table's mark as it was: a table is never marked as installed
 -- by a script whose statements did not all run in that transaction, and
 -- pgstore.New installs the schema again, under the lock (WithoutDDL
--- refuses it). The functions are marked all the same: they are the store's.
+-- refuses it). There, as after any statement that failed, the statements
+-- before it have failed already (RLSTP), and changed nothing.
+DO {{q}}
+BEGIN
+	{{step}}
 {{mark_functions}}
+END
+{{q}};
 DO {{q}}
 BEGIN
 	IF NOT {{lock_held}} THEN
@@ -1314,6 +1382,7 @@ BEGIN
 				'it leaves the table''s mark as it was, and the schema is not installed until the script runs in one transaction or pgstore.New installs it',
 			HINT = 'apply it in one transaction: psql --single-transaction (-1) -v ON_ERROR_STOP=1, or as migration tools apply a migration';
 	END IF;
+	{{step}}
 	COMMENT ON TABLE {{table}} IS 'ratelimit pgstore schema 2';
 END
 {{q}};

@@ -54,14 +54,14 @@ func TestSchemaMarkIgnoresComments(t *testing.T) {
 // The mark covers the SQL that pgstore writes into the script as well as
 // the script's own: the checks of the install lock (lockHeld, lockTaken),
 // of the search_path (pathCheck), of the table and the functions, the
-// functions' search_path and marks, and driver's constants. A
+// steps, the functions' search_path and marks, and driver's constants. A
 // change of any of them changes the mark, so that New installs the schema
 // again. Before, the mark was a digest of schema.sql alone, placeholders
 // and all, and a table installed with the earlier SQL read as current.
 func TestSchemaMarkCoversWrittenSQL(t *testing.T) {
 	all := pgstore.SchemaPlaceholders()
 	for _, p := range []string{"{{lock_held}}", "{{lock_taken}}", "{{path_check}}", "{{table_check}}", "{{function_check}}",
-		"{{mark_functions}}", "{{pin}}", "{{pin_script}}", "{{bare_functions}}", "{{noise}}"} {
+		"{{mark_functions}}", "{{pin}}", "{{pin_script}}", "{{bare_functions}}", "{{noise}}", "{{step_zero}}", "{{step 1}}"} {
 		require.Contains(t, all, p)
 	}
 	require.Equal(t, pgstore.SchemaVersion, pgstore.MarkWith(func(_, text string) string { return text }))
