@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -763,13 +764,29 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 }
 
 // forEachServer calls fn on every server that holds records: the one
-// server, every master of a Cluster, every shard of a Ring.
+// server, every master of a Cluster, every shard of a Ring that is up. A
+// Ring that has none (closed, or every shard down) is an error, go-redis's
+// for a call on it, as for a server that cannot be reached: its
+// ForEachShard skips the shards it took for down, and has none once
+// closed, and called fn on no server without an error.
 func (s *Store) forEachServer(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, fn)
 	case *redis.Ring:
-		return c.ForEachShard(ctx, fn)
+		var called atomic.Bool
+		err := c.ForEachShard(ctx, func(ctx context.Context, sc *redis.Client) error {
+			called.Store(true)
+			return fn(ctx, sc)
+		})
+		if err == nil && !called.Load() {
+			// A shard that came up meanwhile answers the PING: fn still
+			// called none.
+			if err = c.Ping(ctx).Err(); err == nil {
+				err = errors.New("no shard of the Ring was up")
+			}
+		}
+		return err
 	case *redis.Client:
 		return fn(ctx, c)
 	}

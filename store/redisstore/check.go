@@ -55,8 +55,9 @@ const (
 //
 // A server that refuses CONFIG GET, as managed services may, is not
 // checked: CheckServer returns no warning for it and no error. The error
-// is for a server that could not be reached, or ctx's when it ends first:
-// CheckServer returns then, whatever the client's timeouts.
+// is for a server that could not be reached (a Ring with no shard up, or
+// closed, too), or ctx's when it ends first: CheckServer returns then,
+// whatever the client's timeouts.
 func (s *Store) CheckServer(ctx context.Context) ([]Warning, error) {
 	if err := s.usable(ctx, "CheckServer"); err != nil {
 		return nil, err

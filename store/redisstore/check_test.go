@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -169,4 +170,24 @@ func TestStoreWarnsOnItsLogger(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no warning logged")
 	}
+}
+
+// TestCheckServerRingWithoutShards: CheckServer on a Ring that has no
+// shard to check, closed or with none up, fails as on a server that
+// could not be reached, rather than report no warnings: go-redis's
+// ForEachShard skips the shards it took for down, and has none once
+// the Ring is closed.
+func TestCheckServerRingWithoutShards(t *testing.T) {
+	ctx := context.Background()
+	closed := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}})
+	require.NoError(t, closed.Close())
+	_, err := must(redisstore.New(closed, redisstore.WithLogger(nil))).CheckServer(ctx)
+	require.ErrorIs(t, err, driver.ErrClosed, "a closed Ring")
+	require.ErrorIs(t, err, redis.ErrClosed, "a closed Ring: go-redis's own error")
+
+	none := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}})
+	t.Cleanup(func() { none.Close() })
+	none.SetAddrs(map[string]string{}) // no shard left, as when every one is down
+	_, err = must(redisstore.New(none, redisstore.WithLogger(nil))).CheckServer(ctx)
+	require.ErrorContains(t, err, "shards are down", "a Ring without a shard up")
 }
