@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +22,8 @@ import (
 // Warning is a setting of a Redis server that lets it lose the limiter's
 // records.
 type Warning struct {
-	// Server is the address of the server (of one master, on a Cluster).
+	// Server is the address of the server (of one master, on a Cluster;
+	// of the master on a client of Sentinel, as the server tells it).
 	Server string
 	// Setting names the configuration directives at fault.
 	Setting string
@@ -110,7 +112,7 @@ func checkServer(ctx context.Context, c *redis.Client) ([]Warning, error) {
 		}
 		conf[n] = v
 	}
-	addr := c.Options().Addr
+	addr := serverAddr(ctx, c)
 	var ws []Warning
 	if conf["save"] == "" && conf["appendonly"] == "no" {
 		ws = append(ws, Warning{Server: addr, Setting: "save, appendonly", Value: `"", no`, Problem: problemPersistence})
@@ -147,4 +149,20 @@ func (s *Store) warnOnce() {
 			}
 		}()
 	})
+}
+
+// serverAddr returns the address of c's server, for a Warning: the one in
+// c's options, or, where they hold none (a client of Sentinel, whose
+// options say "FailoverClient" whatever its master), the address the
+// server says the client reached it at (CLIENT INFO's laddr), when it
+// says.
+func serverAddr(ctx context.Context, c *redis.Client) string {
+	o := c.Options()
+	if _, _, err := net.SplitHostPort(o.Addr); err == nil || o.Network == "unix" {
+		return o.Addr
+	}
+	if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
+		return info.LAddr
+	}
+	return o.Addr
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -190,4 +194,48 @@ func TestCheckServerRingWithoutShards(t *testing.T) {
 	none.SetAddrs(map[string]string{}) // no shard left, as when every one is down
 	_, err = must(redisstore.New(none, redisstore.WithLogger(nil))).CheckServer(ctx)
 	require.ErrorContains(t, err, "shards are down", "a Ring without a shard up")
+}
+
+// ownSentinel starts a Redis Sentinel of the test's own on a free
+// loopback port, which monitors the master at addr under the name
+// "ratelimit-test", and returns its address once it answers.
+func ownSentinel(t *testing.T, master string) (addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr = l.Addr().String()
+	require.NoError(t, l.Close())
+	_, port, _ := net.SplitHostPort(addr)
+	host, mport, _ := net.SplitHostPort(master)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it
+	require.NoError(t, os.WriteFile(conf, []byte(strings.Join([]string{
+		"bind 127.0.0.1", "port " + port, "dir " + dir,
+		"sentinel monitor ratelimit-test " + host + " " + mport + " 1", ""}, "\n")), 0o600))
+	sentinel := exec.Command("redis-server", conf, "--sentinel")
+	require.NoError(t, sentinel.Start())
+	t.Cleanup(func() {
+		_ = sentinel.Process.Kill()
+		_ = sentinel.Wait()
+	})
+	testserver.WaitReachable(t, addr, true)
+	return addr
+}
+
+// TestCheckServerSentinel: on a client of Sentinel (redis.NewFailoverClient),
+// a Warning names the master's address, where the client's options say
+// "FailoverClient".
+func TestCheckServerSentinel(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testserver.Unreachable(t, "redis-server", "PATH", err)
+	}
+	ctx := context.Background()
+	master := ownServer(t) // keeps nothing on disk: a warning
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "ratelimit-test", SentinelAddrs: []string{ownSentinel(t, master)}})
+	t.Cleanup(func() { c.Close() })
+	ws, err := must(redisstore.New(c, redisstore.WithLogger(nil))).CheckServer(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	require.Equal(t, "save, appendonly", ws[0].Setting)
+	require.Equal(t, master, ws[0].Server, "the master's address")
 }
