@@ -541,6 +541,12 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				reload, c.reloaded = true, true
 				again = append(again, c)
 				continue
+			case isFunctionMissing(c.err):
+				// Missing once more, the load having found the library
+				// there ("already exists") or loaded it.
+				c.err = fmt.Errorf("the function %s is missing though the store loaded its library: if the library was deleted meanwhile "+
+					"(FUNCTION FLUSH or DELETE), call again; otherwise a library of other code is loaded under its name: "+
+					"delete it (FUNCTION DELETE %s), and the store loads its own: %w", lib.name, lib.name, c.err)
 			case !c.scripted && isUnknownFCall(c.err):
 				// Also when another round trip in flight found out
 				// first: this one was sent before, as FCALL.

@@ -68,3 +68,32 @@ func TestUnexpectedReply(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// TestForeignLibraryUnderItsName: a library of other code loaded under
+// the library's name, without the store's function, is found by the
+// store's load ("already exists"); the call that finds the function
+// missing once more fails with an error that names the library and says
+// to delete it, alone or batched, rather than with Redis's bare "Function
+// not found".
+func TestForeignLibraryUnderItsName(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: ownServer(t)})
+	t.Cleanup(func() { c.Close() })
+	name := redisstore.FunctionLibrary()
+	require.NoError(t, c.FunctionLoad(ctx, "#!lua name="+name+"\nredis.register_function('other', function() return 1 end)\n").Err())
+	store := newStore(c, "ratelimit-test:foreign:")
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 100}
+	op := func(key string) *driver.Op { return oneItemOp(driver.ModeLimit, 1000, "l", key, 1, p) }
+	requireForeign := func(err error, how string) {
+		t.Helper()
+		require.Error(t, err, how)
+		require.ErrorContains(t, err, "Function not found", "%s: Redis's answer", how)
+		require.ErrorContains(t, err, "FUNCTION DELETE "+name, "%s: names the library and says what to do", how)
+	}
+	requireForeign(store.Apply(ctx, op("k"), make([]driver.Decision, 1)), "alone")
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	requireForeign(store.ApplyBatch(ctx, []*driver.Op{op("k"), op("k2")}, outs), "batched")
+
+	require.NoError(t, c.FunctionDelete(ctx, name).Err())
+	require.NoError(t, store.Apply(ctx, op("k"), make([]driver.Decision, 1)), "the store loads its own library")
+}
