@@ -194,11 +194,11 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	r := s.newRequest(op)
 	var res, err error
-	if s.cluster == nil {
+	if s.nodes == nil {
 		res, err = s.one.Do(ctx, r)
 	} else {
 		var node string
-		if node, err = s.master(ctx, r); err != nil {
+		if node, err = s.server(ctx, r); err != nil {
 			release(r)
 			return fmt.Errorf("redisstore: apply: %w", s.callerError(ctx, err))
 		}
@@ -267,6 +267,20 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	}
 	s.warnOnce()
 	return nil
+}
+
+// server returns the address of the server r goes to, whose calls
+// coalesce apart from the others': the master of its slot on a Cluster
+// (master), its shard on a Ring, which go-redis tells from memory.
+func (s *Store) server(ctx context.Context, r *request) (string, error) {
+	if s.cluster != nil {
+		return s.master(ctx, r)
+	}
+	c, err := s.ring.GetShardClientForKey(r.keys[0])
+	if err != nil {
+		return "", err
+	}
+	return c.Options().Addr, nil
 }
 
 // master returns the address of the Cluster master that serves r's slot.

@@ -33,7 +33,8 @@
 // they live in one Cluster slot (an op's items share one key). On a
 // Cluster, calls coalesce per master, and a batch is one call of the
 // function over the slots of its master; when a slot moves, its ops go
-// again one call per key, which the client routes. Records expire once
+// again one call per key, which the client routes. On a Ring, calls
+// coalesce per shard, and a batch is one call per key. Records expire once
 // their bucket would be full again, plus a margin (WithExpiryMargin) for
 // calls in flight whose time lags and for application clocks that
 // disagree with each other.
@@ -92,6 +93,7 @@ const maxInFlight = 3
 type Store struct {
 	client     redis.UniversalClient
 	cluster    *redis.ClusterClient // when client is one
+	ring       *redis.Ring          // when client is one
 	single     bool                 // one server: a batch is one call
 	prefix     string
 	serverTime bool
@@ -110,8 +112,8 @@ type Store struct {
 	// routed is set once the Cluster client has told a key's master: it
 	// knows the slots from then on (see master).
 	routed atomic.Bool
-	// The calls coalesce per server: on a Cluster per master (nodes), on
-	// others in one batcher (one).
+	// The calls coalesce per server: on a Cluster per master, on a Ring
+	// per shard (nodes), on one server in one batcher (one).
 	nodes *coalesce.Group[string, *request, error]
 	one   *coalesce.Batcher[*request, error]
 
@@ -210,6 +212,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.retries, s.minBackoff, s.maxBackoff = o.MaxRedirects, o.MinRetryBackoff, o.MaxRetryBackoff
 		s.ctxTimeout = o.ContextTimeoutEnabled
 	case *redis.Ring:
+		s.ring = c
 		o := c.Options()
 		s.retries, s.minBackoff, s.maxBackoff = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
 		s.ctxTimeout = o.ContextTimeoutEnabled
@@ -219,9 +222,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	// cancel); a call sent from another goroutine lets its caller leave
 	// on time from a stalled server. Share: a round trip costs Redis much
 	// more than a decision it carries, so the slots in flight carry fair
-	// shares of many callers rather than one of them alone.
+	// shares of many callers rather than one of them alone. Per server:
+	// a server that stalls holds only the calls to it.
 	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true, Share: true}
-	if s.cluster != nil {
+	if !s.single {
 		s.nodes = coalesce.NewGroup(s.send, co)
 	} else {
 		s.one = coalesce.New(func(ctx context.Context, reqs []*request, errs []error) error {
@@ -329,7 +333,7 @@ func (s *Store) usable(ctx context.Context, call string) error {
 }
 
 // Close ends the goroutines that send the store's calls in the background
-// (one per server, per master of a Cluster), each once it has sent what it
+// (one per server: per master of a Cluster, per shard of a Ring), each once it has sent what it
 // is sending; calls in flight are answered. A call still queued, or
 // waiting to go again after Redis refused it, is not sent: it fails with
 // driver.ErrClosed, and charged nothing. It does not close the client,
