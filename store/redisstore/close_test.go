@@ -18,9 +18,10 @@ import (
 )
 
 // Close ends the goroutines that send the store's calls in the background
-// (one per server, per master of a Cluster): they lived on, parked, for as
-// long as the store was reachable, which a check for leaked goroutines
-// reports. A call after Close fails with driver.ErrClosed.
+// (one per server: per master of a Cluster, per shard of a Ring): they
+// lived on, parked, for as long as the store was reachable, which a check
+// for leaked goroutines reports. A call after Close fails with
+// driver.ErrClosed.
 func TestCloseLeavesNoGoroutine(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		c := client(t)
@@ -28,6 +29,11 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ",")})
+		t.Cleanup(func() { c.Close() })
+		closeLeavesNoGoroutine(t, c)
+	})
+	t.Run("ring", func(t *testing.T) {
+		c := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": client(t).Options().Addr}})
 		t.Cleanup(func() { c.Close() })
 		closeLeavesNoGoroutine(t, c)
 	})
