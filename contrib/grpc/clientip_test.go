@@ -540,28 +540,47 @@ func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
 	sock := filepath.Join(dir, "app.sock")
 	t.Chdir(dir) // the client's socket is bound to a relative path
 
-	passed := func(key ratelimitgrpc.KeyFunc) (n int, answers map[codes.Code]int) {
+	passed := func(key ratelimitgrpc.KeyFunc) (int, map[codes.Code]int) {
 		t.Helper()
 		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
 		defer serveHealthOnUnix(t, lim, key, sock)() // removes the socket
-		const name = "10.0.0.5:80"
-		conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-				_ = os.Remove(name) // left by a connection before
-				return net.DialUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
-			}))
-		require.NoError(t, err)
-		defer conn.Close()
-		client := healthpb.NewHealthClient(conn)
-		answers = map[codes.Code]int{}
-		for i := range 100 {
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", fmt.Sprintf("198.18.%d.%d", i/256, i%256))
-			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-			answers[status.Code(err)]++
-		}
-		return answers[codes.OK], answers
+		return callsFromNamedPeer(t, sock)
 	}
 
+	namedPeerHasNoKey(t, passed)
+}
+
+// callsFromNamedPeer makes 100 health checks over the Unix socket sock
+// from a client that binds its end of the socket to the path
+// "10.0.0.5:80", a name that reads as an address, each call with an
+// x-forwarded-for of its own; it returns how many passed, and the codes of
+// all.
+func callsFromNamedPeer(t *testing.T, sock string) (int, map[codes.Code]int) {
+	t.Helper()
+	const name = "10.0.0.5:80"
+	conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			_ = os.Remove(name) // left by a connection before
+			return net.DialUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
+		}))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	answers := map[codes.Code]int{}
+	for i := range 100 {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", fmt.Sprintf("198.18.%d.%d", i/256, i%256))
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		answers[status.Code(err)]++
+	}
+	return answers[codes.OK], answers
+}
+
+// namedPeerHasNoKey checks, through passed (a server keyed by the KeyFunc
+// given and callsFromNamedPeer), that a peer whose socket is named as an
+// address gets no key from PeerIP, nor from ClientIP trusting proxies at
+// that address: every call is refused as keyless.
+func namedPeerHasNoKey(t *testing.T, passed func(ratelimitgrpc.KeyFunc) (int, map[codes.Code]int)) {
+	t.Helper()
 	peerIP, err := ratelimitgrpc.PeerIP()
 	require.NoError(t, err)
 	n, got := passed(peerIP)

@@ -1,8 +1,6 @@
 package ratelimitgrpc_test
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,11 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // A gRPC server served by net/http (grpc.Server's ServeHTTP) on a Unix
@@ -42,7 +37,7 @@ func TestClientIPUnixPeerNamedAsAddressOverServeHTTP(t *testing.T) {
 	sock := filepath.Join(dir, "app.sock")
 	t.Chdir(dir) // the client's socket is bound to a relative path
 
-	passed := func(key ratelimitgrpc.KeyFunc, opts ...ratelimitgrpc.IPOption) (n int, answers map[codes.Code]int) {
+	passed := func(key ratelimitgrpc.KeyFunc) (int, map[codes.Code]int) {
 		t.Helper()
 		lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 5, Period: time.Hour}})
 		ic, err := ratelimitgrpc.New(lim, []string{"api"}, ratelimitgrpc.WithKey(key), ratelimitgrpc.WithLogger(slog.New(slog.DiscardHandler)))
@@ -57,41 +52,16 @@ func TestClientIPUnixPeerNamedAsAddressOverServeHTTP(t *testing.T) {
 		go func() { _ = hs.Serve(lis) }()
 		defer hs.Close() // removes the socket
 
-		const name = "10.0.0.5:80"
-		conn, err := grpc.NewClient("passthrough:///app", grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-				_ = os.Remove(name) // left by a connection before
-				return net.DialUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
-			}))
-		require.NoError(t, err)
-		defer conn.Close()
-		client := healthpb.NewHealthClient(conn)
-		answers = map[codes.Code]int{}
-		for i := range 100 {
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", fmt.Sprintf("198.18.%d.%d", i/256, i%256))
-			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-			answers[status.Code(err)]++
-		}
-		return answers[codes.OK], answers
+		return callsFromNamedPeer(t, sock)
 	}
 
-	peerIP, err := ratelimitgrpc.PeerIP()
-	require.NoError(t, err)
-	n, got := passed(peerIP)
-	assert.Equal(t, 0, n, "the peer has no IP address: no key")
-	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
-
-	byAddress, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor, lbs...))
-	require.NoError(t, err)
-	n, got = passed(byAddress)
-	assert.Equal(t, 0, n, "a peer named as a trusted proxy is no proxy: no key")
-	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 100}, got)
+	namedPeerHasNoKey(t, passed)
 
 	// Trusted as the proxy on the socket, the peer is read as one, and
 	// its name never as an address.
 	onSocket, err := ratelimitgrpc.ClientIP(ratelimitgrpc.TrustProxies(ratelimitgrpc.XForwardedFor), ratelimitgrpc.TrustUnixSocket())
 	require.NoError(t, err)
-	n, got = passed(onSocket)
+	n, got := passed(onSocket)
 	assert.Equal(t, 100, n, "the proxy on the socket vouches for a client per call")
 	assert.Equal(t, map[codes.Code]int{codes.OK: 100}, got)
 }
