@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,38 +27,7 @@ func TestBreakerHeldProbeDoesNotHoldItOpen(t *testing.T) {
 	for _, bound := range []bool{false, true} {
 		t.Run(fmt.Sprint("bound=", bound), func(t *testing.T) {
 			ctx := context.Background()
-			hook, store := hooked(bound)
-			var down atomic.Bool
-			down.Store(true)
-			entered, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			free := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(free)
-			hook.apply = func(_ context.Context, key string) error {
-				if key == "locked" {
-					entered <- struct{}{}
-					<-release
-				}
-				if down.Load() {
-					return errDown
-				}
-				return nil
-			}
-			mock := newMock()
-			lim, err := ratelimit.New(store, ratelimit.Limits{
-				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
-			require.NoError(t, err)
-			_, err = lim.Limit(ctx, "l", "k")
-			require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
-			mock.Add(time.Second)
-			probe := make(chan error, 1)
-			go func() {
-				_, err := lim.Limit(ctx, "l", "locked") // no deadline
-				probe <- err
-			}()
-			<-entered
-			down.Store(false) // the store is back, but for the locked row
+			lim, mock, probe, free := heldProbe(t, bound)
 
 			mock.Add(time.Second)
 			res, err := lim.Limit(ctx, "l", "k")
@@ -83,41 +53,10 @@ func TestBreakerHeldProbeDoesNotHoldItOpen(t *testing.T) {
 // the step's length more.
 func TestBreakerHeldProbeClockSetBack(t *testing.T) {
 	ctx := context.Background()
-	hook, store := hooked(false)
-	var down atomic.Bool
-	down.Store(true)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
-	hook.apply = func(_ context.Context, key string) error {
-		if key == "locked" {
-			entered <- struct{}{}
-			<-release
-		}
-		if down.Load() {
-			return errDown
-		}
-		return nil
-	}
-	mock := newMock()
-	lim, err := ratelimit.New(store, ratelimit.Limits{
-		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
-	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
-	require.NoError(t, err)
-	_, err = lim.Limit(ctx, "l", "k")
-	require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
-	mock.Add(time.Second)
-	probe := make(chan error, 1)
-	go func() {
-		_, err := lim.Limit(ctx, "l", "locked")
-		probe <- err
-	}()
-	<-entered
-	down.Store(false)
+	lim, mock, probe, free := heldProbe(t, false)
 
 	mock.Set(mock.Now().Add(-time.Hour))
-	_, err = lim.Limit(ctx, "l", "k")
+	_, err := lim.Limit(ctx, "l", "k")
 	require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "the probe is in the store")
 	mock.Add(time.Second)
 	res, err := lim.Limit(ctx, "l", "k")
@@ -130,4 +69,47 @@ func TestBreakerHeldProbeClockSetBack(t *testing.T) {
 
 	free()
 	require.NoError(t, <-probe)
+}
+
+// heldProbe returns a Limiter on a store (hooked, bound or not) whose
+// breaker opened on a failure (WithBreaker(1, time.Second)) and whose
+// probe, a cool-down later, is held in the store on the key "locked",
+// without a deadline, until free; the store answers every other call
+// meanwhile. probe gets the held probe's error once it is freed.
+func heldProbe(t *testing.T, bound bool) (lim *ratelimit.Limiter, mock *clock.Mock, probe chan error, free func()) {
+	t.Helper()
+	ctx := context.Background()
+	hook, store := hooked(bound)
+	var down atomic.Bool
+	down.Store(true)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	hook.apply = func(_ context.Context, key string) error {
+		if key == "locked" {
+			entered <- struct{}{}
+			<-release
+		}
+		if down.Load() {
+			return errDown
+		}
+		return nil
+	}
+	mock = newMock()
+	lim, err := ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "k")
+	require.ErrorIs(t, err, errDown, "the failure that opens the breaker")
+	mock.Add(time.Second)
+	probe = make(chan error, 1)
+	go func() {
+		_, err := lim.Limit(ctx, "l", "locked") // no deadline
+		probe <- err
+	}()
+	<-entered
+	down.Store(false) // the store is back, but for the locked row
+	return lim, mock, probe, free
 }
