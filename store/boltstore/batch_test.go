@@ -99,13 +99,7 @@ func TestApplyBatchOpFailsAlone(t *testing.T) {
 	}
 	err := s.ApplyBatch(ctx, ops, outs)
 	require.ErrorIs(t, err, broken)
-	var failed []int
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var oe *boltstore.OpError
-		require.ErrorAs(t, e, &oe)
-		failed = append(failed, oe.Index)
-	}
-	require.Equal(t, []int{1}, failed, "the op that failed, alone (the fourth's first item is 'b')")
+	require.Equal(t, []int{1}, storetest.FailedOps(t, err), "the op that failed, alone (the fourth's first item is 'b')")
 
 	require.True(t, outs[0][0].OK)
 	require.Equal(t, 6.0, outs[0][0].Remaining)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,7 +89,7 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 				outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 				err := s.ApplyBatch(ctx, []*driver.Op{op(mode, "good "+key, p, 1), op(mode, key, p, 1)}, outs)
 				isBad(err, fmt.Sprintf("batched, mode %d", mode))
-				require.Equal(t, []int{1}, failedOps(t, err), key)
+				require.Equal(t, []int{1}, storetest.FailedOps(t, err), key)
 				require.True(t, outs[0][0].OK, "%s: the other op is decided", key)
 			}
 			isBad(s.Load(ctx, []driver.RecordID{{Name: "l", Key: "good"}, {Name: "l", Key: key}}, make([]driver.Record, 2)), "loaded")
@@ -123,18 +124,3 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// failedOps returns the indexes of the ops that err, an ApplyBatch's,
-// reports failed on their own: a *driver.OpError each, joined.
-func failedOps(t *testing.T, err error) []int {
-	t.Helper()
-	joined, ok := err.(interface{ Unwrap() []error })
-	require.True(t, ok, "%v: the errors of the ops that failed, joined", err)
-	var failed []int
-	for _, e := range joined.Unwrap() {
-		var oe *driver.OpError
-		require.ErrorAs(t, e, &oe)
-		failed = append(failed, oe.Index)
-	}
-	return failed
-}

@@ -63,7 +63,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 		err = s.ApplyBatch(ctx, []*driver.Op{other, op}, outs)
 		require.ErrorIs(t, err, driver.ErrBadRecord, name)
-		require.Equal(t, []int{1}, failedOps(t, err), name)
+		require.Equal(t, []int{1}, storetest.FailedOps(t, err), name)
 		require.True(t, outs[0][0].OK, "%s: the other op is decided", name)
 	}
 	st, err := lim.Value(ctx, "jobs", "other")

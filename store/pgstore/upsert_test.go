@@ -317,7 +317,7 @@ func TestBatchUpsertKeepsWhatItWroteWhenTheRedoFails(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	err = <-done
-	require.Equal(t, []int{0}, failedOps(t, err), "the op sent again fails, alone")
+	require.Equal(t, []int{0}, storetest.FailedOps(t, err), "the op sent again fails, alone")
 	require.True(t, outs[1][0].OK, "the op the upsert wrote keeps its decision")
 	require.Equal(t, 9.0, outs[1][0].Remaining)
 	recs := make([]driver.Record, 2)

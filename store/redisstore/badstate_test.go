@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -77,7 +78,7 @@ func (b *badRecords) requireRefused(t *testing.T, what, raw string) {
 	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 	err := b.store.ApplyBatch(ctx, []*driver.Op{b.op("good"), b.op("bad")}, outs)
 	isBad(err, "batched")
-	require.Equal(t, []int{1}, failedOps(t, err), what)
+	require.Equal(t, []int{1}, storetest.FailedOps(t, err), what)
 	require.True(t, outs[0][0].OK, "%s: the other op is decided", what)
 	isBad(b.store.Load(ctx, []driver.RecordID{b.id}, make([]driver.Record, 1)), "loaded")
 	got, err := b.c.Get(ctx, b.key).Result()
@@ -140,19 +141,4 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 			require.Equal(t, out[0], outs[1][0], "%+v: batched as alone", st)
 		}
 	}
-}
-
-// failedOps returns the indexes of the ops that err, an ApplyBatch's,
-// reports failed on their own: a *driver.OpError each, joined.
-func failedOps(t *testing.T, err error) []int {
-	t.Helper()
-	joined, ok := err.(interface{ Unwrap() []error })
-	require.True(t, ok, "%v: the errors of the ops that failed, joined", err)
-	var failed []int
-	for _, e := range joined.Unwrap() {
-		var oe *driver.OpError
-		require.ErrorAs(t, e, &oe)
-		failed = append(failed, oe.Index)
-	}
-	return failed
 }

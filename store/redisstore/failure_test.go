@@ -855,7 +855,7 @@ func pipelineCallsNeverSentTwice(t *testing.T, c *redis.ClusterClient, arm func(
 	c.AddHook(&armOnBadRecord{arm: arm})
 
 	err := store.ApplyBatch(ctx, append([]*driver.Op{oneItemOp(driver.ModeLimit, now, "bad", "k", 1, p)}, ops...), outs)
-	require.Equal(t, []int{0, 1, 2}, failedOps(t, err), "every op's answer was lost")
+	require.Equal(t, []int{0, 1, 2}, storetest.FailedOps(t, err), "every op's answer was lost")
 	recs := make([]driver.Record, 2)
 	require.NoError(t, store.Load(ctx, []driver.RecordID{{Name: "a", Key: "k"}, {Name: "b", Key: "k"}}, recs))
 	for i, r := range recs {

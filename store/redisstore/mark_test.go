@@ -82,7 +82,7 @@ func TestBadMarkFailsTheSettlement(t *testing.T) {
 		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 		err = store.ApplyBatch(ctx, []*driver.Op{op, other}, outs)
 		require.ErrorIs(t, err, redisstore.ErrBadRecord, name)
-		require.Equal(t, []int{0}, failedOps(t, err), name)
+		require.Equal(t, []int{0}, storetest.FailedOps(t, err), name)
 		require.True(t, outs[1][0].OK, "%s: the other op is decided", name)
 
 		got, err := c.Get(ctx, mark).Result()

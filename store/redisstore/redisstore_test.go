@@ -408,7 +408,7 @@ func TestWrongTypeKey(t *testing.T) {
 		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
 		err := store.ApplyBatch(ctx, []*driver.Op{op("good"), op(name)}, outs)
 		isBad(err, key, i, i+" batched")
-		require.Equal(t, []int{1}, failedOps(t, err), i)
+		require.Equal(t, []int{1}, storetest.FailedOps(t, err), i)
 		require.True(t, outs[0][0].OK, "%s: the other op of the batch is decided", i)
 		isBad(store.Load(ctx, []driver.RecordID{{Name: "l", Key: "good"}, id}, make([]driver.Record, 2)), key, i, i+" loaded")
 		typ, err := c.Type(ctx, key).Result()
@@ -753,7 +753,7 @@ func oneBadRecord(t *testing.T, c redis.UniversalClient, store *redisstore.Store
 		outs[i] = make([]driver.Decision, 1)
 	}
 	err := store.ApplyBatch(ctx, ops, outs)
-	require.Equal(t, []int{3, 4}, failedOps(t, err), "the two bad ops, alone")
+	require.Equal(t, []int{3, 4}, storetest.FailedOps(t, err), "the two bad ops, alone")
 	require.ErrorIs(t, err, redisstore.ErrBadRecord)
 	for i, want := range []float64{90, 94, 97} {
 		require.True(t, outs[i][0].OK, "op %d", i)

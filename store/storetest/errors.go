@@ -180,3 +180,19 @@ func closes(s ratelimit.Store) bool {
 		s = w.Unwrap()
 	}
 }
+
+// FailedOps returns the indexes of the ops that err, the error of an
+// ApplyBatch, reports failed on their own, in its order: err must join a
+// *driver.OpError for each, as the driver's contract says.
+func FailedOps(t testing.TB, err error) []int {
+	t.Helper()
+	joined, ok := err.(interface{ Unwrap() []error })
+	require.True(t, ok, "%v: the errors of the ops that failed, joined", err)
+	var failed []int
+	for _, e := range joined.Unwrap() {
+		var oe *driver.OpError
+		require.ErrorAs(t, e, &oe)
+		failed = append(failed, oe.Index)
+	}
+	return failed
+}
