@@ -136,3 +136,51 @@ func TestSchemaMarkOfThePreviousBuild(t *testing.T) {
 	_, err = pgstore.New(ctx, pool, pgstore.WithTable(name), pgstore.WithoutDDL())
 	require.NoError(t, err)
 }
+
+// The mark is the same in every process and for every table: a New after
+// one that installed the schema on a fresh table, and a New after the
+// script of Schema for the table named with its schema (or one applied
+// under another search_path), finds it current and runs nothing, leaving
+// the rows of the table and its functions in the catalog as they were (a
+// script run again would write them anew, with new xmins).
+func TestSchemaMarkNoReinstall(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	catalog := func(t *testing.T, table string) string {
+		t.Helper()
+		var rows string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT c.xmin::text FROM pg_class c WHERE c.oid = to_regclass($1)) || ' ' ||
+			(SELECT string_agg(p.oid::text || ':' || p.xmin::text, ' ' ORDER BY p.oid) FROM pg_proc p
+				WHERE p.pronamespace = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($1)))`, table).Scan(&rows))
+		return rows
+	}
+
+	t.Run("New twice", func(t *testing.T) {
+		schema := uniqueSchema(t, pool)
+		name := schema + ".t"
+		_, err := pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+		before := catalog(t, name)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+		require.Equal(t, before, catalog(t, name), "the second New installed the schema again")
+	})
+
+	t.Run("the script, then New", func(t *testing.T) {
+		schema := uniqueSchema(t, pool)
+		name := schema + ".t"
+		sql, err := pgstore.Schema(name)
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()+", public")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, sql)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		before := catalog(t, name)
+		_, err = pgstore.New(ctx, pool, pgstore.WithTable(name))
+		require.NoError(t, err)
+		require.Equal(t, before, catalog(t, name), "New installed the schema the script had installed again")
+	})
+}
