@@ -431,3 +431,49 @@ func TestSchemaScriptOnErrorRollback(t *testing.T) {
 		require.ErrorIs(t, err, pgstore.ErrNotStoreFunction)
 	})
 }
+
+// The script of Schema run a transaction per statement through a pooler
+// whose sessions were left with ratelimit.install_step set, at session
+// level, by another of its clients (SET without LOCAL), to the count each
+// statement looks for: the statements after the guard run without the
+// lock, and each still refuses (SQLSTATE RLSTP), the count being this
+// transaction's only where it took the lock; an application's function of
+// a store's name, which the script's check refused on its own session, is
+// left as it is. Before, a session's own value passed the check, and the
+// store's function replaced the application's.
+func TestSchemaStepOfAnotherTransaction(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	schema := uniqueSchema(t, pool)
+	del := pgx.Identifier{schema, "t_del"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE FUNCTION "+del+"(p_id bytea[]) RETURNS void LANGUAGE sql AS 'SELECT'")
+	require.NoError(t, err)
+	sql, err := pgstore.Schema(schema + ".t")
+	require.NoError(t, err)
+	stmts := statements(sql)
+	lock := slices.IndexFunc(stmts, func(s string) bool { return strings.Contains(s, "pg_advisory_xact_lock(") })
+	require.Positive(t, lock)
+	var refused int
+	for i, stmt := range stmts {
+		conn, err := pgconn.Connect(ctx, testserver.PostgresURL(t))
+		require.NoError(t, err)
+		if i > lock {
+			_, err := conn.Exec(ctx, fmt.Sprintf("SET ratelimit.install_step = '%d'", i-lock-1)).ReadAll()
+			require.NoError(t, err)
+		}
+		_, err = conn.Exec(ctx, stmt).ReadAll()
+		var pe *pgconn.PgError
+		if i > lock+1 && errors.As(err, &pe) && pe.Code == "RLSTP" {
+			refused++
+		}
+		_ = conn.Close(ctx)
+	}
+	var lang string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = $1::regprocedure",
+		del+"(bytea[])").Scan(&lang))
+	require.Equal(t, "sql", lang, "the application's function replaced")
+	rels, fns := relations(t, pool, schema, "t")
+	require.Zero(t, rels, "the table made without the lock")
+	require.Equal(t, 1, fns, "functions made without the lock")
+	require.Equal(t, len(stmts)-lock-3, refused, "statements after the guard that refused, all but the last (RLTXN)")
+}

@@ -371,9 +371,14 @@ func numberSteps(sql string) (string, int) {
 }
 
 // stepCheck returns the PL/pgSQL statements of the kth step (see
-// stepSetting): step k-1 must be the last that ran.
+// stepSetting): step k-1 must be the last that ran, in the transaction
+// that took the install lock (lockHeld). The setting alone is not this
+// transaction's: a session may hold a value of its own (SET without
+// LOCAL, left on a pooler's session by another client), which a
+// statement run in a transaction of its own, through a pooler in
+// transaction mode, would read as the count.
 func stepCheck(k int) string {
-	return `IF NOT coalesce(pg_catalog.current_setting('` + stepSetting + `', true) OPERATOR(pg_catalog.=) '` + strconv.Itoa(k-1) + `', false) THEN
+	return `IF NOT (` + lockHeld + ` AND coalesce(pg_catalog.current_setting('` + stepSetting + `', true) OPERATOR(pg_catalog.=) '` + strconv.Itoa(k-1) + `', false)) THEN
 		RAISE EXCEPTION USING ERRCODE = '` + codeStep + `',
 			MESSAGE = 'the schema script of a ratelimit store stopped at a statement that failed or did not run in this transaction: '
 				'this statement, and every one after it, changes nothing, and the table is not marked as installed',

@@ -60,6 +60,8 @@
 -- one before it ran to its end in this transaction, and counts itself,
 -- in a setting of the transaction's own: a placeholder step in double
 -- braces, which pgstore numbers and writes out (pgstore.go's stepCheck).
+-- It reads the count only in the transaction that took the lock
+-- (lockHeld): a session may hold a value of the setting of its own.
 -- A statement that fails leaves the count as it was, even where the
 -- client goes on after it in the same transaction: psql's
 -- ON_ERROR_ROLLBACK without ON_ERROR_STOP runs each statement under a
