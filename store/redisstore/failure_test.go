@@ -402,8 +402,13 @@ func TestStalledServerDenyCacheLearn(t *testing.T) {
 // ownServer starts a redis-server of the test's own on a free loopback
 // port, keeping nothing on disk, with the further arguments given; it
 // returns its address once it answers, and stops it at the test's end.
+// Without redis-server on the PATH, the test is skipped (or fails, as
+// testserver.Unreachable says).
 func ownServer(t *testing.T, args ...string) (addr string) {
 	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testserver.Unreachable(t, "redis-server", "PATH", err)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr = l.Addr().String()
