@@ -497,7 +497,8 @@ type fcall struct {
 // that load failed for a passing reason, go again after a pause (loadFailed); a server
 // without Functions (Redis before 7) is sent the script instead, from then
 // on. A call that surely did not run (unsent: no connection, or Redis
-// refused it for its state) goes again after a pause, as often as the
+// refused it for its state; on a Ring, routed to a shard that left it:
+// shardLeft) goes again after a pause, as often as the
 // client's MaxRetries (MaxRedirects on a Cluster) allow; go-redis itself
 // sends none again (command), since it would after an error that leaves
 // the call run or not, except within a Cluster's pipeline, after which
@@ -568,7 +569,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				c.scripted = true
 				again = append(again, c)
 				continue
-			case c.tries < s.retries && unsent(c.err):
+			case c.tries < s.retries && (unsent(c.err) || s.shardLeft(c.err)):
 				pause = max(pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
 				c.tries++
 				again = append(again, c)
@@ -875,6 +876,21 @@ func unsent(err error) bool {
 		}
 	}
 	return false
+}
+
+// shardLeft reports whether err, a call's on a Ring, says that the
+// client of the shard the Ring sent it to was closed while the Ring is
+// open: the shard left the Ring (SetAddrs closes its client) after the
+// Ring had routed the call to it. go-redis says so (redis.ErrClosed) only
+// before it sends: the call did not run, and sent again, it goes to the
+// shard the Ring routes its key to now. It failed with the error of a
+// client closed under the store (driver.ErrClosed).
+func (s *Store) shardLeft(err error) bool {
+	if s.ring == nil || !errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	_, err = s.ring.GetShardClientForKey("")
+	return !errors.Is(err, redis.ErrClosed)
 }
 
 // resent reports whether err, a call's in a Cluster client's pipeline, is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -116,4 +117,70 @@ func TestRingShardSetChanges(t *testing.T) {
 		}
 	}
 	require.NoError(t, s.Close())
+}
+
+// closeOnFCall takes its shard out of the Ring (SetAddrs, which closes the
+// shard's client) as a call of the function is about to go to it, once
+// armed: the Ring has routed the call to a shard no longer in it.
+type closeOnFCall struct {
+	armed  *atomic.Bool
+	remove func()
+}
+
+func (h closeOnFCall) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h closeOnFCall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" && h.armed.CompareAndSwap(true, false) {
+			h.remove()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h closeOnFCall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRingShardRemovedUnderACall: a call that the Ring routed to a shard
+// that leaves the Ring (SetAddrs closes its client) before the call was
+// sent did not run: it goes again, to the shard the Ring routes its key to
+// now, rather than fail as if the store's client had been closed
+// (driver.ErrClosed, which says to close the client after the store's
+// last call).
+func TestRingShardRemovedUnderACall(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{client(t).Options().Addr, ownServer(t)}
+	var armed atomic.Bool
+	var ring *redis.Ring
+	ring = redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]},
+		NewClient: func(opt *redis.Options) *redis.Client {
+			c := redis.NewClient(opt)
+			if opt.Addr == addrs[1] {
+				c.AddHook(closeOnFCall{&armed, func() { ring.SetAddrs(map[string]string{"a": addrs[0]}) }})
+			}
+			return c
+		}})
+	t.Cleanup(func() { ring.Close() })
+	s := newStore(ring, uniquePrefix(t, ring))
+	t.Cleanup(func() { s.Close() })
+	on := func(addr string) string { // a key whose records live on the shard at addr
+		for i := 0; ; i++ {
+			k := fmt.Sprint("k", i)
+			c, err := ring.GetShardClientForKey(s.Key(driver.RecordID{Name: "l", Key: k}))
+			require.NoError(t, err)
+			if c.Options().Addr == addr {
+				return k
+			}
+		}
+	}
+	ka, kb := on(addrs[0]), on(addrs[1])
+	for _, k := range []string{ka, kb} { // loads the library on both shards
+		require.NoError(t, s.Apply(ctx, shardedOp(k), make([]driver.Decision, 1)))
+	}
+	armed.Store(true)
+	require.NoError(t, s.Apply(ctx, shardedOp(kb), make([]driver.Decision, 1)), "the call whose shard left the Ring")
+	require.False(t, armed.Load(), "the shard left the Ring under the call")
+	k := s.Key(driver.RecordID{Name: "l", Key: kb})
+	require.NoError(t, ring.Get(ctx, k).Err(), "the record, on the shard the Ring routes its key to now")
 }
