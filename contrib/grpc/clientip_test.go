@@ -534,11 +534,7 @@ func TestClientIPBehindProxyOnUnixSocket(t *testing.T) {
 // name: PeerIP finds no key, and ClientIP trusts the peer only with
 // TrustUnixSocket.
 func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ratelimitgrpc") // short: a socket's path is limited to about 100 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "app.sock")
-	t.Chdir(dir) // the client's socket is bound to a relative path
+	sock := socketInShortDir(t)
 
 	passed := func(key ratelimitgrpc.KeyFunc) (int, map[codes.Code]int) {
 		t.Helper()
@@ -548,6 +544,19 @@ func TestClientIPUnixPeerNamedAsAddress(t *testing.T) {
 	}
 
 	namedPeerHasNoKey(t, passed)
+}
+
+// socketInShortDir returns the path of a Unix socket app.sock in a
+// directory of its own, short, as a socket's path is limited to about 100
+// bytes, and makes it the working directory, which the client's end of a
+// socket named by a relative path (callsFromNamedPeer) is bound in.
+func socketInShortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ratelimitgrpc")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Chdir(dir)
+	return filepath.Join(dir, "app.sock")
 }
 
 // callsFromNamedPeer makes 100 health checks over the Unix socket sock

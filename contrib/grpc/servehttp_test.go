@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,11 +29,7 @@ import (
 // peer given only as a string has no IP address, as a Unix address has
 // none, whatever its name.
 func TestClientIPUnixPeerNamedAsAddressOverServeHTTP(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ratelimitgrpc") // short: a socket's path is limited to about 100 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "app.sock")
-	t.Chdir(dir) // the client's socket is bound to a relative path
+	sock := socketInShortDir(t)
 
 	passed := func(key ratelimitgrpc.KeyFunc) (int, map[codes.Code]int) {
 		t.Helper()
