@@ -1353,21 +1353,9 @@ func TestQueuedCallSentAloneHasItsCallersContext(t *testing.T) {
 // call's batch of one is its own (start): it must count its one caller,
 // and outlive its caller's leaving, until the send is answered.
 func TestQueuedLoneCallerLeavesAndItsSendExits(t *testing.T) {
-	entered := make(chan int, 4)
+	entered := make(chan int, 10)
 	release := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		entered <- reqs[0]
-		if ch := release[reqs[0]]; ch != nil {
-			<-ch
-		}
-		if reqs[0] == 2 {
-			runtime.Goexit()
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{})
+	b := New(heldThenGoexit(entered, release), Options{})
 	bg := context.Background()
 	first := doAsync(b, bg, 1)
 	require.Equal(t, 1, <-entered)

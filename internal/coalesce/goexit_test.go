@@ -58,19 +58,7 @@ func TestBackgroundSendGoexitFailsItsBatch(t *testing.T) {
 func TestBackgroundSendGoexitSendsTheCallsQueuedBehind(t *testing.T) {
 	entered := make(chan int, 10)
 	release := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
-	b := New(func(ctx context.Context, reqs, res []int) error {
-		entered <- reqs[0]
-		if ch, ok := release[reqs[0]]; ok {
-			<-ch
-		}
-		if reqs[0] == 2 {
-			runtime.Goexit()
-		}
-		for i, r := range reqs {
-			res[i] = r * 10
-		}
-		return nil
-	}, Options{})
+	b := New(heldThenGoexit(entered, release), Options{})
 	bg := context.Background()
 	first := doAsync(b, bg, 1)
 	require.Equal(t, 1, <-entered)
@@ -185,4 +173,24 @@ func TestDetachedGoexit(t *testing.T) {
 		ok = true
 	}()
 	require.False(t, <-returned, "fn ran on the caller's goroutine, and ended it")
+}
+
+// heldThenGoexit returns a send that reports the first request of each
+// batch on entered, waits for release's channel of that request if it has
+// one, ends its goroutine by runtime.Goexit on request 2, and answers any
+// other request r with r*10.
+func heldThenGoexit(entered chan<- int, release map[int]chan struct{}) SendFunc[int, int] {
+	return func(ctx context.Context, reqs, res []int) error {
+		entered <- reqs[0]
+		if ch, ok := release[reqs[0]]; ok {
+			<-ch
+		}
+		if reqs[0] == 2 {
+			runtime.Goexit()
+		}
+		for i, r := range reqs {
+			res[i] = r * 10
+		}
+		return nil
+	}
 }
