@@ -36,7 +36,8 @@
 // Those drops follow the store's own clock (the real one by default, see
 // WithClock) as well as the calls' times: a call's clock that jumps
 // forward, then back, cannot make the store forget a drained record and
-// hand out a full bucket for it.
+// hand out a full bucket for it, even when it was already ahead at the
+// store's first call.
 package memstore
 
 import (
@@ -112,11 +113,13 @@ type Store struct {
 	clock    clock.Clock
 	anchored atomic.Bool
 	anchorMu sync.Mutex
-	// The first call's time and the store's clock then: a sweep judges
-	// records at the earlier of its call's time and the time that has
-	// passed since on the store's clock.
-	anchorNow  int64
+	// The store's clock at the first call, and the earliest the calls'
+	// clock read, less the store's time passed since then (offset): a
+	// sweep judges records at the earlier of its call's time and offset
+	// plus the time passed on the store's clock. offset is lowered by
+	// every sweep step and sweep (observe), not by a call otherwise.
 	anchorReal time.Time
+	offset     atomic.Int64
 
 	// marks holds the settlements (driver.Settlement) made, by ID, until
 	// their expiry; markMu is held across a settle op, so that finding no
@@ -242,7 +245,8 @@ func (s *Store) anchor(now int64) {
 func (s *Store) anchorSlow(now int64) {
 	s.anchorMu.Lock()
 	if !s.anchored.Load() {
-		s.anchorNow, s.anchorReal = now, s.clock.Now()
+		s.anchorReal = s.clock.Now()
+		s.offset.Store(now)
 		s.anchored.Store(true)
 	}
 	s.anchorMu.Unlock()
@@ -250,11 +254,30 @@ func (s *Store) anchorSlow(now int64) {
 
 // sweepTime returns the time at which a sweep during a call at now may
 // judge records: now, unless more of it has passed on the calls' clock
-// than on the store's since the first call (the calls' clock jumped
-// ahead, and may come back).
+// than on the store's since the earliest the calls' clock read, as far as
+// the sweeps saw (observe): the calls' clock jumped ahead, and may come
+// back. That earliest reading is not the first call's: a clock ahead at
+// the first call, which came back and went ahead again, would drop at the
+// second jump records drained in between.
 func (s *Store) sweepTime(now int64) int64 {
+	passed := s.observe(now)
+	return min(now, s.offset.Load()+passed)
+}
+
+// observe notes a call at now against the store's clock, lowering offset
+// if the calls' clock is behind where it was, and returns the store's
+// time passed since the first call, in milliseconds. Sweep steps call it,
+// once every sweepEvery of the calls' time at most, and sweeps.
+func (s *Store) observe(now int64) int64 {
 	s.anchor(now)
-	return min(now, s.anchorNow+s.clock.Since(s.anchorReal).Milliseconds())
+	passed := s.clock.Since(s.anchorReal).Milliseconds()
+	at := now - passed
+	for {
+		off := s.offset.Load()
+		if at >= off || s.offset.CompareAndSwap(off, at) {
+			return passed
+		}
+	}
 }
 
 // stripe is one hash table: open addressing, linear probing, deletion by
@@ -623,6 +646,7 @@ func (st *stripe) wrote(s *Store, now int64) {
 func (st *stripe) stepped(s *Store, now int64) {
 	if next := st.sweepDue.due(now, sweepEvery); next != nil {
 		next.Store(now + sweepEvery)
+		s.observe(now)
 		st.step(s, now, sweepSlots)
 		st.stepOther(s, now, otherSweep)
 		s.stepMarks(now)
@@ -1035,6 +1059,7 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 	next := ratelimit.TransitionInto(&d, p, driver.State{}, false, now, count, reserve)
 	if write && d.OK {
 		st.insert(s, i, h, b.limit, key, next, b.deferred, now)
+		st.stepped(s, now) // a write, as Apply's inserts are
 	}
 	return driver.Verdict{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: d.Remaining, TS: next.TS}, nil
 }

@@ -84,6 +84,52 @@ func TestClockStepForwardAndBackMintsNothing(t *testing.T) {
 	require.Zero(t, granted, "the window was drained before the clock jumped")
 }
 
+// The same when the clock was already ahead at the store's first call,
+// and came back before it went ahead again: the sweeps measured the
+// calls' time from that first call, so the second jump dropped the
+// drained record as the first could not, and the key was full again once
+// the clock came back (10 grants where none were due).
+func TestClockAheadAtTheFirstCallMintsNothing(t *testing.T) {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	start := time.UnixMilli(1_700_000_040_000)
+	mock.Set(start.Add(3 * time.Hour))
+	lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{
+		"l": {Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute, Start: time.UnixMilli(0)},
+	}, ratelimit.WithClock(mock))
+	require.NoError(t, err)
+	_, err = lim.Limit(ctx, "l", "first")
+	require.NoError(t, err)
+
+	// The clock comes back: the key is drained, and the calls of a
+	// second go on.
+	mock.Set(start)
+	res, err := lim.Limit(ctx, "l", "drained", ratelimit.Count(10))
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	for i := range 100 {
+		mock.Set(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		_, err := lim.Limit(ctx, "l", fmt.Sprint("early-", i))
+		require.NoError(t, err)
+	}
+
+	mock.Set(start.Add(3 * time.Hour))
+	for i := range 5000 {
+		_, err := lim.Limit(ctx, "l", fmt.Sprint("other-", i))
+		require.NoError(t, err)
+	}
+	mock.Set(start.Add(2 * time.Second))
+	granted := 0
+	for range 10 {
+		res, err := lim.Limit(ctx, "l", "drained")
+		require.NoError(t, err)
+		if res.OK {
+			granted++
+		}
+	}
+	require.Zero(t, granted, "the window was drained before the clock jumped")
+}
+
 // stepClock is a store clock moved by hand, without the pause that
 // clock.Mock takes on every move.
 type stepClock struct {
