@@ -87,7 +87,7 @@ func IsUnix(network string) bool { return network == "unix" || network == "unixp
 // It refuses an invalid prefix, prefixes that trust every IPv4 or every
 // IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
 // (0.0.0.0/1 and 128.0.0.0/1), and a prefix wider than any network of
-// proxies (0.0.0.0/1, 2000::/3, 64:ff9b::/96; see tooWide): they would
+// proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96; see tooWide): they would
 // let any client, or any in a large part of the internet, choose its key.
 // Its error says what is wrong, without the name of the caller's
 // function: the caller adds it, and the sentinel its package's callers
@@ -127,13 +127,15 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 }
 
 // The shortest prefixes Trust takes: no network of proxies is wider. The
-// widest private IPv4 network is 10.0.0.0/8, and the largest IPv6
-// networks one organization holds are about /19; the unique local
-// (fc00::/7) and link-local (fe80::/10) ranges, which the internet does
-// not route, are taken whole.
+// widest private IPv4 network is 10.0.0.0/8. An IPv6 /28 is sixteen of
+// the /32s a registry allocates a provider, wider than the ranges CDNs
+// publish for their proxies (Cloudflare's widest is a /29); a shorter
+// prefix of global unicast holds whole providers, their clients too. The
+// unique local (fc00::/7) and link-local (fe80::/10) ranges, which the
+// internet does not route, are taken whole.
 const (
 	minIPv4Bits = 8
-	minIPv6Bits = 16
+	minIPv6Bits = 28
 )
 
 // unrouted are the IPv6 ranges the internet does not route, which Trust

@@ -216,7 +216,7 @@ var CoveringEvery = []Refused{
 
 // TooWide are lists of trusted prefixes one of which is wider than any
 // network of proxies (an IPv4 prefix shorter than /8; an IPv6 one shorter
-// than /16, outside the unique local and link-local ranges; one that
+// than /28, outside the unique local and link-local ranges; one that
 // trusts the IPv4 clients of the NAT64 well-known prefix, 64:ff9b::/96,
 // as a prefix shorter than /8 would): it trusts a large part of the
 // internet, whose clients then choose their keys. TrustProxies refuses
@@ -229,6 +229,8 @@ var TooWide = []Refused{
 	{"IPv6 half", Prefixes("::/1"), "wider than"},
 	{"IPv6 global unicast", Prefixes("fd00::/8", "2000::/3"), "2000::/3"},
 	{"IPv6 /15", Prefixes("2001::/15"), "wider than"},
+	{"IPv6 /16", Prefixes("2a00::/16"), "2a00::/16 trusts 2^112 addresses"},
+	{"IPv6 /27", Prefixes("fd00::/8", "2a00:1450::/27"), "wider than"},
 	{"IPv6 /8 over the IPv4-mapped and NAT64 ranges", Prefixes("::/8"), "wider than"},
 	{"NAT64 well-known prefix", Prefixes("64:ff9b::/96"), "NAT64"},
 	{"a network holding the NAT64 well-known prefix", Prefixes("64:ff9b::/32"), "NAT64"},
@@ -243,7 +245,8 @@ var LeavingOne = []Taken{
 	{"10.0.0.0/8 but its first address, IPv4-mapped", V4Mapped(Within(Others(netip.MustParsePrefix("10.0.0.0/32")), 8)), "10.0.0.0"},
 	{"a /8 beside 10.0.0.0/8", Prefixes("10.0.0.0/8", "12.0.0.0/8"), "11.0.0.1"},
 	{"fc00::/7 but one address", Within(Others(netip.MustParsePrefix("fd00::1/128")), 7), "fd00::1"},
-	{"a /16 but its last address", Within(Others(netip.MustParsePrefix("2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")), 16), "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+	{"a /28 but its last address", Within(Others(netip.MustParsePrefix("2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff/128")), 28), "2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff"},
+	{"a CDN's /29", Prefixes("2a06:98c0::/29", "10.0.0.0/8"), "2a06:98c8::1"},
 	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1"},
 	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1"},
 }
