@@ -79,8 +79,9 @@ type IPOption struct {
 // than any network of proxies are refused: an IPv4 prefix shorter than /8
 // (0.0.0.0/1, ::ffff:0:0/97), an IPv6 one shorter than /28 outside the
 // unique local fc00::/7 and link-local fe80::/10 ranges (2a00::/16), one
-// that trusts the IPv4 clients of NAT64 translators as such an IPv4
-// prefix would (64:ff9b::/96), and prefixes that together trust every
+// that trusts the IPv4 clients of NAT64 translators or Teredo as such an
+// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), and
+// prefixes that together trust every
 // IPv4 or every IPv6 address.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 	return IPOption{func(c *clientip.Config) error { return c.TrustProxies(header.name, header.kind, trusted) }}
@@ -153,7 +154,9 @@ func IPv6Prefix(bits int) IPOption {
 // ClientIP returns a KeyFunc that keys a request by its client's IP
 // address: an IPv4 address as it is, an IPv6 address by its /64 network
 // (IPv6Prefix changes the width). An IPv4-mapped address, or one of the
-// NAT64 prefix 64:ff9b::/96, is keyed as the IPv4 address it holds.
+// NAT64 prefix 64:ff9b::/96, 6to4 (2002::/16) or Teredo (2001::/32), is
+// keyed as the IPv4 address it holds, and one of the local-use NAT64
+// prefix 64:ff9b:1::/48 as itself: one IPv4 client, one key.
 //
 // With no options, the client is the connection's peer (RemoteAddr) and
 // no header is read: a client cannot choose its own key. Behind proxies,

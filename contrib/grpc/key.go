@@ -94,9 +94,10 @@ func IPv6Prefix(bits int) IPOption {
 
 // PeerIP returns a KeyFunc that keys a call by the IP address of its peer
 // (peer.FromContext), without the port: an IPv4 address as it is (an
-// IPv4-mapped IPv6 one, or one of the NAT64 prefix 64:ff9b::/96, as the
-// IPv4 address it holds), an IPv6 address by its /64 network (IPv6Prefix
-// changes the width). It is the default key of New.
+// IPv4-mapped IPv6 one, or one of the NAT64 prefix 64:ff9b::/96, 6to4 or
+// Teredo, as the IPv4 address it holds, as ClientIP says), an IPv6
+// address by its /64 network (IPv6Prefix changes the width). It is the
+// default key of New.
 //
 // Behind a proxy every call's peer is the proxy: key by ClientIP with
 // TrustProxies instead, which reads the client's address from the
@@ -122,7 +123,9 @@ func PeerIP(opts ...IPOption) (KeyFunc, error) {
 // ClientIP returns a KeyFunc that keys a call by its client's IP address:
 // an IPv4 address as it is, an IPv6 address by its /64 network
 // (IPv6Prefix changes the width). An IPv4-mapped address, or one of the
-// NAT64 prefix 64:ff9b::/96, is keyed as the IPv4 address it holds.
+// NAT64 prefix 64:ff9b::/96, 6to4 (2002::/16) or Teredo (2001::/32), is
+// keyed as the IPv4 address it holds, and one of the local-use NAT64
+// prefix 64:ff9b:1::/48 as itself: one IPv4 client, one key.
 //
 // With no options, the client is the call's peer, as PeerIP keys it, and
 // no metadata is read: a client cannot choose its own key. Behind proxies

@@ -71,8 +71,9 @@ func (h ProxyHeader) String() string { return h.name }
 // than any network of proxies are refused: an IPv4 prefix shorter than /8
 // (0.0.0.0/1, ::ffff:0:0/97), an IPv6 one shorter than /28 outside the
 // unique local fc00::/7 and link-local fe80::/10 ranges (2a00::/16), one
-// that trusts the IPv4 clients of NAT64 translators as such an IPv4
-// prefix would (64:ff9b::/96), and prefixes that together trust every
+// that trusts the IPv4 clients of NAT64 translators or Teredo as such an
+// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), and
+// prefixes that together trust every
 // IPv4 or every IPv6 address. A prefix written as IPv4-mapped IPv6
 // (::ffff:10.0.0.0/104) trusts the IPv4 addresses it stands for.
 //

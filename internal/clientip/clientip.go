@@ -87,8 +87,9 @@ func IsUnix(network string) bool { return network == "unix" || network == "unixp
 // It refuses an invalid prefix, prefixes that trust every IPv4 or every
 // IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
 // (0.0.0.0/1 and 128.0.0.0/1), and a prefix wider than any network of
-// proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96; see tooWide): they would
-// let any client, or any in a large part of the internet, choose its key.
+// proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96, 2001::/32; see tooWide):
+// they would let any client, or any in a large part of the internet,
+// choose its key.
 // Its error says what is wrong, without the name of the caller's
 // function: the caller adds it, and the sentinel its package's callers
 // match.
@@ -158,19 +159,50 @@ func tooWide(p netip.Prefix) error {
 		return fmt.Errorf("prefix %v trusts 2^%d addresses, wider than any network of proxies (an IPv6 prefix of /%d or longer, but for the unique local fc00::/7 and link-local fe80::/10), %s",
 			p, 128-p.Bits(), minIPv6Bits, what)
 	}
-	// An address of the NAT64 well-known prefix is an IPv4 client, keyed
-	// as one (Format): a prefix that trusts more of them than an IPv4
-	// prefix may is as wide.
-	if p.Overlaps(nat64) && p.Bits() < nat64.Bits()+minIPv4Bits {
-		return fmt.Errorf("prefix %v trusts the IPv4 clients that NAT64 translators give addresses of %v, as an IPv4 prefix shorter than /%d would (a translator is no proxy, and writes no header), %s",
-			p, nat64, minIPv4Bits, what)
+	// The addresses of a translator's prefix stand for IPv4 clients, one
+	// an address: a prefix that trusts more of them than an IPv4 prefix
+	// may is as wide. Where a prefix puts the IPv4 address differs (a
+	// local-use NAT64 one of /48 to /96, RFC 6052), but it always ends by
+	// the address's last 32 bits: a prefix shorter than /104 may hold an
+	// IPv4 /8 or more. (6to4's /24s, each an IPv4 /8's sites, are shorter
+	// than minIPv6Bits already.)
+	for _, t := range translated {
+		if p.Overlaps(t.prefix) && p.Bits() < 128-32+minIPv4Bits {
+			return fmt.Errorf("prefix %v trusts the IPv4 clients that %s, as an IPv4 prefix shorter than /%d would (a translator or relay is no proxy, and writes no header), %s",
+				p, t.what, minIPv4Bits, what)
+		}
 	}
 	return nil
 }
 
-// nat64 is the NAT64 well-known prefix (RFC 6052), whose addresses embed
-// an IPv4 address in their last 32 bits.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// translated are the IPv6 ranges whose addresses stand for IPv4 clients,
+// the address in the last 32 bits or, in a local-use NAT64 prefix, where
+// the translator's prefix length says; what says whose they are.
+var translated = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{nat64, "NAT64 translators give addresses of " + nat64.String()},
+	{nat64Local, "NAT64 translators give addresses of the local-use " + nat64Local.String()},
+	{teredo, "Teredo gives addresses of " + teredo.String()},
+}
+
+// The IPv6 ranges that embed an IPv4 address, which Format keys by it.
+var (
+	// nat64 is the NAT64 well-known prefix (RFC 6052): the IPv4 address
+	// in its addresses' last 32 bits.
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	// nat64Local is the NAT64 local-use prefix (RFC 8215), of which a
+	// network takes a prefix of its own, /48 to /96: the IPv4 address is
+	// where that prefix's length says (RFC 6052, section 2.2).
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	// sixToFour is 6to4 (RFC 3056): the /48 of a site is 2002: followed by
+	// the IPv4 address of its router.
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// teredo is Teredo (RFC 4380): the last 32 bits are the IPv4 address
+	// of the client's NAT, inverted; the /64 is its Teredo server's.
+	teredo = netip.MustParsePrefix("2001::/32")
+)
 
 // mappedIPv4 is the range of the IPv4-mapped IPv6 addresses.
 var mappedIPv4 = netip.MustParsePrefix("::ffff:0:0/96")
@@ -359,23 +391,42 @@ func (w *walker) add(h Hop) {
 }
 
 // Format returns the key of a client at ip: the address, or for an IPv6
-// address its network of v6bits (1 to 128; 128 keeps the address). An
-// address of the NAT64 well-known prefix 64:ff9b::/96 (RFC 6052) is the
-// IPv4 client its translator stands for, keyed as that IPv4 address: by
-// its /64, every IPv4 client behind the translator would share one key.
+// address its network of v6bits (1 to 128; 128 keeps the address).
 // (IPv4-mapped addresses are unmapped before, by ParseAddr and the
-// callers.) Only the well-known prefix: a network-specific one, RFC
-// 8215's 64:ff9b:1::/48 among them, embeds the IPv4 address where its
-// length says, which cannot be known here; its addresses are keyed as
-// any IPv6 address is (docs/http.md says so).
+// callers.) An IPv6 address that stands for an IPv4 client is keyed as
+// that client, not by its network, which holds many of them or which one
+// of them has many of:
+//
+//   - an address of the NAT64 well-known prefix 64:ff9b::/96 (RFC 6052)
+//     as the IPv4 address in its last 32 bits: by its /64, every IPv4
+//     client behind the translator would share one key;
+//   - an address of the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215)
+//     as itself: a network's prefix in it, /48 to /96, puts the IPv4
+//     address where its length says, which cannot be known here, but
+//     its translator gives each IPv4 client one address. By its /64, all
+//     IPv4 clients of a /96 prefix would share a key, and all those of
+//     an IPv4 /16 of a /48 one;
+//   - a 6to4 address (2002::/16, RFC 3056) as the IPv4 address of its
+//     site, in bits 16 to 47: the site takes any of its /48's 2^16 /64s;
+//   - a Teredo address (2001::/32, RFC 4380) as the IPv4 address of the
+//     client's NAT, its last 32 bits inverted: its /64 is its Teredo
+//     server's, shared by every client of the server.
 func Format(ip netip.Addr, v6bits int) string {
-	if ip.Is6() && nat64.Contains(ip) {
-		b := ip.As16()
-		return netip.AddrFrom4([4]byte(b[12:])).String()
-	}
-	if ip.Is6() && v6bits < 128 {
-		if p, err := ip.Prefix(v6bits); err == nil { // fails only for v6bits out of range
-			return p.String()
+	if ip.Is6() {
+		switch b := ip.As16(); {
+		case nat64.Contains(ip):
+			return netip.AddrFrom4([4]byte(b[12:])).String()
+		case nat64Local.Contains(ip):
+			return ip.String()
+		case sixToFour.Contains(ip):
+			return netip.AddrFrom4([4]byte(b[2:6])).String()
+		case teredo.Contains(ip):
+			return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}).String()
+		}
+		if v6bits < 128 {
+			if p, err := ip.Prefix(v6bits); err == nil { // fails only for v6bits out of range
+				return p.String()
+			}
 		}
 	}
 	return ip.String()

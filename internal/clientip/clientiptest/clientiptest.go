@@ -103,6 +103,23 @@ var Cases = []Case{
 	{"a NAT64 hop: the IPv4 client it stands for", XFF, "10.0.0.2:80", []string{"X-Forwarded-For", "64:ff9b::198.51.100.1"}, "198.51.100.1"},
 	{"a NAT64 hop, keyed by address: the IPv4 client", Exact, "10.0.0.2:80", []string{"X-Forwarded-For", "64:ff9b::198.51.100.1"}, "198.51.100.1"},
 	{"next to NAT64's prefix, an IPv6 network", Bare, "[64:ff9b:0:1::c000:209]:443", nil, "64:ff9b:0:1::/64"},
+	// A local-use NAT64 prefix (64:ff9b:1::/48) puts the IPv4 address
+	// where its length says: each translated address is one IPv4 client.
+	{"a local-use NAT64 peer of a /96: its address", Bare, "[64:ff9b:1::c000:209]:443", nil, "64:ff9b:1::c000:209"},
+	{"another local-use NAT64 peer of a /96: its own address", Bare, "[64:ff9b:1::c000:20a]:443", nil, "64:ff9b:1::c000:20a"},
+	{"a local-use NAT64 peer of a /48: its address", Bare, "[64:ff9b:1:c000:2:900::]:443", nil, "64:ff9b:1:c000:2:900::"},
+	{"a local-use NAT64 hop, IPv6 keyed by /56: its address", Wide, "10.0.0.2:80", []string{"X-Forwarded-For", "64:ff9b:1::198.51.100.1"}, "64:ff9b:1::c633:6401"},
+	// A 6to4 site (2002::/16) is the IPv4 address in its /48's prefix:
+	// it takes any of the /48's 65536 /64s.
+	{"a 6to4 peer: the IPv4 address of its site", Bare, "[2002:c000:209:1::1]:443", nil, "192.0.2.9"},
+	{"another /64 of the 6to4 site: the same IPv4 address", Bare, "[2002:c000:209:ffff::1]:443", nil, "192.0.2.9"},
+	{"a 6to4 hop, keyed by address: the IPv4 address", Exact, "10.0.0.2:80", []string{"X-Forwarded-For", "2002:c633:6401::7"}, "198.51.100.1"},
+	// A Teredo client (2001::/32) is its NAT's IPv4 address, the last 32
+	// bits inverted; its /64 is its Teredo server's, every client of the
+	// server in it.
+	{"a Teredo peer: the IPv4 address of its NAT", Bare, "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:443", nil, "192.0.2.45"},
+	{"another client of the Teredo server: its own NAT's address", Bare, "[2001:0:4136:e378:8000:63bf:3fff:fdd1]:443", nil, "192.0.2.46"},
+	{"next to Teredo's prefix, an IPv6 network", Bare, "[2001:1:4136:e378:8000:63bf:3fff:fdd2]:443", nil, "2001:1:4136:e378::/64"},
 	{"IPv6 peer with a zone", Bare, "[fe80::1%eth0]:443", nil, "fe80::/64"},
 	{"a trusted prefix written IPv4-mapped", Mapped, "10.0.0.2:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
 	{"a trusted IPv6 peer", XFF, "[fd00::2]:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
@@ -217,10 +234,10 @@ var CoveringEvery = []Refused{
 // TooWide are lists of trusted prefixes one of which is wider than any
 // network of proxies (an IPv4 prefix shorter than /8; an IPv6 one shorter
 // than /28, outside the unique local and link-local ranges; one that
-// trusts the IPv4 clients of the NAT64 well-known prefix, 64:ff9b::/96,
-// as a prefix shorter than /8 would): it trusts a large part of the
-// internet, whose clients then choose their keys. TrustProxies refuses
-// it, with an error that holds Want.
+// trusts the IPv4 clients of NAT64 (64:ff9b::/96, 64:ff9b:1::/48) or
+// Teredo (2001::/32) as an IPv4 prefix shorter than /8 would): it trusts
+// a large part of the internet, whose clients then choose their keys.
+// TrustProxies refuses it, with an error that holds Want.
 var TooWide = []Refused{
 	{"IPv4 half", Prefixes("0.0.0.0/1"), "wider than"},
 	{"IPv4 upper half", Prefixes("10.0.0.0/8", "128.0.0.0/1"), "128.0.0.0/1"},
@@ -235,6 +252,12 @@ var TooWide = []Refused{
 	{"NAT64 well-known prefix", Prefixes("64:ff9b::/96"), "NAT64"},
 	{"a network holding the NAT64 well-known prefix", Prefixes("64:ff9b::/32"), "NAT64"},
 	{"NAT64 /7 of IPv4", Prefixes("64:ff9b::a00:0/103"), "NAT64"},
+	{"local-use NAT64 prefix", Prefixes("64:ff9b:1::/48"), "NAT64"},
+	{"a local-use NAT64 /96", Prefixes("64:ff9b:1::/96"), "NAT64"},
+	{"a /103 of a local-use NAT64 /96", Prefixes("64:ff9b:1::a00:0/103"), "NAT64"},
+	{"Teredo", Prefixes("2001::/32"), "Teredo"},
+	{"a Teredo server's clients", Prefixes("2001:0:4136:e378::/64"), "Teredo"},
+	{"a /28 holding Teredo", Prefixes("2001::/28"), "Teredo"},
 }
 
 // LeavingOne are the lists TrustProxies takes: the widest it takes, a
@@ -247,6 +270,7 @@ var LeavingOne = []Taken{
 	{"fc00::/7 but one address", Within(Others(netip.MustParsePrefix("fd00::1/128")), 7), "fd00::1"},
 	{"a /28 but its last address", Within(Others(netip.MustParsePrefix("2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff/128")), 28), "2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff"},
 	{"a CDN's /29", Prefixes("2a06:98c0::/29", "10.0.0.0/8"), "2a06:98c8::1"},
+	{"a /104 of a local-use NAT64 /96", Prefixes("64:ff9b:1::a00:0/104"), "64:ff9b:1::b00:1"},
 	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1"},
 	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1"},
 }
