@@ -1441,3 +1441,33 @@ func TestNewRefusesAHeaderNetHTTPTakesOut(t *testing.T) {
 	resp := must(srv.Client().Do(req))
 	resp.Body.Close()
 }
+
+// PathValue unescapes a value a router gave as written in the escaped
+// path (chi, echo), but not one of ServeMux's, which is unescaped
+// already: a tenant whose name holds an escape of its own (a%41, sent
+// as a%2541) keeps it, whatever else the path escapes.
+func TestPathValueEscapes(t *testing.T) {
+	key := httplimit.PathValue("tenant")
+	mux := http.NewServeMux()
+	var got []string
+	mux.HandleFunc("/t/{tenant}/items", func(_ http.ResponseWriter, r *http.Request) {
+		k, err := key(r)
+		require.NoError(t, err)
+		got = append(got, k)
+	})
+	for _, p := range []string{"/t/acme/items", "/t/%61cme/items", "/t/a%2541/items", "/t/a%2541/%69tems", "/t/100%25/%69tems", "/t/a%2Fb/items"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	require.Equal(t, []string{"acme", "acme", "a%41", "a%41", "100%", "a/b"}, got)
+
+	// A router's value as written in the escaped path.
+	r := httptest.NewRequest(http.MethodGet, "/t/%61%63me/items", nil)
+	r.SetPathValue("tenant", "%61%63me")
+	k, err := key(r)
+	require.NoError(t, err)
+	require.Equal(t, "acme", k)
+	r.SetPathValue("tenant", "%61%zz") // not an escape: kept as it is
+	k, err = key(r)
+	require.NoError(t, err)
+	require.Equal(t, "%61%zz", k)
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"reflect"
 	"strings"
 
@@ -268,7 +269,16 @@ var takenOut = map[string][2]string{
 }
 
 // PathValue keys a request by a wildcard of its http.ServeMux pattern
-// (r.PathValue), such as {tenant} in "/t/{tenant}/".
+// (r.PathValue), such as {tenant} in "/t/{tenant}/", or a route parameter
+// a router put in the request's path values (chi, echo v5).
+//
+// ServeMux gives a wildcard unescaped. A router that matches the escaped
+// path (chi, echo), when the request's path holds an escape other than
+// the one Go would write (r.URL.RawPath is set: /t/%61cme/), gives it as
+// written: /t/%61cme/ and /t/%61%63me/ would each be keyed apart from
+// /t/acme/, a fresh budget for each spelling of one tenant. A value that
+// holds a "%" and is found as written in the escaped path is therefore
+// unescaped; one that does not unescape is kept.
 //
 // An empty name is no wildcard's, and would refuse every request: New
 // refuses a KeyFunc of PathValue given one, as it does Header's.
@@ -281,6 +291,11 @@ func PathValue(name string) KeyFunc {
 		v := r.PathValue(name)
 		if v == "" {
 			return "", fmt.Errorf("httplimit: path value %s is empty: %w", name, ErrNoKey)
+		}
+		if r.URL != nil && r.URL.RawPath != "" && strings.IndexByte(v, '%') >= 0 && strings.Contains(r.URL.RawPath, v) {
+			if u, err := url.PathUnescape(v); err == nil {
+				return u, nil
+			}
 		}
 		return v, nil
 	}

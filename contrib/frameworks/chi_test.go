@@ -48,3 +48,15 @@ func TestChiPathValue(t *testing.T) {
 	early.Get("/t/{tenant}/items", hello(&reached))
 	assert.Equal(t, http.StatusBadRequest, get(early, "/t/acme/items").status)
 }
+
+// chi matches the escaped path when it differs from the one Go would
+// write, and gives a parameter as written: keyed so, every spelling of a
+// tenant (/t/%61cme, /t/%61%63me) had a budget of its own.
+func TestChiPathValueEscaped(t *testing.T) {
+	var reached int
+	r := chi.NewRouter()
+	r.With(newMiddleware(t, httplimit.WithKey(httplimit.PathValue("tenant"))).Wrap).Get("/t/{tenant}/items", hello(&reached))
+
+	wantLimited(t, []response{get(r, "/t/acme/items"), get(r, "/t/%61cme/items"), get(r, "/t/%61%63me/items")})
+	assert.Equal(t, 200, get(r, "/t/a%2Fb/items").status, "another tenant, another bucket")
+}

@@ -72,3 +72,16 @@ func TestEchoHeaderKey(t *testing.T) {
 	assert.Equal(t, 400, get(e, "/hello").status, "no key")
 	assert.Equal(t, 3, reached)
 }
+
+// echo, as chi, matches the escaped path when it differs from the one Go
+// would write, and gives a parameter as written: keyed so, every spelling
+// of a tenant (/t/%61cme, /t/%61%63me) had a budget of its own.
+func TestEchoPathValueEscaped(t *testing.T) {
+	var reached int
+	e := echo.New()
+	g := e.Group("/t/:tenant", echo.WrapMiddleware(newMiddleware(t, httplimit.WithKey(httplimit.PathValue("tenant"))).Wrap))
+	g.GET("/items", echo.WrapHandler(hello(&reached)))
+
+	wantLimited(t, []response{get(e, "/t/acme/items"), get(e, "/t/%61cme/items"), get(e, "/t/%61%63me/items")})
+	assert.Equal(t, 200, get(e, "/t/a%2Fb/items").status, "another tenant, another bucket")
+}
