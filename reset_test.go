@@ -49,8 +49,12 @@ func TestResetOneIsResetMillis(t *testing.T) {
 			remaining = rng.Float64() * p.Capacity
 		}
 		now := int64(1_700_000_000_000)
-		want := resetMillis(&p, 1, remaining, now, now)
-		if got := lim.resetOne(remaining, now, now); got != want {
+		ts := now
+		if rng.IntN(4) == 0 { // a record ahead of a lagging caller
+			ts += rng.Int64N(1 << 32)
+		}
+		want := resetMillis(&p, 1, remaining, now, ts)
+		if got := lim.resetOne(remaining, now, ts); got != want {
 			t.Fatalf("case %d: params %+v remaining %v: resetOne %v, resetMillis %v", i, p, remaining, got, want)
 		}
 	}

@@ -27,7 +27,10 @@ type Result struct {
 	// ResetAfter is how long until the limit next replenishes: for a fixed
 	// window, until its next window starts (for a sharded one, the window
 	// of the first shard evaluated, though the other's may come first);
-	// for a token bucket, until it is full again. For a sharded token
+	// for a token bucket, until it is full again, refilling from the
+	// record's time (later than now for a caller whose clock lags the
+	// record's, as RetryAfter counts it; for a sharded one, the time of
+	// the first shard evaluated). For a sharded token
 	// bucket it is how long the two shards the call evaluated take to
 	// refill their shortfall together (their two capacities less
 	// Remaining) at their rate together: until both are full when they are
@@ -94,8 +97,10 @@ func boundResult(lim *limit, key string, c call, v driver.Verdict, now int64) Re
 // record as the store holds it (its phase may predate a change of Start
 // or of the phase seed); for a token bucket, until the shards the call
 // evaluated have refilled their shortfall together, at their rate
-// together: d.Remaining is their sum, so that the shortfall of each is not
-// known, and a shard shorter than the other is full up to twice as late.
+// together, from the record's time (d.TS: later than d.Now for a caller
+// whose clock lags the record's, which refills from its own time on):
+// d.Remaining is their sum, so that the shortfall of each is not known,
+// and a shard shorter than the other is full up to twice as late.
 func resetAfter(p driver.Params, n int, d driver.Decision) time.Duration {
 	return resetMillis(&p, n, d.Remaining, d.Now, d.TS)
 }
@@ -118,7 +123,9 @@ func (lim *limit) resetOne(remaining float64, now, ts int64) time.Duration {
 			return 0
 		}
 		est := x * lim.msPerToken
-		if est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
+		// A record ahead of now (a caller's clock lagging it) refills from
+		// its own time: resetMillis adds the lag.
+		if ts <= now && est >= 1e-290 && est < 1<<42 { // below MaxRetryAfter: never clamped
 			// math.Floor of a positive number below 2^63: a conversion,
 			// not a call (GOAMD64=v1 has no rounding instruction).
 			whole := float64(int64(est))
@@ -139,6 +146,11 @@ func resetMillis(p *driver.Params, n int, remaining float64, now, ts int64) time
 	} else {
 		capacity := p.Capacity * float64(min(n, 2))
 		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+		if ms > 0 && ts > now {
+			// The refill starts at the record's time, ahead of a caller
+			// whose clock lags it.
+			ms += float64(ts - now)
+		}
 	}
 	return time.Duration(retryMillis(ms)) * time.Millisecond
 }
