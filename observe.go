@@ -16,7 +16,17 @@ import (
 // names of limits given inline (Event.Inline): label those calls by one
 // value for all.
 //
-// Only decisions are events: what later becomes of a Reservation (its
+// Only decisions are events, of the store or of the failure policy. A
+// call that ends with its caller's context, before the store answered
+// (the caller's own error, as callers see it: the context's, not a
+// store's failure, docs/production.md), was decided by neither, and is
+// not reported: count those at the caller, or time the store's calls
+// (ratelimitotel.WrapStore). That includes a Reserve whose store
+// call its context cut short, which the store may have charged all the
+// same (docs/reservations.md). A call the store answered after its
+// caller's context ended is a decision, reported as such.
+//
+// What later becomes of a Reservation (its
 // Wait, Cancel, or the Use, Refund or Settle of its token) is not, and a
 // reservation is reported once, when it is made. The one exception is
 // the job of Reservation.AfterFunc, which runs, or is dropped, where no
