@@ -202,6 +202,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		e := &env{prefix: rep.Prefix + "-", pgSchema: strings.ReplaceAll(rep.Prefix, "-", "_")}
 		addr, err := m.open(ctx, &o, e)
+		if err != nil && ctx.Err() != nil {
+			// Interrupted, not unreachable: the run ends here, and the
+			// media after this one are not skipped but never started.
+			rep.Media = rep.Media[:len(rep.Media)-1]
+			return rep, fmt.Errorf("%s: %w", name, ctx.Err())
+		}
 		if err != nil {
 			mr.Skipped = err.Error()
 			o.progressf("%s: skipped: %v\n", name, err)

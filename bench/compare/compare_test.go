@@ -348,6 +348,23 @@ func TestRunEndsEarly(t *testing.T) {
 	})
 }
 
+// TestRunInterruptedWhileOpening requires a run whose context ends while
+// a medium opens to end there, with the context's error: the medium and
+// every one after it were reported as skipped, their servers as ones that
+// could not be reached, and the run as one that went to its end.
+func TestRunInterruptedWhileOpening(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o := tiny()
+	o.Media = []string{"redis", "pg"}
+	o.RedisAddr = "127.0.0.1:1"
+	o.PostgresURL = "postgres://postgres@127.0.0.1:1/test"
+	rep, err := Run(ctx, o)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.EqualError(t, err, "redis: context canceled")
+	assert.Empty(t, rep.Media, "media that never started")
+}
+
 // TestThrottledHoldsEveryKey requires throttled's memory store to hold
 // every key of a cell: made to hold 65,536, it dropped the least recently
 // used of a cell of more, and granted a key whose burst was spent a
