@@ -5,9 +5,11 @@
 // exits with status 1 when a check fails (with -fail library, only when
 // one of ratelimit's does), 2 on a usage or setup error or when every
 // medium was skipped (its server could not be reached). Interrupted
-// (Ctrl-C) or terminated (SIGTERM), it removes what it made and reports
-// the cells that finished; a second signal while it cleans up ends it at
-// once with status 130, leaving what it has not removed yet.
+// (Ctrl-C) or terminated (SIGTERM), it removes what it made, reports the
+// cells that finished and exits as shells report a command the signal
+// ended: 130 for SIGINT, 143 for SIGTERM (128 + the signal's number); a
+// second signal while it cleans up ends it at once with the same status
+// for that signal, leaving what it has not removed yet.
 //
 //	cd bench && go run ./cmd/compare -medium redis,pg,bolt,memory -goroutines 1,8,64 -keys 1,10000 -rounds 5 -slice 200ms
 package main
@@ -29,12 +31,21 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, notify()))
+}
+
+// notify returns a channel that receives SIGINT and SIGTERM, in place of
+// their default action, for the rest of the process.
+func notify() <-chan os.Signal {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	return sigs
 }
 
 // run runs the command with args, the report on stdout and progress and
-// errors on stderr, and returns its exit status.
-func run(args []string, stdout, stderr io.Writer) int {
+// errors on stderr, and returns its exit status. A signal on sigs ends
+// the run as an interrupt.
+func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	o := compare.DefaultOptions()
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -106,7 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// terminate (as by kill or timeout); a second signal, while it
 	// cleans up (a server slow to answer, a lock in the way), ends the
 	// process at once.
-	ctx, stop := interrupts(stderr)
+	ctx, stop := interrupts(sigs, stderr)
 	defer stop()
 	start := time.Now()
 	rep, err := compare.Run(ctx, o)
@@ -115,15 +126,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = werr
 		}
 	}
+	// The checks of the cells that finished stand, also in a run that
+	// ended early.
+	failed := 0
+	if rep != nil {
+		for _, v := range rep.Violations() {
+			fmt.Fprintf(stderr, "compare: check FAILED: %s (%s, %s) granted more than its bound allows\n", v.Contender.Name, v.Medium, v.Cell)
+			if *fail == "any" || v.Contender.Role == compare.Library {
+				failed++
+			}
+		}
+	}
+	// A run ended by a signal exits as shells report a command the signal
+	// ended, whatever error its end caused.
+	if sig, ok := context.Cause(ctx).(interrupted); ok {
+		took := time.Since(start).Round(time.Millisecond)
+		if err != nil {
+			fmt.Fprintf(stderr, "compare: %v: %v (after %v); the report holds the cells that finished\n", sig, err, took)
+		} else {
+			fmt.Fprintf(stderr, "compare: %v (after %v)\n", sig, took)
+		}
+		return sig.status()
+	}
 	if err != nil {
 		return usage("%v (after %v)", err, time.Since(start).Round(time.Millisecond))
-	}
-	failed := 0
-	for _, v := range rep.Violations() {
-		fmt.Fprintf(stderr, "compare: check FAILED: %s (%s, %s) granted more than its bound allows\n", v.Contender.Name, v.Medium, v.Cell)
-		if *fail == "any" || v.Contender.Role == compare.Library {
-			failed++
-		}
 	}
 	if failed > 0 {
 		return 1
@@ -141,38 +167,45 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// exitInterrupted is the status of a run ended by a second signal: 128 +
-// SIGINT, as shells report a command that Ctrl-C ended.
-const exitInterrupted = 130
+// interrupted is the cause of a run's end by a signal.
+type interrupted struct{ os.Signal }
 
-// interrupts returns a context that ends at the first SIGINT or SIGTERM;
-// the second ends the process with status 130, saying that what the run
-// made may be left. stop stops listening.
-func interrupts(stderr io.Writer) (ctx context.Context, stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, cancel := context.WithCancel(context.Background())
+func (i interrupted) Error() string { return i.Signal.String() }
+
+// status is the exit status of a process the signal ended: 128 + its
+// number, as shells report it (130 for SIGINT, 143 for SIGTERM).
+func (i interrupted) status() int {
+	if n, ok := i.Signal.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 128 + int(syscall.SIGINT)
+}
+
+// interrupts returns a context that ends at the first signal on sigs, its
+// cause an interrupted; the second ends the process with 128 + its number,
+// saying that what the run made may be left. stop stops listening.
+func interrupts(sigs <-chan os.Signal, stderr io.Writer) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-sigs:
+		case sig := <-sigs:
+			cancel(interrupted{sig})
 		case <-done:
 			return
 		}
-		cancel()
 		select {
 		case sig := <-sigs:
 			fmt.Fprintf(stderr, "compare: %v again while cleaning up: exiting at once; "+
 				"the run's Redis keys (rlcompare-*), PostgreSQL schema (rlcompare_*) or bbolt directory (rlcompare-* in %s) may be left\n",
 				sig, os.TempDir())
-			os.Exit(exitInterrupted)
+			os.Exit(interrupted{sig}.status())
 		case <-done:
 		}
 	}()
 	return ctx, func() {
-		signal.Stop(sigs)
 		close(done)
-		cancel()
+		cancel(nil)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ const runArgsEnv = "COMPARE_TEST_RUN_ARGS"
 
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(runArgsEnv); ok {
-		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr, notify()))
 	}
 	os.Exit(m.Run())
 }
@@ -53,7 +54,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-fail", "some"}, `compare: -fail: "some": choose "any" or "library"` + "\n"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(tc.args, &stdout, &stderr)
+		code := run(tc.args, &stdout, &stderr, nil)
 		assert.Equal(t, 2, code, "%q", tc.args)
 		assert.Equal(t, tc.want, stderr.String(), "%q", tc.args)
 		assert.Empty(t, stdout.String(), "%q", tc.args)
@@ -68,7 +69,7 @@ func TestNothingRan(t *testing.T) {
 		{"-medium", "memory", "-match", "nothing"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(append(args, "-quiet"), &stdout, &stderr)
+		code := run(append(args, "-quiet"), &stdout, &stderr, nil)
 		assert.Equal(t, 2, code, "%q", args)
 		assert.Equal(t, "compare: no medium ran: every one was skipped\n", stderr.String(), "%q", args)
 		assert.Contains(t, stdout.String(), "Skipped: ", "%q", args)
@@ -76,7 +77,7 @@ func TestNothingRan(t *testing.T) {
 	// One medium that ran is a run.
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-medium", "redis,memory", "-redis", "127.0.0.1:1", "-match", "^ratelimit",
-		"-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms", "-quiet"}, &stdout, &stderr)
+		"-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms", "-quiet"}, &stdout, &stderr, nil)
 	assert.Equal(t, 0, code, stderr.String())
 	assert.Empty(t, stderr.String())
 }
@@ -117,7 +118,7 @@ func TestTerminateCleansUp(t *testing.T) {
 	case err := <-done:
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit)
-		assert.Equal(t, 2, exit.ExitCode(), "%v\n%s", err, stderr.String())
+		assert.Equal(t, 143, exit.ExitCode(), "128 + SIGTERM\n%v\n%s", err, stderr.String())
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		t.Fatal("the run did not end within a minute of SIGTERM")
@@ -125,7 +126,62 @@ func TestTerminateCleansUp(t *testing.T) {
 	left, err := filepath.Glob(filepath.Join(tmp, "rlcompare-*"))
 	require.NoError(t, err)
 	assert.Empty(t, left, "left behind")
-	assert.Contains(t, stderr.String(), "context canceled")
+	assert.Contains(t, stderr.String(), "compare: terminated: bolt, 1 goroutine, 1 key: context canceled")
+}
+
+// signalOnLine is a standard error that sends a signal once a line
+// containing line has been written to it.
+type signalOnLine struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	line string
+	sigs chan<- os.Signal
+	sig  os.Signal
+}
+
+func (w *signalOnLine) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if w.sigs != nil && strings.Contains(w.buf.String(), w.line) {
+		w.sigs <- w.sig
+		w.sigs = nil
+	}
+	return n, err
+}
+
+func (w *signalOnLine) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestInterruptExitStatus requires a run ended by its first signal to exit
+// as shells report a command the signal ended, 128 + its number (130 for
+// Ctrl-C), having written the report of the cells that finished: it exited
+// 2, the status of a usage error.
+func TestInterruptExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		sig  os.Signal
+		want int
+		name string
+	}{
+		{os.Interrupt, 130, "interrupt"},
+		{syscall.SIGTERM, 143, "terminated"},
+	} {
+		sigs := make(chan os.Signal, 2)
+		// The first cell's progress line: the signal comes while the
+		// second runs.
+		stderr := &signalOnLine{line: "memory, 1 goroutine, 1 key: ", sigs: sigs, sig: tc.sig}
+		var stdout bytes.Buffer
+		code := run([]string{"-medium", "memory", "-match", "^ratelimit", "-goroutines", "1", "-keys", "1,2,3,4,5,6,7,8",
+			"-rounds", "1", "-slice", "10ms"}, &stdout, stderr, sigs)
+		assert.Equal(t, tc.want, code, "%v\n%s", tc.sig, stderr)
+		assert.Contains(t, stdout.String(), "| 1 | 1 | **ratelimit memstore** |", "%v: the cell that finished", tc.sig)
+		assert.Contains(t, stdout.String(), "### Bounds checked", "%v: the whole report", tc.sig)
+		assert.Regexp(t, `(?m)^compare: `+tc.name+`: memory, 1 goroutine, \d keys: context canceled \(after .*\); the report holds the cells that finished$`,
+			stderr.String(), tc.sig)
+	}
 }
 
 // TestSecondInterruptExits requires a second Ctrl-C, while the run cleans
