@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,11 +13,14 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/goroutines"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -132,6 +136,60 @@ func TestRunRedis(t *testing.T) {
 	}
 	require.NoError(t, iter.Err())
 	assert.Empty(t, keys)
+}
+
+// TestRedisWarnsOnce requires each warning about the Redis server's
+// settings (a server without persistence) to be logged once in a run: the
+// library's store of every cell logged it again, a line per cell.
+func TestRedisWarnsOnce(t *testing.T) {
+	u, err := url.Parse(testserver.RedisURL(t))
+	require.NoError(t, err)
+	c := redis.NewClient(&redis.Options{Addr: u.Host})
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.WithLogger(nil))
+	require.NoError(t, err)
+	defer s.Close()
+	ws, err := s.CheckServer(context.Background())
+	require.NoError(t, err)
+	if len(ws) == 0 {
+		t.Skipf("the Redis server at %s has nothing to warn of", u.Host)
+	}
+
+	var logs syncBuffer
+	o := tiny()
+	o.Media = []string{"redis"}
+	o.RedisAddr = u.Host
+	o.Match = regexp.MustCompile("^ratelimit")
+	o.Goroutines = []int{1}
+	o.Keys = []int{1, 2, 3, 4}
+	o.Slice = time.Millisecond
+	// Where a store warns when given no logger of its own.
+	def := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(def)
+	_, err = Run(context.Background(), o)
+	require.NoError(t, err)
+	for _, w := range ws {
+		assert.Equal(t, 1, strings.Count(logs.String(), w.Problem), "%s\n%s", w, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestRedisLibraryClosesItsStore requires the library's Taker on Redis

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -20,7 +21,10 @@ var redisContenders = []Contender{
 	{
 		Name: "ratelimit redisstore", Code: "lib", Role: Library, Bound: libraryBound,
 		New: func(_ context.Context, e *env, l Limit) (Taker, error) {
-			s, err := redisstore.New(e.redis, redisstore.WithPrefix(e.prefix+"lib:"))
+			// The medium checked the server's settings once, as one
+			// store of a user's would (warnRedis); each cell's store
+			// would warn again.
+			s, err := redisstore.New(e.redis, redisstore.WithPrefix(e.prefix+"lib:"), redisstore.WithLogger(nil))
 			if err != nil {
 				return nil, err
 			}
@@ -67,6 +71,23 @@ var redisContenders = []Contender{
 			return &bareRedis{c: e.redis, limit: int64(l.Rate), period: l.Period.Milliseconds()}, nil
 		},
 	},
+}
+
+// warnRedis logs, once for the medium, each setting of its servers that
+// lets them lose a limiter's records, as a redisstore does once it is in
+// use (redisstore.WithLogger): a run makes a store for every cell.
+func warnRedis(ctx context.Context, e *env) {
+	s, err := redisstore.New(e.redis, redisstore.WithLogger(nil))
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	ws, _ := s.CheckServer(ctx) // a server that cannot be reached fails the calls
+	for _, w := range ws {
+		slog.Warn("redisstore: "+w.Problem, "server", w.Server, "setting", w.Setting, "value", w.Value)
+	}
 }
 
 // RedisRate is a go-redis/redis_rate limiter.
