@@ -111,13 +111,19 @@ func writeRatios(p *printer, m *MediumReport) {
 		libRate := c.Results[l].Median
 		p.f("| %d | %s | %s |", c.Goroutines, commas(int64(c.Keys)), perSec(libRate))
 		if peers {
+			// A peer that decided nothing (every call failed) is no
+			// measure: the cell has no best peer when none decided.
 			var best *Result
 			for _, res := range c.Results {
-				if res.Contender.Role == Peer && (best == nil || res.Median > best.Median) {
+				if res.Contender.Role == Peer && res.Median > 0 && (best == nil || res.Median > best.Median) {
 					best = res
 				}
 			}
-			p.f(" %s (%s) | **%s** |", perSec(best.Median), best.Contender.Name, ratio(libRate, best.Median))
+			if best == nil {
+				p.f(" – | **–** |")
+			} else {
+				p.f(" %s (%s) | **%s** |", perSec(best.Median), best.Contender.Name, ratio(libRate, best.Median))
+			}
 		}
 		for _, b := range bares {
 			p.f(" %s | **%s** |", perSec(c.Results[b].Median), ratio(libRate, c.Results[b].Median))
@@ -213,8 +219,10 @@ func spread(res *Result) string {
 	return fmt.Sprintf("%.0f%%", 100*(res.Max-res.Min)/2/res.Median)
 }
 
+// ratio returns a over b, or a dash when either decided nothing: 0.00×
+// would read as a library that lost, when it failed.
 func ratio(a, b float64) string {
-	if b <= 0 {
+	if a <= 0 || b <= 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f×", a/b)
