@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -74,6 +75,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	quiet := fs.Bool("quiet", false, "no progress on standard error")
 	fail := fs.String("fail", "any", `exit with status 1 when "any" contender's check fails, or only when "library" (ratelimit's) does`)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for: the usage went to stderr
+		}
 		return 2
 	}
 	var err error

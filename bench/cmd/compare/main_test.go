@@ -61,6 +61,23 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestHelp requires -h to print the usage and exit 0, as a command of
+// the flag package's ExitOnError does: it exited 2, as for a bad flag.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{arg}, &stdout, &stderr, nil)
+		assert.Equal(t, 0, code, arg)
+		assert.True(t, strings.HasPrefix(stderr.String(), "usage: compare [flags]\n"), "%s: %s", arg, stderr.String())
+		assert.Contains(t, stderr.String(), "-medium string", arg)
+		assert.Empty(t, stdout.String(), arg)
+	}
+	// A bad flag still exits 2, after the usage.
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 2, run([]string{"-nosuch"}, &stdout, &stderr, nil))
+	assert.Contains(t, stderr.String(), "flag provided but not defined: -nosuch")
+}
+
 // TestNothingRan requires a run in which every medium named was skipped
 // to exit with status 2, having measured nothing: it exited 0.
 func TestNothingRan(t *testing.T) {
