@@ -283,6 +283,11 @@ func (o *Options) Validate() error {
 	if o.Limit.Kind != ratelimit.FixedWindow && o.Limit.Kind != ratelimit.TokenBucket {
 		return fmt.Errorf("compare: limit kind %v: choose a fixed window or a token bucket", o.Limit.Kind)
 	}
+	// A limit the library refuses would fail the first cell, after the
+	// media had been opened and the report begun.
+	if err := (ratelimit.Config{Kind: o.Limit.Kind, Rate: float64(o.Limit.Rate), Period: o.Limit.Period}).Validate(); err != nil {
+		return fmt.Errorf("compare: limit of %d per %v: %w", o.Limit.Rate, o.Limit.Period, err)
+	}
 	return nil
 }
 

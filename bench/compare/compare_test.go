@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -269,8 +270,9 @@ func TestRunRefusesRemoteServers(t *testing.T) {
 	} {
 		o := tiny()
 		tc.edit(&o)
-		_, err := Run(context.Background(), o)
+		rep, err := Run(context.Background(), o)
 		assert.ErrorContains(t, err, tc.want)
+		assert.Nil(t, rep, tc.want)
 	}
 	// The servers of the media not run are not looked at.
 	o := tiny()
@@ -293,6 +295,10 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *Options) { o.Rounds = 0 }, "0 rounds"},
 		{func(o *Options) { o.Limit.Period = 1500 * time.Microsecond }, "whole milliseconds"},
 		{func(o *Options) { o.Limit.Kind = 0 }, "limit kind"},
+		// Limits the library refuses: the run opened its media and began
+		// its report, and failed in the first cell.
+		{func(o *Options) { o.Limit.Period = 2_000_000 * time.Hour }, "limit of 100 per 2000000h0m0s: ratelimit: invalid config: Period"},
+		{func(o *Options) { o.Limit.Rate = math.MaxInt64 }, "ratelimit: invalid config: Rate"},
 		// go-redis panics on a pool of -1 (makechan: size out of range).
 		{func(o *Options) { o.Media, o.RedisAddr, o.RedisPool = []string{"redis"}, "127.0.0.1:1", -1 }, "-1 connections per Redis node"},
 		// pgx would be given a pool of 20 without a word.
@@ -302,8 +308,9 @@ func TestOptionsValidate(t *testing.T) {
 	} {
 		o := tiny()
 		tc.edit(&o)
-		_, err := Run(context.Background(), o)
+		rep, err := Run(context.Background(), o)
 		assert.ErrorContains(t, err, tc.want)
+		assert.Nil(t, rep, tc.want)
 	}
 }
 
@@ -362,11 +369,16 @@ func TestFailedCallsAreNoDecisions(t *testing.T) {
 // panicked while writing it.
 func TestRunEndsEarly(t *testing.T) {
 	t.Run("setup", func(t *testing.T) {
+		unready := Contender{
+			Name: "unready library", Code: "unready", Role: Library, Bound: libraryBound,
+			New: func(context.Context, *env, Limit) (Taker, error) { return nil, errors.New("no") },
+		}
 		o := tiny()
 		o.Media = []string{"memory"}
-		o.Limit.Period = 2_000_000 * time.Hour // more than the library's longest period
+		o.Match = regexp.MustCompile("^(unready|x/time)")
+		o.extra = map[string][]Contender{"memory": {unready}}
 		rep, err := Run(context.Background(), o)
-		require.ErrorContains(t, err, "setting up ratelimit memstore")
+		require.ErrorContains(t, err, "setting up unready library")
 		require.Len(t, rep.Media, 1)
 		assert.Empty(t, rep.Media[0].Cells)
 		var out bytes.Buffer

@@ -52,6 +52,10 @@ func TestUsageErrors(t *testing.T) {
 			`compare: unknown medium "mongo": choose among [memory bolt redis cluster pg]` + "\n"},
 		{[]string{"-goroutines", "1,x"}, `compare: -goroutines: "x" is not a whole number` + "\n"},
 		{[]string{"-fail", "some"}, `compare: -fail: "some": choose "any" or "library"` + "\n"},
+		// The library refuses it: the run began its report and failed in
+		// its first cell, "(after 0s)".
+		{[]string{"-medium", "memory", "-rate", "10000000000000000"},
+			"compare: limit of 10000000000000000 per 1s: ratelimit: invalid config: Rate is 1e+16: it must be a number of tokens from 1e-09 to 1e+15\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(tc.args, &stdout, &stderr, nil)
