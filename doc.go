@@ -15,12 +15,15 @@
 //		return err
 //	}
 //	res, err := lim.Limit(ctx, "sendMessage", userID)
-//	if err != nil {
-//		return err
+//	if err != nil && !errors.Is(err, ratelimit.ErrStoreUnavailable) {
+//		return err // bad input, or ctx is done
 //	}
 //	if !res.OK {
-//		// refuse, and tell the client to come back after res.RetryAfter
+//		return res.Err() // a *ratelimit.LimitError: come back after its RetryAfter
 //	}
+//
+// A store that fails leaves the call to the limit's failure policy (see
+// Stores, below): res is its decision, and err says why it had to decide.
 //
 // Limits may also come from a file, YAML or JSON (ParseLimits; for a file
 // known to be JSON, ParseLimitsJSON), and change while the Limiter serves
