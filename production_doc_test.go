@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"log"
 	"log/slog"
 	"os"
@@ -30,14 +31,18 @@ import (
 // expiredDeleted stands for the metric of the janitor's example.
 var expiredDeleted interface{ Add(float64) }
 
-func productionDocLimitAll(ctx context.Context, lim *ratelimit.Limiter, apiKey string) {
+func productionDocLimitAll(ctx context.Context, lim *ratelimit.Limiter, apiKey string) error {
 	res, err := lim.LimitAll(ctx, apiKey, []string{"perHour", "perMinute"})
-	if err == nil && !res.OK {
-		log.Printf("refused by %s for %v", res.Name, res.RetryAfter)
+	if err != nil && !errors.Is(err, ratelimit.ErrStoreUnavailable) {
+		return err // bad input, or the caller's context is done
 	}
 	for _, part := range res.All {
 		log.Printf("%s: ok=%v remaining=%v", part.Name, part.OK, part.Remaining) // each limit's own answer
 	}
+	if !res.OK {
+		return res.Err() // a *ratelimit.LimitError: the limit that refused (res.Name) and its RetryAfter
+	}
+	return nil
 }
 
 func productionDocFailure(ctx context.Context, lim *ratelimit.Limiter, userID string) error {
@@ -46,7 +51,7 @@ func productionDocFailure(ctx context.Context, lim *ratelimit.Limiter, userID st
 		return err // bad input, or the caller's context is done
 	}
 	if !res.OK {
-		// refuse
+		return res.Err() // refused, by the limit or, while the store fails, by its policy
 	}
 	return nil
 }
@@ -134,4 +139,48 @@ func TestProductionDocExamples(t *testing.T) {
 		bodies = append(bodies, body.String())
 	}
 	require.Equal(t, bodies, blocks, "docs/production.md's Go blocks are not the productionDoc functions' bodies")
+}
+
+// TestProductionDocDecisions runs the examples of docs/production.md that
+// decide a call: each returns an error when the call is refused, by a
+// limit or by its failure policy while the store fails, and nil when it is
+// allowed, by a limit or by a policy that fails open. The LimitAll example
+// dropped every error, a bad limit name's included, and the failure
+// example returned nil when refused.
+func TestProductionDocDecisions(t *testing.T) {
+	ctx := context.Background()
+	w := log.Writer()
+	log.SetOutput(io.Discard) // the LimitAll example logs each limit's answer
+	t.Cleanup(func() { log.SetOutput(w) })
+	for _, tc := range []struct {
+		name   string
+		decide func(*ratelimit.Limiter) error
+		limits []string
+	}{
+		{"LimitAll", func(lim *ratelimit.Limiter) error { return productionDocLimitAll(ctx, lim, "key-1") }, []string{"perHour", "perMinute"}},
+		{"Limit", func(lim *ratelimit.Limiter) error { return productionDocFailure(ctx, lim, "user-42") }, []string{"search"}},
+	} {
+		newLimiter := func(store ratelimit.Store, failOpen bool, names ...string) *ratelimit.Limiter {
+			limits := ratelimit.Limits{}
+			for _, n := range names {
+				limits[n] = ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: 2, Period: time.Hour, FailOpen: failOpen}
+			}
+			return must(ratelimit.New(store, limits, ratelimit.WithLogger(nil)))
+		}
+
+		lim := newLimiter(must(memstore.New()), false, tc.limits...)
+		require.NoError(t, tc.decide(lim), tc.name)
+		require.NoError(t, tc.decide(lim), tc.name)
+		err := tc.decide(lim)
+		var limited *ratelimit.LimitError
+		require.ErrorAs(t, err, &limited, tc.name)
+		require.Contains(t, tc.limits, limited.Name, tc.name)
+
+		store := &flakyStore{Store: must(memstore.New())}
+		store.fail.Store(true)
+		require.NoError(t, tc.decide(newLimiter(store, true, tc.limits...)), "%s: failing open", tc.name)
+		require.ErrorIs(t, tc.decide(newLimiter(store, false, tc.limits...)), ratelimit.ErrLimited, "%s: failing closed", tc.name)
+
+		require.ErrorIs(t, tc.decide(newLimiter(must(memstore.New()), false)), ratelimit.ErrUnknownLimit, "%s: no such limit", tc.name)
+	}
 }
