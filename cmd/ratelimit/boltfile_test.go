@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -151,4 +153,67 @@ func TestBoltLockWaitWithinTimeout(t *testing.T) {
 	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	require.Positive(t, boltWait(ended))
+}
+
+// A command waiting for a bbolt file that another opener holds stops
+// waiting when its context ends (Ctrl-C), and says that the file is held
+// and what to do: it waited out bbolt's wait (5 s) whatever ended the
+// context, as boltstore.Open does. bench, stopped so, exits 130.
+func TestBoltLockWaitEndsWithContext(t *testing.T) {
+	defer func(d time.Duration) { boltTimeout = d }(boltTimeout)
+	boltTimeout = time.Hour // only the context can end the wait
+	defer func() { boltWaiting = nil }()
+	path := filepath.Join(t.TempDir(), "limits.db")
+	boltStore(t, path, 1)
+	limit := []string{"--store", "bolt://" + path, "--kind", "token bucket", "--rate", "10", "--period", "1h", "--timeout", "1h"}
+	holders := []struct {
+		name string
+		open func() (io.Closer, error)
+	}{
+		{"bbolt", func() (io.Closer, error) { return bolt.Open(path, 0o600, nil) }},
+		{"boltstore", func() (io.Closer, error) { return boltstore.Open(path) }},
+	}
+	for _, h := range holders {
+		held, err := h.open()
+		require.NoError(t, err, h.name)
+		for _, cmd := range []string{"inspect", "reset", "limit", "bench"} {
+			args := append([]string{cmd}, limit...)
+			if cmd == "bench" {
+				args = append(args, "--quiet", "--duration", "1s")
+			} else {
+				args = append(args, "--key", "k")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			waited := false
+			boltWaiting = func() { waited = true; cancel() }
+			type result struct {
+				code        int
+				out, errOut string
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, out, errOut := execContext(ctx, args...)
+				done <- result{code, out, errOut}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s, the file held by %s: still waiting a minute after its context was cancelled", cmd, h.name)
+			}
+			cancel()
+			require.True(t, waited, "%s, held by %s: %s", cmd, h.name, r.errOut)
+			require.Empty(t, r.out, cmd)
+			if cmd == "bench" {
+				require.Equal(t, 130, r.code, "%s, held by %s: %s", cmd, h.name, r.errOut)
+				require.Equal(t, "ratelimit: bench interrupted while it opened the store: no call was made\n", r.errOut)
+				continue
+			}
+			require.Equal(t, 1, r.code, "%s, held by %s: %s", cmd, h.name, r.errOut)
+			require.Equal(t, "ratelimit: bbolt file "+path+": another process holds the file, and the command was stopped while it waited for it; "+
+				"a bbolt file serves one process at a time: stop the process that holds it (the application, or another ratelimit command), "+
+				"then run the command again: context canceled (timeout)\n", r.errOut, "%s, held by %s", cmd, h.name)
+		}
+		require.NoError(t, held.Close())
+	}
 }

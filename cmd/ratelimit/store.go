@@ -416,11 +416,20 @@ func (f *storeFlags) open(ctx context.Context, acc access) (store ratelimit.Stor
 		}
 		return m, func() {}, nil
 	case "bolt":
-		if err := boltCheck(s.bolt, f.bucket, acc, boltWait(ctx)); err != nil {
+		if err := boltCheck(ctx, s.bolt, f.bucket, acc); err != nil {
 			return nil, nil, err
 		}
-		b, err := boltstore.Open(s.bolt, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltWait(ctx)))
-		if err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("bbolt file %s: not opened: %w", s.bolt, err)
+		}
+		// OpenContext, not Open: Open waited out its timeout for a file
+		// another process holds, whatever ended the command's context
+		// (Ctrl-C in bench).
+		b, err := boltstore.OpenContext(ctx, s.bolt, boltstore.WithBucket(f.bucket), boltstore.WithTimeout(boltWait(ctx)))
+		switch {
+		case errors.Is(err, berrors.ErrTimeout) || err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return nil, nil, boltHeld(ctx, s.bolt)
+		case err != nil:
 			return nil, nil, err
 		}
 		return b, func() { b.Close() }, nil
@@ -833,14 +842,68 @@ func boltWait(ctx context.Context) time.Duration {
 	return max(wait, time.Nanosecond)
 }
 
+// boltHeld returns the error of opening the bbolt file at path, which
+// another process held until the wait for it ended: at boltTimeout, at
+// --timeout (ctx's deadline), or when ctx was cancelled (Ctrl-C). It
+// matches bbolt's ErrTimeout, and ctx's cause once ctx has ended.
+func boltHeld(ctx context.Context, path string) error {
+	const what = "a bbolt file serves one process at a time: stop the process that holds it (the application, or another ratelimit command), then run the command again"
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done() // the wait was bounded by ctx's deadline, which ends ctx at once
+	}
+	switch {
+	case ctx.Err() == nil:
+		return fmt.Errorf("bbolt file %s: another process holds the file, and the wait for it ended after %v; %s: %w", path, boltTimeout, what, berrors.ErrTimeout)
+	case errors.Is(context.Cause(ctx), errTimeout):
+		return fmt.Errorf("bbolt file %s: another process holds the file; %s: %w (%w)", path, what, berrors.ErrTimeout, context.Cause(ctx))
+	}
+	return fmt.Errorf("bbolt file %s: another process holds the file, and the command was stopped while it waited for it; %s: %w (%w)", path, what, context.Cause(ctx), berrors.ErrTimeout)
+}
+
+// boltRetry is how often the wait for a bbolt file that another process
+// holds tries its lock again: bbolt's own interval.
+const boltRetry = 50 * time.Millisecond
+
+// boltWaiting, if set, is called each time the file is found held, before
+// the wait to try again.
+var boltWaiting func()
+
+// openReadOnly opens the bbolt file at path read-only, waiting for a
+// process that holds it up to boltWait(ctx), or until ctx ends: bbolt's
+// own wait (Options.Timeout) sleeps through ctx's end, so it is given one
+// try at a time.
+func openReadOnly(ctx context.Context, path string) (*bolt.DB, error) {
+	stop := time.NewTimer(boltWait(ctx))
+	defer stop.Stop()
+	for {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: -1}) // one try
+		if !errors.Is(err, berrors.ErrTimeout) {
+			return db, err
+		}
+		if boltWaiting != nil {
+			boltWaiting()
+		}
+		retry := time.NewTimer(boltRetry)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return nil, boltHeld(ctx, path)
+		case <-stop.C:
+			retry.Stop()
+			return nil, boltHeld(ctx, path)
+		case <-retry.C:
+		}
+	}
+}
+
 // boltCheck checks, without creating or changing anything, that the file
 // at path, if there is one, is a bbolt file that is whole and whose pages
 // of bucket bbolt can read, and for acc mustExist that it exists and holds
 // bucket. A file cut short would make bbolt read past the end of its
 // mapping, a fault that ends the process, and a damaged page makes it
-// panic: both are reported instead. It waits up to wait for a process
-// that holds the file.
-func boltCheck(path, bucket string, acc access, wait time.Duration) error {
+// panic: both are reported instead. It waits for a process that holds the
+// file up to boltWait(ctx), or until ctx ends.
+func boltCheck(ctx context.Context, path, bucket string, acc access) error {
 	const check = "check the path in --store (the application's boltstore.Open path)"
 	fi, err := os.Stat(path)
 	switch {
@@ -864,11 +927,11 @@ func boltCheck(path, bucket string, acc access, wait time.Duration) error {
 		// with "bad file descriptor".
 		return fmt.Errorf("bbolt file %s is empty: no store was opened on it: %s: %w", path, check, errNotFound)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: wait})
+	db, err := openReadOnly(ctx, path)
 	var pathErr *fs.PathError
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return fmt.Errorf("bbolt file %s: another process holds the file; stop it first, a bbolt file serves one process at a time: %w", path, err)
+		return err
 	case errors.As(err, &pathErr):
 		return fmt.Errorf("bbolt file %s: %w", path, err)
 	case err != nil:
