@@ -891,6 +891,23 @@ func TestSimulateAtEmptyRequest(t *testing.T) {
 	}
 }
 
+// A blank --at, or a request of --at without a time, says how to write
+// the requests: --at " " was "an empty request, before, between or after
+// the commas", of a value that has no comma, and "=1" was time "".
+func TestSimulateAtBlank(t *testing.T) {
+	const format = "write TIME=COUNT[,TIME=COUNT...], TIME as hh:mm, hh:mm:ss or a duration such as 90s, from the start, 0s, e.g. 00:00=1,00:30=15"
+	for _, c := range []struct{ at, want string }{
+		{" ", `--at " " is blank: ` + format + ", or leave --at out"},
+		{"\t \t", `--at "\t \t" is blank: ` + format + ", or leave --at out"},
+		{"=1", `--at "=1": the request has no time before its =: ` + format},
+		{"0s=1, =2", `--at "=2": the request has no time before its =: ` + format},
+	} {
+		code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1", "--period", "1s", "--at", c.at)
+		require.Equal(t, 2, code, "%q: %s", c.at, out)
+		assert.Equal(t, "ratelimit: "+c.want+"\nRun 'ratelimit simulate --help' for usage.\n", errOut, "%q", c.at)
+	}
+}
+
 func TestParsePattern(t *testing.T) {
 	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
 	require.NoError(t, err)

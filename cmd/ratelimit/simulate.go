@@ -182,6 +182,11 @@ func parsePattern(s string) ([]request, error) {
 	if s == "" {
 		return nil, nil // no --at
 	}
+	if strings.TrimSpace(s) == "" {
+		// Taken for a request with nothing before or after its commas,
+		// which --at " " has none of.
+		return nil, usagef("--at %q is blank: %s, or leave --at out", s, atFormat)
+	}
 	for part := range strings.SplitSeq(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -192,6 +197,10 @@ func parsePattern(s string) ([]request, error) {
 		at, n, ok := strings.Cut(part, "=")
 		if !ok {
 			return nil, usagef("--at %q: write TIME=COUNT, e.g. 00:30=15", part)
+		}
+		if strings.TrimSpace(at) == "" {
+			// parseClock said: time "": write hh:mm, ...
+			return nil, usagef("--at %q: the request has no time before its =: %s", part, atFormat)
 		}
 		r := request{}
 		var err error
@@ -211,6 +220,9 @@ func parsePattern(s string) ([]request, error) {
 	}
 	return reqs, nil
 }
+
+// atFormat says how to write --at's requests.
+const atFormat = "write TIME=COUNT[,TIME=COUNT...], TIME as hh:mm, hh:mm:ss or a duration such as 90s, from the start, 0s, e.g. 00:00=1,00:30=15"
 
 // maxOffset is the latest a simulated request can come: 100 years after
 // the start, as the longest period.
