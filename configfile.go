@@ -634,7 +634,7 @@ func ParseLimits(data []byte) (Limits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
-	return parseLimits(data, doc)
+	return parseLimits(data, doc, "a mapping")
 }
 
 // ParseLimitsJSON reads named limits from JSON, as ParseLimits does, but
@@ -645,20 +645,24 @@ func ParseLimits(data []byte) (Limits, error) {
 // where ParseLimits would read such text as YAML, or refuse it with
 // YAML's error too. errors.As finds in such an error the
 // *json.SyntaxError, whose Offset counts from the start of data, after
-// a byte order mark if there is one.
+// a byte order mark if there is one. Text that is JSON but not an object
+// of limits (an array), or a limit that is not an object, is told that a
+// JSON object is expected, where ParseLimits says a mapping.
 func ParseLimitsJSON(data []byte) (Limits, error) {
 	doc, err := jsonDocument(data)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
 	}
-	return parseLimits(data, doc)
+	return parseLimits(data, doc, "a JSON object")
 }
 
 // parseLimits reads and validates the limits of doc, the document that
-// data is read as, for ParseLimits and ParseLimitsJSON.
-func parseLimits(data []byte, doc yaml.Node) (Limits, error) {
+// data is read as, for ParseLimits and ParseLimitsJSON. mapping names
+// what the file and each limit are to be, in the words of its format: a
+// mapping, or for JSON alone, a JSON object.
+func parseLimits(data []byte, doc yaml.Node, mapping string) (Limits, error) {
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, errors.New("ratelimit: limits file: write a mapping of limit names to their fields")
+		return nil, fmt.Errorf("ratelimit: limits file: write %s of limit names to their fields", mapping)
 	}
 	entries, err := mappingFields(doc.Content[0], "limit", 0)
 	if err != nil {
@@ -667,6 +671,9 @@ func parseLimits(data []byte, doc yaml.Node) (Limits, error) {
 	limits := make(Limits, len(entries))
 	for _, e := range entries {
 		name := resolve(e.key).Value
+		if v := resolve(e.val); v.Kind != yaml.MappingNode && mapping != "a mapping" {
+			return nil, fmt.Errorf("ratelimit: limits file: limit %s: line %d: a limit is %s of fields (%s)", written(name), v.Line, mapping, fieldNames())
+		}
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
 			return nil, fmt.Errorf("ratelimit: limits file: limit %s: %w", written(name), err)

@@ -1003,6 +1003,30 @@ func TestParseLimitsLongZeroStartAndNullName(t *testing.T) {
 	}
 }
 
+// ParseLimitsJSON says, of JSON that is not an object of limits, or of a
+// limit that is not an object, that a JSON object is expected, in JSON's
+// words: it said "a mapping", YAML's. ParseLimits, which reads YAML too,
+// still says a mapping.
+func TestParseLimitsJSONNotObject(t *testing.T) {
+	const fields = "(kind, rate, period, capacity, maxReserved, shards, start, failOpen)"
+	for _, c := range []struct{ in, want string }{
+		{`[]`, `ratelimit: limits file: write a JSON object of limit names to their fields`},
+		{`[{"a": {"kind": "token bucket", "rate": 1, "period": "1s"}}]`, `ratelimit: limits file: write a JSON object of limit names to their fields`},
+		{`"a"`, `ratelimit: limits file: write a JSON object of limit names to their fields`},
+		{`null`, `ratelimit: limits file: write a JSON object of limit names to their fields`},
+		{`{"a": []}`, `ratelimit: limits file: limit "a": line 1: a limit is a JSON object of fields ` + fields},
+		{"{\n\"a\": null}", `ratelimit: limits file: limit "a": line 2: a limit is a JSON object of fields ` + fields},
+	} {
+		_, err := ratelimit.ParseLimitsJSON([]byte(c.in))
+		assert.EqualError(t, err, c.want, c.in)
+		_, err = ratelimit.ParseLimits([]byte(c.in))
+		assert.ErrorContains(t, err, "mapping", c.in)
+	}
+	// A name given twice is told first, as before.
+	_, err := ratelimit.ParseLimitsJSON([]byte(`{"a": {"kind": "token bucket", "rate": 1, "period": "1s"}, "a": 3}`))
+	assert.EqualError(t, err, `ratelimit: limits file: line 1: limit "a" given twice`)
+}
+
 // ParseLimitsJSON holds a file to JSON's rules, and its errors name the
 // line and the column where the text stops being JSON: read as YAML, a
 // comma after the last member passed, and other slips had YAML's error

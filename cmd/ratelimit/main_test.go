@@ -908,6 +908,24 @@ func TestSimulateAtBlank(t *testing.T) {
 	}
 }
 
+// A limits file whose top level is an array, or a limit that is not an
+// object, says what a .json file must hold in JSON's words, a JSON
+// object: it said "mapping", YAML's. A .yaml file still says mapping.
+func TestLimitsFileNotObject(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ name, data, want string }{
+		{"array.json", `[{"x": {"kind": "token bucket", "rate": 1, "period": "1s"}}]`, "limits file: write a JSON object of limit names to their fields"},
+		{"limit.json", `{"x": [1]}`, `limits file: limit "x": line 1: a limit is a JSON object of fields (kind, rate`},
+		{"array.yaml", "- x\n", "limits file: write a mapping of limit names to their fields"},
+	} {
+		path := filepath.Join(dir, c.name)
+		require.NoError(t, os.WriteFile(path, []byte(c.data), 0o600))
+		code, out, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
+		require.Equal(t, 1, code, "%s: %s", c.name, out)
+		require.Contains(t, errOut, "ratelimit: "+path+": "+c.want, c.name)
+	}
+}
+
 func TestParsePattern(t *testing.T) {
 	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
 	require.NoError(t, err)
