@@ -217,3 +217,27 @@ func TestBoltLockWaitEndsWithContext(t *testing.T) {
 		require.NoError(t, held.Close())
 	}
 }
+
+// A store without a server (a bbolt file, mem:) that runs out of
+// --timeout is not asked about its server, which it has none of: a
+// context's deadline reads as a network timeout, and the error added "is
+// the server up?". An answer that the deadline did not cause (a file that
+// is not there) is not told as the store's silence either, though the
+// deadline passed before it was reported.
+func TestTimeoutOfLocalStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	limit := []string{"--kind", "token bucket", "--rate", "10", "--period", "1h", "--timeout", "1ns"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"limit", "--store", "bolt://" + path}, "ratelimit: no answer from the store within --timeout 1ns: bbolt file " + path + ": not opened: --timeout\n"},
+		{[]string{"inspect", "--store", "bolt://" + path}, "ratelimit: bbolt file " + path + " does not exist: check the path in --store (the application's boltstore.Open path): no such store\n"},
+		{[]string{"limit", "--store", "mem:"}, "ratelimit: no answer from the store within --timeout 1ns: value of limit \"limit\": store: context deadline exceeded\n"},
+		{[]string{"reset", "--store", "mem:"}, "ratelimit: no answer from the store within --timeout 1ns: reset limit \"limit\": store: context deadline exceeded\n"},
+	} {
+		code, out, errOut := exec(append(c.args, limit...)...)
+		require.Equal(t, 1, code, "%q: %s", c.args, out)
+		require.Equal(t, c.want, errOut, "%q", c.args)
+	}
+}

@@ -163,11 +163,33 @@ func storeScheme(u string) string {
 // store that is far slower than it should be. Clients report it in their
 // own words (a timeout, a context deadline, a closed connection).
 func (f *storeFlags) timedOut(ctx context.Context, err error) error {
-	if err == nil || !errors.Is(causeAfter(ctx, err), errTimeout) {
-		return err
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("no answer from the store within --timeout %v: %w", f.timeout, err)
+	scheme := storeScheme(f.url)
+	local := scheme == "bolt" || scheme == "mem"
+	// A store's answer that ctx's end did not cause (a file or a key that
+	// is not there) is not told as its silence, though ctx ended since.
+	// Clients report ctx's end in words of their own; a local store, as
+	// ctx's error.
+	caused := !errors.Is(err, errNotFound) && (!local || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errTimeout))
+	if caused && errors.Is(causeAfter(ctx, err), errTimeout) {
+		err = fmt.Errorf("no answer from the store within --timeout %v: %w", f.timeout, err)
+	}
+	if local {
+		return noServerError{err}
+	}
+	return err
 }
+
+// noServerError is an error of a store without a server (a bbolt file,
+// mem:), which isConnError never takes for a server's: a call that ran
+// out of --timeout ends with a context's deadline, which reads as a
+// network timeout, and the error asked whether the server was up.
+type noServerError struct{ err error }
+
+func (e noServerError) Error() string { return e.err.Error() }
+func (e noServerError) Unwrap() error { return e.err }
 
 // causeAfter returns the cause of ctx's end, once ctx has ended, err
 // being the error of a call made with ctx. A store may give up at ctx's
@@ -420,7 +442,7 @@ func (f *storeFlags) open(ctx context.Context, acc access) (store ratelimit.Stor
 			return nil, nil, err
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("bbolt file %s: not opened: %w", s.bolt, err)
+			return nil, nil, fmt.Errorf("bbolt file %s: not opened: %w", s.bolt, context.Cause(ctx))
 		}
 		// OpenContext, not Open: Open waited out its timeout for a file
 		// another process holds, whatever ended the command's context
@@ -1032,7 +1054,7 @@ func globEscape(s string) string {
 // that accepts and never speaks, or another program on the port).
 func isConnError(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if errors.As(err, &pgErr) || errors.As(err, new(noServerError)) {
 		return false
 	}
 	var (
