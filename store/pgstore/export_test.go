@@ -7,6 +7,14 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 )
 
+// Hooks let the tests watch and steer a store.
+type Hooks struct {
+	Resend func() // a batch's ops go again one by one, after the batch failed on one of them, before the first
+}
+
+// SetHooks sets s's hooks; call it before s is used.
+func SetHooks(s *Store, h Hooks) { s.hooks = hooks{resend: h.Resend} }
+
 // SetExpiredChunk sets how many rows one transaction of DeleteExpired
 // walks, for a test, and returns a function that restores it.
 func SetExpiredChunk(n int) (restore func()) {

@@ -472,6 +472,12 @@ type Store struct {
 	// retried counts the statements sent again after a serialization
 	// failure or a deadlock (retry.go).
 	retried atomic.Int64
+	hooks   hooks
+}
+
+// hooks let the package's tests watch and steer the store; all nil in use.
+type hooks struct {
+	resend func() // sendApply sends a batch's ops again one by one, before the first
 }
 
 var (
@@ -1931,6 +1937,9 @@ func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	if len(reqs) == 1 || !(errors.Is(err, ErrBadRecord) || err == errSettlers) {
 		return err
 	}
+	if s.hooks.resend != nil {
+		s.hooks.resend()
+	}
 	for i, r := range reqs {
 		r.err = s.applyWith(ctx, e, reqs[i:i+1])
 	}
@@ -2089,7 +2098,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	var failed []error
 	for i, r := range reqs {
 		if r.err != nil {
-			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", r.err)})
+			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", closedPool(r.err))})
 			continue
 		}
 		copy(outs[i], r.out)
