@@ -92,6 +92,21 @@ func TestRecordNoReleaseWrites(t *testing.T) {
 				require.Equal(t, []int{1}, storetest.FailedOps(t, err), key)
 				require.True(t, outs[0][0].OK, "%s: the other op is decided", key)
 			}
+			// A batch of one op, on each path: the op fails on its own too.
+			for how, one := range map[string]struct {
+				s  *pgstore.Store
+				op *driver.Op
+			}{
+				"a lone limit":          {s, op(driver.ModeLimit, key, p, 1)},
+				"a lone check":          {s, op(driver.ModeCheck, key, p, 1)},
+				"a refund":              {s, op(driver.ModeRefund, key, p, 1)},
+				"on two shards":         {s, op(driver.ModeLimit, key, p, 1, pair)},
+				"at the server's clock": {own, op(driver.ModeLimit, key, p, 1)},
+			} {
+				err := one.s.ApplyBatch(ctx, []*driver.Op{one.op}, [][]driver.Decision{make([]driver.Decision, 1)})
+				isBad(err, "a batch of one op, "+how)
+				require.Equal(t, []int{0}, storetest.FailedOps(t, err), "%s: a batch of one op, %s", key, how)
+			}
 			isBad(s.Load(ctx, []driver.RecordID{{Name: "l", Key: "good"}, {Name: "l", Key: key}}, make([]driver.Record, 2)), "loaded")
 
 			var v float64

@@ -2093,7 +2093,12 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		reqs[i] = s.newRequest(op)
 	}
 	if err := s.send(ctx, reqs, nil); err != nil {
-		return fmt.Errorf("pgstore: apply: %w", closedPool(err))
+		if len(reqs) > 1 || !errors.Is(err, ErrBadRecord) {
+			return fmt.Errorf("pgstore: apply: %w", closedPool(err))
+		}
+		// The op of a batch of one failed on its own, as it would beside
+		// others: its send failed it alone, on the batch's path.
+		reqs[0].err = err
 	}
 	var failed []error
 	for i, r := range reqs {
