@@ -789,18 +789,45 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 // Ring that has none (closed, or every shard down) is an error, go-redis's
 // for a call on it, as for a server that cannot be reached: its
 // ForEachShard skips the shards it took for down, and has none once
-// closed, and called fn on no server without an error.
+// closed, and called fn on no server without an error. On a Ring, a shard
+// whose client closes under fn (shardLeft) has left the Ring (SetAddrs):
+// fn is not called on it again, but on the shards that joined the Ring
+// meanwhile, those of the Ring now that it was not called on, as often as
+// the client's MaxRetries allow. That failed as if the store's client had
+// been closed (driver.ErrClosed), and fn was not called on the shards that
+// joined.
 func (s *Store) forEachServer(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, fn)
 	case *redis.Ring:
-		var called atomic.Bool
-		err := c.ForEachShard(ctx, func(ctx context.Context, sc *redis.Client) error {
-			called.Store(true)
-			return fn(ctx, sc)
-		})
-		if err == nil && !called.Load() {
+		var (
+			mu   sync.Mutex
+			seen = make(map[*redis.Client]bool) // by client: a shard that leaves and comes back has a new one
+		)
+		var err error
+		for tries := 0; ; tries++ {
+			var left atomic.Bool
+			err = c.ForEachShard(ctx, func(ctx context.Context, sc *redis.Client) error {
+				mu.Lock()
+				done := seen[sc]
+				seen[sc] = true
+				mu.Unlock()
+				if done {
+					return nil
+				}
+				err := fn(ctx, sc)
+				if err != nil && tries < s.retries && s.shardLeft(err) {
+					left.Store(true)
+					return nil
+				}
+				return err
+			})
+			if err != nil || !left.Load() {
+				break
+			}
+		}
+		if err == nil && len(seen) == 0 {
 			// A shard that came up meanwhile answers the PING: fn still
 			// called none.
 			if err = c.Ping(ctx).Err(); err == nil {

@@ -415,10 +415,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		return fmt.Errorf("redisstore: Load: %w", err)
 	}
 	cmds := make([]redis.Cmder, len(ids))
-	for i, id := range ids {
-		cmds[i] = redis.NewStringCmd(ctx, "get", s.Key(id))
-	}
-	err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) })
+	err := coalesce.Detached(ctx, func() error {
+		return s.pipeline(ctx, cmds, func(i int) redis.Cmder { return redis.NewStringCmd(ctx, "get", s.Key(ids[i])) })
+	})
 	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 		return fmt.Errorf("redisstore: load: %w", s.callerError(ctx, err))
 	}
@@ -460,16 +459,49 @@ func (s *Store) typeOf(ctx context.Context, key string) string {
 	return "a " + cmd.Val()
 }
 
-// pipeline sends cmds in one pipeline, which a Cluster client splits by
-// node, and returns the first error.
-func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder) error {
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range cmds {
-			_ = p.Process(ctx, c)
+// pipeline sets cmds[i] to cmd(i), a command on one key, for every i, and
+// sends them in one pipeline, which a Cluster client or a Ring splits by
+// server, and returns the first error. On a Ring, the commands the Ring
+// routed to a shard that left it before they were sent (shardLeft) did
+// not run: they go again, made anew, to the shard that holds their key
+// now, after a pause, as often as the client's MaxRetries allow, as a
+// call of the function does (run).
+func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder, cmd func(i int) redis.Cmder) error {
+	todo := indexes(len(cmds))
+	for i := range cmds {
+		cmds[i] = cmd(i)
+	}
+	for tries := 0; ; tries++ {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range todo {
+				_ = p.Process(ctx, cmds[i])
+			}
+			return nil
+		})
+		var again []int
+		if s.ring != nil && tries < s.retries {
+			for _, i := range todo {
+				if s.shardLeft(cmds[i].Err()) {
+					again = append(again, i)
+				}
+			}
 		}
-		return nil
-	})
-	return err
+		if len(again) == 0 {
+			for _, c := range cmds {
+				if c.Err() != nil {
+					return c.Err()
+				}
+			}
+			return err
+		}
+		if !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
+			return fmt.Errorf("%w: the commands were not sent again after: %w", ctx.Err(), cmds[again[0]].Err())
+		}
+		for _, i := range again {
+			cmds[i] = cmd(i)
+		}
+		todo = again
+	}
 }
 
 // ErrBadRecord is matched by the error of a call (Apply, ApplyBatch, Load)
@@ -582,10 +614,9 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		return err
 	}
 	cmds := make([]redis.Cmder, len(ids))
-	for i, id := range ids {
-		cmds[i] = redis.NewIntCmd(ctx, "del", s.Key(id))
-	}
-	if err := coalesce.Detached(ctx, func() error { return s.pipeline(ctx, cmds) }); err != nil {
+	if err := coalesce.Detached(ctx, func() error {
+		return s.pipeline(ctx, cmds, func(i int) redis.Cmder { return redis.NewIntCmd(ctx, "del", s.Key(ids[i])) })
+	}); err != nil {
 		return fmt.Errorf("redisstore: delete: %w", s.callerError(ctx, err))
 	}
 	return nil

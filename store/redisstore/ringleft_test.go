@@ -1,0 +1,170 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// leaveOn takes its shard out of the Ring (leave, which calls SetAddrs,
+// closing the shard's client) as a command named name is about to go to
+// it, alone or in a pipeline, once armed: the Ring has routed the command
+// to a shard no longer in it.
+type leaveOn struct {
+	name  string
+	armed *atomic.Bool
+	leave func()
+}
+
+func (h leaveOn) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h leaveOn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name && h.armed.CompareAndSwap(true, false) {
+			h.leave()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h leaveOn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == h.name && h.armed.CompareAndSwap(true, false) {
+				h.leave()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// leavingRing is a Ring of the shards "a" and "b" at addrs, whose shard
+// "b" leaves it, replaced by the shards of then (SetAddrs), as a command
+// named name is about to go to it, once armed.
+type leavingRing struct {
+	*redis.Ring
+	armed atomic.Bool
+}
+
+func newLeavingRing(t *testing.T, addrs [2]string, name string, then map[string]string) *leavingRing {
+	r := &leavingRing{}
+	r.Ring = redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]},
+		NewClient: func(opt *redis.Options) *redis.Client {
+			c := redis.NewClient(opt)
+			if opt.Addr == addrs[1] {
+				c.AddHook(leaveOn{name, &r.armed, func() { r.SetAddrs(then) }})
+			}
+			return c
+		}})
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// keyOn returns a key whose records live on the shard of ring at addr.
+func keyOn(t *testing.T, s *redisstore.Store, ring *redis.Ring, addr string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		k := fmt.Sprint("k", i)
+		c, err := ring.GetShardClientForKey(s.Key(driver.RecordID{Name: "l", Key: k}))
+		require.NoError(t, err)
+		if c.Options().Addr == addr {
+			return k
+		}
+	}
+}
+
+// TestRingShardRemovedUnderALoad: a read of records (Load) that the Ring
+// routed to a shard that leaves it (SetAddrs closes its client) before it
+// was sent did not run: it goes again, to the shard the Ring routes the
+// key to now, as a call of the function does, rather than fail as if the
+// store's client had been closed (driver.ErrClosed).
+func TestRingShardRemovedUnderALoad(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{client(t).Options().Addr, ownServer(t)}
+	ring := newLeavingRing(t, addrs, "get", map[string]string{"a": addrs[0]})
+	s := newStore(ring.Ring, uniquePrefix(t, ring.Ring))
+	t.Cleanup(func() { s.Close() })
+	ka, kb := keyOn(t, s, ring.Ring, addrs[0]), keyOn(t, s, ring.Ring, addrs[1])
+	ids := []driver.RecordID{{Name: "l", Key: ka}, {Name: "l", Key: kb}}
+	// The record of kb, where the Ring routes it once b has left.
+	require.NoError(t, client(t).Set(ctx, s.Key(ids[1]), "5 1700000000000", 0).Err())
+	ring.armed.Store(true)
+	out := make([]driver.Record, 2)
+	require.NoError(t, s.Load(ctx, ids, out), "the read whose shard left the Ring")
+	require.False(t, ring.armed.Load(), "the shard left the Ring under the read")
+	require.Equal(t, []driver.Record{{}, {State: driver.State{Remaining: 5, TS: 1_700_000_000_000}, Found: true}}, out)
+}
+
+// TestRingShardRemovedUnderADelete: a Delete that the Ring routed to a
+// shard that leaves it before it was sent goes again, to the shard the
+// Ring routes the key to now, and deletes the record there, rather than
+// fail with driver.ErrClosed.
+func TestRingShardRemovedUnderADelete(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{client(t).Options().Addr, ownServer(t)}
+	ring := newLeavingRing(t, addrs, "del", map[string]string{"a": addrs[0]})
+	s := newStore(ring.Ring, uniquePrefix(t, ring.Ring))
+	t.Cleanup(func() { s.Close() })
+	kb := keyOn(t, s, ring.Ring, addrs[1])
+	id := driver.RecordID{Name: "l", Key: kb}
+	require.NoError(t, client(t).Set(ctx, s.Key(id), "5 1700000000000", 0).Err())
+	ring.armed.Store(true)
+	require.NoError(t, s.Delete(ctx, []driver.RecordID{id}), "the delete whose shard left the Ring")
+	require.False(t, ring.armed.Load(), "the shard left the Ring under the delete")
+	n, err := client(t).Exists(ctx, s.Key(id)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the record on the shard the Ring routes its key to now")
+}
+
+// TestRingShardRemovedUnderCheckServer: CheckServer checks the shards of
+// the Ring as it is when it ends: a shard that leaves the Ring under the
+// check (SetAddrs closes its client) is not checked, and a shard that
+// joined it meanwhile is, rather than the check failing with
+// driver.ErrClosed, as if the store's client had been closed.
+func TestRingShardRemovedUnderCheckServer(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{client(t).Options().Addr, ownServer(t)}
+	joined := ownServer(t) // without persistence, as every ownServer: CheckServer warns of it
+	ring := newLeavingRing(t, addrs, "config", map[string]string{"a": addrs[0], "c": joined})
+	s := newStore(ring.Ring, uniquePrefix(t, ring.Ring))
+	t.Cleanup(func() { s.Close() })
+	ring.armed.Store(true)
+	ws, err := s.CheckServer(ctx)
+	require.NoError(t, err)
+	require.False(t, ring.armed.Load(), "the shard left the Ring under the check")
+	var servers []string
+	for _, w := range ws {
+		servers = append(servers, w.Server)
+	}
+	require.Contains(t, servers, joined, "the shard that joined the Ring under the check: %v", ws)
+}
+
+// TestRingShardRemovedUnderALibraryLoad: the store loads its library on
+// the shards of the Ring as it is when the load ends: a shard that leaves
+// the Ring as the library goes to it (SetAddrs closes its client) is
+// left, and a shard that joined it meanwhile is given the library; the
+// call that needed the library goes on, rather than fail with
+// driver.ErrClosed, as if the store's client had been closed.
+func TestRingShardRemovedUnderALibraryLoad(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{ownServer(t), ownServer(t)} // without the library
+	joined := ownServer(t)
+	ring := newLeavingRing(t, addrs, "function", map[string]string{"a": addrs[0], "c": joined})
+	s := newStore(ring.Ring, uniquePrefix(t, ring.Ring))
+	t.Cleanup(func() { s.Close() })
+	ka := keyOn(t, s, ring.Ring, addrs[0])
+	ring.armed.Store(true)
+	require.NoError(t, s.Apply(ctx, shardedOp(ka), make([]driver.Decision, 1)), "the call whose library load lost a shard")
+	require.False(t, ring.armed.Load(), "the shard left the Ring under the load")
+	c := redis.NewClient(&redis.Options{Addr: joined})
+	t.Cleanup(func() { c.Close() })
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisstore.FunctionLibrary()}).Result()
+	require.NoError(t, err)
+	require.Len(t, libs, 1, "the library on the shard that joined the Ring under the load")
+}
