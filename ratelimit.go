@@ -1188,11 +1188,18 @@ func timeError(ms int64) error {
 }
 
 // storeTime reads the clock of ts, a store that keeps its own
-// (ownClock), and checks it as checkTime checks the Limiter's: a server
-// whose clock reads beyond ±driver.MaxTime is an error, not a time to
-// judge records or tokens by.
-func storeTime(ctx context.Context, ts driver.TimeSource) (int64, error) {
-	now, err := ts.Now(ctx)
+// (ownClock), for the record id: that of the server that holds it, when
+// ts is a driver.RecordClock. It checks it as checkTime checks the
+// Limiter's: a server whose clock reads beyond ±driver.MaxTime is an
+// error, not a time to judge records or tokens by.
+func storeTime(ctx context.Context, ts driver.TimeSource, id driver.RecordID) (int64, error) {
+	var now int64
+	var err error
+	if rc, ok := ts.(driver.RecordClock); ok {
+		now, err = rc.RecordNow(ctx, id)
+	} else {
+		now, err = ts.Now(ctx)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store time: %w", err)
 	}
@@ -1269,7 +1276,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
 	}
 	if ts := ownClock(l.store); ts != nil {
-		if now, err = storeTime(ctx, ts); err != nil {
+		if now, err = storeTime(ctx, ts, ids[0]); err != nil {
 			if !errors.Is(err, ErrTimeRange) {
 				return Status{}, storeFailure(ctx, "value of limit", name, err)
 			}

@@ -894,7 +894,9 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 		// refused at once by a Limiter ahead of the store, and sent by one
 		// behind it after the store had dropped the mark of its first
 		// settlement, to be settled a second time.
-		n, err := storeTime(ctx, ts)
+		// The time of the server that holds the token's records, and
+		// the mark of its settlement (driver.RecordClock).
+		n, err := storeTime(ctx, ts, driver.RecordID{Name: t.items[0].name, Key: t.key, Shard: t.items[0].shard})
 		if err != nil && !errors.Is(err, ErrTimeRange) {
 			err = l.settleStoreErr(ctx, t, err)
 		}

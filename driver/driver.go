@@ -11,7 +11,8 @@
 // differential tests of package storetest), and writes the updates, all
 // in one atomic step. Optional interfaces add capabilities the Limiter or
 // the user finds by type assertion: TimeSource (the store's own clock),
-// BatchApplier (several ops in one round trip), Binder (a fast path for a
+// RecordClock (the clock of the server that holds a record, of a store
+// over several), BatchApplier (several ops in one round trip), Binder (a fast path for a
 // single unsharded limit) and Expirer (dropping records whose bucket is
 // full again).
 //
@@ -125,6 +126,22 @@ type TimeSource interface {
 	OwnClock() bool
 	// Now returns the store's current time in Unix milliseconds.
 	Now(ctx context.Context) (int64, error)
+}
+
+// RecordClock is implemented by a TimeSource whose own clock is several
+// servers' (a Redis Ring or Cluster): each judges the ops on the records
+// it holds at its own time, and their clocks may disagree. When the store
+// implements it, the Limiter asks RecordNow rather than Now wherever it
+// judges a record or a token by the store's clock (Value, a settlement),
+// with a record of that key, so that it reads the time the ops on the key
+// are judged at: that of another server, ahead, would take a token for
+// expired that its own server still settles, or, behind, one for valid
+// whose settlement's mark its own server has dropped, and settle it a
+// second time.
+type RecordClock interface {
+	// RecordNow returns, in Unix milliseconds, the current time of the
+	// server that holds the record id.
+	RecordNow(ctx context.Context, id RecordID) (int64, error)
 }
 
 // BatchApplier is implemented by a store that can decide several ops in

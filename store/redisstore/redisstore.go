@@ -125,6 +125,7 @@ type Store struct {
 var (
 	_ ratelimit.Store     = (*Store)(nil)
 	_ driver.TimeSource   = (*Store)(nil)
+	_ driver.RecordClock  = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
 )
 
@@ -147,8 +148,11 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 // WithServerTime makes the store judge every call at the Redis server's
 // time (TIME) instead of the Limiter's clock. Choose it when the
 // processes of a fleet have clocks that disagree by more than the
-// precision the limits need: the server is then the one clock. Tests that
-// drive the Limiter's clock by hand cannot use it.
+// precision the limits need: the server is then the one clock. On a
+// Cluster or a Ring, each key's is the clock of the server that holds
+// it, for the calls on it and for the time the Limiter asks for it
+// (RecordNow): keep the servers' clocks in step. Tests that drive the
+// Limiter's clock by hand cannot use it.
 func WithServerTime() Option { return func(o *options) { o.serverTime = true } }
 
 // WithExpiryMargin sets how long a record is kept past the moment its
@@ -266,20 +270,65 @@ func checkClient(client redis.UniversalClient) error {
 // was built WithServerTime.
 func (s *Store) OwnClock() bool { return s.serverTime }
 
-// Now implements driver.TimeSource: the server's time in Unix ms.
+// Now implements driver.TimeSource: the server's time in Unix ms; on a
+// Cluster or a Ring, that of one of its servers, any one. The Limiter
+// asks RecordNow instead, the time of the server that holds a record.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	if err := s.usable(ctx, "Now"); err != nil {
+	return s.now(ctx, "Now", "")
+}
+
+// RecordNow implements driver.RecordClock: the time in Unix ms of the
+// server that holds the record id (the master of its slot on a Cluster,
+// its shard on a Ring), whose own TIME the function judges the calls on
+// the record at, WithServerTime. The servers of a Cluster or a Ring each
+// keep their own clock: read at another, a token would be judged expired,
+// or valid, by a clock that the server of its records and its
+// settlement's mark does not keep (driver.RecordClock). It is a round
+// trip of its own, before the call it serves: a slot that moves between
+// the two is judged by the clock of its new master, as every call after.
+func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
+	return s.now(ctx, "RecordNow", s.Key(id))
+}
+
+// now reads TIME from the server that holds key, or from any server for
+// "". On a Ring, a read routed to a shard that left it (shardLeft) goes
+// again, as a call of the function does.
+func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
+	if err := s.usable(ctx, call); err != nil {
 		return 0, err
 	}
-	cmd := redis.NewTimeCmd(ctx, "time")
-	err := coalesce.Detached(ctx, func() error { return s.client.Process(ctx, cmd) })
-	if err == nil {
-		err = cmd.Err()
-	}
+	var cmd *redis.TimeCmd
+	err := coalesce.Detached(ctx, func() error {
+		for tries := 0; ; tries++ {
+			c, err := s.serverOf(ctx, key)
+			if err == nil {
+				cmd = redis.NewTimeCmd(ctx, "time")
+				err = c.Process(ctx, cmd)
+			}
+			if err == nil || tries >= s.retries || !s.shardLeft(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
+				return err
+			}
+		}
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: time: %w", s.callerError(ctx, err))
 	}
 	return cmd.Val().UnixMilli(), nil
+}
+
+// serverOf returns the client of the server that holds key: the master
+// of its slot on a Cluster, its shard on a Ring; the store's client for
+// one server, or for "" (any server).
+func (s *Store) serverOf(ctx context.Context, key string) (interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}, error) {
+	switch {
+	case key == "" || s.single:
+		return s.client, nil
+	case s.cluster != nil:
+		return s.cluster.MasterForKey(ctx, key)
+	}
+	return s.ring.GetShardClientForKey(key)
 }
 
 // Key returns the Redis key of a record. Every record of one ratelimit key

@@ -3,10 +3,14 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -167,4 +171,84 @@ func TestRingShardRemovedUnderALibraryLoad(t *testing.T) {
 	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisstore.FunctionLibrary()}).Result()
 	require.NoError(t, err)
 	require.Len(t, libs, 1, "the library on the shard that joined the Ring under the load")
+}
+
+// timeShift moves the time its server's client reads with TIME by d,
+// unless the server is home's: a server whose clock is d ahead. The
+// function's own TIME, read in the server, is not moved.
+type timeShift struct {
+	addr string
+	home *atomic.Pointer[string]
+	d    time.Duration
+}
+
+func (h timeShift) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h timeShift) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.TimeCmd); ok && err == nil && h.addr != *h.home.Load() {
+			c.SetVal(c.Val().Add(h.d))
+		}
+		return err
+	}
+}
+
+func (h timeShift) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestServerTimeOfTheKeysServer: on a Ring or a Cluster, a Limiter of a
+// store WithServerTime judges a key's records and tokens (Value, a
+// settlement) at the time of the server that holds the key, at which the
+// function judged its calls, whatever the other servers' clocks say. It
+// read the time of a server at random: here, often of one a day ahead, at
+// which the key's bucket was full again and every token expired.
+func TestServerTimeOfTheKeysServer(t *testing.T) {
+	var home atomic.Pointer[string]
+	home.Store(new(string))
+	newClient := func(opt *redis.Options) *redis.Client {
+		c := redis.NewClient(opt)
+		c.AddHook(timeShift{opt.Addr, &home, 24 * time.Hour})
+		return c
+	}
+	run := func(t *testing.T, c redis.UniversalClient, server func(key string) string) {
+		ctx := context.Background()
+		s := newStore(c, uniquePrefix(t, c), redisstore.WithServerTime())
+		t.Cleanup(func() { s.Close() })
+		lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Hour}})
+		require.NoError(t, err)
+		const key = "k"
+		addr := server(s.Key(driver.RecordID{Name: "l", Key: key}))
+		home.Store(&addr)
+		for i := range 20 { // a server at random would be another at least once, but for one time in 2^20
+			res, err := lim.Limit(ctx, "l", key, ratelimit.WithReceipt())
+			require.NoError(t, err)
+			require.True(t, res.OK, "call %d", i)
+			st, err := lim.Value(ctx, "l", key)
+			require.NoError(t, err)
+			require.InDelta(t, 9, st.Remaining, 0.1, "call %d: the value at the time of the key's server", i)
+			require.NoError(t, lim.Refund(ctx, res.Token), "call %d: a refund of a token just made", i)
+		}
+	}
+	t.Run("ring", func(t *testing.T) {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": client(t).Options().Addr, "b": ownServer(t)},
+			NewClient: newClient})
+		t.Cleanup(func() { ring.Close() })
+		run(t, ring, func(key string) string {
+			c, err := ring.GetShardClientForKey(key)
+			require.NoError(t, err)
+			return c.Options().Addr
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","),
+			NewClient: newClient})
+		t.Cleanup(func() { cluster.Close() })
+		run(t, cluster, func(key string) string {
+			c, err := cluster.MasterForKey(context.Background(), key)
+			require.NoError(t, err)
+			return c.Options().Addr
+		})
+	})
 }
