@@ -911,14 +911,22 @@ func unsent(err error) bool {
 // Ring had routed the call to it. go-redis says so (redis.ErrClosed) only
 // before it sends: the call did not run, and sent again, it goes to the
 // shard the Ring routes its key to now. It failed with the error of a
-// client closed under the store (driver.ErrClosed).
+// client closed under the store (driver.ErrClosed). So, in a Ring's
+// pipeline, for a shard that left between the Ring's choice of its name
+// for a key and its look-up of the name (errShardGone), before sending:
+// that failed with go-redis's error, as a server's failure.
 func (s *Store) shardLeft(err error) bool {
-	if s.ring == nil || !errors.Is(err, redis.ErrClosed) {
+	if s.ring == nil || err == nil || !errors.Is(err, redis.ErrClosed) && err.Error() != errShardGone {
 		return false
 	}
 	_, err = s.ring.GetShardClientForKey("")
 	return !errors.Is(err, redis.ErrClosed)
 }
+
+// errShardGone is the text of the error a Ring's pipeline sets on the
+// commands of a shard it chose by name for their keys, and no longer has
+// by that name when it sends them: go-redis makes it with errors.New.
+const errShardGone = "redis: the shard is not in the ring"
 
 // resent reports whether err, a call's in a Cluster client's pipeline, is
 // one after which go-redis sends the call again within the pipeline: a

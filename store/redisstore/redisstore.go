@@ -417,13 +417,22 @@ func (s *Store) Close() error {
 // slowness), then read as the caller's deadline. nil stays nil: a call
 // answered is answered, even if ctx ended meanwhile. The error of a
 // client the caller closed (redis.ErrClosed) matches driver.ErrClosed
-// too, as a closed store's does: the store can do nothing more.
+// too, as a closed store's does: the store can do nothing more. Not that
+// of a shard's client on a Ring still open (shardLeft): the shard left
+// the Ring under the call each time it was sent, as often as the
+// client's MaxRetries allow, and a call made again goes to the shards of
+// the Ring then.
 func (s *Store) callerError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, driver.ErrClosed) {
-		err = fmt.Errorf("the store's client was closed: close the client after the store's last call: %w: %w", driver.ErrClosed, err)
+		if s.shardLeft(err) {
+			err = fmt.Errorf("a shard left the Ring (SetAddrs) under the call each time the store sent it, as often as the client's MaxRetries "+
+				"allow: call again: %w", err)
+		} else {
+			err = fmt.Errorf("the store's client was closed: close the client after the store's last call: %w: %w", driver.ErrClosed, err)
+		}
 	}
 	cerr := ctx.Err()
 	if cerr == nil && s.ctxTimeout && isTimeout(err) {

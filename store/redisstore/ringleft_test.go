@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -57,15 +59,21 @@ type leavingRing struct {
 }
 
 func newLeavingRing(t *testing.T, addrs [2]string, name string, then map[string]string) *leavingRing {
+	return newLeavingRingOf(t, &redis.RingOptions{}, addrs, name, then)
+}
+
+// newLeavingRingOf is newLeavingRing with the options o besides.
+func newLeavingRingOf(t *testing.T, o *redis.RingOptions, addrs [2]string, name string, then map[string]string) *leavingRing {
 	r := &leavingRing{}
-	r.Ring = redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]},
-		NewClient: func(opt *redis.Options) *redis.Client {
-			c := redis.NewClient(opt)
-			if opt.Addr == addrs[1] {
-				c.AddHook(leaveOn{name, &r.armed, func() { r.SetAddrs(then) }})
-			}
-			return c
-		}})
+	o.Addrs = map[string]string{"a": addrs[0], "b": addrs[1]}
+	o.NewClient = func(opt *redis.Options) *redis.Client {
+		c := redis.NewClient(opt)
+		if opt.Addr == addrs[1] {
+			c.AddHook(leaveOn{name, &r.armed, func() { r.SetAddrs(then) }})
+		}
+		return c
+	}
+	r.Ring = redis.NewRing(o)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
@@ -251,4 +259,78 @@ func TestServerTimeOfTheKeysServer(t *testing.T) {
 			return c.Options().Addr
 		})
 	})
+}
+
+// TestRingShardLeftEveryTry: a call whose shard left the Ring under it
+// each time it was sent, as often as the client's MaxRetries allow (here
+// none), fails with an error that says so, not one matching
+// driver.ErrClosed, which says that the store's client was closed: the
+// Ring is open, and a call made again goes to the shards it has then.
+func TestRingShardLeftEveryTry(t *testing.T) {
+	ctx := context.Background()
+	addrs := [2]string{client(t).Options().Addr, ownServer(t)}
+	ring := newLeavingRingOf(t, &redis.RingOptions{MaxRetries: -1}, addrs, "fcall", map[string]string{"a": addrs[0]})
+	s := newStore(ring.Ring, uniquePrefix(t, ring.Ring))
+	t.Cleanup(func() { s.Close() })
+	kb := keyOn(t, s, ring.Ring, addrs[1])
+	ring.armed.Store(true)
+	err := s.Apply(ctx, shardedOp(kb), make([]driver.Decision, 1))
+	require.False(t, ring.armed.Load(), "the shard left the Ring under the call")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, driver.ErrClosed)
+	require.ErrorIs(t, err, redis.ErrClosed)
+	require.ErrorContains(t, err, "left the Ring")
+	require.NoError(t, s.Apply(ctx, shardedOp(kb), make([]driver.Decision, 1)), "the call made again")
+}
+
+// goneOnce is a Ring's consistent hash over names, which answers, once
+// armed, a name the Ring does not have, as a name that left the Ring
+// (SetAddrs) between the Ring's choice of it for a key and its look-up,
+// as a Ring's pipeline makes the two apart.
+type goneOnce struct {
+	names []string
+	armed *atomic.Bool
+}
+
+func (h goneOnce) Get(key string) string {
+	if h.armed.CompareAndSwap(true, false) {
+		return "gone"
+	}
+	f := fnv.New32a()
+	f.Write([]byte(key))
+	return h.names[int(f.Sum32()%uint32(len(h.names)))]
+}
+
+// TestRingShardGoneFromItsPipeline: the commands of a Ring's pipeline
+// whose shard left the Ring between the Ring's choice of the shard's name
+// for their keys and its look-up of the name did not run (go-redis fails
+// them with "the shard is not in the ring"): they go again, to the shard
+// that holds their key now, as those whose shard's client closed, in a
+// read (Load), a Delete, or a batch of calls of the function. They failed
+// with go-redis's error, as if the server had.
+func TestRingShardGoneFromItsPipeline(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Bool
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": client(t).Options().Addr, "b": ownServer(t)},
+		NewConsistentHash: func(names []string) redis.ConsistentHash {
+			names = slices.Clone(names)
+			slices.Sort(names)
+			return goneOnce{names, &armed}
+		}})
+	t.Cleanup(func() { ring.Close() })
+	s := newStore(ring, uniquePrefix(t, ring))
+	t.Cleanup(func() { s.Close() })
+	ops := []*driver.Op{shardedOp("k1"), shardedOp("k2")}
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	require.NoError(t, s.ApplyBatch(ctx, ops, outs)) // loads the library where it goes
+	ids := []driver.RecordID{{Name: "l", Key: "k1"}, {Name: "l", Key: "k2"}}
+	for name, call := range map[string]func() error{
+		"apply batch": func() error { return s.ApplyBatch(ctx, ops, outs) },
+		"load":        func() error { return s.Load(ctx, ids, make([]driver.Record, 2)) },
+		"delete":      func() error { return s.Delete(ctx, ids) },
+	} {
+		armed.Store(true)
+		require.NoError(t, call(), name)
+		require.False(t, armed.Load(), "%s: a shard's name looked up in vain", name)
+	}
 }
