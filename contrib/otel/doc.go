@@ -81,8 +81,10 @@
 // The wrapper keeps the optional capabilities of the store visible, so
 // that a Limiter treats it exactly as the store: driver.BatchApplier and
 // DeleteExpired are implemented when the wrapped store implements them,
-// and driver.TimeSource always, its OwnClock reporting the wrapped
-// store's answer (false for a store that keeps no clock of its own). The
+// and driver.TimeSource and driver.RecordClock always, its OwnClock
+// reporting the wrapped store's answer (false for a store that keeps no
+// clock of its own), and its RecordNow the wrapped store's (its Now, for
+// a store with one clock for every record). The
 // shortcut of driver.Binder is left out, so that every decision has its
 // span.
 //

@@ -39,9 +39,10 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // and record the store's error.
 //
 // The Store returned implements driver.BatchApplier and DeleteExpired
-// when s does, and driver.TimeSource always:
-// OwnClock reports s's answer, false when s is no TimeSource, so that a
-// Limiter treats the wrapper as it would s. It is never a driver.Binder:
+// when s does, and driver.TimeSource and driver.RecordClock always:
+// OwnClock reports s's answer, false when s is no TimeSource, and
+// RecordNow s's Now when s is no RecordClock, so that a Limiter treats
+// the wrapper as it would s. It is never a driver.Binder:
 // a BoundLimit would decide calls without passing through the wrapper,
 // so a Limiter decides every call through Apply and its span, with the
 // same answers. Unwrap returns s.
@@ -106,8 +107,9 @@ type tracedStore struct {
 }
 
 var (
-	_ driver.TimeSource = (*tracedStore)(nil)
-	_ io.Closer         = (*tracedStore)(nil)
+	_ driver.TimeSource  = (*tracedStore)(nil)
+	_ driver.RecordClock = (*tracedStore)(nil)
+	_ io.Closer          = (*tracedStore)(nil)
 )
 
 // start starts the span of a store call, and reports whether it records,
@@ -254,6 +256,23 @@ func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	ctx, span, _ := s.start(ctx, SpanNow)
 	defer span.endPanicked()
 	now, err := s.clock.Now(ctx)
+	span.end(ctx, err)
+	return now, err
+}
+
+// RecordNow calls the wrapped store's RecordNow (driver.RecordClock: the
+// clock of the server that holds id, of a store over several servers) in
+// a span named SpanNow, as Now does; a store that is no RecordClock keeps
+// one clock for every record, and is asked its Now. A Limiter asks it
+// rather than Now, as it would s.
+func (s *tracedStore) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
+	rc, ok := s.next.(driver.RecordClock)
+	if !ok || s.clock == nil {
+		return s.Now(ctx)
+	}
+	ctx, span, _ := s.start(ctx, SpanNow)
+	defer span.endPanicked()
+	now, err := rc.RecordNow(ctx, id)
 	span.end(ctx, err)
 	return now, err
 }

@@ -441,3 +441,37 @@ func TestWrapStoreInlineNames(t *testing.T) {
 		assert.NotContains(t, kv.Value.Emit(), secretKey)
 	}
 }
+
+// recordClockStore keeps a clock per record, as a store over several
+// servers does (driver.RecordClock): its records' server is an hour ahead
+// of the one its Now reads.
+type recordClockStore struct {
+	ratelimit.Store
+	clockCap
+}
+
+func (recordClockStore) RecordNow(context.Context, driver.RecordID) (int64, error) {
+	return 1_700_000_000_000 + time.Hour.Milliseconds(), nil
+}
+
+// A Limiter on a wrapped store that keeps a clock per record
+// (driver.RecordClock) follows the clock of the key's record, as it would
+// the store's, in a span of SpanNow: the wrapper asks the store's
+// RecordNow. It asked the store's Now, the time of another server.
+func TestWrapStoreRecordClock(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	lim, err := ratelimit.New(ratelimitotel.WrapStore(recordClockStore{must(memstore.New()), clockCap{true}}, ratelimitotel.WithTracerProvider(tp)),
+		ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}})
+	require.NoError(t, err)
+	st, err := lim.Value(ctx, "api", secretKey)
+	require.NoError(t, err)
+	recordNow := time.UnixMilli(1_700_000_000_000).Add(time.Hour)
+	assert.False(t, st.WindowStart.After(recordNow), "window start %v after the record's now", st.WindowStart)
+	assert.True(t, st.NextGrant.After(recordNow), "next grant %v not after the record's now %v", st.NextGrant, recordNow)
+	var names []string
+	for _, sp := range spans.GetSpans() {
+		names = append(names, sp.Name)
+	}
+	assert.Equal(t, []string{ratelimitotel.SpanLoad, ratelimitotel.SpanNow}, names)
+}
