@@ -44,3 +44,39 @@ func TestCheckedStoreKeepsServerTime(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.0, st.Remaining, "the tokens at the server's time, not at this machine's")
 }
+
+// recordClock is a serverClock whose records' server keeps another clock
+// than the one its Now reads, as a Redis Cluster's servers may
+// (driver.RecordClock): it judges every op at recordNow.
+type recordClock struct {
+	serverClock
+	recordNow int64 // Unix milliseconds
+}
+
+func (s recordClock) RecordNow(context.Context, driver.RecordID) (int64, error) {
+	return s.recordNow, nil
+}
+func (s recordClock) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	o := *op
+	o.Now = s.recordNow
+	return s.Store.Apply(ctx, &o, out)
+}
+
+// inspect and limit read through a checkedStore, which keeps the store's
+// clock of each record (driver.RecordClock): on a Cluster, inspect
+// --server-time judged a key's records at the time of any of its servers,
+// as the wrapper hid it from the Limiter.
+func TestCheckedStoreKeepsRecordClock(t *testing.T) {
+	// The key's server is 10 hours behind the one Now reads.
+	now := time.Now()
+	store := recordClock{serverClock{Store: must(memstore.New()), now: now.UnixMilli()}, now.Add(-10 * time.Hour).UnixMilli()}
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
+	lim, err := ratelimit.New(newCheckedStore(store), ratelimit.Limits{"x": cfg})
+	require.NoError(t, err)
+	res, err := lim.Limit(context.Background(), "x", "k")
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	st, err := lim.Value(context.Background(), "x", "k")
+	require.NoError(t, err)
+	require.Equal(t, 0.0, st.Remaining, "the tokens at the time of the key's server")
+}

@@ -142,10 +142,22 @@ type checkedClockStore struct {
 	driver.TimeSource
 }
 
+// checkedRecordClockStore is a checkedClockStore of a store whose clock
+// is its servers', one per record (a Redis Cluster's, driver.RecordClock),
+// which it keeps too: a wrapper without it had the Limiter judge a key's
+// records at the time of any of the servers, not of the key's.
+type checkedRecordClockStore struct {
+	checkedClockStore
+	driver.RecordClock
+}
+
 // newCheckedStore returns store read through a checkedStore, with the
-// store's TimeSource if it has one.
+// store's TimeSource and RecordClock if it has them.
 func newCheckedStore(store ratelimit.Store) ratelimit.Store {
 	if ts, ok := store.(driver.TimeSource); ok {
+		if rc, ok := store.(driver.RecordClock); ok {
+			return checkedRecordClockStore{checkedClockStore{checkedStore{store}, ts}, rc}
+		}
 		return checkedClockStore{checkedStore{store}, ts}
 	}
 	return checkedStore{store}
