@@ -140,7 +140,8 @@ func wholeTokens(remaining float64) int64 { return sfInteger(remaining + driver.
 // draft-ietf-httpapi-ratelimit-headers-10, the seconds until additional
 // quota is made available, rounded up. The quota unit is one token: t is
 // the time until the whole tokens left ("r", wholeTokens) grow by one. A
-// token bucket refills continuously; a fixed window grants Rate at the
+// token bucket refills continuously, from the record's time, ahead of a
+// caller whose clock lags the record (lagMillis); a fixed window grants Rate at the
 // start of each window, the next in Result.ResetAfter, so that r grows
 // then unless the window grants less than the whole token missing (a Rate
 // below 1): then at the first window by which the grants add up to it. A
@@ -197,7 +198,9 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 		}
 		ms = float64(res.ResetAfter.Milliseconds()) + (windows-1)*period
 	} else {
-		ms = math.Ceil(short * period / rate) // whole milliseconds, as RetryAfter
+		// Whole milliseconds, as RetryAfter, from the record's time: for
+		// a caller whose clock lags the record, the lag on.
+		ms = math.Ceil(short*period/rate) + lagMillis(res, cfg)
 	}
 	t = sfInteger(math.Ceil(ms / 1000))
 	if wait := res.RetryAfter.Milliseconds(); !res.OK && wait > 0 && wait < driver.MaxRetryAfter && res.Count+driver.Noise >= next {
@@ -206,6 +209,29 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 		}
 	}
 	return t, true
+}
+
+// lagMillis is how far ahead of the caller's clock the record of a token
+// bucket's Result res is, whose refill starts at the record's time:
+// ResetAfter counts the time until full from there (Result.ResetAfter).
+// The time until full from now is computed as the Limiter computes it,
+// the same float operations on one shard's share in the same order, so
+// that the difference is the lag alone, in whole milliseconds; 0 when the
+// record is not ahead. A ResetAfter cut at driver.MaxRetryAfter gives
+// less than the lag, never more.
+func lagMillis(res ratelimit.Result, cfg ratelimit.Config) float64 {
+	capacity, rate := cfg.Capacity, cfg.Rate
+	if capacity == 0 {
+		capacity = rate
+	}
+	n := float64(max(cfg.Shards, 1))
+	if n > 1 {
+		capacity /= n
+		rate /= n
+	}
+	k := math.Min(n, 2)
+	full := math.Ceil(max(capacity*k-res.Remaining, 0) * float64(cfg.Period.Milliseconds()) / rate / k)
+	return max(float64(res.ResetAfter.Milliseconds())-full, 0)
 }
 
 // sfInteger is x floored as a structured-field Integer: never negative,
