@@ -30,7 +30,9 @@ type Result struct {
 	// for a token bucket, until it is full again, refilling from the
 	// record's time (later than now for a caller whose clock lags the
 	// record's, as RetryAfter counts it; for a sharded one, the time of
-	// the first shard evaluated). For a sharded token
+	// the first shard evaluated, as the store reports no other: the
+	// second shard, if its record is further ahead, is full later by the
+	// difference). For a sharded token
 	// bucket it is how long the two shards the call evaluated take to
 	// refill their shortfall together (their two capacities less
 	// Remaining) at their rate together: until both are full when they are
