@@ -460,10 +460,22 @@ type failingClock struct {
 	driver.TimeSource
 }
 
-// failing wraps store in a failingStore, keeping its own clock.
+// failingRecordClock is a failingClock over a store whose clock is its
+// servers', one per record (driver.RecordClock), which it keeps too: the
+// Limiter reads the time of the token's server, as through the store.
+type failingRecordClock struct {
+	failingClock
+	driver.RecordClock
+}
+
+// failing wraps store in a failingStore, keeping its own clock, and the
+// clock of each record.
 func failing(store ratelimit.Store) (ratelimit.Store, *failingStore) {
 	f := &failingStore{Store: store}
 	if ts, ok := store.(driver.TimeSource); ok {
+		if rc, ok := store.(driver.RecordClock); ok {
+			return failingRecordClock{failingClock{f, ts}, rc}, f
+		}
 		return failingClock{f, ts}, f
 	}
 	return f, f
