@@ -57,6 +57,14 @@ func errCalls(s ratelimit.Store, now int64, p driver.Params) []call {
 			}})
 		}
 	}
+	if rc, ok := s.(driver.RecordClock); ok {
+		if _, err := rc.RecordNow(context.Background(), id); err == nil {
+			calls = append(calls, call{"RecordNow", func(ctx context.Context, s ratelimit.Store) error {
+				_, err := s.(driver.RecordClock).RecordNow(ctx, id)
+				return err
+			}})
+		}
+	}
 	if _, ok := s.(driver.Binder); ok {
 		calls = append(calls, call{"Decide", func(ctx context.Context, s ratelimit.Store) error {
 			_, err := s.(driver.Binder).Bind("e", p, func(string) int64 { return 0 }).Decide(ctx, "k", driver.ModeLimit, now, 1, false)

@@ -623,6 +623,16 @@ func testContextCanceled(t *testing.T, newStore NewStore) {
 			require.ErrorIs(t, err, context.Canceled)
 		})
 	}
+	if _, ok := newStore(t).(driver.RecordClock); ok {
+		t.Run("RecordNow", func(t *testing.T) {
+			rc := newStore(t).(driver.RecordClock)
+			if _, err := rc.RecordNow(context.Background(), id); err != nil {
+				t.Skipf("the store has no time to give: %v", err)
+			}
+			_, err := rc.RecordNow(ctx, id)
+			require.ErrorIs(t, err, context.Canceled)
+		})
+	}
 	if _, ok := newStore(t).(driver.Binder); ok {
 		t.Run("Decide", func(t *testing.T) {
 			s := newStore(t)
