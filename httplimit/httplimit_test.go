@@ -1471,3 +1471,51 @@ func TestPathValueEscapes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "%61%zz", k)
 }
+
+// A ServeMux wildcard is unescaped already, wherever else the path writes
+// it: under /t/{tenant}/, /t/a%2541/a%41 is tenant a%41, sent escaped,
+// whose value is also written, as a later segment, in the escaped path.
+// Found there, it was unescaped again, and keyed as tenant aA: one tenant
+// had two budgets, one of them another tenant's. A router's value is
+// told by the segment its pattern (r.Pattern) gives the parameter.
+func TestPathValueUnescapesOnlyTheParametersSegment(t *testing.T) {
+	key := httplimit.PathValue("tenant")
+	mux := http.NewServeMux()
+	var got []string
+	mux.HandleFunc("/t/{tenant}/", func(_ http.ResponseWriter, r *http.Request) {
+		k, err := key(r)
+		require.NoError(t, err)
+		got = append(got, k)
+	})
+	for _, p := range []string{"/t/a%2541/a%41", "/t/a%2541/x/a%41", "/t/%2561cme/%61cme", "/t/aA/a%41"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	require.Equal(t, []string{"a%41", "a%41", "%61cme", "aA"}, got)
+
+	// Routers that give a parameter as written and name its segment in
+	// r.Pattern: chi's {tenant}, echo's and gin's :tenant, a catch-all.
+	for _, tt := range []struct{ pattern, name, path, value, want string }{
+		{"/t/{tenant}/items", "tenant", "/t/%61cme/items", "%61cme", "acme"},
+		{"/t/{tenant:[a-z%0-9]+}/items", "tenant", "/t/%61cme/items", "%61cme", "acme"},
+		{"/t/:tenant/items", "tenant", "/t/%61cme/items", "%61cme", "acme"},
+		{"/t/:tenant/*rest", "rest", "/t/x/a%2Fb/%63", "a%2Fb/%63", "a/b/c"},
+		{"/t/*", "*", "/t/a%2Fb/%63", "a%2Fb/%63", "a/b/c"},
+		// The value written at another segment than the parameter's: a
+		// value of its own, kept.
+		{"/t/:tenant/*", "tenant", "/t/a%2541/a%41", "a%41", "a%41"},
+		// A pattern whose literal segments are not the path's says
+		// nothing of where the parameter is: the value is kept.
+		{"/u/:tenant/items", "tenant", "/t/%61cme/items", "%61cme", "%61cme"},
+		// No pattern names the parameter (chi before v5.2.2 sets none): a
+		// value found as written in the escaped path is unescaped.
+		{"", "tenant", "/t/%61%63me/items", "%61%63me", "acme"},
+		{"/t/", "tenant", "/t/%61%63me/items", "%61%63me", "acme"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tt.path, nil)
+		r.Pattern = tt.pattern
+		r.SetPathValue(tt.name, tt.value)
+		k, err := httplimit.PathValue(tt.name)(r)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, k, "%s %s", tt.pattern, tt.path)
+	}
+}

@@ -277,8 +277,15 @@ var takenOut = map[string][2]string{
 // the one Go would write (r.URL.RawPath is set: /t/%61cme/), gives it as
 // written: /t/%61cme/ and /t/%61%63me/ would each be keyed apart from
 // /t/acme/, a fresh budget for each spelling of one tenant. A value that
-// holds a "%" and is found as written in the escaped path is therefore
-// unescaped; one that does not unescape is kept.
+// holds a "%" and is the parameter's segment as written in the escaped
+// path is therefore unescaped; one that does not unescape is kept. The
+// segment is the one the request's pattern (r.Pattern: ServeMux's
+// {tenant}, chi's {tenant}, echo's and gin's :tenant, a catch-all to the
+// end) gives the parameter: a ServeMux wildcard, unescaped, may be
+// written as it is in another segment (/t/a%2541/a%41 is tenant a%41),
+// and is not unescaped again. Where no pattern names the parameter (chi
+// before v5.2.2 sets none), a value found as written anywhere in the
+// escaped path is unescaped.
 //
 // An empty name is no wildcard's, and would refuse every request: New
 // refuses a KeyFunc of PathValue given one, as it does Header's.
@@ -292,13 +299,73 @@ func PathValue(name string) KeyFunc {
 		if v == "" {
 			return "", fmt.Errorf("httplimit: path value %s is empty: %w", name, ErrNoKey)
 		}
-		if r.URL != nil && r.URL.RawPath != "" && strings.IndexByte(v, '%') >= 0 && strings.Contains(r.URL.RawPath, v) {
+		if r.URL != nil && r.URL.RawPath != "" && strings.IndexByte(v, '%') >= 0 && asWritten(r.URL.RawPath, r.Pattern, name, v) {
 			if u, err := url.PathUnescape(v); err == nil {
 				return u, nil
 			}
 		}
 		return v, nil
 	}
+}
+
+// asWritten reports whether v, the path value name of a request whose
+// escaped path is raw and whose pattern is pattern, is written as it is
+// in raw where the pattern puts the parameter: a router's value, given
+// as written, rather than ServeMux's, unescaped. A pattern that does not
+// name the parameter says nothing of where it is: v is looked for in the
+// whole of raw. One whose literal segments before the parameter's are
+// not raw's (a handler under http.StripPrefix sees a shorter path than
+// the router matched) cannot say where it is either: v is taken as
+// unescaped, as ServeMux gives it.
+func asWritten(raw, pattern, name, v string) bool {
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		pattern = pattern[i:] // without ServeMux's method and host
+	} else {
+		pattern = ""
+	}
+	segs := strings.Split(pattern, "/")
+	at, rest := -1, false
+	for i, s := range segs {
+		switch {
+		case s == "{"+name+"}", s == ":"+name, strings.HasPrefix(s, "{"+name+":") && strings.HasSuffix(s, "}"):
+			at = i
+		case s == "{"+name+"...}", s == "*"+name, name == "*" && s == "*":
+			at, rest = i, true
+		default:
+			continue
+		}
+		break
+	}
+	if at < 0 {
+		return strings.Contains(raw, v)
+	}
+	written := strings.Split(raw, "/")
+	if len(written) <= at {
+		return false
+	}
+	for i, s := range segs[:at] {
+		if !isParam(s) && unescaped(s) != unescaped(written[i]) {
+			return false
+		}
+	}
+	if rest {
+		return strings.Join(written[at:], "/") == v
+	}
+	return written[at] == v
+}
+
+// isParam reports whether s, a segment of a route pattern, holds a
+// parameter, which any segment of a path matches.
+func isParam(s string) bool {
+	return strings.ContainsAny(s, "{}") || strings.HasPrefix(s, ":") || strings.HasPrefix(s, "*")
+}
+
+// unescaped returns the segment s unescaped, or s if it does not unescape.
+func unescaped(s string) string {
+	if u, err := url.PathUnescape(s); err == nil {
+		return u
+	}
+	return s
 }
 
 // badKey is the KeyFunc of Header or PathValue given a name no request
