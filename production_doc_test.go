@@ -3,21 +3,18 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"log"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/doctest"
 	"github.com/ratelimit-go/ratelimit/store/janitor"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/require"
@@ -100,45 +97,8 @@ var _ = []any{productionDocLimitAll, productionDocFailure, productionDocJanitor,
 // example ranged over res.All with a variable its loop did not use, which
 // does not compile.
 func TestProductionDocExamples(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("docs", "production.md"))
-	require.NoError(t, err)
-	var blocks []string
-	for rest := string(page); ; {
-		var ok bool
-		if _, rest, ok = strings.Cut(rest, "\n```go\n"); !ok {
-			break
-		}
-		var block string
-		block, rest, ok = strings.Cut(rest, "```\n")
-		require.True(t, ok, "docs/production.md: a Go block is not closed")
-		blocks = append(blocks, block)
-	}
-
-	src, err := os.ReadFile("production_doc_test.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "production_doc_test.go", src, 0)
-	require.NoError(t, err)
-	var bodies []string
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || !strings.HasPrefix(fn.Name.Name, "productionDoc") {
-			continue
-		}
-		stmts := fn.Body.List
-		if _, ok := stmts[len(stmts)-1].(*ast.ReturnStmt); ok {
-			stmts = stmts[:len(stmts)-1] // the return the page leaves out
-		}
-		from := fset.Position(stmts[0].Pos()).Offset
-		to := fset.Position(stmts[len(stmts)-1].End()).Offset
-		to += strings.IndexByte(string(src[to:]), '\n') // and its comment
-		var body strings.Builder
-		for line := range strings.Lines(string(src[from:to]) + "\n") {
-			body.WriteString(strings.TrimPrefix(line, "\t"))
-		}
-		bodies = append(bodies, body.String())
-	}
-	require.Equal(t, bodies, blocks, "docs/production.md's Go blocks are not the productionDoc functions' bodies")
+	require.Equal(t, doctest.Bodies(t, "productionDoc", "production_doc_test.go"), doctest.Blocks(t, filepath.Join("docs", "production.md")),
+		"docs/production.md's Go blocks are not the productionDoc functions' bodies")
 }
 
 // TestProductionDocDecisions runs the examples of docs/production.md that
