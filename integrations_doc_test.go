@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-go/ratelimit/internal/doctest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -67,4 +68,20 @@ func TestIntegrationsVersionsMatchGoMod(t *testing.T) {
 	lib := regexp.MustCompile("the library's `go (\\S+)`").FindStringSubmatch(sec)
 	require.NotNil(t, lib, "the Versions section names the library's go line")
 	assert.Equal(t, goLine.FindStringSubmatch(read("go.mod"))[1], lib[1], "the library's go line")
+}
+
+// Every Go block of docs/integrations.md lies in a section whose blocks a
+// contrib module's tests compile (doctest.IntegrationsSections): those of
+// OpenTelemetry, Prometheus and gRPC assigned err and never read it, and
+// the gRPC client's called a client it never made.
+func TestIntegrationsDocBlocksChecked(t *testing.T) {
+	page := filepath.Join("docs", "integrations.md")
+	var checked []string
+	for _, m := range []string{"otel", "prometheus", "grpc"} {
+		sections := doctest.IntegrationsSections[m]
+		require.NotEmpty(t, sections, "the sections of contrib/%s", m)
+		checked = append(checked, doctest.Blocks(t, page, sections...)...)
+	}
+	assert.ElementsMatch(t, doctest.Blocks(t, page), checked)
+	assert.Len(t, doctest.IntegrationsSections, 3)
 }
