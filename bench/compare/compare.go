@@ -69,6 +69,8 @@ type Options struct {
 
 	// extra adds contenders to a medium (tests).
 	extra map[string][]Contender
+	// media replaces the media of the same name (tests).
+	media map[string]medium
 }
 
 // AllMedia lists the media a run may name, in the order they run.
@@ -114,6 +116,20 @@ func (r *Report) Violations() []*Result {
 		}
 	}
 	return out
+}
+
+// CleanupErr returns the errors of removing what the run made, each
+// named by its medium, or nil when every medium that ran removed all it
+// made: the keys, tables or files of a medium whose cleanup failed may
+// be left.
+func (r *Report) CleanupErr() error {
+	var errs []error
+	for _, m := range r.Media {
+		if m.Cleanup != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.Name, m.Cleanup))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // MediumReport is one medium's part of a run.
@@ -179,7 +195,8 @@ type env struct {
 // cannot be reached is skipped, with the reason in its MediumReport; a
 // server that is not on this machine, or whose address cannot be parsed,
 // is an error of o (Validate). Run deletes the keys, tables and files it
-// made before it returns.
+// made before it returns; what it could not delete is told in each
+// MediumReport's Cleanup, and by the Report's CleanupErr.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -189,6 +206,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer func() { rep.Elapsed = time.Since(rep.Started) }()
 	for _, name := range o.Media {
 		m := media[name]
+		if t, ok := o.media[name]; ok {
+			m = t
+		}
 		mr := &MediumReport{Name: name}
 		rep.Media = append(rep.Media, mr)
 		for _, c := range append(slices.Clone(m.contenders), o.extra[name]...) {

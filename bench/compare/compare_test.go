@@ -459,3 +459,32 @@ func TestThrottledHoldsEveryKey(t *testing.T) {
 	}
 	assert.False(t, take("k0"), "k0 granted again within the hour, after every other key of the cell")
 }
+
+// TestCleanupFailure requires a medium whose cleanup fails to be told in
+// its report and by the Report's CleanupErr, named by its medium, for the
+// command to exit on: the failure was a line of the Markdown alone.
+func TestCleanupFailure(t *testing.T) {
+	failing := media["memory"]
+	failing.close = func(context.Context, *env) error { return errors.New("DROP SCHEMA: lock timeout") }
+	o := tiny()
+	o.Media = []string{"memory", "bolt"}
+	o.Match = regexp.MustCompile("^ratelimit")
+	o.Goroutines, o.Keys = []int{1}, []int{1}
+	o.Slice = time.Millisecond
+	o.media = map[string]medium{"memory": failing}
+	rep, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	require.Len(t, rep.Media, 2)
+	assert.EqualError(t, rep.Media[0].Cleanup, "DROP SCHEMA: lock timeout")
+	assert.NoError(t, rep.Media[1].Cleanup)
+	assert.EqualError(t, rep.CleanupErr(), "memory: DROP SCHEMA: lock timeout")
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteMarkdown(&out))
+	assert.Contains(t, out.String(), "- cleaning up failed: DROP SCHEMA: lock timeout\n")
+
+	// A run whose media cleaned up has none.
+	o.media = nil
+	rep, err = Run(context.Background(), o)
+	require.NoError(t, err)
+	assert.NoError(t, rep.CleanupErr())
+}

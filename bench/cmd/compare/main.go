@@ -4,7 +4,9 @@
 // checks that no contender granted more than its algorithm allows. It
 // exits with status 1 when a check fails (with -fail library, only when
 // one of ratelimit's does), 2 on a usage or setup error or when every
-// medium was skipped (its server could not be reached). Interrupted
+// medium was skipped (its server could not be reached), 3 when the checks
+// passed but it could not remove what it made (its keys, schema or files
+// may be left; a failed check's 1 comes first). Interrupted
 // (Ctrl-C) or terminated (SIGTERM), it removes what it made, reports the
 // cells that finished and exits as shells report a command the signal
 // ended: 130 for SIGINT, 143 for SIGTERM (128 + the signal's number); a
@@ -124,7 +126,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	ctx, stop := interrupts(sigs, stderr)
 	defer stop()
 	start := time.Now()
-	rep, err := compare.Run(ctx, o)
+	rep, err := runCompare(ctx, o)
 	if rep != nil {
 		if werr := rep.WriteMarkdown(stdout); werr != nil && err == nil {
 			err = werr
@@ -139,6 +141,14 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 			if *fail == "any" || v.Contender.Role == compare.Library {
 				failed++
 			}
+		}
+	}
+	// What a run could not remove is said on stderr too, which a script
+	// keeps where it drops the report.
+	var cleanup error
+	if rep != nil {
+		if cleanup = rep.CleanupErr(); cleanup != nil {
+			fmt.Fprintf(stderr, "compare: cleaning up failed: %v; %s\n", strings.ReplaceAll(cleanup.Error(), "\n", "; "), leftBehind())
 		}
 	}
 	// A run ended by a signal exits as shells report a command the signal
@@ -158,6 +168,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	if failed > 0 {
 		return 1
 	}
+	if cleanup != nil {
+		return exitCleanup
+	}
 	// A run that measured nothing did not do what it was asked: the
 	// servers it was to run on could not be reached, or -match matched
 	// none of their contenders.
@@ -169,6 +182,19 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 		return usage("no medium ran: every one was skipped")
 	}
 	return 0
+}
+
+// runCompare runs the comparison (a run that fails to clean up, in tests).
+var runCompare = compare.Run
+
+// exitCleanup is the status of a run whose checks passed and that could
+// not remove what it made: the report stands, and the keys, schema or
+// files named on stderr may be left.
+const exitCleanup = 3
+
+// leftBehind says what a run may leave when it cannot clean up, and where.
+func leftBehind() string {
+	return fmt.Sprintf("the run's Redis keys (rlcompare-*), PostgreSQL schema (rlcompare_*) or bbolt directory (rlcompare-* in %s) may be left", os.TempDir())
 }
 
 // interrupted is the cause of a run's end by a signal.
@@ -200,9 +226,7 @@ func interrupts(sigs <-chan os.Signal, stderr io.Writer) (ctx context.Context, s
 		}
 		select {
 		case sig := <-sigs:
-			fmt.Fprintf(stderr, "compare: %v again while cleaning up: exiting at once; "+
-				"the run's Redis keys (rlcompare-*), PostgreSQL schema (rlcompare_*) or bbolt directory (rlcompare-* in %s) may be left\n",
-				sig, os.TempDir())
+			fmt.Fprintf(stderr, "compare: %v again while cleaning up: exiting at once; %s\n", sig, leftBehind())
 			os.Exit(interrupted{sig}.status())
 		case <-done:
 		}

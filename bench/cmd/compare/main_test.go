@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ratelimit-go/ratelimit/bench/compare"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -300,4 +302,42 @@ func TestSecondInterruptExits(t *testing.T) {
 		t.Fatal("the run did not end within two minutes of the second interrupt")
 	}
 	assert.Contains(t, stderr.String(), "compare: interrupt again while cleaning up: exiting at once")
+}
+
+// TestCleanupFailureExitStatus requires a run that could not remove what
+// it made to say so on stderr and exit 3, its report written: it exited
+// 0, the failure a line of the Markdown alone. A signal's status still
+// comes first.
+func TestCleanupFailureExitStatus(t *testing.T) {
+	defer func(f func(context.Context, compare.Options) (*compare.Report, error)) { runCompare = f }(runCompare)
+	runCompare = func(ctx context.Context, o compare.Options) (*compare.Report, error) {
+		rep, err := compare.Run(ctx, o)
+		if rep != nil && len(rep.Media) > 0 {
+			// As a medium whose DROP SCHEMA timed out.
+			rep.Media[0].Cleanup = errors.New("DROP SCHEMA: lock timeout")
+		}
+		return rep, err
+	}
+	args := []string{"-medium", "memory", "-match", "^ratelimit", "-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms", "-quiet"}
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr, nil)
+	assert.Equal(t, 3, code, stderr.String())
+	assert.Equal(t, "compare: cleaning up failed: memory: DROP SCHEMA: lock timeout; the run's Redis keys (rlcompare-*), "+
+		"PostgreSQL schema (rlcompare_*) or bbolt directory (rlcompare-* in "+os.TempDir()+") may be left\n", stderr.String())
+	assert.Contains(t, stdout.String(), "- cleaning up failed: DROP SCHEMA: lock timeout\n")
+	assert.Contains(t, stdout.String(), "### Bounds checked")
+
+	// Interrupted, it exits as the signal says.
+	sigs := make(chan os.Signal, 1)
+	sigs <- os.Interrupt
+	run1 := runCompare
+	runCompare = func(ctx context.Context, o compare.Options) (*compare.Report, error) {
+		<-ctx.Done() // the signal came before the run ended
+		return run1(ctx, o)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code = run(args, &stdout, &stderr, sigs)
+	assert.Equal(t, 130, code, stderr.String())
+	assert.Contains(t, stderr.String(), "compare: cleaning up failed: memory: DROP SCHEMA: lock timeout;")
 }
