@@ -241,3 +241,24 @@ func TestTimeoutOfLocalStore(t *testing.T) {
 		require.Equal(t, c.want, errOut, "%q", c.args)
 	}
 }
+
+// A bbolt file that limit or bench would create in a directory
+// that is not there says so and what to check, as inspect does of a file
+// that is not there: it was bbolt's "open ...: no such file or
+// directory", which did not say which was missing.
+func TestBoltFileDirectoryMissing(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o600))
+	const check = "check the path in --store (the application's boltstore.Open path)"
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "none", "limits.db"), "bbolt file " + filepath.Join(dir, "none", "limits.db") + ": its directory " + filepath.Join(dir, "none") + " does not exist: " + check + ": no such store"},
+		{filepath.Join(notDir, "limits.db"), "bbolt file " + filepath.Join(notDir, "limits.db") + ": " + notDir + " is not a directory: " + check},
+	} {
+		for _, cmd := range [][]string{{"limit", "--key", "k"}, {"bench", "--quiet", "--duration", "1s"}} {
+			code, out, errOut := exec(append(cmd, "--store", "bolt://"+c.path, "--kind", "token bucket", "--rate", "10", "--period", "1h")...)
+			require.Equal(t, 1, code, "%s %s: %s", cmd, c.path, out)
+			require.Equal(t, "ratelimit: "+c.want+"\n", errOut, "%s %s", cmd, c.path)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -929,7 +930,17 @@ func boltCheck(ctx context.Context, path, bucket string, acc access) error {
 	const check = "check the path in --store (the application's boltstore.Open path)"
 	fi, err := os.Stat(path)
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && acc == mayCreate:
+	case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && acc == mayCreate:
+		// The store would be created in the file's directory: bbolt's
+		// error did not say which of the two was missing.
+		dir := filepath.Dir(path)
+		di, err := os.Stat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("bbolt file %s: its directory %s does not exist: %s: %w", path, dir, check, errNotFound)
+		case err == nil && !di.IsDir():
+			return fmt.Errorf("bbolt file %s: %s is not a directory: %s", path, dir, check)
+		}
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("bbolt file %s does not exist: %s: %w", path, check, errNotFound)
