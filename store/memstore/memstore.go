@@ -37,7 +37,8 @@
 // WithClock) as well as the calls' times: a call's clock that jumps
 // forward, then back, cannot make the store forget a drained record and
 // hand out a full bucket for it, even when it was already ahead at the
-// store's first call.
+// store's first call, and drained the key there: a call earlier than
+// every one before, a refusal too, is seen at once.
 package memstore
 
 import (
@@ -113,11 +114,18 @@ type Store struct {
 	clock    clock.Clock
 	anchored atomic.Bool
 	anchorMu sync.Mutex
+	// low is the earliest calls' time seen (math.MaxInt64 before the
+	// first call): a call earlier still is observed at once, whatever it
+	// does, as a sweep step is. A clock come back below every time seen
+	// may find only refusals (its keys drained ahead), which write
+	// nothing and step no sweep.
+	low atomic.Int64
 	// The store's clock at the first call, and the earliest the calls'
 	// clock read, less the store's time passed since then (offset): a
 	// sweep judges records at the earlier of its call's time and offset
 	// plus the time passed on the store's clock. offset is lowered by
-	// every sweep step and sweep (observe), not by a call otherwise.
+	// every sweep step and sweep (observe), and by a call earlier than
+	// every one before (low), not by a call otherwise.
 	anchorReal time.Time
 	offset     atomic.Int64
 
@@ -182,6 +190,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
 	s.marksDue.next.Store(math.MinInt64)
+	s.low.Store(math.MaxInt64)
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
@@ -235,10 +244,12 @@ func (s *Store) hash(key string, salt uint64) uint64 {
 
 func (s *Store) stripeOf(h uint64) *stripe { return &s.stripes[h>>(64-stripeBits)] }
 
-// anchor records the first call's time and the store's clock then.
+// anchor is called by every call at now (Decide, Apply): the first
+// records the store's clock then, and a call earlier than every one
+// before is observed (observe), as a sweep step is.
 func (s *Store) anchor(now int64) {
-	if !s.anchored.Load() {
-		s.anchorSlow(now)
+	if now < s.low.Load() {
+		s.observe(now)
 	}
 }
 
@@ -267,9 +278,18 @@ func (s *Store) sweepTime(now int64) int64 {
 // observe notes a call at now against the store's clock, lowering offset
 // if the calls' clock is behind where it was, and returns the store's
 // time passed since the first call, in milliseconds. Sweep steps call it,
-// once every sweepEvery of the calls' time at most, and sweeps.
+// once every sweepEvery of the calls' time at most, sweeps, and calls
+// earlier than every one before (anchor).
 func (s *Store) observe(now int64) int64 {
-	s.anchor(now)
+	if !s.anchored.Load() {
+		s.anchorSlow(now)
+	}
+	for {
+		low := s.low.Load()
+		if now >= low || s.low.CompareAndSwap(low, now) {
+			break
+		}
+	}
 	passed := s.clock.Since(s.anchorReal).Milliseconds()
 	at := now - passed
 	for {

@@ -1,0 +1,150 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// A calls' clock ahead at the store's first call, which drains a key
+// there and comes back, is refused on that key (its window lies ahead):
+// refusals write nothing, and the sweeps never saw the clock come back.
+// When it went ahead again, minutes later, they dropped the record, and
+// once it came back the key was full (the Model, which keeps every
+// record, refuses).
+func TestClockBackWithRefusalsOnlyMintsNothing(t *testing.T) {
+	ctx := context.Background()
+	const start = int64(1_700_000_040_000)
+	const ahead = start + 3*3_600_000
+	c := newStepClock(0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	b := s.Bind("l", p, func(string) int64 { return 0 })
+	v, err := b.Decide(ctx, "drained", driver.ModeLimit, ahead, 10, false)
+	require.NoError(t, err)
+	require.True(t, v.OK)
+
+	// The clock comes back: the key's window is ahead, and it is refused.
+	for i := range 3 {
+		v, err := b.Decide(ctx, "drained", driver.ModeLimit, start+int64(i)*10, 1, false)
+		require.NoError(t, err)
+		require.False(t, v.OK)
+	}
+
+	// Five minutes later the clock is ahead again, and calls on other keys
+	// sweep.
+	const later = 5 * 60_000
+	c.ms.Store(later)
+	for i := range 5000 {
+		_, err := b.Decide(ctx, "other-"+strconv.Itoa(i), driver.ModeLimit, ahead+later, 1, false)
+		require.NoError(t, err)
+	}
+	v, err = b.Decide(ctx, "drained", driver.ModeLimit, start+later, 1, false)
+	require.NoError(t, err)
+	require.False(t, v.OK, "the key's window, drained ahead of the clock, was full again")
+}
+
+// The store decides as the Model, which never drops a record, decision by
+// decision, while the calls come from clocks apart (Limiters on one store,
+// or one clock that jumps ahead and back between them): each clock runs
+// with the store's, from its own offset, give or take a few milliseconds
+// out of order, and the first call is on a random one of them, ahead or
+// not. Pauses of minutes let the sweeps drop records, and thousands of
+// keys make them sweep. Every clock makes a call before any record may
+// be dropped: a clock the store has never seen, behind the others, may
+// find a record of theirs dropped, as any store's expiry would.
+func TestClocksApartDifferential(t *testing.T) {
+	seeds, steps := 24, 2000
+	if testing.Short() {
+		seeds = 6
+	}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { clocksApart(t, seed, steps) })
+	}
+}
+
+// clocksApart is one run of TestClocksApartDifferential.
+func clocksApart(t *testing.T, seed uint64, steps int) {
+	ctx := context.Background()
+	const base = int64(1_700_000_000_000)
+	offsets := []int64{-2 * 3_600_000, -10 * 60_000, 0, 90_000, 5 * 60_000, 3 * 3_600_000, 24 * 3_600_000}
+	rng := rand.New(rand.NewPCG(seed, 43))
+	p := driver.Params{
+		Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
+		Rate:   []float64{1, 3, 10}[rng.IntN(3)],
+		Period: []int64{1000, 10_000, 60_000}[rng.IntN(3)],
+	}
+	p.Capacity = p.Rate * []float64{1, 2}[rng.IntN(2)]
+	if rng.IntN(2) == 0 {
+		p.MaxReserved = p.Capacity
+	}
+	if p.Kind == ratelimit.FixedWindow {
+		p.Phase = rng.Int64N(p.Period)
+	}
+	// Two to four clocks; the first call is on any of them.
+	clocks := make([]int64, 0, 4)
+	for _, i := range rng.Perm(len(offsets))[:2+rng.IntN(3)] {
+		clocks = append(clocks, offsets[i])
+	}
+	real := int64(0)
+	c := newStepClock(real)
+	s, model := must(memstore.New(memstore.WithClock(c))), storetest.NewModel()
+	b := s.Bind("l", p, func(string) int64 { return p.Phase })
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	cur := 0
+	for step := range steps {
+		switch r := rng.IntN(200); {
+		case r == 0: // a pause: records of the clocks behind may go
+			real += driver.ExpiryGrace + rng.Int64N(3*driver.ExpiryGrace)
+		case r < 20:
+			real += rng.Int64N(2000)
+		default:
+			real += rng.Int64N(30)
+		}
+		c.ms.Store(real)
+		switch {
+		case step < len(clocks): // every clock is seen before anything may go
+			cur = step
+		case rng.IntN(100) == 0:
+			cur = rng.IntN(len(clocks))
+		}
+		now := base + clocks[cur] + real - rng.Int64N(4)
+		key := keys[min(rng.IntN(len(keys)), rng.IntN(len(keys)))] // some keys hotter
+		count := []float64{1, 1, 1, 0, 0.5, p.Capacity}[rng.IntN(6)]
+		reserve := rng.IntN(8) == 0
+		mode := driver.ModeLimit
+		if rng.IntN(5) == 0 || step < len(clocks) && rng.IntN(2) == 0 { // a clock's first call may write nothing
+			mode = driver.ModeCheck
+		}
+		op := &driver.Op{Mode: mode, Now: now, Reserve: reserve,
+			Items: []driver.Item{{Name: "l", Key: key, Count: count, Shards: []driver.Shard{{Params: p}}}}}
+		want := make([]driver.Decision, 1)
+		require.NoError(t, model.Apply(ctx, op, want))
+		var got driver.Decision
+		if rng.IntN(2) == 0 {
+			v, err := b.Decide(ctx, key, mode, now, count, reserve)
+			require.NoError(t, err)
+			got = v.Decision(now, count)
+		} else {
+			out := make([]driver.Decision, 1)
+			require.NoError(t, s.Apply(ctx, op, out))
+			got = out[0]
+		}
+		require.Equal(t, want[0], got, "step %d: clocks %v, on %v at %d (real %d), key %s, count %v, mode %d, reserve %v, params %+v",
+			step, clocks, clocks[cur], now, real, key, count, mode, reserve, p)
+	}
+	lowest := base + slices.Min(clocks) + real
+	compareAll(t, ctx, s, model, map[string]driver.Params{"l": p}, keys, lowest, "end")
+}
