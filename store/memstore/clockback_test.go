@@ -3,10 +3,12 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -147,4 +149,101 @@ func clocksApart(t *testing.T, seed uint64, steps int) {
 	}
 	lowest := base + slices.Min(clocks) + real
 	compareAll(t, ctx, s, model, map[string]driver.Params{"l": p}, keys, lowest, "end")
+}
+
+// Two Limiters on one store, one clock a day behind the other: the sweeps
+// judge every record by the clock behind (it may still need any of
+// them), so those of the clock ahead are kept a day longer. The store
+// then holds a day of the clock ahead's keys, not more, and DeleteExpired
+// at the time of the clock ahead drops them.
+func TestClockADayBehindKeepsADayOfKeys(t *testing.T) {
+	ctx := context.Background()
+	const base = int64(1_700_000_000_000)
+	const day = 24 * 3_600_000
+	c := newStepClock(0)
+	s := must(memstore.New(memstore.WithClock(c)))
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	b := s.Bind("l", p, func(string) int64 { return 0 })
+	const perMinute = 10 // new keys of the clock ahead, a minute
+	most, key := 0, 0
+	for real := int64(0); real < 3*day; real += 60_000 {
+		c.ms.Store(real)
+		for i := range perMinute {
+			now := base + real + int64(i)*1000
+			v, err := b.Decide(ctx, "ahead-"+strconv.Itoa(key), driver.ModeLimit, now, 1, false)
+			require.NoError(t, err)
+			require.True(t, v.OK)
+			key++
+			v, err = b.Decide(ctx, "behind-"+strconv.Itoa(i), driver.ModeLimit, now-day, 1, false)
+			require.NoError(t, err)
+		}
+		most = max(most, s.Len())
+	}
+	const kept = day / 60_000 * perMinute // a day of the clock ahead's keys
+	t.Logf("%d keys of the clock ahead, at most %d records held", key, most)
+	require.Greater(t, most, kept, "the records of the clock ahead went before the clock behind reached them")
+	require.Less(t, most, kept+kept/4, "the store held more than a day of the clock ahead's keys")
+	n, err := s.DeleteExpired(ctx, time.UnixMilli(base+3*day))
+	require.NoError(t, err)
+	require.Greater(t, n, kept-kept/10)
+	require.Less(t, s.Len(), 2*perMinute, "records kept after DeleteExpired at the time of the clock ahead")
+}
+
+// A store clock that never moves, or moves back, or leaps by centuries,
+// with calls at ±driver.MaxTime: the time passed saturates (a
+// time.Duration holds ±292 years) and the sweeps' time stays far within
+// int64, and a store clock that never moves or moves back lets no sweep
+// drop a record the calls may need.
+func TestStoreClockAtItsExtremes(t *testing.T) {
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1, Period: 1000, Capacity: 1}
+	for _, tc := range []struct {
+		name        string
+		first, then int64 // the store's clock at the first call, and after
+	}{
+		{"still", 0, 0},
+		{"back", 0, -3_600_000},
+		{"back by centuries", math.MaxInt64 / 2, math.MinInt64 / 2},
+		{"ahead by centuries", math.MinInt64 / 2, math.MaxInt64 / 2},
+	} {
+		for _, first := range []int64{-driver.MaxTime, 0, driver.MaxTime} {
+			t.Run(fmt.Sprint(tc.name, "/first=", first), func(t *testing.T) {
+				c := newStepClock(tc.first)
+				s := must(memstore.New(memstore.WithClock(c)))
+				b := s.Bind("l", p, func(string) int64 { return 0 })
+				_, err := b.Decide(ctx, "first", driver.ModeLimit, first, 1, false)
+				require.NoError(t, err)
+				c.ms.Store(tc.then)
+				const at = int64(1_700_000_000_000)
+				v, err := b.Decide(ctx, "drained", driver.ModeLimit, at, 1, false)
+				require.NoError(t, err)
+				require.True(t, v.OK)
+				// Calls at the end of time, on keys of every stripe, sweep.
+				calls(t, s, b, p, driver.MaxTime)
+				v, err = b.Decide(ctx, "drained", driver.ModeLimit, at+500, 1, false)
+				require.NoError(t, err)
+				if tc.then <= tc.first {
+					require.False(t, v.OK, "a drained record was dropped")
+				}
+				// And at its start, then DeleteExpired at either end.
+				calls(t, s, b, p, -driver.MaxTime)
+				must(s.DeleteExpired(ctx, time.UnixMilli(math.MinInt64)))
+				must(s.DeleteExpired(ctx, time.UnixMilli(math.MaxInt64)))
+				require.LessOrEqual(t, s.Len(), 6001, "records held but those of the end of time, full only past it")
+			})
+		}
+	}
+}
+
+// calls makes 3,000 calls at now on new keys, half through a bound limit
+// and half through Apply.
+func calls(t *testing.T, s *memstore.Store, b driver.BoundLimit, p driver.Params, now int64) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 3000 {
+		_, err := b.Decide(ctx, fmt.Sprint("k", now, "-", i), driver.ModeLimit, now, 1, false)
+		require.NoError(t, err)
+		op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: fmt.Sprint("a", now, "-", i), Count: 1, Shards: []driver.Shard{{Params: p}}}}}
+		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	}
 }

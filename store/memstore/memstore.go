@@ -38,7 +38,11 @@
 // forward, then back, cannot make the store forget a drained record and
 // hand out a full bucket for it, even when it was already ahead at the
 // store's first call, and drained the key there: a call earlier than
-// every one before, a refusal too, is seen at once.
+// every one before, a refusal too, is seen at once. The price is memory:
+// calls of clocks far apart on one store (a Limiter's clock a day behind
+// another's) keep the records of the clock ahead that much longer, since
+// the clock behind may still need them; DeleteExpired drops them at the
+// time it is given.
 package memstore
 
 import (
@@ -164,7 +168,10 @@ type options struct {
 
 // WithClock sets the clock by which the store's own sweeps judge how much
 // time has passed (default: the real clock). Tests that move a mock clock
-// by hand and want records swept pass that clock. A nil clock, or one
+// by hand and want records swept pass that clock. The store takes it as
+// never going back: a mock that is also the calls' clock, set back, lets
+// the sweeps drop records the calls still need; one that never moves
+// lets them drop next to none (DeleteExpired still does). A nil clock, or one
 // holding a nil pointer, makes New fail with an error matching
 // ratelimit.ErrInvalidOption.
 func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
