@@ -38,6 +38,14 @@ import (
 // Reservation, the one means to hand its tokens back, would never reach
 // its caller: they are handed back before the panic goes on, the store
 // given no longer than a Wait's refund (WithRefundTimeout).
+//
+// Limit and LimitAll keep their charge even with WithReserve, whose
+// tokens may be owed as a Reservation's are: their Result has no Cancel,
+// and a caller who saw it could not hand the tokens back through it
+// either, so the panic takes no means from the caller that it had. With
+// WithReceipt it does (the Token could Refund them), but a receipt settles
+// an outcome only the caller knows, and the charge stays taken, as a
+// caller's panic before it settled its receipt would leave it.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

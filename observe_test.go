@@ -502,6 +502,57 @@ func TestObserverPanicDuringReserveHandsTheTokensBack(t *testing.T) {
 	}
 }
 
+// An Observer that panicked as Limit or LimitAll with WithReserve reported
+// its decision leaves the charge taken, owed tokens and all, as the
+// Observer's doc says: only a Reserve's tokens go back, since only its
+// Reservation was a means to hand them back. The Values before and after
+// show the whole charge kept, nothing handed back, once or twice.
+func TestObserverPanicDuringLimitWithReserveKeepsTheCharge(t *testing.T) {
+	ctx := context.Background()
+	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour, MaxReserved: 1}
+	for _, tt := range []struct {
+		name string
+		call func(*ratelimit.Limiter, ...ratelimit.CallOption) (ratelimit.Result, error)
+	}{
+		{"Limit", func(lim *ratelimit.Limiter, opts ...ratelimit.CallOption) (ratelimit.Result, error) {
+			return lim.Limit(ctx, "a", "k", opts...)
+		}},
+		{"LimitAll", func(lim *ratelimit.Limiter, opts ...ratelimit.CallOption) (ratelimit.Result, error) {
+			return lim.LimitAll(ctx, "k", []string{"a", "b"}, opts...)
+		}},
+	} {
+		for _, receipt := range []bool{false, true} {
+			opts := []ratelimit.CallOption{ratelimit.WithReserve(), ratelimit.Count(2)}
+			if receipt {
+				opts = append(opts, ratelimit.WithReceipt())
+			}
+			t.Run(fmt.Sprintf("%s, receipt %v", tt.name, receipt), func(t *testing.T) {
+				var boom atomic.Bool
+				obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {
+					if boom.Load() {
+						panic("observer boom")
+					}
+				})
+				lim, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": cfg, "b": cfg},
+					ratelimit.WithClock(newMock()), ratelimit.WithObserver(obs))
+				require.NoError(t, err)
+				before, err := lim.Value(ctx, "a", "k")
+				require.NoError(t, err)
+				boom.Store(true)
+				require.PanicsWithValue(t, "observer boom", func() { _, _ = tt.call(lim, opts...) })
+				boom.Store(false)
+				after, err := lim.Value(ctx, "a", "k")
+				require.NoError(t, err)
+				assert.Equal(t, 1.0, before.Remaining, "before")
+				assert.Equal(t, -1.0, after.Remaining, "after: the token there and the one owed, kept")
+				res, err := tt.call(lim, opts...)
+				require.NoError(t, err)
+				assert.False(t, res.OK, "nothing went back: no room is left")
+			})
+		}
+	}
+}
+
 // panickyJobs is an Observer whose ObserveJob panics.
 type panickyJobs struct{}
 
