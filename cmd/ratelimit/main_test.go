@@ -442,8 +442,8 @@ func TestFlagsDurationOutOfRange(t *testing.T) {
 			`ratelimit: invalid argument "9999999h" for "--period" flag: the duration is out of range: a duration is at most 2562047h47m16.854775807s, some 292 years`},
 		{append(slices.Clone(fixed), "--every", "1s", "--for", "9999999h"),
 			`ratelimit: invalid argument "9999999h" for "--for" flag: the duration is out of range: a duration is at most 2562047h47m16.854775807s, some 292 years`},
-		{append(slices.Clone(fixed), "--at", "9999999h=1"), `ratelimit: time "9999999h": requests come at most 876576h0m0s (100 years) after the start`},
-		{append(slices.Clone(fixed), "--at", "-9999999h=1"), `ratelimit: time "-9999999h": requests come at or after the start, 0s`},
+		{append(slices.Clone(fixed), "--at", "9999999h=1"), `ratelimit: --at "9999999h=1": the time "9999999h": requests come at most 876576h0m0s (100 years) after the start`},
+		{append(slices.Clone(fixed), "--at", "-9999999h=1"), `ratelimit: --at "-9999999h=1": the time "-9999999h": requests come at or after the start, 0s`},
 	} {
 		code, out, errOut := exec(tc.args...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
@@ -494,10 +494,10 @@ func TestFlagsReadExactly(t *testing.T) {
 			`invalid argument "1.0000005ms" for "--period" flag: the duration is not a whole number of nanoseconds`},
 		{append(fixed, "--every", "1.0000005ms", "--for", "1s"), `invalid argument "1.0000005ms" for "--every" flag: the duration is not a whole number of nanoseconds`},
 		{append(fixed, "--every", "1s", "--for", "1.00000000000000000001s"), `invalid argument "1.00000000000000000001s" for "--for" flag: the duration is not a whole number of nanoseconds`},
-		{append(fixed, "--at", "1.0000005ms=1"), `time "1.0000005ms" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
-		{append(fixed, "--at", "00:00:00.0000000001=1"), `time "00:00:00.0000000001" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
-		{append(fixed, "--at", "00:00.00000000001=1"), `time "00:00.00000000001" is not a whole number of nanoseconds`},
-		{append(fixed, "--at", "99999999999999999999:00=1"), `time "99999999999999999999:00": requests come at most 876576h0m0s (100 years) after the start`},
+		{append(fixed, "--at", "1.0000005ms=1"), `--at "1.0000005ms=1": the time "1.0000005ms" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{append(fixed, "--at", "00:00:00.0000000001=1"), `--at "00:00:00.0000000001=1": the time "00:00:00.0000000001" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{append(fixed, "--at", "00:00.00000000001=1"), `--at "00:00.00000000001=1": the time "00:00.00000000001" is not a whole number of nanoseconds`},
+		{append(fixed, "--at", "99999999999999999999:00=1"), `--at "99999999999999999999:00=1": the time "99999999999999999999:00": requests come at most 876576h0m0s (100 years) after the start`},
 		{append(fixed, "--at", "0s=1", "--start", "0001-01-01T00:00:00Z"), `--start "0001-01-01T00:00:00Z" is the zero time, which means no --start (windows aligned to the simulation's start, 00:00:00)`},
 	} {
 		args := append([]string{"simulate"}, tc.args...)
@@ -926,6 +926,30 @@ func TestLimitsFileNotObject(t *testing.T) {
 	}
 }
 
+// Every error of an --at request's time names --at and the request, as
+// its count's errors do: it named the time alone ("time \"soon\": write
+// hh:mm, ..."), which said neither which flag nor which of the requests.
+func TestSimulateAtTimeErrorsNameTheFlag(t *testing.T) {
+	for _, c := range []struct{ at, want string }{
+		{"0s=1,soon=2", `--at "soon=2": the time "soon": write hh:mm, hh:mm:ss or a duration such as 90s`},
+		{"1:2:3:4=1", `--at "1:2:3:4=1": the time "1:2:3:4": write hh:mm, hh:mm:ss or a duration such as 90s`},
+		{"00:75=1", `--at "00:75=1": the time "00:75": minutes and seconds run from 00 to 59: for 1h15m0s, write 01:15:00`},
+		{"-5s=1", `--at "-5s=1": the time "-5s": requests come at or after the start, 0s`},
+		{"-9999999h=1", `--at "-9999999h=1": the time "-9999999h": requests come at or after the start, 0s`},
+		{"876577h=1", `--at "876577h=1": the time "876577h": requests come at most 876576h0m0s (100 years) after the start`},
+		{"9999999h=1", `--at "9999999h=1": the time "9999999h": requests come at most 876576h0m0s (100 years) after the start`},
+		{"876577:00=1r", `--at "876577:00=1r": the time "876577:00": requests come at most 876576h0m0s (100 years) after the start`},
+		{"1.0000005ms=1", `--at "1.0000005ms=1": the time "1.0000005ms" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{"00:00.00000000001=1", `--at "00:00.00000000001=1": the time "00:00.00000000001" is not a whole number of nanoseconds: the limiter's clock counts whole milliseconds`},
+		{"1.5ms=1", `--at "1.5ms=1": the time "1.5ms" is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms`},
+		{"00:00:00.0001=1", `--at "00:00:00.0001=1": the time "00:00:00.0001" is 100µs: the limiter's clock counts whole milliseconds: give 0s or 1ms`},
+	} {
+		code, out, errOut := exec("simulate", "--kind", "token bucket", "--rate", "1", "--period", "1s", "--at", c.at)
+		require.Equal(t, 2, code, "%q: %s", c.at, out)
+		assert.Equal(t, "ratelimit: "+c.want+"\nRun 'ratelimit simulate --help' for usage.\n", errOut, "%q", c.at)
+	}
+}
+
 func TestParsePattern(t *testing.T) {
 	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
 	require.NoError(t, err)
@@ -951,6 +975,7 @@ func TestParsePattern(t *testing.T) {
 		_, err := parsePattern(bad)
 		var u usageError
 		require.ErrorAs(t, err, &u, bad)
+		require.True(t, strings.HasPrefix(err.Error(), `--at "`), "%q: %v", bad, err)
 	}
 	reqs, err = parsePattern("876576:00=1,876576h=1,00:00:01.5=1,00:00:01.001=1,00:59:59=1,00:01.5=1")
 	require.NoError(t, err)
@@ -959,9 +984,9 @@ func TestParsePattern(t *testing.T) {
 		{at: time.Hour - time.Second, count: 1}, {at: 90 * time.Second, count: 1}}, reqs)
 
 	_, err = parsePattern("00:75=1")
-	require.EqualError(t, err, `time "00:75": minutes and seconds run from 00 to 59: for 1h15m0s, write 01:15:00`)
+	require.EqualError(t, err, `--at "00:75=1": the time "00:75": minutes and seconds run from 00 to 59: for 1h15m0s, write 01:15:00`)
 	_, err = parsePattern("1.5ms=1")
-	require.EqualError(t, err, `time "1.5ms" is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms`)
+	require.EqualError(t, err, `--at "1.5ms=1": the time "1.5ms" is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms`)
 	code, _, errOut := exec("simulate", "--kind", "fixed window", "--rate", "1", "--period", "1s", "--every", "1500us", "--for", "1s")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--every is 1.5ms: the limiter's clock counts whole milliseconds: give 1ms or 2ms")

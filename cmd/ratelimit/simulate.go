@@ -199,13 +199,13 @@ func parsePattern(s string) ([]request, error) {
 			return nil, usagef("--at %q: write TIME=COUNT, e.g. 00:30=15", part)
 		}
 		if strings.TrimSpace(at) == "" {
-			// parseClock said: time "": write hh:mm, ...
+			// parseClock said: the time "": write hh:mm, ...
 			return nil, usagef("--at %q: the request has no time before its =: %s", part, atFormat)
 		}
 		r := request{}
 		var err error
 		if r.at, err = parseOffset(at); err != nil {
-			return nil, err
+			return nil, usagef("--at %q: %w", part, err)
 		}
 		if strings.HasSuffix(n, "r") {
 			r.reserve, n = true, strings.TrimSuffix(n, "r")
@@ -251,28 +251,29 @@ func tooMany(what string, n int64, hint string) error {
 }
 
 // parseOffset reads hh:mm, hh:mm:ss or a Go duration, from 0 to maxOffset,
-// in whole milliseconds.
+// in whole milliseconds. Its errors name the time s ("the time \"90\": ..."),
+// for the caller to say where it was given.
 func parseOffset(s string) (time.Duration, error) {
 	d, err := duration.Parse(s)
 	switch {
 	case errors.Is(err, duration.ErrNotWhole):
 		return 0, notWhole(s)
 	case errors.Is(err, duration.ErrRange) && strings.HasPrefix(s, "-"):
-		return 0, usagef("time %q: requests come at or after the start, 0s", s)
+		return 0, usagef("the time %q: requests come at or after the start, 0s", s)
 	case errors.Is(err, duration.ErrRange):
-		return 0, tooLate(fmt.Sprintf("time %q", s))
+		return 0, tooLate(fmt.Sprintf("the time %q", s))
 	}
 	if err == nil {
 		if d < 0 {
-			return 0, usagef("time %q: requests come at or after the start, 0s", s)
+			return 0, usagef("the time %q: requests come at or after the start, 0s", s)
 		}
 		if d > maxOffset {
-			return 0, tooLate(fmt.Sprintf("time %q", s))
+			return 0, tooLate(fmt.Sprintf("the time %q", s))
 		}
 	} else if d, err = parseClock(s); err != nil {
 		return 0, err
 	}
-	if err := wholeMillis(fmt.Sprintf("time %q", s), d); err != nil {
+	if err := wholeMillis(fmt.Sprintf("the time %q", s), d); err != nil {
 		return 0, err
 	}
 	return d, nil
@@ -284,7 +285,7 @@ func parseOffset(s string) (time.Duration, error) {
 // clock time (0x1p4:00, +1:00, 1_0:00, NaN:00) and minutes of 60 or
 // more, and a sum in float64 took 00:00:00.0000000001 for 0.
 func parseClock(s string) (time.Duration, error) {
-	bad := usagef("time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
+	bad := usagef("the time %q: write hh:mm, hh:mm:ss or a duration such as 90s", s)
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 {
 		return 0, bad
@@ -309,16 +310,16 @@ func parseClock(s string) (time.Duration, error) {
 	case errors.Is(err, duration.ErrNotWhole):
 		return 0, notWhole(s)
 	case err != nil || d > maxOffset: // of digits alone, an error is one of range
-		return 0, tooLate(fmt.Sprintf("time %q", s))
+		return 0, tooLate(fmt.Sprintf("the time %q", s))
 	case sixty:
-		return 0, usagef("time %q: minutes and seconds run from 00 to 59: for %v, write %s", s, d, clockTime(d))
+		return 0, usagef("the time %q: minutes and seconds run from 00 to 59: for %v, write %s", s, d, clockTime(d))
 	}
 	return d, nil
 }
 
 // notWhole is the usage error of a time s finer than a nanosecond.
 func notWhole(s string) error {
-	return usagef("time %q %v: the limiter's clock counts whole milliseconds", s, duration.ErrNotWhole)
+	return usagef("the time %q %v: the limiter's clock counts whole milliseconds", s, duration.ErrNotWhole)
 }
 
 // allDigits reports whether s is one or more decimal digits.
