@@ -68,7 +68,9 @@ func LockWait(ctx context.Context) int32 { return lockWait(ctx) }
 
 // ApplyNoneFresh sends a batch of no ops to the function _apply with an
 // encoder fresh from its pool, for a test.
-func ApplyNoneFresh(ctx context.Context, s *Store) error { return s.applyWith(ctx, newEncoder(), nil) }
+func ApplyNoneFresh(ctx context.Context, s *Store) error {
+	return s.applyWith(ctx, s.pool, newEncoder(), nil)
+}
 
 // Retried returns how many statements s sent again after a serialization
 // failure or a deadlock, for a test.
@@ -88,7 +90,7 @@ func ApplyAsEarlierRelease(ctx context.Context, s *Store, op *driver.Op, out []d
 	e := newEncoder()
 	e.noRuns = true
 	r := s.newRequest(op)
-	if err := s.applyWith(ctx, e, []*request{r}); err != nil {
+	if err := s.applyWith(ctx, s.pool, e, []*request{r}); err != nil {
 		return err
 	}
 	copy(out, r.out)

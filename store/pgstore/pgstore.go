@@ -1666,7 +1666,8 @@ type request struct {
 	mark   *record
 	settle driver.Settlement
 	// err is the error of an op that failed on its own, a bad record's
-	// (ErrBadRecord), in a batch whose other ops were decided.
+	// (ErrBadRecord), in a batch whose other ops were decided, or that
+	// failed sent again alone (sendApply).
 	err error
 }
 
@@ -1927,27 +1928,53 @@ var errSettlers = errors.New("pgstore: two settlers of one settlement in a batch
 
 // sendApply decides a batch with the function _apply. When the function
 // fails the batch on a row that no release writes (ErrBadRecord), each op
-// goes again alone: a statement that failed wrote nothing, so each takes
-// effect once, and only the op that read the row fails (its request's
-// err), rather than every call coalesced with it.
+// goes again alone, on one connection: a statement that failed wrote
+// nothing, so each takes effect once, and only the op that read the row
+// fails (its request's err), rather than every call coalesced with it. An
+// op sent again that fails otherwise (its context ended, the pool was
+// closed, the server is down or its connection broke) ends the resends:
+// the ops after it fail at once, unsent, with its error, rather than each
+// meet the failure in turn (a down server's connect timeout, one after
+// another).
 func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
-	err := s.applyWith(ctx, e, reqs)
+	err := s.applyWith(ctx, s.pool, e, reqs)
 	if len(reqs) == 1 || !(errors.Is(err, ErrBadRecord) || err == errSettlers) {
 		return err
 	}
 	if s.hooks.resend != nil {
 		s.hooks.resend()
 	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		unsent(reqs, err)
+		return nil
+	}
+	defer c.Release()
 	for i, r := range reqs {
-		r.err = s.applyWith(ctx, e, reqs[i:i+1])
+		err := s.applyWith(ctx, c, e, reqs[i:i+1])
+		if err == nil || errors.Is(err, ErrBadRecord) {
+			r.err = err
+			continue
+		}
+		r.err = err
+		unsent(reqs[i+1:], err)
+		break
 	}
 	return nil
 }
 
-// applyWith is sendApply with the encoder e.
-func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) error {
+// unsent fails reqs, none of them sent again, for err.
+func unsent(reqs []*request, err error) {
+	err = fmt.Errorf("the op was not sent again: %w", err)
+	for _, r := range reqs {
+		r.err = err
+	}
+}
+
+// applyWith is sendApply's statement, with the encoder e, on db.
+func (s *Store) applyWith(ctx context.Context, db txQuerier, e *encoder, reqs []*request) error {
 	e.reset()
 	for _, r := range reqs {
 		e.add(r) // the ids point into the requests, alive until send returns
@@ -1963,7 +1990,7 @@ func (s *Store) applyWith(ctx context.Context, e *encoder, reqs []*request) erro
 		fresh   bool
 	)
 	wait := lockWait(ctx)
-	err := s.serial(ctx, s.pool, func(q querier) error {
+	err := s.serial(ctx, db, func(q querier) error {
 		return q.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
 			wait, s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
 	})
@@ -2077,7 +2104,10 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // an invalid op, are refused with an error, and nothing is sent. An op
 // that fails on its own (a row no release writes: ErrBadRecord) fails
 // alone: the others are decided and their outs filled, and the error
-// joins a *driver.OpError for each op that failed.
+// joins a *driver.OpError for each op that failed. (The batch's ops go
+// again one by one for that.) Once one of them fails otherwise (ctx
+// ended, the pool closed, the server down), those after it are not sent:
+// each is an *OpError wrapping that failure.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
