@@ -39,7 +39,10 @@
 //   - what no release writes where a record or a settlement's mark
 //     belongs: ErrBadRecord, wrapped, naming what was met and what to do;
 //   - one op of a batch failing on its own (ErrBadRecord): ApplyBatch
-//     decides the others and joins an *OpError for each op left out;
+//     decides the others and joins an *OpError for each op left out,
+//     undecided (and for each it left unsent after a failure not an op's
+//     own, wrapping that failure); never for an op that may have taken
+//     effect (its answer lost), whose error is another (below);
 //   - the medium failing (a server down, a disk full): the medium's own
 //     error, wrapped, naming the store. The Limiter reports it as
 //     ratelimit.ErrStoreUnavailable.
@@ -159,17 +162,26 @@ type BatchApplier interface {
 	// valid ops without items, return nil. An op that fails on its own (a
 	// record or a mark the store cannot read: ErrBadRecord) is left
 	// undecided, the others decided, and the error joins an *OpError for
-	// each op left out. On any other error, any op of the batch
-	// may or may not have taken effect, as for any call over a network.
+	// each op left out. A store that decides the others apart from it
+	// (each op sent again alone) may leave ops unsent once a failure not
+	// of an op (the context ended, the store or its client closed, the
+	// medium down) has met one: those are left out too, each an *OpError
+	// wrapping that failure. An op that may have taken effect (its answer
+	// lost) is never an *OpError: the error is then another. On any other
+	// error, any op of the batch may or may not have taken effect, as for
+	// any call over a network.
 	ApplyBatch(ctx context.Context, ops []*Op, outs [][]Decision) error
 }
 
 // OpError is the error of one op of a batch that failed on its own (a
 // record or a settlement's mark that the store cannot read: ErrBadRecord)
-// while the batch's other ops were decided and their outs filled. Such an
+// while the batch's other ops were decided and their outs filled, or that
+// the store left unsent after such a batch met a failure not of an op
+// (see BatchApplier). Its op was not decided: it took no effect. Such an
 // ApplyBatch returns the errors.Join of one *OpError for each op left
 // out: errors.As finds the first, the joined error's Unwrap() []error
-// lists them all, and errors.Is matches each op's failure (ErrBadRecord).
+// lists them all, and errors.Is matches each op's failure (ErrBadRecord,
+// or the failure that left it unsent).
 type OpError struct {
 	Index int   // the op's index in the batch
 	Err   error // the op's failure, which names the store

@@ -185,11 +185,12 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 		}
 	}
 	// The upsert has committed what it wrote: should the ops sent again
-	// fail, they alone fail, and the others keep their decisions.
+	// fail, they alone fail, and the others keep their decisions; lost if
+	// their statement may have run.
 	if len(b.redo) > 0 {
 		if err := s.sendApply(ctx, b.redo); err != nil {
 			for _, r := range b.redo {
-				r.err = err
+				r.failed(err)
 			}
 		}
 	}

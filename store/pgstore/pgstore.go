@@ -1665,10 +1665,23 @@ type request struct {
 	// settlement.
 	mark   *record
 	settle driver.Settlement
-	// err is the error of an op that failed on its own, a bad record's
-	// (ErrBadRecord), in a batch whose other ops were decided, or that
-	// failed sent again alone (sendApply).
-	err error
+	// err is the error of an op that failed apart from the others of its
+	// batch: on its own (a bad record: ErrBadRecord), or sent again alone
+	// (sendApply) or after them (sendUpsert's redo); lost if its statement
+	// may have run (see failed).
+	err  error
+	lost bool
+}
+
+// failed sets err, the error of r's statement, which failed not on r's
+// own, as r's: r is lost if the statement may have run (see unrun), and
+// its error says so.
+func (r *request) failed(err error) {
+	r.err = err
+	if !unrun(err) {
+		r.lost = true
+		r.err = fmt.Errorf("the op may have been decided and charged, its answer lost: %w", err)
+	}
 }
 
 type item struct {
@@ -1935,7 +1948,8 @@ var errSettlers = errors.New("pgstore: two settlers of one settlement in a batch
 // closed, the server is down or its connection broke) ends the resends:
 // the ops after it fail at once, unsent, with its error, rather than each
 // meet the failure in turn (a down server's connect timeout, one after
-// another).
+// another); it fails itself as failed says, lost if its statement may
+// have run.
 func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
@@ -1958,7 +1972,7 @@ func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 			r.err = err
 			continue
 		}
-		r.err = err
+		r.failed(err)
 		unsent(reqs[i+1:], err)
 		break
 	}
@@ -2107,7 +2121,11 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // joins a *driver.OpError for each op that failed. (The batch's ops go
 // again one by one for that.) Once one of them fails otherwise (ctx
 // ended, the pool closed, the server down), those after it are not sent:
-// each is an *OpError wrapping that failure.
+// each is an *OpError wrapping that failure, undecided, and so is that op
+// if its statement did not run. One whose answer was lost (ctx ended, or
+// the connection broke, while its statement ran) may have been decided
+// and charged: it is no *OpError, and the error is then the batch's,
+// naming the op, under which any op of the batch may have been decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -2131,12 +2149,20 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		reqs[0].err = err
 	}
 	var failed []error
+	lost := -1
 	for i, r := range reqs {
 		if r.err != nil {
+			if r.lost && lost < 0 {
+				lost = i
+			}
 			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", closedPool(r.err))})
 			continue
 		}
 		copy(outs[i], r.out)
+	}
+	if lost >= 0 {
+		// Not an *OpError, which says that its op was left undecided.
+		return fmt.Errorf("pgstore: apply: op %d of the batch: %w", lost, closedPool(reqs[lost].err))
 	}
 	if failed != nil {
 		return errors.Join(failed...)

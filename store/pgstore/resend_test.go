@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,6 +121,84 @@ func TestResendStopsWhenContextEnds(t *testing.T) {
 	require.Zero(t, sent.Load(), "statements sent after the context ended")
 }
 
+// An op sent again alone whose answer is lost, its context ending while
+// its statement ran, may have been decided and charged: it is not an
+// *OpError, which says that its op was left undecided, but the batch's
+// error, matching the context's, saying so. The ops after it are not sent.
+// It was an *OpError, as though it had charged nothing.
+func TestResendLostAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var state atomic.Int32 // loseArmed: the next Bind's answer is read, and lost, ending ctx
+	b := newResendBatch(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1 // the batch's connection, whose statement is prepared, sends the ops again
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &losingConn{Conn: c, state: &state, pass: new(atomic.Int32), lost: cancel}, nil
+		}
+	}, "a", "bad", "b")
+	pgstore.SetHooks(b.s, pgstore.Hooks{Resend: func() { state.Store(loseArmed) }})
+	err := b.s.ApplyBatch(ctx, b.ops, b.outs)
+	require.Equal(t, int32(loseDone), state.Load(), "the answer of the first op sent again was lost")
+	require.ErrorIs(t, err, context.Canceled)
+	var oe *driver.OpError
+	require.False(t, errors.As(err, &oe), "%v: an *OpError says that its op was left undecided", err)
+	require.ErrorContains(t, err, "pgstore: apply: op 0 of the batch: the op may have been decided and charged, its answer lost")
+	require.Equal(t, 9.0, b.remaining(t, "a"), "the op whose answer was lost was charged")
+	require.Equal(t, 10.0, b.remaining(t, "b"), "the op after it was not sent")
+}
+
+// The states of a losingConn.
+const (
+	loseOff = iota
+	loseArmed
+	loseWritten
+	loseDone
+)
+
+// losingConn, once armed, lets pass as many statements as pass holds
+// (Binds: executions of a prepared statement), then reads the whole
+// answer to the next one it sends, up to the server's ReadyForQuery,
+// after the statement's commit, and then ends the context (lost) and
+// answers a timeout, as the connection does when the context of the
+// statement in flight ends.
+type losingConn struct {
+	net.Conn
+	state *atomic.Int32
+	pass  *atomic.Int32
+	lost  func()
+}
+
+func (c *losingConn) Write(p []byte) (int, error) {
+	if len(p) > 0 && p[0] == 'B' && c.state.Load() == loseArmed && c.pass.Add(-1) < 0 {
+		c.state.Store(loseWritten)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *losingConn) Read(p []byte) (int, error) {
+	if c.state.Load() != loseWritten {
+		return c.Conn.Read(p)
+	}
+	var got []byte
+	for {
+		n, err := c.Conn.Read(p)
+		got = append(got, p[:n]...)
+		if err != nil {
+			return 0, err
+		}
+		if k := len(got) - 6; k >= 0 && got[k] == 'Z' && string(got[k+1:k+5]) == "\x00\x00\x00\x05" {
+			break
+		}
+	}
+	c.state.Store(loseDone)
+	c.lost()
+	return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+}
+
 // countQueries is a pgx tracer that counts the statements sent.
 type countQueries struct{ n *atomic.Int32 }
 
@@ -128,3 +208,70 @@ func (c countQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 }
 
 func (countQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A batch of limits on one token bucket goes as one upsert, which sends
+// again, to the function _apply, an op that the record read would grant
+// but the row, changed since by a concurrent transaction, refused. When
+// the answer of that statement is lost, its context ending while it ran,
+// the op may have been decided: the batch's error says so, not an
+// *OpError, which says that its op was left undecided. It was one.
+func TestRedoLostAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var state, pass atomic.Int32
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // the store's one connection sends the upsert, then the redo
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &losingConn{Conn: c, state: &state, pass: &pass, lost: cancel}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	other := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, other)
+	s, err := pgstore.New(context.Background(), pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	now := time.Now().UnixMilli()
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	require.NoError(t, s.Apply(context.Background(), op("x"), make([]driver.Decision, 1)))
+	c, err := pool.Acquire(context.Background())
+	require.NoError(t, err)
+	pid := c.Conn().PgConn().PID()
+	c.Release()
+
+	// A concurrent transaction empties x's bucket, and holds its row.
+	tx, err := other.Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	id := sha256.Sum256(driver.RecordID{Name: "l", Key: "x"}.AppendKey(nil))
+	_, err = tx.Exec(context.Background(), "UPDATE "+pgx.Identifier{"public", table}.Sanitize()+" SET value = 0 WHERE id = $1", id[:])
+	require.NoError(t, err)
+
+	pass.Store(1) // the upsert's answer is read; the redo's is lost
+	state.Store(loseArmed)
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	done := make(chan error, 1)
+	go func() { done <- s.ApplyBatch(ctx, []*driver.Op{op("x"), op("y")}, outs) }()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := other.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 15*time.Second, 10*time.Millisecond, "the upsert does not wait for x's row")
+	require.NoError(t, tx.Commit(context.Background()))
+	err = <-done
+
+	require.Equal(t, int32(loseDone), state.Load(), "the answer of the op sent again was lost")
+	require.ErrorIs(t, err, context.Canceled)
+	var oe *driver.OpError
+	require.False(t, errors.As(err, &oe), "%v: an *OpError says that its op was left undecided", err)
+	require.ErrorContains(t, err, "pgstore: apply: op 0 of the batch: the op may have been decided and charged, its answer lost")
+	require.True(t, outs[1][0].OK, "y was decided by the upsert")
+}

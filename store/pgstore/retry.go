@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // The store's statements expect READ COMMITTED, PostgreSQL's default
@@ -40,6 +41,24 @@ func retryable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// unrun reports whether err, a statement's, says that the statement took
+// no effect: it was not sent (the pool was closed, no connection could be
+// made, its context had ended: what pgx calls safe to retry), or the
+// server failed it with an ERROR, which rolled its transaction back.
+// Otherwise (its context ended or its connection broke while it ran, its
+// answer could not be read, the server ended the session: FATAL) it may
+// have run and committed: its ops may have been decided and charged.
+func unrun(err error) bool {
+	var (
+		pe   *pgconn.PgError
+		ce   *pgconn.ConnectError
+		safe interface{ SafeToRetry() bool }
+	)
+	return errors.Is(err, puddle.ErrClosedPool) || errors.As(err, &ce) ||
+		errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" ||
+		errors.As(err, &safe) && safe.SafeToRetry()
 }
 
 // querier is what a statement is sent on: the pool, one of its
