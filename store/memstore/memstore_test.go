@@ -73,15 +73,7 @@ func TestClockStepForwardAndBackMintsNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	mock.Set(start.Add(time.Second))
-	granted := 0
-	for range 10 {
-		res, err := lim.Limit(ctx, "l", "drained")
-		require.NoError(t, err)
-		if res.OK {
-			granted++
-		}
-	}
-	require.Zero(t, granted, "the window was drained before the clock jumped")
+	require.Zero(t, grants(t, lim, "drained", 10), "the window was drained before the clock jumped")
 }
 
 // The same when the clock was already ahead at the store's first call,
@@ -119,15 +111,22 @@ func TestClockAheadAtTheFirstCallMintsNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	mock.Set(start.Add(2 * time.Second))
+	require.Zero(t, grants(t, lim, "drained", 10), "the window was drained before the clock jumped")
+}
+
+// grants calls lim's limit "l" n times on key, and returns how many it
+// granted.
+func grants(t *testing.T, lim *ratelimit.Limiter, key string, n int) int {
+	t.Helper()
 	granted := 0
-	for range 10 {
-		res, err := lim.Limit(ctx, "l", "drained")
+	for range n {
+		res, err := lim.Limit(context.Background(), "l", key)
 		require.NoError(t, err)
 		if res.OK {
 			granted++
 		}
 	}
-	require.Zero(t, granted, "the window was drained before the clock jumped")
+	return granted
 }
 
 // stepClock is a store clock moved by hand, without the pause that
