@@ -34,15 +34,7 @@ func TestCheckedStoreKeepsServerTime(t *testing.T) {
 	// emptied at the server's time is still empty by it, and full again
 	// by this machine's.
 	store := serverClock{Store: must(memstore.New()), now: time.Now().Add(-10 * time.Hour).UnixMilli()}
-	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
-	lim, err := ratelimit.New(newCheckedStore(store), ratelimit.Limits{"x": cfg})
-	require.NoError(t, err)
-	res, err := lim.Limit(context.Background(), "x", "k")
-	require.NoError(t, err)
-	require.True(t, res.OK)
-	st, err := lim.Value(context.Background(), "x", "k")
-	require.NoError(t, err)
-	require.Equal(t, 0.0, st.Remaining, "the tokens at the server's time, not at this machine's")
+	require.Equal(t, 0.0, remainingAfterOne(t, store), "the tokens at the server's time, not at this machine's")
 }
 
 // recordClock is a serverClock whose records' server keeps another clock
@@ -70,6 +62,13 @@ func TestCheckedStoreKeepsRecordClock(t *testing.T) {
 	// The key's server is 10 hours behind the one Now reads.
 	now := time.Now()
 	store := recordClock{serverClock{Store: must(memstore.New()), now: now.UnixMilli()}, now.Add(-10 * time.Hour).UnixMilli()}
+	require.Equal(t, 0.0, remainingAfterOne(t, store), "the tokens at the time of the key's server")
+}
+
+// remainingAfterOne takes the one token of a bucket of 1 an hour through
+// a checkedStore over store, and returns the tokens Value reads after.
+func remainingAfterOne(t *testing.T, store ratelimit.Store) float64 {
+	t.Helper()
 	cfg := ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Hour}
 	lim, err := ratelimit.New(newCheckedStore(store), ratelimit.Limits{"x": cfg})
 	require.NoError(t, err)
@@ -78,5 +77,5 @@ func TestCheckedStoreKeepsRecordClock(t *testing.T) {
 	require.True(t, res.OK)
 	st, err := lim.Value(context.Background(), "x", "k")
 	require.NoError(t, err)
-	require.Equal(t, 0.0, st.Remaining, "the tokens at the time of the key's server")
+	return st.Remaining
 }
