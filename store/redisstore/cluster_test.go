@@ -487,6 +487,16 @@ func TestClusterSlotMoves(t *testing.T) {
 // returns a client of each node by its address.
 func ownCluster(t *testing.T) map[string]*redis.Client {
 	t.Helper()
+	return ownClusterOf(t, 0)
+}
+
+// ownClusterOf starts, as ownCluster does, a Redis Cluster of three
+// masters with replicas of each, its nodes started with args besides, and
+// returns a client of each node by its address, once every node has the
+// Cluster up and knows every other, and every replica has the data of its
+// master.
+func ownClusterOf(t *testing.T, replicas int, args ...string) map[string]*redis.Client {
+	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			testserver.Unreachable(t, bin, "PATH", err)
@@ -494,19 +504,25 @@ func ownCluster(t *testing.T) map[string]*redis.Client {
 	}
 	nodes := map[string]*redis.Client{}
 	var addrs []string
-	for range 3 {
-		addr := ownServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	for range 3 * (1 + replicas) {
+		addr := ownServer(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"}, args...)...)
 		n := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { n.Close() })
 		nodes[addr] = n
 		addrs = append(addrs, addr)
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+		"--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")...).CombinedOutput()
 	require.NoError(t, err, "creating the cluster: %s", out)
 	ctx := context.Background()
 	for _, n := range nodes {
-		for i := 0; !strings.Contains(n.ClusterInfo(ctx).Val(), "cluster_state:ok"); i++ {
+		for i := 0; ; i++ {
+			info := n.ClusterInfo(ctx).Val()
+			repl := n.Info(ctx, "replication").Val()
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(nodes))) &&
+				(strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up")) {
+				break
+			}
 			require.Less(t, i, 200, "%s: the cluster is not up", n.Options().Addr)
 			time.Sleep(50 * time.Millisecond)
 		}
