@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -536,6 +538,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		var pause time.Duration
 		for _, c := range pending {
 			c.err = c.cmd.Err()
+			s.rerouteAfter(c.err)
 			switch {
 			case c.err == nil || errors.Is(c.err, redis.Nil):
 				// A nil reply is no answer of this function's (which
@@ -903,6 +906,36 @@ func unsent(err error) bool {
 		}
 	}
 	return false
+}
+
+// rerouteAfter has a Cluster client reload its map of the slots (in the
+// background, at most one load at a time, five a second) when err, a
+// call's, says that the node the client took for the master of the call's
+// slot may be gone: no connection to it could be dialed, the connection
+// dropped, or the Cluster answered that it is down (CLUSTERDOWN,
+// MASTERDOWN). go-redis itself reloads the map only after an answer that
+// the slot is elsewhere (MOVED, READONLY) or once it is older than its
+// ClusterStateReloadInterval (10 s by default): a master that died gives
+// no such answer, and its slots' calls went on to its address, refused,
+// for up to that interval after a replica had taken its place. The call
+// itself goes again only when err says that it did not run (unsent);
+// the calls after it find the new master.
+func (s *Store) rerouteAfter(err error) {
+	if s.cluster != nil && err != nil && nodeGone(err) {
+		s.cluster.ReloadState(context.Background())
+	}
+}
+
+// nodeGone reports whether err says that the node a command went to may
+// have left the Cluster's service: a dial that failed, a connection that
+// dropped, or Redis's answer that the Cluster or the slot's master is
+// down. Not a read timeout, which a slow node, or a caller's deadline
+// (ContextTimeoutEnabled), gives as well.
+func nodeGone(err error) bool {
+	var op *net.OpError
+	return (errors.As(err, &op) && op.Op == "dial") || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
+		redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "MASTERDOWN")
 }
 
 // shardLeft reports whether err, a call's on a Ring, says that the

@@ -33,11 +33,14 @@
 // they live in one Cluster slot (an op's items share one key). On a
 // Cluster, calls coalesce per master, and a batch is one call of the
 // function over the slots of its master; when a slot moves, its ops go
-// again one call per key, which the client routes. On a Ring, calls
-// coalesce per shard, and a batch is one call per key. Records expire once
-// their bucket would be full again, plus a margin (WithExpiryMargin) for
-// calls in flight whose time lags and for application clocks that
-// disagree with each other.
+// again one call per key, which the client routes. When a master dies, a
+// call refused by its address, or dropped, has the client reload its map
+// of the slots, so that the calls after it find the replica promoted in
+// its place rather than wait for the client's ClusterStateReloadInterval.
+// On a Ring, calls coalesce per shard, and a batch is one call per key.
+// Records expire once their bucket would be full again, plus a margin
+// (WithExpiryMargin) for calls in flight whose time lags and for
+// application clocks that disagree with each other.
 //
 // # What the server must keep
 //
@@ -304,6 +307,7 @@ func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
 			if err == nil {
 				cmd = redis.NewTimeCmd(ctx, "time")
 				err = c.Process(ctx, cmd)
+				s.rerouteAfter(err)
 			}
 			if err == nil || tries >= s.retries || !s.shardLeft(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
 				return err
@@ -536,6 +540,9 @@ func (s *Store) pipeline(ctx context.Context, cmds []redis.Cmder, cmd func(i int
 			}
 			return nil
 		})
+		for _, i := range todo {
+			s.rerouteAfter(cmds[i].Err())
+		}
 		var again []int
 		if s.ring != nil && tries < s.retries {
 			for _, i := range todo {
