@@ -109,6 +109,9 @@ type request struct {
 	out     []driver.Decision
 	// settle is the op's settlement, if any (kind 0: none).
 	settle driver.Settlement
+	// lost: the op's call failed and may have run (unrun says), its
+	// answer lost: the op may have been decided and charged.
+	lost bool
 }
 
 type item struct {
@@ -132,7 +135,7 @@ func (s *Store) newRequest(op *driver.Op) *request {
 	r := requests.Get().(*request)
 	r.mode, r.reserve, r.now = op.Mode, op.Reserve, op.Now
 	r.items, r.keys = r.items[:0], r.keys[:0]
-	r.settle = driver.Settlement{}
+	r.settle, r.lost = driver.Settlement{}, false
 	if op.Settle != nil {
 		r.settle = *op.Settle
 	}
@@ -227,7 +230,12 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 // timeouts; the ops may then have been decided. An op that fails on its
 // own (a record it cannot read: ErrBadRecord) fails alone: the others are
 // decided and their outs filled, and the error joins a *driver.OpError
-// for each op that failed.
+// for each op that failed, undecided, as does each op whose call surely
+// did not run (never sent, or refused by Redis). One whose call failed
+// and may have run (its answer lost: a read timeout, a connection dropped
+// after the call was written) may have been decided and charged: it is no
+// *OpError, and the error is then the batch's, naming the op, under which
+// any op of the batch may have been decided.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := s.usable(ctx, "ApplyBatch"); err != nil {
 		return err
@@ -256,13 +264,22 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 		return fmt.Errorf("redisstore: apply batch: %w", s.callerError(ctx, err))
 	}
 	var failed []error
+	lost := -1
 	for j, r := range reqs {
 		if errs[j] != nil {
+			if r.lost && lost < 0 {
+				lost = j
+			}
 			failed = append(failed, &driver.OpError{Index: at[j], Err: fmt.Errorf("redisstore: %w", errs[j])})
 			continue
 		}
 		copy(outs[at[j]], r.out)
 		release(r)
+	}
+	if lost >= 0 {
+		// Not an *OpError, which says that its op was not decided.
+		return s.callerError(ctx, fmt.Errorf("redisstore: apply batch: op %d of the batch: the op may have been decided and charged, its answer lost: %w",
+			at[lost], errs[lost]))
 	}
 	if failed != nil {
 		return s.callerError(ctx, errors.Join(failed...))
@@ -539,6 +556,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 		for _, c := range pending {
 			c.err = c.cmd.Err()
 			s.rerouteAfter(c.err)
+			lost := false // the call may have run, though it failed
 			switch {
 			case c.err == nil || errors.Is(c.err, redis.Nil):
 				// A nil reply is no answer of this function's (which
@@ -547,6 +565,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			case c.piped && resent(c.err):
 				// Not sent again: the error may be of a send before
 				// go-redis's last, which may have run.
+				lost = true
 				c.err = fmt.Errorf("%w; the Cluster client may have sent the call again, and lost its answer: it may have run", c.err)
 			case c.slots && isRouting(c.err):
 				// Its parts, each of one slot, go once; however many
@@ -590,9 +609,11 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				}
 				continue
 			}
+			lost = lost || c.err != nil && !unrun(c.err)
 			c.err = asBadRecord(c.err)
-			for _, i := range c.at {
+			for j, i := range c.at {
 				errs[i] = c.err
+				c.reqs[j].lost = lost
 			}
 		}
 		if reload {
@@ -936,6 +957,20 @@ func nodeGone(err error) bool {
 	return (errors.As(err, &op) && op.Op == "dial") || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
 		redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "MASTERDOWN")
+}
+
+// unrun reports whether err, the error a call failed with when it went
+// no more, says that the call did not run: go-redis did not send it (no
+// connection: unsent; its client closed, or on a Ring its shard gone:
+// errShardGone), or Redis answered it with an error, refusing it before it
+// ran or the function failing it before it wrote anything (it writes once
+// it has decided every op of the call). Otherwise (a read timeout, a
+// connection dropped, a context ended, an answer that holds no decisions)
+// it may have run: its ops may have been decided and charged.
+func unrun(err error) bool {
+	var rerr redis.Error
+	return unsent(err) || errors.Is(err, redis.ErrClosed) || err.Error() == errShardGone ||
+		errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }
 
 // shardLeft reports whether err, a call's on a Ring, says that the
