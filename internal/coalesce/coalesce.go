@@ -242,6 +242,14 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	return b.wait(ctx, c)
 }
 
+// Queued returns how many calls wait in the queue for a batch: queued
+// behind the batches in flight, not yet sent.
+func (b *Batcher[Req, Res]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
 // newCall returns a call of req, reused if one is free.
 func (b *Batcher[Req, Res]) newCall(ctx context.Context, req Req) *call[Req, Res] {
 	c, _ := b.calls.Get().(*call[Req, Res])

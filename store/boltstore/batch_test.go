@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,17 +150,19 @@ func TestApplyBatchArguments(t *testing.T) {
 	require.ErrorIs(t, err, driver.ErrClosed)
 }
 
-// doneCtx is a context that says when its Done is first asked for: the
-// store's caller has checked its context and waits on it.
-type doneCtx struct {
-	context.Context
-	once    sync.Once
-	waiting chan struct{}
-}
-
-func (c *doneCtx) Done() <-chan struct{} {
-	c.once.Do(func() { close(c.waiting) })
-	return c.Context.Done()
+// waitQueued waits until n calls wait for s's next write transaction: a
+// call is in the queue only once its Apply has put it there, which its
+// goroutine may not have done yet when it is started, or has asked its
+// context anything.
+func waitQueued(t *testing.T, s *boltstore.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for boltstore.Queued(s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, not %d", boltstore.Queued(s), n)
+		}
+		runtime.Gosched()
+	}
 }
 
 // A call queued for the next transaction leaves when its context ends,
@@ -180,12 +183,11 @@ func TestQueuedCallLeaves(t *testing.T) {
 	<-inFirst // the first call's transaction is under way, and holds on
 
 	cctx, cancel := context.WithCancel(ctx)
-	qctx := &doneCtx{Context: cctx, waiting: make(chan struct{})}
 	queued := make(chan error, 1)
 	go func() {
-		queued <- s.Apply(qctx, takeOp("l", "queued", 1, now), make([]driver.Decision, 1))
+		queued <- s.Apply(cctx, takeOp("l", "queued", 1, now), make([]driver.Decision, 1))
 	}()
-	<-qctx.waiting // queued behind the first
+	waitQueued(t, s, 1) // queued behind the first
 	cancel()
 	require.ErrorIs(t, <-queued, context.Canceled, "the queued call left while the transaction was under way")
 
@@ -271,11 +273,12 @@ func TestBatchPanicFailsItsCalls(t *testing.T) {
 			return nil
 		},
 	})
+	queued := 0
 	apply := func(key string) <-chan error {
 		ch := make(chan error, 1)
-		qctx := &doneCtx{Context: ctx, waiting: make(chan struct{})}
-		go func() { ch <- s.Apply(qctx, takeOp("l", key, 1, now), make([]driver.Decision, 1)) }()
-		<-qctx.waiting
+		go func() { ch <- s.Apply(ctx, takeOp("l", key, 1, now), make([]driver.Decision, 1)) }()
+		queued++
+		waitQueued(t, s, queued)
 		return ch
 	}
 	first := make(chan error, 1)

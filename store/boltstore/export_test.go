@@ -22,6 +22,9 @@ func SetHooks(s *Store, h Hooks) {
 	s.hooks = hooks{waitWriter: h.WaitWriter, inWrite: h.InWrite, inSweep: h.InSweep, scanned: h.Scanned, failOp: h.FailOp, decided: h.Decided}
 }
 
+// Queued returns how many calls wait for the next write transaction.
+func Queued(s *Store) int { return s.batcher.Queued() }
+
 // SetSweepBatch sets the most keys a transaction of DeleteExpired visits.
 func SetSweepBatch(s *Store, n int) { s.sweepBatch = n }
 

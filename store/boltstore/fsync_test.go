@@ -187,17 +187,17 @@ func testCommitFailsInFlush(t *testing.T, which string) {
 	for i := range 12 {
 		op := takeOp("l", keys[i%len(keys)], float64(1+i%4), now)
 		batch = append(batch, op)
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		qctx := &doneCtx{Context: ctx, waiting: make(chan struct{})}
+		qctx := ctx
 		if i%2 == 1 {
-			qctx.Context = cctx
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			qctx = cctx
 		}
 		ch := make(chan error, 1)
 		errs = append(errs, ch)
 		outs[i] = make([]driver.Decision, 1)
 		go func() { ch <- s.Apply(qctx, op, outs[i]) }()
-		<-qctx.waiting
+		waitQueued(t, s, i+1)
 	}
 	close(release)
 	require.NoError(t, <-firstErr)
