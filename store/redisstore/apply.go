@@ -930,7 +930,8 @@ func unsent(err error) bool {
 }
 
 // rerouteAfter has a Cluster client reload its map of the slots (in the
-// background, at most one load at a time, five a second) when err, a
+// background, one load at a time; after one that succeeded, none for
+// 200 ms, but after one that failed, the next at once) when err, a
 // call's, says that the node the client took for the master of the call's
 // slot may be gone: no connection to it could be dialed, the connection
 // dropped, or the Cluster answered that it is down (CLUSTERDOWN,
