@@ -5,12 +5,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -148,4 +150,52 @@ func TestClusterMasterKilled(t *testing.T) {
 		require.NoError(t, do(), "%s: once the client has reloaded its map", call)
 	}
 	require.Equal(t, 8.0, out[0].Remaining, "the record continued once")
+}
+
+// TestClusterNoReloadOnATimeout: a Cluster client reloads its map of the
+// slots after a call that a node refused or dropped
+// (TestClusterMasterKilled), not after one that its caller's deadline or
+// the client's ReadTimeout ended: a slow node, or a caller in a hurry,
+// says nothing of where the slots are, and must not have every client of
+// a busy Cluster ask a node for the map at each call past its deadline.
+func TestClusterNoReloadOnATimeout(t *testing.T) {
+	addr, drop := testserver.Silent(t)
+	var loads atomic.Int32
+	c := redis.NewClusterClient(&redis.ClusterOptions{ReadTimeout: 100 * time.Millisecond, ContextTimeoutEnabled: true,
+		MaxRedirects: -1, DialerRetries: 1, ClusterStateReloadInterval: time.Hour,
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			loads.Add(1)
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addr}}}}, nil
+		}})
+	t.Cleanup(func() {
+		drop()
+		c.Close()
+	})
+	s := newStore(c, "ratelimit-test:noreload:")
+	// The calls whose caller's deadline ends them first, then those the
+	// read timeout ends, which leave time for the reloads any earlier
+	// call would have asked for.
+	for _, deadline := range []bool{true, false} {
+		for _, sc := range storeCalls {
+			if sc.name == "CheckServer" {
+				continue // it asks for the map itself (ForEachMaster)
+			}
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if deadline {
+				ctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
+			}
+			err := sc.call(ctx, s)
+			cancel()
+			require.Error(t, err, sc.name)
+			if deadline {
+				require.ErrorIs(t, err, context.DeadlineExceeded, sc.name)
+			}
+		}
+	}
+	require.EqualValues(t, 1, loads.Load(), "the map was loaded once, before the first call, and not again after a timeout")
+
+	drop() // refused from now on
+	require.Error(t, s.Apply(context.Background(), silentOp(), make([]driver.Decision, 1)))
+	require.Eventually(t, func() bool { return loads.Load() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"a refused call has the client reload its map: loads %d", loads.Load())
 }
