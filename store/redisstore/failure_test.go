@@ -410,11 +410,22 @@ func ownServer(t *testing.T, args ...string) (addr string) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testserver.Unreachable(t, "redis-server", "PATH", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr = l.Addr().String()
-	require.NoError(t, l.Close())
-	_, port, _ := net.SplitHostPort(addr)
+	// A free port, at most 55535: a server of a Cluster listens on its
+	// port + 10000 too (its bus), and refuses to start above that. Where
+	// the system hands out ports above it (a range of 49152–65535, say),
+	// another is asked for.
+	var port string
+	for try := 0; ; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr = l.Addr().String()
+		require.NoError(t, l.Close())
+		_, port, _ = net.SplitHostPort(addr)
+		if n, _ := strconv.Atoi(port); n <= 55535 {
+			break
+		}
+		require.Less(t, try, 100, "the system gave no free port up to 55535 in 100 tries")
+	}
 	args = append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)
 	server := exec.Command("redis-server", args...)
 	require.NoError(t, server.Start())
