@@ -275,3 +275,43 @@ func TestRedoLostAnswer(t *testing.T) {
 	require.ErrorContains(t, err, "pgstore: apply: op 0 of the batch: the op may have been decided and charged, its answer lost")
 	require.True(t, outs[1][0].OK, "y was decided by the upsert")
 }
+
+// An op of a batch upsert sent again to the function _apply, which fails
+// it on its own, its row changed since the upsert read it into one that
+// no release writes, is an *OpError matching ErrBadRecord, as beside
+// others: the function's ERROR rolled its statement back. It was read as
+// an answer lost, the batch's error saying that the op may have been
+// charged.
+func TestRedoBadRecord(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
+	require.NoError(t, err)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	now := time.Now().UnixMilli()
+	op := func(key string) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	require.NoError(t, s.Apply(ctx, op("x"), make([]driver.Decision, 1)))
+
+	// A concurrent transaction writes into x's row what no release
+	// writes, and holds the row while the upsert reads the record as it
+	// was.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{"public", table}.Sanitize()+" SET value = 'NaN' WHERE id = $1", rowID("x"))
+	require.NoError(t, err)
+	outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)}
+	done := make(chan error, 1)
+	go func() { done <- s.ApplyBatch(ctx, []*driver.Op{op("x"), op("y")}, outs) }()
+	waitForLockWaiters(t, pool, table, 1)
+	require.NoError(t, tx.Commit(ctx))
+	err = <-done
+
+	require.ErrorIs(t, err, pgstore.ErrBadRecord)
+	require.NotContains(t, err.Error(), "may have been decided and charged")
+	require.Equal(t, []int{0}, storetest.FailedOps(t, err), "x failed on its own (err: %v)", err)
+	require.True(t, outs[1][0].OK, "y was decided by the upsert")
+}

@@ -46,17 +46,19 @@ func retryable(err error) bool {
 // unrun reports whether err, a statement's, says that the statement took
 // no effect: it was not sent (the pool was closed, no connection could be
 // made, its context had ended: what pgx calls safe to retry), or the
-// server failed it with an ERROR, which rolled its transaction back.
-// Otherwise (its context ended or its connection broke while it ran, its
-// answer could not be read, the server ended the session: FATAL) it may
-// have run and committed: its ops may have been decided and charged.
+// server failed it with an ERROR, which rolled its transaction back (a
+// function's on a row that no release writes among them: ErrBadRecord,
+// which does not wrap the server's error). Otherwise (its context ended
+// or its connection broke while it ran, its answer could not be read, the
+// server ended the session: FATAL) it may have run and committed: its ops
+// may have been decided and charged.
 func unrun(err error) bool {
 	var (
 		pe   *pgconn.PgError
 		ce   *pgconn.ConnectError
 		safe interface{ SafeToRetry() bool }
 	)
-	return errors.Is(err, puddle.ErrClosedPool) || errors.As(err, &ce) ||
+	return errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, ErrBadRecord) || errors.As(err, &ce) ||
 		errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" ||
 		errors.As(err, &safe) && safe.SafeToRetry()
 }
