@@ -137,3 +137,6 @@ func SchemaPlaceholders() []string {
 	}
 	return ps
 }
+
+// Unrun reports whether err, a statement's, says that it took no effect.
+func Unrun(err error) bool { return unrun(err) }

@@ -52,6 +52,11 @@ func retryable(err error) bool {
 // or its connection broke while it ran, its answer could not be read, the
 // server ended the session: FATAL) it may have run and committed: its ops
 // may have been decided and charged.
+//
+// The server names the severity in the language of its lc_messages, and
+// pgx v5.5 passes on that name alone: only an ERROR named so is known to
+// have rolled back. A FATAL named in another language ("ВАЖНО") is no
+// "FATAL": any error named so is read as one whose statement may have run.
 func unrun(err error) bool {
 	var (
 		pe   *pgconn.PgError
@@ -59,7 +64,7 @@ func unrun(err error) bool {
 		safe interface{ SafeToRetry() bool }
 	)
 	return errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, ErrBadRecord) || errors.As(err, &ce) ||
-		errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" ||
+		errors.As(err, &pe) && pe.Severity == "ERROR" ||
 		errors.As(err, &safe) && safe.SafeToRetry()
 }
 
