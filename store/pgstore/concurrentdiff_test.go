@@ -20,7 +20,8 @@ func TestCoalescedDifferential(t *testing.T) {
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 	var batches, ops []*atomic.Int64
 	storetest.ConcurrentDifferential(t, func(t *testing.T, decided func(context.Context)) ratelimit.Store {
-		s, b, n := pgstore.Observed(newStore(t, pool), decided)
+		s := newStore(t, pool)
+		b, n := pgstore.Observe(s, decided)
 		batches, ops = append(batches, b), append(ops, n)
 		return s
 	}, 3)

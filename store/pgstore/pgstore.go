@@ -477,7 +477,9 @@ type Store struct {
 
 // hooks let the package's tests watch and steer the store; all nil in use.
 type hooks struct {
-	resend func() // sendApply sends a batch's ops again one by one, before the first
+	resend func()                                         // sendApply sends a batch's ops again one by one, before the first
+	apply  func(ctx context.Context, r *request)          // Apply made r, for its caller of ctx
+	batch  func(reqs []*request, send func() error) error // the batcher sends reqs: send does
 }
 
 var (
@@ -1271,7 +1273,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if o.maxBatch == 1 {
 		opt = coalesce.Off
 	}
-	s.batcher = coalesce.New(s.send, opt)
+	s.batcher = coalesce.New(s.sendBatch, opt)
 	return s, nil
 }
 
@@ -1919,8 +1921,16 @@ func (e *encoder) limit(p driver.Params) int32 {
 	return i
 }
 
-// send decides a batch in one statement. It is the Batcher's SendFunc.
-func (s *Store) send(ctx context.Context, reqs []*request, _ []struct{}) error {
+// sendBatch is the Batcher's SendFunc: send.
+func (s *Store) sendBatch(ctx context.Context, reqs []*request, _ []struct{}) error {
+	if s.hooks.batch != nil {
+		return s.hooks.batch(reqs, func() error { return s.send(ctx, reqs) })
+	}
+	return s.send(ctx, reqs)
+}
+
+// send decides a batch in one statement: the Batcher's and ApplyBatch's.
+func (s *Store) send(ctx context.Context, reqs []*request) error {
 	if len(reqs) == 1 && reqs[0].single() {
 		if reqs[0].flags&flagServerTime != 0 {
 			return s.sendOne(ctx, reqs[0])
@@ -2102,6 +2112,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		return fmt.Errorf("pgstore: Apply: %w", err)
 	}
 	r := s.newRequest(op)
+	if s.hooks.apply != nil {
+		s.hooks.apply(ctx, r)
+	}
 	_, err := s.batcher.Do(ctx, r)
 	if err == nil {
 		err = r.err
@@ -2140,7 +2153,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	for i, op := range ops {
 		reqs[i] = s.newRequest(op)
 	}
-	if err := s.send(ctx, reqs, nil); err != nil {
+	if err := s.send(ctx, reqs); err != nil {
 		if len(reqs) > 1 || !errors.Is(err, ErrBadRecord) {
 			return fmt.Errorf("pgstore: apply: %w", closedPool(err))
 		}
