@@ -198,6 +198,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		return nil // nothing to decide or write
 	}
 	r := s.newRequest(op)
+	if s.hooks.apply != nil {
+		s.hooks.apply(ctx, r)
+	}
 	var res, err error
 	if s.nodes == nil {
 		res, err = s.one.Do(ctx, r)

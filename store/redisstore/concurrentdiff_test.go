@@ -41,7 +41,8 @@ func concurrentDifferential(t *testing.T, newClient func(t *testing.T) redis.Uni
 	var batches, ops []*atomic.Int64
 	storetest.ConcurrentDifferential(t, func(t *testing.T, decided func(context.Context)) ratelimit.Store {
 		c := newClient(t)
-		s, b, n := redisstore.Observed(newStore(c, uniquePrefix(t, c)), c, decided, func(what string) { t.Error(what) })
+		s := newStore(c, uniquePrefix(t, c))
+		b, n := redisstore.Observe(s, c, decided, func(what string) { t.Error(what) })
 		batches, ops = append(batches, b), append(ops, n)
 		return s
 	}, 3)

@@ -123,6 +123,13 @@ type Store struct {
 	logger    *slog.Logger
 	checkOnce sync.Once
 	closed    atomic.Bool // Close was called
+	hooks     hooks
+}
+
+// hooks let the package's tests watch the store; all nil in use.
+type hooks struct {
+	apply func(ctx context.Context, r *request)                      // Apply made r, for its caller of ctx
+	send  func(ctx context.Context, reqs []*request) context.Context // a batcher sends reqs, with the context it returns
 }
 
 var (
@@ -233,13 +240,21 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	// a server that stalls holds only the calls to it.
 	co := coalesce.Options{MaxBatch: s.maxBatch, MaxInFlight: maxInFlight, Detach: true, Share: true}
 	if !s.single {
-		s.nodes = coalesce.NewGroup(s.send, co)
+		s.nodes = coalesce.NewGroup(s.sendBatch, co)
 	} else {
 		s.one = coalesce.New(func(ctx context.Context, reqs []*request, errs []error) error {
-			return s.send(ctx, "", reqs, errs)
+			return s.sendBatch(ctx, "", reqs, errs)
 		}, co)
 	}
 	return s, nil
+}
+
+// sendBatch is the batchers' send: send, to dest.
+func (s *Store) sendBatch(ctx context.Context, dest string, reqs []*request, errs []error) error {
+	if s.hooks.send != nil {
+		ctx = s.hooks.send(ctx, reqs)
+	}
+	return s.send(ctx, dest, reqs, errs)
 }
 
 // checkClient returns an error unless client is one of the kinds the
