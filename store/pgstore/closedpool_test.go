@@ -2,11 +2,9 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
@@ -62,26 +60,10 @@ func TestClosedPool(t *testing.T) {
 // driver.ErrClosed, as the batch's own send does: the ops' errors were
 // pgx's alone, and read as the server's failure.
 func TestClosedPoolBetweenResends(t *testing.T) {
-	ctx := context.Background()
-	table := uniqueTable(t, newPool(t, testserver.PostgresURL(t), nil))
-	pool := newPool(t, testserver.PostgresURL(t), nil)
-	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table))
-	require.NoError(t, err)
-	// A fixed window: the batch goes to the function _apply, which fails
-	// it whole on the bad record.
-	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
-	now := time.Now().UnixMilli()
-	op := func(key string) *driver.Op {
-		return &driver.Op{Mode: driver.ModeLimit, Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: 1, At: now, Shards: []driver.Shard{{Params: p}}}}}
-	}
-	require.NoError(t, s.Apply(ctx, op("bad"), make([]driver.Decision, 1)))
-	id := sha256.Sum256(driver.RecordID{Name: "l", Key: "bad"}.AppendKey(nil))
-	_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{"public", table}.Sanitize()+" SET value = 'NaN' WHERE id = $1", id[:])
-	require.NoError(t, err)
-
+	b := newResendBatch(t, nil, "good", "bad")
 	resent := false
-	pgstore.SetHooks(s, pgstore.Hooks{Resend: func() { resent = true; pool.Close() }})
-	err = s.ApplyBatch(ctx, []*driver.Op{op("good"), op("bad")}, [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1)})
+	pgstore.SetHooks(b.s, pgstore.Hooks{Resend: func() { resent = true; b.pool.Close() }})
+	err := b.s.ApplyBatch(context.Background(), b.ops, b.outs)
 	require.True(t, resent, "the batch went again op by op")
 	require.ErrorIs(t, err, driver.ErrClosed)
 	require.ErrorContains(t, err, "close the pool after the store's last call", "says what to do")

@@ -21,7 +21,7 @@ import (
 )
 
 // resendBatch is a store on a table of its own, on a pool configured by
-// conf, and a batch of fixed-window limits on keys, one of them "bad",
+// conf (if not nil), and a batch of fixed-window limits on keys, one of them "bad",
 // whose row holds what no release writes: the function _apply fails the
 // batch whole on it, and its ops go again one by one.
 type resendBatch struct {
@@ -37,7 +37,9 @@ func newResendBatch(t *testing.T, conf func(*pgxpool.Config), keys ...string) *r
 	table := uniqueTable(t, newPool(t, testserver.PostgresURL(t), nil))
 	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
 	require.NoError(t, err)
-	conf(cfg)
+	if conf != nil {
+		conf(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
