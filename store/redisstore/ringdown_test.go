@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,16 +77,7 @@ func TestRingStalledShardHoldsOnlyItsCalls(t *testing.T) {
 	t.Cleanup(p.unstall) // first: the calls left in flight end, then the client closes
 	s := newStore(ring, uniquePrefix(t, client(t)))
 	t.Cleanup(func() { s.Close() })
-	on := func(addr string) string { // a key whose records live on the shard at addr
-		for i := 0; ; i++ {
-			k := fmt.Sprint("k", i)
-			c, err := ring.GetShardClientForKey(s.Key(driver.RecordID{Name: "l", Key: k}))
-			require.NoError(t, err)
-			if c.Options().Addr == addr {
-				return k
-			}
-		}
-	}
+	on := func(addr string) string { return keyOn(t, s, ring, addr) }
 	ka, kb := on("127.0.0.1:6379"), on(p.addr())
 	params := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 60_000, Capacity: 100}
 	call := func(key string) error {

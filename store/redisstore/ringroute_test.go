@@ -164,16 +164,7 @@ func TestRingShardRemovedUnderACall(t *testing.T) {
 	t.Cleanup(func() { ring.Close() })
 	s := newStore(ring, uniquePrefix(t, ring))
 	t.Cleanup(func() { s.Close() })
-	on := func(addr string) string { // a key whose records live on the shard at addr
-		for i := 0; ; i++ {
-			k := fmt.Sprint("k", i)
-			c, err := ring.GetShardClientForKey(s.Key(driver.RecordID{Name: "l", Key: k}))
-			require.NoError(t, err)
-			if c.Options().Addr == addr {
-				return k
-			}
-		}
-	}
+	on := func(addr string) string { return keyOn(t, s, ring, addr) }
 	ka, kb := on(addrs[0]), on(addrs[1])
 	for _, k := range []string{ka, kb} { // loads the library on both shards
 		require.NoError(t, s.Apply(ctx, shardedOp(k), make([]driver.Decision, 1)))
