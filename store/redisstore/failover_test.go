@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -67,14 +68,20 @@ func TestClusterMasterKilled(t *testing.T) {
 	}
 	key := stores["Apply"].Key(id)
 	slot := int(one.ClusterKeySlot(ctx, key).Val())
-	owner := func(n *redis.Client) string {
-		slots, err := n.ClusterSlots(ctx).Result()
+	owner := func(n *redis.Client) string { // the address of the slot's master as n sees it, online
+		shards, err := n.ClusterShards(ctx).Result()
 		if err != nil {
 			return ""
 		}
-		for _, s := range slots {
-			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= int64(slot) && int64(slot) <= r.End {
+					for _, node := range sh.Nodes {
+						if node.Role == "master" && node.Health == "online" {
+							return net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))
+						}
+					}
+				}
 			}
 		}
 		return ""
