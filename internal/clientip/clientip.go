@@ -86,8 +86,10 @@ func IsUnix(network string) bool { return network == "unix" || network == "unixp
 //
 // It refuses an invalid prefix, prefixes that trust every IPv4 or every
 // IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
-// (0.0.0.0/1 and 128.0.0.0/1), and a prefix wider than any network of
-// proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96, 2001::/32; see tooWide):
+// (0.0.0.0/1 and 128.0.0.0/1), a prefix wider than any network of
+// proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96, 2001::/32; see tooWide),
+// and prefixes that together hold a /96 of a translated range (the 256
+// /104s of 64:ff9b::/96; see coversTranslated):
 // they would let any client, or any in a large part of the internet,
 // choose its key.
 // Its error says what is wrong, without the name of the caller's
@@ -123,6 +125,9 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 		if err := tooWide(p); err != nil {
 			return Proxies{}, err
 		}
+	}
+	if err := coversTranslated(ps); err != nil {
+		return Proxies{}, err
 	}
 	return Proxies{kind: kind, trusted: ps}, nil
 }
@@ -175,6 +180,40 @@ func tooWide(p netip.Prefix) error {
 	return nil
 }
 
+// coversTranslated returns the error of prefixes of ps (masked, unmapped,
+// none tooWide) that together hold a whole /96 of a translated range:
+// every IPv4 client its translator or relay gives addresses of, as
+// IPv4 prefixes that together hold every IPv4 address would trust. Each
+// /104 of 64:ff9b::/96 is an IPv4 /8 and taken, as 10.0.0.0/8 is, but
+// its 256 /104s together are the /96 that tooWide refuses.
+func coversTranslated(ps []netip.Prefix) error {
+	for _, t := range translated {
+		var in []netip.Prefix
+		for _, p := range ps {
+			if p.Bits() >= t.prefix.Bits() && t.prefix.Contains(p.Addr()) {
+				in = append(in, p)
+			}
+		}
+		for _, s := range merge(in, t.prefix.Addr()) {
+			// The first /96 that starts in s, if s holds it whole.
+			block := netip.PrefixFrom(s.lo, 128-32).Masked()
+			if block.Addr() != s.lo {
+				next := lastAddr(block).Next()
+				if !next.IsValid() {
+					continue
+				}
+				block = netip.PrefixFrom(next, 128-32)
+			}
+			if t.prefix.Contains(block.Addr()) && !s.hi.Less(lastAddr(block)) {
+				// Not every prefix is named: they may be hundreds.
+				return fmt.Errorf("prefixes of %v together trust all of %v, every IPv4 client that %s, as IPv4 prefixes that together trust every IPv4 address would "+
+					"(a translator or relay is no proxy, and writes no header): list only your proxies' prefixes", t.prefix, block, t.what)
+			}
+		}
+	}
+	return nil
+}
+
 // translated are the IPv6 ranges whose addresses stand for IPv4 clients,
 // the address in the last 32 bits or, in a local-use NAT64 prefix, where
 // the translator's prefix length says; what says whose they are.
@@ -222,7 +261,16 @@ func family(ps []netip.Prefix, v4 bool) []netip.Prefix {
 // together hold every address of that family, first (its lowest) to its
 // highest: their ranges, merged in order, leave no gap.
 func coversEvery(ps []netip.Prefix, first netip.Addr) bool {
-	type span struct{ lo, hi netip.Addr }
+	spans := merge(ps, first)
+	return len(spans) == 1 && spans[0].lo == first && !spans[0].hi.Next().IsValid()
+}
+
+// span is the range of addresses lo to hi, both held.
+type span struct{ lo, hi netip.Addr }
+
+// merge returns the ranges of the prefixes of ps of first's family,
+// sorted and merged: those that overlap or touch are one span.
+func merge(ps []netip.Prefix, first netip.Addr) []span {
 	var spans []span
 	for _, p := range ps {
 		if p.Addr().BitLen() == first.BitLen() {
@@ -230,18 +278,22 @@ func coversEvery(ps []netip.Prefix, first netip.Addr) bool {
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
-	next := first // the lowest address no span seen so far holds
+	var out []span
 	for _, s := range spans {
-		if next.Less(s.lo) {
-			return false // a gap
-		}
-		if !s.hi.Less(next) {
-			if next = s.hi.Next(); !next.IsValid() {
-				return true // past the highest address
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if next := last.hi.Next(); !next.IsValid() || !next.Less(s.lo) {
+				// s overlaps or touches the last span (or that span
+				// reaches the highest address).
+				if last.hi.Less(s.hi) {
+					last.hi = s.hi
+				}
+				continue
 			}
 		}
+		out = append(out, s)
 	}
-	return false
+	return out
 }
 
 // lastAddr returns the highest address of p.

@@ -8,6 +8,7 @@ package clientiptest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -210,11 +211,13 @@ type Refused struct {
 
 // Taken is a list of trusted prefixes that leaves one address,
 // Untrusted, untrusted: TrustProxies takes it, and a client at Untrusted
-// is its own key, whatever it sends.
+// is its own key (keyed by address, IPv6Prefix(128)), whatever it sends:
+// Key, or Untrusted if Key is empty.
 type Taken struct {
 	Name      string
 	Trusted   []netip.Prefix
 	Untrusted string
+	Key       string
 }
 
 // CoveringEvery are the lists TrustProxies refuses.
@@ -229,6 +232,16 @@ var CoveringEvery = []Refused{
 	// Addresses are compared unmapped: no client is ever at an
 	// IPv4-mapped IPv6 address, so the rest of IPv6 is all of it.
 	{"IPv6 but for the IPv4-mapped range", Others(netip.MustParsePrefix("::ffff:0:0/96")), "every IPv6 address"},
+	// Each /104 of a translated /96 is an IPv4 /8, taken as 10.0.0.0/8
+	// is; together they are the /96 (every IPv4 client of the translator),
+	// refused alone.
+	{"NAT64 well-known prefix from its /104s", Split(netip.MustParsePrefix("64:ff9b::/96"), 104), "64:ff9b::/96, every IPv4 client that NAT64"},
+	{"NAT64 well-known prefix from its /104s, one split down to its /128s, unordered",
+		slices.Concat(Split(netip.MustParsePrefix("64:ff9b::8000:0/97"), 104), Within(Others(netip.MustParsePrefix("64:ff9b::a00:1/128")), 104),
+			Prefixes("64:ff9b::a00:1/128"), Without(Split(netip.MustParsePrefix("64:ff9b::/97"), 104), netip.MustParsePrefix("64:ff9b::a00:0/104"))),
+		"64:ff9b::/96, every IPv4 client that NAT64"},
+	{"a local-use NAT64 /96 from its /104s, among IPv4 proxies", append(Split(netip.MustParsePrefix("64:ff9b:1:2::/96"), 104), LBs...), "64:ff9b:1:2::/96, every IPv4 client that NAT64"},
+	{"a Teredo /96 from its /104s", Split(netip.MustParsePrefix("2001:0:4136:e378:8000:63bf::/96"), 104), "every IPv4 client that Teredo"},
 }
 
 // TooWide are lists of trusted prefixes one of which is wider than any
@@ -263,16 +276,23 @@ var TooWide = []Refused{
 // LeavingOne are the lists TrustProxies takes: the widest it takes, a
 // list that leaves one address of a wide network untrusted among them.
 var LeavingOne = []Taken{
-	{"10.0.0.0/8 but one address", Within(Others(netip.MustParsePrefix("10.1.2.3/32")), 8), "10.1.2.3"},
-	{"10.0.0.0/8 but its last address", Within(Others(netip.MustParsePrefix("10.255.255.255/32")), 8), "10.255.255.255"},
-	{"10.0.0.0/8 but its first address, IPv4-mapped", V4Mapped(Within(Others(netip.MustParsePrefix("10.0.0.0/32")), 8)), "10.0.0.0"},
-	{"a /8 beside 10.0.0.0/8", Prefixes("10.0.0.0/8", "12.0.0.0/8"), "11.0.0.1"},
-	{"fc00::/7 but one address", Within(Others(netip.MustParsePrefix("fd00::1/128")), 7), "fd00::1"},
-	{"a /28 but its last address", Within(Others(netip.MustParsePrefix("2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff/128")), 28), "2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff"},
-	{"a CDN's /29", Prefixes("2a06:98c0::/29", "10.0.0.0/8"), "2a06:98c8::1"},
-	{"a /104 of a local-use NAT64 /96", Prefixes("64:ff9b:1::a00:0/104"), "64:ff9b:1::b00:1"},
-	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1"},
-	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1"},
+	{"10.0.0.0/8 but one address", Within(Others(netip.MustParsePrefix("10.1.2.3/32")), 8), "10.1.2.3", ""},
+	{"10.0.0.0/8 but its last address", Within(Others(netip.MustParsePrefix("10.255.255.255/32")), 8), "10.255.255.255", ""},
+	{"10.0.0.0/8 but its first address, IPv4-mapped", V4Mapped(Within(Others(netip.MustParsePrefix("10.0.0.0/32")), 8)), "10.0.0.0", ""},
+	{"a /8 beside 10.0.0.0/8", Prefixes("10.0.0.0/8", "12.0.0.0/8"), "11.0.0.1", ""},
+	{"fc00::/7 but one address", Within(Others(netip.MustParsePrefix("fd00::1/128")), 7), "fd00::1", ""},
+	{"a /28 but its last address", Within(Others(netip.MustParsePrefix("2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff/128")), 28), "2a06:98cf:ffff:ffff:ffff:ffff:ffff:ffff", ""},
+	{"a CDN's /29", Prefixes("2a06:98c0::/29", "10.0.0.0/8"), "2a06:98c8::1", ""},
+	{"a /104 of a local-use NAT64 /96", Prefixes("64:ff9b:1::a00:0/104"), "64:ff9b:1::b00:1", ""},
+	{"a local-use NAT64 /96 but one address", append(Without(Split(netip.MustParsePrefix("64:ff9b:1::/96"), 104), netip.MustParsePrefix("64:ff9b:1::b00:0/104")),
+		Within(Others(netip.MustParsePrefix("64:ff9b:1::b00:1/128")), 104)...), "64:ff9b:1::b00:1", ""},
+	{"NAT64 well-known prefix but one /104", Without(Split(netip.MustParsePrefix("64:ff9b::/96"), 104), netip.MustParsePrefix("64:ff9b::b00:0/104")),
+		"64:ff9b::b00:1", "11.0.0.1"},
+	{"two neighbouring local-use NAT64 /96s but their edges", slices.Concat(
+		Without(Split(netip.MustParsePrefix("64:ff9b:1::/96"), 104), netip.MustParsePrefix("64:ff9b:1::/104")),
+		Without(Split(netip.MustParsePrefix("64:ff9b:1::1:0:0/96"), 104), netip.MustParsePrefix("64:ff9b:1::1:ff00:0/104"))), "64:ff9b:1::1", ""},
+	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1", ""},
+	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1", ""},
 }
 
 // Within returns the prefixes of ps longer than bits: of Others(p), those
@@ -299,6 +319,34 @@ func Others(p netip.Prefix) []netip.Prefix {
 		out = append(out, netip.PrefixFrom(a, i+1).Masked())
 	}
 	return out
+}
+
+// Split returns the prefixes of length bits that p holds, in order.
+func Split(p netip.Prefix, bits int) []netip.Prefix {
+	var out []netip.Prefix
+	for a := p.Masked().Addr(); p.Contains(a); {
+		q := netip.PrefixFrom(a, bits)
+		out = append(out, q)
+		b := q.Addr().AsSlice()
+		for i := bits - 1; i >= 0; i-- { // the first address past q: its last, plus one
+			b[i/8] ^= 0x80 >> (i % 8)
+			if b[i/8]&(0x80>>(i%8)) != 0 {
+				break
+			}
+		}
+		next, _ := netip.AddrFromSlice(b)
+		if !next.Less(a) && next != a {
+			a = next
+		} else {
+			break // past the highest address
+		}
+	}
+	return out
+}
+
+// Without returns ps but for the prefix drop.
+func Without(ps []netip.Prefix, drop netip.Prefix) []netip.Prefix {
+	return slices.DeleteFunc(slices.Clone(ps), func(p netip.Prefix) bool { return p == drop })
 }
 
 // V4Mapped returns the IPv4 prefixes ps written as IPv4-mapped IPv6.
