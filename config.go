@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/refill"
 )
 
 // Kind selects how a limit grants tokens: FixedWindow or TokenBucket. The
@@ -241,17 +242,15 @@ func (c Config) params() driver.Params {
 	n := float64(c.shards())
 	p := driver.Params{
 		Kind:        c.Kind,
-		Rate:        c.Rate,
 		Period:      c.Period.Milliseconds(),
-		Capacity:    c.capacity(),
 		MaxReserved: c.MaxReserved,
 	}
+	// As httplimit finds it again from a Config (internal/refill).
+	p.Rate, p.Capacity = refill.Share(c.Rate, c.Capacity, c.Shards)
 	if p.MaxReserved == 0 {
 		p.MaxReserved = MaxTokens // "unlimited", within what is exact
 	}
 	if n > 1 {
-		p.Rate /= n
-		p.Capacity /= n
 		p.MaxReserved /= n
 	}
 	return p

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/refill"
 )
 
 // What a call answers: its Result, and the Status that Value reports.
@@ -146,8 +147,7 @@ func resetMillis(p *driver.Params, n int, remaining float64, now, ts int64) time
 	if p.Kind == driver.FixedWindow {
 		ms = float64(ts + p.Period - now)
 	} else {
-		capacity := p.Capacity * float64(min(n, 2))
-		ms = max(capacity-remaining, 0) * float64(p.Period) / p.Rate / float64(min(n, 2))
+		ms = refill.Millis(p, n, remaining)
 		if ms > 0 && ts > now {
 			// The refill starts at the record's time, ahead of a caller
 			// whose clock lags it.

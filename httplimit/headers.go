@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/refill"
 )
 
 // The header fields' names, canonical (http.CanonicalHeaderKey), to index
@@ -214,23 +215,15 @@ func resetSeconds(res ratelimit.Result, cfg ratelimit.Config) (t int64, ok bool)
 // lagMillis is how far ahead of the caller's clock the record of a token
 // bucket's Result res is, whose refill starts at the record's time:
 // ResetAfter counts the time until full from there (Result.ResetAfter).
-// The time until full from now is computed as the Limiter computes it,
-// the same float operations on one shard's share in the same order, so
-// that the difference is the lag alone, in whole milliseconds; 0 when the
-// record is not ahead. A ResetAfter cut at driver.MaxRetryAfter gives
-// less than the lag, never more.
+// The time until full from now is computed by the Limiter's own
+// arithmetic (internal/refill), on the share of one shard it decides
+// with, so that the difference is the lag alone, in whole milliseconds;
+// 0 when the record is not ahead. A ResetAfter cut at
+// driver.MaxRetryAfter gives less than the lag, never more.
 func lagMillis(res ratelimit.Result, cfg ratelimit.Config) float64 {
-	capacity, rate := cfg.Capacity, cfg.Rate
-	if capacity == 0 {
-		capacity = rate
-	}
-	n := float64(max(cfg.Shards, 1))
-	if n > 1 {
-		capacity /= n
-		rate /= n
-	}
-	k := math.Min(n, 2)
-	full := math.Ceil(max(capacity*k-res.Remaining, 0) * float64(cfg.Period.Milliseconds()) / rate / k)
+	p := driver.Params{Kind: driver.TokenBucket, Period: cfg.Period.Milliseconds()}
+	p.Rate, p.Capacity = refill.Share(cfg.Rate, cfg.Capacity, cfg.Shards)
+	full := math.Ceil(refill.Millis(&p, cfg.Shards, res.Remaining))
 	return max(float64(res.ResetAfter.Milliseconds())-full, 0)
 }
 
