@@ -1500,6 +1500,11 @@ func TestPathValueUnescapesOnlyTheParametersSegment(t *testing.T) {
 		{"/t/:tenant/items", "tenant", "/t/%61cme/items", "%61cme", "acme"},
 		{"/t/:tenant/*rest", "rest", "/t/x/a%2Fb/%63", "a%2Fb/%63", "a/b/c"},
 		{"/t/*", "*", "/t/a%2Fb/%63", "a%2Fb/%63", "a/b/c"},
+		// gin's catch-all starts with the slash before it.
+		{"/t/:tenant/*rest", "rest", "/t/x/a%2Fb/%63", "/a%2Fb/%63", "/a/b/c"},
+		{"/*rest", "rest", "/%61", "/%61", "/a"},
+		{"/t/:tenant/*rest", "rest", "/t/x/a%2541", "/a%41", "/a%41"},
+		{"/t/:tenant/*rest", "rest", "/t/x/a%2541/%2F", "/a%41/%2F", "/a%41/%2F"},
 		// The value written at another segment than the parameter's: a
 		// value of its own, kept.
 		{"/t/:tenant/*", "tenant", "/t/a%2541/a%41", "a%41", "a%41"},

@@ -281,7 +281,7 @@ var takenOut = map[string][2]string{
 // path is therefore unescaped; one that does not unescape is kept. The
 // segment is the one the request's pattern (r.Pattern: ServeMux's
 // {tenant}, chi's {tenant}, echo's and gin's :tenant, a catch-all to the
-// end) gives the parameter: a ServeMux wildcard, unescaped, may be
+// end, which gin starts with its slash) gives the parameter: a ServeMux wildcard, unescaped, may be
 // written as it is in another segment (/t/a%2541/a%41 is tenant a%41),
 // and is not unescaped again. Where no pattern names the parameter (chi
 // before v5.2.2 sets none), a value found as written anywhere in the
@@ -349,7 +349,10 @@ func asWritten(raw, pattern, name, v string) bool {
 		}
 	}
 	if rest {
-		return strings.Join(written[at:], "/") == v
+		// gin's catch-all (*name) starts with the slash before it, as
+		// httprouter's; echo's and chi's (*) do not.
+		w := strings.Join(written[at:], "/")
+		return w == v || strings.HasPrefix(segs[at], "*") && len(v) == len(w)+1 && v[0] == '/' && v[1:] == w
 	}
 	return written[at] == v
 }
