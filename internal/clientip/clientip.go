@@ -88,8 +88,11 @@ func IsUnix(network string) bool { return network == "unix" || network == "unixp
 // IPv6 address, one alone (0.0.0.0/0, ::/0) or several together
 // (0.0.0.0/1 and 128.0.0.0/1), a prefix wider than any network of
 // proxies (0.0.0.0/1, 2a00::/16, 64:ff9b::/96, 2001::/32; see tooWide),
-// and prefixes that together hold a /96 of a translated range (the 256
-// /104s of 64:ff9b::/96; see coversTranslated):
+// prefixes that together hold a /96 of a translated range (the 256
+// /104s of 64:ff9b::/96; see coversTranslated), and prefixes that
+// together trust every IPv4 client, by its address or by one Format keys
+// as it (IPv4 /8s of one half and the NAT64, 6to4 or Teredo prefixes of
+// the other's clients; see embedded):
 // they would let any client, or any in a large part of the internet,
 // choose its key.
 // Its error says what is wrong, without the name of the caller's
@@ -128,6 +131,12 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 	}
 	if err := coversTranslated(ps); err != nil {
 		return Proxies{}, err
+	}
+	if coversEvery(append(family(ps, true), embedded(ps)...), netip.IPv4Unspecified()) {
+		// Not every prefix is named: they may be thousands.
+		return Proxies{}, fmt.Errorf("prefixes of IPv4 and of %v (NAT64), %v (6to4) or %v (Teredo) together trust every IPv4 client, "+
+			"by its own address or by the one those give it, which is keyed as the IPv4 address it stands for "+
+			"(a 6to4 site holds its address's /48, a Teredo client picks its server): list only your proxies' prefixes", nat64, sixToFour, teredo)
 	}
 	return Proxies{kind: kind, trusted: ps}, nil
 }
@@ -212,6 +221,33 @@ func coversTranslated(ps []netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// embedded returns the IPv4 prefixes of the clients that the IPv6
+// prefixes of ps (masked, unmapped, none tooWide) trust by an address
+// Format keys as an IPv4 client's: that of NAT64's well-known prefix,
+// 6to4 or Teredo. Those of a NAT64 /104 or a Teredo one are an IPv4 /8,
+// whatever the rest of the address: a Teredo client picks its server,
+// and its port when no NAT is in front of it. A 6to4 prefix longer than
+// a /48 is part of one site, which holds its whole /48: its address.
+func embedded(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		a, bits := p.Addr(), p.Bits()
+		if !a.Is6() {
+			continue
+		}
+		b := a.As16()
+		switch {
+		case bits >= 96 && nat64.Contains(a):
+			out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), bits-96))
+		case bits >= 96 && teredo.Contains(a):
+			out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), bits-96).Masked())
+		case bits >= sixToFour.Bits() && sixToFour.Contains(a):
+			out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte(b[2:6])), min(bits, 48)-16))
+		}
+	}
+	return out
 }
 
 // translated are the IPv6 ranges whose addresses stand for IPv4 clients,

@@ -242,6 +242,33 @@ var CoveringEvery = []Refused{
 		"64:ff9b::/96, every IPv4 client that NAT64"},
 	{"a local-use NAT64 /96 from its /104s, among IPv4 proxies", append(Split(netip.MustParsePrefix("64:ff9b:1:2::/96"), 104), LBs...), "64:ff9b:1:2::/96, every IPv4 client that NAT64"},
 	{"a Teredo /96 from its /104s", Split(netip.MustParsePrefix("2001:0:4136:e378:8000:63bf::/96"), 104), "every IPv4 client that Teredo"},
+	// An address of NAT64's well-known prefix, 6to4 or Teredo is keyed
+	// as the IPv4 client it stands for: prefixes that trust, together
+	// with IPv4 ones, a way in for every IPv4 client, trust every IPv4
+	// key. A Teredo client picks its server (and, not behind a NAT, its
+	// port), and a 6to4 site holds its IPv4 address's /48.
+	{"Teredo /104s of every IPv4 /8 of NAT addresses, each of another server's port", TeredoSpread(-1), "together trust every IPv4 client"},
+	{"6to4 from its /28s", Split(netip.MustParsePrefix("2002::/16"), 28), "together trust every IPv4 client"},
+	{"IPv4 /8s and the NAT64 /104s of the other half", slices.Concat(Split(netip.MustParsePrefix("0.0.0.0/1"), 8), Split(netip.MustParsePrefix("64:ff9b::8000:0/97"), 104)),
+		"together trust every IPv4 client"},
+	{"IPv4 /8s, 6to4 /28s and Teredo /104s, in thirds", slices.Concat(Split(netip.MustParsePrefix("0.0.0.0/2"), 8), Split(netip.MustParsePrefix("2002:4000::/18"), 28),
+		TeredoSpread(-1)[128:]), "together trust every IPv4 client"},
+}
+
+// TeredoSpread returns a Teredo /104 for each IPv4 /8 of NAT addresses
+// but the /8 skip (-1 for none), each in the /96 of another port of one
+// server: none of them holds a whole /96.
+func TeredoSpread(skip int) []netip.Prefix {
+	var out []netip.Prefix
+	for i := range 256 {
+		if i == skip {
+			continue
+		}
+		a := netip.MustParseAddr("2001:0:4136:e378:8000::").As16()
+		a[10], a[12] = byte(i), ^byte(i) // the port, and the NAT's address, inverted
+		out = append(out, netip.PrefixFrom(netip.AddrFrom16(a), 104))
+	}
+	return out
 }
 
 // TooWide are lists of trusted prefixes one of which is wider than any
@@ -291,6 +318,11 @@ var LeavingOne = []Taken{
 	{"two neighbouring local-use NAT64 /96s but their edges", slices.Concat(
 		Without(Split(netip.MustParsePrefix("64:ff9b:1::/96"), 104), netip.MustParsePrefix("64:ff9b:1::/104")),
 		Without(Split(netip.MustParsePrefix("64:ff9b:1::1:0:0/96"), 104), netip.MustParsePrefix("64:ff9b:1::1:ff00:0/104"))), "64:ff9b:1::1", ""},
+	// The IPv4 client 203.255.255.254 keyed by its Teredo address.
+	{"Teredo /104s of every IPv4 /8 of NAT addresses but one", TeredoSpread(203), "2001:0:4136:e378:8000:cb00:3400:1", "203.255.255.254"},
+	{"6to4 but one /28", Without(Split(netip.MustParsePrefix("2002::/16"), 28), netip.MustParsePrefix("2002:cb00::/28")), "2002:cb00:7107::1", "203.0.113.7"},
+	{"IPv4 /8s and the NAT64 /104s of the other half but one", slices.Concat(Split(netip.MustParsePrefix("0.0.0.0/1"), 8),
+		Without(Split(netip.MustParsePrefix("64:ff9b::8000:0/97"), 104), netip.MustParsePrefix("64:ff9b::cb00:0/104"))), "64:ff9b::cb00:7107", "203.0.113.7"},
 	{"link-local", Prefixes("fe80::/10", "10.0.0.0/8"), "fec0::1", ""},
 	{"IPv6 over the IPv4-mapped range, which trusts no IPv4 address", Prefixes("::ffff:0:0/95", "10.0.0.0/8"), "128.0.0.1", ""},
 }
