@@ -580,20 +580,22 @@ func (r *Reservation) token() *Token {
 // the record under the config its calls now meet (its capacity, its
 // refill, and its expiry, which the reservation's own config may set
 // much sooner: the key would then start full); or the reservation's own,
-// when the limit was removed since, or no longer has a shard charged.
+// when the limit was removed since, and for a shard charged that the
+// limit no longer has (its Shards lowered), which takes no calls any
+// more. A shard the limit still has is judged by the config in force
+// whatever the other shard drawn: under the old one, whose refill may be
+// faster, a debt granted after the job's time under the config in force
+// read as granted by it, and came back.
 func (r *Reservation) tokenLimits() []*limit {
 	_, lims := chargeItems(&r.charge)
 	cur := r.lim.declared(r.charge.lim.name)
 	if cur == nil || cur == r.charge.lim {
 		return lims
 	}
-	for _, sh := range r.charge.shards[:r.charge.n] {
-		if sh >= cur.shards {
-			return lims
+	for i, sh := range r.charge.shards[:r.charge.n] {
+		if sh < cur.shards {
+			lims[i] = cur
 		}
-	}
-	for i := range lims {
-		lims[i] = cur
 	}
 	return lims
 }
@@ -799,7 +801,9 @@ func stopped(context.Context) bool { return false }
 // After a change of the limit (SetLimits, SetLimit), the tokens go back
 // under the config in force, as Limiter.Refund of the token would send
 // them; under the reservation's own config when the limit was removed
-// since, or no longer has the shard charged.
+// since, and, for a shard charged that the limit no longer has (its
+// Shards lowered), to that shard alone: a shard still in use is judged by
+// the config in force.
 //
 // The refund goes through the store's record of settlements, as
 // Limiter.Refund of the reservation's token does: if a holder of the token
