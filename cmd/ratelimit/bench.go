@@ -29,6 +29,7 @@ func newBench() *cobra.Command {
 		duration   time.Duration
 		count      float64
 		quiet      bool
+		countFlag  = givenFloat{v: &count}
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -54,7 +55,7 @@ and exits with status 130 (1 if the check failed).`,
 			case duration <= 0:
 				return usagef("--duration %v: give a time above 0, such as 10s", duration)
 			case count == 0: // -0 too
-				return usagef("--count %v: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1", count)
+				return usagef("--count %s: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1", &countFlag)
 			}
 			if err := t.sf.check(); err != nil {
 				return err
@@ -85,7 +86,7 @@ and exits with status 130 (1 if the check failed).`,
 			localClock := !ok || !ts.OwnClock()
 			rep, err := bench(ctx, lim, name, cfg, keys, goroutines, duration, t.sf.timeout, count, localClock, show, cmd.ErrOrStderr())
 			if err != nil {
-				return t.lf.countUsage(fmt.Sprintf("--count %v", count), "", err)
+				return t.lf.countUsage("--count "+countFlag.String(), "", err)
 			}
 			if t.output == jsonOutput {
 				if err := writeJSON(cmd.OutOrStdout(), rep.json(name, cfg, goroutines, count)); err != nil {
@@ -106,7 +107,7 @@ and exits with status 130 (1 if the check failed).`,
 	t.register(cmd, false)
 	t.output.register(cmd.Flags())
 	t.precheck = func(name string, cfg ratelimit.Config) error {
-		return t.lf.countUsage(fmt.Sprintf("--count %v", count), "", checkCount(name, cfg, count, false))
+		return t.lf.countUsage("--count "+countFlag.String(), "", checkCount(name, cfg, count, false))
 	}
 	keys, goroutines = 1, 16
 	cmd.Flags().Var((*decimalInt)(&keys), "keys", "how many keys to spread the calls over")
@@ -114,7 +115,7 @@ and exits with status 130 (1 if the check failed).`,
 	duration = 5 * time.Second
 	cmd.Flags().Var((*exactDuration)(&duration), "duration", "how long to run")
 	count = 1
-	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens per call")
+	cmd.Flags().Var(&countFlag, "count", "tokens per call")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
 }

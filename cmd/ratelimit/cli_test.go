@@ -107,9 +107,9 @@ func TestExitCodes(t *testing.T) {
 		{append([]string{"bench", "--store", "mem:", "--count", "4", "--duration", "1h"}, tokenBucket...), 2, "--count 4 exceeds 3"},
 		// simulate too: its count errors were failures (1).
 		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},
-		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...), 2, "--at 1s=4: count 4 exceeds 3"},
-		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, "--at 0s=-1: count -1 is not a finite number ≥ 0"},
-		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, "--at 0s=NaNr: count NaN is not a finite number ≥ 0"},
+		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...), 2, `--at "1s=4": count 4 exceeds 3`},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, `--at "0s=-1": count -1 is not a finite number ≥ 0`},
+		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, `--at "0s=NaNr": count NaN is not a finite number ≥ 0`},
 		// The limits file is data, not the command line: a failure.
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
 		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "no such file"},

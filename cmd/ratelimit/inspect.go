@@ -349,10 +349,11 @@ func newReset() *cobra.Command {
 
 func newLimit() *cobra.Command {
 	var (
-		t       = target{checked: true}
-		count   float64
-		reserve bool
-		check   bool
+		t         = target{checked: true}
+		count     float64
+		countFlag = givenFloat{v: &count}
+		reserve   bool
+		check     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "limit",
@@ -377,7 +378,7 @@ func newLimit() *cobra.Command {
 				}
 				res, err := call(ctx, name, t.key, opts...)
 				if err != nil {
-					return t.lf.countUsage(fmt.Sprintf("--count %v", count), "--reserve", err)
+					return t.lf.countUsage("--count "+countFlag.String(), "--reserve", err)
 				}
 				if t.output == jsonOutput {
 					cfg, _ := lim.Config(name)
@@ -393,11 +394,11 @@ func newLimit() *cobra.Command {
 	t.register(cmd, true)
 	t.output.register(cmd.Flags())
 	count = 1
-	cmd.Flags().Var((*decimalFloat)(&count), "count", "tokens to take")
+	cmd.Flags().Var(&countFlag, "count", "tokens to take")
 	cmd.Flags().BoolVar(&reserve, "reserve", false, "reserve the tokens if they are not there yet")
 	cmd.Flags().BoolVar(&check, "check", false, "only check: decide without taking anything")
 	t.precheck = func(name string, cfg ratelimit.Config) error {
-		return t.lf.countUsage(fmt.Sprintf("--count %v", count), "--reserve", checkCount(name, cfg, count, reserve))
+		return t.lf.countUsage("--count "+countFlag.String(), "--reserve", checkCount(name, cfg, count, reserve))
 	}
 	return cmd
 }

@@ -482,6 +482,36 @@ func (f *decimalFloat) Set(s string) error {
 	return nil
 }
 
+// givenFloat is a decimalFloat flag that keeps the text it was given,
+// for an error about its value to quote it as the command line wrote it:
+// --count 1e300, not the 1e+300 that formatting the number writes.
+type givenFloat struct {
+	v    *float64
+	text string // as given; "" until set
+}
+
+// String returns the text given, or the value: the default, in the help.
+func (f *givenFloat) String() string {
+	switch {
+	case f.text != "":
+		return f.text
+	case f.v == nil: // pflag's zero value, to tell a default from none
+		return "0"
+	}
+	return strconv.FormatFloat(*f.v, 'g', -1, 64)
+}
+
+func (f *givenFloat) Type() string { return "float" }
+
+func (f *givenFloat) Set(s string) error {
+	v, err := parseDecimalFloat(s)
+	if err != nil {
+		return err
+	}
+	*f.v, f.text = v, s
+	return nil
+}
+
 // decimalNumber matches a number in decimal: a sign, digits with a
 // fractional part or none (10, 10., 0.5, .5), and an exponent or none.
 var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
@@ -509,8 +539,9 @@ func parseDecimalFloat(s string) (float64, error) {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		// Of digits alone, an error is one of range: 1e400.
-		return 0, fmt.Errorf("%q is out of range: write a number from %g to %g", s, -math.MaxFloat64, math.MaxFloat64)
+		// Of digits alone, an error is one of range: 1e400. The bound is
+		// written short: %g of math.MaxFloat64 is 1.7976931348623157e+308.
+		return 0, fmt.Errorf("%q is out of range: a float64 holds numbers up to about 1.8e308 in size: write a smaller one", s)
 	}
 	if mantissa, _, _ := strings.Cut(strings.ToLower(digits), "e"); v == 0 && strings.ContainsAny(mantissa, "123456789") {
 		// 0 is the default of --capacity and --max-reserved, and a count

@@ -394,7 +394,7 @@ func TestCountErrorsNameFlags(t *testing.T) {
 		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...),
 			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --reserve"},
 		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), "--count -1 is not a finite number ≥ 0"},
-		{append([]string{"limit", "--store", "mem:", "--count", "Inf", "--reserve"}, tokenBucket...), "--count +Inf is not a finite number ≥ 0"},
+		{append([]string{"limit", "--store", "mem:", "--count", "Inf", "--reserve"}, tokenBucket...), "--count Inf is not a finite number ≥ 0"},
 		{append([]string{"limit", "--store", "mem:", "--count", "6", "--reserve"}, reserving...),
 			"--count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call"},
 		{append([]string{"limit", "--store", "mem:", "--count", "6"}, reserving...),
@@ -409,10 +409,10 @@ func TestCountErrorsNameFlags(t *testing.T) {
 		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...),
 			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, or split the call"},
 		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...),
-			"--at 1s=4: count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --at 1s=4r"},
+			`--at "1s=4": count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --at "1s=4r"`},
 		{append([]string{"simulate", "--at", "0s=6r"}, reserving...),
-			"--at 0s=6r: count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call"},
-		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), "--at 0s=-1: count -1 is not a finite number ≥ 0"},
+			`--at "0s=6r": count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call`},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), `--at "0s=-1": count -1 is not a finite number ≥ 0`},
 	} {
 		code, out, errOut := exec(tc.args...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
@@ -954,11 +954,11 @@ func TestParsePattern(t *testing.T) {
 	reqs, err := parsePattern("00:30=15, 01:30=30r,00:00:05=1,90s=2.5,1h2m=1")
 	require.NoError(t, err)
 	require.Equal(t, []request{
-		{at: 30 * time.Minute, count: 15},
-		{at: 90 * time.Minute, count: 30, reserve: true},
-		{at: 5 * time.Second, count: 1},
-		{at: 90 * time.Second, count: 2.5},
-		{at: time.Hour + 2*time.Minute, count: 1},
+		{at: 30 * time.Minute, count: 15, given: "00:30=15", n: "15"},
+		{at: 90 * time.Minute, count: 30, reserve: true, given: "01:30=30r", n: "30"},
+		{at: 5 * time.Second, count: 1, given: "00:00:05=1", n: "1"},
+		{at: 90 * time.Second, count: 2.5, given: "90s=2.5", n: "2.5"},
+		{at: time.Hour + 2*time.Minute, count: 1, given: "1h2m=1", n: "1"},
 	}, reqs)
 	for _, bad := range []string{"00:30", "00:30=x", "1:2:3:4=1", "-1:00=1", "-5s=1",
 		// Not a time, or past 100 years: these were taken, as a Duration
@@ -979,6 +979,9 @@ func TestParsePattern(t *testing.T) {
 	}
 	reqs, err = parsePattern("876576:00=1,876576h=1,00:00:01.5=1,00:00:01.001=1,00:59:59=1,00:01.5=1")
 	require.NoError(t, err)
+	for i := range reqs {
+		reqs[i].given, reqs[i].n = "", "" // the text, as above
+	}
 	assert.Equal(t, []request{{at: ratelimit.MaxPeriod, count: 1}, {at: ratelimit.MaxPeriod, count: 1},
 		{at: 1500 * time.Millisecond, count: 1}, {at: 1001 * time.Millisecond, count: 1},
 		{at: time.Hour - time.Second, count: 1}, {at: 90 * time.Second, count: 1}}, reqs)
@@ -1461,7 +1464,9 @@ func TestFloatFlagsDecimal(t *testing.T) {
 		{append([]string{"simulate", "--rate", "10", "--at", "0s=1_0"}, limit...), `--at "0s=1_0": the count "1_0" is not a number in decimal, such as 10, 0.5 or 1e3`},
 		{append([]string{"simulate", "--rate", "10", "--at", "0s=0x1p3r"}, limit...), `--at "0s=0x1p3r": the count "0x1p3" is not a number in decimal`},
 		{append([]string{"simulate", "--rate", "10", "--at", "0s=01"}, limit...), `--at "0s=01": the count "01" has a leading zero: write 1`},
-		{append([]string{"simulate", "--rate", "10", "--at", "0s= 1"}, limit...), `--at "0s= 1": the count " 1" is not a number in decimal`},
+		// Spaces around the = are taken (TestAtSpacesAroundEquals); within
+		// the count, they are not.
+		{append([]string{"simulate", "--rate", "10", "--at", "0s= 1 0"}, limit...), `--at "0s= 1 0": the count "1 0" is not a number in decimal`},
 		// Too close to 0 for a float64, as a limits file's numbers: it read
 		// as 0, the default, so that --max-reserved 1e-400 bounded no debt
 		// at all, --capacity 1e-400 was the rate, and a count of 1e-400 asked

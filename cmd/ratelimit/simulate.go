@@ -35,22 +35,25 @@ type request struct {
 	at      time.Duration
 	count   float64
 	reserve bool
-	steady  bool // of the steady pattern (--every), not of --at
+	steady  bool   // of the steady pattern (--every), not of --at
+	given   string // as the command line wrote it: the --at request (01:30=30r), or the --count
+	n       string // the --at request's count as written (30)
 }
 
 // counted returns r's count as the command line gave it, for an error
-// about it ("--count 4", "--at 1s=4: count 4"), and how to reserve it
-// there: "" for the steady pattern, which cannot.
+// about it ("--count 4", "--at \"1s=4\": count 4"), and how to reserve
+// it there: "" for the steady pattern, which cannot. It quotes what was
+// written, not the numbers read from it: --at 00:30=1e300 was told as
+// --at 30m0s=1e+300, which the command line never held.
 func (r request) counted() (what, reserve string) {
 	if r.steady {
-		return fmt.Sprintf("--count %v", r.count), ""
+		return "--count " + r.given, ""
 	}
-	count := strconv.FormatFloat(r.count, 'g', -1, 64)
-	at := fmt.Sprintf("--at %v=%s", r.at, count)
+	what = fmt.Sprintf("--at %q: count %s", r.given, r.n)
 	if r.reserve {
-		return fmt.Sprintf("%sr: count %v", at, r.count), ""
+		return what, ""
 	}
-	return fmt.Sprintf("%s: count %v", at, r.count), at + "r"
+	return what, fmt.Sprintf("--at %q", r.given+"r")
 }
 
 // step is what became of one request.
@@ -67,6 +70,7 @@ func newSimulate() *cobra.Command {
 		at, svg     string
 		every, span time.Duration
 		count       float64
+		countFlag   = givenFloat{v: &count}
 		seed        uint64
 	)
 	cmd := &cobra.Command{
@@ -135,7 +139,7 @@ seed gives the same output.`,
 					return tooMany(what, n, "make --every longer or --for shorter")
 				}
 				for t := time.Duration(0); t <= span; t += every {
-					reqs = append(reqs, request{at: t, count: count, steady: true})
+					reqs = append(reqs, request{at: t, count: count, steady: true, given: countFlag.String()})
 				}
 			}
 			if len(reqs) > maxRequests {
@@ -169,7 +173,7 @@ seed gives the same output.`,
 	cmd.Flags().Var((*exactDuration)(&every), "every", "a steady pattern: one request every so often, in whole milliseconds")
 	cmd.Flags().Var((*exactDuration)(&span), "for", "a steady pattern: for so long")
 	count = 1
-	cmd.Flags().Var((*decimalFloat)(&count), "count", "a steady pattern: tokens per request")
+	cmd.Flags().Var(&countFlag, "count", "a steady pattern: tokens per request")
 	cmd.Flags().StringVar(&svg, "svg", "", "also draw the timeline as an SVG chart in this file")
 	seed = 1
 	cmd.Flags().Var((*decimalUint64)(&seed), "seed", "a sharded limit: the seed of the random choice of shards, in decimal; the same seed, the same output")
@@ -202,14 +206,18 @@ func parsePattern(s string) ([]request, error) {
 			// parseClock said: the time "": write hh:mm, ...
 			return nil, usagef("--at %q: the request has no time before its =: %s", part, atFormat)
 		}
-		r := request{}
+		// Spaces around the = (--at "00:30 = 15") are read as in a
+		// limits file: the time "00:30 " was refused as no time at all.
+		at, n = strings.TrimSpace(at), strings.TrimSpace(n)
+		r := request{given: part}
 		var err error
 		if r.at, err = parseOffset(at); err != nil {
 			return nil, usagef("--at %q: %w", part, err)
 		}
 		if strings.HasSuffix(n, "r") {
-			r.reserve, n = true, strings.TrimSuffix(n, "r")
+			r.reserve, n = true, strings.TrimSpace(strings.TrimSuffix(n, "r"))
 		}
+		r.n = n
 		if r.count, err = parseDecimalFloat(n); err != nil {
 			if errors.Is(err, errNotDecimal) {
 				return nil, usagef("--at %q: the count %q is not a number in decimal, such as 10, 0.5 or 1e3", part, n)

@@ -777,6 +777,7 @@ func newTokenSettle(action string) *cobra.Command {
 		settler settlerFlag
 		out     output
 		used    float64
+		usedArg = givenFloat{v: &used}
 	)
 	short, example, done := "Hand a token's tokens back, once: its job will not run (Limiter.Refund)",
 		`  ratelimit token refund --store redis://127.0.0.1:6379/0 --limits limits.yaml "$TOKEN"
@@ -819,7 +820,7 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 				case !cmd.Flags().Changed("used"):
 					return usagef("give --used N: the tokens the job used of each limit the token charged (0 hands them all back, as token refund does)")
 				case !(used >= 0) || math.IsInf(used, 1):
-					return usagef("--used %v: give the tokens used, a finite number ≥ 0 (0 hands them all back)", used)
+					return usagef("--used %s: give the tokens used, a finite number ≥ 0 (0 hands them all back)", &usedArg)
 				}
 			}
 			limits, err := lf.all()
@@ -966,7 +967,7 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 	keys.register(cmd.Flags())
 	cmd.Flags().Var(&settler, "settler", "the ID of this settling attempt (ratelimit.Settler): 32 hex digits or a UUID; the same again in a retry, which then finds its own settlement")
 	if action == "settle" {
-		cmd.Flags().Var((*decimalFloat)(&used), "used", "the tokens the job used, of each limit the token charged: spent, and the rest handed back; 0 hands all back (refund), the charge or more spends all (use)")
+		cmd.Flags().Var(&usedArg, "used", "the tokens the job used, of each limit the token charged: spent, and the rest handed back; 0 hands all back (refund), the charge or more spends all (use)")
 	}
 	out.register(cmd.Flags())
 	return cmd
