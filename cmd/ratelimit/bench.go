@@ -54,6 +54,10 @@ and exits with status 130 (1 if the check failed).`,
 				return usagef("--goroutines %d: give from 1 to %d goroutines", goroutines, maxGoroutines)
 			case duration <= 0:
 				return usagef("--duration %v: give a time above 0, such as 10s", duration)
+			case duration < minBenchDuration:
+				// The run ended before its goroutines had made a call,
+				// and reported 0 decisions and a check of nothing "ok".
+				return usagef("--duration %v is too short to measure: give %v or more, such as 10s", duration, minBenchDuration)
 			case count == 0: // -0 too
 				return usagef("--count %s: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1", &countFlag)
 			}
@@ -149,6 +153,13 @@ type report struct {
 	violation              string
 	interrupted            bool // the context ended the run before its duration
 }
+
+// minBenchDuration is the shortest run bench takes: a run of some
+// microseconds ends before its goroutines have made a call.
+const minBenchDuration = time.Millisecond
+
+// errNoCalls is the error of a run that ended before any call was made.
+var errNoCalls = errors.New("no call was made before the run's end, so that there is nothing to report or check: give a longer --duration, such as 1s")
 
 // cleanupTimeout bounds the removal of bench's keys, which goes on after
 // the run's context has ended, when bench is given no timeout.
@@ -316,6 +327,9 @@ func bench(ctx context.Context, lim *ratelimit.Limiter, name string, cfg ratelim
 		return nil, firstErr
 	}
 	rep.calls = rep.allowed + rep.denied
+	if rep.calls == 0 && !rep.interrupted {
+		return nil, fmt.Errorf("bench --duration %v: %w", duration, errNoCalls)
+	}
 	rep.latency = latency
 	// An unsharded fixed window on this machine's clock: its windows are
 	// known, and each is checked on its own.
