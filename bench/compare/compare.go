@@ -262,9 +262,20 @@ func (o *Options) Validate() error {
 		}
 	}
 	for _, k := range o.Keys {
-		if k < 1 || k > math.MaxInt32 {
-			return fmt.Errorf("compare: %d keys: choose 1 to %d", k, math.MaxInt32)
+		if k < 1 || k > MaxKeys {
+			return fmt.Errorf("compare: %d keys: choose 1 to %d", k, MaxKeys)
 		}
+	}
+	// A value named twice ran its medium, or its cells, twice over, and
+	// reported each twice.
+	if err := once("medium", o.Media); err != nil {
+		return err
+	}
+	if err := once("goroutine count", o.Goroutines); err != nil {
+		return err
+	}
+	if err := once("key count", o.Keys); err != nil {
+		return err
 	}
 	if o.RedisPool < 0 {
 		return fmt.Errorf("compare: %d connections per Redis node: choose 0 (go-redis's default) or more", o.RedisPool)
@@ -307,6 +318,25 @@ func (o *Options) Validate() error {
 	// media had been opened and the report begun.
 	if err := (ratelimit.Config{Kind: o.Limit.Kind, Rate: float64(o.Limit.Rate), Period: o.Limit.Period}).Validate(); err != nil {
 		return fmt.Errorf("compare: limit of %d per %v: %w", o.Limit.Rate, o.Limit.Period, err)
+	}
+	return nil
+}
+
+// MaxKeys is the most keys a cell may spread its calls over: a cell makes
+// a table of its key names, and a count up to 2^31-1, which Validate took,
+// had it allocate gigabytes before its first call. The command's own bench
+// takes as many (ratelimit bench --keys).
+const MaxKeys = 1_000_000
+
+// once returns an error naming the first value of vs given twice, what
+// each is.
+func once[T comparable](what string, vs []T) error {
+	seen := make(map[T]bool, len(vs))
+	for _, v := range vs {
+		if seen[v] {
+			return fmt.Errorf("compare: %s %#v named twice: name each once", what, v) // "redis", 8
+		}
+		seen[v] = true
 	}
 	return nil
 }

@@ -289,9 +289,15 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{func(o *Options) { o.Media = []string{"mongo"} }, `unknown medium "mongo"`},
 		{func(o *Options) { o.Goroutines = []int{0} }, "0 goroutines"},
-		{func(o *Options) { o.Keys = []int{0} }, "0 keys: choose 1 to 2147483647"},
+		{func(o *Options) { o.Keys = []int{0} }, "0 keys: choose 1 to 1000000"},
 		// It said "choose at least 1".
-		{func(o *Options) { o.Keys = []int{3_000_000_000} }, "3000000000 keys: choose 1 to 2147483647"},
+		{func(o *Options) { o.Keys = []int{3_000_000_000} }, "3000000000 keys: choose 1 to 1000000"},
+		// A table of 2^31-1 key names ended the process out of memory.
+		{func(o *Options) { o.Keys = []int{1, math.MaxInt32} }, "2147483647 keys: choose 1 to 1000000"},
+		// Each ran its medium or its cells twice over.
+		{func(o *Options) { o.Media = []string{"memory", "memory"} }, `medium "memory" named twice: name each once`},
+		{func(o *Options) { o.Goroutines = []int{1, 1} }, "goroutine count 1 named twice"},
+		{func(o *Options) { o.Keys = []int{1, 10_000, 1} }, "key count 1 named twice"},
 		{func(o *Options) { o.Rounds = 0 }, "0 rounds"},
 		{func(o *Options) { o.Limit.Period = 1500 * time.Microsecond }, "whole milliseconds"},
 		{func(o *Options) { o.Limit.Kind = 0 }, "limit kind"},

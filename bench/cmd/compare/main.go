@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	var (
 		mediaFlag  = fs.String("medium", strings.Join(o.Media, ","), "media to run, comma-separated: "+strings.Join(compare.AllMedia, ", "))
 		goroutines = fs.String("goroutines", "1,8,64", "goroutine counts, comma-separated")
-		keys       = fs.String("keys", "1,10000", "key counts, comma-separated")
+		keys       = fs.String("keys", "1,10000", fmt.Sprintf("key counts, comma-separated, each from 1 to %d", compare.MaxKeys))
 		kind       = fs.String("kind", "token bucket", `the library's kind of limit: "token bucket" or "fixed window"`)
 		match      = fs.String("match", "", "run only the contenders whose name matches this regular expression")
 		cluster    = fs.String("cluster", strings.Join(o.ClusterAddrs, ","), "Redis Cluster nodes, comma-separated")

@@ -54,6 +54,12 @@ func TestUsageErrors(t *testing.T) {
 			`compare: unknown medium "mongo": choose among [memory bolt redis cluster pg]` + "\n"},
 		{[]string{"-goroutines", "1,x"}, `compare: -goroutines: "x" is not a whole number` + "\n"},
 		{[]string{"-fail", "some"}, `compare: -fail: "some": choose "any" or "library"` + "\n"},
+		// A key table of 2^31-1 names, allocated before the first call.
+		{[]string{"-medium", "memory", "-keys", "1,2147483647"}, "compare: 2147483647 keys: choose 1 to 1000000\n"},
+		// Each ran twice over, and was reported twice.
+		{[]string{"-medium", "redis,memory,redis"}, `compare: medium "redis" named twice: name each once` + "\n"},
+		{[]string{"-medium", "memory", "-goroutines", "8,1,8"}, "compare: goroutine count 8 named twice: name each once\n"},
+		{[]string{"-medium", "memory", "-keys", "10_000,10000"}, "compare: key count 10000 named twice: name each once\n"},
 		// The library refuses it: the run began its report and failed in
 		// its first cell, "(after 0s)".
 		{[]string{"-medium", "memory", "-rate", "10000000000000000"},
