@@ -64,7 +64,9 @@ type Options struct {
 	// RedisPool and PGConns size the clients' pools; 0 means go-redis's
 	// default (10 per CPU) and 20.
 	RedisPool, PGConns int
-	// Progress, when not nil, receives a line per cell.
+	// Progress, when not nil, receives a line per cell, one per medium
+	// skipped, and the warnings about a Redis server's settings that let
+	// it lose a limiter's records (no persistence, eviction).
 	Progress io.Writer
 
 	// extra adds contenders to a medium (tests).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"math"
 	"net/url"
 	"os"
@@ -140,8 +139,9 @@ func TestRunRedis(t *testing.T) {
 }
 
 // TestRedisWarnsOnce requires each warning about the Redis server's
-// settings (a server without persistence) to be logged once in a run: the
-// library's store of every cell logged it again, a line per cell.
+// settings (a server without persistence) to be said once in a run, with
+// the progress: the library's store of every cell logged it again, a line
+// per cell.
 func TestRedisWarnsOnce(t *testing.T) {
 	u, err := url.Parse(testserver.RedisURL(t))
 	require.NoError(t, err)
@@ -164,10 +164,7 @@ func TestRedisWarnsOnce(t *testing.T) {
 	o.Goroutines = []int{1}
 	o.Keys = []int{1, 2, 3, 4}
 	o.Slice = time.Millisecond
-	// Where a store warns when given no logger of its own.
-	def := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	defer slog.SetDefault(def)
+	o.Progress = &logs
 	_, err = Run(context.Background(), o)
 	require.NoError(t, err)
 	for _, w := range ws {

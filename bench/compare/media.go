@@ -86,7 +86,7 @@ func openRedis(ctx context.Context, o *Options, e *env) (string, error) {
 		c.Close()
 		return "", fmt.Errorf("the Redis server at %s cannot be reached: %w", o.RedisAddr, err)
 	}
-	warnRedis(ctx, e)
+	warnRedis(ctx, o, e)
 	return "On Redis " + serverVersion(ctx, c) + " at " + o.RedisAddr, nil
 }
 
@@ -105,7 +105,7 @@ func openCluster(ctx context.Context, o *Options, e *env) (string, error) {
 		c.Close()
 		return "", fmt.Errorf("the Redis Cluster at %s cannot be reached: %w", strings.Join(o.ClusterAddrs, ","), err)
 	}
-	warnRedis(ctx, e)
+	warnRedis(ctx, o, e)
 	return "On a Redis Cluster " + serverVersion(ctx, c) + " at " + strings.Join(o.ClusterAddrs, ","), nil
 }
 

@@ -3,7 +3,6 @@ package compare
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -73,10 +72,16 @@ var redisContenders = []Contender{
 	},
 }
 
-// warnRedis logs, once for the medium, each setting of its servers that
+// warnRedis says, once for the medium, each setting of its servers that
 // lets them lose a limiter's records, as a redisstore does once it is in
-// use (redisstore.WithLogger): a run makes a store for every cell.
-func warnRedis(ctx context.Context, e *env) {
+// use (redisstore.WithLogger): a run makes a store for every cell. It says
+// it with the progress (o.Progress), of which it is a note on the run's
+// conditions rather than a fault of the run: logged, it went to standard
+// error under -quiet too, which promises none.
+func warnRedis(ctx context.Context, o *Options, e *env) {
+	if o.Progress == nil {
+		return
+	}
 	s, err := redisstore.New(e.redis, redisstore.WithLogger(nil))
 	if err != nil {
 		return
@@ -86,7 +91,7 @@ func warnRedis(ctx context.Context, e *env) {
 	defer cancel()
 	ws, _ := s.CheckServer(ctx) // a server that cannot be reached fails the calls
 	for _, w := range ws {
-		slog.Warn("redisstore: "+w.Problem, "server", w.Server, "setting", w.Setting, "value", w.Value)
+		o.progressf("warning: %s\n", w)
 	}
 }
 

@@ -74,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	fs.StringVar(&o.PostgresURL, "pg", o.PostgresURL, "PostgreSQL URL (loopback)")
 	fs.IntVar(&o.RedisPool, "redis-pool", 0, "connections per Redis node (0: go-redis's default, 10 per CPU)")
 	fs.IntVar(&o.PGConns, "pg-conns", 20, "connections in the PostgreSQL pool")
-	quiet := fs.Bool("quiet", false, "no progress on standard error")
+	quiet := fs.Bool("quiet", false, "no progress on standard error, nor warnings about a Redis server's settings; errors still go there")
 	fail := fs.String("fail", "any", `exit with status 1 when "any" contender's check fails, or only when "library" (ratelimit's) does`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -109,6 +110,35 @@ func TestNothingRan(t *testing.T) {
 		"-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms", "-quiet"}, &stdout, &stderr, nil)
 	assert.Equal(t, 0, code, stderr.String())
 	assert.Empty(t, stderr.String())
+}
+
+// TestQuietRedisWarning requires -quiet to keep the warning about a Redis
+// server that keeps nothing on disk off standard error, as it keeps the
+// progress, and the warning to be said with the progress otherwise: it
+// was logged to the process's standard error whatever -quiet said.
+func TestQuietRedisWarning(t *testing.T) {
+	var logs bytes.Buffer
+	def := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(def)
+	args := []string{"-medium", "redis", "-match", "^ratelimit", "-goroutines", "1", "-keys", "1", "-rounds", "1", "-slice", "1ms"}
+	var stdout, stderr bytes.Buffer
+	code := run(append(args, "-quiet"), &stdout, &stderr, nil)
+	if strings.Contains(stdout.String(), "Skipped: ") {
+		t.Skipf("no Redis server at the default address: %s", stdout.String())
+	}
+	require.Equal(t, 0, code, stderr.String())
+	assert.Empty(t, stderr.String())
+	assert.Empty(t, logs.String())
+
+	stdout.Reset()
+	code = run(args, &stdout, &stderr, nil)
+	require.Equal(t, 0, code, stderr.String())
+	assert.Empty(t, logs.String())
+	if !strings.Contains(stderr.String(), "warning: redis ") {
+		t.Skipf("the Redis server keeps its records: nothing to warn of\n%s", stderr.String())
+	}
+	assert.Equal(t, 1, strings.Count(stderr.String(), "warning: redis "), stderr.String())
 }
 
 // TestTerminateCleansUp requires a run told to terminate (SIGTERM, as
