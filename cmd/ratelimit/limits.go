@@ -209,6 +209,11 @@ func (f *limitFlags) all() (ratelimit.Limits, error) {
 	if err := f.emptyFile(); err != nil {
 		return nil, err
 	}
+	if f.file == "" && f.kind == "" {
+		// limit's own hint said to give --name with --limits, which the
+		// next check refuses here.
+		return nil, usagef("give the application's limits: --limits FILE, every limit of which is declared, or one limit inline, named as the token names it: --kind, --rate, --period and --name")
+	}
 	if f.file == "" {
 		name, cfg, err := f.limit()
 		if err != nil {

@@ -320,7 +320,8 @@ func TestTokenUsageErrors(t *testing.T) {
 		{[]string{"token", "inspect", "--key-secret", "short", "AQ"}, nil, "the key secret (--key-secret, or $RATELIMIT_KEY_SECRET) has 5 bytes"},
 		{[]string{"token", "refund", "--store", "mem:"}, nil, "give a token"},
 		{append([]string{"token", "refund", "AQ"}, store...), ptr(""), "$RATELIMIT_TOKEN_KEY is set and empty"},
-		{[]string{"token", "refund", "--store", "mem:", "AQ"}, nil, "give a limit: --limits FILE --name NAME, or --kind, --rate and --period"},
+		// Not "--limits FILE --name NAME", which the line below refuses.
+		{[]string{"token", "refund", "--store", "mem:", "AQ"}, nil, "give the application's limits: --limits FILE, every limit of which is declared, or one limit inline, named as the token names it: --kind, --rate, --period and --name"},
 		{append([]string{"token", "refund", "--name", "signup", "AQ"}, store...), nil, "--name with --limits: a token names the limits it charged"},
 		{append([]string{"token", "refund", "--rate", "3", "AQ"}, store...), nil, "not both: --rate with --limits"},
 		{append([]string{"token", "use", "--settler", "abc", "AQ"}, store...), nil, `invalid argument "abc" for "--settler" flag: write 16 bytes as 32 hex digits, or a UUID`},
