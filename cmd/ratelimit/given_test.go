@@ -59,3 +59,20 @@ func TestNumbersEchoedAsGiven(t *testing.T) {
 		require.Equal(t, "ratelimit: "+tc.want+"\n", strings.SplitAfter(errOut, "\n")[0], "%q", tc.args)
 	}
 }
+
+// TestTokenArgumentTrimmed requires a token given as an argument to be
+// read with spaces around it, as a line of standard input is: "$TOKEN "
+// was refused as "illegal base64 data at input byte 99".
+func TestTokenArgumentTrimmed(t *testing.T) {
+	const token = "AQF41jIorYZ933idKUC59kxmjoPDqMFoAPD6Ogd1c2VyLTQyAQtzZW5kTWVzc2FnZQAAAAAAAADwP2mNvyWyQfQ0kun0WxyWK-g"
+	code, want, errOut := exec("token", "inspect", token)
+	require.Equal(t, 0, code, errOut)
+	for _, arg := range []string{" " + token, token + " ", "\t" + token + "\r\n"} {
+		code, out, errOut := exec("token", "inspect", arg)
+		require.Equal(t, 0, code, "%q: %s", arg, errOut)
+		require.Equal(t, want, out, "%q", arg)
+	}
+	code, _, errOut = exec("token", "inspect", "  ")
+	require.Equal(t, 1, code)
+	require.Equal(t, "ratelimit: token is empty: give the text of a token (Token.String): invalid token\n", errOut)
+}

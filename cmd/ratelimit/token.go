@@ -241,15 +241,18 @@ func checkTokenArgs(args []string) error {
 // fromStdin reports whether args ask for the tokens of standard input.
 func fromStdin(args []string) bool { return len(args) == 1 && args[0] == "-" }
 
-// eachToken calls f with each token of args in turn, or, for -, of stdin,
-// one per line (blank lines skipped, spaces around a token and a
-// byte-order mark before the first trimmed), until f returns an error. A
-// line longer than maxTokenLine is given to f with its error, and the
-// lines after it are read.
+// eachToken calls f with each token of args in turn (spaces around it
+// trimmed), or, for -, of stdin, one per line (blank lines skipped, spaces
+// around a token and a byte-order mark before the first trimmed), until f
+// returns an error. A line longer than maxTokenLine is given to f with its
+// error, and the lines after it are read.
 func eachToken(args []string, stdin io.Reader, f func(givenToken) error) error {
 	if !fromStdin(args) {
 		for i, a := range args {
-			if err := f(givenToken{text: a, where: fmt.Sprintf("token %d", i+1)}); err != nil {
+			// As a line of standard input: a token pasted with a space,
+			// "$TOKEN ", was refused as "illegal base64 data at input
+			// byte 99", where the same line on standard input was read.
+			if err := f(givenToken{text: strings.TrimSpace(a), where: fmt.Sprintf("token %d", i+1)}); err != nil {
 				return err
 			}
 		}
