@@ -104,10 +104,16 @@ func TestBoltFileNotAStore(t *testing.T) {
 	db, err := bolt.Open(whole, 0o600, nil)
 	require.NoError(t, err)
 	defer db.Close()
-	for _, cmd := range []string{"inspect", "limit"} {
-		code, out, errOut := exec(cmd, "--store", "bolt://"+whole, "--kind", "token bucket", "--rate", "10", "--period", "1h")
+	// Every command on a store names the file and says what to do.
+	const token = "AQF41jIorYZ933idKUC59kxmjoPDqMFoAPD6Ogd1c2VyLTQyAQtzZW5kTWVzc2FnZQAAAAAAAADwP2mNvyWyQfQ0kun0WxyWK-g"
+	for _, cmd := range [][]string{{"inspect"}, {"limit"}, {"reset"}, {"bench", "--quiet", "--duration", "10ms"},
+		{"token", "refund", token}, {"token", "use", token}, {"token", "settle", "--used", "1", token}} {
+		args := append(cmd[:len(cmd):len(cmd)], "--store", "bolt://"+whole, "--kind", "token bucket", "--rate", "10", "--period", "1h", "--name", "sendMessage")
+		code, out, errOut := exec(args...)
 		require.Equal(t, 1, code, "%s:\n%s%s", cmd, out, errOut)
-		require.Contains(t, errOut, "another process holds the file", cmd)
+		require.Equal(t, "ratelimit: bbolt file "+whole+": another process holds the file, and the wait for it ended after 100ms; "+
+			"a bbolt file serves one process at a time: stop the process that holds it (the application, or another ratelimit command), "+
+			"then run the command again: timeout\n", errOut, cmd)
 	}
 }
 
