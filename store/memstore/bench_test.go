@@ -109,3 +109,40 @@ func BenchmarkSettle(b *testing.B) {
 	}
 	storetest.BenchmarkSettle(b, s)
 }
+
+// BenchmarkDecideClocksApart measures Decide on 10,000 keys when the calls
+// come from clocks hours apart, interleaved (Limiters on one store, their
+// clocks off), against one clock: each clock should step the sweeps on its
+// own schedule, not at every call.
+//
+//	go test -run '^$' -bench DecideClocksApart ./store/memstore
+func BenchmarkDecideClocksApart(b *testing.B) {
+	offsets := []int64{0, -3_600_000, 3_600_000, 24 * 3_600_000, -24 * 3_600_000}
+	for _, clocks := range []int{1, 2, 3, 4} {
+		b.Run(fmt.Sprint("clocks=", clocks), func(b *testing.B) {
+			s := must(memstore.New())
+			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
+			bl := s.Bind("api", p, func(string) int64 { return 0 })
+			const n = 10_000
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprint("user-", i)
+			}
+			ctx := context.Background()
+			now := int64(1_700_000_000_000)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i%1024 == 0 {
+					now++ // about a call a microsecond
+				}
+				at := now + offsets[i%clocks]
+				v, err := bl.Decide(ctx, keys[i%n], driver.ModeLimit, at, 1, false)
+				if err != nil || !v.OK {
+					b.Fatal("refused", err)
+				}
+				i += 7
+			}
+		})
+	}
+}
