@@ -136,3 +136,40 @@ func TestDeleteExpiredInChunks(t *testing.T) {
 	require.Equal(t, old, n, "every expired record dropped")
 	require.Equal(t, live+added-deleted, s.Len(), "every live record kept")
 }
+
+// The calls of clocks far apart, interleaved (Limiters on one store,
+// their clocks off), step on each clock's schedule: once every step of
+// each clock's time, give or take the first. With three clocks, the
+// calls of the two behind took the schedule's one back time back and
+// forth, and each of their calls stepped (20,100 steps in 10 s of each
+// clock's time, where 300 were due); so did the marks' sweep, a look at
+// every mark each call.
+func TestScheduleOfClocksApart(t *testing.T) {
+	const every = sweepEvery
+	offsets := []int64{0, -3_600_000, 3_600_000, -24 * 3_600_000, 24 * 3_600_000, -60_000, 600_000}
+	for clocks := 1; clocks <= backs+1; clocks++ {
+		for _, order := range []string{"ascending", "descending"} {
+			t.Run(fmt.Sprint("clocks=", clocks, "/", order), func(t *testing.T) {
+				var sc schedule
+				sc.init(0)
+				const t0, span = int64(1_700_000_000_000), int64(10_000)
+				steps := 0
+				for ms := int64(0); ms < span; ms++ {
+					for i := range clocks {
+						if order == "descending" {
+							i = clocks - 1 - i
+						}
+						now := t0 + offsets[i] + ms - ms*5%4 // a little out of order
+						if next := sc.due(now, every); next != nil {
+							next.Store(now + every)
+							steps++
+						}
+					}
+				}
+				most := clocks * int(span/every+2)
+				require.LessOrEqual(t, steps, most, "%d steps of %d clocks over %d ms of each", steps, clocks, span)
+				require.GreaterOrEqual(t, steps, clocks*int(span/every-1), "a clock's steps were missed")
+			})
+		}
+	}
+}

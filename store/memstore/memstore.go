@@ -27,7 +27,9 @@
 // record added examines a few slots of another stripe, in turn, and a
 // stripe written to examines a few of its own every 100 ms of the calls'
 // time, and a few of another's, in turn, so that calls on keys still
-// active, with no new ones, drop the records of those gone idle anywhere;
+// active, with no new ones, drop the records of those gone idle anywhere
+// (the calls of clocks far apart, up to seven, each on its own clock's
+// time);
 // a table at most 1/8 full shrinks, and an empty one is freed. The marks
 // of settlements past their expiry go likewise, once every
 // driver.ExpiryGrace of the calls' time. DeleteExpired drops them all at
@@ -196,12 +198,13 @@ func New(opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("memstore: WithClock was given %T(nil): pass clock.New() or a mock: %w", o.clock, ratelimit.ErrInvalidOption)
 	}
 	s := &Store{keySeed: rand.Uint64(), nameSeed: maphash.MakeSeed(), clock: o.clock}
-	s.marksDue.next.Store(math.MinInt64)
+	s.marksDue.init(math.MinInt64)
 	s.low.Store(math.MaxInt64)
 	for i := range s.stripes {
 		// Each stripe's inserts examine the stripes after it, in turn, so
 		// that inserts anywhere cover every stripe alike.
 		s.stripes[i].victim = uint32(i)
+		s.stripes[i].sweepDue.init(0)
 	}
 	return s, nil
 }
@@ -331,7 +334,7 @@ type stripe struct {
 	n      int
 	cursor uint32
 	victim uint32
-	_      [64 - 8 - 4 - 4 - 8 - 16 - 8 - 4 - 4]byte // one stripe per cache line
+	_      [128 - 8 - 4 - 4 - 8 - 8 - 8*backs - 8 - 4 - 4]byte // two cache lines a stripe, the first holding what a call reads
 }
 
 // table is a stripe's slots: a power of two of them. Each slot's meta,
@@ -681,22 +684,43 @@ func (st *stripe) stepped(s *Store, now int64) {
 }
 
 // schedule is when a step, due every so often of the calls' time, is due
-// next: for the calls at the latest time seen, and for those more than two
-// steps behind it. A calls' clock that jumped ahead, then came back, stops
-// no step until it reaches the jump's time again, and calls of two clocks
-// far apart (two Limiters, one clock off) each step on their own clock's
-// schedule: with one, each call of either clock took it back or forth to
-// its own time, and stepped.
+// next: for the calls at the latest time seen (next), and for those of up
+// to backs clocks behind it by more than two steps (back), each on its
+// own. A calls' clock that jumped ahead, then came back, stops no step
+// until it reaches the jump's time again, and calls of clocks far apart
+// (Limiters on one store, their clocks off) each step on their own
+// clock's schedule: with one, each call of either of two clocks took it
+// back or forth to its own time, and stepped, and with one time behind
+// next, so did each call of three clocks.
 type schedule struct {
 	next atomic.Int64 // from the latest calls' time seen
-	back atomic.Int64 // for calls behind next by more than two steps
+	back [backs]atomic.Int64
+}
+
+// backs is how many clocks behind next a schedule keeps apart; the calls
+// of more step more often than every so often, each clock once its step
+// is due at least.
+const backs = 6
+
+// unscheduled is a back time no clock has taken: below every call's.
+const unscheduled = -2 * driver.MaxTime
+
+func (sc *schedule) init(next int64) {
+	sc.next.Store(next)
+	for i := range sc.back {
+		sc.back[i].Store(unscheduled)
+	}
 }
 
 // due returns the time of sc to move on, by every, if a step due every
 // every is due at now, and nil if none is: once now reaches next; or,
-// more than two steps behind it, once now reaches back, or is more than
-// two steps behind back too (the clock came back again). Calls a little
-// out of order (less than two steps) are no step.
+// more than two steps behind it, once now reaches the back time of its
+// clock, the latest at or below now that is not one whose step is not
+// yet due (within two steps below it); a call below them all (a clock
+// come back again, or another) takes one, chosen by its time. Calls a
+// little out of order (less than two steps) are no step. The first
+// branches are a call's, at the latest time: the others cost only the
+// calls of the clocks behind.
 func (sc *schedule) due(now, every int64) *atomic.Int64 {
 	next := sc.next.Load()
 	switch {
@@ -705,10 +729,21 @@ func (sc *schedule) due(now, every int64) *atomic.Int64 {
 	case now >= next-2*every:
 		return nil
 	}
-	if back := sc.back.Load(); now >= back || now < back-2*every {
-		return &sc.back
+	var below *atomic.Int64
+	at := int64(math.MinInt64)
+	for i := range sc.back {
+		b := sc.back[i].Load()
+		switch {
+		case now >= b-2*every && now < b:
+			return nil
+		case b <= now && b > at:
+			below, at = &sc.back[i], b
+		}
 	}
-	return nil
+	if below == nil {
+		below = &sc.back[uint64(now/every)%backs]
+	}
+	return below
 }
 
 // stepMarks drops the settlements' marks expired, once every
