@@ -61,7 +61,9 @@ func TestClockBackWithRefusalsOnlyMintsNothing(t *testing.T) {
 // with the store's, from its own offset, give or take a few milliseconds
 // out of order, and the first call is on a random one of them, ahead or
 // not. Pauses of minutes let the sweeps drop records, and thousands of
-// keys make them sweep. Every clock makes a call before any record may
+// keys make them sweep. A clock may stand still for up to half a grace
+// while the store's runs (a mock not moved), which the sweeps must not
+// take for a clock gone ahead. Every clock makes a call before any record may
 // be dropped: a clock the store has never seen, behind the others, may
 // find a record of theirs dropped, as any store's expiry would.
 func TestClocksApartDifferential(t *testing.T) {
@@ -105,11 +107,27 @@ func clocksApart(t *testing.T, seed uint64, steps int) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
 	}
+	// A clock may stand still, with no call, while the store's runs, for
+	// up to half the grace (the package doc's bound is the grace), once a
+	// sweep step has seen it since it last stood still: a granted write
+	// three steps of its time later.
+	still, seen := make([]int64, len(clocks)), make([]bool, len(clocks))
+	for i := range seen {
+		seen[i] = true
+	}
 	cur := 0
 	for step := range steps {
 		switch r := rng.IntN(200); {
 		case r == 0: // a pause: records of the clocks behind may go
 			real += driver.ExpiryGrace + rng.Int64N(3*driver.ExpiryGrace)
+		case r == 1 && step >= len(clocks) && seen[cur]: // the clock stands still
+			pause := 1 + rng.Int64N(driver.ExpiryGrace/2)
+			real += pause
+			clocks[cur] -= pause
+			still[cur], seen[cur] = base+clocks[cur]+real, false
+			if rng.IntN(2) == 0 {
+				cur = rng.IntN(len(clocks))
+			}
 		case r < 20:
 			real += rng.Int64N(2000)
 		default:
@@ -146,6 +164,9 @@ func clocksApart(t *testing.T, seed uint64, steps int) {
 		}
 		require.Equal(t, want[0], got, "step %d: clocks %v, on %v at %d (real %d), key %s, count %v, mode %d, reserve %v, params %+v",
 			step, clocks, clocks[cur], now, real, key, count, mode, reserve, p)
+		if mode == driver.ModeLimit && count > 0 && got.OK && now >= still[cur]+3*100 {
+			seen[cur] = true
+		}
 	}
 	lowest := base + slices.Min(clocks) + real
 	compareAll(t, ctx, s, model, map[string]driver.Params{"l": p}, keys, lowest, "end")
@@ -245,5 +266,49 @@ func calls(t *testing.T, s *memstore.Store, b driver.BoundLimit, p driver.Params
 		require.NoError(t, err)
 		op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: fmt.Sprint("a", now, "-", i), Count: 1, Shards: []driver.Shard{{Params: p}}}}}
 		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	}
+}
+
+// A calls' clock left still, with no call, while the store's clock runs
+// (a mock not moved for minutes of real time), then ahead, where calls on
+// other keys sweep, then back: the sweeps took the clock to have run with
+// the store's, and judge records by where it would be. A record it
+// drained is kept while the lag is at most the grace past the time the
+// record is full again, as the package doc says; past that it is dropped,
+// and the clock, back, finds a full bucket. No store that keeps bounded
+// memory keeps them for any lag: a clock left still is, until it calls,
+// the same to the store as one gone for good, for which keeping every
+// record written since its last call would hold every key that other
+// clocks write, without end.
+func TestClockLeftStillKeepsRecordsForTheGrace(t *testing.T) {
+	ctx := context.Background()
+	const start = int64(1_700_000_040_000) // a window's start
+	p := driver.Params{Kind: ratelimit.FixedWindow, Rate: 10, Period: 60_000, Capacity: 10}
+	const full = 60_000 // the drained window is full again a period after start
+	for _, tc := range []struct {
+		lag  int64
+		kept bool
+	}{
+		{10_000, true},
+		{driver.ExpiryGrace, true},
+		{full + driver.ExpiryGrace - 1, true},
+		{full + driver.ExpiryGrace, false}, // the limit the package doc states
+	} {
+		t.Run(fmt.Sprint("lag=", tc.lag), func(t *testing.T) {
+			c := newStepClock(0)
+			s := must(memstore.New(memstore.WithClock(c)))
+			b := s.Bind("l", p, func(string) int64 { return 0 })
+			v, err := b.Decide(ctx, "drained", driver.ModeLimit, start, 10, false)
+			require.NoError(t, err)
+			require.True(t, v.OK)
+			c.ms.Store(tc.lag) // the calls' clock stands still at start
+			for i := range 5000 {
+				_, err := b.Decide(ctx, "other-"+strconv.Itoa(i), driver.ModeLimit, start+3*3_600_000, 1, false)
+				require.NoError(t, err)
+			}
+			v, err = b.Decide(ctx, "drained", driver.ModeLimit, start+1000, 1, false)
+			require.NoError(t, err)
+			require.Equal(t, !tc.kept, v.OK, "the drained window was full again: %v", v.OK)
+		})
 	}
 }

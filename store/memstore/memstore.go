@@ -44,7 +44,17 @@
 // calls of clocks far apart on one store (a Limiter's clock a day behind
 // another's) keep the records of the clock ahead that much longer, since
 // the clock behind may still need them; DeleteExpired drops them at the
-// time it is given.
+// time it is given. The sweeps take every calls' clock they have seen to
+// run at least as fast as the store's: one that falls behind it by a lag
+// L longer than driver.ExpiryGrace since the sweeps last saw it (a mock
+// left still for minutes of real time, with no call, or none that steps a
+// sweep), and meanwhile jumps ahead or shares the store with a clock
+// ahead, may find, once back, a record it drained dropped, if that was
+// full again less than L less the grace after the clock's time. A lag of
+// at most the grace loses nothing. A bound on memory allows no more: a
+// clock left still is, until it calls, the same to the store as one gone
+// for good, for which keeping the records written since its last call
+// would keep every key the other clocks write.
 package memstore
 
 import (
