@@ -672,7 +672,7 @@ func (st *stripe) step(s *Store, now int64, count int) {
 // once every sweepEvery of the calls' time, if mu is free, it steps the
 // sweep (stepped).
 func (st *stripe) wrote(s *Store, now int64) {
-	if st.sweepDue.due(now, sweepEvery) == nil || !st.mu.TryLock() {
+	if st.sweepDue.waiting(now, sweepEvery) || st.sweepDue.due(now, sweepEvery) == nil || !st.mu.TryLock() {
 		return
 	}
 	st.stepped(s, now)
@@ -684,6 +684,9 @@ func (st *stripe) wrote(s *Store, now int64) {
 // keys gone idle go while other keys are written, wherever they are. The
 // caller holds mu.
 func (st *stripe) stepped(s *Store, now int64) {
+	if st.sweepDue.waiting(now, sweepEvery) {
+		return
+	}
 	if next := st.sweepDue.due(now, sweepEvery); next != nil {
 		next.Store(now + sweepEvery)
 		s.observe(now)
@@ -723,14 +726,13 @@ func (sc *schedule) init(next int64) {
 }
 
 // due returns the time of sc to move on, by every, if a step due every
-// every is due at now, and nil if none is: once now reaches next; or,
-// more than two steps behind it, once now reaches the back time of its
-// clock, the latest at or below now that is not one whose step is not
-// yet due (within two steps below it); a call below them all (a clock
-// come back again, or another) takes one, chosen by its time. Calls a
-// little out of order (less than two steps) are no step. The first
-// branches are a call's, at the latest time: the others cost only the
-// calls of the clocks behind.
+// every is due at now, and nil if none is. A call at next or later is
+// due; one less than two steps behind next is not (calls a little out of
+// order). A call further behind is of a clock behind: it is not due less
+// than two steps before one of the back times (its clock's step is
+// ahead); otherwise it is, and moves the latest back time at or below it
+// (its clock's, reached), or, below them all (a clock come back again, or
+// one not seen before), one chosen by its time.
 func (sc *schedule) due(now, every int64) *atomic.Int64 {
 	next := sc.next.Load()
 	switch {
@@ -754,6 +756,16 @@ func (sc *schedule) due(now, every int64) *atomic.Int64 {
 		below = &sc.back[uint64(now/every)%backs]
 	}
 	return below
+}
+
+// waiting reports whether a call at now is one at the latest time whose
+// step is not yet due (due would return nil), the case of nearly every
+// call: small enough to be inlined where due is not, so that the calls of
+// a single clock pay no more than before the clocks behind were kept
+// apart.
+func (sc *schedule) waiting(now, every int64) bool {
+	next := sc.next.Load()
+	return now < next && now >= next-2*every
 }
 
 // stepMarks drops the settlements' marks expired, once every
