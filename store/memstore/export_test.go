@@ -4,10 +4,10 @@ import (
 	"unsafe"
 )
 
-// A stripe fills two cache lines, and a record one.
+// A stripe fills one cache line, and so does a record.
 var (
-	_ [128]byte = [unsafe.Sizeof(stripe{})]byte{}
-	_ [64]byte  = [unsafe.Sizeof(record{})]byte{}
+	_ [64]byte = [unsafe.Sizeof(stripe{})]byte{}
+	_ [64]byte = [unsafe.Sizeof(record{})]byte{}
 )
 
 // ExpiryOf returns the expiry the store keeps for the record (name, key, 0),

@@ -344,7 +344,7 @@ type stripe struct {
 	n      int
 	cursor uint32
 	victim uint32
-	_      [128 - 8 - 4 - 4 - 8 - 8 - 8*backs - 8 - 4 - 4]byte // two cache lines a stripe, the first holding what a call reads
+	_      [64 - 8 - 4 - 4 - 8 - 16 - 8 - 4 - 4]byte // one stripe per cache line
 }
 
 // table is a stripe's slots: a power of two of them. Each slot's meta,
@@ -707,7 +707,9 @@ func (st *stripe) stepped(s *Store, now int64) {
 // next, so did each call of three clocks.
 type schedule struct {
 	next atomic.Int64 // from the latest calls' time seen
-	back [backs]atomic.Int64
+	// back is out of line, read by the calls of clocks behind alone, so
+	// that a stripe keeps to one cache line.
+	back *[backs]atomic.Int64
 }
 
 // backs is how many clocks behind next a schedule keeps apart; the calls
@@ -720,6 +722,7 @@ const unscheduled = -2 * driver.MaxTime
 
 func (sc *schedule) init(next int64) {
 	sc.next.Store(next)
+	sc.back = new([backs]atomic.Int64)
 	for i := range sc.back {
 		sc.back[i].Store(unscheduled)
 	}
