@@ -440,10 +440,21 @@ func (s *Store) Close() error {
 // of a shard's client on a Ring still open (shardLeft): the shard left
 // the Ring under the call each time it was sent, as often as the
 // client's MaxRetries allow, and a call made again goes to the shards of
-// the Ring then.
+// the Ring then. The error of an ApplyBatch that joins a *driver.OpError
+// for each op left out keeps that shape: each op's failure is wrapped, not
+// the join, so that the joined error's Unwrap() []error still lists the
+// ops, as the driver's contract says (errors.Is matches the wrapping all
+// the same).
 func (s *Store) callerError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if ops := opErrors(err); ops != nil {
+		errs := make([]error, len(ops))
+		for i, oe := range ops {
+			errs[i] = &driver.OpError{Index: oe.Index, Err: s.callerError(ctx, oe.Err)}
+		}
+		return errors.Join(errs...)
 	}
 	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, driver.ErrClosed) {
 		if s.shardLeft(err) {
@@ -473,6 +484,28 @@ func (s *Store) callerError(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// opErrors returns the *driver.OpErrors that err joins, if it is a join
+// of nothing else (ApplyBatch's error for the ops it left out), else nil.
+func opErrors(err error) []*driver.OpError {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	errs := j.Unwrap()
+	ops := make([]*driver.OpError, 0, len(errs))
+	for _, e := range errs {
+		oe, ok := e.(*driver.OpError)
+		if !ok {
+			return nil
+		}
+		ops = append(ops, oe)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return ops
 }
 
 // isTimeout reports whether err is a network timeout: a read, write or
