@@ -695,9 +695,12 @@ func (b *Batcher[Req, Res]) sendBackground(ctx context.Context, reqs []Req, res 
 // Group keeps one Batcher per destination, made on first use, and drops
 // those of destinations no longer called: when a new destination comes
 // (the destinations are a Cluster's masters, say, and one took another's
-// place), every Batcher without a call since the last such time, and
-// nothing queued or in flight, goes. So the Group holds the destinations
-// called lately, not every one it was ever given. With
+// place), and after every DropEvery calls besides (a Ring's shard that
+// left, with none in its place), every Batcher without a call since the
+// last such time, and nothing queued or in flight, goes. So the Group
+// holds the destinations called lately, not every one it was ever given:
+// a destination no longer called keeps its Batcher for at most
+// 2×DropEvery calls of the Group's others. With
 // Options.Share, its Batchers share their slots fairly among all of the
 // Group's calls: a destination that has a fair share of them gets a
 // second slot, and one of several equally busy destinations keeps to one.
@@ -709,7 +712,12 @@ type Group[K comparable, Req, Res any] struct {
 	mu       sync.Mutex
 	batchers map[K]*Batcher[Req, Res]
 	closed   bool // Close was called: the Batchers made since are closed
+	calls    int  // calls of Do since the last drop
 }
+
+// DropEvery is how many calls of a Group's Do pass, at most, between two
+// drops of its Batchers no longer called (see Group).
+const DropEvery = 1024
 
 // NewGroup returns a Group whose batches to dest are sent by send.
 func NewGroup[K comparable, Req, Res any](send func(ctx context.Context, dest K, reqs []Req, res []Res) error, opts Options) *Group[K, Req, Res] {
@@ -725,8 +733,13 @@ func NewGroup[K comparable, Req, Res any](send func(ctx context.Context, dest K,
 func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, error) {
 	g.mu.Lock()
 	b, ok := g.batchers[dest]
-	if !ok {
+	if ok {
+		b.used = true // kept by the drop below
+	}
+	if g.calls++; !ok || g.calls >= DropEvery {
 		g.drop()
+	}
+	if !ok {
 		b = newBatcher(func(ctx context.Context, reqs []Req, res []Res) error {
 			return g.send(ctx, dest, reqs, res)
 		}, g.opts, g.share)
@@ -736,6 +749,14 @@ func (g *Group[K, Req, Res]) Do(ctx context.Context, dest K, req Req) (Res, erro
 	b.used = true
 	g.mu.Unlock()
 	return b.Do(ctx, req)
+}
+
+// Len returns how many Batchers the Group keeps: one per destination
+// called lately.
+func (g *Group[K, Req, Res]) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.batchers)
 }
 
 // Close closes the Group's Batchers (Batcher.Close), and every one it
@@ -757,6 +778,7 @@ func (g *Group[K, Req, Res]) Close() {
 // works alone, as the Group's new one for its destination does, its
 // detached calls each on a goroutine of their own.
 func (g *Group[K, Req, Res]) drop() {
+	g.calls = 0
 	for dest, b := range g.batchers {
 		if b.used {
 			b.used = false

@@ -1379,3 +1379,28 @@ func TestQueuedLoneCallerLeavesAndItsSendExits(t *testing.T) {
 	require.Zero(t, queued)
 	require.Equal(t, answer{50, nil}, within(t, doAsync(b, bg, 5), "a call after"))
 }
+
+// TestGroupDropsADestinationGoneWithNoneNew: a destination no longer
+// called (a Ring's shard that left it, with none in its place) loses its
+// Batcher, and its worker, within 2×DropEvery calls of the others, though
+// no new destination comes. Its Batcher was kept as long as the Group.
+func TestGroupDropsADestinationGoneWithNoneNew(t *testing.T) {
+	g := NewGroup(func(ctx context.Context, dest int, reqs, res []int) error { return nil }, Options{Detach: true})
+	ctx := t.Context()
+	for _, d := range []int{1, 2} {
+		_, err := g.Do(ctx, d, 0)
+		require.NoError(t, err)
+	}
+	g.mu.Lock()
+	kept := g.batchers[1]
+	g.mu.Unlock()
+	require.Equal(t, 2, g.Len())
+	for range 2 * DropEvery {
+		_, err := g.Do(ctx, 1, 0)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, g.Len(), "the Batchers kept, 2 gone")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	assert.Same(t, kept, g.batchers[1], "the destination in use kept its Batcher")
+}

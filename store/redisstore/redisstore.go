@@ -38,6 +38,10 @@
 // of the slots, so that the calls after it find the replica promoted in
 // its place rather than wait for the client's ClusterStateReloadInterval.
 // On a Ring, calls coalesce per shard, and a batch is one call per key.
+// The store keeps a batcher, and its goroutine, per server it called
+// lately: that of a master or a shard that left (a failover, a Ring's
+// SetAddrs) goes, once idle, within 2048 calls of the store's to the
+// others, or sooner when calls go to a server new to the store.
 // Records expire once their bucket would be full again, plus a margin
 // (WithExpiryMargin) for calls in flight whose time lags and for
 // application clocks that disagree with each other.
