@@ -292,9 +292,18 @@ func checkClient(client redis.UniversalClient) error {
 // was built WithServerTime.
 func (s *Store) OwnClock() bool { return s.serverTime }
 
-// Now implements driver.TimeSource: the server's time in Unix ms; on a
-// Cluster or a Ring, that of one of its servers, any one. The Limiter
-// asks RecordNow instead, the time of the server that holds a record.
+// Now implements driver.TimeSource: the server's time in Unix ms. On a
+// Cluster or a Ring, it is the time of a server at random (TIME names no
+// key: the client sends it to the master of a slot at random, or to a
+// shard at random), whose clock may disagree with that of the server of
+// any given key. That is not the time to judge a key's records or tokens
+// by: RecordNow is. A Limiter never asks it of this store, which is a
+// driver.RecordClock: wherever it needs the store's time (Value, a
+// settlement) it has a record of the key, and asks RecordNow; no call of
+// a Limiter reads the store's time without one. Nor does package
+// store/janitor, which reads the time of a store it sweeps
+// (driver.Expirer), which this one is not (Redis expires the records).
+// Call it for the time of one server, or on a single server.
 func (s *Store) Now(ctx context.Context) (int64, error) {
 	return s.now(ctx, "Now", "")
 }
@@ -306,28 +315,34 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // keep their own clock: read at another, a token would be judged expired,
 // or valid, by a clock that the server of its records and its
 // settlement's mark does not keep (driver.RecordClock). It is a round
-// trip of its own, before the call it serves: a slot that moves between
+// trip of its own, before the call it serves, through the store's client
+// as the store's other calls (its hooks see it; it follows a slot's move):
+// on a Cluster or a Ring, a script that answers TIME (EVALSHA, or EVAL on
+// a server that does not have it yet), called on the record's key, so
+// that the client sends it to the key's server; a slot that moves between
 // the two is judged by the clock of its new master, as every call after.
 func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
 	return s.now(ctx, "RecordNow", s.Key(id))
 }
 
-// now reads TIME from the server that holds key, or from any server for
-// "". On a Ring, a read routed to a shard that left it (shardLeft) goes
-// again, as a call of the function does.
+// now reads the time of the server that holds key, or of any server for
+// "", through the store's client, as every other call of the store goes:
+// the client's hooks (AddHook) see it, and it routes it, redirects it
+// (MOVED) and sends it again as it does those. TIME names no key, which a
+// Ring or a Cluster client would send to a server at random: for a key, a
+// script that returns TIME, called on the key, goes to the key's server.
+// On a Ring, a read routed to a shard that left it (shardLeft) goes again,
+// as a call of the function does.
 func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
 	if err := s.usable(ctx, call); err != nil {
 		return 0, err
 	}
-	var cmd *redis.TimeCmd
+	var ms int64
 	err := coalesce.Detached(ctx, func() error {
 		for tries := 0; ; tries++ {
-			c, err := s.serverOf(ctx, key)
-			if err == nil {
-				cmd = redis.NewTimeCmd(ctx, "time")
-				err = c.Process(ctx, cmd)
-				s.rerouteAfter(err)
-			}
+			var err error
+			ms, err = s.readTime(ctx, key)
+			s.rerouteAfter(err)
 			if err == nil || tries >= s.retries || !s.shardLeft(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
 				return err
 			}
@@ -336,22 +351,30 @@ func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: time: %w", s.callerError(ctx, err))
 	}
-	return cmd.Val().UnixMilli(), nil
+	return ms, nil
 }
 
-// serverOf returns the client of the server that holds key: the master
-// of its slot on a Cluster, its shard on a Ring; the store's client for
-// one server, or for "" (any server).
-func (s *Store) serverOf(ctx context.Context, key string) (interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}, error) {
-	switch {
-	case key == "" || s.single:
-		return s.client, nil
-	case s.cluster != nil:
-		return s.cluster.MasterForKey(ctx, key)
+// timeScript returns the time of the server it runs on, as TIME does.
+var timeScript = redis.NewScript("return redis.call('TIME')")
+
+// readTime sends one read of the time (see now), in Unix ms.
+func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
+	if key == "" || s.single {
+		t, err := s.client.Time(ctx).Result()
+		return t.UnixMilli(), err
 	}
-	return s.ring.GetShardClientForKey(key)
+	v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(v) == 2 {
+		sec, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+		usec, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		if err1 == nil && err2 == nil {
+			return sec*1000 + usec/1000, nil
+		}
+	}
+	return 0, fmt.Errorf("the server answered %q to TIME, not seconds and microseconds", shown(fmt.Sprint(v), 100))
 }
 
 // Key returns the Redis key of a record. Every record of one ratelimit key

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -181,7 +182,8 @@ func TestRingShardRemovedUnderALibraryLoad(t *testing.T) {
 	require.Len(t, libs, 1, "the library on the shard that joined the Ring under the load")
 }
 
-// timeShift moves the time its server's client reads with TIME by d,
+// timeShift moves the time its server's client reads with TIME, or with
+// a script that returns TIME's answer (the store's RecordNow), by d,
 // unless the server is home's: a server whose clock is d ahead. The
 // function's own TIME, read in the server, is not moved.
 type timeShift struct {
@@ -195,10 +197,22 @@ func (h timeShift) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h timeShift) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if c, ok := cmd.(*redis.TimeCmd); ok && err == nil && h.addr != *h.home.Load() {
-			c.SetVal(c.Val().Add(h.d))
+		if err != nil || h.addr == *h.home.Load() {
+			return err
 		}
-		return err
+		switch c := cmd.(type) {
+		case *redis.TimeCmd:
+			c.SetVal(c.Val().Add(h.d))
+		case *redis.Cmd:
+			if v, ok := c.Val().([]any); ok && len(v) == 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+				sec, err := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+				if err != nil {
+					return err
+				}
+				c.SetVal([]any{strconv.FormatInt(sec+int64(h.d/time.Second), 10), v[1]})
+			}
+		}
+		return nil
 	}
 }
 
