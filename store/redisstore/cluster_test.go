@@ -511,9 +511,7 @@ func ownClusterOf(t *testing.T, replicas int, args ...string) map[string]*redis.
 		nodes[addr] = n
 		addrs = append(addrs, addr)
 	}
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")...).CombinedOutput()
-	require.NoError(t, err, "creating the cluster: %s", out)
+	require.NoError(t, clusterCreate(addrs, replicas, clusterCreateLimit))
 	ctx := context.Background()
 	for _, n := range nodes {
 		for i := 0; ; i++ {
@@ -528,6 +526,43 @@ func ownClusterOf(t *testing.T, replicas int, args ...string) map[string]*redis.
 		}
 	}
 	return nodes
+}
+
+// clusterCreateLimit is how long redis-cli may take to create a test
+// Cluster: a few seconds where the nodes answer.
+const clusterCreateLimit = time.Minute
+
+// clusterCreate runs redis-cli --cluster create on the nodes at addrs,
+// with replicas of each master, and ends it after limit: a node that
+// accepts connections and never answers held it, and the test, until the
+// test binary's own timeout, which named no cause.
+func clusterCreate(addrs []string, replicas int, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
+	cmd := exec.CommandContext(ctx, "redis-cli", args...)
+	cmd.WaitDelay = time.Second // its output's pipe, should a child hold it
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return fmt.Errorf("creating the cluster: redis-cli %s did not finish within %v, and was ended: is a node not answering? "+
+			"Its output: %q", strings.Join(args, " "), limit, out)
+	}
+	if err != nil {
+		return fmt.Errorf("creating the cluster: redis-cli %s: %w; its output: %q", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// TestClusterCreateEnds: the creation of a test Cluster on a node that
+// never answers ends at its time limit, with an error that says so.
+func TestClusterCreateEnds(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		testserver.Unreachable(t, "redis-cli", "PATH", err)
+	}
+	addrs := []string{mute(t), mute(t), mute(t)}
+	err := clusterCreate(addrs, 0, 300*time.Millisecond)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "did not finish within 300ms")
 }
 
 // TestClusterSlotHalfMoved: a batch over several slots of one master, one
