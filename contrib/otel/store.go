@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -13,6 +15,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/isnil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -36,7 +39,7 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // TracerProvider (WithTracerProvider; the global one by default) named
 // ScopeName, carry the names of the limits the call touches (never the
 // keys; a limit given inline by the name the call gave it, see LimitsKey),
-// and record the store's error.
+// and record the store's error (its text made UTF-8, which exporters need).
 //
 // The Store returned implements driver.BatchApplier and DeleteExpired
 // when s does, and driver.TimeSource and driver.RecordClock always:
@@ -137,12 +140,36 @@ type storeSpan struct {
 func (s *storeSpan) end(ctx context.Context, err error) {
 	s.ended = true
 	if err != nil {
-		s.RecordError(err)
+		msg := err.Error()
+		if utf8.ValidString(msg) {
+			s.RecordError(err)
+		} else {
+			s.recordError(err, strings.ToValidUTF8(msg, "\uFFFD"))
+		}
 		if !callerEnded(ctx, err) {
-			s.SetStatus(codes.Error, err.Error())
+			s.SetStatus(codes.Error, strings.ToValidUTF8(msg, "\uFFFD"))
 		}
 	}
 	s.End()
+}
+
+// recordError records err as RecordError does, an exception event of its
+// type and text, with msg, err's text made UTF-8, for its text. A store's
+// error may name, unquoted, a key that is not UTF-8 (one of its own, or a
+// server's message); OTLP's protobuf refuses such a string, and the
+// exporter drops the whole batch of spans with it.
+func (s *storeSpan) recordError(err error, msg string) {
+	s.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionType(errorType(err)), semconv.ExceptionMessage(msg)))
+}
+
+// errorType names the type of err as the SDK's RecordError does.
+func errorType(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String() // a pointer, or another unnamed type
+	}
+	return t.PkgPath() + "." + t.Name()
 }
 
 // callerEnded reports whether err, the error of a store call made with

@@ -1,0 +1,58 @@
+package ratelimitotel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/benbjohnson/clock"
+	"github.com/ratelimit-go/ratelimit"
+	ratelimitotel "github.com/ratelimit-go/ratelimit/contrib/otel"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// errRawKey is the error of a store of one's own that names, unquoted, a
+// key of bytes that are not UTF-8, as a key taken from binary metadata
+// or a header may be.
+var errRawKey = errors.New("rawstore: the record of key \xff\xfe cannot be read")
+
+// rawKeyStore fails every call with errRawKey.
+type rawKeyStore struct{ failStore }
+
+func (rawKeyStore) Apply(context.Context, *driver.Op, []driver.Decision) error { return errRawKey }
+
+// A store's error whose text is not UTF-8 is recorded on the span (the
+// status and the exception event) in UTF-8, its bytes that are not
+// replaced by U+FFFD, as the names of limits are: OTLP's protobuf
+// refuses a string that is not UTF-8, and the exporter dropped the whole
+// batch of spans with it, the failed call's and every other. The error
+// returned is the store's, as it is, and the event keeps its type.
+func TestWrapStoreErrorNotUTF8(t *testing.T) {
+	spans, tp := newTracer(t)
+	lim, err := ratelimit.New(ratelimitotel.WrapStore(rawKeyStore{}, ratelimitotel.WithTracerProvider(tp)),
+		ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}, ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	_, err = lim.Limit(context.Background(), "api", secretKey)
+	require.ErrorIs(t, err, errRawKey)
+
+	got := spans.GetSpans()
+	require.Len(t, got, 1)
+	s := got[0]
+	assert.Equal(t, codes.Error, s.Status.Code)
+	assert.True(t, utf8.ValidString(s.Status.Description), "status %q is not UTF-8", s.Status.Description)
+	assert.Equal(t, "rawstore: the record of key \uFFFD cannot be read", s.Status.Description)
+	require.Len(t, s.Events, 1)
+	assert.Equal(t, "exception", s.Events[0].Name)
+	ev := map[string]string{}
+	for _, kv := range s.Events[0].Attributes {
+		ev[string(kv.Key)] = kv.Value.Emit()
+		assert.True(t, utf8.ValidString(kv.Value.Emit()), "event attribute %s %q is not UTF-8", kv.Key, kv.Value.Emit())
+	}
+	assert.Equal(t, "rawstore: the record of key \uFFFD cannot be read", ev["exception.message"])
+	assert.Equal(t, "*errors.errorString", ev["exception.type"])
+}
