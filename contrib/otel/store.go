@@ -144,10 +144,11 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 		if utf8.ValidString(msg) {
 			s.RecordError(err)
 		} else {
-			s.recordError(err, strings.ToValidUTF8(msg, "\uFFFD"))
+			msg = strings.ToValidUTF8(msg, "\uFFFD") // exporters need UTF-8
+			s.recordError(err, msg)
 		}
 		if !callerEnded(ctx, err) {
-			s.SetStatus(codes.Error, strings.ToValidUTF8(msg, "\uFFFD"))
+			s.SetStatus(codes.Error, msg)
 		}
 	}
 	s.End()
