@@ -138,7 +138,6 @@ type storeSpan struct {
 // The status is Error unless the call failed because ctx ended
 // (callerEnded): the caller gave up, and the store did not fail.
 func (s *storeSpan) end(ctx context.Context, err error) {
-	s.ended = true
 	if err != nil {
 		msg := err.Error()
 		if utf8.ValidString(msg) {
@@ -151,6 +150,9 @@ func (s *storeSpan) end(ctx context.Context, err error) {
 			s.SetStatus(codes.Error, msg)
 		}
 	}
+	// Marked ended only now: an error whose Error panics (a typed nil)
+	// leaves the span to endPanicked.
+	s.ended = true
 	s.End()
 }
 

@@ -56,3 +56,32 @@ func TestWrapStoreErrorNotUTF8(t *testing.T) {
 	assert.Equal(t, "rawstore: the record of key \uFFFD cannot be read", ev["exception.message"])
 	assert.Equal(t, "*errors.errorString", ev["exception.type"])
 }
+
+// storeErr is a store's error type whose Error reads its fields: a nil
+// *storeErr returned as an error (a typed nil, a common bug) panics when
+// its text is asked for.
+type storeErr struct{ what string }
+
+func (e *storeErr) Error() string { return "badstore: " + e.what }
+
+// typedNilStore fails Apply with a nil *storeErr.
+type typedNilStore struct{ failStore }
+
+func (typedNilStore) Apply(context.Context, *driver.Op, []driver.Decision) error {
+	var e *storeErr
+	return e
+}
+
+// A store error whose Error panics (a typed nil) panics in the wrapper,
+// as it would in the caller, and still ends the call's span, marked as
+// an error: the span was marked ended before the error's text was read,
+// and was never ended, missing from the trace.
+func TestWrapStoreEndsSpanOnErrorThatPanics(t *testing.T) {
+	spans, tp := newTracer(t)
+	w := ratelimitotel.WrapStore(typedNilStore{}, ratelimitotel.WithTracerProvider(tp))
+	assert.Panics(t, func() { _ = w.Apply(context.Background(), &driver.Op{}, nil) })
+	got := spans.GetSpans()
+	require.Len(t, got, 1, "the span is ended")
+	assert.Equal(t, ratelimitotel.SpanApply, got[0].Name)
+	assert.Equal(t, codes.Error, got[0].Status.Code)
+}
