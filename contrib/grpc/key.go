@@ -31,9 +31,11 @@ import (
 // A KeyFunc returns an error for what it cannot read, and should never
 // panic on it. gRPC recovers no panic of a call's interceptors or handler,
 // and one call whose metadata made the KeyFunc panic would end the
-// server's process: the Interceptor recovers a panic of its KeyFunc, and
-// answers the call Internal, logged at error level with the panic's value
-// and stack (an error matching ErrKeyPanicked). The handler's own panics
+// server's process: the Interceptor recovers a panic of its KeyFunc (or
+// of the Error of the error it returned: a nil pointer returned as an
+// error, a typed nil), and answers the call Internal, logged at error
+// level with the panic's value and stack (an error matching
+// ErrKeyPanicked). The handler's own panics
 // are not the Interceptor's: a server whose handlers may panic puts a
 // recovery interceptor (go-grpc-middleware's recovery) ahead of it.
 type KeyFunc func(ctx context.Context) (string, error)
@@ -52,8 +54,8 @@ var errEmptyKey = fmt.Errorf("ratelimitgrpc: the KeyFunc returned an empty key, 
 	"return ErrNoKey for a call that carries no key, or a constant such as \"all\" for one budget shared by every call: %w", ErrNoKey)
 
 // keyOf returns the key of the call of ctx by the Interceptor's KeyFunc,
-// with a panic of it as an error matching ErrKeyPanicked, and an empty
-// key as errEmptyKey.
+// with a panic of it, or of its error's Error, as an error matching
+// ErrKeyPanicked, and an empty key as errEmptyKey.
 func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -62,6 +64,12 @@ func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
 	}()
 	if key, err = i.key(ctx); err == nil && key == "" {
 		err = errEmptyKey
+	}
+	if err != nil {
+		// An error whose Error panics (a typed nil: a *T that is nil
+		// returned as an error) would panic as the call is logged,
+		// unrecovered: read here, it is the KeyFunc's panic.
+		_ = err.Error()
 	}
 	return key, err
 }
