@@ -116,7 +116,8 @@ func (o *Observer) ready() {
 }
 
 // Observe records one decision: it adds one to ratelimit.decisions and
-// records its latency in ratelimit.decision.duration, with the limit's
+// records its latency in ratelimit.decision.duration (0 for a negative
+// Latency: the Limiter's clock stepped back), with the limit's
 // name and the outcome, never the key; with OtherLimit for a limit given
 // inline (e.Inline).
 func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
@@ -127,7 +128,9 @@ func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 	}
 	m := o.measure(setKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: e.LetThrough()})
 	o.decisions.Add(ctx, 1, m.add...)
-	o.duration.Record(ctx, e.Latency.Seconds(), m.record...)
+	// A clock that stepped back during the call reads a negative time,
+	// which would take from the histogram's sum.
+	o.duration.Record(ctx, max(e.Latency, 0).Seconds(), m.record...)
 }
 
 // ObserveJob records one job of Reservation.AfterFunc: it adds one to

@@ -264,9 +264,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.jobs.Collect(ch)
 }
 
-// Observe counts one decision and records how long it took, labelled by
-// the limit's name and the outcome, never the key; by OtherLimit for a
-// limit given inline (e.Inline).
+// Observe counts one decision and records how long it took (0 for a
+// negative Latency: the Limiter's clock stepped back), labelled by the
+// limit's name and the outcome, never the key; by OtherLimit for a limit
+// given inline (e.Inline).
 func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 	c.ready()
 	name := e.Result.Name
@@ -275,7 +276,9 @@ func (c *Collector) Observe(_ context.Context, e ratelimit.Event) {
 	}
 	s := c.find(seriesKey{name: name, outcome: e.Outcome, check: e.Check, local: e.Result.Local, allowed: e.LetThrough()})
 	s.decisions.Inc()
-	s.duration.Observe(e.Latency.Seconds())
+	// A clock that stepped back during the call reads a negative time,
+	// which would take from the sum Prometheus reads as a counter.
+	s.duration.Observe(max(e.Latency, 0).Seconds())
 }
 
 // ObserveJob counts one job of Reservation.AfterFunc in
