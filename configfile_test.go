@@ -405,7 +405,7 @@ func TestParseLimitsValueErrors(t *testing.T) {
 	for _, bad := range []struct{ field, value, want string }{
 		{"rate", "[1]", `rate: a list is not a number`},
 		{"capacity", "{a: 1}", `capacity: a mapping is not a number`},
-		{"rate", "1e400", `rate: "1e400" is out of range: a number of tokens is at most 1e+15`},
+		{"rate", "1e400", `rate: "1e400" is out of range: a number of tokens is at most 1000000000000000`},
 		{"maxReserved", "-1e400", `maxReserved: "-1e400" is out of range`},
 		{"rate", `"1e400"`, `rate: "1e400" is not a number`},
 		{"period", "[1h]", `period: a list is not a duration`},
@@ -973,14 +973,14 @@ func TestParseLimitsLongNamesInErrors(t *testing.T) {
 	} {
 		_, err := ratelimit.ParseLimits([]byte(in))
 		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-		assert.EqualError(t, err, "ratelimit: limits file: line 1: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15")
+		assert.EqualError(t, err, "ratelimit: limits file: line 1: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000")
 		var ce *ratelimit.ConfigError
 		require.ErrorAs(t, err, &ce)
 		assert.Equal(t, long, ce.Name, "the name whole")
 		assert.Equal(t, "Rate", ce.Field)
 	}
 	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{long: {Kind: ratelimit.FixedWindow, Period: time.Minute}})
-	assert.EqualError(t, err, "ratelimit: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15")
+	assert.EqualError(t, err, "ratelimit: limit "+cut+": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000")
 }
 
 // A zero start written with a long fraction of a second, and a name

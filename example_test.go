@@ -151,7 +151,7 @@ func ExampleNew_invalidConfig() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, ratelimit.ErrInvalidConfig))
 	// Output:
-	// ratelimit: limit "search": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15
+	// ratelimit: limit "search": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000
 	// true
 }
 

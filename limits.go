@@ -298,10 +298,10 @@ func (lim *limit) countError(count float64, reserve bool) error {
 	case count == 0:
 		return nil
 	case !(count >= 0) || math.IsInf(count, 1):
-		return &CountError{Name: lim.name, Count: count, Problem: "is not a finite number ≥ 0"}
+		return &CountError{Name: lim.name, Count: count, Problem: countFault(count) + ": a count is a number from 0 to " + numText(MaxTokens)}
 	case count < MinCount:
 		return &CountError{Name: lim.name, Count: count,
-			Problem: fmt.Sprintf("is below %v, the least count above 0 a call may ask for (MinCount), which a decision could not tell from the noise of its arithmetic: count in a smaller unit (ask 1 where you asked 0.001, with Rate and Capacity a thousand times larger)", MinCount)}
+			Problem: fmt.Sprintf("is below %s, the least count above 0 a call may ask for (MinCount), which a decision could not tell from the noise of its arithmetic: count in a smaller unit (ask 1 where you asked 0.001, with Rate and Capacity a thousand times larger)", numText(MinCount))}
 	case count > MaxTokens:
 		// No config grants it: raising Capacity or MaxReserved, or fewer
 		// shards, would not do.
@@ -310,13 +310,13 @@ func (lim *limit) countError(count float64, reserve bool) error {
 			most = lim.maxDebt
 		}
 		return &CountError{Name: lim.name, Count: count, Max: most,
-			Problem: fmt.Sprintf("exceeds %v, the most tokens one call may ask for: split the call", MaxTokens)}
+			Problem: fmt.Sprintf("exceeds %s, the most tokens one call may ask for: split the call", numText(MaxTokens))}
 	}
 	if reserve {
 		if count > lim.maxDebt {
 			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
-				Problem: fmt.Sprintf("exceeds %v, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
-					lim.maxDebt, lim.shardNote())}
+				Problem: fmt.Sprintf("exceeds %s, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
+					numText(lim.maxDebt), lim.shardNote())}
 		}
 		return nil
 	}
@@ -331,9 +331,24 @@ func (lim *limit) countError(count float64, reserve bool) error {
 			hint = lim.shardHint(count)
 		}
 		return &CountError{Name: lim.name, Count: count, Max: lim.maxPlain,
-			Problem: fmt.Sprintf("exceeds %v, the most the limit can grant at once%s: %s", lim.maxPlain, lim.shardNote(), hint)}
+			Problem: fmt.Sprintf("exceeds %s, the most the limit can grant at once%s: %s", numText(lim.maxPlain), lim.shardNote(), hint)}
 	}
 	return nil
+}
+
+// countFault says what makes count, a count no call may ask for, other
+// than a number ≥ 0: NaN, negative (-Inf too, which is negative before it
+// is infinite) or +Inf; "" for a number ≥ 0, which is a count.
+func countFault(count float64) string {
+	switch {
+	case math.IsNaN(count):
+		return "is not a number"
+	case count < 0:
+		return "is negative"
+	case math.IsInf(count, 1):
+		return "is infinite"
+	}
+	return ""
 }
 
 func (lim *limit) shardNote() string {
@@ -355,11 +370,11 @@ func (lim *limit) shardHint(count float64) string {
 		hints = append(hints, fmt.Sprintf("use at most %d shards", int(n)))
 	}
 	if need := count * float64(lim.shards) / 2; need <= MaxTokens {
-		hints = append(hints, fmt.Sprintf("raise Capacity to %v", need))
+		hints = append(hints, fmt.Sprintf("raise Capacity to %s", numText(need)))
 	} else if count > c {
 		// No Capacity within MaxTokens admits it over this many shards:
 		// two shards hold Capacity together, as one does.
-		hints = append(hints, fmt.Sprintf("use 2 shards with Capacity %v", count))
+		hints = append(hints, fmt.Sprintf("use 2 shards with Capacity %s", numText(count)))
 	}
 	// Worded as the unsharded advice is, the reservation last, which the
 	// command line drops or rewrites (cmd/ratelimit).

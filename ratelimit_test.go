@@ -80,19 +80,19 @@ func TestConfigErrorNamesTheEmptyName(t *testing.T) {
 	bad := ratelimit.Config{Kind: ratelimit.FixedWindow, Period: time.Second}
 	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"": bad, "b": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Second}})
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`)
 
 	lim, err := ratelimit.New(must(memstore.New()), nil)
 	require.NoError(t, err)
-	assert.EqualError(t, lim.SetLimit("", bad), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
-	assert.EqualError(t, lim.SetLimits(ratelimit.Limits{"": bad}), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	assert.EqualError(t, lim.SetLimit("", bad), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`)
+	assert.EqualError(t, lim.SetLimits(ratelimit.Limits{"": bad}), `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`)
 	_, err = lim.Limit(context.Background(), "", "k", ratelimit.WithConfig(bad))
-	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	assert.EqualError(t, err, `ratelimit: limit "": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`)
 
 	_, err = ratelimit.ParseLimits([]byte(`"": {kind: fixed window, rate: 0, period: 1m}`))
-	assert.EqualError(t, err, `ratelimit: limits file: line 1: limit "": Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`)
+	assert.EqualError(t, err, `ratelimit: limits file: line 1: limit "": Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`)
 
-	assert.EqualError(t, bad.Validate(), `ratelimit: invalid config: Rate is 0: it must be a number of tokens from 1e-09 to 1e+15`, "a Config of no limit")
+	assert.EqualError(t, bad.Validate(), `ratelimit: invalid config: Rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`, "a Config of no limit")
 }
 
 // The ConfigError of a limit of any other name than "" is the value its
@@ -101,7 +101,7 @@ func TestConfigErrorNamesTheEmptyName(t *testing.T) {
 // was named: the mark that names "" was set for every limit.
 func TestConfigErrorComparesByItsFields(t *testing.T) {
 	bad := ratelimit.Config{Kind: ratelimit.FixedWindow, Period: time.Second}
-	want := ratelimit.ConfigError{Name: "a", Field: "Rate", Problem: "is 0: it must be a number of tokens from 1e-09 to 1e+15"}
+	want := ratelimit.ConfigError{Name: "a", Field: "Rate", Problem: "is 0: it must be a number of tokens from 1e-9 to 1000000000000000"}
 	_, err := ratelimit.New(must(memstore.New()), ratelimit.Limits{"a": bad})
 	var ce *ratelimit.ConfigError
 	require.ErrorAs(t, err, &ce)
@@ -940,7 +940,7 @@ func TestCountAboveMaxTokens(t *testing.T) {
 		for _, opts := range [][]ratelimit.CallOption{nil, {ratelimit.WithReserve()}} {
 			_, err := lim.Limit(ctx, name, "k", append(opts, ratelimit.Count(2*ratelimit.MaxTokens))...)
 			require.ErrorIs(t, err, ratelimit.ErrInvalidCount)
-			assert.ErrorContains(t, err, "exceeds 1e+15, the most tokens one call may ask for: split the call", "%s %v", name, opts)
+			assert.ErrorContains(t, err, "exceeds 1000000000000000, the most tokens one call may ask for: split the call", "%s %v", name, opts)
 		}
 	}
 	// Nor is a Capacity beyond MaxTokens suggested for fewer shards.

@@ -754,7 +754,7 @@ func (l *Limiter) Refund(ctx context.Context, t *Token, opts ...SettleOption) er
 // holds, and returns a *SettledError.
 func (l *Limiter) Settle(ctx context.Context, t *Token, used float64, opts ...SettleOption) error {
 	if !(used >= 0) || math.IsInf(used, 1) {
-		return &CountError{Count: used, Problem: "used, given to Settle, is not a finite number ≥ 0: give the tokens the job used (0 hands them all back)"}
+		return &CountError{Count: used, Problem: "used, given to Settle, " + countFault(used) + ": give the tokens the job used, a number ≥ 0 (0 hands them all back)"}
 	}
 	if used == 0 {
 		return l.Refund(ctx, t, opts...)

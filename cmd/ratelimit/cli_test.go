@@ -67,7 +67,7 @@ func TestErrorsSayRatelimitOnce(t *testing.T) {
 		{[]string{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"}, 2,
 			`ratelimit: unknown kind "sliding"`},
 		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), 2,
-			`ratelimit: --count -1 is not a finite number ≥ 0`},
+			`ratelimit: --count -1 is negative: a count is a number from 0 to 1000000000000000`},
 		{[]string{"nope"}, 2, `ratelimit: unknown command "nope"`},
 	} {
 		code, _, errOut := exec(tc.args...)
@@ -108,8 +108,8 @@ func TestExitCodes(t *testing.T) {
 		// simulate too: its count errors were failures (1).
 		{append([]string{"simulate", "--every", "1s", "--for", "2s", "--count", "4"}, tokenBucket...), 2, "--count 4 exceeds 3"},
 		{append([]string{"simulate", "--at", "0s=1,1s=4"}, tokenBucket...), 2, `--at "1s=4": count 4 exceeds 3`},
-		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, `--at "0s=-1": count -1 is not a finite number ≥ 0`},
-		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, `--at "0s=NaNr": count NaN is not a finite number ≥ 0`},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), 2, `--at "0s=-1": count -1 is negative: a count is a number from 0 to 1000000000000000`},
+		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, `--at "0s=NaNr": count NaN is not a number: a count is a number from 0 to 1000000000000000`},
 		// The limits file is data, not the command line: a failure.
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
 		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "no such file"},

@@ -297,7 +297,7 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{[]string{"--kind", "fixed window", "--rate", "NaN", "--period", "1s"}, "ratelimit: --rate is NaN: it must be a number of tokens from 1e-09 to 1e+15\n"},
+		{[]string{"--kind", "fixed window", "--rate", "NaN", "--period", "1s"}, "ratelimit: --rate is NaN: it must be a number of tokens from 1e-9 to 1000000000000000\n"},
 		{[]string{"--kind", "fixed window", "--rate", "0.5", "--period", "1s"}, "ratelimit: --rate is 0.5 and --capacity is unset (so also 0.5): one call can take at most 0.5 tokens, " +
 			"so no call of the default count 1 can ever pass: set --capacity to at least 1 (a bucket may hold more than one period's --rate), or explicitly below 1 for calls of fractional counts\n"},
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1500us"}, "ratelimit: --period is 1.5ms: it must be a whole number of milliseconds\n"},
@@ -310,7 +310,7 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		{[]string{"--kind", "fixed window", "--rate", "1", "--period", "1s", "--start", ""},
 			"ratelimit: --start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for windows aligned to the simulation's start, 00:00:00\n"},
 		{[]string{"--kind", "token bucket", "--rate", "1.5", "--period", "1s", "--capacity", "1.5", "--max-reserved", "8388607"},
-			"ratelimit: --max-reserved is 8.388607e+06 and --capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of --capacity plus --max-reserved would be refused forever"},
+			"ratelimit: --max-reserved is 8388607 and --capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of --capacity plus --max-reserved would be refused forever"},
 	} {
 		args := append(append([]string{"simulate"}, tc.flags...), "--at", "0s=1")
 		code, _, errOut := exec(args...)
@@ -325,7 +325,7 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	}
 	err := inFlags(ratelimit.Config{Kind: ratelimit.FixedWindow, Rate: math.NaN(), Period: time.Second}.Validate())
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	require.EqualError(t, err, "--rate is NaN: it must be a number of tokens from 1e-09 to 1e+15")
+	require.EqualError(t, err, "--rate is NaN: it must be a number of tokens from 1e-9 to 1000000000000000")
 
 	// A limit of a limits file is named by its fields, as the file writes
 	// them, its problem too: the library names the Config's (Rate,
@@ -334,12 +334,12 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ file, want string }{
 		// The name "" as any other: it was "invalid config: Rate is 0".
-		{"\"\":\n  kind: fixed window\n  rate: 0\n  period: 1s\n", `limits file: line 1: limit "": rate is 0: it must be a number of tokens from 1e-09 to 1e+15` + "\n"},
-		{"x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n", `limits file: line 1: limit "x": rate is NaN: it must be a number of tokens from 1e-09 to 1e+15` + "\n"},
+		{"\"\":\n  kind: fixed window\n  rate: 0\n  period: 1s\n", `limits file: line 1: limit "": rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000` + "\n"},
+		{"x:\n  kind: fixed window\n  rate: .nan\n  period: 1s\n", `limits file: line 1: limit "x": rate is NaN: it must be a number of tokens from 1e-9 to 1000000000000000` + "\n"},
 		{"Capacity:\n  kind: fixed window\n  rate: 1\n  period: 1s\n  capacity: -1\n",
-			`limits file: line 1: limit "Capacity": capacity is -1: it must be a number of tokens > 0 and at most 1e+15, or 0 for rate` + "\n"},
+			`limits file: line 1: limit "Capacity": capacity is -1: it must be a number of tokens > 0 and at most 1000000000000000, or 0 for rate` + "\n"},
 		{"x:\n  kind: token bucket\n  rate: 1.5\n  period: 1s\n  capacity: 1.5\n  maxReserved: 8388607\n",
-			`limits file: line 1: limit "x": maxReserved is 8.388607e+06 and capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of capacity plus maxReserved would be refused forever`},
+			`limits file: line 1: limit "x": maxReserved is 8388607 and capacity 1.5: above 8388608 tokens together, a fraction of a token is finer than a decision resolves, and a reservation of capacity plus maxReserved would be refused forever`},
 		{"x:\n  kind: token bucket\n  rate: 1\n  period: 1s\n  start: 2024-01-01T00:00:00Z\n", `limits file: line 1: limit "x": start is set on a token bucket, which has no windows: remove start` + "\n"},
 	} {
 		path := filepath.Join(dir, "limits.yaml")
@@ -365,7 +365,7 @@ func TestLimitsFileLongNameInError(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("? "+long+"\n:\n  kind: fixed window\n  rate: 0\n  period: 1s\n"), 0o600))
 	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code, errOut)
-	require.Contains(t, errOut, "ratelimit: "+path+`: limits file: line 1: limit "`+long[:256]+`"… (10000 bytes): rate is 0: it must be a number of tokens from 1e-09 to 1e+15`+"\n")
+	require.Contains(t, errOut, "ratelimit: "+path+`: limits file: line 1: limit "`+long[:256]+`"… (10000 bytes): rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`+"\n")
 	require.Less(t, len(errOut), 1000)
 	_, err := loadLimits(path)
 	var ce *ratelimit.ConfigError
@@ -393,8 +393,8 @@ func TestCountErrorsNameFlags(t *testing.T) {
 	}{
 		{append([]string{"limit", "--store", "mem:", "--count", "4"}, tokenBucket...),
 			"--count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --reserve"},
-		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), "--count -1 is not a finite number ≥ 0"},
-		{append([]string{"limit", "--store", "mem:", "--count", "Inf", "--reserve"}, tokenBucket...), "--count Inf is not a finite number ≥ 0"},
+		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), "--count -1 is negative: a count is a number from 0 to 1000000000000000"},
+		{append([]string{"limit", "--store", "mem:", "--count", "Inf", "--reserve"}, tokenBucket...), "--count Inf is infinite: a count is a number from 0 to 1000000000000000"},
 		{append([]string{"limit", "--store", "mem:", "--count", "6", "--reserve"}, reserving...),
 			"--count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call"},
 		{append([]string{"limit", "--store", "mem:", "--count", "6"}, reserving...),
@@ -412,7 +412,7 @@ func TestCountErrorsNameFlags(t *testing.T) {
 			`--at "1s=4": count 4 exceeds 3, the most the limit can grant at once: raise --capacity, split the call, or ask with --at "1s=4r"`},
 		{append([]string{"simulate", "--at", "0s=6r"}, reserving...),
 			`--at "0s=6r": count 6 exceeds 5, --capacity plus --max-reserved: the limit can never grant it; raise --max-reserved or split the call`},
-		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), `--at "0s=-1": count -1 is not a finite number ≥ 0`},
+		{append([]string{"simulate", "--at", "0s=-1"}, tokenBucket...), `--at "0s=-1": count -1 is negative: a count is a number from 0 to 1000000000000000`},
 	} {
 		code, out, errOut := exec(tc.args...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.args, out, errOut)
@@ -1262,7 +1262,7 @@ func TestBenchFlags(t *testing.T) {
 		// nothing.
 		{[]string{"--count", "0"}, "--count 0: a call of 0 tokens takes none, and is allowed every time, which loads the store but checks nothing: give a count above 0, such as 1"},
 		{[]string{"--count", "-0"}, "--count -0: a call of 0 tokens"},
-		{[]string{"--count", "-1"}, "--count -1 is not a finite number ≥ 0"},
+		{[]string{"--count", "-1"}, "--count -1 is negative: a count is a number from 0 to 1000000000000000"},
 	} {
 		code, out, errOut := exec(append(append([]string{"bench", "--store", "mem:"}, tokenBucket...), tc.flags...)...)
 		require.Equal(t, 2, code, "%q: %s%s", tc.flags, out, errOut)

@@ -64,7 +64,7 @@ func TestUsageErrors(t *testing.T) {
 		// The library refuses it: the run began its report and failed in
 		// its first cell, "(after 0s)".
 		{[]string{"-medium", "memory", "-rate", "10000000000000000"},
-			"compare: limit of 10000000000000000 per 1s: ratelimit: invalid config: Rate is 1e+16: it must be a number of tokens from 1e-09 to 1e+15\n"},
+			"compare: limit of 10000000000000000 per 1s: ratelimit: invalid config: Rate is 1e16: it must be a number of tokens from 1e-9 to 1000000000000000\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(tc.args, &stdout, &stderr, nil)
