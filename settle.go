@@ -76,9 +76,17 @@ type tokenItem struct {
 
 const (
 	tokenVersion = 1
-	tokenMAC     = 1 // flag: a tag follows
-	tokenUsed    = 2 // flag: made after its job was let run (Token.used)
-	tagLen       = 16
+	// maxTokenVersion is the highest version byte taken for a later
+	// release's token, rather than for bytes of no token at all: a
+	// release changes the format seldom, by one version at a time.
+	maxTokenVersion = 8
+	// minTokenBytes is the fewest bytes of a token's binary form: the
+	// version, flags, ID, three times of a byte each, an empty store key,
+	// and one item of an empty name.
+	minTokenBytes = 2 + 16 + 3 + 1 + 1 + (1 + 1 + 8)
+	tokenMAC      = 1 // flag: a tag follows
+	tokenUsed     = 2 // flag: made after its job was let run (Token.used)
+	tagLen        = 16
 	// maxTokenBytes bounds a token's binary form, against garbage.
 	maxTokenBytes = 64 << 10
 	// maxTokenItems bounds the shards a token charges, against garbage:
@@ -266,15 +274,19 @@ func (t *Token) UnmarshalText(text []byte) error {
 		return nil
 	}
 	if len(text) > base64.RawURLEncoding.EncodedLen(maxTokenBytes) {
-		return fmt.Errorf("ratelimit: token of %d bytes is longer than any token: %w", len(text), ErrInvalidToken)
+		return notToken(fmt.Sprintf("its %d bytes are more than any token's", len(text)))
 	}
 	b := make([]byte, base64.RawURLEncoding.DecodedLen(len(text)))
 	n, err := base64.RawURLEncoding.Decode(b, text)
 	if err != nil {
-		return fmt.Errorf("ratelimit: token is not base64url: %v: %w", err, ErrInvalidToken)
+		return notToken(fmt.Sprintf("it is not base64url (%v), as every token is", err))
 	}
 	var u Token
 	if err := u.decode(b[:n]); err != nil {
+		var nt notTokenError
+		if errors.As(err, &nt) {
+			return notToken(string(nt))
+		}
 		return fmt.Errorf("ratelimit: token: %s: %w", err, ErrInvalidToken)
 	}
 	*t = u
@@ -333,12 +345,45 @@ func (t *Token) appendBinary(b []byte) []byte {
 	return b
 }
 
-// decode reads a token's binary form into t.
-func (t *Token) decode(b []byte) error {
-	r := reader{b: b}
-	if v := r.byte(); v != tokenVersion {
-		return fmt.Errorf("version %d, not %d: made by another release?", v, tokenVersion)
+// notTokenError is an error of decode for bytes that are no token of this
+// library, of any release: what is wrong with them.
+type notTokenError string
+
+func (e notTokenError) Error() string { return string(e) }
+
+// byteCount writes n bytes, 1 byte.
+func byteCount(n int) string {
+	if n == 1 {
+		return "1 byte"
 	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// notToken is the error of UnmarshalText for a text that is no token of
+// this library, and why.
+func notToken(why string) error {
+	return fmt.Errorf("ratelimit: not a token of this library: %s: give the whole text of a token, as Token.String writes it: %w", why, ErrInvalidToken)
+}
+
+// decode reads a token's binary form into t. Bytes that no release could
+// have written (their first is no version a release writes, or they end
+// before the token of their version does, or run on after it) are a
+// notTokenError.
+func (t *Token) decode(b []byte) error {
+	switch {
+	case len(b) == 0:
+		return notTokenError("it holds no bytes")
+	case b[0] == tokenVersion:
+	case b[0] > tokenVersion && b[0] <= maxTokenVersion:
+		return fmt.Errorf("version %d, not %d: made by a later release? settle it with that release", b[0], tokenVersion)
+	default:
+		return notTokenError(fmt.Sprintf("its first byte, a token's version, is %d, which no release writes (this one writes %d)", b[0], tokenVersion))
+	}
+	if len(b) < minTokenBytes {
+		return notTokenError(fmt.Sprintf("it holds %s, fewer than any token's %d", byteCount(len(b)), minTokenBytes))
+	}
+	r := reader{b: b}
+	r.byte()
 	flags := r.byte()
 	t.mac = flags&tokenMAC != 0
 	t.used = flags&tokenUsed != 0
@@ -381,10 +426,12 @@ func (t *Token) decode(b []byte) error {
 		copy(t.tag[:], r.bytes(tagLen))
 	}
 	switch {
+	case r.err == truncated:
+		return notTokenError(fmt.Sprintf("its %s end before the token of version %d they begin does (cut short?)", byteCount(len(b)), tokenVersion))
 	case r.err != "":
 		return errors.New(r.err)
 	case len(r.b) != 0:
-		return errors.New("trailing bytes")
+		return notTokenError(fmt.Sprintf("%s more run on after the token of version %d its first %d begin (two run together?)", byteCount(len(r.b)), tokenVersion, len(b)-len(r.b)))
 	case flags&^(tokenMAC|tokenUsed) != 0:
 		return errors.New("unknown flags")
 	case t.at < -driver.MaxTime || t.at > driver.MaxTime || run > uint64(2*driver.MaxTime) || until > uint64(2*driver.MaxTime),
@@ -427,6 +474,10 @@ func repeats(items []tokenItem) bool {
 	return false
 }
 
+// truncated is the problem of a reader whose bytes ended before what it
+// read.
+const truncated = "truncated"
+
 // reader reads a token's binary form; the first problem sticks in err.
 type reader struct {
 	b   []byte
@@ -442,7 +493,7 @@ func (r *reader) fail(msg string) {
 
 func (r *reader) byte() byte {
 	if len(r.b) < 1 {
-		r.fail("truncated")
+		r.fail(truncated)
 		return 0
 	}
 	c := r.b[0]
@@ -452,7 +503,7 @@ func (r *reader) byte() byte {
 
 func (r *reader) bytes(n int) []byte {
 	if n < 0 || len(r.b) < n {
-		r.fail("truncated")
+		r.fail(truncated)
 		return make([]byte, max(n, 0)%1024)
 	}
 	p := r.b[:n]
@@ -463,7 +514,7 @@ func (r *reader) bytes(n int) []byte {
 func (r *reader) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.fail("truncated")
+		r.fail(truncated)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -473,7 +524,7 @@ func (r *reader) uvarint() uint64 {
 func (r *reader) varint() int64 {
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
-		r.fail("truncated")
+		r.fail(truncated)
 		return 0
 	}
 	r.b = r.b[n:]

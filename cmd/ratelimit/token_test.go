@@ -239,7 +239,7 @@ func TestTokenInspectStdin(t *testing.T) {
 	require.Contains(t, out, "\n\ntoken ", "a blank line between reports")
 	require.Contains(t, out, `store key    "a"`)
 	require.Contains(t, out, `store key    "b"`)
-	require.Equal(t, "ratelimit: line 4: token: version 158, not 1: made by another release?: invalid token\nratelimit: 3 tokens: 2 read, 1 invalid\n", errOut)
+	require.Equal(t, "ratelimit: line 4: not a token of this library: its first byte, a token's version, is 158, which no release writes (this one writes 1): give the whole text of a token, as Token.String writes it: invalid token\nratelimit: 3 tokens: 2 read, 1 invalid\n", errOut)
 
 	code, out, errOut = execIn(a+"\n"+b+"\n", "token", "inspect", "-", "-o", "json")
 	require.Equal(t, 0, code, errOut)
@@ -253,11 +253,11 @@ func TestTokenInspectStdin(t *testing.T) {
 	// own.
 	code, out, errOut = exec("token", "inspect", "-o", "json", a, "AQ")
 	require.Equal(t, 1, code)
-	require.Equal(t, "ratelimit: token 2: token: truncated: invalid token\nratelimit: 2 tokens: 1 read, 1 invalid\n", errOut)
+	require.Equal(t, "ratelimit: token 2: not a token of this library: it holds 1 byte, fewer than any token's 33: give the whole text of a token, as Token.String writes it: invalid token\nratelimit: 2 tokens: 1 read, 1 invalid\n", errOut)
 	dec = jsonStream(t, out)
 	require.Len(t, dec, 2)
 	require.Equal(t, outInvalid, dec[1].Outcome)
-	require.Equal(t, "ratelimit: token: truncated: invalid token", dec[1].Error)
+	require.Equal(t, "ratelimit: not a token of this library: it holds 1 byte, fewer than any token's 33: give the whole text of a token, as Token.String writes it: invalid token", dec[1].Error)
 	require.Empty(t, dec[1].ID)
 	require.Nil(t, dec[1].ExpiresAt)
 	require.NotNil(t, dec[1].Items)
@@ -646,7 +646,7 @@ func TestTokenSettleMemory(t *testing.T) {
 	// An invalid token asks no store.
 	code, _, errOut = exec("token", "use", "--store", "redis://127.0.0.1:1/0", "--limits", limits, "AQ")
 	require.Equal(t, 1, code)
-	require.Equal(t, "ratelimit: token: truncated: invalid token\n", errOut)
+	require.Equal(t, "ratelimit: not a token of this library: it holds 1 byte, fewer than any token's 33: give the whole text of a token, as Token.String writes it: invalid token\n", errOut)
 }
 
 // A command given many tokens that stops when the store fails says where,
