@@ -863,7 +863,7 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 		if kind == driver.SettleUse && all {
 			return expiredError(t, "do not run its job: reserve again to run it")
 		}
-		return expiredError(t, "a refund this late would hand nothing back: nothing is left to do")
+		return expiredError(t, "nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do")
 	}
 	return err
 }

@@ -462,6 +462,13 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	require.Empty(t, out)
 	require.Contains(t, errOut, ": it expired at 2024-01-")
 	require.Contains(t, errOut, ": token expired\n")
+	// Settled in part, it says as much: nothing handed back, and no
+	// refund, which it said was asked.
+	expired := expiredToken(t)
+	code, out, errOut = settle("settle", expired, "--used", "0.5")
+	require.Equal(t, exitExpired, code, errOut)
+	require.Empty(t, out)
+	require.Equal(t, fmt.Sprintf("ratelimit: settle token %s: it expired at %v; nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do: token expired\n", id(expired)[:8], must(ratelimit.ParseToken(expired)).Expires()), errOut)
 
 	// A limit the command was not given: nothing settled, and what to
 	// give.
