@@ -4,7 +4,7 @@ go 1.24.0
 
 require (
 	github.com/benbjohnson/clock v1.3.0
-	github.com/jackc/pgx/v5 v5.5.4
+	github.com/jackc/pgx/v5 v5.6.0
 	github.com/jackc/puddle/v2 v2.2.1
 	github.com/redis/go-redis/v9 v9.19.0
 	github.com/schollz/progressbar/v3 v3.12.1

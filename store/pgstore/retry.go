@@ -53,10 +53,12 @@ func retryable(err error) bool {
 // server ended the session: FATAL) it may have run and committed: its ops
 // may have been decided and charged.
 //
-// The server names the severity in the language of its lc_messages, and
-// pgx v5.5 passes on that name alone: only an ERROR named so is known to
-// have rolled back. A FATAL named in another language ("ВАЖНО") is no
-// "FATAL": any error named so is read as one whose statement may have run.
+// The server names the severity in the language of its lc_messages
+// (Severity: "ОШИБКА" for ERROR in Russian), and, since PostgreSQL 9.6,
+// in English too, whatever lc_messages says (SeverityUnlocalized): that
+// one is read when the server sent it. A server before 9.6 sends only the
+// localized name, and only an ERROR named "ERROR" is then known to have
+// rolled back: any other name is read as one whose statement may have run.
 func unrun(err error) bool {
 	var (
 		pe   *pgconn.PgError
@@ -64,8 +66,17 @@ func unrun(err error) bool {
 		safe interface{ SafeToRetry() bool }
 	)
 	return errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, ErrBadRecord) || errors.As(err, &ce) ||
-		errors.As(err, &pe) && pe.Severity == "ERROR" ||
+		errors.As(err, &pe) && severity(pe) == "ERROR" ||
 		errors.As(err, &safe) && safe.SafeToRetry()
+}
+
+// severity returns the severity of pe unlocalized, as the server sends it
+// since PostgreSQL 9.6, or else as the server's lc_messages names it.
+func severity(pe *pgconn.PgError) string {
+	if pe.SeverityUnlocalized != "" {
+		return pe.SeverityUnlocalized
+	}
+	return pe.Severity
 }
 
 // querier is what a statement is sent on: the pool, one of its
