@@ -356,8 +356,8 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 			k.reserve = 1
 		}
 	}
-	wait := lockWait(ctx)
-	k.wait = wait > 0
+	w := newWaits(ctx)
+	k.wait = w.ms > 0
 	fex := ratelimit.FullAt(*p, fs)
 	hint := s.fullHint(&rec.id)
 	a.bytea(rec.id[:])
@@ -371,7 +371,8 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		f := a // the first five parameters are the lone upsert's
 		f.limitAndFresh(p, fs, fex)
 		if k.wait {
-			f.text(waitText(wait))
+			f.text(waitText(w.ms))
+			f.wait = w
 		}
 		tag, err := s.run(ctx, &s.freshSQL[freshIndex(k.fixed, k.wait)], &f, nil)
 		if err != nil {
@@ -389,8 +390,13 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	if k.reserve == 1 {
 		a.float8(p.MaxReserved)
 	}
+	// The upsert's lock wait is the time left now, after the fresh upsert
+	// if it went first.
+	w = newWaits(ctx)
+	k.wait = w.ms > 0
 	if k.wait {
-		a.text(waitText(wait))
+		a.text(waitText(w.ms))
+		a.wait = w
 	}
 	if _, err := s.run(ctx, &s.loneSQL[k.index()], &a, &row); err != nil {
 		return err

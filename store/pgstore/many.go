@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -152,11 +151,15 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 	}
 	args := []any{b.ids, b.names, b.keys, b.shards, b.now, b.fresh, b.ex, b.write, it0.count, p.Rate, p.Period, p.Capacity}
 	k := 0
-	if wait := lockWait(ctx); wait > 0 {
+	w := newWaits(ctx)
+	if w.ms > 0 {
 		k = 1
-		args = append(args, strconv.Itoa(int(wait))+"ms")
+		args = append(args, waitText(w.ms))
 	}
 	err := s.serial(ctx, s.pool, func(q querier) error {
+		if wait, changed := w.next(); changed {
+			args[len(args)-1] = waitText(wait) // a retry's: the time left now
+		}
 		return q.QueryRow(ctx, s.upsertSQL[k], args...).Scan(&b.wrote, &b.v, &b.ts)
 	})
 	if err != nil {

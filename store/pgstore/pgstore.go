@@ -35,6 +35,7 @@
 // it again in an explicit READ COMMITTED transaction, at most three times
 // (also after a deadlock, 40P01), and then returns the last error,
 // wrapped. No op is applied twice: a statement that failed applied none.
+// Each try bounds its lock wait by the time its context leaves then.
 //
 // # The schema
 //
@@ -2013,8 +2014,9 @@ func (s *Store) applyWith(ctx context.Context, db txQuerier, e *encoder, reqs []
 		nums    []float64
 		fresh   bool
 	)
-	wait := lockWait(ctx)
+	w := newWaits(ctx)
 	err := s.serial(ctx, db, func(q querier) error {
+		wait, _ := w.next()
 		return q.QueryRow(ctx, s.applySQL, e.ops, e.counts, e.refs, e.ids, e.names, e.keys, e.shards, e.nlock, e.pint, e.pflt,
 			wait, s.fresh.Load(), e.marks).Scan(&oks, &retries, &nums, &fresh)
 	})
@@ -2058,8 +2060,9 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 		now = &r.now
 	}
 	d := &r.out[0]
-	wait := lockWait(ctx)
+	w := newWaits(ctx)
 	return s.asBadRecord(s.serial(ctx, s.pool, func(q querier) error {
+		wait, _ := w.next()
 		return q.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,
 			int32(p.Kind), p.Rate, p.Period, p.Capacity, p.MaxReserved, p.Phase, now, it.count, int32(r.flags), wait).
 			Scan(&d.OK, &d.RetryAfter, &d.Remaining, &d.Charged[0], &d.Now, &d.TS)
@@ -2096,6 +2099,33 @@ func lockWait(ctx context.Context) int32 {
 		ms := (left + left/8 + 50*time.Millisecond).Milliseconds()
 		return int32(min(ms, math.MaxInt32))
 	}
+}
+
+// waits is the lock wait (lockWait) of each try of one statement: the
+// first try's read before it, each retry's (after a serialization failure
+// or a deadlock, see serial) read anew, so that a retry waits no longer
+// than the time its context then leaves, rather than as long as the first
+// try might. A statement first sent without a bound (0: no deadline, or
+// one of another clock) is sent again without one; one sent with a bound
+// keeps one, of at least 1 ms (a wall-clock deadline past, its context's
+// timer not run yet, is a context about to end).
+type waits struct {
+	ctx  context.Context
+	ms   int32
+	sent bool // a try was sent with ms
+}
+
+func newWaits(ctx context.Context) waits { return waits{ctx: ctx, ms: lockWait(ctx)} }
+
+// next returns the lock wait of the next try, and whether it differs from
+// the last try's.
+func (w *waits) next() (int32, bool) {
+	was := w.ms
+	if w.sent && w.ms > 0 {
+		w.ms = min(w.ms, max(lockWait(w.ctx), 1))
+	}
+	w.sent = true
+	return w.ms, w.ms != was
 }
 
 // Apply implements ratelimit.Store. The op goes in one statement, alone or

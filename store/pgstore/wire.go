@@ -59,9 +59,23 @@ type arg struct {
 }
 
 // args are a statement's parameters, in the order of its placeholders.
+// With a wait (its ctx set), the last is the statement's lock wait
+// (text), set anew at each try (rewait).
 type args struct {
-	n int
-	v [14]arg
+	n    int
+	v    [14]arg
+	wait waits
+}
+
+// rewait sets the lock wait parameter, if the statement has one, to the
+// next try's.
+func (a *args) rewait() {
+	if a.wait.ctx == nil {
+		return
+	}
+	if ms, changed := a.wait.next(); changed {
+		a.v[a.n-1].s = waitText(ms)
+	}
 }
 
 func (a *args) bytea(b []byte)   { a.v[a.n] = arg{kind: argBytea, b: b}; a.n++ }
@@ -172,6 +186,7 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (tag pgconn.
 	if !s.direct {
 		err = s.serial(ctx, s.pool, func(q querier) error {
 			var err error
+			a.rewait()
 			tag, err = s.runPgx(ctx, q, st, a, r)
 			return err
 		})
@@ -186,10 +201,12 @@ func (s *Store) run(ctx context.Context, st *stmt, a *args, r *row) (tag pgconn.
 	if s.tracer != nil {
 		ctx = s.tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: a.boxed()})
 	}
+	a.rewait()
 	tag, err = s.runFresh(ctx, conn, st, a, r, false)
 	if retryable(err) {
 		err = s.again(ctx, conn, err, func(querier) error { // on conn, in a transaction
 			var err error
+			a.rewait()
 			tag, err = s.runFresh(ctx, conn, st, a, r, true)
 			return err
 		})
