@@ -140,3 +140,7 @@ func SchemaPlaceholders() []string {
 
 // Unrun reports whether err, a statement's, says that it took no effect.
 func Unrun(err error) bool { return unrun(err) }
+
+// Queued returns how many calls wait in s's batcher for a batch, for a
+// test.
+func Queued(s *Store) int { return s.batcher.Queued() }

@@ -174,22 +174,27 @@ func (s *Store) sendUpsert(ctx context.Context, reqs []*request) (bool, error) {
 		d := &r.out[0]
 		if b.wrote[i] {
 			decideWritten(d, p, *b.v[i], *b.ts[i], r.now, it.count, false)
+			r.answered = true
 			continue
 		}
 		st, found := ptrState(b.v[i], b.ts[i])
 		if b.v[i] != nil {
 			if err := s.checkRow(b.ids[i], *b.v[i], b.ts[i]); err != nil {
 				r.err = err // a record no release writes, which the upsert left as it was
+				r.answered = true
 				continue
 			}
 		}
 		if decideRead(d, p, st, found, r.now, it.count, false) && driver.Mode(r.flags&3) == driver.ModeLimit {
 			b.redo = append(b.redo, r) // the record read grants it: a newer row did not
+			continue
 		}
+		r.answered = true
 	}
 	// The upsert has committed what it wrote: should the ops sent again
 	// fail, they alone fail, and the others keep their decisions; lost if
-	// their statement may have run.
+	// their statement may have run. So too should sending them panic: the
+	// others are answered (see request.answered).
 	if len(b.redo) > 0 {
 		if err := s.sendApply(ctx, b.redo); err != nil {
 			for _, r := range b.redo {

@@ -12,6 +12,10 @@
 // one commit per decision. WithMaxBatch bounds a batch, or turns
 // coalescing off.
 //
+// A panic in a batch sent in the background (the pool's QueryTracer's,
+// say) fails, with the panic's error, only the calls it had not answered:
+// a call whose statement committed before it gets its decision.
+//
 // Two PL/pgSQL functions, installed with the schema, run the transition (a
 // port of ratelimit.Evaluate, equal to it to the last bit): one decides a
 // batch, one a lone call judged at the server's clock. A lone call judged
@@ -1674,13 +1678,20 @@ type request struct {
 	// may have run (see failed).
 	err  error
 	lost bool
+	// answered is set once the send has given the op its answer: its
+	// decisions in out, its statement committed, or its own err. Should
+	// the send then panic in the background, where the batcher fails
+	// every call of the batch with a *coalesce.PanicError, Apply gives
+	// the op that answer, and the error to the ops not answered, whose
+	// statement may have run (see Apply).
+	answered bool
 }
 
 // failed sets err, the error of r's statement, which failed not on r's
 // own, as r's: r is lost if the statement may have run (see unrun), and
 // its error says so.
 func (r *request) failed(err error) {
-	r.err = err
+	r.err, r.answered = err, true
 	if !unrun(err) {
 		r.lost = true
 		r.err = fmt.Errorf("the op may have been decided and charged, its answer lost: %w", err)
@@ -1980,7 +1991,7 @@ func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 	for i, r := range reqs {
 		err := s.applyWith(ctx, c, e, reqs[i:i+1])
 		if err == nil || errors.Is(err, ErrBadRecord) {
-			r.err = err
+			r.err, r.answered = err, true
 			continue
 		}
 		r.failed(err)
@@ -1994,7 +2005,7 @@ func (s *Store) sendApply(ctx context.Context, reqs []*request) error {
 func unsent(reqs []*request, err error) {
 	err = fmt.Errorf("the op was not sent again: %w", err)
 	for _, r := range reqs {
-		r.err = err
+		r.err, r.answered = err, true
 	}
 }
 
@@ -2039,6 +2050,7 @@ func (s *Store) applyWith(ctx context.Context, db txQuerier, e *encoder, reqs []
 			}
 			i++
 		}
+		r.answered = true
 	}
 	return nil
 }
@@ -2146,6 +2158,14 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		s.hooks.apply(ctx, r)
 	}
 	_, err := s.batcher.Do(ctx, r)
+	var pe *coalesce.PanicError
+	if errors.As(err, &pe) && r.answered {
+		// The send panicked in the background after it had answered r
+		// (its statement committed, say, and a later one of the batch
+		// panicked): r keeps its answer, which the batch's error would
+		// hide. Do has returned: the send is over.
+		err = nil
+	}
 	if err == nil {
 		err = r.err
 	}
