@@ -134,7 +134,9 @@ type Event struct {
 	// may be made per call, one per tenant say, and a metric labelled by
 	// them grows without limit, as by keys: label such calls alike.
 	Inline bool
-	// Latency is the time the decision took, on the Limiter's clock.
+	// Latency is the time the decision took, on the Limiter's clock
+	// (WithClock). It is never negative: a decision during which that
+	// clock stepped back (a step of NTP, a clock set back) took 0.
 	Latency time.Duration
 	// Err is the store's error when the Outcome is Degraded.
 	Err error

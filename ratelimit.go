@@ -1094,8 +1094,11 @@ func (l *Limiter) observe(ctx context.Context, mode driver.Mode, lim *limit, res
 	res.Token = nil // the caller's (Event.Result)
 	// The latency by Now, as start was read: a clock's Since may count
 	// from another time than its Now (one that overrides Now alone).
+	// Floored at 0: a clock that stepped back meanwhile says nothing of
+	// how long the decision took, and a negative duration would take
+	// from an observer's sums.
 	l.observer.Observe(ctx, Event{Result: res, Outcome: outcomeOf(res, err != nil), Check: mode == driver.ModeCheck,
-		Inline: !lim.declared, Latency: l.now().Sub(start), Err: err})
+		Inline: !lim.declared, Latency: max(l.now().Sub(start), 0), Err: err})
 }
 
 // observeCharged is observe for the decision of a Reserve that charged
