@@ -42,7 +42,8 @@ type CostFunc func(r *http.Request) (float64, error)
 var ErrNoKey = errors.New("httplimit: the request carries no key")
 
 // ErrFuncPanicked is matched (errors.Is) by the error of a request whose
-// KeyFunc or CostFunc panicked. The middleware recovers such a panic, so
+// KeyFunc or CostFunc panicked, or returned an error whose Error or Unwrap
+// panics (a nil pointer returned as an error, a typed nil). The middleware recovers such a panic, so
 // that one request that trips a bug in a KeyFunc does not end the server
 // (net/http recovers a handler's panic only for its connection, and an
 // HTTP/2 server or another router may not at all): the request is answered
@@ -439,29 +440,51 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// keyOf returns the key of r by the KeyFunc, with a panic of it as an
-// error matching ErrFuncPanicked, and an empty key as errEmptyKey.
+// keyOf returns the key of r by the KeyFunc, with a panic of it, or of
+// its error's methods (see readError), as an error matching
+// ErrFuncPanicked, and an empty key as errEmptyKey.
 func (m *Middleware) keyOf(r *http.Request) (key string, err error) {
+	fn := "KeyFunc"
 	defer func() {
 		if p := recover(); p != nil {
-			err = panicked("KeyFunc", p)
+			err = panicked(fn, p)
 		}
 	}()
 	if key, err = m.key(r); err == nil && key == "" {
 		err = errEmptyKey
 	}
+	fn = "the KeyFunc's error (a nil pointer returned as an error?)"
+	readError(r, err)
 	return key, err
 }
 
-// costOf returns the cost of r by the CostFunc, with a panic of it as an
-// error matching ErrFuncPanicked.
+// costOf returns the cost of r by the CostFunc, with a panic of it, or of
+// its error's methods (see readError), as an error matching
+// ErrFuncPanicked.
 func (m *Middleware) costOf(r *http.Request) (cost float64, err error) {
+	fn := "CostFunc"
 	defer func() {
 		if p := recover(); p != nil {
-			err = panicked("CostFunc", p)
+			err = panicked(fn, p)
 		}
 	}()
-	return m.cost(r)
+	cost, err = m.cost(r)
+	fn = "the CostFunc's error (a nil pointer returned as an error?)"
+	readError(r, err)
+	return cost, err
+}
+
+// readError reads err, if any, as fail does: its text, and its chain
+// (Unwrap, Is) for its status. An error whose methods panic (a typed nil:
+// a *T that is nil returned as an error) panics here, in the recovery of
+// the call of the function that returned it, rather than as the request
+// is logged, where net/http dropped the connection with no answer and no
+// record.
+func readError(r *http.Request, err error) {
+	if err != nil {
+		_ = err.Error()
+		errorStatus(r, err)
+	}
 }
 
 // panicked is the error of a function of the middleware's options that
@@ -518,8 +541,8 @@ func (m *Middleware) keyID(key string) string {
 //     never grant: 500, error (the configuration's fault);
 //   - ratelimit.ErrInvalidCount (a cost of WithCost no limit can grant,
 //     or a CostFunc's error that wraps it): 400, info;
-//   - anything else (a failing CostFunc or KeyFunc, one that panicked
-//     (ErrFuncPanicked), a bug): 500, error.
+//   - anything else (a failing CostFunc or KeyFunc, one that panicked or
+//     whose error's methods panic (ErrFuncPanicked), a bug): 500, error.
 func errorStatus(r *http.Request, err error) (int, slog.Level) {
 	switch ctxErr := r.Context().Err(); {
 	case errors.Is(err, ratelimit.ErrStoreUnavailable):
