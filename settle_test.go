@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -153,8 +154,8 @@ func TestTokenExpires(t *testing.T) {
 	}
 }
 
-// FuzzParseToken reads any text as a token: an error or a token that
-// round-trips, whose items are within the bounds any call charges, and
+// FuzzParseToken reads any text as a token: an error matching
+// ErrInvalidToken or a token that round-trips, whose items are within the bounds any call charges, and
 // that a Limiter verifies and settles without a panic. It starts from
 // real tokens (signed or not, of several limits, sharded, carrying a use),
 // so that mutations reach the items and the tag.
@@ -184,6 +185,9 @@ func FuzzParseToken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := ratelimit.ParseToken(s)
 		if err != nil {
+			if !errors.Is(err, ratelimit.ErrInvalidToken) {
+				t.Fatalf("token %q: %v, which does not match ErrInvalidToken", s, err)
+			}
 			return
 		}
 		again, err := ratelimit.ParseToken(tok.String())
