@@ -2,11 +2,14 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -56,4 +59,47 @@ func TestRingShardRemovedUnderRecordNow(t *testing.T) {
 	require.NoError(t, err, "the read whose shard left the Ring")
 	require.False(t, ring.armed.Load(), "the shard left the Ring under the read")
 	require.InDelta(t, time.Now().UnixMilli(), now, float64(time.Minute.Milliseconds()))
+}
+
+// TestRecordNowOfAUserWithoutScripts: a user whose ACL allows the store's
+// function and TIME, but no script (EVALSHA, EVAL), reads a record's time
+// on a Ring or a Cluster as before RecordNow went through a script: by
+// TIME on the key's server. It failed with NOPERM for 'evalsha', a command
+// the store's user had no reason to allow, every Value and settlement of
+// a Limiter WithServerTime with it.
+func TestRecordNowOfAUserWithoutScripts(t *testing.T) {
+	ctx := context.Background()
+	user := fmt.Sprintf("ratelimit-test-noscript-%d", time.Now().UnixNano())
+	setUser := func(t *testing.T, c *redis.Client) {
+		require.NoError(t, c.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-script").Err())
+		t.Cleanup(func() { c.Do(context.Background(), "acl", "deluser", user) })
+	}
+	run := func(t *testing.T, c redis.UniversalClient) {
+		s := newStore(c, uniquePrefix(t, c), redisstore.WithServerTime())
+		t.Cleanup(func() { s.Close() })
+		for _, key := range []string{"k1", "k2", "k3"} {
+			now, err := s.RecordNow(ctx, driver.RecordID{Name: "l", Key: key})
+			require.NoError(t, err, key)
+			require.InDelta(t, time.Now().UnixMilli(), now, float64(time.Minute.Milliseconds()), "%s: the server's time", key)
+		}
+	}
+	t.Run("ring", func(t *testing.T) {
+		addr := ownServer(t)
+		admin := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { admin.Close() })
+		setUser(t, admin)
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, Username: user, Password: "pw"})
+		t.Cleanup(func() { ring.Close() })
+		run(t, ring)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		admin := clusterClientT(t)
+		require.NoError(t, admin.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			setUser(t, c)
+			return nil
+		}))
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testserver.ClusterAddrs(t), ","), Username: user, Password: "pw"})
+		t.Cleanup(func() { c.Close() })
+		run(t, c)
+	})
 }

@@ -116,6 +116,9 @@ type Store struct {
 	ctxTimeout bool
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
+	// timeDirect: a script was refused (ACL, proxy): RecordNow sends TIME
+	// to the key's server's own client (readTime).
+	timeDirect atomic.Bool
 	// routed is set once the Cluster client has told a key's master: it
 	// knows the slots from then on (see master).
 	routed atomic.Bool
@@ -321,6 +324,9 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // a server that does not have it yet), called on the record's key, so
 // that the client sends it to the key's server; a slot that moves between
 // the two is judged by the clock of its new master, as every call after.
+// Where the server refuses the script (a user whose ACL allows no
+// EVALSHA, a proxy that does not pass it), TIME goes to the key's
+// server's own client, past the client's hooks, from then on.
 func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
 	return s.now(ctx, "RecordNow", s.Key(id))
 }
@@ -363,7 +369,18 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 		t, err := s.client.Time(ctx).Result()
 		return t.UnixMilli(), err
 	}
+	if s.timeDirect.Load() {
+		return s.keyServerTime(ctx, key)
+	}
 	v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
+	if isScriptRefused(err) {
+		// A user whose ACL allows the store's function and TIME but no
+		// script, or a proxy that does not pass scripts: TIME on the
+		// key's server's own client, past the client's hooks, as before
+		// the script; the store's user need not allow EVALSHA for it.
+		s.timeDirect.Store(true)
+		return s.keyServerTime(ctx, key)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -375,6 +392,34 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("the server answered %q to TIME, not seconds and microseconds", shown(fmt.Sprint(v), 100))
+}
+
+// keyServerTime sends TIME to the client of the server that holds key:
+// the master of its slot on a Cluster, its shard on a Ring.
+func (s *Store) keyServerTime(ctx context.Context, key string) (int64, error) {
+	var c *redis.Client
+	var err error
+	if s.cluster != nil {
+		c, err = s.cluster.MasterForKey(ctx, key)
+	} else {
+		c, err = s.ring.GetShardClientForKey(key)
+	}
+	if err != nil {
+		return 0, err
+	}
+	t, err := c.Time(ctx).Result()
+	return t.UnixMilli(), err
+}
+
+// isScriptRefused reports whether err is the server's refusal of a
+// script before it ran: a user not allowed it (NOPERM, by an ACL), or a
+// proxy or server that does not know EVALSHA or EVAL.
+func isScriptRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return (redis.HasErrorPrefix(err, "NOPERM") || strings.Contains(msg, "unknown command")) && strings.Contains(msg, "eval")
 }
 
 // Key returns the Redis key of a record. Every record of one ratelimit key
