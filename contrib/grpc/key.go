@@ -32,12 +32,12 @@ import (
 // panic on it. gRPC recovers no panic of a call's interceptors or handler,
 // and one call whose metadata made the KeyFunc panic would end the
 // server's process: the Interceptor recovers a panic of its KeyFunc (or
-// of the Error of the error it returned: a nil pointer returned as an
-// error, a typed nil), and answers the call Internal, logged at error
-// level with the panic's value and stack (an error matching
-// ErrKeyPanicked). The handler's own panics
-// are not the Interceptor's: a server whose handlers may panic puts a
-// recovery interceptor (go-grpc-middleware's recovery) ahead of it.
+// of a method, Error, Unwrap or Is, of the error it returned: a nil
+// pointer returned as an error, a typed nil), and answers the call
+// Internal, logged at error level with the panic's value and stack (an
+// error matching ErrKeyPanicked). The handler's own panics are not the
+// Interceptor's: a server whose handlers may panic puts a recovery
+// interceptor (go-grpc-middleware's recovery) ahead of it.
 type KeyFunc func(ctx context.Context) (string, error)
 
 // ErrNoKey is returned by a KeyFunc that finds no key for a call, such as
@@ -54,24 +54,37 @@ var errEmptyKey = fmt.Errorf("ratelimitgrpc: the KeyFunc returned an empty key, 
 	"return ErrNoKey for a call that carries no key, or a constant such as \"all\" for one budget shared by every call: %w", ErrNoKey)
 
 // keyOf returns the key of the call of ctx by the Interceptor's KeyFunc,
-// with a panic of it, or of its error's Error, as an error matching
-// ErrKeyPanicked, and an empty key as errEmptyKey.
+// with a panic of it, or of its error's methods (see readError), as an
+// error matching ErrKeyPanicked, and an empty key as errEmptyKey.
 func (i *Interceptor) keyOf(ctx context.Context) (key string, err error) {
+	what := "" // the KeyFunc itself
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v\n%s", ErrKeyPanicked, p, debug.Stack())
+			err = fmt.Errorf("%w: %s%v\n%s", ErrKeyPanicked, what, p, debug.Stack())
 		}
 	}()
 	if key, err = i.key(ctx); err == nil && key == "" {
 		err = errEmptyKey
 	}
-	if err != nil {
-		// An error whose Error panics (a typed nil: a *T that is nil
-		// returned as an error) would panic as the call is logged,
-		// unrecovered: read here, it is the KeyFunc's panic.
-		_ = err.Error()
-	}
+	what = "a method of the error it returned panicked (a nil pointer returned as an error?): "
+	readError(err)
 	return key, err
+}
+
+// readError reads err, if any, as fail does: its text, and its chain
+// (Unwrap, Is) for every target fail matches, whatever the call's context.
+// An error whose methods panic (a typed nil: a *T that is nil returned as
+// an error) panics here, in the recovery of the call of the KeyFunc that
+// returned it, rather than as the call's status is chosen or the call is
+// logged, unrecovered: gRPC recovers no interceptor's panic, and one call
+// ended the server's process.
+func readError(err error) {
+	if err != nil {
+		_ = err.Error()
+		for _, target := range failTargets {
+			_ = errors.Is(err, target)
+		}
+	}
 }
 
 // ErrInvalidOption is matched (errors.Is) by the error of New, PeerIP or

@@ -3,6 +3,7 @@ package ratelimitgrpc_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -51,4 +52,70 @@ func TestKeyFuncTypedNilErrorIsInternal(t *testing.T) {
 			func(any, grpc.ServerStream) error { return nil })
 	})
 	assert.Equal(t, codes.Internal, status.Code(got))
+}
+
+// lookupError is a KeyFunc's error type whose Error needs no fields but
+// whose Unwrap reads one: a nil *lookupError prints, and panics when its
+// chain is examined.
+type lookupError struct{ err error }
+
+func (e *lookupError) Error() string { return "tenant lookup failed" }
+
+func (e *lookupError) Unwrap() error { return e.err }
+
+// statusError is a KeyFunc's error type whose Is method reads a field:
+// a nil *statusError prints, and panics when matched against any target.
+type statusError struct{ code int }
+
+func (e *statusError) Error() string { return "tenant service refused the call" }
+
+func (e *statusError) Is(target error) bool { return e.code == 404 && target == ratelimitgrpc.ErrNoKey }
+
+// A KeyFunc's typed-nil error whose Error works but whose Unwrap or Is
+// panics is answered Internal, as one that panics, and logged: the
+// interceptor examined its chain (errors.Is, for the call's status)
+// outside the recovery of the KeyFunc's call, which gRPC does not
+// recover, so that one call ended the server's process. The call's
+// context is live or canceled: a canceled one is matched against
+// context.Canceled and DeadlineExceeded, which a live one is not.
+func TestKeyFuncTypedNilErrorChainIsInternal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  func() error
+	}{
+		{"Unwrap panics", func() error { var e *lookupError; return e }},
+		{"Is panics", func() error { var e *statusError; return e }},
+	} {
+		for _, canceled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/canceled=%v", tc.name, canceled), func(t *testing.T) {
+				var logs bytes.Buffer
+				lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"api": twoPerMinute})
+				ic, err := ratelimitgrpc.New(lim, []string{"api"},
+					ratelimitgrpc.WithKey(func(context.Context) (string, error) { return "", tc.err() }),
+					ratelimitgrpc.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if canceled {
+					cancel()
+				}
+				ok := func(context.Context, any) (any, error) { return "ok", nil }
+				var got error
+				assert.NotPanics(t, func() { _, got = ic.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: checkMethod}, ok) })
+				assert.Equal(t, codes.Internal, status.Code(got))
+				assert.Equal(t, "rate limit: internal error", status.Convert(got).Message())
+				assert.Contains(t, logs.String(), "a method of the error it returned panicked")
+
+				assert.NotPanics(t, func() { got = ic.Limit(ctx) })
+				assert.Equal(t, codes.Internal, status.Code(got))
+				assert.NotPanics(t, func() { got = ic.ServerLimiter().Limit(ctx) })
+				assert.Equal(t, codes.Internal, status.Code(got))
+				assert.NotPanics(t, func() {
+					got = ic.Stream()(nil, &fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true},
+						func(any, grpc.ServerStream) error { return nil })
+				})
+				assert.Equal(t, codes.Internal, status.Code(got))
+			})
+		}
+	}
 }

@@ -655,6 +655,8 @@ func refusal(code codes.Code, msg string, wait time.Duration) (*status.Status, m
 // DeadlineExceeded and Internal, which a flood of calls brings as a flood
 // of lines, are spaced (spacedLog).
 func (i *Interceptor) fail(ctx context.Context, u *unit, method string, err error) *status.Status {
+	// Every error matched here is in failTargets, which readError matches
+	// a KeyFunc's error against within the recovery of its call.
 	switch ctxErr := ctx.Err(); {
 	case ctxErr != nil && errors.Is(err, context.Canceled):
 		i.log(ctx, slog.LevelDebug, u.notDecided, method, codes.Canceled, err)
@@ -669,6 +671,9 @@ func (i *Interceptor) fail(ctx context.Context, u *unit, method string, err erro
 	i.logSpaced(ctx, spacedInternal, u.notDecided, method, err)
 	return status.New(codes.Internal, "rate limit: internal error")
 }
+
+// failTargets are the errors fail matches an error against (errors.Is).
+var failTargets = [...]error{context.Canceled, context.DeadlineExceeded, ErrNoKey}
 
 // log logs a call the interceptor answered for want of a decision: its
 // method, the status code and the error, and any attributes more.
