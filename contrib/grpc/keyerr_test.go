@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // tenantError is a KeyFunc's error type whose Error reads its fields.
@@ -118,4 +119,32 @@ func TestKeyFuncTypedNilErrorChainIsInternal(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A stream handler that ends, after a refused message, with a typed-nil
+// error whose Is panics has its error returned to gRPC as it is, with no
+// pushback: the interceptor matched it against the refusal (errors.Is)
+// unrecovered, and one stream ended the server's process. The handler's
+// error is gRPC's to answer.
+func TestStreamHandlerTypedNilErrorIsReturned(t *testing.T) {
+	lim := newLimiter(t, nil, clock.NewMock(), ratelimit.Limits{"chat": twoPerMinute})
+	ic, err := ratelimitgrpc.New(lim, []string{"chat"}, ratelimitgrpc.WithStreamMessages(),
+		ratelimitgrpc.WithKey(func(context.Context) (string, error) { return "tenant", nil }))
+	require.NoError(t, err)
+	var handlerErr *statusError // a bug of the handler: a typed nil
+	ss := &fakeStream{ctx: context.Background(), msgs: []string{"1", "2", "3"}}
+	require.NotPanics(t, func() {
+		err = ic.Stream()(nil, ss, &grpc.StreamServerInfo{FullMethod: talkMethod, IsClientStream: true, IsServerStream: true},
+			func(_ any, ss grpc.ServerStream) error {
+				m := new(wrapperspb.StringValue)
+				for {
+					if err := ss.RecvMsg(m); err != nil {
+						require.Equal(t, codes.ResourceExhausted, status.Code(err), "the third message is refused")
+						return handlerErr
+					}
+				}
+			})
+	})
+	assert.Same(t, handlerErr, err)
+	assert.Empty(t, ss.trailer.Get(ratelimitgrpc.PushbackTrailer), "no pushback with the handler's own error")
 }

@@ -408,11 +408,26 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		// The pushback goes with the refusal it is for: trailers are
 		// sent when the handler returns, with its status, and a handler
 		// that went on after a refusal ends with another.
-		if r := ms.refused.Load(); r != nil && err != nil && errors.Is(err, r.err) {
+		if r := ms.refused.Load(); r != nil && err != nil && isRefusal(err, r.err) {
 			ss.SetTrailer(r.pushback)
 		}
 		return err
 	}
+}
+
+// isRefusal reports whether err, a stream handler's, is or wraps refusal,
+// the error of a message RecvMsg refused. An error whose Is or Unwrap
+// panics (a typed nil: a *T that is nil returned as an error) is taken
+// for another: its panic is recovered here, where gRPC would recover
+// none and one stream ended the server's process, and the error goes to
+// gRPC as the handler returned it.
+func isRefusal(err, refusal error) (is bool) {
+	defer func() {
+		if recover() != nil {
+			is = false
+		}
+	}()
+	return errors.Is(err, refusal)
 }
 
 // Limit decides one call, for the rate-limit interceptors of
