@@ -391,8 +391,8 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		a.float8(p.MaxReserved)
 	}
 	// The upsert's lock wait is the time left now, after the fresh upsert
-	// if it went first.
-	w = newWaits(ctx)
+	// if it went first, bounded if that one's was.
+	w = w.then()
 	k.wait = w.ms > 0
 	if k.wait {
 		a.text(waitText(w.ms))

@@ -2133,11 +2133,29 @@ func newWaits(ctx context.Context) waits { return waits{ctx: ctx, ms: lockWait(c
 // the last try's.
 func (w *waits) next() (int32, bool) {
 	was := w.ms
-	if w.sent && w.ms > 0 {
-		w.ms = min(w.ms, max(lockWait(w.ctx), 1))
+	if w.sent {
+		w.ms = w.left()
 	}
 	w.sent = true
 	return w.ms, w.ms != was
+}
+
+// then returns the waits of the next statement of the same call, sent
+// after w's (a lone call's upsert after its fresh upsert): its lock wait
+// is the time left now, bounded as a retry's is (see next). Read afresh
+// with newWaits, a wall-clock deadline passed meanwhile, its context's
+// timer not run yet (deadline.Unmet), gave 0, no bound: a statement that
+// could wait on a row lock for as long as its holder held it.
+func (w waits) then() waits { return waits{ctx: w.ctx, ms: w.left()} }
+
+// left is the lock wait of a statement sent after one with w.ms: the
+// time left now, no longer than w.ms, and at least 1 ms if w.ms bounded
+// the wait (0 for no bound stays 0).
+func (w *waits) left() int32 {
+	if w.ms == 0 {
+		return 0
+	}
+	return min(w.ms, max(lockWait(w.ctx), 1))
 }
 
 // Apply implements ratelimit.Store. The op goes in one statement, alone or

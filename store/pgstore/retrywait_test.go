@@ -2,8 +2,11 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +112,88 @@ func TestRetryLockWaitIsTheTimeLeft(t *testing.T) {
 			// 50 ms or more went by: the wait is 9/8 of the time left.
 			require.Less(t, got[i], got[i-1]-50, "%s: try %d waits for a lock no less than the one before, of %v", c.name, i, got)
 		}
+	}
+}
+
+// passingDeadline is a context that never ends, whose deadline is a
+// minute away until pass is set, and then behind the wall clock: a
+// deadline just reached, its context's timer not run yet (Unmet).
+type passingDeadline struct {
+	context.Context
+	dl   time.Time
+	pass atomic.Bool
+}
+
+func (c *passingDeadline) Deadline() (time.Time, bool) {
+	if c.pass.Load() {
+		return c.dl.Add(-2 * time.Minute), true
+	}
+	return c.dl, true
+}
+
+// passTracer, once armed, passes ctx's deadline as a lone call's fresh
+// upsert starts, and keeps the arguments of the lone upserts that follow.
+type passTracer struct {
+	ctx   *passingDeadline
+	armed atomic.Bool
+	mu    sync.Mutex
+	sqls  []string
+	args  [][]any
+}
+
+func (tr *passTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	switch {
+	case !tr.armed.Load():
+	case strings.HasPrefix(d.SQL, "INSERT") && strings.Contains(d.SQL, "excluded.expires WHERE c.value IS NULL OR ("):
+		tr.ctx.pass.Store(true)
+	case strings.HasPrefix(d.SQL, "WITH s AS") && !strings.Contains(d.SQL, "unnest"):
+		tr.mu.Lock()
+		tr.sqls = append(tr.sqls, d.SQL)
+		tr.args = append(tr.args, d.Args)
+		tr.mu.Unlock()
+	}
+	return ctx
+}
+
+func (tr *passTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A lone call's upsert sent after its fresh upsert wrote nothing bounds
+// its lock wait if the fresh upsert did, by at least 1 ms. It read the
+// time left afresh, and a deadline that the wall clock passed meanwhile,
+// its context's timer not run yet, read as none: the upsert went without
+// a lock_timeout, free to wait on a row lock for as long as its holder
+// held it, past the deadline. Directly and through pgx.
+func TestLoneUpsertAfterFreshKeepsItsBound(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			callCtx := &passingDeadline{Context: ctx, dl: time.Now().Add(time.Minute)}
+			tr := &passTracer{ctx: callCtx}
+			cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			cfg.ConnConfig.Tracer = tr
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s, err := pgstore.New(ctx, pool, pgstore.WithTable(uniqueTable(t, pool)), pgstore.WithMaxBatch(1))
+			require.NoError(t, err)
+			require.Equal(t, mode == pgx.QueryExecModeCacheStatement, pgstore.Direct(s))
+
+			out := make([]driver.Decision, 1)
+			require.NoError(t, s.Apply(ctx, limitOp("k", 1), out)) // the record, not full
+			pgstore.ClearHints(s)                                  // the fresh upsert goes first, and writes nothing
+			tr.armed.Store(true)
+			require.NoError(t, s.Apply(callCtx, limitOp("k", 1), out))
+			require.True(t, callCtx.pass.Load(), "the fresh upsert went first")
+			require.Equal(t, 8.0, out[0].Remaining)
+
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			require.Len(t, tr.sqls, 1, "the lone upsert")
+			require.True(t, strings.Contains(tr.sqls[0], "set_config('lock_timeout'"), "the lone upsert bounds its lock wait")
+			args := tr.args[0]
+			require.Equal(t, "1ms", fmt.Sprint(args[len(args)-1]), "its lock_timeout, of %v", args)
+		})
 	}
 }
