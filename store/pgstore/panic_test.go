@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,11 +19,13 @@ import (
 
 // panicTracer holds the statement of the key "first" until hold is
 // closed, and, once armed, panics at the start of a statement of the key
-// "b", as a pool's QueryTracer, the caller's code, may.
+// "b", as a pool's QueryTracer, the caller's code, may; or, with goexit,
+// calls runtime.Goexit there (t.FailNow in a test's tracer does).
 type panicTracer struct {
-	held  chan struct{} // closed when the statement of "first" is held
-	hold  chan struct{}
-	armed atomic.Bool
+	held   chan struct{} // closed when the statement of "first" is held
+	hold   chan struct{}
+	armed  atomic.Bool
+	goexit bool
 }
 
 // hasKey reports whether args, a statement's, carry key: as a parameter
@@ -55,6 +58,9 @@ func (tr *panicTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.T
 		<-tr.hold
 	}
 	if tr.armed.Load() && hasKey(d.Args, "b") {
+		if tr.goexit {
+			runtime.Goexit()
+		}
 		panic("the tracer panicked")
 	}
 	return ctx
@@ -74,7 +80,29 @@ func (tr *panicTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // again one by one: "a" is decided, "bad" fails with ErrBadRecord, and
 // the pool's tracer panics as "b" goes.
 func TestPanicAfterCommitKeepsAnswers(t *testing.T) {
-	tr := &panicTracer{held: make(chan struct{}), hold: make(chan struct{})}
+	errs, b := sendThenFail(t, false)
+	var pe *coalesce.PanicError
+	require.True(t, errors.As(errs[3], &pe), "b: %v", errs[3])
+	require.Equal(t, "the tracer panicked", pe.Value)
+	require.Equal(t, 10.0, b.remaining(t, "b"), "b was not sent")
+}
+
+// So too when the send calls runtime.Goexit in the background: the calls
+// it had answered keep their answers, and only those it had not get
+// coalesce.ErrGoexit. Every call of the batch got ErrGoexit, also "a",
+// decided and charged.
+func TestGoexitAfterCommitKeepsAnswers(t *testing.T) {
+	errs, b := sendThenFail(t, true)
+	require.ErrorIs(t, errs[3], coalesce.ErrGoexit, "b")
+	require.Equal(t, 10.0, b.remaining(t, "b"), "b was not sent")
+}
+
+// sendThenFail sends the batch of TestPanicAfterCommitKeepsAnswers, whose
+// tracer panics, or with goexit calls runtime.Goexit, as "b" goes; it
+// checks the answers of the calls before "b", and returns the calls'
+// errors.
+func sendThenFail(t *testing.T, goexit bool) ([]error, *resendBatch) {
+	tr := &panicTracer{held: make(chan struct{}), hold: make(chan struct{}), goexit: goexit}
 	b := newResendBatch(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr }, "first", "a", "bad", "b")
 	pgstore.SetHooks(b.s, pgstore.Hooks{Resend: func() { tr.armed.Store(true) }})
 	ctx := context.Background()
@@ -102,8 +130,5 @@ func TestPanicAfterCommitKeepsAnswers(t *testing.T) {
 	require.Equal(t, 9.0, b.outs[1][0].Remaining)
 	require.Equal(t, 9.0, b.remaining(t, "a"), "a was charged")
 	require.ErrorIs(t, errs[2], driver.ErrBadRecord, "bad")
-	var pe *coalesce.PanicError
-	require.True(t, errors.As(errs[3], &pe), "b: %v", errs[3])
-	require.Equal(t, "the tracer panicked", pe.Value)
-	require.Equal(t, 10.0, b.remaining(t, "b"), "b was not sent")
+	return errs, b
 }

@@ -14,7 +14,8 @@
 //
 // A panic in a batch sent in the background (the pool's QueryTracer's,
 // say) fails, with the panic's error, only the calls it had not answered:
-// a call whose statement committed before it gets its decision.
+// a call whose statement committed before it gets its decision. So does a
+// runtime.Goexit there (t.FailNow in a tracer of a test).
 //
 // Two PL/pgSQL functions, installed with the schema, run the transition (a
 // port of ratelimit.Evaluate, equal to it to the last bit): one decides a
@@ -1681,9 +1682,10 @@ type request struct {
 	// answered is set once the send has given the op its answer: its
 	// decisions in out, its statement committed, or its own err. Should
 	// the send then panic in the background, where the batcher fails
-	// every call of the batch with a *coalesce.PanicError, Apply gives
-	// the op that answer, and the error to the ops not answered, whose
-	// statement may have run (see Apply).
+	// every call of the batch with a *coalesce.PanicError (or call
+	// runtime.Goexit: coalesce.ErrGoexit), Apply gives the op that
+	// answer, and the error to the ops not answered, whose statement may
+	// have run (see Apply).
 	answered bool
 }
 
@@ -2177,11 +2179,11 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	_, err := s.batcher.Do(ctx, r)
 	var pe *coalesce.PanicError
-	if errors.As(err, &pe) && r.answered {
-		// The send panicked in the background after it had answered r
-		// (its statement committed, say, and a later one of the batch
-		// panicked): r keeps its answer, which the batch's error would
-		// hide. Do has returned: the send is over.
+	if (errors.As(err, &pe) || errors.Is(err, coalesce.ErrGoexit)) && r.answered {
+		// The send panicked, or called runtime.Goexit, in the background
+		// after it had answered r (its statement committed, say, and a
+		// later one of the batch panicked): r keeps its answer, which the
+		// batch's error would hide. Do has returned: the send is over.
 		err = nil
 	}
 	if err == nil {
