@@ -312,15 +312,20 @@ var errRaced = errors.New("pgstore: the record changed under a lone call")
 
 // sendLone decides a single request (see single) judged at the Limiter's
 // clock with a plain statement; see the comment above loneKind.
+// The function _one, sent after a lone upsert that raced, bounds its lock
+// wait as a statement sent after it (waits.then).
 func (s *Store) sendLone(ctx context.Context, r *request) error {
-	err := s.lone(ctx, r)
+	var w waits
+	err := s.lone(ctx, r, &w)
 	if errors.Is(err, errRaced) {
-		return s.sendOne(ctx, r)
+		return s.sendOne(ctx, r, w.then())
 	}
 	return err
 }
 
-func (s *Store) lone(ctx context.Context, r *request) error {
+// lone sends r's plain statements, and leaves in w the lock wait of the
+// last it sent that bounds one.
+func (s *Store) lone(ctx context.Context, r *request, w *waits) error {
 	it := &r.items[0]
 	rec := &it.recs[0]
 	p := &rec.params
@@ -356,7 +361,7 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 			k.reserve = 1
 		}
 	}
-	w := newWaits(ctx)
+	*w = newWaits(ctx)
 	k.wait = w.ms > 0
 	fex := ratelimit.FullAt(*p, fs)
 	hint := s.fullHint(&rec.id)
@@ -372,7 +377,7 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 		f.limitAndFresh(p, fs, fex)
 		if k.wait {
 			f.text(waitText(w.ms))
-			f.wait = w
+			f.wait = *w
 		}
 		tag, err := s.run(ctx, &s.freshSQL[freshIndex(k.fixed, k.wait)], &f, nil)
 		if err != nil {
@@ -392,11 +397,11 @@ func (s *Store) lone(ctx context.Context, r *request) error {
 	}
 	// The upsert's lock wait is the time left now, after the fresh upsert
 	// if it went first, bounded if that one's was.
-	w = w.then()
+	*w = w.then()
 	k.wait = w.ms > 0
 	if k.wait {
 		a.text(waitText(w.ms))
-		a.wait = w
+		a.wait = *w
 	}
 	if _, err := s.run(ctx, &s.loneSQL[k.index()], &a, &row); err != nil {
 		return err

@@ -1947,7 +1947,7 @@ func (s *Store) sendBatch(ctx context.Context, reqs []*request, _ []struct{}) er
 func (s *Store) send(ctx context.Context, reqs []*request) error {
 	if len(reqs) == 1 && reqs[0].single() {
 		if reqs[0].flags&flagServerTime != 0 {
-			return s.sendOne(ctx, reqs[0])
+			return s.sendOne(ctx, reqs[0], newWaits(ctx))
 		}
 		return s.sendLone(ctx, reqs[0])
 	}
@@ -2064,8 +2064,8 @@ func (r *request) single() bool {
 }
 
 // sendOne decides a single request (see single) with the function made
-// for it.
-func (s *Store) sendOne(ctx context.Context, r *request) error {
+// for it, its lock wait first w's.
+func (s *Store) sendOne(ctx context.Context, r *request, w waits) error {
 	it := &r.items[0]
 	rec := &it.recs[0]
 	p := rec.params
@@ -2074,7 +2074,6 @@ func (s *Store) sendOne(ctx context.Context, r *request) error {
 		now = &r.now
 	}
 	d := &r.out[0]
-	w := newWaits(ctx)
 	return s.asBadRecord(s.serial(ctx, s.pool, func(q querier) error {
 		wait, _ := w.next()
 		return q.QueryRow(ctx, s.oneSQL, rec.id[:], []byte(rec.name), []byte(rec.key), rec.shard,

@@ -197,3 +197,55 @@ func TestLoneUpsertAfterFreshKeepsItsBound(t *testing.T) {
 		})
 	}
 }
+
+// oneTracer keeps the arguments of the calls of the function _one.
+type oneTracer struct {
+	mu   sync.Mutex
+	args [][]any
+}
+
+func (tr *oneTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "SELECT ok, retry") && strings.Contains(d.SQL, `_one"(`) {
+		tr.mu.Lock()
+		tr.args = append(tr.args, d.Args)
+		tr.mu.Unlock()
+	}
+	return ctx
+}
+
+func (tr *oneTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A lone call whose upsert found its record changed decides again with
+// the function _one, and bounds its lock wait if the upsert did, by at
+// least 1 ms. It read the time left afresh, and a deadline that the wall
+// clock passed while the upsert waited for the row, its context's timer
+// not run yet, read as none: _one went without a bound on its lock wait.
+func TestDecidedAgainKeepsTheBound(t *testing.T) {
+	ctx := context.Background()
+	tr := &oneTracer{}
+	pool := newPool(t, testserver.PostgresURL(t), tr)
+	table := uniqueTable(t, pool)
+	s, err := pgstore.New(ctx, pool, pgstore.WithTable(table), pgstore.WithMaxBatch(1))
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, limitOp("k", 1), make([]driver.Decision, 1)))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET value = 0 WHERE id = $1", rowID("k"))
+	require.NoError(t, err)
+	callCtx := &passingDeadline{Context: ctx, dl: time.Now().Add(time.Minute)}
+	call := applyAsync(callCtx, s, limitOp("k", 5))
+	waitForLockWaiters(t, pool, table, 1) // the upsert waits for the row
+	callCtx.pass.Store(true)
+	require.NoError(t, tx.Commit(ctx))
+	a := receive(t, call)
+	require.NoError(t, a.err)
+	require.False(t, a.out[0].OK, "granted 5 tokens of a record left with 0")
+
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	require.Len(t, tr.args, 1, "decided again with _one")
+	args := tr.args[0]
+	require.Equal(t, int32(1), args[len(args)-1], "_one's lock wait, of %v", args)
+}
