@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/ratelimit-go/ratelimit/internal/refill"
 )
 
@@ -95,7 +96,7 @@ func (c Config) validate(name string, named bool) error {
 		return bad("Kind", "is %v: use ratelimit.FixedWindow or ratelimit.TokenBucket", c.Kind)
 	}
 	if !finitePositive(c.Rate) || c.Rate < minRate || c.Rate > MaxTokens {
-		return bad("Rate", "is %s: it must be a number of tokens from %s to %s", numText(c.Rate), numText(minRate), numText(MaxTokens))
+		return bad("Rate", "is %s: it must be a number of tokens from %s to %s", numtext.Format(c.Rate), numtext.Format(minRate), numtext.Format(MaxTokens))
 	}
 	if c.Period < time.Millisecond {
 		return bad("Period", "is %v: it must be at least 1ms", c.Period)
@@ -107,10 +108,10 @@ func (c Config) validate(name string, named bool) error {
 		return bad("Period", "is %v: it must be at most %v (100 years)", c.Period, MaxPeriod)
 	}
 	if c.Capacity != 0 && (!finitePositive(c.Capacity) || c.Capacity > MaxTokens) {
-		return bad("Capacity", "is %s: it must be a number of tokens > 0 and at most %s, or 0 for Rate", numText(c.Capacity), numText(MaxTokens))
+		return bad("Capacity", "is %s: it must be a number of tokens > 0 and at most %s, or 0 for Rate", numtext.Format(c.Capacity), numtext.Format(MaxTokens))
 	}
 	if c.MaxReserved != 0 && (!finitePositive(c.MaxReserved) || c.MaxReserved > MaxTokens) {
-		return bad("MaxReserved", "is %s: it must be a number of tokens > 0 and at most %s, or 0 for as many as %s", numText(c.MaxReserved), numText(MaxTokens), numText(MaxTokens))
+		return bad("MaxReserved", "is %s: it must be a number of tokens > 0 and at most %s, or 0 for as many as %s", numtext.Format(c.MaxReserved), numtext.Format(MaxTokens), numtext.Format(MaxTokens))
 	}
 	if c.Shards < 0 {
 		return bad("Shards", "is %d: it must be 0 or 1 for one record, or at least 2", c.Shards)
@@ -122,22 +123,22 @@ func (c Config) validate(name string, named bool) error {
 		// Each shard holds its share: one that rounds to 0 would leave a
 		// shard's bucket empty for good or, of MaxReserved, unbounded.
 		if c.Capacity != 0 && c.Capacity/n == 0 {
-			return bad("Capacity", "is %s: over %d shards, each shard's share rounds to 0 tokens: raise it, or use fewer shards", numText(c.Capacity), c.Shards)
+			return bad("Capacity", "is %s: over %d shards, each shard's share rounds to 0 tokens: raise it, or use fewer shards", numtext.Format(c.Capacity), c.Shards)
 		}
 		if c.MaxReserved != 0 && c.MaxReserved/n == 0 {
-			return bad("MaxReserved", "is %s: over %d shards, each shard's share rounds to 0 tokens, which would mean as many as %s: raise it, or use fewer shards", numText(c.MaxReserved), c.Shards, numText(MaxTokens))
+			return bad("MaxReserved", "is %s: over %d shards, each shard's share rounds to 0 tokens, which would mean as many as %s: raise it, or use fewer shards", numtext.Format(c.MaxReserved), c.Shards, numtext.Format(MaxTokens))
 		}
 	}
 	if reach := c.reach(); reach < 1 && c.Capacity == 0 {
 		// Set explicitly, a capacity below 1 serves calls of fractional
 		// counts; left to default to a Rate below 1, it is a mistake.
-		what := fmt.Sprintf("is %s and Capacity is unset (so also %s)", numText(c.Rate), numText(c.Rate))
+		what := fmt.Sprintf("is %s and Capacity is unset (so also %s)", numtext.Format(c.Rate), numtext.Format(c.Rate))
 		if c.shards() > 1 {
 			what += fmt.Sprintf(", over %d shards", c.shards())
 		}
 		need := max(1, float64(c.shards())/2) // two shards of n hold 2/n of it
 		return bad("Rate", "%s: one call can take at most %s tokens, so no call of the default count 1 can ever pass: set Capacity to at least %s (a bucket may hold more than one period's Rate), or explicitly below 1 for calls of fractional counts",
-			what, numText(reach), numText(need))
+			what, numtext.Format(reach), numtext.Format(need))
 	}
 	if c.MaxReserved != 0 {
 		// Each shard's share, as params computes it: the magnitude at
@@ -145,14 +146,14 @@ func (c Config) validate(name string, named bool) error {
 		n := float64(c.shards())
 		pc, pm := c.capacity()/n, c.MaxReserved/n
 		if pc+pm > MaxFractionalTokens && (math.Trunc(pc) != pc || math.Trunc(pm) != pm) {
-			what, fix, sum := fmt.Sprintf("is %s and Capacity %s", numText(c.MaxReserved), numText(c.capacity())), "make both whole numbers of tokens", "their sum"
+			what, fix, sum := fmt.Sprintf("is %s and Capacity %s", numtext.Format(c.MaxReserved), numtext.Format(c.capacity())), "make both whole numbers of tokens", "their sum"
 			if n > 1 {
-				what += fmt.Sprintf(", %s and %s on each of %d shards", numText(pm), numText(pc), c.shards())
+				what += fmt.Sprintf(", %s and %s on each of %d shards", numtext.Format(pm), numtext.Format(pc), c.shards())
 				fix = fmt.Sprintf("make both whole multiples of %d, so that each shard's share is a whole number of tokens", c.shards())
 				sum = "each shard's share of their sum"
 			}
 			return bad("MaxReserved", "%s: above %s tokens together, a fraction of a token is finer than a decision resolves, and a reservation of Capacity plus MaxReserved would be refused forever: %s, or keep %s at most %s",
-				what, numText(MaxFractionalTokens), fix, sum, numText(MaxFractionalTokens))
+				what, numtext.Format(MaxFractionalTokens), fix, sum, numtext.Format(MaxFractionalTokens))
 		}
 	}
 	if !c.Start.IsZero() && c.Kind != driver.FixedWindow {

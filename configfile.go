@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -295,12 +296,12 @@ func readNumber(n *yaml.Node, x *float64) error {
 		if *x == 0 && !isZero(n.Value) {
 			// 0 is the default of capacity and maxReserved: a number
 			// written for a bound must not read as none.
-			return fmt.Errorf("%s is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %s", written(n.Value), numText(math.SmallestNonzeroFloat64))
+			return fmt.Errorf("%s is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %s", written(n.Value), numtext.Format(math.SmallestNonzeroFloat64))
 		}
 		return leadingZero(n.Value)
 	}
 	if _, err := strconv.ParseFloat(n.Value, 64); n.Kind == yaml.ScalarNode && n.Style&quotedStyle == 0 && errors.Is(err, strconv.ErrRange) {
-		return fmt.Errorf("%s is out of range: a number of tokens is at most %s", written(n.Value), numText(MaxTokens))
+		return fmt.Errorf("%s is out of range: a number of tokens is at most %s", written(n.Value), numtext.Format(MaxTokens))
 	}
 	return fmt.Errorf("%s is not a number", shown(n))
 }

@@ -3,12 +3,11 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 var (
@@ -195,9 +194,9 @@ type CountError struct {
 // Error gives the count and what is wrong with it.
 func (e *CountError) Error() string {
 	if e.Name == "" {
-		return fmt.Sprintf("ratelimit: count %s %s", numText(e.Count), e.Problem)
+		return fmt.Sprintf("ratelimit: count %s %s", numtext.Format(e.Count), e.Problem)
 	}
-	return fmt.Sprintf("ratelimit: limit %q: count %s %s", e.Name, numText(e.Count), e.Problem)
+	return fmt.Sprintf("ratelimit: limit %q: count %s %s", e.Name, numtext.Format(e.Count), e.Problem)
 }
 
 // Is reports whether target is ErrInvalidCount.
@@ -256,31 +255,3 @@ func (e *StoreError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrStoreUnavailable.
 func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
-
-// numText writes x for a message as a user would write it, in a form
-// that reads back to x (strconv.ParseFloat, a limits file, a flag of the
-// command line): a whole number below 2^53 in full digits (8388607, not
-// 8.388607e+06); any other number from 0.0001 up in plain decimal
-// (0.25, 8388607.5); the rest, below 0.0001 or from 2^53 on, in the
-// shortest exponent form, its exponent without a plus sign or leading
-// zeros (1e-9, 1e300); NaN, +Inf and -Inf as Go writes them. Every number
-// the package's errors show goes through it.
-func numText(x float64) string {
-	a := math.Abs(x)
-	switch {
-	case x == 0:
-		return "0"
-	case math.IsNaN(x) || math.IsInf(x, 0):
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	case a < 1<<53 && x == math.Trunc(x):
-		return strconv.FormatFloat(x, 'f', 0, 64)
-	case a >= 1e-4 && a < 1<<53:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	mant, exp, _ := strings.Cut(strconv.FormatFloat(x, 'e', -1, 64), "e")
-	sign := ""
-	if exp[0] == '-' {
-		sign = "-"
-	}
-	return mant + "e" + sign + strings.TrimLeft(exp[1:], "0")
-}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 // A Limiter's limits may change while it serves calls: a new limits file
@@ -298,10 +299,10 @@ func (lim *limit) countError(count float64, reserve bool) error {
 	case count == 0:
 		return nil
 	case !(count >= 0) || math.IsInf(count, 1):
-		return &CountError{Name: lim.name, Count: count, Problem: countFault(count) + ": a count is a number from 0 to " + numText(MaxTokens)}
+		return &CountError{Name: lim.name, Count: count, Problem: countFault(count) + ": a count is a number from 0 to " + numtext.Format(MaxTokens)}
 	case count < MinCount:
 		return &CountError{Name: lim.name, Count: count,
-			Problem: fmt.Sprintf("is below %s, the least count above 0 a call may ask for (MinCount), which a decision could not tell from the noise of its arithmetic: count in a smaller unit (ask 1 where you asked 0.001, with Rate and Capacity a thousand times larger)", numText(MinCount))}
+			Problem: fmt.Sprintf("is below %s, the least count above 0 a call may ask for (MinCount), which a decision could not tell from the noise of its arithmetic: count in a smaller unit (ask 1 where you asked 0.001, with Rate and Capacity a thousand times larger)", numtext.Format(MinCount))}
 	case count > MaxTokens:
 		// No config grants it: raising Capacity or MaxReserved, or fewer
 		// shards, would not do.
@@ -310,13 +311,13 @@ func (lim *limit) countError(count float64, reserve bool) error {
 			most = lim.maxDebt
 		}
 		return &CountError{Name: lim.name, Count: count, Max: most,
-			Problem: fmt.Sprintf("exceeds %s, the most tokens one call may ask for: split the call", numText(MaxTokens))}
+			Problem: fmt.Sprintf("exceeds %s, the most tokens one call may ask for: split the call", numtext.Format(MaxTokens))}
 	}
 	if reserve {
 		if count > lim.maxDebt {
 			return &CountError{Name: lim.name, Count: count, Max: lim.maxDebt,
 				Problem: fmt.Sprintf("exceeds %s, Capacity plus MaxReserved%s: the limit can never grant it; raise MaxReserved or split the call",
-					numText(lim.maxDebt), lim.shardNote())}
+					numtext.Format(lim.maxDebt), lim.shardNote())}
 		}
 		return nil
 	}
@@ -331,7 +332,7 @@ func (lim *limit) countError(count float64, reserve bool) error {
 			hint = lim.shardHint(count)
 		}
 		return &CountError{Name: lim.name, Count: count, Max: lim.maxPlain,
-			Problem: fmt.Sprintf("exceeds %s, the most the limit can grant at once%s: %s", numText(lim.maxPlain), lim.shardNote(), hint)}
+			Problem: fmt.Sprintf("exceeds %s, the most the limit can grant at once%s: %s", numtext.Format(lim.maxPlain), lim.shardNote(), hint)}
 	}
 	return nil
 }
@@ -370,11 +371,11 @@ func (lim *limit) shardHint(count float64) string {
 		hints = append(hints, fmt.Sprintf("use at most %d shards", int(n)))
 	}
 	if need := count * float64(lim.shards) / 2; need <= MaxTokens {
-		hints = append(hints, fmt.Sprintf("raise Capacity to %s", numText(need)))
+		hints = append(hints, fmt.Sprintf("raise Capacity to %s", numtext.Format(need)))
 	} else if count > c {
 		// No Capacity within MaxTokens admits it over this many shards:
 		// two shards hold Capacity together, as one does.
-		hints = append(hints, fmt.Sprintf("use 2 shards with Capacity %s", numText(count)))
+		hints = append(hints, fmt.Sprintf("use 2 shards with Capacity %s", numtext.Format(count)))
 	}
 	// Worded as the unsharded advice is, the reservation last, which the
 	// command line drops or rewrites (cmd/ratelimit).

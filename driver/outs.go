@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 // ErrOutLength is the error, wrapped, of a call whose out has a place for
@@ -96,14 +98,16 @@ func CheckOp(op *Op) error {
 			return opError("item %d (%q) of a mode %d op has %d shards: give an item one or two, a refund's one", i, it.Name, op.Mode, n)
 		}
 		if !(it.Count >= 0 && it.Count <= math.MaxFloat64) {
-			return opError("item %d (%q) has a count of %v: give a finite number of tokens ≥ 0", i, it.Name, it.Count)
+			return opError("item %d (%q) has a count of %s: give a finite number of tokens ≥ 0", i, it.Name, numtext.Format(it.Count))
 		}
 		if it.Count < minCount && it.Count > 0 && !one {
-			return opError("item %d (%q) of a mode %d op has a count of %v, above 0 and below %v (ratelimit.MinCount), "+
-				"which a decision could not tell from the noise of its arithmetic (Noise): give 0 or at least %v", i, it.Name, op.Mode, it.Count, minCount, minCount)
+			return opError("item %d (%q) of a mode %d op has a count of %s, above 0 and below %s (ratelimit.MinCount), "+
+				"which a decision could not tell from the noise of its arithmetic (Noise): give 0 or at least %s",
+				i, it.Name, op.Mode, numtext.Format(it.Count), numtext.Format(minCount), numtext.Format(minCount))
 		}
 		if it.Count > maxTokens && !one {
-			return opError("item %d (%q) of a mode %d op has a count of %v, above %v (ratelimit.MaxTokens), the most tokens one call may ask for: split the call", i, it.Name, op.Mode, it.Count, maxTokens)
+			return opError("item %d (%q) of a mode %d op has a count of %s, above %s (ratelimit.MaxTokens), the most tokens one call may ask for: split the call",
+				i, it.Name, op.Mode, numtext.Format(it.Count), numtext.Format(maxTokens))
 		}
 		if one && (it.At < -MaxTime || it.At > MaxTime) {
 			return opError("item %d (%q) of a refund was charged at %d, beyond ±MaxTime (%d): give the time of the charge, the Decision.Now of the call that took the tokens", i, it.Name, it.At, MaxTime)
@@ -203,11 +207,11 @@ func paramsProblem(p *Params) string {
 	case p.Phase < 0 || p.Phase >= p.Period:
 		return fmt.Sprintf("phase %d: give a phase in [0, Period) = [0, %d)", p.Phase, p.Period)
 	case !(p.Rate >= minRate && p.Rate <= maxTokens):
-		return fmt.Sprintf("rate %v: give a rate from %v to %v tokens per period", p.Rate, minRate, maxTokens)
+		return fmt.Sprintf("rate %s: give a rate from %s to %s tokens per period", numtext.Format(p.Rate), numtext.Format(minRate), numtext.Format(maxTokens))
 	case !(p.Capacity >= 0 && p.Capacity <= maxTokens):
-		return fmt.Sprintf("capacity %v: give a capacity from 0 to %v tokens", p.Capacity, maxTokens)
+		return fmt.Sprintf("capacity %s: give a capacity from 0 to %s tokens", numtext.Format(p.Capacity), numtext.Format(maxTokens))
 	}
-	return fmt.Sprintf("max reserved %v: give a number of tokens from 0 (unlimited) to %v", p.MaxReserved, maxTokens)
+	return fmt.Sprintf("max reserved %s: give a number of tokens from 0 (unlimited) to %s", numtext.Format(p.MaxReserved), numtext.Format(maxTokens))
 }
 
 // fewItems is the most items of an op whose records checkDistinct

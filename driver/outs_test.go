@@ -3,6 +3,7 @@ package driver_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -167,6 +168,36 @@ func TestCheckParamsIsCheckOpsRuleForParams(t *testing.T) {
 		}
 		if !errors.Is(err, driver.ErrInvalidOp) {
 			t.Errorf("%s: %v does not match ErrInvalidOp", name, err)
+		}
+	}
+}
+
+// TestCheckErrorsWriteNumbersAsAUserDoes: the counts and params an error
+// of CheckOp or CheckParams quotes, and their bounds, read as a user
+// writes them and as the root package's errors write them: %v wrote a
+// count of 1e300 as 1e+300, MaxTokens as 1e+15 and MinCount as 1e-08.
+func TestCheckErrorsWriteNumbersAsAUserDoes(t *testing.T) {
+	p := driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
+	op := func(count float64) *driver.Op {
+		return &driver.Op{Mode: driver.ModeLimit, Items: []driver.Item{{Name: "l", Key: "k", Count: count, Shards: []driver.Shard{{Params: p}}}}}
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{driver.CheckOp(op(1e300)), "has a count of 1e300, above 1000000000000000 (ratelimit.MaxTokens)"},
+		{driver.CheckOp(op(1.5e-9)), "has a count of 1.5e-9, above 0 and below 1e-8 (ratelimit.MinCount)"},
+		{driver.CheckOp(op(1.5e-9)), "give 0 or at least 1e-8"},
+		{driver.CheckOp(op(math.Inf(1))), "has a count of +Inf: give a finite number"},
+		{driver.CheckParams(driver.Params{Kind: driver.TokenBucket, Rate: 1e300, Period: 1000}),
+			"rate 1e300: give a rate from 9.765625e-13 to 1000000000000000 tokens per period"},
+		{driver.CheckParams(driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, Capacity: 8388607.5e9}),
+			"capacity 8388607500000000: give a capacity from 0 to 1000000000000000 tokens"},
+		{driver.CheckParams(driver.Params{Kind: driver.TokenBucket, Rate: 10, Period: 1000, MaxReserved: -8388607}),
+			"max reserved -8388607: give a number of tokens from 0 (unlimited) to 1000000000000000"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("got %v, want an error with %q", c.err, c.want)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package driver
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 // ErrBadRecord is the error, wrapped, of a call that met, where a record
@@ -45,7 +47,7 @@ func CheckState(st State) error {
 // inlined.
 func stateError(st State) error {
 	if st.Remaining-st.Remaining != 0 {
-		return fmt.Errorf("it holds %v tokens, and a record holds a finite number", st.Remaining)
+		return fmt.Errorf("it holds %s tokens, and a record holds a finite number", numtext.Format(st.Remaining))
 	}
 	return fmt.Errorf("its time is %d ms from 1970, and a record's is from %d to %d ms", st.TS, MinRecordTime, MaxTime)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
@@ -397,8 +398,8 @@ func verify(cfg ratelimit.Config, grants []grant, count float64, keys int, phase
 				most = capacity + perMs*float64(span)
 			}
 			if granted > most+eps {
-				return fmt.Sprintf("key %d: %v tokens granted within %v, but the limit allows at most %v",
-					k, granted, time.Duration(span)*time.Millisecond, most)
+				return fmt.Sprintf("key %d: %s tokens granted within %v, but the limit allows at most %s",
+					k, numtext.Format(granted), time.Duration(span)*time.Millisecond, numtext.Format(most))
 			}
 		}
 
@@ -417,8 +418,8 @@ func verify(cfg ratelimit.Config, grants []grant, count float64, keys int, phase
 			}
 			best = max(best, 0) + count
 			if best > slack+eps {
-				return fmt.Sprintf("key %d: a run of grants up to %s exceeds the limit's refill: %v tokens over what it allows",
-					k, clockOf(g.from.UnixMilli()), best-slack+capacity)
+				return fmt.Sprintf("key %d: a run of grants up to %s exceeds the limit's refill: %s tokens over what it allows",
+					k, clockOf(g.from.UnixMilli()), numtext.Format(best-slack+capacity))
 			}
 		}
 
@@ -456,8 +457,8 @@ func verify(cfg ratelimit.Config, grants []grant, count float64, keys int, phase
 			run += count
 			tokens += count
 			if run > capacity+eps {
-				return fmt.Sprintf("key %d: %v tokens granted in the windows from %s to %s, but the limit allows at most %v",
-					k, tokens, clockOf(phase+from*period), clockOf(phase+(w+1)*period), capacity+cfg.Rate*float64(w-from))
+				return fmt.Sprintf("key %d: %s tokens granted in the windows from %s to %s, but the limit allows at most %s",
+					k, numtext.Format(tokens), clockOf(phase+from*period), clockOf(phase+(w+1)*period), numtext.Format(capacity+cfg.Rate*float64(w-from)))
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/spf13/cobra"
 )
@@ -196,8 +197,8 @@ const maxRecordTime = driver.MaxTime + int64(ratelimit.MaxPeriod/time.Millisecon
 // state as a store read it, when no release of the library writes it.
 func checkRecord(st driver.State) error {
 	if !(math.Abs(st.Remaining) <= ratelimit.MaxTokens) {
-		return fmt.Errorf("it holds %v tokens, and a record holds from %v to %v",
-			st.Remaining, -ratelimit.MaxTokens, ratelimit.MaxTokens)
+		return fmt.Errorf("it holds %s tokens, and a record holds from %s to %s",
+			numtext.Format(st.Remaining), numtext.Format(-ratelimit.MaxTokens), numtext.Format(ratelimit.MaxTokens))
 	}
 	if st.TS < -maxRecordTime || st.TS > maxRecordTime {
 		return fmt.Errorf("its time is %d ms from 1970, and a record's is within ±%d ms", st.TS, maxRecordTime)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/spf13/pflag"
 )
 
@@ -552,7 +553,7 @@ func parseDecimalFloat(s string) (float64, error) {
 		// 0 is the default of --capacity and --max-reserved, and a count
 		// of 0 asks for nothing: a number written as more must not read
 		// as that, as in a limits file (ratelimit.ParseLimits).
-		return 0, fmt.Errorf("%q is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %v", s, math.SmallestNonzeroFloat64)
+		return 0, fmt.Errorf("%q is too close to 0 for a float64, which reads it as 0: write 0 if that is meant, or a number of at least %s", s, numtext.Format(math.SmallestNonzeroFloat64))
 	}
 	return v, nil
 }

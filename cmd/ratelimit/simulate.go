@@ -22,6 +22,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/ratelimit-go/ratelimit/store/boltstore"
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
@@ -583,12 +584,12 @@ func isOutput(out io.Writer, fi os.FileInfo) bool {
 // name as nameText writes it: a limits file's names are any text, and
 // --name any bytes, with a terminal's escapes among them.
 func describe(name string, cfg ratelimit.Config) string {
-	s := fmt.Sprintf("%s: %v, rate %v per %v", nameText(name), cfg.Kind, cfg.Rate, cfg.Period)
+	s := fmt.Sprintf("%s: %v, rate %s per %v", nameText(name), cfg.Kind, numtext.Format(cfg.Rate), cfg.Period)
 	if cfg.Capacity != 0 {
-		s += fmt.Sprintf(", capacity %v", cfg.Capacity)
+		s += ", capacity " + numtext.Format(cfg.Capacity)
 	}
 	if cfg.MaxReserved != 0 {
-		s += fmt.Sprintf(", max reserved %v", cfg.MaxReserved)
+		s += ", max reserved " + numtext.Format(cfg.MaxReserved)
 	}
 	if cfg.Shards > 1 {
 		s += fmt.Sprintf(", %d shards", cfg.Shards)

@@ -1,4 +1,4 @@
-package ratelimit
+package numtext_test
 
 import (
 	"math"
@@ -6,13 +6,14 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestNumText: a number in a message reads as a user writes it, and back
+// TestFormat: a number in a message reads as a user writes it, and back
 // as itself. %v wrote 8388607 as 8.388607e+06 and 1e300 as 1e+300.
-func TestNumText(t *testing.T) {
+func TestFormat(t *testing.T) {
 	for x, want := range map[float64]string{
 		0:                           "0",
 		math.Copysign(0, -1):        "0",
@@ -35,7 +36,7 @@ func TestNumText(t *testing.T) {
 		math.Inf(1):                 "+Inf",
 		math.Inf(-1):                "-Inf",
 	} {
-		assert.Equal(t, want, numText(x), "%v", x)
+		assert.Equal(t, want, numtext.Format(x), "%v", x)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 10000 {
@@ -44,9 +45,9 @@ func TestNumText(t *testing.T) {
 			continue
 		}
 		for _, x := range []float64{x, math.Round(x), float64(r.Int64N(1<<54) - 1<<53)} {
-			got, err := strconv.ParseFloat(numText(x), 64)
+			got, err := strconv.ParseFloat(numtext.Format(x), 64)
 			require.NoError(t, err, "%v", x)
-			require.Equal(t, x, got, "%s reads back", numText(x))
+			require.Equal(t, x, got, "%s reads back", numtext.Format(x))
 		}
 	}
 }
