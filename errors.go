@@ -244,8 +244,8 @@ func (e *StoreError) Error() string {
 		return fmt.Sprintf("ratelimit: %s %q: store: %v", e.op, e.Name, e.Err)
 	}
 	if e.Err == nil {
-		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %v",
-			e.Name, e.Until.Format(time.RFC3339Nano))
+		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %s",
+			e.Name, timeText(e.Until))
 	}
 	return fmt.Sprintf("ratelimit: limit %q: store: %v", e.Name, e.Err)
 }
@@ -255,3 +255,10 @@ func (e *StoreError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrStoreUnavailable.
 func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
+
+// timeText writes t for a message in RFC 3339 in UTC, as the command
+// ratelimit writes times, to the nanosecond it holds and no further
+// (2026-11-23T22:46:45.559Z): %v writes "2026-11-23 22:46:45.559 +0000
+// UTC", in the zone t came in, with a monotonic clock reading if it has
+// one.
+func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

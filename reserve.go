@@ -247,7 +247,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	}
 	defer r.release()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(r.at) {
-		why := fmt.Sprintf("the job may run at %v, after the context's deadline %v", r.at, dl)
+		why := fmt.Sprintf("the job may run at %s, after the context's deadline %s", timeText(r.at), timeText(dl))
 		return r.giveUp(ctx, why, context.DeadlineExceeded)
 	}
 	if d := r.Delay(); d > 0 {

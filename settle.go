@@ -874,7 +874,7 @@ func expiredError(t *Token, advice string) error {
 	if advice != "" {
 		advice = "; " + advice
 	}
-	return fmt.Errorf("ratelimit: settle token %x: it expired at %v%s: %w", t.id[:4], t.Expires(), advice, ErrTokenExpired)
+	return fmt.Errorf("ratelimit: settle token %x: it expired at %s%s: %w", t.id[:4], timeText(t.Expires()), advice, ErrTokenExpired)
 }
 
 // ownSettlement reports whether err is the *SettledError of a settlement

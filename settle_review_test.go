@@ -80,7 +80,7 @@ func TestSettlementErrorsSayWhatToDo(t *testing.T) {
 	} {
 		err := refund()
 		require.ErrorIs(t, err, ratelimit.ErrTokenExpired)
-		require.ErrorContains(t, err, ": it expired at 2024-01-01 00:00:02 +0000 UTC; nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do: ratelimit: token expired")
+		require.ErrorContains(t, err, ": it expired at 2024-01-01T00:00:02Z; nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do: ratelimit: token expired")
 		require.NotContains(t, err.Error(), "a refund", "a settlement of part of it is no refund")
 	}
 	for _, tok := range []*ratelimit.Token{nil, {}} {

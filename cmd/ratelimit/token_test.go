@@ -468,7 +468,10 @@ func tokenSettle(t *testing.T, storeArgs ...string) {
 	code, out, errOut = settle("settle", expired, "--used", "0.5")
 	require.Equal(t, exitExpired, code, errOut)
 	require.Empty(t, out)
-	require.Equal(t, fmt.Sprintf("ratelimit: settle token %s: it expired at %v; nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do: token expired\n", id(expired)[:8], must(ratelimit.ParseToken(expired)).Expires()), errOut)
+	// The expiry is RFC 3339, as the command writes times, not %v's
+	// "2024-01-01 00:00:02 +0000 UTC".
+	require.Equal(t, fmt.Sprintf("ratelimit: settle token %s: it expired at %s; nothing was handed back (past its expiry a token hands nothing back), and nothing is left to do: token expired\n", id(expired)[:8], must(ratelimit.ParseToken(expired)).Expires().UTC().Format(time.RFC3339Nano)), errOut)
+	require.Regexp(t, `: it expired at 2024-01-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z; `, errOut)
 
 	// A limit the command was not given: nothing settled, and what to
 	// give.
