@@ -37,7 +37,10 @@
 package clientip
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -113,14 +116,14 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 		}
 		ps = append(ps, p.Masked())
 	}
-	if coversEvery(ps, netip.IPv4Unspecified()) {
+	if coversEvery(netip.IPv4Unspecified(), ps) {
 		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv4 address, which lets any client choose its key: list only your proxies",
 			family(ps, true))
 	}
 	// Addresses are compared unmapped, so no address ever compared lies in
 	// the IPv4-mapped range: prefixes that trust the rest of IPv6 trust
 	// every IPv6 client.
-	if coversEvery(append(family(ps, false), mappedIPv4), netip.IPv6Unspecified()) {
+	if coversEvery(netip.IPv6Unspecified(), ps, []netip.Prefix{mappedIPv4}) {
 		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv6 address, which lets any client choose its key: list only your proxies",
 			family(ps, false))
 	}
@@ -132,7 +135,7 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 	if err := coversTranslated(ps); err != nil {
 		return Proxies{}, err
 	}
-	if coversEvery(append(family(ps, true), embedded(ps)...), netip.IPv4Unspecified()) {
+	if coversEvery(netip.IPv4Unspecified(), ps, embedded(ps)) {
 		// Not every prefix is named: they may be thousands.
 		return Proxies{}, fmt.Errorf("prefixes of IPv4 and of %v (NAT64), %v (6to4) or %v (Teredo) together trust every IPv4 client, "+
 			"by its own address or by the one those give it, which is keyed as the IPv4 address it stands for "+
@@ -196,14 +199,15 @@ func tooWide(p netip.Prefix) error {
 // /104 of 64:ff9b::/96 is an IPv4 /8 and taken, as 10.0.0.0/8 is, but
 // its 256 /104s together are the /96 that tooWide refuses.
 func coversTranslated(ps []netip.Prefix) error {
+	var in []netip.Prefix
 	for _, t := range translated {
-		var in []netip.Prefix
+		in = in[:0]
 		for _, p := range ps {
 			if p.Bits() >= t.prefix.Bits() && t.prefix.Contains(p.Addr()) {
 				in = append(in, p)
 			}
 		}
-		for _, s := range merge(in, t.prefix.Addr()) {
+		for _, s := range merge(t.prefix.Addr(), in) {
 			// The first /96 that starts in s, if s holds it whole.
 			block := netip.PrefixFrom(s.lo, 128-32).Masked()
 			if block.Addr() != s.lo {
@@ -231,7 +235,16 @@ func coversTranslated(ps []netip.Prefix) error {
 // and its port when no NAT is in front of it. A 6to4 prefix longer than
 // a /48 is part of one site, which holds its whole /48: its address.
 func embedded(ps []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
+	n := 0
+	for _, p := range ps {
+		if p.Addr().Is6() && (nat64.Overlaps(p) || teredo.Overlaps(p) || sixToFour.Overlaps(p)) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]netip.Prefix, 0, n)
 	for _, p := range ps {
 		a, bits := p.Addr(), p.Bits()
 		if !a.Is6() {
@@ -293,53 +306,145 @@ func family(ps []netip.Prefix, v4 bool) []netip.Prefix {
 	return out
 }
 
-// coversEvery reports whether the prefixes of ps of first's family
+// coversEvery reports whether the prefixes of first's family in lists
 // together hold every address of that family, first (its lowest) to its
 // highest: their ranges, merged in order, leave no gap.
-func coversEvery(ps []netip.Prefix, first netip.Addr) bool {
-	spans := merge(ps, first)
+func coversEvery(first netip.Addr, lists ...[]netip.Prefix) bool {
+	spans := merge(first, lists...)
 	return len(spans) == 1 && spans[0].lo == first && !spans[0].hi.Next().IsValid()
 }
 
 // span is the range of addresses lo to hi, both held.
 type span struct{ lo, hi netip.Addr }
 
-// merge returns the ranges of the prefixes of ps of first's family,
-// sorted and merged: those that overlap or touch are one span.
-func merge(ps []netip.Prefix, first netip.Addr) []span {
-	var spans []span
-	for _, p := range ps {
-		if p.Addr().BitLen() == first.BitLen() {
-			spans = append(spans, span{p.Masked().Addr(), lastAddr(p)})
+// merge returns the ranges of the prefixes (masked) of first's family in
+// lists, sorted and merged: those that overlap or touch are one span. It
+// sorts the ranges as numbers, which hold no pointer for the garbage
+// collector to follow and compare without netip.Addr's checks of family
+// and zone: a list may hold a hundred thousand prefixes.
+func merge(first netip.Addr, lists ...[]netip.Prefix) []span {
+	n := 0
+	for _, ps := range lists {
+		n += len(ps)
+	}
+	bitLen := first.BitLen()
+	ranges := make([]numRange, 0, n)
+	for _, ps := range lists {
+		for _, p := range ps {
+			if p.Addr().BitLen() == bitLen {
+				lo := addrNum(p.Addr())
+				ranges = append(ranges, numRange{lo.and(prefixMask(bitLen, p.Bits())), lastNum(lo, bitLen, p.Bits())})
+			}
 		}
 	}
-	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
-	var out []span
-	for _, s := range spans {
+	slices.SortFunc(ranges, func(a, b numRange) int { return a.lo.cmp(b.lo) })
+	// Merged in place: the merged spans are never more than those read.
+	out := ranges[:0]
+	for _, r := range ranges {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
-			if next := last.hi.Next(); !next.IsValid() || !next.Less(s.lo) {
-				// s overlaps or touches the last span (or that span
-				// reaches the highest address).
-				if last.hi.Less(s.hi) {
-					last.hi = s.hi
+			if r.lo.cmp(last.hi) <= 0 || r.lo == last.hi.next() {
+				// r overlaps or touches the last span.
+				if last.hi.cmp(r.hi) < 0 {
+					last.hi = r.hi
 				}
 				continue
 			}
 		}
-		out = append(out, s)
+		out = append(out, r)
 	}
-	return out
+	spans := make([]span, len(out))
+	for i, r := range out {
+		spans[i] = span{r.lo.addr(bitLen), r.hi.addr(bitLen)}
+	}
+	return spans
+}
+
+// num is an address as a number, its highest 64 bits in hi; an IPv4
+// address's 32 bits are the lowest of lo.
+type num struct{ hi, lo uint64 }
+
+// numRange is the range of addresses lo to hi, both held, as numbers.
+type numRange struct{ lo, hi num }
+
+// addrNum returns a as a number.
+func addrNum(a netip.Addr) num {
+	if a.Is4() {
+		b := a.As4()
+		return num{lo: uint64(binary.BigEndian.Uint32(b[:]))}
+	}
+	b := a.As16()
+	return num{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// addr returns the address of n in the family of bitLen bits.
+func (n num) addr(bitLen int) netip.Addr {
+	if bitLen == 32 {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(n.lo))
+		return netip.AddrFrom4(b)
+	}
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], n.hi)
+	binary.BigEndian.PutUint64(b[8:], n.lo)
+	return netip.AddrFrom16(b)
+}
+
+// cmp compares n and m as numbers: -1, 0 or +1.
+func (n num) cmp(m num) int {
+	if c := cmp.Compare(n.hi, m.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(n.lo, m.lo)
+}
+
+// and returns the bits n and m both set.
+func (n num) and(m num) num { return num{n.hi & m.hi, n.lo & m.lo} }
+
+// next returns n+1; past the highest number of 128 bits, 0 (no address
+// of either family compares equal to it then, nor does it need to: no
+// span starts past the highest address).
+func (n num) next() num {
+	lo := n.lo + 1
+	hi := n.hi
+	if lo == 0 {
+		hi++
+	}
+	return num{hi, lo}
+}
+
+// hostBits returns the number whose lowest bitLen-bits bits are set: the
+// host part of a prefix of that length in a family of bitLen bits.
+func hostBits(bitLen, bits int) num {
+	host := uint(bitLen - bits)
+	if host >= 64 {
+		return num{hi: 1<<(host-64) - 1, lo: math.MaxUint64}
+	}
+	return num{lo: 1<<host - 1}
+}
+
+// prefixMask returns the mask of a prefix of bits bits in a family of
+// bitLen bits.
+func prefixMask(bitLen, bits int) num {
+	h := hostBits(bitLen, bits)
+	m := num{^h.hi, ^h.lo}
+	if bitLen == 32 {
+		m.hi, m.lo = 0, m.lo&math.MaxUint32
+	}
+	return m
+}
+
+// lastNum returns the highest address, as a number, of the prefix of
+// bits bits of the address a, as a number, in a family of bitLen bits.
+func lastNum(a num, bitLen, bits int) num {
+	h := hostBits(bitLen, bits)
+	return num{a.hi | h.hi, a.lo | h.lo}
 }
 
 // lastAddr returns the highest address of p.
 func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b) // cannot fail: 4 or 16 bytes
-	return a
+	n := p.Addr().BitLen()
+	return lastNum(addrNum(p.Addr()), n, p.Bits()).addr(n)
 }
 
 // TrustUnix makes p trust, besides the addresses of its prefixes, the peer
