@@ -116,7 +116,8 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 		}
 		ps = append(ps, p.Masked())
 	}
-	if coversEvery(netip.IPv4Unspecified(), ps) {
+	ipv4 := mergeRanges(ranges(32, 0, ps))
+	if coversAll(ipv4, 32) {
 		return Proxies{}, fmt.Errorf("prefixes %v together trust every IPv4 address, which lets any client choose its key: list only your proxies",
 			family(ps, true))
 	}
@@ -135,7 +136,9 @@ func Trust(kind Kind, trusted []netip.Prefix) (Proxies, error) {
 	if err := coversTranslated(ps); err != nil {
 		return Proxies{}, err
 	}
-	if coversEvery(netip.IPv4Unspecified(), ps, embedded(ps)) {
+	// The IPv4 prefixes are merged already: their spans, fewer, join the
+	// embedded ones.
+	if coversAll(mergeRanges(append(ranges(32, len(ipv4), embedded(ps)), ipv4...)), 32) {
 		// Not every prefix is named: they may be thousands.
 		return Proxies{}, fmt.Errorf("prefixes of IPv4 and of %v (NAT64), %v (6to4) or %v (Teredo) together trust every IPv4 client, "+
 			"by its own address or by the one those give it, which is keyed as the IPv4 address it stands for "+
@@ -310,41 +313,64 @@ func family(ps []netip.Prefix, v4 bool) []netip.Prefix {
 // together hold every address of that family, first (its lowest) to its
 // highest: their ranges, merged in order, leave no gap.
 func coversEvery(first netip.Addr, lists ...[]netip.Prefix) bool {
-	spans := merge(first, lists...)
-	return len(spans) == 1 && spans[0].lo == first && !spans[0].hi.Next().IsValid()
+	bitLen := first.BitLen()
+	return coversAll(mergeRanges(ranges(bitLen, 0, lists...)), bitLen)
+}
+
+// coversAll reports whether rs, merged, hold every address of the family
+// of bitLen bits.
+func coversAll(rs []numRange, bitLen int) bool {
+	return len(rs) == 1 && rs[0].lo == (num{}) && rs[0].hi == lastNum(num{}, bitLen, 0)
 }
 
 // span is the range of addresses lo to hi, both held.
 type span struct{ lo, hi netip.Addr }
 
 // merge returns the ranges of the prefixes (masked) of first's family in
-// lists, sorted and merged: those that overlap or touch are one span. It
-// sorts the ranges as numbers, which hold no pointer for the garbage
-// collector to follow and compare without netip.Addr's checks of family
-// and zone: a list may hold a hundred thousand prefixes.
+// lists, sorted and merged: those that overlap or touch are one span.
 func merge(first netip.Addr, lists ...[]netip.Prefix) []span {
-	n := 0
+	bitLen := first.BitLen()
+	rs := mergeRanges(ranges(bitLen, 0, lists...))
+	spans := make([]span, len(rs))
+	for i, r := range rs {
+		spans[i] = span{r.lo.addr(bitLen), r.hi.addr(bitLen)}
+	}
+	return spans
+}
+
+// ranges returns the ranges of the prefixes (masked) of the family of
+// bitLen bits in lists, as numbers, in a slice with room for extra more.
+// Numbers hold no pointer for the garbage collector to follow, and sort
+// without netip.Addr's checks of family and zone: a list may hold a
+// hundred thousand prefixes.
+func ranges(bitLen, extra int, lists ...[]netip.Prefix) []numRange {
+	n := extra
 	for _, ps := range lists {
 		n += len(ps)
 	}
-	bitLen := first.BitLen()
-	ranges := make([]numRange, 0, n)
+	rs := make([]numRange, 0, n)
 	for _, ps := range lists {
 		for _, p := range ps {
 			if p.Addr().BitLen() == bitLen {
-				lo := addrNum(p.Addr())
-				ranges = append(ranges, numRange{lo.and(prefixMask(bitLen, p.Bits())), lastNum(lo, bitLen, p.Bits())})
+				a := addrNum(p.Addr())
+				rs = append(rs, numRange{a.and(prefixMask(bitLen, p.Bits())), lastNum(a, bitLen, p.Bits())})
 			}
 		}
 	}
-	slices.SortFunc(ranges, func(a, b numRange) int { return a.lo.cmp(b.lo) })
-	// Merged in place: the merged spans are never more than those read.
-	out := ranges[:0]
-	for _, r := range ranges {
+	return rs
+}
+
+// mergeRanges sorts rs and merges those that overlap or touch, in place,
+// and returns the merged ranges.
+func mergeRanges(rs []numRange) []numRange {
+	slices.SortFunc(rs, func(a, b numRange) int { return a.lo.cmp(b.lo) })
+	// The merged ranges are never more than those read.
+	out := rs[:0]
+	for _, r := range rs {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
 			if r.lo.cmp(last.hi) <= 0 || r.lo == last.hi.next() {
-				// r overlaps or touches the last span.
+				// r overlaps or touches the last range.
 				if last.hi.cmp(r.hi) < 0 {
 					last.hi = r.hi
 				}
@@ -353,11 +379,7 @@ func merge(first netip.Addr, lists ...[]netip.Prefix) []span {
 		}
 		out = append(out, r)
 	}
-	spans := make([]span, len(out))
-	for i, r := range out {
-		spans[i] = span{r.lo.addr(bitLen), r.hi.addr(bitLen)}
-	}
-	return spans
+	return out
 }
 
 // num is an address as a number, its highest 64 bits in hi; an IPv4
