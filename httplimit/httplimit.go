@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 // KeyFunc returns the key a request is limited by. An error refuses the
@@ -339,8 +340,8 @@ func New(lim *ratelimit.Limiter, names []string, opts ...Option) (*Middleware, e
 	if m.cost == nil {
 		for i, cfg := range v.cfgs {
 			if most := mostAtOnce(cfg); most < 1 {
-				return nil, fmt.Errorf("httplimit: limit %q can never grant a request: a request costs 1 token and the limit grants at most %v at once: "+
-					"set its Capacity to 1 or more, or give WithCost: %w", names[i], most, ratelimit.ErrInvalidConfig)
+				return nil, fmt.Errorf("httplimit: limit %q can never grant a request: a request costs 1 token and the limit grants at most %s at once: "+
+					"set its Capacity to 1 or more, or give WithCost: %w", names[i], numtext.Format(most), ratelimit.ErrInvalidConfig)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -338,8 +339,8 @@ func (i *Interceptor) check(what string, names []string) error {
 			return fmt.Errorf("ratelimitgrpc: %s: limit %q is not declared in the Limiter: declare it in ratelimit.New: %w", what, n, ratelimit.ErrUnknownLimit)
 		}
 		if most := mostAtOnce(cfg); most < 1 {
-			return fmt.Errorf("ratelimitgrpc: %s: limit %q can never grant a call: a call costs 1 token and the limit grants at most %v at once: "+
-				"set its Capacity to 1 or more: %w", what, n, most, ratelimit.ErrInvalidConfig)
+			return fmt.Errorf("ratelimitgrpc: %s: limit %q can never grant a call: a call costs 1 token and the limit grants at most %s at once: "+
+				"set its Capacity to 1 or more: %w", what, n, numtext.Format(most), ratelimit.ErrInvalidConfig)
 		}
 	}
 	return nil
