@@ -2,11 +2,13 @@ package memstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,16 +73,32 @@ func TestClocksApartDifferential(t *testing.T) {
 	if testing.Short() {
 		seeds = 6
 	}
+	offsets := []int64{-2 * 3_600_000, -10 * 60_000, 0, 90_000, 5 * 60_000, 3 * 3_600_000, 24 * 3_600_000}
 	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { clocksApart(t, seed, steps) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { clocksApart(t, seed, steps, offsets, 2, 4) })
 	}
 }
 
-// clocksApart is one run of TestClocksApartDifferential.
-func clocksApart(t *testing.T, seed uint64, steps int) {
+// More clocks than a sweep schedule keeps apart (backs, behind the
+// latest): five to nine, whose calls take each other's back times. They
+// step more often, and the sweeps still judge records by the earliest.
+func TestManyClocksApartDifferential(t *testing.T) {
+	seeds, steps := 12, 3000
+	if testing.Short() {
+		seeds = 4
+	}
+	offsets := []int64{-24 * 3_600_000, -5 * 3_600_000, -2 * 3_600_000, -10 * 60_000, -3 * 60_000, 0,
+		90_000, 5 * 60_000, 20 * 60_000, 3 * 3_600_000, 7 * 3_600_000, 24 * 3_600_000}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { clocksApart(t, seed, steps, offsets, 5, 9) })
+	}
+}
+
+// clocksApart is one run of TestClocksApartDifferential: from least to
+// most clocks, each at one of offsets.
+func clocksApart(t *testing.T, seed uint64, steps int, offsets []int64, least, most int) {
 	ctx := context.Background()
 	const base = int64(1_700_000_000_000)
-	offsets := []int64{-2 * 3_600_000, -10 * 60_000, 0, 90_000, 5 * 60_000, 3 * 3_600_000, 24 * 3_600_000}
 	rng := rand.New(rand.NewPCG(seed, 43))
 	p := driver.Params{
 		Kind:   []ratelimit.Kind{ratelimit.FixedWindow, ratelimit.TokenBucket}[rng.IntN(2)],
@@ -94,9 +112,9 @@ func clocksApart(t *testing.T, seed uint64, steps int) {
 	if p.Kind == ratelimit.FixedWindow {
 		p.Phase = rng.Int64N(p.Period)
 	}
-	// Two to four clocks; the first call is on any of them.
-	clocks := make([]int64, 0, 4)
-	for _, i := range rng.Perm(len(offsets))[:2+rng.IntN(3)] {
+	// The first call is on any of the clocks.
+	clocks := make([]int64, 0, most)
+	for _, i := range rng.Perm(len(offsets))[:least+rng.IntN(most-least+1)] {
 		clocks = append(clocks, offsets[i])
 	}
 	real := int64(0)
@@ -309,6 +327,101 @@ func TestClockLeftStillKeepsRecordsForTheGrace(t *testing.T) {
 			v, err = b.Decide(ctx, "drained", driver.ModeLimit, start+1000, 1, false)
 			require.NoError(t, err)
 			require.Equal(t, !tc.kept, v.OK, "the drained window was full again: %v", v.OK)
+		})
+	}
+}
+
+// The calls of five to nine clocks far apart, each on its own goroutine,
+// race on the sweep schedules' back times (the stripes' and the marks'):
+// two calls may both find one due and both move it, and a clock not seen
+// before takes another's. That may only make clocks step more often: the
+// store decides as the Model, each clock on keys of its own, while
+// records and settlements' marks of every clock go, and a settlement made
+// again within the grace of its expiry finds its mark. The
+// store's clock moves with the calls' (a pause of minutes waits for the
+// calls under way, so that none reads a time left behind).
+func TestClocksApartConcurrently(t *testing.T) {
+	ctx := context.Background()
+	const base = int64(1_700_000_000_000)
+	offsets := []int64{-24 * 3_600_000, -5 * 3_600_000, -2 * 3_600_000, -10 * 60_000, 0,
+		90_000, 5 * 60_000, 3 * 3_600_000, 24 * 3_600_000}
+	steps := 3000
+	if testing.Short() {
+		steps = 1000
+	}
+	for _, clocks := range []int{5, 9} {
+		t.Run(fmt.Sprint("clocks=", clocks), func(t *testing.T) {
+			c := newStepClock(0)
+			s := must(memstore.New(memstore.WithClock(c)))
+			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 2, Period: 1000, Capacity: 2}
+			b := s.Bind("l", p, func(string) int64 { return 0 })
+			var paused sync.RWMutex // a pause holds it; a call, reading the time, shares it
+			var wg sync.WaitGroup
+			errs := make(chan error, clocks)
+			for g := range clocks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 47))
+					model := storetest.NewModel()
+					var settled []*driver.Op
+					for step := range steps {
+						if rng.IntN(400) == 0 {
+							paused.Lock()
+							c.ms.Add(driver.ExpiryGrace + rng.Int64N(2*driver.ExpiryGrace))
+							paused.Unlock()
+						}
+						paused.RLock()
+						now := base + offsets[g] + c.ms.Add(rng.Int64N(3)) - rng.Int64N(4)
+						key := fmt.Sprint("c", g, "-", min(rng.IntN(300), rng.IntN(300)))
+						count := []float64{1, 1, 2, 0.5}[rng.IntN(4)]
+						op := &driver.Op{Now: now, Items: []driver.Item{{Name: "l", Key: key, Count: count, Shards: []driver.Shard{{Params: p}}}}}
+						switch r := rng.IntN(20); {
+						case r == 0: // a settlement
+							var id [16]byte
+							binary.BigEndian.PutUint64(id[:], uint64(g)<<32|uint64(step)+1)
+							op.Mode, op.Items[0].At = driver.ModeRefund, now-rng.Int64N(1000)
+							op.Settle = &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: now + rng.Int64N(5000), Settler: id}
+							settled = append(settled, op)
+						case r == 1 && len(settled) > 0: // one again, its mark still needed
+							i := rng.IntN(len(settled))
+							if again := settled[i]; now <= again.Settle.Until+driver.ExpiryGrace/2 {
+								op = again
+								op.Now = now
+							} else {
+								settled = slices.Delete(settled, i, i+1)
+							}
+						}
+						want := make([]driver.Decision, 1)
+						err := model.Apply(ctx, op, want)
+						var got driver.Decision
+						if err == nil && op.Mode == driver.ModeLimit && rng.IntN(2) == 0 {
+							var v driver.Verdict
+							v, err = b.Decide(ctx, key, driver.ModeLimit, now, count, false)
+							got = v.Decision(now, count)
+						} else if err == nil {
+							out := make([]driver.Decision, 1)
+							err = s.Apply(ctx, op, out)
+							got = out[0]
+						}
+						paused.RUnlock()
+						if err == nil && got != want[0] {
+							err = fmt.Errorf("clock %d, step %d: key %s at %d, count %v, settlement %v: got %+v, want %+v",
+								g, step, key, now, count, op.Settle != nil, got, want[0])
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			t.Logf("%d records held", s.Len())
 		})
 	}
 }
