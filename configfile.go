@@ -140,7 +140,7 @@ func (l Limits) MarshalYAML() (any, error) {
 func (c *Config) UnmarshalJSON(b []byte) error {
 	doc, err := jsonDocument(b)
 	if err != nil {
-		return fmt.Errorf("limit config: %w", err)
+		return invalid(fmt.Errorf("limit config: %w", err))
 	}
 	n := doc.Content[0] // a document of one value
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -159,14 +159,14 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 func (l *Limits) UnmarshalJSON(b []byte) error {
 	doc, err := jsonDocument(b)
 	if err != nil {
-		return fmt.Errorf("limits: %w", err)
+		return invalid(fmt.Errorf("limits: %w", err))
 	}
 	n := doc.Content[0] // a document of one value
 	switch {
 	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
 		return nil
 	case n.Kind != yaml.MappingNode:
-		return fmt.Errorf("limits: line %d: write an object of limit names to their fields", n.Line)
+		return invalid(fmt.Errorf("limits: line %d: write an object of limit names to their fields", n.Line))
 	}
 	return l.read(n)
 }
@@ -183,7 +183,7 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 // leaves l as it is (UnmarshalJSON).
 func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
 	if n = resolve(n); n.Kind != yaml.MappingNode {
-		return fmt.Errorf("limits: line %d: write a mapping of limit names to their fields", n.Line)
+		return invalid(fmt.Errorf("limits: line %d: write a mapping of limit names to their fields", n.Line))
 	}
 	return l.read(n)
 }
@@ -193,7 +193,7 @@ func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
 func (l *Limits) read(n *yaml.Node) error {
 	entries, err := mappingFields(n, "limit", 0)
 	if err != nil {
-		return fmt.Errorf("limits: %w", err)
+		return invalid(fmt.Errorf("limits: %w", err))
 	}
 	if *l == nil {
 		*l = make(Limits, len(entries))
@@ -202,7 +202,7 @@ func (l *Limits) read(n *yaml.Node) error {
 		name := resolve(e.key).Value
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
-			return fmt.Errorf("limits: limit %s: %w", written(name), err)
+			return fmt.Errorf("limits: %w", inLimit(name, err))
 		}
 		(*l)[name] = c
 	}
@@ -366,29 +366,85 @@ func fieldNames() string {
 func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: a limit is a mapping of fields (%s)", n.Line, fieldNames())
+		return invalid(fmt.Errorf("line %d: a limit is a mapping of fields (%s)", n.Line, fieldNames()))
 	}
 	fields, err := mappingFields(n, "field", maxLimitKeys)
 	if err != nil {
-		return err
+		return invalid(err)
 	}
 	*c = Config{}
 	for _, f := range fields {
 		key := resolve(f.key)
 		j := fieldIndex(key.Value)
 		if j < 0 {
-			return fmt.Errorf("line %d: unknown field %s%s: the fields are %s", f.key.Line, written(key.Value), didYouMean(key.Value), fieldNames())
+			fix := fmt.Sprintf("%s: the fields are %s", didYouMean(key.Value), fieldNames())
+			return newFieldError(key.Value, "is an unknown field"+fix,
+				fmt.Sprintf("line %d: unknown field %s%s", f.key.Line, written(key.Value), fix))
 		}
 		val := resolve(f.val)
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
-			return fmt.Errorf("line %d: %s: no value: write one, or leave the field out for its default", f.val.Line, key.Value)
+			const problem = "no value: write one, or leave the field out for its default"
+			return newFieldError(key.Value, "has "+problem, fmt.Sprintf("line %d: %s: %s", f.val.Line, key.Value, problem))
 		}
 		if err := configFields[j].read(c, val); err != nil {
-			return fmt.Errorf("line %d: %s: %w", f.val.Line, key.Value, err)
+			return newFieldError(key.Value, err.Error(), fmt.Sprintf("line %d: %s: %v", f.val.Line, key.Value, err))
 		}
 	}
 	return nil
 }
+
+// fieldError is the error of a field of a limit, as the file format
+// tells it, with its line. It unwraps to a *ConfigError naming the field
+// (and, once inLimit has named it, the limit), so that it matches
+// ErrInvalidConfig and errors.As finds the limit and the field, as in the
+// error of a value Validate refuses.
+type fieldError struct {
+	msg string
+	ce  *ConfigError
+}
+
+func (e *fieldError) Error() string { return e.msg }
+func (e *fieldError) Unwrap() error { return e.ce }
+
+// newFieldError returns the fieldError of the field written as key: its
+// ConfigError's Field is the Config's field that key reads (Rate for
+// rate), or key as written when the format has none of that name.
+func newFieldError(key, problem, msg string) error {
+	field := key
+	if fieldIndex(key) >= 0 {
+		field = strings.ToUpper(key[:1]) + key[1:] // each field's Go name
+	}
+	return &fieldError{msg: msg, ce: &ConfigError{Field: field, Problem: problem}}
+}
+
+// inLimit returns err, an error of Config.UnmarshalYAML, as the error of
+// the limit called name: its text after the limit's name, and its
+// ConfigError, if any, naming the limit.
+func inLimit(name string, err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		fe.ce.Name, fe.ce.named = name, name == ""
+	}
+	return fmt.Errorf("limit %s: %w", written(name), err)
+}
+
+// invalid returns err, an error of the file format, matching
+// ErrInvalidConfig: every error of a limits file does, so that a program
+// reloading its limits tells a bad file from its own failures.
+func invalid(err error) error {
+	if errors.Is(err, ErrInvalidConfig) {
+		return err
+	}
+	return &invalidError{err}
+}
+
+// invalidError is an error of the file format that matches
+// ErrInvalidConfig (invalid).
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string        { return e.err.Error() }
+func (e *invalidError) Unwrap() error        { return e.err }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // resolve follows n to the node it stands for when it is an alias (*x),
 // so that an alias reads as what its anchor (&x) names, as yaml.Unmarshal
@@ -503,7 +559,11 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 		}
 		name := k.Value
 		if own[name] {
-			return fmt.Errorf("line %d: %s %s given twice", key.Line, w.what, written(name))
+			msg := fmt.Sprintf("line %d: %s %s given twice", key.Line, w.what, written(name))
+			if w.what == "field" {
+				return newFieldError(name, "is given twice", msg)
+			}
+			return errors.New(msg)
 		}
 		own[name] = true
 		if !w.seen[name] {
@@ -609,6 +669,16 @@ func editDistance(a, b string) int {
 // written, and one whose value Config.Validate refuses by its Go name
 // (Rate for rate, MaxReserved for maxReserved), as New would say it.
 //
+// Every error matches ErrInvalidConfig, a file that is not YAML or JSON
+// too, so that a program reloading its limits tells a bad file from its
+// own failures. The error of a limit's field (a value the file format or
+// Validate refuses, a field unknown, given twice or without a value) is a
+// *ConfigError to errors.As, naming the limit and the field: the Config's
+// (Rate for rate), or the field as written when the format has none of
+// that name ("capcity"). Its text is the file's error, with the line. The
+// same holds for json.Unmarshal and yaml.Unmarshal of Limits and of a
+// Config, whose ConfigError names no limit.
+//
 // Text that starts as a JSON object does ({ or [, after white space) is
 // read as JSON, and otherwise as YAML. YAML's flow mappings start so too,
 // and YAML is a superset of JSON: such text that is not JSON but is YAML
@@ -633,7 +703,7 @@ func ParseLimits(data []byte) (Limits, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
+		return nil, invalid(fmt.Errorf("ratelimit: limits file: %w", err))
 	}
 	return parseLimits(data, doc, "a mapping")
 }
@@ -652,7 +722,7 @@ func ParseLimits(data []byte) (Limits, error) {
 func ParseLimitsJSON(data []byte) (Limits, error) {
 	doc, err := jsonDocument(data)
 	if err != nil {
-		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
+		return nil, invalid(fmt.Errorf("ratelimit: limits file: %w", err))
 	}
 	return parseLimits(data, doc, "a JSON object")
 }
@@ -663,21 +733,21 @@ func ParseLimitsJSON(data []byte) (Limits, error) {
 // mapping, or for JSON alone, a JSON object.
 func parseLimits(data []byte, doc yaml.Node, mapping string) (Limits, error) {
 	if len(bytes.TrimSpace(data)) == 0 || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("ratelimit: limits file: write %s of limit names to their fields", mapping)
+		return nil, invalid(fmt.Errorf("ratelimit: limits file: write %s of limit names to their fields", mapping))
 	}
 	entries, err := mappingFields(doc.Content[0], "limit", 0)
 	if err != nil {
-		return nil, fmt.Errorf("ratelimit: limits file: %w", err)
+		return nil, invalid(fmt.Errorf("ratelimit: limits file: %w", err))
 	}
 	limits := make(Limits, len(entries))
 	for _, e := range entries {
 		name := resolve(e.key).Value
 		if v := resolve(e.val); v.Kind != yaml.MappingNode && mapping != "a mapping" {
-			return nil, fmt.Errorf("ratelimit: limits file: limit %s: line %d: a limit is %s of fields (%s)", written(name), v.Line, mapping, fieldNames())
+			return nil, invalid(fmt.Errorf("ratelimit: limits file: limit %s: line %d: a limit is %s of fields (%s)", written(name), v.Line, mapping, fieldNames()))
 		}
 		var c Config
 		if err := c.UnmarshalYAML(e.val); err != nil {
-			return nil, fmt.Errorf("ratelimit: limits file: limit %s: %w", written(name), err)
+			return nil, fmt.Errorf("ratelimit: limits file: %w", inLimit(name, err))
 		}
 		if err := c.validate(name, true); err != nil {
 			var ce *ConfigError

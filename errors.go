@@ -152,7 +152,11 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimited }
 
 // ConfigError describes an invalid Config: the limit's name (empty for
 // Config.Validate, and for a limit named ""), the field and what is wrong
-// with it. It matches ErrInvalidConfig with errors.Is.
+// with it. It matches ErrInvalidConfig with errors.Is. The error of a
+// field of a limits file (ParseLimits), or of Limits or a Config read from
+// YAML or JSON, holds one too: its Field is then the Config's field that
+// the file's field reads (Rate for rate), or the field as written when the
+// file format has none of that name.
 type ConfigError struct {
 	Name    string
 	Field   string

@@ -1,0 +1,107 @@
+package ratelimit_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// Every error of a limits file matches ErrInvalidConfig, as the error of
+// a limit the file gives a value Validate refuses does: a program that
+// reloads its limits tells a bad file from its own failures by it. A
+// typo, a value that is not a number, a field given twice used to match
+// nothing, so that a reload loop checking errors.Is took a misspelt field
+// for another failure than a bad config.
+func TestParseLimitsErrorsAreInvalidConfig(t *testing.T) {
+	for _, in := range []string{
+		"",
+		"- a\n",
+		"a: 3\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  capcity: 5\n",
+		"a:\n  kind: fixed window\n  rate: lots\n  period: 1h\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  rate: 2\n  period: 1h\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\na: {}\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period:\n",
+		"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n---\nb: {}\n",
+		"a: [",
+		`{"a": {"kind": "fixed window", "rate": 1, "period": "1h"},,}`,
+		`{"a": {"kind": "fixed window", "rate": 1, "period": "1h"}}` + "\x00",
+		"a:\n  kind: fixed window\n  rate: 0\n  period: 1h\n",
+	} {
+		_, err := ratelimit.ParseLimits([]byte(in))
+		require.Error(t, err, "%q", in)
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%q: %v", in, err)
+		_, err = ratelimit.ParseLimitsJSON([]byte(in))
+		require.Error(t, err, "%q", in)
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%q: %v", in, err)
+	}
+}
+
+// An error of a field of a limit of the file is a *ConfigError to
+// errors.As, naming the limit and the field, as the error of a value
+// Validate refuses is: its Field is the Config's field (Rate for rate),
+// or the field as written when the format has none of that name. Its text
+// is the file's error, with the line, unchanged.
+func TestParseLimitsFieldErrorsAreConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in, field, text string
+	}{
+		{"sendMessage:\n  kind: token bucket\n  rate: 5\n  period: 1m\n  capcity: 5\n", "capcity",
+			`ratelimit: limits file: limit "sendMessage": line 5: unknown field "capcity" (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`},
+		{"sendMessage:\n  kind: token bucket\n  rate: lots\n  period: 1m\n", "Rate",
+			`ratelimit: limits file: limit "sendMessage": line 3: rate: "lots" is not a number`},
+		{"sendMessage:\n  kind: token bucket\n  rate: 5\n  period: 1m\n  maxReserved: 010\n", "MaxReserved",
+			`ratelimit: limits file: limit "sendMessage": line 5: maxReserved: "010" has a leading zero, which YAML reads as octal (8): write 10, or 0o10 if octal is meant`},
+		{"sendMessage:\n  kind: token bucket\n  rate: 5\n  rate: 6\n  period: 1m\n", "Rate",
+			`ratelimit: limits file: limit "sendMessage": line 4: field "rate" given twice`},
+		{"sendMessage:\n  kind: token bucket\n  rate: 5\n  period:\n", "Period",
+			`ratelimit: limits file: limit "sendMessage": line 4: period: no value: write one, or leave the field out for its default`},
+		{`{"sendMessage": {"kind": "token bucket", "rate": 5, "period": 60}}`, "Period",
+			`ratelimit: limits file: limit "sendMessage": line 1: period: "60" is not a duration: write one such as "1m" or "1h30m"`},
+		{`{"sendMessage": {"kind": "token bucket", "rate": 5, "period": "1m", "failOpen": "yes"}}`, "FailOpen",
+			`ratelimit: limits file: limit "sendMessage": line 1: failOpen: "yes" is not true or false`},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(tc.in))
+		require.EqualError(t, err, tc.text)
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, tc.in)
+		assert.Equal(t, "sendMessage", ce.Name, tc.in)
+		assert.Equal(t, tc.field, ce.Field, tc.in)
+		assert.NotEmpty(t, ce.Problem, tc.in)
+	}
+}
+
+// json.Unmarshal and yaml.Unmarshal of Limits within an application's
+// own configuration give the same errors: matching ErrInvalidConfig, and
+// a *ConfigError naming the limit and the field for an error of a field.
+func TestLimitsUnmarshalErrorsAreConfigErrors(t *testing.T) {
+	var app struct {
+		Limits ratelimit.Limits `json:"limits" yaml:"limits"`
+	}
+	err := json.Unmarshal([]byte(`{"limits": {"signup": {"kind": "fixed window", "rate": 1, "period": "1h", "capcity": 5}}}`), &app)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	var ce *ratelimit.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "signup", ce.Name)
+	assert.Equal(t, "capcity", ce.Field)
+
+	err = yaml.Unmarshal([]byte("limits:\n  signup:\n    kind: fixed window\n    rate: x\n    period: 1h\n"), &app)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "signup", ce.Name)
+	assert.Equal(t, "Rate", ce.Field)
+	assert.Contains(t, err.Error(), `limits: limit "signup": line 4: rate: "x" is not a number`)
+
+	// A Config alone has no name.
+	var c ratelimit.Config
+	err = json.Unmarshal([]byte(`{"kind": "fixed window", "rate": 1, "period": "1h", "shards": 1.5}`), &c)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "", ce.Name)
+	assert.Equal(t, "Shards", ce.Field)
+	assert.EqualError(t, err, `line 1: shards: "1.5" is not a whole number of shards`)
+}
