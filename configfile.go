@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
 	"github.com/ratelimit-go/ratelimit/internal/numtext"
+	"github.com/ratelimit-go/ratelimit/internal/rfc3339"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -54,8 +55,10 @@ import (
 // with one space, _ or - between the words or none), rate, period (a
 // Go duration: "1h", "90s", read exactly: one that is not a whole number
 // of nanoseconds, such as 1.0000005ms, is an error), capacity,
-// maxReserved, shards, start (an RFC 3339 time, but for the zero
-// time.Time, which means no start) and failOpen (true or false, or y,
+// maxReserved, shards, start (an RFC 3339 time, held to RFC 3339 where
+// time.Parse is not: an offset of +24:00 or +00:60, an hour of one digit
+// or a comma before the fraction of a second is an error; the zero
+// time.Time, which means no start, is one too) and failOpen (true or false, or y,
 // yes, on, n, no and off unquoted, in lower case, capitalised or in
 // capitals, as yaml.Unmarshal reads a bool); omitted fields
 // take their zero values, and a field written without a value
@@ -261,7 +264,7 @@ var configFields = []struct {
 		return nil
 	}},
 	{"start", func(c *Config, n *yaml.Node) error {
-		t, err := time.Parse(time.RFC3339Nano, n.Value)
+		t, err := rfc3339.Parse(n.Value)
 		if n.Kind != yaml.ScalarNode || err != nil {
 			return fmt.Errorf("%s is not a time: write an RFC 3339 time such as 2024-01-01T00:00:00Z", shown(n))
 		}

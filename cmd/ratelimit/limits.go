@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/duration"
 	"github.com/ratelimit-go/ratelimit/internal/numtext"
+	"github.com/ratelimit-go/ratelimit/internal/rfc3339"
 	"github.com/spf13/pflag"
 )
 
@@ -93,7 +94,7 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 		return "", cfg, usagef("--start \"\": give the RFC 3339 time the windows are aligned to, such as 2024-01-01T00:00:00Z, or leave --start out for %s", f.noStart())
 	}
 	if f.start != "" {
-		t, err := time.Parse(time.RFC3339, f.start)
+		t, err := rfc3339.Parse(f.start)
 		if err != nil {
 			return "", cfg, usagef("--start %q: write an RFC 3339 time such as 2024-01-01T00:00:00Z", f.start)
 		}
