@@ -212,11 +212,14 @@ func (l *Limits) read(n *yaml.Node) error {
 	return nil
 }
 
-// configFields are the fields of the file format, and how each is read.
-var configFields = []struct {
+// configField is a field of the file format, and how it is read.
+type configField struct {
 	name string
 	read func(c *Config, n *yaml.Node) error
-}{
+}
+
+// configFields are the fields of the file format.
+var configFields = []configField{
 	{"kind", func(c *Config, n *yaml.Node) error {
 		if n.Kind != yaml.ScalarNode {
 			return errors.New(`write "fixed window" or "token bucket"`)
@@ -414,8 +417,8 @@ func (e *fieldError) Unwrap() error { return e.ce }
 // rate), or key as written when the format has none of that name.
 func newFieldError(key, problem, msg string) error {
 	field := key
-	if fieldIndex(key) >= 0 {
-		field = strings.ToUpper(key[:1]) + key[1:] // each field's Go name
+	if j := fieldIndex(key); j >= 0 {
+		field = configFields[j].goName()
 	}
 	return &fieldError{msg: msg, ce: &ConfigError{Field: field, Problem: problem}}
 }
@@ -609,6 +612,10 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 	}
 	return nil
 }
+
+// goName returns the name of the Config field that f reads: its name in
+// the file, capitalised (rate, Rate; maxReserved, MaxReserved).
+func (f configField) goName() string { return strings.ToUpper(f.name[:1]) + f.name[1:] }
 
 func fieldIndex(name string) int {
 	for i, f := range configFields {

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -104,4 +105,23 @@ func TestLimitsUnmarshalErrorsAreConfigErrors(t *testing.T) {
 	assert.Equal(t, "", ce.Name)
 	assert.Equal(t, "Shards", ce.Field)
 	assert.EqualError(t, err, `line 1: shards: "1.5" is not a whole number of shards`)
+}
+
+// The ConfigError of an unknown field shows the field as the file's error
+// does: quoted, so that a control character in it does not reach a
+// terminal, and cut to its first 256 bytes, as a limit's name is; Field
+// keeps it whole.
+func TestParseLimitsUnknownFieldConfigErrorText(t *testing.T) {
+	long := strings.Repeat("k", 10000)
+	for field, want := range map[string]string{
+		"capcity":   `ratelimit: limit "a": "capcity" is an unknown field (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
+		`"\e[31mx"`: `ratelimit: limit "a": "\x1b[31mx" is an unknown field: the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
+		long:        `ratelimit: limit "a": "` + strings.Repeat("k", 256) + `"… (10000 bytes) is an unknown field: the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
+	} {
+		_, err := ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  ? " + field + "\n  : 5\n"))
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, want, ce.Error())
+		assert.NotContains(t, ce.Field, `"`, "the field as written, unquoted")
+	}
 }

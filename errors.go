@@ -169,16 +169,31 @@ type ConfigError struct {
 	named bool
 }
 
-// Error names the limit, the field and what is wrong with it. The name is
+// Error names the limit, the field and what is wrong with it. A Field
+// that is none of the Config's (a limits file's unknown field, as written)
+// is quoted, as the name is. The name is
 // cut to its first 256 bytes, followed by its length, when it is longer,
 // as the other errors of a limits file show a name (ParseLimits), so that
 // a file with a name of megabytes does not make an error as long; Name
 // keeps it whole.
 func (e *ConfigError) Error() string {
 	if e.Name == "" && !e.named {
-		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.Field, e.Problem)
+		return fmt.Sprintf("ratelimit: invalid config: %s %s", e.fieldText(), e.Problem)
 	}
-	return fmt.Sprintf("ratelimit: limit %s: %s %s", written(e.Name), e.Field, e.Problem)
+	return fmt.Sprintf("ratelimit: limit %s: %s %s", written(e.Name), e.fieldText(), e.Problem)
+}
+
+// fieldText returns Field as Error shows it: a Config's field as it is,
+// and another, the field of a file as written (an unknown one), quoted and
+// cut as a name is, so that its control characters do not reach a
+// terminal.
+func (e *ConfigError) fieldText() string {
+	for _, f := range configFields {
+		if e.Field == f.goName() {
+			return e.Field
+		}
+	}
+	return written(e.Field)
 }
 
 // Is reports whether target is ErrInvalidConfig.
