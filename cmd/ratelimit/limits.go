@@ -76,7 +76,10 @@ func (f *limitFlags) limit() (string, ratelimit.Config, error) {
 			return "", ratelimit.Config{}, err
 		}
 		cfg, ok := limits[f.name]
-		if !ok {
+		switch {
+		case !ok && !f.fs.Changed("name"):
+			return "", ratelimit.Config{}, withoutName(f.file, limits)
+		case !ok:
 			return "", ratelimit.Config{}, notIn(f.name, f.file, limits)
 		}
 		return f.name, cfg, nil
@@ -162,6 +165,26 @@ func notIn(name, path string, limits ratelimit.Limits) error {
 			name, path, listed, more, otherForm)
 	}
 	return usagef("limit %q is not in %s: pass --name, one of %q%s", name, path, listed, more)
+}
+
+// withoutName is the usage error of --limits without --name, when the
+// limits file of path, holding limits, declares no limit "": it lists the
+// limits, as notIn does. It said that the limit "" was not in the file, a
+// name that was not asked for.
+func withoutName(path string, limits ratelimit.Limits) error {
+	names := slices.Sorted(maps.Keys(limits))
+	if len(names) == 0 {
+		return usagef("--limits without --name: %s declares no limit: give the limits file that declares the limit, and pass --name", path)
+	}
+	listed, more := names, ""
+	if len(names) > maxNamesListed {
+		listed, more = names[:maxNamesListed], fmt.Sprintf(" and %d more", len(names)-maxNamesListed)
+	}
+	if beyondASCII(listed...) {
+		return usagef("--limits without --name: pass --name, the limit of %s to use, one of %+q%s (written with the characters beyond ASCII escaped: names are matched byte for byte%s)",
+			path, listed, more, otherForm)
+	}
+	return usagef("--limits without --name: pass --name, the limit of %s to use, one of %q%s", path, listed, more)
 }
 
 // otherForm ends notIn's reason to escape the characters beyond ASCII.
