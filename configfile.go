@@ -686,8 +686,9 @@ func editDistance(a, b string) int {
 // *ConfigError to errors.As, naming the limit and the field: the Config's
 // (Rate for rate), or the field as written when the format has none of
 // that name ("capcity"). Its text is the file's error, with the line. The
-// same holds for json.Unmarshal and yaml.Unmarshal of Limits and of a
-// Config, whose ConfigError names no limit.
+// same holds for the errors of the UnmarshalJSON and UnmarshalYAML methods
+// of Limits and of Config (whose ConfigError names no limit), though not
+// for the decoder's own, of a syntax error of the document around them.
 //
 // Text that starts as a JSON object does ({ or [, after white space) is
 // read as JSON, and otherwise as YAML. YAML's flow mappings start so too,
