@@ -2189,7 +2189,7 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 		err = r.err
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: apply: %w", closedPool(err))
+		return fmt.Errorf("pgstore: apply: %w", callerError(ctx, closedPool(err)))
 	}
 	copy(out, r.out)
 	return nil
@@ -2224,7 +2224,7 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 	}
 	if err := s.send(ctx, reqs); err != nil {
 		if len(reqs) > 1 || !errors.Is(err, ErrBadRecord) {
-			return fmt.Errorf("pgstore: apply: %w", closedPool(err))
+			return fmt.Errorf("pgstore: apply: %w", callerError(ctx, closedPool(err)))
 		}
 		// The op of a batch of one failed on its own, as it would beside
 		// others: its send failed it alone, on the batch's path.
@@ -2237,14 +2237,14 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 			if r.lost && lost < 0 {
 				lost = i
 			}
-			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", closedPool(r.err))})
+			failed = append(failed, &driver.OpError{Index: i, Err: fmt.Errorf("pgstore: %w", callerError(ctx, closedPool(r.err)))})
 			continue
 		}
 		copy(outs[i], r.out)
 	}
 	if lost >= 0 {
 		// Not an *OpError, which says that its op was left undecided.
-		return fmt.Errorf("pgstore: apply: op %d of the batch: %w", lost, closedPool(reqs[lost].err))
+		return fmt.Errorf("pgstore: apply: op %d of the batch: %w", lost, callerError(ctx, closedPool(reqs[lost].err)))
 	}
 	if failed != nil {
 		return errors.Join(failed...)
