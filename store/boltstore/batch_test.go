@@ -24,7 +24,7 @@ import (
 func TestConformanceCoalescingOff(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
 		return open(t, filepath.Join(t.TempDir(), "limits.db"), boltstore.WithMaxBatch(1))
-	}, storetest.DifferentialRuns(5, 60))
+	}, storetest.DifferentialRuns(5, 60), storetest.SpoilRecord(spoil))
 }
 
 func TestMaxBatchOption(t *testing.T) {

@@ -42,7 +42,16 @@ func open(t *testing.T, path string, opts ...boltstore.Option) *boltstore.Store 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
 		return open(t, filepath.Join(t.TempDir(), "limits.db"))
-	}, storetest.DifferentialRuns(20, 120))
+	}, storetest.DifferentialRuns(20, 120), storetest.SpoilRecord(spoil))
+}
+
+// spoil writes, where the record id belongs in s, a value of no size a
+// record has, which no release writes, for the suite (storetest.SpoilRecord).
+func spoil(t *testing.T, s ratelimit.Store, id driver.RecordID) {
+	t.Helper()
+	require.NoError(t, s.(*boltstore.Store).DB().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(boltstore.DefaultBucket)).Put(boltstore.RecordKey(id), []byte("spoiled"))
+	}))
 }
 
 func TestNewOnCallersDB(t *testing.T) {

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -80,8 +81,40 @@ func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore
 func TestConformance(t *testing.T) {
 	pool := newPool(t, testserver.PostgresURL(t), nil)
 	require.True(t, pgstore.Direct(newStore(t, pool)))
-	storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(t, pool) },
-		storetest.DifferentialRuns(20, 120))
+	runConformance(t, pool, storetest.DifferentialRuns(20, 120))
+}
+
+// runConformance runs the suite on stores on pool, each on a table of its
+// own, which the suite may spoil (storetest.SpoilRecord).
+func runConformance(t *testing.T, pool *pgxpool.Pool, opts ...storetest.Option) {
+	var tables sync.Map // *pgstore.Store: its table
+	spoiler := storetest.SpoilRecord(func(t *testing.T, s ratelimit.Store, id driver.RecordID) {
+		table, ok := tables.Load(s)
+		require.True(t, ok, "a store of the suite")
+		spoil(t, pool, s.(*pgstore.Store), table.(string), id)
+	})
+	storetest.Run(t, func(t *testing.T) ratelimit.Store {
+		table := uniqueTable(t, pool)
+		s, err := pgstore.New(context.Background(), pool, pgstore.WithTable(table))
+		require.NoError(t, err)
+		tables.Store(s, table)
+		return s
+	}, append(opts, spoiler)...)
+}
+
+// spoil writes NaN, which no release writes, as the value of the record
+// id of s, on table, for the suite (storetest.SpoilRecord).
+func spoil(t *testing.T, pool *pgxpool.Pool, s *pgstore.Store, table string, id driver.RecordID) {
+	t.Helper()
+	ctx := context.Background()
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute.Milliseconds(), Capacity: 10}
+	op := &driver.Op{Mode: driver.ModeLimit, Now: t0.UnixMilli(),
+		Items: []driver.Item{{Name: id.Name, Key: id.Key, Count: 1, Shards: []driver.Shard{{Index: int(id.Shard), Params: p}}}}}
+	require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+	key := sha256.Sum256(id.AppendKey(nil))
+	tag, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{"public", table}.Sanitize()+" SET value = 'NaN' WHERE id = $1", key[:])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "the record's row")
 }
 
 // TestConformanceExecModes runs the suite on pools that do not prepare
@@ -98,8 +131,7 @@ func TestConformanceExecModes(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			require.False(t, pgstore.Direct(newStore(t, pool)))
-			storetest.Run(t, func(t *testing.T) ratelimit.Store { return newStore(t, pool) },
-				storetest.DifferentialRuns(10, 80))
+			runConformance(t, pool, storetest.DifferentialRuns(10, 80))
 		})
 	}
 }

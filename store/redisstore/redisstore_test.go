@@ -82,7 +82,16 @@ func TestConformance(t *testing.T) {
 	c := client(t)
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
 		return newStore(c, uniquePrefix(t, c))
-	}, storetest.DifferentialRuns(20, 120))
+	}, storetest.DifferentialRuns(20, 120), storetest.SpoilRecord(spoilOn(c)))
+}
+
+// spoilOn returns the suite's spoiler (storetest.SpoilRecord) of the
+// stores on c: it writes, at a record's key, what no release writes.
+func spoilOn(c redis.UniversalClient) func(*testing.T, ratelimit.Store, driver.RecordID) {
+	return func(t *testing.T, s ratelimit.Store, id driver.RecordID) {
+		t.Helper()
+		require.NoError(t, c.Set(context.Background(), s.(*redisstore.Store).Key(id), "spoiled", 0).Err())
+	}
 }
 
 func TestClusterConformance(t *testing.T) {
@@ -91,7 +100,7 @@ func TestClusterConformance(t *testing.T) {
 	require.NoError(t, c.Ping(context.Background()).Err())
 	storetest.Run(t, func(t *testing.T) ratelimit.Store {
 		return newStore(c, uniquePrefix(t, c))
-	}, storetest.DifferentialRuns(10, 100))
+	}, storetest.DifferentialRuns(10, 100), storetest.SpoilRecord(spoilOn(c)))
 }
 
 func TestMultiProcess(t *testing.T) {

@@ -18,7 +18,8 @@
 // transition ratelimit.Evaluate; checks exactness under 64 goroutines;
 // checks that (name, key) pairs a naive encoding would confuse stay apart;
 // and checks Reset, Value, expiry, sharding, the all-or-nothing Op, limits
-// changed on a live Limiter and keyed hashing of keys. The contract it
+// changed on a live Limiter, keyed hashing of keys and the errors of a
+// batch that failed in part (which ops were left out). The contract it
 // checks, and how to write a store, are in docs/stores.md.
 package storetest
 
@@ -47,6 +48,7 @@ type Option func(*suite)
 type suite struct {
 	diffSeeds int
 	diffSteps int
+	spoil     func(t *testing.T, s ratelimit.Store, id driver.RecordID)
 }
 
 // DifferentialRuns sets how many random sequences (seeds) and steps per
@@ -55,6 +57,16 @@ type suite struct {
 // lower them, never to zero.
 func DifferentialRuns(seeds, steps int) Option {
 	return func(s *suite) { s.diffSeeds, s.diffSteps = max(seeds, 1), max(steps, 1) }
+}
+
+// SpoilRecord gives the suite spoil, which writes in s, where the record
+// id belongs, what no release writes (driver.CheckState refuses it), so
+// that every op on it fails with driver.ErrBadRecord: the suite then
+// checks the errors of a batch one of whose ops fails on its own
+// (driver.OpError), also while its context ends. Without it, the suite
+// does not check those.
+func SpoilRecord(spoil func(t *testing.T, s ratelimit.Store, id driver.RecordID)) Option {
+	return func(s *suite) { s.spoil = spoil }
 }
 
 // Run runs the whole suite against stores made by newStore.
@@ -95,6 +107,9 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("ContextCanceled", func(t *testing.T) { testContextCanceled(t, newStore) })
 	t.Run("Contract", func(t *testing.T) { testContract(t, newStore) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, newStore) })
+	if _, ok := newStore(t).(driver.BatchApplier); ok {
+		t.Run("BatchErrors", func(t *testing.T) { testBatchErrors(t, newStore, s) })
+	}
 	if _, ok := newStore(t).(driver.Expirer); ok {
 		t.Run("Expirer", func(t *testing.T) { testExpirer(t, newStore) })
 		t.Run("SweepDifferential", func(t *testing.T) { testSweepDifferential(t, newStore, s) })
