@@ -81,9 +81,12 @@ type IPOption struct {
 // (0.0.0.0/1, ::ffff:0:0/97), an IPv6 one shorter than /28 outside the
 // unique local fc00::/7 and link-local fe80::/10 ranges (2a00::/16), one
 // that trusts the IPv4 clients of NAT64 translators or Teredo as such an
-// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), and
-// prefixes that together trust every
-// IPv4 or every IPv6 address.
+// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), prefixes
+// that together hold a whole /96 of those ranges (the 256 /104s of
+// 64:ff9b::/96), and prefixes that together trust every IPv4 or every
+// IPv6 address, counting for IPv4 the NAT64, 6to4 (2002::/16) and Teredo
+// addresses keyed as the IPv4 clients they stand for (IPv4 /8s of one
+// half beside the NAT64 /104s of the other, the /28s of 2002::/16).
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
 	return IPOption{func(c *clientip.Config) error { return c.TrustProxies(header.name, header.kind, trusted) }}
 }
@@ -270,22 +273,24 @@ var takenOut = map[string][2]string{
 
 // PathValue keys a request by a wildcard of its http.ServeMux pattern
 // (r.PathValue), such as {tenant} in "/t/{tenant}/", or a route parameter
-// a router put in the request's path values (chi, echo v5).
+// a router put in the request's path values (chi, echo v5, and gin
+// through an adapter that copies its parameters, docs/http.md).
 //
 // ServeMux gives a wildcard unescaped. A router that matches the escaped
-// path (chi, echo), when the request's path holds an escape other than
-// the one Go would write (r.URL.RawPath is set: /t/%61cme/), gives it as
-// written: /t/%61cme/ and /t/%61%63me/ would each be keyed apart from
-// /t/acme/, a fresh budget for each spelling of one tenant. A value that
-// holds a "%" and is the parameter's segment as written in the escaped
-// path is therefore unescaped; one that does not unescape is kept. The
-// segment is the one the request's pattern (r.Pattern: ServeMux's
-// {tenant}, chi's {tenant}, echo's and gin's :tenant, a catch-all to the
-// end, which gin starts with its slash) gives the parameter: a ServeMux wildcard, unescaped, may be
-// written as it is in another segment (/t/a%2541/a%41 is tenant a%41),
-// and is not unescaped again. Where no pattern names the parameter (chi
-// before v5.2.2 sets none), a value found as written anywhere in the
-// escaped path is unescaped.
+// path (chi, echo, and gin with UseRawPath and UnescapePathValues off),
+// when the request's path holds an escape other than the one Go would
+// write (r.URL.RawPath is set: /t/%61cme/), gives it as written:
+// /t/%61cme/ and /t/%61%63me/ would each be keyed apart from /t/acme/, a
+// fresh budget for each spelling of one tenant. A value that holds a "%"
+// and is the parameter's segment as written in the escaped path is
+// therefore unescaped; one that does not unescape is kept. The segment is
+// the one the request's pattern (r.Pattern: ServeMux's {tenant}, chi's
+// {tenant}, echo's and gin's :tenant, a catch-all to the end, which gin
+// starts with its slash) gives the parameter: a ServeMux wildcard,
+// unescaped, may be written as it is in another segment (/t/a%2541/a%41
+// is tenant a%41), and is not unescaped again. Where no pattern names the
+// parameter (chi before v5.2.2 sets none), a value found as written
+// anywhere in the escaped path is unescaped.
 //
 // An empty name is no wildcard's, and would refuse every request: New
 // refuses a KeyFunc of PathValue given one, as it does Header's.

@@ -72,10 +72,14 @@ func (h ProxyHeader) String() string { return h.name }
 // (0.0.0.0/1, ::ffff:0:0/97), an IPv6 one shorter than /28 outside the
 // unique local fc00::/7 and link-local fe80::/10 ranges (2a00::/16), one
 // that trusts the IPv4 clients of NAT64 translators or Teredo as such an
-// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), and
-// prefixes that together trust every
-// IPv4 or every IPv6 address. A prefix written as IPv4-mapped IPv6
-// (::ffff:10.0.0.0/104) trusts the IPv4 addresses it stands for.
+// IPv4 prefix would (64:ff9b::/96, 64:ff9b:1::/96, 2001::/32), prefixes
+// that together hold a whole /96 of those ranges (the 256 /104s of
+// 64:ff9b::/96), and prefixes that together trust every IPv4 or every
+// IPv6 address, counting for IPv4 the NAT64, 6to4 (2002::/16) and Teredo
+// addresses keyed as the IPv4 clients they stand for (IPv4 /8s of one
+// half beside the NAT64 /104s of the other, the /28s of 2002::/16).
+// A prefix written as IPv4-mapped IPv6 (::ffff:10.0.0.0/104) trusts the
+// IPv4 addresses it stands for.
 //
 // PeerIP refuses TrustProxies: give it to ClientIP.
 func TrustProxies(header ProxyHeader, trusted ...netip.Prefix) IPOption {
