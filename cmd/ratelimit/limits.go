@@ -382,7 +382,7 @@ func inFile(err error) error {
 // command line's words when it is the count that the limit refuses
 // (*ratelimit.CountError: not a number ≥ 0, or more than the limit can
 // ever grant): what is the count as the command line gave it, such as
-// "--count 4" or "--at 1s=4: count 4", and reserve the way to reserve on
+// "--count 4" or "--at \"1s=4\": count 4", and reserve the way to reserve on
 // it ("--reserve"), "" when there is none. The library names the Config's
 // fields and its call option (Capacity, WithReserve()); an inline limit's
 // fields are flags here, a limits file's are written as the file writes
