@@ -199,14 +199,15 @@ func (e *ConfigError) fieldText() string {
 // Is reports whether target is ErrInvalidConfig.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// CountError describes a count that a call may not ask for: not a finite
-// number ≥ 0, or more than the limit could ever grant (Max). It matches
-// ErrInvalidCount with errors.Is. Name is the limit's; empty for the
-// count used given to Settle, which concerns no one limit.
+// CountError describes a count that a call may not ask for: negative, not
+// a number or infinite, above 0 but below MinCount, or more than the limit
+// could ever grant (Max). It matches ErrInvalidCount with errors.Is. Name
+// is the limit's; empty for the count used given to Settle, which
+// concerns no one limit.
 type CountError struct {
 	Name    string
 	Count   float64
-	Max     float64 // the largest count the call could ask for; 0 if the count is not a number ≥ 0
+	Max     float64 // the largest count the call could ask for; 0 unless the count is more than that
 	Problem string
 }
 
