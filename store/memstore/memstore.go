@@ -74,6 +74,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/isnil"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 const (
@@ -1106,9 +1107,9 @@ func (b *bound) Decide(ctx context.Context, key string, mode driver.Mode, now in
 // badCall is the error, matching driver.ErrInvalidOp, of a call of
 // Decide with a count or a time that no valid op carries.
 func badCall(key string, now int64, count float64) error {
-	return fmt.Errorf("memstore: Decide of key %q at %d with a count of %v: give a time within ±driver.MaxTime "+
-		"and a count of 0 or from ratelimit.MinCount (%v) to ratelimit.MaxTokens (%v): %w",
-		key, now, count, ratelimit.MinCount, ratelimit.MaxTokens, driver.ErrInvalidOp)
+	return fmt.Errorf("memstore: Decide of key %q at %d with a count of %s: give a time within ±driver.MaxTime "+
+		"and a count of 0 or from ratelimit.MinCount (%s) to ratelimit.MaxTokens (%s): %w",
+		key, now, numtext.Format(count), numtext.Format(ratelimit.MinCount), numtext.Format(ratelimit.MaxTokens), driver.ErrInvalidOp)
 }
 
 // decideLocked is Decide under the stripe's mutex, for a record that may
