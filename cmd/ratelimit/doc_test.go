@@ -1,11 +1,13 @@
 package main
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -120,4 +122,42 @@ func TestReadmeExample(t *testing.T) {
 	code, out, errOut := exec(shellWords(line)...)
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, want, out, "README.md: go run ./cmd/ratelimit %s", line)
+}
+
+// TestDocExamplesStoreRefused: the examples of docs/cli.md of a store
+// that refuses the command (a Redis port nothing listens on, a
+// PostgreSQL login of a role that does not exist) print what the page
+// shows. The refused login had stayed as an older pgx wrote it
+// ("failed to connect to `host=127.0.0.1 user=nobody database=test`:
+// server error (FATAL: …)"), not as the pgx of go.mod does.
+func TestDocExamplesStoreRefused(t *testing.T) {
+	pg, err := url.Parse(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "This `limits.yaml` is used below:\n\n```yaml\n")
+	require.True(t, ok, "docs/cli.md shows no limits.yaml")
+	limits, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "limits.yaml"), []byte(limits), 0o600))
+	t.Chdir(dir)
+
+	var ran int
+	for _, ex := range docExamples(string(doc)) {
+		switch {
+		case strings.Contains(ex.line, "--store redis://127.0.0.1:1/"):
+		case strings.Contains(ex.line, "--store postgres://nobody@127.0.0.1:5432/"):
+			// The page's server: another one's address is in the message.
+			if pg.Host != "127.0.0.1:5432" {
+				continue
+			}
+		default:
+			continue
+		}
+		_, out, errOut := exec(shellWords(ex.line)[1:]...)
+		require.Equal(t, ex.output, out+errOut, "docs/cli.md: $ %s", ex.line)
+		ran++
+	}
+	require.GreaterOrEqual(t, ran, 1, "the examples of a refusing store docs/cli.md shows")
 }
