@@ -1640,7 +1640,7 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 	var ms int64
 	err := s.pool.QueryRow(ctx, "SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint").Scan(&ms)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: time: %w", closedPool(err))
+		return 0, fmt.Errorf("pgstore: time: %w", callerError(ctx, closedPool(err)))
 	}
 	return ms, nil
 }
@@ -2302,7 +2302,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 		return rows.Err()
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: load: %w", closedPool(err))
+		return fmt.Errorf("pgstore: load: %w", callerError(ctx, closedPool(err)))
 	}
 	for i, j := range first {
 		out[i] = out[j]
@@ -2325,7 +2325,7 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: delete: %w", closedPool(err))
+		return fmt.Errorf("pgstore: delete: %w", callerError(ctx, closedPool(err)))
 	}
 	return nil
 }
@@ -2366,7 +2366,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 			return q.QueryRow(ctx, s.expiredSQL, after, expiredChunk, cutoff).Scan(&last, &scanned, &gone)
 		})
 		if err != nil {
-			return deleted, fmt.Errorf("pgstore: delete expired: %w", closedPool(err))
+			return deleted, fmt.Errorf("pgstore: delete expired: %w", callerError(ctx, closedPool(err)))
 		}
 		deleted += int(gone)
 		if scanned < int64(expiredChunk) {

@@ -48,7 +48,9 @@ func (c *endingConn) SetDeadline(t time.Time) error {
 // A call whose context ends while its statement is written fails with an
 // error that matches the context's: pgx answers the connection's timeout
 // alone ("write failed: ... i/o timeout"), which a caller, and the
-// Limiter, read as the server's failure. A batch whose ops go again one by
+// Limiter, read as the server's failure. So for every method that sends
+// a statement: Apply (a lone op), ApplyBatch, Load, Delete, DeleteExpired
+// and Now. A batch whose ops go again one by
 // one (one failed on its record) and whose context ends as the first is
 // written leaves each op out, undecided: an *driver.OpError matching the
 // context's error, all of them joined (storetest.FailedOps).
@@ -85,17 +87,33 @@ func TestContextEndsWhileWriting(t *testing.T) {
 		"ApplyBatch": func(ctx context.Context) error {
 			return b.s.ApplyBatch(ctx, []*driver.Op{b.ops[0], b.ops[2]}, b.outs[:2])
 		},
+		"Load": func(ctx context.Context) error {
+			return b.s.Load(ctx, []driver.RecordID{{Name: "l", Key: "a"}}, make([]driver.Record, 1))
+		},
+		"Delete": func(ctx context.Context) error {
+			return b.s.Delete(ctx, []driver.RecordID{{Name: "l", Key: "none"}})
+		},
+		"DeleteExpired": func(ctx context.Context) error {
+			_, err := b.s.DeleteExpired(ctx, time.Now())
+			return err
+		},
+		"Now": func(ctx context.Context) error {
+			_, err := b.s.Now(ctx)
+			return err
+		},
 	}
 	for how, newCtx := range ends {
 		for name, call := range calls {
-			require.NoError(t, call(context.Background()), "%s: its statements prepared", name)
-			ctx, endCtx, want := newCtx()
-			end.Store(&endCtx)
-			armed.Store(true)
-			err := call(ctx)
-			require.False(t, armed.Load(), "%s, %s: the context ended as the statement was written", name, how)
-			require.ErrorIs(t, err, want, "%s, %s", name, how)
-			require.ErrorContains(t, err, "pgstore: ", "%s, %s", name, how)
+			t.Run(how+"/"+name, func(t *testing.T) {
+				require.NoError(t, call(context.Background()), "its statements prepared")
+				ctx, endCtx, want := newCtx()
+				end.Store(&endCtx)
+				armed.Store(true)
+				err := call(ctx)
+				require.False(t, armed.Load(), "the context ended as the statement was written")
+				require.ErrorIs(t, err, want)
+				require.ErrorContains(t, err, "pgstore: ")
+			})
 		}
 
 		// A batch sent again op by op, the first op's write ending ctx.
