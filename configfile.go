@@ -57,8 +57,10 @@ import (
 // of nanoseconds, such as 1.0000005ms, is an error), capacity,
 // maxReserved, shards, start (an RFC 3339 time, held to RFC 3339 where
 // time.Parse is not: an offset of +24:00 or +00:60, an hour of one digit
-// or a comma before the fraction of a second is an error; the zero
-// time.Time, which means no start, is one too) and failOpen (true or false, or y,
+// or a comma before the fraction of a second is an error, and a
+// lower-case t or z is read; as with time.Parse, a leap second (:60) is
+// an error and a fraction's digits past the nanosecond are dropped; the
+// zero time.Time, which means no start, is an error too) and failOpen (true or false, or y,
 // yes, on, n, no and off unquoted, in lower case, capitalised or in
 // capitals, as yaml.Unmarshal reads a bool); omitted fields
 // take their zero values, and a field written without a value

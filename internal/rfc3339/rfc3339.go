@@ -17,8 +17,19 @@ var ErrSyntax = errors.New("not an RFC 3339 time")
 // time.Parse reads more than RFC 3339 (go.dev/issue/54580), and
 // time.Time.UnmarshalText, meant to be strict, does not yet check it: an
 // offset of +24:00 or +00:60 (which it reads as an hour), so that a slip
-// aligned windows to another instant without a word.
+// aligned windows to another instant without a word. It reads less, too:
+// Parse takes a lower-case t and z, which RFC 3339 allows (section 5.6,
+// as ABNF's strings are case-insensitive) and time.Parse refuses. As
+// time.Parse does, it refuses a leap second (:60), which a time.Time
+// cannot hold, and drops the digits of a fraction past the nanosecond
+// (.1234567899 reads as .123456789).
 func Parse(s string) (time.Time, error) {
+	if len(s) > len("2006-01-02") && s[len("2006-01-02")] == 't' {
+		s = s[:len("2006-01-02")] + "T" + s[len("2006-01-02")+1:]
+	}
+	if len(s) > 0 && s[len(s)-1] == 'z' {
+		s = s[:len(s)-1] + "Z"
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, err
