@@ -484,11 +484,26 @@ func written(s string) string {
 	if len(s) <= maxWritten {
 		return strconv.Quote(s)
 	}
-	cut := maxWritten
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	return fmt.Sprintf("%q… (%d bytes)", s[:cutAt(s, maxWritten)], len(s))
+}
+
+// cutAt returns where to cut s, longer than most bytes, to keep at most
+// most bytes of it: most, or the start of a character whose UTF-8
+// encoding most would split. Bytes that are not UTF-8 are cut anywhere,
+// so that text of them (a name of bytes 0x80) is not cut to nothing, as
+// backing up to a character's start did.
+func cutAt(s string, most int) int {
+	for i := most; i > 0 && i > most-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i-1]) {
+			if r, n := utf8.DecodeRuneInString(s[i-1:]); r != utf8.RuneError || n > 1 {
+				if i-1+n > most {
+					return i - 1
+				}
+			}
+			return most
+		}
 	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
+	return most
 }
 
 // maxWritten is the most bytes of a value or a name that an error of the

@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,5 +125,28 @@ func TestParseLimitsUnknownFieldConfigErrorText(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		assert.Equal(t, want, ce.Error())
 		assert.NotContains(t, ce.Field, `"`, "the field as written, unquoted")
+	}
+}
+
+// A name or an unknown field of bytes that are not UTF-8, longer than 256
+// bytes, is shown by its first 256 bytes, escaped: cutting back to a
+// character's start, which none of them is, cut it to nothing (""). A
+// character is still not split, and a newline is escaped.
+func TestConfigErrorCutsBytesNotUTF8(t *testing.T) {
+	notUTF8 := strings.Repeat("\x80", 300)
+	shown := strconv.Quote(notUTF8[:256]) + "… (300 bytes)"
+	err := &ratelimit.ConfigError{Name: notUTF8, Field: notUTF8, Problem: "is an unknown field"}
+	assert.Equal(t, "ratelimit: limit "+shown+": "+shown+" is an unknown field", err.Error())
+
+	for field, want := range map[string]string{
+		strings.Repeat("a", 255) + "é":                              strings.Repeat("a", 255),
+		strings.Repeat("a", 253) + "😀":                              strings.Repeat("a", 253),
+		strings.Repeat("a", 252) + "😀x":                             strings.Repeat("a", 252) + "😀",
+		strings.Repeat("a", 255) + "\xe2\x82":                       strings.Repeat("a", 255) + "\xe2",
+		strings.Repeat("a", 254) + "\xe2x" + strings.Repeat("b", 9): strings.Repeat("a", 254) + "\xe2x",
+		"a\nb" + strings.Repeat("c", 300):                           "a\nb" + strings.Repeat("c", 253),
+	} {
+		err := &ratelimit.ConfigError{Field: field, Problem: "is an unknown field"}
+		assert.Equal(t, fmt.Sprintf("ratelimit: invalid config: %q… (%d bytes) is an unknown field", want, len(field)), err.Error())
 	}
 }
