@@ -418,11 +418,11 @@ func (e *fieldError) Unwrap() error { return e.ce }
 // ConfigError's Field is the Config's field that key reads (Rate for
 // rate), or key as written when the format has none of that name.
 func newFieldError(key, problem, msg string) error {
-	field := key
+	ce := &ConfigError{Field: key, Problem: problem, written: true}
 	if j := fieldIndex(key); j >= 0 {
-		field = configFields[j].goName()
+		ce.Field, ce.written = configFields[j].goName(), false
 	}
-	return &fieldError{msg: msg, ce: &ConfigError{Field: field, Problem: problem}}
+	return &fieldError{msg: msg, ce: ce}
 }
 
 // inLimit returns err, an error of Config.UnmarshalYAML, as the error of

@@ -116,7 +116,10 @@ func TestLimitsUnmarshalErrorsAreConfigErrors(t *testing.T) {
 func TestParseLimitsUnknownFieldConfigErrorText(t *testing.T) {
 	long := strings.Repeat("k", 10000)
 	for field, want := range map[string]string{
-		"capcity":   `ratelimit: limit "a": "capcity" is an unknown field (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
+		"capcity": `ratelimit: limit "a": "capcity" is an unknown field (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
+		// Rate, unknown where rate is known, reads as the Config's field:
+		// it is quoted all the same.
+		"Rate":      `ratelimit: limit "a": "Rate" is an unknown field (did you mean "rate"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
 		`"\e[31mx"`: `ratelimit: limit "a": "\x1b[31mx" is an unknown field: the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
 		long:        `ratelimit: limit "a": "` + strings.Repeat("k", 256) + `"… (10000 bytes) is an unknown field: the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen`,
 	} {

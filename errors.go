@@ -167,11 +167,16 @@ type ConfigError struct {
 	// which Error names anyway: their errors compare equal (==) to the
 	// ConfigError of their exported fields, as they did before it.
 	named bool
+	// written is whether Field is a field of a file as written (an
+	// unknown one), which Error quotes even when it reads as one of the
+	// Config's fields (Rate, a file's unknown field, where rate is known).
+	written bool
 }
 
 // Error names the limit, the field and what is wrong with it. A Field
 // that is none of the Config's (a limits file's unknown field, as written)
-// is quoted, as the name is. The name is
+// is quoted, as the name is, and so is a file's unknown field that reads
+// as one of them (Rate, where the file's field is rate). The name is
 // cut to its first 256 bytes, followed by its length, when it is longer,
 // as the other errors of a limits file show a name (ParseLimits), so that
 // a file with a name of megabytes does not make an error as long; Name
@@ -188,6 +193,9 @@ func (e *ConfigError) Error() string {
 // cut as a name is, so that its control characters do not reach a
 // terminal.
 func (e *ConfigError) fieldText() string {
+	if e.written {
+		return written(e.Field)
+	}
 	for _, f := range configFields {
 		if e.Field == f.goName() {
 			return e.Field
