@@ -73,12 +73,10 @@ func shellWords(line string) []string {
 	return words
 }
 
-// TestDocExamples: every example of docs/cli.md that needs no server
-// (simulate, the errors, schema's, the help) prints what the page shows,
-// run in a directory holding the page's limits.yaml. The steady pattern's
-// retry-afters had stayed at 4.001s and 2.001s, from before the
-// library's waits were exact, though the command printed 4s and 2s.
-func TestDocExamples(t *testing.T) {
+// inDocsDir returns docs/cli.md and runs the rest of the test in a
+// directory of its own holding the page's limits.yaml.
+func inDocsDir(t *testing.T) string {
+	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(doc), "This `limits.yaml` is used below:\n\n```yaml\n")
@@ -88,9 +86,19 @@ func TestDocExamples(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "limits.yaml"), []byte(limits), 0o600))
 	t.Chdir(dir)
+	return string(doc)
+}
+
+// TestDocExamples: every example of docs/cli.md that needs no server
+// (simulate, the errors, schema's, the help) prints what the page shows,
+// run in a directory holding the page's limits.yaml. The steady pattern's
+// retry-afters had stayed at 4.001s and 2.001s, from before the
+// library's waits were exact, though the command printed 4s and 2s.
+func TestDocExamples(t *testing.T) {
+	doc := inDocsDir(t)
 
 	var ran int
-	for _, ex := range docExamples(string(doc)) {
+	for _, ex := range docExamples(doc) {
 		args := shellWords(ex.line)[1:]
 		// A store, a bench's or the version's figures, a shell's
 		// redirection: not what this test can reproduce.
@@ -133,18 +141,10 @@ func TestReadmeExample(t *testing.T) {
 func TestDocExamplesStoreRefused(t *testing.T) {
 	pg, err := url.Parse(testserver.PostgresURL(t))
 	require.NoError(t, err)
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(doc), "This `limits.yaml` is used below:\n\n```yaml\n")
-	require.True(t, ok, "docs/cli.md shows no limits.yaml")
-	limits, _, ok := strings.Cut(rest, "```")
-	require.True(t, ok)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "limits.yaml"), []byte(limits), 0o600))
-	t.Chdir(dir)
+	doc := inDocsDir(t)
 
 	var ran int
-	for _, ex := range docExamples(string(doc)) {
+	for _, ex := range docExamples(doc) {
 		switch {
 		case strings.Contains(ex.line, "--store redis://127.0.0.1:1/"):
 		case strings.Contains(ex.line, "--store postgres://nobody@127.0.0.1:5432/"):
