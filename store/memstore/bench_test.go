@@ -75,29 +75,33 @@ func heapInUse() int64 {
 // clock): the store's part of a call, on one key and on 10,000.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
-		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
-			s := must(memstore.New())
-			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
-			bl := s.Bind("api", p, func(string) int64 { return 0 })
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprint("user-", i)
-			}
-			ctx := context.Background()
-			now := int64(1_700_000_000_000)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if i%1024 == 0 {
-					now++ // about a call a microsecond
-				}
-				v, err := bl.Decide(ctx, keys[i%n], driver.ModeLimit, now, 1, false)
-				if err != nil || !v.OK {
-					b.Fatal("refused", err)
-				}
-				i += 7
-			}
-		})
+		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) { benchDecide(b, n, []int64{0}) })
+	}
+}
+
+// benchDecide runs Decide on n keys, about a call a microsecond, the
+// calls taking turns at the clocks offsets away from the store's time.
+func benchDecide(b *testing.B, n int, offsets []int64) {
+	s := must(memstore.New())
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
+	bl := s.Bind("api", p, func(string) int64 { return 0 })
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("user-", i)
+	}
+	ctx := context.Background()
+	now := int64(1_700_000_000_000)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i%1024 == 0 {
+			now++ // about a call a microsecond
+		}
+		v, err := bl.Decide(ctx, keys[i%n], driver.ModeLimit, now+offsets[i%len(offsets)], 1, false)
+		if err != nil || !v.OK {
+			b.Fatal("refused", err)
+		}
+		i += 7
 	}
 }
 
@@ -119,30 +123,6 @@ func BenchmarkSettle(b *testing.B) {
 func BenchmarkDecideClocksApart(b *testing.B) {
 	offsets := []int64{0, -3_600_000, 3_600_000, 24 * 3_600_000, -24 * 3_600_000}
 	for _, clocks := range []int{1, 2, 3, 4} {
-		b.Run(fmt.Sprint("clocks=", clocks), func(b *testing.B) {
-			s := must(memstore.New())
-			p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
-			bl := s.Bind("api", p, func(string) int64 { return 0 })
-			const n = 10_000
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprint("user-", i)
-			}
-			ctx := context.Background()
-			now := int64(1_700_000_000_000)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if i%1024 == 0 {
-					now++ // about a call a microsecond
-				}
-				at := now + offsets[i%clocks]
-				v, err := bl.Decide(ctx, keys[i%n], driver.ModeLimit, at, 1, false)
-				if err != nil || !v.OK {
-					b.Fatal("refused", err)
-				}
-				i += 7
-			}
-		})
+		b.Run(fmt.Sprint("clocks=", clocks), func(b *testing.B) { benchDecide(b, 10_000, offsets[:clocks]) })
 	}
 }
