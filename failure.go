@@ -323,7 +323,7 @@ func (l *Limiter) checkStore(ctx context.Context, id driver.RecordID) {
 		ctx, cancel := l.clock.WithTimeout(context.WithoutCancel(ctx), breakerSlowCall)
 		defer cancel()
 		var rec [1]driver.Record
-		if err := l.store.Load(ctx, []driver.RecordID{id}, rec[:]); err != nil {
+		if err := storeError("Load", l.store.Load(ctx, []driver.RecordID{id}, rec[:])); err != nil {
 			if !l.breaker.callerGaveUp(ctx, start, l.now()) {
 				l.storeErr(id.Name, 0, err)
 			}
@@ -340,3 +340,46 @@ func callerError(ctx context.Context, name string, err error) error {
 	}
 	return fmt.Errorf("ratelimit: limit %q: %w (store: %v)", name, cerr, err)
 }
+
+// storeError returns err, the error of the store's method method, or,
+// when reading it panics, an error that says so. A store that returns a
+// nil pointer of its error type (var err *MyError; return err) returns
+// an error that is not nil, whose methods may dereference it: the
+// Limiter, the breaker classifying the failure (storeErr), the observer
+// and the caller each read the error (Error, errors.Is, errors.As), and
+// each would panic. Read once here, where the panic is recovered, such an
+// error is a store failure like any other. It is inlined: a call that
+// succeeded pays a comparison with nil.
+func storeError(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return readStoreError(method, err)
+}
+
+// readStoreError is storeError for an error that is not nil. It calls
+// Error, and every Unwrap, Is and As of the error's tree (errors.Is and
+// errors.As of a target nothing matches walk all of it), as a caller may.
+func readStoreError(method string, err error) (read error) {
+	defer func() {
+		if p := recover(); p != nil {
+			read = fmt.Errorf("the store's %s returned an error of type %T whose methods panic (%v): "+
+				"a nil pointer returned as an error? The store must return nil, or an error whose methods can be called", method, err, p)
+		}
+	}()
+	_ = err.Error()
+	_ = errors.Is(err, errUnmatched)
+	var target *unmatchedError
+	_ = errors.As(err, &target)
+	return err
+}
+
+// errUnmatched is the target of readStoreError's errors.Is, which no
+// error of a store is, nor wraps.
+var errUnmatched error = &unmatchedError{}
+
+// unmatchedError is the type of errUnmatched, and the target of
+// readStoreError's errors.As.
+type unmatchedError struct{}
+
+func (*unmatchedError) Error() string { return "ratelimit: no error" }

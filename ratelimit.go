@@ -641,7 +641,7 @@ func (l *Limiter) doBound(ctx context.Context, mode driver.Mode, lim *limit, key
 	}
 	skey := l.storeKey(key)
 	if v, err = lim.bound.Decide(ctx, skey, mode, now, count, reserve); err != nil {
-		return v, now, true, err
+		return v, now, true, storeError("Decide", err)
 	}
 	if !l.breaker.current(now) && l.breaker.answered(now) && l.logger != nil {
 		l.logger.Info("ratelimit: store answers again; the breaker is closed")
@@ -752,6 +752,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		v, err = lim.bound.Decide(ctx, skey, mode, now, c.count, c.reserve)
 	}
 	if err != nil {
+		err = storeError("Decide", err)
 		return l.boundFailed(ctx, mode, lim, key, c, res, start, now, probe, err)
 	}
 	if l.breaker.answered(now) && l.logger != nil {
@@ -860,6 +861,7 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		err = l.store.Apply(ctx, &b.op, out)
 	}
 	if err != nil {
+		err = storeError("Apply", err)
 		if l.gaveUp(ctx, start, names[0], skey, probe) {
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
@@ -1200,8 +1202,10 @@ func storeTime(ctx context.Context, ts driver.TimeSource, id driver.RecordID) (i
 	var err error
 	if rc, ok := ts.(driver.RecordClock); ok {
 		now, err = rc.RecordNow(ctx, id)
+		err = storeError("RecordNow", err)
 	} else {
 		now, err = ts.Now(ctx)
+		err = storeError("Now", err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("store time: %w", err)
@@ -1233,7 +1237,7 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 	for i := len(ids); i < l.shardsHad(name); i++ {
 		ids = append(ids, driver.RecordID{Name: name, Key: skey, Shard: i})
 	}
-	err = l.store.Delete(ctx, ids)
+	err = storeError("Delete", l.store.Delete(ctx, ids))
 	if l.deny != nil {
 		// After the delete, failed or not (it may have taken effect): a
 		// refused call that read the record before it is not to keep it.
@@ -1271,7 +1275,7 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	skey := l.storeKey(key)
 	ids := lim.ids(skey, nil)
 	recs := make([]driver.Record, len(ids))
-	if err := l.store.Load(ctx, ids, recs); err != nil {
+	if err := storeError("Load", l.store.Load(ctx, ids, recs)); err != nil {
 		return Status{}, storeFailure(ctx, "value of limit", name, err)
 	}
 	now := l.now().UnixMilli()

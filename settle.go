@@ -986,7 +986,7 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 			Shards: []driver.Shard{{Index: it.shard, Params: lims[i].params(l.seed, t.key, it.shard)}}}
 	}
 	out := make([]driver.Decision, len(op.Items))
-	err := l.store.Apply(ctx, &op, out)
+	err := storeError("Apply", l.store.Apply(ctx, &op, out))
 	if l.deny != nil && (err != nil || out[0].Settled == 0) {
 		// After the refund, or a failure that may have made it: a refused
 		// call that read the record before it is not to keep it.
