@@ -477,14 +477,21 @@ func shown(n *yaml.Node) string {
 }
 
 // written returns s, a value or a name as the file writes it, quoted for
-// an error: cut to its first maxWritten bytes (at a character's start),
-// followed by its length, when it is longer, as LimitError shows a key,
-// so that a file of a line of megabytes does not make an error as long.
-func written(s string) string {
-	if len(s) <= maxWritten {
+// an error by quoteCut, cut to its first maxWritten bytes, so that a file
+// of a line of megabytes does not make an error as long.
+func written(s string) string { return quoteCut(s, maxWritten) }
+
+// quoteCut returns s quoted for an error (strconv.Quote: control
+// characters and bytes that are not UTF-8 escaped, so that they do not
+// reach a terminal) and, when it is longer than most bytes, cut to its
+// first most (at a character's start: cutAt), followed by its length. The
+// errors of the package show a name, a key or a file's field by it alone
+// (LimitError, ConfigError), so that each shows alike.
+func quoteCut(s string, most int) string {
+	if len(s) <= most {
 		return strconv.Quote(s)
 	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:cutAt(s, maxWritten)], len(s))
+	return fmt.Sprintf("%q… (%d bytes)", s[:cutAt(s, most)], len(s))
 }
 
 // cutAt returns where to cut s, longer than most bytes, to keep at most

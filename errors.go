@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
@@ -133,15 +132,16 @@ type LimitError struct {
 	RetryAfter time.Duration
 }
 
-// Error names the key as given, cut to its first 64 bytes, followed by its
-// length, when it is longer, so that an application that logs refusals of
-// keys a client chose (a header) does not log a line as long as each one.
+// Error names the limit and the key as ConfigError names a limit: quoted,
+// control characters and bytes that are not UTF-8 escaped, and cut, when
+// longer, at a character's start, followed by the length. The key is cut
+// to its first 64 bytes, so that an application that logs refusals of
+// keys a client chose (a header) does not log a line as long as each one;
+// the name to its first 256, as ConfigError's. Key and Name keep them
+// whole.
 func (e *LimitError) Error() string {
-	key, more := e.Key, ""
-	if len(key) > maxErrorKey {
-		key, more = strings.ToValidUTF8(key[:maxErrorKey], ""), fmt.Sprintf("… (%d bytes)", len(e.Key))
-	}
-	return fmt.Sprintf("ratelimit: limit %q exceeded for key %q%s: retry after %v", e.Name, key, more, e.RetryAfter)
+	return fmt.Sprintf("ratelimit: limit %s exceeded for key %s: retry after %v",
+		written(e.Name), quoteCut(e.Key, maxErrorKey), e.RetryAfter)
 }
 
 // maxErrorKey is the most bytes of a key that LimitError's message shows.
