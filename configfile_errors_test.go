@@ -2,10 +2,12 @@ package ratelimit_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/stretchr/testify/assert"
@@ -152,4 +154,46 @@ func TestConfigErrorCutsBytesNotUTF8(t *testing.T) {
 		err := &ratelimit.ConfigError{Field: field, Problem: "is an unknown field"}
 		assert.Equal(t, fmt.Sprintf("ratelimit: invalid config: %q… (%d bytes) is an unknown field", want, len(field)), err.Error())
 	}
+}
+
+// The ConfigError of an unknown field matches ErrUnknownField, so that a
+// program tells it from the error of a field of the Config with one
+// errors.Is, also where the field as written reads as one of the Config's
+// (Rate, where the file's field is rate; "Rate " with a space): Field
+// alone cannot tell them apart. The error of a known field does not.
+func TestParseLimitsUnknownFieldIsErrUnknownField(t *testing.T) {
+	for _, tc := range []struct {
+		in, field string
+		unknown   bool
+	}{
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  Rate: 5\n", "Rate", true},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  \"Rate \": 5\n", "Rate ", true},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  capcity: 5\n", "capcity", true},
+		{"a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  capcity: 5\n  capcity: 5\n", "capcity", true},
+		{`{"a": {"kind": "fixed window", "rate": 1, "period": "1h", "Rate": 5}}`, "Rate", true},
+		{"a:\n  kind: fixed window\n  rate: lots\n  period: 1h\n", "Rate", false},
+		{"a:\n  kind: fixed window\n  rate: 0\n  period: 1h\n", "Rate", false},
+		{"a:\n  kind: fixed window\n  rate: 1\n  rate: 1\n  period: 1h\n", "Rate", false},
+		{"a:\n  kind: fixed window\n  rate:\n  period: 1h\n", "Rate", false},
+	} {
+		_, err := ratelimit.ParseLimits([]byte(tc.in))
+		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, tc.in)
+		var ce *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce, tc.in)
+		assert.Equal(t, "a", ce.Name, tc.in)
+		assert.Equal(t, tc.field, ce.Field, tc.in)
+		assert.Equal(t, tc.unknown, errors.Is(err, ratelimit.ErrUnknownField), "%q: %v", tc.in, err)
+		assert.Equal(t, tc.unknown, errors.Is(ce, ratelimit.ErrUnknownField), "%q: %v", tc.in, ce)
+		if tc.unknown {
+			assert.Contains(t, ce.Error(), strconv.Quote(tc.field)+" is ", tc.in)
+		}
+	}
+
+	// A Config read alone, and the ConfigError of Validate.
+	var c ratelimit.Config
+	err := json.Unmarshal([]byte(`{"kind": "fixed window", "rate": 1, "period": "1h", "Period": "1m"}`), &c)
+	require.ErrorIs(t, err, ratelimit.ErrUnknownField)
+	err = ratelimit.Config{Kind: ratelimit.FixedWindow, Period: time.Hour}.Validate()
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.NotErrorIs(t, err, ratelimit.ErrUnknownField)
 }

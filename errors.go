@@ -20,6 +20,14 @@ var (
 	ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 	// ErrInvalidConfig is matched by every *ConfigError.
 	ErrInvalidConfig = errors.New("ratelimit: invalid config")
+	// ErrUnknownField is matched by the *ConfigError of a field that a
+	// limits file (ParseLimits), or Limits or a Config read from YAML or
+	// JSON, gives and the format does not know: a typo (capcity), or a
+	// field that reads as one of the Config's (Rate, where the file's
+	// field is rate). Its Field is then the field as written, and tells
+	// no more: Rate there is not the Config's field Rate, whose value an
+	// error of Rate that does not match ErrUnknownField refuses.
+	ErrUnknownField = errors.New("ratelimit: unknown field")
 	// ErrInvalidOption is matched by the error of New given a bad
 	// argument: no store, or an option such as WithKeyHash with a short
 	// secret; by that of Reservation.AfterFunc given a nil function, or
@@ -156,7 +164,9 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimited }
 // field of a limits file (ParseLimits), or of Limits or a Config read from
 // YAML or JSON, holds one too: its Field is then the Config's field that
 // the file's field reads (Rate for rate), or the field as written when the
-// file format has none of that name.
+// file format has none of that name, and the error matches
+// ErrUnknownField too, which tells such a field from the Config's of the
+// same text (Rate, where the file's field is rate).
 type ConfigError struct {
 	Name    string
 	Field   string
@@ -169,7 +179,8 @@ type ConfigError struct {
 	named bool
 	// written is whether Field is a field of a file as written (an
 	// unknown one), which Error quotes even when it reads as one of the
-	// Config's fields (Rate, a file's unknown field, where rate is known).
+	// Config's fields (Rate, a file's unknown field, where rate is known),
+	// and Is matches to ErrUnknownField.
 	written bool
 }
 
@@ -204,8 +215,11 @@ func (e *ConfigError) fieldText() string {
 	return written(e.Field)
 }
 
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// Is reports whether target is ErrInvalidConfig, or ErrUnknownField for
+// the error of a field the file format does not know.
+func (e *ConfigError) Is(target error) bool {
+	return target == ErrInvalidConfig || target == ErrUnknownField && e.written
+}
 
 // CountError describes a count that a call may not ask for: negative, not
 // a number or infinite, above 0 but below MinCount, or more than the limit
