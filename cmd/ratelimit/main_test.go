@@ -1143,7 +1143,7 @@ func TestNumSmallAmounts(t *testing.T) {
 	for _, m := range regexp.MustCompile(`text-anchor="end">([^<]*)<`).FindAllStringSubmatch(string(chart), -1) {
 		labels = append(labels, m[1])
 	}
-	require.Equal(t, []string{"0", "2e-09", "4e-09", "6e-09", "8e-09", "1e-08", "capacity 1e-08"}, labels)
+	require.Equal(t, []string{"0", "2e-9", "4e-9", "6e-9", "8e-9", "1e-8", "capacity 1e-08"}, labels)
 }
 
 // A relation named by --table that is not the store's table, a view or
@@ -1398,11 +1398,11 @@ func TestChartTicksFit(t *testing.T) {
 	code, _, errOut := exec("simulate", "--kind", "token bucket", "--rate", "10", "--capacity", "1e15", "--period", "1h",
 		"--at", "0s=1", "--svg", svg)
 	require.Equal(t, 0, code, errOut)
-	require.Equal(t, []string{"0", "2e+14", "4e+14", "6e+14", "8e+14", "1e+15"}, chartTicks(t, svg))
+	require.Equal(t, []string{"0", "2e14", "4e14", "6e14", "8e14", "1e15"}, chartTicks(t, svg))
 	code, _, errOut = exec("simulate", "--kind", "token bucket", "--rate", "100", "--capacity", "150", "--period", "1h",
 		"--at", "0s=1,1s=1500000r", "--svg", svg)
 	require.Equal(t, 0, code, errOut)
-	require.Equal(t, []string{"-1e+06", "-500000", "0"}, chartTicks(t, svg))
+	require.Equal(t, []string{"-1e6", "-500000", "0"}, chartTicks(t, svg))
 }
 
 // A chart that cannot be written fails the command before it prints the

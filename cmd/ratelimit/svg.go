@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/numtext"
 )
 
 // The chart: tokens over time as a line, the capacity as a dashed line,
@@ -64,7 +65,7 @@ func writeSVG(w io.Writer, name string, cfg ratelimit.Config, steps []step, samp
 	for k := math.Ceil(lo / vstep); k*vstep <= hi; k++ {
 		v := k * vstep
 		p(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#444"/>`+"\n", padL-5, y(v), padL, y(v))
-		p(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-8, y(v)+4, tick(v))
+		p(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-8, y(v)+4, tick(v, vstep))
 	}
 	p(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#444"/>`+"\n", padL, padT, padL, padT+plotH)
 	p(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#444"/>`+"\n", padL, padT+plotH, padL+plotW, padT+plotH)
@@ -133,15 +134,33 @@ func niceStep(span float64) float64 {
 	return base * 10
 }
 
-// tick formats the tokens of a tick of the y axis, in the few characters
-// its margin holds: as num does, or with four significant digits when that
-// is longer than 7 characters (1e+15, not 1000000000000000, which ran off
-// the chart's left edge).
-func tick(v float64) string {
-	if s := num(v); len(s) <= 7 {
+// tick formats v, a tick of the y axis and a whole multiple of step, in
+// the few characters its margin holds, as numtext writes numbers: to the
+// step's precision, so that 3 × 0.0002 is 0.0006 (num's three decimals
+// made it, 0.0008 and 0.001 all 0.001, and %g wrote the product's
+// rounding error), and in numtext's exponent form (2e7, 1e15, -1e6, 2e-6)
+// when the plain number is longer than 7 characters, which ran off the
+// chart's left edge. %g wrote 2e+07 and 2e-06, which no user writes and
+// which the capacity's label and the table, beside them, do not.
+func tick(v, step float64) string {
+	if v == 0 || !(step > 0) || math.IsInf(v, 0) || math.IsNaN(v) {
+		return numtext.Format(v)
+	}
+	// The digits from v's leading one to the step's last: one more where
+	// Log10 of a power of ten falls below it, which the shortest form
+	// drops again.
+	exp10 := func(x float64) int { return int(math.Floor(math.Log10(math.Abs(x)))) }
+	digits := max(1, exp10(v)-exp10(step)+1)
+	v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'e', digits-1, 64), 64)
+	if s := numtext.Format(v); len(s) <= 7 {
 		return s
 	}
-	return strconv.FormatFloat(v, 'g', 4, 64)
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(v, 'e', -1, 64), "e")
+	sign := ""
+	if exp[0] == '-' {
+		sign = "-"
+	}
+	return mant + "e" + sign + strings.TrimLeft(exp[1:], "0")
 }
 
 func escape(s string) string {
