@@ -1119,12 +1119,14 @@ func TestSimulateManyRequestsIsQuick(t *testing.T) {
 
 // Amounts below 0.0005 show with three significant digits: a limit of
 // rate 1e-9 printed 0 for every count, before and after, and labelled
-// every tick of its chart 0.
+// every tick of its chart 0. Their exponents are written as numtext
+// writes them, and the limit's line above the table: Go's 1e-08 stood
+// under "rate 1e-8".
 func TestNumSmallAmounts(t *testing.T) {
 	for x, want := range map[float64]string{
 		0: "0", math.Copysign(0, -1): "0", 1: "1", 0.1666666: "0.167", -4.66666: "-4.667", 2.5: "2.5",
-		1e15: "1000000000000000", -1e15: "-1000000000000000", 0.0004: "0.0004", 1e-9: "1e-09",
-		-2.346e-7: "-2.35e-07", 0.0005: "0.001", math.NaN(): "NaN", math.Inf(-1): "-Inf", 1e300: "1e+300",
+		1e15: "1000000000000000", -1e15: "-1000000000000000", 0.0004: "0.0004", 1e-9: "1e-9",
+		-2.346e-7: "-2.35e-7", 0.0005: "0.001", math.NaN(): "NaN", math.Inf(-1): "-Inf", 1e300: "1e300", -1e16: "-1e16",
 	} {
 		assert.Equal(t, want, num(x), "%v", x)
 	}
@@ -1134,16 +1136,17 @@ func TestNumSmallAmounts(t *testing.T) {
 		"--at", "0s=1e-8,0s=1e-8", "--svg", svg)
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, [][]string{
-		{"00:00:00", "-", "1e-08", "1e-08", "allowed", "0", "0s"},
-		{"00:00:00", "-", "0", "1e-08", "denied", "0", "1ms"},
+		{"00:00:00", "-", "1e-8", "1e-8", "allowed", "0", "0s"},
+		{"00:00:00", "-", "0", "1e-8", "denied", "0", "1ms"},
 	}, rows(out), out)
+	require.True(t, strings.HasPrefix(out, "limit: token bucket, rate 1e-8 per 1ms, capacity 1e-8\n"), out)
 	chart, err := os.ReadFile(svg)
 	require.NoError(t, err)
 	var labels []string
 	for _, m := range regexp.MustCompile(`text-anchor="end">([^<]*)<`).FindAllStringSubmatch(string(chart), -1) {
 		labels = append(labels, m[1])
 	}
-	require.Equal(t, []string{"0", "2e-9", "4e-9", "6e-9", "8e-9", "1e-8", "capacity 1e-08"}, labels)
+	require.Equal(t, []string{"0", "2e-9", "4e-9", "6e-9", "8e-9", "1e-8", "capacity 1e-8"}, labels)
 }
 
 // A relation named by --table that is not the store's table, a view or

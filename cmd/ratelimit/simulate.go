@@ -654,17 +654,33 @@ func windowTime(d time.Duration) string {
 
 // num formats tokens with at most three decimals; an amount that three
 // decimals would show as 0, such as the tokens of a limit of rate 1e-9,
-// with three significant digits (1e-09); one beyond the limits' 1e15, or
-// not a number, as Go writes it.
+// with three significant digits (1e-9); one beyond the limits' 1e15, or
+// not a number, as numtext writes it (1e300). An exponent is written as
+// numtext and a user write it, without a plus sign or leading zeros: Go
+// wrote 1e-09 and 1e+300, beside a limits file's and an error's 1e-9.
 func num(x float64) string {
 	switch {
 	case x == 0:
 		return "0"
 	case !(math.Abs(x) < 1e16):
-		return strconv.FormatFloat(x, 'g', -1, 64)
+		return numtext.Format(x)
 	}
 	if r := math.Round(x*1000) / 1000; r != 0 {
 		return strconv.FormatFloat(r, 'f', -1, 64)
 	}
-	return strconv.FormatFloat(x, 'g', 3, 64)
+	return plainExponent(strconv.FormatFloat(x, 'g', 3, 64))
+}
+
+// plainExponent returns s, a number as strconv formats it, with its
+// exponent, if any, as numtext writes one: 2e-06 as 2e-6, 1e+15 as 1e15.
+func plainExponent(s string) string {
+	mant, exp, ok := strings.Cut(s, "e")
+	if !ok {
+		return s
+	}
+	sign := ""
+	if exp[0] == '-' {
+		sign = "-"
+	}
+	return mant + "e" + sign + strings.TrimLeft(exp[1:], "+-0")
 }

@@ -155,12 +155,7 @@ func tick(v, step float64) string {
 	if s := numtext.Format(v); len(s) <= 7 {
 		return s
 	}
-	mant, exp, _ := strings.Cut(strconv.FormatFloat(v, 'e', -1, 64), "e")
-	sign := ""
-	if exp[0] == '-' {
-		sign = "-"
-	}
-	return mant + "e" + sign + strings.TrimLeft(exp[1:], "0")
+	return plainExponent(strconv.FormatFloat(v, 'e', -1, 64))
 }
 
 func escape(s string) string {
