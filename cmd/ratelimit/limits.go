@@ -266,7 +266,12 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 		parse = ratelimit.ParseLimitsJSON
 	case ".yaml", ".yml":
 	default:
-		return nil, usagef("limits file %s: name it .json, .yaml or .yml", path)
+		if !stream(path) {
+			return nil, usagef("limits file %s: name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML", path)
+		}
+		// A pipe's or a device's name says nothing of what it gives:
+		// /dev/stdin, /dev/fd/63 of bash's <(...), a named pipe. It is
+		// read as YAML, which reads JSON too. It was refused for its name.
 	}
 	data, err := readLimitsFile(path)
 	if err != nil {
@@ -277,6 +282,29 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 		return nil, fmt.Errorf("%s: %w", path, inFile(err))
 	}
 	return limits, nil
+}
+
+// stream reports whether path is a file that a name does not describe:
+// a pipe or a device (/dev/stdin of a pipe, bash's <(...), a named
+// pipe), or a name of the command's own standard input or another file
+// it has open (/dev/stdin, /dev/fd/N), which is a regular file when the
+// shell redirects one in (< limits.yaml). A directory, or a path that is
+// not there, is none.
+func stream(path string) bool {
+	if clean := filepath.Clean(path); isStdin(clean) || strings.HasPrefix(clean, "/dev/fd/") || strings.HasPrefix(clean, "/proc/self/fd/") {
+		return true
+	}
+	fi, err := os.Stat(path)
+	return err == nil && !fi.Mode().IsRegular() && !fi.IsDir()
+}
+
+// isStdin reports whether path names the command's standard input.
+func isStdin(path string) bool {
+	switch filepath.Clean(path) {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		return true
+	}
+	return false
 }
 
 // maxLimitsFile is the most bytes of a limits file the command reads: a

@@ -4,8 +4,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -36,4 +39,60 @@ func TestLimitsFileTooLargePipe(t *testing.T) {
 	require.Equal(t, 1, code, "%s%s", out, errOut)
 	assert.Equal(t, "ratelimit: limits file "+path+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
 	require.ErrorIs(t, <-wrote, syscall.EPIPE, "the command read no more than it needed")
+}
+
+// A limits file piped in is read, as YAML (which reads JSON too), whatever
+// its name: a named pipe without .yaml, bash's <(...) (/dev/fd/N) and
+// /dev/stdin were refused for their names ("name it .json, .yaml or
+// .yml"), which a pipe's name does not say. A regular file or a directory
+// of another name is still refused, saying how to pipe one in.
+func TestLimitsFilePiped(t *testing.T) {
+	const limits = "api:\n  kind: token bucket\n  rate: 10\n  period: 1m\n"
+	const want = "api: token bucket, rate 10 per 1m0s\n"
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "limits")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	wrote := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		_, err = f.WriteString(limits)
+		wrote <- errors.Join(err, f.Close())
+	}()
+	code, out, errOut := exec("simulate", "--limits", fifo, "--name", "api", "--at", "0s=1")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, want), out)
+	require.NoError(t, <-wrote)
+
+	// As bash's <(...) passes it: /dev/fd/N of a pipe, here of JSON.
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	go func() {
+		_, _ = w.WriteString(`{"api": {"kind": "token bucket", "rate": 10, "period": "1m"}}`)
+		_ = w.Close()
+	}()
+	code, out, errOut = exec("simulate", "--limits", fmt.Sprintf("/dev/fd/%d", r.Fd()), "--name", "api", "--at", "0s=1")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, want), out)
+
+	for _, path := range []string{filepath.Join(dir, "limits.txt"), filepath.Join(dir, "limits.d")} {
+		if strings.HasSuffix(path, ".txt") {
+			require.NoError(t, os.WriteFile(path, []byte(limits), 0o600))
+		} else {
+			require.NoError(t, os.Mkdir(path, 0o700))
+		}
+		code, _, errOut = exec("simulate", "--limits", path, "--name", "api", "--at", "0s=1")
+		assert.Equal(t, 2, code)
+		assert.Equal(t, "ratelimit: limits file "+path+": name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML\n"+
+			"Run 'ratelimit simulate --help' for usage.\n", errOut)
+	}
+
+	// Standard input cannot give both the limits file and the tokens.
+	code, _, errOut = execIn("AQ\n", "token", "refund", "--store", "redis://127.0.0.1:1", "--limits", "/dev/stdin", "-")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "ratelimit: --limits /dev/stdin with -: both read standard input: give the limits file by its name, or the tokens as arguments\n")
 }

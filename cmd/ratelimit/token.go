@@ -818,6 +818,11 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 			if err := checkTokenArgs(args); err != nil {
 				return err
 			}
+			if fromStdin(args) && isStdin(lf.file) {
+				// The limits file, read first, took all of standard
+				// input, and no token was left to read.
+				return usagef("--limits %s with -: both read standard input: give the limits file by its name, or the tokens as arguments", lf.file)
+			}
 			if action == "settle" {
 				switch {
 				case !cmd.Flags().Changed("used"):
