@@ -86,6 +86,7 @@ func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.json")
 	require.NoError(t, os.WriteFile(broken, []byte(`{"x": `), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700))
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -112,7 +113,9 @@ func TestExitCodes(t *testing.T) {
 		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, `--at "0s=NaNr": count NaN is not a number: a count is a number from 0 to 1000000000000000`},
 		// The limits file is data, not the command line: a failure.
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
-		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "no such file"},
+		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits: open " + filepath.Join(dir, "missing.yaml") + ": no such file"},
+		{[]string{"simulate", "--limits", dir, "--name", "x", "--at", "0s=1"}, 2, "limits file " + dir + ": name it .json"},
+		{[]string{"simulate", "--limits", filepath.Join(dir, "sub.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits: read " + filepath.Join(dir, "sub.yaml") + ": is a directory"},
 		{append([]string{"inspect", "--store", "redis://127.0.0.1:1/0"}, tokenBucket...), 1, "connection refused"},
 	} {
 		code, _, errOut := exec(tc.args...)

@@ -319,13 +319,18 @@ const maxLimitsFile = 4 << 20
 var errLimitsTooLarge = fmt.Errorf("larger than %d MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each", maxLimitsFile>>20)
 
 // readLimitsFile reads the limits file at path, of at most maxLimitsFile
-// bytes.
+// bytes. An error of the system's names --limits, as --token-key-file's
+// do: "open limits.yml: no such file or directory", or "read limits: is a
+// directory", named no flag.
 func readLimitsFile(path string) ([]byte, error) {
 	data, err := readFileAtMost(path, maxLimitsFile)
-	if errors.Is(err, errTooLarge) {
+	switch {
+	case errors.Is(err, errTooLarge):
 		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
+	case err != nil:
+		return nil, fmt.Errorf("--limits: %w", err)
 	}
-	return data, err
+	return data, nil
 }
 
 // errTooLarge is the error of readFileAtMost for a file larger than it

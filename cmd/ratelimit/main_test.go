@@ -1582,7 +1582,7 @@ func TestErrorLineEscaped(t *testing.T) {
 	path := filepath.Join(dir, "a\x1b[31mb\r\u202e\xff.yaml")
 	code, out, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code, out+errOut)
-	require.Equal(t, "ratelimit: open "+dir+`/a\x1b[31mb\r\u202e\xff.yaml: no such file or directory`+"\n", errOut)
+	require.Equal(t, "ratelimit: --limits: open "+dir+`/a\x1b[31mb\r\u202e\xff.yaml: no such file or directory`+"\n", errOut)
 
 	// A store's user, in the client's error (a closed port).
 	code, out, errOut = exec("inspect", "--store", "host=127.0.0.1 port=1 user=a\x1b]0;title\x07 dbname=x", "--key", "k",
