@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
@@ -75,14 +76,16 @@ func heapInUse() int64 {
 // clock): the store's part of a call, on one key and on 10,000.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
-		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) { benchDecide(b, n, []int64{0}) })
+		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) { benchDecide(b, n, []int64{0}, 0) })
 	}
 }
 
 // benchDecide runs Decide on n keys, about a call a microsecond, the
-// calls taking turns at the clocks offsets away from the store's time.
-func benchDecide(b *testing.B, n int, offsets []int64) {
+// calls taking turns at the clocks offsets away from the store's time,
+// after marks settlements whose marks outlive the run.
+func benchDecide(b *testing.B, n int, offsets []int64, marks int) {
 	s := must(memstore.New())
+	settle(b, s, marks)
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
 	bl := s.Bind("api", p, func(string) int64 { return 0 })
 	keys := make([]string, n)
@@ -121,8 +124,28 @@ func BenchmarkSettle(b *testing.B) {
 //
 //	go test -run '^$' -bench DecideClocksApart ./store/memstore
 func BenchmarkDecideClocksApart(b *testing.B) {
-	offsets := []int64{0, -3_600_000, 3_600_000, 24 * 3_600_000, -24 * 3_600_000}
-	for _, clocks := range []int{1, 2, 3, 4} {
-		b.Run(fmt.Sprint("clocks=", clocks), func(b *testing.B) { benchDecide(b, 10_000, offsets[:clocks]) })
+	offsets := []int64{0, -3_600_000, 3_600_000, 24 * 3_600_000, -24 * 3_600_000,
+		2 * 3_600_000, -2 * 3_600_000, 3 * 3_600_000, -3 * 3_600_000, 4 * 3_600_000}
+	for _, clocks := range []int{1, 2, 3, 4, 10} {
+		for _, marks := range []int{0, 20_000} {
+			b.Run(fmt.Sprint("clocks=", clocks, "/marks=", marks), func(b *testing.B) { benchDecide(b, 10_000, offsets[:clocks], marks) })
+		}
+	}
+}
+
+// settle applies n settlements of one key, whose marks expire a year
+// after the benchmarks' time.
+func settle(b *testing.B, s *memstore.Store, n int) {
+	const t0 = int64(1_700_000_000_000)
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
+	out := make([]driver.Decision, 1)
+	for i := range n {
+		var id [16]byte
+		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
+		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{{Name: "api", Key: "settled", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}},
+			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + 365*24*3_600_000}}
+		if err := s.Apply(context.Background(), op, out); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

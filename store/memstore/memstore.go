@@ -149,9 +149,12 @@ type Store struct {
 	// marks holds the settlements (driver.Settlement) made, by ID, until
 	// their expiry; markMu is held across a settle op, so that finding no
 	// mark, refunding and marking are one step.
-	markMu     sync.Mutex
-	marks      map[[16]byte]mark
-	markWrites int
+	markMu sync.Mutex
+	marks  map[[16]byte]mark
+	// expiries holds the marks' IDs in a heap of their expiries, the
+	// earliest first: dropping the marks expired looks at those alone, so
+	// that a look when none is costs no more than one at the earliest.
+	expiries []expiry
 	// marksDue is when a sweep step next drops the marks expired
 	// (stepMarks).
 	marksDue schedule
@@ -170,6 +173,13 @@ type mark struct {
 	kind    driver.SettleKind
 	expires int64
 	settler [16]byte
+}
+
+// expiry is a mark's place in the heap of expiries: when the mark of id
+// may be dropped.
+type expiry struct {
+	at int64
+	id [16]byte
 }
 
 // Option configures a Store in New.
@@ -775,18 +785,18 @@ func (sc *schedule) waiting(now, every int64) bool {
 // stepMarks drops the settlements' marks expired, once every
 // driver.ExpiryGrace of the calls' time, if markMu is free: marks go while
 // calls go on, as the records of idle keys do, not only when later
-// settlements or DeleteExpired come. It costs a look at every mark, once a
-// grace. The caller may hold stripes' mutexes, which a settlement takes
-// while it holds markMu: hence TryLock.
+// settlements or DeleteExpired come. It costs a look at the earliest
+// expiry, and a step of the heap for each mark dropped; the calls of
+// clocks far apart, more than the schedule keeps apart, may take it at
+// every call. The caller may hold stripes' mutexes, which a settlement
+// takes while it holds markMu: hence TryLock.
 func (s *Store) stepMarks(now int64) {
 	if s.marksDue.due(now, driver.ExpiryGrace) == nil || !s.markMu.TryLock() {
 		return
 	}
 	if next := s.marksDue.due(now, driver.ExpiryGrace); next != nil {
 		next.Store(now + driver.ExpiryGrace)
-		if len(s.marks) > 0 {
-			s.dropMarks(s.sweepTime(now))
-		}
+		s.dropMarksAt(now)
 	}
 	s.markMu.Unlock()
 }
@@ -1180,36 +1190,44 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	}
 	s.marks[op.Settle.ID] = mark{kind: op.Settle.Kind, expires: op.Settle.Until, settler: op.Settle.Settler}
 	s.marksMost = max(s.marksMost, len(s.marks))
-	// Every so many marks, drop those expired: amortized O(1) a mark.
-	if s.markWrites++; s.markWrites >= max(1024, len(s.marks)) {
-		s.markWrites = 0
-		s.dropMarks(s.sweepTime(op.Now))
-	}
+	s.dropMarksAt(op.Now)
+	s.pushExpiry(expiry{at: op.Settle.Until, id: op.Settle.ID})
 	return nil
+}
+
+// dropMarksAt drops the marks expired for ExpiryGrace at the sweeps' time
+// of a call at now (sweepTime), which is never later than now: the store's
+// clock is read only when the earliest mark has expired at now. markMu is
+// held.
+func (s *Store) dropMarksAt(now int64) {
+	if len(s.expiries) > 0 && s.expiries[0].at <= now-driver.ExpiryGrace {
+		s.dropMarks(s.sweepTime(now))
+	}
 }
 
 // dropMarks drops the marks expired for ExpiryGrace at now, and returns
 // how many; markMu is held. Once the marks left are at most a quarter of
-// the most held, they move to a map of their size: a Go map never gives
-// back the memory of the entries deleted from it. The copy costs at most
-// a third of the deletes since the last.
+// the most held, they move to a map of their size, and their expiries to
+// a heap of their size: a Go map never gives back the memory of the
+// entries deleted from it. The copy costs at most a third of the deletes
+// since the last.
 func (s *Store) dropMarks(now int64) int {
 	n := 0
-	for id, m := range s.marks {
-		if m.expires <= now-driver.ExpiryGrace {
-			delete(s.marks, id)
-			n++
-		}
+	for len(s.expiries) > 0 && s.expiries[0].at <= now-driver.ExpiryGrace {
+		delete(s.marks, s.popExpiry().id)
+		n++
 	}
 	if s.marksMost > minMarksCopied && 4*len(s.marks) <= s.marksMost {
 		var marks map[[16]byte]mark
+		var expiries []expiry
 		if len(s.marks) > 0 {
+			expiries = append(make([]expiry, 0, len(s.expiries)), s.expiries...)
 			marks = make(map[[16]byte]mark, len(s.marks))
 			for id, m := range s.marks {
 				marks[id] = m
 			}
 		}
-		s.marks, s.marksMost = marks, len(marks)
+		s.marks, s.expiries, s.marksMost = marks, expiries, len(marks)
 	}
 	return n
 }
@@ -1217,6 +1235,45 @@ func (s *Store) dropMarks(now int64) int {
 // minMarksCopied is the most marks held below which dropMarks keeps the
 // map as it is: a small one costs little.
 const minMarksCopied = 1024
+
+// pushExpiry adds e to the heap of expiries; markMu is held.
+func (s *Store) pushExpiry(e expiry) {
+	h := append(s.expiries, e)
+	for i := len(h) - 1; i > 0; {
+		up := (i - 1) / 2
+		if h[up].at <= h[i].at {
+			break
+		}
+		h[up], h[i] = h[i], h[up]
+		i = up
+	}
+	s.expiries = h
+}
+
+// popExpiry removes the earliest expiry from the heap, which is not
+// empty, and returns it; markMu is held.
+func (s *Store) popExpiry() expiry {
+	h := s.expiries
+	top, last := h[0], len(h)-1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].at < h[least].at {
+			least = l
+		}
+		if r < len(h) && h[r].at < h[least].at {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	s.expiries = h
+	return top
+}
 
 // apply decides op, which carries no settlement, atomically.
 func (s *Store) apply(op *driver.Op, out []driver.Decision) {
