@@ -31,11 +31,16 @@ var luaSource string
 
 // library is ratelimit.lua as a Redis Function library and as a script.
 type library struct {
-	// name names the library and its one function: "ratelimit_" and a
-	// digest of the code, so that processes running different versions
-	// of the store against one server each find their own.
+	// name names the library and its decision function: "ratelimit_"
+	// and a digest of the code, so that processes running different
+	// versions of the store against one server each find their own.
 	name string
-	code string // FUNCTION LOAD's argument
+	// timeFunc names its other function, which answers TIME (RecordNow):
+	// name and "_time". Redis keeps one namespace of functions for all
+	// libraries: each version's carry its digest, so that they load side
+	// by side.
+	timeFunc string
+	code     string // FUNCTION LOAD's argument
 	// For servers without Functions: the script and its SHA-1 (EVALSHA).
 	script, sha string
 }
@@ -57,17 +62,31 @@ var luaConstants = strings.NewReplacer(
 	"{{MAX_TS}}", strconv.FormatInt(driver.MaxTime, 10),
 )
 
+// registrations registers the library's functions, named after the
+// library ({{NAME}}): apply, which decides a batch, and one that answers
+// the TIME of the server it runs on, as TIME does, for RecordNow: called
+// on a record's key, it goes where the key's calls go. It writes nothing
+// (no-writes), so that Redis runs it wherever it would run TIME.
+const registrations = "\nredis.register_function{function_name='{{NAME}}', callback=apply, flags={'allow-cross-slot-keys'}}\n" +
+	"redis.register_function{function_name='{{NAME}}_time', callback=function() return redis.call('TIME') end, flags={'no-writes'}}\n"
+
 func newLibrary(src string) library {
-	sum := sha1.Sum([]byte(src))
+	// The digest covers the registrations as well as src: a library that
+	// registers other functions, or with other flags, is another, loaded
+	// under a name of its own beside one of an earlier version, which its
+	// stores keep calling. Under the same name, the store's load would
+	// find the earlier library ("already exists"), and call functions
+	// that it does not have.
+	sum := sha1.Sum([]byte(src + registrations))
 	name := "ratelimit_" + hex.EncodeToString(sum[:8])
 	script := src + "\nreturn apply(KEYS, ARGV)\n"
 	sha := sha1.Sum([]byte(script))
 	return library{
-		name: name,
-		code: "#!lua name=" + name + "\n" + src + "\nredis.register_function{function_name='" + name +
-			"', callback=apply, flags={'allow-cross-slot-keys'}}\n",
-		script: script,
-		sha:    hex.EncodeToString(sha[:]),
+		name:     name,
+		timeFunc: name + "_time",
+		code:     "#!lua name=" + name + "\n" + src + strings.ReplaceAll(registrations, "{{NAME}}", name),
+		script:   script,
+		sha:      hex.EncodeToString(sha[:]),
 	}
 }
 

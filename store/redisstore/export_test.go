@@ -1,6 +1,10 @@
 package redisstore
 
-import "context"
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+)
 
 // CallerError is s.callerError, for the tests of the shape of its errors.
 func CallerError(s *Store, ctx context.Context, err error) error { return s.callerError(ctx, err) }
@@ -11,4 +15,16 @@ func Batchers(s *Store) int {
 		return 1
 	}
 	return s.nodes.Len()
+}
+
+// PreviousLibrary returns the name and the code of the library the
+// release before the time function loaded: the same ratelimit.lua,
+// registering the decision function alone, named by the digest of the
+// file alone.
+func PreviousLibrary() (name, code string) {
+	src := luaConstants.Replace(luaSource)
+	sum := sha1.Sum([]byte(src))
+	name = "ratelimit_" + hex.EncodeToString(sum[:8])
+	return name, "#!lua name=" + name + "\n" + src + "\nredis.register_function{function_name='" + name +
+		"', callback=apply, flags={'allow-cross-slot-keys'}}\n"
 }

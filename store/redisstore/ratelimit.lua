@@ -10,7 +10,9 @@
 -- The store loads this file as a Redis Function library (FUNCTION LOAD,
 -- then FCALL) or, on servers without Functions, runs it as a script
 -- (EVALSHA); either way the entry point is apply(keys, args), which the
--- store registers or calls in a line it appends.
+-- store registers or calls in a line it appends. The library registers a
+-- second function beside it, which answers TIME (the store's RecordNow);
+-- without Functions, a script of its own does.
 --
 -- keys: the records of the batch's ops, op by op, item by item, shard by
 -- shard (ratelimit.Op.AppendRecordIDs); a record may appear several times.

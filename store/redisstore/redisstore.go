@@ -116,9 +116,6 @@ type Store struct {
 	ctxTimeout bool
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
-	// timeDirect: a script was refused (ACL, proxy): RecordNow sends TIME
-	// to the key's server's own client (readTime).
-	timeDirect atomic.Bool
 	// routed is set once the Cluster client has told a key's master: it
 	// knows the slots from then on (see master).
 	routed atomic.Bool
@@ -320,13 +317,15 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // settlement's mark does not keep (driver.RecordClock). It is a round
 // trip of its own, before the call it serves, through the store's client
 // as the store's other calls (its hooks see it; it follows a slot's move):
-// on a Cluster or a Ring, a script that answers TIME (EVALSHA, or EVAL on
-// a server that does not have it yet), called on the record's key, so
-// that the client sends it to the key's server; a slot that moves between
-// the two is judged by the clock of its new master, as every call after.
-// Where the server refuses the script (a user whose ACL allows no
-// EVALSHA, a proxy that does not pass it), TIME goes to the key's
-// server's own client, past the client's hooks, from then on.
+// on a Cluster or a Ring, a call of the library's time function (FCALL;
+// see FunctionLibrary), on the record's key, so that the client sends it
+// to the key's server; a slot that moves between the two is judged by the
+// clock of its new master, as every call after. It asks of the store's
+// user no right that its other calls do not: FCALL, or, on a server
+// without Functions or for a user not allowed them, the script that
+// answers TIME (EVALSHA), as the store's calls then go by theirs; and
+// TIME, which both call, as the decision function does WithServerTime. A
+// user allowed neither FCALL nor scripts gets an error that says so.
 func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
 	return s.now(ctx, "RecordNow", s.Key(id))
 }
@@ -335,10 +334,10 @@ func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error
 // "", through the store's client, as every other call of the store goes:
 // the client's hooks (AddHook) see it, and it routes it, redirects it
 // (MOVED) and sends it again as it does those. TIME names no key, which a
-// Ring or a Cluster client would send to a server at random: for a key, a
-// script that returns TIME, called on the key, goes to the key's server.
-// On a Ring, a read routed to a shard that left it (shardLeft) goes again,
-// as a call of the function does.
+// Ring or a Cluster client would send to a server at random: for a key,
+// the library's time function, called on the key, goes to the key's
+// server. On a Ring, a read routed to a shard that left it (shardLeft)
+// goes again, as a call of the function does.
 func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
 	if err := s.usable(ctx, call); err != nil {
 		return 0, err
@@ -360,7 +359,8 @@ func (s *Store) now(ctx context.Context, call, key string) (int64, error) {
 	return ms, nil
 }
 
-// timeScript returns the time of the server it runs on, as TIME does.
+// timeScript returns the time of the server it runs on, as TIME does: the
+// library's time function, for servers without Functions.
 var timeScript = redis.NewScript("return redis.call('TIME')")
 
 // readTime sends one read of the time (see now), in Unix ms.
@@ -369,18 +369,7 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 		t, err := s.client.Time(ctx).Result()
 		return t.UnixMilli(), err
 	}
-	if s.timeDirect.Load() {
-		return s.keyServerTime(ctx, key)
-	}
-	v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
-	if isScriptRefused(err) {
-		// A user whose ACL allows the store's function and TIME but no
-		// script, or a proxy that does not pass scripts: TIME on the
-		// key's server's own client, past the client's hooks, as before
-		// the script; the store's user need not allow EVALSHA for it.
-		s.timeDirect.Store(true)
-		return s.keyServerTime(ctx, key)
-	}
+	v, err := s.keyTime(ctx, key)
 	if err != nil {
 		return 0, err
 	}
@@ -394,21 +383,61 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 	return 0, fmt.Errorf("the server answered %q to TIME, not seconds and microseconds", shown(fmt.Sprint(v), 100))
 }
 
-// keyServerTime sends TIME to the client of the server that holds key:
-// the master of its slot on a Cluster, its shard on a Ring.
-func (s *Store) keyServerTime(ctx context.Context, key string) (int64, error) {
-	var c *redis.Client
-	var err error
-	if s.cluster != nil {
-		c, err = s.cluster.MasterForKey(ctx, key)
-	} else {
-		c, err = s.ring.GetShardClientForKey(key)
+// keyTime calls the library's time function on key (FCALL), and answers
+// its reply, TIME's. A server that lacks the library is given it, and
+// called once more, as for a call of the decision function (run); a
+// server without Functions, or a user not allowed them, is sent the time
+// script instead, from then on, as the store's calls go by their script
+// then (s.scripts).
+func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
+	for loaded := false; ; {
+		if s.scripts.Load() {
+			v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
+			if isScriptRefused(err) {
+				err = fmt.Errorf("reading the time of a key's server, the store's user may call neither the library's function "+
+					"(FCALL %s) nor scripts (EVALSHA): allow it FCALL (ACL +fcall, and FUNCTION LOAD or a library loaded beforehand: see "+
+					"FunctionLibrary), or, on a server without Functions, EVALSHA and EVAL (+evalsha +eval), as the store's other calls need: %w",
+					lib.timeFunc, err)
+			}
+			return v, timeRefused(err)
+		}
+		cmd := redis.NewSliceCmd(ctx, "fcall", lib.timeFunc, 1, key)
+		cmd.SetFirstKeyPos(3)
+		_ = s.client.Process(ctx, cmd)
+		v, err := cmd.Result()
+		switch {
+		case !loaded && isFunctionMissing(err):
+			if err := s.loadLibrary(ctx); err != nil {
+				return nil, err
+			}
+			loaded = true
+		case isFunctionMissing(err):
+			return nil, fmt.Errorf("the function %s is missing though the store loaded its library: if the library was deleted meanwhile "+
+				"(FUNCTION FLUSH or DELETE), call again; otherwise a library of other code is loaded under its name: "+
+				"delete it (FUNCTION DELETE %s), and the store loads its own: %w", lib.timeFunc, lib.name, err)
+		case isUnknownFCall(err):
+			s.scripts.Store(true)
+		default:
+			return v, timeRefused(err)
+		}
 	}
-	if err != nil {
-		return 0, err
+}
+
+// timeRefused returns err, a read of the time's, with what to do when it
+// is Redis refusing, to a user not allowed it by an ACL, the command that
+// the time function or script calls, TIME: Redis checks what a function
+// calls against its user's ACL ("The user executing the script can't run
+// this command", "ACL failure in script" in later releases).
+func timeRefused(err error) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err
 	}
-	t, err := c.Time(ctx).Result()
-	return t.UnixMilli(), err
+	if msg := rerr.Error(); strings.Contains(msg, "can't run this command") || strings.Contains(msg, "ACL failure") {
+		return fmt.Errorf("the store's user may not read the server's clock: allow it TIME (ACL +time), which the store's "+
+			"time function calls, as its decision function does WithServerTime: %w", err)
+	}
+	return err
 }
 
 // isScriptRefused reports whether err is the server's refusal of a

@@ -183,7 +183,8 @@ func TestRingShardRemovedUnderALibraryLoad(t *testing.T) {
 }
 
 // timeShift moves the time its server's client reads with TIME, or with
-// a script that returns TIME's answer (the store's RecordNow), by d,
+// a function or a script that returns TIME's answer (the store's
+// RecordNow), by d,
 // unless the server is home's: a server whose clock is d ahead. The
 // function's own TIME, read in the server, is not moved.
 type timeShift struct {
@@ -204,7 +205,7 @@ func (h timeShift) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case *redis.TimeCmd:
 			c.SetVal(c.Val().Add(h.d))
 		case *redis.Cmd:
-			if v, ok := c.Val().([]any); ok && len(v) == 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+			if v, ok := c.Val().([]any); ok && len(v) == 2 && (c.Name() == "fcall" || c.Name() == "evalsha" || c.Name() == "eval") {
 				sec, err := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
 				if err != nil {
 					return err
