@@ -93,8 +93,10 @@ func newLibrary(src string) library {
 // FunctionLibrary returns the name of the Redis Function library the store
 // loads (FUNCTION LOAD) on first use, and calls (FCALL). The name carries a
 // digest of the code: a store of another version loads a library of its
-// own beside it. Remove the libraries of versions no longer deployed with
-// FUNCTION DELETE.
+// own beside it. Its functions are named after it: the name, which
+// decides the calls, and the name followed by "_time", which answers the
+// server's TIME (RecordNow). Remove the libraries of versions no longer
+// deployed with FUNCTION DELETE.
 func FunctionLibrary() string { return lib.name }
 
 // limit is the part of driver.Params that the records of one limit
