@@ -1117,7 +1117,7 @@ func TestSimulateManyRequestsIsQuick(t *testing.T) {
 	require.Len(t, rows(out), 20_000)
 }
 
-// Amounts below 0.0005 show with three significant digits: a limit of
+// Amounts below 1 show with three significant digits: a limit of
 // rate 1e-9 printed 0 for every count, before and after, and labelled
 // every tick of its chart 0. Their exponents are written as numtext
 // writes them, and the limit's line above the table: Go's 1e-08 stood
@@ -1126,7 +1126,7 @@ func TestNumSmallAmounts(t *testing.T) {
 	for x, want := range map[float64]string{
 		0: "0", math.Copysign(0, -1): "0", 1: "1", 0.1666666: "0.167", -4.66666: "-4.667", 2.5: "2.5",
 		1e15: "1000000000000000", -1e15: "-1000000000000000", 0.0004: "0.0004", 1e-9: "1e-9",
-		-2.346e-7: "-2.35e-7", 0.0005: "0.001", math.NaN(): "NaN", math.Inf(-1): "-Inf", 1e300: "1e300", -1e16: "-1e16",
+		-2.346e-7: "-2.35e-7", 0.0005: "0.0005", math.NaN(): "NaN", math.Inf(-1): "-Inf", 1e300: "1e300", -1e16: "-1e16",
 	} {
 		assert.Equal(t, want, num(x), "%v", x)
 	}

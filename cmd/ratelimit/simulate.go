@@ -652,23 +652,24 @@ func windowTime(d time.Duration) string {
 	return clockTime(d)
 }
 
-// num formats tokens with at most three decimals; an amount that three
-// decimals would show as 0, such as the tokens of a limit of rate 1e-9,
-// with three significant digits (1e-9); one beyond the limits' 1e15, or
-// not a number, as numtext writes it (1e300). An exponent is written as
-// numtext and a user write it, without a plus sign or leading zeros: Go
-// wrote 1e-09 and 1e+300, beside a limits file's and an error's 1e-9.
+// num formats tokens: from 1 up with at most three decimals (1.667); an
+// amount below 1 with three significant digits (0.167, 0.0007, 1e-9),
+// which three decimals showed as 0.001 for 0.0007, beside a count of
+// 0.0003, and as 0 for the tokens of a limit of rate 1e-9; one beyond
+// the limits' 1e15, or not a number, as numtext writes it (1e300). An
+// exponent is written as numtext and a user write it, without a plus
+// sign or leading zeros: Go wrote 1e-09 and 1e+300, beside a limits
+// file's and an error's 1e-9.
 func num(x float64) string {
 	switch {
 	case x == 0:
 		return "0"
 	case !(math.Abs(x) < 1e16):
 		return numtext.Format(x)
+	case math.Abs(x) < 1:
+		return plainExponent(strconv.FormatFloat(x, 'g', 3, 64))
 	}
-	if r := math.Round(x*1000) / 1000; r != 0 {
-		return strconv.FormatFloat(r, 'f', -1, 64)
-	}
-	return plainExponent(strconv.FormatFloat(x, 'g', 3, 64))
+	return strconv.FormatFloat(math.Round(x*1000)/1000, 'f', -1, 64)
 }
 
 // plainExponent returns s, a number as strconv formats it, with its
