@@ -241,6 +241,32 @@ func checkTokenArgs(args []string) error {
 // fromStdin reports whether args ask for the tokens of standard input.
 func fromStdin(args []string) bool { return len(args) == 1 && args[0] == "-" }
 
+// stdinOnce refuses two readers of standard input: the tokens of -, and
+// a limits file or a token key's file named as standard input
+// (/dev/stdin). The first to read it takes all of it, and the next finds
+// nothing: --token-key-file /dev/stdin beside - read the tokens as the
+// key, then said "no token on standard input"; a limits file read first
+// left a token key of 0 bytes.
+func stdinOnce(args []string, limitsFile string, keyFiles []string) error {
+	type file struct{ flag, what string }
+	var files []file
+	if isStdin(limitsFile) {
+		files = append(files, file{"--limits " + limitsFile, "limits file"})
+	}
+	for _, path := range keyFiles {
+		if isStdin(path) {
+			files = append(files, file{"--token-key-file " + path, "token key's file"})
+		}
+	}
+	switch {
+	case len(files) > 0 && fromStdin(args):
+		return usagef("%s with -: both read standard input: give the %s by its name, or the tokens as arguments", files[0].flag, files[0].what)
+	case len(files) > 1:
+		return usagef("%s with %s: both read standard input: give one of the files by its name", files[0].flag, files[1].flag)
+	}
+	return nil
+}
+
 // eachToken calls f with each token of args in turn (spaces around it
 // trimmed), or, for -, of stdin, one per line (blank lines skipped, spaces
 // around a token and a byte-order mark before the first trimmed), until f
@@ -546,6 +572,9 @@ func newTokenInspect() *cobra.Command {
 			if err := checkTokenArgs(args); err != nil {
 				return err
 			}
+			if err := stdinOnce(args, "", keys.files); err != nil {
+				return err
+			}
 			tkeys, err := keys.keys()
 			if err != nil {
 				return err
@@ -818,10 +847,8 @@ another failure, 2 for a usage error; given many tokens, the worst.`,
 			if err := checkTokenArgs(args); err != nil {
 				return err
 			}
-			if fromStdin(args) && isStdin(lf.file) {
-				// The limits file, read first, took all of standard
-				// input, and no token was left to read.
-				return usagef("--limits %s with -: both read standard input: give the limits file by its name, or the tokens as arguments", lf.file)
+			if err := stdinOnce(args, lf.file, keys.files); err != nil {
+				return err
 			}
 			if action == "settle" {
 				switch {
