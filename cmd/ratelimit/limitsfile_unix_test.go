@@ -96,3 +96,25 @@ func TestLimitsFilePiped(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "ratelimit: --limits /dev/stdin with -: both read standard input: give the limits file by its name, or the tokens as arguments\n")
 }
+
+// A named pipe named .json is held to JSON's rules, as a .json file is:
+// the name says what it gives, where /dev/stdin's and /dev/fd/N's say
+// nothing and are read as YAML.
+func TestLimitsFilePipedJSONByName(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "limits.json")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	wrote := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		_, err = f.WriteString(`{"api": {"kind": "token bucket", "rate": 10, "period": "1m"},}`)
+		wrote <- errors.Join(err, f.Close())
+	}()
+	code, _, errOut := exec("simulate", "--limits", fifo, "--name", "api", "--at", "0s=1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "ratelimit: "+fifo+": limits file: line 1, column 62: not JSON: a comma before }")
+	require.NoError(t, <-wrote)
+}
