@@ -35,10 +35,10 @@ const defaultSweepBatch = 1000
 // expired in a write transaction of their own, so that a call waits at
 // most one small transaction for the writer, however large the bucket.
 // When ctx ends, it stops between steps and returns what it removed with
-// ctx's error; if ctx ends during a step, it returns at once (see
-// Deadlines in the package doc), and the step's write, left in the
-// background, rolls back, unless it was committing: then its records are
-// removed, and not counted.
+// ctx's error (once the store is closed, with driver.ErrClosed); if ctx
+// ends during a step, it returns at once (see Deadlines in the package
+// doc), and the step's write, left in the background, rolls back, unless
+// it was committing: then its records are removed, and not counted.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, err
@@ -49,6 +49,11 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return n, fmt.Errorf("boltstore: delete expired: stopped after %d records: %w", n, err)
+		}
+		// Closed meanwhile: a store made by New would go on reading the
+		// application's database, which Close leaves open.
+		if s.closed.Load() {
+			return n, errClosed
 		}
 		expired, last, err := s.scan(ctx, after, cutoff)
 		if err == nil && len(expired) > 0 {

@@ -180,3 +180,42 @@ func TestSweepKeepsRecordsWrittenSince(t *testing.T) {
 	require.Equal(t, oldRecords-1, n)
 	require.True(t, stored(t, s, "old", "0").Found)
 }
+
+// closingCtx is a context whose Err closes the store s at its calls'
+// at-th, the way a Close from another goroutine would land there.
+type closingCtx struct {
+	context.Context
+	s     *boltstore.Store
+	at    int32
+	calls atomic.Int32
+}
+
+func (c *closingCtx) Err() error {
+	if c.calls.Add(1) == c.at {
+		c.s.Close()
+	}
+	return c.Context.Err()
+}
+
+// A sweep of a store made by New on the application's database stops at
+// its next step once the store is closed, with ErrClosed: it went on
+// reading the whole bucket through the database, which Close leaves open,
+// and said it had swept it, unless a step after found a record to remove.
+func TestSweepStopsWhenClosed(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "app.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	s, err := boltstore.New(db)
+	require.NoError(t, err)
+	for i := range 10 {
+		require.NoError(t, s.Apply(context.Background(), takeOp("l", fmt.Sprint(i), 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+	}
+	boltstore.SetSweepBatch(s, 2)
+	// Closed between the sweep's first step and its second; nothing has
+	// expired.
+	ctx := &closingCtx{Context: context.Background(), s: s, at: 2}
+	n, err := s.DeleteExpired(ctx, t0)
+	require.ErrorIs(t, err, driver.ErrClosed)
+	require.Zero(t, n)
+	require.Equal(t, int32(2), ctx.calls.Load(), "the sweep went on after Close")
+}
