@@ -93,6 +93,13 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 		"page reached twice":    twice,
 		"meta page in the tree": metaPage,
 		"keys out of order":     disordered,
+		"meta pages spoiled": func() []byte {
+			d := append([]byte(nil), data...)
+			for _, off := range []int{0, pageSize} {
+				d[off+16+56] ^= 0xff // the meta page's checksum
+			}
+			return d
+		}(),
 		"damaged page": func() []byte {
 			d := append([]byte(nil), data...)
 			for i := 2 * pageSize; i < len(d); i++ {
@@ -112,8 +119,10 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 			t.Log(err)
 			require.Equal(t, before, bboltGoroutines(), "a goroutine of bbolt's is left behind")
 			require.Zero(t, mappings(t, path), "bbolt's memory map of the file is left behind")
+			require.ErrorContains(t, err, "restore it from a backup, or move it aside", "says what to do")
 			if name == "text" {
 				require.ErrorIs(t, err, berrors.ErrInvalid, "bbolt's own error is kept")
+				require.ErrorContains(t, err, "check the path", "a file of something else's may be named by mistake")
 			}
 			// Restored in place, the file opens: the refusal left no lock
 			// and no entry in the process's registry behind.

@@ -503,7 +503,9 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	}()
 	db, err = bolt.Open(path, 0o600, &o)
 	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
-		err = fmt.Errorf("%w: %w", ErrDamagedFile, err)
+		// No meta page reads: another program's file, named by mistake,
+		// or the store's, damaged.
+		err = fmt.Errorf("%w: bbolt finds no database in it (%w): check the path; if it is the store's file, "+restoreHint, ErrDamagedFile, err)
 	}
 	return db, err
 }
