@@ -518,7 +518,8 @@ func (s *Store) write(ctx context.Context, fn func(*bolt.Tx) error) error {
 func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 	b := tx.Bucket(s.bucket)
 	if b == nil {
-		return nil, fmt.Errorf("bucket %q is missing: was it deleted behind the store's back?", s.bucket)
+		return nil, fmt.Errorf("bucket %q is missing: it was deleted through the database, and the store makes it only as it opens: "+
+			"open the store again (Open, New); to reset limits, delete records (Delete) or keys of the bucket, not the bucket", s.bucket)
 	}
 	return b, nil
 }

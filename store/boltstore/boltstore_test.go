@@ -422,3 +422,29 @@ func TestOpenContextWhileHeld(t *testing.T) {
 	boltstore.SetLockWait(nil)
 	require.NoError(t, s.Close())
 }
+
+// A bucket deleted through the store's DB fails every call with an error
+// that says what to do (it asked whether the bucket was deleted, and said
+// nothing more); a store opened again makes the bucket again.
+func TestBucketDeletedThroughDB(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "limits.db")
+	s, err := boltstore.Open(path)
+	require.NoError(t, err)
+	require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+	require.NoError(t, s.DB().Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(boltstore.DefaultBucket)) }))
+	ids := []driver.RecordID{{Name: "l", Key: "k"}}
+	_, sweepErr := s.DeleteExpired(ctx, t0)
+	for name, err := range map[string]error{
+		"Apply":         s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)),
+		"Load":          s.Load(ctx, ids, make([]driver.Record, 1)),
+		"Delete":        s.Delete(ctx, ids),
+		"DeleteExpired": sweepErr,
+	} {
+		require.ErrorContains(t, err, `bucket "ratelimit" is missing`, name)
+		require.ErrorContains(t, err, "open the store again", "%s: says what to do", name)
+	}
+	require.NoError(t, s.Close())
+	s = open(t, path)
+	require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
+}
