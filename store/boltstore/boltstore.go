@@ -353,10 +353,11 @@ var lockWait func()
 // New returns a store in db, a database the caller already has and keeps
 // owning: Close does not close it. A database whose file bbolt cannot read
 // where the store's bucket is kept (damaged since it was opened) is
-// refused with ErrDamagedFile. The store's transactions wait for the
-// application's own write transactions on db, as bbolt makes every writer
-// wait; a call whose context can end leaves when it ends (see Deadlines
-// in the package doc).
+// refused with ErrDamagedFile; a closed one with an error matching
+// driver.ErrClosed; one opened read-only with bbolt's ErrDatabaseReadOnly.
+// The store's transactions wait for the application's own write
+// transactions on db, as bbolt makes every writer wait; a call whose
+// context can end leaves when it ends (see Deadlines in the package doc).
 func New(db *bolt.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("boltstore: New needs a *bbolt.DB: pass an open database, or use Open")
@@ -389,10 +390,14 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 			return err
 		})
 	})
-	if errors.Is(err, ErrDamagedFile) {
+	switch {
+	case errors.Is(err, ErrDamagedFile):
 		return nil, err
-	}
-	if err != nil {
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
+		return nil, fmt.Errorf("boltstore: New: the database is closed: pass an open one: %w (%w)", driver.ErrClosed, err)
+	case errors.Is(err, berrors.ErrDatabaseReadOnly):
+		return nil, fmt.Errorf("boltstore: New: the database is open read-only (bbolt's Options.ReadOnly), and the store writes: open it for writing: %w", err)
+	case err != nil:
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", o.bucket, err)
 	}
 	// Detach: a lone call's transaction runs on another goroutine when its

@@ -92,6 +92,28 @@ func TestNewOnCallersDB(t *testing.T) {
 	require.Error(t, err)
 }
 
+// New on a database the caller closed, or opened read-only, says so and
+// what to do, and the closed one matches driver.ErrClosed, as a call on
+// it would: it failed with bbolt's bare "database not open", or "read-only
+// mode", as the failure to create a bucket.
+func TestNewOnClosedOrReadOnlyDB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, err = boltstore.New(db)
+	require.ErrorIs(t, err, driver.ErrClosed)
+	require.ErrorIs(t, err, berrors.ErrDatabaseNotOpen, "bbolt's own error is kept")
+	require.ErrorContains(t, err, "pass an open one")
+
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = boltstore.New(db)
+	require.ErrorIs(t, err, berrors.ErrDatabaseReadOnly)
+	require.ErrorContains(t, err, "open it for writing")
+}
+
 // A file held by another process: Open waits WithTimeout for its lock,
 // then says so.
 const holdEnv = "BOLTSTORE_HOLD_CHILD"
