@@ -125,11 +125,18 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 // decide the batch again without it.
 var errRetry = errors.New("an op failed: again without it")
 
-// send decides reqs, in order, in one write transaction, and commits. It
-// sets res[i] for an op that is not decided: its caller's context ended
-// first, or it failed on its own. It returns an error when nothing was
-// written: ctx ended (every caller of the batch has gone) before the
-// commit, or the transaction failed.
+// errNoWrite rolls back a transaction whose ops wrote nothing (every op
+// refused, a check, a settlement made before): its decisions read only
+// what was committed, and a commit would cost bbolt's two fsyncs for
+// nothing.
+var errNoWrite = errors.New("no op wrote")
+
+// send decides reqs, in order, in one write transaction, and commits it
+// if an op wrote (else rolls it back: see errNoWrite). It sets res[i] for
+// an op that is not decided: its caller's context ended first, or it
+// failed on its own. It returns an error when nothing was written: ctx
+// ended (every caller of the batch has gone) before the commit, or the
+// transaction failed.
 func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -145,7 +152,7 @@ func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 				if s.hooks.inWrite != nil {
 					s.hooks.inWrite(tx)
 				}
-				s.vals = s.vals[:0]
+				s.vals, s.wrote = s.vals[:0], false
 				for i, r := range reqs {
 					if res[i] != nil {
 						continue
@@ -162,9 +169,18 @@ func (s *Store) send(ctx context.Context, reqs []*request, res []error) error {
 						s.hooks.decided(r.ctx)
 					}
 				}
-				return ctx.Err()
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if !s.wrote {
+					return errNoWrite
+				}
+				return nil
 			})
 		})
+		if err == errNoWrite {
+			return nil
+		}
 		if err != errRetry {
 			return err
 		}
@@ -210,6 +226,7 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 	ratelimit.Evaluate(op, prev, r.out, next)
 	if mark != nil {
 		v := appendMark(make([]byte, 0, markSettlerLen), op.Settle, op.Now)
+		s.wrote = true
 		if err := b.Put(mark, v); err != nil {
 			return err
 		}
@@ -224,6 +241,7 @@ func (s *Store) decide(b *bolt.Bucket, r *request) error {
 				}
 				start := len(s.vals)
 				s.vals = appendValue(s.vals, u.State, ratelimit.FullAt(sh.Params, u.State))
+				s.wrote = true
 				if err := b.Put(r.keys[i], s.vals[start:len(s.vals):len(s.vals)]); err != nil {
 					return err
 				}

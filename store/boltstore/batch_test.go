@@ -45,11 +45,13 @@ func TestMaxBatchOption(t *testing.T) {
 	lim, err := ratelimit.New(s, ratelimit.Limits{"l": {Kind: ratelimit.FixedWindow, Rate: 500, Period: time.Hour, Start: time.UnixMilli(0)}},
 		ratelimit.WithClock(newMock(t0)))
 	require.NoError(t, err)
-	before := lastTx(t, s.DB())
+	// Counted as they begin: those of refused calls alone commit nothing.
+	var txs atomic.Int64
+	boltstore.SetHooks(s, boltstore.Hooks{InWrite: func(*bolt.Tx) { txs.Add(1) }})
 	granted, err := storetest.Hammer(ctx, lim, "l", "hot", 64, 10)
 	require.NoError(t, err)
 	require.Equal(t, 500, granted)
-	require.GreaterOrEqual(t, lastTx(t, s.DB())-before, 640/4, "a transaction decides at most 4 calls")
+	require.GreaterOrEqual(t, txs.Load(), int64(640/4), "a transaction decides at most 4 calls")
 }
 
 // tb is a token bucket of 10 tokens refilled over a minute.
@@ -331,4 +333,47 @@ func TestCoalescedDifferential(t *testing.T) {
 	}, 3)
 	t.Logf("%d ops in %d transactions", ops.Load(), txs.Load())
 	require.Less(t, txs.Load(), ops.Load()/2, "transactions shared by several calls")
+}
+
+// A transaction in which no op writes (every op refused, a check, a
+// settlement made before) is rolled back rather than committed: it
+// committed, and paid bbolt's two fsyncs, for a call that changed
+// nothing, so that refused calls, the many of a key under attack, cost
+// what grants do. Their answers are those of the committed records.
+func TestWritelessTransactionsDoNotCommit(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "limits.db"))
+	now := t0.UnixMilli()
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make([]driver.Decision, 1)
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "k", 10, now), out))
+	require.True(t, out[0].OK)
+	settle := &driver.Op{Mode: driver.ModeRefund, Now: now, Items: []driver.Item{{Name: "l", Key: "k", Count: 1, At: now, Shards: []driver.Shard{{Params: tb}}}},
+		Settle: &driver.Settlement{ID: [16]byte{1}, Kind: driver.SettleCancel, Until: now + 60_000}}
+	require.NoError(t, s.Apply(context.Background(), settle, out))
+	require.True(t, out[0].OK)
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "k", 1, now), out)) // the token handed back
+	require.True(t, out[0].OK)
+
+	before := lastTx(t, s.DB())
+	for _, ctx := range []context.Context{context.Background(), cctx} {
+		require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, now), out))
+		require.False(t, out[0].OK, "the bucket is empty")
+		require.NoError(t, s.Apply(ctx, settle, out))
+		require.Equal(t, driver.SettleCancel, out[0].Settled, "settled before")
+		check := takeOp("l", "k", 1, now)
+		check.Mode = driver.ModeCheck
+		outs := [][]driver.Decision{make([]driver.Decision, 1), make([]driver.Decision, 1), make([]driver.Decision, 1)}
+		require.NoError(t, s.ApplyBatch(ctx, []*driver.Op{takeOp("l", "k", 1, now), check, settle}, outs))
+		require.False(t, outs[0][0].OK)
+		require.False(t, outs[1][0].OK)
+		require.Equal(t, driver.SettleCancel, outs[2][0].Settled)
+	}
+	require.Equal(t, before, lastTx(t, s.DB()), "a transaction that wrote nothing committed")
+	require.Zero(t, stored(t, s, "l", "k").State.Remaining)
+
+	// A write commits as before.
+	require.NoError(t, s.Apply(context.Background(), takeOp("l", "k", 1, now+6_000), out))
+	require.True(t, out[0].OK)
+	require.Equal(t, before+1, lastTx(t, s.DB()))
 }

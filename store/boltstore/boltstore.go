@@ -28,7 +28,9 @@
 // under way wait for it, then go together in the next one (at most
 // WithMaxBatch of them), decided one after another in their order of
 // arrival: many callers share one transaction and one commit, with no
-// timer. The store also implements driver.BatchApplier.
+// timer. A transaction in which no op writes (each refused, say) is
+// rolled back rather than committed, and pays no fsync. The store also
+// implements driver.BatchApplier.
 //
 // A panic in a transaction rolls it back and leaves the store usable: a
 // lone caller's, run on its goroutine (its context cannot end), goes on
@@ -153,9 +155,10 @@ type Store struct {
 	// when its context ends.
 	writer chan struct{}
 	// Scratch of the write transaction under way, guarded by writer.
-	prev []driver.Record
-	next []driver.Update
-	vals []byte
+	prev  []driver.Record
+	next  []driver.Update
+	vals  []byte
+	wrote bool // an op of the transaction wrote: it commits
 
 	sweepBatch int // the most keys one transaction of DeleteExpired visits
 	hooks      hooks
