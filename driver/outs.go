@@ -25,7 +25,7 @@ var ErrInvalidOp = errors.New("invalid op")
 // valid (CheckOp), and otherwise an error matching ErrOutLength or
 // ErrInvalidOp: what Apply returns, wrapped, before anything else.
 func CheckOut(op *Op, out []Decision) error {
-	if len(out) < len(op.Items) {
+	if op != nil && len(out) < len(op.Items) {
 		return outError("an op of %d items and an out of %d decisions: pass one per item", len(op.Items), len(out))
 	}
 	return CheckOp(op)
@@ -40,7 +40,7 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 		return outError("%d ops and %d outs: pass one out per op", len(ops), len(outs))
 	}
 	for i, op := range ops {
-		if len(outs[i]) < len(op.Items) {
+		if op != nil && len(outs[i]) < len(op.Items) {
 			return outError("op %d of %d items and an out of %d decisions: pass one per item", i, len(op.Items), len(outs[i]))
 		}
 	}
@@ -55,6 +55,7 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 // CheckOp returns nil if op keeps the rules of its fields, and otherwise an
 // error matching ErrInvalidOp that says which it breaks:
 //
+//   - op is not nil;
 //   - Mode is ModeLimit, ModeCheck or ModeRefund;
 //   - Now is within ±MaxTime, and so are every item's At and Run in
 //     ModeRefund (they are unused, and unchecked, in the other modes);
@@ -84,6 +85,9 @@ func CheckOuts(ops []*Op, outs [][]Decision) error {
 // and the Limiter sends nothing outside them. CheckOut and CheckOuts call
 // it: a store that calls those need not call it again.
 func CheckOp(op *Op) error {
+	if op == nil {
+		return opError("a nil op: give an op (its Mode, Now and Items), or make no call")
+	}
 	if op.Mode > ModeRefund {
 		return opError("mode %d: use ModeLimit, ModeCheck or ModeRefund", op.Mode)
 	}

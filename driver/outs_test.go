@@ -201,3 +201,43 @@ func TestCheckErrorsWriteNumbersAsAUserDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRefusesANilOp: a nil op, given to Apply or within a batch, is
+// an invalid op (ErrInvalidOp, wrapped, naming its place in a batch), not
+// a panic: every store calls CheckOut or CheckOuts before it looks at the
+// op, and the checks read op.Items, which panicked on a nil op.
+func TestCheckRefusesANilOp(t *testing.T) {
+	valid := &driver.Op{Now: 1_700_000_000_000}
+	for _, c := range []struct {
+		name  string
+		check func() error
+		want  string
+	}{
+		{"CheckOp", func() error { return driver.CheckOp(nil) }, "nil op"},
+		{"CheckOut", func() error { return driver.CheckOut(nil, nil) }, "nil op"},
+		{"CheckOut with an out", func() error { return driver.CheckOut(nil, make([]driver.Decision, 1)) }, "nil op"},
+		{"CheckOuts", func() error { return driver.CheckOuts([]*driver.Op{nil}, [][]driver.Decision{nil}) }, "op 0 of the batch"},
+		{"CheckOuts after a valid op", func() error {
+			return driver.CheckOuts([]*driver.Op{valid, nil}, [][]driver.Decision{nil, nil})
+		}, "op 1 of the batch"},
+	} {
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s of a nil op panicked: %v", c.name, r)
+				}
+			}()
+			err = c.check()
+		}()
+		if !errors.Is(err, driver.ErrInvalidOp) {
+			t.Errorf("%s of a nil op: got %v, want ErrInvalidOp", c.name, err)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s of a nil op: got %q, want it to say %q", c.name, err, c.want)
+		}
+	}
+	// A batch whose outs are of the wrong length is refused so first.
+	if err := driver.CheckOuts([]*driver.Op{nil}, nil); !errors.Is(err, driver.ErrOutLength) {
+		t.Errorf("CheckOuts of a nil op and no outs: got %v, want ErrOutLength", err)
+	}
+}

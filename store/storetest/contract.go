@@ -14,7 +14,8 @@ import (
 
 // testContract checks the promises of package driver at their edges, one
 // subtest each: what Load, Delete, Apply and ApplyBatch do with missing
-// records, empty ops, outs of the wrong length and invalid ops.
+// records, empty ops, outs of the wrong length and invalid ops (a nil op
+// among them).
 func testContract(t *testing.T, newStore NewStore) {
 	now := epoch.UnixMilli()
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 60_000, Capacity: 10}
@@ -103,6 +104,14 @@ func testContract(t *testing.T, newStore NewStore) {
 			requireUnsettled(t, s, now, p, invalidID(i), c.name)
 		}
 	})
+	t.Run("ApplyNilOp", func(t *testing.T) {
+		s := newStore(t)
+		for _, out := range [][]driver.Decision{nil, make([]driver.Decision, 1)} {
+			var err error
+			noPanic(t, func() { err = s.Apply(context.Background(), nil, out) })
+			require.ErrorIs(t, err, driver.ErrInvalidOp, "a nil op is refused, with an out of %d", len(out))
+		}
+	})
 	t.Run("LimiterOpsAtTheBounds", func(t *testing.T) {
 		// The ops a Limiter sends for limits at the bounds of what New
 		// accepts are valid (driver.CheckOp): the store decides them.
@@ -164,6 +173,23 @@ func testContract(t *testing.T, newStore NewStore) {
 			recs := make([]driver.Record, 3)
 			require.NoError(t, s.Load(context.Background(), []driver.RecordID{id("a"), id("b"), id("c")}, recs))
 			require.Equal(t, make([]driver.Record, 3), recs, "a refused batch writes nothing")
+		}
+	})
+	t.Run("ApplyBatchNilOp", func(t *testing.T) {
+		s := newStore(t)
+		b := s.(driver.BatchApplier)
+		valid := &driver.Op{Now: now, Items: []driver.Item{itemOf("v", "k", 1, p)}}
+		for _, ops := range [][]*driver.Op{{nil}, {valid, nil}, {nil, valid}} {
+			outs := make([][]driver.Decision, len(ops))
+			for i := range outs {
+				outs[i] = make([]driver.Decision, 1)
+			}
+			var err error
+			noPanic(t, func() { err = b.ApplyBatch(context.Background(), ops, outs) })
+			require.ErrorIs(t, err, driver.ErrInvalidOp, "a batch holding a nil op is refused")
+			recs := make([]driver.Record, 1)
+			require.NoError(t, s.Load(context.Background(), []driver.RecordID{id("v")}, recs))
+			require.Equal(t, driver.Record{}, recs[0], "a refused batch writes nothing, not even its valid op")
 		}
 	})
 	t.Run("ApplyBatchInvalidOp", func(t *testing.T) {
