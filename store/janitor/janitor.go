@@ -186,6 +186,12 @@ func (j *Janitor) loop() {
 			return
 		case <-j.timer.C:
 		}
+		if j.ctx.Err() != nil {
+			// Close began while the tick was due (select chooses at
+			// random among the ready cases): it waits only for the sweep
+			// under way, and none is to start.
+			return
+		}
 		select {
 		case j.sem <- struct{}{}:
 			if wait := j.lastEnd.Add(j.every).Sub(j.clock.Now()); wait > 0 {

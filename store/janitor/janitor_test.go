@@ -489,3 +489,44 @@ func TestJanitorIgnoresAStepForward(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []time.Time{janitorT0.Add(time.Minute), janitorT0.Add(time.Minute - time.Hour)}, store.calls())
 }
+
+// TestJanitorStartsNoSweepOnceClosing: a tick due while the janitor is
+// busy (here, its observer of the last sweep), found together with Close
+// by the timer's loop, starts no sweep: Close only waits for the sweep
+// under way. Before, the loop chose between the two at random and, half
+// the time, swept once more with the context Close had canceled, calling
+// the store and handing the observer a sweep that never ran.
+func TestJanitorStartsNoSweepOnceClosing(t *testing.T) {
+	for i := range 20 {
+		store := &expirer{}
+		inObserver, release := make(chan struct{}, 1), make(chan struct{})
+		var reports atomic.Int32
+		j, mock, _ := newJanitor(t, store, time.Minute, janitor.WithObserver(func(janitor.Result) {
+			if reports.Add(1) == 1 {
+				inObserver <- struct{}{}
+				<-release
+			}
+		}))
+		mock.Add(time.Minute)
+		<-inObserver
+		mock.Add(time.Minute) // the next tick, due while the loop is in the observer
+
+		// A Sweep call waiting for the sweep under way returns once Close
+		// has begun.
+		swept := make(chan error, 1)
+		go func() {
+			_, err := j.Sweep(context.Background())
+			swept <- err
+		}()
+		closed := make(chan struct{})
+		go func() {
+			j.Close()
+			close(closed)
+		}()
+		require.ErrorIs(t, <-swept, janitor.ErrClosed)
+		close(release)
+		<-closed
+		require.Len(t, store.calls(), 1, "round %d: the store was swept again once Close had begun", i)
+		require.Equal(t, int32(1), reports.Load(), "round %d: the observer heard of a sweep begun after Close", i)
+	}
+}
