@@ -85,7 +85,10 @@ type Result struct {
 	// Duration is how long the sweep took, on the janitor's clock.
 	Duration time.Duration
 	// Err is the store's error, nil on success. A sweep that Close
-	// interrupted ends with an error matching context.Canceled.
+	// interrupted ends with an error matching context.Canceled. A timer's
+	// sweep whose store panicked ends with an error that says so, and
+	// wraps the panic's value when it is an error (a Sweep call's panic
+	// goes on to its caller instead).
 	Err error
 	// Manual is true for a sweep of Janitor.Sweep, false for one of the
 	// timer.
@@ -112,8 +115,9 @@ func WithClock(c clock.Clock) Option {
 	}
 }
 
-// WithLogger sets the logger for failed sweeps (at level Warn) and
-// for the count of each sweep (Debug). A sweep that Close interrupts is
+// WithLogger sets the logger for failed sweeps (at level Warn), for a
+// panic of the store in a timer's sweep (Error), and for the count of
+// each sweep (Debug). A sweep that Close interrupts is
 // not logged, and one of Sweep that its caller's context stops is logged
 // at Debug: neither is a failure of the store. By default the janitor logs to
 // slog.Default(); to silence it, pass slog.New(slog.DiscardHandler).
@@ -220,7 +224,9 @@ func (j *Janitor) loop() {
 // ErrClosed after Close, and ctx's error if ctx ends while it
 // waits; Close interrupts the sweep (the store stops at its next step
 // with what it removed so far and an error matching context.Canceled).
-// The observer of WithObserver hears of it as of the timer's.
+// The observer of WithObserver hears of it as of the timer's. A panic of
+// the store goes on to Sweep's caller, who may recover it; the janitor
+// stays usable.
 func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("janitor: sweep: %w", err)
@@ -249,9 +255,22 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 }
 
 // sweep calls DeleteExpired once; the caller holds sem.
-func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
+func (j *Janitor) sweep(ctx context.Context, manual bool) (res Result) {
 	start := j.clock.Now()
-	res := Result{Now: j.now(start), Manual: manual}
+	res = Result{Now: j.now(start), Manual: manual}
+	if !manual {
+		// A panic of the store on the janitor's goroutine would end the
+		// process, with no caller to recover it: it is the sweep's error
+		// instead, and the next sweep is due as after any other. A Sweep
+		// call's goes on to its caller.
+		defer func() {
+			if v := recover(); v != nil {
+				res.Deleted, res.Err = 0, &panicError{value: v}
+				res.Duration = j.clock.Since(start)
+				j.lastEnd = start.Add(res.Duration)
+			}
+		}()
+	}
 	if j.own != nil {
 		ms, err := j.own.Now(ctx)
 		if err != nil {
@@ -266,6 +285,19 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) Result {
 	res.Duration = j.clock.Since(start)
 	j.lastEnd = start.Add(res.Duration)
 	return res
+}
+
+// panicError is the Err of a timer's sweep whose store panicked.
+type panicError struct{ value any }
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("janitor: sweep: the store panicked: %v; it has a bug: report it to its authors", e.value)
+}
+
+// Unwrap returns the value of the panic when it is an error.
+func (e *panicError) Unwrap() error {
+	err, _ := e.value.(error)
+	return err
 }
 
 // now returns the time of a sweep that starts at wall, the janitor's clock:
@@ -289,6 +321,9 @@ func (j *Janitor) report(ctx context.Context, res Result) {
 	case res.Err == nil:
 		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: swept the store",
 			slog.Int("deleted", res.Deleted), slog.Duration("took", res.Duration))
+	case errors.As(res.Err, new(*panicError)):
+		logger.LogAttrs(ctx, slog.LevelError, "janitor: the store panicked in a sweep; the next sweep tries again",
+			slog.Any("err", res.Err))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
 	case res.Manual && ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):

@@ -530,3 +530,41 @@ func TestJanitorStartsNoSweepOnceClosing(t *testing.T) {
 		require.Equal(t, int32(1), reports.Load(), "round %d: the observer heard of a sweep begun after Close", i)
 	}
 }
+
+// TestJanitorSurvivesAStorePanic: a store that panics in the timer's
+// sweep, on the janitor's own goroutine where no caller could recover it,
+// fails that sweep (logged at Error, an Err that says so and wraps the
+// panic's error) and the next sweep runs an interval later. Before, the
+// panic ended the process. A panic in a Sweep call goes on to its caller,
+// and the janitor stays usable.
+func TestJanitorSurvivesAStorePanic(t *testing.T) {
+	boom := errors.New("index out of range in the store")
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 4)}
+	store.answers <- func(context.Context) (int, error) { panic(boom) }
+	store.answers <- func(context.Context) (int, error) { return 3, nil }
+	store.answers <- func(context.Context) (int, error) { panic("a bare value") }
+	store.answers <- func(context.Context) (int, error) { return 4, nil }
+	var logs bytes.Buffer // written before the observer hears, read after
+	j, mock, results := newJanitor(t, store, time.Minute,
+		janitor.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+
+	mock.Add(time.Minute)
+	r := next(t, results)
+	require.ErrorIs(t, r.Err, boom)
+	assert.ErrorContains(t, r.Err, "the store panicked")
+	assert.False(t, r.Manual)
+	assert.Contains(t, logs.String(), "level=ERROR")
+	assert.Contains(t, logs.String(), "index out of range in the store")
+
+	mock.Add(time.Minute)
+	r = next(t, results)
+	require.NoError(t, r.Err)
+	assert.Equal(t, 3, r.Deleted)
+	assert.Equal(t, janitorT0.Add(2*time.Minute), r.Now, "the next sweep an interval after the one that panicked")
+
+	assert.PanicsWithValue(t, "a bare value", func() { _, _ = j.Sweep(context.Background()) })
+	n, err := j.Sweep(context.Background())
+	require.NoError(t, err, "a Sweep after one that panicked")
+	assert.Equal(t, 4, n)
+	assert.True(t, next(t, results).Manual)
+}
