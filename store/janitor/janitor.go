@@ -146,8 +146,8 @@ func WithObserver(f func(Result)) Option {
 // to a few minutes suits every store of this module: a record is removed
 // only once its bucket has been full again for driver.ExpiryGrace, so
 // sweeping more often than that buys little. An interval that is not
-// positive, or no store (nil, or a nil pointer of a store's type), is an
-// error matching ErrInvalid.
+// positive, no store (nil, or a nil pointer of a store's type), or a nil
+// Option, is an error matching ErrInvalid.
 func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, error) {
 	if store == nil {
 		return nil, fmt.Errorf("janitor: New needs a store that implements driver.Expirer: %w", ErrInvalid)
@@ -160,7 +160,10 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 	}
 	j := &Janitor{store: store, every: every, clock: clock.New(),
 		sem: make(chan struct{}, 1), exited: make(chan struct{})}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("janitor: New was given a nil Option (option %d): leave it out, or pass the option it was meant to be: %w", i+1, ErrInvalid)
+		}
 		if err := o(j); err != nil {
 			return nil, err
 		}

@@ -116,9 +116,15 @@ func TestNewRejectsBadArguments(t *testing.T) {
 		{"negative interval", &expirer{}, -time.Second, nil, "interval -1s is not positive"},
 		{"nil clock", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock(nil)}, "WithClock(nil)"},
 		{"nil mock clock", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock((*clock.Mock)(nil))}, "WithClock(*clock.Mock(nil))"},
+		// An option variable never set, or a hole in a slice of options,
+		// made New panic with a nil dereference that named nothing.
+		{"nil option", &expirer{}, time.Minute, []janitor.Option{nil}, "nil Option (option 1)"},
+		{"nil option after another", &expirer{}, time.Minute, []janitor.Option{janitor.WithClock(clock.NewMock()), nil}, "nil Option (option 2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j, err := janitor.New(tc.store, tc.every, tc.opts...)
+			var j *janitor.Janitor
+			var err error
+			require.NotPanics(t, func() { j, err = janitor.New(tc.store, tc.every, tc.opts...) })
 			require.ErrorIs(t, err, janitor.ErrInvalid)
 			assert.ErrorContains(t, err, tc.want)
 			assert.Nil(t, j)
