@@ -35,14 +35,17 @@ func (c *endingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// SetDeadline sets the deadline, then lets a write waiting for it go on:
+// signaled before, the write could go out ahead of the deadline.
 func (c *endingConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
 	if !t.IsZero() {
 		select {
 		case c.deadline <- struct{}{}:
 		default:
 		}
 	}
-	return c.Conn.SetDeadline(t)
+	return err
 }
 
 // A call whose context ends while its statement is written fails with an
