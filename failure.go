@@ -37,7 +37,8 @@ const noAnswer = math.MinInt64
 
 // breakerSlowCall is how long a call cut short by its caller's deadline
 // must have waited for the store, with no other call answered meanwhile,
-// to count as a store failure.
+// to count as a store failure; and how long a canceled call must have
+// waited so to send the Limiter's own check of the store (gaveUp).
 const breakerSlowCall = 250 * time.Millisecond
 
 type breaker struct {
@@ -231,7 +232,8 @@ func policyWait(d time.Duration) time.Duration {
 
 // callerGaveUp reports whether a call that failed at now, having started
 // at start, failed because its caller's context ended rather than because
-// of the store. A canceled caller says nothing of the store. A caller
+// of the store. A canceled caller says nothing of the store by itself
+// (though a long wait sends a check, gaveUp). A caller
 // whose deadline passed says the store is slow only if it gave the store
 // breakerSlowCall at least and the store answered no other call
 // meanwhile: otherwise the caller's own deadline was too short, and the
@@ -259,9 +261,10 @@ func (b *breaker) answeredSince(start, now time.Time) bool {
 		// back since (a step of NTP, or a clock given to WithClock set
 		// back). Its time says nothing of this call's wait, and since
 		// answered only moves lastAnswer forward, it would take every
-		// deadline for the caller's own, and send no check (gaveUp),
-		// until the clock caught up, a stalled store never opening the
-		// breaker. Forget it: the next answer is recorded again.
+		// deadline (and long wait canceled) for the caller's own, and
+		// send no check (gaveUp), until the clock caught up, a stalled
+		// store never opening the breaker. Forget it: the next answer is
+		// recorded again.
 		b.lastAnswer.CompareAndSwap(last, noAnswer)
 		return false
 	}
@@ -271,34 +274,48 @@ func (b *breaker) answeredSince(start, now time.Time) bool {
 // gaveUp reports whether a call of limit name for key (the store's),
 // asked at start with the probe's number probe (0 for another call),
 // whose store call failed, failed because its caller's context ended
-// (callerGaveUp). If so, the call leaves the probe's place, and a
-// deadline that passed before the store answered anyone since start
-// sends the Limiter's own check to the store (checkStore): callers whose
-// deadlines are all shorter than breakerSlowCall would otherwise never
-// open the breaker on a stalled store, each paying its deadline.
+// (callerGaveUp). If so, the call leaves the probe's place, and, when
+// the store may be stalled (unanswered), sends the Limiter's own check
+// to the store (checkStore): callers whose deadlines are all shorter than
+// breakerSlowCall, or who set none and are only canceled (an HTTP
+// handler's client gone), would otherwise never open the breaker on a
+// stalled store, each waiting until its context ended.
 func (l *Limiter) gaveUp(ctx context.Context, start time.Time, name, key string, probe uint64) bool {
 	now := l.now()
 	if !l.breaker.callerGaveUp(ctx, start, now) {
 		return false
 	}
 	l.breaker.abandon(probe)
-	if l.breaker.threshold > 0 && ctx.Err() == context.DeadlineExceeded && !l.breaker.answeredSince(start, now) {
+	if l.breaker.threshold > 0 && l.breaker.unanswered(ctx, start, now) {
 		l.checkStore(ctx, driver.RecordID{Name: name, Key: key})
 	}
 	return true
 }
 
+// unanswered reports whether a call asked at start, whose caller gave up
+// at now (callerGaveUp), leaves the store's health in doubt: the store
+// answered no call since start, and the caller's deadline passed, or its
+// cancel came breakerSlowCall or more after start. A cancel sooner says
+// nothing of the store (a client that leaves at once), and sends no check.
+func (b *breaker) unanswered(ctx context.Context, start, now time.Time) bool {
+	if ctx.Err() != context.DeadlineExceeded && now.Sub(start) < breakerSlowCall {
+		return false
+	}
+	return !b.answeredSince(start, now)
+}
+
 // checkStore reads the record id from the store, unless a check is under
 // way already, giving the store breakerSlowCall on the Limiter's clock, in
 // a goroutine of its own that ends with the read: the caller whose
-// deadline passed has gone. The read carries the values of that caller's
-// context ctx, not its end (as AfterFunc's use does), so that a store's
-// tracing sees it as part of the request that caused it. An answer says
-// that the deadline was the caller's, and counts nothing; it is not
-// recorded as an answer of the store (breaker.answered) either: a read
-// proves little of the calls' path (a store whose writes stall may read at
-// once), and recorded, it would excuse every call that the store kept
-// waiting meanwhile (callerGaveUp) and clear the failures counted. A
+// deadline passed, or who canceled, has gone. The read carries the values
+// of that caller's context ctx, not its end (as AfterFunc's use does), so
+// that a store's tracing sees it as part of the request that caused it. An
+// answer says that the deadline, or the cancel, was the caller's, and
+// counts nothing; it is not recorded as an answer of the store
+// (breaker.answered) either: a read proves little of the calls' path (a
+// store whose writes stall may read at once), and recorded, it would
+// excuse every call that the store kept waiting meanwhile (callerGaveUp)
+// and clear the failures counted. A
 // failure counts as a call's would: an error of the store, or no answer
 // within breakerSlowCall while the store answered nobody else
 // (callerGaveUp). One check at a time, each one read of one record,
