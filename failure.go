@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,9 +375,15 @@ func storeError(method string, err error) error {
 	return readStoreError(method, err)
 }
 
-// readStoreError is storeError for an error that is not nil. It calls
-// Error, and every Unwrap, Is and As of the error's tree (errors.Is and
-// errors.As of a target nothing matches walk all of it), as a caller may.
+// readStoreError is storeError for an error that is not nil. A nil
+// pointer anywhere in the error's tree (returned, wrapped or joined) is
+// the store's bug whatever its methods do for the targets tried here: an
+// Is or As may read its fields for some targets only (the driver's
+// sentinels a store's error matches by a code, the caller's own). Then it
+// calls Error, and every Unwrap, Is and As of the error's tree with the
+// driver's sentinels and the context's errors, which the Limiter's
+// handling of a failure matches it with, and with a target nothing
+// matches (errors.Is and errors.As of such a target walk all of it).
 func readStoreError(method string, err error) (read error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -384,11 +391,51 @@ func readStoreError(method string, err error) (read error) {
 				"a nil pointer returned as an error? The store must return nil, or an error whose methods can be called", method, err, p)
 		}
 	}()
+	if n := nilNode(err); n != nil {
+		what := fmt.Sprintf("a nil %T", n)
+		if n != err {
+			what = fmt.Sprintf("an error of type %T that wraps a nil %T", err, n)
+		}
+		return fmt.Errorf("the store's %s returned %s: a nil pointer returned as an error, whose methods may panic; "+
+			"the store must return nil, or an error whose methods can be called", method, what)
+	}
 	_ = err.Error()
-	_ = errors.Is(err, errUnmatched)
+	for _, target := range readTargets {
+		_ = errors.Is(err, target)
+	}
 	var target *unmatchedError
 	_ = errors.As(err, &target)
 	return err
+}
+
+// readTargets are the targets of readStoreError's errors.Is: those the
+// Limiter's handling of a failure matches a store's error with (storeErr,
+// settleFailed, callerError), and one nothing matches.
+var readTargets = [...]error{errUnmatched, driver.ErrInvalidOp, driver.ErrBadRecord, context.Canceled, context.DeadlineExceeded}
+
+// nilNode returns the first error of err's tree, in the order errors.Is
+// walks it, that is a nil pointer, or nil if none is. It calls Unwrap on
+// the errors that are not.
+func nilNode(err error) error {
+	for err != nil {
+		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.IsNil() {
+			return err
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if n := nilNode(e); n != nil {
+					return n
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // errUnmatched is the target of readStoreError's errors.Is, which no
