@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,4 +138,60 @@ func TestStoreTypedNilErrorSomeTargets(t *testing.T) {
 	var ce *driverError
 	require.ErrorAs(t, err, &ce)
 	require.NotNil(t, ce)
+}
+
+// checkNilStore stalls the Apply it is told to stall until its caller's
+// context ends, saying so on applied, and returns a nil *nilPtrError from
+// every Load: the Limiter's own check of the store reads that.
+type checkNilStore struct {
+	*memstore.Store
+	stall   atomic.Bool
+	applied chan struct{}
+}
+
+func (s *checkNilStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
+	if s.stall.Load() {
+		s.applied <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Apply(ctx, op, out)
+}
+
+func (s *checkNilStore) Load(context.Context, []driver.RecordID, []driver.Record) error {
+	var err *nilPtrError
+	return err
+}
+
+// The Limiter's own check of the store, sent when a caller's deadline
+// passed, reads a nil pointer returned as an error as a failure, which
+// the breaker counts: it opens on it, as on any error of the check. The
+// breaker's classification panicked reading it, the check's goroutine
+// recovered and logged a panic of the store, and counted nothing.
+func TestBreakerCheckTypedNilError(t *testing.T) {
+	store := &checkNilStore{Store: must(memstore.New()), applied: make(chan struct{}, 1)}
+	store.stall.Store(true)
+	mock := newMock()
+	lim := must(ratelimit.New(store, ratelimit.Limits{
+		"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+	}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Minute)))
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := mock.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		_, err := lim.Limit(ctx, "l", "k")
+		done <- err
+	}()
+	awaitOrFail(t, store.applied, "the call in the store")
+	mock.Add(time.Millisecond)
+	require.ErrorIs(t, awaitOrFail(t, done, "the call in a hurry"), context.DeadlineExceeded)
+	for ratelimit.Checking(lim) { // the check's Load answers at once
+		runtime.Gosched()
+	}
+	store.stall.Store(false)
+	res, err := lim.Limit(context.Background(), "l", "k")
+	var serr *ratelimit.StoreError
+	require.ErrorAs(t, err, &serr, "the check failed: the breaker is open")
+	require.NoError(t, serr.Err, "the breaker is open: the store is not asked")
+	require.True(t, res.Degraded)
 }
