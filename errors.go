@@ -233,12 +233,14 @@ type CountError struct {
 	Problem string
 }
 
-// Error gives the count and what is wrong with it.
+// Error gives the count and what is wrong with it, and names the limit as
+// LimitError does (quoted, cut when longer than 256 bytes); Name keeps it
+// whole.
 func (e *CountError) Error() string {
 	if e.Name == "" {
 		return fmt.Sprintf("ratelimit: count %s %s", numtext.Format(e.Count), e.Problem)
 	}
-	return fmt.Sprintf("ratelimit: limit %q: count %s %s", e.Name, numtext.Format(e.Count), e.Problem)
+	return fmt.Sprintf("ratelimit: limit %s: count %s %s", written(e.Name), numtext.Format(e.Count), e.Problem)
 }
 
 // Is reports whether target is ErrInvalidCount.
@@ -279,17 +281,19 @@ type StoreError struct {
 	op string
 }
 
-// Error names the limit and the store's failure or, when the breaker was
-// open and the store not asked, until when the failure policy decides.
+// Error names the limit, as LimitError does (quoted, cut when longer than
+// 256 bytes; Name keeps it whole), and the store's failure or, when the
+// breaker was open and the store not asked, until when the failure policy
+// decides.
 func (e *StoreError) Error() string {
 	if e.op != "" {
-		return fmt.Sprintf("ratelimit: %s %q: store: %v", e.op, e.Name, e.Err)
+		return fmt.Sprintf("ratelimit: %s %s: store: %v", e.op, written(e.Name), e.Err)
 	}
 	if e.Err == nil {
-		return fmt.Sprintf("ratelimit: limit %q: store not asked: it failed repeatedly; the failure policy decides until %s",
-			e.Name, timeText(e.Until))
+		return fmt.Sprintf("ratelimit: limit %s: store not asked: it failed repeatedly; the failure policy decides until %s",
+			written(e.Name), timeText(e.Until))
 	}
-	return fmt.Sprintf("ratelimit: limit %q: store: %v", e.Name, e.Err)
+	return fmt.Sprintf("ratelimit: limit %s: store: %v", written(e.Name), e.Err)
 }
 
 // Unwrap returns the store's error.

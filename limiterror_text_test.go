@@ -1,11 +1,14 @@
 package ratelimit_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -69,4 +72,32 @@ func TestLimitErrorShowsTextAsConfigError(t *testing.T) {
 
 	name, _ := limitErrorTexts(t, strings.Repeat("n", 1000), "k")
 	require.Equal(t, `"`+strings.Repeat("n", 256)+`"… (1000 bytes)`, name)
+}
+
+// A CountError and a StoreError show the limit's name as a LimitError
+// and a ConfigError do, the latter through each of its messages (a call's,
+// one the breaker answered, a Reset's or Value's). They showed a long name
+// whole.
+func TestCountAndStoreErrorsShowTheNameAsConfigError(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"api", "\xff\x1b[2J", strings.Repeat("é", 200), strings.Repeat("n", 1000)} {
+		want := configErrorName(t, name)
+		texts := map[string]string{
+			"CountError":            (&ratelimit.CountError{Name: name, Count: -1, Problem: "is negative"}).Error(),
+			"StoreError":            (&ratelimit.StoreError{Name: name, Err: errors.New("down")}).Error(),
+			"StoreError, not asked": (&ratelimit.StoreError{Name: name, Until: t0}).Error(),
+		}
+		store := &typedNilStore{Store: must(memstore.New())}
+		store.fail.Store("Load")
+		lim := must(ratelimit.New(store, ratelimit.Limits{name: {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Minute}},
+			ratelimit.WithClock(newMock())))
+		_, err := lim.Value(ctx, name, "k")
+		require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable)
+		texts["StoreError of Value"] = err.Error()
+		for what, text := range texts {
+			_, after, ok := strings.Cut(text, "limit ")
+			require.True(t, ok, "%s: %s", what, text)
+			require.True(t, strings.HasPrefix(after, want+":"), "%s of %d bytes: got %.400s, want the name as %.400s", what, len(name), after, want)
+		}
+	}
 }
