@@ -369,6 +369,13 @@ func fieldNames() string {
 	return strings.Join(names, ", ")
 }
 
+// unknownFieldError is the error of the field key, which the file format
+// does not know, written at line.
+func unknownFieldError(key string, line int) error {
+	fix := fmt.Sprintf("%s: the fields are %s", didYouMean(key), fieldNames())
+	return newFieldError(key, "is an unknown field"+fix, fmt.Sprintf("line %d: unknown field %s%s", line, written(key), fix))
+}
+
 // UnmarshalYAML reads c from the configuration file format. It does not
 // validate: ParseLimits and New do.
 func (c *Config) UnmarshalYAML(n *yaml.Node) error {
@@ -385,9 +392,7 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 		key := resolve(f.key)
 		j := fieldIndex(key.Value)
 		if j < 0 {
-			fix := fmt.Sprintf("%s: the fields are %s", didYouMean(key.Value), fieldNames())
-			return newFieldError(key.Value, "is an unknown field"+fix,
-				fmt.Sprintf("line %d: unknown field %s%s", f.key.Line, written(key.Value), fix))
+			return unknownFieldError(key.Value, f.key.Line)
 		}
 		val := resolve(f.val)
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
@@ -526,7 +531,8 @@ type field struct{ key, val *yaml.Node }
 // mappings it merges ("<<: *defaults") that it does not give itself, as
 // yaml.Unmarshal reads a struct: a key of n wins over a merged one, and an
 // earlier merged mapping over a later one. A key n gives twice is an
-// error, naming it as a what ("field", "limit"). A mapping merged again
+// error, naming it as a what ("field", "limit"); a field the format does
+// not know given twice, that of an unknown field. A mapping merged again
 // (through another alias of its anchor) is read once: it can give nothing
 // new. A mapping merged into itself, through an alias within its own
 // anchor, is an error, as it is to yaml.Unmarshal. With most > 0, more
@@ -565,7 +571,7 @@ const maxMergeDepth = 10000
 const maxLimitKeys = 100
 
 func (w *fieldWalk) walk(n *yaml.Node) error {
-	own := make(map[string]bool, len(n.Content)/2)
+	own := make(map[string]int, len(n.Content)/2) // a key's first line
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
@@ -588,14 +594,19 @@ func (w *fieldWalk) walk(n *yaml.Node) error {
 			return fmt.Errorf("line %d: a %s name tagged !!binary: write text", key.Line, w.what)
 		}
 		name := k.Value
-		if own[name] {
+		if first, ok := own[name]; ok {
+			if w.what == "field" && fieldIndex(name) < 0 {
+				// Unknown, which giving it once would not mend: said as
+				// when it is given once.
+				return unknownFieldError(name, first)
+			}
 			msg := fmt.Sprintf("line %d: %s %s given twice", key.Line, w.what, written(name))
 			if w.what == "field" {
 				return newFieldError(name, "is given twice", msg)
 			}
 			return errors.New(msg)
 		}
-		own[name] = true
+		own[name] = key.Line
 		if !w.seen[name] {
 			w.seen[name] = true
 			w.fields = append(w.fields, field{key, val})

@@ -197,3 +197,33 @@ func TestParseLimitsUnknownFieldIsErrUnknownField(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	require.NotErrorIs(t, err, ratelimit.ErrUnknownField)
 }
+
+// An unknown field given twice is reported as unknown, as when given once,
+// at its first line, with the fields the format knows: its error matches
+// ErrUnknownField, and said only that it was given twice, so that the fix
+// it asked for (give it once) left the file refused for another reason.
+// A known field given twice is reported as given twice.
+func TestParseLimitsUnknownFieldGivenTwice(t *testing.T) {
+	once := "a:\n  kind: fixed window\n  rate: 1\n  period: 1h\n  capcity: 5\n"
+	_, want := ratelimit.ParseLimits([]byte(once))
+	require.ErrorIs(t, want, ratelimit.ErrUnknownField)
+	for _, in := range []string{
+		once + "  capcity: 5\n",
+		once + "  capacity: 5\n  capcity: 6\n",
+	} {
+		_, err := ratelimit.ParseLimits([]byte(in))
+		require.ErrorIs(t, err, ratelimit.ErrUnknownField, in)
+		assert.Equal(t, want.Error(), err.Error(), in)
+		var ce, wantCE *ratelimit.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.ErrorAs(t, want, &wantCE)
+		assert.Equal(t, wantCE.Error(), ce.Error(), in)
+	}
+	_, err := ratelimit.ParseLimitsJSON([]byte(`{"a": {"kind": "fixed window", "rate": 1, "period": "1h", "Rate": 5, "Rate": 6}}`))
+	require.ErrorIs(t, err, ratelimit.ErrUnknownField)
+	assert.Contains(t, err.Error(), `unknown field "Rate" (did you mean "rate"?)`)
+
+	_, err = ratelimit.ParseLimits([]byte("a:\n  kind: fixed window\n  rate: 1\n  rate: 1\n  period: 1h\n"))
+	require.NotErrorIs(t, err, ratelimit.ErrUnknownField)
+	assert.Contains(t, err.Error(), `line 4: field "rate" given twice`)
+}
