@@ -290,6 +290,25 @@ search:
 	// ratelimit: limits file: limit "signup": line 5: unknown field "capacty" (did you mean "capacity"?): the fields are kind, rate, period, capacity, maxReserved, shards, start, failOpen
 }
 
+// A program reloading its limits tells a field the file format does not
+// know (a typo, or Rate for rate) from a value refused, whose ConfigError
+// names the same Field.
+func ExampleParseLimits_unknownField() {
+	for _, file := range []string{
+		"signup:\n  kind: fixed window\n  rate: 100\n  period: 1h\n  Rate: 150\n",
+		"signup:\n  kind: fixed window\n  rate: 0\n  period: 1h\n",
+	} {
+		_, err := ratelimit.ParseLimits([]byte(file))
+		var ce *ratelimit.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Printf("limit %s, field %s, unknown: %v\n", ce.Name, ce.Field, errors.Is(err, ratelimit.ErrUnknownField))
+		}
+	}
+	// Output:
+	// limit signup, field Rate, unknown: true
+	// limit signup, field Rate, unknown: false
+}
+
 // A call spends Count tokens (1 by default) when they are there, and is
 // refused, spending nothing, when they are not: RetryAfter says when the
 // same call would succeed. Here an export costs one token per thousand
