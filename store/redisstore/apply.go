@@ -611,10 +611,14 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			case !c.scripted && isUnknownFCall(c.err):
 				// Also when another round trip in flight found out
 				// first: this one was sent before, as FCALL.
-				s.scripts.Store(true)
+				s.scriptsForGood()
 				c.scripted = true
 				again = append(again, c)
 				continue
+			case isScriptRefused(c.err) && s.leaveScripts():
+				// Sent by script for a load refused: the next call
+				// goes by the function again.
+				c.err = libraryUnloadable(c.err)
 			case c.tries < s.retries && (unsent(c.err) || s.shardLeft(c.err)):
 				pause = max(pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
 				c.tries++
@@ -820,7 +824,10 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		case err != nil && strings.Contains(err.Error(), "already exists"):
 			err = nil
 		case err != nil && redis.HasErrorPrefix(err, "NOPERM"):
-			// Not allowed to load functions: scripts may be.
+			// Not allowed to load functions: scripts may be. If
+			// not, the store goes back to the function
+			// (leaveScripts).
+			s.loadRefused.Store(true)
 			s.scripts.Store(true)
 			err = nil
 		}

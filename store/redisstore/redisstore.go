@@ -116,6 +116,10 @@ type Store struct {
 	ctxTimeout bool
 
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
+	// loadRefused: scripts is set because a load of the library was
+	// refused (NOPERM), not FCALL: the store goes back to the function
+	// when a script is refused too (leaveScripts).
+	loadRefused atomic.Bool
 	// routed is set once the Cluster client has told a key's master: it
 	// knows the slots from then on (see master).
 	routed atomic.Bool
@@ -393,6 +397,9 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 	for loaded := false; ; {
 		if s.scripts.Load() {
 			v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
+			if isScriptRefused(err) && s.leaveScripts() {
+				return nil, libraryUnloadable(err)
+			}
 			if isScriptRefused(err) {
 				err = fmt.Errorf("reading the time of a key's server, the store's user may call neither the library's function "+
 					"(FCALL %s) nor scripts (EVALSHA): allow it FCALL (ACL +fcall, and FUNCTION LOAD or a library loaded beforehand: see "+
@@ -416,11 +423,44 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 				"(FUNCTION FLUSH or DELETE), call again; otherwise a library of other code is loaded under its name: "+
 				"delete it (FUNCTION DELETE %s), and the store loads its own: %w", lib.timeFunc, lib.name, err)
 		case isUnknownFCall(err):
-			s.scripts.Store(true)
+			s.scriptsForGood()
 		default:
 			return v, timeRefused(err)
 		}
 	}
+}
+
+// scriptsForGood sends the store's calls by script from then on: FCALL
+// was refused as such (isUnknownFCall).
+func (s *Store) scriptsForGood() {
+	s.loadRefused.Store(false)
+	s.scripts.Store(true)
+}
+
+// leaveScripts sends the store's calls by the function again when they
+// went by script for a load of the library refused (loadRefused), and
+// reports whether they did: a script was refused too, so the user may
+// call the function alone, and its next call finds the library if it was
+// loaded meanwhile (by a user allowed FUNCTION LOAD). Otherwise a user
+// allowed FCALL but neither FUNCTION LOAD nor scripts, whose server lost
+// the library loaded beforehand (FUNCTION FLUSH, a restart without
+// persistence, a new Cluster node), had every call fail for scripts for
+// the store's life, though the library was loaded again.
+func (s *Store) leaveScripts() bool {
+	if !s.loadRefused.CompareAndSwap(true, false) {
+		return false
+	}
+	s.scripts.Store(false)
+	return true
+}
+
+// libraryUnloadable returns err, a script's refusal after a load of the
+// library was refused, with what to do.
+func libraryUnloadable(err error) error {
+	return fmt.Errorf("the server lacks the store's function library %s, which the store's user may neither load (FUNCTION LOAD) "+
+		"nor run as a script (EVALSHA): have it loaded by a user allowed FUNCTION LOAD (a store of that user loads it on its first "+
+		"call; the store's next call finds it), or allow this one FUNCTION LOAD (ACL +function|load) or EVALSHA and EVAL "+
+		"(+evalsha +eval): %w", lib.name, err)
 }
 
 // timeRefused returns err, a read of the time's, with what to do when it

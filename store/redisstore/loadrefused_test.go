@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLibraryLostForAUserWithoutLoadNorScripts: a user allowed FCALL and
+// TIME but neither FUNCTION LOAD nor scripts, on a server whose library
+// was loaded beforehand (by another user's store), fails its calls while
+// the server has lost the library (FUNCTION FLUSH, a restart without
+// persistence, a new Cluster node), with an error that says what to
+// load or allow, and is served again by the function once the library is
+// back. The store's refused load sent it to scripts for its life, which
+// the user may not call: every call failed with NOPERM for 'evalsha'
+// until the process restarted.
+func TestLibraryLostForAUserWithoutLoadNorScripts(t *testing.T) {
+	ctx := context.Background()
+	addr := ownServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { admin.Close() })
+	user := fmt.Sprintf("ratelimit-test-noload-%d", time.Now().UnixNano())
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all",
+		"-function|load", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-script").Err())
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 100}
+
+	// The library loaded beforehand, by a store of a user allowed it.
+	adminRing := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}})
+	t.Cleanup(func() { adminRing.Close() })
+	adminStore := newStore(adminRing, uniquePrefix(t, adminRing))
+	t.Cleanup(func() { adminStore.Close() })
+	load := func() {
+		t.Helper()
+		require.NoError(t, adminStore.Apply(ctx, oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p), make([]driver.Decision, 1)))
+	}
+	load()
+
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, Username: user, Password: "pw"})
+	t.Cleanup(func() { ring.Close() })
+	cnt := &counter{}
+	ring.AddHook(cnt)
+	s := newStore(ring, uniquePrefix(t, ring), redisstore.WithServerTime())
+	t.Cleanup(func() { s.Close() })
+	apply := func() error {
+		return s.Apply(ctx, oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p), make([]driver.Decision, 1))
+	}
+	recordNow := func() error {
+		_, err := s.RecordNow(ctx, driver.RecordID{Name: "l", Key: "k"})
+		return err
+	}
+	for name, call := range map[string]func() error{"Apply": apply, "RecordNow": recordNow} {
+		require.NoError(t, call(), "%s, the library loaded beforehand", name)
+		require.NoError(t, admin.FunctionFlush(ctx).Err())
+		err := call()
+		require.Error(t, err, "%s, the library lost", name)
+		require.ErrorContains(t, err, "NOPERM", "%s: Redis's answer", name)
+		require.ErrorContains(t, err, redisstore.FunctionLibrary(), "%s: names the library", name)
+		require.ErrorContains(t, err, "FUNCTION LOAD", "%s: says what to load or allow", name)
+		load()
+		for i := range 2 {
+			cnt.names = nil
+			require.NoError(t, call(), "%s %d, the library back", name, i)
+			require.Equal(t, []string{"fcall"}, cnt.names, "%s %d: by the function, in one round trip", name, i)
+		}
+	}
+}
