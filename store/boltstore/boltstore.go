@@ -82,8 +82,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,7 +281,7 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 				"a bbolt file serves one opener at a time (within this process, pass that *bbolt.DB to New, with WithBucket for a bucket of its own; "+
 				"for a fleet of processes, use redisstore or pgstore): %w", path, err)
 		}
-		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	s, err := newStore(db, o)
 	if err != nil {
@@ -290,6 +292,27 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 	s.owned, s.file = true, entry
 	return s, nil
 }
+
+// openError returns err, Open's refusal of the file at path, as
+// "boltstore: open path: why", saying the package and the path once:
+// ErrDamagedFile's errors name the package, and bbolt's of opening the
+// file (an *fs.PathError) the path. It wraps err as it is.
+func openError(path string, err error) error {
+	why := strings.TrimPrefix(err.Error(), "boltstore: ")
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path == path {
+		why = strings.TrimPrefix(why, pe.Op+" "+path+": ")
+	}
+	return &wordedError{text: "boltstore: open " + path + ": " + why, err: err}
+}
+
+// wordedError is err, said otherwise.
+type wordedError struct {
+	text string
+	err  error
+}
+
+func (e *wordedError) Error() string { return e.text }
+func (e *wordedError) Unwrap() error { return e.err }
 
 // lockRetry is how often openLocked tries the lock of a file another
 // opener holds: bbolt's own flockRetryTimeout.

@@ -120,6 +120,8 @@ func TestOpenRefusesDamagedFile(t *testing.T) {
 			require.Equal(t, before, bboltGoroutines(), "a goroutine of bbolt's is left behind")
 			require.Zero(t, mappings(t, path), "bbolt's memory map of the file is left behind")
 			require.ErrorContains(t, err, "restore it from a backup, or move it aside", "says what to do")
+			require.Equal(t, 1, strings.Count(err.Error(), "boltstore:"), "the package is named once: %v", err)
+			require.Equal(t, 1, strings.Count(err.Error(), path), "the path is named once: %v", err)
 			if name == "text" {
 				require.ErrorIs(t, err, berrors.ErrInvalid, "bbolt's own error is kept")
 				require.ErrorContains(t, err, "check the path", "a file of something else's may be named by mistake")
@@ -394,4 +396,22 @@ func TestNewOnDamagedDatabase(t *testing.T) {
 	require.NotPanics(t, func() { s, err = boltstore.New(db) })
 	require.ErrorIs(t, err, boltstore.ErrDamagedFile)
 	require.Nil(t, s)
+}
+
+// Open's refusal of a file bbolt cannot open names the path once: it read
+// "boltstore: open p: open p: permission denied", bbolt's error (an
+// *fs.PathError) behind Open's own words.
+func TestOpenErrorNamesPathOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	// Denied as a file of mode 0400 is to any user but root.
+	boltstore.SetOpenFile(func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrPermission}
+	})
+	defer boltstore.SetOpenFile(nil)
+	_, err := boltstore.Open(path, boltstore.WithTimeout(time.Second))
+	require.ErrorIs(t, err, os.ErrPermission)
+	var pe *os.PathError
+	require.ErrorAs(t, err, &pe, "bbolt's error is kept")
+	require.EqualError(t, err, "boltstore: open "+path+": permission denied")
 }

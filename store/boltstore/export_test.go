@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"os"
 
 	"github.com/ratelimit-go/ratelimit/driver"
 	bolt "go.etcd.io/bbolt"
@@ -42,3 +43,12 @@ func SetTreeRefused(f func()) { treeRefused = f }
 // SetLockWait sets a function that OpenContext calls each time it finds
 // the file held, before it waits to try again; nil unsets it.
 func SetLockWait(f func()) { lockWait = f }
+
+// SetOpenFile sets the function with which Open's bbolt opens the file,
+// in place of os.OpenFile; nil restores it.
+func SetOpenFile(f func(name string, flag int, perm os.FileMode) (*os.File, error)) {
+	if f == nil {
+		f = os.OpenFile
+	}
+	openFile = f
+}

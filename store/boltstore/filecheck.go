@@ -471,6 +471,9 @@ func damagePanic() bool {
 	}
 }
 
+// openFile opens the file for bbolt: os.OpenFile, but in tests.
+var openFile = os.OpenFile
+
 // openBolt opens the bbolt file at path after checkFile, and returns
 // bbolt's refusal of a file that is no bbolt database, and a panic or a
 // memory fault in bbolt's Open (a page damaged since checkFile read it),
@@ -487,7 +490,7 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	var file *os.File
 	o := *opts
 	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		f, err := os.OpenFile(name, flag, perm)
+		f, err := openFile(name, flag, perm)
 		file = f
 		return f, err
 	}
