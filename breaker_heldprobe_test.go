@@ -113,3 +113,74 @@ func heldProbe(t *testing.T, bound bool) (lim *ratelimit.Limiter, mock *clock.Mo
 	down.Store(false) // the store is back, but for the locked row
 	return lim, mock, probe, free
 }
+
+// A call sent before the breaker opened that fails while a probe is held
+// holds the next probe back a cool-down from its failure, as it does when
+// the probe is not held. When the held probe counted as failed after
+// that failure, the next probe was set a cool-down after that instead,
+// over the later time the failure had set, and went half a cool-down
+// after the failure here. On Apply's path and a BoundLimit's alike.
+func TestBreakerHeldProbeKeepsALateFailuresCooldown(t *testing.T) {
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprint("bound=", bound), func(t *testing.T) {
+			ctx := context.Background()
+			hook, store := hooked(bound)
+			var down atomic.Bool
+			down.Store(true)
+			entered := make(chan string)
+			hold := map[string]chan struct{}{"late": make(chan struct{}), "locked": make(chan struct{})}
+			hook.apply = func(_ context.Context, key string) error {
+				if h, ok := hold[key]; ok {
+					entered <- key
+					<-h
+					return errDown
+				}
+				if down.Load() {
+					return errDown
+				}
+				return nil
+			}
+			mock := newMock()
+			lim, err := ratelimit.New(store, ratelimit.Limits{
+				"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second},
+			}, ratelimit.WithClock(mock), ratelimit.WithBreaker(1, time.Second))
+			require.NoError(t, err)
+			call := func(key string) chan error {
+				done := make(chan error, 1)
+				go func() {
+					_, err := lim.Limit(ctx, "l", key) // no deadline
+					done <- err
+				}()
+				require.Equal(t, key, <-entered)
+				return done
+			}
+
+			late := call("late") // t0: in the store before the breaker opens
+			_, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, errDown, "t0: the failure that opens the breaker")
+			mock.Add(time.Second)
+			probe := call("locked") // t1: the probe, held
+			down.Store(false)
+
+			mock.Add(1500 * time.Millisecond) // t2.5: no call since the probe went
+			close(hold["late"])
+			require.ErrorIs(t, <-late, errDown, "t2.5: the late call fails")
+			res, err := lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "t2.5: the probe counts as failed")
+			assert.Equal(t, time.Second, res.RetryAfter, "t2.5: the next probe goes a cool-down after the late failure")
+
+			mock.Add(500 * time.Millisecond) // t3
+			res, err = lim.Limit(ctx, "l", "k")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "t3: half a cool-down after the late failure, no probe")
+			assert.Equal(t, 500*time.Millisecond, res.RetryAfter)
+
+			mock.Add(500 * time.Millisecond) // t3.5
+			res, err = lim.Limit(ctx, "l", "k")
+			require.NoError(t, err, "t3.5: a cool-down after the late failure, the next call probes")
+			assert.False(t, res.Degraded)
+
+			close(hold["locked"])
+			require.ErrorIs(t, <-probe, errDown, "the held probe's failure, a late call's")
+		})
+	}
+}

@@ -125,9 +125,13 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, until time.Time) 
 		// held without end (a caller without a deadline, on a key whose
 		// row a stuck transaction locks) would otherwise keep every call
 		// of every key to the failure policy while the store answers
-		// them. Its answer, when it comes, is a late call's.
+		// them. Its answer, when it comes, is a late call's. A late
+		// call's failure meanwhile may have set until later still: the
+		// next probe goes a cool-down after that failure then.
 		b.probing = false
-		b.until = b.probeAt.Add(b.cooldown).Add(b.cooldown)
+		if next := b.probeAt.Add(b.cooldown).Add(b.cooldown); next.After(b.until) {
+			b.until = next
+		}
 	}
 	switch {
 	case now.Before(b.until):
