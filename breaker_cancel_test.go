@@ -170,3 +170,40 @@ func TestCancelWhileTheStoreAnswersCountsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A probe whose caller cancels after a quarter of a second with no answer
+// of the store decides nothing: the cancel is no failure, the next call
+// probes at once, and its answer closes the breaker; the check the cancel
+// sent, whatever it finds, does not open it again alone.
+func TestCanceledProbeSendsACheckAndFreesItsPlace(t *testing.T) {
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprint("bound=", bound), func(t *testing.T) {
+			lim, mock, hook, cancel, entered, loads := cancelStalled(t, bound, 300*time.Millisecond, nil)
+			for range 3 { // open the breaker, as in TestCanceledCallersOpenTheBreakerOnAStalledStore
+				canceledCall(t, lim, cancel)
+				awaitOrFail(t, entered, "the Limiter's own check of the store")
+				mock.Add(250 * time.Millisecond)
+				awaitCheckDone(lim)
+			}
+			_, err := lim.Limit(context.Background(), "l", "other")
+			require.ErrorIs(t, err, ratelimit.ErrStoreUnavailable, "open")
+
+			mock.Add(time.Minute)
+			canceledCall(t, lim, cancel) // the probe, canceled
+			require.True(t, ratelimit.Checking(lim), "canceled after 300 ms with no answer: the Limiter checks the store")
+			awaitOrFail(t, entered, "the Limiter's own check of the store")
+			asked := hook.calls.Load()
+			res, err := lim.Limit(context.Background(), "l", "other")
+			require.NoError(t, err, "the canceled probe freed its place: this call probes")
+			require.False(t, res.Degraded)
+			require.Equal(t, asked+1, hook.calls.Load(), "the store is asked")
+
+			mock.Add(250 * time.Millisecond) // the check's quarter of a second, unanswered
+			awaitCheckDone(lim)
+			require.EqualValues(t, 4, loads.Load(), "one check a late cancel")
+			res, err = lim.Limit(context.Background(), "l", "other")
+			require.NoError(t, err, "the breaker stays closed")
+			require.False(t, res.Degraded)
+		})
+	}
+}
