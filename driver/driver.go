@@ -36,6 +36,10 @@
 //   - a store used after Close, or whose database, client or pool the
 //     caller closed: ErrClosed, wrapped, naming the store and saying what
 //     to do; Close again does nothing, and returns what the first did;
+//   - a store that its constructor did not make (the zero value of its
+//     type, &memstore.Store{}, or a nil pointer to it): ErrZeroStore,
+//     wrapped, naming the store and the constructor to call, from every
+//     method, Close included, rather than a panic;
 //   - what no release writes where a record or a settlement's mark
 //     belongs: ErrBadRecord, wrapped, naming what was met and what to do;
 //   - one op of a batch failing on its own (ErrBadRecord): ApplyBatch
@@ -73,6 +77,17 @@ import (
 // gets the context's error instead. Close is idempotent: again, it does
 // nothing, and returns what the first did.
 var ErrClosed = errors.New("ratelimit: store is closed")
+
+// ErrZeroStore is the error, wrapped, of a call of a store that its
+// constructor did not make: the zero value of its type (var s
+// memstore.Store, &boltstore.Store{}) or a nil pointer to it, which
+// holds none of what its New or Open sets up (a hash seed, a database, a
+// client, a pool). Every method fails with it, after a done context's
+// error (a Bind returns a BoundLimit whose Decide does), rather than
+// panic; the message names the constructor to call. No server is down:
+// build the store with its constructor, and use the store it returned
+// once it returned no error. Package storetest checks it (ZeroStore).
+var ErrZeroStore = errors.New("ratelimit: store not made by its constructor")
 
 // Expirer is implemented by a store that keeps records until told to drop
 // them (an in-memory map, a file, a table), rather than letting its medium

@@ -22,8 +22,26 @@ type call struct {
 // errCalls returns every method of s that takes a context: those of
 // Store, and those of the optional interfaces s implements, each on the
 // record (e, k) of params p at now, but Load and Delete of missing ones
-// and ApplyBatch of two ops.
+// and ApplyBatch of two ops; Now and RecordNow only when they answer.
 func errCalls(s ratelimit.Store, now int64, p driver.Params) []call {
+	calls := storeCalls(s, now, p)
+	id := driver.RecordID{Name: "e", Key: "k"}
+	if ts, ok := s.(driver.TimeSource); ok {
+		if _, err := ts.Now(context.Background()); err == nil {
+			calls = append(calls, nowCall)
+		}
+	}
+	if rc, ok := s.(driver.RecordClock); ok {
+		if _, err := rc.RecordNow(context.Background(), id); err == nil {
+			calls = append(calls, recordNowCall)
+		}
+	}
+	return calls
+}
+
+// storeCalls returns the calls of errCalls but Now and RecordNow, which
+// it makes none of.
+func storeCalls(s ratelimit.Store, now int64, p driver.Params) []call {
 	op := func() *driver.Op { return &driver.Op{Now: now, Items: []driver.Item{itemOf("e", "k", 1, p)}} }
 	id := driver.RecordID{Name: "e", Key: "k"}
 	calls := []call{
@@ -49,22 +67,6 @@ func errCalls(s ratelimit.Store, now int64, p driver.Params) []call {
 			return err
 		}})
 	}
-	if ts, ok := s.(driver.TimeSource); ok {
-		if _, err := ts.Now(context.Background()); err == nil {
-			calls = append(calls, call{"Now", func(ctx context.Context, s ratelimit.Store) error {
-				_, err := s.(driver.TimeSource).Now(ctx)
-				return err
-			}})
-		}
-	}
-	if rc, ok := s.(driver.RecordClock); ok {
-		if _, err := rc.RecordNow(context.Background(), id); err == nil {
-			calls = append(calls, call{"RecordNow", func(ctx context.Context, s ratelimit.Store) error {
-				_, err := s.(driver.RecordClock).RecordNow(ctx, id)
-				return err
-			}})
-		}
-	}
 	if _, ok := s.(driver.Binder); ok {
 		calls = append(calls, call{"Decide", func(ctx context.Context, s ratelimit.Store) error {
 			_, err := s.(driver.Binder).Bind("e", p, func(string) int64 { return 0 }).Decide(ctx, "k", driver.ModeLimit, now, 1, false)
@@ -73,6 +75,19 @@ func errCalls(s ratelimit.Store, now int64, p driver.Params) []call {
 	}
 	return calls
 }
+
+// nowCall and recordNowCall read the time of a driver.TimeSource and of
+// a driver.RecordClock, that of the record (e, k).
+var (
+	nowCall = call{"Now", func(ctx context.Context, s ratelimit.Store) error {
+		_, err := s.(driver.TimeSource).Now(ctx)
+		return err
+	}}
+	recordNowCall = call{"RecordNow", func(ctx context.Context, s ratelimit.Store) error {
+		_, err := s.(driver.RecordClock).RecordNow(ctx, driver.RecordID{Name: "e", Key: "k"})
+		return err
+	}}
+)
 
 // requireWrapped requires err to match target and to say more than
 // target alone: the store and the call it failed, wrapped around it.
