@@ -99,8 +99,9 @@ const (
 	tries = 3
 )
 
-// Store is an in-memory ratelimit.Store, safe for concurrent use. The zero
-// value is not usable: call New.
+// Store is an in-memory ratelimit.Store, safe for concurrent use. Build
+// it with New: every call of the zero value, or of a nil *Store, fails
+// with an error matching driver.ErrZeroStore (Len reports 0).
 type Store struct {
 	keySeed  uint64 // hashString's seed
 	nameSeed maphash.Seed
@@ -228,6 +229,17 @@ func New(opts ...Option) (*Store, error) {
 		s.stripes[i].sweepDue.init(0)
 	}
 	return s, nil
+}
+
+// unmade returns the error of call on s, nil or a Store that New did not
+// make (its clock is nil), which has none of what New sets up (the hash
+// seeds, the stripes' schedules) and would panic.
+func (s *Store) unmade(call string) error {
+	what := "the zero memstore.Store"
+	if s == nil {
+		what = "a nil *memstore.Store"
+	}
+	return fmt.Errorf("memstore: %s: the store is %s, which New did not make: build it with memstore.New, and use the store it returns: %w", call, what, driver.ErrZeroStore)
 }
 
 type limitKey struct {
@@ -803,8 +815,13 @@ func (s *Store) stepMarks(now int64) {
 
 // Bind implements driver.Binder. Params that no valid op carries
 // (driver.CheckParams) make a bound limit whose every Decide fails with an
-// error matching driver.ErrInvalidOp, as Apply refuses such an op.
+// error matching driver.ErrInvalidOp, as Apply refuses such an op; a store
+// that New did not make, one whose every Decide fails with an error
+// matching driver.ErrZeroStore.
 func (s *Store) Bind(name string, p driver.Params, phase func(key string) int64) driver.BoundLimit {
+	if s == nil || s.clock == nil {
+		return badBound{s: s, err: s.unmade(fmt.Sprintf("Decide of limit %q", name))}
+	}
 	p.Phase = 0
 	if err := driver.CheckParams(p); err != nil {
 		return badBound{s: s, err: fmt.Errorf("memstore: Decide of limit %q: %w", name, err)}
@@ -986,9 +1003,10 @@ func (s *Store) expiry(r *record) int64 {
 	return r.expires
 }
 
-// badBound is a limit bound with params that no valid op carries: it
-// decides nothing, so that the transition never runs on them (a fixed
-// window of period 0 would divide by zero holding the record's lock).
+// badBound is a limit bound with params that no valid op carries, or by
+// a store that New did not make: it decides nothing, so that the
+// transition never runs on them (a fixed window of period 0 would divide
+// by zero holding the record's lock).
 type badBound struct {
 	s   *Store
 	err error
@@ -997,7 +1015,8 @@ type badBound struct {
 // Store implements driver.BoundLimit.
 func (b badBound) Store() ratelimit.Store { return b.s }
 
-// Decide implements driver.BoundLimit: it returns the params' error.
+// Decide implements driver.BoundLimit: it returns the params' error, or
+// the store's.
 func (b badBound) Decide(ctx context.Context, key string, mode driver.Mode, now int64, count float64, reserve bool) (driver.Verdict, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Verdict{}, err
@@ -1170,6 +1189,9 @@ func (b *bound) decideLocked(st *stripe, h uint64, key string, mode driver.Mode,
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.clock == nil {
+		return s.unmade("Apply")
 	}
 	if err := driver.CheckOut(op, out); err != nil {
 		return fmt.Errorf("memstore: Apply: %w", err)
@@ -1368,6 +1390,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s == nil || s.clock == nil {
+		return s.unmade("Load")
+	}
 	if err := driver.CheckRecords(ids, out); err != nil {
 		return fmt.Errorf("memstore: Load: %w", err)
 	}
@@ -1397,6 +1422,9 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.clock == nil {
+		return s.unmade("Delete")
 	}
 	for _, id := range ids {
 		l := s.limitOf(id.Name, id.Shard, false)
@@ -1432,6 +1460,9 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if s == nil || s.clock == nil {
+		return 0, s.unmade("DeleteExpired")
 	}
 	ms := driver.ClampMilli(now)
 	s.markMu.Lock()
@@ -1515,8 +1546,11 @@ func (st *stripe) deleteExpired(s *Store, ms int64) int {
 }
 
 // Len returns how many records the store holds, expired ones included
-// until they are dropped.
+// until they are dropped: 0 for one that New did not make.
 func (s *Store) Len() int {
+	if s == nil {
+		return 0
+	}
 	n := 0
 	for i := range s.stripes {
 		st := &s.stripes[i]

@@ -1,0 +1,31 @@
+package memstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/store/memstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestZeroStore: a store that New did not make fails every call with an
+// error that says to call New, rather than panic ("maphash: use of
+// uninitialized Seed"), and holds nothing.
+func TestZeroStore(t *testing.T) {
+	t.Run("Zero", func(t *testing.T) { storetest.ZeroStore(t, &memstore.Store{}) })
+	t.Run("Nil", func(t *testing.T) { storetest.ZeroStore(t, (*memstore.Store)(nil)) })
+	t.Run("Var", func(t *testing.T) {
+		var s memstore.Store
+		lim, err := ratelimit.New(&s, ratelimit.Limits{"a": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1}})
+		require.NoError(t, err)
+		_, err = lim.Limit(context.Background(), "a", "k")
+		require.ErrorIs(t, err, driver.ErrZeroStore)
+		require.ErrorContains(t, err, "memstore.New")
+		require.Zero(t, s.Len())
+		require.Zero(t, (*memstore.Store)(nil).Len())
+	})
+}
