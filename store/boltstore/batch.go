@@ -80,7 +80,7 @@ type OpError = driver.OpError
 // wrote the commit's meta page: the batch may then have taken effect, as
 // bbolt reads that page from then on.
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "ApplyBatch"); err != nil {
 		return err
 	}
 	if err := driver.CheckOuts(ops, outs); err != nil {

@@ -143,7 +143,9 @@ func (badMarkError) Error() string { return "a settlement's mark cannot be read"
 func (badMarkError) Is(target error) bool { return target == driver.ErrBadRecord }
 
 // Store is a ratelimit.Store in a bbolt database, safe for concurrent use.
-// Build it with Open or New.
+// Build it with Open or New: every call of the zero value, or of a nil
+// *Store, Close included, fails with an error matching
+// driver.ErrZeroStore.
 type Store struct {
 	db     *bolt.DB
 	bucket []byte
@@ -443,8 +445,13 @@ func newStore(db *bolt.DB, o options) (*Store, error) {
 // Close releases the file when the store owns it (Open), after the write
 // transaction under way, if any, and ends the goroutine that runs the
 // store's transactions in the background, once idle. It is idempotent;
-// the store's methods return driver.ErrClosed afterwards.
+// the store's methods return driver.ErrClosed afterwards. Close of a store
+// that neither Open nor New made does nothing, and returns the error of
+// its every call (driver.ErrZeroStore).
 func (s *Store) Close() error {
+	if s == nil || s.batcher == nil {
+		return s.unmade("Close")
+	}
 	s.closeOnce.Do(func() {
 		s.writer <- struct{}{}
 		s.closed.Store(true)
@@ -458,17 +465,40 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// DB returns the underlying database.
-func (s *Store) DB() *bolt.DB { return s.db }
+// DB returns the underlying database: nil for a store that neither Open
+// nor New made.
+func (s *Store) DB() *bolt.DB {
+	if s == nil {
+		return nil
+	}
+	return s.db
+}
 
-func (s *Store) usable(ctx context.Context) error {
+// usable returns ctx's error if it is done, else the error of call on a
+// store that neither Open nor New made (unmade), or on a closed one, or
+// nil.
+func (s *Store) usable(ctx context.Context, call string) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.batcher == nil {
+		return s.unmade(call)
 	}
 	if s.closed.Load() {
 		return errClosed
 	}
 	return nil
+}
+
+// unmade returns the error of call on s, nil or a Store that neither
+// Open nor New made (it has no batcher, which both set last): it has no
+// database, and would panic, or block in Close.
+func (s *Store) unmade(call string) error {
+	what := "the zero boltstore.Store"
+	if s == nil {
+		what = "a nil *boltstore.Store"
+	}
+	return fmt.Errorf("boltstore: %s: the store is %s, which neither Open nor New made: build it with boltstore.Open or boltstore.New, and use the store it returns: %w", call, what, driver.ErrZeroStore)
 }
 
 // errClosed is the error of a call of a closed store, or of one whose
@@ -566,7 +596,7 @@ func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
 // then on. A call whose context ends once its op is decided may have been
 // charged too (see Deadlines in the package doc).
 func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Apply"); err != nil {
 		return err
 	}
 	if err := driver.CheckOut(op, out); err != nil {
@@ -685,7 +715,7 @@ func (s *Store) bucketAt(k []byte) error {
 
 // Load implements ratelimit.Store.
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Load"); err != nil {
 		return err
 	}
 	if err := driver.CheckRecords(ids, out); err != nil {
@@ -733,7 +763,7 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 
 // Delete implements ratelimit.Store.
 func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "Delete"); err != nil {
 		return err
 	}
 	keys := make([][]byte, len(ids))

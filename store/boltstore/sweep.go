@@ -40,7 +40,7 @@ const defaultSweepBatch = 1000
 // doc), and the step's write, left in the background, rolls back, unless
 // it was committing: then its records are removed, and not counted.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	if err := s.usable(ctx); err != nil {
+	if err := s.usable(ctx, "DeleteExpired"); err != nil {
 		return 0, err
 	}
 	cutoff := driver.ClampMilli(now) - driver.ExpiryGrace
