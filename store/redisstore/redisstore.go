@@ -96,7 +96,8 @@ const DefaultMaxBatch = 128
 const maxInFlight = 3
 
 // Store is a ratelimit.Store on Redis, safe for concurrent use. Build it
-// with New.
+// with New: every call of the zero value, or of a nil *Store, Close
+// included, fails with an error matching driver.ErrZeroStore.
 type Store struct {
 	client     redis.UniversalClient
 	cluster    *redis.ClusterClient // when client is one
@@ -293,8 +294,8 @@ func checkClient(client redis.UniversalClient) error {
 }
 
 // OwnClock implements driver.TimeSource: it reports whether the store
-// was built WithServerTime.
-func (s *Store) OwnClock() bool { return s.serverTime }
+// was built WithServerTime: false for a store that New did not make.
+func (s *Store) OwnClock() bool { return s != nil && s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms. On a
 // Cluster or a Ring, it is the time of a server at random (TIME names no
@@ -331,6 +332,9 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 // TIME, which both call, as the decision function does WithServerTime. A
 // user allowed neither FCALL nor scripts gets an error that says so.
 func (s *Store) RecordNow(ctx context.Context, id driver.RecordID) (int64, error) {
+	if err := s.usable(ctx, "RecordNow"); err != nil {
+		return 0, err // before Key, which a nil store has no prefix for
+	}
 	return s.now(ctx, "RecordNow", s.Key(id))
 }
 
@@ -505,10 +509,14 @@ func (s *Store) Key(id driver.RecordID) string {
 		h ^= uint64(id.Key[i])
 		h *= fnvPrime
 	}
+	var prefix string // none for a nil Store, as for the zero one
+	if s != nil {
+		prefix = s.prefix
+	}
 	var num [20]byte
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 48 + len(id.Name) + len(id.Key))
-	b.WriteString(s.prefix)
+	b.Grow(len(prefix) + 48 + len(id.Name) + len(id.Key))
+	b.WriteString(prefix)
 	b.WriteByte('{')
 	b.Write(strconv.AppendUint(num[:0], h, 16))
 	b.WriteByte('}')
@@ -529,16 +537,30 @@ const (
 )
 
 // usable returns ctx's error if it is done (as the store contract asks
-// of every method, closed or not), else, once the store is closed, an
-// error matching driver.ErrClosed that names call, else nil.
+// of every method, closed or not), else, for a store that New did not
+// make, an error matching driver.ErrZeroStore, else, once the store is
+// closed, an error matching driver.ErrClosed, each naming call, else nil.
 func (s *Store) usable(ctx context.Context, call string) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.client == nil {
+		return s.unmade(call)
 	}
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: %s: the store was closed (Close): make calls before Close, or on a new store (New): %w", call, driver.ErrClosed)
 	}
 	return nil
+}
+
+// unmade returns the error of call on s, nil or a Store that New did not
+// make (it has no client), which would panic.
+func (s *Store) unmade(call string) error {
+	what := "the zero redisstore.Store"
+	if s == nil {
+		what = "a nil *redisstore.Store"
+	}
+	return fmt.Errorf("redisstore: %s: the store is %s, which New did not make: build it with redisstore.New, and use the store it returns: %w", call, what, driver.ErrZeroStore)
 }
 
 // Close ends the goroutines that send the store's calls in the background
@@ -547,8 +569,13 @@ func (s *Store) usable(ctx context.Context, call string) error {
 // waiting to go again after Redis refused it, is not sent: it fails with
 // driver.ErrClosed, and charged nothing. It does not close the client,
 // which the store does not own. It is idempotent; the store's methods
-// return driver.ErrClosed afterwards.
+// return driver.ErrClosed afterwards. Close of a store that New did not
+// make does nothing, and returns the error of its every call
+// (driver.ErrZeroStore).
 func (s *Store) Close() error {
+	if s == nil || s.client == nil {
+		return s.unmade("Close")
+	}
 	s.closed.Store(true)
 	if s.nodes != nil {
 		s.nodes.Close()
