@@ -453,7 +453,8 @@ var (
 )
 
 // Store is a ratelimit.Store on PostgreSQL, safe for concurrent use. Build
-// it with New.
+// it with New: every call of the zero value, or of a nil *Store, fails
+// with an error matching driver.ErrZeroStore.
 type Store struct {
 	pool       *pgxpool.Pool
 	table      string // quoted, for errors
@@ -1632,17 +1633,35 @@ func shellQuote(s string) string {
 }
 
 // OwnClock implements driver.TimeSource: it reports whether the store
-// was built WithServerTime.
-func (s *Store) OwnClock() bool { return s.serverTime }
+// was built WithServerTime: false for a store that New did not make.
+func (s *Store) OwnClock() bool { return s != nil && s.serverTime }
 
 // Now implements driver.TimeSource: the server's time in Unix ms.
 func (s *Store) Now(ctx context.Context) (int64, error) {
+	if s == nil || s.batcher == nil {
+		return 0, s.unmade(ctx, "Now")
+	}
 	var ms int64
 	err := s.pool.QueryRow(ctx, "SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint").Scan(&ms)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: time: %w", callerError(ctx, closedPool(err)))
 	}
 	return ms, nil
+}
+
+// unmade returns, for a call on s, nil or a Store that New did not make
+// (it has no batcher, which New sets last), which has no pool and would
+// panic: ctx's error if ctx is done, as for any store, else an error
+// matching driver.ErrZeroStore that names call.
+func (s *Store) unmade(ctx context.Context, call string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	what := "the zero pgstore.Store"
+	if s == nil {
+		what = "a nil *pgstore.Store"
+	}
+	return fmt.Errorf("pgstore: %s: the store is %s, which New did not make: build it with pgstore.New, and use the store it returns: %w", call, what, driver.ErrZeroStore)
 }
 
 // recordID returns the primary key of a record: the SHA-256 digest of
@@ -2169,6 +2188,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s == nil || s.batcher == nil {
+		return s.unmade(ctx, "Apply")
+	}
 	if err := driver.CheckOut(op, out); err != nil {
 		return fmt.Errorf("pgstore: Apply: %w", err)
 	}
@@ -2211,6 +2233,9 @@ func (s *Store) Apply(ctx context.Context, op *driver.Op, out []driver.Decision)
 func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.batcher == nil {
+		return s.unmade(ctx, "ApplyBatch")
 	}
 	if err := driver.CheckOuts(ops, outs); err != nil {
 		return fmt.Errorf("pgstore: ApplyBatch: %w", err)
@@ -2259,6 +2284,9 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s == nil || s.batcher == nil {
+		return s.unmade(ctx, "Load")
 	}
 	if err := driver.CheckRecords(ids, out); err != nil {
 		return fmt.Errorf("pgstore: Load: %w", err)
@@ -2315,6 +2343,9 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s == nil || s.batcher == nil {
+		return s.unmade(ctx, "Delete")
+	}
 	keys := make([][]byte, len(ids))
 	for i, id := range ids {
 		k := recordID(id)
@@ -2351,6 +2382,9 @@ var expiredChunk = 1000
 // Call it periodically, say every minute, from one process or several; it
 // returns ctx's error, and what it removed so far, when ctx ends.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	if s == nil || s.batcher == nil {
+		return 0, s.unmade(ctx, "DeleteExpired")
+	}
 	cutoff := driver.ClampMilli(now) - driver.ExpiryGrace
 	var (
 		after   = []byte{}
