@@ -151,6 +151,26 @@ func TestNewRejectsANilStoreOfItsType(t *testing.T) {
 	}
 }
 
+// TestJanitorReportsAZeroStore: a janitor over a store that its
+// constructor did not make (&boltstore.Store{}) reports each sweep's
+// error, which says to build the store, rather than end the process with
+// a panic on its goroutine.
+func TestJanitorReportsAZeroStore(t *testing.T) {
+	for _, store := range []driver.Expirer{&memstore.Store{}, &boltstore.Store{}, &pgstore.Store{}} {
+		j, mock, results := newJanitor(t, store, time.Minute)
+		mock.Add(time.Minute)
+		r := next(t, results)
+		require.ErrorIs(t, r.Err, driver.ErrZeroStore, "%T", store)
+		assert.Zero(t, r.Deleted)
+		var n int
+		var err error
+		require.NotPanics(t, func() { n, err = j.Sweep(context.Background()) }, "%T", store)
+		require.ErrorIs(t, err, driver.ErrZeroStore, "%T", store)
+		assert.Zero(t, n)
+		next(t, results)
+	}
+}
+
 // TestJanitorSweepsEveryInterval: t0 start; t0+59s nothing; t0+60s the
 // first sweep; t0+120s the second, each passed the clock's time.
 func TestJanitorSweepsEveryInterval(t *testing.T) {
