@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -86,9 +87,9 @@ type Result struct {
 	Duration time.Duration
 	// Err is the store's error, nil on success. A sweep that Close
 	// interrupted ends with an error matching context.Canceled. A timer's
-	// sweep whose store panicked ends with an error that says so, and
-	// wraps the panic's value when it is an error (a Sweep call's panic
-	// goes on to its caller instead).
+	// sweep whose store panicked ends with a *PanicError, which wraps the
+	// panic's value when it is an error (a Sweep call's panic goes on to
+	// its caller instead).
 	Err error
 	// Manual is true for a sweep of Janitor.Sweep, false for one of the
 	// timer.
@@ -268,7 +269,7 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) (res Result) {
 		// call's goes on to its caller.
 		defer func() {
 			if v := recover(); v != nil {
-				res.Deleted, res.Err = 0, &panicError{value: v}
+				res.Deleted, res.Err = 0, &PanicError{Store: fmt.Sprintf("%T", j.store), Value: v, Stack: debug.Stack()}
 				res.Duration = j.clock.Since(start)
 				j.lastEnd = start.Add(res.Duration)
 			}
@@ -290,16 +291,24 @@ func (j *Janitor) sweep(ctx context.Context, manual bool) (res Result) {
 	return res
 }
 
-// panicError is the Err of a timer's sweep whose store panicked.
-type panicError struct{ value any }
+// PanicError is the Err of a timer's sweep whose store panicked, in
+// DeleteExpired or in reading its own clock (driver.TimeSource): on the
+// janitor's goroutine no caller could recover the panic, and the process
+// would end. (A Sweep call's panic goes on to its caller.)
+type PanicError struct {
+	Store string // the store's type, such as *boltstore.Store
+	Value any    // the value the store panicked with
+	Stack []byte // the stack of the janitor's goroutine as it panicked
+}
 
-func (e *panicError) Error() string {
-	return fmt.Sprintf("janitor: sweep: the store panicked: %v; it has a bug: report it to its authors", e.value)
+// Error says which store panicked, with what, and what to do.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("janitor: sweep: the store (%s) panicked: %v; it has a bug: report it to its authors with the stack logged beside this error (PanicError.Stack)", e.Store, e.Value)
 }
 
 // Unwrap returns the value of the panic when it is an error.
-func (e *panicError) Unwrap() error {
-	err, _ := e.value.(error)
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
 	return err
 }
 
@@ -320,13 +329,14 @@ func (j *Janitor) report(ctx context.Context, res Result) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	var pe *PanicError
 	switch {
 	case res.Err == nil:
 		logger.LogAttrs(ctx, slog.LevelDebug, "janitor: swept the store",
 			slog.Int("deleted", res.Deleted), slog.Duration("took", res.Duration))
-	case errors.As(res.Err, new(*panicError)):
+	case errors.As(res.Err, &pe):
 		logger.LogAttrs(ctx, slog.LevelError, "janitor: the store panicked in a sweep; the next sweep tries again",
-			slog.Any("err", res.Err))
+			slog.Any("err", res.Err), slog.String("stack", string(pe.Stack)))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
 	case res.Manual && ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):

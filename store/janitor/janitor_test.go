@@ -577,10 +577,15 @@ func TestJanitorSurvivesAStorePanic(t *testing.T) {
 	mock.Add(time.Minute)
 	r := next(t, results)
 	require.ErrorIs(t, r.Err, boom)
-	assert.ErrorContains(t, r.Err, "the store panicked")
+	assert.ErrorContains(t, r.Err, "the store (*janitor_test.expirer) panicked")
+	var pe *janitor.PanicError
+	require.ErrorAs(t, r.Err, &pe)
+	assert.Equal(t, boom, pe.Value)
+	assert.Contains(t, string(pe.Stack), "janitor_test.TestJanitorSurvivesAStorePanic", "the stack of the panic, the store's frames in it")
 	assert.False(t, r.Manual)
 	assert.Contains(t, logs.String(), "level=ERROR")
 	assert.Contains(t, logs.String(), "index out of range in the store")
+	assert.Contains(t, logs.String(), "stack=", "the stack logged, for the store's authors")
 
 	mock.Add(time.Minute)
 	r = next(t, results)
