@@ -27,6 +27,10 @@ var (
 	ErrInvalid = errors.New("janitor: invalid argument")
 	// ErrClosed is returned by Janitor.Sweep once Close was called.
 	ErrClosed = errors.New("janitor: janitor is closed")
+	// ErrGoexit is the Err of a timer's sweep whose store called
+	// runtime.Goexit (t.FailNow does, in a test's fake store): the
+	// janitor's goroutine ended, and another took its place.
+	ErrGoexit = errors.New("janitor: sweep: the store called runtime.Goexit and did not return: return an error from DeleteExpired instead (in a test, t.Error rather than t.FailNow off the test's goroutine)")
 )
 
 // Janitor calls a store's DeleteExpired periodically, so that a store
@@ -88,8 +92,9 @@ type Result struct {
 	// Err is the store's error, nil on success. A sweep that Close
 	// interrupted ends with an error matching context.Canceled. A timer's
 	// sweep whose store panicked ends with a *PanicError, which wraps the
-	// panic's value when it is an error (a Sweep call's panic goes on to
-	// its caller instead).
+	// panic's value when it is an error, and one whose store called
+	// runtime.Goexit with ErrGoexit (a Sweep call's panic or Goexit goes
+	// on to its caller instead).
 	Err error
 	// Manual is true for a sweep of Janitor.Sweep, false for one of the
 	// timer.
@@ -117,7 +122,7 @@ func WithClock(c clock.Clock) Option {
 }
 
 // WithLogger sets the logger for failed sweeps (at level Warn), for a
-// panic of the store in a timer's sweep (Error), and for the count of
+// panic or runtime.Goexit of the store in a timer's sweep (Error), and for the count of
 // each sweep (Debug). A sweep that Close interrupts is
 // not logged, and one of Sweep that its caller's context stops is logged
 // at Debug: neither is a failure of the store. By default the janitor logs to
@@ -135,6 +140,13 @@ func WithLogger(logger *slog.Logger) Option {
 // alert on Err; keep it fast, since it delays the next sweep and Close.
 // It must not call the janitor's Sweep or Close, which wait for it: the
 // call would never return (start them on another goroutine).
+//
+// A panic of f is not recovered, as a Limiter's Observer's is not: it is
+// a bug of the application's, not a failure of the store. In a Sweep call
+// it goes on to Sweep's caller; on the janitor's goroutine it ends the
+// process, as a panic of time.AfterFunc's function does. After one in a
+// Sweep call the janitor stays usable, as after a runtime.Goexit of f
+// (on its own goroutine, the sweeps go on on another).
 func WithObserver(f func(Result)) Option {
 	return func(j *Janitor) error {
 		j.observer = f
@@ -186,11 +198,10 @@ func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, e
 func (j *Janitor) Every() time.Duration { return j.every }
 
 func (j *Janitor) loop() {
-	defer close(j.exited)
-	defer j.timer.Stop()
 	for {
 		select {
 		case <-j.ctx.Done():
+			j.exit()
 			return
 		case <-j.timer.C:
 		}
@@ -198,28 +209,77 @@ func (j *Janitor) loop() {
 			// Close began while the tick was due (select chooses at
 			// random among the ready cases): it waits only for the sweep
 			// under way, and none is to start.
+			j.exit()
 			return
 		}
-		select {
-		case j.sem <- struct{}{}:
-			if wait := j.lastEnd.Add(j.every).Sub(j.clock.Now()); wait > 0 {
-				// A tick due before a Sweep call re-armed the timer: the
-				// next sweep is due an interval after that call's end.
-				j.timer.Reset(wait)
-				<-j.sem
-				continue
-			}
-			res := j.sweep(j.ctx, false)
-			// Re-armed before the observer hears of the sweep, so that the
-			// next is due one interval after this one's end.
-			j.timer.Reset(j.every)
-			j.report(j.ctx, res)
-			<-j.sem
-		default:
-			// A Sweep call is under way: this tick is served by it.
-			j.timer.Reset(j.every)
-		}
+		j.tick()
 	}
+}
+
+// exit ends the loop: the timer is stopped and Close may go on.
+func (j *Janitor) exit() {
+	j.timer.Stop()
+	close(j.exited)
+}
+
+// tick runs the timer's sweep, unless a Sweep call is under way or one
+// ended less than an interval ago.
+//
+// A store or an observer that calls runtime.Goexit ends the loop's
+// goroutine, whatever it defers, holding sem: another goroutine then
+// takes the loop over, and sem with it, and ends the sweep as the loop
+// would have (for the store's, a sweep failed with ErrGoexit, reported).
+// Else no sweep would start again, and Close would wait for sem forever.
+func (j *Janitor) tick() {
+	select {
+	case j.sem <- struct{}{}:
+	default:
+		// A Sweep call is under way: this tick is served by it.
+		j.timer.Reset(j.every)
+		return
+	}
+	if wait := j.lastEnd.Add(j.every).Sub(j.clock.Now()); wait > 0 {
+		// A tick due before a Sweep call re-armed the timer: the next
+		// sweep is due an interval after that call's end.
+		j.timer.Reset(wait)
+		<-j.sem
+		return
+	}
+	var res Result
+	swept, reported := false, false
+	defer func() {
+		if !reported { // runtime.Goexit: this goroutine ends on return
+			go j.resume(res, !swept)
+		}
+	}()
+	j.sweep(j.ctx, false, &res)
+	swept = true
+	// Re-armed before the observer hears of the sweep, so that the next
+	// is due one interval after this one's end.
+	j.timer.Reset(j.every)
+	j.report(j.ctx, res)
+	reported = true
+	<-j.sem
+}
+
+// resume takes the loop over from a goroutine that runtime.Goexit ended
+// in tick, holding sem: it reports res first if the store's Goexit left
+// it unreported. Should the observer call runtime.Goexit again, another
+// goroutine takes over in turn.
+func (j *Janitor) resume(res Result, report bool) {
+	if report {
+		done := false
+		defer func() {
+			if !done {
+				go j.resume(res, false)
+			}
+		}()
+		j.timer.Reset(j.every)
+		j.report(j.ctx, res)
+		done = true
+	}
+	<-j.sem
+	j.loop()
 }
 
 // Sweep runs one sweep now and returns how many records the store removed.
@@ -250,7 +310,8 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	defer cancel()
 	stop := context.AfterFunc(j.ctx, cancel)
 	defer stop()
-	res := j.sweep(sctx, true)
+	var res Result
+	j.sweep(sctx, true, &res)
 	if j.ctx.Err() == nil {
 		j.timer.Reset(j.every) // Close stops it again once it holds sem
 	}
@@ -258,37 +319,40 @@ func (j *Janitor) Sweep(ctx context.Context) (int, error) {
 	return res.Deleted, res.Err
 }
 
-// sweep calls DeleteExpired once; the caller holds sem.
-func (j *Janitor) sweep(ctx context.Context, manual bool) (res Result) {
+// sweep calls DeleteExpired once, and sets *res to what became of it,
+// also when the store calls runtime.Goexit; the caller holds sem.
+func (j *Janitor) sweep(ctx context.Context, manual bool, res *Result) {
 	start := j.clock.Now()
-	res = Result{Now: j.now(start), Manual: manual}
-	if !manual {
-		// A panic of the store on the janitor's goroutine would end the
-		// process, with no caller to recover it: it is the sweep's error
-		// instead, and the next sweep is due as after any other. A Sweep
-		// call's goes on to its caller.
-		defer func() {
+	*res = Result{Now: j.now(start), Manual: manual}
+	returned := false
+	defer func() {
+		if !returned && !manual {
+			// A panic of the store on the janitor's goroutine would end
+			// the process, with no caller to recover it: it is the
+			// sweep's error instead, and the next sweep is due as after
+			// any other. So is runtime.Goexit (recover returns nil),
+			// after which the loop goes on on another goroutine (see
+			// tick). A Sweep call's panic or Goexit goes on to its
+			// caller.
+			res.Deleted, res.Err = 0, ErrGoexit
 			if v := recover(); v != nil {
-				res.Deleted, res.Err = 0, &PanicError{Store: fmt.Sprintf("%T", j.store), Value: v, Stack: debug.Stack()}
-				res.Duration = j.clock.Since(start)
-				j.lastEnd = start.Add(res.Duration)
+				res.Err = &PanicError{Store: fmt.Sprintf("%T", j.store), Value: v, Stack: debug.Stack()}
 			}
-		}()
-	}
+		}
+		res.Duration = j.clock.Since(start)
+		j.lastEnd = start.Add(res.Duration)
+	}()
 	if j.own != nil {
 		ms, err := j.own.Now(ctx)
 		if err != nil {
 			res.Err = fmt.Errorf("janitor: sweep: reading the store's clock: %w", err)
-			res.Duration = j.clock.Since(start)
-			j.lastEnd = start.Add(res.Duration)
-			return res
+			returned = true
+			return
 		}
 		res.Now = time.UnixMilli(ms)
 	}
 	res.Deleted, res.Err = j.store.DeleteExpired(ctx, res.Now)
-	res.Duration = j.clock.Since(start)
-	j.lastEnd = start.Add(res.Duration)
-	return res
+	returned = true
 }
 
 // PanicError is the Err of a timer's sweep whose store panicked, in
@@ -337,6 +401,9 @@ func (j *Janitor) report(ctx context.Context, res Result) {
 	case errors.As(res.Err, &pe):
 		logger.LogAttrs(ctx, slog.LevelError, "janitor: the store panicked in a sweep; the next sweep tries again",
 			slog.Any("err", res.Err), slog.String("stack", string(pe.Stack)))
+	case errors.Is(res.Err, ErrGoexit):
+		logger.LogAttrs(ctx, slog.LevelError, "janitor: the store called runtime.Goexit in a sweep; the next sweep tries again",
+			slog.Any("err", res.Err))
 	case j.ctx.Err() != nil && errors.Is(res.Err, context.Canceled):
 		// Close interrupted it: nothing went wrong.
 	case res.Manual && ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):

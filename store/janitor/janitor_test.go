@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -598,4 +599,83 @@ func TestJanitorSurvivesAStorePanic(t *testing.T) {
 	require.NoError(t, err, "a Sweep after one that panicked")
 	assert.Equal(t, 4, n)
 	assert.True(t, next(t, results).Manual)
+}
+
+// closeWithin closes j, failing the test if Close does not return.
+func closeWithin(t *testing.T, j *janitor.Janitor) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { j.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
+
+// TestJanitorSurvivesAStoreGoexit: a store that calls runtime.Goexit in
+// the timer's sweep (a test's fake store calling t.FailNow does) ends the
+// janitor's goroutine, whatever it defers. That sweep fails with
+// ErrGoexit, logged at Error, and the next runs an interval later; Sweep
+// and Close work on. Before, the goroutine left the sweep's semaphore
+// held: the observer never heard, no sweep ran again, and Close hung.
+func TestJanitorSurvivesAStoreGoexit(t *testing.T) {
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 3)}
+	store.answers <- func(context.Context) (int, error) { runtime.Goexit(); return 0, nil }
+	store.answers <- func(context.Context) (int, error) { return 3, nil }
+	store.answers <- func(context.Context) (int, error) { return 4, nil }
+	var logs bytes.Buffer // written before the observer hears, read after
+	j, mock, results := newJanitor(t, store, time.Minute,
+		janitor.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+
+	mock.Add(time.Minute)
+	r := next(t, results)
+	require.ErrorIs(t, r.Err, janitor.ErrGoexit)
+	assert.False(t, r.Manual)
+	assert.Equal(t, janitorT0.Add(time.Minute), r.Now)
+	assert.Contains(t, logs.String(), "level=ERROR")
+
+	mock.Add(time.Minute)
+	r = next(t, results)
+	require.NoError(t, r.Err)
+	assert.Equal(t, 3, r.Deleted)
+	assert.Equal(t, janitorT0.Add(2*time.Minute), r.Now, "the next sweep an interval after the one that ended so")
+
+	n, err := j.Sweep(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 4, n)
+	assert.True(t, next(t, results).Manual)
+	closeWithin(t, j)
+}
+
+// TestJanitorSurvivesAnObserverGoexit: an observer that calls
+// runtime.Goexit on the janitor's goroutine ends it, as it hears of a
+// sweep that ended so, of the store's Goexit, or of one that went well;
+// the sweeps go on, and Close returns. Before, Close hung on the
+// semaphore the goroutine held.
+func TestJanitorSurvivesAnObserverGoexit(t *testing.T) {
+	store := &expirer{answers: make(chan func(context.Context) (int, error), 3)}
+	store.answers <- func(context.Context) (int, error) { runtime.Goexit(); return 0, nil }
+	store.answers <- func(context.Context) (int, error) { return 2, nil }
+	store.answers <- func(context.Context) (int, error) { return 3, nil }
+	results := make(chan janitor.Result, 10)
+	var calls atomic.Int32
+	j, mock, _ := newJanitor(t, store, time.Minute, janitor.WithObserver(func(r janitor.Result) {
+		results <- r
+		if calls.Add(1) <= 2 {
+			runtime.Goexit()
+		}
+	}))
+	mock.Add(time.Minute)
+	require.ErrorIs(t, next(t, results).Err, janitor.ErrGoexit)
+	mock.Add(time.Minute)
+	r := next(t, results)
+	require.NoError(t, r.Err)
+	assert.Equal(t, 2, r.Deleted)
+	mock.Add(time.Minute)
+	r = next(t, results)
+	require.NoError(t, r.Err)
+	assert.Equal(t, 3, r.Deleted)
+	assert.Equal(t, janitorT0.Add(3*time.Minute), r.Now)
+	closeWithin(t, j)
 }
