@@ -219,14 +219,16 @@ func (s *storeSpan) endPanicked() {
 func (s *tracedStore) Apply(ctx context.Context, op *driver.Op, out []driver.Decision) error {
 	ctx, span, rec := s.start(ctx, SpanApply)
 	defer span.endPanicked()
-	if rec {
+	// A nil op is the store's to refuse (driver.ErrInvalidOp), as the
+	// span then records: it has no attributes.
+	if rec && op != nil {
 		span.SetAttributes(ModeKey.String(modeName(op.Mode)), ReserveKey.Bool(op.Reserve), itemNames(op.Items))
 		if op.Settle != nil {
 			span.SetAttributes(SettleKey.String(op.Settle.Kind.String()))
 		}
 	}
 	err := s.next.Apply(ctx, op, out)
-	if rec && err == nil {
+	if rec && err == nil && op != nil {
 		// Of the op's items only: out may be longer, and what lies
 		// past them is not the op's. (A store refuses a shorter out.)
 		mine := out[:min(len(op.Items), len(out))]
@@ -333,7 +335,9 @@ func (b batch) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]driver
 	if rec {
 		var items []driver.Item
 		for _, op := range ops {
-			items = append(items, op.Items...)
+			if op != nil { // refused by the store, as the span records
+				items = append(items, op.Items...)
+			}
 		}
 		span.SetAttributes(OpsKey.Int(len(ops)), itemNames(items))
 	}

@@ -475,3 +475,28 @@ func TestWrapStoreRecordClock(t *testing.T) {
 	}
 	assert.Equal(t, []string{ratelimitotel.SpanLoad, ratelimitotel.SpanNow}, names)
 }
+
+// TestWrapStoreNilOp: a nil op, in Apply or within ApplyBatch, goes to the
+// store, which refuses it (driver.ErrInvalidOp), and its span records the
+// error. Before, the wrapper read the op for the span's attributes first
+// and panicked on it.
+func TestWrapStoreNilOp(t *testing.T) {
+	ctx := context.Background()
+	spans, tp := newTracer(t)
+	store := ratelimitotel.WrapStore(storetest.NewModel(), ratelimitotel.WithTracerProvider(tp))
+	var err error
+	require.NotPanics(t, func() { err = store.Apply(ctx, nil, make([]driver.Decision, 1)) })
+	require.ErrorIs(t, err, driver.ErrInvalidOp)
+	b, ok := store.(driver.BatchApplier)
+	require.True(t, ok, "the model applies batches, and so does its wrapper")
+	valid := &driver.Op{Now: 1_700_000_000_000}
+	require.NotPanics(t, func() {
+		err = b.ApplyBatch(ctx, []*driver.Op{valid, nil, valid}, make([][]driver.Decision, 3))
+	})
+	require.ErrorIs(t, err, driver.ErrInvalidOp)
+	got := spans.GetSpans()
+	require.Len(t, got, 2)
+	for _, s := range got {
+		assert.Equal(t, codes.Error, s.Status.Code, s.Name)
+	}
+}
