@@ -2320,7 +2320,10 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 			if err := rows.Scan(&id, &v, &ts); err != nil {
 				return err
 			}
-			if i, ok := index[[sha256.Size]byte(id)]; ok && len(id) == sha256.Size {
+			if len(id) != sha256.Size {
+				continue // no id asked for (a nil or short one would panic as an array)
+			}
+			if i, ok := index[[sha256.Size]byte(id)]; ok {
 				if err := s.checkRow(id, v, ts); err != nil {
 					return err
 				}

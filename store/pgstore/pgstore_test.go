@@ -781,3 +781,23 @@ func TestStatementDroppedBetweenTries(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadOfRowsOfShortIDs: Load keeps only the rows of the ids it asked
+// for, and a row of an id shorter than a record's (32 bytes, or NULL),
+// which the table's _read returns once something replaced it after New,
+// is none of them. Before, Load converted the id to the array of its
+// index before it checked the length, and panicked on it.
+func TestLoadOfRowsOfShortIDs(t *testing.T) {
+	ctx := context.Background()
+	pool, table, s := newTableStore(t)
+	read := pgx.Identifier{table + "_read"}.Sanitize()
+	for _, id := range []string{`'\x01'::bytea`, `NULL::bytea`} {
+		_, err := pool.Exec(ctx, "CREATE OR REPLACE FUNCTION "+read+`(p_id bytea[]) RETURNS TABLE (id bytea, value float8, ts bigint)
+			LANGUAGE plpgsql STABLE AS $$BEGIN RETURN QUERY SELECT `+id+`, 1::float8, 1700000000000::bigint; END$$`)
+		require.NoError(t, err)
+		out := make([]driver.Record, 1)
+		require.NotPanics(t, func() { err = s.Load(ctx, []driver.RecordID{{Name: "l", Key: "k"}}, out) }, id)
+		require.NoError(t, err, id)
+		require.Equal(t, driver.Record{}, out[0], "the row of %s is no record asked for", id)
+	}
+}
