@@ -72,3 +72,54 @@ func TestLibraryLostForAUserWithoutLoadNorScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNowFailedLoadReadsAgain: RecordNow on a Ring, whose server
+// lost the library, reads the time once the library is loaded when the
+// load failed for a passing reason (no connection free: nothing sent),
+// within the client's MaxRetries, as Apply's calls do
+// (TestFailedLoadSendsTheCallAgain); it failed with the load's error. A
+// load refused for what it is still fails it at once.
+func TestRecordNowFailedLoadReadsAgain(t *testing.T) {
+	addr := ownServer(t) // a server of its own: no library loaded
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { admin.Close() })
+	for _, tc := range []struct {
+		name     string
+		err      error
+		fails    int
+		ok       bool
+		fcalls   int
+		maxRetry int
+	}{
+		{name: "pool timeout", err: redis.ErrPoolTimeout, fails: 2, ok: true, fcalls: 4, maxRetry: 3},
+		{name: "pool timeout, no tries left", err: redis.ErrPoolTimeout, fails: 2, fcalls: 2, maxRetry: 1},
+		{name: "refused", err: refusal("ERR the load broke"), fails: 1, fcalls: 1, maxRetry: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, admin.FunctionFlush(ctx).Err())
+			h := &failLoads{err: tc.err, n: tc.fails}
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, MaxRetries: tc.maxRetry,
+				NewClient: func(o *redis.Options) *redis.Client {
+					c := redis.NewClient(o)
+					c.AddHook(h)
+					return c
+				}})
+			t.Cleanup(func() { ring.Close() })
+			s := newStore(ring, uniquePrefix(t, ring))
+			t.Cleanup(func() { s.Close() })
+			_, err := s.RecordNow(ctx, driver.RecordID{Name: "l", Key: "k"})
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if tc.ok {
+				require.NoError(t, err, "a read of the time failed with the library's load, which might pass")
+				require.Equal(t, 1, h.loads, "loads sent")
+			} else {
+				require.ErrorIs(t, err, tc.err)
+				require.ErrorContains(t, err, "loading the function library")
+			}
+			require.Equal(t, tc.fcalls, h.fcalls, "FCALLs sent")
+		})
+	}
+}

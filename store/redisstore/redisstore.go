@@ -393,12 +393,14 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 
 // keyTime calls the library's time function on key (FCALL), and answers
 // its reply, TIME's. A server that lacks the library is given it, and
-// called once more, as for a call of the decision function (run); a
-// server without Functions, or a user not allowed them, is sent the time
-// script instead, from then on, as the store's calls go by their script
-// then (s.scripts).
+// called once more, as for a call of the decision function (run); when
+// that load fails for a passing reason (loadMayPass), the function is
+// called again after a pause, within the client's MaxRetries, as run's
+// calls are (loadFailed). A server without Functions, or a user not
+// allowed them, is sent the time script instead, from then on, as the
+// store's calls go by their script then (s.scripts).
 func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
-	for loaded := false; ; {
+	for loaded, tries := false, 0; ; {
 		if s.scripts.Load() {
 			v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
 			if isScriptRefused(err) && s.leaveScripts() {
@@ -419,7 +421,11 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 		switch {
 		case !loaded && isFunctionMissing(err):
 			if err := s.loadLibrary(ctx); err != nil {
-				return nil, err
+				if tries >= s.retries || !loadMayPass(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
+					return nil, err
+				}
+				tries++ // the function again: missing, or loaded meanwhile
+				continue
 			}
 			loaded = true
 		case isFunctionMissing(err):
