@@ -519,6 +519,11 @@ type fcall struct {
 	// Sent again once the library was loaded (reloaded), once the store
 	// turned to scripts (scripted): each once, whatever else met it.
 	reloaded, scripted bool
+	// script: sent by script (EVALSHA), not by the function (FCALL).
+	// probe: sent by the function though the store goes by script for a
+	// load refused (Store.probe); probed: that found the library missing,
+	// and the call goes by script.
+	script, probe, probed bool
 	// piped: it went in a Cluster client's pipeline, whose calls go-redis
 	// sends again within the pipeline after a redirection or a missing
 	// connection (resent); when that send loses its answer, the call keeps
@@ -539,7 +544,9 @@ type fcall struct {
 // again, and the calls that failed for it are made once more, or, when
 // that load failed for a passing reason, go again after a pause (loadFailed); a server
 // without Functions (Redis before 7) is sent the script instead, from then
-// on. A call that surely did not run (unsent: no connection, or Redis
+// on, as is a user refused the load, but for a call now and then that
+// tries the function (probe) and, finding the library still missing
+// (nothing ran), goes by script. A call that surely did not run (unsent: no connection, or Redis
 // refused it for its state; on a Ring, routed to a shard that left it:
 // shardLeft) goes again after a pause, as often as the
 // client's MaxRetries (MaxRedirects on a Cluster) allow; go-redis itself
@@ -572,6 +579,9 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				c.enc = encoders.Get().(*encoder)
 				c.enc.encode(c.reqs, s.serverTime, s.margin, c.slots)
 			}
+			// Only a call's first send may try the function.
+			c.probe = c.cmd == nil && !c.probed && s.probe()
+			c.script = !c.probe && s.scripts.Load()
 		}
 		s.issue(ctx, pending)
 		var again []*fcall
@@ -583,6 +593,10 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			lost := false // the call may have run, though it failed
 			switch {
 			case c.err == nil || errors.Is(c.err, redis.Nil):
+				if c.probe {
+					// The function ran: the library is loaded again.
+					s.leaveScripts()
+				}
 				// A nil reply is no answer of this function's (which
 				// answers a string, or fails): decode says so.
 				c.err = decode(c.cmd, c.reqs)
@@ -597,6 +611,13 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				// server's state, or without the library).
 				again = append(again, c.parts...)
 				calls = append(calls, c.parts...)
+				continue
+			case c.probe && isFunctionMissing(c.err):
+				// Tried by the function, the library still missing: the
+				// call did not run, and goes by script, as the store's
+				// other calls, without a load, which its user may not.
+				c.probed = true
+				again = append(again, c)
 				continue
 			case !c.reloaded && isFunctionMissing(c.err):
 				reload, c.reloaded = true, true
@@ -719,13 +740,10 @@ func loadMayPass(err error) bool {
 // issue sends the calls: one alone, several in a pipeline.
 func (s *Store) issue(ctx context.Context, calls []*fcall) {
 	s.sendCalls(ctx, calls, false)
-	if !s.scripts.Load() {
-		return
-	}
 	// A server that does not know the script (NOSCRIPT) is sent it whole.
 	var retry []*fcall
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
+		if c.script && isNoScript(c.cmd.Err()) {
 			retry = append(retry, c)
 		}
 	}
@@ -767,7 +785,7 @@ func (s *Store) command(ctx context.Context, c *fcall, eval bool) redis.Cmder {
 	}
 	args := make([]any, 0, n)
 	switch {
-	case !s.scripts.Load():
+	case !c.script:
 		args = append(args, "fcall", lib.name)
 	case eval:
 		args = append(args, "eval", lib.script)

@@ -28,3 +28,8 @@ func PreviousLibrary() (name, code string) {
 	return name, "#!lua name=" + name + "\n" + src + "\nredis.register_function{function_name='" + name +
 		"', callback=apply, flags={'allow-cross-slot-keys'}}\n"
 }
+
+// SetProbeEvery sets how many calls of s go by script, for a load of its
+// library refused, before one tries the function (probeEvery); before
+// its first call.
+func SetProbeEvery(s *Store, n uint64) { s.probeEvery = n }

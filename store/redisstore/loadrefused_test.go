@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,6 +74,105 @@ func TestLibraryLostForAUserWithoutLoadNorScripts(t *testing.T) {
 	}
 }
 
+// TestLibraryBackForAUserWithoutLoad: a user allowed FCALL and scripts
+// but not FUNCTION LOAD, on a server that lost the library loaded
+// beforehand, goes by script while it is missing, and by the function
+// again within probeEvery calls once it is loaded again. Every call is
+// decided once: the probe that finds the library missing did not run,
+// and goes by script; none loads the library again. The store went by
+// script for its life: more costly per call, and on a Cluster one call
+// per hash tag, not per master.
+func TestLibraryBackForAUserWithoutLoad(t *testing.T) {
+	const every = 8
+	ctx := context.Background()
+	addr := ownServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { admin.Close() })
+	user := fmt.Sprintf("ratelimit-test-noload-%d", time.Now().UnixNano())
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-function|load").Err())
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 1000}
+	op := func() *driver.Op { return oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p) }
+
+	adminStore := newStore(admin, uniquePrefix(t, admin))
+	t.Cleanup(func() { adminStore.Close() })
+	load := func() {
+		t.Helper()
+		require.NoError(t, adminStore.Apply(ctx, op(), make([]driver.Decision, 1)))
+	}
+
+	for _, name := range []string{"Apply", "RecordNow"} {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, admin.FunctionFlush(ctx).Err())
+			require.NoError(t, admin.ScriptFlush(ctx).Err())
+			load()
+			// Every command the store sends, FUNCTION LOAD too, goes
+			// through its shard's client.
+			cnt := &calls{}
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, Username: user, Password: "pw",
+				NewClient: func(o *redis.Options) *redis.Client {
+					c := redis.NewClient(o)
+					c.AddHook(cnt)
+					return c
+				}})
+			t.Cleanup(func() { ring.Close() })
+			s := newStore(ring, uniquePrefix(t, ring))
+			redisstore.SetProbeEvery(s, every)
+			t.Cleanup(func() { s.Close() })
+			id := driver.RecordID{Name: "l", Key: "k"}
+			n := 0
+			call := func() []string {
+				t.Helper()
+				cnt.names = nil
+				if name == "RecordNow" {
+					_, err := s.RecordNow(ctx, id)
+					require.NoError(t, err, "call %d", n)
+					return cnt.names
+				}
+				out := make([]driver.Decision, 1)
+				require.NoError(t, s.Apply(ctx, op(), out), "call %d", n)
+				n++
+				require.True(t, out[0].OK, "call %d", n)
+				require.Equal(t, float64(1000-n), out[0].Remaining, "call %d: charged once each", n)
+				return cnt.names
+			}
+
+			require.Equal(t, []string{"fcall"}, call(), "the library loaded beforehand")
+			require.NoError(t, admin.FunctionFlush(ctx).Err())
+			names := call()
+			require.Equal(t, []string{"fcall", "function"}, names[:2], "the library lost: its load refused")
+			require.Equal(t, "evalsha", names[2], "then by script")
+			probes := 0
+			for i := range 2 * every {
+				names := call()
+				if names[0] == "fcall" {
+					probes++
+					require.Equal(t, []string{"fcall", "evalsha"}, names, "%d: tried the function, missing: by script, no load", i)
+				} else {
+					require.Equal(t, []string{"evalsha"}, names, "%d: by script", i)
+				}
+			}
+			require.Equal(t, 2, probes, "tries of the function in %d calls", 2*every)
+
+			load()
+			back := false
+			for i := 0; i < every && !back; i++ {
+				names := call()
+				back = slices.Equal(names, []string{"fcall"})
+				require.True(t, back || slices.Equal(names, []string{"evalsha"}), "%d: %v", i, names)
+			}
+			require.True(t, back, "by the function within %d calls of the library loaded again", every)
+			for i := range 2 * every {
+				require.Equal(t, []string{"fcall"}, call(), "%d: by the function from then on", i)
+			}
+			if name == "Apply" {
+				recs := make([]driver.Record, 1)
+				require.NoError(t, s.Load(ctx, []driver.RecordID{id}, recs))
+				require.Equal(t, float64(1000-n), recs[0].State.Remaining, "the record: each of %d calls charged once", n)
+			}
+		})
+	}
+}
+
 // TestRecordNowFailedLoadReadsAgain: RecordNow on a Ring, whose server
 // lost the library, reads the time once the library is loaded when the
 // load failed for a passing reason (no connection free: nothing sent),
@@ -122,4 +222,24 @@ func TestRecordNowFailedLoadReadsAgain(t *testing.T) {
 			require.Equal(t, tc.fcalls, h.fcalls, "FCALLs sent")
 		})
 	}
+}
+
+// calls is a client's hook that keeps the names of the calls of the
+// library, by function or script, and of its loads, in order.
+type calls struct{ names []string }
+
+func (c *calls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch name := cmd.Name(); name {
+		case "fcall", "evalsha", "eval", "function":
+			c.names = append(c.names, name)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *calls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

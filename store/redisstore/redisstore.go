@@ -95,6 +95,13 @@ const DefaultMaxBatch = 128
 // three. Measured: see docs/performance.md.
 const maxInFlight = 3
 
+// probeEvery is how many calls of a store that goes by script because a
+// load of its library was refused (FUNCTION LOAD, by its user's ACL) go
+// before one goes by the function again (probe): one round trip more in
+// as many calls, when the library is still missing, to find it once it
+// is loaded again.
+const probeEvery = 4096
+
 // Store is a ratelimit.Store on Redis, safe for concurrent use. Build it
 // with New: every call of the zero value, or of a nil *Store, Close
 // included, fails with an error matching driver.ErrZeroStore.
@@ -119,8 +126,13 @@ type Store struct {
 	scripts atomic.Bool // the server has no Functions: use EVALSHA
 	// loadRefused: scripts is set because a load of the library was
 	// refused (NOPERM), not FCALL: the store goes back to the function
-	// when a script is refused too (leaveScripts).
+	// when a script is refused too, or when a call sent by the function
+	// to try it (probe) finds the library loaded again (leaveScripts).
 	loadRefused atomic.Bool
+	// scriptCalls counts the calls sent while loadRefused; every
+	// probeEvery-th goes by the function instead (probe).
+	scriptCalls atomic.Uint64
+	probeEvery  uint64
 	// routed is set once the Cluster client has told a key's master: it
 	// knows the slots from then on (see master).
 	routed atomic.Bool
@@ -222,7 +234,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: max batch %d is below 1: pass 1 (no coalescing) or more", o.maxBatch)
 	}
 	s := &Store{client: client, prefix: o.prefix, serverTime: o.serverTime, margin: o.margin, maxBatch: o.maxBatch,
-		logger: o.logger}
+		logger: o.logger, probeEvery: probeEvery}
 	switch c := client.(type) {
 	case *redis.Client:
 		s.single = true
@@ -398,10 +410,13 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 // called again after a pause, within the client's MaxRetries, as run's
 // calls are (loadFailed). A server without Functions, or a user not
 // allowed them, is sent the time script instead, from then on, as the
-// store's calls go by their script then (s.scripts).
+// store's calls go by their script then (s.scripts); but for a user
+// refused FUNCTION LOAD alone, now and then the function is tried again
+// (probe), and the script sent when the library is still missing.
 func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
+	probe := s.probe()
 	for loaded, tries := false, 0; ; {
-		if s.scripts.Load() {
+		if s.scripts.Load() && !probe {
 			v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
 			if isScriptRefused(err) && s.leaveScripts() {
 				return nil, libraryUnloadable(err)
@@ -418,7 +433,11 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 		cmd.SetFirstKeyPos(3)
 		_ = s.client.Process(ctx, cmd)
 		v, err := cmd.Result()
+		probed := probe
+		probe = false
 		switch {
+		case probed && isFunctionMissing(err):
+			// Still missing: the script, as the store's other calls.
 		case !loaded && isFunctionMissing(err):
 			if err := s.loadLibrary(ctx); err != nil {
 				if tries >= s.retries || !loadMayPass(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
@@ -435,9 +454,25 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 		case isUnknownFCall(err):
 			s.scriptsForGood()
 		default:
+			if probed && err == nil {
+				s.leaveScripts()
+			}
 			return v, timeRefused(err)
 		}
 	}
+}
+
+// probe reports whether a call goes by the function, to try it, though
+// the store goes by script for a load of its library refused
+// (loadRefused): every probeEvery-th of them does. Once the library is
+// loaded again (by a user allowed FUNCTION LOAD), the function answers it,
+// and the store's calls go by the function from then on (leaveScripts);
+// while it is missing, the call, which did not run ("Function not found"),
+// goes by script, one round trip later. Without it, a store that met the
+// library missing once went by script for its life: more costly per
+// call, and on a Cluster one call per hash tag, not per master.
+func (s *Store) probe() bool {
+	return s.scripts.Load() && s.loadRefused.Load() && s.scriptCalls.Add(1)%s.probeEvery == 0
 }
 
 // scriptsForGood sends the store's calls by script from then on: FCALL
@@ -449,7 +484,8 @@ func (s *Store) scriptsForGood() {
 
 // leaveScripts sends the store's calls by the function again when they
 // went by script for a load of the library refused (loadRefused), and
-// reports whether they did: a script was refused too, so the user may
+// reports whether they did: a call by the function found the library
+// loaded again (probe), or a script was refused too, so the user may
 // call the function alone, and its next call finds the library if it was
 // loaded meanwhile (by a user allowed FUNCTION LOAD). Otherwise a user
 // allowed FCALL but neither FUNCTION LOAD nor scripts, whose server lost
