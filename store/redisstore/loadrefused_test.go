@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,18 +123,18 @@ func TestLibraryBackForAUserWithoutLoad(t *testing.T) {
 			n := 0
 			call := func() []string {
 				t.Helper()
-				cnt.names = nil
+				cnt.take()
 				if name == "RecordNow" {
 					_, err := s.RecordNow(ctx, id)
 					require.NoError(t, err, "call %d", n)
-					return cnt.names
+					return cnt.take()
 				}
 				out := make([]driver.Decision, 1)
 				require.NoError(t, s.Apply(ctx, op(), out), "call %d", n)
 				n++
 				require.True(t, out[0].OK, "call %d", n)
 				require.Equal(t, float64(1000-n), out[0].Remaining, "call %d: charged once each", n)
-				return cnt.names
+				return cnt.take()
 			}
 
 			require.Equal(t, []string{"fcall"}, call(), "the library loaded beforehand")
@@ -225,21 +226,159 @@ func TestRecordNowFailedLoadReadsAgain(t *testing.T) {
 }
 
 // calls is a client's hook that keeps the names of the calls of the
-// library, by function or script, and of its loads, in order.
-type calls struct{ names []string }
+// library, by function or script, and of its loads, in order, pipelined
+// or not.
+type calls struct {
+	mu    sync.Mutex
+	names []string
+}
 
 func (c *calls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch name := cmd.Name(); name {
-		case "fcall", "evalsha", "eval", "function":
-			c.names = append(c.names, name)
-		}
+		c.record(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (c *calls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *calls) record(cmd redis.Cmder) {
+	switch name := cmd.Name(); name {
+	case "fcall", "evalsha", "eval", "function":
+		c.mu.Lock()
+		c.names = append(c.names, name)
+		c.mu.Unlock()
+	}
+}
+
+// take returns the names kept, and forgets them.
+func (c *calls) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.names
+	c.names = nil
+	return names
+}
+
+// TestClusterBackToOneCallPerMaster: on a Cluster, a user allowed FCALL
+// and scripts but not FUNCTION LOAD goes by script, one call per hash tag,
+// while the library is missing, and, once it is loaded again, back to the
+// function within probeEvery calls: one call per master for a batch over
+// several slots of one master. Every op is charged once throughout.
+func TestClusterBackToOneCallPerMaster(t *testing.T) {
+	const every, keys = 8, 4
+	ctx := context.Background()
+	nodes := ownCluster(t)
+	var addrs []string
+	user := fmt.Sprintf("ratelimit-test-noload-%d", time.Now().UnixNano())
+	for addr, n := range nodes {
+		addrs = append(addrs, addr)
+		require.NoError(t, n.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-function|load").Err())
+	}
+	flush := func() {
+		t.Helper()
+		for _, n := range nodes {
+			require.NoError(t, n.FunctionFlush(ctx).Err())
+		}
+	}
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 1000}
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { admin.Close() })
+	adminStore := newStore(admin, uniquePrefix(t, admin))
+	t.Cleanup(func() { adminStore.Close() })
+	load := func() { // on every master: the first call finds it missing
+		t.Helper()
+		require.NoError(t, adminStore.Apply(ctx, oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p), make([]driver.Decision, 1)))
+	}
+	load()
+
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(c, uniquePrefix(t, c))
+	redisstore.SetProbeEvery(s, every)
+	t.Cleanup(func() { s.Close() })
+	// Keys of as many slots of one master.
+	var ks []string
+	slots := map[int64]bool{}
+	master := func(k string) string {
+		n, err := c.MasterForKey(ctx, s.Key(driver.RecordID{Name: "l", Key: k}))
+		require.NoError(t, err)
+		return n.Options().Addr
+	}
+	for i := 0; len(ks) < keys; i++ {
+		k := fmt.Sprint("k-", i)
+		slot := c.ClusterKeySlot(ctx, s.Key(driver.RecordID{Name: "l", Key: k})).Val()
+		if !slots[slot] && (len(ks) == 0 || master(k) == master(ks[0])) {
+			slots[slot] = true
+			ks = append(ks, k)
+		}
+	}
+	cnt := &calls{}
+	c.AddHook(cnt)
+	n := 0
+	batch := func() []string {
+		t.Helper()
+		cnt.take()
+		ops := make([]*driver.Op, keys)
+		outs := make([][]driver.Decision, keys)
+		for i, k := range ks {
+			ops[i], outs[i] = oneItemOp(driver.ModeLimit, 1000, "l", k, 1, p), make([]driver.Decision, 1)
+		}
+		require.NoError(t, s.ApplyBatch(ctx, ops, outs), "batch %d", n)
+		n++
+		for i, k := range ks {
+			require.True(t, outs[i][0].OK, "batch %d, %s", n, k)
+			require.Equal(t, float64(1000-n), outs[i][0].Remaining, "batch %d, %s: charged once each", n, k)
+		}
+		return cnt.take()
+	}
+	count := func(names []string, name string) int {
+		k := 0
+		for _, n := range names {
+			if n == name {
+				k++
+			}
+		}
+		return k
+	}
+
+	require.Equal(t, []string{"fcall"}, batch(), "one call per master")
+	flush()
+	batch() // the library lost: its load refused, by script from then on
+	probes := 0
+	for i := range 2 * every {
+		names := batch()
+		probes += count(names, "fcall")
+		require.Equal(t, keys, count(names, "evalsha"), "%d: by script, one call per hash tag: %v", i, names)
+		require.Zero(t, count(names, "function"), "%d: no load: %v", i, names)
+	}
+	require.Equal(t, 2*keys, probes, "tries of the function in %d calls", 2*every*keys)
+
+	load()
+	back := false
+	for i := 0; i < every && !back; i++ {
+		back = slices.Equal(batch(), []string{"fcall"})
+	}
+	require.True(t, back, "by the function within %d calls of the library loaded again", every)
+	for i := range every {
+		require.Equal(t, []string{"fcall"}, batch(), "%d: one call per master from then on", i)
+	}
+	recs := make([]driver.Record, keys)
+	ids := make([]driver.RecordID, keys)
+	for i, k := range ks {
+		ids[i] = driver.RecordID{Name: "l", Key: k}
+	}
+	require.NoError(t, s.Load(ctx, ids, recs))
+	for i, k := range ks {
+		require.Equal(t, float64(1000-n), recs[i].State.Remaining, "%s: each of %d calls charged once", k, n)
+	}
 }
