@@ -125,11 +125,12 @@ func (s *Store) ApplyBatch(ctx context.Context, ops []*driver.Op, outs [][]drive
 // decide the batch again without it.
 var errRetry = errors.New("an op failed: again without it")
 
-// errNoWrite rolls back a transaction whose ops wrote nothing (every op
-// refused, a check, a settlement made before): its decisions read only
-// what was committed, and a commit would cost bbolt's two fsyncs for
-// nothing.
-var errNoWrite = errors.New("no op wrote")
+// errNoWrite rolls back a transaction that wrote nothing (a batch whose
+// every op was refused, a check, a settlement made before; a Delete of
+// records that are not there; a sweep's step whose every key was written
+// since it read them): its answers read only what was committed, and a
+// commit would cost bbolt's two fsyncs for nothing.
+var errNoWrite = errors.New("nothing written")
 
 // send decides reqs, in order, in one write transaction, and commits it
 // if an op wrote (else rolls it back: see errNoWrite). It sets res[i] for

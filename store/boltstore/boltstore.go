@@ -28,9 +28,11 @@
 // under way wait for it, then go together in the next one (at most
 // WithMaxBatch of them), decided one after another in their order of
 // arrival: many callers share one transaction and one commit, with no
-// timer. A transaction in which no op writes (each refused, say) is
-// rolled back rather than committed, and pays no fsync. The store also
-// implements driver.BatchApplier.
+// timer. A transaction that writes nothing (its every op refused, say; a
+// Delete of records that are not there; a step of DeleteExpired whose
+// every record was written since it read them) is rolled back rather
+// than committed, and pays no fsync. The store also implements
+// driver.BatchApplier.
 //
 // A panic in a transaction rolls it back and leaves the store usable: a
 // lone caller's, run on its goroutine (its context cannot end), goes on
@@ -77,6 +79,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -544,7 +547,9 @@ func (s *Store) lock(ctx context.Context) error {
 func (s *Store) unlock() { <-s.writer }
 
 // update runs fn in a write transaction under the writer lock; fn's
-// changes are rolled back if ctx ends before the commit. When ctx can
+// changes are rolled back if ctx ends before the commit. fn returns
+// errNoWrite when it changed nothing: the transaction is rolled back, and
+// update returns nil (ctx's error if ctx has ended). When ctx can
 // end, it runs the transaction on another goroutine and returns ctx's
 // error once ctx ends first (coalesce.Detached): bbolt's own writer lock, held by
 // a write of the application's, and a remap of the file in the commit,
@@ -566,14 +571,22 @@ func (s *Store) write(ctx context.Context, fn func(*bolt.Tx) error) error {
 		return err
 	}
 	defer s.unlock()
-	return s.guard(func() error {
+	err := s.guard(func() error {
 		return update(s.db, func(tx *bolt.Tx) error {
-			if err := fn(tx); err != nil {
+			err := fn(tx)
+			if err != nil && err != errNoWrite {
 				return err
 			}
-			return ctx.Err()
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return err
 		})
 	})
+	if err == errNoWrite {
+		return nil
+	}
+	return err
 }
 
 func (s *Store) bucketOf(tx *bolt.Tx) (*bolt.Bucket, error) {
@@ -761,7 +774,8 @@ func (s *Store) Load(ctx context.Context, ids []driver.RecordID, out []driver.Re
 	return nil
 }
 
-// Delete implements ratelimit.Store.
+// Delete implements ratelimit.Store. A Delete that finds none of ids'
+// records commits nothing (see the package doc).
 func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 	if err := s.usable(ctx, "Delete"); err != nil {
 		return err
@@ -775,13 +789,23 @@ func (s *Store) Delete(ctx context.Context, ids []driver.RecordID) error {
 		if err != nil {
 			return err
 		}
+		wrote := false
 		for _, k := range keys {
+			// Delete of a key that is not there changes nothing; one that
+			// is, a record's or a bucket's (which Delete refuses), it sees.
+			if found, _ := b.Cursor().Seek(k); !bytes.Equal(found, k) {
+				continue
+			}
 			if err := b.Delete(k); err != nil {
 				if errors.Is(err, berrors.ErrIncompatibleValue) {
 					return s.bucketAt(k) // a bucket is no record to reset
 				}
 				return err
 			}
+			wrote = true
+		}
+		if !wrote {
+			return errNoWrite
 		}
 		return nil
 	})

@@ -470,3 +470,40 @@ func TestBucketDeletedThroughDB(t *testing.T) {
 	s = open(t, path)
 	require.NoError(t, s.Apply(ctx, takeOp("l", "k", 1, t0.UnixMilli()), make([]driver.Decision, 1)))
 }
+
+// A Delete that finds none of its records is rolled back rather than
+// committed: it committed, and paid bbolt's two fsyncs, for nothing. One
+// that finds a record among others missing commits, and the record is gone
+// from the file.
+func TestDeleteOfNothingDoesNotCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	s := open(t, path)
+	now := t0.UnixMilli()
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctxs := []context.Context{context.Background(), cctx} // the caller's goroutine; another, left when cctx ends
+	for i := range ctxs {
+		require.NoError(t, s.Apply(context.Background(), takeOp("l", fmt.Sprint(i), 1, now), make([]driver.Decision, 1)))
+	}
+	missing := []driver.RecordID{{Name: "l", Key: "missing"}, {Name: "other", Key: "0"}}
+
+	before := lastTx(t, s.DB())
+	for _, ctx := range ctxs {
+		require.NoError(t, s.Delete(ctx, missing))
+		require.NoError(t, s.Delete(ctx, nil))
+	}
+	require.Equal(t, before, lastTx(t, s.DB()), "a Delete that deleted nothing committed")
+	ended, end := context.WithCancel(context.Background())
+	end()
+	require.ErrorIs(t, s.Delete(ended, missing), context.Canceled)
+
+	for i, ctx := range ctxs {
+		require.NoError(t, s.Delete(ctx, append(missing, driver.RecordID{Name: "l", Key: fmt.Sprint(i)})))
+		require.Equal(t, before+i+1, lastTx(t, s.DB()), "a Delete that deleted a record commits")
+	}
+	require.NoError(t, s.Close())
+	s = open(t, path)
+	for i := range ctxs {
+		require.False(t, stored(t, s, "l", fmt.Sprint(i)).Found, "deleted, committed")
+	}
+}

@@ -140,7 +140,8 @@ func (s *Store) scan(ctx context.Context, after []byte, cutoff int64) ([][]byte,
 }
 
 // deleteExpired removes, in one write transaction, those of keys still
-// expired at cutoff: a call may have written one since it was read.
+// expired at cutoff: a call may have written one since it was read. A
+// transaction that removes none is rolled back (errNoWrite).
 func (s *Store) deleteExpired(ctx context.Context, keys [][]byte, cutoff int64) (int, error) {
 	n := 0
 	err := s.update(ctx, func(tx *bolt.Tx) error {
@@ -160,6 +161,9 @@ func (s *Store) deleteExpired(ctx context.Context, keys [][]byte, cutoff int64) 
 				return err
 			}
 			n++
+		}
+		if n == 0 {
+			return errNoWrite // every key written since it was read
 		}
 		return nil
 	})

@@ -219,3 +219,53 @@ func TestSweepStopsWhenClosed(t *testing.T) {
 	require.Zero(t, n)
 	require.Equal(t, int32(2), ctx.calls.Load(), "the sweep went on after Close")
 }
+
+// A sweep's step whose records were all written again between its read
+// and its write deletes nothing, and is rolled back rather than committed:
+// it committed, and paid bbolt's two fsyncs, for nothing. A step that
+// deletes commits, and the records are gone from the file.
+func TestSweepOfNothingDoesNotCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.db")
+	s := open(t, path)
+	const keys = 3
+	take := func(at time.Time) {
+		for i := range keys {
+			require.NoError(t, s.Apply(context.Background(), takeOp("old", fmt.Sprint(i), 1, at.UnixMilli()), make([]driver.Decision, 1)))
+		}
+	}
+	take(t0)
+	// One token refills in 6 s; then the grace.
+	expiry := 6*time.Second + time.Duration(driver.ExpiryGrace)*time.Millisecond
+	sweepAt := t0.Add(expiry)
+	rewrite := true
+	var written int // the last commit, once the step's records are written again
+	boltstore.SetHooks(s, boltstore.Hooks{Scanned: func() {
+		if rewrite {
+			take(sweepAt)
+			written = lastTx(t, s.DB())
+		}
+	}})
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, ctx := range []context.Context{context.Background(), cctx} {
+		n, err := s.DeleteExpired(ctx, sweepAt)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, written, lastTx(t, s.DB()), "a sweep's step that deleted nothing committed")
+	}
+
+	rewrite = false
+	for i, ctx := range []context.Context{context.Background(), cctx} {
+		before := lastTx(t, s.DB())
+		take(sweepAt)
+		n, err := s.DeleteExpired(ctx, sweepAt.Add(time.Hour)) // full again long since
+		require.NoError(t, err)
+		require.Equal(t, keys, n, "sweep %d", i)
+		require.Equal(t, before+keys+1, lastTx(t, s.DB()), "a sweep's step that deleted records commits")
+		require.NoError(t, s.Close())
+		s = open(t, path)
+		for k := range keys {
+			require.False(t, stored(t, s, "old", fmt.Sprint(k)).Found, "deleted, committed")
+		}
+	}
+}
