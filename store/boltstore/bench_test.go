@@ -329,8 +329,16 @@ func BenchmarkLoneWrite(b *testing.B) {
 			ctx, cancel := ctxOf()
 			defer cancel()
 			ids := []driver.RecordID{{Name: "bench", Key: "k"}}
+			take := takeOp("bench", "k", 1, t0.UnixMilli())
+			out := make([]driver.Decision, 1)
 			b.ReportAllocs()
 			for b.Loop() {
+				// A record to delete: a Delete that finds none commits nothing.
+				b.StopTimer()
+				if err := s.Apply(context.Background(), take, out); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 				if err := s.Delete(ctx, ids); err != nil {
 					b.Fatal(err)
 				}
