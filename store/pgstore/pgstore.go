@@ -1309,7 +1309,7 @@ func resolve(ctx context.Context, pool *pgxpool.Pool, n names) (names, error) {
 		FROM (SELECT (SELECT s.nspname::pg_catalog.text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
 			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid) AS nsp) f) r`, n.table).Scan(&schema, &found, &tmp, &path)
 	if err != nil {
-		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, err)
+		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, callerError(ctx, err))
 	}
 	switch {
 	case schema == nil:
@@ -1486,7 +1486,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		return mayNotUse(ctx, s.pool, n, err)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, err)
+		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, callerError(ctx, err))
 	}
 	comment, exists := st.comment, st.table
 	if exists && st.foreign != "" {
@@ -1581,7 +1581,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			"and give New WithoutDDL; or run New as that role: %w", n.table, err, shellQuote(table), ErrPermission)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, err)
+		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, callerError(ctx, err))
 	}
 	return nil
 }

@@ -1,0 +1,102 @@
+package pgstore_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratelimit-go/ratelimit/internal/testserver"
+	"github.com/ratelimit-go/ratelimit/store/pgstore"
+	"github.com/stretchr/testify/require"
+)
+
+// nthEndingConn ends the context of the statement it is about to write
+// once left, shared by the pool's connections, counts down to zero on an
+// execution of a statement (a Bind), and waits until pgx has set the
+// connection's deadline past (see endingConn).
+type nthEndingConn struct {
+	net.Conn
+	left     *atomic.Int32
+	end      *atomic.Pointer[func()]
+	deadline chan struct{}
+}
+
+func (c *nthEndingConn) Write(p []byte) (int, error) {
+	if len(p) > 0 && p[0] == 'B' && c.left.Add(-1) == 0 {
+		(*c.end.Load())()
+		<-c.deadline
+	}
+	return c.Conn.Write(p)
+}
+
+// SetDeadline sets the deadline, then lets a write waiting for it go on.
+func (c *nthEndingConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	if !t.IsZero() {
+		select {
+		case c.deadline <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// A New whose context ends while one of its statements is written (the
+// search for the table's schema, the reads of the schema, the wait for
+// the install lock) fails with an error that matches the context's, as
+// every other call of the store does: pgx answers the connection's
+// timeout alone, which reads as the server's failure.
+func TestNewContextEndsWhileWriting(t *testing.T) {
+	var left atomic.Int32
+	var end atomic.Pointer[func()]
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &nthEndingConn{Conn: c, left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cleanup := newPool(t, testserver.PostgresURL(t), nil)
+
+	ends := map[string]func() (context.Context, func(), error){
+		"canceled": func() (context.Context, func(), error) {
+			ctx, cancel := context.WithCancel(context.Background())
+			return ctx, cancel, context.Canceled
+		},
+		"deadline": func() (context.Context, func(), error) {
+			mock := clock.NewMock()
+			ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
+			t.Cleanup(cancel)
+			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
+		},
+	}
+	for how, newCtx := range ends {
+		// The k-th statement New executes ends its context, until New
+		// executes fewer than k.
+		for k := int32(1); ; k++ {
+			ctx, endCtx, want := newCtx()
+			end.Store(&endCtx)
+			left.Store(k)
+			_, err := pgstore.New(ctx, pool, pgstore.WithTable(uniqueTable(t, cleanup)))
+			if left.Load() > 0 {
+				require.NoError(t, err, "%s: New executes %d statements", how, k-1)
+				require.Greater(t, k, int32(3), "%s: New executes a few statements", how)
+				break
+			}
+			left.Store(0)
+			require.ErrorIs(t, err, want, "%s: statement %d", how, k)
+			require.ErrorContains(t, err, "pgstore: ", how+": statement "+strconv.Itoa(int(k)))
+		}
+	}
+}
