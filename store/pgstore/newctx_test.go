@@ -15,19 +15,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// nthEndingConn ends the context of the statement it is about to write
-// once left, shared by the pool's connections, counts down to zero on an
-// execution of a statement (a Bind), and waits until pgx has set the
+// nthEndingConn ends the context of the message it is about to write
+// once left, shared by the pool's connections, counts down to zero on a
+// message of type msg ('B', a Bind: an execution of a prepared statement;
+// 'C', a Close: a deallocation), and waits until pgx has set the
 // connection's deadline past (see endingConn).
 type nthEndingConn struct {
 	net.Conn
+	msg      byte
 	left     *atomic.Int32
 	end      *atomic.Pointer[func()]
 	deadline chan struct{}
 }
 
 func (c *nthEndingConn) Write(p []byte) (int, error) {
-	if len(p) > 0 && p[0] == 'B' && c.left.Add(-1) == 0 {
+	if len(p) > 0 && p[0] == c.msg && c.left.Add(-1) == 0 {
 		(*c.end.Load())()
 		<-c.deadline
 	}
@@ -62,7 +64,7 @@ func TestNewContextEndsWhileWriting(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &nthEndingConn{Conn: c, left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
+		return &nthEndingConn{Conn: c, msg: 'B', left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)

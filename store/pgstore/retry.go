@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,7 +46,9 @@ func retryable(err error) bool {
 
 // unrun reports whether err, a statement's, says that the statement took
 // no effect: it was not sent (the pool was closed, no connection could be
-// made, its context had ended: what pgx calls safe to retry), or the
+// made, its context had ended: what pgx calls safe to retry; pgx's
+// deallocation, on the connection, of the statements that failed there,
+// which it sends ahead of the statement, failed: see deallocFailed), or the
 // server failed it with an ERROR, which rolled its transaction back (a
 // function's on a row that no release writes among them: ErrBadRecord,
 // which does not wrap the server's error). Otherwise (its context ended
@@ -67,7 +70,40 @@ func unrun(err error) bool {
 	)
 	return errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, ErrBadRecord) || errors.As(err, &ce) ||
 		errors.As(err, &pe) && severity(pe) == "ERROR" ||
-		errors.As(err, &safe) && safe.SafeToRetry()
+		errors.As(err, &safe) && safe.SafeToRetry() || deallocFailed(err)
+}
+
+// pgxDeallocate begins the error with which pgx fails a statement, or a
+// transaction's BEGIN or COMMIT, whose connection holds cached statements
+// that failed there since its last statement: it deallocates them first,
+// and, when that fails (its context ended, the connection broke), returns
+// this error, wrapping the failure, without sending the statement
+// (TestContextEndsWhileDeallocating fails should pgx word it otherwise).
+const pgxDeallocate = "failed to deallocate cached statement(s): "
+
+// deallocFailed reports whether err is, or wraps, the error of pgx's
+// deallocation ahead of a statement (pgxDeallocate): the statement was not
+// sent. (A transaction's COMMIT, which would leave a statement run and not
+// committed, follows a statement that succeeded, which left nothing to
+// deallocate.)
+func deallocFailed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if strings.HasPrefix(err.Error(), pgxDeallocate) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return deallocFailed(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if deallocFailed(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // severity returns the severity of pe unlocalized, as the server sends it

@@ -39,6 +39,9 @@ func TestUnrun(t *testing.T) {
 		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "40001"}, true},
 		{fmt.Errorf("%w: table t: a bad record", pgstore.ErrBadRecord), true},
 		{context.Canceled, false},
+		// pgx's deallocation ahead of the statement failed: not sent.
+		{fmt.Errorf("wrapped: %w", fmt.Errorf("failed to deallocate cached statement(s): %w", context.Canceled)), true},
+		{fmt.Errorf("%w: %w", context.Canceled, fmt.Errorf("failed to deallocate cached statement(s): %w", context.Canceled)), true},
 	} {
 		require.Equal(t, c.unrun, pgstore.Unrun(c.err), "%v", c.err)
 	}
