@@ -14,8 +14,11 @@
 //
 // A panic in a batch sent in the background (the pool's QueryTracer's,
 // say) fails, with the panic's error, only the calls it had not answered:
-// a call whose statement committed before it gets its decision. So does a
-// runtime.Goexit there (t.FailNow in a tracer of a test).
+// a call whose statement committed, and whose answer was read, before it
+// gets its decision. A call not answered may have been decided and
+// charged: a tracer's TraceQueryEnd of the call's own statement, say,
+// runs before its answer is read. So does a runtime.Goexit there
+// (t.FailNow in a tracer of a test).
 //
 // Two PL/pgSQL functions, installed with the schema, run the transition (a
 // port of ratelimit.Evaluate, equal to it to the last bit): one decides a
