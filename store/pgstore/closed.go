@@ -18,3 +18,13 @@ func closedPool(err error) error {
 	}
 	return err
 }
+
+// newClosedPool is closedPool for New: err, an error of one of its
+// statements, made to match driver.ErrClosed too when the pool New was
+// given is closed (puddle.ErrClosedPool).
+func newClosedPool(err error) error {
+	if errors.Is(err, puddle.ErrClosedPool) && !errors.Is(err, driver.ErrClosed) {
+		return fmt.Errorf("the pool is closed: pass New an open pool, and close it after the store's last call: %w: %w", driver.ErrClosed, err)
+	}
+	return err
+}

@@ -69,3 +69,30 @@ func TestClosedPoolBetweenResends(t *testing.T) {
 	require.ErrorContains(t, err, "close the pool after the store's last call", "says what to do")
 	require.Equal(t, []int{0, 1}, storetest.FailedOps(t, err))
 }
+
+// New on a closed pool fails with an error matching driver.ErrClosed,
+// beside pgx's, that says to pass an open pool: whether its first
+// statement is the search for the table's schema (a name without one) or
+// the read of the schema. It failed with puddle's "closed pool" alone,
+// which read as the server's failure.
+func TestNewClosedPool(t *testing.T) {
+	cleanup := newPool(t, testserver.PostgresURL(t), nil)
+	pool := newPool(t, testserver.PostgresURL(t), nil)
+	pool.Close()
+	for name, table := range map[string]string{
+		"without a schema": uniqueTable(t, cleanup),
+		"with a schema":    "public." + uniqueTable(t, cleanup),
+	} {
+		for _, noDDL := range []bool{false, true} {
+			opts := []pgstore.Option{pgstore.WithTable(table)}
+			if noDDL {
+				opts = append(opts, pgstore.WithoutDDL())
+			}
+			s, err := pgstore.New(context.Background(), pool, opts...)
+			require.Nil(t, s, name)
+			require.ErrorIs(t, err, driver.ErrClosed, "%s (WithoutDDL %v)", name, noDDL)
+			require.ErrorContains(t, err, "pgstore: ", name)
+			require.ErrorContains(t, err, "pass New an open pool", "%s: says what to do", name)
+		}
+	}
+}

@@ -1221,7 +1221,8 @@ func quoteLiteral(s string) string {
 // waits a few seconds at most for a transaction that holds the table
 // against it (a VACUUM, a CREATE INDEX, a migration), and fails then, as
 // Schema says; ctx bounds every wait. The store does
-// not own the pool; close it yourself.
+// not own the pool; close it yourself, after the store's last call: New
+// given a closed pool fails with an error matching driver.ErrClosed.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	o := options{table: DefaultTable, maxBatch: DefaultMaxBatch, maxInFlight: DefaultMaxInFlight}
 	for _, f := range opts {
@@ -1312,7 +1313,7 @@ func resolve(ctx context.Context, pool *pgxpool.Pool, n names) (names, error) {
 		FROM (SELECT (SELECT s.nspname::pg_catalog.text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
 			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid) AS nsp) f) r`, n.table).Scan(&schema, &found, &tmp, &path)
 	if err != nil {
-		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, callerError(ctx, err))
+		return names{}, fmt.Errorf("pgstore: find the schema of table %s along search_path: %w", n.table, callerError(ctx, newClosedPool(err)))
 	}
 	switch {
 	case schema == nil:
@@ -1489,7 +1490,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 		return mayNotUse(ctx, s.pool, n, err)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, callerError(ctx, err))
+		return fmt.Errorf("pgstore: read the schema of %s: %w", n.table, callerError(ctx, newClosedPool(err)))
 	}
 	comment, exists := st.comment, st.table
 	if exists && st.foreign != "" {
@@ -1584,7 +1585,7 @@ func (s *Store) installSchema(ctx context.Context, n names, table string, check 
 			"and give New WithoutDDL; or run New as that role: %w", n.table, err, shellQuote(table), ErrPermission)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, callerError(ctx, err))
+		return fmt.Errorf("pgstore: create or upgrade table %s and its function: %w", n.table, callerError(ctx, newClosedPool(err)))
 	}
 	return nil
 }
