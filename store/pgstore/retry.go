@@ -79,6 +79,13 @@ func unrun(err error) bool {
 // and, when that fails (its context ended, the connection broke), returns
 // this error, wrapping the failure, without sending the statement
 // (TestContextEndsWhileDeallocating fails should pgx word it otherwise).
+// The text is all there is to match: pgx makes the error with fmt.Errorf,
+// no type or sentinel of its marks it, and the failure it wraps (the
+// pipeline's: a timeout, "conn closed") says nothing of a deallocation.
+// Nothing of the statement was written: pgx sends the deallocations as a
+// pipeline of their own, synced and read to its end, before it encodes
+// the statement (v5.6.0 through v5.12.0). Should pgx word the error
+// otherwise, its op reads as one that may have run: the safe side.
 const pgxDeallocate = "failed to deallocate cached statement(s): "
 
 // deallocFailed reports whether err is, or wraps, the error of pgx's
