@@ -50,27 +50,13 @@ func (c *nthEndingConn) SetDeadline(t time.Time) error {
 
 // A New whose context ends while one of its statements is written (the
 // search for the table's schema, the reads of the schema, the wait for
-// the install lock) fails with an error that matches the context's, as
-// every other call of the store does: pgx answers the connection's
-// timeout alone, which reads as the server's failure.
+// the install lock; the BEGIN and COMMIT of its transactions and the
+// install's script, which pgx sends by the simple protocol, a Query)
+// fails with an error that matches the context's, as every other call of
+// the store does: pgx answers the connection's timeout alone, which reads
+// as the server's failure.
 func TestNewContextEndsWhileWriting(t *testing.T) {
-	var left atomic.Int32
-	var end atomic.Pointer[func()]
-	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &nthEndingConn{Conn: c, msg: 'B', left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	cleanup := newPool(t, testserver.PostgresURL(t), nil)
-
 	ends := map[string]func() (context.Context, func(), error){
 		"canceled": func() (context.Context, func(), error) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -83,22 +69,41 @@ func TestNewContextEndsWhileWriting(t *testing.T) {
 			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
 		},
 	}
-	for how, newCtx := range ends {
-		// The k-th statement New executes ends its context, until New
-		// executes fewer than k.
-		for k := int32(1); ; k++ {
-			ctx, endCtx, want := newCtx()
-			end.Store(&endCtx)
-			left.Store(k)
-			_, err := pgstore.New(ctx, pool, pgstore.WithTable(uniqueTable(t, cleanup)))
-			if left.Load() > 0 {
-				require.NoError(t, err, "%s: New executes %d statements", how, k-1)
-				require.Greater(t, k, int32(3), "%s: New executes a few statements", how)
-				break
+	// 'B', a Bind: a statement of arguments, prepared; 'Q', a Query.
+	for _, msg := range []byte{'B', 'Q'} {
+		var left atomic.Int32
+		var end atomic.Pointer[func()]
+		cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+		require.NoError(t, err)
+		cfg.MaxConns = 1
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
 			}
-			left.Store(0)
-			require.ErrorIs(t, err, want, "%s: statement %d", how, k)
-			require.ErrorContains(t, err, "pgstore: ", how+": statement "+strconv.Itoa(int(k)))
+			return &nthEndingConn{Conn: c, msg: msg, left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		for how, newCtx := range ends {
+			how := string(msg) + ", " + how
+			// The k-th statement New executes ends its context, until New
+			// executes fewer than k.
+			for k := int32(1); ; k++ {
+				ctx, endCtx, want := newCtx()
+				end.Store(&endCtx)
+				left.Store(k)
+				_, err := pgstore.New(ctx, pool, pgstore.WithTable(uniqueTable(t, cleanup)))
+				if left.Load() > 0 {
+					require.NoError(t, err, "%s: New executes %d statements", how, k-1)
+					require.Greater(t, k, int32(3), "%s: New executes a few statements", how)
+					break
+				}
+				left.Store(0)
+				require.ErrorIs(t, err, want, "%s: statement %d", how, k)
+				require.ErrorContains(t, err, "pgstore: ", how+": statement "+strconv.Itoa(int(k)))
+			}
 		}
 	}
 }
