@@ -72,16 +72,76 @@ func (typedNilStore) Apply(context.Context, *driver.Op, []driver.Decision) error
 	return e
 }
 
-// A store error whose Error panics (a typed nil) panics in the wrapper,
-// as it would in the caller, and still ends the call's span, marked as
-// an error: the span was marked ended before the error's text was read,
-// and was never ended, missing from the trace.
+// A store error whose Error panics (a typed nil) is returned as it is,
+// without a panic (the Limiter takes it for a store failure), and the
+// call's span ends marked as an error that names the nil pointer. The
+// wrapper read its text and panicked, where the Limiter over the store
+// alone does not.
 func TestWrapStoreEndsSpanOnErrorThatPanics(t *testing.T) {
 	spans, tp := newTracer(t)
 	w := ratelimitotel.WrapStore(typedNilStore{}, ratelimitotel.WithTracerProvider(tp))
-	assert.Panics(t, func() { _ = w.Apply(context.Background(), &driver.Op{}, nil) })
+	var err error
+	require.NotPanics(t, func() { err = w.Apply(context.Background(), &driver.Op{}, nil) })
+	var e *storeErr
+	require.ErrorAs(t, err, &e, "the store's error, as it is")
+	assert.Nil(t, e)
 	got := spans.GetSpans()
 	require.Len(t, got, 1, "the span is ended")
 	assert.Equal(t, ratelimitotel.SpanApply, got[0].Name)
+	assert.Equal(t, codes.Error, got[0].Status.Code)
+	assert.Equal(t, "the store returned a nil *ratelimitotel_test.storeErr: a nil pointer returned as an error", got[0].Status.Description)
+	require.Len(t, got[0].Events, 1)
+	assert.Equal(t, "exception", got[0].Events[0].Name)
+}
+
+// wrappedNilErr wraps a nil *storeErr, and its Is reads it: the panic
+// comes only from errors.Is.
+type wrappedNilErr struct{ err *storeErr }
+
+func (w wrappedNilErr) Error() string { return "wrapped" }
+func (w wrappedNilErr) Unwrap() error { return w.err }
+func (w wrappedNilErr) Is(error) bool { return w.err.what == "" }
+
+type wrappedNilStore struct{ failStore }
+
+func (wrappedNilStore) Apply(context.Context, *driver.Op, []driver.Decision) error {
+	return wrappedNilErr{}
+}
+
+// An error that wraps a nil pointer, its own text readable, is told so on
+// the span, and the wrapper does not panic matching it to the context's.
+func TestWrapStoreErrorWrapsNil(t *testing.T) {
+	spans, tp := newTracer(t)
+	w := ratelimitotel.WrapStore(wrappedNilStore{}, ratelimitotel.WithTracerProvider(tp))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var err error
+	require.NotPanics(t, func() { err = w.Apply(ctx, &driver.Op{}, nil) })
+	assert.IsType(t, wrappedNilErr{}, err)
+	got := spans.GetSpans()
+	require.Len(t, got, 1)
+	assert.Equal(t, codes.Error, got[0].Status.Code)
+	assert.Equal(t, "the store returned an error of type ratelimitotel_test.wrappedNilErr that wraps a nil *ratelimitotel_test.storeErr: a nil pointer returned as an error",
+		got[0].Status.Description)
+}
+
+// A Limiter over the wrapper of a store that returns a nil pointer as an
+// error answers as it does over the store: a store failure, no panic.
+func TestWrapStoreTypedNilError(t *testing.T) {
+	limits := ratelimit.Limits{"api": {Kind: ratelimit.FixedWindow, Rate: 1, Period: time.Minute}}
+	bare, err := ratelimit.New(typedNilStore{}, limits, ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	_, want := bare.Limit(context.Background(), "api", secretKey)
+	require.Error(t, want)
+
+	spans, tp := newTracer(t)
+	lim, err := ratelimit.New(ratelimitotel.WrapStore(typedNilStore{}, ratelimitotel.WithTracerProvider(tp)), limits,
+		ratelimit.WithClock(clock.NewMock()))
+	require.NoError(t, err)
+	require.NotPanics(t, func() { _, err = lim.Limit(context.Background(), "api", secretKey) })
+	require.Error(t, err)
+	assert.Equal(t, want.Error(), err.Error())
+	got := spans.GetSpans()
+	require.Len(t, got, 1)
 	assert.Equal(t, codes.Error, got[0].Status.Code)
 }

@@ -3,6 +3,7 @@ package ratelimitotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -139,21 +140,67 @@ type storeSpan struct {
 // (callerEnded): the caller gave up, and the store did not fail.
 func (s *storeSpan) end(ctx context.Context, err error) {
 	if err != nil {
-		msg := err.Error()
-		if utf8.ValidString(msg) {
+		msg, readable, caller := readError(ctx, err)
+		if readable && utf8.ValidString(msg) {
 			s.RecordError(err)
 		} else {
 			msg = strings.ToValidUTF8(msg, "\uFFFD") // exporters need UTF-8
 			s.recordError(err, msg)
 		}
-		if !callerEnded(ctx, err) {
+		if !caller {
 			s.SetStatus(codes.Error, msg)
 		}
 	}
-	// Marked ended only now: an error whose Error panics (a typed nil)
-	// leaves the span to endPanicked.
 	s.ended = true
 	s.End()
+}
+
+// readError returns the text of err, the error of a store call made with
+// ctx, whether that text is err's own, and whether err is the caller's
+// (callerEnded). An error that is, or wraps, a nil pointer (a typed nil
+// returned as an error, a common bug), or whose methods panic, is not
+// read: its text is said in its stead, and it is no caller's. The Limiter
+// takes such an error for a store failure and does not panic; the
+// wrapper, which returns it as it is, must not panic before it.
+func readError(ctx context.Context, err error) (msg string, readable, caller bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			msg = fmt.Sprintf("the store returned an error of type %T whose methods panic: %v", err, p)
+			readable, caller = false, false
+		}
+	}()
+	if n := nilNode(err); n != nil {
+		what := fmt.Sprintf("a nil %T", n)
+		if n != err {
+			what = fmt.Sprintf("an error of type %T that wraps a nil %T", err, n)
+		}
+		return "the store returned " + what + ": a nil pointer returned as an error", false, false
+	}
+	return err.Error(), true, callerEnded(ctx, err)
+}
+
+// nilNode returns the first error of err's tree, in the order errors.Is
+// walks it, that is a nil pointer, or nil if none is.
+func nilNode(err error) error {
+	for err != nil {
+		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.IsNil() {
+			return err
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if n := nilNode(e); n != nil {
+					return n
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // recordError records err as RecordError does, an exception event of its
