@@ -52,7 +52,9 @@ var errNoClock = errors.New("ratelimitotel: the wrapped store keeps no clock of 
 // same answers. Unwrap returns s.
 //
 // It is an io.Closer always: Close closes s when s is one (redisstore's
-// and boltstore's stores are), and does nothing otherwise, so that the
+// and boltstore's stores are), and does nothing otherwise (but fail with
+// driver.ErrZeroStore, as Now does, when s is a store its constructor did
+// not make, &memstore.Store{}, whose calls all fail so), so that the
 // wrapper can stand for the store it wraps wherever the store is closed
 // (st := WrapStore(bs); defer st.(io.Closer).Close()).
 //
@@ -323,11 +325,15 @@ func (s *tracedStore) OwnClock() bool { return s.clock != nil && s.clock.OwnCloc
 
 // Now calls the wrapped store's Now in a span named SpanNow. A store that
 // is no driver.TimeSource has no time to give: Now returns an error (the
-// context's, when it is done, as package driver requires), and OwnClock
-// false tells a Limiter not to ask.
+// context's, when it is done, as package driver requires, and the
+// store's matching driver.ErrZeroStore when its constructor did not make
+// it), and OwnClock false tells a Limiter not to ask.
 func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 	if s.clock == nil {
 		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := s.zeroErr(ctx); err != nil {
 			return 0, err
 		}
 		return 0, errNoClock
@@ -358,10 +364,33 @@ func (s *tracedStore) RecordNow(ctx context.Context, id driver.RecordID) (int64,
 
 // Close closes the wrapped store when it is an io.Closer, and returns its
 // error; it returns nil for a store that is none, which has nothing to
-// close. It makes no span: closing is no call of a Limiter's.
+// close, unless its constructor did not make it (zeroErr). It makes no
+// span: closing is no call of a Limiter's.
 func (s *tracedStore) Close() error {
 	if c, ok := s.next.(io.Closer); ok {
 		return c.Close()
+	}
+	return s.zeroErr(context.Background())
+}
+
+// zeroErr returns the error, matching driver.ErrZeroStore, of a wrapped
+// store its constructor did not make (&memstore.Store{}), or nil. The
+// wrapper's Now of a store that keeps no clock, and its Close of one that
+// has no Close, have no call of the store to pass on, and a store's zero
+// value must fail them with that error as it fails the others: they ask
+// the store to Load no records, which such a store fails, and any other
+// does at no cost. A store of one's own that panics on that is taken for
+// one its constructor made: the probe is the wrapper's, not its caller's,
+// and Close returned nil before it asked.
+func (s *tracedStore) zeroErr(ctx context.Context) (zero error) {
+	defer func() {
+		if recover() != nil {
+			zero = nil
+		}
+	}()
+	err := s.next.Load(ctx, nil, nil)
+	if err != nil && nilNode(err) == nil && errors.Is(err, driver.ErrZeroStore) {
+		return err
 	}
 	return nil
 }
