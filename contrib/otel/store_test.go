@@ -378,6 +378,15 @@ func TestConformance(t *testing.T) {
 			return ratelimitotel.WrapStore(storetest.NewModel(), ratelimitotel.WithTracerProvider(tp))
 		})
 	})
+	t.Run("boltstore", func(t *testing.T) { // a BatchApplier, an Expirer and an io.Closer
+		storetest.Run(t, func(t *testing.T) ratelimit.Store {
+			bs, err := boltstore.Open(filepath.Join(t.TempDir(), "limits.db"))
+			require.NoError(t, err)
+			w := ratelimitotel.WrapStore(bs, ratelimitotel.WithTracerProvider(tp))
+			t.Cleanup(func() { _ = w.(io.Closer).Close() })
+			return w
+		}, storetest.DifferentialRuns(3, 60))
+	})
 }
 
 // A real store with DeleteExpired: boltstore's, traced through the wrapper.
