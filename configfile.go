@@ -481,9 +481,11 @@ func shown(n *yaml.Node) string {
 	return written(n.Value)
 }
 
-// written returns s, a value or a name as the file writes it, quoted for
-// an error by quoteCut, cut to its first maxWritten bytes, so that a file
-// of a line of megabytes does not make an error as long.
+// written returns s, a value or a name as the file writes it, or a limit's
+// name as a caller gives it, quoted for an error by quoteCut, cut to its
+// first maxWritten bytes, so that a file of a line of megabytes, or a name
+// as long, does not make an error as long. Every error of the package that
+// shows a limit's name shows it by written, so that each reads alike.
 func written(s string) string { return quoteCut(s, maxWritten) }
 
 // quoteCut returns s quoted for an error (strconv.Quote: control

@@ -358,9 +358,9 @@ func (l *Limiter) checkStore(ctx context.Context, id driver.RecordID) {
 func callerError(ctx context.Context, name string, err error) error {
 	cerr := ctx.Err()
 	if errors.Is(err, cerr) {
-		return fmt.Errorf("ratelimit: limit %q: %w", name, err)
+		return fmt.Errorf("ratelimit: limit %s: %w", written(name), err)
 	}
-	return fmt.Errorf("ratelimit: limit %q: %w (store: %v)", name, cerr, err)
+	return fmt.Errorf("ratelimit: limit %s: %w (store: %v)", written(name), cerr, err)
 }
 
 // storeError returns err, the error of the store's method method, or,

@@ -400,13 +400,13 @@ func (set *limitSet) resolve(name string, inline *Config) (*limit, error) {
 	ok := lim != nil
 	switch {
 	case ok && inline != nil && !sameConfig(lim.cfg, *inline):
-		return nil, fmt.Errorf("ratelimit: limit %q is declared with another config: drop WithConfig or use another name: %w", name, ErrInvalidConfig)
+		return nil, fmt.Errorf("ratelimit: limit %s is declared with another config: drop WithConfig or use another name: %w", written(name), ErrInvalidConfig)
 	case ok:
 		return lim, nil
 	case inline != nil:
 		return compile(name, *inline)
 	}
-	return nil, fmt.Errorf("ratelimit: limit %q is not declared: declare it in New or SetLimits, or pass WithConfig: %w", name, ErrUnknownLimit)
+	return nil, fmt.Errorf("ratelimit: limit %s is not declared: declare it in New or SetLimits, or pass WithConfig: %w", written(name), ErrUnknownLimit)
 }
 
 // sameConfig reports whether a and b configure the same limit: every

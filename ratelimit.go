@@ -591,7 +591,7 @@ func (l *Limiter) LimitAll(ctx context.Context, key string, names []string, opts
 	}
 	for i, n := range names {
 		if slices.Contains(names[:i], n) {
-			return Result{}, fmt.Errorf("ratelimit: LimitAll names limit %q twice: name it once: %w", n, ErrInvalidConfig)
+			return Result{}, fmt.Errorf("ratelimit: LimitAll names limit %s twice: name it once: %w", written(n), ErrInvalidConfig)
 		}
 	}
 	res, _, err := l.do(ctx, driver.ModeLimit, names, key, c)
@@ -669,7 +669,9 @@ func (l *Limiter) boundFull(ctx context.Context, mode driver.Mode, lim *limit, k
 }
 
 // limitErr wraps err with the limit's name.
-func limitErr(name string, err error) error { return fmt.Errorf("ratelimit: limit %q: %w", name, err) }
+func limitErr(name string, err error) error {
+	return fmt.Errorf("ratelimit: limit %s: %w", written(name), err)
+}
 
 // boundFailed answers a bound call whose store failed with err, as do
 // does: the caller's own error if it gave up, else the failure policy's.
@@ -695,7 +697,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		return v, 0, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+		return v, 0, false, fmt.Errorf("ratelimit: limit %s: %w", written(lim.name), err)
 	}
 	// The time in full only where it is needed: a Reservation's keeps the
 	// monotonic reading (for Delay), an observer's latency the fraction of
@@ -711,7 +713,7 @@ func (l *Limiter) doBoundFull(ctx context.Context, mode driver.Mode, lim *limit,
 		now = l.nowMillis()
 	}
 	if err := checkTime(now); err != nil {
-		return v, 0, false, fmt.Errorf("ratelimit: limit %q: %w", lim.name, err)
+		return v, 0, false, fmt.Errorf("ratelimit: limit %s: %w", written(lim.name), err)
 	}
 	skey := l.storeKey(key)
 	if c.receipt && mode == driver.ModeLimit {
@@ -801,11 +803,11 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 		lims[i] = lim
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %s: %w", written(names[0]), err)
 	}
 	now := start.UnixMilli()
 	if err := checkTime(now); err != nil {
-		return Result{}, ch, fmt.Errorf("ratelimit: limit %q: %w", names[0], err)
+		return Result{}, ch, fmt.Errorf("ratelimit: limit %s: %w", written(names[0]), err)
 	}
 	skey := l.storeKey(key)
 	// A receipt is of a charge: a Check charges nothing and gets none
@@ -1125,7 +1127,7 @@ func (l *Limiter) observeCharged(ctx context.Context, mode driver.Mode, lim *lim
 		defer cancel()
 		var err error
 		if rctx.Err() != nil {
-			err = fmt.Errorf("ratelimit: cancel reservation of limit %q: not sent: the context has no deadline left, and the refund timeout (WithRefundTimeout) is 0", lim.name)
+			err = fmt.Errorf("ratelimit: cancel reservation of limit %s: not sent: the context has no deadline left, and the refund timeout (WithRefundTimeout) is 0", written(lim.name))
 		} else {
 			err = r.Cancel(rctx)
 		}
@@ -1257,9 +1259,9 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 func storeFailure(ctx context.Context, what, name string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		if errors.Is(err, cerr) {
-			return fmt.Errorf("ratelimit: %s %q: store: %w", what, name, err)
+			return fmt.Errorf("ratelimit: %s %s: store: %w", what, written(name), err)
 		}
-		return fmt.Errorf("ratelimit: %s %q: %w (store: %w)", what, name, cerr, err)
+		return fmt.Errorf("ratelimit: %s %s: %w (store: %w)", what, written(name), cerr, err)
 	}
 	return &StoreError{Name: name, Err: err, op: what}
 }
@@ -1280,14 +1282,14 @@ func (l *Limiter) Value(ctx context.Context, name, key string, opts ...CallOptio
 	}
 	now := l.now().UnixMilli()
 	if err := checkTime(now); err != nil {
-		return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
+		return Status{}, fmt.Errorf("ratelimit: value of limit %s: %w", written(name), err)
 	}
 	if ts := ownClock(l.store); ts != nil {
 		if now, err = storeTime(ctx, ts, ids[0]); err != nil {
 			if !errors.Is(err, ErrTimeRange) {
 				return Status{}, storeFailure(ctx, "value of limit", name, err)
 			}
-			return Status{}, fmt.Errorf("ratelimit: value of limit %q: %w", name, err)
+			return Status{}, fmt.Errorf("ratelimit: value of limit %s: %w", written(name), err)
 		}
 	}
 	st := Status{Capacity: lim.cfg.capacity(), Shards: make([]ShardStatus, len(ids))}

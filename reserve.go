@@ -305,11 +305,11 @@ func (r *Reservation) giveUp(ctx context.Context, why string, cause error) error
 	defer cancel()
 	var cerr error
 	if rctx.Err() != nil && !r.cancelsHere() {
-		cerr = fmt.Errorf("ratelimit: cancel reservation of limit %q: not sent: the context ended, and the refund timeout (WithRefundTimeout) is 0", r.res.Name)
+		cerr = fmt.Errorf("ratelimit: cancel reservation of limit %s: not sent: the context ended, and the refund timeout (WithRefundTimeout) is 0", written(r.res.Name))
 	} else {
 		cerr = r.Cancel(rctx)
 	}
-	head := fmt.Sprintf("ratelimit: limit %q: Wait gave up, as %s", r.res.Name, why)
+	head := fmt.Sprintf("ratelimit: limit %s: Wait gave up, as %s", written(r.res.Name), why)
 	r.mu.Lock()
 	lapsed := r.lapsed
 	r.mu.Unlock()
@@ -403,7 +403,7 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		}
-		err = fmt.Errorf("ratelimit: limit %q: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v: %w", r.res.Name, timeout, err)
+		err = fmt.Errorf("ratelimit: limit %s: AfterFunc: the store did not answer the use within the AfterFunc timeout (WithAfterFuncTimeout) of %v: %w", written(r.res.Name), timeout, err)
 	}
 
 	r.mu.Lock()
@@ -417,7 +417,7 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 			// for a token the store judged expired, and the job must not
 			// run after a Cancel that returned nil. (The store settles
 			// once: this is the only way both can succeed.)
-			return fmt.Errorf("ratelimit: limit %q: %w", r.res.Name, ErrReservationCanceled)
+			return fmt.Errorf("ratelimit: limit %s: %w", written(r.res.Name), ErrReservationCanceled)
 		}
 		if late {
 			// The store took the use, but said so past the bound: the
@@ -433,21 +433,21 @@ func (r *Reservation) use(ctx context.Context, timeout time.Duration) error {
 		// settler the mark does not name (one an earlier release wrote),
 		// which may be the holder too.
 		r.used, r.held = true, true
-		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: limit %s: used by a holder of its token: %w", written(r.res.Name), err)
 	case errors.As(err, &se) && se.Kind != driver.SettleCancel:
 		// A mark of a kind no Limiter writes (something else wrote the
 		// store's keys): settled, how the mark cannot say; the job is
 		// not this reservation's to run.
 		r.canceled, r.byHolder = true, se
-		return fmt.Errorf("ratelimit: limit %q: settled before: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: limit %s: settled before: %w", written(r.res.Name), err)
 	case errors.As(err, &se) && se.own:
 		r.canceled = true
-		return fmt.Errorf("ratelimit: limit %q: canceled by a Cancel of the reservation (one under way, or an earlier one whose answer was lost): %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: limit %s: canceled by a Cancel of the reservation (one under way, or an earlier one whose answer was lost): %w", written(r.res.Name), err)
 	case errors.As(err, &se):
 		r.canceled, r.byHolder = true, se
-		return fmt.Errorf("ratelimit: limit %q: canceled by a holder of its token: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: limit %s: canceled by a holder of its token: %w", written(r.res.Name), err)
 	case errors.Is(err, ErrTokenExpired):
-		return fmt.Errorf("ratelimit: limit %q: too late to run the job: its token expired (Token.Expires), and the job must not run past it; nothing comes back by then either (Cancel hands nothing back): reserve again to run it: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: limit %s: too late to run the job: its token expired (Token.Expires), and the job must not run past it; nothing comes back by then either (Cancel hands nothing back): reserve again to run it: %w", written(r.res.Name), err)
 	}
 	return err
 }
@@ -462,7 +462,7 @@ type lateUseError struct {
 }
 
 func (e *lateUseError) Error() string {
-	return fmt.Sprintf("ratelimit: limit %q: AfterFunc: the store marked the reservation used, but answered past the AfterFunc timeout (WithAfterFuncTimeout) of %v, and the job is not run that late: the tokens are spent; a new AfterFunc or a Wait of the reservation finds the use its own and runs the job on them", e.name, e.timeout)
+	return fmt.Sprintf("ratelimit: limit %s: AfterFunc: the store marked the reservation used, but answered past the AfterFunc timeout (WithAfterFuncTimeout) of %v, and the job is not run that late: the tokens are spent; a new AfterFunc or a Wait of the reservation finds the use its own and runs the job on them", written(e.name), e.timeout)
 }
 
 // Is reports whether target is context.DeadlineExceeded or
@@ -491,13 +491,13 @@ func (r *Reservation) settled() error {
 		// Settled by a holder of its token, or a mark of a kind no
 		// Limiter writes: say so every time, as Cancel does, not that
 		// this reservation was canceled.
-		return fmt.Errorf("ratelimit: limit %q: settled by a holder of its token: %w", r.res.Name, r.byHolder)
+		return fmt.Errorf("ratelimit: limit %s: settled by a holder of its token: %w", written(r.res.Name), r.byHolder)
 	case r.canceled:
-		return fmt.Errorf("ratelimit: limit %q: the reservation was canceled (by Cancel, a Wait that gave up, or the stop of an AfterFunc), and its job must not run: reserve again to run it: %w", r.res.Name, ErrReservationCanceled)
+		return fmt.Errorf("ratelimit: limit %s: the reservation was canceled (by Cancel, a Wait that gave up, or the stop of an AfterFunc), and its job must not run: reserve again to run it: %w", written(r.res.Name), ErrReservationCanceled)
 	case r.held:
-		return fmt.Errorf("ratelimit: limit %q: used by a holder of its token: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
+		return fmt.Errorf("ratelimit: limit %s: used by a holder of its token: %w", written(r.res.Name), &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
 	case r.used:
-		return fmt.Errorf("ratelimit: limit %q: the job was let run already (a reservation runs one job; reserve again for another): %w", r.res.Name, ErrReservationUsed)
+		return fmt.Errorf("ratelimit: limit %s: the job was let run already (a reservation runs one job; reserve again for another): %w", written(r.res.Name), ErrReservationUsed)
 	}
 	return nil
 }
@@ -512,8 +512,8 @@ func (r *Reservation) claim(what string) error {
 		return err
 	}
 	if r.claimed {
-		return fmt.Errorf("ratelimit: limit %q: %s: another Wait or AfterFunc of the reservation is under way (a reservation runs one job; reserve again for another, or stop the first): %w",
-			r.res.Name, what, ErrReservationScheduled)
+		return fmt.Errorf("ratelimit: limit %s: %s: another Wait or AfterFunc of the reservation is under way (a reservation runs one job; reserve again for another, or stop the first): %w",
+			written(r.res.Name), what, ErrReservationScheduled)
 	}
 	r.claimed = true
 	return nil
@@ -837,17 +837,17 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		// that found the holder's use did (a Wait, an AfterFunc, or a
 		// Cancel).
 		r.mu.Unlock()
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: used by a holder of its token, whose job it is: %w", r.res.Name, &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: used by a holder of its token, whose job it is: %w", written(r.res.Name), &SettledError{ID: r.tok.id, Kind: driver.SettleUse})
 	case r.used:
 		r.mu.Unlock()
-		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+		return fmt.Errorf("ratelimit: limit %s: cannot cancel: %w", written(r.res.Name), ErrReservationUsed)
 	case r.canceled && r.byHolder != nil:
 		// Not by this reservation: say so every time, as the Cancel that
 		// found the holder's mark did (a Wait or an AfterFunc may have
 		// found it first).
 		se := r.byHolder
 		r.mu.Unlock()
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: settled by a holder of its token: %w", r.res.Name, se)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: settled by a holder of its token: %w", written(r.res.Name), se)
 	case r.canceled:
 		r.mu.Unlock()
 		return nil
@@ -862,7 +862,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	settler := r.settlerID()
 	r.mu.Unlock()
 	if tok == nil {
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: no random source for its token", r.res.Name)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: no random source for its token", written(r.res.Name))
 	}
 	// The store call is made without r.mu, so that it holds up no other
 	// method (Token; a Wait or an AfterFunc, which claims the job). A
@@ -885,23 +885,23 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		// answer lets the job run, or an earlier one whose answer was
 		// lost: the tokens are spent, and a Wait lets the job run.
 		if r.used {
-			return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+			return fmt.Errorf("ratelimit: limit %s: cannot cancel: %w", written(r.res.Name), ErrReservationUsed)
 		}
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: a Wait or AfterFunc of it marked it used (one under way, or an earlier one whose answer was lost): the tokens are spent (a Wait lets the job run, if none does): %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: a Wait or AfterFunc of it marked it used (one under way, or an earlier one whose answer was lost): the tokens are spent (a Wait lets the job run, if none does): %w", written(r.res.Name), err)
 	case errors.As(err, &se):
 		if se.Kind == driver.SettleUse {
 			r.used, r.held = true, true
 		} else {
 			r.canceled, r.byHolder = true, se
 		}
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: settled by a holder of its token: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: settled by a holder of its token: %w", written(r.res.Name), err)
 	default:
-		return fmt.Errorf("ratelimit: cancel reservation of limit %q: %w", r.res.Name, err)
+		return fmt.Errorf("ratelimit: cancel reservation of limit %s: %w", written(r.res.Name), err)
 	}
 	if r.used {
 		// A use sent meanwhile let the job run: the store took it
 		// before this token's Expires, and judged the cancel after it.
-		return fmt.Errorf("ratelimit: limit %q: cannot cancel: %w", r.res.Name, ErrReservationUsed)
+		return fmt.Errorf("ratelimit: limit %s: cannot cancel: %w", written(r.res.Name), ErrReservationUsed)
 	}
 	if r.lim.deny != nil {
 		r.lim.deny.forget(r.res.Name, r.charge.key)

@@ -833,16 +833,16 @@ func (l *Limiter) settleToken(ctx context.Context, t *Token, kind driver.SettleK
 	for i, it := range t.items {
 		lim := l.declared(it.name)
 		if lim == nil {
-			return fmt.Errorf("ratelimit: settle: the token charges limit %q, which this Limiter does not declare: declare it (New, SetLimits or SetLimit) with the config it was charged under, then settle again; nothing was settled: %w", it.name, ErrUnknownLimit)
+			return fmt.Errorf("ratelimit: settle: the token charges limit %s, which this Limiter does not declare: declare it (New, SetLimits or SetLimit) with the config it was charged under, then settle again; nothing was settled: %w", written(it.name), ErrUnknownLimit)
 		}
 		if it.shard >= lim.shards {
 			// Not a bad token: the limit had more shards when it was
 			// charged, and the shard takes no calls any more.
-			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %q, whose Shards is %d now: "+
+			return fmt.Errorf("ratelimit: settle: the token charges shard %d of limit %s, whose Shards is %d now: "+
 				"Shards was lowered since the charge, and that shard takes no calls any more; nothing was settled: "+
 				"to settle the token, declare the limit with Shards %d or more (SetLimit), settle it, then lower Shards again; "+
 				"or drop the token, and reserve again for a job not run yet: %w",
-				it.shard, it.name, lim.shards, t.shardsOf(it.name), ErrUnknownLimit)
+				it.shard, written(it.name), lim.shards, t.shardsOf(it.name), ErrUnknownLimit)
 		}
 		lims[i] = lim
 	}
