@@ -640,6 +640,9 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				// Sent by script for a load refused: the next call
 				// goes by the function again.
 				c.err = libraryUnloadable(c.err)
+			case isScriptRefused(c.err):
+				// Sent by script for FCALL refused: no call can go.
+				c.err = functionsRefused(lib.name, c.err)
 			case c.tries < s.retries && (unsent(c.err) || s.shardLeft(c.err)):
 				pause = max(pause, backoff(c.tries, s.minBackoff, s.maxBackoff))
 				c.tries++

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/driver"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/redisstore"
+	"github.com/ratelimit-go/ratelimit/store/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -89,4 +91,43 @@ func TestUserWithoutFunctions(t *testing.T) {
 	_, err = lim.Limit(ctx, "l", "k")
 	require.NoError(t, err)
 	require.Equal(t, []string{"evalsha"}, cnt.names)
+}
+
+// TestUserWithoutFunctionsNorScripts: a user allowed neither the store's
+// functions (FCALL) nor scripts (EVALSHA), whom no call of the store can
+// serve, is told so by Apply and ApplyBatch, with the function's name and
+// what to allow, as RecordNow tells it (TestRecordNowOfAUserWithoutFunctions);
+// each op fails undecided (*driver.OpError). The error was Redis's answer
+// to the script alone ("no permissions to run the 'evalsha' command"),
+// which said nothing of the function refused first, nor what to allow.
+func TestUserWithoutFunctionsNorScripts(t *testing.T) {
+	ctx := context.Background()
+	admin := client(t)
+	user := fmt.Sprintf("ratelimit-test-nofcall-noscript-%d", time.Now().UnixNano())
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-fcall", "-fcall_ro", "-function",
+		"-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-script").Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "acl", "deluser", user) })
+	opt := *admin.Options()
+	opt.Username, opt.Password = user, "pw"
+	c := redis.NewClient(&opt)
+	t.Cleanup(func() { c.Close() })
+	s := newStore(c, uniquePrefix(t, admin))
+	t.Cleanup(func() { s.Close() })
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 100}
+	check := func(err error) {
+		t.Helper()
+		require.Error(t, err)
+		require.ErrorContains(t, err, "NOPERM", "Redis's answer")
+		require.ErrorContains(t, err, "FCALL "+redisstore.FunctionLibrary(), "names the function")
+		require.ErrorContains(t, err, "+fcall", "says what to allow")
+		require.ErrorContains(t, err, "+evalsha", "says what to allow")
+	}
+	for i := range 2 { // the first call finds FCALL refused, the second goes by script at once
+		err := s.Apply(ctx, oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p), make([]driver.Decision, 1))
+		check(err)
+		t.Logf("call %d: %v", i, err)
+	}
+	err := s.ApplyBatch(ctx, []*driver.Op{oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p)}, [][]driver.Decision{make([]driver.Decision, 1)})
+	check(err)
+	require.Equal(t, []int{0}, storetest.FailedOps(t, err), "the op was not decided: %v", err)
 }

@@ -422,10 +422,7 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 				return nil, libraryUnloadable(err)
 			}
 			if isScriptRefused(err) {
-				err = fmt.Errorf("reading the time of a key's server, the store's user may call neither the library's function "+
-					"(FCALL %s) nor scripts (EVALSHA): allow it FCALL (ACL +fcall, and FUNCTION LOAD or a library loaded beforehand: see "+
-					"FunctionLibrary), or, on a server without Functions, EVALSHA and EVAL (+evalsha +eval), as the store's other calls need: %w",
-					lib.timeFunc, err)
+				err = fmt.Errorf("reading the time of a key's server, %w", functionsRefused(lib.timeFunc, err))
 			}
 			return v, timeRefused(err)
 		}
@@ -507,6 +504,15 @@ func libraryUnloadable(err error) error {
 		"nor run as a script (EVALSHA): have it loaded by a user allowed FUNCTION LOAD (a store of that user loads it on its first "+
 		"call; the store's next call finds it), or allow this one FUNCTION LOAD (ACL +function|load) or EVALSHA and EVAL "+
 		"(+evalsha +eval): %w", lib.name, err)
+}
+
+// functionsRefused returns err, a script's refusal (isScriptRefused) to a
+// store that goes by script for its function fn refused (isUnknownFCall),
+// with what to allow: no call of the store's can be served.
+func functionsRefused(fn string, err error) error {
+	return fmt.Errorf("the store's user may call neither the library's function (FCALL %s) nor scripts (EVALSHA): allow it FCALL "+
+		"(ACL +fcall, and FUNCTION LOAD or a library loaded beforehand: see FunctionLibrary), or, on a server without Functions, "+
+		"EVALSHA and EVAL (+evalsha +eval), as all the store's calls need: %w", fn, err)
 }
 
 // timeRefused returns err, a read of the time's, with what to do when it
