@@ -521,9 +521,12 @@ type fcall struct {
 	reloaded, scripted bool
 	// script: sent by script (EVALSHA), not by the function (FCALL).
 	// probe: sent by the function though the store goes by script for a
-	// load refused (Store.probe); probed: that found the library missing,
-	// and the call goes by script.
-	script, probe, probed bool
+	// load refused (Store.probe); probed: that found the library missing.
+	// byScript: the call found the library missing and its load refused
+	// (or probed): it goes by script from then on, whatever the store's
+	// other calls do meanwhile (leaveScripts), rather than find the
+	// library missing once more and fail.
+	script, probe, probed, byScript bool
 	// piped: it went in a Cluster client's pipeline, whose calls go-redis
 	// sends again within the pipeline after a redirection or a missing
 	// connection (resent); when that send loses its answer, the call keeps
@@ -581,7 +584,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			}
 			// Only a call's first send may try the function.
 			c.probe = c.cmd == nil && !c.probed && s.probe()
-			c.script = !c.probe && s.scripts.Load()
+			c.script = !c.probe && (c.byScript || s.scripts.Load())
 		}
 		s.issue(ctx, pending)
 		var again []*fcall
@@ -616,7 +619,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				// Tried by the function, the library still missing: the
 				// call did not run, and goes by script, as the store's
 				// other calls, without a load, which its user may not.
-				c.probed = true
+				c.probed, c.byScript = true, true
 				again = append(again, c)
 				continue
 			case !c.reloaded && isFunctionMissing(c.err):
@@ -636,7 +639,7 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 				c.scripted = true
 				again = append(again, c)
 				continue
-			case isScriptRefused(c.err) && s.leaveScripts():
+			case isScriptRefused(c.err) && (s.leaveScripts() || c.byScript):
 				// Sent by script for a load refused: the next call
 				// goes by the function again.
 				c.err = libraryUnloadable(c.err)
@@ -669,7 +672,16 @@ func (s *Store) run(ctx context.Context, calls []*fcall, errs []error) {
 			}
 		}
 		if reload {
-			if err := s.loadLibrary(ctx); err != nil {
+			refused, err := s.loadLibrary(ctx)
+			if s.hooks.loaded != nil {
+				s.hooks.loaded()
+			}
+			for _, c := range again {
+				// Those that wait for the library go by script, as the
+				// store does for the load refused.
+				c.byScript = c.byScript || refused && isFunctionMissing(c.err)
+			}
+			if err != nil {
 				again = s.loadFailed(ctx, err, again, errs, &pause)
 			}
 		}
@@ -837,8 +849,11 @@ type onceCmd struct{ *redis.Cmd }
 func (onceCmd) NoRetry() bool { return true }
 
 // loadLibrary loads the library on the server, on every master of a
-// Cluster, or on every shard of a Ring. A library of this name already there is this very code.
-func (s *Store) loadLibrary(ctx context.Context) error {
+// Cluster, or on every shard of a Ring. A library of this name already
+// there is this very code. It reports whether a server refused the load
+// to the store's user (NOPERM): the store goes by script then.
+func (s *Store) loadLibrary(ctx context.Context) (refused bool, err error) {
+	var no atomic.Bool
 	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, lib.code).Err()
 		switch {
@@ -848,6 +863,7 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 			// Not allowed to load functions: scripts may be. If
 			// not, the store goes back to the function
 			// (leaveScripts).
+			no.Store(true)
 			s.loadRefused.Store(true)
 			s.scripts.Store(true)
 			err = nil
@@ -857,7 +873,8 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		}
 		return nil
 	}
-	return s.forEachServer(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	err = s.forEachServer(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	return no.Load(), err
 }
 
 // forEachServer calls fn on every server that holds records: the one

@@ -33,3 +33,11 @@ func PreviousLibrary() (name, code string) {
 // library refused, before one tries the function (probeEvery); before
 // its first call.
 func SetProbeEvery(s *Store, n uint64) { s.probeEvery = n }
+
+// OnLoad has fn called each time a call of s that found the library
+// missing had it loaded, or its load refused, before the call goes again.
+func OnLoad(s *Store, fn func()) { s.hooks.loaded = fn }
+
+// LeaveScripts is s.leaveScripts: what another call does meanwhile that
+// finds the library (probe) or a script refused.
+func LeaveScripts(s *Store) bool { return s.leaveScripts() }

@@ -382,3 +382,53 @@ func TestClusterBackToOneCallPerMaster(t *testing.T) {
 		require.Equal(t, float64(1000-n), recs[i].State.Remaining, "%s: each of %d calls charged once", k, n)
 	}
 }
+
+// TestRefusedLoadKeepsItsCallOnScripts: a call that found the library
+// missing, and its load refused, goes by script, whatever another call
+// does meanwhile: here, one that finds the library on another server (a
+// Cluster's master that has it) and sends the store's calls by the
+// function again (leaveScripts), between the refused load and the call's
+// next send. The call read the store's choice again, went by the
+// function, found the library missing once more, and failed, saying the
+// store had loaded the library, though it had not. Apply's call and
+// RecordNow's read of the time are each decided once, by script.
+func TestRefusedLoadKeepsItsCallOnScripts(t *testing.T) {
+	ctx := context.Background()
+	addr := ownServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { admin.Close() })
+	user := fmt.Sprintf("ratelimit-test-noload-%d", time.Now().UnixNano())
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "-function|load").Err())
+	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 100, Period: 1000, Capacity: 1000}
+	for _, name := range []string{"Apply", "RecordNow"} {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, admin.FunctionFlush(ctx).Err())
+			cnt := &calls{}
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, Username: user, Password: "pw",
+				NewClient: func(o *redis.Options) *redis.Client {
+					c := redis.NewClient(o)
+					c.AddHook(cnt)
+					return c
+				}})
+			t.Cleanup(func() { ring.Close() })
+			s := newStore(ring, uniquePrefix(t, ring))
+			t.Cleanup(func() { s.Close() })
+			left := false
+			redisstore.OnLoad(s, func() { left = redisstore.LeaveScripts(s) })
+			if name == "RecordNow" {
+				_, err := s.RecordNow(ctx, driver.RecordID{Name: "l", Key: "k"})
+				require.NoError(t, err)
+			} else {
+				out := make([]driver.Decision, 1)
+				require.NoError(t, s.Apply(ctx, oneItemOp(driver.ModeLimit, 1000, "l", "k", 1, p), out))
+				require.True(t, out[0].OK)
+				require.Equal(t, float64(999), out[0].Remaining, "charged once")
+			}
+			require.True(t, left, "the store's calls sent by the function again meanwhile")
+			names := cnt.take()
+			require.Equal(t, []string{"fcall", "function"}, names[:2], "the library missing, its load refused")
+			require.Contains(t, []string{"evalsha", "eval"}, names[len(names)-1], "then by script: %v", names)
+			require.NotContains(t, names[2:], "fcall", "not by the function again: %v", names)
+		})
+	}
+}

@@ -151,6 +151,9 @@ type Store struct {
 type hooks struct {
 	apply func(ctx context.Context, r *request)                      // Apply made r, for its caller of ctx
 	send  func(ctx context.Context, reqs []*request) context.Context // a batcher sends reqs, with the context it returns
+	// loaded: a call that found the library missing had it loaded (or
+	// its load refused), before it goes again.
+	loaded func()
 }
 
 var (
@@ -415,10 +418,13 @@ func (s *Store) readTime(ctx context.Context, key string) (int64, error) {
 // (probe), and the script sent when the library is still missing.
 func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 	probe := s.probe()
+	// byScript: the library found missing, its load refused (or probed):
+	// by script from then on, whatever the store's other calls do.
+	byScript := false
 	for loaded, tries := false, 0; ; {
-		if s.scripts.Load() && !probe {
+		if (byScript || s.scripts.Load()) && !probe {
 			v, err := timeScript.Run(ctx, s.client, []string{key}).Slice()
-			if isScriptRefused(err) && s.leaveScripts() {
+			if isScriptRefused(err) && (s.leaveScripts() || byScript) {
 				return nil, libraryUnloadable(err)
 			}
 			if isScriptRefused(err) {
@@ -435,8 +441,14 @@ func (s *Store) keyTime(ctx context.Context, key string) ([]any, error) {
 		switch {
 		case probed && isFunctionMissing(err):
 			// Still missing: the script, as the store's other calls.
+			byScript = true
 		case !loaded && isFunctionMissing(err):
-			if err := s.loadLibrary(ctx); err != nil {
+			refused, err := s.loadLibrary(ctx)
+			if s.hooks.loaded != nil {
+				s.hooks.loaded()
+			}
+			byScript = byScript || refused
+			if err != nil {
 				if tries >= s.retries || !loadMayPass(err) || !sleep(ctx, backoff(tries, s.minBackoff, s.maxBackoff)) {
 					return nil, err
 				}
