@@ -79,6 +79,10 @@ func newLibrary(src string) library {
 	// that it does not have.
 	sum := sha1.Sum([]byte(src + registrations))
 	name := "ratelimit_" + hex.EncodeToString(sum[:8])
+	// No shebang (#!lua): Redis runs a script without flags as before 7,
+	// letting it reach keys of several slots of its node that it does not
+	// declare, as the function's allow-cross-slot-keys does, so that a
+	// call over several slots may go by script too (a load refused).
 	script := src + "\nreturn apply(KEYS, ARGV)\n"
 	sha := sha1.Sum([]byte(script))
 	return library{
