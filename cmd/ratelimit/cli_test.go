@@ -61,9 +61,9 @@ func TestErrorsSayRatelimitOnce(t *testing.T) {
 		{[]string{"simulate", "--kind", "fixed window", "--rate", "0", "--period", "1s", "--at", "0s=1"}, 2,
 			"ratelimit: --rate is 0"},
 		{[]string{"simulate", "--limits", invalid, "--name", "x", "--at", "0s=1"}, 1,
-			"ratelimit: " + invalid + `: limits file: line 1: limit "x": rate is 0`},
+			"ratelimit: --limits " + invalid + `: limits file: line 1: limit "x": rate is 0`},
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1,
-			"ratelimit: " + broken + ": limits file: yaml: line 1"},
+			"ratelimit: --limits " + broken + ": limits file: yaml: line 1"},
 		{[]string{"simulate", "--kind", "sliding", "--rate", "1", "--period", "1s", "--at", "0s=1"}, 2,
 			`ratelimit: unknown kind "sliding"`},
 		{append([]string{"limit", "--store", "mem:", "--count", "-1"}, tokenBucket...), 2,
@@ -113,9 +113,9 @@ func TestExitCodes(t *testing.T) {
 		{append([]string{"simulate", "--at", "0s=NaNr"}, tokenBucket...), 2, `--at "0s=NaNr": count NaN is not a number: a count is a number from 0 to 1000000000000000`},
 		// The limits file is data, not the command line: a failure.
 		{[]string{"simulate", "--limits", broken, "--name", "x", "--at", "0s=1"}, 1, "limits file"},
-		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits: open " + filepath.Join(dir, "missing.yaml") + ": no such file"},
-		{[]string{"simulate", "--limits", dir, "--name", "x", "--at", "0s=1"}, 2, "limits file " + dir + ": name it .json"},
-		{[]string{"simulate", "--limits", filepath.Join(dir, "sub.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits: read " + filepath.Join(dir, "sub.yaml") + ": is a directory"},
+		{[]string{"simulate", "--limits", filepath.Join(dir, "missing.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits " + filepath.Join(dir, "missing.yaml") + ": no such file"},
+		{[]string{"simulate", "--limits", dir, "--name", "x", "--at", "0s=1"}, 2, "--limits " + dir + ": name it .json"},
+		{[]string{"simulate", "--limits", filepath.Join(dir, "sub.yaml"), "--name", "x", "--at", "0s=1"}, 1, "--limits " + filepath.Join(dir, "sub.yaml") + ": is a directory"},
 		{append([]string{"inspect", "--store", "redis://127.0.0.1:1/0"}, tokenBucket...), 1, "connection refused"},
 	} {
 		code, _, errOut := exec(tc.args...)

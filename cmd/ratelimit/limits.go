@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -255,19 +257,20 @@ func (f *limitFlags) all() (ratelimit.Limits, error) {
 	return loadLimits(f.file)
 }
 
-// loadLimits reads a limits file: YAML, or JSON of the same shape.
+// loadLimits reads a limits file: YAML, or JSON of the same shape. Its
+// every error is fileError's: "--limits FILE: ...".
 func loadLimits(path string) (ratelimit.Limits, error) {
 	// A .json file is held to JSON's rules, with JSON's errors: read as
 	// YAML, which reads JSON too, a comma after the last member passed,
 	// and a file that was not JSON got YAML's error.
-	parse := ratelimit.ParseLimits
+	parse, mapping := ratelimit.ParseLimits, "a mapping"
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
-		parse = ratelimit.ParseLimitsJSON
+		parse, mapping = ratelimit.ParseLimitsJSON, "a JSON object"
 	case ".yaml", ".yml":
 	default:
 		if !stream(path) {
-			return nil, usagef("limits file %s: name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML", path)
+			return nil, usageError{fileError(path, "name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML", nil)}
 		}
 		// A pipe's or a device's name says nothing of what it gives:
 		// /dev/stdin, /dev/fd/63 of bash's <(...), a named pipe. It is
@@ -278,10 +281,44 @@ func loadLimits(path string) (ratelimit.Limits, error) {
 		return nil, err
 	}
 	limits, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, inFile(err))
+	switch {
+	case err != nil && len(bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\uFEFF")))) == 0:
+		// The library says to write a mapping, as of a file that holds
+		// something else: nothing was given, which is what to say.
+		return nil, fileError(path, emptyFile(path, mapping), err)
+	case err != nil:
+		return nil, fileError(path, inFile(err).Error(), err)
 	}
 	return limits, nil
+}
+
+// fileError is an error about the limits file at path, in the one shape
+// of them all: "--limits path: " and what, what was wrong and what to do,
+// or the library's error, which says "limits file: line 3: ..." on its
+// own, kept whole. It unwraps to err, if not nil. They came in three
+// shapes: "limits file path: ...", "path: limits file: ..." and
+// "--limits: open path: ...".
+func fileError(path, what string, err error) error {
+	what = strings.TrimPrefix(what, prefix)
+	msg := fmt.Sprintf("--limits %s: %s", path, what)
+	if err == nil {
+		return errors.New(msg)
+	}
+	return &flagError{msg: msg, err: err}
+}
+
+// emptyFile says what to do of the limits file at path, which holds no
+// more than white space: write the limits, in mapping, or, for standard
+// input or another pipe, which may have been left out of the command
+// line (--limits /dev/stdin without < limits.yaml), pipe them in.
+func emptyFile(path, mapping string) string {
+	switch {
+	case isStdin(path):
+		return "standard input is empty: pipe the limits file in, such as --limits /dev/stdin < limits.yaml"
+	case stream(path):
+		return "nothing was read from it: pipe the limits file in, such as --limits /dev/stdin < limits.yaml"
+	}
+	return "the file is empty: write the limits in it, " + mapping + " of limit names to their fields"
 }
 
 // stream reports whether path is a file that a name does not describe:
@@ -319,18 +356,31 @@ const maxLimitsFile = 4 << 20
 var errLimitsTooLarge = fmt.Errorf("larger than %d MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each", maxLimitsFile>>20)
 
 // readLimitsFile reads the limits file at path, of at most maxLimitsFile
-// bytes. An error of the system's names --limits, as --token-key-file's
-// do: "open limits.yml: no such file or directory", or "read limits: is a
-// directory", named no flag.
+// bytes. An error of the system's is told as fileError tells it, with
+// what to do: "--limits: open limits.yml: no such file or directory" named
+// the flag apart from the file, and "limits file big.yaml: larger than
+// 4 MiB" named no flag.
 func readLimitsFile(path string) ([]byte, error) {
 	data, err := readFileAtMost(path, maxLimitsFile)
-	switch {
-	case errors.Is(err, errTooLarge):
-		return nil, fmt.Errorf("limits file %s: %w", path, errLimitsTooLarge)
-	case err != nil:
-		return nil, fmt.Errorf("--limits: %w", err)
+	if err == nil {
+		return data, nil
 	}
-	return data, nil
+	if errors.Is(err, errTooLarge) {
+		return nil, fileError(path, errLimitsTooLarge.Error(), errLimitsTooLarge)
+	}
+	what := err.Error()
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		what = pe.Err.Error() // its path is the one named
+	}
+	switch fi, serr := os.Stat(path); {
+	case errors.Is(err, fs.ErrNotExist):
+		what += ": check the path of the limits file"
+	case errors.Is(err, fs.ErrPermission):
+		what += ": give a limits file the command may read"
+	case serr == nil && fi.IsDir():
+		what += ": give the limits file, not its directory"
+	}
+	return nil, fileError(path, what, err)
 }
 
 // errTooLarge is the error of readFileAtMost for a file larger than it

@@ -37,7 +37,7 @@ func TestLimitsFileTooLargePipe(t *testing.T) {
 	}()
 	code, out, errOut := exec("simulate", "--limits", path, "--name", "api", "--at", "0s=1")
 	require.Equal(t, 1, code, "%s%s", out, errOut)
-	assert.Equal(t, "ratelimit: limits file "+path+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
+	assert.Equal(t, "ratelimit: --limits "+path+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
 	require.ErrorIs(t, <-wrote, syscall.EPIPE, "the command read no more than it needed")
 }
 
@@ -87,7 +87,7 @@ func TestLimitsFilePiped(t *testing.T) {
 		}
 		code, _, errOut = exec("simulate", "--limits", path, "--name", "api", "--at", "0s=1")
 		assert.Equal(t, 2, code)
-		assert.Equal(t, "ratelimit: limits file "+path+": name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML\n"+
+		assert.Equal(t, "ratelimit: --limits "+path+": name it .json, .yaml or .yml, or pipe it in (--limits /dev/stdin), which is read as YAML\n"+
 			"Run 'ratelimit simulate --help' for usage.\n", errOut)
 	}
 
@@ -115,6 +115,6 @@ func TestLimitsFilePipedJSONByName(t *testing.T) {
 	}()
 	code, _, errOut := exec("simulate", "--limits", fifo, "--name", "api", "--at", "0s=1")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "ratelimit: "+fifo+": limits file: line 1, column 62: not JSON: a comma before }")
+	assert.Contains(t, errOut, "ratelimit: --limits "+fifo+": limits file: line 1, column 62: not JSON: a comma before }")
 	require.NoError(t, <-wrote)
 }

@@ -179,12 +179,12 @@ func TestLimitsFileJSONRules(t *testing.T) {
 	js := writeFile(t, dir, "limits.json", limits)
 	code, out, errOut := exec("simulate", "--limits", js, "--name", "send", "--at", "0s=1")
 	require.Equal(t, 1, code, out)
-	assert.Equal(t, "ratelimit: "+js+": limits file: line 3, column 1: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it\n", errOut)
+	assert.Equal(t, "ratelimit: --limits "+js+": limits file: line 3, column 1: not JSON: a comma before }: JSON allows none after the last member of an object or an array; remove it\n", errOut)
 
 	nul := writeFile(t, dir, "nul.json", `{"send": {"kind": "token bucket", "rate": 10, "period": "1m"}}`+"\x00")
 	code, out, errOut = exec("simulate", "--limits", nul, "--name", "send", "--at", "0s=1")
 	require.Equal(t, 1, code, out)
-	assert.Equal(t, "ratelimit: "+nul+": limits file: line 1, column 63: not JSON: byte 0x00 after the JSON value: write one JSON object, with nothing after it but white space\n", errOut)
+	assert.Equal(t, "ratelimit: --limits "+nul+": limits file: line 1, column 63: not JSON: byte 0x00 after the JSON value: write one JSON object, with nothing after it but white space\n", errOut)
 
 	yml := writeFile(t, dir, "limits.yaml", limits)
 	code, _, errOut = exec("simulate", "--limits", yml, "--name", "send", "--at", "0s=1")
@@ -211,7 +211,7 @@ func TestLimitsFileTooLarge(t *testing.T) {
 	require.NoError(t, f.Close())
 	code, out, errOut := exec("simulate", "--limits", big, "--name", "api", "--at", "0s=1")
 	require.Equal(t, 1, code, "%s%s", out, errOut)
-	assert.Equal(t, "ratelimit: limits file "+big+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
+	assert.Equal(t, "ratelimit: --limits "+big+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
 }
 
 // A --name the limits file does not declare lists at most 20 of its
@@ -346,7 +346,7 @@ func TestInlineLimitErrorsNameFlags(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o600))
 		code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 		require.Equal(t, 1, code, errOut)
-		require.Contains(t, errOut, "ratelimit: "+path+": "+tc.want, tc.file)
+		require.Contains(t, errOut, "ratelimit: --limits "+path+": "+tc.want, tc.file)
 	}
 	_, err = loadLimits(filepath.Join(dir, "limits.yaml"))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
@@ -365,7 +365,7 @@ func TestLimitsFileLongNameInError(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("? "+long+"\n:\n  kind: fixed window\n  rate: 0\n  period: 1s\n"), 0o600))
 	code, _, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code, errOut)
-	require.Contains(t, errOut, "ratelimit: "+path+`: limits file: line 1: limit "`+long[:256]+`"… (10000 bytes): rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`+"\n")
+	require.Contains(t, errOut, "ratelimit: --limits "+path+`: limits file: line 1: limit "`+long[:256]+`"… (10000 bytes): rate is 0: it must be a number of tokens from 1e-9 to 1000000000000000`+"\n")
 	require.Less(t, len(errOut), 1000)
 	_, err := loadLimits(path)
 	var ce *ratelimit.ConfigError
@@ -922,7 +922,7 @@ func TestLimitsFileNotObject(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(c.data), 0o600))
 		code, out, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 		require.Equal(t, 1, code, "%s: %s", c.name, out)
-		require.Contains(t, errOut, "ratelimit: "+path+": "+c.want, c.name)
+		require.Contains(t, errOut, "ratelimit: --limits "+path+": "+c.want, c.name)
 	}
 }
 
@@ -1582,7 +1582,7 @@ func TestErrorLineEscaped(t *testing.T) {
 	path := filepath.Join(dir, "a\x1b[31mb\r\u202e\xff.yaml")
 	code, out, errOut := exec("simulate", "--limits", path, "--name", "x", "--at", "0s=1")
 	require.Equal(t, 1, code, out+errOut)
-	require.Equal(t, "ratelimit: --limits: open "+dir+`/a\x1b[31mb\r\u202e\xff.yaml: no such file or directory`+"\n", errOut)
+	require.Equal(t, "ratelimit: --limits "+dir+`/a\x1b[31mb\r\u202e\xff.yaml: no such file or directory: check the path of the limits file`+"\n", errOut)
 
 	// A store's user, in the client's error (a closed port).
 	code, out, errOut = exec("inspect", "--store", "host=127.0.0.1 port=1 user=a\x1b]0;title\x07 dbname=x", "--key", "k",
