@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/driver"
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 )
 
 // When the store fails, a call cannot know the state of its limit. Each
@@ -395,7 +395,7 @@ func readStoreError(method string, err error) (read error) {
 				"a nil pointer returned as an error? The store must return nil, or an error whose methods can be called", method, err, p)
 		}
 	}()
-	if n := nilNode(err); n != nil {
+	if n := isnil.InError(err); n != nil {
 		what := fmt.Sprintf("a nil %T", n)
 		if n != err {
 			what = fmt.Sprintf("an error of type %T that wraps a nil %T", err, n)
@@ -416,31 +416,6 @@ func readStoreError(method string, err error) (read error) {
 // Limiter's handling of a failure matches a store's error with (storeErr,
 // settleFailed, callerError), and one nothing matches.
 var readTargets = [...]error{errUnmatched, driver.ErrInvalidOp, driver.ErrBadRecord, context.Canceled, context.DeadlineExceeded}
-
-// nilNode returns the first error of err's tree, in the order errors.Is
-// walks it, that is a nil pointer, or nil if none is. It calls Unwrap on
-// the errors that are not.
-func nilNode(err error) error {
-	for err != nil {
-		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.IsNil() {
-			return err
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if n := nilNode(e); n != nil {
-					return n
-				}
-			}
-			return nil
-		default:
-			return nil
-		}
-	}
-	return nil
-}
 
 // errUnmatched is the target of readStoreError's errors.Is, which no
 // error of a store is, nor wraps.

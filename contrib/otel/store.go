@@ -171,7 +171,7 @@ func readError(ctx context.Context, err error) (msg string, readable, caller boo
 			readable, caller = false, false
 		}
 	}()
-	if n := nilNode(err); n != nil {
+	if n := isnil.InError(err); n != nil {
 		what := fmt.Sprintf("a nil %T", n)
 		if n != err {
 			what = fmt.Sprintf("an error of type %T that wraps a nil %T", err, n)
@@ -179,30 +179,6 @@ func readError(ctx context.Context, err error) (msg string, readable, caller boo
 		return "the store returned " + what + ": a nil pointer returned as an error", false, false
 	}
 	return err.Error(), true, callerEnded(ctx, err)
-}
-
-// nilNode returns the first error of err's tree, in the order errors.Is
-// walks it, that is a nil pointer, or nil if none is.
-func nilNode(err error) error {
-	for err != nil {
-		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.IsNil() {
-			return err
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if n := nilNode(e); n != nil {
-					return n
-				}
-			}
-			return nil
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // recordError records err as RecordError does, an exception event of its
@@ -389,7 +365,7 @@ func (s *tracedStore) zeroErr(ctx context.Context) (zero error) {
 		}
 	}()
 	err := s.next.Load(ctx, nil, nil)
-	if err != nil && nilNode(err) == nil && errors.Is(err, driver.ErrZeroStore) {
+	if err != nil && isnil.InError(err) == nil && errors.Is(err, driver.ErrZeroStore) {
 		return err
 	}
 	return nil
