@@ -5,9 +5,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/ratelimit-go/ratelimit/store/storetest"
@@ -36,18 +34,7 @@ func TestContextEndsWhileDeallocating(t *testing.T) {
 		}
 	}, "a", "bad", "b")
 	require.Error(t, b.s.ApplyBatch(context.Background(), b.ops, b.outs), "its statements prepared")
-	ends := map[string]func() (context.Context, func(), error){
-		"canceled": func() (context.Context, func(), error) {
-			ctx, cancel := context.WithCancel(context.Background())
-			return ctx, cancel, context.Canceled
-		},
-		"deadline": func() (context.Context, func(), error) {
-			mock := clock.NewMock()
-			ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
-			t.Cleanup(cancel)
-			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
-		},
-	}
+	ends := endings(t)
 	for how, newCtx := range ends {
 		ctx, endCtx, want := newCtx()
 		end.Store(&endCtx)

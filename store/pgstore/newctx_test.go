@@ -6,47 +6,12 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratelimit-go/ratelimit/internal/testserver"
 	"github.com/ratelimit-go/ratelimit/store/pgstore"
 	"github.com/stretchr/testify/require"
 )
-
-// nthEndingConn ends the context of the message it is about to write
-// once left, shared by the pool's connections, counts down to zero on a
-// message of type msg ('B', a Bind: an execution of a prepared statement;
-// 'C', a Close: a deallocation), and waits until pgx has set the
-// connection's deadline past (see endingConn).
-type nthEndingConn struct {
-	net.Conn
-	msg      byte
-	left     *atomic.Int32
-	end      *atomic.Pointer[func()]
-	deadline chan struct{}
-}
-
-func (c *nthEndingConn) Write(p []byte) (int, error) {
-	if len(p) > 0 && p[0] == c.msg && c.left.Add(-1) == 0 {
-		(*c.end.Load())()
-		<-c.deadline
-	}
-	return c.Conn.Write(p)
-}
-
-// SetDeadline sets the deadline, then lets a write waiting for it go on.
-func (c *nthEndingConn) SetDeadline(t time.Time) error {
-	err := c.Conn.SetDeadline(t)
-	if !t.IsZero() {
-		select {
-		case c.deadline <- struct{}{}:
-		default:
-		}
-	}
-	return err
-}
 
 // A New whose context ends while one of its statements is written (the
 // search for the table's schema, the reads of the schema, the wait for
@@ -57,18 +22,7 @@ func (c *nthEndingConn) SetDeadline(t time.Time) error {
 // as the server's failure.
 func TestNewContextEndsWhileWriting(t *testing.T) {
 	cleanup := newPool(t, testserver.PostgresURL(t), nil)
-	ends := map[string]func() (context.Context, func(), error){
-		"canceled": func() (context.Context, func(), error) {
-			ctx, cancel := context.WithCancel(context.Background())
-			return ctx, cancel, context.Canceled
-		},
-		"deadline": func() (context.Context, func(), error) {
-			mock := clock.NewMock()
-			ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
-			t.Cleanup(cancel)
-			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
-		},
-	}
+	ends := endings(t)
 	// 'B', a Bind: a statement of arguments, prepared; 'Q', a Query.
 	for _, msg := range []byte{'B', 'Q'} {
 		var left atomic.Int32

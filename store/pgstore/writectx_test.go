@@ -15,29 +15,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// endingConn, once armed, ends the context of the statement it is about
-// to write (end; a Bind: an execution of a prepared statement) and waits
-// until pgx has seen it, which sets a deadline past on the connection:
-// the write then fails with a timeout, as it does when a context ends
-// while its statement is written.
-type endingConn struct {
+// nthEndingConn ends the context of the message it is about to write
+// once left, shared by the pool's connections, counts down to zero on a
+// message of type msg ('B', a Bind: an execution of a prepared statement;
+// 'C', a Close: a deallocation), and waits until pgx has set the
+// connection's deadline past: the write then fails with a timeout, as it
+// does when a context ends while its statement is written.
+type nthEndingConn struct {
 	net.Conn
-	armed    *atomic.Bool
+	msg      byte
+	left     *atomic.Int32
 	end      *atomic.Pointer[func()]
 	deadline chan struct{}
 }
 
-func (c *endingConn) Write(p []byte) (int, error) {
-	if len(p) > 0 && p[0] == 'B' && c.armed.CompareAndSwap(true, false) {
+func (c *nthEndingConn) Write(p []byte) (int, error) {
+	if len(p) > 0 && p[0] == c.msg && c.left.Add(-1) == 0 {
 		(*c.end.Load())()
 		<-c.deadline
 	}
 	return c.Conn.Write(p)
 }
 
-// SetDeadline sets the deadline, then lets a write waiting for it go on:
-// signaled before, the write could go out ahead of the deadline.
-func (c *endingConn) SetDeadline(t time.Time) error {
+// SetDeadline sets the deadline, then lets a write waiting for it go on.
+func (c *nthEndingConn) SetDeadline(t time.Time) error {
 	err := c.Conn.SetDeadline(t)
 	if !t.IsZero() {
 		select {
@@ -46,6 +47,24 @@ func (c *endingConn) SetDeadline(t time.Time) error {
 		}
 	}
 	return err
+}
+
+// endings are the ways a test ends a context: canceled, or past its
+// deadline on a mock clock. Each returns the context, what ends it, and
+// the error it then matches.
+func endings(t *testing.T) map[string]func() (context.Context, func(), error) {
+	return map[string]func() (context.Context, func(), error){
+		"canceled": func() (context.Context, func(), error) {
+			ctx, cancel := context.WithCancel(context.Background())
+			return ctx, cancel, context.Canceled
+		},
+		"deadline": func() (context.Context, func(), error) {
+			mock := clock.NewMock()
+			ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
+			t.Cleanup(cancel)
+			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
+		},
+	}
 }
 
 // A call whose context ends while its statement is written fails with an
@@ -58,7 +77,7 @@ func (c *endingConn) SetDeadline(t time.Time) error {
 // written leaves each op out, undecided: an *driver.OpError matching the
 // context's error, all of them joined (storetest.FailedOps).
 func TestContextEndsWhileWriting(t *testing.T) {
-	var armed atomic.Bool
+	var left atomic.Int32
 	var end atomic.Pointer[func()]
 	b := newResendBatch(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1
@@ -67,22 +86,11 @@ func TestContextEndsWhileWriting(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &endingConn{Conn: c, armed: &armed, end: &end, deadline: make(chan struct{}, 1)}, nil
+			return &nthEndingConn{Conn: c, msg: 'B', left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
 		}
 	}, "a", "bad", "b")
 	// The ending contexts: canceled, or past its deadline on a mock clock.
-	ends := map[string]func() (context.Context, func(), error){
-		"canceled": func() (context.Context, func(), error) {
-			ctx, cancel := context.WithCancel(context.Background())
-			return ctx, cancel, context.Canceled
-		},
-		"deadline": func() (context.Context, func(), error) {
-			mock := clock.NewMock()
-			ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
-			t.Cleanup(cancel)
-			return ctx, func() { mock.Add(time.Second) }, context.DeadlineExceeded
-		},
-	}
+	ends := endings(t)
 	calls := map[string]func(ctx context.Context) error{
 		"Apply": func(ctx context.Context) error {
 			return b.s.Apply(ctx, b.ops[0], make([]driver.Decision, 1))
@@ -111,9 +119,9 @@ func TestContextEndsWhileWriting(t *testing.T) {
 				require.NoError(t, call(context.Background()), "its statements prepared")
 				ctx, endCtx, want := newCtx()
 				end.Store(&endCtx)
-				armed.Store(true)
+				left.Store(1)
 				err := call(ctx)
-				require.False(t, armed.Load(), "the context ended as the statement was written")
+				require.LessOrEqual(t, left.Load(), int32(0), "the context ended as the statement was written")
 				require.ErrorIs(t, err, want)
 				require.ErrorContains(t, err, "pgstore: ")
 			})
@@ -123,10 +131,10 @@ func TestContextEndsWhileWriting(t *testing.T) {
 		require.Error(t, b.s.ApplyBatch(context.Background(), b.ops, b.outs), "%s: its statements prepared", how)
 		ctx, endCtx, want := newCtx()
 		end.Store(&endCtx)
-		pgstore.SetHooks(b.s, pgstore.Hooks{Resend: func() { armed.Store(true) }})
+		pgstore.SetHooks(b.s, pgstore.Hooks{Resend: func() { left.Store(1) }})
 		err := b.s.ApplyBatch(ctx, b.ops, b.outs)
 		pgstore.SetHooks(b.s, pgstore.Hooks{})
-		require.False(t, armed.Load(), "%s: the context ended as the first op sent again was written", how)
+		require.LessOrEqual(t, left.Load(), int32(0), "%s: the context ended as the first op sent again was written", how)
 		require.ErrorIs(t, err, want, how)
 		require.Equal(t, []int{0, 1, 2}, storetest.FailedOps(t, err), "%s: none was decided (err: %v)", how, err)
 		for i, e := range err.(interface{ Unwrap() []error }).Unwrap() {
