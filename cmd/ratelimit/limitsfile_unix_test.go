@@ -20,21 +20,10 @@ import (
 // to maxLimitsFile bytes and a byte more, and refused then, however much
 // more it would give.
 func TestLimitsFileTooLargePipe(t *testing.T) {
+	// Twice the bound: the command stops reading, and the write ends when
+	// it closes the pipe (EPIPE).
 	path := filepath.Join(t.TempDir(), "pipe.yaml")
-	require.NoError(t, syscall.Mkfifo(path, 0o600))
-	wrote := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(path, os.O_WRONLY, 0)
-		if err != nil {
-			wrote <- err
-			return
-		}
-		defer f.Close()
-		// Twice the bound: the command stops reading, and the write ends
-		// when it closes the pipe (EPIPE).
-		_, err = f.Write(bytes.Repeat([]byte("#"), 2*maxLimitsFile))
-		wrote <- err
-	}()
+	wrote := writeFIFO(t, path, bytes.Repeat([]byte("#"), 2*maxLimitsFile))
 	code, out, errOut := exec("simulate", "--limits", path, "--name", "api", "--at", "0s=1")
 	require.Equal(t, 1, code, "%s%s", out, errOut)
 	assert.Equal(t, "ratelimit: --limits "+path+": larger than 4 MiB, the most a limits file may be: is it the limits file? a limits file declares limits, a few lines each\n", errOut)
@@ -51,17 +40,7 @@ func TestLimitsFilePiped(t *testing.T) {
 	const want = "api: token bucket, rate 10 per 1m0s\n"
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "limits")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	wrote := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			wrote <- err
-			return
-		}
-		_, err = f.WriteString(limits)
-		wrote <- errors.Join(err, f.Close())
-	}()
+	wrote := writeFIFO(t, fifo, []byte(limits))
 	code, out, errOut := exec("simulate", "--limits", fifo, "--name", "api", "--at", "0s=1")
 	require.Equal(t, 0, code, errOut)
 	assert.True(t, strings.HasPrefix(out, want), out)
@@ -102,19 +81,27 @@ func TestLimitsFilePiped(t *testing.T) {
 // nothing and are read as YAML.
 func TestLimitsFilePipedJSONByName(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "limits.json")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	wrote := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			wrote <- err
-			return
-		}
-		_, err = f.WriteString(`{"api": {"kind": "token bucket", "rate": 10, "period": "1m"},}`)
-		wrote <- errors.Join(err, f.Close())
-	}()
+	wrote := writeFIFO(t, fifo, []byte(`{"api": {"kind": "token bucket", "rate": 10, "period": "1m"},}`))
 	code, _, errOut := exec("simulate", "--limits", fifo, "--name", "api", "--at", "0s=1")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "ratelimit: --limits "+fifo+": limits file: line 1, column 62: not JSON: a comma before }")
 	require.NoError(t, <-wrote)
+}
+
+// writeFIFO makes a named pipe at path and writes data into it once a
+// reader opens it; the channel gets the error of the write and the close.
+func writeFIFO(t *testing.T, path string, data []byte) <-chan error {
+	t.Helper()
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	wrote := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		_, err = f.Write(data)
+		wrote <- errors.Join(err, f.Close())
+	}()
+	return wrote
 }
