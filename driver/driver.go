@@ -68,6 +68,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/isnil"
 )
 
 // ErrClosed is the error, wrapped, of a call of a store used after Close
@@ -86,8 +88,53 @@ var ErrClosed = errors.New("ratelimit: store is closed")
 // error (a Bind returns a BoundLimit whose Decide does), rather than
 // panic; the message names the constructor to call. No server is down:
 // build the store with its constructor, and use the store it returned
-// once it returned no error. Package storetest checks it (ZeroStore).
+// once it returned no error. A store that implements ZeroChecker says so
+// without a call, and ratelimit.New refuses it. Package storetest checks
+// it (ZeroStore).
 var ErrZeroStore = errors.New("ratelimit: store not made by its constructor")
+
+// ZeroChecker is implemented by a store that can tell, without I/O, that
+// its constructor did not make it (ErrZeroStore). ratelimit.New and
+// janitor.New ask it (CheckZero), and refuse such a store rather than
+// build a Limiter or a janitor whose every call fails: a Limiter over it
+// would otherwise start, and each of its calls fail at once. It is
+// optional: a store without it is refused at its first call instead,
+// which the Limiter returns as an error, never by the failure policy.
+// Every store of this project implements it.
+type ZeroChecker interface {
+	// CheckZero returns an error matching ErrZeroStore, the one every
+	// call of the store returns, when the store is the zero value of its
+	// type or a nil pointer to it; otherwise nil, closed or not. It does
+	// no I/O, does not block, and does not panic.
+	CheckZero() error
+}
+
+// CheckZero returns the error of s's CheckZero (ZeroChecker), or, when s
+// is a wrapper (an Unwrap() Store method, as ratelimitotel.WrapStore's),
+// that of the first store it wraps, at any depth, that implements
+// ZeroChecker; nil when none does. A nil pointer of a wrapper's type, or
+// a wrapper that wraps a nil Store, ends the search (nil).
+func CheckZero(s any) error {
+	for range maxUnwrap {
+		if zc, ok := s.(ZeroChecker); ok {
+			if err := zc.CheckZero(); err != nil {
+				return err
+			}
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok || isnil.Is(s) {
+			return nil // a nil wrapper's Unwrap may panic
+		}
+		if s = u.Unwrap(); s == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// maxUnwrap bounds the wrappers CheckZero looks through: one that
+// unwraps to itself would loop for ever.
+const maxUnwrap = 100
 
 // Expirer is implemented by a store that keeps records until told to drop
 // them (an in-memory map, a file, a table), rather than letting its medium

@@ -194,6 +194,7 @@ var (
 	_ ratelimit.Store     = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
 	_ driver.Expirer      = (*Store)(nil)
+	_ driver.ZeroChecker  = (*Store)(nil)
 )
 
 // Option configures a Store in Open or New.
@@ -489,6 +490,16 @@ func (s *Store) usable(ctx context.Context, call string) error {
 	}
 	if s.closed.Load() {
 		return errClosed
+	}
+	return nil
+}
+
+// CheckZero implements driver.ZeroChecker: an error matching
+// driver.ErrZeroStore for the zero Store or a nil *Store, which neither
+// Open nor New made, else nil, closed or not.
+func (s *Store) CheckZero() error {
+	if s == nil || s.batcher == nil {
+		return s.unmade("CheckZero")
 	}
 	return nil
 }

@@ -201,9 +201,10 @@ type options struct {
 func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 var (
-	_ ratelimit.Store = (*Store)(nil)
-	_ driver.Binder   = (*Store)(nil)
-	_ driver.Expirer  = (*Store)(nil)
+	_ ratelimit.Store    = (*Store)(nil)
+	_ driver.Binder      = (*Store)(nil)
+	_ driver.Expirer     = (*Store)(nil)
+	_ driver.ZeroChecker = (*Store)(nil)
 )
 
 // New returns an empty in-memory store. The error is for a bad option;
@@ -229,6 +230,16 @@ func New(opts ...Option) (*Store, error) {
 		s.stripes[i].sweepDue.init(0)
 	}
 	return s, nil
+}
+
+// CheckZero implements driver.ZeroChecker: an error matching
+// driver.ErrZeroStore for the zero Store or a nil *Store, which New did
+// not make, else nil.
+func (s *Store) CheckZero() error {
+	if s == nil || s.clock == nil {
+		return s.unmade("CheckZero")
+	}
+	return nil
 }
 
 // unmade returns the error of call on s, nil or a Store that New did not

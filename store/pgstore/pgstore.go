@@ -497,6 +497,7 @@ var (
 	_ driver.TimeSource   = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
 	_ driver.Expirer      = (*Store)(nil)
+	_ driver.ZeroChecker  = (*Store)(nil)
 )
 
 // Option configures a Store in New.
@@ -1651,6 +1652,16 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("pgstore: time: %w", callerError(ctx, closedPool(err)))
 	}
 	return ms, nil
+}
+
+// CheckZero implements driver.ZeroChecker: an error matching
+// driver.ErrZeroStore for the zero Store or a nil *Store, which New did
+// not make, else nil.
+func (s *Store) CheckZero() error {
+	if s == nil || s.batcher == nil {
+		return s.unmade(context.Background(), "CheckZero")
+	}
+	return nil
 }
 
 // unmade returns, for a call on s, nil or a Store that New did not make

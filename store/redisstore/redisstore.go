@@ -160,6 +160,7 @@ var (
 	_ ratelimit.Store     = (*Store)(nil)
 	_ driver.TimeSource   = (*Store)(nil)
 	_ driver.RecordClock  = (*Store)(nil)
+	_ driver.ZeroChecker  = (*Store)(nil)
 	_ driver.BatchApplier = (*Store)(nil)
 )
 
@@ -609,6 +610,16 @@ func (s *Store) usable(ctx context.Context, call string) error {
 	}
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: %s: the store was closed (Close): make calls before Close, or on a new store (New): %w", call, driver.ErrClosed)
+	}
+	return nil
+}
+
+// CheckZero implements driver.ZeroChecker: an error matching
+// driver.ErrZeroStore for the zero Store or a nil *Store, which New did
+// not make, else nil, closed or not.
+func (s *Store) CheckZero() error {
+	if s == nil || s.client == nil {
+		return s.unmade("CheckZero")
 	}
 	return nil
 }
