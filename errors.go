@@ -253,7 +253,9 @@ func (e *CountError) Is(target error) bool { return target == ErrInvalidCount }
 // failed: the store may or may not have taken it, and a retry later is
 // the answer (with Settler, or on the same Reservation, a retry whose
 // first attempt was taken returns nil); and by that of a Reset or a
-// Value whose store call failed, which a retry later answers too.
+// Value whose store call failed, which a retry later answers too. Not by
+// the error of a store that its constructor did not make
+// (driver.ErrZeroStore), which no retry answers, and no policy decides.
 var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
 
 // StoreError is the error of a call that the store could not decide. Its

@@ -414,8 +414,8 @@ func readStoreError(method string, err error) (read error) {
 
 // readTargets are the targets of readStoreError's errors.Is: those the
 // Limiter's handling of a failure matches a store's error with (storeErr,
-// settleFailed, callerError), and one nothing matches.
-var readTargets = [...]error{errUnmatched, driver.ErrInvalidOp, driver.ErrBadRecord, context.Canceled, context.DeadlineExceeded}
+// zeroStore, settleFailed, callerError), and one nothing matches.
+var readTargets = [...]error{errUnmatched, driver.ErrInvalidOp, driver.ErrBadRecord, driver.ErrZeroStore, context.Canceled, context.DeadlineExceeded}
 
 // errUnmatched is the target of readStoreError's errors.Is, which no
 // error of a store is, nor wraps.

@@ -388,10 +388,20 @@ func WithUnsignedTokensAccepted() Option {
 // limits. Every config is validated: an invalid one is reported as a
 // *ConfigError naming the limit and the field. No store (nil, or a nil
 // pointer of a store's type), a nil Option, or a bad option argument, is
-// reported as an error matching ErrInvalidOption.
+// reported as an error matching ErrInvalidOption; so is a store that its
+// constructor did not make (&memstore.Store{}), which says so
+// (driver.ZeroChecker), itself or through a wrapper: the error matches
+// driver.ErrZeroStore too.
 func New(store Store, limits Limits, opts ...Option) (*Limiter, error) {
 	if isnil.Is(store) {
-		return nil, fmt.Errorf("ratelimit: New needs a Store, and was given %s: pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", nilText(store), ErrInvalidOption)
+		err := fmt.Errorf("ratelimit: New needs a Store, and was given %s: pass the store that memstore.New (or another store's New) returned, once it returned no error: %w", nilText(store), ErrInvalidOption)
+		if store != nil && driver.CheckZero(store) != nil {
+			err = fmt.Errorf("%w: %w", err, driver.ErrZeroStore) // as its calls would fail
+		}
+		return nil, err
+	}
+	if err := driver.CheckZero(store); err != nil {
+		return nil, fmt.Errorf("ratelimit: New was given a store that its constructor did not make, whose every call would fail (%w): %w", err, ErrInvalidOption)
 	}
 	wall := clock.New()
 	l := &Limiter{store: store, clock: wall,
@@ -484,7 +494,9 @@ func timeAt(start time.Time, now int64) time.Time {
 // is Result.OK false (or Result.Err). On a store failure (an error
 // matching ErrStoreUnavailable) the Result is the limit's failure policy's
 // answer, Degraded: OK for a limit with Config.FailOpen, refused otherwise
-// (ExampleConfig_failOpen).
+// (ExampleConfig_failOpen). A store that its constructor did not make
+// (driver.ErrZeroStore) is no store failure: the call fails, not OK, as
+// for bad input, whatever the policy.
 func (l *Limiter) Limit(ctx context.Context, name, key string, opts ...CallOption) (res Result, err error) {
 	// Small enough for Go to inline into the caller: answer then writes
 	// the Result where the caller keeps it. A Result returned by a call
@@ -674,8 +686,12 @@ func limitErr(name string, err error) error {
 }
 
 // boundFailed answers a bound call whose store failed with err, as do
-// does: the caller's own error if it gave up, else the failure policy's.
+// does: the error of a store its constructor did not make (zeroStore),
+// the caller's own error if it gave up, else the failure policy's.
 func (l *Limiter) boundFailed(ctx context.Context, mode driver.Mode, lim *limit, key string, c call, res *Result, start time.Time, now int64, probe uint64, err error) (driver.Verdict, int64, bool, error) {
+	if zerr := l.zeroStore(lim.name, probe, err); zerr != nil {
+		return driver.Verdict{}, now, false, zerr
+	}
 	if l.gaveUp(ctx, timeAt(start, now), lim.name, l.storeKey(key), probe) {
 		return driver.Verdict{}, now, false, callerError(ctx, lim.name, err)
 	}
@@ -864,6 +880,9 @@ func (l *Limiter) do(ctx context.Context, mode driver.Mode, names []string, key 
 	}
 	if err != nil {
 		err = storeError("Apply", err)
+		if zerr := l.zeroStore(names[0], probe, err); zerr != nil {
+			return Result{}, ch, zerr
+		}
 		if l.gaveUp(ctx, start, names[0], skey, probe) {
 			return Result{}, ch, callerError(ctx, names[0], err)
 		}
@@ -1054,16 +1073,39 @@ func (l *Limiter) degraded(ctx context.Context, mode driver.Mode, lims []*limit,
 	return res, charge{start: start}, serr
 }
 
+// zeroStore returns, when err, the error of a store call of limit name
+// (the probe's, numbered probe, or 0), matches driver.ErrZeroStore, the
+// call's error, which wraps it, and nil otherwise. Such a store is no
+// outage but a program's error (the zero value of a store's type, in
+// place of the store its constructor returns), and no call over it will
+// ever succeed: the failure policy would answer every call for as long
+// as the process runs, a fail-open limit granting them all. So the call
+// is not decided by the policy, but fails with a zero Result, as for bad
+// input, and its error does not match ErrStoreUnavailable; nor does the
+// breaker count it, the probe's place freed. New refuses a store that
+// says so (driver.ZeroChecker); this is for one that does not.
+func (l *Limiter) zeroStore(name string, probe uint64, err error) error {
+	if !errors.Is(err, driver.ErrZeroStore) {
+		return nil
+	}
+	l.breaker.abandon(probe)
+	return limitErr(name, err)
+}
+
 // storeErr accounts for err, the error of a store call of limit name, that
 // the failure policy is to answer. Two refusals say nothing of the store's
 // health, and the breaker must not judge it by them (it would open for
 // every limit and key on the calls of one): an op the store refused as
 // invalid (driver.ErrInvalidOp), which the Limiter never sends, so a bug;
 // and a record it cannot read (driver.ErrBadRecord), one key's damage.
-// Both are logged at error level; any other error counts as a failure.
+// Both are logged at error level; any other error counts as a failure,
+// but that of a store its constructor did not make (driver.ErrZeroStore),
+// which the calls return (zeroStore): it is logged at error level too.
 func (l *Limiter) storeErr(name string, probe uint64, err error) {
 	var msg string
 	switch {
+	case errors.Is(err, driver.ErrZeroStore):
+		msg = "ratelimit: the store was not made by its constructor, and every call fails: see the error for what to do"
 	case errors.Is(err, driver.ErrInvalidOp):
 		msg = "ratelimit: the store refused an invalid op, which is a bug: please report it; the failure policy decides"
 	case errors.Is(err, driver.ErrBadRecord):
@@ -1253,10 +1295,15 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 
 // storeFailure is the error of a Reset or a Value (what names it) of
 // limit name whose store call failed with err: a *StoreError matching
-// ErrStoreUnavailable and err; or, when ctx had ended, the context's
+// ErrStoreUnavailable and err; or err alone, wrapped, for a store that
+// its constructor did not make (zeroStore); or, when ctx had ended, the context's
 // error, the store's beside it, since the caller gave up, which says
 // nothing of the store (as for a settlement, settleStoreErr).
 func storeFailure(ctx context.Context, what, name string, err error) error {
+	if errors.Is(err, driver.ErrZeroStore) {
+		// No outage, and no retry will do: see zeroStore.
+		return fmt.Errorf("ratelimit: %s %q: %w", what, name, err)
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		if errors.Is(err, cerr) {
 			return fmt.Errorf("ratelimit: %s %s: store: %w", what, written(name), err)

@@ -1013,9 +1013,14 @@ func (l *Limiter) settle(ctx context.Context, t *Token, lims []*limit, kind driv
 // with err, and what to do. A record or mark the store cannot read
 // (driver.ErrBadRecord) failed the op before anything was written, and
 // fails every retry alike: the store's error says what to do, and of a
-// mark, to treat the token as settled. Any other failure may have come
+// mark, to treat the token as settled. A store that its constructor did
+// not make (driver.ErrZeroStore) settled nothing either, and never will.
+// Any other failure may have come
 // after the store took the settlement: a retry tells.
 func settleFailed(err error) string {
+	if errors.Is(err, driver.ErrZeroStore) {
+		return "the store settled nothing, and every retry fails alike: give the Limiter the store its constructor returns"
+	}
 	if errors.Is(err, driver.ErrBadRecord) {
 		return "the store settled nothing, and a retry fails alike until what its error names is dealt with: do as it says " +
 			"(a mark it cannot read: treat the token as settled, as it may have been: do not run its job, nor hand its tokens back)"
@@ -1025,10 +1030,14 @@ func settleFailed(err error) string {
 
 // settleStoreErr is the error of a settlement of t whose store call
 // failed with err: a *StoreError (matching ErrStoreUnavailable, and err),
-// as a call of a limit says of the store's failure; or, when ctx had
+// as a call of a limit says of the store's failure; err alone, wrapped,
+// for a store that its constructor did not make (zeroStore); or, when ctx had
 // ended, the context's error, the store's beside it: the caller gave up,
 // which says nothing of the store (as callerError).
 func (l *Limiter) settleStoreErr(ctx context.Context, t *Token, err error) error {
+	if errors.Is(err, driver.ErrZeroStore) {
+		return fmt.Errorf("store: %w", err) // no outage: see zeroStore
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		if errors.Is(err, cerr) {
 			return fmt.Errorf("store: %w", err)

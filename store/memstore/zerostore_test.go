@@ -19,12 +19,18 @@ func TestZeroStore(t *testing.T) {
 	t.Run("Zero", func(t *testing.T) { storetest.ZeroStore(t, &memstore.Store{}) })
 	t.Run("Nil", func(t *testing.T) { storetest.ZeroStore(t, (*memstore.Store)(nil)) })
 	t.Run("Var", func(t *testing.T) {
+		// New refuses it, saying to call memstore.New, rather than build
+		// a Limiter whose every call fails (of a limit that fails open,
+		// granted by the failure policy, before).
 		var s memstore.Store
-		lim, err := ratelimit.New(&s, ratelimit.Limits{"a": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1}})
-		require.NoError(t, err)
-		_, err = lim.Limit(context.Background(), "a", "k")
+		limits := ratelimit.Limits{"a": {Kind: ratelimit.TokenBucket, Rate: 1, Period: time.Second, Capacity: 1, FailOpen: true}}
+		lim, err := ratelimit.New(&s, limits)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidOption)
 		require.ErrorIs(t, err, driver.ErrZeroStore)
 		require.ErrorContains(t, err, "memstore.New")
+		require.Nil(t, lim)
+		err = s.Load(context.Background(), nil, nil)
+		require.ErrorIs(t, err, driver.ErrZeroStore)
 		require.Zero(t, s.Len())
 		require.Zero(t, (*memstore.Store)(nil).Len())
 	})
