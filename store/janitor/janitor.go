@@ -160,13 +160,22 @@ func WithObserver(f func(Result)) Option {
 // only once its bucket has been full again for driver.ExpiryGrace, so
 // sweeping more often than that buys little. An interval that is not
 // positive, no store (nil, or a nil pointer of a store's type), or a nil
-// Option, is an error matching ErrInvalid.
+// Option, is an error matching ErrInvalid; so is a store that its
+// constructor did not make (&boltstore.Store{}), which says so
+// (driver.ZeroChecker): the error matches driver.ErrZeroStore too.
 func New(store driver.Expirer, every time.Duration, opts ...Option) (*Janitor, error) {
 	if store == nil {
 		return nil, fmt.Errorf("janitor: New needs a store that implements driver.Expirer: %w", ErrInvalid)
 	}
 	if isnil.Is(store) {
-		return nil, fmt.Errorf("janitor: New needs a store, and was given %T(nil): pass the store that its New or Open returned, once it returned no error: %w", store, ErrInvalid)
+		err := fmt.Errorf("janitor: New needs a store, and was given %T(nil): pass the store that its New or Open returned, once it returned no error: %w", store, ErrInvalid)
+		if driver.CheckZero(store) != nil {
+			err = fmt.Errorf("%w: %w", err, driver.ErrZeroStore) // as its sweeps would fail
+		}
+		return nil, err
+	}
+	if err := driver.CheckZero(store); err != nil {
+		return nil, fmt.Errorf("janitor: New was given a store that its constructor did not make, whose every sweep would fail (%w): %w", err, ErrInvalid)
 	}
 	if every <= 0 {
 		return nil, fmt.Errorf("janitor: New: interval %v is not positive: pass how often to sweep, such as time.Minute: %w", every, ErrInvalid)

@@ -152,13 +152,41 @@ func TestNewRejectsANilStoreOfItsType(t *testing.T) {
 	}
 }
 
+// TestNewRejectsAZeroStore: New refuses a store that its constructor did
+// not make (&boltstore.Store{}), which says so (driver.ZeroChecker), with
+// an error that says to build it, rather than start a janitor whose every
+// sweep fails; a nil pointer of such a store's type is refused as no
+// store, and matches driver.ErrZeroStore too.
+func TestNewRejectsAZeroStore(t *testing.T) {
+	for _, store := range []driver.Expirer{&memstore.Store{}, &boltstore.Store{}, &pgstore.Store{},
+		(*memstore.Store)(nil), (*boltstore.Store)(nil), (*pgstore.Store)(nil)} {
+		var j *janitor.Janitor
+		var err error
+		require.NotPanics(t, func() { j, err = janitor.New(store, time.Minute, janitor.WithClock(clock.NewMock())) }, "%#v", store)
+		if j != nil {
+			j.Close() // before it sweeps
+		}
+		require.ErrorIs(t, err, janitor.ErrInvalid, "%#v", store)
+		require.ErrorIs(t, err, driver.ErrZeroStore, "%#v", store)
+		assert.Nil(t, j)
+	}
+}
+
+// hiddenExpirer hides every method of its store but DeleteExpired: a
+// store that does not say that its constructor did not make it.
+type hiddenExpirer struct{ s driver.Expirer }
+
+func (h hiddenExpirer) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	return h.s.DeleteExpired(ctx, now)
+}
+
 // TestJanitorReportsAZeroStore: a janitor over a store that its
-// constructor did not make (&boltstore.Store{}) reports each sweep's
-// error, which says to build the store, rather than end the process with
-// a panic on its goroutine.
+// constructor did not make, and that does not say so (no
+// driver.ZeroChecker), reports each sweep's error, which says to build the
+// store, rather than end the process with a panic on its goroutine.
 func TestJanitorReportsAZeroStore(t *testing.T) {
 	for _, store := range []driver.Expirer{&memstore.Store{}, &boltstore.Store{}, &pgstore.Store{}} {
-		j, mock, results := newJanitor(t, store, time.Minute)
+		j, mock, results := newJanitor(t, hiddenExpirer{store}, time.Minute)
 		mock.Add(time.Minute)
 		r := next(t, results)
 		require.ErrorIs(t, r.Err, driver.ErrZeroStore, "%T", store)
