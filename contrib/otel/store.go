@@ -309,7 +309,7 @@ func (s *tracedStore) Now(ctx context.Context) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if err := s.zeroErr(ctx); err != nil {
+		if err := s.zeroErr(); err != nil {
 			return 0, err
 		}
 		return 0, errNoClock
@@ -346,30 +346,17 @@ func (s *tracedStore) Close() error {
 	if c, ok := s.next.(io.Closer); ok {
 		return c.Close()
 	}
-	return s.zeroErr(context.Background())
+	return s.zeroErr()
 }
 
 // zeroErr returns the error, matching driver.ErrZeroStore, of a wrapped
-// store its constructor did not make (&memstore.Store{}), or nil. The
+// store its constructor did not make (&memstore.Store{}), or nil: the
 // wrapper's Now of a store that keeps no clock, and its Close of one that
 // has no Close, have no call of the store to pass on, and a store's zero
-// value must fail them with that error as it fails the others: they ask
-// the store to Load no records, which such a store fails, and any other
-// does at no cost. A store of one's own that panics on that is taken for
-// one its constructor made: the probe is the wrapper's, not its caller's,
-// and Close returned nil before it asked.
-func (s *tracedStore) zeroErr(ctx context.Context) (zero error) {
-	defer func() {
-		if recover() != nil {
-			zero = nil
-		}
-	}()
-	err := s.next.Load(ctx, nil, nil)
-	if err != nil && isnil.InError(err) == nil && errors.Is(err, driver.ErrZeroStore) {
-		return err
-	}
-	return nil
-}
+// value must fail them with that error as it fails the others. It asks
+// the store without a call (driver.CheckZero); a store that cannot tell
+// is taken for one its constructor made.
+func (s *tracedStore) zeroErr() error { return driver.CheckZero(s.next) }
 
 // Unwrap returns the wrapped store.
 func (s *tracedStore) Unwrap() ratelimit.Store { return s.next }

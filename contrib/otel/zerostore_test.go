@@ -37,9 +37,9 @@ func (panicLoadStore) Load(context.Context, []driver.RecordID, []driver.Record) 
 	panic("no database")
 }
 
-// The wrapper's Close of a store that has none, which asks the store to
-// Load no records to tell a zero store, does not panic when that Load
-// does: it returns nil, as it did before it asked.
+// The wrapper's Close of a store that has none, and cannot tell whether
+// its constructor made it, calls nothing of the store: it returns nil,
+// even of a store that panics on every call.
 func TestWrapStoreCloseLoadPanics(t *testing.T) {
 	w := ratelimitotel.WrapStore(panicLoadStore{})
 	var err error
