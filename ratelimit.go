@@ -1302,7 +1302,7 @@ func (l *Limiter) Reset(ctx context.Context, name, key string, opts ...CallOptio
 func storeFailure(ctx context.Context, what, name string, err error) error {
 	if errors.Is(err, driver.ErrZeroStore) {
 		// No outage, and no retry will do: see zeroStore.
-		return fmt.Errorf("ratelimit: %s %q: %w", what, name, err)
+		return fmt.Errorf("ratelimit: %s %s: %w", what, written(name), err)
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		if errors.Is(err, cerr) {
