@@ -31,6 +31,7 @@ func testSettle(t *testing.T, newStore NewStore, s suite) {
 	t.Run("RetriedAfterAFailure", func(t *testing.T) { testRetriedAfterAFailure(t, newStore) })
 	t.Run("HolderRetried", func(t *testing.T) { testHolderRetried(t, newStore) })
 	t.Run("SettlersRace", func(t *testing.T) { testSettlersRace(t, newStore) })
+	t.Run("Fleet", func(t *testing.T) { testSettleFleet(t, newStore) })
 }
 
 // testSettleDifferential compares the store with the Model over random
