@@ -151,3 +151,24 @@ func TestZeroStoreSettlementIsNoStoreFailure(t *testing.T) {
 		require.ErrorContains(t, err, "settled nothing", name)
 	}
 }
+
+// valueCheckStore implements driver.ZeroChecker by a value method, which
+// Go cannot call through a nil *valueCheckStore.
+type valueCheckStore struct{ ratelimit.Store }
+
+func (valueCheckStore) CheckZero() error { return nil }
+
+// New refuses a nil pointer of a store type whose CheckZero is a value
+// method, as it refuses any nil store, with ErrInvalidOption; it panicked
+// asking CheckZero of it (driver.CheckZero), as it did behind a wrapper.
+func TestNewRefusesANilStoreWithAValueCheckZero(t *testing.T) {
+	limits := ratelimit.Limits{"l": {Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second}}
+	for _, store := range []ratelimit.Store{(*valueCheckStore)(nil), unwrapStore{(*valueCheckStore)(nil)}} {
+		var err error
+		require.NotPanics(t, func() { _, err = ratelimit.New(store, limits) }, "%#v", store)
+		if _, wrapped := store.(unwrapStore); !wrapped {
+			require.ErrorIs(t, err, ratelimit.ErrInvalidOption, "%#v", store)
+		}
+		require.NotErrorIs(t, err, driver.ErrZeroStore, "%#v", store)
+	}
+}

@@ -113,11 +113,13 @@ type ZeroChecker interface {
 // is a wrapper (an Unwrap() Store method, as ratelimitotel.WrapStore's),
 // that of the first store it wraps, at any depth, that implements
 // ZeroChecker; nil when none does. A nil pointer of a wrapper's type, or
-// a wrapper that wraps a nil Store, ends the search (nil).
+// a wrapper that wraps a nil Store, ends the search (nil); so does a nil
+// pointer of a type whose CheckZero cannot be called on one (a value
+// method): it panics, and says nothing.
 func CheckZero(s any) error {
 	for range maxUnwrap {
 		if zc, ok := s.(ZeroChecker); ok {
-			if err := zc.CheckZero(); err != nil {
+			if err := checkZero(zc, isnil.Is(s)); err != nil {
 				return err
 			}
 		}
@@ -130,6 +132,21 @@ func CheckZero(s any) error {
 		}
 	}
 	return nil
+}
+
+// checkZero returns zc's CheckZero. When zc is a nil pointer (isNil), a
+// panic of the call is nil: Go panics calling a value method through a
+// nil pointer, before the method can answer, and a caller given a nil
+// store (ratelimit.New, janitor.New) refuses it as no store anyway.
+func checkZero(zc ZeroChecker, isNil bool) (err error) {
+	if isNil {
+		defer func() {
+			if recover() != nil {
+				err = nil
+			}
+		}()
+	}
+	return zc.CheckZero()
 }
 
 // maxUnwrap bounds the wrappers CheckZero looks through: one that
