@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +172,22 @@ func TestNewRefusesANilStoreWithAValueCheckZero(t *testing.T) {
 		}
 		require.NotErrorIs(t, err, driver.ErrZeroStore, "%#v", store)
 	}
+}
+
+// The error of a Value or a Reset over a store its constructor did not
+// make shows the limit's name as a *StoreError does, cut at 256 bytes: a
+// name given inline (WithConfig) may be a client's. It showed it whole.
+func TestZeroStoreValueErrorCutsTheName(t *testing.T) {
+	ctx := context.Background()
+	hook := &hookStore{Store: must(memstore.New())}
+	lim := must(ratelimit.New(hook, nil, ratelimit.WithClock(newMock())))
+	zero := fmt.Errorf("teststore: the store is the zero teststore.Store: build it with teststore.New: %w", driver.ErrZeroStore)
+	hook.load = func(context.Context, string) error { return zero }
+	name := strings.Repeat("n", 1000)
+	cfg := ratelimit.WithConfig(ratelimit.Config{Kind: ratelimit.TokenBucket, Rate: 10, Period: time.Second})
+	_, err := lim.Value(ctx, name, "k", cfg)
+	require.ErrorIs(t, err, driver.ErrZeroStore)
+	require.NotContains(t, err.Error(), name)
+	require.Contains(t, err.Error(), "(1000 bytes)")
+	require.Contains(t, err.Error(), zero.Error())
 }
