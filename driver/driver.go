@@ -98,14 +98,18 @@ var ErrZeroStore = errors.New("ratelimit: store not made by its constructor")
 // janitor.New ask it (CheckZero), and refuse such a store rather than
 // build a Limiter or a janitor whose every call fails: a Limiter over it
 // would otherwise start, and each of its calls fail at once. It is
-// optional: a store without it is refused at its first call instead,
-// which the Limiter returns as an error, never by the failure policy.
-// Every store of this project implements it.
+// optional, and a store of one's own need not implement it: a Limiter
+// over a store without it is built, and every call fails with the
+// store's own ErrZeroStore error, never decided by the failure policy; a
+// janitor reports each sweep's. Every store of this project implements
+// it.
 type ZeroChecker interface {
 	// CheckZero returns an error matching ErrZeroStore, the one every
 	// call of the store returns, when the store is the zero value of its
 	// type or a nil pointer to it; otherwise nil, closed or not. It does
-	// no I/O, does not block, and does not panic.
+	// no I/O, does not block, and does not panic. Make it a method of the
+	// pointer type, so that a nil pointer can answer it: Go cannot call a
+	// value method through one.
 	CheckZero() error
 }
 
