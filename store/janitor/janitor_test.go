@@ -133,13 +133,21 @@ func TestNewRejectsBadArguments(t *testing.T) {
 	}
 }
 
+// valueCheckExpirer implements driver.ZeroChecker by a value method,
+// which Go cannot call through a nil *valueCheckExpirer: New, asking it
+// of one, panicked.
+type valueCheckExpirer struct{ *expirer }
+
+func (valueCheckExpirer) CheckZero() error { return nil }
+
 // TestNewRejectsANilStoreOfItsType: a store that is a nil pointer of its
 // type (one whose New or Open failed, kept in place of its error) is
 // refused as no store is. Taken, it made the janitor's goroutine panic at
 // its first sweep, where no caller could recover it, or New itself, when
 // it asked the store whether it keeps its own clock.
 func TestNewRejectsANilStoreOfItsType(t *testing.T) {
-	for _, store := range []driver.Expirer{(*memstore.Store)(nil), (*boltstore.Store)(nil), (*pgstore.Store)(nil), (*ownClockExpirer)(nil)} {
+	for _, store := range []driver.Expirer{(*memstore.Store)(nil), (*boltstore.Store)(nil), (*pgstore.Store)(nil), (*ownClockExpirer)(nil),
+		(*valueCheckExpirer)(nil)} {
 		var j *janitor.Janitor
 		var err error
 		require.NotPanics(t, func() { j, err = janitor.New(store, time.Minute, janitor.WithClock(clock.NewMock())) }, "%T(nil)", store)
