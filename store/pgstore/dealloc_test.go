@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 
@@ -25,13 +24,7 @@ func TestContextEndsWhileDeallocating(t *testing.T) {
 	var end atomic.Pointer[func()]
 	b := newResendBatch(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &nthEndingConn{Conn: c, msg: 'C', left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
-		}
+		cfg.ConnConfig.DialFunc = endingDial('C', &left, &end)
 	}, "a", "bad", "b")
 	require.Error(t, b.s.ApplyBatch(context.Background(), b.ops, b.outs), "its statements prepared")
 	ends := endings(t)

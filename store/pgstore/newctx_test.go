@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -30,13 +29,7 @@ func TestNewContextEndsWhileWriting(t *testing.T) {
 		cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
 		require.NoError(t, err)
 		cfg.MaxConns = 1
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &nthEndingConn{Conn: c, msg: msg, left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
-		}
+		cfg.ConnConfig.DialFunc = endingDial(msg, &left, &end)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)

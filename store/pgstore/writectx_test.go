@@ -37,6 +37,18 @@ func (c *nthEndingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// endingDial dials the connections of a pool as nthEndingConns of msg,
+// left and end.
+func endingDial(msg byte, left *atomic.Int32, end *atomic.Pointer[func()]) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &nthEndingConn{Conn: c, msg: msg, left: left, end: end, deadline: make(chan struct{}, 1)}, nil
+	}
+}
+
 // SetDeadline sets the deadline, then lets a write waiting for it go on.
 func (c *nthEndingConn) SetDeadline(t time.Time) error {
 	err := c.Conn.SetDeadline(t)
@@ -81,13 +93,7 @@ func TestContextEndsWhileWriting(t *testing.T) {
 	var end atomic.Pointer[func()]
 	b := newResendBatch(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &nthEndingConn{Conn: c, msg: 'B', left: &left, end: &end, deadline: make(chan struct{}, 1)}, nil
-		}
+		cfg.ConnConfig.DialFunc = endingDial('B', &left, &end)
 	}, "a", "bad", "b")
 	// The ending contexts: canceled, or past its deadline on a mock clock.
 	ends := endings(t)
