@@ -113,11 +113,7 @@ func TestEarlyCancelSendsNoCheck(t *testing.T) {
 				require.False(t, ratelimit.Checking(lim), "call %d: canceled before a quarter of a second: no check", i)
 			}
 			require.Zero(t, loads.Load(), "no check of the store")
-			asked := hook.calls.Load()
-			res, err := lim.Limit(context.Background(), "l", "other")
-			require.NoError(t, err, "nothing counted: the breaker is closed")
-			require.False(t, res.Degraded)
-			require.Equal(t, asked+1, hook.calls.Load(), "the store is asked")
+			requireAsked(t, lim, hook, "nothing counted: the breaker is closed")
 		})
 	}
 }
@@ -161,11 +157,7 @@ func TestCancelWhileTheStoreAnswersCountsNothing(t *testing.T) {
 				} else {
 					require.EqualValues(t, 5, loads.Load(), "one check a cancel")
 				}
-				asked := hook.calls.Load()
-				res, err := lim.Limit(context.Background(), "l", "other")
-				require.NoError(t, err, "nothing counted: the breaker is closed")
-				require.False(t, res.Degraded)
-				require.Equal(t, asked+1, hook.calls.Load(), "the store is asked")
+				requireAsked(t, lim, hook, "nothing counted: the breaker is closed")
 			})
 		}
 	}
@@ -192,18 +184,26 @@ func TestCanceledProbeSendsACheckAndFreesItsPlace(t *testing.T) {
 			canceledCall(t, lim, cancel) // the probe, canceled
 			require.True(t, ratelimit.Checking(lim), "canceled after 300 ms with no answer: the Limiter checks the store")
 			awaitOrFail(t, entered, "the Limiter's own check of the store")
-			asked := hook.calls.Load()
-			res, err := lim.Limit(context.Background(), "l", "other")
-			require.NoError(t, err, "the canceled probe freed its place: this call probes")
-			require.False(t, res.Degraded)
-			require.Equal(t, asked+1, hook.calls.Load(), "the store is asked")
+			requireAsked(t, lim, hook, "the canceled probe freed its place: this call probes")
 
 			mock.Add(250 * time.Millisecond) // the check's quarter of a second, unanswered
 			awaitCheckDone(lim)
 			require.EqualValues(t, 4, loads.Load(), "one check a late cancel")
-			res, err = lim.Limit(context.Background(), "l", "other")
+			res, err := lim.Limit(context.Background(), "l", "other")
 			require.NoError(t, err, "the breaker stays closed")
 			require.False(t, res.Degraded)
 		})
 	}
+}
+
+// requireAsked requires a call on another key, with no deadline, to be
+// decided by the store, the breaker closed (or the probe's place free):
+// no error (why says why), not Degraded, and one call more to the store.
+func requireAsked(t *testing.T, lim *ratelimit.Limiter, hook *hookStore, why string) {
+	t.Helper()
+	asked := hook.calls.Load()
+	res, err := lim.Limit(context.Background(), "l", "other")
+	require.NoError(t, err, why)
+	require.False(t, res.Degraded)
+	require.Equal(t, asked+1, hook.calls.Load(), "the store is asked")
 }
