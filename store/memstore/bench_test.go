@@ -2,7 +2,6 @@ package memstore_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
@@ -138,14 +137,7 @@ func BenchmarkDecideClocksApart(b *testing.B) {
 func settle(b *testing.B, s *memstore.Store, n int) {
 	const t0 = int64(1_700_000_000_000)
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
-	out := make([]driver.Decision, 1)
 	for i := range n {
-		var id [16]byte
-		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{{Name: "api", Key: "settled", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}},
-			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + 365*24*3_600_000}}
-		if err := s.Apply(context.Background(), op, out); err != nil {
-			b.Fatal(err)
-		}
+		cancelMark(b, s, p, i, t0, t0+365*24*3_600_000)
 	}
 }

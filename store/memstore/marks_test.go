@@ -29,12 +29,7 @@ func TestExpiredMarksGoWhileCallsGoOn(t *testing.T) {
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
 	const n = 3000
 	for i := range n {
-		var id [16]byte
-		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
-		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
-			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + 1000}}
-		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+		cancelMark(t, s, p, i, t0, t0+1000)
 	}
 	require.Equal(t, n, memstore.Marks(s))
 	// The marks are droppable from a second and a grace on. One key is
@@ -200,21 +195,11 @@ func TestMarksDropInTheOrderOfTheirExpiry(t *testing.T) {
 	c := newStepClock(t0)
 	s := must(memstore.New(memstore.WithClock(c)))
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 10, Period: 1000, Capacity: 10}
-	settle := func(id [16]byte, until int64) driver.Decision {
-		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
-		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
-			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: until}}
-		out := make([]driver.Decision, 1)
-		require.NoError(t, s.Apply(ctx, op, out))
-		return out[0]
-	}
 	const n = 5000
 	until := make([]int64, n)
 	for i := range until {
 		until[i] = t0 + rng.Int64N(10*60_000)
-		var id [16]byte
-		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-		require.Zero(t, settle(id, until[i]).Settled, "mark %d", i)
+		require.Zero(t, cancelMark(t, s, p, i, t0, until[i]).Settled, "mark %d", i)
 	}
 	for _, at := range []int64{t0 + 2*60_000, t0 + 5*60_000 + 1, t0 + 7*60_000 + 333, t0 + 11*60_000} {
 		_, err := s.DeleteExpired(ctx, time.UnixMilli(at))
@@ -230,9 +215,7 @@ func TestMarksDropInTheOrderOfTheirExpiry(t *testing.T) {
 	// The marks left, those of the latest expiries, still hold.
 	for i := range until {
 		if until[i] > t0+11*60_000-driver.ExpiryGrace {
-			var id [16]byte
-			binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-			require.Equal(t, driver.SettleCancel, settle(id, until[i]).Settled, "mark %d was dropped before its expiry", i)
+			require.Equal(t, driver.SettleCancel, cancelMark(t, s, p, i, t0, until[i]).Settled, "mark %d was dropped before its expiry", i)
 		}
 	}
 }
@@ -249,12 +232,7 @@ func TestMarksOfManyClocksApart(t *testing.T) {
 	s := must(memstore.New(memstore.WithClock(c)))
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e6, Period: 1000, Capacity: 1e6}
 	for i := range 100 {
-		var id [16]byte
-		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
-		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
-			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: t0 + int64(i)*1000}}
-		require.NoError(t, s.Apply(ctx, op, make([]driver.Decision, 1)))
+		cancelMark(t, s, p, i, t0, t0+int64(i)*1000)
 	}
 	b := s.Bind("bound", p, func(string) int64 { return 0 })
 	// Ten clocks an hour apart, the store's own the earliest: its sweeps
@@ -275,4 +253,19 @@ func TestMarksOfManyClocksApart(t *testing.T) {
 		require.GreaterOrEqual(t, memstore.Marks(s), want, "marks dropped before their grace, at %d", now-t0)
 	}
 	require.Less(t, memstore.Marks(s), 100, "no mark dropped")
+}
+
+// cancelMark applies to s a cancel's refund of a token of key "k" of
+// limit "l" (params p), charged at at, settled at at with the ID numbered
+// i and a mark kept until until, and returns its decision.
+func cancelMark(tb testing.TB, s *memstore.Store, p driver.Params, i int, at, until int64) driver.Decision {
+	tb.Helper()
+	var id [16]byte
+	binary.BigEndian.PutUint64(id[:], uint64(i)+1)
+	item := driver.Item{Name: "l", Key: "k", Count: 1, At: at, Shards: []driver.Shard{{Params: p}}}
+	op := &driver.Op{Mode: driver.ModeRefund, Now: at, Items: []driver.Item{item},
+		Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: until}}
+	out := make([]driver.Decision, 1)
+	require.NoError(tb, s.Apply(context.Background(), op, out))
+	return out[0]
 }

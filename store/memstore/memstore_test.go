@@ -2,7 +2,6 @@ package memstore_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -202,14 +201,7 @@ func TestHeapShrinksAfterDroppingMostMarks(t *testing.T) {
 	p := driver.Params{Kind: ratelimit.TokenBucket, Rate: 1e9, Period: 1000, Capacity: 1e9}
 	settle := func(i int, until int64) driver.Decision {
 		t.Helper()
-		var id [16]byte
-		binary.BigEndian.PutUint64(id[:], uint64(i)+1)
-		item := driver.Item{Name: "l", Key: "k", Count: 1, At: t0, Shards: []driver.Shard{{Params: p}}}
-		op := &driver.Op{Mode: driver.ModeRefund, Now: t0, Items: []driver.Item{item},
-			Settle: &driver.Settlement{ID: id, Kind: driver.SettleCancel, Until: until}}
-		out := make([]driver.Decision, 1)
-		require.NoError(t, s.Apply(ctx, op, out))
-		return out[0]
+		return cancelMark(t, s, p, i, t0, until)
 	}
 	// Every hundredth mark is kept for an hour, the others for a second.
 	until := func(i int) int64 {
