@@ -1269,7 +1269,9 @@ func (s *Store) dropMarks(now int64) int {
 // map as it is: a small one costs little.
 const minMarksCopied = 1024
 
-// pushExpiry adds e to the heap of expiries; markMu is held.
+// pushExpiry adds e to the heap of expiries; markMu is held. The heap is
+// kept here rather than by container/heap, whose Push and Pop take and
+// give an any: an expiry boxed, an allocation a settlement and a drop.
 func (s *Store) pushExpiry(e expiry) {
 	h := append(s.expiries, e)
 	for i := len(h) - 1; i > 0; {
